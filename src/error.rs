@@ -1,0 +1,226 @@
+//! Errors of the storage layer.
+//!
+//! Every variant says what was asked and what was wrong, and names the file, the
+//! offset and the device involved wherever there is one. Errors are `Clone` so that
+//! the first failure of a device can be remembered and reported again by later calls.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Result alias of the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// An error of the storage layer.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum Error {
+    /// A store was opened on an empty list of device roots.
+    NoDevices,
+    /// A device root cannot be used (missing, not a directory, read-only, duplicate...).
+    BadDevice {
+        /// Index of the device in the list given to `Store::open`.
+        device: usize,
+        /// The root directory.
+        root: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// The header of a backing file is missing, corrupt or disagrees with its siblings.
+    BadHeader {
+        /// Index of the device that holds the bad header.
+        device: usize,
+        /// The backing file.
+        path: PathBuf,
+        /// What is wrong with it.
+        problem: String,
+    },
+    /// A file name is not acceptable.
+    InvalidName {
+        /// The name given.
+        name: String,
+        /// Why it was refused.
+        problem: &'static str,
+    },
+    /// `create` or `rename` would replace an existing file.
+    FileExists(String),
+    /// No file of that name exists.
+    FileNotFound(String),
+    /// An argument is out of its allowed range.
+    InvalidArgument(String),
+    /// Uncached I/O needs offset, length and buffer address aligned.
+    Misaligned {
+        /// The file.
+        file: String,
+        /// Which quantity is misaligned: "offset", "length" or "buffer address".
+        what: &'static str,
+        /// Its value.
+        value: u64,
+        /// The required alignment in bytes.
+        align: u64,
+    },
+    /// A request reaches past the end of the file.
+    OutOfRange {
+        /// The file.
+        file: String,
+        /// Offset of the request.
+        offset: u64,
+        /// Length of the request.
+        len: u64,
+        /// Length of the file.
+        file_len: u64,
+    },
+    /// A data read or write failed on a device.
+    Io {
+        /// The operation: "read", "write" or "sync".
+        op: &'static str,
+        /// The file.
+        file: String,
+        /// Logical offset of the failed request in the file.
+        offset: u64,
+        /// The device that failed.
+        device: usize,
+        /// The OS error number.
+        errno: i32,
+    },
+    /// A device transferred fewer bytes than asked (and no error number).
+    ShortTransfer {
+        /// The operation: "read" or "write".
+        op: &'static str,
+        /// The file.
+        file: String,
+        /// Logical offset of the request.
+        offset: u64,
+        /// The device.
+        device: usize,
+        /// Bytes asked of the device.
+        expected: usize,
+        /// Bytes transferred.
+        got: usize,
+    },
+    /// The device failed earlier; this call was refused without touching it.
+    DeviceFailed {
+        /// The device.
+        device: usize,
+        /// The first failure seen on it.
+        first: Box<Error>,
+    },
+    /// A metadata operation on the backing files failed.
+    Os {
+        /// What was being done.
+        what: String,
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        source: Arc<io::Error>,
+    },
+    /// The engine could not be started.
+    Engine(String),
+    /// The store is shutting down.
+    Closed,
+}
+
+impl Error {
+    pub(crate) fn os(what: impl Into<String>, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Os {
+            what: what.into(),
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+
+    /// The OS error number behind this error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { errno, .. } => Some(*errno),
+            Error::Os { source, .. } => source.raw_os_error(),
+            Error::DeviceFailed { first, .. } => first.errno(),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::NoDevices => write!(f, "no devices: a store needs at least one device root"),
+            Error::BadDevice {
+                device,
+                root,
+                problem,
+            } => write!(f, "device {device} ({}): {problem}", root.display()),
+            Error::BadHeader {
+                device,
+                path,
+                problem,
+            } => write!(
+                f,
+                "device {device}: bad header in {}: {problem}",
+                path.display()
+            ),
+            Error::InvalidName { name, problem } => write!(f, "invalid file name {name:?}: {problem}"),
+            Error::FileExists(n) => write!(f, "file {n:?} already exists"),
+            Error::FileNotFound(n) => write!(f, "file {n:?} not found"),
+            Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            Error::Misaligned {
+                file,
+                what,
+                value,
+                align,
+            } => write!(
+                f,
+                "file {file:?}: {what} {value} is not a multiple of {align} (uncached I/O needs {align}-byte alignment)"
+            ),
+            Error::OutOfRange {
+                file,
+                offset,
+                len,
+                file_len,
+            } => write!(
+                f,
+                "file {file:?}: request of {len} bytes at offset {offset} reaches past the end of the file ({file_len} bytes)"
+            ),
+            Error::Io {
+                op,
+                file,
+                offset,
+                device,
+                errno,
+            } => write!(
+                f,
+                "file {file:?}: {op} at offset {offset} failed on device {device}: {}",
+                io::Error::from_raw_os_error(*errno)
+            ),
+            Error::ShortTransfer {
+                op,
+                file,
+                offset,
+                device,
+                expected,
+                got,
+            } => write!(
+                f,
+                "file {file:?}: short {op} at offset {offset} on device {device}: {got} of {expected} bytes"
+            ),
+            Error::DeviceFailed { device, first } => {
+                write!(f, "device {device} failed earlier and is refused: {first}")
+            }
+            Error::Os { what, path, source } => {
+                write!(f, "{what} {}: {source}", path.display())
+            }
+            Error::Engine(s) => write!(f, "I/O engine: {s}"),
+            Error::Closed => write!(f, "the store is closed"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Os { source, .. } => Some(&**source),
+            Error::DeviceFailed { first, .. } => Some(&**first),
+            _ => None,
+        }
+    }
+}

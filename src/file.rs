@@ -1,0 +1,243 @@
+//! A named file striped over the devices: synchronous and batched I/O.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use crate::buf::AlignedBuf;
+use crate::error::{Error, Result};
+use crate::header::HEADER_BYTES;
+use crate::io::{Backing, DevOp, DevOpKind, Joiner, Sink};
+use crate::layout::Layout;
+use crate::queue::OpKind;
+use crate::store::StoreInner;
+
+/// Alignment of offset, length and buffer address of uncached I/O.
+pub const DIRECT_ALIGN: u64 = 512;
+/// At most this many memory pieces in one device operation (well under IOV_MAX).
+const MAX_IOV: usize = 64;
+
+pub(crate) struct FileInner {
+    pub(crate) name: RwLock<Arc<str>>,
+    pub(crate) layout: Layout,
+    pub(crate) len: AtomicU64,
+    pub(crate) uid: u64,
+    pub(crate) backings: Vec<Arc<Backing>>,
+    pub(crate) store: Arc<StoreInner>,
+}
+
+/// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
+#[derive(Clone)]
+pub struct File {
+    pub(crate) inner: Arc<FileInner>,
+}
+
+impl std::fmt::Debug for File {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("File")
+            .field("name", &self.name())
+            .field("len", &self.len())
+            .field("layout", &self.inner.layout)
+            .finish()
+    }
+}
+
+impl File {
+    /// The file's name.
+    pub fn name(&self) -> String {
+        self.name_arc().to_string()
+    }
+
+    pub(crate) fn name_arc(&self) -> Arc<str> {
+        self.inner.name.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.inner.len.load(Ordering::Acquire)
+    }
+
+    /// Whether the file has length zero.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The placement of the file's blocks.
+    pub fn layout(&self) -> Layout {
+        self.inner.layout
+    }
+
+    /// Change the length (a multiple of 512 bytes). Rewrites the header on every device.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        self.inner.store.set_len(&self.inner, len)
+    }
+
+    /// Read `buf.len()` bytes at `offset`. Offset, length and buffer address must be
+    /// multiples of 512 bytes.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.sync_io(OpKind::Read, offset, buf.as_mut_ptr(), buf.len())
+    }
+
+    /// Write all of `buf` at `offset`, with the alignment rules of [`File::read_at`].
+    pub fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.sync_io(OpKind::Write, offset, buf.as_ptr().cast_mut(), buf.len())
+    }
+
+    /// Make every completed write durable on every device.
+    pub fn sync(&self) -> Result<()> {
+        let joiner = Joiner::new(self.name_arc(), 0, Sink::Thread(std::thread::current()));
+        for b in &self.inner.backings {
+            b.state.check()?;
+        }
+        joiner.expect(self.inner.backings.len());
+        for b in &self.inner.backings {
+            let op = DevOp {
+                kind: DevOpKind::Fsync,
+                backing: b.clone(),
+                offset: 0,
+                iov: Vec::new(),
+                len: 0,
+                fixed: None,
+                done: joiner.clone(),
+            };
+            b.engine.submit(vec![op]);
+        }
+        joiner.wait_sync()
+    }
+
+    fn sync_io(&self, kind: OpKind, offset: u64, ptr: *mut u8, len: usize) -> Result<()> {
+        let joiner = Joiner::new(self.name_arc(), offset, Sink::Thread(std::thread::current()));
+        let mut batches = Vec::new();
+        if self.prepare(kind, offset, ptr, len, None, &joiner, &mut batches)? == 0 {
+            return Ok(());
+        }
+        for ops in batches {
+            if let Some(first) = ops.first() {
+                let engine = first.backing.engine.clone();
+                engine.submit(ops);
+            }
+        }
+        // The caller's buffer is borrowed until this returns, which is after the last
+        // device operation finished.
+        joiner.wait_sync()
+    }
+
+    /// Check a request and cut it into device operations appended to `batches`
+    /// (indexed by device). Returns the number of operations; the joiner expects them.
+    /// On error nothing was appended.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn prepare(
+        &self,
+        kind: OpKind,
+        offset: u64,
+        ptr: *mut u8,
+        len: usize,
+        buf: Option<&AlignedBuf>,
+        joiner: &Arc<Joiner>,
+        batches: &mut Vec<Vec<DevOp>>,
+    ) -> Result<usize> {
+        let inner = &*self.inner;
+        let misaligned = |what, value: u64| Error::Misaligned {
+            file: self.name(),
+            what,
+            value,
+            align: DIRECT_ALIGN,
+        };
+        if offset % DIRECT_ALIGN != 0 {
+            return Err(misaligned("offset", offset));
+        }
+        if len as u64 % DIRECT_ALIGN != 0 {
+            return Err(misaligned("length", len as u64));
+        }
+        if ptr as u64 % DIRECT_ALIGN != 0 {
+            return Err(misaligned("buffer address", ptr as u64));
+        }
+        let file_len = self.len();
+        if offset.checked_add(len as u64).is_none_or(|end| end > file_len) {
+            return Err(Error::OutOfRange {
+                file: self.name(),
+                offset,
+                len: len as u64,
+                file_len,
+            });
+        }
+        if len == 0 {
+            return Ok(0);
+        }
+        // Refuse before queueing anything if a device involved failed earlier.
+        let mut check = Ok(());
+        inner.layout.split(offset, len, |s| {
+            if check.is_ok() {
+                check = inner.backings[s.device].state.check();
+            }
+        });
+        check?;
+        let devices = inner.backings.len();
+        if batches.len() < devices {
+            batches.resize_with(devices, Vec::new);
+        }
+        // Operations of this request start at these positions of each batch.
+        let mut start = [0usize; 64];
+        let small = devices <= start.len();
+        if small {
+            for (d, b) in batches.iter().enumerate().take(devices) {
+                start[d] = b.len();
+            }
+        }
+        let dkind = match kind {
+            OpKind::Read => DevOpKind::Read,
+            OpKind::Write => DevOpKind::Write,
+        };
+        let mut count = 0usize;
+        inner.layout.split(offset, len, |s| {
+            let backing = &inner.backings[s.device];
+            let batch = &mut batches[s.device];
+            if let Some(first) = batch.first() {
+                // A queue may mix files of different stores: never mix their engines.
+                if !Arc::ptr_eq(&first.backing.engine, &backing.engine) {
+                    let engine = first.backing.engine.clone();
+                    engine.submit(std::mem::take(batch));
+                    if small {
+                        start[s.device] = 0;
+                    }
+                }
+            }
+            let phys = HEADER_BYTES + s.dev_offset;
+            // SAFETY: `buf_offset + len <= len` of the caller's buffer (split covers
+            // exactly the request).
+            let base = unsafe { ptr.add(s.buf_offset) };
+            let iov = libc::iovec {
+                iov_base: base.cast(),
+                iov_len: s.len,
+            };
+            let ours = small && batch.len() > start[s.device];
+            if let Some(last) = batch.last_mut().filter(|_| ours) {
+                if Arc::ptr_eq(&last.backing, backing)
+                    && last.offset + last.len as u64 == phys
+                    && last.iov.len() < MAX_IOV
+                {
+                    let tail = last.iov.last_mut().expect("operations have a piece");
+                    // SAFETY: pointer arithmetic inside the caller's buffer.
+                    if unsafe { tail.iov_base.cast::<u8>().add(tail.iov_len) } == base {
+                        tail.iov_len += s.len; // contiguous in memory too: one piece
+                    } else {
+                        last.iov.push(iov);
+                    }
+                    last.len += s.len;
+                    return;
+                }
+            }
+            batch.push(DevOp {
+                kind: dkind,
+                backing: backing.clone(),
+                offset: phys,
+                iov: vec![iov],
+                len: s.len,
+                fixed: buf.and_then(|b| b.fixed_index(s.device)),
+                done: joiner.clone(),
+            });
+            count += 1;
+        });
+        joiner.expect(count);
+        Ok(count)
+    }
+}

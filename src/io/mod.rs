@@ -1,0 +1,266 @@
+//! The I/O engines: one per device, behind one trait.
+//!
+//! The storage layer cuts every request into per-device operations ([`DevOp`]) and
+//! hands each device's share of a batch to that device's engine in one message. An
+//! engine completes each operation exactly once through [`DevOp::finish`], which
+//! records a device's first failure and counts the operation down on the request's
+//! [`Joiner`]; the last one delivers the request's single result.
+//!
+//! * `uring`: one thread per device owning an io_uring (O_DIRECT backing files,
+//!   registered files and buffers). The default.
+//! * `psync`: a few threads per device doing `preadv`/`pwritev`; the fallback.
+//! * `sim`: in-memory media with seeded latency and fault injection, for tests.
+
+mod joiner;
+mod mailbox;
+mod psync;
+mod sim;
+mod uring;
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, OnceLock};
+
+pub(crate) use joiner::{Joiner, Sink};
+pub use sim::{SimConfig, SimMedia};
+
+use crate::error::{Error, Result};
+
+/// Which I/O engine a store uses.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum EngineKind {
+    /// io_uring where the kernel allows it, else psync with a one-line notice.
+    #[default]
+    Auto,
+    /// io_uring or an error.
+    Uring,
+    /// A pool of pread/pwrite threads per device.
+    Psync,
+    /// Simulated in-memory devices (tests).
+    Sim(SimConfig),
+}
+
+/// Per-device settings given to an engine.
+#[derive(Debug, Clone)]
+pub(crate) struct EngineParams {
+    pub(crate) device: usize,
+    pub(crate) io_depth: u32,
+    pub(crate) psync_threads: usize,
+    pub(crate) cpu: Option<usize>,
+}
+
+/// The kind of a device operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum DevOpKind {
+    Read,
+    Write,
+    Fsync,
+}
+
+impl DevOpKind {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            DevOpKind::Read => "read",
+            DevOpKind::Write => "write",
+            DevOpKind::Fsync => "sync",
+        }
+    }
+}
+
+/// Health of one device: its first failure, remembered for good.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceState {
+    pub(crate) device: usize,
+    failed: OnceLock<Error>,
+}
+
+impl DeviceState {
+    pub(crate) fn new(device: usize) -> Self {
+        DeviceState {
+            device,
+            failed: OnceLock::new(),
+        }
+    }
+
+    /// `Err` if the device failed earlier.
+    #[inline]
+    pub(crate) fn check(&self) -> Result<()> {
+        match self.failed.get() {
+            None => Ok(()),
+            Some(first) => Err(Error::DeviceFailed {
+                device: self.device,
+                first: Box::new(first.clone()),
+            }),
+        }
+    }
+
+    pub(crate) fn fail(&self, e: &Error) {
+        let _ = self.failed.set(e.clone());
+    }
+}
+
+/// One backing file on one device, as the engine sees it.
+pub(crate) struct Backing {
+    pub(crate) fd: OwnedFd,
+    pub(crate) device: usize,
+    /// Identity of the media contents (the inode), used by the sim engine.
+    pub(crate) ino: u64,
+    /// Registered-file slot in the device's engine, if any.
+    pub(crate) slot: Option<u32>,
+    pub(crate) state: Arc<DeviceState>,
+    /// The device's engine; operations on this file are sent to it.
+    pub(crate) engine: Arc<dyn DeviceEngine>,
+}
+
+impl Backing {
+    pub(crate) fn new(
+        fd: OwnedFd,
+        ino: u64,
+        state: Arc<DeviceState>,
+        engine: &Arc<dyn DeviceEngine>,
+    ) -> Backing {
+        let slot = engine.register_file(fd.as_raw_fd());
+        Backing {
+            device: state.device,
+            fd,
+            ino,
+            slot,
+            state,
+            engine: engine.clone(),
+        }
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot {
+            // The engine drops the registration before it looks at later messages; the
+            // descriptor itself closes when `fd` drops right after this.
+            self.engine.unregister_file(slot);
+        }
+    }
+}
+
+/// How a device operation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpResult {
+    /// Transferred this many bytes.
+    Done(usize),
+    /// Failed with this OS error number.
+    Errno(i32),
+}
+
+/// One operation on one device: a contiguous range of one backing file, gathered
+/// from or scattered to one or more memory pieces.
+pub(crate) struct DevOp {
+    pub(crate) kind: DevOpKind,
+    pub(crate) backing: Arc<Backing>,
+    /// Offset in the backing file (header included).
+    pub(crate) offset: u64,
+    pub(crate) iov: Vec<libc::iovec>,
+    /// Total bytes of `iov`.
+    pub(crate) len: usize,
+    /// Fixed-buffer index on this device, when `iov` is one piece of a registered arena.
+    pub(crate) fixed: Option<u16>,
+    pub(crate) done: Arc<Joiner>,
+}
+
+// SAFETY: the iovecs point at memory the request's owner keeps alive and untouched
+// until the request completes (the `Joiner` reports completion only after every
+// operation finished); nothing else in a `DevOp` is thread-bound.
+unsafe impl Send for DevOp {}
+
+impl DevOp {
+    /// Complete the operation. A short transfer or an error fails the device for good
+    /// and reaches the request.
+    pub(crate) fn finish(self, res: OpResult) {
+        let err = match res {
+            OpResult::Done(n) if n == self.len || self.kind == DevOpKind::Fsync => None,
+            OpResult::Done(n) => Some(self.done.short_error(self.kind, self.backing.device, self.len, n)),
+            OpResult::Errno(e) => Some(self.done.io_error(self.kind, self.backing.device, e)),
+        };
+        if let Some(e) = &err {
+            self.backing.state.fail(e);
+        }
+        self.done.piece_done(err);
+    }
+}
+
+/// What every engine does for one device.
+pub(crate) trait DeviceEngine: Send + Sync {
+    /// Queue a batch of operations (one message); blocks while the device's bounded
+    /// queue is full.
+    fn submit(&self, ops: Vec<DevOp>);
+    /// Register an open backing file; returns its slot where the engine uses slots.
+    fn register_file(&self, fd: RawFd) -> Option<u32>;
+    fn unregister_file(&self, slot: u32);
+    /// Register a buffer arena; returns its fixed-buffer index where supported.
+    fn register_buffer(&self, ptr: *mut u8, len: usize) -> Option<u16>;
+    fn unregister_buffer(&self, index: u16);
+    /// Finish queued and in-flight work and stop the engine's threads.
+    fn shutdown(&self);
+}
+
+/// Start the engines of all devices. Returns the engines and the engine's name.
+pub(crate) fn start_engines(
+    kind: &EngineKind,
+    params: &[EngineParams],
+) -> Result<(Vec<Arc<dyn DeviceEngine>>, &'static str)> {
+    let mut out: Vec<Arc<dyn DeviceEngine>> = Vec::with_capacity(params.len());
+    match kind {
+        EngineKind::Psync => {
+            for p in params {
+                out.push(psync::PsyncEngine::start(p)?);
+            }
+            Ok((out, "psync"))
+        }
+        EngineKind::Sim(cfg) => {
+            for p in params {
+                out.push(sim::SimEngine::start(p, cfg)?);
+            }
+            Ok((out, "sim"))
+        }
+        EngineKind::Uring | EngineKind::Auto => {
+            for p in params {
+                match uring::UringEngine::start(p) {
+                    Ok(e) => out.push(e),
+                    Err(err) => {
+                        for e in &out {
+                            e.shutdown();
+                        }
+                        if matches!(kind, EngineKind::Uring) {
+                            return Err(err);
+                        }
+                        eprintln!("setcache: {err}; using the psync engine instead");
+                        return start_engines(&EngineKind::Psync, params);
+                    }
+                }
+            }
+            Ok((out, "uring"))
+        }
+    }
+}
+
+/// Pin the calling thread to one CPU (best effort; the error is returned for a notice).
+pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: `cpu_set_t` is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: CPU_SET writes inside `set`; `cpu` is bounded by the set size below.
+    unsafe { libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set) };
+    // SAFETY: `set` is a valid cpu set of the size passed.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's errno after a failed libc call.
+pub(crate) fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}

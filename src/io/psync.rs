@@ -1,0 +1,101 @@
+//! The portable engine: a few threads per device doing `preadv`/`pwritev`/`fsync`.
+//!
+//! Used where io_uring is refused (old kernels, seccomp, containers). Each thread
+//! takes one operation at a time from the device's mailbox, so the device sees up to
+//! `psync_threads` requests at once.
+
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::mailbox::Mailbox;
+use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult, last_errno};
+use crate::error::{Error, Result};
+
+pub(crate) struct PsyncEngine {
+    mailbox: Arc<Mailbox>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl PsyncEngine {
+    pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn DeviceEngine>> {
+        let n = p.psync_threads.clamp(1, 64);
+        let mailbox = Arc::new(Mailbox::new(p.io_depth.max(1) as usize * 4, None));
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let mb = mailbox.clone();
+            let cpu = p.cpu;
+            let dev = p.device;
+            let h = std::thread::Builder::new()
+                .name(format!("setcache-psync-{dev}.{i}"))
+                .spawn(move || {
+                    if let Some(c) = cpu {
+                        let _ = super::pin_to_cpu(c);
+                    }
+                    let mut ctrl = Vec::new();
+                    while let Some(op) = mb.wait_one(&mut ctrl) {
+                        ctrl.clear(); // nothing to register for plain system calls
+                        let r = execute(&op);
+                        op.finish(r);
+                    }
+                })
+                .map_err(|e| Error::Engine(format!("spawn psync thread for device {dev}: {e}")))?;
+            threads.push(h);
+        }
+        Ok(Arc::new(PsyncEngine {
+            mailbox,
+            threads: Mutex::new(threads),
+        }))
+    }
+}
+
+/// Run one operation with blocking system calls. Interrupted calls are retried;
+/// a partial transfer is reported as such.
+pub(crate) fn execute(op: &DevOp) -> OpResult {
+    let fd: RawFd = op.backing.raw_fd();
+    loop {
+        // SAFETY: the iovecs describe memory the request owner keeps alive and
+        // exclusive until completion; `fd` is open for the life of `op.backing`.
+        let rc = unsafe {
+            match op.kind {
+                DevOpKind::Read => libc::preadv(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64),
+                DevOpKind::Write => libc::pwritev(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64),
+                DevOpKind::Fsync => libc::fsync(fd) as isize,
+            }
+        };
+        if rc >= 0 {
+            return OpResult::Done(rc as usize);
+        }
+        let e = last_errno();
+        if e != libc::EINTR {
+            return OpResult::Errno(e);
+        }
+    }
+}
+
+impl DeviceEngine for PsyncEngine {
+    fn submit(&self, ops: Vec<DevOp>) {
+        self.mailbox.push(ops);
+    }
+    fn register_file(&self, _fd: RawFd) -> Option<u32> {
+        None
+    }
+    fn unregister_file(&self, _slot: u32) {}
+    fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
+        None
+    }
+    fn unregister_buffer(&self, _index: u16) {}
+    fn shutdown(&self) {
+        self.mailbox.close();
+        let hs: Vec<_> = self.threads.lock().map(|mut g| g.drain(..).collect()).unwrap_or_default();
+        for h in hs {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for PsyncEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

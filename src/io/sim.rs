@@ -1,0 +1,247 @@
+//! The simulated engine: in-memory devices with seeded latency and fault injection.
+//!
+//! Data lives in a [`SimMedia`] keyed by (device, file identity), which outlives a
+//! store when the test keeps it: reopening a store on the same media emulates a
+//! restart. Every operation completes after a latency drawn from a seeded generator,
+//! so completions reorder as on real devices, and may instead fail: EIO on a read or
+//! write, a short read, ENOSPC, or every write after a countdown. The same seed and
+//! the same submissions give the same outcomes.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::os::fd::RawFd;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::mailbox::Mailbox;
+use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult};
+use crate::error::{Error, Result};
+use crate::header::HEADER_BYTES;
+
+/// The contents of simulated devices.
+#[derive(Debug, Default)]
+pub struct SimMedia {
+    files: Mutex<HashMap<(usize, u64), Vec<u8>>>,
+}
+
+impl SimMedia {
+    /// Empty media.
+    pub fn new() -> Arc<SimMedia> {
+        Arc::new(SimMedia::default())
+    }
+}
+
+/// Settings of the simulated engine. Rates are probabilities per operation.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Seed of the latency and fault generator (mixed with the device index).
+    pub seed: u64,
+    /// Latency of each operation, drawn uniformly from this range, in microseconds.
+    pub latency_us: (u64, u64),
+    /// Probability that a read fails with EIO.
+    pub read_eio: f64,
+    /// Probability that a write fails with EIO.
+    pub write_eio: f64,
+    /// Probability that a read transfers only part of its bytes.
+    pub short_read: f64,
+    /// Probability that a write fails with ENOSPC.
+    pub enospc: f64,
+    /// After this many successful writes on a device, every later write fails with EIO.
+    pub fail_writes_after: Option<u64>,
+    /// The media; share it between stores to emulate a restart.
+    pub media: Arc<SimMedia>,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            seed: 1,
+            latency_us: (5, 50),
+            read_eio: 0.0,
+            write_eio: 0.0,
+            short_read: 0.0,
+            enospc: 0.0,
+            fail_writes_after: None,
+            media: SimMedia::new(),
+        }
+    }
+}
+
+pub(crate) struct SimEngine {
+    mailbox: Arc<Mailbox>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// splitmix64 step: a small, well-mixed, seedable generator.
+fn next_rand(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    crate::layout::mix64(*state)
+}
+
+fn unit(state: &mut u64) -> f64 {
+    (next_rand(state) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl SimEngine {
+    pub(crate) fn start(p: &EngineParams, cfg: &SimConfig) -> Result<Arc<dyn DeviceEngine>> {
+        let depth = p.io_depth.max(1) as usize;
+        let mailbox = Arc::new(Mailbox::new(depth * 4, None));
+        let mb = mailbox.clone();
+        let cfg = cfg.clone();
+        let dev = p.device;
+        let h = std::thread::Builder::new()
+            .name(format!("setcache-sim-{dev}"))
+            .spawn(move || run(dev, depth, &mb, &cfg))
+            .map_err(|e| Error::Engine(format!("spawn sim thread for device {dev}: {e}")))?;
+        Ok(Arc::new(SimEngine {
+            mailbox,
+            thread: Mutex::new(Some(h)),
+        }))
+    }
+}
+
+fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
+    let mut rng = cfg.seed ^ crate::layout::mix64(dev as u64 + 1);
+    let mut writes_left = cfg.fail_writes_after;
+    // Operations in flight, ordered by due time, then arrival.
+    let mut heap: BinaryHeap<Reverse<(Instant, u64, usize)>> = BinaryHeap::new();
+    let mut slab: Vec<Option<DevOp>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let mut seq = 0u64;
+    let mut ctrl = Vec::new();
+    let mut incoming = VecDeque::new();
+    let (lo, hi) = (cfg.latency_us.0, cfg.latency_us.1.max(cfg.latency_us.0));
+    loop {
+        let timeout = heap
+            .peek()
+            .map(|Reverse((due, _, _))| due.saturating_duration_since(Instant::now()));
+        let room = depth.saturating_sub(heap.len());
+        let closed = if timeout == Some(Duration::ZERO) || room == 0 {
+            mb.take(room, &mut ctrl, &mut incoming)
+        } else {
+            mb.take_wait(room, timeout, &mut ctrl, &mut incoming)
+        };
+        ctrl.clear();
+        for op in incoming.drain(..) {
+            let lat = lo + next_rand(&mut rng) % (hi - lo + 1);
+            let idx = free.pop().unwrap_or_else(|| {
+                slab.push(None);
+                slab.len() - 1
+            });
+            slab[idx] = Some(op);
+            seq += 1;
+            heap.push(Reverse((Instant::now() + Duration::from_micros(lat), seq, idx)));
+        }
+        let now = Instant::now();
+        while let Some(&Reverse((due, _, idx))) = heap.peek() {
+            if due > now {
+                break;
+            }
+            heap.pop();
+            let op = slab[idx].take().expect("scheduled operation");
+            free.push(idx);
+            let r = execute(dev, &op, cfg, &mut rng, &mut writes_left);
+            op.finish(r);
+        }
+        if closed && heap.is_empty() {
+            break;
+        }
+    }
+}
+
+fn execute(dev: usize, op: &DevOp, cfg: &SimConfig, rng: &mut u64, writes_left: &mut Option<u64>) -> OpResult {
+    let draw = unit(rng);
+    match op.kind {
+        DevOpKind::Fsync => OpResult::Done(0),
+        DevOpKind::Read => {
+            if draw < cfg.read_eio {
+                return OpResult::Errno(libc::EIO);
+            }
+            let mut n = op.len;
+            if draw < cfg.read_eio + cfg.short_read {
+                n = (op.len / 2) & !511;
+            }
+            let files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
+            let data = files.get(&(dev, op.backing.ino));
+            copy_out(op, data.map(|v| v.as_slice()).unwrap_or(&[]), n);
+            OpResult::Done(n)
+        }
+        DevOpKind::Write => {
+            if let Some(left) = writes_left {
+                if *left == 0 {
+                    return OpResult::Errno(libc::EIO);
+                }
+                *left -= 1;
+            }
+            if draw < cfg.write_eio {
+                return OpResult::Errno(libc::EIO);
+            }
+            if draw < cfg.write_eio + cfg.enospc {
+                return OpResult::Errno(libc::ENOSPC);
+            }
+            let mut files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
+            let data = files.entry((dev, op.backing.ino)).or_default();
+            copy_in(op, data);
+            OpResult::Done(op.len)
+        }
+    }
+}
+
+/// Copy `n` bytes of the device image (zero past its end) into the operation's memory.
+fn copy_out(op: &DevOp, data: &[u8], n: usize) {
+    let mut pos = (op.offset - HEADER_BYTES) as usize;
+    let mut left = n;
+    for v in &op.iov {
+        let take = v.iov_len.min(left);
+        let avail = data.len().saturating_sub(pos).min(take);
+        // SAFETY: the iovec points at `iov_len >= take` writable bytes that the request
+        // owner keeps alive and untouched until completion.
+        let dst = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), take) };
+        dst[..avail].copy_from_slice(&data[pos..pos + avail]);
+        dst[avail..].fill(0);
+        pos += take;
+        left -= take;
+    }
+}
+
+fn copy_in(op: &DevOp, data: &mut Vec<u8>) {
+    let start = (op.offset - HEADER_BYTES) as usize;
+    if data.len() < start + op.len {
+        data.resize(start + op.len, 0);
+    }
+    let mut pos = start;
+    for v in &op.iov {
+        // SAFETY: the iovec points at `iov_len` readable bytes kept alive until completion.
+        let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+        data[pos..pos + v.iov_len].copy_from_slice(src);
+        pos += v.iov_len;
+    }
+}
+
+impl DeviceEngine for SimEngine {
+    fn submit(&self, ops: Vec<DevOp>) {
+        self.mailbox.push(ops);
+    }
+    fn register_file(&self, _fd: RawFd) -> Option<u32> {
+        None
+    }
+    fn unregister_file(&self, _slot: u32) {}
+    fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
+        None
+    }
+    fn unregister_buffer(&self, _index: u16) {}
+    fn shutdown(&self) {
+        self.mailbox.close();
+        let h = self.thread.lock().ok().and_then(|mut g| g.take());
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for SimEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,366 @@
+//! The io_uring engine: one thread and one ring per device.
+//!
+//! The thread owns the ring, so submission needs no lock. It keeps up to `io_depth`
+//! operations in flight, takes new work from the device's mailbox only when it has
+//! room (the backlog stays in the bounded mailbox and holds back producers), and
+//! sleeps in `io_uring_enter` when it has nothing to submit: an eventfd read kept
+//! armed in the ring wakes it when a batch arrives. It never spins.
+//!
+//! Backing files are registered in a sparse fixed-file table and buffer arenas in a
+//! sparse fixed-buffer table where the kernel allows; operations fall back to plain
+//! descriptors and buffers when a registration failed.
+
+use std::collections::VecDeque;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use io_uring::{IoUring, opcode, squeue, types};
+
+use super::mailbox::{Ctrl, Mailbox};
+use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult};
+use crate::error::{Error, Result};
+
+/// Slots of the fixed-file table: bounds the files open at once on one device.
+const MAX_FILES: u32 = 4096;
+/// Slots of the fixed-buffer table.
+const MAX_BUFS: u16 = 1024;
+/// The eventfd read's token; operation tokens are slab indices below it.
+const WAKE_TOKEN: u64 = u64::MAX;
+
+pub(crate) struct UringEngine {
+    mailbox: Arc<Mailbox>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    file_slots: Option<Arc<Mutex<Vec<u32>>>>,
+    buf_slots: Option<Arc<Mutex<Vec<u16>>>>,
+}
+
+impl UringEngine {
+    pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn super::DeviceEngine>> {
+        let depth = p.io_depth.clamp(1, 4096);
+        let entries = (depth + 1).next_power_of_two();
+        let ring: IoUring = IoUring::builder()
+            .build(entries)
+            .map_err(|e| Error::Engine(format!("io_uring is unavailable on device {}: {e}", p.device)))?;
+        let sub = ring.submitter();
+        let files_ok = sub.register_files_sparse(MAX_FILES).is_ok();
+        let bufs_ok = sub.register_buffers_sparse(MAX_BUFS as u32).is_ok();
+        // SAFETY: eventfd has no memory-safety preconditions.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(Error::Engine(format!(
+                "eventfd for device {}: {}",
+                p.device,
+                std::io::Error::last_os_error()
+            )));
+        }
+        // SAFETY: `efd` is a fresh descriptor that nothing else owns.
+        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let mailbox = Arc::new(Mailbox::new(depth as usize * 4, Some(efd)));
+        let file_slots = files_ok.then(|| Arc::new(Mutex::new((0..MAX_FILES).rev().collect())));
+        let buf_slots = bufs_ok.then(|| Arc::new(Mutex::new((0..MAX_BUFS).rev().collect())));
+        let mut worker = Worker {
+            ring,
+            mailbox: mailbox.clone(),
+            depth: depth as usize,
+            slab: (0..depth).map(|_| None).collect(),
+            free: (0..depth as usize).rev().collect(),
+            files: vec![false; MAX_FILES as usize],
+            bufs: vec![false; MAX_BUFS as usize],
+            file_slots: file_slots.clone(),
+            buf_slots: buf_slots.clone(),
+            wake_buf: Box::new(0),
+            wake_armed: false,
+            done: Vec::with_capacity(depth as usize),
+        };
+        let cpu = p.cpu;
+        let dev = p.device;
+        let handle = std::thread::Builder::new()
+            .name(format!("setcache-uring-{dev}"))
+            .spawn(move || {
+                if let Some(c) = cpu {
+                    if let Err(e) = super::pin_to_cpu(c) {
+                        eprintln!("setcache: could not pin the I/O thread of device {dev} to CPU {c}: {e}");
+                    }
+                }
+                worker.run();
+            })
+            .map_err(|e| Error::Engine(format!("spawn I/O thread for device {dev}: {e}")))?;
+        Ok(Arc::new(UringEngine {
+            mailbox,
+            thread: Mutex::new(Some(handle)),
+            file_slots,
+            buf_slots,
+        }))
+    }
+}
+
+impl DeviceEngine for UringEngine {
+    fn submit(&self, ops: Vec<DevOp>) {
+        self.mailbox.push(ops);
+    }
+
+    fn register_file(&self, fd: RawFd) -> Option<u32> {
+        let slot = self.file_slots.as_ref()?.lock().ok()?.pop()?;
+        self.mailbox.push_ctrl(Ctrl::RegisterFile { slot, fd });
+        Some(slot)
+    }
+
+    fn unregister_file(&self, slot: u32) {
+        self.mailbox.push_ctrl(Ctrl::UnregisterFile { slot });
+    }
+
+    fn register_buffer(&self, ptr: *mut u8, len: usize) -> Option<u16> {
+        if len > (1 << 30) {
+            return None; // the kernel refuses fixed buffers above 1 GiB
+        }
+        let index = self.buf_slots.as_ref()?.lock().ok()?.pop()?;
+        self.mailbox.push_ctrl(Ctrl::RegisterBuf {
+            index,
+            addr: ptr as usize,
+            len,
+        });
+        Some(index)
+    }
+
+    fn unregister_buffer(&self, index: u16) {
+        self.mailbox.push_ctrl(Ctrl::UnregisterBuf { index });
+    }
+
+    fn shutdown(&self) {
+        self.mailbox.close();
+        let h = self.thread.lock().ok().and_then(|mut g| g.take());
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl Drop for UringEngine {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+struct Worker {
+    ring: IoUring,
+    mailbox: Arc<Mailbox>,
+    depth: usize,
+    slab: Vec<Option<DevOp>>,
+    free: Vec<usize>,
+    files: Vec<bool>,
+    bufs: Vec<bool>,
+    file_slots: Option<Arc<Mutex<Vec<u32>>>>,
+    buf_slots: Option<Arc<Mutex<Vec<u16>>>>,
+    wake_buf: Box<u64>,
+    wake_armed: bool,
+    /// Completions reaped in one pass (kept to avoid an allocation per pass).
+    done: Vec<(usize, i32)>,
+}
+
+impl Worker {
+    fn in_flight(&self) -> usize {
+        self.depth - self.free.len()
+    }
+
+    fn run(&mut self) {
+        let mut ctrl = Vec::new();
+        let mut pending: VecDeque<DevOp> = VecDeque::new();
+        loop {
+            if !self.wake_armed {
+                self.arm_wake();
+            }
+            let room = self.depth - self.in_flight() - pending.len().min(self.depth);
+            let closed = self.mailbox.take(room, &mut ctrl, &mut pending);
+            for c in ctrl.drain(..) {
+                self.apply(c);
+            }
+            while !self.free.is_empty() {
+                let Some(op) = pending.pop_front() else { break };
+                self.push(op);
+            }
+            if closed && pending.is_empty() && self.in_flight() == 0 {
+                break;
+            }
+            self.enter(closed);
+            self.reap();
+        }
+    }
+
+    fn arm_wake(&mut self) {
+        let Some(fd) = self.mailbox.wake_fd() else { return };
+        let e = opcode::Read::new(types::Fd(fd), (&mut *self.wake_buf as *mut u64).cast(), 8)
+            .build()
+            .user_data(WAKE_TOKEN);
+        // SAFETY: the 8-byte buffer is boxed in `self` and outlives the ring.
+        if unsafe { self.ring.submission().push(&e) }.is_ok() {
+            self.wake_armed = true;
+        }
+    }
+
+    fn apply(&mut self, c: Ctrl) {
+        let sub = self.ring.submitter();
+        match c {
+            Ctrl::RegisterFile { slot, fd } => {
+                self.files[slot as usize] = sub.register_files_update(slot, &[fd]).is_ok();
+            }
+            Ctrl::UnregisterFile { slot } => {
+                if self.files[slot as usize] {
+                    let _ = sub.register_files_update(slot, &[-1]);
+                }
+                self.files[slot as usize] = false;
+                if let Some(s) = &self.file_slots {
+                    if let Ok(mut g) = s.lock() {
+                        g.push(slot);
+                    }
+                }
+            }
+            Ctrl::RegisterBuf { index, addr, len } => {
+                let iov = libc::iovec {
+                    iov_base: addr as *mut libc::c_void,
+                    iov_len: len,
+                };
+                // SAFETY: the arena stays allocated until after it sends
+                // `UnregisterBuf`, which this thread applies before reusing the index;
+                // no operation names the index after the arena is gone.
+                let ok = unsafe { sub.register_buffers_update(index as u32, &[iov], None) }.is_ok();
+                self.bufs[index as usize] = ok;
+            }
+            Ctrl::UnregisterBuf { index } => {
+                if self.bufs[index as usize] {
+                    let iov = libc::iovec {
+                        iov_base: std::ptr::null_mut(),
+                        iov_len: 0,
+                    };
+                    // SAFETY: an empty entry clears the slot.
+                    let _ = unsafe { sub.register_buffers_update(index as u32, &[iov], None) };
+                }
+                self.bufs[index as usize] = false;
+                if let Some(s) = &self.buf_slots {
+                    if let Ok(mut g) = s.lock() {
+                        g.push(index);
+                    }
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, op: DevOp) {
+        let idx = self.free.pop().expect("caller checked for a free slot");
+        let slot = &mut self.slab[idx];
+        *slot = Some(op);
+        let op = slot.as_ref().expect("just stored");
+        let fixed_file = op.backing.slot.filter(|&s| self.files[s as usize]);
+        let fixed_buf = op.fixed.filter(|&b| op.iov.len() == 1 && self.bufs[b as usize]);
+        let entry = build_entry(op, fixed_file, fixed_buf).user_data(idx as u64);
+        // SAFETY: every pointer in the entry (iovec array, buffers) stays valid until
+        // the completion: the operation lives in `self.slab[idx]` until then and the
+        // request owner keeps the buffers alive until the request completes.
+        let pushed = unsafe { self.ring.submission().push(&entry) };
+        if pushed.is_err() {
+            // The SQ is sized above the depth; flush and retry once.
+            let _ = self.ring.submit();
+            // SAFETY: as above.
+            if unsafe { self.ring.submission().push(&entry) }.is_err() {
+                let op = self.slab[idx].take().expect("stored above");
+                self.free.push(idx);
+                op.finish(OpResult::Errno(libc::EAGAIN));
+            }
+        }
+    }
+
+    fn enter(&mut self, closed: bool) {
+        let ready = !self.ring.completion().is_empty();
+        let res = if ready {
+            self.ring.submit()
+        } else if closed {
+            if self.in_flight() > 0 {
+                self.ring.submit_and_wait(1)
+            } else {
+                self.ring.submit()
+            }
+        } else if self.mailbox.prepare_sleep() {
+            let r = self.ring.submit_and_wait(1);
+            self.mailbox.woke();
+            r
+        } else {
+            self.ring.submit()
+        };
+        if let Err(e) = res {
+            match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
+                _ => eprintln!("setcache: io_uring_enter failed: {e}"),
+            }
+        }
+    }
+
+    fn reap(&mut self) {
+        let mut done = std::mem::take(&mut self.done);
+        for cqe in self.ring.completion() {
+            if cqe.user_data() == WAKE_TOKEN {
+                self.wake_armed = false;
+                continue;
+            }
+            done.push((cqe.user_data() as usize, cqe.result()));
+        }
+        for (idx, res) in done.drain(..) {
+            let Some(op) = self.slab.get_mut(idx).and_then(Option::take) else {
+                continue;
+            };
+            self.free.push(idx);
+            let r = if res < 0 {
+                OpResult::Errno(-res)
+            } else {
+                OpResult::Done(res as usize)
+            };
+            op.finish(r);
+        }
+        self.done = done;
+    }
+}
+
+/// The submission entry of one operation.
+fn build_entry(op: &DevOp, fixed_file: Option<u32>, fixed_buf: Option<u16>) -> squeue::Entry {
+    macro_rules! with_fd {
+        ($fd:expr) => {{
+            let fd = $fd;
+            let iov0 = op.iov.first().copied().unwrap_or(libc::iovec {
+                iov_base: std::ptr::null_mut(),
+                iov_len: 0,
+            });
+            match (op.kind, fixed_buf, op.iov.len()) {
+                (DevOpKind::Fsync, _, _) => opcode::Fsync::new(fd).build(),
+                (DevOpKind::Read, Some(b), _) => {
+                    opcode::ReadFixed::new(fd, iov0.iov_base.cast(), iov0.iov_len as u32, b)
+                        .offset(op.offset)
+                        .build()
+                }
+                (DevOpKind::Write, Some(b), _) => {
+                    opcode::WriteFixed::new(fd, iov0.iov_base.cast(), iov0.iov_len as u32, b)
+                        .offset(op.offset)
+                        .build()
+                }
+                (DevOpKind::Read, None, 1) => {
+                    opcode::Read::new(fd, iov0.iov_base.cast(), iov0.iov_len as u32)
+                        .offset(op.offset)
+                        .build()
+                }
+                (DevOpKind::Write, None, 1) => {
+                    opcode::Write::new(fd, iov0.iov_base.cast(), iov0.iov_len as u32)
+                        .offset(op.offset)
+                        .build()
+                }
+                (DevOpKind::Read, None, n) => opcode::Readv::new(fd, op.iov.as_ptr(), n as u32)
+                    .offset(op.offset)
+                    .build(),
+                (DevOpKind::Write, None, n) => opcode::Writev::new(fd, op.iov.as_ptr(), n as u32)
+                    .offset(op.offset)
+                    .build(),
+            }
+        }};
+    }
+    match fixed_file {
+        Some(slot) => with_fd!(types::Fixed(slot)),
+        None => with_fd!(types::Fd(op.backing.raw_fd())),
+    }
+}
