@@ -198,7 +198,9 @@ fn copy_out(op: &DevOp, data: &[u8], n: usize) {
         // SAFETY: the iovec points at `iov_len >= take` writable bytes that the request
         // owner keeps alive and untouched until completion.
         let dst = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), take) };
-        dst[..avail].copy_from_slice(&data[pos..pos + avail]);
+        if avail > 0 {
+            dst[..avail].copy_from_slice(&data[pos..pos + avail]);
+        }
         dst[avail..].fill(0);
         pos += take;
         left -= take;

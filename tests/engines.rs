@@ -1,0 +1,268 @@
+//! One test suite, run against every engine: uring, psync and sim.
+
+mod common;
+
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use common::{Rng, TempDir, engines, open, pattern};
+use setcache::{AlignedBuf, Error, LayoutKind, Queue, Request, SimConfig, EngineKind, Store, StoreOptions};
+
+const LAYOUTS: [LayoutKind; 3] = [LayoutKind::Stripe, LayoutKind::Rotated, LayoutKind::Hash];
+
+/// Random writes and reads of random aligned sizes, many crossing stripe units,
+/// checked against an in-memory model of the file.
+#[test]
+fn random_io_matches_a_model() {
+    for (ename, engine) in engines() {
+        for layout in LAYOUTS {
+            for devices in [1, 3] {
+                let tmp = TempDir::new("model");
+                let store = open(&tmp.devices(devices), engine.clone(), 2); // 8 KiB stripe unit
+                let len = 1 << 20;
+                let f = store.create("m", len, layout).unwrap();
+                let mut model = vec![0u8; len as usize];
+                let mut rng = Rng(devices as u64 * 7 + 1);
+                for step in 0..60 {
+                    let sectors = 1 + rng.below(80) as usize; // up to 40 KiB: crosses units
+                    let n = sectors * 512;
+                    let off = rng.below((len - n as u64) / 512) * 512;
+                    if step % 2 == 0 {
+                        let mut b = AlignedBuf::new(n);
+                        b.copy_from_slice(&pattern(step, off, n));
+                        f.write_at(off, &b).unwrap();
+                        model[off as usize..off as usize + n].copy_from_slice(&b);
+                    } else {
+                        let mut b = AlignedBuf::new(n);
+                        f.read_at(off, &mut b).unwrap();
+                        assert!(
+                            b[..] == model[off as usize..off as usize + n],
+                            "{ename} {layout} {devices} devices: read at {off} len {n} differs"
+                        );
+                    }
+                }
+                let mut all = AlignedBuf::new(len as usize);
+                f.read_at(0, &mut all).unwrap();
+                assert!(all[..] == model[..], "{ename} {layout}: whole-file read differs");
+            }
+        }
+    }
+}
+
+/// Batches of asynchronous requests: each callback runs once with its buffer, the
+/// bound on requests in flight holds, and data round-trips.
+#[test]
+fn async_batches_complete_once_each() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("async");
+        let store = open(&tmp.devices(2), engine, 1);
+        let f = store.create("a", 256 * 4096, LayoutKind::Rotated).unwrap();
+        let done = Rc::new(RefCell::new(vec![0u32; 256]));
+        let mut q = Queue::new(8);
+        let mut reqs = Vec::new();
+        for i in 0..256u64 {
+            let mut b = AlignedBuf::new(4096);
+            b.copy_from_slice(&pattern(9, i * 4096, 4096));
+            let d = done.clone();
+            reqs.push(Request::write(&f, i * 4096, b, move |c| {
+                c.result.unwrap();
+                d.borrow_mut()[i as usize] += 1;
+            }));
+        }
+        q.submit(reqs);
+        assert!(q.in_flight() <= 8, "{ename}: bound exceeded");
+        q.drain();
+        assert!(done.borrow().iter().all(|&c| c == 1), "{ename}: a callback ran twice or never");
+        // Read back with 12 KiB requests crossing stripe units.
+        let bad = Rc::new(RefCell::new(0));
+        for i in 0..85u64 {
+            let b = bad.clone();
+            q.submit(vec![Request::read(&f, i * 12288, AlignedBuf::new(12288), move |c| {
+                c.result.unwrap();
+                if c.buf[..] != pattern(9, c.offset, 12288)[..] {
+                    *b.borrow_mut() += 1;
+                }
+            })]);
+            assert!(q.in_flight() <= 8);
+        }
+        q.drain();
+        assert_eq!(*bad.borrow(), 0, "{ename}: reassembled reads differ");
+    }
+}
+
+/// A file reopens after the store is closed, with its data.
+#[test]
+fn reopen_after_restart() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("reopen");
+        let roots = tmp.devices(3);
+        // The sim engine keeps data in its media: share it across the "restart".
+        let engine = match engine {
+            EngineKind::Sim(c) => EngineKind::Sim(SimConfig { ..c }),
+            e => e,
+        };
+        {
+            let store = open(&roots, engine.clone(), 4);
+            let f = store.create("keep", 64 * 4096, LayoutKind::Hash).unwrap();
+            let mut b = AlignedBuf::new(64 * 4096);
+            b.copy_from_slice(&pattern(3, 0, 64 * 4096));
+            f.write_at(0, &b).unwrap();
+            f.sync().unwrap();
+        }
+        let store = open(&roots, engine, 4);
+        assert_eq!(store.list().unwrap(), vec!["keep".to_string()]);
+        let info = store.info("keep").unwrap();
+        assert_eq!((info.len, info.layout, info.devices), (64 * 4096, LayoutKind::Hash, 3));
+        let f = store.open_file("keep").unwrap();
+        let mut b = AlignedBuf::new(64 * 4096);
+        f.read_at(0, &mut b).unwrap();
+        assert!(b[..] == pattern(3, 0, 64 * 4096)[..], "{ename}: data lost across reopen");
+    }
+}
+
+/// Misaligned requests and requests past the end are refused with clear errors.
+#[test]
+fn bad_requests_are_refused() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("bad");
+        let store = open(&tmp.devices(2), engine, 16);
+        let f = store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+        let mut b = AlignedBuf::new(8192);
+        let e = f.read_at(100, &mut b[..4096]).unwrap_err();
+        assert!(matches!(e, Error::Misaligned { what: "offset", .. }), "{ename}: {e}");
+        let e = f.read_at(0, &mut b[..1000]).unwrap_err();
+        assert!(matches!(e, Error::Misaligned { what: "length", .. }), "{ename}: {e}");
+        let e = f.read_at(0, &mut b[8..520]).unwrap_err();
+        assert!(matches!(e, Error::Misaligned { what: "buffer address", .. }), "{ename}: {e}");
+        let e = f.read_at((1 << 20) - 4096, &mut b).unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{ename}: {e}");
+        assert!(e.to_string().contains("past the end"), "{e}");
+        let e = f.write_at(u64::MAX - 511, &b[..512]).unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{ename}: {e}");
+        // An async request that is invalid completes through its callback.
+        let got = Rc::new(RefCell::new(None));
+        let g = got.clone();
+        let mut q = Queue::new(4);
+        q.submit(vec![Request::read(&f, 1 << 20, AlignedBuf::new(4096), move |c| {
+            *g.borrow_mut() = Some(c.result);
+        })]);
+        q.drain();
+        assert!(matches!(got.borrow_mut().take(), Some(Err(Error::OutOfRange { .. }))));
+        // Nothing failed on the devices.
+        assert!(store.device_errors().iter().all(Option::is_none));
+        // An empty request is fine.
+        f.read_at(0, &mut b[..0]).unwrap();
+    }
+}
+
+/// Files: create, list, rename, set_len, delete.
+#[test]
+fn file_operations() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("ops");
+        let store = open(&tmp.devices(2), engine, 16);
+        let f = store.create("one", 8192, LayoutKind::Stripe).unwrap();
+        assert!(matches!(store.create("one", 8192, LayoutKind::Stripe), Err(Error::FileExists(_))));
+        assert!(matches!(store.create("", 8192, LayoutKind::Stripe), Err(Error::InvalidName { .. })));
+        assert!(matches!(store.create("a/b", 8192, LayoutKind::Stripe), Err(Error::InvalidName { .. })));
+        assert!(store.create("odd", 1000, LayoutKind::Stripe).is_err());
+        let mut b = AlignedBuf::new(8192);
+        b.fill(7);
+        f.write_at(0, &b).unwrap();
+        store.create("two", 4096, LayoutKind::Hash).unwrap();
+        assert_eq!(store.list().unwrap(), vec!["one", "two"]);
+        assert!(matches!(store.rename("one", "two"), Err(Error::FileExists(_))));
+        store.rename("one", "three").unwrap();
+        assert_eq!(f.name(), "three");
+        assert_eq!(store.list().unwrap(), vec!["three", "two"]);
+        f.set_len(1 << 20).unwrap();
+        let mut r = AlignedBuf::new(8192);
+        f.read_at((1 << 20) - 8192, &mut r).unwrap();
+        assert!(r.iter().all(|&x| x == 0), "{ename}: grown region not zero");
+        f.read_at(0, &mut r).unwrap();
+        assert!(r.iter().all(|&x| x == 7), "{ename}: data lost by set_len");
+        f.set_len(4096).unwrap();
+        assert!(f.read_at(0, &mut r).is_err());
+        drop(f);
+        let f = store.open_file("three").unwrap();
+        assert_eq!(f.len(), 4096);
+        store.delete("three").unwrap();
+        assert!(matches!(store.open_file("three"), Err(Error::FileNotFound(_))));
+        assert!(matches!(store.delete("three"), Err(Error::FileNotFound(_))));
+        assert_eq!(store.list().unwrap(), vec!["two"]);
+    }
+}
+
+/// One handle shared by many threads (more than cores) doing synchronous and
+/// asynchronous I/O on disjoint regions at once.
+#[test]
+fn many_threads_share_one_handle() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("threads");
+        let store = open(&tmp.devices(2), engine, 1);
+        let f = store.create("t", 32 * 64 * 4096, LayoutKind::Rotated).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..32u64 {
+                let f = f.clone();
+                s.spawn(move || {
+                    let base = t * 64 * 4096;
+                    let mut q = Queue::new(4);
+                    for i in 0..64u64 {
+                        let mut b = AlignedBuf::new(4096);
+                        b.copy_from_slice(&pattern(t, base + i * 4096, 4096));
+                        if i % 2 == 0 {
+                            f.write_at(base + i * 4096, &b).unwrap();
+                        } else {
+                            q.submit(vec![Request::write(&f, base + i * 4096, b, |c| c.result.unwrap())]);
+                        }
+                    }
+                    q.drain();
+                    let mut b = AlignedBuf::new(64 * 4096);
+                    f.read_at(base, &mut b).unwrap();
+                    assert!(b[..] == pattern(t, base, 64 * 4096)[..], "{ename}: thread {t} data differs");
+                });
+            }
+        });
+    }
+}
+
+/// Registered buffers work like any other.
+#[test]
+fn registered_buffers_round_trip() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("reg");
+        let store = open(&tmp.devices(1), engine, 16);
+        let f = store.create("r", 1 << 20, LayoutKind::Stripe).unwrap();
+        let bufs = store.alloc_registered(8, 65536).unwrap();
+        let mut q = Queue::new(8);
+        for (i, mut b) in bufs.into_iter().enumerate() {
+            b.copy_from_slice(&pattern(5, i as u64 * 65536, 65536));
+            q.submit(vec![Request::write(&f, i as u64 * 65536, b, |c| c.result.unwrap())]);
+        }
+        q.drain();
+        let back = store.alloc_registered(1, 8 * 65536).unwrap().pop().unwrap();
+        let ok = Rc::new(RefCell::new(false));
+        let o = ok.clone();
+        q.submit(vec![Request::read(&f, 0, back, move |c| {
+            c.result.unwrap();
+            *o.borrow_mut() = c.buf[..] == pattern(5, 0, 8 * 65536)[..];
+        })]);
+        q.drain();
+        assert!(*ok.borrow(), "{ename}: registered-buffer data differs");
+    }
+}
+
+/// Store options out of range are refused.
+#[test]
+fn bad_options_are_refused() {
+    let tmp = TempDir::new("opts");
+    let roots = tmp.devices(1);
+    for opts in [
+        StoreOptions { page_size: 3000, ..Default::default() },
+        StoreOptions { block_pages: 0, ..Default::default() },
+        StoreOptions { io_depth: 0, ..Default::default() },
+    ] {
+        let e = Store::open(&roots, opts).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    }
+}
