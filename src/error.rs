@@ -159,7 +159,9 @@ impl fmt::Display for Error {
                 "device {device}: bad header in {}: {problem}",
                 path.display()
             ),
-            Error::InvalidName { name, problem } => write!(f, "invalid file name {name:?}: {problem}"),
+            Error::InvalidName { name, problem } => {
+                write!(f, "invalid file name {name:?}: {problem}")
+            }
             Error::FileExists(n) => write!(f, "file {n:?} already exists"),
             Error::FileNotFound(n) => write!(f, "file {n:?} not found"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),

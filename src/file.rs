@@ -48,7 +48,11 @@ impl File {
     }
 
     pub(crate) fn name_arc(&self) -> Arc<str> {
-        self.inner.name.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.inner
+            .name
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Length in bytes.
@@ -105,7 +109,11 @@ impl File {
     }
 
     fn sync_io(&self, kind: OpKind, offset: u64, ptr: *mut u8, len: usize) -> Result<()> {
-        let joiner = Joiner::new(self.name_arc(), offset, Sink::Thread(std::thread::current()));
+        let joiner = Joiner::new(
+            self.name_arc(),
+            offset,
+            Sink::Thread(std::thread::current()),
+        );
         let mut batches = Vec::new();
         if self.prepare(kind, offset, ptr, len, None, &joiner, &mut batches)? == 0 {
             return Ok(());
@@ -152,7 +160,10 @@ impl File {
             return Err(misaligned("buffer address", ptr as u64));
         }
         let file_len = self.len();
-        if offset.checked_add(len as u64).is_none_or(|end| end > file_len) {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > file_len)
+        {
             return Err(Error::OutOfRange {
                 file: self.name(),
                 offset,

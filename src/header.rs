@@ -41,7 +41,11 @@ pub(crate) fn crc32c(data: &[u8]) -> u32 {
             let mut c = i as u32;
             let mut k = 0;
             while k < 8 {
-                c = if c & 1 != 0 { (c >> 1) ^ 0x82f6_3b78 } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    (c >> 1) ^ 0x82f6_3b78
+                } else {
+                    c >> 1
+                };
                 k += 1;
             }
             t[i] = c;
@@ -110,7 +114,10 @@ impl Header {
             file_uid: u64_at(40),
         };
         if h.block_bytes == 0 || h.block_bytes % 512 != 0 {
-            return Err(format!("block size {} is not a multiple of 512", h.block_bytes));
+            return Err(format!(
+                "block size {} is not a multiple of 512",
+                h.block_bytes
+            ));
         }
         if h.devices == 0 || h.device_index >= h.devices {
             return Err(format!(
@@ -150,7 +157,10 @@ mod tests {
             for bit in 0..8 {
                 let mut e = enc.clone();
                 e[byte] ^= 1 << bit;
-                assert!(Header::decode(&e).is_err(), "flip at {byte}.{bit} not caught");
+                assert!(
+                    Header::decode(&e).is_err(),
+                    "flip at {byte}.{bit} not caught"
+                );
             }
         }
     }

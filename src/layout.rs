@@ -188,7 +188,7 @@ impl Layout {
     /// The (multiplier index, shift) of the hash permutation of stripe `stripe`.
     #[inline]
     fn hash_params(&self, stripe: u64) -> (usize, u64) {
-        let h = mix64(stripe ^ 0x5ca1_ab1e_0ddb_a11);
+        let h = mix64(stripe ^ 0x05ca_1ab1_e0dd_ba11);
         let idx = (h % self.units_len as u64) as usize;
         let shift = (h >> 32) % self.devices as u64;
         (idx, shift)
@@ -343,6 +343,11 @@ mod tests {
         assert!(Layout::new(LayoutKind::Stripe, 0, 4096).is_err());
         assert!(Layout::new(LayoutKind::Stripe, 1, 1000).is_err());
         assert!("raid5".parse::<LayoutKind>().is_err());
-        assert_eq!(Layout::new(LayoutKind::Stripe, 3, 4096).unwrap().device_bytes(5 * 4096), 2 * 4096);
+        assert_eq!(
+            Layout::new(LayoutKind::Stripe, 3, 4096)
+                .unwrap()
+                .device_bytes(5 * 4096),
+            2 * 4096
+        );
     }
 }

@@ -52,7 +52,12 @@ pub struct Request {
 
 impl Request {
     /// Read `buf.len()` bytes at `offset` into `buf`.
-    pub fn read(file: &File, offset: u64, buf: AlignedBuf, callback: impl FnOnce(Completion) + 'static) -> Request {
+    pub fn read(
+        file: &File,
+        offset: u64,
+        buf: AlignedBuf,
+        callback: impl FnOnce(Completion) + 'static,
+    ) -> Request {
         Request {
             kind: OpKind::Read,
             file: file.clone(),
@@ -63,7 +68,12 @@ impl Request {
     }
 
     /// Write all of `buf` at `offset`.
-    pub fn write(file: &File, offset: u64, buf: AlignedBuf, callback: impl FnOnce(Completion) + 'static) -> Request {
+    pub fn write(
+        file: &File,
+        offset: u64,
+        buf: AlignedBuf,
+        callback: impl FnOnce(Completion) + 'static,
+    ) -> Request {
         Request {
             kind: OpKind::Write,
             file: file.clone(),
@@ -84,7 +94,10 @@ pub(crate) struct QueueShared {
 
 impl QueueShared {
     pub(crate) fn complete(&self, token: u32, err: Option<Error>) {
-        self.done.lock().unwrap_or_else(|p| p.into_inner()).push((token, err));
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((token, err));
         // SeqCst pairs with the owner's store before its re-check: either it sees our
         // entry or we see it waiting and unpark it.
         if self.waiting.load(Ordering::SeqCst) {
@@ -164,11 +177,23 @@ impl Queue {
                 mut buf,
                 callback,
             } = r;
-            let joiner = Joiner::new(file.name_arc(), offset, Sink::Queue(self.shared.clone(), token));
+            let joiner = Joiner::new(
+                file.name_arc(),
+                offset,
+                Sink::Queue(self.shared.clone(), token),
+            );
             let ptr = buf.as_mut_ptr();
             let len = buf.len();
             let fixed = &buf;
-            let sent = file.prepare(kind, offset, ptr, len, Some(fixed), &joiner, &mut self.batches);
+            let sent = file.prepare(
+                kind,
+                offset,
+                ptr,
+                len,
+                Some(fixed),
+                &joiner,
+                &mut self.batches,
+            );
             self.slots[token as usize] = Some(Pending {
                 kind,
                 offset,
@@ -208,7 +233,12 @@ impl Queue {
         let mut ran = self.run_ready();
         while ran < n && self.in_flight > 0 {
             self.shared.waiting.store(true, Ordering::SeqCst);
-            let empty = self.shared.done.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+            let empty = self
+                .shared
+                .done
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty();
             if empty {
                 std::thread::park();
             }
@@ -236,7 +266,9 @@ impl Queue {
         let mut ran = 0;
         let mut ready = std::mem::take(&mut self.ready);
         for (token, err) in ready.drain(..) {
-            let p = self.slots[token as usize].take().expect("completion of a live request");
+            let p = self.slots[token as usize]
+                .take()
+                .expect("completion of a live request");
             self.free.push(token);
             self.in_flight -= 1;
             let result = match err {

@@ -182,8 +182,19 @@ fn open_raw(path: &Path, flags: i32) -> std::io::Result<OwnedFd> {
 
 fn pread_exact(fd: &OwnedFd, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     // SAFETY: `buf` is valid for writes of its length.
-    let n = unsafe { libc::pread(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), off as i64) };
-    if n < 0 { Err(std::io::Error::last_os_error()) } else { Ok(n as usize) }
+    let n = unsafe {
+        libc::pread(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            off as i64,
+        )
+    };
+    if n < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
 }
 
 fn pwrite_all(fd: &OwnedFd, buf: &[u8], off: u64) -> std::io::Result<()> {
@@ -228,7 +239,10 @@ fn new_uid() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    mix64(t ^ ((std::process::id() as u64) << 40) ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(20))
+    mix64(
+        t ^ ((std::process::id() as u64) << 40)
+            ^ COUNTER.fetch_add(1, Ordering::Relaxed).rotate_left(20),
+    )
 }
 
 impl Store {
@@ -280,7 +294,11 @@ impl Store {
                 device: i,
                 io_depth: opts.io_depth,
                 psync_threads: opts.psync_threads,
-                cpu: opts.cpu_affinity.as_ref().filter(|c| !c.is_empty()).map(|c| c[i % c.len()]),
+                cpu: opts
+                    .cpu_affinity
+                    .as_ref()
+                    .filter(|c| !c.is_empty())
+                    .map(|c| c[i % c.len()]),
             })
             .collect();
         let (engines, engine_name) = start_engines(&opts.engine, &params)?;
@@ -290,7 +308,9 @@ impl Store {
                 block_bytes: opts.block_pages as u64 * opts.page_size as u64,
                 direct_io: opts.direct_io,
                 engines,
-                states: (0..roots.len()).map(|i| Arc::new(DeviceState::new(i))).collect(),
+                states: (0..roots.len())
+                    .map(|i| Arc::new(DeviceState::new(i)))
+                    .collect(),
                 engine_name,
                 meta: Mutex::new(HashMap::new()),
             }),
@@ -343,14 +363,17 @@ impl Store {
         };
         for (i, p) in paths.iter().enumerate() {
             let step = (|| -> Result<OwnedFd> {
-                let fd = open_raw(p, libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | inner.direct_flag())
-                    .map_err(|e| {
-                        if e.raw_os_error() == Some(libc::EEXIST) {
-                            Error::FileExists(name.to_string())
-                        } else {
-                            Error::os(format!("device {i}: create"), p, e)
-                        }
-                    })?;
+                let fd = open_raw(
+                    p,
+                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | inner.direct_flag(),
+                )
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::EEXIST) {
+                        Error::FileExists(name.to_string())
+                    } else {
+                        Error::os(format!("device {i}: create"), p, e)
+                    }
+                })?;
                 let h = Header {
                     layout,
                     block_bytes: inner.block_bytes,
@@ -359,7 +382,8 @@ impl Store {
                     device_index: i as u32,
                     file_uid: uid,
                 };
-                write_header(&fd, &h).map_err(|e| Error::os(format!("device {i}: write header of"), p, e))?;
+                write_header(&fd, &h)
+                    .map_err(|e| Error::os(format!("device {i}: write header of"), p, e))?;
                 truncate(&fd, HEADER_BYTES + l.device_bytes(size))
                     .map_err(|e| Error::os(format!("device {i}: size"), p, e))?;
                 fsync_fd(&fd).map_err(|e| Error::os(format!("device {i}: fsync"), p, e))?;
@@ -369,7 +393,11 @@ impl Store {
                 Ok(fd) => fds.push(fd),
                 Err(e) => {
                     // Remove only what this call created (an existing file stays).
-                    let created = if matches!(e, Error::FileExists(_)) { i } else { i + 1 };
+                    let created = if matches!(e, Error::FileExists(_)) {
+                        i
+                    } else {
+                        i + 1
+                    };
                     cleanup(created);
                     return Err(e);
                 }
@@ -383,12 +411,26 @@ impl Store {
         Ok(file)
     }
 
-    fn wrap(&self, name: &str, layout: Layout, len: u64, uid: u64, fds: Vec<OwnedFd>) -> Result<File> {
+    fn wrap(
+        &self,
+        name: &str,
+        layout: Layout,
+        len: u64,
+        uid: u64,
+        fds: Vec<OwnedFd>,
+    ) -> Result<File> {
         let inner = &self.inner;
         let backings = fds
             .into_iter()
             .enumerate()
-            .map(|(i, fd)| Arc::new(Backing::new(fd, uid, inner.states[i].clone(), &inner.engines[i])))
+            .map(|(i, fd)| {
+                Arc::new(Backing::new(
+                    fd,
+                    uid,
+                    inner.states[i].clone(),
+                    &inner.engines[i],
+                ))
+            })
             .collect();
         Ok(File {
             inner: Arc::new(FileInner {
@@ -422,12 +464,17 @@ impl Store {
                 path: p.clone(),
                 problem,
             };
-            let fd = open_raw(p, libc::O_RDWR | inner.direct_flag()).map_err(|e| match e.raw_os_error() {
-                Some(libc::ENOENT) => bad("backing file is missing (the device lost this file's data)".into()),
-                _ => Error::os(format!("device {i}: open"), p, e),
+            let fd = open_raw(p, libc::O_RDWR | inner.direct_flag()).map_err(|e| {
+                match e.raw_os_error() {
+                    Some(libc::ENOENT) => {
+                        bad("backing file is missing (the device lost this file's data)".into())
+                    }
+                    _ => Error::os(format!("device {i}: open"), p, e),
+                }
             })?;
             let mut hb = AlignedBuf::new(HEADER_BYTES as usize);
-            let n = pread_exact(&fd, &mut hb, 0).map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?;
+            let n = pread_exact(&fd, &mut hb, 0)
+                .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?;
             let h = Header::decode(&hb[..n]).map_err(bad)?;
             if h.devices as usize != paths.len() {
                 return Err(bad(format!(
@@ -457,14 +504,20 @@ impl Store {
                     diffs.push("block size");
                 }
                 if !diffs.is_empty() {
-                    return Err(bad(format!("disagrees with device 0 on {}", diffs.join(", "))));
+                    return Err(bad(format!(
+                        "disagrees with device 0 on {}",
+                        diffs.join(", ")
+                    )));
                 }
             }
-            let l = Layout::new(h.layout, paths.len(), h.block_bytes).map_err(|e| bad(e.to_string()))?;
+            let l = Layout::new(h.layout, paths.len(), h.block_bytes)
+                .map_err(|e| bad(e.to_string()))?;
             let need = HEADER_BYTES + l.device_bytes(h.len);
             let have = fs::metadata(p).map(|m| m.len()).unwrap_or(0);
             if have < need {
-                return Err(bad(format!("backing file is truncated: {have} bytes, need {need}")));
+                return Err(bad(format!(
+                    "backing file is truncated: {have} bytes, need {need}"
+                )));
             }
             first.get_or_insert(h);
             fds.push(fd);
@@ -494,7 +547,11 @@ impl Store {
         for (i, r) in self.inner.roots.iter().enumerate() {
             let rd = fs::read_dir(r).map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
             for ent in rd.flatten() {
-                if let Some(n) = ent.file_name().to_str().and_then(|n| n.strip_suffix(SUFFIX)) {
+                if let Some(n) = ent
+                    .file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_suffix(SUFFIX))
+                {
                     if validate_name(n).is_ok() {
                         names.insert(n.to_string());
                     }
@@ -566,9 +623,9 @@ impl Store {
             return Ok(Vec::new());
         }
         let stride = len.div_ceil(crate::buf::BUF_ALIGN) * crate::buf::BUF_ALIGN;
-        let total = stride
-            .checked_mul(count)
-            .ok_or_else(|| Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow")))?;
+        let total = stride.checked_mul(count).ok_or_else(|| {
+            Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow"))
+        })?;
         let mut arena = Arena::new(total);
         arena.register(&self.inner.engines);
         Ok(AlignedBuf::carve(Arc::new(arena), count, len))
@@ -591,7 +648,10 @@ impl StoreInner {
     }
 
     fn backing_paths(&self, name: &str) -> Vec<PathBuf> {
-        self.roots.iter().map(|r| r.join(format!("{name}{SUFFIX}"))).collect()
+        self.roots
+            .iter()
+            .map(|r| r.join(format!("{name}{SUFFIX}")))
+            .collect()
     }
 
     /// Change a file's length: headers and backing sizes on every device.

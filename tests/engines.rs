@@ -6,7 +6,9 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::{Rng, TempDir, engines, open, pattern};
-use setcache::{AlignedBuf, Error, LayoutKind, Queue, Request, SimConfig, EngineKind, Store, StoreOptions};
+use setcache::{
+    AlignedBuf, EngineKind, Error, LayoutKind, Queue, Request, SimConfig, Store, StoreOptions,
+};
 
 const LAYOUTS: [LayoutKind; 3] = [LayoutKind::Stripe, LayoutKind::Rotated, LayoutKind::Hash];
 
@@ -43,7 +45,10 @@ fn random_io_matches_a_model() {
                 }
                 let mut all = AlignedBuf::new(len as usize);
                 f.read_at(0, &mut all).unwrap();
-                assert!(all[..] == model[..], "{ename} {layout}: whole-file read differs");
+                assert!(
+                    all[..] == model[..],
+                    "{ename} {layout}: whole-file read differs"
+                );
             }
         }
     }
@@ -72,17 +77,25 @@ fn async_batches_complete_once_each() {
         q.submit(reqs);
         assert!(q.in_flight() <= 8, "{ename}: bound exceeded");
         q.drain();
-        assert!(done.borrow().iter().all(|&c| c == 1), "{ename}: a callback ran twice or never");
+        assert!(
+            done.borrow().iter().all(|&c| c == 1),
+            "{ename}: a callback ran twice or never"
+        );
         // Read back with 12 KiB requests crossing stripe units.
         let bad = Rc::new(RefCell::new(0));
         for i in 0..85u64 {
             let b = bad.clone();
-            q.submit(vec![Request::read(&f, i * 12288, AlignedBuf::new(12288), move |c| {
-                c.result.unwrap();
-                if c.buf[..] != pattern(9, c.offset, 12288)[..] {
-                    *b.borrow_mut() += 1;
-                }
-            })]);
+            q.submit(vec![Request::read(
+                &f,
+                i * 12288,
+                AlignedBuf::new(12288),
+                move |c| {
+                    c.result.unwrap();
+                    if c.buf[..] != pattern(9, c.offset, 12288)[..] {
+                        *b.borrow_mut() += 1;
+                    }
+                },
+            )]);
             assert!(q.in_flight() <= 8);
         }
         q.drain();
@@ -112,11 +125,17 @@ fn reopen_after_restart() {
         let store = open(&roots, engine, 4);
         assert_eq!(store.list().unwrap(), vec!["keep".to_string()]);
         let info = store.info("keep").unwrap();
-        assert_eq!((info.len, info.layout, info.devices), (64 * 4096, LayoutKind::Hash, 3));
+        assert_eq!(
+            (info.len, info.layout, info.devices),
+            (64 * 4096, LayoutKind::Hash, 3)
+        );
         let f = store.open_file("keep").unwrap();
         let mut b = AlignedBuf::new(64 * 4096);
         f.read_at(0, &mut b).unwrap();
-        assert!(b[..] == pattern(3, 0, 64 * 4096)[..], "{ename}: data lost across reopen");
+        assert!(
+            b[..] == pattern(3, 0, 64 * 4096)[..],
+            "{ename}: data lost across reopen"
+        );
     }
 }
 
@@ -129,11 +148,26 @@ fn bad_requests_are_refused() {
         let f = store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
         let mut b = AlignedBuf::new(8192);
         let e = f.read_at(100, &mut b[..4096]).unwrap_err();
-        assert!(matches!(e, Error::Misaligned { what: "offset", .. }), "{ename}: {e}");
+        assert!(
+            matches!(e, Error::Misaligned { what: "offset", .. }),
+            "{ename}: {e}"
+        );
         let e = f.read_at(0, &mut b[..1000]).unwrap_err();
-        assert!(matches!(e, Error::Misaligned { what: "length", .. }), "{ename}: {e}");
+        assert!(
+            matches!(e, Error::Misaligned { what: "length", .. }),
+            "{ename}: {e}"
+        );
         let e = f.read_at(0, &mut b[8..520]).unwrap_err();
-        assert!(matches!(e, Error::Misaligned { what: "buffer address", .. }), "{ename}: {e}");
+        assert!(
+            matches!(
+                e,
+                Error::Misaligned {
+                    what: "buffer address",
+                    ..
+                }
+            ),
+            "{ename}: {e}"
+        );
         let e = f.read_at((1 << 20) - 4096, &mut b).unwrap_err();
         assert!(matches!(e, Error::OutOfRange { .. }), "{ename}: {e}");
         assert!(e.to_string().contains("past the end"), "{e}");
@@ -143,11 +177,19 @@ fn bad_requests_are_refused() {
         let got = Rc::new(RefCell::new(None));
         let g = got.clone();
         let mut q = Queue::new(4);
-        q.submit(vec![Request::read(&f, 1 << 20, AlignedBuf::new(4096), move |c| {
-            *g.borrow_mut() = Some(c.result);
-        })]);
+        q.submit(vec![Request::read(
+            &f,
+            1 << 20,
+            AlignedBuf::new(4096),
+            move |c| {
+                *g.borrow_mut() = Some(c.result);
+            },
+        )]);
         q.drain();
-        assert!(matches!(got.borrow_mut().take(), Some(Err(Error::OutOfRange { .. }))));
+        assert!(matches!(
+            got.borrow_mut().take(),
+            Some(Err(Error::OutOfRange { .. }))
+        ));
         // Nothing failed on the devices.
         assert!(store.device_errors().iter().all(Option::is_none));
         // An empty request is fine.
@@ -162,16 +204,28 @@ fn file_operations() {
         let tmp = TempDir::new("ops");
         let store = open(&tmp.devices(2), engine, 16);
         let f = store.create("one", 8192, LayoutKind::Stripe).unwrap();
-        assert!(matches!(store.create("one", 8192, LayoutKind::Stripe), Err(Error::FileExists(_))));
-        assert!(matches!(store.create("", 8192, LayoutKind::Stripe), Err(Error::InvalidName { .. })));
-        assert!(matches!(store.create("a/b", 8192, LayoutKind::Stripe), Err(Error::InvalidName { .. })));
+        assert!(matches!(
+            store.create("one", 8192, LayoutKind::Stripe),
+            Err(Error::FileExists(_))
+        ));
+        assert!(matches!(
+            store.create("", 8192, LayoutKind::Stripe),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            store.create("a/b", 8192, LayoutKind::Stripe),
+            Err(Error::InvalidName { .. })
+        ));
         assert!(store.create("odd", 1000, LayoutKind::Stripe).is_err());
         let mut b = AlignedBuf::new(8192);
         b.fill(7);
         f.write_at(0, &b).unwrap();
         store.create("two", 4096, LayoutKind::Hash).unwrap();
         assert_eq!(store.list().unwrap(), vec!["one", "two"]);
-        assert!(matches!(store.rename("one", "two"), Err(Error::FileExists(_))));
+        assert!(matches!(
+            store.rename("one", "two"),
+            Err(Error::FileExists(_))
+        ));
         store.rename("one", "three").unwrap();
         assert_eq!(f.name(), "three");
         assert_eq!(store.list().unwrap(), vec!["three", "two"]);
@@ -187,7 +241,10 @@ fn file_operations() {
         let f = store.open_file("three").unwrap();
         assert_eq!(f.len(), 4096);
         store.delete("three").unwrap();
-        assert!(matches!(store.open_file("three"), Err(Error::FileNotFound(_))));
+        assert!(matches!(
+            store.open_file("three"),
+            Err(Error::FileNotFound(_))
+        ));
         assert!(matches!(store.delete("three"), Err(Error::FileNotFound(_))));
         assert_eq!(store.list().unwrap(), vec!["two"]);
     }
@@ -200,7 +257,9 @@ fn many_threads_share_one_handle() {
     for (ename, engine) in engines() {
         let tmp = TempDir::new("threads");
         let store = open(&tmp.devices(2), engine, 1);
-        let f = store.create("t", 32 * 64 * 4096, LayoutKind::Rotated).unwrap();
+        let f = store
+            .create("t", 32 * 64 * 4096, LayoutKind::Rotated)
+            .unwrap();
         std::thread::scope(|s| {
             for t in 0..32u64 {
                 let f = f.clone();
@@ -213,13 +272,18 @@ fn many_threads_share_one_handle() {
                         if i % 2 == 0 {
                             f.write_at(base + i * 4096, &b).unwrap();
                         } else {
-                            q.submit(vec![Request::write(&f, base + i * 4096, b, |c| c.result.unwrap())]);
+                            q.submit(vec![Request::write(&f, base + i * 4096, b, |c| {
+                                c.result.unwrap()
+                            })]);
                         }
                     }
                     q.drain();
                     let mut b = AlignedBuf::new(64 * 4096);
                     f.read_at(base, &mut b).unwrap();
-                    assert!(b[..] == pattern(t, base, 64 * 4096)[..], "{ename}: thread {t} data differs");
+                    assert!(
+                        b[..] == pattern(t, base, 64 * 4096)[..],
+                        "{ename}: thread {t} data differs"
+                    );
                 });
             }
         });
@@ -237,7 +301,9 @@ fn registered_buffers_round_trip() {
         let mut q = Queue::new(8);
         for (i, mut b) in bufs.into_iter().enumerate() {
             b.copy_from_slice(&pattern(5, i as u64 * 65536, 65536));
-            q.submit(vec![Request::write(&f, i as u64 * 65536, b, |c| c.result.unwrap())]);
+            q.submit(vec![Request::write(&f, i as u64 * 65536, b, |c| {
+                c.result.unwrap()
+            })]);
         }
         q.drain();
         let back = store.alloc_registered(1, 8 * 65536).unwrap().pop().unwrap();
@@ -258,9 +324,18 @@ fn bad_options_are_refused() {
     let tmp = TempDir::new("opts");
     let roots = tmp.devices(1);
     for opts in [
-        StoreOptions { page_size: 3000, ..Default::default() },
-        StoreOptions { block_pages: 0, ..Default::default() },
-        StoreOptions { io_depth: 0, ..Default::default() },
+        StoreOptions {
+            page_size: 3000,
+            ..Default::default()
+        },
+        StoreOptions {
+            block_pages: 0,
+            ..Default::default()
+        },
+        StoreOptions {
+            io_depth: 0,
+            ..Default::default()
+        },
     ] {
         let e = Store::open(&roots, opts).unwrap_err();
         assert!(matches!(e, Error::InvalidArgument(_)), "{e}");

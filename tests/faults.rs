@@ -16,18 +16,37 @@ fn sim(cfg: SimConfig) -> EngineKind {
 #[test]
 fn read_eio_reaches_sync_caller_and_sticks() {
     let tmp = TempDir::new("eio");
-    let store = open(&tmp.devices(2), sim(SimConfig { read_eio: 1.0, ..Default::default() }), 1);
+    let store = open(
+        &tmp.devices(2),
+        sim(SimConfig {
+            read_eio: 1.0,
+            ..Default::default()
+        }),
+        1,
+    );
     let f = store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
     let mut b = AlignedBuf::new(4096);
     // Block 3 of a 2-device stripe lives on device 1.
     let e = f.read_at(3 * 4096, &mut b).unwrap_err();
     match &e {
-        Error::Io { op, file, offset, device, errno } => {
-            assert_eq!((*op, file.as_str(), *offset, *device, *errno), ("read", "f", 3 * 4096, 1, libc::EIO));
+        Error::Io {
+            op,
+            file,
+            offset,
+            device,
+            errno,
+        } => {
+            assert_eq!(
+                (*op, file.as_str(), *offset, *device, *errno),
+                ("read", "f", 3 * 4096, 1, libc::EIO)
+            );
         }
         other => panic!("wrong error {other:?}"),
     }
-    assert!(e.to_string().contains("offset 12288") && e.to_string().contains("device 1"), "{e}");
+    assert!(
+        e.to_string().contains("offset 12288") && e.to_string().contains("device 1"),
+        "{e}"
+    );
     // Device 1 is now refused without I/O; device 0 still fails on its own.
     let e2 = f.write_at(3 * 4096, &b).unwrap_err();
     assert!(matches!(e2, Error::DeviceFailed { device: 1, .. }), "{e2}");
@@ -41,8 +60,20 @@ fn read_eio_reaches_sync_caller_and_sticks() {
 #[test]
 fn write_errors_reach_async_callbacks() {
     for (cfg, errno) in [
-        (SimConfig { write_eio: 1.0, ..Default::default() }, libc::EIO),
-        (SimConfig { enospc: 1.0, ..Default::default() }, libc::ENOSPC),
+        (
+            SimConfig {
+                write_eio: 1.0,
+                ..Default::default()
+            },
+            libc::EIO,
+        ),
+        (
+            SimConfig {
+                enospc: 1.0,
+                ..Default::default()
+            },
+            libc::ENOSPC,
+        ),
     ] {
         let tmp = TempDir::new("werr");
         let store = open(&tmp.devices(1), sim(cfg), 16);
@@ -51,16 +82,23 @@ fn write_errors_reach_async_callbacks() {
         let mut q = Queue::new(4);
         for i in 0..10u64 {
             let s = seen.clone();
-            q.submit(vec![Request::write(&f, i * 8192, AlignedBuf::new(8192), move |c| {
-                s.borrow_mut().push((c.offset, c.result));
-            })]);
+            q.submit(vec![Request::write(
+                &f,
+                i * 8192,
+                AlignedBuf::new(8192),
+                move |c| {
+                    s.borrow_mut().push((c.offset, c.result));
+                },
+            )]);
         }
         q.drain();
         let seen = seen.borrow();
         assert_eq!(seen.len(), 10, "every request completes exactly once");
         for (off, r) in seen.iter() {
             match r {
-                Err(Error::Io { errno: e, offset, .. }) => {
+                Err(Error::Io {
+                    errno: e, offset, ..
+                }) => {
                     assert_eq!((*e, *offset), (errno, *off));
                 }
                 // Later requests are refused because the device failed earlier.
@@ -74,12 +112,24 @@ fn write_errors_reach_async_callbacks() {
 #[test]
 fn short_read_is_an_error_not_silent_truncation() {
     let tmp = TempDir::new("short");
-    let store = open(&tmp.devices(1), sim(SimConfig { short_read: 1.0, ..Default::default() }), 16);
+    let store = open(
+        &tmp.devices(1),
+        sim(SimConfig {
+            short_read: 1.0,
+            ..Default::default()
+        }),
+        16,
+    );
     let f = store.create("s", 1 << 20, LayoutKind::Stripe).unwrap();
     let mut b = AlignedBuf::new(16384);
     let e = f.read_at(0, &mut b).unwrap_err();
     match e {
-        Error::ShortTransfer { expected, got, offset, .. } => {
+        Error::ShortTransfer {
+            expected,
+            got,
+            offset,
+            ..
+        } => {
             assert_eq!((expected, got, offset), (16384, 8192, 0));
         }
         other => panic!("wrong error {other:?}"),
@@ -89,7 +139,10 @@ fn short_read_is_an_error_not_silent_truncation() {
 #[test]
 fn writes_fail_after_countdown_and_reads_still_work() {
     let tmp = TempDir::new("count");
-    let cfg = SimConfig { fail_writes_after: Some(3), ..Default::default() };
+    let cfg = SimConfig {
+        fail_writes_after: Some(3),
+        ..Default::default()
+    };
     let store = open(&tmp.devices(1), sim(cfg), 16);
     let f = store.create("c", 1 << 20, LayoutKind::Stripe).unwrap();
     let mut b = AlignedBuf::new(4096);
@@ -97,7 +150,14 @@ fn writes_fail_after_countdown_and_reads_still_work() {
     for i in 0..3 {
         f.write_at(i * 4096, &b).unwrap();
     }
-    assert!(matches!(f.write_at(3 * 4096, &b), Err(Error::Io { errno: libc::EIO, offset: 12288, .. })));
+    assert!(matches!(
+        f.write_at(3 * 4096, &b),
+        Err(Error::Io {
+            errno: libc::EIO,
+            offset: 12288,
+            ..
+        })
+    ));
     // The device is failed for good: even reads are now refused, naming the first failure.
     let mut r = AlignedBuf::new(4096);
     let e = f.read_at(0, &mut r).unwrap_err();
@@ -109,15 +169,32 @@ fn a_split_request_reports_the_failing_device_once() {
     // A 64 KiB read over 4 devices with 4 KiB units touches every device; only reads
     // on some devices fail (seeded): the request still completes exactly once.
     let tmp = TempDir::new("split");
-    let store = open(&tmp.devices(4), sim(SimConfig { read_eio: 0.5, seed: 7, ..Default::default() }), 1);
+    let store = open(
+        &tmp.devices(4),
+        sim(SimConfig {
+            read_eio: 0.5,
+            seed: 7,
+            ..Default::default()
+        }),
+        1,
+    );
     let f = store.create("x", 1 << 20, LayoutKind::Hash).unwrap();
     let count = Rc::new(RefCell::new(0));
     let mut q = Queue::new(2);
     let c = count.clone();
-    q.submit(vec![Request::read(&f, 0, AlignedBuf::new(65536), move |comp| {
-        *c.borrow_mut() += 1;
-        assert!(matches!(comp.result, Err(Error::Io { offset: 0, .. })), "{:?}", comp.result);
-    })]);
+    q.submit(vec![Request::read(
+        &f,
+        0,
+        AlignedBuf::new(65536),
+        move |comp| {
+            *c.borrow_mut() += 1;
+            assert!(
+                matches!(comp.result, Err(Error::Io { offset: 0, .. })),
+                "{:?}",
+                comp.result
+            );
+        },
+    )]);
     q.drain();
     assert_eq!(*count.borrow(), 1);
 }
@@ -126,11 +203,17 @@ fn a_split_request_reports_the_failing_device_once() {
 fn seeded_faults_are_deterministic() {
     let run = || {
         let tmp = TempDir::new("det");
-        let cfg = SimConfig { read_eio: 0.3, seed: 42, ..Default::default() };
+        let cfg = SimConfig {
+            read_eio: 0.3,
+            seed: 42,
+            ..Default::default()
+        };
         let store = open(&tmp.devices(1), sim(cfg), 16);
         let f = store.create("d", 1 << 20, LayoutKind::Stripe).unwrap();
         let mut b = AlignedBuf::new(4096);
-        (0..20).map(|i| f.read_at(i * 4096, &mut b).is_ok()).collect::<Vec<_>>()
+        (0..20)
+            .map(|i| f.read_at(i * 4096, &mut b).is_ok())
+            .collect::<Vec<_>>()
     };
     assert_eq!(run(), run());
 }

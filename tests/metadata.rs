@@ -10,7 +10,10 @@ use common::{TempDir, pattern};
 use setcache::{AlignedBuf, EngineKind, Error, LayoutKind, Store, StoreOptions};
 
 fn opts() -> StoreOptions {
-    StoreOptions { engine: EngineKind::Psync, ..Default::default() }
+    StoreOptions {
+        engine: EngineKind::Psync,
+        ..Default::default()
+    }
 }
 
 #[test]
@@ -27,14 +30,14 @@ fn bad_device_roots() {
 
     let file = tmp.path().join("plain");
     std::fs::write(&file, b"keep me").unwrap();
-    let e = Store::open(&[file.clone()], opts()).unwrap_err();
+    let e = Store::open(std::slice::from_ref(&file), opts()).unwrap_err();
     assert!(e.to_string().contains("not a directory"), "{e}");
     assert_eq!(std::fs::read(&file).unwrap(), b"keep me");
 
     let ro = tmp.path().join("ro");
     std::fs::create_dir(&ro).unwrap();
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
-    let e = Store::open(&[ro.clone()], opts()).unwrap_err();
+    let e = Store::open(std::slice::from_ref(&ro), opts()).unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
 
@@ -121,7 +124,10 @@ fn sibling_from_another_file_is_refused() {
 fn truncated_backing_file_is_refused() {
     let tmp = TempDir::new("trunc");
     let (roots, _) = make(&tmp);
-    let f = std::fs::OpenOptions::new().write(true).open(backing(&roots, 0)).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(backing(&roots, 0))
+        .unwrap();
     f.set_len(8192).unwrap();
     let store = Store::open(&roots, opts()).unwrap();
     let e = store.open_file("data").unwrap_err();

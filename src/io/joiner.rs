@@ -59,7 +59,13 @@ impl Joiner {
         }
     }
 
-    pub(crate) fn short_error(&self, kind: DevOpKind, device: usize, expected: usize, got: usize) -> Error {
+    pub(crate) fn short_error(
+        &self,
+        kind: DevOpKind,
+        device: usize,
+        expected: usize,
+        got: usize,
+    ) -> Error {
         Error::ShortTransfer {
             op: kind.name(),
             file: self.file.to_string(),

@@ -170,7 +170,12 @@ impl Mailbox {
         if g.ops.is_empty() && g.ctrl.is_empty() && !g.closed {
             g = match timeout {
                 None => self.work.wait(g).unwrap_or_else(|p| p.into_inner()),
-                Some(t) => self.work.wait_timeout(g, t).unwrap_or_else(|p| p.into_inner()).0,
+                Some(t) => {
+                    self.work
+                        .wait_timeout(g, t)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
             };
         }
         drop(g);

@@ -180,7 +180,12 @@ impl DevOp {
     pub(crate) fn finish(self, res: OpResult) {
         let err = match res {
             OpResult::Done(n) if n == self.len || self.kind == DevOpKind::Fsync => None,
-            OpResult::Done(n) => Some(self.done.short_error(self.kind, self.backing.device, self.len, n)),
+            OpResult::Done(n) => {
+                Some(
+                    self.done
+                        .short_error(self.kind, self.backing.device, self.len, n),
+                )
+            }
             OpResult::Errno(e) => Some(self.done.io_error(self.kind, self.backing.device, e)),
         };
         if let Some(e) = &err {
@@ -195,12 +200,17 @@ pub(crate) trait DeviceEngine: Send + Sync {
     /// Queue a batch of operations (one message); blocks while the device's bounded
     /// queue is full.
     fn submit(&self, ops: Vec<DevOp>);
-    /// Register an open backing file; returns its slot where the engine uses slots.
-    fn register_file(&self, fd: RawFd) -> Option<u32>;
-    fn unregister_file(&self, slot: u32);
+    /// Register an open backing file; returns its slot where the engine uses slots
+    /// (engines of plain system calls have none).
+    fn register_file(&self, _fd: RawFd) -> Option<u32> {
+        None
+    }
+    fn unregister_file(&self, _slot: u32) {}
     /// Register a buffer arena; returns its fixed-buffer index where supported.
-    fn register_buffer(&self, ptr: *mut u8, len: usize) -> Option<u16>;
-    fn unregister_buffer(&self, index: u16);
+    fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
+        None
+    }
+    fn unregister_buffer(&self, _index: u16) {}
     /// Finish queued and in-flight work and stop the engine's threads.
     fn shutdown(&self);
 }
@@ -262,5 +272,7 @@ pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
 
 /// The calling thread's errno after a failed libc call.
 pub(crate) fn last_errno() -> i32 {
-    std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
 }

@@ -4,7 +4,6 @@
 //! takes one operation at a time from the device's mailbox, so the device sees up to
 //! `psync_threads` requests at once.
 
-use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -52,14 +51,18 @@ impl PsyncEngine {
 /// Run one operation with blocking system calls. Interrupted calls are retried;
 /// a partial transfer is reported as such.
 pub(crate) fn execute(op: &DevOp) -> OpResult {
-    let fd: RawFd = op.backing.raw_fd();
+    let fd: std::os::fd::RawFd = op.backing.raw_fd();
     loop {
         // SAFETY: the iovecs describe memory the request owner keeps alive and
         // exclusive until completion; `fd` is open for the life of `op.backing`.
         let rc = unsafe {
             match op.kind {
-                DevOpKind::Read => libc::preadv(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64),
-                DevOpKind::Write => libc::pwritev(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64),
+                DevOpKind::Read => {
+                    libc::preadv(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64)
+                }
+                DevOpKind::Write => {
+                    libc::pwritev(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64)
+                }
                 DevOpKind::Fsync => libc::fsync(fd) as isize,
             }
         };
@@ -77,17 +80,13 @@ impl DeviceEngine for PsyncEngine {
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
     }
-    fn register_file(&self, _fd: RawFd) -> Option<u32> {
-        None
-    }
-    fn unregister_file(&self, _slot: u32) {}
-    fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
-        None
-    }
-    fn unregister_buffer(&self, _index: u16) {}
     fn shutdown(&self) {
         self.mailbox.close();
-        let hs: Vec<_> = self.threads.lock().map(|mut g| g.drain(..).collect()).unwrap_or_default();
+        let hs: Vec<_> = self
+            .threads
+            .lock()
+            .map(|mut g| g.drain(..).collect())
+            .unwrap_or_default();
         for h in hs {
             let _ = h.join();
         }

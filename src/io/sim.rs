@@ -9,7 +9,6 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -131,7 +130,11 @@ fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
             });
             slab[idx] = Some(op);
             seq += 1;
-            heap.push(Reverse((Instant::now() + Duration::from_micros(lat), seq, idx)));
+            heap.push(Reverse((
+                Instant::now() + Duration::from_micros(lat),
+                seq,
+                idx,
+            )));
         }
         let now = Instant::now();
         while let Some(&Reverse((due, _, idx))) = heap.peek() {
@@ -150,7 +153,13 @@ fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
     }
 }
 
-fn execute(dev: usize, op: &DevOp, cfg: &SimConfig, rng: &mut u64, writes_left: &mut Option<u64>) -> OpResult {
+fn execute(
+    dev: usize,
+    op: &DevOp,
+    cfg: &SimConfig,
+    rng: &mut u64,
+    writes_left: &mut Option<u64>,
+) -> OpResult {
     let draw = unit(rng);
     match op.kind {
         DevOpKind::Fsync => OpResult::Done(0),
@@ -225,14 +234,6 @@ impl DeviceEngine for SimEngine {
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
     }
-    fn register_file(&self, _fd: RawFd) -> Option<u32> {
-        None
-    }
-    fn unregister_file(&self, _slot: u32) {}
-    fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
-        None
-    }
-    fn unregister_buffer(&self, _index: u16) {}
     fn shutdown(&self) {
         self.mailbox.close();
         let h = self.thread.lock().ok().and_then(|mut g| g.take());

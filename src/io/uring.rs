@@ -39,9 +39,12 @@ impl UringEngine {
     pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn super::DeviceEngine>> {
         let depth = p.io_depth.clamp(1, 4096);
         let entries = (depth + 1).next_power_of_two();
-        let ring: IoUring = IoUring::builder()
-            .build(entries)
-            .map_err(|e| Error::Engine(format!("io_uring is unavailable on device {}: {e}", p.device)))?;
+        let ring: IoUring = IoUring::builder().build(entries).map_err(|e| {
+            Error::Engine(format!(
+                "io_uring is unavailable on device {}: {e}",
+                p.device
+            ))
+        })?;
         let sub = ring.submitter();
         let files_ok = sub.register_files_sparse(MAX_FILES).is_ok();
         let bufs_ok = sub.register_buffers_sparse(MAX_BUFS as u32).is_ok();
@@ -80,7 +83,9 @@ impl UringEngine {
             .spawn(move || {
                 if let Some(c) = cpu {
                     if let Err(e) = super::pin_to_cpu(c) {
-                        eprintln!("setcache: could not pin the I/O thread of device {dev} to CPU {c}: {e}");
+                        eprintln!(
+                            "setcache: could not pin the I/O thread of device {dev} to CPU {c}: {e}"
+                        );
                     }
                 }
                 worker.run();
@@ -188,7 +193,9 @@ impl Worker {
     }
 
     fn arm_wake(&mut self) {
-        let Some(fd) = self.mailbox.wake_fd() else { return };
+        let Some(fd) = self.mailbox.wake_fd() else {
+            return;
+        };
         let e = opcode::Read::new(types::Fd(fd), (&mut *self.wake_buf as *mut u64).cast(), 8)
             .build()
             .user_data(WAKE_TOKEN);
@@ -251,7 +258,9 @@ impl Worker {
         *slot = Some(op);
         let op = slot.as_ref().expect("just stored");
         let fixed_file = op.backing.slot.filter(|&s| self.files[s as usize]);
-        let fixed_buf = op.fixed.filter(|&b| op.iov.len() == 1 && self.bufs[b as usize]);
+        let fixed_buf = op
+            .fixed
+            .filter(|&b| op.iov.len() == 1 && self.bufs[b as usize]);
         let entry = build_entry(op, fixed_file, fixed_buf).user_data(idx as u64);
         // SAFETY: every pointer in the entry (iovec array, buffers) stays valid until
         // the completion: the operation lives in `self.slab[idx]` until then and the

@@ -1,0 +1,188 @@
+//! Command-line flags of `setcache bench` and their validation into a [`Config`].
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use setcache::LayoutKind;
+
+use super::engine::{Engine, engine_arg};
+use super::size::size_arg;
+use super::workload::{Dist, Pattern};
+
+const ABOUT: &str = "Benchmark the storage layer against Linux I/O paths, fio-style";
+
+const LONG_ABOUT: &str = "\
+Benchmark the storage layer against Linux I/O paths, fio-style.
+
+A file named `bench` is created in a store whose device roots are DIR/dev0 .. DIR/devN-1
+and prefilled with pseudo-random data (reused on later runs while DIR/bench.filled
+exists and the size, layout and device count match). Every combination of engine,
+thread count and hit ratio is one run; each run starts with a cold page cache.
+
+Engines:
+  direct          the storage layer without a cache; each thread keeps --iodepth
+                  requests in flight on its own queue
+  linux-buffered  pread/pwrite on the backing files through the kernel page cache
+  linux-direct    O_DIRECT pread/pwrite, one request at a time per thread
+  mmap            loads/stores through MAP_SHARED mappings of the backing files
+  setcache        the cached store (not yet available)
+
+The Linux engines run in a child process. As root with a memory cgroup controller,
+that process is confined to --cache-size plus its own memory (measured once it is
+set up, just before it touches data) plus a slack of 256 KiB + 64 KiB per thread, so
+the page cache cannot grow past the cache size; otherwise the bench says
+`page cache unconstrained`.";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum IoEngineArg {
+    /// io_uring, falling back to psync with a notice
+    Auto,
+    /// io_uring only
+    Uring,
+    /// a pool of pread/pwrite threads per device
+    Psync,
+}
+
+#[derive(Args, Clone, Debug)]
+#[command(about = ABOUT, long_about = LONG_ABOUT)]
+pub(crate) struct BenchArgs {
+    /// Directory for the device roots and the bench file [default: a fresh temporary
+    /// directory, removed at the end]
+    #[arg(long, value_name = "DIR")]
+    pub(crate) dir: Option<PathBuf>,
+    /// Size of the bench file (e.g. 4G, 512M, 64k)
+    #[arg(long, value_name = "SIZE", default_value = "1G", value_parser = size_arg)]
+    pub(crate) file_size: u64,
+    /// Number of devices (directories DIR/dev0 .. DIR/devN-1)
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub(crate) devices: u32,
+    /// Placement of blocks on devices: stripe, rotated or hash
+    #[arg(long, value_name = "LAYOUT", default_value = "stripe", value_parser = layout_arg)]
+    pub(crate) layout: LayoutKind,
+    /// Engines to compare, comma-separated: direct, linux-buffered, linux-direct, mmap
+    /// (setcache: not yet available)
+    #[arg(long, value_name = "LIST", value_delimiter = ',',
+          default_value = "direct,linux-buffered,linux-direct,mmap", value_parser = engine_arg)]
+    pub(crate) engine: Vec<Engine>,
+    /// I/O pattern: randread, randwrite, randrw, read or write (sequential: each
+    /// thread walks its own region)
+    #[arg(long, value_name = "PATTERN", default_value = "randread", value_parser = Pattern::parse)]
+    pub(crate) rw: Pattern,
+    /// Percentage of reads in a randrw workload
+    #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub(crate) rwmix_read: Option<u8>,
+    /// Block size of each request: a multiple of 512 that divides 4k or is a multiple of it
+    #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = size_arg)]
+    pub(crate) bs: u64,
+    /// Thread counts to run, comma-separated (one run per count)
+    #[arg(long, value_name = "N[,N...]", value_delimiter = ',', default_value = "1",
+          value_parser = count_arg)]
+    pub(crate) threads: Vec<usize>,
+    /// Requests in flight per thread for the asynchronous engines (direct)
+    #[arg(long, value_name = "N", default_value_t = 32,
+          value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub(crate) iodepth: u32,
+    /// Memory the Linux engines' page cache may use (enforced with a memory cgroup
+    /// when possible) [default: unconstrained]
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub(crate) cache_size: Option<u64>,
+    /// Target hit ratios in percent, comma-separated: that share of reads falls in a hot
+    /// region of 3/4 of --cache-size, the rest in the rest of the file
+    #[arg(long, value_name = "PCT[,PCT...]", value_delimiter = ',', value_parser = percent_arg)]
+    pub(crate) hit_ratio: Vec<f64>,
+    /// Distribution of random offsets: uniform or zipf:THETA (THETA > 0, e.g. zipf:0.99)
+    #[arg(long, value_name = "DIST", default_value = "uniform", value_parser = Dist::parse)]
+    pub(crate) dist: Dist,
+    /// Measured seconds per run
+    #[arg(long, value_name = "SECS", default_value = "10", value_parser = runtime_arg)]
+    pub(crate) runtime: f64,
+    /// Seconds run before measuring (warms the cache)
+    #[arg(long, value_name = "SECS", default_value = "0", value_parser = ramp_arg)]
+    pub(crate) ramp: f64,
+    /// Write the results as JSON to FILE
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json: Option<PathBuf>,
+    /// Draw IOPS against threads (or against hit ratio) as an SVG chart
+    #[arg(long, value_name = "FILE.svg")]
+    pub(crate) plot: Option<PathBuf>,
+    /// Also run fio (io_uring, O_DIRECT) on the same data, if fio is installed
+    #[arg(long)]
+    pub(crate) compare_fio: bool,
+    /// Stripe unit of the bench file, in 4 KiB pages
+    #[arg(long, value_name = "N", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=65536))]
+    pub(crate) block_pages: u32,
+    /// I/O engine of the storage layer
+    #[arg(long, value_name = "ENGINE", value_enum, default_value_t = IoEngineArg::Auto)]
+    pub(crate) io_engine: IoEngineArg,
+    /// Seed of the offset generators and of the prefill data
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub(crate) seed: u64,
+    /// No live progress line (it is only shown on a terminal anyway)
+    #[arg(long)]
+    pub(crate) no_progress: bool,
+}
+
+fn layout_arg(s: &str) -> Result<LayoutKind, String> {
+    s.parse::<LayoutKind>().map_err(|e| e.to_string())
+}
+
+fn count_arg(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(0) => Err("thread count must be at least 1".to_string()),
+        Ok(n) if n > 1024 => Err(format!("thread count {n} is above the limit of 1024")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a thread count")),
+    }
+}
+
+fn percent_arg(s: &str) -> Result<f64, String> {
+    match s.trim().trim_end_matches('%').parse::<f64>() {
+        Ok(p) if (0.0..=100.0).contains(&p) => Ok(p),
+        Ok(p) => Err(format!("hit ratio {p} is outside 0..100 (percent)")),
+        Err(_) => Err(format!("{s:?} is not a percentage")),
+    }
+}
+
+fn secs(s: &str, min_exclusive: bool) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .trim_end_matches('s')
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    let ok = v.is_finite() && v <= 86_400.0 && if min_exclusive { v > 0.0 } else { v >= 0.0 };
+    if ok {
+        Ok(v)
+    } else if min_exclusive {
+        Err(format!("{s} seconds: must be above 0 and at most a day"))
+    } else {
+        Err(format!("{s} seconds: must be 0 or more and at most a day"))
+    }
+}
+
+fn runtime_arg(s: &str) -> Result<f64, String> {
+    secs(s, true)
+}
+
+fn ramp_arg(s: &str) -> Result<f64, String> {
+    secs(s, false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_parsers() {
+        assert!(count_arg("0").is_err());
+        assert_eq!(count_arg("4"), Ok(4));
+        assert!(percent_arg("101").is_err());
+        assert!(percent_arg("-1").is_err());
+        assert_eq!(percent_arg("90%"), Ok(90.0));
+        assert!(runtime_arg("0").is_err());
+        assert_eq!(ramp_arg("0"), Ok(0.0));
+        assert_eq!(runtime_arg("2.5s"), Ok(2.5));
+        assert!(layout_arg("raid5").is_err());
+    }
+}

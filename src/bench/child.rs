@@ -1,0 +1,269 @@
+//! The child process that runs the Linux engines.
+//!
+//! The bench re-executes `/proc/self/exe` with the hidden subcommand
+//! [`CHILD_SUBCOMMAND`] and moves the child into the run's memory cgroup. Then:
+//!
+//! 1. the bench writes the job, one line of JSON, to the child's stdin;
+//! 2. the child opens the files and allocates everything its threads need, touches
+//!    no data, and answers `ready`;
+//! 3. the bench reads the cgroup's usage (the child's own memory), sets the limit to
+//!    that plus `--cache-size` plus a little slack, and writes `go`;
+//! 4. the child runs and answers one line of JSON, `{"ok": <outcome>}` or
+//!    `{"error": "<message>"}` (also in place of `ready` if preparing fails).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use serde_json::{Value, json};
+use setcache::LayoutKind;
+use setcache::layout::Layout;
+
+use super::cgroup::{self, MemCgroup};
+use super::driver::{Timing, install_sigint};
+use super::engine::Engine;
+use super::linux::{LinuxJob, prepare};
+use super::report::Outcome;
+use super::workload::{Dist, HotSpot, Pattern, Workload};
+
+/// The hidden subcommand of the child.
+pub(crate) const CHILD_SUBCOMMAND: &str = "__bench-child";
+
+pub(crate) fn job_to_json(job: &LinuxJob) -> Result<Value, String> {
+    let w = &job.workload;
+    let paths = job
+        .paths
+        .iter()
+        .map(|p| {
+            p.to_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("path {} is not valid UTF-8", p.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!({
+        "engine": job.engine.name(), "rw": w.rw.to_string(), "rwmix_read": w.rwmix_read,
+        "bs": w.bs, "file_len": w.file_len, "dist": w.dist.to_string(),
+        "hot": w.hot.map(|h| json!({"ratio": h.ratio, "hot_blocks": h.hot_blocks})),
+        "seed": w.seed, "threads": job.threads,
+        "runtime": job.timing.runtime, "ramp": job.timing.ramp, "progress": job.timing.progress,
+        "layout": job.layout.kind().to_string(), "devices": job.layout.devices(),
+        "block_bytes": job.layout.block_bytes(), "paths": paths,
+    }))
+}
+
+pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let u = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let f = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_f64)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let engine = Engine::from_name(s("engine")?).ok_or("job: bad engine")?;
+    let hot = match v.get("hot") {
+        Some(Value::Object(h)) => Some(HotSpot {
+            ratio: h
+                .get("ratio")
+                .and_then(Value::as_f64)
+                .ok_or("job: bad hot")?,
+            hot_blocks: h
+                .get("hot_blocks")
+                .and_then(Value::as_u64)
+                .ok_or("job: bad hot")?,
+        }),
+        _ => None,
+    };
+    let workload = Workload {
+        rw: Pattern::parse(s("rw")?)?,
+        rwmix_read: u("rwmix_read")?.min(100) as u8,
+        bs: u("bs")?,
+        file_len: u("file_len")?,
+        dist: Dist::parse(s("dist")?)?,
+        hot,
+        seed: u("seed")?,
+    };
+    let kind: LayoutKind = s("layout")?.parse().map_err(|e| format!("job: {e}"))?;
+    let layout = Layout::new(kind, u("devices")? as usize, u("block_bytes")?)
+        .map_err(|e| format!("job: {e}"))?;
+    let paths = v
+        .get("paths")
+        .and_then(Value::as_array)
+        .ok_or("job: missing paths")?
+        .iter()
+        .map(|p| {
+            p.as_str()
+                .map(PathBuf::from)
+                .ok_or("job: bad path".to_string())
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let bs = workload.bs;
+    Ok(LinuxJob {
+        engine,
+        workload,
+        threads: u("threads")?.max(1) as usize,
+        timing: Timing {
+            runtime: f("runtime")?,
+            ramp: f("ramp")?,
+            progress: v
+                .get("progress")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            bs,
+        },
+        layout,
+        paths,
+    })
+}
+
+/// Entry point of the child: read the job, prepare, wait for `go`, run, answer.
+/// Returns the exit code.
+pub(crate) fn child_main() -> i32 {
+    install_sigint();
+    let answer = (|| {
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        let text = match lines.next() {
+            Some(Ok(t)) => t,
+            _ => return Err("no job on stdin".to_string()),
+        };
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("bad job: {e}"))?;
+        let job = job_from_json(&v)?;
+        let prepared = prepare(&job)?;
+        out!("ready");
+        match lines.next() {
+            Some(Ok(l)) if l.trim() == "go" => prepared.run(),
+            _ => Err("the bench went away before the run started".to_string()),
+        }
+    })();
+    let (doc, code) = match answer {
+        Ok(out) => (json!({"ok": out.to_json()}), 0),
+        Err(e) => (json!({"error": e}), 1),
+    };
+    out!("{doc}");
+    code
+}
+
+/// The memory cap of a run: its cgroup and the cache size it grants.
+pub(crate) struct Cap<'a> {
+    pub(crate) cgroup: &'a MemCgroup,
+    pub(crate) cache_bytes: u64,
+}
+
+/// Run `job` in a child process, inside `cap`'s cgroup if given.
+pub(crate) fn run_in_child(job: &LinuxJob, cap: Option<Cap>) -> Result<Outcome, String> {
+    let text = serde_json::to_string(&job_to_json(job)?).map_err(|e| e.to_string())?;
+    let mut child = Command::new("/proc/self/exe")
+        .arg(CHILD_SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the Linux-engine child process: {e}"))?;
+    let talk = |child: &mut Child| -> Result<String, String> {
+        let mut stdin = child.stdin.take().ok_or("child stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().ok_or("child stdout")?);
+        if let Some(cap) = &cap {
+            cap.cgroup.add_pid(child.id())?;
+        }
+        // A write error means the child died early; its status says more.
+        let _ = writeln!(stdin, "{text}");
+        let mut first = String::new();
+        let _ = stdout.read_line(&mut first);
+        if first.trim() != "ready" {
+            return Ok(first);
+        }
+        if let Some(cap) = &cap {
+            let own = cap.cgroup.usage()?;
+            let slack = cgroup::slack(job.threads);
+            cap.cgroup.set_limit(own + cap.cache_bytes + slack)?;
+        }
+        let _ = writeln!(stdin, "go");
+        drop(stdin);
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        Ok(rest)
+    };
+    let out = match talk(&mut child) {
+        Ok(out) => out,
+        Err(e) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the child process: {e}"))?;
+    let answer: Option<Value> = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
+    if let Some(a) = &answer {
+        if let Some(ok) = a.get("ok") {
+            return Outcome::from_json(ok)
+                .ok_or_else(|| "child process: malformed result".to_string());
+        }
+        if let Some(e) = a.get("error").and_then(Value::as_str) {
+            return Err(e.to_string());
+        }
+    }
+    use std::os::unix::process::ExitStatusExt;
+    Err(match status.signal() {
+        Some(libc::SIGKILL) if cap.is_some() => format!(
+            "{} child process was killed (SIGKILL), most likely out of memory in its cgroup",
+            job.engine
+        ),
+        Some(sig) => format!("{} child process died from signal {sig}", job.engine),
+        None => format!(
+            "{} child process failed ({status}) without an answer",
+            job.engine
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn job_round_trips_through_json() {
+        let job = LinuxJob {
+            engine: Engine::Mmap,
+            workload: Workload {
+                rw: Pattern::RandRw,
+                rwmix_read: 70,
+                bs: 8192,
+                file_len: 1 << 30,
+                dist: Dist::Zipf(0.99),
+                hot: Some(HotSpot {
+                    ratio: 0.9,
+                    hot_blocks: 1000,
+                }),
+                seed: 99,
+            },
+            threads: 3,
+            timing: Timing {
+                runtime: 2.5,
+                ramp: 1.0,
+                progress: Some("mmap".into()),
+                bs: 8192,
+            },
+            layout: Layout::new(LayoutKind::Hash, 3, 65536).unwrap(),
+            paths: vec!["/a/dev0/bench.scf".into(), "/a/dev1/x".into(), "/b".into()],
+        };
+        let back = job_from_json(&job_to_json(&job).unwrap()).unwrap();
+        assert_eq!(back.engine, job.engine);
+        assert_eq!(back.workload.dist, job.workload.dist);
+        assert_eq!(back.workload.hot, job.workload.hot);
+        assert_eq!(back.workload.rwmix_read, 70);
+        assert_eq!(back.paths, job.paths);
+        assert_eq!(back.layout.map(123_456_789), job.layout.map(123_456_789));
+        assert_eq!(back.timing.progress, job.timing.progress);
+        assert!(job_from_json(&json!({"engine": "mmap"})).is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! Validation of the bench flags, all together, into a [`Config`].
+
+use setcache::EngineKind;
+
+use super::args::{BenchArgs, IoEngineArg};
+use super::engine::Engine;
+use super::size::format_size;
+use super::workload::{Dist, HotSpot, Pattern};
+
+/// Page size the block size is checked against.
+const PAGE: u64 = 4096;
+
+/// The validated bench settings.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub(crate) a: BenchArgs,
+    /// Engines, duplicates removed, in the order given.
+    pub(crate) engines: Vec<Engine>,
+    /// Hit-ratio targets as fractions; `[None]` when not given.
+    pub(crate) hit_targets: Vec<Option<f64>>,
+    pub(crate) rwmix_read: u8,
+}
+
+impl Config {
+    pub(crate) fn io_engine(&self) -> EngineKind {
+        match self.a.io_engine {
+            IoEngineArg::Auto => EngineKind::Auto,
+            IoEngineArg::Uring => EngineKind::Uring,
+            IoEngineArg::Psync => EngineKind::Psync,
+        }
+    }
+
+    pub(crate) fn max_threads(&self) -> usize {
+        self.a.threads.iter().copied().max().unwrap_or(1)
+    }
+
+    /// The hot region of a hit-ratio run.
+    pub(crate) fn hot_spot(&self, target: Option<f64>) -> Result<Option<HotSpot>, String> {
+        let (Some(ratio), Some(cache)) = (target, self.a.cache_size) else {
+            return Ok(None);
+        };
+        HotSpot::for_cache(ratio, cache, self.a.bs, self.a.file_size / self.a.bs).map(Some)
+    }
+}
+
+/// Check that a block size suits uncached I/O and whole pages.
+pub(crate) fn check_bs(bs: u64) -> Result<(), String> {
+    let divides = bs > 0 && bs <= PAGE && PAGE % bs == 0;
+    if bs < 512 || bs % 512 != 0 || !(divides || bs % PAGE == 0) {
+        return Err(format!(
+            "--bs {} ({bs} bytes) is not usable: the block size must be a multiple of 512 \
+             that divides the 4k page (512, 1k, 2k) or is a multiple of it (4k, 8k, 12k, ...)",
+            format_size(bs)
+        ));
+    }
+    Ok(())
+}
+
+/// Check the flags together.
+pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
+    check_bs(a.bs)?;
+    if a.file_size == 0 || a.file_size % PAGE != 0 {
+        return Err(format!(
+            "--file-size {} is not a positive multiple of 4k",
+            format_size(a.file_size)
+        ));
+    }
+    let max_threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
+    if a.file_size / a.bs < max_threads {
+        return Err(format!(
+            "--file-size {} holds fewer {}-byte blocks than threads ({max_threads})",
+            format_size(a.file_size),
+            a.bs
+        ));
+    }
+    if a.cache_size == Some(0) {
+        return Err("--cache-size must be above 0".to_string());
+    }
+    if a.rwmix_read.is_some() && a.rw != Pattern::RandRw {
+        say!("note: --rwmix-read only applies to --rw randrw; ignored");
+    }
+    if !a.rw.is_random() && a.dist != Dist::Uniform {
+        return Err(format!(
+            "--dist {} needs a random --rw (randread, randwrite or randrw)",
+            a.dist
+        ));
+    }
+    let mut hit_targets: Vec<Option<f64>> = Vec::new();
+    if !a.hit_ratio.is_empty() {
+        let Some(cache) = a.cache_size else {
+            return Err("--hit-ratio needs --cache-size (the hot region is 3/4 of it)".to_string());
+        };
+        if !matches!(a.rw, Pattern::RandRead | Pattern::RandRw) {
+            return Err(format!(
+                "--hit-ratio needs --rw randread or randrw, not {}",
+                a.rw
+            ));
+        }
+        if a.dist != Dist::Uniform {
+            return Err("--hit-ratio and --dist zipf cannot be combined".to_string());
+        }
+        HotSpot::for_cache(0.5, cache, a.bs, a.file_size / a.bs)?;
+        for &p in &a.hit_ratio {
+            let f = p / 100.0;
+            if !hit_targets.contains(&Some(f)) {
+                hit_targets.push(Some(f));
+            }
+        }
+    } else {
+        hit_targets.push(None);
+    }
+    for out in [&a.json, &a.plot].into_iter().flatten() {
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(p) = parent
+            && !p.is_dir()
+        {
+            return Err(format!(
+                "cannot write {}: {} is not a directory",
+                out.display(),
+                p.display()
+            ));
+        }
+        if out.is_dir() {
+            return Err(format!("cannot write {}: it is a directory", out.display()));
+        }
+    }
+    let mut engines = Vec::new();
+    for &e in &a.engine {
+        e.available()?;
+        if !engines.contains(&e) {
+            engines.push(e);
+        }
+    }
+    if engines.is_empty() {
+        return Err("--engine lists no engine".to_string());
+    }
+    let rwmix_read = a.rwmix_read.unwrap_or(50);
+    Ok(Config {
+        a,
+        engines,
+        hit_targets,
+        rwmix_read,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn block_sizes() {
+        for ok in [512u64, 1024, 2048, 4096, 8192, 12288, 65536, 1 << 20] {
+            assert!(check_bs(ok).is_ok(), "{ok}");
+        }
+        for bad in [0u64, 256, 1000, 1536, 3072, 5120, 4097] {
+            assert!(check_bs(bad).is_err(), "{bad}");
+        }
+        assert!(check_bs(3072).unwrap_err().contains("--bs 3k"));
+    }
+}

@@ -1,0 +1,124 @@
+//! The `direct` engine: the storage layer without a cache.
+//!
+//! Each bench thread owns a `Queue` and a pool of `iodepth` registered buffers. It
+//! keeps every buffer in flight: completions (callbacks on the same thread) record
+//! the latency from submission and hand the buffer back; the loop resubmits freed
+//! buffers with fresh offsets and waits for the next completion.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::Instant;
+
+use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
+
+use super::driver::{Ctl, ThreadStats, Timing, run_threads};
+use super::report::Outcome;
+use super::workload::{OpGen, Rng, Workload, mix64};
+
+/// State a thread shares with its own callbacks.
+struct Local {
+    stats: ThreadStats,
+    free: Vec<AlignedBuf>,
+    /// Whether completions count (copied from the run's phase by the thread loop).
+    measuring: bool,
+    error: Option<String>,
+}
+
+fn on_complete(local: &RefCell<Local>, c: Completion, submitted: Instant) {
+    let lat = submitted.elapsed();
+    let mut l = local.borrow_mut();
+    match c.result {
+        Ok(()) => {
+            if l.measuring {
+                l.stats.record(lat, c.kind == OpKind::Read);
+            }
+        }
+        Err(e) => {
+            if l.error.is_none() {
+                l.error = Some(format!("direct engine: {e}"));
+            }
+        }
+    }
+    l.free.push(c.buf);
+}
+
+/// Run the workload on `threads` threads with `iodepth` requests in flight each.
+pub(crate) fn run(
+    store: &Store,
+    file: &File,
+    w: &Workload,
+    threads: usize,
+    iodepth: u32,
+    timing: &Timing,
+) -> Result<Outcome, String> {
+    let m = run_threads(threads, timing, |t, ctl| {
+        thread_body(store, file, w, t, threads, iodepth as usize, ctl)
+    })?;
+    // Nothing is cached: every read goes to a device.
+    Ok(Outcome::from_measured(&m, Some(0.0)))
+}
+
+fn thread_body(
+    store: &Store,
+    file: &File,
+    w: &Workload,
+    t: usize,
+    threads: usize,
+    depth: usize,
+    ctl: &Ctl,
+) -> Result<ThreadStats, String> {
+    let mut bufs = store
+        .alloc_registered(depth, w.bs as usize)
+        .map_err(|e| format!("direct engine: cannot allocate buffers: {e}"))?;
+    if w.rw.writes() {
+        let mut rng = Rng::new(w.seed ^ mix64(t as u64 + 1));
+        for b in &mut bufs {
+            rng.fill_nonzero(b);
+        }
+    }
+    let local = Rc::new(RefCell::new(Local {
+        stats: ThreadStats::new(),
+        free: bufs,
+        measuring: false,
+        error: None,
+    }));
+    let mut queue = Queue::new(depth);
+    let mut ops = OpGen::new(w, t, threads);
+    let mut batch: Vec<AlignedBuf> = Vec::with_capacity(depth);
+    loop {
+        {
+            let mut l = local.borrow_mut();
+            if l.error.is_some() || ctl.stopped() {
+                break;
+            }
+            l.measuring = ctl.measuring();
+            ctl.publish(t, l.stats.ops);
+            std::mem::swap(&mut l.free, &mut batch);
+        }
+        if !batch.is_empty() {
+            let submitted = Instant::now();
+            let reqs: Vec<Request> = batch
+                .drain(..)
+                .map(|buf| {
+                    let op = ops.next_op();
+                    let l = Rc::clone(&local);
+                    let cb = move |c: Completion| on_complete(&l, c, submitted);
+                    if op.read {
+                        Request::read(file, op.offset, buf, cb)
+                    } else {
+                        Request::write(file, op.offset, buf, cb)
+                    }
+                })
+                .collect();
+            queue.submit(reqs);
+        }
+        queue.wait(1);
+    }
+    local.borrow_mut().measuring = false;
+    queue.drain();
+    let mut l = local.borrow_mut();
+    if let Some(e) = l.error.take() {
+        return Err(e);
+    }
+    Ok(std::mem::replace(&mut l.stats, ThreadStats::new()))
+}

@@ -1,0 +1,299 @@
+//! Running N bench threads for a ramp and a measured period, in whatever process
+//! the engine lives in (the bench itself or the Linux-engine child).
+//!
+//! All threads start together on a barrier. A coordinator (the calling thread)
+//! flips a shared phase (ramp -> measure -> stop), takes the process's CPU times and
+//! I/O counters at the edges of the measured period, and prints the progress line.
+//! Each thread keeps its own histogram and counters; the only shared things it
+//! touches are the phase (read) and its own cache-line-padded progress counter.
+
+use std::io::IsTerminal;
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+use super::progress::Progress;
+
+const RAMP: u8 = 0;
+const MEASURE: u8 = 1;
+const STOP: u8 = 2;
+
+/// Latencies up to a minute, in nanoseconds, three significant digits.
+const MAX_LAT_NS: u64 = 60_000_000_000;
+
+/// Set by SIGINT: the current run stops early and no further run starts.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::SeqCst);
+}
+
+/// Make Ctrl-C stop the bench cleanly (temporary files and cgroups are removed).
+pub(crate) fn install_sigint() {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+}
+
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// Latency histogram and counters of one thread (or of a whole run, merged).
+pub(crate) struct ThreadStats {
+    pub(crate) hist: Histogram<u64>,
+    pub(crate) ops: u64,
+    pub(crate) reads: u64,
+}
+
+impl ThreadStats {
+    pub(crate) fn new() -> ThreadStats {
+        ThreadStats {
+            hist: Histogram::new_with_bounds(1, MAX_LAT_NS, 3)
+                .expect("constant histogram bounds are valid"),
+            ops: 0,
+            reads: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn record(&mut self, lat: Duration, read: bool) {
+        let ns = (lat.as_nanos() as u64).clamp(1, MAX_LAT_NS);
+        self.hist.saturating_record(ns);
+        self.ops += 1;
+        self.reads += read as u64;
+    }
+
+    pub(crate) fn merge(&mut self, other: &ThreadStats) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.hist.add(&other.hist);
+        self.ops += other.ops;
+        self.reads += other.reads;
+    }
+}
+
+/// A per-thread progress counter on its own cache lines.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot {
+    ops: AtomicU64,
+}
+
+/// What bench threads see of the run.
+pub(crate) struct Ctl {
+    phase: AtomicU8,
+    slots: Vec<Slot>,
+}
+
+impl Ctl {
+    /// Whether completions now count.
+    #[inline]
+    pub(crate) fn measuring(&self) -> bool {
+        self.phase.load(Ordering::Relaxed) == MEASURE
+    }
+
+    /// Whether the thread should stop issuing I/O.
+    #[inline]
+    pub(crate) fn stopped(&self) -> bool {
+        self.phase.load(Ordering::Relaxed) == STOP
+    }
+
+    /// Publish thread `t`'s measured op count for the progress line.
+    #[inline]
+    pub(crate) fn publish(&self, t: usize, ops: u64) {
+        self.slots[t].ops.store(ops, Ordering::Relaxed);
+    }
+
+    /// Measured operations of all threads so far.
+    pub(crate) fn total_ops(&self) -> u64 {
+        self.slots
+            .iter()
+            .map(|s| s.ops.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    fn stop(&self) {
+        self.phase.store(STOP, Ordering::SeqCst);
+    }
+}
+
+/// Length of the run and how to show it.
+#[derive(Clone, Debug)]
+pub(crate) struct Timing {
+    pub(crate) runtime: f64,
+    pub(crate) ramp: f64,
+    /// Label of the progress line; `None` for no progress line.
+    pub(crate) progress: Option<String>,
+    pub(crate) bs: u64,
+}
+
+/// The outcome of the measured period, merged over threads.
+pub(crate) struct Measured {
+    pub(crate) stats: ThreadStats,
+    pub(crate) secs: f64,
+    pub(crate) cpu_user_s: f64,
+    pub(crate) cpu_sys_s: f64,
+    /// Bytes this process made the block layer read (`/proc/self/io`), if known.
+    pub(crate) read_bytes: Option<u64>,
+    pub(crate) interrupted: bool,
+}
+
+/// CPU user and system seconds of this process so far.
+pub(crate) fn cpu_times() -> (f64, f64) {
+    // SAFETY: `rusage` is plain data; zeroed is a valid value to be overwritten.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `ru` is a valid, writable rusage.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    (secs(ru.ru_utime), secs(ru.ru_stime))
+}
+
+/// `read_bytes` of `/proc/self/io`.
+pub(crate) fn proc_read_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/io").ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Run `body(thread, ctl)` on `threads` threads for `timing`, and merge their stats.
+pub(crate) fn run_threads<F>(threads: usize, timing: &Timing, body: F) -> Result<Measured, String>
+where
+    F: Fn(usize, &Ctl) -> Result<ThreadStats, String> + Sync,
+{
+    let ctl = Ctl {
+        phase: AtomicU8::new(RAMP),
+        slots: (0..threads).map(|_| Slot::default()).collect(),
+    };
+    let barrier = Barrier::new(threads + 1);
+    let results: Mutex<Vec<Result<ThreadStats, String>>> = Mutex::new(Vec::new());
+    let mut edges = None;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (ctl, barrier, body, results) = (&ctl, &barrier, &body, &results);
+            s.spawn(move || {
+                barrier.wait();
+                let r = body(t, ctl);
+                if r.is_err() {
+                    ctl.stop();
+                }
+                results.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+            });
+        }
+        barrier.wait();
+        edges = Some(coordinate(&ctl, timing));
+    });
+    let (secs, (u0, s0), (u1, s1), rb0, rb1) = edges.expect("coordinator ran");
+    let mut stats = ThreadStats::new();
+    for r in results.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        stats.merge(&r?);
+    }
+    Ok(Measured {
+        stats,
+        secs,
+        cpu_user_s: (u1 - u0).max(0.0),
+        cpu_sys_s: (s1 - s0).max(0.0),
+        read_bytes: rb0.zip(rb1).map(|(a, b)| b.saturating_sub(a)),
+        interrupted: interrupted(),
+    })
+}
+
+type Edges = (f64, (f64, f64), (f64, f64), Option<u64>, Option<u64>);
+
+/// The coordinator's part: ramp, measure, stop; returns the measured period's edges.
+fn coordinate(ctl: &Ctl, timing: &Timing) -> Edges {
+    let mut progress = timing
+        .progress
+        .as_ref()
+        .filter(|_| std::io::stderr().is_terminal())
+        .map(|label| Progress::new(label, timing));
+    let tick = Duration::from_millis(50);
+    let ramp_end = Instant::now() + Duration::from_secs_f64(timing.ramp);
+    while Instant::now() < ramp_end && !ctl.stopped() && !interrupted() {
+        if let Some(p) = progress.as_mut() {
+            p.update(ctl, None);
+        }
+        std::thread::sleep(tick.min(ramp_end.saturating_duration_since(Instant::now())));
+    }
+    let cpu0 = cpu_times();
+    let rb0 = proc_read_bytes();
+    let t0 = Instant::now();
+    // Nobody else writes the phase except `stop`, which must win.
+    let _ = ctl
+        .phase
+        .compare_exchange(RAMP, MEASURE, Ordering::SeqCst, Ordering::SeqCst);
+    if let Some(p) = progress.as_mut() {
+        // The first measured figure after a second of measuring, not at once.
+        p.restart(t0);
+    }
+    let end = t0 + Duration::from_secs_f64(timing.runtime);
+    while Instant::now() < end && !ctl.stopped() && !interrupted() {
+        if let Some(p) = progress.as_mut() {
+            p.update(ctl, Some(t0));
+        }
+        std::thread::sleep(tick.min(end.saturating_duration_since(Instant::now())));
+    }
+    ctl.stop();
+    let secs = t0.elapsed().as_secs_f64();
+    let cpu1 = cpu_times();
+    let rb1 = proc_read_bytes();
+    if progress.is_some() {
+        say_raw!("\r\x1b[K");
+    }
+    (secs, cpu0, cpu1, rb0, rb1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_run_and_merge() {
+        let timing = Timing {
+            runtime: 0.2,
+            ramp: 0.05,
+            progress: None,
+            bs: 4096,
+        };
+        let m = run_threads(3, &timing, |t, ctl| {
+            let mut st = ThreadStats::new();
+            while !ctl.stopped() {
+                if ctl.measuring() {
+                    st.record(Duration::from_micros(10 + t as u64), t == 0);
+                    ctl.publish(t, st.ops);
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(st)
+        })
+        .unwrap();
+        assert!(m.stats.ops > 30, "{}", m.stats.ops);
+        assert!(m.stats.reads > 0 && m.stats.reads < m.stats.ops);
+        assert!(m.secs >= 0.2 && m.secs < 1.0, "{}", m.secs);
+        assert_eq!(m.stats.hist.len(), m.stats.ops);
+    }
+
+    #[test]
+    fn a_failing_thread_fails_the_run_early() {
+        let timing = Timing {
+            runtime: 30.0,
+            ramp: 0.0,
+            progress: None,
+            bs: 512,
+        };
+        let t0 = Instant::now();
+        let r = run_threads(2, &timing, |t, ctl| {
+            if t == 1 {
+                return Err("boom".to_string());
+            }
+            while !ctl.stopped() {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(ThreadStats::new())
+        });
+        assert_eq!(r.err().as_deref(), Some("boom"));
+        assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+}

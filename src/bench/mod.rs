@@ -1,0 +1,285 @@
+//! `setcache bench`: a fio-like benchmark of the storage layer against the Linux
+//! I/O paths on the same data.
+//!
+//! One run is one engine at one thread count and one hit-ratio target. Runs go in
+//! order threads -> hit ratio -> engine, each from a cold page cache; fio (with
+//! `--compare-fio`) runs once per thread count. The table goes to stdout, notices
+//! and progress to stderr.
+
+mod args;
+mod cgroup;
+mod child;
+mod config;
+mod direct;
+mod driver;
+mod engine;
+mod fio;
+mod linux;
+mod mmap;
+mod outcome;
+mod pattern;
+mod plot;
+mod prep;
+mod progress;
+mod report;
+mod rng;
+mod size;
+mod svg;
+mod workload;
+mod zipf;
+
+use std::path::{Path, PathBuf};
+
+use setcache::{File, Store};
+
+pub(crate) use args::BenchArgs;
+pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
+
+use cgroup::{Hierarchy, MemCgroup};
+use config::Config;
+use driver::{Timing, interrupted};
+use engine::Engine;
+use linux::LinuxJob;
+use report::RunResult;
+use size::format_size;
+use workload::{Workload, mix64};
+
+/// Arguments of the demo that `setcache` runs when given no arguments.
+pub(crate) const DEMO_ARGS: &[&str] = &[
+    "--file-size",
+    "256M",
+    "--rw",
+    "randread",
+    "--bs",
+    "4k",
+    "--engine",
+    "direct,linux-buffered,linux-direct,mmap",
+    "--threads",
+    "1",
+    "--runtime",
+    "3",
+    "--cache-size",
+    "64M",
+];
+
+/// What every run shares.
+struct Bench<'a> {
+    cfg: &'a Config,
+    store: &'a Store,
+    file: &'a File,
+    paths: Vec<PathBuf>,
+    cgroups: Option<Hierarchy>,
+}
+
+/// Run the bench; errors come back as one line for `error: ...`.
+pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
+    let cfg = config::validate(args)?;
+    driver::install_sigint();
+    let ws = prep::Workspace::new(cfg.a.dir.as_deref())?;
+    let roots = prep::device_roots(&ws.dir, cfg.a.devices)?;
+    let store = prep::open_store(&cfg, &roots)?;
+    let file = prep::bench_file(&store, &cfg, &ws.dir)?;
+    let paths = store.backing_paths(prep::FILE_NAME);
+    let cgroups = if cfg.engines.iter().any(|e| e.is_linux()) {
+        cgroup_setup(&cfg)
+    } else {
+        None
+    };
+    let fio = if cfg.a.compare_fio {
+        let found = fio::find_fio();
+        if found.is_none() {
+            say!("note: fio is not on PATH; --compare-fio skipped");
+        }
+        found
+    } else {
+        None
+    };
+    let bench = Bench {
+        cfg: &cfg,
+        store: &store,
+        file: &file,
+        paths,
+        cgroups,
+    };
+    let n_runs = cfg.a.threads.len() * cfg.hit_targets.len() * cfg.engines.len()
+        + fio.as_ref().map_or(0, |_| cfg.a.threads.len());
+    say!(
+        "{n_runs} runs of {} s{} each; store engine {}, {} device(s), layout {}, {} file",
+        cfg.a.runtime,
+        if cfg.a.ramp > 0.0 {
+            format!(" (+{} s ramp)", cfg.a.ramp)
+        } else {
+            String::new()
+        },
+        store.engine_name(),
+        cfg.a.devices,
+        cfg.a.layout,
+        format_size(file.len())
+    );
+    let mut runs: Vec<RunResult> = Vec::new();
+    let result = run_all(&bench, fio.as_deref(), &mut runs);
+    if !runs.is_empty() {
+        out!("{}", report::table(&runs));
+    }
+    result?;
+    report::write_outputs(&cfg, &runs)?;
+    if interrupted() {
+        return Err("interrupted".to_string());
+    }
+    Ok(())
+}
+
+fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(), String> {
+    for &threads in &b.cfg.a.threads {
+        for &hit in &b.cfg.hit_targets {
+            for &engine in &b.cfg.engines {
+                if interrupted() {
+                    return Ok(());
+                }
+                prep::cold(&b.paths)?;
+                let r = run_one(b, engine, threads, hit)?;
+                say!(
+                    "{:<15} threads {threads:<3}{}  {:>10.0} IOPS  {:>8.1} MiB/s  p99 {:.1} us",
+                    r.engine,
+                    hit.map_or(String::new(), |h| format!(" hit target {:.0}%", h * 100.0)),
+                    r.iops(),
+                    r.mib_s(),
+                    r.out.lat.p99
+                );
+                runs.push(r);
+            }
+        }
+        if let Some(fio) = fio {
+            if interrupted() {
+                return Ok(());
+            }
+            prep::cold(&b.paths)?;
+            match run_fio(b, fio, threads) {
+                Ok(r) => runs.push(r),
+                Err(e) => say!("note: {e}; fio run skipped"),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn run_one(
+    b: &Bench,
+    engine: Engine,
+    threads: usize,
+    hit: Option<f64>,
+) -> Result<RunResult, String> {
+    let a = &b.cfg.a;
+    let w = Workload {
+        rw: a.rw,
+        rwmix_read: b.cfg.rwmix_read,
+        bs: a.bs,
+        file_len: b.file.len(),
+        dist: a.dist,
+        hot: b.cfg.hot_spot(hit)?,
+        seed: a.seed ^ mix64(threads as u64),
+    };
+    let label = format!(
+        "{engine} {} {} x{threads}{}",
+        a.rw,
+        format_size(a.bs),
+        hit.map_or(String::new(), |h| format!(" hit {:.0}%", h * 100.0))
+    );
+    let timing = Timing {
+        runtime: a.runtime,
+        ramp: a.ramp,
+        progress: (!a.no_progress).then_some(label),
+        bs: a.bs,
+    };
+    let out = match engine {
+        Engine::Direct => direct::run(b.store, b.file, &w, threads, a.iodepth, &timing)?,
+        Engine::LinuxBuffered | Engine::LinuxDirect | Engine::Mmap => {
+            let job = LinuxJob {
+                engine,
+                workload: w,
+                threads,
+                timing,
+                layout: b.file.layout(),
+                paths: b.paths.clone(),
+            };
+            let cg = match (&b.cgroups, a.cache_size) {
+                (Some(h), Some(_)) => Some(MemCgroup::create(h)?),
+                _ => None,
+            };
+            let cap = cg
+                .as_ref()
+                .zip(a.cache_size)
+                .map(|(cgroup, cache_bytes)| child::Cap {
+                    cgroup,
+                    cache_bytes,
+                });
+            child::run_in_child(&job, cap)?
+        }
+        Engine::Setcache => return Err(engine.available().err().unwrap_or_default()),
+    };
+    Ok(RunResult {
+        engine: engine.name().to_string(),
+        rw: a.rw,
+        bs: a.bs,
+        threads,
+        iodepth: if engine.is_async() { a.iodepth } else { 1 },
+        cache_size: a.cache_size,
+        hit_target: hit,
+        out,
+    })
+}
+
+fn run_fio(b: &Bench, fio: &Path, threads: usize) -> Result<RunResult, String> {
+    let a = &b.cfg.a;
+    let job = fio::FioJob {
+        rw: a.rw,
+        rwmix_read: b.cfg.rwmix_read,
+        bs: a.bs,
+        iodepth: a.iodepth,
+        threads,
+        runtime: a.runtime,
+        ramp: a.ramp,
+        dist: a.dist,
+        paths: b.paths.clone(),
+        per_device: b.file.layout().device_bytes(b.file.len()),
+    };
+    say!("fio {}", fio::fio_args(&job).join(" "));
+    let out = fio::run(fio, &job)?;
+    Ok(RunResult {
+        engine: "fio".to_string(),
+        rw: a.rw,
+        bs: a.bs,
+        threads,
+        iodepth: a.iodepth,
+        cache_size: a.cache_size,
+        hit_target: None,
+        out,
+    })
+}
+
+/// Find the memory cgroup for the Linux engines, or say the cache is unconstrained.
+fn cgroup_setup(cfg: &Config) -> Option<Hierarchy> {
+    let Some(cache) = cfg.a.cache_size else {
+        say!("page cache unconstrained (no --cache-size given)");
+        return None;
+    };
+    let trial = cgroup::detect().and_then(|h| {
+        let cg = MemCgroup::create(&h)?;
+        cg.set_limit(u64::MAX / 2)?;
+        say!(
+            "Linux engines run in memory cgroups under {} limited to {} + their own memory",
+            cg.path()
+                .parent()
+                .map_or(String::new(), |p| p.display().to_string()),
+            format_size(cache)
+        );
+        Ok(h)
+    });
+    match trial {
+        Ok(h) => Some(h),
+        Err(why) => {
+            say!("page cache unconstrained ({why})");
+            None
+        }
+    }
+}

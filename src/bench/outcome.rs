@@ -1,0 +1,147 @@
+//! What one run measured, in whatever process it ran, and its JSON form (the
+//! Linux-engine child sends it to the bench this way).
+
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+use super::driver::Measured;
+
+/// Latency percentiles in microseconds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct Lat {
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
+    pub(crate) p999: f64,
+    pub(crate) p9999: f64,
+    pub(crate) max: f64,
+}
+
+impl Lat {
+    /// From a histogram of nanoseconds.
+    pub(crate) fn from_hist(h: &Histogram<u64>) -> Lat {
+        if h.is_empty() {
+            return Lat::default();
+        }
+        let us = |ns: u64| ns as f64 / 1000.0;
+        Lat {
+            p50: us(h.value_at_quantile(0.5)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            p9999: us(h.value_at_quantile(0.9999)),
+            max: us(h.max()),
+        }
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({"p50": self.p50, "p99": self.p99, "p999": self.p999, "p9999": self.p9999, "max": self.max})
+    }
+
+    pub(crate) fn from_json(v: &Value) -> Option<Lat> {
+        let f = |k: &str| v.get(k).and_then(Value::as_f64);
+        Some(Lat {
+            p50: f("p50")?,
+            p99: f("p99")?,
+            p999: f("p999")?,
+            p9999: f("p9999")?,
+            max: f("max")?,
+        })
+    }
+}
+
+/// What one run measured, whatever the engine (and whichever process ran it).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Outcome {
+    pub(crate) ops: u64,
+    pub(crate) reads: u64,
+    pub(crate) secs: f64,
+    pub(crate) lat: Lat,
+    pub(crate) cpu_user_s: f64,
+    pub(crate) cpu_sys_s: f64,
+    /// Measured hit ratio of reads; `None` when the run made no reads.
+    pub(crate) hit_ratio: Option<f64>,
+    pub(crate) interrupted: bool,
+}
+
+/// Hit ratio from the bytes the block layer read for `reads` reads of `bs` bytes.
+pub(crate) fn hit_from_read_bytes(read_bytes: u64, reads: u64, bs: u64) -> Option<f64> {
+    if reads == 0 {
+        return None;
+    }
+    let asked = reads as f64 * bs as f64;
+    Some((1.0 - read_bytes as f64 / asked).clamp(0.0, 1.0))
+}
+
+impl Outcome {
+    pub(crate) fn from_measured(m: &Measured, hit_ratio: Option<f64>) -> Outcome {
+        Outcome {
+            ops: m.stats.ops,
+            reads: m.stats.reads,
+            secs: m.secs,
+            lat: Lat::from_hist(&m.stats.hist),
+            cpu_user_s: m.cpu_user_s,
+            cpu_sys_s: m.cpu_sys_s,
+            hit_ratio: if m.stats.reads == 0 { None } else { hit_ratio },
+            interrupted: m.interrupted,
+        }
+    }
+
+    pub(crate) fn to_json(&self) -> Value {
+        json!({
+            "ops": self.ops, "reads": self.reads, "secs": self.secs, "lat_us": self.lat.to_json(),
+            "cpu_user_s": self.cpu_user_s, "cpu_sys_s": self.cpu_sys_s,
+            "hit_ratio": self.hit_ratio, "interrupted": self.interrupted,
+        })
+    }
+
+    pub(crate) fn from_json(v: &Value) -> Option<Outcome> {
+        Some(Outcome {
+            ops: v.get("ops")?.as_u64()?,
+            reads: v.get("reads")?.as_u64()?,
+            secs: v.get("secs")?.as_f64()?,
+            lat: Lat::from_json(v.get("lat_us")?)?,
+            cpu_user_s: v.get("cpu_user_s")?.as_f64()?,
+            cpu_sys_s: v.get("cpu_sys_s")?.as_f64()?,
+            hit_ratio: v.get("hit_ratio").and_then(Value::as_f64),
+            interrupted: v.get("interrupted")?.as_bool()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_round_trips_through_json() {
+        let o = Outcome {
+            ops: 10,
+            reads: 7,
+            secs: 1.5,
+            lat: Lat {
+                p50: 1.0,
+                p99: 2.0,
+                p999: 3.0,
+                p9999: 4.0,
+                max: 5.0,
+            },
+            cpu_user_s: 0.25,
+            cpu_sys_s: 0.5,
+            hit_ratio: Some(0.75),
+            interrupted: true,
+        };
+        assert_eq!(Outcome::from_json(&o.to_json()), Some(o.clone()));
+        let none = Outcome {
+            hit_ratio: None,
+            ..o
+        };
+        assert_eq!(Outcome::from_json(&none.to_json()), Some(none));
+    }
+
+    #[test]
+    fn hit_ratio_from_io_counters() {
+        assert_eq!(hit_from_read_bytes(0, 0, 4096), None);
+        assert_eq!(hit_from_read_bytes(0, 10, 4096), Some(1.0));
+        assert_eq!(hit_from_read_bytes(20 * 4096, 40, 4096), Some(0.5));
+        assert_eq!(hit_from_read_bytes(100 * 4096, 40, 4096), Some(0.0));
+    }
+}

@@ -1,0 +1,111 @@
+//! The I/O pattern (`--rw`) and the offset distribution (`--dist`).
+
+use std::fmt;
+
+/// The I/O pattern, named as fio names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pattern {
+    RandRead,
+    RandWrite,
+    RandRw,
+    Read,
+    Write,
+}
+
+impl Pattern {
+    pub(crate) fn parse(s: &str) -> Result<Pattern, String> {
+        Ok(match s {
+            "randread" => Pattern::RandRead,
+            "randwrite" => Pattern::RandWrite,
+            "randrw" => Pattern::RandRw,
+            "read" => Pattern::Read,
+            "write" => Pattern::Write,
+            _ => {
+                return Err(format!(
+                    "unknown --rw {s:?}: expected randread, randwrite, randrw, read or write"
+                ));
+            }
+        })
+    }
+
+    pub(crate) fn is_random(self) -> bool {
+        matches!(
+            self,
+            Pattern::RandRead | Pattern::RandWrite | Pattern::RandRw
+        )
+    }
+
+    pub(crate) fn writes(self) -> bool {
+        !matches!(self, Pattern::RandRead | Pattern::Read)
+    }
+
+    #[cfg(test)]
+    pub(crate) fn reads(self) -> bool {
+        !matches!(self, Pattern::RandWrite | Pattern::Write)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pattern::RandRead => "randread",
+            Pattern::RandWrite => "randwrite",
+            Pattern::RandRw => "randrw",
+            Pattern::Read => "read",
+            Pattern::Write => "write",
+        })
+    }
+}
+
+/// How random offsets are drawn.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Dist {
+    Uniform,
+    Zipf(f64),
+}
+
+impl Dist {
+    pub(crate) fn parse(s: &str) -> Result<Dist, String> {
+        if s == "uniform" {
+            return Ok(Dist::Uniform);
+        }
+        let Some(theta) = s.strip_prefix("zipf:") else {
+            return Err(format!(
+                "unknown --dist {s:?}: expected uniform or zipf:THETA (e.g. zipf:0.99)"
+            ));
+        };
+        match theta.parse::<f64>() {
+            Ok(t) if t.is_finite() && t > 0.0 && t <= 100.0 => Ok(Dist::Zipf(t)),
+            _ => Err(format!(
+                "bad zipf theta {theta:?} in --dist {s:?}: it must be a number above 0 (e.g. 0.99 or 1.2)"
+            )),
+        }
+    }
+}
+
+impl fmt::Display for Dist {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Dist::Uniform => f.write_str("uniform"),
+            Dist::Zipf(t) => write!(f, "zipf:{t}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parsers_reject_bad_values() {
+        assert_eq!(Dist::parse("zipf:0.99"), Ok(Dist::Zipf(0.99)));
+        assert_eq!(Dist::parse("uniform"), Ok(Dist::Uniform));
+        for bad in [
+            "zipf:0", "zipf:-1", "zipf:", "zipf:x", "zipf", "pareto", "zipf:nan",
+        ] {
+            assert!(Dist::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(Pattern::parse("randrw"), Ok(Pattern::RandRw));
+        assert!(Pattern::parse("trim").is_err());
+    }
+}

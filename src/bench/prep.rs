@@ -1,0 +1,214 @@
+//! The bench's working directory, store and prefilled data file.
+
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use setcache::{AlignedBuf, Error, File, Store, StoreOptions};
+
+use super::config::Config;
+use super::driver::interrupted;
+use super::size::format_size;
+use super::workload::{Rng, mix64};
+
+/// Name of the bench file in the store.
+pub(crate) const FILE_NAME: &str = "bench";
+/// Marker of a completely prefilled bench file, beside the device roots.
+const MARKER: &str = "bench.filled";
+/// Prefill write size.
+const CHUNK: usize = 1 << 20;
+
+/// The directory the bench works in; removed at the end only if the bench made it
+/// as a temporary directory.
+pub(crate) struct Workspace {
+    pub(crate) dir: PathBuf,
+    temporary: bool,
+}
+
+impl Workspace {
+    pub(crate) fn new(dir: Option<&Path>) -> Result<Workspace, String> {
+        let Some(dir) = dir else {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let dir =
+                std::env::temp_dir().join(format!("setcache-bench-{}-{nanos}", std::process::id()));
+            fs::create_dir(&dir)
+                .map_err(|e| format!("cannot create temporary directory {}: {e}", dir.display()))?;
+            return Ok(Workspace {
+                dir,
+                temporary: true,
+            });
+        };
+        match fs::metadata(dir) {
+            Ok(m) if !m.is_dir() => {
+                return Err(format!("--dir {} is not a directory", dir.display()));
+            }
+            Ok(m) if m.permissions().readonly() => {
+                return Err(format!("--dir {} is read-only", dir.display()));
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                fs::create_dir_all(dir)
+                    .map_err(|e| format!("cannot create --dir {}: {e}", dir.display()))?;
+            }
+            Err(e) => return Err(format!("--dir {}: {e}", dir.display())),
+        }
+        // Root ignores permission bits; a probe also catches read-only mounts.
+        let probe = dir.join(format!(".setcache-probe-{}", std::process::id()));
+        fs::write(&probe, b"")
+            .map_err(|e| format!("--dir {} is not writable: {e}", dir.display()))?;
+        let _ = fs::remove_file(&probe);
+        Ok(Workspace {
+            dir: dir.to_path_buf(),
+            temporary: false,
+        })
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if self.temporary
+            && let Err(e) = fs::remove_dir_all(&self.dir)
+        {
+            say!("warning: could not remove {}: {e}", self.dir.display());
+        }
+    }
+}
+
+/// `DIR/dev0 .. DIR/devN-1`, created if missing.
+pub(crate) fn device_roots(dir: &Path, devices: u32) -> Result<Vec<PathBuf>, String> {
+    (0..devices)
+        .map(|i| {
+            let root = dir.join(format!("dev{i}"));
+            fs::create_dir_all(&root)
+                .map_err(|e| format!("cannot create {}: {e}", root.display()))?;
+            Ok(root)
+        })
+        .collect()
+}
+
+pub(crate) fn open_store(cfg: &Config, roots: &[PathBuf]) -> Result<Store, String> {
+    let in_flight = cfg.a.iodepth as usize * cfg.max_threads();
+    let opts = StoreOptions {
+        engine: cfg.io_engine(),
+        block_pages: cfg.a.block_pages,
+        io_depth: in_flight.next_power_of_two().clamp(32, 4096) as u32,
+        ..StoreOptions::default()
+    };
+    Store::open(roots, opts).map_err(|e| format!("cannot open the store: {e}"))
+}
+
+fn marker_text(cfg: &Config, block_bytes: u64) -> String {
+    format!(
+        "size={} layout={} devices={} block_bytes={block_bytes}\n",
+        cfg.a.file_size, cfg.a.layout, cfg.a.devices
+    )
+}
+
+/// The prefilled bench file: reused when it matches, else (re)created and filled.
+pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File, String> {
+    let marker = dir.join(MARKER);
+    let want = marker_text(cfg, store.block_bytes());
+    let stale = match store.info(FILE_NAME) {
+        Ok(info) => {
+            let matches = info.len == cfg.a.file_size
+                && info.layout == cfg.a.layout
+                && info.devices == cfg.a.devices as usize
+                && info.block_bytes == store.block_bytes()
+                && fs::read_to_string(&marker).is_ok_and(|m| m == want);
+            if matches {
+                say!("reusing the prefilled bench file in {}", dir.display());
+                return store.open_file(FILE_NAME).map_err(|e| e.to_string());
+            }
+            Some("it does not match".to_string())
+        }
+        Err(Error::FileNotFound(_)) => None,
+        // E.g. made for another number of devices.
+        Err(e) => Some(format!("it cannot be opened: {e}")),
+    };
+    if let Some(why) = stale {
+        say!("the bench file in {} is recreated: {why}", dir.display());
+        let _ = fs::remove_file(&marker);
+        store
+            .delete(FILE_NAME)
+            .map_err(|e| format!("cannot delete the old bench file: {e}"))?;
+    }
+    let _ = fs::remove_file(&marker);
+    let file = store
+        .create(FILE_NAME, cfg.a.file_size, cfg.a.layout)
+        .map_err(|e| format!("cannot create the bench file: {e}"))?;
+    prefill(&file, cfg.a.seed)?;
+    fs::write(&marker, want).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
+    Ok(file)
+}
+
+/// Fill the file with nonzero pseudo-random bytes, 1 MiB writes from a few threads.
+fn prefill(file: &File, seed: u64) -> Result<(), String> {
+    let len = file.len();
+    let chunks = len.div_ceil(CHUNK as u64);
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(2, 4) as u64;
+    say!(
+        "prefilling {} bench file ({threads} threads)...",
+        format_size(len)
+    );
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                s.spawn(move || -> Result<(), String> {
+                    let mut buf = AlignedBuf::new(CHUNK);
+                    let mut c = t;
+                    while c < chunks {
+                        if interrupted() {
+                            return Err("interrupted during prefill".to_string());
+                        }
+                        let off = c * CHUNK as u64;
+                        let n = (len - off).min(CHUNK as u64) as usize;
+                        Rng::new(seed ^ mix64(c)).fill_nonzero(&mut buf[..n]);
+                        file.write_at(off, &buf[..n])
+                            .map_err(|e| format!("prefill: {e}"))?;
+                        c += threads;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err("prefill thread panicked".to_string()))
+            })
+            .collect::<Result<Vec<()>, String>>()
+    })?;
+    file.sync().map_err(|e| format!("prefill: {e}"))?;
+    let secs = start.elapsed().as_secs_f64();
+    say!(
+        "prefilled in {secs:.1} s ({:.0} MiB/s)",
+        len as f64 / (1u64 << 20) as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+/// Start cold: write back and drop the kernel's cached pages of the backing files.
+pub(crate) fn cold(paths: &[PathBuf]) -> Result<(), String> {
+    for p in paths {
+        let f = fs::File::open(p).map_err(|e| format!("cannot open {}: {e}", p.display()))?;
+        f.sync_data()
+            .map_err(|e| format!("cannot sync {}: {e}", p.display()))?;
+        // SAFETY: plain syscall on an open descriptor.
+        let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(format!(
+                "cannot drop cached pages of {}: {}",
+                p.display(),
+                std::io::Error::from_raw_os_error(rc)
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! Byte sizes as people type them ("4k", "512M", "1G", "1.5g", "4KiB", "512") and
+//! as the reports print them.
+//!
+//! Suffixes are binary (k = 1024) and case-insensitive; an optional "i" and "b"
+//! may follow ("KiB", "kb"). A fraction is allowed when the result is a whole
+//! number of bytes.
+
+/// Parse a size in bytes.
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
+    let bad =
+        |why: &str| format!("invalid size {text:?}: {why} (expected e.g. 512, 64k, 512M, 4G)");
+    let s = text.trim();
+    if s.is_empty() {
+        return Err(bad("empty"));
+    }
+    let num_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (num, suffix) = s.split_at(num_end);
+    if num.is_empty() {
+        return Err(bad("no number"));
+    }
+    let shift = match suffix.to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad(&format!("unknown suffix {suffix:?}"))),
+    };
+    let unit = 1u64 << shift;
+    match num.split_once('.') {
+        None => {
+            let n: u64 = num.parse().map_err(|_| bad("not a number"))?;
+            n.checked_mul(unit).ok_or_else(|| bad("too large"))
+        }
+        Some((whole, frac)) => {
+            if frac.is_empty() || frac.contains('.') || frac.len() > 12 {
+                return Err(bad("malformed fraction"));
+            }
+            let whole: u64 = if whole.is_empty() {
+                0
+            } else {
+                whole.parse().map_err(|_| bad("not a number"))?
+            };
+            let frac_num: u128 = frac.parse().map_err(|_| bad("not a number"))?;
+            let frac_den = 10u128.pow(frac.len() as u32);
+            let scaled = frac_num * unit as u128;
+            if scaled % frac_den != 0 {
+                return Err(bad("not a whole number of bytes"));
+            }
+            let frac_bytes = (scaled / frac_den) as u64;
+            whole
+                .checked_mul(unit)
+                .and_then(|w| w.checked_add(frac_bytes))
+                .ok_or_else(|| bad("too large"))
+        }
+    }
+}
+
+/// Print a size compactly: exact binary units where they fit ("4k", "256M"), else
+/// plain bytes.
+pub(crate) fn format_size(bytes: u64) -> String {
+    const UNITS: [(u32, &str); 4] = [(40, "T"), (30, "G"), (20, "M"), (10, "k")];
+    for (shift, name) in UNITS {
+        let unit = 1u64 << shift;
+        if bytes >= unit && bytes % unit == 0 {
+            return format!("{}{name}", bytes >> shift);
+        }
+    }
+    bytes.to_string()
+}
+
+/// clap value parser for sizes.
+pub(crate) fn size_arg(text: &str) -> Result<u64, String> {
+    parse_size(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_plain_and_suffixed_sizes() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("4K"), Ok(4096));
+        assert_eq!(parse_size("64KiB"), Ok(65536));
+        assert_eq!(parse_size("512M"), Ok(512 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("4g"), Ok(4 << 30));
+        assert_eq!(parse_size("2T"), Ok(2 << 40));
+        assert_eq!(parse_size("1.5G"), Ok(3 << 29));
+        assert_eq!(parse_size("0.5k"), Ok(512));
+        assert_eq!(parse_size(" 8mb "), Ok(8 << 20));
+        assert_eq!(parse_size("0"), Ok(0));
+    }
+
+    #[test]
+    fn refuses_garbage_with_a_reason() {
+        for bad in ["", "k", "4x", "1.2.3", "-4k", "1.", "4kk", "0.3", "abc"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("invalid size"), "{bad}: {e}");
+        }
+        assert!(parse_size("99999999999999999999").is_err());
+        assert!(parse_size("20000000T").unwrap_err().contains("too large"));
+    }
+
+    #[test]
+    fn formats_round_trip() {
+        for n in [512u64, 4096, 3072, 65536, 256 << 20, 1 << 30, 5 << 40, 1000] {
+            assert_eq!(parse_size(&format_size(n)), Ok(n));
+        }
+        assert_eq!(format_size(4096), "4k");
+        assert_eq!(format_size(256 << 20), "256M");
+        assert_eq!(format_size(1000), "1000");
+    }
+}

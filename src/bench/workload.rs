@@ -1,0 +1,234 @@
+//! What a bench thread does next: read or write, and where.
+//!
+//! Everything here is pure and seeded, so a run is reproducible and the generators
+//! are unit-tested. Offsets are always multiples of `bs` and `offset + bs <= len`.
+
+pub(crate) use super::pattern::{Dist, Pattern};
+pub(crate) use super::rng::{Rng, mix64};
+use super::zipf::Zipf;
+
+/// The hot region of a `--hit-ratio` run: the first `hot_blocks` blocks of the file
+/// get fraction `ratio` of the accesses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct HotSpot {
+    pub(crate) ratio: f64,
+    pub(crate) hot_blocks: u64,
+}
+
+impl HotSpot {
+    /// The hot region for a cache of `cache_bytes`: 3/4 of it, whole blocks of `bs`.
+    /// It must hold at least one block and leave at least one block cold.
+    pub(crate) fn for_cache(
+        ratio: f64,
+        cache_bytes: u64,
+        bs: u64,
+        file_blocks: u64,
+    ) -> Result<HotSpot, String> {
+        let hot_blocks = cache_bytes / 4 * 3 / bs;
+        if hot_blocks == 0 {
+            return Err(format!(
+                "--cache-size {cache_bytes} bytes is too small for --hit-ratio: 3/4 of it must hold at least one {bs}-byte block"
+            ));
+        }
+        if hot_blocks >= file_blocks {
+            return Err(format!(
+                "--hit-ratio needs a file larger than the hot region (3/4 of --cache-size = {} bytes); the file has {} bytes: raise --file-size or lower --cache-size",
+                hot_blocks * bs,
+                file_blocks * bs
+            ));
+        }
+        Ok(HotSpot { ratio, hot_blocks })
+    }
+}
+
+/// Everything a thread needs to generate its operations.
+#[derive(Clone, Debug)]
+pub(crate) struct Workload {
+    pub(crate) rw: Pattern,
+    /// Percent of reads for `randrw`.
+    pub(crate) rwmix_read: u8,
+    pub(crate) bs: u64,
+    pub(crate) file_len: u64,
+    pub(crate) dist: Dist,
+    pub(crate) hot: Option<HotSpot>,
+    pub(crate) seed: u64,
+}
+
+impl Workload {
+    /// Number of whole `bs` blocks in the file.
+    pub(crate) fn blocks(&self) -> u64 {
+        self.file_len / self.bs
+    }
+}
+
+/// One operation: read or write `bs` bytes at `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Op {
+    pub(crate) read: bool,
+    pub(crate) offset: u64,
+}
+
+/// The operation stream of one thread.
+pub(crate) struct OpGen {
+    w: Workload,
+    rng: Rng,
+    zipf: Option<Zipf>,
+    /// Sequential runs: this thread's block range and cursor.
+    seq_start: u64,
+    seq_len: u64,
+    seq_pos: u64,
+}
+
+impl OpGen {
+    pub(crate) fn new(w: &Workload, thread: usize, threads: usize) -> OpGen {
+        let blocks = w.blocks().max(1);
+        let t = thread as u64;
+        let n = threads.max(1) as u64;
+        let seq_start = blocks * t / n;
+        let seq_end = (blocks * (t + 1) / n).max(seq_start + 1);
+        let zipf = match (w.dist, w.hot) {
+            (Dist::Zipf(theta), None) => Some(Zipf::new(blocks, theta)),
+            _ => None,
+        };
+        OpGen {
+            rng: Rng::new(w.seed ^ mix64(t.wrapping_add(0x7e57))),
+            w: w.clone(),
+            zipf,
+            seq_start,
+            seq_len: seq_end - seq_start,
+            seq_pos: 0,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn next_op(&mut self) -> Op {
+        let read = match self.w.rw {
+            Pattern::RandRead | Pattern::Read => true,
+            Pattern::RandWrite | Pattern::Write => false,
+            Pattern::RandRw => self.rng.below(100) < self.w.rwmix_read as u64,
+        };
+        let block = if self.w.rw.is_random() {
+            self.random_block()
+        } else {
+            let b = self.seq_start + self.seq_pos;
+            self.seq_pos = (self.seq_pos + 1) % self.seq_len;
+            b
+        };
+        Op {
+            read,
+            offset: block * self.w.bs,
+        }
+    }
+
+    fn random_block(&mut self) -> u64 {
+        let blocks = self.w.blocks().max(1);
+        if let Some(hot) = self.w.hot {
+            return if self.rng.unit() < hot.ratio {
+                self.rng.below(hot.hot_blocks)
+            } else {
+                hot.hot_blocks + self.rng.below(blocks - hot.hot_blocks)
+            };
+        }
+        match &self.zipf {
+            // Scramble the rank so the hottest blocks are spread over the file.
+            Some(z) => mix64(z.sample(&mut self.rng) ^ 0x005e_ed2a_110f_f5e7) % blocks,
+            None => self.rng.below(blocks),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wl(rw: Pattern, dist: Dist, hot: Option<HotSpot>) -> Workload {
+        Workload {
+            rw,
+            rwmix_read: 70,
+            bs: 4096,
+            file_len: 1000 * 4096 + 100,
+            dist,
+            hot,
+            seed: 42,
+        }
+    }
+
+    #[test]
+    fn offsets_stay_aligned_and_in_range() {
+        for rw in [
+            Pattern::RandRead,
+            Pattern::RandWrite,
+            Pattern::RandRw,
+            Pattern::Read,
+            Pattern::Write,
+        ] {
+            for dist in [Dist::Uniform, Dist::Zipf(0.99), Dist::Zipf(1.5)] {
+                let w = wl(rw, dist, None);
+                for t in 0..3 {
+                    let mut g = OpGen::new(&w, t, 3);
+                    for _ in 0..20_000 {
+                        let op = g.next_op();
+                        assert_eq!(op.offset % w.bs, 0);
+                        assert!(op.offset + w.bs <= w.file_len, "{rw} {dist} {op:?}");
+                        assert!(rw.reads() || !op.read, "{rw} read");
+                        assert!(rw.writes() || op.read, "{rw} wrote");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sequential_threads_walk_disjoint_regions() {
+        let w = wl(Pattern::Read, Dist::Uniform, None);
+        let mut seen = std::collections::HashSet::new();
+        for t in 0..4 {
+            let mut g = OpGen::new(&w, t, 4);
+            let first = g.next_op().offset;
+            assert_eq!(first, 250 * 4096 * t as u64);
+            for i in 1..250u64 {
+                assert_eq!(g.next_op().offset, first + i * 4096);
+            }
+            assert_eq!(g.next_op().offset, first, "wraps to its region start");
+            assert!(seen.insert(first));
+        }
+    }
+
+    #[test]
+    fn rwmix_is_respected() {
+        let mut g = OpGen::new(&wl(Pattern::RandRw, Dist::Uniform, None), 0, 1);
+        let reads = (0..100_000).filter(|_| g.next_op().read).count();
+        assert!((69_000..71_000).contains(&reads), "{reads}");
+    }
+
+    #[test]
+    fn hot_region_gets_its_share() {
+        let hot = HotSpot::for_cache(0.9, 400 * 4096, 4096, 1000).unwrap();
+        assert_eq!(hot.hot_blocks, 300);
+        let mut g = OpGen::new(&wl(Pattern::RandRead, Dist::Uniform, Some(hot)), 1, 2);
+        let n = 100_000;
+        let in_hot = (0..n)
+            .filter(|_| g.next_op().offset < hot.hot_blocks * 4096)
+            .count();
+        let share = in_hot as f64 / n as f64;
+        assert!((share - 0.9).abs() < 0.01, "{share}");
+    }
+
+    #[test]
+    fn hot_region_math_refuses_impossible_setups() {
+        // 3/4 of 4 MiB is 3 MiB = 768 blocks of 4k.
+        assert_eq!(
+            HotSpot::for_cache(0.5, 4 << 20, 4096, 10_000)
+                .unwrap()
+                .hot_blocks,
+            768
+        );
+        // 3/4 of 12k with bs 8k: one block.
+        assert_eq!(
+            HotSpot::for_cache(0.5, 12288, 8192, 10).unwrap().hot_blocks,
+            1
+        );
+        assert!(HotSpot::for_cache(0.5, 4096, 4096, 10).is_err());
+        assert!(HotSpot::for_cache(0.5, 1 << 30, 4096, 1000).is_err());
+    }
+}

@@ -1,0 +1,83 @@
+//! The `setcache` command: `setcache bench ...` benchmarks the storage layer.
+//! Without arguments it runs a short demo bench.
+
+/// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// `eprint!` plus a flush, never panicking (the progress line).
+macro_rules! say_raw {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut err = std::io::stderr();
+        let _ = write!(err, $($arg)*);
+        let _ = err.flush();
+    }};
+}
+
+/// `println!` that never panics.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
+mod bench;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "setcache",
+    version,
+    about = "A user-space, set-associative page cache over an array of SSDs",
+    long_about = "A user-space, set-associative page cache over an array of SSDs.\n\n\
+                  Run without arguments for a short demo benchmark (about 15 seconds)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    // About and long help come from `BenchArgs`.
+    Bench(Box<bench::BenchArgs>),
+    /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
+    #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
+    BenchChild,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Bench(args)) => bench::run(*args),
+        Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
+        None => {
+            let argv = ["setcache", "bench"].iter().chain(bench::DEMO_ARGS);
+            let demo = Cli::parse_from(argv);
+            say!(
+                "no arguments: running a demo, `setcache bench {}` (see `setcache bench --help`)",
+                bench::DEMO_ARGS.join(" ")
+            );
+            match demo.command {
+                Some(Command::Bench(args)) => bench::run(*args),
+                _ => Err("internal error: the demo arguments do not parse".to_string()),
+            }
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            say!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
