@@ -95,6 +95,7 @@ pub(crate) fn open_store(cfg: &Config, roots: &[PathBuf]) -> Result<Store, Strin
         engine: cfg.io_engine(),
         block_pages: cfg.a.block_pages,
         io_depth: in_flight.next_power_of_two().clamp(32, 4096) as u32,
+        psync_threads: in_flight.clamp(1, 64),
         ..StoreOptions::default()
     };
     Store::open(roots, opts).map_err(|e| format!("cannot open the store: {e}"))

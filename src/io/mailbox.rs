@@ -30,6 +30,11 @@ pub(crate) struct Inner {
     pub(crate) ops: VecDeque<DevOp>,
     pub(crate) ctrl: Vec<Ctrl>,
     pub(crate) closed: bool,
+    /// Producers blocked on `space` (notifying a condvar nobody waits on still costs
+    /// a system call).
+    blocked: usize,
+    /// Consumers waiting on `work`.
+    idle: usize,
 }
 
 pub(crate) struct Mailbox {
@@ -50,6 +55,8 @@ impl Mailbox {
                 ops: VecDeque::with_capacity(cap),
                 ctrl: Vec::new(),
                 closed: false,
+                blocked: 0,
+                idle: 0,
             }),
             space: Condvar::new(),
             work: Condvar::new(),
@@ -71,7 +78,9 @@ impl Mailbox {
         }
         let mut g = self.lock();
         while !g.closed && !g.ops.is_empty() && g.ops.len() + ops.len() > self.cap {
+            g.blocked += 1;
             g = self.space.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.blocked -= 1;
         }
         if g.closed {
             drop(g);
@@ -81,13 +90,17 @@ impl Mailbox {
             return;
         }
         g.ops.extend(ops);
+        let idle = g.idle > 0;
         drop(g);
-        self.wake();
+        self.wake(idle);
     }
 
     pub(crate) fn push_ctrl(&self, c: Ctrl) {
-        self.lock().ctrl.push(c);
-        self.wake();
+        let mut g = self.lock();
+        g.ctrl.push(c);
+        let idle = g.idle > 0;
+        drop(g);
+        self.wake(idle);
     }
 
     pub(crate) fn close(&self) {
@@ -96,7 +109,9 @@ impl Mailbox {
         self.wake_all();
     }
 
-    fn wake(&self) {
+    /// Wake the consumer: the ring thread if it announced sleep, or one idle
+    /// condition-variable consumer if `idle`.
+    fn wake(&self, idle: bool) {
         match &self.wake_fd {
             Some(fd) => {
                 // SeqCst pairs with the SeqCst store in `prepare_sleep`: either the
@@ -108,14 +123,15 @@ impl Mailbox {
                     let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
                 }
             }
-            None => self.work.notify_one(),
+            None if idle => self.work.notify_one(),
+            None => {}
         }
     }
 
     fn wake_all(&self) {
         if self.wake_fd.is_some() {
             self.sleeping.store(true, Ordering::SeqCst);
-            self.wake();
+            self.wake(true);
         } else {
             self.work.notify_all();
         }
@@ -131,11 +147,11 @@ impl Mailbox {
         let mut g = self.lock();
         ctrl.append(&mut g.ctrl);
         let n = max.min(g.ops.len());
-        let had = g.ops.len();
         ops.extend(g.ops.drain(..n));
         let closed = g.closed;
+        let blocked = g.blocked > 0;
         drop(g);
-        if n > 0 && had > 0 {
+        if n > 0 && blocked {
             self.space.notify_all();
         }
         closed
@@ -168,6 +184,7 @@ impl Mailbox {
     ) -> bool {
         let mut g = self.lock();
         if g.ops.is_empty() && g.ctrl.is_empty() && !g.closed {
+            g.idle += 1;
             g = match timeout {
                 None => self.work.wait(g).unwrap_or_else(|p| p.into_inner()),
                 Some(t) => {
@@ -177,6 +194,7 @@ impl Mailbox {
                         .0
                 }
             };
+            g.idle -= 1;
         }
         drop(g);
         self.take(max, ctrl, ops)
@@ -189,14 +207,19 @@ impl Mailbox {
         loop {
             ctrl.append(&mut g.ctrl);
             if let Some(op) = g.ops.pop_front() {
+                let blocked = g.blocked > 0;
                 drop(g);
-                self.space.notify_one();
+                if blocked {
+                    self.space.notify_one();
+                }
                 return Some(op);
             }
             if g.closed {
                 return None;
             }
+            g.idle += 1;
             g = self.work.wait(g).unwrap_or_else(|p| p.into_inner());
+            g.idle -= 1;
         }
     }
 }

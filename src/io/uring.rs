@@ -38,16 +38,6 @@ pub(crate) struct UringEngine {
 impl UringEngine {
     pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn super::DeviceEngine>> {
         let depth = p.io_depth.clamp(1, 4096);
-        let entries = (depth + 1).next_power_of_two();
-        let ring: IoUring = IoUring::builder().build(entries).map_err(|e| {
-            Error::Engine(format!(
-                "io_uring is unavailable on device {}: {e}",
-                p.device
-            ))
-        })?;
-        let sub = ring.submitter();
-        let files_ok = sub.register_files_sparse(MAX_FILES).is_ok();
-        let bufs_ok = sub.register_buffers_sparse(MAX_BUFS as u32).is_ok();
         // SAFETY: eventfd has no memory-safety preconditions.
         let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -60,24 +50,13 @@ impl UringEngine {
         // SAFETY: `efd` is a fresh descriptor that nothing else owns.
         let efd = unsafe { OwnedFd::from_raw_fd(efd) };
         let mailbox = Arc::new(Mailbox::new(depth as usize * 4, Some(efd)));
-        let file_slots = files_ok.then(|| Arc::new(Mutex::new((0..MAX_FILES).rev().collect())));
-        let buf_slots = bufs_ok.then(|| Arc::new(Mutex::new((0..MAX_BUFS).rev().collect())));
-        let mut worker = Worker {
-            ring,
-            mailbox: mailbox.clone(),
-            depth: depth as usize,
-            slab: (0..depth).map(|_| None).collect(),
-            free: (0..depth as usize).rev().collect(),
-            files: vec![false; MAX_FILES as usize],
-            bufs: vec![false; MAX_BUFS as usize],
-            file_slots: file_slots.clone(),
-            buf_slots: buf_slots.clone(),
-            wake_buf: Box::new(0),
-            wake_armed: false,
-            done: Vec::with_capacity(depth as usize),
-        };
+        let file_slots: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new((0..MAX_FILES).rev().collect()));
+        let buf_slots: Arc<Mutex<Vec<u16>>> = Arc::new(Mutex::new((0..MAX_BUFS).rev().collect()));
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let cpu = p.cpu;
         let dev = p.device;
+        let mb = mailbox.clone();
+        let (fs, bs) = (file_slots.clone(), buf_slots.clone());
         let handle = std::thread::Builder::new()
             .name(format!("setcache-uring-{dev}"))
             .spawn(move || {
@@ -88,16 +67,67 @@ impl UringEngine {
                         );
                     }
                 }
+                // The ring is built on the thread that will be its only submitter, so
+                // the kernel can defer completion work to our own io_uring_enter calls.
+                let ring = match build_ring(depth) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                let sub = ring.submitter();
+                let files_ok = sub.register_files_sparse(MAX_FILES).is_ok();
+                let bufs_ok = sub.register_buffers_sparse(MAX_BUFS as u32).is_ok();
+                let _ = tx.send(Ok((files_ok, bufs_ok)));
+                let mut worker = Worker {
+                    ring,
+                    mailbox: mb,
+                    depth: depth as usize,
+                    slab: (0..depth).map(|_| None).collect(),
+                    free: (0..depth as usize).rev().collect(),
+                    files: vec![false; MAX_FILES as usize],
+                    bufs: vec![false; MAX_BUFS as usize],
+                    file_slots: Some(fs),
+                    buf_slots: Some(bs),
+                    wake_buf: Box::new(0),
+                    wake_armed: false,
+                    done: Vec::with_capacity(depth as usize),
+                };
                 worker.run();
             })
             .map_err(|e| Error::Engine(format!("spawn I/O thread for device {dev}: {e}")))?;
+        let setup = rx
+            .recv()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the I/O thread died during setup")));
+        let (files_ok, bufs_ok) = match setup {
+            Ok(v) => v,
+            Err(e) => {
+                let _ = handle.join();
+                return Err(Error::Engine(format!(
+                    "io_uring is unavailable on device {dev}: {e}"
+                )));
+            }
+        };
         Ok(Arc::new(UringEngine {
             mailbox,
             thread: Mutex::new(Some(handle)),
-            file_slots,
-            buf_slots,
+            file_slots: files_ok.then_some(file_slots),
+            buf_slots: bufs_ok.then_some(buf_slots),
         }))
     }
+}
+
+/// A ring of at least `depth + 1` entries (the +1 is the eventfd read). Asks for
+/// single-issuer deferred task running (kernel 6.1+): completions are processed when
+/// this thread waits, not by interrupting it; falls back to a plain ring.
+fn build_ring(depth: u32) -> std::io::Result<IoUring> {
+    let entries = (depth + 1).next_power_of_two();
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::builder().build(entries))
 }
 
 impl DeviceEngine for UringEngine {
