@@ -113,16 +113,15 @@ impl Mailbox {
     /// condition-variable consumer if `idle`.
     fn wake(&self, idle: bool) {
         match &self.wake_fd {
-            Some(fd) => {
-                // SeqCst pairs with the SeqCst store in `prepare_sleep`: either the
-                // consumer sees our batch when it re-checks under the lock, or we see
-                // that it sleeps and write the eventfd.
-                if self.sleeping.load(Ordering::SeqCst) {
-                    let one: u64 = 1;
-                    // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
-                    let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
-                }
+            // SeqCst pairs with the SeqCst store in `prepare_sleep`: either the
+            // consumer sees our batch when it re-checks under the lock, or we see
+            // that it sleeps and write the eventfd.
+            Some(fd) if self.sleeping.load(Ordering::SeqCst) => {
+                let one: u64 = 1;
+                // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+                let _ = unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
             }
+            Some(_) => {}
             None if idle => self.work.notify_one(),
             None => {}
         }
