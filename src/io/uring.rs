@@ -25,6 +25,8 @@ use crate::error::{Error, Result};
 const MAX_FILES: u32 = 4096;
 /// Slots of the fixed-buffer table.
 const MAX_BUFS: u16 = 1024;
+/// `IORING_ENTER_GETEVENTS`: process completions during `io_uring_enter`.
+const ENTER_GETEVENTS: u32 = 1;
 /// The eventfd read's token; operation tokens are slab indices below it.
 const WAKE_TOKEN: u64 = u64::MAX;
 
@@ -308,10 +310,23 @@ impl Worker {
         }
     }
 
+    /// Submit without blocking, and post completions that are ready: with deferred
+    /// task running they appear in the ring only on an enter with GETEVENTS.
+    fn submit_getevents(&mut self) -> std::io::Result<usize> {
+        let n = self.ring.submission().len() as u32;
+        // SAFETY: the submission queue tail is published (pushes sync on drop of the
+        // queue handle); no argument pointer is passed.
+        unsafe {
+            self.ring
+                .submitter()
+                .enter::<libc::sigset_t>(n, 0, ENTER_GETEVENTS, None)
+        }
+    }
+
     fn enter(&mut self, closed: bool) {
         let ready = !self.ring.completion().is_empty();
         let res = if ready {
-            self.ring.submit()
+            self.submit_getevents()
         } else if closed {
             if self.in_flight() > 0 {
                 self.ring.submit_and_wait(1)
@@ -322,8 +337,13 @@ impl Worker {
             let r = self.ring.submit_and_wait(1);
             self.mailbox.woke();
             r
+        } else if self.free.is_empty() {
+            // Work is waiting but the ring is full: only a completion makes room.
+            // (With deferred task running, completions are posted only while we
+            // wait for them, so a non-waiting loop here would spin forever.)
+            self.ring.submit_and_wait(1)
         } else {
-            self.ring.submit()
+            self.submit_getevents()
         };
         if let Err(e) = res {
             match e.raw_os_error() {
