@@ -383,3 +383,24 @@ fn full_ring_under_oversubscription() {
         });
     }
 }
+
+/// I/O threads pinned to a CPU still serve requests.
+#[test]
+fn pinned_io_threads_work() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("pin");
+        let opts = StoreOptions {
+            engine,
+            cpu_affinity: Some(vec![0]),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&tmp.devices(2), opts).unwrap();
+        let f = store.create("p", 1 << 20, LayoutKind::Stripe).unwrap();
+        let mut b = AlignedBuf::new(1 << 20);
+        b.copy_from_slice(&pattern(1, 0, 1 << 20));
+        f.write_at(0, &b).unwrap();
+        let mut r = AlignedBuf::new(1 << 20);
+        f.read_at(0, &mut r).unwrap();
+        assert!(r[..] == b[..], "{ename}: pinned engine lost data");
+    }
+}
