@@ -207,7 +207,9 @@ impl Worker {
             if !self.wake_armed {
                 self.arm_wake();
             }
-            let room = self.depth - self.in_flight() - pending.len().min(self.depth);
+            // Take only what fits in the ring now; the backlog stays in the bounded
+            // mailbox, holding producers back.
+            let room = self.free.len().saturating_sub(pending.len());
             let closed = self.mailbox.take(room, &mut ctrl, &mut pending);
             for c in ctrl.drain(..) {
                 self.apply(c);
