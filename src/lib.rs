@@ -43,5 +43,5 @@ pub use file::{DIRECT_ALIGN, File};
 pub use header::HEADER_BYTES;
 pub use io::{EngineKind, SimConfig, SimMedia};
 pub use layout::{Layout, LayoutKind};
-pub use queue::{Completion, OpKind, Queue, Request};
+pub use queue::{Completion, DEFAULT_POLL, OpKind, Queue, Request};
 pub use store::{FileInfo, Store, StoreOptions};

@@ -11,11 +11,25 @@ use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::Thread;
+use std::time::{Duration, Instant};
 
 use crate::buf::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::file::File;
-use crate::io::{DevOp, Joiner, Sink};
+use crate::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
+
+/// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
+/// zero. On the development machine polling bought nothing at depth 32 (the
+/// sleeping wait already matches fio) and costs a core while I/O is in flight.
+pub const DEFAULT_POLL: Duration = Duration::ZERO;
+
+/// A device this queue drives through a ring of its own (or failed to).
+struct OwnRing {
+    /// Identity of the device's engine.
+    engine: usize,
+    /// `None` when the ring could not be built: use the I/O thread.
+    ring: Option<ThreadRing>,
+}
 
 /// Read or write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,6 +139,12 @@ pub struct Queue {
     ready: Vec<(u32, Option<Error>)>,
     /// Per-device batches being assembled.
     batches: Vec<Vec<DevOp>>,
+    /// Rings of this queue, one per device it drives itself.
+    rings: Vec<OwnRing>,
+    /// Some request in flight went through a device's I/O thread.
+    via_threads: bool,
+    /// How long `wait` polls before it blocks.
+    poll: Duration,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -145,6 +165,9 @@ impl Queue {
             in_flight: 0,
             ready: Vec::with_capacity(depth),
             batches: Vec::new(),
+            rings: Vec::new(),
+            via_threads: false,
+            poll: DEFAULT_POLL,
             _not_send: PhantomData,
         }
     }
@@ -152,6 +175,13 @@ impl Queue {
     /// The most requests this queue keeps in flight.
     pub fn depth(&self) -> usize {
         self.depth
+    }
+
+    /// How long [`Queue::wait`] polls the queue's own rings for completions before
+    /// it sleeps (default [`DEFAULT_POLL`]; zero sleeps at once). Polling only
+    /// happens while requests are in flight, never when idle.
+    pub fn set_poll(&mut self, poll: Duration) {
+        self.poll = poll;
     }
 
     /// Requests sent and not yet completed.
@@ -211,18 +241,86 @@ impl Queue {
         self.flush();
     }
 
-    /// Send the assembled per-device batches.
+    /// Send the assembled per-device batches: to the queue's own ring of the
+    /// device where it drives the device itself, else to the device's engine.
     fn flush(&mut self) {
-        for ops in self.batches.iter_mut() {
-            if let Some(first) = ops.first() {
-                let engine = first.backing.engine.clone();
-                engine.submit(std::mem::take(ops));
+        let mut pushed = false;
+        for i in 0..self.batches.len() {
+            let Some(first) = self.batches[i].first() else {
+                continue;
+            };
+            let engine = first.backing.engine.clone();
+            let ops = std::mem::take(&mut self.batches[i]);
+            if let Some(cfg) = engine.queue_rings() {
+                let key = Arc::as_ptr(&engine) as *const () as usize;
+                if let Some(ring) = self.ring_for(key, ops.len(), cfg) {
+                    ring.push(ops);
+                    pushed = true;
+                    continue;
+                }
+            }
+            self.via_threads = true;
+            engine.submit(ops);
+        }
+        if pushed {
+            for r in self.rings.iter_mut().filter_map(|r| r.ring.as_mut()) {
+                r.submit_now();
             }
         }
     }
 
+    fn ring_for(&mut self, engine: usize, hint: usize, cfg: QueueRings) -> Option<&mut ThreadRing> {
+        let pos = match self.rings.iter().position(|r| r.engine == engine) {
+            Some(p) => p,
+            None => {
+                let ring = ThreadRing::new(self.depth.max(hint), cfg).ok();
+                self.rings.push(OwnRing { engine, ring });
+                self.rings.len() - 1
+            }
+        };
+        self.rings[pos].ring.as_mut()
+    }
+
+    /// Operations in flight on this queue's own rings.
+    fn ring_ops(&self) -> usize {
+        self.rings
+            .iter()
+            .filter_map(|r| r.ring.as_ref())
+            .map(ThreadRing::in_flight)
+            .sum()
+    }
+
+    /// One pass over the queue's own rings: submit, post and reap completions.
+    /// With `block`, sleep in the kernel until one completes (or a short timeout
+    /// when other completions may arrive from elsewhere).
+    fn drive(&mut self, block: bool) -> usize {
+        let busy = self
+            .rings
+            .iter()
+            .filter(|r| r.ring.as_ref().is_some_and(|r| r.in_flight() > 0))
+            .count();
+        let mut got = 0;
+        for r in self.rings.iter_mut().filter_map(|r| r.ring.as_mut()) {
+            if r.in_flight() == 0 {
+                continue;
+            }
+            got += if block && got == 0 {
+                // Sleep without a deadline only where every completion this queue
+                // waits for comes from this one ring.
+                let timeout = (busy > 1 || self.via_threads).then(|| Duration::from_micros(200));
+                r.enter(true, timeout)
+            } else {
+                r.enter(false, None)
+            };
+        }
+        got
+    }
+
     /// Run callbacks of finished requests without blocking; returns how many ran.
     pub fn poll(&mut self) -> usize {
+        if self.ring_ops() > 0 {
+            self.drive(false);
+        }
         self.run_ready()
     }
 
@@ -231,21 +329,40 @@ impl Queue {
     pub fn wait(&mut self, n: usize) -> usize {
         self.flush();
         let mut ran = self.run_ready();
+        let mut poll_until: Option<Instant> = None;
         while ran < n && self.in_flight > 0 {
-            self.shared.waiting.store(true, Ordering::SeqCst);
-            let empty = self
-                .shared
-                .done
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_empty();
-            if empty {
-                std::thread::park();
+            if self.ring_ops() > 0 {
+                // Poll the own rings for a short while (completions of a busy device
+                // arrive every few microseconds), then sleep in the kernel.
+                let deadline = *poll_until.get_or_insert_with(|| Instant::now() + self.poll);
+                let block = Instant::now() >= deadline;
+                if self.drive(block) > 0 {
+                    poll_until = None;
+                }
+            } else {
+                self.park();
             }
-            self.shared.waiting.store(false, Ordering::SeqCst);
             ran += self.run_ready();
         }
+        if self.in_flight == 0 {
+            self.via_threads = false;
+        }
         ran
+    }
+
+    /// Sleep until an I/O thread reports a completion.
+    fn park(&self) {
+        self.shared.waiting.store(true, Ordering::SeqCst);
+        let empty = self
+            .shared
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty();
+        if empty {
+            std::thread::park();
+        }
+        self.shared.waiting.store(false, Ordering::SeqCst);
     }
 
     /// Wait for every request in flight.

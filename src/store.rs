@@ -43,6 +43,16 @@ pub struct StoreOptions {
     pub cpu_affinity: Option<Vec<usize>>,
     /// Open backing files with O_DIRECT (bypass the kernel page cache).
     pub direct_io: bool,
+    /// With the uring engine, let each [`crate::Queue`] drive the devices it uses
+    /// through rings of its own (the application thread submits and reaps, as fio
+    /// does) instead of sending its batches to the devices' I/O threads. Saves two
+    /// thread hand-offs per request; synchronous calls always use the I/O threads.
+    pub queue_rings: bool,
+    /// With `queue_rings`, pass each operation to the kernel as soon as it is
+    /// queued instead of once per batch. On the development machine's virtio disk
+    /// batched submission (one kick for several requests) costs about 15% of the
+    /// random-read IOPS at depth 32; on NVMe, batching saves system calls.
+    pub eager_submit: bool,
 }
 
 impl Default for StoreOptions {
@@ -55,6 +65,8 @@ impl Default for StoreOptions {
             psync_threads: 4,
             cpu_affinity: None,
             direct_io: true,
+            queue_rings: true,
+            eager_submit: true,
         }
     }
 }
@@ -293,6 +305,9 @@ impl Store {
             .map(|i| EngineParams {
                 device: i,
                 io_depth: opts.io_depth,
+                queue_rings: opts.queue_rings.then_some(crate::io::QueueRings {
+                    eager: opts.eager_submit,
+                }),
                 psync_threads: opts.psync_threads,
                 cpu: opts
                     .cpu_affinity

@@ -6,9 +6,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::{Rng, TempDir, engines, open, pattern};
-use setcache::{
-    AlignedBuf, EngineKind, Error, LayoutKind, Queue, Request, SimConfig, Store, StoreOptions,
-};
+use setcache::{AlignedBuf, EngineKind, Error, LayoutKind, Queue, Request, Store, StoreOptions};
 
 const LAYOUTS: [LayoutKind; 3] = [LayoutKind::Stripe, LayoutKind::Rotated, LayoutKind::Hash];
 
@@ -109,11 +107,8 @@ fn reopen_after_restart() {
     for (ename, engine) in engines() {
         let tmp = TempDir::new("reopen");
         let roots = tmp.devices(3);
-        // The sim engine keeps data in its media: share it across the "restart".
-        let engine = match engine {
-            EngineKind::Sim(c) => EngineKind::Sim(SimConfig { ..c }),
-            e => e,
-        };
+        // The sim engine keeps data in its media, which the cloned options share
+        // across the "restart".
         {
             let store = open(&roots, engine.clone(), 4);
             let f = store.create("keep", 64 * 4096, LayoutKind::Hash).unwrap();
@@ -349,10 +344,9 @@ fn full_ring_under_oversubscription() {
     for (ename, engine) in engines() {
         let tmp = TempDir::new("full");
         let opts = StoreOptions {
-            engine,
             block_pages: 1,
             io_depth: 2,
-            ..StoreOptions::default()
+            ..engine
         };
         let store = Store::open(&tmp.devices(2), opts).unwrap();
         let f = store
@@ -390,9 +384,8 @@ fn pinned_io_threads_work() {
     for (ename, engine) in engines() {
         let tmp = TempDir::new("pin");
         let opts = StoreOptions {
-            engine,
             cpu_affinity: Some(vec![0]),
-            ..StoreOptions::default()
+            ..engine
         };
         let store = Store::open(&tmp.devices(2), opts).unwrap();
         let f = store.create("p", 1 << 20, LayoutKind::Stripe).unwrap();
@@ -402,5 +395,69 @@ fn pinned_io_threads_work() {
         let mut r = AlignedBuf::new(1 << 20);
         f.read_at(0, &mut r).unwrap();
         assert!(r[..] == b[..], "{ename}: pinned engine lost data");
+    }
+}
+
+/// A queue whose requests split into more device operations than its rings hold
+/// (a backlog), that polls before sleeping, and that mixes devices it drives
+/// itself with devices served by I/O threads, completes every request once with
+/// the right bytes.
+#[test]
+fn queue_rings_backlog_poll_and_mixed_engines() {
+    let tmp = TempDir::new("qring");
+    let ring_store = open(
+        &tmp.devices(2),
+        StoreOptions {
+            engine: EngineKind::Uring,
+            ..StoreOptions::default()
+        },
+        1,
+    );
+    let root = tmp.path().join("psync-dev");
+    std::fs::create_dir_all(&root).unwrap();
+    let psync_store = open(
+        &[root],
+        StoreOptions {
+            engine: EngineKind::Psync,
+            ..StoreOptions::default()
+        },
+        1,
+    );
+    const REQ: usize = 64 * 1024; // 16 stripe units: 8 operations per device
+    const N: u64 = 48;
+    let a = ring_store
+        .create("a", N * REQ as u64, LayoutKind::Rotated)
+        .unwrap();
+    let b = psync_store
+        .create("b", N * REQ as u64, LayoutKind::Stripe)
+        .unwrap();
+    for (i, f) in [&a, &b].into_iter().enumerate() {
+        let mut buf = AlignedBuf::new(N as usize * REQ);
+        buf.copy_from_slice(&pattern(i as u64 + 7, 0, N as usize * REQ));
+        f.write_at(0, &buf).unwrap();
+    }
+    for poll_us in [0u64, 200] {
+        let mut q = Queue::new(40);
+        q.set_poll(std::time::Duration::from_micros(poll_us));
+        let done = std::rc::Rc::new(std::cell::Cell::new(0u32));
+        let mut reqs = Vec::new();
+        for k in 0..N {
+            for (i, f) in [&a, &b].into_iter().enumerate() {
+                let d = done.clone();
+                let off = k * REQ as u64;
+                reqs.push(Request::read(f, off, AlignedBuf::new(REQ), move |c| {
+                    c.result.unwrap();
+                    assert!(
+                        c.buf[..] == pattern(i as u64 + 7, off, REQ)[..],
+                        "file {i} offset {off}: wrong bytes"
+                    );
+                    d.set(d.get() + 1);
+                }));
+            }
+        }
+        q.submit(reqs);
+        q.drain();
+        assert_eq!(done.get(), 2 * N as u32, "poll {poll_us} us");
+        assert_eq!(q.in_flight(), 0);
     }
 }

@@ -7,10 +7,15 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use common::{TempDir, open};
-use setcache::{AlignedBuf, EngineKind, Error, LayoutKind, Queue, Request, SimConfig};
+use setcache::{
+    AlignedBuf, EngineKind, Error, LayoutKind, Queue, Request, SimConfig, StoreOptions,
+};
 
-fn sim(cfg: SimConfig) -> EngineKind {
-    EngineKind::Sim(cfg)
+fn sim(cfg: SimConfig) -> StoreOptions {
+    StoreOptions {
+        engine: EngineKind::Sim(cfg),
+        ..StoreOptions::default()
+    }
 }
 
 #[test]

@@ -15,6 +15,7 @@ mod joiner;
 mod mailbox;
 mod psync;
 mod sim;
+mod thread_ring;
 mod uring;
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -22,6 +23,7 @@ use std::sync::{Arc, OnceLock};
 
 pub(crate) use joiner::{Joiner, Sink};
 pub use sim::{SimConfig, SimMedia};
+pub(crate) use thread_ring::ThreadRing;
 
 use crate::error::{Error, Result};
 
@@ -45,8 +47,17 @@ pub enum EngineKind {
 pub(crate) struct EngineParams {
     pub(crate) device: usize,
     pub(crate) io_depth: u32,
+    /// Queues may drive this device through rings of their own.
+    pub(crate) queue_rings: Option<QueueRings>,
     pub(crate) psync_threads: usize,
     pub(crate) cpu: Option<usize>,
+}
+
+/// How queues drive a device through rings of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueueRings {
+    /// Enter the kernel for each operation as soon as it is queued.
+    pub(crate) eager: bool,
 }
 
 /// The kind of a device operation.
@@ -211,6 +222,11 @@ pub(crate) trait DeviceEngine: Send + Sync {
         None
     }
     fn unregister_buffer(&self, _index: u16) {}
+    /// Whether (and how) a queue may submit this device's operations to a ring of
+    /// its own ([`ThreadRing`]) instead of this engine.
+    fn queue_rings(&self) -> Option<QueueRings> {
+        None
+    }
     /// Finish queued and in-flight work and stop the engine's threads.
     fn shutdown(&self);
 }

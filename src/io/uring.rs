@@ -31,6 +31,7 @@ const ENTER_GETEVENTS: u32 = 1;
 const WAKE_TOKEN: u64 = u64::MAX;
 
 pub(crate) struct UringEngine {
+    queue_rings: Option<super::QueueRings>,
     mailbox: Arc<Mailbox>,
     thread: Mutex<Option<JoinHandle<()>>>,
     file_slots: Option<Arc<Mutex<Vec<u32>>>>,
@@ -112,6 +113,7 @@ impl UringEngine {
             }
         };
         Ok(Arc::new(UringEngine {
+            queue_rings: p.queue_rings,
             mailbox,
             thread: Mutex::new(Some(handle)),
             file_slots: files_ok.then_some(file_slots),
@@ -162,6 +164,10 @@ impl DeviceEngine for UringEngine {
 
     fn unregister_buffer(&self, index: u16) {
         self.mailbox.push_ctrl(Ctrl::UnregisterBuf { index });
+    }
+
+    fn queue_rings(&self) -> Option<super::QueueRings> {
+        self.queue_rings
     }
 
     fn shutdown(&self) {
@@ -365,23 +371,32 @@ impl Worker {
             done.push((cqe.user_data() as usize, cqe.result()));
         }
         for (idx, res) in done.drain(..) {
-            let Some(op) = self.slab.get_mut(idx).and_then(Option::take) else {
-                continue;
-            };
-            self.free.push(idx);
-            let r = if res < 0 {
-                OpResult::Errno(-res)
-            } else {
-                OpResult::Done(res as usize)
-            };
-            op.finish(r);
+            finish_slot(&mut self.slab, &mut self.free, idx, res);
         }
         self.done = done;
     }
 }
 
+/// Complete the operation in slab slot `idx` with a CQE result and free the slot
+/// (a stale or unknown index is ignored).
+pub(super) fn finish_slot(slab: &mut [Option<DevOp>], free: &mut Vec<usize>, idx: usize, res: i32) {
+    let Some(op) = slab.get_mut(idx).and_then(Option::take) else {
+        return;
+    };
+    free.push(idx);
+    op.finish(if res < 0 {
+        OpResult::Errno(-res)
+    } else {
+        OpResult::Done(res as usize)
+    });
+}
+
 /// The submission entry of one operation.
-fn build_entry(op: &DevOp, fixed_file: Option<u32>, fixed_buf: Option<u16>) -> squeue::Entry {
+pub(super) fn build_entry(
+    op: &DevOp,
+    fixed_file: Option<u32>,
+    fixed_buf: Option<u16>,
+) -> squeue::Entry {
     macro_rules! with_fd {
         ($fd:expr) => {{
             let fd = $fd;

@@ -47,19 +47,34 @@ impl Drop for TempDir {
 }
 
 /// The engines every shared test runs against.
-pub fn engines() -> Vec<(&'static str, EngineKind)> {
+/// The engine variants every suite test runs on: io_uring with queues driving
+/// their own rings (eagerly or in batches) and with queues going through the
+/// devices' I/O threads, psync, and the simulator.
+pub fn engines() -> Vec<(&'static str, StoreOptions)> {
+    let uring = |queue_rings, eager_submit| StoreOptions {
+        engine: EngineKind::Uring,
+        queue_rings,
+        eager_submit,
+        ..StoreOptions::default()
+    };
+    let plain = |engine| StoreOptions {
+        engine,
+        ..StoreOptions::default()
+    };
     vec![
-        ("uring", EngineKind::Uring),
-        ("psync", EngineKind::Psync),
-        ("sim", EngineKind::Sim(SimConfig::default())),
+        ("uring", uring(true, true)),
+        ("uring-batched", uring(true, false)),
+        ("uring-threads", uring(false, false)),
+        ("psync", plain(EngineKind::Psync)),
+        ("sim", plain(EngineKind::Sim(SimConfig::default()))),
     ]
 }
 
-pub fn open(roots: &[PathBuf], engine: EngineKind, block_pages: u32) -> Store {
+/// A store on `roots` with the engine settings of `opts` and this stripe unit.
+pub fn open(roots: &[PathBuf], opts: StoreOptions, block_pages: u32) -> Store {
     let opts = StoreOptions {
-        engine,
         block_pages,
-        ..StoreOptions::default()
+        ..opts
     };
     Store::open(roots, opts).unwrap()
 }

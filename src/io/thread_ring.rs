@@ -1,0 +1,189 @@
+//! A ring owned by one application thread (a [`crate::Queue`]), for one device.
+//!
+//! The device's I/O thread costs every request two hand-offs between threads: the
+//! batch travels to the I/O thread, and the completion travels back. Where the
+//! application thread has nothing else to do while it waits, it can drive the
+//! device itself, as fio does: a queue keeps a private ring per device it uses,
+//! submits its own operations there, and reaps them while it waits. The ring is
+//! built on the owner thread with single-issuer deferred task running, so the
+//! kernel posts completions only inside the owner's own `io_uring_enter` calls and
+//! never interrupts it.
+//!
+//! The ring holds at most its size in flight; operations beyond that wait in a
+//! backlog and go in as completions make room. Registered files and buffers are
+//! the device thread's; a private ring uses plain descriptors and addresses.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use io_uring::{IoUring, types};
+
+use super::uring::{build_entry, finish_slot};
+use super::{DevOp, OpResult, QueueRings};
+
+/// `IORING_ENTER_GETEVENTS`.
+const ENTER_GETEVENTS: u32 = 1;
+
+pub(crate) struct ThreadRing {
+    ring: IoUring,
+    slab: Vec<Option<DevOp>>,
+    free: Vec<usize>,
+    backlog: VecDeque<DevOp>,
+    done: Vec<(usize, i32)>,
+    /// Entries pushed and not yet passed to the kernel.
+    unsubmitted: u32,
+    /// Pass each entry to the kernel as soon as it is pushed.
+    eager: bool,
+}
+
+impl ThreadRing {
+    /// A ring of `entries` (rounded up to a power of two) on the calling thread.
+    pub(crate) fn new(entries: usize, cfg: QueueRings) -> std::io::Result<ThreadRing> {
+        let entries = entries.clamp(4, 4096).next_power_of_two();
+        let ring = IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries as u32)
+            .or_else(|_| IoUring::builder().build(entries as u32))?;
+        Ok(ThreadRing {
+            ring,
+            slab: (0..entries).map(|_| None).collect(),
+            free: (0..entries).rev().collect(),
+            backlog: VecDeque::new(),
+            done: Vec::with_capacity(entries),
+            unsubmitted: 0,
+            eager: cfg.eager,
+        })
+    }
+
+    /// Operations handed to this ring and not yet completed.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.slab.len() - self.free.len() + self.backlog.len()
+    }
+
+    /// Queue operations; they go to the kernel at the next [`ThreadRing::enter`].
+    pub(crate) fn push(&mut self, ops: Vec<DevOp>) {
+        self.backlog.extend(ops);
+        self.fill();
+    }
+
+    fn fill(&mut self) {
+        while !self.free.is_empty() {
+            let Some(op) = self.backlog.pop_front() else {
+                break;
+            };
+            let idx = self.free.pop().expect("checked non-empty");
+            let entry = build_entry(&op, None, None).user_data(idx as u64);
+            self.slab[idx] = Some(op);
+            // SAFETY: the entry's iovec array lives in `self.slab[idx]` and the
+            // buffers are kept alive by the request's owner until the completion; the
+            // SQ has as many entries as the slab, so it has room for this one.
+            let pushed = unsafe { self.ring.submission().push(&entry) };
+            match pushed {
+                Ok(()) => {
+                    self.unsubmitted += 1;
+                    if self.eager {
+                        self.submit_now();
+                    }
+                }
+                Err(_) => {
+                    let op = self.slab[idx].take().expect("stored above");
+                    self.free.push(idx);
+                    op.finish(OpResult::Errno(libc::EAGAIN));
+                }
+            }
+        }
+    }
+
+    /// Pass the pushed entries to the kernel without waiting or reaping.
+    pub(crate) fn submit_now(&mut self) {
+        if self.unsubmitted == 0 {
+            return;
+        }
+        // SAFETY: as in `enter`.
+        let r = unsafe {
+            self.ring.submitter().enter::<libc::sigset_t>(
+                self.unsubmitted,
+                0,
+                ENTER_GETEVENTS,
+                None,
+            )
+        };
+        if let Ok(n) = r {
+            self.unsubmitted -= (n as u32).min(self.unsubmitted);
+        }
+        // An error leaves the entries queued; the next `enter` retries and reports.
+    }
+
+    /// Submit what was pushed and post completions. With `wait`, block until at
+    /// least one operation completed or `timeout` (if any) passed. Returns how many
+    /// operations completed (their requests' sinks were told).
+    pub(crate) fn enter(&mut self, wait: bool, timeout: Option<Duration>) -> usize {
+        let to_submit = self.unsubmitted;
+        let want = u32::from(wait && self.slab.len() > self.free.len());
+        let res = match (want, timeout) {
+            (1, Some(t)) => {
+                let ts = types::Timespec::from(t);
+                let args = types::SubmitArgs::new().timespec(&ts);
+                self.ring.submitter().submit_with_args(1, &args)
+            }
+            // SAFETY: no argument pointer is passed; the SQ tail was published by
+            // the push (the queue handle syncs when dropped).
+            _ => unsafe {
+                self.ring.submitter().enter::<libc::sigset_t>(
+                    to_submit,
+                    want,
+                    ENTER_GETEVENTS,
+                    None,
+                )
+            },
+        };
+        match res {
+            Ok(n) => self.unsubmitted -= (n as u32).min(self.unsubmitted),
+            Err(e) => match e.raw_os_error() {
+                Some(libc::EINTR) | Some(libc::ETIME) | Some(libc::EAGAIN) | Some(libc::EBUSY) => {}
+                // Operations complete only through their CQEs (the kernel may still own
+                // their buffers), so a refused enter is reported and retried, like the
+                // device thread does; back off so a persistent failure cannot spin.
+                _ => {
+                    eprintln!("setcache: io_uring_enter failed on a queue's ring: {e}");
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            },
+        }
+        self.reap()
+    }
+
+    fn reap(&mut self) -> usize {
+        let mut done = std::mem::take(&mut self.done);
+        done.extend(
+            self.ring
+                .completion()
+                .map(|c| (c.user_data() as usize, c.result())),
+        );
+        let n = done.len();
+        for (idx, res) in done.drain(..) {
+            finish_slot(&mut self.slab, &mut self.free, idx, res);
+        }
+        self.done = done;
+        if !self.backlog.is_empty() {
+            self.fill();
+        }
+        n
+    }
+}
+
+impl Drop for ThreadRing {
+    fn drop(&mut self) {
+        // Buffers of operations in flight belong to their requests; wait for the
+        // kernel to let go of them before the ring (and the slab) disappear.
+        while self.slab.len() > self.free.len() || !self.backlog.is_empty() {
+            if self.enter(true, Some(Duration::from_millis(100))) == 0
+                && self.unsubmitted == 0
+                && self.slab.len() == self.free.len()
+            {
+                break;
+            }
+        }
+    }
+}
