@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 mod buf;
+pub mod cache;
 mod error;
 mod file;
 mod header;

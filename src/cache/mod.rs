@@ -1,0 +1,3 @@
+//! The set-associative page cache.
+
+pub mod policy;

@@ -1,0 +1,357 @@
+//! Per-set replacement policies.
+//!
+//! A policy never owns memory. The page set (or the simulator's model of one)
+//! owns, for each of its `assoc` slots, one policy byte, plus one 32-bit policy
+//! word for the whole set and an optional small array of ghost entries. A
+//! policy reads and writes only those, through [`SetState`]. That is what lets
+//! the cache (under the set's lock) and the simulator (with no lock and no
+//! frames) run the very same policy code.
+//!
+//! Eligibility is passed as a bit mask over slots (bit `i` = slot `i`), so the
+//! cache decides what may be evicted (valid, not pinned, no I/O in flight, and
+//! clean on the first sweep) and the policy decides only the order.
+//!
+//! # Policies
+//!
+//! Each policy is a zero-sized type in a module of its own, whose
+//! documentation says how the policy uses the per-slot bytes, the set word and
+//! the ghosts, and how it was adapted to a set of 4 to 32 slots:
+//!
+//! | [`PolicyKind`] | type      | slot byte                  | set word     | ghosts per set            |
+//! |----------------|-----------|----------------------------|--------------|---------------------------|
+//! | `lru`          | [`Lru`]   | recency rank               | unused       | none                      |
+//! | `lfu`          | [`Lfu`]   | access counter             | tie cursor   | none                      |
+//! | `fifo`         | [`Fifo`]  | insertion rank             | unused       | none                      |
+//! | `clock`        | [`Clock`] | reference bit              | hand         | none                      |
+//! | `gclock`       | [`Gclock`]| counter, 0..=3             | hand         | none                      |
+//! | `nrlfu`        | [`NrLfu`] | access counter             | tie cursor   | `assoc / 2`, tag + counter|
+//! | `sieve`        | [`Sieve`] | rank + visited bit         | hand         | none                      |
+//! | `s3fifo`       | [`S3Fifo`]| rank + queue bit + freq    | unused       | `assoc - small`, tag only |
+//!
+//! A ghost entry costs 9 bytes (a tag and a byte), so a set never needs more
+//! than `9 * assoc` bytes of ghosts (`ghosts(assoc) <= assoc`): 54 bytes for a
+//! 12-slot NR-LFU set, 99 for a 12-slot S3-FIFO set.
+//!
+//! [`PolicyKind`] selects a policy at run time without a trait object;
+//! [`SetModel`] and [`SaModel`] run the policies without a page cache around
+//! them (for tests and for hit-rate simulation of traces).
+
+/// Largest number of slots in one set.
+pub const MAX_ASSOC: usize = 32;
+/// Smallest number of slots in one set.
+pub const MIN_ASSOC: usize = 4;
+
+/// The policy state of one set, borrowed from whoever owns the set.
+#[derive(Debug)]
+pub struct SetState<'a> {
+    /// One byte per slot (`len() == assoc`). Meaning is private to the policy.
+    pub bytes: &'a mut [u8],
+    /// One word for the whole set (a clock hand, an insertion counter...).
+    pub word: &'a mut u32,
+    /// Ghost (non-resident) tags; `len()` is what [`Policy::ghosts`] asked for.
+    /// The value [`NO_TAG`] marks an empty ghost entry.
+    pub ghost_tags: &'a mut [u64],
+    /// One byte per ghost entry.
+    pub ghost_bytes: &'a mut [u8],
+}
+
+/// Tag value that never names a page; marks empty ghost entries.
+pub const NO_TAG: u64 = u64::MAX;
+
+/// A replacement policy for one set of at most [`MAX_ASSOC`] slots.
+///
+/// The owner calls, for every access of a resident page, [`Policy::on_hit`];
+/// for a page placed into a slot, [`Policy::on_insert`] (after the slot's
+/// previous page, if any, went through [`Policy::on_evict`]); and to choose a
+/// victim, [`Policy::victim`] with a non-empty mask of eligible, valid slots.
+/// A slot that becomes empty without eviction (a page dropped by a file
+/// truncation, or moved out by a resize) goes through [`Policy::on_remove`].
+pub trait Policy {
+    /// Number of ghost entries this policy keeps for a set of `assoc` slots.
+    fn ghosts(&self, assoc: usize) -> usize {
+        let _ = assoc;
+        0
+    }
+    /// Fresh state for an empty set.
+    fn reset(&self, st: &mut SetState<'_>) {
+        st.bytes.fill(0);
+        *st.word = 0;
+        st.ghost_tags.fill(NO_TAG);
+        st.ghost_bytes.fill(0);
+    }
+    /// A resident page in `slot` was accessed. `valid` is the mask of valid
+    /// slots (some policies keep an order among the valid slots).
+    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32);
+    /// Page `tag` was placed into the empty `slot`. `valid` is the mask of
+    /// valid slots *before* this insertion. Returns true when the page was
+    /// found among the ghosts (a ghost hit).
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool;
+    /// Choose a victim among the slots in `eligible` (non-empty, a subset of
+    /// `valid`). May age other slots as a side effect (a clock sweep).
+    fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize;
+    /// The page `tag` in `slot` is being evicted (the slot becomes empty).
+    /// `valid` still includes `slot`.
+    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32);
+    /// The page in `slot` leaves the set without being a victim (no ghost).
+    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        let _ = valid;
+        st.bytes[slot] = 0;
+    }
+}
+
+/// Evaluates `$call` with `$p` bound to the zero-sized policy type of the
+/// [`PolicyKind`] `$kind`: one `match`, after which the code is monomorphic.
+/// Defined before the submodules so that they can use it too.
+macro_rules! dispatch {
+    ($kind:expr, $p:ident => $call:expr) => {
+        match $kind {
+            $crate::cache::policy::PolicyKind::Lru => {
+                let $p = $crate::cache::policy::Lru;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Lfu => {
+                let $p = $crate::cache::policy::Lfu;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Fifo => {
+                let $p = $crate::cache::policy::Fifo;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Clock => {
+                let $p = $crate::cache::policy::Clock;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Gclock => {
+                let $p = $crate::cache::policy::Gclock;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::NrLfu => {
+                let $p = $crate::cache::policy::NrLfu;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Sieve => {
+                let $p = $crate::cache::policy::Sieve;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::S3Fifo => {
+                let $p = $crate::cache::policy::S3Fifo;
+                $call
+            }
+        }
+    };
+}
+
+pub mod clock;
+mod common;
+pub mod fifo;
+pub mod gclock;
+pub mod lfu;
+pub mod lru;
+mod model;
+pub mod nrlfu;
+pub mod s3fifo;
+pub mod sieve;
+
+pub use clock::Clock;
+pub use fifo::Fifo;
+pub use gclock::{GCLOCK_MAX, Gclock};
+pub use lfu::Lfu;
+pub use lru::Lru;
+pub use model::{Access, SaModel, SetModel};
+pub use nrlfu::NrLfu;
+pub use s3fifo::S3Fifo;
+pub use sieve::Sieve;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// The replacement policies, as a plain value: an enum that implements
+/// [`Policy`] by dispatching to the zero-sized policy types, so callers can
+/// choose a policy at run time without a trait object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// Exact least-recently-used order ([`Lru`]).
+    Lru,
+    /// Least frequently used with 1-byte counters ([`Lfu`]).
+    Lfu,
+    /// First in, first out ([`Fifo`]).
+    Fifo,
+    /// Second-chance clock ([`Clock`]).
+    Clock,
+    /// Generalized clock with small counters ([`Gclock`]).
+    Gclock,
+    /// LFU with counters kept for recently evicted pages ([`NrLfu`]).
+    NrLfu,
+    /// SIEVE ([`Sieve`]).
+    Sieve,
+    /// S3-FIFO ([`S3Fifo`]).
+    S3Fifo,
+}
+
+impl PolicyKind {
+    /// Every policy, in declaration order.
+    pub const ALL: [PolicyKind; 8] = [
+        PolicyKind::Lru,
+        PolicyKind::Lfu,
+        PolicyKind::Fifo,
+        PolicyKind::Clock,
+        PolicyKind::Gclock,
+        PolicyKind::NrLfu,
+        PolicyKind::Sieve,
+        PolicyKind::S3Fifo,
+    ];
+
+    /// The short lower-case name, as accepted by [`FromStr`].
+    pub const fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "lru",
+            PolicyKind::Lfu => "lfu",
+            PolicyKind::Fifo => "fifo",
+            PolicyKind::Clock => "clock",
+            PolicyKind::Gclock => "gclock",
+            PolicyKind::NrLfu => "nrlfu",
+            PolicyKind::Sieve => "sieve",
+            PolicyKind::S3Fifo => "s3fifo",
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The error of parsing a [`PolicyKind`] from an unknown name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParsePolicyKindError {
+    value: String,
+}
+
+impl ParsePolicyKindError {
+    /// The string that named no policy.
+    pub fn value(&self) -> &str {
+        &self.value
+    }
+}
+
+impl fmt::Display for ParsePolicyKindError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown replacement policy {:?}; valid policies are ",
+            self.value
+        )?;
+        for (i, kind) in PolicyKind::ALL.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            f.write_str(kind.name())?;
+        }
+        f.write_str(" (optionally prefixed with \"sa-\")")
+    }
+}
+
+impl std::error::Error for ParsePolicyKindError {}
+
+impl FromStr for PolicyKind {
+    type Err = ParsePolicyKindError;
+
+    /// Parses a policy name (`"lru"`, ..., `"s3fifo"`), case-insensitively and
+    /// with or without an `sa-` prefix (`"sa-lfu"`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let trimmed = s.trim();
+        let lower = trimmed.to_ascii_lowercase();
+        let bare = lower.strip_prefix("sa-").unwrap_or(&lower);
+        PolicyKind::ALL
+            .into_iter()
+            .find(|kind| kind.name() == bare)
+            .ok_or_else(|| ParsePolicyKindError {
+                value: s.to_owned(),
+            })
+    }
+}
+
+impl Policy for PolicyKind {
+    #[inline]
+    fn ghosts(&self, assoc: usize) -> usize {
+        dispatch!(self, p => p.ghosts(assoc))
+    }
+    #[inline]
+    fn reset(&self, st: &mut SetState<'_>) {
+        dispatch!(self, p => p.reset(st))
+    }
+    #[inline]
+    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        dispatch!(self, p => p.on_hit(st, slot, valid))
+    }
+    #[inline]
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
+        dispatch!(self, p => p.on_insert(st, slot, tag, valid))
+    }
+    #[inline]
+    fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
+        dispatch!(self, p => p.victim(st, eligible, valid))
+    }
+    #[inline]
+    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
+        dispatch!(self, p => p.on_evict(st, slot, tag, valid))
+    }
+    #[inline]
+    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        dispatch!(self, p => p.on_remove(st, slot, valid))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for kind in PolicyKind::ALL {
+            assert_eq!(kind.name().parse::<PolicyKind>(), Ok(kind));
+            assert_eq!(format!("sa-{kind}").parse::<PolicyKind>(), Ok(kind));
+            assert_eq!(kind.name().to_uppercase().parse::<PolicyKind>(), Ok(kind));
+        }
+        assert_eq!("SA-NRLFU".parse::<PolicyKind>(), Ok(PolicyKind::NrLfu));
+        let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "lru", "lfu", "fifo", "clock", "gclock", "nrlfu", "sieve", "s3fifo"
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_name_is_reported_with_the_valid_ones() {
+        let err = "arc".parse::<PolicyKind>().unwrap_err();
+        assert_eq!(err.value(), "arc");
+        let msg = err.to_string();
+        assert!(msg.contains("\"arc\""), "{msg}");
+        for kind in PolicyKind::ALL {
+            assert!(msg.contains(kind.name()), "{msg}");
+        }
+        assert!("sa-".parse::<PolicyKind>().is_err());
+        assert!("".parse::<PolicyKind>().is_err());
+        assert!("lru2".parse::<PolicyKind>().is_err());
+    }
+
+    #[test]
+    fn ghost_counts() {
+        for assoc in MIN_ASSOC..=MAX_ASSOC {
+            for kind in PolicyKind::ALL {
+                let g = kind.ghosts(assoc);
+                assert!(g <= assoc, "{kind} keeps {g} ghosts for {assoc} slots");
+                match kind {
+                    PolicyKind::NrLfu => assert_eq!(g, assoc / 2),
+                    PolicyKind::S3Fifo => assert!(g > 0),
+                    _ => assert_eq!(g, 0),
+                }
+            }
+        }
+        assert_eq!(PolicyKind::S3Fifo.ghosts(12), 11);
+        assert_eq!(PolicyKind::NrLfu.ghosts(12), 6);
+    }
+}
