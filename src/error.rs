@@ -119,6 +119,19 @@ pub enum Error {
     Engine(String),
     /// The store is shutting down.
     Closed,
+    /// Every page of a cache set stayed pinned (or under I/O) for the whole
+    /// bounded wait, so no frame could be found for a new page.
+    AllPinned {
+        /// The set.
+        set: usize,
+        /// How long the request backed off before giving up, in milliseconds.
+        waited_ms: u64,
+    },
+    /// A cache resize could not finish: pages that had to move stayed pinned, or
+    /// dirty pages left no room (write them back and retry).
+    ResizeBusy(String),
+    /// A failed fill of a cache page, with the error its filler reported.
+    Fill(String),
 }
 
 impl Error {
@@ -213,6 +226,12 @@ impl fmt::Display for Error {
             }
             Error::Engine(s) => write!(f, "I/O engine: {s}"),
             Error::Closed => write!(f, "the store is closed"),
+            Error::AllPinned { set, waited_ms } => write!(
+                f,
+                "every page of cache set {set} stayed pinned or under I/O for {waited_ms} ms; release page guards or enlarge the cache"
+            ),
+            Error::ResizeBusy(s) => write!(f, "cache resize could not finish: {s}"),
+            Error::Fill(s) => write!(f, "filling a cache page failed: {s}"),
         }
     }
 }

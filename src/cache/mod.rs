@@ -1,3 +1,604 @@
 //! The set-associative page cache.
+//!
+//! Pages live in small sets (4 to 32 pages, 12 by default). A strong 64-bit mix
+//! of (file, page) picks the set; each set has its own lock word and a few cache
+//! lines of metadata, and eviction runs inside one set with a per-set
+//! [`policy`]. Nothing hot is shared between sets, so threads touching
+//! different sets never serialise.
+//!
+//! A lookup returns one of three things ([`Lookup`]): a pinned page (a hit), a
+//! claimed frame that the caller fills (a miss: exactly one requester gets it,
+//! the others wait for that one fill), or a dirty page the caller must write
+//! back before the set has room. [`PageCache::get_with`] runs that loop with
+//! two closures for callers that just want the page.
 
+mod core;
 pub mod policy;
+mod region;
+mod setmem;
+mod stats;
+pub mod sync;
+
+use std::time::Duration;
+
+use self::core::{Core, Found};
+pub use self::policy::PolicyKind;
+pub use self::stats::CacheStats;
+use self::sync::{Model, Os};
+use crate::error::{Error, Result};
+
+/// Largest file id a cache accepts.
+pub const MAX_FILE_ID: u32 = (1 << 24) - 2;
+/// Largest page number a cache accepts (2^40 - 1).
+pub const MAX_PAGE: u64 = (1 << 40) - 1;
+
+/// How to build a [`PageCache`].
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    /// Bytes of page frames at start (rounded down to whole sets, at least one).
+    pub size: usize,
+    /// Largest size [`PageCache::resize`] may grow to (address space is
+    /// reserved for it, memory is used only as sets are added). Defaults to
+    /// `size`.
+    pub max_size: Option<usize>,
+    /// Page size: a power of two from 512 bytes to 1 MiB.
+    pub page_size: usize,
+    /// Pages per set, 4 to 32. 12 is the paper's measured choice.
+    pub assoc: usize,
+    /// The per-set replacement policy.
+    pub policy: PolicyKind,
+    /// How long a lookup backs off while every page of its set is pinned
+    /// before it fails with [`Error::AllPinned`].
+    pub pin_wait: Duration,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            size: 64 << 20,
+            max_size: None,
+            page_size: 4096,
+            assoc: 12,
+            policy: PolicyKind::Gclock,
+            pin_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// A set-associative page cache. `Send + Sync`: share it by reference or `Arc`.
+///
+/// The type parameter is the synchronisation model; applications use the
+/// default, [`sync::Os`].
+pub struct PageCache<M: Model = Os> {
+    core: Core<M>,
+}
+
+fn tag_of(file: u32, page: u64) -> Result<u64> {
+    if file > MAX_FILE_ID {
+        return Err(Error::InvalidArgument(format!(
+            "cache file id {file} is above the largest, {MAX_FILE_ID}"
+        )));
+    }
+    if page > MAX_PAGE {
+        return Err(Error::InvalidArgument(format!(
+            "cache page number {page} is above the largest, {MAX_PAGE}"
+        )));
+    }
+    Ok(((file as u64) << 40) | page)
+}
+
+fn untag(tag: u64) -> (u32, u64) {
+    ((tag >> 40) as u32, tag & MAX_PAGE)
+}
+
+impl<M: Model> PageCache<M> {
+    /// A cache as `opts` describe, or an error naming the bad option.
+    pub fn new(opts: CacheOptions) -> Result<Self> {
+        let bad = |s: String| Err(Error::InvalidArgument(s));
+        if !opts.page_size.is_power_of_two() || !(512..=1 << 20).contains(&opts.page_size) {
+            return bad(format!(
+                "cache page size {} is not a power of two from 512 B to 1 MiB",
+                opts.page_size
+            ));
+        }
+        if !(policy::MIN_ASSOC..=policy::MAX_ASSOC).contains(&opts.assoc) {
+            return bad(format!(
+                "cache set size {} is outside {}..={} pages",
+                opts.assoc,
+                policy::MIN_ASSOC,
+                policy::MAX_ASSOC
+            ));
+        }
+        let set_bytes = opts.assoc * opts.page_size;
+        let sets = (opts.size / set_bytes).max(1);
+        let max = opts.max_size.unwrap_or(opts.size).max(opts.size);
+        let max_sets = (max / set_bytes).max(sets);
+        if max_sets > u32::MAX as usize / 2 {
+            return bad(format!("cache size {max} bytes needs too many sets"));
+        }
+        let core = Core::new(
+            sets,
+            max_sets,
+            opts.assoc,
+            opts.page_size,
+            opts.policy,
+            opts.pin_wait,
+        )?;
+        Ok(PageCache { core })
+    }
+
+    /// Bytes per page.
+    pub fn page_size(&self) -> usize {
+        self.core.page_size
+    }
+
+    /// Pages per set.
+    pub fn assoc(&self) -> usize {
+        self.core.lay.assoc
+    }
+
+    /// The replacement policy.
+    pub fn policy(&self) -> PolicyKind {
+        self.core.policy
+    }
+
+    /// Sets now.
+    pub fn sets(&self) -> usize {
+        self.core.n_sets()
+    }
+
+    /// Pages the cache holds now.
+    pub fn capacity_pages(&self) -> usize {
+        self.sets() * self.assoc()
+    }
+
+    /// Bytes of metadata one set occupies: `(used, stride)`, where the stride
+    /// is `used` rounded up to whole cache lines.
+    pub fn set_metadata_bytes(&self) -> (usize, usize) {
+        (self.core.lay.used, self.core.lay.stride)
+    }
+
+    /// Bytes of metadata per cached page (state word, tag, policy byte), not
+    /// counting the set header or ghosts.
+    pub fn page_metadata_bytes(&self) -> usize {
+        setmem::SetLayout::per_page::<M>()
+    }
+
+    /// The counters, summed over threads.
+    pub fn stats(&self) -> CacheStats {
+        self.core.stats.snapshot()
+    }
+
+    /// Look `page` of `file` up for reading.
+    pub fn get(&self, file: u32, page: u64) -> Result<Lookup<'_, M>> {
+        let tag = tag_of(file, page)?;
+        Ok(match self.core.lookup(tag, false)? {
+            Found::Hit(s, i) => Lookup::Hit(PageRef::new(&self.core, s, i, tag)),
+            Found::Miss(s, i) => Lookup::Miss(Fill::new(&self.core, s, i, tag)),
+            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack::new(&self.core, s, i, t)),
+        })
+    }
+
+    /// Look `page` of `file` up for writing: the guard is exclusive and marks
+    /// the page dirty.
+    pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
+        let tag = tag_of(file, page)?;
+        Ok(match self.core.lookup(tag, true)? {
+            Found::Hit(s, i) => LookupMut::Hit(PageMut::new(&self.core, s, i, tag)),
+            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill::new(&self.core, s, i, tag))),
+            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack::new(&self.core, s, i, t)),
+        })
+    }
+
+    /// The page for reading, loading it with `load(file, page, frame)` on a miss
+    /// and writing dirty pages back with `store(file, page, bytes)` when its set
+    /// has no clean page to give up.
+    pub fn get_with(
+        &self,
+        file: u32,
+        page: u64,
+        mut load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
+        mut store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
+    ) -> Result<PageRef<'_, M>> {
+        loop {
+            match self.get(file, page)? {
+                Lookup::Hit(p) => return Ok(p),
+                Lookup::Miss(mut f) => {
+                    let r = load(file, page, f.frame_mut());
+                    return f.finish(r);
+                }
+                Lookup::WriteBack(w) => {
+                    let r = store(w.file(), w.page(), w.bytes());
+                    w.finish(r)?;
+                }
+            }
+        }
+    }
+
+    /// The page for writing; see [`PageCache::get_with`]. On a miss, `load`
+    /// runs first (a caller overwriting the whole page may make it a no-op).
+    pub fn get_mut_with(
+        &self,
+        file: u32,
+        page: u64,
+        mut load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
+        mut store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
+    ) -> Result<PageMut<'_, M>> {
+        loop {
+            match self.get_mut(file, page)? {
+                LookupMut::Hit(p) => return Ok(p),
+                LookupMut::Miss(mut f) => {
+                    let r = load(file, page, f.frame_mut());
+                    return f.finish(r);
+                }
+                LookupMut::WriteBack(w) => {
+                    let r = store(w.file(), w.page(), w.bytes());
+                    w.finish(r)?;
+                }
+            }
+        }
+    }
+
+    /// Drop a cached page if it is clean and nobody uses it; returns whether it
+    /// was dropped.
+    pub fn evict(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self.core.evict(tag_of(file, page)?))
+    }
+
+    /// If `page` of `file` is cached, dirty and idle, hand it out to be written
+    /// back (it counts as clean once the write-back finishes successfully).
+    pub fn write_back(&self, file: u32, page: u64) -> Result<Option<WriteBack<'_, M>>> {
+        let tag = tag_of(file, page)?;
+        Ok(self
+            .core
+            .start_writeback(tag)
+            .map(|(s, i)| WriteBack::new(&self.core, s, i, tag)))
+    }
+
+    /// Every cached page that is dirty, as `(file, page)`.
+    pub fn dirty_pages(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        self.core.for_each(|tag, st, _| {
+            if st & core::DIRTY != 0 {
+                out.push(untag(tag));
+            }
+        });
+        out
+    }
+
+    /// Every cached page, as `(file, page, dirty)`.
+    pub fn pages(&self) -> Vec<(u32, u64, bool)> {
+        let mut out = Vec::new();
+        self.core.for_each(|tag, st, _| {
+            let (f, p) = untag(tag);
+            out.push((f, p, st & core::DIRTY != 0));
+        });
+        out
+    }
+
+    /// Grow or shrink to `bytes` of frames (whole sets, between the starting
+    /// size and `max_size`), one set at a time by linear hashing while other
+    /// threads keep using the cache. Pages move with their data and dirty state;
+    /// pinned pages never move (the resize waits for them, up to `pin_wait` per
+    /// step). Shrinking drops clean pages when the merged sets overflow; if
+    /// dirty pages leave no room it stops with [`Error::ResizeBusy`]: write them
+    /// back and retry.
+    pub fn resize(&self, bytes: usize) -> Result<()> {
+        let set_bytes = self.assoc() * self.page_size();
+        let target = (bytes / set_bytes).clamp(1, self.core.max_sets);
+        let mut waited = Duration::ZERO;
+        let mut pause = 1u64;
+        loop {
+            let n = self.sets();
+            let step = if n < target {
+                self.core.grow_one()
+            } else if n > target {
+                self.core.shrink_one()
+            } else {
+                return Ok(());
+            };
+            match step {
+                Ok(true) => {
+                    waited = Duration::ZERO;
+                    pause = 1;
+                }
+                Ok(false) => return Ok(()), // at a bound
+                Err(()) => {
+                    if waited >= self.core.pin_wait {
+                        return Err(Error::ResizeBusy(format!(
+                            "stuck at {n} sets (target {target}): pages to move stayed pinned or dirty for {} ms",
+                            waited.as_millis()
+                        )));
+                    }
+                    M::backoff(pause);
+                    waited += Duration::from_micros(pause);
+                    pause = (pause * 2).min(1000);
+                }
+            }
+        }
+    }
+}
+
+/// The result of [`PageCache::get`].
+pub enum Lookup<'a, M: Model = Os> {
+    /// The page, pinned for reading.
+    Hit(PageRef<'a, M>),
+    /// The page is absent: fill the frame and call [`Fill::finish`]. Every other
+    /// requester of the page waits for this fill.
+    Miss(Fill<'a, M>),
+    /// No clean page in the set: write this dirty page back, call
+    /// [`WriteBack::finish`], then look up again.
+    WriteBack(WriteBack<'a, M>),
+}
+
+/// The result of [`PageCache::get_mut`].
+pub enum LookupMut<'a, M: Model = Os> {
+    /// The page, held exclusively for writing (marked dirty).
+    Hit(PageMut<'a, M>),
+    /// The page is absent: fill the frame and call [`FillMut::finish`].
+    Miss(FillMut<'a, M>),
+    /// As [`Lookup::WriteBack`].
+    WriteBack(WriteBack<'a, M>),
+}
+
+/// Where a guard's page is: the cache, its set and slot, and its tag.
+struct At<'a, M: Model> {
+    core: &'a Core<M>,
+    set: usize,
+    slot: usize,
+    tag: u64,
+}
+
+impl<M: Model> At<'_, M> {
+    fn frame(&self) -> *mut u8 {
+        self.core.frame(self.set, self.slot)
+    }
+
+    /// The page's bytes.
+    ///
+    /// # Safety
+    /// The caller's guard keeps the page in this frame and excludes writers.
+    unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: the frame holds `page_size` bytes; the caller rules out writers.
+        unsafe { std::slice::from_raw_parts(self.frame(), self.core.page_size) }
+    }
+
+    /// The page's bytes, writable.
+    ///
+    /// # Safety
+    /// The caller's guard is the page's only user.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: as above, and the caller rules out every other user.
+        unsafe { std::slice::from_raw_parts_mut(self.frame(), self.core.page_size) }
+    }
+}
+
+/// `file()` and `page()` for a guard holding an `At` in field `at`.
+macro_rules! page_ids {
+    ($t:ident) => {
+        impl<M: Model> $t<'_, M> {
+            /// The file of the page.
+            pub fn file(&self) -> u32 {
+                untag(self.at.tag).0
+            }
+
+            /// The page number.
+            pub fn page(&self) -> u64 {
+                untag(self.at.tag).1
+            }
+        }
+    };
+}
+
+page_ids!(PageRef);
+page_ids!(PageMut);
+page_ids!(Fill);
+page_ids!(WriteBack);
+
+/// A pinned page, readable. The pin drops with the guard.
+pub struct PageRef<'a, M: Model = Os> {
+    at: At<'a, M>,
+}
+
+impl<'a, M: Model> PageRef<'a, M> {
+    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
+        PageRef {
+            at: At {
+                core,
+                set,
+                slot,
+                tag,
+            },
+        }
+    }
+}
+
+impl<M: Model> std::ops::Deref for PageRef<'_, M> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the pin keeps the page in this frame and excludes writers
+        // (a writer needs zero pins), so the bytes are stable while borrowed.
+        unsafe { self.at.bytes() }
+    }
+}
+
+impl<M: Model> Drop for PageRef<'_, M> {
+    fn drop(&mut self) {
+        self.at.core.release(self.at.set, self.at.slot, false);
+    }
+}
+
+/// A page held exclusively for writing; it was marked dirty when taken.
+pub struct PageMut<'a, M: Model = Os> {
+    at: At<'a, M>,
+}
+
+impl<'a, M: Model> PageMut<'a, M> {
+    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
+        PageMut {
+            at: At {
+                core,
+                set,
+                slot,
+                tag,
+            },
+        }
+    }
+}
+
+impl<M: Model> std::ops::Deref for PageMut<'_, M> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: the writer bit makes this guard the page's only user.
+        unsafe { self.at.bytes() }
+    }
+}
+
+impl<M: Model> std::ops::DerefMut for PageMut<'_, M> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the writer bit makes this guard the page's only user, and
+        // `&mut self` makes the borrow unique.
+        unsafe { self.at.bytes_mut() }
+    }
+}
+
+impl<M: Model> Drop for PageMut<'_, M> {
+    fn drop(&mut self) {
+        self.at.core.release(self.at.set, self.at.slot, true);
+    }
+}
+
+/// The job of filling a claimed frame (a miss). Dropping it unfinished counts
+/// as a failed fill: the page is dropped and its waiters retry.
+pub struct Fill<'a, M: Model = Os> {
+    at: At<'a, M>,
+    done: bool,
+}
+
+impl<'a, M: Model> Fill<'a, M> {
+    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
+        Fill {
+            at: At {
+                core,
+                set,
+                slot,
+                tag,
+            },
+            done: false,
+        }
+    }
+
+    /// The frame to load the page into (page-size bytes, 4096-aligned, so
+    /// O_DIRECT can read straight into it).
+    pub fn frame_mut(&mut self) -> &mut [u8] {
+        // SAFETY: the frame is claimed (pending): nobody else reads or writes it
+        // until `finish`.
+        unsafe { self.at.bytes_mut() }
+    }
+
+    /// The address of the frame, for asynchronous I/O into it.
+    pub fn frame_ptr(&self) -> *mut u8 {
+        self.at.frame()
+    }
+
+    fn end(&mut self, ok: bool) {
+        self.done = true;
+        self.at.core.fill_done(self.at.set, self.at.slot, ok);
+    }
+
+    /// Publish the filled page (waiters see it) and keep it pinned for reading;
+    /// or, with an error, drop the page and return the error.
+    pub fn finish(mut self, r: Result<()>) -> Result<PageRef<'a, M>> {
+        self.end(r.is_ok());
+        r?;
+        let a = &self.at;
+        Ok(PageRef::new(a.core, a.set, a.slot, a.tag))
+    }
+}
+
+impl<M: Model> Drop for Fill<'_, M> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.end(false);
+        }
+    }
+}
+
+/// The job of filling a claimed frame for a writer; see [`Fill`].
+pub struct FillMut<'a, M: Model = Os>(Fill<'a, M>);
+
+impl<'a, M: Model> FillMut<'a, M> {
+    /// The frame to load the page into.
+    pub fn frame_mut(&mut self) -> &mut [u8] {
+        self.0.frame_mut()
+    }
+
+    /// The address of the frame, for asynchronous I/O into it.
+    pub fn frame_ptr(&self) -> *mut u8 {
+        self.0.frame_ptr()
+    }
+
+    /// Publish the page and keep it for writing (it is dirty); or drop it.
+    pub fn finish(mut self, r: Result<()>) -> Result<PageMut<'a, M>> {
+        self.0.end(r.is_ok());
+        r?;
+        Ok(PageMut::new(
+            self.0.at.core,
+            self.0.at.set,
+            self.0.at.slot,
+            self.0.at.tag,
+        ))
+    }
+}
+
+/// A dirty page handed back to be written. The page stays cached and readable;
+/// writers wait until [`WriteBack::finish`]. Dropping it unfinished counts as a
+/// failed write (the page stays dirty).
+pub struct WriteBack<'a, M: Model = Os> {
+    at: At<'a, M>,
+    done: bool,
+}
+
+impl<'a, M: Model> WriteBack<'a, M> {
+    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
+        WriteBack {
+            at: At {
+                core,
+                set,
+                slot,
+                tag,
+            },
+            done: false,
+        }
+    }
+
+    /// The bytes to write.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the write-back pin keeps the page here and excludes writers.
+        unsafe { self.at.bytes() }
+    }
+
+    /// Report the write: on success the page is clean (unless a writer came
+    /// since); on failure it is dirty again and the error is returned.
+    pub fn finish(mut self, r: Result<()>) -> Result<()> {
+        self.done = true;
+        self.at
+            .core
+            .writeback_done(self.at.set, self.at.slot, r.is_ok());
+        r
+    }
+}
+
+impl<M: Model> Drop for WriteBack<'_, M> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.at
+                .core
+                .writeback_done(self.at.set, self.at.slot, false);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

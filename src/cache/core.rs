@@ -1,0 +1,731 @@
+//! The set protocol: lookup, pin, fill, write-back hand-off, eviction, and
+//! linear-hashing resize, generic over the synchronisation [`Model`].
+//!
+//! # State of a slot
+//! One atomic word per slot: flag bits below and a pin count in the high 16
+//! bits. Pins are taken only under the set's lock; they are dropped without it.
+//! A page with a pin, a fill in flight (`PENDING`), a write-back in flight
+//! (`WRITEBACK`) or a writer (`WRITER`) is never evicted or moved.
+//!
+//! # Waiting
+//! Anyone who must wait for a slot's state to change sets `WAITERS` and sleeps
+//! on the word ([`Model::wait`]); every transition that can end a wait (a fill
+//! completing, a writer leaving, the last pin dropping) wakes all sleepers when
+//! it finds `WAITERS` set. Waiters re-check their condition, so wake-ups may be
+//! spurious.
+
+use std::marker::PhantomData;
+use std::sync::Mutex;
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::time::Duration;
+
+use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
+use super::region::Region;
+use super::setmem::SetLayout;
+use super::stats::{Stat, StatsHub};
+use super::sync::{Model, Word};
+use crate::error::{Error, Result};
+use crate::layout::mix64;
+
+pub(crate) const VALID: u32 = 1;
+pub(crate) const PENDING: u32 = 2;
+pub(crate) const DIRTY: u32 = 4;
+pub(crate) const WRITEBACK: u32 = 8;
+pub(crate) const WRITER: u32 = 16;
+pub(crate) const WAITERS: u32 = 32;
+pub(crate) const PIN: u32 = 1 << 16;
+pub(crate) const MAX_PINS: u32 = 0xffff;
+
+#[inline]
+pub(crate) fn pins(s: u32) -> u32 {
+    s >> 16
+}
+
+/// Set lock states.
+const UNLOCKED: u32 = 0;
+const LOCKED: u32 = 1;
+const CONTENDED: u32 = 2;
+
+/// Why a lookup returned instead of a page.
+pub(crate) enum Found {
+    /// The page is valid; a pin (and the writer bit for `write`) is held.
+    Hit(usize, usize),
+    /// The page was absent; a frame is claimed (pending, pinned) for the caller
+    /// to fill.
+    Miss(usize, usize),
+    /// The set has no clean page to give up: this dirty page is now under
+    /// write-back (pinned) and must be written before the lookup is retried.
+    WriteBack(usize, usize, u64),
+}
+
+/// The cache's shared state.
+pub(crate) struct Core<M: Model> {
+    pub(crate) lay: SetLayout,
+    sets: Region,
+    frames: Region,
+    pub(crate) page_size: usize,
+    /// Sets at level 0 of linear hashing (the smallest table).
+    base: usize,
+    pub(crate) max_sets: usize,
+    /// Current number of sets (linear hashing's level and split pointer in one).
+    n_sets: M::W,
+    /// Sets ever initialised (grows only): a set below this mark may be locked
+    /// by a lookup that raced with a shrink, so it is never re-initialised.
+    inited: Mutex<usize>,
+    pub(crate) policy: PolicyKind,
+    pub(crate) stats: StatsHub,
+    pub(crate) pin_wait: Duration,
+    _m: PhantomData<M>,
+}
+
+impl<M: Model> Core<M> {
+    pub(crate) fn new(
+        sets: usize,
+        max_sets: usize,
+        assoc: usize,
+        page_size: usize,
+        policy: PolicyKind,
+        pin_wait: Duration,
+    ) -> Result<Core<M>> {
+        let ghosts = policy.ghosts(assoc);
+        let lay = SetLayout::new::<M>(assoc, ghosts);
+        let sets_mem = Region::new(max_sets * lay.stride, "set metadata")?;
+        let frames = Region::new(max_sets * assoc * page_size, "page frames")?;
+        let core = Core {
+            lay,
+            sets: sets_mem,
+            frames,
+            page_size,
+            base: sets,
+            max_sets,
+            n_sets: M::W::new(sets as u32),
+            inited: Mutex::new(sets),
+            policy,
+            stats: StatsHub::new(),
+            pin_wait,
+            _m: PhantomData,
+        };
+        for s in 0..sets {
+            // SAFETY: set `s` lies inside the region and is not yet shared.
+            unsafe { core.lay.init::<M>(core.set_ptr(s)) };
+            core.reset_policy(s);
+        }
+        Ok(core)
+    }
+
+    #[inline]
+    pub(crate) fn n_sets(&self) -> usize {
+        self.n_sets.load(Acquire) as usize
+    }
+
+    /// Linear hashing: the set of hash `h` when the table has `n` sets.
+    #[inline]
+    pub(crate) fn index(&self, h: u64, n: usize) -> usize {
+        let mut level_size = self.base;
+        while level_size * 2 <= n {
+            level_size *= 2;
+        }
+        let i = (h % level_size as u64) as usize;
+        if i < n - level_size {
+            (h % (2 * level_size) as u64) as usize
+        } else {
+            i
+        }
+    }
+
+    #[inline]
+    fn set_ptr(&self, s: usize) -> *mut u8 {
+        debug_assert!(s < self.max_sets);
+        // SAFETY: `s < max_sets`, so the offset stays inside the region.
+        unsafe { self.sets.ptr().add(s * self.lay.stride) }
+    }
+
+    #[inline]
+    fn lock_word(&self, s: usize) -> &M::W {
+        // SAFETY: every set below `inited` holds an initialised lock word at
+        // offset 0, and sets are never de-initialised while the core lives.
+        unsafe { &*self.set_ptr(s).cast::<M::W>() }
+    }
+
+    #[inline]
+    pub(crate) fn state(&self, s: usize, i: usize) -> &M::W {
+        // SAFETY: as for the lock word; slot `i < assoc`.
+        unsafe {
+            &*self
+                .set_ptr(s)
+                .add(self.lay.off_states)
+                .cast::<M::W>()
+                .add(i)
+        }
+    }
+
+    /// The frame of slot `i` of set `s`.
+    #[inline]
+    pub(crate) fn frame(&self, s: usize, i: usize) -> *mut u8 {
+        // SAFETY: inside the frame region (`s < max_sets`, `i < assoc`).
+        unsafe {
+            self.frames
+                .ptr()
+                .add((s * self.lay.assoc + i) * self.page_size)
+        }
+    }
+
+    /// The fields of set `s` that only the lock holder touches.
+    ///
+    /// # Safety
+    /// The caller holds the lock of set `s` and drops the view before unlocking.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn locked(&self, s: usize) -> Locked<'_> {
+        let b = self.set_ptr(s);
+        let l = &self.lay;
+        // SAFETY: the lock gives exclusive access to these fields; offsets and
+        // lengths come from the layout the set was initialised with.
+        unsafe {
+            Locked {
+                valid: &mut *b.add(l.off_valid).cast::<u32>(),
+                tags: std::slice::from_raw_parts_mut(b.add(l.off_tags).cast::<u64>(), l.assoc),
+                st: SetState {
+                    bytes: std::slice::from_raw_parts_mut(b.add(l.off_bytes), l.assoc),
+                    word: &mut *b.add(l.off_word).cast::<u32>(),
+                    ghost_tags: std::slice::from_raw_parts_mut(
+                        b.add(l.off_gtags).cast::<u64>(),
+                        l.ghosts,
+                    ),
+                    ghost_bytes: std::slice::from_raw_parts_mut(b.add(l.off_gbytes), l.ghosts),
+                },
+            }
+        }
+    }
+
+    fn reset_policy(&self, s: usize) {
+        // SAFETY: called on a set nobody else can reach yet, or under its lock.
+        let mut g = unsafe { self.locked(s) };
+        self.policy.reset(&mut g.st);
+    }
+
+    #[inline]
+    fn lock(&self, s: usize) {
+        let w = self.lock_word(s);
+        if w.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        self.lock_slow(w);
+    }
+
+    #[cold]
+    fn lock_slow(&self, w: &M::W) {
+        for _ in 0..64 {
+            M::spin();
+            if w.load(Relaxed) == UNLOCKED
+                && w.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+        }
+        while w.swap(CONTENDED, Acquire) != UNLOCKED {
+            M::wait(w, CONTENDED);
+        }
+    }
+
+    #[inline]
+    fn unlock(&self, s: usize) {
+        let w = self.lock_word(s);
+        if w.swap(UNLOCKED, Release) == CONTENDED {
+            M::wake_one(w);
+        }
+    }
+
+    /// Lock the set that holds hash `h` now (re-checked after locking, since a
+    /// resize may have moved the hash to another set meanwhile).
+    fn lock_for(&self, h: u64) -> usize {
+        loop {
+            let n = self.n_sets();
+            let s = self.index(h, n);
+            self.lock(s);
+            let n2 = self.n_sets();
+            if n2 == n || self.index(h, n2) == s {
+                return s;
+            }
+            self.unlock(s);
+        }
+    }
+
+    /// Wait until `done(state)` holds for slot `(s, i)`.
+    fn wait_slot(&self, s: usize, i: usize, done: impl Fn(u32) -> bool) {
+        let w = self.state(s, i);
+        let mut spins = 0;
+        loop {
+            let v = w.load(Acquire);
+            if done(v) {
+                return;
+            }
+            if spins < 32 {
+                spins += 1;
+                M::spin();
+                continue;
+            }
+            if v & WAITERS == 0 && w.compare_exchange(v, v | WAITERS, AcqRel, Relaxed).is_err() {
+                continue;
+            }
+            M::wait(w, v | WAITERS);
+        }
+    }
+
+    /// After a transition whose old value was `old`: wake sleepers if any.
+    #[inline]
+    fn wake_if(&self, s: usize, i: usize, old: u32) {
+        if old & WAITERS != 0 {
+            let w = self.state(s, i);
+            w.fetch_and(!WAITERS, AcqRel);
+            M::wake_all(w);
+        }
+    }
+
+    /// Drop a pin (and the writer bit with `writer`).
+    pub(crate) fn release(&self, s: usize, i: usize, writer: bool) {
+        let dec = PIN + if writer { WRITER } else { 0 };
+        let old = self.state(s, i).fetch_sub(dec, AcqRel);
+        debug_assert!(pins(old) > 0);
+        self.wake_if(s, i, old);
+    }
+
+    /// Find `tag`, pinning it, or claim a frame for it. Blocks while the page is
+    /// being filled, while a writer holds it (or, for `write`, while anyone
+    /// holds it), and with a bounded backoff while every page of its set is
+    /// pinned.
+    pub(crate) fn lookup(&self, tag: u64, write: bool) -> Result<Found> {
+        let h = mix64(tag);
+        let mut waited = Duration::ZERO;
+        let mut pause_us = 1u64;
+        loop {
+            let s = self.lock_for(h);
+            // SAFETY: set `s` is locked until the `unlock` calls below.
+            let g = unsafe { self.locked(s) };
+            if let Some(i) = g.tags.iter().position(|&t| t == tag) {
+                let w = self.state(s, i);
+                let v = w.load(Acquire);
+                if v & PENDING != 0 {
+                    // Share the fill in flight: pin so the slot stays, then wait.
+                    if pins(v) >= MAX_PINS {
+                        self.unlock(s);
+                        M::backoff(0);
+                        continue;
+                    }
+                    w.fetch_add(PIN, AcqRel);
+                    self.unlock(s);
+                    self.stats.bump(Stat::CoalescedWaits);
+                    self.wait_slot(s, i, |v| v & PENDING == 0);
+                    self.release(s, i, false);
+                    continue; // now a hit (or, after a failed fill, a miss)
+                }
+                let busy = if write {
+                    pins(v) > 0 || v & WRITEBACK != 0
+                } else {
+                    v & WRITER != 0 || pins(v) >= MAX_PINS
+                };
+                if busy {
+                    self.unlock(s);
+                    self.wait_slot(s, i, |v| {
+                        if write {
+                            pins(v) == 0 && v & WRITEBACK == 0
+                        } else {
+                            v & WRITER == 0
+                        }
+                    });
+                    continue;
+                }
+                if write {
+                    w.fetch_or(WRITER | DIRTY, AcqRel);
+                }
+                w.fetch_add(PIN, AcqRel);
+                let valid = *g.valid;
+                let mut st = g.st;
+                self.policy.on_hit(&mut st, i, valid);
+                self.unlock(s);
+                self.stats.bump(Stat::Hits);
+                return Ok(Found::Hit(s, i));
+            }
+            // A miss: a free slot, else a clean victim, else a dirty one to write.
+            match self.choose(s, g) {
+                Choice::Slot(i) => {
+                    // SAFETY: still under the lock of set `s`.
+                    let g = unsafe { self.locked(s) };
+                    let before = *g.valid;
+                    g.tags[i] = tag;
+                    *g.valid |= 1 << i;
+                    let w = self.state(s, i);
+                    let fl = PENDING | PIN | if write { WRITER | DIRTY } else { 0 };
+                    let old = w.swap(fl, AcqRel);
+                    let mut st = g.st;
+                    let ghost = self.policy.on_insert(&mut st, i, tag, before);
+                    self.unlock(s);
+                    self.wake_if(s, i, old);
+                    self.stats.bump(Stat::Misses);
+                    if ghost {
+                        self.stats.bump(Stat::GhostHits);
+                    }
+                    return Ok(Found::Miss(s, i));
+                }
+                Choice::WriteBack(i, old_tag) => {
+                    self.unlock(s);
+                    self.stats.bump(Stat::DirtyEvictions);
+                    return Ok(Found::WriteBack(s, i, old_tag));
+                }
+                Choice::None => {
+                    self.unlock(s);
+                    if waited >= self.pin_wait {
+                        return Err(Error::AllPinned {
+                            set: s,
+                            waited_ms: waited.as_millis() as u64,
+                        });
+                    }
+                    M::backoff(pause_us);
+                    waited += Duration::from_micros(pause_us);
+                    pause_us = (pause_us * 2).min(1000);
+                }
+            }
+        }
+    }
+
+    /// Pick the slot for a new page in locked set `s`, evicting a clean page if
+    /// needed, or start the write-back of a dirty one.
+    fn choose(&self, s: usize, g: Locked<'_>) -> Choice {
+        let mut clean = 0u32;
+        let mut dirty = 0u32;
+        let valid = *g.valid;
+        for i in 0..self.lay.assoc {
+            let v = self.state(s, i).load(Acquire);
+            if valid & (1 << i) == 0 {
+                if v & !WAITERS == 0 {
+                    return Choice::Slot(i);
+                }
+                continue;
+            }
+            if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
+                continue;
+            }
+            if v & DIRTY != 0 {
+                dirty |= 1 << i;
+            } else {
+                clean |= 1 << i;
+            }
+        }
+        let mut st = g.st;
+        if clean != 0 {
+            let i = self.policy.victim(&mut st, clean, valid);
+            debug_assert!(clean & (1 << i) != 0, "policy chose an ineligible slot");
+            let old_tag = g.tags[i];
+            self.policy.on_evict(&mut st, i, old_tag, valid);
+            g.tags[i] = NO_TAG;
+            *g.valid &= !(1 << i);
+            let old = self.state(s, i).swap(0, AcqRel);
+            self.wake_if(s, i, old);
+            self.stats.bump(Stat::Evictions);
+            return Choice::Slot(i);
+        }
+        if dirty != 0 {
+            let i = self.policy.victim(&mut st, dirty, valid);
+            debug_assert!(dirty & (1 << i) != 0, "policy chose an ineligible slot");
+            // Writers wait while WRITEBACK is set; a failed write sets DIRTY again.
+            let w = self.state(s, i);
+            w.fetch_or(WRITEBACK, AcqRel);
+            w.fetch_and(!DIRTY, AcqRel);
+            w.fetch_add(PIN, AcqRel);
+            return Choice::WriteBack(i, g.tags[i]);
+        }
+        Choice::None
+    }
+
+    /// A fill of `(s, i)` ended. On success the page becomes valid and the
+    /// filler keeps its pin; on failure the page is dropped and the pin released.
+    pub(crate) fn fill_done(&self, s: usize, i: usize, ok: bool) {
+        if ok {
+            let w = self.state(s, i);
+            let old = w.fetch_or(VALID, AcqRel);
+            let old2 = w.fetch_and(!PENDING, AcqRel);
+            self.stats.bump(Stat::Fills);
+            self.wake_if(s, i, old | old2);
+            return;
+        }
+        self.lock(s);
+        {
+            // SAFETY: set `s` is locked.
+            let g = unsafe { self.locked(s) };
+            let valid = *g.valid;
+            let mut st = g.st;
+            self.policy.on_remove(&mut st, i, valid);
+            g.tags[i] = NO_TAG;
+            *g.valid &= !(1 << i);
+        }
+        let w = self.state(s, i);
+        let old = w.fetch_and(!(PENDING | VALID | WRITER | DIRTY), AcqRel);
+        let old2 = w.fetch_sub(PIN, AcqRel);
+        self.unlock(s);
+        self.stats.bump(Stat::FillErrors);
+        self.wake_if(s, i, old | old2);
+    }
+
+    /// A write-back of `(s, i)` ended; on failure the page is dirty again.
+    pub(crate) fn writeback_done(&self, s: usize, i: usize, ok: bool) {
+        let w = self.state(s, i);
+        if !ok {
+            w.fetch_or(DIRTY, AcqRel);
+        }
+        let old = w.fetch_and(!WRITEBACK, AcqRel);
+        let old2 = w.fetch_sub(PIN, AcqRel);
+        self.wake_if(s, i, old | old2);
+    }
+
+    /// Start the write-back of `tag` if it is cached, dirty and idle: returns
+    /// its slot, now pinned under write-back.
+    pub(crate) fn start_writeback(&self, tag: u64) -> Option<(usize, usize)> {
+        let s = self.lock_for(mix64(tag));
+        // SAFETY: set `s` is locked.
+        let g = unsafe { self.locked(s) };
+        let found = g.tags.iter().position(|&t| t == tag).filter(|&i| {
+            let v = self.state(s, i).load(Acquire);
+            v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
+        });
+        if let Some(i) = found {
+            let w = self.state(s, i);
+            w.fetch_or(WRITEBACK, AcqRel);
+            w.fetch_and(!DIRTY, AcqRel);
+            w.fetch_add(PIN, AcqRel);
+        }
+        self.unlock(s);
+        found.map(|i| (s, i))
+    }
+
+    /// Drop `tag` if it is cached, clean and idle. Returns whether it was dropped.
+    pub(crate) fn evict(&self, tag: u64) -> bool {
+        let s = self.lock_for(mix64(tag));
+        // SAFETY: set `s` is locked.
+        let g = unsafe { self.locked(s) };
+        let Some(i) = g.tags.iter().position(|&t| t == tag) else {
+            self.unlock(s);
+            return false;
+        };
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER | DIRTY) != 0 {
+            self.unlock(s);
+            return false;
+        }
+        let valid = *g.valid;
+        let mut st = g.st;
+        self.policy.on_evict(&mut st, i, tag, valid);
+        g.tags[i] = NO_TAG;
+        *g.valid &= !(1 << i);
+        let old = w.swap(0, AcqRel);
+        self.unlock(s);
+        self.wake_if(s, i, old);
+        self.stats.bump(Stat::Evictions);
+        true
+    }
+
+    /// Visit every valid page: `(tag, state, frame)`, each set under its lock.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u32, *const u8)) {
+        let mut s = 0;
+        while s < self.n_sets() {
+            self.lock(s);
+            if s < self.n_sets() {
+                // SAFETY: set `s` is locked.
+                let g = unsafe { self.locked(s) };
+                for i in 0..self.lay.assoc {
+                    if *g.valid & (1 << i) != 0 {
+                        f(g.tags[i], self.state(s, i).load(Acquire), self.frame(s, i));
+                    }
+                }
+            }
+            self.unlock(s);
+            s += 1;
+        }
+    }
+
+    /// Add one set by splitting the set under the split pointer. `Ok(false)` at
+    /// the maximum; `Err(())` when a page that must move is busy (retry later).
+    pub(crate) fn grow_one(&self) -> std::result::Result<bool, ()> {
+        let mut inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.n_sets();
+        if n >= self.max_sets {
+            return Ok(false);
+        }
+        let mut level_size = self.base;
+        while level_size * 2 <= n {
+            level_size *= 2;
+        }
+        let (s, t) = (n - level_size, n);
+        if t >= *inited {
+            // SAFETY: set `t` was never initialised, so no lookup can reach it.
+            unsafe { self.lay.init::<M>(self.set_ptr(t)) };
+            self.reset_policy(t);
+            *inited = t + 1;
+        }
+        self.lock(s);
+        self.lock(t);
+        let modulus = 2 * level_size as u64;
+        // SAFETY: both sets are locked.
+        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
+        let mut moving = 0u32;
+        for i in 0..self.lay.assoc {
+            if *gs.valid & (1 << i) == 0 || (mix64(gs.tags[i]) % modulus) as usize != t {
+                continue;
+            }
+            let v = self.state(s, i).load(Acquire);
+            if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
+                self.unlock(t);
+                self.unlock(s);
+                return Err(());
+            }
+            moving |= 1 << i;
+        }
+        self.move_pages(s, gs, t, gt, moving);
+        self.n_sets.store((n + 1) as u32, Release);
+        self.unlock(t);
+        self.unlock(s);
+        Ok(true)
+    }
+
+    /// Remove the last set by merging it into its buddy. `Ok(false)` at the
+    /// minimum; `Err(())` when its pages are busy or the merged pages would not
+    /// fit without dropping dirty data (write them back, then retry).
+    pub(crate) fn shrink_one(&self) -> std::result::Result<bool, ()> {
+        let _inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.n_sets();
+        if n <= self.base {
+            return Ok(false);
+        }
+        let n2 = n - 1;
+        let mut level_size = self.base;
+        while level_size * 2 <= n2 {
+            level_size *= 2;
+        }
+        let (s, t) = (n2 - level_size, n2);
+        self.lock(s);
+        self.lock(t);
+        // SAFETY: both sets are locked.
+        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
+        let busy = |set: usize, i: usize| {
+            let v = self.state(set, i).load(Acquire);
+            pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0
+        };
+        let is_dirty = |set: usize, i: usize| self.state(set, i).load(Acquire) & DIRTY != 0;
+        if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i)) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(());
+        }
+        let count = |m: u32| m.count_ones() as usize;
+        let mut over = (count(*gs.valid) + count(*gt.valid)).saturating_sub(self.lay.assoc);
+        // Room comes from clean idle pages: first those of the vanishing set,
+        // then those of its buddy, each in its policy's order.
+        let clean_t: u32 = (0..self.lay.assoc)
+            .filter(|&i| *gt.valid & (1 << i) != 0 && !is_dirty(t, i))
+            .fold(0, |m, i| m | 1 << i);
+        let clean_s: u32 = (0..self.lay.assoc)
+            .filter(|&i| *gs.valid & (1 << i) != 0 && !busy(s, i) && !is_dirty(s, i))
+            .fold(0, |m, i| m | 1 << i);
+        if over > count(clean_t) + count(clean_s) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(());
+        }
+        let mut gt = gt;
+        let mut gs = gs;
+        let mut left = clean_t;
+        while over > 0 && left != 0 {
+            let i = self.policy.victim(&mut gt.st, left, *gt.valid);
+            left &= !(1 << i);
+            self.drop_page(t, &mut gt, i);
+            over -= 1;
+        }
+        let mut left = clean_s;
+        while over > 0 && left != 0 {
+            let i = self.policy.victim(&mut gs.st, left, *gs.valid);
+            left &= !(1 << i);
+            self.drop_page(s, &mut gs, i);
+            over -= 1;
+        }
+        let moving = *gt.valid;
+        self.move_pages(t, gt, s, gs, moving);
+        self.reset_policy(t);
+        self.n_sets.store(n2 as u32, Release);
+        self.unlock(t);
+        self.unlock(s);
+        let stride = self.lay.assoc * self.page_size;
+        self.frames.release(t * stride, stride);
+        Ok(true)
+    }
+
+    /// Evict clean idle page `i` of locked set `set` (a shrink needs its slot).
+    fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) {
+        let valid = *g.valid;
+        self.policy.on_evict(&mut g.st, i, g.tags[i], valid);
+        g.tags[i] = NO_TAG;
+        *g.valid &= !(1 << i);
+        let old = self.state(set, i).swap(0, AcqRel);
+        self.wake_if(set, i, old);
+        self.stats.bump(Stat::Evictions);
+    }
+
+    /// Move the pages in `mask` from locked set `from` to free slots of locked
+    /// set `to` (frames copied, state kept, policy history restarted).
+    fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
+        let (mut gf, mut gt) = (gf, gt);
+        let occupied = *gt.valid;
+        let mut free = (0..self.lay.assoc).filter(move |&j| occupied & (1 << j) == 0);
+        for i in 0..self.lay.assoc {
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            let j = free.next().expect("caller checked there is room");
+            let v = self.state(from, i).load(Acquire) & (VALID | DIRTY);
+            // SAFETY: both frames are in the region, distinct (different sets),
+            // and idle: the page has no pin and no I/O, and both sets are locked.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.frame(from, i),
+                    self.frame(to, j),
+                    self.page_size,
+                )
+            };
+            let before = *gt.valid;
+            gt.tags[j] = gf.tags[i];
+            *gt.valid |= 1 << j;
+            self.state(to, j).store(v, Release);
+            self.policy.on_insert(&mut gt.st, j, gt.tags[j], before);
+            let valid = *gf.valid;
+            self.policy.on_remove(&mut gf.st, i, valid);
+            gf.tags[i] = NO_TAG;
+            *gf.valid &= !(1 << i);
+            let old = self.state(from, i).swap(0, AcqRel);
+            self.wake_if(from, i, old);
+        }
+    }
+}
+
+impl<M: Model> Drop for Core<M> {
+    fn drop(&mut self) {
+        let n = *self.inited.get_mut().unwrap_or_else(|p| p.into_inner());
+        for s in 0..n {
+            // SAFETY: sets below `inited` were initialised; nothing uses them now.
+            unsafe { self.lay.drop_set::<M>(self.set_ptr(s)) };
+        }
+    }
+}
+
+enum Choice {
+    Slot(usize),
+    WriteBack(usize, u64),
+    None,
+}
+
+/// The lock-protected fields of one set.
+pub(crate) struct Locked<'a> {
+    valid: &'a mut u32,
+    tags: &'a mut [u64],
+    st: SetState<'a>,
+}

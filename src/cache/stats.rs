@@ -1,0 +1,139 @@
+//! Per-thread statistics counters, summed when read.
+//!
+//! Each thread that touches a cache gets its own block of counters (padded to
+//! two cache lines) the first time; only that thread writes it, with a plain
+//! load and store, so counting a hit costs no shared atomic operation.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// What the cache counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stat {
+    Hits = 0,
+    Misses,
+    Evictions,
+    DirtyEvictions,
+    GhostHits,
+    CoalescedWaits,
+    Fills,
+    FillErrors,
+}
+
+const N: usize = 8;
+
+/// A snapshot of a cache's counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    /// Lookups that found the page valid in the cache.
+    pub hits: u64,
+    /// Lookups that found the page absent and claimed a frame to fill it.
+    pub misses: u64,
+    /// Clean pages evicted to make room (including pages dropped by a shrink).
+    pub evictions: u64,
+    /// Dirty pages handed back to be written before their frame could be reused.
+    pub dirty_evictions: u64,
+    /// Misses on pages the policy still remembered in a ghost entry.
+    pub ghost_hits: u64,
+    /// Lookups that found the page being filled and waited for that one fill.
+    pub coalesced_waits: u64,
+    /// Fills completed successfully.
+    pub fills: u64,
+    /// Fills that failed (the page was dropped and the error returned).
+    pub fill_errors: u64,
+}
+
+impl CacheStats {
+    /// Hits over hits plus misses (0 when there was no lookup).
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.hits + self.misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.hits as f64 / all as f64
+        }
+    }
+}
+
+#[repr(align(128))]
+#[derive(Default)]
+struct Block {
+    v: [AtomicU64; N],
+}
+
+/// The counters of one cache.
+pub(crate) struct StatsHub {
+    id: u64,
+    blocks: Mutex<Vec<Arc<Block>>>,
+}
+
+thread_local! {
+    /// This thread's blocks, by cache id.
+    static LOCAL: RefCell<Vec<(u64, Arc<Block>)>> = const { RefCell::new(Vec::new()) };
+}
+
+impl StatsHub {
+    pub(crate) fn new() -> StatsHub {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        StatsHub {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            blocks: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Count one event on the calling thread's block.
+    #[inline]
+    pub(crate) fn bump(&self, s: Stat) {
+        self.add(s, 1);
+    }
+
+    #[inline]
+    pub(crate) fn add(&self, s: Stat, n: u64) {
+        LOCAL.with(|l| {
+            let mut l = l.borrow_mut();
+            let b = match l.iter().position(|(id, _)| *id == self.id) {
+                Some(p) => &l[p].1,
+                None => {
+                    let b = self.register(&mut l);
+                    &l[b].1
+                }
+            };
+            let c = &b.v[s as usize];
+            // Only this thread writes this block: no read-modify-write needed.
+            c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+        });
+    }
+
+    #[cold]
+    fn register(&self, l: &mut Vec<(u64, Arc<Block>)>) -> usize {
+        // Forget blocks of caches that are gone (only this thread holds them).
+        l.retain(|(_, b)| Arc::strong_count(b) > 1);
+        let b = Arc::new(Block::default());
+        self.blocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(b.clone());
+        l.push((self.id, b));
+        l.len() - 1
+    }
+
+    pub(crate) fn snapshot(&self) -> CacheStats {
+        let mut sum = [0u64; N];
+        for b in self.blocks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+            for (s, c) in sum.iter_mut().zip(b.v.iter()) {
+                *s += c.load(Ordering::Relaxed);
+            }
+        }
+        CacheStats {
+            hits: sum[Stat::Hits as usize],
+            misses: sum[Stat::Misses as usize],
+            evictions: sum[Stat::Evictions as usize],
+            dirty_evictions: sum[Stat::DirtyEvictions as usize],
+            ghost_hits: sum[Stat::GhostHits as usize],
+            coalesced_waits: sum[Stat::CoalescedWaits as usize],
+            fills: sum[Stat::Fills as usize],
+            fill_errors: sum[Stat::FillErrors as usize],
+        }
+    }
+}

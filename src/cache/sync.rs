@@ -1,0 +1,191 @@
+//! The synchronisation seam of the page cache.
+//!
+//! The set protocol is written once, generic over a [`Model`] that supplies its
+//! atomic word and its way to wait. The cache runs on [`Os`] (std atomics and
+//! Linux futexes); the model-checking tests run the same code on a Shuttle
+//! model, whose scheduler controls every atomic operation and explores thread
+//! interleavings.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A 32-bit atomic word, as the set protocol uses it.
+pub trait Word: Send + Sync + 'static {
+    /// A word holding `v`.
+    fn new(v: u32) -> Self;
+    /// As `AtomicU32::load`.
+    fn load(&self, o: Ordering) -> u32;
+    /// As `AtomicU32::store`.
+    fn store(&self, v: u32, o: Ordering);
+    /// As `AtomicU32::swap`.
+    fn swap(&self, v: u32, o: Ordering) -> u32;
+    /// As `AtomicU32::compare_exchange`.
+    fn compare_exchange(&self, cur: u32, new: u32, ok: Ordering, err: Ordering)
+    -> Result<u32, u32>;
+    /// As `AtomicU32::fetch_add`.
+    fn fetch_add(&self, v: u32, o: Ordering) -> u32;
+    /// As `AtomicU32::fetch_sub`.
+    fn fetch_sub(&self, v: u32, o: Ordering) -> u32;
+    /// As `AtomicU32::fetch_or`.
+    fn fetch_or(&self, v: u32, o: Ordering) -> u32;
+    /// As `AtomicU32::fetch_and`.
+    fn fetch_and(&self, v: u32, o: Ordering) -> u32;
+}
+
+/// Atomics plus blocking: what the set protocol needs from the platform.
+pub trait Model: Send + Sync + 'static {
+    /// The atomic word.
+    type W: Word;
+    /// A short pause inside a spin loop.
+    fn spin();
+    /// Block while `w` holds `expected` (may return spuriously).
+    fn wait(w: &Self::W, expected: u32);
+    /// Wake every thread blocked in [`Model::wait`] on `w`.
+    fn wake_all(w: &Self::W);
+    /// Wake one thread blocked in [`Model::wait`] on `w`.
+    fn wake_one(w: &Self::W);
+    /// Back off for roughly `micros` microseconds (a retry loop).
+    fn backoff(micros: u64);
+}
+
+/// Implement [`Word`] for an atomic type with std's `AtomicU32` methods.
+macro_rules! word_impl {
+    ($t:ty) => {
+        impl Word for $t {
+            #[inline]
+            fn new(v: u32) -> Self {
+                <$t>::new(v)
+            }
+            #[inline]
+            fn load(&self, o: Ordering) -> u32 {
+                <$t>::load(self, o)
+            }
+            #[inline]
+            fn store(&self, v: u32, o: Ordering) {
+                <$t>::store(self, v, o)
+            }
+            #[inline]
+            fn swap(&self, v: u32, o: Ordering) -> u32 {
+                <$t>::swap(self, v, o)
+            }
+            #[inline]
+            fn compare_exchange(
+                &self,
+                cur: u32,
+                new: u32,
+                ok: Ordering,
+                err: Ordering,
+            ) -> Result<u32, u32> {
+                <$t>::compare_exchange(self, cur, new, ok, err)
+            }
+            #[inline]
+            fn fetch_add(&self, v: u32, o: Ordering) -> u32 {
+                <$t>::fetch_add(self, v, o)
+            }
+            #[inline]
+            fn fetch_sub(&self, v: u32, o: Ordering) -> u32 {
+                <$t>::fetch_sub(self, v, o)
+            }
+            #[inline]
+            fn fetch_or(&self, v: u32, o: Ordering) -> u32 {
+                <$t>::fetch_or(self, v, o)
+            }
+            #[inline]
+            fn fetch_and(&self, v: u32, o: Ordering) -> u32 {
+                <$t>::fetch_and(self, v, o)
+            }
+        }
+    };
+}
+
+word_impl!(AtomicU32);
+
+/// The real platform: std atomics, futex waits.
+#[derive(Debug)]
+pub struct Os;
+
+impl Model for Os {
+    type W = AtomicU32;
+
+    #[inline]
+    fn spin() {
+        std::hint::spin_loop();
+    }
+
+    fn wait(w: &AtomicU32, expected: u32) {
+        // SAFETY: FUTEX_WAIT reads the 32-bit word at a valid, aligned address
+        // (a live AtomicU32) and sleeps only while it equals `expected`; a null
+        // timeout means no deadline.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                std::ptr::null::<libc::timespec>(),
+            );
+        }
+    }
+
+    fn wake_all(w: &AtomicU32) {
+        // SAFETY: FUTEX_WAKE only uses the address as a key.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            );
+        }
+    }
+
+    fn wake_one(w: &AtomicU32) {
+        // SAFETY: as in `wake_all`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            );
+        }
+    }
+
+    fn backoff(micros: u64) {
+        if micros == 0 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(std::time::Duration::from_micros(micros));
+        }
+    }
+}
+
+/// The Shuttle model: every operation is a scheduling point of the checker.
+#[cfg(test)]
+pub(crate) mod shuttle_model {
+    use super::{Model, Word};
+    use shuttle::sync::atomic::AtomicU32;
+    use std::sync::atomic::Ordering;
+
+    word_impl!(AtomicU32);
+
+    /// Blocking becomes yielding to the checker's scheduler.
+    #[derive(Debug)]
+    pub(crate) struct Shuttle;
+
+    impl Model for Shuttle {
+        type W = AtomicU32;
+        fn spin() {
+            shuttle::thread::yield_now();
+        }
+        fn wait(w: &AtomicU32, expected: u32) {
+            if w.load(Ordering::SeqCst) == expected {
+                shuttle::thread::yield_now();
+            }
+        }
+        fn wake_all(_: &AtomicU32) {}
+        fn wake_one(_: &AtomicU32) {}
+        fn backoff(_: u64) {
+            shuttle::thread::yield_now();
+        }
+    }
+}

@@ -1,0 +1,549 @@
+//! Tests of the set protocol: a model check, a property test against a
+//! reference model, and a bounded stress test.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::sync::shuttle_model::Shuttle;
+use super::sync::{Model, Os};
+use super::*;
+
+fn opts(size_pages: usize, max_pages: usize, assoc: usize, policy: PolicyKind) -> CacheOptions {
+    CacheOptions {
+        size: size_pages * 512,
+        max_size: Some(max_pages * 512),
+        page_size: 512,
+        assoc,
+        policy,
+        pin_wait: Duration::from_millis(200),
+    }
+}
+
+/// The bytes a page holds on the "device" before anyone wrote it.
+fn initial(file: u32, page: u64) -> Vec<u8> {
+    (0..512u64)
+        .map(|i| (i.wrapping_mul(31) ^ page.wrapping_mul(7) ^ file as u64) as u8)
+        .collect()
+}
+
+type Disk = Mutex<HashMap<(u32, u64), Vec<u8>>>;
+
+fn load_from(disk: &Disk) -> impl FnMut(u32, u64, &mut [u8]) -> crate::Result<()> + '_ {
+    move |f, p, frame| {
+        let g = disk.lock().unwrap();
+        match g.get(&(f, p)) {
+            Some(v) => frame.copy_from_slice(v),
+            None => frame.copy_from_slice(&initial(f, p)),
+        }
+        Ok(())
+    }
+}
+
+fn store_to(disk: &Disk) -> impl FnMut(u32, u64, &[u8]) -> crate::Result<()> + '_ {
+    move |f, p, bytes| {
+        disk.lock().unwrap().insert((f, p), bytes.to_vec());
+        Ok(())
+    }
+}
+
+#[test]
+fn options_are_checked_with_clear_errors() {
+    let bad = |o: CacheOptions| PageCache::<Os>::new(o).err().unwrap().to_string();
+    let e = bad(CacheOptions {
+        page_size: 3000,
+        ..CacheOptions::default()
+    });
+    assert!(e.contains("page size 3000"), "{e}");
+    let e = bad(CacheOptions {
+        assoc: 33,
+        ..CacheOptions::default()
+    });
+    assert!(e.contains("set size 33"), "{e}");
+    let c = PageCache::<Os>::new(opts(16, 16, 4, PolicyKind::Lru)).unwrap();
+    let e = c.get(MAX_FILE_ID + 1, 0).err().unwrap().to_string();
+    assert!(e.contains("file id"), "{e}");
+    let e = c.get(0, MAX_PAGE + 1).err().unwrap().to_string();
+    assert!(e.contains("page number"), "{e}");
+}
+
+#[test]
+fn metadata_sizes_from_the_cache() {
+    let c = PageCache::<Os>::new(CacheOptions {
+        size: 12 * 4096 * 8,
+        policy: PolicyKind::Lru,
+        ..CacheOptions::default()
+    })
+    .unwrap();
+    assert_eq!(c.assoc(), 12);
+    assert!(c.page_metadata_bytes() <= 16);
+    let (used, stride) = c.set_metadata_bytes();
+    assert!(
+        used <= stride && stride <= 4 * 64,
+        "used {used} stride {stride}"
+    );
+    let frame = c.get(0, 1).unwrap();
+    let Lookup::Miss(f) = frame else {
+        panic!("first lookup must miss")
+    };
+    assert_eq!(f.frame_ptr() as usize % 4096, 0, "frames are 4096-aligned");
+    drop(f);
+}
+
+#[test]
+fn miss_fill_hit_and_failed_fill() {
+    let c = PageCache::<Os>::new(opts(8, 8, 4, PolicyKind::Lru)).unwrap();
+    let Lookup::Miss(f) = c.get(1, 5).unwrap() else {
+        panic!("expected a miss")
+    };
+    let e = f
+        .finish(Err(Error::InvalidArgument("disk said no".into())))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("disk said no"));
+    // The failed page is gone; the next lookup is a miss again.
+    let Lookup::Miss(mut f) = c.get(1, 5).unwrap() else {
+        panic!("expected a miss after a failed fill")
+    };
+    f.frame_mut().fill(9);
+    let p = f.finish(Ok(())).unwrap();
+    assert!(p.iter().all(|&b| b == 9));
+    drop(p);
+    let Lookup::Hit(p) = c.get(1, 5).unwrap() else {
+        panic!("expected a hit")
+    };
+    assert_eq!(p[0], 9);
+    drop(p);
+    let s = c.stats();
+    assert_eq!((s.hits, s.misses, s.fills, s.fill_errors), (1, 2, 1, 1));
+}
+
+#[test]
+fn clean_pages_go_before_dirty_and_dirty_victims_come_back() {
+    // One set of four pages.
+    let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap();
+    let disk = Disk::default();
+    for p in 0..4 {
+        let mut g = c
+            .get_mut_with(0, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(p as u8 + 1);
+    }
+    // Make page 3 clean again by writing it back; every other page is dirty.
+    let wb = c.write_back(0, 3).unwrap().unwrap();
+    let (f, p, b) = (wb.file(), wb.page(), wb.bytes().to_vec());
+    disk.lock().unwrap().insert((f, p), b);
+    wb.finish(Ok(())).unwrap();
+    // A miss evicts the clean page 3, not the least recently used dirty page 0.
+    drop(
+        c.get_with(0, 10, load_from(&disk), store_to(&disk))
+            .unwrap(),
+    );
+    let cached: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+    assert!(!cached.contains(&3) && cached.contains(&0), "{cached:?}");
+    // No clean page left but page 10: it goes next, for a page that is written.
+    drop(
+        c.get_mut_with(0, 11, load_from(&disk), store_to(&disk))
+            .unwrap(),
+    );
+    let cached: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+    assert!(!cached.contains(&10) && cached.contains(&11), "{cached:?}");
+    // Now only dirty pages remain: the lookup hands one back to be written.
+    match c.get(0, 12).unwrap() {
+        Lookup::WriteBack(w) => {
+            assert_eq!(w.page(), 0, "LRU order among dirty pages");
+            assert!(w.bytes().iter().all(|&b| b == 1));
+            // While it is written, it stays readable.
+            let Lookup::Hit(r) = c.get(0, 0).unwrap() else {
+                panic!("a page under write-back is still cached")
+            };
+            drop(r);
+            w.finish(Ok(())).unwrap();
+        }
+        _ => panic!("expected a write-back"),
+    }
+    assert_eq!(c.stats().dirty_evictions, 1);
+}
+
+#[test]
+fn all_pinned_is_a_clear_error_not_a_hang() {
+    let c = PageCache::<Os>::new(CacheOptions {
+        pin_wait: Duration::from_millis(20),
+        ..opts(4, 4, 4, PolicyKind::Clock)
+    })
+    .unwrap();
+    let disk = Disk::default();
+    let held: Vec<_> = (0..4)
+        .map(|p| c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap())
+        .collect();
+    let e = c.get(0, 99).err().unwrap();
+    assert!(matches!(e, Error::AllPinned { .. }), "{e}");
+    assert!(e.to_string().contains("pinned"));
+    drop(held);
+    assert!(c.get_with(0, 99, load_from(&disk), store_to(&disk)).is_ok());
+}
+
+#[test]
+fn concurrent_misses_share_one_fill() {
+    let c = Arc::new(PageCache::<Os>::new(opts(64, 64, 8, PolicyKind::Lru)).unwrap());
+    let loads = Arc::new(AtomicU32::new(0));
+    let gate = Arc::new(std::sync::Barrier::new(8));
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let (c, loads, gate) = (c.clone(), loads.clone(), gate.clone());
+            s.spawn(move || {
+                gate.wait();
+                let p = c
+                    .get_with(
+                        3,
+                        42,
+                        |f, p, frame| {
+                            loads.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(20));
+                            frame.copy_from_slice(&initial(f, p));
+                            Ok(())
+                        },
+                        |_, _, _| Ok(()),
+                    )
+                    .unwrap();
+                assert!(p[..] == initial(3, 42)[..]);
+            });
+        }
+    });
+    assert_eq!(
+        loads.load(Ordering::SeqCst),
+        1,
+        "one fill for eight requesters"
+    );
+    let s = c.stats();
+    assert_eq!(s.fills, 1);
+    assert_eq!(s.misses, 1);
+    assert!(s.coalesced_waits >= 1);
+}
+
+#[test]
+fn resize_moves_pages_with_their_data_and_dirt() {
+    let c = PageCache::<Os>::new(opts(8, 64, 4, PolicyKind::Gclock)).unwrap();
+    let disk = Disk::default();
+    for p in 0..8 {
+        let mut g = c
+            .get_mut_with(2, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(100 + p as u8);
+    }
+    c.resize(64 * 512).unwrap();
+    assert_eq!(c.sets(), 16);
+    // Every page written is still there, dirty, with its bytes (growing never
+    // evicts), or was handed back for write-back (not possible here).
+    let mut dirty = c.dirty_pages();
+    dirty.sort();
+    let have: Vec<u64> = dirty.iter().map(|d| d.1).collect();
+    let mut all: Vec<u64> = (0..8).collect();
+    all.retain(|p| !disk.lock().unwrap().contains_key(&(2, *p)));
+    assert_eq!(have, all);
+    for p in 0..8u64 {
+        let g = c.get_with(2, p, load_from(&disk), store_to(&disk)).unwrap();
+        assert!(g.iter().all(|&b| b == 100 + p as u8), "page {p}");
+    }
+    // A pinned page stays put through a shrink (the shrink waits, then fails
+    // only if it must move it).
+    let pinned = c.get_with(2, 0, load_from(&disk), store_to(&disk)).unwrap();
+    let r = c.resize(8 * 512);
+    if r.is_err() {
+        assert!(matches!(r, Err(Error::ResizeBusy(_))));
+    }
+    assert!(pinned.iter().all(|&b| b == 100));
+    drop(pinned);
+    // Shrinking with dirty pages that do not fit fails cleanly; after a
+    // write-back it completes.
+    for (f, p) in c.dirty_pages() {
+        if let Some(w) = c.write_back(f, p).unwrap() {
+            let b = w.bytes().to_vec();
+            disk.lock().unwrap().insert((f, p), b);
+            w.finish(Ok(())).unwrap();
+        }
+    }
+    c.resize(8 * 512).unwrap();
+    assert_eq!(c.sets(), 2);
+    for p in 0..8u64 {
+        let g = c.get_with(2, p, load_from(&disk), store_to(&disk)).unwrap();
+        assert!(
+            g.iter().all(|&b| b == 100 + p as u8),
+            "page {p} after shrink"
+        );
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Read(u64),
+    Write(u64, u8),
+    Evict(u64),
+    Hold(u64),
+    Release,
+    Resize(usize),
+    Flush,
+}
+
+fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+    use proptest::prelude::*;
+    prop_oneof![
+        4 => (0..40u64).prop_map(Op::Read),
+        3 => (0..40u64, any::<u8>()).prop_map(|(p, b)| Op::Write(p, b)),
+        1 => (0..40u64).prop_map(Op::Evict),
+        1 => (0..40u64).prop_map(Op::Hold),
+        1 => Just(Op::Release),
+        1 => (1..9usize).prop_map(Op::Resize),
+        1 => Just(Op::Flush),
+    ]
+}
+
+fn run_model(policy: PolicyKind, ops: &[Op]) {
+    let c = PageCache::<Os>::new(CacheOptions {
+        pin_wait: Duration::from_millis(5),
+        ..opts(8, 32, 4, policy)
+    })
+    .unwrap();
+    let disk = Disk::default();
+    let mut truth: HashMap<u64, Vec<u8>> = HashMap::new();
+    let expect = |truth: &HashMap<u64, Vec<u8>>, p: u64| {
+        truth.get(&p).cloned().unwrap_or_else(|| initial(7, p))
+    };
+    let mut held: Vec<(u64, PageRef<'_, Os>)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Read(p) => match c.get_with(7, *p, load_from(&disk), store_to(&disk)) {
+                Ok(g) => assert!(g[..] == expect(&truth, *p)[..], "read {p}"),
+                Err(Error::AllPinned { .. }) => {}
+                Err(e) => panic!("read {p}: {e}"),
+            },
+            Op::Write(p, b) => {
+                if held.iter().any(|h| h.0 == *p) {
+                    continue; // our own reader pin would block the writer
+                }
+                match c.get_mut_with(7, *p, load_from(&disk), store_to(&disk)) {
+                    Ok(mut g) => {
+                        assert!(g[..] == expect(&truth, *p)[..], "before write {p}");
+                        g.fill(*b);
+                        truth.insert(*p, vec![*b; 512]);
+                    }
+                    Err(Error::AllPinned { .. }) => {}
+                    Err(e) => panic!("write {p}: {e}"),
+                }
+            }
+            Op::Evict(p) => {
+                if c.evict(7, *p).unwrap() {
+                    // Only clean pages are dropped: the device has the truth.
+                    let on_disk = disk.lock().unwrap().get(&(7, *p)).cloned();
+                    let d = on_disk.unwrap_or_else(|| initial(7, *p));
+                    assert!(d == expect(&truth, *p), "evicted {p} while dirty");
+                }
+            }
+            Op::Hold(p) => {
+                if held.len() < 2 && !held.iter().any(|h| h.0 == *p) {
+                    if let Ok(g) = c.get_with(7, *p, load_from(&disk), store_to(&disk)) {
+                        held.push((*p, g));
+                    }
+                }
+            }
+            Op::Release => {
+                held.pop();
+            }
+            Op::Resize(sets) => match c.resize(sets * 4 * 512) {
+                Ok(()) | Err(Error::ResizeBusy(_)) => {}
+                Err(e) => panic!("resize: {e}"),
+            },
+            Op::Flush => {
+                for (f, p) in c.dirty_pages() {
+                    if let Some(w) = c.write_back(f, p).unwrap() {
+                        let b = w.bytes().to_vec();
+                        disk.lock().unwrap().insert((f, p), b);
+                        w.finish(Ok(())).unwrap();
+                    }
+                }
+            }
+        }
+        // Pinned pages never change under their pins.
+        for (p, g) in &held {
+            assert!(g[..] == expect(&truth, *p)[..], "held page {p} changed");
+        }
+        // No page is cached twice.
+        let mut pages: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+        let n = pages.len();
+        pages.sort();
+        pages.dedup();
+        assert_eq!(pages.len(), n, "a page is cached twice");
+    }
+    held.clear();
+    // Nothing dirty was lost: flush, then the device holds every write.
+    for (f, p) in c.dirty_pages() {
+        let w = c.write_back(f, p).unwrap().unwrap();
+        let b = w.bytes().to_vec();
+        disk.lock().unwrap().insert((f, p), b);
+        w.finish(Ok(())).unwrap();
+    }
+    for (p, v) in &truth {
+        assert!(
+            disk.lock().unwrap().get(&(7, *p)) == Some(v),
+            "write to page {p} lost"
+        );
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::test_runner::Config::with_cases(48))]
+
+    #[test]
+    fn cache_matches_a_reference_model(
+        policy in proptest::sample::select(PolicyKind::ALL.to_vec()),
+        ops in proptest::collection::vec(op(), 1..160),
+    ) {
+        run_model(policy, &ops);
+    }
+}
+
+/// 32 threads on a cache of four 4-page sets: readers check contents, writers
+/// add to per-page counters through write-back and eviction; at the end every
+/// increment is in the cache or on the device, and the counters add up.
+#[test]
+fn stress_32_threads_on_a_few_sets() {
+    const PAGES: u64 = 48;
+    let c = PageCache::<Os>::new(CacheOptions {
+        pin_wait: Duration::from_secs(10),
+        ..opts(16, 16, 4, PolicyKind::S3Fifo)
+    })
+    .unwrap();
+    let disk: Disk = Mutex::new((0..PAGES).map(|p| ((0, p), vec![0u8; 512])).collect());
+    let loads = AtomicU64::new(0);
+    let adds: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
+    let lookups = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for t in 0..32u64 {
+            let (c, disk, loads, adds, lookups) = (&c, &disk, &loads, &adds, &lookups);
+            s.spawn(move || {
+                let mut x = t * 7919 + 1;
+                for _ in 0..400 {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let p = x % PAGES;
+                    let load = |f: u32, p: u64, frame: &mut [u8]| {
+                        loads.fetch_add(1, Ordering::Relaxed);
+                        frame.copy_from_slice(&disk.lock().unwrap()[&(f, p)]);
+                        Ok(())
+                    };
+                    lookups.fetch_add(1, Ordering::Relaxed);
+                    if t % 4 == 0 {
+                        let mut g = c.get_mut_with(0, p, load, store_to(disk)).unwrap();
+                        let v = u64::from_le_bytes(g[..8].try_into().unwrap());
+                        g[..8].copy_from_slice(&(v + 1).to_le_bytes());
+                        g[8..16].copy_from_slice(&p.to_le_bytes());
+                        adds[p as usize].fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        let g = c.get_with(0, p, load, store_to(disk)).unwrap();
+                        let tagp = u64::from_le_bytes(g[8..16].try_into().unwrap());
+                        assert!(tagp == p || tagp == 0, "page {p} holds page {tagp}");
+                    }
+                }
+            });
+        }
+    });
+    let st = c.stats();
+    let n = lookups.load(Ordering::Relaxed);
+    // Each lookup is one hit or one miss, except retries after a write-back,
+    // which look up again.
+    assert!(st.hits + st.misses >= n, "{st:?} lookups {n}");
+    assert_eq!(st.fills, loads.load(Ordering::Relaxed));
+    assert_eq!(st.fills, st.misses);
+    for (f, p) in c.dirty_pages() {
+        let w = c.write_back(f, p).unwrap().unwrap();
+        let b = w.bytes().to_vec();
+        disk.lock().unwrap().insert((f, p), b);
+        w.finish(Ok(())).unwrap();
+    }
+    for p in 0..PAGES {
+        let d = disk.lock().unwrap()[&(0, p)].clone();
+        let v = u64::from_le_bytes(d[..8].try_into().unwrap());
+        assert_eq!(v, adds[p as usize].load(Ordering::Relaxed), "page {p}");
+    }
+}
+
+/// Model check of the set protocol under Shuttle's random scheduler: three
+/// threads hit, miss, fill, pin, write and evict on one four-page set. A pinned
+/// page never changes or moves, no page is ever filled twice at once, nothing
+/// deadlocks (Shuttle reports a deadlock as a failure).
+#[test]
+fn shuttle_set_protocol() {
+    fn body() {
+        let c = Arc::new(
+            PageCache::<Shuttle>::new(CacheOptions {
+                pin_wait: Duration::from_millis(1),
+                ..opts(4, 4, 4, PolicyKind::Clock)
+            })
+            .unwrap(),
+        );
+        let filling: Arc<Vec<AtomicU32>> = Arc::new((0..6).map(|_| AtomicU32::new(0)).collect());
+        let disk: Arc<Disk> = Arc::default();
+        let mut hs = Vec::new();
+        for t in 0..3u64 {
+            let (c, filling, disk) = (c.clone(), filling.clone(), disk.clone());
+            hs.push(shuttle::thread::spawn(move || {
+                let seq = [t, (t + 1) % 6, 5, t + 3, (t + 2) % 6];
+                for (k, &p) in seq.iter().enumerate() {
+                    let load = |f: u32, p: u64, frame: &mut [u8]| {
+                        let was = filling[p as usize].fetch_add(1, Ordering::SeqCst);
+                        assert_eq!(was, 0, "page {p} filled twice at once");
+                        shuttle::thread::yield_now();
+                        load_from(&disk)(f, p, frame)?;
+                        filling[p as usize].fetch_sub(1, Ordering::SeqCst);
+                        Ok(())
+                    };
+                    if k == 2 && t == 0 {
+                        match c.get_mut_with(0, p, load, store_to(&disk)) {
+                            Ok(mut g) => g.fill(0xAB),
+                            Err(Error::AllPinned { .. }) => {}
+                            Err(e) => panic!("{e}"),
+                        }
+                        continue;
+                    }
+                    match c.get_with(0, p, load, store_to(&disk)) {
+                        Ok(g) => {
+                            let snapshot = g.to_vec();
+                            shuttle::thread::yield_now();
+                            assert!(g[..] == snapshot[..], "pinned page {p} changed");
+                            assert_eq!((g.file(), g.page()), (0, p));
+                        }
+                        Err(Error::AllPinned { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                    if k == 3 {
+                        let _ = c.evict(0, p);
+                    }
+                }
+            }));
+        }
+        for h in hs {
+            h.join().unwrap();
+        }
+        // Quiescent: no pins, no I/O left behind.
+        c.core.for_each(|_, st, _| {
+            assert_eq!(core::pins(st), 0, "a pin leaked");
+            assert_eq!(st & (core::PENDING | core::WRITEBACK | core::WRITER), 0);
+        });
+    }
+    shuttle::check_random(body, 2000);
+    shuttle::check_pct(body, 1000, 3);
+}
+
+#[test]
+fn models_differ_only_in_their_word() {
+    // The seam is what the Shuttle test swaps: same layout rules for both.
+    let a = setmem::SetLayout::new::<Os>(12, 0);
+    assert_eq!(a.assoc, 12);
+    fn words<M: Model>() -> usize {
+        std::mem::size_of::<M::W>()
+    }
+    assert_eq!(words::<Os>(), 4);
+    assert!(words::<Shuttle>() >= 4);
+}
