@@ -1,4 +1,5 @@
-//! The `setcache` command: `setcache bench ...` benchmarks the storage layer.
+//! The `setcache` command: `setcache bench ...` benchmarks the storage layer,
+//! `setcache hitbench` the page cache's hit path.
 //! Without arguments it runs a short demo bench.
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.
@@ -28,6 +29,7 @@ macro_rules! out {
 }
 
 mod bench;
+mod hitbench;
 
 use std::process::ExitCode;
 
@@ -50,6 +52,8 @@ struct Cli {
 enum Command {
     // About and long help come from `BenchArgs`.
     Bench(Box<bench::BenchArgs>),
+    /// Measure the page cache's hit path beside a bare memcpy baseline
+    Hitbench(hitbench::HitArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
     #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
     BenchChild,
@@ -59,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run(*args),
+        Some(Command::Hitbench(args)) => hitbench::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
         None => {
             let argv = ["setcache", "bench"].iter().chain(bench::DEMO_ARGS);

@@ -23,7 +23,7 @@ mod prep;
 mod progress;
 mod report;
 mod rng;
-mod size;
+pub(crate) mod size;
 mod svg;
 mod workload;
 mod zipf;

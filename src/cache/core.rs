@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
-use super::setmem::SetLayout;
+use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
 use super::sync::{Model, Word};
 use crate::error::{Error, Result};
@@ -64,7 +64,10 @@ pub(crate) struct Core<M: Model> {
     sets: Region,
     frames: Region,
     pub(crate) page_size: usize,
-    /// Sets at level 0 of linear hashing (the smallest table).
+    /// Sets at level 0 of linear hashing (the smallest table): the largest
+    /// power of two not above the starting number of sets. A table of `n` sets
+    /// is that of `level_size(n)` sets with `n - level_size(n)` sets split, so
+    /// any starting size works and every modulus is a power of two (a mask).
     base: usize,
     pub(crate) max_sets: usize,
     /// Current number of sets (linear hashing's level and split pointer in one).
@@ -96,7 +99,7 @@ impl<M: Model> Core<M> {
             sets: sets_mem,
             frames,
             page_size,
-            base: sets,
+            base: 1 << sets.ilog2(),
             max_sets,
             n_sets: M::W::new(sets as u32),
             inited: Mutex::new(sets),
@@ -121,13 +124,10 @@ impl<M: Model> Core<M> {
     /// Linear hashing: the set of hash `h` when the table has `n` sets.
     #[inline]
     pub(crate) fn index(&self, h: u64, n: usize) -> usize {
-        let mut level_size = self.base;
-        while level_size * 2 <= n {
-            level_size *= 2;
-        }
-        let i = (h % level_size as u64) as usize;
-        if i < n - level_size {
-            (h % (2 * level_size) as u64) as usize
+        let level = level_size(n);
+        let i = h as usize & (level - 1);
+        if i < n - level {
+            h as usize & (2 * level - 1)
         } else {
             i
         }
@@ -244,6 +244,15 @@ impl<M: Model> Core<M> {
         loop {
             let n = self.n_sets();
             let s = self.index(h, n);
+            // Ask for every line of the set at once: the tags and states then
+            // arrive while the lock word is still on its way.
+            let base = self.set_ptr(s);
+            let mut off = LINE;
+            while off < self.lay.used {
+                // SAFETY: `off < used <= stride`, inside set `s`.
+                super::prefetch(unsafe { base.add(off) });
+                off += LINE;
+            }
             self.lock(s);
             let n2 = self.n_sets();
             if n2 == n || self.index(h, n2) == s {
@@ -305,6 +314,12 @@ impl<M: Model> Core<M> {
             // SAFETY: set `s` is locked until the `unlock` calls below.
             let g = unsafe { self.locked(s) };
             if let Some(i) = g.tags.iter().position(|&t| t == tag) {
+                // The caller reads the frame next: start loading its first lines
+                // while the pin and the policy update run.
+                let f = self.frame(s, i);
+                super::prefetch(f);
+                // SAFETY: a frame is at least 512 bytes, so +64 is inside it.
+                super::prefetch(unsafe { f.add(LINE) });
                 let w = self.state(s, i);
                 let v = w.load(Acquire);
                 if v & PENDING != 0 {
@@ -553,11 +568,8 @@ impl<M: Model> Core<M> {
         if n >= self.max_sets {
             return Ok(false);
         }
-        let mut level_size = self.base;
-        while level_size * 2 <= n {
-            level_size *= 2;
-        }
-        let (s, t) = (n - level_size, n);
+        let level = level_size(n);
+        let (s, t) = (n - level, n);
         if t >= *inited {
             // SAFETY: set `t` was never initialised, so no lookup can reach it.
             unsafe { self.lay.init::<M>(self.set_ptr(t)) };
@@ -566,12 +578,12 @@ impl<M: Model> Core<M> {
         }
         self.lock(s);
         self.lock(t);
-        let modulus = 2 * level_size as u64;
+        let mask = 2 * level - 1;
         // SAFETY: both sets are locked.
         let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
         let mut moving = 0u32;
         for i in 0..self.lay.assoc {
-            if *gs.valid & (1 << i) == 0 || (mix64(gs.tags[i]) % modulus) as usize != t {
+            if *gs.valid & (1 << i) == 0 || mix64(gs.tags[i]) as usize & mask != t {
                 continue;
             }
             let v = self.state(s, i).load(Acquire);
@@ -599,11 +611,8 @@ impl<M: Model> Core<M> {
             return Ok(false);
         }
         let n2 = n - 1;
-        let mut level_size = self.base;
-        while level_size * 2 <= n2 {
-            level_size *= 2;
-        }
-        let (s, t) = (n2 - level_size, n2);
+        let level = level_size(n2);
+        let (s, t) = (n2 - level, n2);
         self.lock(s);
         self.lock(t);
         // SAFETY: both sets are locked.
@@ -715,6 +724,12 @@ impl<M: Model> Drop for Core<M> {
             unsafe { self.lay.drop_set::<M>(self.set_ptr(s)) };
         }
     }
+}
+
+/// The largest power of two not above `n` (`n >= 1`).
+#[inline]
+fn level_size(n: usize) -> usize {
+    1 << n.ilog2()
 }
 
 enum Choice {

@@ -27,6 +27,21 @@ pub use self::stats::CacheStats;
 use self::sync::{Model, Os};
 use crate::error::{Error, Result};
 
+/// Hint the CPU to load the cache line at `p` (no effect on other targets).
+#[inline(always)]
+pub(crate) fn prefetch<T>(p: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults, whatever the address,
+    // and has no effect visible to the program. SSE, which provides it, is part
+    // of the x86-64 baseline.
+    unsafe {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast());
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 /// Largest file id a cache accepts.
 pub const MAX_FILE_ID: u32 = (1 << 24) - 2;
 /// Largest page number a cache accepts (2^40 - 1).

@@ -15,6 +15,7 @@
 //! having been pinned. Every eligible bit is clear after one turn, so a sweep
 //! ends within two turns. Empty slots hold 0; the ghost entries are unused.
 
+use super::common::clock_sweep;
 use super::{Policy, SetState};
 
 /// CLOCK within the set (see the [module documentation](self)).
@@ -35,52 +36,20 @@ impl Policy for Clock {
 
     #[inline]
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, _valid: u32) -> usize {
-        debug_assert_ne!(eligible, 0);
-        let n = st.bytes.len();
-        let mut s = *st.word as usize % n;
-        // The first turn clears every eligible bit, so the second one stops.
-        for _ in 0..2 * n {
-            if eligible & (1 << s) != 0 {
-                if st.bytes[s] == 0 {
-                    *st.word = ((s + 1) % n) as u32;
-                    return s;
-                }
-                st.bytes[s] = 0;
-            }
-            s += 1;
-            if s == n {
-                s = 0;
-            }
-        }
-        unreachable!("the eligible mask {eligible:#b} has no slot below {n}")
-    }
-
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, _valid: u32) {
-        st.bytes[slot] = 0;
+        // A bit is a counter that is at most 1: the first turn clears every
+        // eligible bit, so the second one stops.
+        clock_sweep(st, eligible, 2)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Step};
-    use super::super::{Access, PolicyKind, SetModel};
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit: false,
-        }
-    }
+    use super::super::model::testing::{self, Step, miss, model_with};
+    use super::super::{Access, PolicyKind};
 
     #[test]
     fn second_chance_order() {
-        let mut m = SetModel::new(PolicyKind::Clock, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Clock, 4, 1..=4);
         assert_eq!(m.word(), 0);
         // No bits set: the hand takes slot 0 and moves on.
         assert_eq!(m.access(5), miss(0, Some(1)));
@@ -108,13 +77,7 @@ mod tests {
 
     #[test]
     fn twelve_slots() {
-        let mut m = SetModel::new(PolicyKind::Clock, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
-        for t in [0, 1, 2, 5, 11] {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Clock, 12, (0..12).chain([0, 1, 2, 5, 11]));
         assert_eq!(m.access(100), miss(3, Some(3)));
         assert_eq!(m.bytes()[..4], [0, 0, 0, 0]);
         assert_eq!(m.access(101), miss(4, Some(4)));
@@ -131,12 +94,7 @@ mod tests {
 
     #[test]
     fn ineligible_slots_keep_their_bits() {
-        let mut m = SetModel::new(PolicyKind::Clock, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        m.access(1);
-        m.access(2);
+        let mut m = model_with(PolicyKind::Clock, 4, [1, 2, 3, 4, 1, 2]);
         assert!(m.pin(1));
         assert!(m.set_dirty(3, true));
         // Slot 0 (pinned) keeps its bit; 2 loses it; 3 (dirty) is passed; 4 goes.
@@ -156,14 +114,7 @@ mod tests {
 
     fn check(step: &Step<'_>) {
         let (before, after) = (step.before, step.after);
-        assert!(after.bytes().iter().all(|&b| b <= 1));
-        assert!((after.word() as usize) < after.assoc());
-        if let Some(Access::Miss {
-            slot,
-            evicted: Some(_),
-            ..
-        }) = step.access
-        {
+        if let Some(slot) = testing::check_clock(step, 1) {
             let n = before.assoc();
             let eligible = testing::eligible_tags(before);
             let hand = before.word() as usize;
@@ -183,7 +134,6 @@ mod tests {
                     assert_eq!(after.bytes()[s], 0);
                 }
             }
-            assert_eq!(after.word() as usize, (slot + 1) % n);
             for s in 0..n {
                 let t = before.tag_at(s).unwrap();
                 if !eligible.contains(&t) {
@@ -193,15 +143,7 @@ mod tests {
         }
     }
 
-    proptest! {
-        #[test]
-        fn consistent(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            testing::run(PolicyKind::Clock, assoc, &ops, |step, _| check(step))?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(8, 400)) {
-            testing::run(PolicyKind::Clock, 4, &ops, |step, _| check(step))?;
-        }
-    }
+    testing::property_tests!(consistent, small: (8, 400), |assoc, ops| {
+        testing::run(PolicyKind::Clock, assoc, ops, |step, _| check(step))
+    });
 }

@@ -1,6 +1,6 @@
 //! Building blocks shared by several policies: an insertion/recency order kept
-//! as ranks in the low bits of the slot bytes, and a ghost list kept as a
-//! compact FIFO.
+//! as ranks in the low bits of the slot bytes, a clock hand sweeping over
+//! per-slot counters, and a ghost list kept as a compact FIFO.
 //!
 //! # Ranks
 //!
@@ -11,13 +11,20 @@
 //! and the highest rank the back (oldest). With at most 32 slots a rank never
 //! exceeds 31, so incrementing the byte never carries into the flag bits.
 //!
+//! # Clock sweep
+//!
+//! The set word is a hand, a slot index, and the slots form the clock face in
+//! index order. [`clock_sweep`] moves the hand over the eligible slots,
+//! decrementing non-zero counters, up to the first eligible slot whose counter
+//! is 0. Ineligible slots are passed untouched.
+//!
 //! # Ghost FIFO
 //!
 //! The ghost entries `tags[..k]` are the live ones, newest first; the rest hold
 //! [`NO_TAG`]. Pushing shifts everything one place back and drops the last
 //! entry (the oldest, or an empty one); taking an entry closes the gap.
 
-use super::NO_TAG;
+use super::{NO_TAG, SetState};
 
 /// The bits of a slot byte that hold its rank.
 pub(crate) const RANK_MASK: u8 = 0x1f;
@@ -53,15 +60,16 @@ fn bit(mask: u32, j: usize) -> u8 {
     ((mask >> j) & 1) as u8
 }
 
-/// Places the unranked `slot` at the front (rank 0): every slot of `ranked`
-/// moves one place back. `slot` must not be in `ranked`; its flag bits are kept.
+/// Places the unranked `slot` at the front (rank 0), with the flag bits
+/// `flags`: every slot of `ranked` moves one place back. `slot` must not be in
+/// `ranked`.
 #[inline]
-pub(crate) fn push_front(bytes: &mut [u8], slot: usize, ranked: u32) {
+pub(crate) fn push_front(bytes: &mut [u8], slot: usize, flags: u8, ranked: u32) {
     let others = ranked & !(1 << slot);
     for (j, b) in bytes.iter_mut().enumerate() {
         *b += bit(others, j);
     }
-    bytes[slot] &= !RANK_MASK;
+    bytes[slot] = flags & !RANK_MASK;
 }
 
 /// Moves the ranked `slot` to the front; the slots that were ahead of it move
@@ -115,6 +123,32 @@ pub(crate) fn slot_at_rank(bytes: &[u8], ranked: u32, r: u8) -> Option<usize> {
     found
 }
 
+/// Sweeps the clock hand in the set word over at most `turns` turns of the
+/// face: an eligible slot with a non-zero counter (its byte) has it decremented
+/// and is passed, and the first eligible slot whose counter is 0 is the victim,
+/// returned with the hand left just past it. `eligible` must be non-empty, and
+/// `turns` large enough that the sweep stops.
+#[inline]
+pub(crate) fn clock_sweep(st: &mut SetState<'_>, eligible: u32, turns: usize) -> usize {
+    debug_assert_ne!(eligible, 0);
+    let n = st.bytes.len();
+    let mut s = *st.word as usize % n;
+    for _ in 0..turns * n {
+        if eligible & (1 << s) != 0 {
+            if st.bytes[s] == 0 {
+                *st.word = ((s + 1) % n) as u32;
+                return s;
+            }
+            st.bytes[s] -= 1;
+        }
+        s += 1;
+        if s == n {
+            s = 0;
+        }
+    }
+    unreachable!("the eligible mask {eligible:#b} has no slot below {n}")
+}
+
 /// Records `tag` (with its byte) as the newest ghost, dropping the oldest one
 /// when the list is full. Does nothing when the policy keeps no ghosts.
 #[inline]
@@ -155,10 +189,10 @@ mod tests {
     #[test]
     fn rank_operations() {
         let mut b = [0u8; 4];
-        push_front(&mut b, 0, 0b0000);
-        push_front(&mut b, 1, 0b0001);
-        push_front(&mut b, 2, 0b0011);
-        push_front(&mut b, 3, 0b0111);
+        push_front(&mut b, 0, 0, 0b0000);
+        push_front(&mut b, 1, 0, 0b0001);
+        push_front(&mut b, 2, 0, 0b0011);
+        push_front(&mut b, 3, 0, 0b0111);
         assert_eq!(ranks(&b, 0b1111), [3, 2, 1, 0]);
         assert_eq!(oldest(&b, 0b1111), 0);
         assert_eq!(oldest(&b, 0b1110), 1);

@@ -21,19 +21,13 @@ impl Policy for Fifo {
 
     #[inline]
     fn on_insert(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, valid: u32) -> bool {
-        st.bytes[slot] = 0;
-        push_front(st.bytes, slot, valid);
+        push_front(st.bytes, slot, 0, valid);
         false
     }
 
     #[inline]
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, _valid: u32) -> usize {
         oldest(st.bytes, eligible)
-    }
-
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, valid: u32) {
-        unlink(st.bytes, slot, valid);
     }
 
     #[inline]
@@ -44,24 +38,12 @@ impl Policy for Fifo {
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, RefList};
-    use super::super::{Access, PolicyKind, SetModel};
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit: false,
-        }
-    }
+    use super::super::model::testing::{self, RefList, filled, miss, model_with};
+    use super::super::{Access, PolicyKind};
 
     #[test]
     fn hits_do_not_reorder() {
-        let mut m = SetModel::new(PolicyKind::Fifo, 4);
-        for t in 1..=4 {
-            assert_eq!(m.access(t), miss(t as usize - 1, None));
-        }
+        let mut m = filled(PolicyKind::Fifo, 4, 1..=4);
         assert_eq!(m.access(1), Access::Hit { slot: 0 });
         assert_eq!(m.access(1), Access::Hit { slot: 0 });
         assert_eq!(m.bytes(), [3, 2, 1, 0]);
@@ -76,10 +58,7 @@ mod tests {
 
     #[test]
     fn twelve_slots_cycle_in_insertion_order() {
-        let mut m = SetModel::new(PolicyKind::Fifo, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Fifo, 12, 0..12);
         for t in (0..12).rev() {
             assert!(matches!(m.access(t), Access::Hit { .. }));
         }
@@ -94,10 +73,7 @@ mod tests {
 
     #[test]
     fn skipped_pages_keep_their_place() {
-        let mut m = SetModel::new(PolicyKind::Fifo, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Fifo, 4, 1..=4);
         assert!(m.pin(1));
         assert!(m.set_dirty(2, true));
         assert_eq!(m.access(5), miss(2, Some(3)));
@@ -116,23 +92,7 @@ mod tests {
         assert_eq!(m.access(11), Access::AllPinned);
     }
 
-    proptest! {
-        #[test]
-        fn consistent_with_reference(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            let mut reference = RefList::default();
-            testing::run(PolicyKind::Fifo, assoc, &ops, |step, op| {
-                reference.follow(step, op, false);
-                testing::assert_ranks_permutation(step.after, 0xff);
-            })?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(10, 300)) {
-            let mut reference = RefList::default();
-            testing::run(PolicyKind::Fifo, 4, &ops, |step, op| {
-                reference.follow(step, op, false);
-                testing::assert_ranks_permutation(step.after, 0xff);
-            })?;
-        }
-    }
+    testing::property_tests!(consistent_with_reference, small: (10, 300), |assoc, ops| {
+        testing::run_ranked(PolicyKind::Fifo, assoc, ops, RefList::new(false), 0xff)
+    });
 }

@@ -1,11 +1,11 @@
 //! Generalized CLOCK (GCLOCK) within one set.
 //!
-//! Like [`Clock`](super::Clock), but each valid slot's byte is a small use
-//! counter instead of a bit: a hit adds 1, saturating at [`GCLOCK_MAX`] (3, so
-//! a page survives at most three sweeps of the hand without a hit, and a sweep
-//! never needs more than four turns). A new page starts at 0 (the hand has just
-//! passed its slot). The set word is the hand, a slot index, and the slots form
-//! the clock face in index order.
+//! Like [`Clock`], but each valid slot's byte is a small use counter instead
+//! of a bit: a hit adds 1, saturating at [`GCLOCK_MAX`] (3, so a page survives
+//! at most three sweeps of the hand without a hit, and a sweep never needs more
+//! than four turns). A new page starts at 0 (the hand has just passed its
+//! slot). The set word is the hand, a slot index, and the slots form the clock
+//! face in index order.
 //!
 //! To choose a victim, the hand sweeps from its position: an eligible slot
 //! with a non-zero counter has it decremented and is passed; the first
@@ -15,8 +15,8 @@
 //! would only decrement each of them `m` times, so that is done directly.
 //! Empty slots hold 0; the ghost entries are unused.
 
-use super::common::for_each_slot;
-use super::{Policy, SetState};
+use super::common::{clock_sweep, for_each_slot};
+use super::{Clock, Policy, SetState};
 
 /// The largest GCLOCK counter: a hit on a page at this count leaves it there.
 pub const GCLOCK_MAX: u8 = 3;
@@ -25,6 +25,7 @@ pub const GCLOCK_MAX: u8 = 3;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Gclock;
 
+/// GCLOCK is [`Clock`] with counters: only hits and the sweep differ.
 impl Policy for Gclock {
     #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
@@ -34,71 +35,34 @@ impl Policy for Gclock {
     }
 
     #[inline]
-    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, _valid: u32) -> bool {
-        st.bytes[slot] = 0;
-        false
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
+        Clock.on_insert(st, slot, tag, valid)
     }
 
     #[inline]
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, _valid: u32) -> usize {
         debug_assert_ne!(eligible, 0);
-        let n = st.bytes.len();
         // Skip the turns in which no eligible counter reaches 0.
         let mut min = u8::MAX;
         for_each_slot(eligible, |s| min = min.min(st.bytes[s]));
         if min > 0 {
             for_each_slot(eligible, |s| st.bytes[s] -= min);
         }
-        let mut s = *st.word as usize % n;
-        for _ in 0..n {
-            if eligible & (1 << s) != 0 {
-                if st.bytes[s] == 0 {
-                    *st.word = ((s + 1) % n) as u32;
-                    return s;
-                }
-                st.bytes[s] -= 1;
-            }
-            s += 1;
-            if s == n {
-                s = 0;
-            }
-        }
-        unreachable!("the eligible mask {eligible:#b} has no slot below {n}")
-    }
-
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, _valid: u32) {
-        st.bytes[slot] = 0;
+        clock_sweep(st, eligible, 1)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Step};
-    use super::super::{Access, Policy, PolicyKind, SetModel, SetState};
+    use super::super::model::testing::{self, Step, evictions, miss, model_with};
+    use super::super::{Policy, PolicyKind, SetState};
     use super::{GCLOCK_MAX, Gclock};
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit: false,
-        }
-    }
+    use std::iter::repeat_n;
 
     #[test]
     fn counters_buy_extra_turns() {
-        let mut m = SetModel::new(PolicyKind::Gclock, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        for _ in 0..5 {
-            m.access(1);
-        }
-        m.access(2);
-        m.access(2);
-        m.access(3);
+        let hits = repeat_n(1, 5).chain([2, 2, 3]);
+        let mut m = model_with(PolicyKind::Gclock, 4, (1..=4).chain(hits));
         assert_eq!(m.bytes(), [3, 2, 1, 0]);
         // Slots 0..2 are decremented on the way to 4.
         assert_eq!(m.access(5), miss(3, Some(4)));
@@ -119,15 +83,8 @@ mod tests {
 
     #[test]
     fn all_counters_high() {
-        let mut m = SetModel::new(PolicyKind::Gclock, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        for t in 1..=4 {
-            for _ in 0..t {
-                m.access(t);
-            }
-        }
+        let hits = (1..=4).flat_map(|t| repeat_n(t, t as usize));
+        let mut m = model_with(PolicyKind::Gclock, 4, (1..=4).chain(hits));
         // Capped at GCLOCK_MAX.
         assert_eq!(m.bytes(), [1, 2, 3, 3]);
         // One turn takes slot 0 to zero and the hand comes back to it.
@@ -179,10 +136,7 @@ mod tests {
 
     #[test]
     fn pinned_and_dirty() {
-        let mut m = SetModel::new(PolicyKind::Gclock, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Gclock, 12, 0..12);
         assert!(m.pin(0));
         assert!(m.set_dirty(1, true));
         m.access(2);
@@ -190,30 +144,16 @@ mod tests {
         assert_eq!(m.bytes()[..4], [0, 0, 0, 0]);
         // Hand at 4: pages 4..11 go in order, then 2 (after losing its count),
         // the dirty page 1 and the pinned page 0 stay.
-        let mut evicted = Vec::new();
-        for t in 101..111 {
-            if let Access::Miss {
-                evicted: Some(e), ..
-            } = m.access(t)
-            {
-                evicted.push(e);
-            }
-        }
-        assert_eq!(evicted, [4, 5, 6, 7, 8, 9, 10, 11, 2, 100]);
+        assert_eq!(
+            evictions(&mut m, 101..111),
+            [4, 5, 6, 7, 8, 9, 10, 11, 2, 100]
+        );
         assert!(m.contains(0) && m.contains(1));
     }
 
     fn check(step: &Step<'_>) {
-        let after = step.after;
-        assert!(after.bytes().iter().all(|&b| b <= GCLOCK_MAX));
-        assert!((after.word() as usize) < after.assoc());
-        if let Some(Access::Miss {
-            slot,
-            evicted: Some(_),
-            ..
-        }) = step.access
-        {
-            let before = step.before;
+        if let Some(slot) = testing::check_clock(step, GCLOCK_MAX) {
+            let (before, after) = (step.before, step.after);
             let eligible = testing::eligible_tags(before);
             for s in 0..before.assoc() {
                 let b = (before.bytes()[s], after.bytes()[s]);
@@ -226,19 +166,10 @@ mod tests {
                     assert_eq!(b.1, b.0);
                 }
             }
-            assert_eq!(after.word() as usize, (slot + 1) % before.assoc());
         }
     }
 
-    proptest! {
-        #[test]
-        fn consistent(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            testing::run(PolicyKind::Gclock, assoc, &ops, |step, _| check(step))?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(8, 400)) {
-            testing::run(PolicyKind::Gclock, 4, &ops, |step, _| check(step))?;
-        }
-    }
+    testing::property_tests!(consistent, small: (8, 400), |assoc, ops| {
+        testing::run(PolicyKind::Gclock, assoc, ops, |step, _| check(step))
+    });
 }

@@ -23,7 +23,7 @@ pub struct Lfu;
 
 /// Halves every counter in `bytes`.
 #[inline]
-pub(crate) fn halve(bytes: &mut [u8]) {
+fn halve(bytes: &mut [u8]) {
     for b in bytes {
         *b >>= 1;
     }
@@ -44,7 +44,7 @@ pub(crate) fn count_hit(st: &mut SetState<'_>, slot: usize) {
 /// The eligible slot with the smallest counter, ties going to the first one
 /// at or after the cursor in the set word; advances the cursor past it.
 #[inline]
-pub(crate) fn least_used(st: &mut SetState<'_>, eligible: u32) -> usize {
+fn least_used(st: &mut SetState<'_>, eligible: u32) -> usize {
     debug_assert_ne!(eligible, 0);
     let n = st.bytes.len();
     let cursor = *st.word as usize % n;
@@ -86,33 +86,16 @@ impl Policy for Lfu {
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, _valid: u32) -> usize {
         least_used(st, eligible)
     }
-
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, _valid: u32) {
-        st.bytes[slot] = 0;
-    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Step};
-    use super::super::{Access, PolicyKind, SetModel};
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit: false,
-        }
-    }
+    use super::super::model::testing::{self, Step, filled, miss, model_with};
+    use super::super::{Access, PolicyKind};
 
     #[test]
     fn least_used_goes_first_ties_round_robin() {
-        let mut m = SetModel::new(PolicyKind::Lfu, 4);
-        for t in 1..=4 {
-            assert_eq!(m.access(t), miss(t as usize - 1, None));
-        }
+        let mut m = filled(PolicyKind::Lfu, 4, 1..=4);
         m.access(1);
         m.access(1);
         m.access(2);
@@ -139,16 +122,9 @@ mod tests {
 
     #[test]
     fn saturated_counter_halves_the_set() {
-        let mut m = SetModel::new(PolicyKind::Lfu, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        for _ in 0..254 {
-            m.access(1);
-        }
-        for _ in 0..3 {
-            m.access(2);
-        }
+        // 1 gets 254 more accesses, 2 three more.
+        let hits = std::iter::repeat_n(1, 254).chain(std::iter::repeat_n(2, 3));
+        let mut m = model_with(PolicyKind::Lfu, 4, (1..=4).chain(hits));
         assert_eq!(m.bytes(), [255, 4, 1, 1]);
         m.access(1);
         assert_eq!(m.bytes(), [128, 2, 0, 0]);
@@ -162,18 +138,11 @@ mod tests {
 
     #[test]
     fn twelve_slots_by_frequency() {
-        let mut m = SetModel::new(PolicyKind::Lfu, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
         // Page t gets t more accesses (counter t + 1), except page 5.
-        for t in 0..12u64 {
-            if t != 5 {
-                for _ in 0..t {
-                    m.access(t);
-                }
-            }
-        }
+        let hits = (0..12u64)
+            .filter(|&t| t != 5)
+            .flat_map(|t| std::iter::repeat_n(t, t as usize));
+        let mut m = model_with(PolicyKind::Lfu, 12, (0..12).chain(hits));
         assert_eq!(m.access(100), miss(0, Some(0)));
         // 100 (slot 0) and 5 (slot 5) both count 1; the cursor is at slot 1.
         assert_eq!(m.access(101), miss(5, Some(5)));
@@ -190,11 +159,7 @@ mod tests {
 
     #[test]
     fn pinned_and_dirty_are_respected() {
-        let mut m = SetModel::new(PolicyKind::Lfu, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        m.access(4);
+        let mut m = model_with(PolicyKind::Lfu, 4, [1, 2, 3, 4, 4]);
         assert!(m.pin(1));
         assert!(m.set_dirty(2, true));
         // Clean unpinned: 3 (1), 4 (2).
@@ -212,19 +177,9 @@ mod tests {
 
     fn check(step: &Step<'_>) {
         let (before, after) = (step.before, step.after);
-        if let Some(Access::Miss {
-            slot,
-            evicted: Some(_),
-            ..
-        }) = step.access
-        {
+        if let Some(slot) = testing::victim_slot(step) {
             // The victim had the smallest counter among the eligible pages.
-            let min = testing::eligible_tags(before)
-                .iter()
-                .map(|&t| before.bytes()[before.slot_of(t).unwrap()])
-                .min()
-                .unwrap();
-            assert_eq!(before.bytes()[slot], min);
+            testing::assert_least_counter(before, slot);
             assert_eq!(after.bytes()[slot], 1);
         }
         for s in 0..after.assoc() {
@@ -239,15 +194,7 @@ mod tests {
         assert!((after.word() as usize) < after.assoc());
     }
 
-    proptest! {
-        #[test]
-        fn consistent(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            testing::run(PolicyKind::Lfu, assoc, &ops, |step, _| check(step))?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(8, 400)) {
-            testing::run(PolicyKind::Lfu, 4, &ops, |step, _| check(step))?;
-        }
-    }
+    testing::property_tests!(consistent, small: (8, 400), |assoc, ops| {
+        testing::run(PolicyKind::Lfu, assoc, ops, |step, _| check(step))
+    });
 }

@@ -90,8 +90,12 @@ pub trait Policy {
     /// `valid`). May age other slots as a side effect (a clock sweep).
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize;
     /// The page `tag` in `slot` is being evicted (the slot becomes empty).
-    /// `valid` still includes `slot`.
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32);
+    /// `valid` still includes `slot`. By default an eviction is a removal
+    /// ([`Policy::on_remove`]): the policy keeps no ghost of the page.
+    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
+        let _ = tag;
+        self.on_remove(st, slot, valid);
+    }
     /// The page in `slot` leaves the set without being a victim (no ghost).
     fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
         let _ = valid;

@@ -5,6 +5,7 @@
 
 use super::common::low_mask;
 use super::{MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
+use crate::cache::prefetch;
 use crate::layout::mix64;
 
 /// The outcome of [`SetModel::access`].
@@ -271,23 +272,6 @@ pub struct SaModel {
     hits: u64,
     misses: u64,
     ghost_hits: u64,
-}
-
-/// Hints the CPU to start loading the cache line holding `p` (a no-op on
-/// targets other than x86-64).
-#[inline(always)]
-fn prefetch<T>(p: *const T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults, whatever the
-    // address, and has no effect visible to the program. (The callers pass
-    // addresses inside live vectors anyway.) SSE, which provides the
-    // instruction, is part of the x86-64 baseline.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
 }
 
 /// Bytes at the start of a set's metadata record: the set word, then the
@@ -562,6 +546,79 @@ pub(crate) mod testing {
         proptest::collection::vec(op, 1..max_len)
     }
 
+    /// A miss into `slot` that evicted `evicted` (or filled an empty slot),
+    /// with `ghost_hit` saying whether the page was found among the ghosts.
+    pub(crate) fn ghost_miss(slot: usize, evicted: Option<u64>, ghost_hit: bool) -> Access {
+        Access::Miss {
+            slot,
+            evicted,
+            ghost_hit,
+        }
+    }
+
+    /// A miss into `slot` that evicted `evicted`, with no ghost hit.
+    pub(crate) fn miss(slot: usize, evicted: Option<u64>) -> Access {
+        ghost_miss(slot, evicted, false)
+    }
+
+    /// A fresh model of `kind` with `assoc` slots after accessing `tags` in
+    /// order, handing `seen` the index, the tag and the result of each access.
+    fn model_after(
+        kind: PolicyKind,
+        assoc: usize,
+        tags: impl IntoIterator<Item = u64>,
+        mut seen: impl FnMut(usize, u64, Access),
+    ) -> SetModel {
+        let mut m = SetModel::new(kind, assoc);
+        for (i, t) in tags.into_iter().enumerate() {
+            seen(i, t, m.access(t));
+        }
+        m
+    }
+
+    /// A fresh model of `kind` with `assoc` slots after accessing `tags` in
+    /// order.
+    pub(crate) fn model_with(
+        kind: PolicyKind,
+        assoc: usize,
+        tags: impl IntoIterator<Item = u64>,
+    ) -> SetModel {
+        model_after(kind, assoc, tags, |_, _, _| {})
+    }
+
+    /// Like [`model_with`], asserting that each tag misses into the next slot,
+    /// evicting nothing.
+    pub(crate) fn filled(
+        kind: PolicyKind,
+        assoc: usize,
+        tags: impl IntoIterator<Item = u64>,
+    ) -> SetModel {
+        model_after(kind, assoc, tags, |i, t, res| {
+            assert_eq!(res, miss(i, None), "access of {t}");
+        })
+    }
+
+    /// Accesses `tags` in order and returns the pages that were evicted.
+    pub(crate) fn evictions(m: &mut SetModel, tags: impl IntoIterator<Item = u64>) -> Vec<u64> {
+        tags.into_iter()
+            .filter_map(|t| match m.access(t) {
+                Access::Miss { evicted, .. } => evicted,
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Fills a 12-slot set of `kind` with pages 0..12, hits 0..6 once more,
+    /// then scans 62 new pages: asserts that the scan evicts the cold pages
+    /// (6..12) and then its own pages, oldest first, while the hot pages stay.
+    pub(crate) fn scan_spares_hot_pages(kind: PolicyKind) -> SetModel {
+        let mut m = model_with(kind, 12, (0..12).chain(0..6));
+        let expect: Vec<u64> = (6..12).chain(100..156).collect();
+        assert_eq!(evictions(&mut m, 100..162), expect);
+        assert!((0..6).all(|t| m.contains(t)));
+        m
+    }
+
     /// What one step did: the model before and after, and the access result.
     pub(crate) struct Step<'a> {
         pub(crate) before: &'a SetModel,
@@ -742,17 +799,110 @@ pub(crate) mod testing {
             .collect()
     }
 
+    /// The slot of the victim, when the step was a miss that evicted a page.
+    pub(crate) fn victim_slot(step: &Step<'_>) -> Option<usize> {
+        match step.access {
+            Some(Access::Miss {
+                slot,
+                evicted: Some(_),
+                ..
+            }) => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// Asserts that the victim `slot` of `before` held the smallest byte (an
+    /// access counter) among the eligible pages.
+    pub(crate) fn assert_least_counter(before: &SetModel, slot: usize) {
+        let min = eligible_tags(before)
+            .iter()
+            .map(|&t| before.bytes()[before.slot_of(t).unwrap()])
+            .min()
+            .unwrap();
+        assert_eq!(before.bytes()[slot], min);
+    }
+
+    /// The checks common to the clock policies: every counter is at most
+    /// `max` and the hand is a slot; after an eviction the hand rests just
+    /// past the victim. Returns the victim's slot, if there was one.
+    pub(crate) fn check_clock(step: &Step<'_>, max: u8) -> Option<usize> {
+        let after = step.after;
+        assert!(after.bytes().iter().all(|&b| b <= max));
+        assert!((after.word() as usize) < after.assoc());
+        let slot = victim_slot(step)?;
+        assert_eq!(after.word() as usize, (slot + 1) % after.assoc());
+        Some(slot)
+    }
+
+    /// A list-based reference that a policy is checked against, step by step.
+    pub(crate) trait Follow {
+        /// Follows one step, checking the model's victim and state.
+        fn follow(&mut self, step: &Step<'_>, op: &Op);
+    }
+
+    /// Runs `ops` on a set of `assoc` slots managed by `kind`, following
+    /// `reference` and checking that the ranks (the `rank_mask` bits of the
+    /// slot bytes) are a permutation.
+    pub(crate) fn run_ranked(
+        kind: PolicyKind,
+        assoc: usize,
+        ops: &[Op],
+        mut reference: impl Follow,
+        rank_mask: u8,
+    ) -> Result<(), TestCaseError> {
+        run(kind, assoc, ops, |step, op| {
+            reference.follow(step, op);
+            assert_ranks_permutation(step.after, rank_mask);
+        })
+    }
+
+    /// Defines a policy's two property tests: `$name`, on sets of 4 to 32
+    /// slots with 64 tags and up to 300 operations, and `consistent_small`, on
+    /// 4 slots with `$tags` tags and up to `$len` operations. Each calls
+    /// `$run(assoc, ops)`, which returns the outcome of [`run`] on them.
+    macro_rules! property_tests {
+        ($name:ident, small: ($tags:expr, $len:expr), $run:expr) => {
+            proptest::proptest! {
+                #[test]
+                fn $name(
+                    assoc in 4usize..=32,
+                    ops in $crate::cache::policy::model::testing::ops(64, 300),
+                ) {
+                    ($run)(assoc, ops.as_slice())?;
+                }
+
+                #[test]
+                fn consistent_small(
+                    ops in $crate::cache::policy::model::testing::ops($tags, $len),
+                ) {
+                    ($run)(4, ops.as_slice())?;
+                }
+            }
+        };
+    }
+    pub(crate) use property_tests;
+
     /// A list-based LRU (`lru == true`) or FIFO reference: front = newest.
-    #[derive(Default)]
     pub(crate) struct RefList {
+        lru: bool,
         order: VecDeque<u64>,
     }
 
     impl RefList {
+        /// An empty LRU (`lru == true`) or FIFO list.
+        pub(crate) fn new(lru: bool) -> Self {
+            RefList {
+                lru,
+                order: VecDeque::new(),
+            }
+        }
+    }
+
+    impl Follow for RefList {
         /// Follows one step and checks the model's victim and order.
-        pub(crate) fn follow(&mut self, step: &Step<'_>, op: &Op, lru: bool) {
+        fn follow(&mut self, step: &Step<'_>, op: &Op) {
             match (*op, step.access) {
-                (Op::Access(t), Some(Access::Hit { .. })) if lru => {
+                (Op::Access(t), Some(Access::Hit { .. })) if self.lru => {
                     self.order.retain(|&u| u != t);
                     self.order.push_front(t);
                 }

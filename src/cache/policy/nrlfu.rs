@@ -1,9 +1,9 @@
 //! LFU with non-resident ("ghost") counters, the SA-cache's NR-LFU.
 //!
-//! Resident pages are handled exactly as by [`Lfu`](super::Lfu): 1-byte
-//! counters starting at 1, halving of the whole set when a counter at 255 is
-//! hit, the smallest counter evicted first, ties broken round-robin from the
-//! cursor in the set word.
+//! Resident pages are handled exactly as by [`Lfu`]: 1-byte counters starting
+//! at 1, halving of the whole set when a counter at 255 is hit, the smallest
+//! counter evicted first, ties broken round-robin from the cursor in the set
+//! word.
 //!
 //! In addition the set remembers the counters of its most recently evicted
 //! pages: [`Policy::ghosts`] asks for `assoc / 2` ghost entries (2 to 16),
@@ -23,13 +23,15 @@
 //! the set without being evicted ([`Policy::on_remove`]) leave no ghost.
 
 use super::common::{ghost_push, ghost_take};
-use super::lfu::{count_hit, halve, least_used};
-use super::{Policy, SetState};
+use super::lfu::count_hit;
+use super::{Lfu, Policy, SetState};
 
 /// LFU with ghost counters (see the [module documentation](self)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct NrLfu;
 
+/// NR-LFU is [`Lfu`] plus the ghosts: only insertion (which looks the page
+/// up among the ghosts) and eviction (which records one) differ.
 impl Policy for NrLfu {
     #[inline]
     fn ghosts(&self, assoc: usize) -> usize {
@@ -37,72 +39,47 @@ impl Policy for NrLfu {
     }
 
     #[inline]
-    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
-        count_hit(st, slot);
+    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        Lfu.on_hit(st, slot, valid);
     }
 
     #[inline]
-    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, _valid: u32) -> bool {
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
         match ghost_take(st.ghost_tags, st.ghost_bytes, tag) {
             Some(count) => {
-                let count = if count == u8::MAX {
-                    halve(st.bytes);
-                    halve(st.ghost_bytes);
-                    count >> 1
-                } else {
-                    count
-                };
-                st.bytes[slot] = count + 1;
+                // The old counter, then this access counted as a hit (which
+                // halves the set first if the old counter is saturated).
+                st.bytes[slot] = count;
+                count_hit(st, slot);
                 true
             }
-            None => {
-                st.bytes[slot] = 1;
-                false
-            }
+            None => Lfu.on_insert(st, slot, tag, valid),
         }
     }
 
     #[inline]
-    fn victim(&self, st: &mut SetState<'_>, eligible: u32, _valid: u32) -> usize {
-        least_used(st, eligible)
+    fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
+        Lfu.victim(st, eligible, valid)
     }
 
     #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, _valid: u32) {
+    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
         ghost_push(st.ghost_tags, st.ghost_bytes, tag, st.bytes[slot]);
-        st.bytes[slot] = 0;
+        Lfu.on_evict(st, slot, tag, valid);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Step};
+    use super::super::model::testing::{self, Step, ghost_miss as miss, model_with};
     use super::super::{Access, NO_TAG, Policy, PolicyKind, SetModel, SetState};
     use super::NrLfu;
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>, ghost_hit: bool) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit,
-        }
-    }
+    use std::iter::repeat_n;
 
     /// Fills a 4-slot set with 1..=4 and gives 1 the counter 3 and the others 5.
     fn warmed(kind: PolicyKind) -> SetModel {
-        let mut m = SetModel::new(kind, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        for _ in 0..2 {
-            m.access(1);
-        }
-        for t in 2..=4 {
-            for _ in 0..4 {
-                m.access(t);
-            }
-        }
+        let hits = repeat_n(1, 2).chain((2..=4).flat_map(|t| repeat_n(t, 4)));
+        let m = model_with(kind, 4, (1..=4).chain(hits));
         assert_eq!(m.bytes(), [3, 5, 5, 5]);
         m
     }
@@ -185,14 +162,12 @@ mod tests {
 
     #[test]
     fn twelve_slots_remember_six() {
-        let mut m = SetModel::new(PolicyKind::NrLfu, 12);
+        let mut m = model_with(
+            PolicyKind::NrLfu,
+            12,
+            (0..12).flat_map(|t| repeat_n(t, t as usize + 1)),
+        );
         assert_eq!(m.ghost_tags().len(), 6);
-        for t in 0..12 {
-            m.access(t);
-            for _ in 0..t {
-                m.access(t);
-            }
-        }
         // Counters are t + 1; push out 0..7 with newcomers that each get
         // enough hits to stay.
         for (i, t) in (100..108u64).enumerate() {
@@ -238,12 +213,7 @@ mod tests {
         }) = step.access
         {
             if let Some(e) = evicted {
-                let min = testing::eligible_tags(before)
-                    .iter()
-                    .map(|&t| before.bytes()[before.slot_of(t).unwrap()])
-                    .min()
-                    .unwrap();
-                assert_eq!(before.bytes()[slot], min);
+                testing::assert_least_counter(before, slot);
                 // The victim is now the newest ghost, with its counter.
                 assert_eq!(after.ghost_tags()[0], e);
             }
@@ -260,15 +230,7 @@ mod tests {
         }
     }
 
-    proptest! {
-        #[test]
-        fn consistent(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            testing::run(PolicyKind::NrLfu, assoc, &ops, |step, _| check(step))?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(10, 400)) {
-            testing::run(PolicyKind::NrLfu, 4, &ops, |step, _| check(step))?;
-        }
-    }
+    testing::property_tests!(consistent, small: (10, 400), |assoc, ops| {
+        testing::run(PolicyKind::NrLfu, assoc, ops, |step, _| check(step))
+    });
 }

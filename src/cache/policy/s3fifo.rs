@@ -38,8 +38,7 @@
 //! - A page that leaves without eviction ([`Policy::on_remove`]) leaves no
 //!   ghost.
 
-use super::common::{RANK_MASK, unlink};
-use super::common::{ghost_push, ghost_take, move_to_front, oldest, push_front};
+use super::common::{RANK_MASK, ghost_push, ghost_take, move_to_front, oldest, push_front, unlink};
 use super::{Policy, SetState};
 
 /// The main-queue bit of a slot byte.
@@ -96,8 +95,7 @@ impl Policy for S3Fifo {
     #[inline]
     fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
         let ghost_hit = ghost_take(st.ghost_tags, st.ghost_bytes, tag).is_some();
-        st.bytes[slot] = if ghost_hit { MAIN } else { 0 };
-        push_front(st.bytes, slot, valid);
+        push_front(st.bytes, slot, if ghost_hit { MAIN } else { 0 }, valid);
         ghost_hit
     }
 
@@ -131,43 +129,26 @@ impl Policy for S3Fifo {
     }
 
     #[inline]
+    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        unlink(st.bytes, slot, valid);
+    }
+
+    /// A removal that remembers a page of the small queue as a ghost.
+    #[inline]
     fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
         if st.bytes[slot] & MAIN == 0 {
             ghost_push(st.ghost_tags, st.ghost_bytes, tag, 0);
         }
-        unlink(st.bytes, slot, valid);
-    }
-
-    #[inline]
-    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
-        unlink(st.bytes, slot, valid);
+        self.on_remove(st, slot, valid);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Op, Step};
-    use super::super::{Access, NO_TAG, Policy, PolicyKind, SetModel, SetState};
+    use super::super::model::testing::{self, Follow, Op, Step, ghost_miss as miss, model_with};
+    use super::super::{Access, NO_TAG, Policy, PolicyKind, SetState};
     use super::{FREQ_SHIFT, MAIN, S3Fifo, freq, small_target};
-    use proptest::prelude::*;
     use std::collections::VecDeque;
-
-    fn miss(slot: usize, evicted: Option<u64>, ghost_hit: bool) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit,
-        }
-    }
-
-    fn evictions(m: &mut SetModel, tags: impl IntoIterator<Item = u64>) -> Vec<u64> {
-        tags.into_iter()
-            .filter_map(|t| match m.access(t) {
-                Access::Miss { evicted, .. } => evicted,
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn shares() {
@@ -185,11 +166,7 @@ mod tests {
 
     #[test]
     fn queues_and_ghosts_in_a_four_slot_set() {
-        let mut m = SetModel::new(PolicyKind::S3Fifo, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        m.access(1);
+        let mut m = model_with(PolicyKind::S3Fifo, 4, [1, 2, 3, 4, 1]);
         assert_eq!(m.bytes(), [3 | 1 << FREQ_SHIFT, 2, 1, 0]);
         // 1 was accessed again: it moves to main; 2 is evicted to the ghosts.
         assert_eq!(m.access(5), miss(1, Some(2), false));
@@ -228,26 +205,13 @@ mod tests {
 
     #[test]
     fn frequency_saturates_at_three() {
-        let mut m = SetModel::new(PolicyKind::S3Fifo, 4);
-        m.access(1);
-        for _ in 0..10 {
-            m.access(1);
-        }
+        let m = model_with(PolicyKind::S3Fifo, 4, std::iter::repeat_n(1, 11));
         assert_eq!(m.bytes()[0], 3 << FREQ_SHIFT);
     }
 
     #[test]
     fn hot_pages_survive_a_scan_in_twelve_slots() {
-        let mut m = SetModel::new(PolicyKind::S3Fifo, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
-        for t in 0..6 {
-            m.access(t);
-        }
-        let expect: Vec<u64> = (6..12).chain(100..156).collect();
-        assert_eq!(evictions(&mut m, 100..162), expect);
-        assert!((0..6).all(|t| m.contains(t)));
+        let mut m = testing::scan_spares_hot_pages(PolicyKind::S3Fifo);
         let ghosts: Vec<u64> = (145..156).rev().collect();
         assert_eq!(m.ghost_tags(), ghosts);
         // A scanned page that comes back soon enough is a ghost hit.
@@ -258,10 +222,7 @@ mod tests {
 
     #[test]
     fn pinned_and_dirty() {
-        let mut m = SetModel::new(PolicyKind::S3Fifo, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::S3Fifo, 4, 1..=4);
         assert!(m.pin(1));
         assert!(m.set_dirty(2, true));
         // Small (oldest first): 1 (pinned), 2 (dirty), 3, 4.
@@ -337,18 +298,9 @@ mod tests {
 
         fn victim(&mut self, eligible: &[u64]) -> u64 {
             loop {
-                let s = self
-                    .small
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|t| eligible.contains(t));
-                let m = self
-                    .main
-                    .iter()
-                    .rev()
-                    .copied()
-                    .find(|t| eligible.contains(t));
+                let oldest =
+                    |q: &VecDeque<u64>| q.iter().rev().copied().find(|t| eligible.contains(t));
+                let (s, m) = (oldest(&self.small), oldest(&self.main));
                 if let Some(s) = s.filter(|_| self.small.len() >= self.target || m.is_none()) {
                     if self.freq[&s] == 0 {
                         return s;
@@ -367,7 +319,9 @@ mod tests {
                 }
             }
         }
+    }
 
+    impl Follow for Reference {
         fn follow(&mut self, step: &Step<'_>, op: &Op) {
             match (*op, step.access) {
                 (Op::Access(t), Some(Access::Hit { .. })) => {
@@ -423,23 +377,7 @@ mod tests {
         }
     }
 
-    proptest! {
-        #[test]
-        fn consistent_with_reference(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            let mut reference = Reference::new(assoc);
-            testing::run(PolicyKind::S3Fifo, assoc, &ops, |step, op| {
-                reference.follow(step, op);
-                testing::assert_ranks_permutation(step.after, 0x1f);
-            })?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(12, 400)) {
-            let mut reference = Reference::new(4);
-            testing::run(PolicyKind::S3Fifo, 4, &ops, |step, op| {
-                reference.follow(step, op);
-                testing::assert_ranks_permutation(step.after, 0x1f);
-            })?;
-        }
-    }
+    testing::property_tests!(consistent_with_reference, small: (12, 400), |assoc, ops| {
+        testing::run_ranked(PolicyKind::S3Fifo, assoc, ops, Reference::new(assoc), 0x1f)
+    });
 }

@@ -26,8 +26,8 @@
 //!
 //! The ghost entries are unused; empty slots hold 0.
 
-use super::common::{for_each_slot, push_front, rank, slot_at_rank, unlink};
-use super::{Policy, SetState};
+use super::common::{for_each_slot, rank, slot_at_rank, unlink};
+use super::{Fifo, Policy, SetState};
 
 /// The visited bit of a slot byte.
 const VISITED: u8 = 0x80;
@@ -36,22 +36,6 @@ const VISITED: u8 = 0x80;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct Sieve;
 
-impl Sieve {
-    /// The page in `slot` leaves the queue: move the hand off it, then unlink.
-    #[inline]
-    fn leave(st: &mut SetState<'_>, slot: usize, valid: u32) {
-        if *st.word as usize == slot + 1 {
-            let r = rank(st.bytes[slot]);
-            *st.word = if r == 0 {
-                0
-            } else {
-                slot_at_rank(st.bytes, valid, r - 1).map_or(0, |s| s as u32 + 1)
-            };
-        }
-        unlink(st.bytes, slot, valid);
-    }
-}
-
 impl Policy for Sieve {
     #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
@@ -59,10 +43,9 @@ impl Policy for Sieve {
     }
 
     #[inline]
-    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, valid: u32) -> bool {
-        st.bytes[slot] = 0;
-        push_front(st.bytes, slot, valid);
-        false
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
+        // The page enters the queue at the head, unvisited: a FIFO insertion.
+        Fifo.on_insert(st, slot, tag, valid)
     }
 
     #[inline]
@@ -92,48 +75,31 @@ impl Policy for Sieve {
         unreachable!("the eligible mask {eligible:#b} is not within the valid mask {valid:#b}")
     }
 
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, _tag: u64, valid: u32) {
-        Sieve::leave(st, slot, valid);
-    }
-
+    /// The page in `slot` leaves the queue (evicted or removed): move the
+    /// hand off it, then unlink.
     #[inline]
     fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
-        Sieve::leave(st, slot, valid);
+        if *st.word as usize == slot + 1 {
+            let r = rank(st.bytes[slot]);
+            *st.word = if r == 0 {
+                0
+            } else {
+                slot_at_rank(st.bytes, valid, r - 1).map_or(0, |s| s as u32 + 1)
+            };
+        }
+        unlink(st.bytes, slot, valid);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::model::testing::{self, Op, Step};
+    use super::super::model::testing::{self, Follow, Op, Step, evictions, miss, model_with};
     use super::super::{Access, PolicyKind, SetModel};
     use super::VISITED;
-    use proptest::prelude::*;
-
-    fn miss(slot: usize, evicted: Option<u64>) -> Access {
-        Access::Miss {
-            slot,
-            evicted,
-            ghost_hit: false,
-        }
-    }
-
-    fn evictions(m: &mut SetModel, tags: impl IntoIterator<Item = u64>) -> Vec<u64> {
-        tags.into_iter()
-            .filter_map(|t| match m.access(t) {
-                Access::Miss { evicted, .. } => evicted,
-                _ => None,
-            })
-            .collect()
-    }
 
     #[test]
     fn visited_page_survives_a_scan() {
-        let mut m = SetModel::new(PolicyKind::Sieve, 4);
-        for t in 1..=4 {
-            m.access(t);
-        }
-        m.access(1);
+        let mut m = model_with(PolicyKind::Sieve, 4, [1, 2, 3, 4, 1]);
         assert_eq!(m.bytes(), [3 | VISITED, 2, 1, 0]);
         // The hand starts at the tail: 1 loses its bit, 2 goes, and the hand
         // rests on 3.
@@ -155,10 +121,7 @@ mod tests {
 
     #[test]
     fn hand_wraps_from_head_to_tail() {
-        let mut m = SetModel::new(PolicyKind::Sieve, 4);
-        for t in [1, 2, 3, 4, 1, 2, 3] {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Sieve, 4, [1, 2, 3, 4, 1, 2, 3]);
         // 1..3 lose their bits, the head (4) goes, the hand wraps to the tail.
         assert_eq!(m.access(5), miss(3, Some(4)));
         assert_eq!(m.word(), 0);
@@ -175,31 +138,16 @@ mod tests {
 
     #[test]
     fn twelve_slot_hot_pages_stay() {
-        let mut m = SetModel::new(PolicyKind::Sieve, 12);
-        for t in 0..12 {
-            m.access(t);
-        }
-        for t in 0..6 {
-            m.access(t);
-        }
-        let expect: Vec<u64> = (6..12).chain(100..156).collect();
-        assert_eq!(evictions(&mut m, 100..162), expect);
-        assert!((0..6).all(|t| m.contains(t)));
+        testing::scan_spares_hot_pages(PolicyKind::Sieve);
         // The same under LRU flushes the hot pages.
-        let mut lru = SetModel::new(PolicyKind::Lru, 12);
-        for t in (0..12).chain(0..6) {
-            lru.access(t);
-        }
+        let mut lru = model_with(PolicyKind::Lru, 12, (0..12).chain(0..6));
         evictions(&mut lru, 100..162);
         assert!((0..6).all(|t| !lru.contains(t)));
     }
 
     #[test]
     fn hand_passes_ineligible_pages_untouched() {
-        let mut m = SetModel::new(PolicyKind::Sieve, 4);
-        for t in [1, 2, 3, 4, 1, 2] {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Sieve, 4, [1, 2, 3, 4, 1, 2]);
         assert!(m.pin(1));
         assert!(m.set_dirty(3, true));
         assert_eq!(m.access(5), miss(3, Some(4)));
@@ -222,10 +170,7 @@ mod tests {
 
     #[test]
     fn removing_the_hands_page_moves_the_hand() {
-        let mut m = SetModel::new(PolicyKind::Sieve, 4);
-        for t in [1, 2, 3, 4, 5] {
-            m.access(t);
-        }
+        let mut m = model_with(PolicyKind::Sieve, 4, [1, 2, 3, 4, 5]);
         // 1 went; the hand is on 2 (slot 1).
         assert_eq!(m.word(), 2);
         assert!(m.remove(2));
@@ -256,7 +201,9 @@ mod tests {
             }
             self.queue.remove(i);
         }
+    }
 
+    impl Follow for Reference {
         fn follow(&mut self, step: &Step<'_>, op: &Op) {
             match (*op, step.access) {
                 (Op::Access(t), Some(Access::Hit { .. })) => {
@@ -303,23 +250,7 @@ mod tests {
         }
     }
 
-    proptest! {
-        #[test]
-        fn consistent_with_reference(assoc in 4usize..=32, ops in testing::ops(64, 300)) {
-            let mut reference = Reference::default();
-            testing::run(PolicyKind::Sieve, assoc, &ops, |step, op| {
-                reference.follow(step, op);
-                testing::assert_ranks_permutation(step.after, 0x1f);
-            })?;
-        }
-
-        #[test]
-        fn consistent_small(ops in testing::ops(10, 400)) {
-            let mut reference = Reference::default();
-            testing::run(PolicyKind::Sieve, 4, &ops, |step, op| {
-                reference.follow(step, op);
-                testing::assert_ranks_permutation(step.after, 0x1f);
-            })?;
-        }
-    }
+    testing::property_tests!(consistent_with_reference, small: (10, 400), |assoc, ops| {
+        testing::run_ranked(PolicyKind::Sieve, assoc, ops, Reference::default(), 0x1f)
+    });
 }

@@ -1,0 +1,233 @@
+//! `setcache hitbench`: the page cache's hit path beside a bare baseline.
+//!
+//! For each cache size the cache is filled, and the pages that stayed resident
+//! become the key set (so every lookup hits). Then, for each read size and
+//! thread count, two phases of the same length run on the same frames:
+//!
+//! * `bare`: pick a random resident page and copy `read` bytes from its frame,
+//!   with no cache management at all: the limit set by memory;
+//! * `cache`: pick a random resident page, look it up (`PageCache::get`), copy
+//!   the same bytes from the pinned page, drop the pin.
+//!
+//! Both use the same generator and the same copy, so the ratio is the cost of
+//! the cache's bookkeeping.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use setcache::cache::{CacheOptions, Lookup, PageCache, PolicyKind};
+
+use crate::bench::size::{format_size, parse_size};
+
+/// Measure the page cache's hit path beside a bare memcpy baseline.
+#[derive(Args, Debug)]
+pub(crate) struct HitArgs {
+    /// Cache sizes (comma-separated): one that fits the CPU's last-level cache
+    /// and one that does not.
+    #[arg(long, default_value = "16M,1G", value_delimiter = ',')]
+    cache_size: Vec<String>,
+    /// Bytes copied per hit (comma-separated), at most the page size.
+    #[arg(long, default_value = "128,4096", value_delimiter = ',')]
+    read_size: Vec<String>,
+    /// Thread counts (comma-separated).
+    #[arg(long, default_value = "1,2,64", value_delimiter = ',')]
+    threads: Vec<usize>,
+    /// Seconds per phase.
+    #[arg(long, default_value_t = 2.0)]
+    runtime: f64,
+    /// Replacement policy of the cache.
+    #[arg(long, default_value = "gclock")]
+    policy: String,
+    /// Pages per set.
+    #[arg(long, default_value_t = 12)]
+    assoc: usize,
+    /// Pick each page independently of the bytes read before (the CPU may then
+    /// overlap the memory misses of consecutive reads). By default the next
+    /// page depends on the bytes just read, as in a traversal, so each read
+    /// pays its own memory latency.
+    #[arg(long)]
+    independent: bool,
+}
+
+struct Keys {
+    pages: Vec<u64>,
+    frames: Vec<usize>,
+}
+
+fn fill(cache: &PageCache) -> Result<Keys, String> {
+    let cap = cache.capacity_pages() as u64;
+    for p in 0..2 * cap {
+        let g = cache
+            .get_with(
+                0,
+                p,
+                |_, p, frame| {
+                    frame.fill(p as u8);
+                    Ok(())
+                },
+                |_, _, _| Ok(()),
+            )
+            .map_err(|e| format!("warming the cache: {e}"))?;
+        drop(g);
+    }
+    let mut pages: Vec<u64> = cache.pages().into_iter().map(|(_, p, _)| p).collect();
+    pages.sort_unstable();
+    let mut frames = Vec::with_capacity(pages.len());
+    for &p in &pages {
+        match cache.get(0, p).map_err(|e| e.to_string())? {
+            Lookup::Hit(g) => frames.push(g.as_ptr() as usize),
+            _ => return Err(format!("page {p} left the cache while warming")),
+        }
+    }
+    Ok(Keys { pages, frames })
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Phase {
+    Bare,
+    Cache,
+}
+
+/// Run `threads` threads for `runtime`; returns operations per second.
+#[allow(clippy::too_many_arguments)]
+fn phase(
+    cache: &PageCache,
+    chained: bool,
+    keys: &Keys,
+    read: usize,
+    threads: usize,
+    runtime: Duration,
+    which: Phase,
+) -> Result<f64, String> {
+    let stop = AtomicBool::new(false);
+    let total = AtomicU64::new(0);
+    let misses = AtomicU64::new(0);
+    let n = keys.pages.len() as u64;
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let (stop, total, misses) = (&stop, &total, &misses);
+            s.spawn(move || {
+                let mut x =
+                    0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03);
+                // A private page-sized-plus buffer, so that two threads' copies
+                // never land in one cache line.
+                let mut space = vec![0u8; 2 * 4096 + read];
+                let off = space.as_ptr().align_offset(4096);
+                let buf = &mut space[off..off + read];
+                let mut ops = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let k = ((x as u128 * n as u128) >> 64) as usize;
+                        match which {
+                            Phase::Bare => {
+                                // SAFETY: the frame of a resident page holds a
+                                // whole page, `read` is at most that, and no
+                                // phase writes to frames.
+                                let src = unsafe {
+                                    std::slice::from_raw_parts(keys.frames[k] as *const u8, read)
+                                };
+                                buf.copy_from_slice(src);
+                            }
+                            Phase::Cache => match cache.get(0, keys.pages[k]) {
+                                Ok(Lookup::Hit(g)) => buf.copy_from_slice(&g[..read]),
+                                _ => {
+                                    misses.fetch_add(1, Ordering::Relaxed);
+                                }
+                            },
+                        }
+                        std::hint::black_box(&mut *buf);
+                        if chained {
+                            x ^= buf[read - 1] as u64;
+                        }
+                    }
+                    ops += 256;
+                }
+                total.fetch_add(ops, Ordering::Relaxed);
+            });
+        }
+        std::thread::sleep(runtime);
+        stop.store(true, Ordering::Relaxed);
+    });
+    let secs = start.elapsed().as_secs_f64();
+    let m = misses.load(Ordering::Relaxed);
+    if m > 0 {
+        return Err(format!("{m} lookups missed in a phase meant to hit only"));
+    }
+    Ok(total.load(Ordering::Relaxed) as f64 / secs)
+}
+
+pub(crate) fn run(a: HitArgs) -> Result<(), String> {
+    let policy: PolicyKind = a.policy.parse().map_err(|e| format!("--policy: {e}"))?;
+    let runtime = Duration::from_secs_f64(a.runtime.max(0.1));
+    say!(
+        "reads: {}",
+        if a.independent {
+            "independent (misses of consecutive reads may overlap)"
+        } else {
+            "chained (the next page depends on the bytes read)"
+        }
+    );
+    out!(
+        "{:>8} {:>6} {:>4} {:>13} {:>13} {:>7} {:>9}",
+        "cache",
+        "read",
+        "thr",
+        "bare M/s",
+        "cache M/s",
+        "ratio",
+        "cache ns"
+    );
+    for size in &a.cache_size {
+        let bytes = parse_size(size).map_err(|e| format!("--cache-size {size}: {e}"))?;
+        let cache = PageCache::new(CacheOptions {
+            size: bytes as usize,
+            assoc: a.assoc,
+            policy,
+            ..CacheOptions::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let keys = fill(&cache)?;
+        say!(
+            "cache {}: {} sets of {}, {} pages resident ({:.1}% of frames), policy {}",
+            format_size(bytes),
+            cache.sets(),
+            cache.assoc(),
+            keys.pages.len(),
+            100.0 * keys.pages.len() as f64 / cache.capacity_pages() as f64,
+            policy.name()
+        );
+        for rs in &a.read_size {
+            let read = parse_size(rs).map_err(|e| format!("--read-size {rs}: {e}"))? as usize;
+            if read == 0 || read > cache.page_size() {
+                return Err(format!(
+                    "--read-size {rs}: must be from 1 byte to the page size ({})",
+                    cache.page_size()
+                ));
+            }
+            for &t in &a.threads {
+                let t = t.max(1);
+                let chained = !a.independent;
+                let bare = phase(&cache, chained, &keys, read, t, runtime, Phase::Bare)?;
+                let hit = phase(&cache, chained, &keys, read, t, runtime, Phase::Cache)?;
+                out!(
+                    "{:>8} {:>6} {:>4} {:>13.2} {:>13.2} {:>7.2} {:>9.1}",
+                    format_size(bytes),
+                    read,
+                    t,
+                    bare / 1e6,
+                    hit / 1e6,
+                    hit / bare,
+                    1e9 * t as f64 / hit
+                );
+            }
+        }
+        let st = cache.stats();
+        say!("  cache counters: {} hits, {} misses", st.hits, st.misses);
+    }
+    Ok(())
+}
