@@ -12,7 +12,7 @@
 //! Both use the same generator and the same copy, so the ratio is the cost of
 //! the cache's bookkeeping.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -53,6 +53,8 @@ pub(crate) struct HitArgs {
 struct Keys {
     pages: Vec<u64>,
     frames: Vec<usize>,
+    /// The metadata block of each page's set.
+    sets: Vec<usize>,
 }
 
 fn fill(cache: &PageCache) -> Result<Keys, String> {
@@ -74,18 +76,27 @@ fn fill(cache: &PageCache) -> Result<Keys, String> {
     let mut pages: Vec<u64> = cache.pages().into_iter().map(|(_, p, _)| p).collect();
     pages.sort_unstable();
     let mut frames = Vec::with_capacity(pages.len());
+    let mut sets = Vec::with_capacity(pages.len());
     for &p in &pages {
+        sets.push(cache.set_address(0, p).map_err(|e| e.to_string())?);
         match cache.get(0, p).map_err(|e| e.to_string())? {
             Lookup::Hit(g) => frames.push(g.as_ptr() as usize),
             _ => return Err(format!("page {p} left the cache while warming")),
         }
     }
-    Ok(Keys { pages, frames })
+    Ok(Keys {
+        pages,
+        frames,
+        sets,
+    })
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Phase {
     Bare,
+    /// Bare, plus one read of the page's set metadata that the copy waits for:
+    /// the floor for any design that looks pages up in a table in memory.
+    BareMeta,
     Cache,
 }
 
@@ -133,6 +144,25 @@ fn phase(
                                 };
                                 buf.copy_from_slice(src);
                             }
+                            Phase::BareMeta => {
+                                // SAFETY: the set table is mapped for the
+                                // cache's life; an atomic load of its lock word
+                                // races with nothing (no other phase runs).
+                                let m = unsafe {
+                                    (*(keys.sets[k] as *const AtomicU32)).load(Ordering::Relaxed)
+                                };
+                                // A copy address that depends on `m` (the lock
+                                // word is never u32::MAX), so the copy waits.
+                                let skew = usize::from(m == u32::MAX) * 64;
+                                // SAFETY: as in `Bare`; `skew` is 0.
+                                let src = unsafe {
+                                    std::slice::from_raw_parts(
+                                        (keys.frames[k] + skew) as *const u8,
+                                        read,
+                                    )
+                                };
+                                buf.copy_from_slice(src);
+                            }
                             Phase::Cache => match cache.get(0, keys.pages[k]) {
                                 Ok(Lookup::Hit(g)) => buf.copy_from_slice(&g[..read]),
                                 _ => {
@@ -173,13 +203,15 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         }
     );
     out!(
-        "{:>8} {:>6} {:>4} {:>13} {:>13} {:>7} {:>9}",
+        "{:>8} {:>6} {:>4} {:>10} {:>12} {:>11} {:>7} {:>7} {:>9}",
         "cache",
         "read",
         "thr",
         "bare M/s",
+        "bare+set M/s",
         "cache M/s",
         "ratio",
+        "floor",
         "cache ns"
     );
     for size in &a.cache_size {
@@ -213,15 +245,18 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
                 let t = t.max(1);
                 let chained = !a.independent;
                 let bare = phase(&cache, chained, &keys, read, t, runtime, Phase::Bare)?;
+                let meta = phase(&cache, chained, &keys, read, t, runtime, Phase::BareMeta)?;
                 let hit = phase(&cache, chained, &keys, read, t, runtime, Phase::Cache)?;
                 out!(
-                    "{:>8} {:>6} {:>4} {:>13.2} {:>13.2} {:>7.2} {:>9.1}",
+                    "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>7.2} {:>7.2} {:>9.1}",
                     format_size(bytes),
                     read,
                     t,
                     bare / 1e6,
+                    meta / 1e6,
                     hit / 1e6,
                     hit / bare,
+                    meta / bare,
                     1e9 * t as f64 / hit
                 );
             }

@@ -41,6 +41,10 @@ pub(crate) fn pins(s: u32) -> u32 {
     s >> 16
 }
 
+/// Spins, then yields, before a contended lock sleeps.
+const SPINS: u32 = 200;
+const YIELDS: u32 = 2;
+
 /// Set lock states.
 const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
@@ -216,8 +220,15 @@ impl<M: Model> Core<M> {
 
     #[cold]
     fn lock_slow(&self, w: &M::W) {
-        for _ in 0..64 {
-            M::spin();
+        // Spin, then yield, then sleep: a holder is inside a few dozen
+        // instructions unless its CPU was taken away, and a futex sleep costs a
+        // cross-CPU wake-up (tens of microseconds on a VM).
+        for k in 0..SPINS + YIELDS {
+            if k < SPINS {
+                M::spin();
+            } else {
+                M::backoff(0);
+            }
             if w.load(Relaxed) == UNLOCKED
                 && w.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
                     .is_ok()
@@ -236,6 +247,11 @@ impl<M: Model> Core<M> {
         if w.swap(UNLOCKED, Release) == CONTENDED {
             M::wake_one(w);
         }
+    }
+
+    /// Address of the metadata of the set that holds `tag` now (benchmarks).
+    pub(crate) fn set_addr(&self, tag: u64) -> usize {
+        self.set_ptr(self.index(mix64(tag), self.n_sets())) as usize
     }
 
     /// Lock the set that holds hash `h` now (re-checked after locking, since a

@@ -270,6 +270,14 @@ impl<M: Model> PageCache<M> {
             .map(|(s, i)| WriteBack::new(&self.core, s, i, tag)))
     }
 
+    /// Address of the metadata block of the set `page` of `file` maps to now,
+    /// for benchmarks that measure what reaching a set costs (never
+    /// dereference it while the cache is in use).
+    #[doc(hidden)]
+    pub fn set_address(&self, file: u32, page: u64) -> Result<usize> {
+        Ok(self.core.set_addr(tag_of(file, page)?))
+    }
+
     /// Every cached page that is dirty, as `(file, page)`.
     pub fn dirty_pages(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
