@@ -16,6 +16,7 @@
 
 use std::marker::PhantomData;
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::time::Duration;
 
@@ -33,12 +34,23 @@ pub(crate) const DIRTY: u32 = 4;
 pub(crate) const WRITEBACK: u32 = 8;
 pub(crate) const WRITER: u32 = 16;
 pub(crate) const WAITERS: u32 = 32;
+/// A generation count in bits 6..16, advanced whenever a slot changes page, so
+/// that a lock-free reader can tell that the slot it validated is the one it
+/// pinned.
+pub(crate) const GEN_ONE: u32 = 1 << 6;
+pub(crate) const GEN_MASK: u32 = 0x3ff << 6;
 pub(crate) const PIN: u32 = 1 << 16;
 pub(crate) const MAX_PINS: u32 = 0xffff;
 
 #[inline]
 pub(crate) fn pins(s: u32) -> u32 {
     s >> 16
+}
+
+/// The generation after that of `v`, alone (no flags, no pins).
+#[inline]
+fn next_gen(v: u32) -> u32 {
+    (v & GEN_MASK).wrapping_add(GEN_ONE) & GEN_MASK
 }
 
 /// Spins, then yields, before a contended lock sleeps.
@@ -163,6 +175,67 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// The tags of set `s`, readable without its lock (written under it).
+    #[inline]
+    fn tags(&self, s: usize) -> &[AtomicU64] {
+        // SAFETY: the tags of an initialised set are `assoc` aligned u64 words,
+        // accessed only atomically.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.set_ptr(s).add(self.lay.off_tags).cast::<AtomicU64>(),
+                self.lay.assoc,
+            )
+        }
+    }
+
+    #[inline]
+    fn try_lock(&self, s: usize) -> bool {
+        self.lock_word(s)
+            .compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
+            .is_ok()
+    }
+
+    /// Read hits without the set lock: find the tag, check the slot is a valid
+    /// page nobody writes, and pin it with one compare-and-swap of its state
+    /// word, which fails if the slot changed in between (page, flags or pins;
+    /// the generation rules out a change and back). The policy learns of the
+    /// hit only if the set's lock is free right now: a reader never waits.
+    #[inline]
+    fn fast_hit(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
+        let s = self.index(h, self.n_sets());
+        let base = self.set_ptr(s);
+        let mut off = LINE;
+        while off < self.lay.used {
+            // SAFETY: `off < used <= stride`, inside set `s`.
+            super::prefetch(unsafe { base.add(off) });
+            off += LINE;
+        }
+        let tags = self.tags(s);
+        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if v & (VALID | PENDING | WRITER) != VALID || pins(v) >= MAX_PINS {
+            return None;
+        }
+        if tags[i].load(Acquire) != tag {
+            return None;
+        }
+        let f = self.frame(s, i);
+        super::prefetch(f);
+        // SAFETY: a frame is at least 512 bytes, so +64 is inside it.
+        super::prefetch(unsafe { f.add(LINE) });
+        w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
+        if self.try_lock(s) {
+            // SAFETY: set `s` is locked until the unlock below.
+            let g = unsafe { self.locked(s) };
+            let valid = *g.valid;
+            let mut st = g.st;
+            self.policy.on_hit(&mut st, i, valid);
+            self.unlock(s);
+        }
+        Some((s, i))
+    }
+
     /// The frame of slot `i` of set `s`.
     #[inline]
     pub(crate) fn frame(&self, s: usize, i: usize) -> *mut u8 {
@@ -187,7 +260,7 @@ impl<M: Model> Core<M> {
         unsafe {
             Locked {
                 valid: &mut *b.add(l.off_valid).cast::<u32>(),
-                tags: std::slice::from_raw_parts_mut(b.add(l.off_tags).cast::<u64>(), l.assoc),
+                tags: std::slice::from_raw_parts(b.add(l.off_tags).cast::<AtomicU64>(), l.assoc),
                 st: SetState {
                     bytes: std::slice::from_raw_parts_mut(b.add(l.off_bytes), l.assoc),
                     word: &mut *b.add(l.off_word).cast::<u32>(),
@@ -323,13 +396,19 @@ impl<M: Model> Core<M> {
     /// pinned.
     pub(crate) fn lookup(&self, tag: u64, write: bool) -> Result<Found> {
         let h = mix64(tag);
+        if !write {
+            if let Some((s, i)) = self.fast_hit(tag, h) {
+                self.stats.bump(Stat::Hits);
+                return Ok(Found::Hit(s, i));
+            }
+        }
         let mut waited = Duration::ZERO;
         let mut pause_us = 1u64;
         loop {
             let s = self.lock_for(h);
             // SAFETY: set `s` is locked until the `unlock` calls below.
             let g = unsafe { self.locked(s) };
-            if let Some(i) = g.tags.iter().position(|&t| t == tag) {
+            if let Some(i) = g.tags.iter().position(|t| t.load(Relaxed) == tag) {
                 // The caller reads the frame next: start loading its first lines
                 // while the pin and the policy update run.
                 let f = self.frame(s, i);
@@ -369,9 +448,16 @@ impl<M: Model> Core<M> {
                     continue;
                 }
                 if write {
-                    w.fetch_or(WRITER | DIRTY, AcqRel);
+                    // Exclusive: only if no lock-free reader pinned it meanwhile.
+                    if w.compare_exchange(v, (v | WRITER | DIRTY) + PIN, AcqRel, Relaxed)
+                        .is_err()
+                    {
+                        self.unlock(s);
+                        continue;
+                    }
+                } else {
+                    w.fetch_add(PIN, AcqRel);
                 }
-                w.fetch_add(PIN, AcqRel);
                 let valid = *g.valid;
                 let mut st = g.st;
                 self.policy.on_hit(&mut st, i, valid);
@@ -385,11 +471,13 @@ impl<M: Model> Core<M> {
                     // SAFETY: still under the lock of set `s`.
                     let g = unsafe { self.locked(s) };
                     let before = *g.valid;
-                    g.tags[i] = tag;
+                    g.tags[i].store(tag, Relaxed);
                     *g.valid |= 1 << i;
                     let w = self.state(s, i);
+                    // A free slot is not valid, so no lock-free reader pins it:
+                    // the swap publishes the tag with a new generation.
                     let fl = PENDING | PIN | if write { WRITER | DIRTY } else { 0 };
-                    let old = w.swap(fl, AcqRel);
+                    let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                     let mut st = g.st;
                     let ghost = self.policy.on_insert(&mut st, i, tag, before);
                     self.unlock(s);
@@ -404,6 +492,9 @@ impl<M: Model> Core<M> {
                     self.unlock(s);
                     self.stats.bump(Stat::DirtyEvictions);
                     return Ok(Found::WriteBack(s, i, old_tag));
+                }
+                Choice::Retry => {
+                    self.unlock(s);
                 }
                 Choice::None => {
                     self.unlock(s);
@@ -430,7 +521,7 @@ impl<M: Model> Core<M> {
         for i in 0..self.lay.assoc {
             let v = self.state(s, i).load(Acquire);
             if valid & (1 << i) == 0 {
-                if v & !WAITERS == 0 {
+                if v & !(WAITERS | GEN_MASK) == 0 {
                     return Choice::Slot(i);
                 }
                 continue;
@@ -448,12 +539,16 @@ impl<M: Model> Core<M> {
         if clean != 0 {
             let i = self.policy.victim(&mut st, clean, valid);
             debug_assert!(clean & (1 << i) != 0, "policy chose an ineligible slot");
-            let old_tag = g.tags[i];
+            let old_tag = g.tags[i].load(Relaxed);
+            let w = self.state(s, i);
+            let v = w.load(Acquire);
+            if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
+                return Choice::Retry;
+            }
             self.policy.on_evict(&mut st, i, old_tag, valid);
-            g.tags[i] = NO_TAG;
+            g.tags[i].store(NO_TAG, Relaxed);
             *g.valid &= !(1 << i);
-            let old = self.state(s, i).swap(0, AcqRel);
-            self.wake_if(s, i, old);
+            self.wake_if(s, i, v);
             self.stats.bump(Stat::Evictions);
             return Choice::Slot(i);
         }
@@ -465,7 +560,7 @@ impl<M: Model> Core<M> {
             w.fetch_or(WRITEBACK, AcqRel);
             w.fetch_and(!DIRTY, AcqRel);
             w.fetch_add(PIN, AcqRel);
-            return Choice::WriteBack(i, g.tags[i]);
+            return Choice::WriteBack(i, g.tags[i].load(Relaxed));
         }
         Choice::None
     }
@@ -488,15 +583,16 @@ impl<M: Model> Core<M> {
             let valid = *g.valid;
             let mut st = g.st;
             self.policy.on_remove(&mut st, i, valid);
-            g.tags[i] = NO_TAG;
+            g.tags[i].store(NO_TAG, Relaxed);
             *g.valid &= !(1 << i);
         }
-        let w = self.state(s, i);
-        let old = w.fetch_and(!(PENDING | VALID | WRITER | DIRTY), AcqRel);
-        let old2 = w.fetch_sub(PIN, AcqRel);
+        // Pending, so no lock-free reader pins it; waiters may unpin meanwhile.
+        let old = update::<M>(self.state(s, i), |v| {
+            ((v & !(PENDING | VALID | WRITER | DIRTY | GEN_MASK)) | next_gen(v)) - PIN
+        });
         self.unlock(s);
         self.stats.bump(Stat::FillErrors);
-        self.wake_if(s, i, old | old2);
+        self.wake_if(s, i, old);
     }
 
     /// A write-back of `(s, i)` ended; on failure the page is dirty again.
@@ -516,10 +612,14 @@ impl<M: Model> Core<M> {
         let s = self.lock_for(mix64(tag));
         // SAFETY: set `s` is locked.
         let g = unsafe { self.locked(s) };
-        let found = g.tags.iter().position(|&t| t == tag).filter(|&i| {
-            let v = self.state(s, i).load(Acquire);
-            v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
-        });
+        let found = g
+            .tags
+            .iter()
+            .position(|t| t.load(Relaxed) == tag)
+            .filter(|&i| {
+                let v = self.state(s, i).load(Acquire);
+                v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
+            });
         if let Some(i) = found {
             let w = self.state(s, i);
             w.fetch_or(WRITEBACK, AcqRel);
@@ -535,24 +635,26 @@ impl<M: Model> Core<M> {
         let s = self.lock_for(mix64(tag));
         // SAFETY: set `s` is locked.
         let g = unsafe { self.locked(s) };
-        let Some(i) = g.tags.iter().position(|&t| t == tag) else {
+        let Some(i) = g.tags.iter().position(|t| t.load(Relaxed) == tag) else {
             self.unlock(s);
             return false;
         };
         let w = self.state(s, i);
         let v = w.load(Acquire);
-        if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER | DIRTY) != 0 {
+        if pins(v) > 0
+            || v & (PENDING | WRITEBACK | WRITER | DIRTY) != 0
+            || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err()
+        {
             self.unlock(s);
             return false;
         }
         let valid = *g.valid;
         let mut st = g.st;
         self.policy.on_evict(&mut st, i, tag, valid);
-        g.tags[i] = NO_TAG;
+        g.tags[i].store(NO_TAG, Relaxed);
         *g.valid &= !(1 << i);
-        let old = w.swap(0, AcqRel);
         self.unlock(s);
-        self.wake_if(s, i, old);
+        self.wake_if(s, i, v);
         self.stats.bump(Stat::Evictions);
         true
     }
@@ -567,7 +669,11 @@ impl<M: Model> Core<M> {
                 let g = unsafe { self.locked(s) };
                 for i in 0..self.lay.assoc {
                     if *g.valid & (1 << i) != 0 {
-                        f(g.tags[i], self.state(s, i).load(Acquire), self.frame(s, i));
+                        f(
+                            g.tags[i].load(Relaxed),
+                            self.state(s, i).load(Acquire),
+                            self.frame(s, i),
+                        );
                     }
                 }
             }
@@ -577,8 +683,8 @@ impl<M: Model> Core<M> {
     }
 
     /// Add one set by splitting the set under the split pointer. `Ok(false)` at
-    /// the maximum; `Err(())` when a page that must move is busy (retry later).
-    pub(crate) fn grow_one(&self) -> std::result::Result<bool, ()> {
+    /// the maximum; `Err` when a page that must move is busy (retry later).
+    pub(crate) fn grow_one(&self) -> std::result::Result<bool, Busy> {
         let mut inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
         let n = self.n_sets();
         if n >= self.max_sets {
@@ -597,18 +703,15 @@ impl<M: Model> Core<M> {
         let mask = 2 * level - 1;
         // SAFETY: both sets are locked.
         let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
-        let mut moving = 0u32;
-        for i in 0..self.lay.assoc {
-            if *gs.valid & (1 << i) == 0 || mix64(gs.tags[i]) as usize & mask != t {
-                continue;
-            }
-            let v = self.state(s, i).load(Acquire);
-            if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
-                self.unlock(t);
-                self.unlock(s);
-                return Err(());
-            }
-            moving |= 1 << i;
+        let moving = (0..self.lay.assoc)
+            .filter(|&i| {
+                *gs.valid & (1 << i) != 0 && mix64(gs.tags[i].load(Relaxed)) as usize & mask == t
+            })
+            .fold(0u32, |m, i| m | 1 << i);
+        if !self.freeze(s, moving) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
         }
         self.move_pages(s, gs, t, gt, moving);
         self.n_sets.store((n + 1) as u32, Release);
@@ -618,9 +721,9 @@ impl<M: Model> Core<M> {
     }
 
     /// Remove the last set by merging it into its buddy. `Ok(false)` at the
-    /// minimum; `Err(())` when its pages are busy or the merged pages would not
+    /// minimum; `Err` when its pages are busy or the merged pages would not
     /// fit without dropping dirty data (write them back, then retry).
-    pub(crate) fn shrink_one(&self) -> std::result::Result<bool, ()> {
+    pub(crate) fn shrink_one(&self) -> std::result::Result<bool, Busy> {
         let _inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
         let n = self.n_sets();
         if n <= self.base {
@@ -641,8 +744,9 @@ impl<M: Model> Core<M> {
         if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i)) {
             self.unlock(t);
             self.unlock(s);
-            return Err(());
+            return Err(Busy::Pinned);
         }
+        let frozen = *gt.valid;
         let count = |m: u32| m.count_ones() as usize;
         let mut over = (count(*gs.valid) + count(*gt.valid)).saturating_sub(self.lay.assoc);
         // Room comes from clean idle pages: first those of the vanishing set,
@@ -656,7 +760,12 @@ impl<M: Model> Core<M> {
         if over > count(clean_t) + count(clean_s) {
             self.unlock(t);
             self.unlock(s);
-            return Err(());
+            return Err(Busy::Dirty);
+        }
+        if !self.freeze(t, frozen) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
         }
         let mut gt = gt;
         let mut gs = gs;
@@ -664,17 +773,28 @@ impl<M: Model> Core<M> {
         while over > 0 && left != 0 {
             let i = self.policy.victim(&mut gt.st, left, *gt.valid);
             left &= !(1 << i);
-            self.drop_page(t, &mut gt, i);
-            over -= 1;
+            if self.drop_page(t, &mut gt, i) {
+                over -= 1;
+            }
         }
         let mut left = clean_s;
         while over > 0 && left != 0 {
             let i = self.policy.victim(&mut gs.st, left, *gs.valid);
             left &= !(1 << i);
-            self.drop_page(s, &mut gs, i);
-            over -= 1;
+            // May fail: a lock-free reader can pin a page of `s` meanwhile.
+            if self.drop_page(s, &mut gs, i) {
+                over -= 1;
+            }
         }
         let moving = *gt.valid;
+        if over > 0 {
+            for i in (0..self.lay.assoc).filter(|&i| moving & (1 << i) != 0) {
+                self.state(t, i).fetch_and(!PENDING, AcqRel);
+            }
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
+        }
         self.move_pages(t, gt, s, gs, moving);
         self.reset_policy(t);
         self.n_sets.store(n2 as u32, Release);
@@ -685,19 +805,46 @@ impl<M: Model> Core<M> {
         Ok(true)
     }
 
-    /// Evict clean idle page `i` of locked set `set` (a shrink needs its slot).
-    fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) {
-        let valid = *g.valid;
-        self.policy.on_evict(&mut g.st, i, g.tags[i], valid);
-        g.tags[i] = NO_TAG;
-        *g.valid &= !(1 << i);
-        let old = self.state(set, i).swap(0, AcqRel);
-        self.wake_if(set, i, old);
-        self.stats.bump(Stat::Evictions);
+    /// Mark the pages in `mask` of locked set `set` pending, so that no
+    /// lock-free reader can pin them while they move. Fails (changing nothing)
+    /// if one of them is pinned or under I/O.
+    fn freeze(&self, set: usize, mask: u32) -> bool {
+        let mut done = 0u32;
+        for i in (0..self.lay.assoc).filter(|&i| mask & (1 << i) != 0) {
+            let w = self.state(set, i);
+            let v = w.load(Acquire);
+            let idle = pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
+            if !idle || w.compare_exchange(v, v | PENDING, AcqRel, Relaxed).is_err() {
+                for j in (0..self.lay.assoc).filter(|&j| done & (1 << j) != 0) {
+                    self.state(set, j).fetch_and(!PENDING, AcqRel);
+                }
+                return false;
+            }
+            done |= 1 << i;
+        }
+        true
     }
 
-    /// Move the pages in `mask` from locked set `from` to free slots of locked
-    /// set `to` (frames copied, state kept, policy history restarted).
+    /// Evict clean idle (or frozen) page `i` of locked set `set`: a shrink
+    /// needs its slot. False if a lock-free reader pinned it first.
+    fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
+        let w = self.state(set, i);
+        let v = w.load(Acquire);
+        if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
+            return false;
+        }
+        let valid = *g.valid;
+        self.policy
+            .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
+        g.tags[i].store(NO_TAG, Relaxed);
+        *g.valid &= !(1 << i);
+        self.wake_if(set, i, v);
+        self.stats.bump(Stat::Evictions);
+        true
+    }
+
+    /// Move the frozen pages in `mask` from locked set `from` to free slots of
+    /// locked set `to` (frames copied, state kept, policy history restarted).
     fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
         let (mut gf, mut gt) = (gf, gt);
         let occupied = *gt.valid;
@@ -707,9 +854,9 @@ impl<M: Model> Core<M> {
                 continue;
             }
             let j = free.next().expect("caller checked there is room");
-            let v = self.state(from, i).load(Acquire) & (VALID | DIRTY);
+            let src = self.state(from, i).load(Acquire);
             // SAFETY: both frames are in the region, distinct (different sets),
-            // and idle: the page has no pin and no I/O, and both sets are locked.
+            // and idle: the page is frozen (no pin, no I/O) and both sets locked.
             unsafe {
                 std::ptr::copy_nonoverlapping(
                     self.frame(from, i),
@@ -718,16 +865,29 @@ impl<M: Model> Core<M> {
                 )
             };
             let before = *gt.valid;
-            gt.tags[j] = gf.tags[i];
+            let tag = gf.tags[i].load(Relaxed);
+            gt.tags[j].store(tag, Relaxed);
             *gt.valid |= 1 << j;
-            self.state(to, j).store(v, Release);
-            self.policy.on_insert(&mut gt.st, j, gt.tags[j], before);
+            let dst = self.state(to, j);
+            dst.store(src & (VALID | DIRTY) | next_gen(dst.load(Relaxed)), Release);
+            self.policy.on_insert(&mut gt.st, j, tag, before);
             let valid = *gf.valid;
             self.policy.on_remove(&mut gf.st, i, valid);
-            gf.tags[i] = NO_TAG;
+            gf.tags[i].store(NO_TAG, Relaxed);
             *gf.valid &= !(1 << i);
-            let old = self.state(from, i).swap(0, AcqRel);
+            let old = self.state(from, i).swap(next_gen(src), AcqRel);
             self.wake_if(from, i, old);
+        }
+    }
+}
+
+/// Apply `f` to the word atomically; returns the old value.
+fn update<M: Model>(w: &M::W, f: impl Fn(u32) -> u32) -> u32 {
+    let mut v = w.load(Relaxed);
+    loop {
+        match w.compare_exchange(v, f(v), AcqRel, Relaxed) {
+            Ok(old) => return old,
+            Err(now) => v = now,
         }
     }
 }
@@ -748,15 +908,26 @@ fn level_size(n: usize) -> usize {
     1 << n.ilog2()
 }
 
+/// Why a resize step could not be taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Busy {
+    /// A page that must move is pinned or under I/O: retry shortly.
+    Pinned,
+    /// Merging would drop dirty pages: only a write-back makes room.
+    Dirty,
+}
+
 enum Choice {
     Slot(usize),
     WriteBack(usize, u64),
+    /// A lock-free reader pinned the chosen victim: look again.
+    Retry,
     None,
 }
 
 /// The lock-protected fields of one set.
 pub(crate) struct Locked<'a> {
     valid: &'a mut u32,
-    tags: &'a mut [u64],
+    tags: &'a [AtomicU64],
     st: SetState<'a>,
 }

@@ -326,10 +326,15 @@ impl<M: Model> PageCache<M> {
                     pause = 1;
                 }
                 Ok(false) => return Ok(()), // at a bound
-                Err(()) => {
+                Err(core::Busy::Dirty) => {
+                    return Err(Error::ResizeBusy(format!(
+                        "stopped at {n} sets (target {target}): merging sets would drop dirty pages; write them back and retry"
+                    )));
+                }
+                Err(core::Busy::Pinned) => {
                     if waited >= self.core.pin_wait {
                         return Err(Error::ResizeBusy(format!(
-                            "stuck at {n} sets (target {target}): pages to move stayed pinned or dirty for {} ms",
+                            "stuck at {n} sets (target {target}): pages to move stayed pinned for {} ms",
                             waited.as_millis()
                         )));
                     }

@@ -404,26 +404,45 @@ proptest::proptest! {
 }
 
 /// 32 threads on a cache of four 4-page sets: readers check contents, writers
-/// add to per-page counters through write-back and eviction; at the end every
+/// add to per-page counters through write-back and eviction, and one more
+/// thread grows and shrinks the table the whole time; at the end every
 /// increment is in the cache or on the device, and the counters add up.
 #[test]
 fn stress_32_threads_on_a_few_sets() {
     const PAGES: u64 = 48;
     let c = PageCache::<Os>::new(CacheOptions {
         pin_wait: Duration::from_secs(10),
-        ..opts(16, 16, 4, PolicyKind::S3Fifo)
+        ..opts(16, 64, 4, PolicyKind::S3Fifo)
     })
     .unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let resizes = AtomicU64::new(0);
     let disk: Disk = Mutex::new((0..PAGES).map(|p| ((0, p), vec![0u8; 512])).collect());
     let loads = AtomicU64::new(0);
     let adds: Vec<AtomicU64> = (0..PAGES).map(|_| AtomicU64::new(0)).collect();
     let lookups = AtomicU64::new(0);
     std::thread::scope(|s| {
+        let (c, stop, resizes) = (&c, &stop, &resizes);
+        s.spawn(move || {
+            let mut k = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                k += 1;
+                let sets = [4, 16, 9, 4, 12][k % 5];
+                match c.resize(sets * 4 * 512) {
+                    Ok(()) => {
+                        resizes.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(Error::ResizeBusy(_)) => {}
+                    Err(e) => panic!("resize: {e}"),
+                }
+            }
+        });
+        let mut workers = Vec::new();
         for t in 0..32u64 {
-            let (c, disk, loads, adds, lookups) = (&c, &disk, &loads, &adds, &lookups);
-            s.spawn(move || {
+            let (disk, loads, adds, lookups) = (&disk, &loads, &adds, &lookups);
+            workers.push(s.spawn(move || {
                 let mut x = t * 7919 + 1;
-                for _ in 0..400 {
+                for _ in 0..1000 {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
@@ -446,9 +465,17 @@ fn stress_32_threads_on_a_few_sets() {
                         assert!(tagp == p || tagp == 0, "page {p} holds page {tagp}");
                     }
                 }
-            });
+            }));
         }
+        for w in workers {
+            w.join().unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
     });
+    assert!(
+        resizes.load(Ordering::Relaxed) > 0,
+        "the table never resized"
+    );
     let st = c.stats();
     let n = lookups.load(Ordering::Relaxed);
     // Each lookup is one hit or one miss, except retries after a write-back,
