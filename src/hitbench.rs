@@ -151,9 +151,11 @@ fn phase(
                                 let m = unsafe {
                                     (*(keys.sets[k] as *const AtomicU32)).load(Ordering::Relaxed)
                                 };
-                                // A copy address that depends on `m` (the lock
-                                // word is never u32::MAX), so the copy waits.
-                                let skew = usize::from(m == u32::MAX) * 64;
+                                // A copy address that depends on `m` through
+                                // arithmetic, not a branch the CPU could
+                                // predict past (the lock word is 0, 1 or 2, so
+                                // `m >> 31` is 0): the copy waits for the read.
+                                let skew = (m >> 31) as usize * 64;
                                 // SAFETY: as in `Bare`; `skew` is 0.
                                 let src = unsafe {
                                     std::slice::from_raw_parts(
