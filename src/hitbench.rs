@@ -55,6 +55,8 @@ struct Keys {
     frames: Vec<usize>,
     /// The metadata block of each page's set.
     sets: Vec<usize>,
+    /// Cache lines of one set's metadata.
+    set_lines: usize,
 }
 
 fn fill(cache: &PageCache) -> Result<Keys, String> {
@@ -88,14 +90,16 @@ fn fill(cache: &PageCache) -> Result<Keys, String> {
         pages,
         frames,
         sets,
+        set_lines: cache.set_metadata_bytes().0.div_ceil(64),
     })
 }
 
 #[derive(Clone, Copy, PartialEq)]
 enum Phase {
     Bare,
-    /// Bare, plus one read of the page's set metadata that the copy waits for:
-    /// the floor for any design that looks pages up in a table in memory.
+    /// Bare, plus a read of every line of the page's set metadata that the
+    /// copy waits for: the floor for a set-associative lookup, without locks,
+    /// pins or policy.
     BareMeta,
     Cache,
 }
@@ -128,6 +132,7 @@ fn phase(
                 let off = space.as_ptr().align_offset(4096);
                 let buf = &mut space[off..off + read];
                 let mut ops = 0u64;
+                let zero = std::hint::black_box(0usize);
                 while !stop.load(Ordering::Relaxed) {
                     for _ in 0..256 {
                         x ^= x << 13;
@@ -145,17 +150,23 @@ fn phase(
                                 buf.copy_from_slice(src);
                             }
                             Phase::BareMeta => {
-                                // SAFETY: the set table is mapped for the
-                                // cache's life; an atomic load of its lock word
-                                // races with nothing (no other phase runs).
-                                let m = unsafe {
-                                    (*(keys.sets[k] as *const AtomicU32)).load(Ordering::Relaxed)
-                                };
-                                // A copy address that depends on `m` through
-                                // arithmetic, not a branch the CPU could
-                                // predict past (the lock word is 0, 1 or 2, so
-                                // `m >> 31` is 0): the copy waits for the read.
-                                let skew = (m >> 31) as usize * 64;
+                                // Read the first word of every cache line a
+                                // lookup touches in the page's set.
+                                let mut m = 0u32;
+                                for line in 0..keys.set_lines {
+                                    // SAFETY: the set table is mapped for the
+                                    // cache's life and `line * 64` is inside the
+                                    // set's metadata; an atomic load races with
+                                    // nothing (no other phase runs).
+                                    m |= unsafe {
+                                        (*((keys.sets[k] + line * 64) as *const AtomicU32))
+                                            .load(Ordering::Relaxed)
+                                    };
+                                }
+                                // A copy address that depends on those reads
+                                // through arithmetic (times an opaque zero), not
+                                // a branch the CPU could predict past.
+                                let skew = m as usize * zero;
                                 // SAFETY: as in `Bare`; `skew` is 0.
                                 let src = unsafe {
                                     std::slice::from_raw_parts(
