@@ -83,6 +83,12 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) iodepth: u32,
+    /// Microseconds a waiting `direct` thread polls its rings for completions
+    /// before it sleeps (0: sleep at once, the library's default; polling burns
+    /// a core while I/O is in flight)
+    #[arg(long, value_name = "US", default_value_t = 0,
+          value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
+    pub(crate) poll_us: u64,
     /// Memory the Linux engines' page cache may use (enforced with a memory cgroup
     /// when possible) [default: unconstrained]
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]

@@ -49,15 +49,17 @@ pub(crate) fn run(
     w: &Workload,
     threads: usize,
     iodepth: u32,
+    poll: std::time::Duration,
     timing: &Timing,
 ) -> Result<Outcome, String> {
     let m = run_threads(threads, timing, |t, ctl| {
-        thread_body(store, file, w, t, threads, iodepth as usize, ctl)
+        thread_body(store, file, w, t, threads, iodepth as usize, poll, ctl)
     })?;
     // Nothing is cached: every read goes to a device.
     Ok(Outcome::from_measured(&m, Some(0.0)))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn thread_body(
     store: &Store,
     file: &File,
@@ -65,6 +67,7 @@ fn thread_body(
     t: usize,
     threads: usize,
     depth: usize,
+    poll: std::time::Duration,
     ctl: &Ctl,
 ) -> Result<ThreadStats, String> {
     let mut bufs = store
@@ -83,6 +86,7 @@ fn thread_body(
         error: None,
     }));
     let mut queue = Queue::new(depth);
+    queue.set_poll(poll);
     let mut ops = OpGen::new(w, t, threads);
     let mut batch: Vec<AlignedBuf> = Vec::with_capacity(depth);
     loop {

@@ -192,7 +192,15 @@ fn run_one(
         bs: a.bs,
     };
     let out = match engine {
-        Engine::Direct => direct::run(b.store, b.file, &w, threads, a.iodepth, &timing)?,
+        Engine::Direct => direct::run(
+            b.store,
+            b.file,
+            &w,
+            threads,
+            a.iodepth,
+            std::time::Duration::from_micros(a.poll_us),
+            &timing,
+        )?,
         Engine::LinuxBuffered | Engine::LinuxDirect | Engine::Mmap => {
             let job = LinuxJob {
                 engine,
