@@ -30,6 +30,7 @@
 
 mod buf;
 pub mod cache;
+mod cached;
 mod error;
 mod file;
 mod header;
@@ -39,6 +40,7 @@ mod queue;
 mod store;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};
+pub use cached::{CachedFile, CachedStore};
 pub use error::{Error, Result};
 pub use file::{DIRECT_ALIGN, File};
 pub use header::HEADER_BYTES;

@@ -1,0 +1,324 @@
+//! Files read and written through the page cache (synchronous path).
+//!
+//! A [`CachedStore`] joins a [`Store`] and a [`PageCache`]: every file opened
+//! through it gets a cache file id, and the cache's pages of that file are
+//! loaded from and written back to its backing files. Reads of any length and
+//! alignment copy from cached pages; misses read straight into the cache's
+//! frames (O_DIRECT, no bounce buffer); writes mark pages dirty (a partial write
+//! of an absent page reads it first, a whole-page write does not). A dirty page
+//! reaches the devices when its set needs the frame, or at [`CachedFile::sync`],
+//! which then makes the devices durable. A failed write-back leaves the page
+//! dirty and is reported by the next `sync` of its file.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use crate::cache::{CacheOptions, LookupMut, MAX_FILE_ID, PageCache};
+use crate::error::{Error, Result};
+use crate::file::File;
+use crate::layout::LayoutKind;
+use crate::store::Store;
+
+/// A store whose files are read and written through one page cache.
+pub struct CachedStore {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    store: Store,
+    cache: PageCache,
+    files: RwLock<HashMap<u32, Arc<Entry>>>,
+    next_id: AtomicU32,
+}
+
+/// What the cache needs of an open file: where its pages go, and its first
+/// write-back failure not yet reported.
+struct Entry {
+    file: File,
+    failed: Mutex<Option<Error>>,
+}
+
+/// A file of a [`CachedStore`]. Cheap to clone; `Send + Sync`.
+#[derive(Clone)]
+pub struct CachedFile {
+    shared: Arc<Shared>,
+    entry: Arc<Entry>,
+    id: u32,
+}
+
+impl CachedStore {
+    /// Put a page cache built from `opts` in front of `store`. The cache's page
+    /// size must be a multiple of 512 bytes (direct I/O reads whole frames).
+    pub fn new(store: Store, opts: CacheOptions) -> Result<CachedStore> {
+        let cache = PageCache::new(opts)?;
+        Ok(CachedStore {
+            inner: Arc::new(Shared {
+                store,
+                cache,
+                files: RwLock::new(HashMap::new()),
+                next_id: AtomicU32::new(0),
+            }),
+        })
+    }
+
+    /// The store underneath.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The page cache.
+    pub fn cache(&self) -> &PageCache {
+        &self.inner.cache
+    }
+
+    /// Create a file (as [`Store::create`]) and open it through the cache.
+    pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
+        let f = self.inner.store.create(name, size, layout)?;
+        self.attach(f)
+    }
+
+    /// Open an existing file through the cache.
+    pub fn open_file(&self, name: &str) -> Result<CachedFile> {
+        let f = self.inner.store.open_file(name)?;
+        self.attach(f)
+    }
+
+    fn attach(&self, file: File) -> Result<CachedFile> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        if id > MAX_FILE_ID {
+            return Err(Error::InvalidArgument(format!(
+                "more than {} files opened through one cache",
+                MAX_FILE_ID as u64 + 1
+            )));
+        }
+        let entry = Arc::new(Entry {
+            file,
+            failed: Mutex::new(None),
+        });
+        self.inner
+            .files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, entry.clone());
+        Ok(CachedFile {
+            shared: self.inner.clone(),
+            entry,
+            id,
+        })
+    }
+
+    /// Write every dirty page of every file and make the devices durable.
+    pub fn sync(&self) -> Result<()> {
+        let files: Vec<u32> = self
+            .inner
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let mut first = None;
+        for id in files {
+            if let Err(e) = self.inner.sync_file(id) {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}
+
+impl Shared {
+    fn entry(&self, id: u32) -> Result<Arc<Entry>> {
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("cache file id {id} is not open")))
+    }
+
+    /// Read page `page` of file `id` into `frame` (zeros past the end).
+    fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
+        let e = self.entry(id)?;
+        let ps = frame.len() as u64;
+        let off = page * ps;
+        let len = e.file.len();
+        let n = len.saturating_sub(off).min(ps) as usize;
+        if n > 0 {
+            e.file.read_at(off, &mut frame[..n])?;
+        }
+        frame[n..].fill(0);
+        Ok(())
+    }
+
+    /// Write page `page` of file `id` (the part inside the file). A failure is
+    /// remembered for the file's next `sync`.
+    fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
+        let e = self.entry(id)?;
+        let ps = bytes.len() as u64;
+        let off = page * ps;
+        let n = e.file.len().saturating_sub(off).min(ps) as usize;
+        let r = if n > 0 {
+            e.file.write_at(off, &bytes[..n])
+        } else {
+            Ok(())
+        };
+        if let Err(err) = &r {
+            e.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| err.clone());
+        }
+        r
+    }
+
+    /// Write back every dirty page of file `id`, waiting for pages that are
+    /// busy (a writer holds them, or another write-back runs), then fsync.
+    fn sync_file(&self, id: u32) -> Result<()> {
+        let e = self.entry(id)?;
+        let mut pending: Vec<u64> = self
+            .cache
+            .dirty_pages()
+            .into_iter()
+            .filter(|&(f, _)| f == id)
+            .map(|(_, p)| p)
+            .collect();
+        let mut first: Option<Error> = None;
+        let mut pause = 1u64;
+        while !pending.is_empty() {
+            let mut busy = Vec::new();
+            for p in pending {
+                match self.cache.write_back(id, p)? {
+                    Some(wb) => {
+                        let r = self.store_page(id, p, wb.bytes());
+                        if let Err(err) = wb.finish(r) {
+                            first.get_or_insert(err);
+                        }
+                    }
+                    None => {
+                        // Dirty but busy, or already clean: look again.
+                        if self
+                            .cache
+                            .pages()
+                            .iter()
+                            .any(|&(f, q, d)| f == id && q == p && d)
+                        {
+                            busy.push(p);
+                        }
+                    }
+                }
+            }
+            pending = busy;
+            if !pending.is_empty() {
+                std::thread::sleep(Duration::from_micros(pause));
+                pause = (pause * 2).min(1000);
+            }
+        }
+        let earlier = e.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(err) = earlier.or(first) {
+            return Err(err);
+        }
+        e.file.sync()
+    }
+}
+
+impl CachedFile {
+    /// The file underneath.
+    pub fn file(&self) -> &File {
+        &self.entry.file
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> u64 {
+        self.entry.file.len()
+    }
+
+    /// Whether the file is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Read up to `buf.len()` bytes at `offset` (any alignment); returns how many
+    /// (fewer only at the end of the file).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let len = self.len();
+        if offset >= len {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(len - offset) as usize;
+        let sh = &*self.shared;
+        let ps = sh.cache.page_size() as u64;
+        let mut done = 0usize;
+        while done < n {
+            let pos = offset + done as u64;
+            let page = pos / ps;
+            let in_page = (pos % ps) as usize;
+            let take = (ps as usize - in_page).min(n - done);
+            let g = sh.cache.get_with(
+                self.id,
+                page,
+                |f, p, frame| sh.load(f, p, frame),
+                |f, p, bytes| sh.store_page(f, p, bytes),
+            )?;
+            buf[done..done + take].copy_from_slice(&g[in_page..in_page + take]);
+            done += take;
+        }
+        Ok(n)
+    }
+
+    /// Write all of `data` at `offset` (any alignment; within the file's length).
+    pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        let len = self.len();
+        if offset
+            .checked_add(data.len() as u64)
+            .is_none_or(|end| end > len)
+        {
+            return Err(Error::OutOfRange {
+                file: self.entry.file.name(),
+                offset,
+                len: data.len() as u64,
+                file_len: len,
+            });
+        }
+        let sh = &*self.shared;
+        let ps = sh.cache.page_size() as u64;
+        let mut done = 0usize;
+        while done < data.len() {
+            let pos = offset + done as u64;
+            let page = pos / ps;
+            let in_page = (pos % ps) as usize;
+            let take = (ps as usize - in_page).min(data.len() - done);
+            let whole = in_page == 0 && take == ps as usize;
+            let mut g = loop {
+                match sh.cache.get_mut(self.id, page)? {
+                    LookupMut::Hit(g) => break g,
+                    LookupMut::Miss(mut f) => {
+                        // A whole-page write needs no read of the old bytes.
+                        let r = if whole {
+                            Ok(())
+                        } else {
+                            sh.load(self.id, page, f.frame_mut())
+                        };
+                        break f.finish(r)?;
+                    }
+                    LookupMut::WriteBack(w) => {
+                        let r = sh.store_page(w.file(), w.page(), w.bytes());
+                        w.finish(r)?;
+                    }
+                }
+            };
+            g[in_page..in_page + take].copy_from_slice(&data[done..done + take]);
+            done += take;
+        }
+        Ok(())
+    }
+
+    /// Write every dirty page of this file and make it durable. Returns the
+    /// first write-back failure since the last `sync`, if any (the pages stay
+    /// dirty, so a later `sync` tries again).
+    pub fn sync(&self) -> Result<()> {
+        self.shared.sync_file(self.id)
+    }
+}

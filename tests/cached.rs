@@ -1,0 +1,146 @@
+//! Files read and written through the page cache.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Rng, TempDir, engines, pattern};
+use setcache::cache::{CacheOptions, PolicyKind};
+use setcache::{CachedStore, EngineKind, Error, LayoutKind, SimConfig, Store, StoreOptions};
+
+fn small_cache(pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        page_size: 4096,
+        assoc: 4,
+        policy: PolicyKind::Clock,
+        pin_wait: Duration::from_secs(5),
+        ..CacheOptions::default()
+    }
+}
+
+/// Random reads and writes of any offset and length through a cache far
+/// smaller than the file (so pages are evicted and written back all the time)
+/// match a plain byte array; after `sync`, a fresh store reads the same bytes
+/// from the devices.
+#[test]
+fn random_io_matches_a_reference_and_survives_reopen() {
+    for (ename, opts) in engines() {
+        let tmp = TempDir::new("cached");
+        let roots = tmp.devices(2);
+        const LEN: usize = 64 * 4096;
+        let mut truth = pattern(5, 0, LEN);
+        {
+            let store = Store::open(
+                &roots,
+                StoreOptions {
+                    block_pages: 2,
+                    ..opts.clone()
+                },
+            )
+            .unwrap();
+            let f = store
+                .create("data", LEN as u64, LayoutKind::Rotated)
+                .unwrap();
+            f.write_at(0, &{
+                let mut b = setcache::AlignedBuf::new(LEN);
+                b.copy_from_slice(&truth);
+                b
+            })
+            .unwrap();
+            let cs = CachedStore::new(store, small_cache(16)).unwrap();
+            let cf = cs.open_file("data").unwrap();
+            let mut rng = Rng(42);
+            for step in 0..600 {
+                let off = rng.below(LEN as u64) as usize;
+                let n = 1 + rng.below(3 * 4096) as usize;
+                let n = n.min(LEN - off);
+                if rng.below(2) == 0 {
+                    let data: Vec<u8> = (0..n).map(|i| (step * 7 + i) as u8).collect();
+                    cf.write_at(off as u64, &data).unwrap();
+                    truth[off..off + n].copy_from_slice(&data);
+                } else {
+                    let mut buf = vec![0u8; n];
+                    assert_eq!(cf.read_at(off as u64, &mut buf).unwrap(), n);
+                    assert!(
+                        buf == truth[off..off + n],
+                        "{ename}: step {step} read at {off}+{n}"
+                    );
+                }
+            }
+            // Reads past the end are short, not errors.
+            let mut tail = vec![0u8; 100];
+            assert_eq!(cf.read_at(LEN as u64 - 10, &mut tail).unwrap(), 10);
+            assert_eq!(cf.read_at(LEN as u64, &mut tail).unwrap(), 0);
+            assert!(
+                cs.cache().stats().dirty_evictions > 0,
+                "{ename}: no write-back under pressure"
+            );
+            cf.sync().unwrap();
+            assert!(cs.cache().dirty_pages().is_empty());
+        }
+        let store = Store::open(&roots, opts.clone()).unwrap();
+        let f = store.open_file("data").unwrap();
+        let mut back = setcache::AlignedBuf::new(LEN);
+        f.read_at(0, &mut back).unwrap();
+        assert!(
+            back[..] == truth[..],
+            "{ename}: the devices lost a synced write"
+        );
+    }
+}
+
+/// A partial write of an absent page reads the page first; a write past the
+/// end is refused and changes nothing.
+#[test]
+fn partial_writes_read_first_and_bounds_are_checked() {
+    let tmp = TempDir::new("cached-partial");
+    let store = common::open(&tmp.devices(1), engines()[0].1.clone(), 16);
+    let f = store.create("p", 8 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = setcache::AlignedBuf::new(8 * 4096);
+    b.copy_from_slice(&pattern(9, 0, 8 * 4096));
+    f.write_at(0, &b).unwrap();
+    let cs = CachedStore::new(store, small_cache(8)).unwrap();
+    let cf = cs.open_file("p").unwrap();
+    cf.write_at(4096 + 100, b"hello").unwrap();
+    let mut page = vec![0u8; 4096];
+    cf.read_at(4096, &mut page).unwrap();
+    let mut want = pattern(9, 4096, 4096);
+    want[100..105].copy_from_slice(b"hello");
+    assert!(page == want);
+    let e = cf.write_at(8 * 4096 - 2, b"abc").unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    cf.read_at(8 * 4096 - 4096, &mut page).unwrap();
+    assert!(page == pattern(9, 7 * 4096, 4096));
+}
+
+/// A write-back that fails is reported by `sync` (and again later: the page
+/// stays dirty and the device's failure is remembered); nothing panics.
+#[test]
+fn failed_write_back_reaches_sync() {
+    let tmp = TempDir::new("cached-fail");
+    let cfg = SimConfig {
+        fail_writes_after: Some(0),
+        ..SimConfig::default()
+    };
+    let opts = StoreOptions {
+        engine: EngineKind::Sim(cfg),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&tmp.devices(1), opts).unwrap();
+    store.create("w", 4 * 4096, LayoutKind::Stripe).unwrap();
+    let cs = CachedStore::new(store, small_cache(8)).unwrap();
+    let cf = cs.open_file("w").unwrap();
+    cf.write_at(0, &[7u8; 4096]).unwrap(); // cached: succeeds
+    let e = cf.sync().unwrap_err();
+    assert!(
+        e.to_string().contains("\"w\""),
+        "the error names the file: {e}"
+    );
+    assert_eq!(cs.cache().dirty_pages().len(), 1, "the page stays dirty");
+    assert!(cs.sync().is_err());
+    // The cached bytes are still there for readers.
+    let mut b = [0u8; 16];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [7u8; 16]);
+}
