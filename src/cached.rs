@@ -315,6 +315,13 @@ impl CachedFile {
         Ok(())
     }
 
+    /// Sync, then let go of this handle. The file stays known to the cache (its
+    /// clean pages may still be cached; dirty pages written later through
+    /// another handle are still written back).
+    pub fn close(self) -> Result<()> {
+        self.sync()
+    }
+
     /// Write every dirty page of this file and make it durable. Returns the
     /// first write-back failure since the last `sync`, if any (the pages stay
     /// dirty, so a later `sync` tries again).

@@ -76,7 +76,7 @@ fn random_io_matches_a_reference_and_survives_reopen() {
                 cs.cache().stats().dirty_evictions > 0,
                 "{ename}: no write-back under pressure"
             );
-            cf.sync().unwrap();
+            cf.close().unwrap();
             assert!(cs.cache().dirty_pages().is_empty());
         }
         let store = Store::open(&roots, opts.clone()).unwrap();
