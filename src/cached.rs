@@ -180,7 +180,7 @@ impl Shared {
         let e = self.entry(id)?;
         let mut pending: Vec<u64> = self
             .cache
-            .dirty_pages()
+            .pending_pages()
             .into_iter()
             .filter(|&(f, _)| f == id)
             .map(|(_, p)| p)
@@ -198,13 +198,11 @@ impl Shared {
                         }
                     }
                     None => {
-                        // Dirty but busy, or already clean: look again.
-                        if self
-                            .cache
-                            .pages()
-                            .iter()
-                            .any(|&(f, q, d)| f == id && q == p && d)
-                        {
+                        // Busy (a writer holds it, or another thread's
+                        // write-back is in flight), or already clean: wait
+                        // for the first two, so that the fsync below covers
+                        // the bytes.
+                        if self.cache.write_pending(id, p)? {
                             busy.push(p);
                         }
                     }

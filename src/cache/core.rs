@@ -630,6 +630,20 @@ impl<M: Model> Core<M> {
         found.map(|i| (s, i))
     }
 
+    /// The state word of `tag` if it is cached.
+    pub(crate) fn state_of(&self, tag: u64) -> Option<u32> {
+        let s = self.lock_for(mix64(tag));
+        // SAFETY: set `s` is locked.
+        let g = unsafe { self.locked(s) };
+        let v = g
+            .tags
+            .iter()
+            .position(|t| t.load(Relaxed) == tag)
+            .map(|i| self.state(s, i).load(Acquire));
+        self.unlock(s);
+        v
+    }
+
     /// Drop `tag` if it is cached, clean and idle. Returns whether it was dropped.
     pub(crate) fn evict(&self, tag: u64) -> bool {
         let s = self.lock_for(mix64(tag));

@@ -278,11 +278,32 @@ impl<M: Model> PageCache<M> {
         Ok(self.core.set_addr(tag_of(file, page)?))
     }
 
+    /// Whether `page` of `file` is cached with data not yet on the device:
+    /// dirty, or its write-back still in flight.
+    pub fn write_pending(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self
+            .core
+            .state_of(tag_of(file, page)?)
+            .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
+    }
+
     /// Every cached page that is dirty, as `(file, page)`.
     pub fn dirty_pages(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         self.core.for_each(|tag, st, _| {
             if st & core::DIRTY != 0 {
+                out.push(untag(tag));
+            }
+        });
+        out
+    }
+
+    /// Every cached page whose data is not yet on the device (dirty, or its
+    /// write-back in flight), as `(file, page)`.
+    pub fn pending_pages(&self) -> Vec<(u32, u64)> {
+        let mut out = Vec::new();
+        self.core.for_each(|tag, st, _| {
+            if st & (core::DIRTY | core::WRITEBACK) != 0 {
                 out.push(untag(tag));
             }
         });
