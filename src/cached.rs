@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use crate::cache::{CacheOptions, LookupMut, MAX_FILE_ID, PageCache};
+use crate::cache::{CacheOptions, MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
 use crate::file::File;
 use crate::layout::LayoutKind;
@@ -289,24 +289,13 @@ impl CachedFile {
             let in_page = (pos % ps) as usize;
             let take = (ps as usize - in_page).min(data.len() - done);
             let whole = in_page == 0 && take == ps as usize;
-            let mut g = loop {
-                match sh.cache.get_mut(self.id, page)? {
-                    LookupMut::Hit(g) => break g,
-                    LookupMut::Miss(mut f) => {
-                        // A whole-page write needs no read of the old bytes.
-                        let r = if whole {
-                            Ok(())
-                        } else {
-                            sh.load(self.id, page, f.frame_mut())
-                        };
-                        break f.finish(r)?;
-                    }
-                    LookupMut::WriteBack(w) => {
-                        let r = sh.store_page(w.file(), w.page(), w.bytes());
-                        w.finish(r)?;
-                    }
-                }
-            };
+            // A whole-page write needs no read of the old bytes.
+            let mut g = sh.cache.get_mut_with(
+                self.id,
+                page,
+                |f, p, frame| if whole { Ok(()) } else { sh.load(f, p, frame) },
+                |f, p, bytes| sh.store_page(f, p, bytes),
+            )?;
             g[in_page..in_page + take].copy_from_slice(&data[done..done + take]);
             done += take;
         }

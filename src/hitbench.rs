@@ -154,14 +154,11 @@ fn phase(
                                 // lookup touches in the page's set.
                                 let mut m = 0u32;
                                 for line in 0..keys.set_lines {
-                                    // SAFETY: the set table is mapped for the
-                                    // cache's life and `line * 64` is inside the
-                                    // set's metadata; an atomic load races with
-                                    // nothing (no other phase runs).
-                                    m |= unsafe {
-                                        (*((keys.sets[k] + line * 64) as *const AtomicU32))
-                                            .load(Ordering::Relaxed)
-                                    };
+                                    let word = (keys.sets[k] + line * 64) as *const AtomicU32;
+                                    // SAFETY: the set table stays mapped for the cache's
+                                    // life and `line * 64` is inside the set's metadata;
+                                    // an atomic load races with nothing harmful.
+                                    m |= unsafe { (*word).load(Ordering::Relaxed) };
                                 }
                                 // A copy address that depends on those reads
                                 // through arithmetic (times an opaque zero), not

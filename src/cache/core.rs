@@ -203,13 +203,7 @@ impl<M: Model> Core<M> {
     #[inline]
     fn fast_hit(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
         let s = self.index(h, self.n_sets());
-        let base = self.set_ptr(s);
-        let mut off = LINE;
-        while off < self.lay.used {
-            // SAFETY: `off < used <= stride`, inside set `s`.
-            super::prefetch(unsafe { base.add(off) });
-            off += LINE;
-        }
+        self.prefetch_set(s);
         let tags = self.tags(s);
         let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
         let w = self.state(s, i);
@@ -220,10 +214,7 @@ impl<M: Model> Core<M> {
         if tags[i].load(Acquire) != tag {
             return None;
         }
-        let f = self.frame(s, i);
-        super::prefetch(f);
-        // SAFETY: a frame is at least 512 bytes, so +64 is inside it.
-        super::prefetch(unsafe { f.add(LINE) });
+        self.prefetch_frame(s, i);
         w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
         if self.try_lock(s) {
             // SAFETY: set `s` is locked until the unlock below.
@@ -234,6 +225,29 @@ impl<M: Model> Core<M> {
             self.unlock(s);
         }
         Some((s, i))
+    }
+
+    /// Ask for every line of set `s` at once: the tags and states then arrive
+    /// while the lock word (or the first tag) is still on its way.
+    #[inline]
+    fn prefetch_set(&self, s: usize) {
+        let base = self.set_ptr(s);
+        let mut off = LINE;
+        while off < self.lay.used {
+            // SAFETY: `off < used <= stride`, inside set `s`.
+            super::prefetch(unsafe { base.add(off) });
+            off += LINE;
+        }
+    }
+
+    /// The caller reads the frame next: start loading its first two lines
+    /// while the pin and the policy update run.
+    #[inline]
+    fn prefetch_frame(&self, s: usize, i: usize) {
+        let f = self.frame(s, i);
+        super::prefetch(f);
+        // SAFETY: a frame is at least 512 bytes, so +64 is inside it.
+        super::prefetch(unsafe { f.add(LINE) });
     }
 
     /// The frame of slot `i` of set `s`.
@@ -333,15 +347,7 @@ impl<M: Model> Core<M> {
         loop {
             let n = self.n_sets();
             let s = self.index(h, n);
-            // Ask for every line of the set at once: the tags and states then
-            // arrive while the lock word is still on its way.
-            let base = self.set_ptr(s);
-            let mut off = LINE;
-            while off < self.lay.used {
-                // SAFETY: `off < used <= stride`, inside set `s`.
-                super::prefetch(unsafe { base.add(off) });
-                off += LINE;
-            }
+            self.prefetch_set(s);
             self.lock(s);
             let n2 = self.n_sets();
             if n2 == n || self.index(h, n2) == s {
@@ -409,12 +415,7 @@ impl<M: Model> Core<M> {
             // SAFETY: set `s` is locked until the `unlock` calls below.
             let g = unsafe { self.locked(s) };
             if let Some(i) = g.tags.iter().position(|t| t.load(Relaxed) == tag) {
-                // The caller reads the frame next: start loading its first lines
-                // while the pin and the policy update run.
-                let f = self.frame(s, i);
-                super::prefetch(f);
-                // SAFETY: a frame is at least 512 bytes, so +64 is inside it.
-                super::prefetch(unsafe { f.add(LINE) });
+                self.prefetch_frame(s, i);
                 let w = self.state(s, i);
                 let v = w.load(Acquire);
                 if v & PENDING != 0 {
@@ -535,31 +536,20 @@ impl<M: Model> Core<M> {
                 clean |= 1 << i;
             }
         }
-        let mut st = g.st;
+        let mut g = g;
         if clean != 0 {
-            let i = self.policy.victim(&mut st, clean, valid);
+            let i = self.policy.victim(&mut g.st, clean, valid);
             debug_assert!(clean & (1 << i) != 0, "policy chose an ineligible slot");
-            let old_tag = g.tags[i].load(Relaxed);
-            let w = self.state(s, i);
-            let v = w.load(Acquire);
-            if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
-                return Choice::Retry;
-            }
-            self.policy.on_evict(&mut st, i, old_tag, valid);
-            g.tags[i].store(NO_TAG, Relaxed);
-            *g.valid &= !(1 << i);
-            self.wake_if(s, i, v);
-            self.stats.bump(Stat::Evictions);
-            return Choice::Slot(i);
+            return if self.drop_page(s, &mut g, i) {
+                Choice::Slot(i)
+            } else {
+                Choice::Retry
+            };
         }
         if dirty != 0 {
-            let i = self.policy.victim(&mut st, dirty, valid);
+            let i = self.policy.victim(&mut g.st, dirty, valid);
             debug_assert!(dirty & (1 << i) != 0, "policy chose an ineligible slot");
-            // Writers wait while WRITEBACK is set; a failed write sets DIRTY again.
-            let w = self.state(s, i);
-            w.fetch_or(WRITEBACK, AcqRel);
-            w.fetch_and(!DIRTY, AcqRel);
-            w.fetch_add(PIN, AcqRel);
+            self.begin_writeback(s, i);
             return Choice::WriteBack(i, g.tags[i].load(Relaxed));
         }
         Choice::None
@@ -621,13 +611,19 @@ impl<M: Model> Core<M> {
                 v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
             });
         if let Some(i) = found {
-            let w = self.state(s, i);
-            w.fetch_or(WRITEBACK, AcqRel);
-            w.fetch_and(!DIRTY, AcqRel);
-            w.fetch_add(PIN, AcqRel);
+            self.begin_writeback(s, i);
         }
         self.unlock(s);
         found.map(|i| (s, i))
+    }
+
+    /// Put dirty slot `(s, i)` under write-back, pinned, with DIRTY cleared:
+    /// writers wait while WRITEBACK is set, and a failed write sets DIRTY again.
+    fn begin_writeback(&self, s: usize, i: usize) {
+        let w = self.state(s, i);
+        w.fetch_or(WRITEBACK, AcqRel);
+        w.fetch_and(!DIRTY, AcqRel);
+        w.fetch_add(PIN, AcqRel);
     }
 
     /// The state word of `tag` if it is cached.
@@ -649,28 +645,19 @@ impl<M: Model> Core<M> {
         let s = self.lock_for(mix64(tag));
         // SAFETY: set `s` is locked.
         let g = unsafe { self.locked(s) };
-        let Some(i) = g.tags.iter().position(|t| t.load(Relaxed) == tag) else {
-            self.unlock(s);
-            return false;
-        };
-        let w = self.state(s, i);
-        let v = w.load(Acquire);
-        if pins(v) > 0
-            || v & (PENDING | WRITEBACK | WRITER | DIRTY) != 0
-            || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err()
-        {
-            self.unlock(s);
-            return false;
-        }
-        let valid = *g.valid;
-        let mut st = g.st;
-        self.policy.on_evict(&mut st, i, tag, valid);
-        g.tags[i].store(NO_TAG, Relaxed);
-        *g.valid &= !(1 << i);
+        let mut g = g;
+        // Only lock-free readers can change the state meanwhile (they pin, and
+        // `drop_page` then refuses); flags change under the lock we hold.
+        let dropped = g
+            .tags
+            .iter()
+            .position(|t| t.load(Relaxed) == tag)
+            .is_some_and(|i| {
+                self.state(s, i).load(Acquire) & (PENDING | WRITEBACK | WRITER | DIRTY) == 0
+                    && self.drop_page(s, &mut g, i)
+            });
         self.unlock(s);
-        self.wake_if(s, i, v);
-        self.stats.bump(Stat::Evictions);
-        true
+        dropped
     }
 
     /// Visit every valid page: `(tag, state, frame)`, each set under its lock.
@@ -839,8 +826,9 @@ impl<M: Model> Core<M> {
         true
     }
 
-    /// Evict clean idle (or frozen) page `i` of locked set `set`: a shrink
-    /// needs its slot. False if a lock-free reader pinned it first.
+    /// Evict idle page `i` of locked set `set` (a clean victim, or a frozen
+    /// page of a shrink), leaving a ghost if the policy keeps them. False if a
+    /// lock-free reader pinned it first.
     fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
         let w = self.state(set, i);
         let v = w.load(Acquire);

@@ -188,9 +188,17 @@ impl<M: Model> PageCache<M> {
     pub fn get(&self, file: u32, page: u64) -> Result<Lookup<'_, M>> {
         let tag = tag_of(file, page)?;
         Ok(match self.core.lookup(tag, false)? {
-            Found::Hit(s, i) => Lookup::Hit(PageRef::new(&self.core, s, i, tag)),
-            Found::Miss(s, i) => Lookup::Miss(Fill::new(&self.core, s, i, tag)),
-            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack::new(&self.core, s, i, t)),
+            Found::Hit(s, i) => Lookup::Hit(PageRef {
+                at: At::new(&self.core, s, i, tag),
+            }),
+            Found::Miss(s, i) => Lookup::Miss(Fill {
+                at: At::new(&self.core, s, i, tag),
+                done: false,
+            }),
+            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
+                at: At::new(&self.core, s, i, t),
+                done: false,
+            }),
         })
     }
 
@@ -199,9 +207,17 @@ impl<M: Model> PageCache<M> {
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
         let tag = tag_of(file, page)?;
         Ok(match self.core.lookup(tag, true)? {
-            Found::Hit(s, i) => LookupMut::Hit(PageMut::new(&self.core, s, i, tag)),
-            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill::new(&self.core, s, i, tag))),
-            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack::new(&self.core, s, i, t)),
+            Found::Hit(s, i) => LookupMut::Hit(PageMut {
+                at: At::new(&self.core, s, i, tag),
+            }),
+            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
+                at: At::new(&self.core, s, i, tag),
+                done: false,
+            })),
+            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
+                at: At::new(&self.core, s, i, t),
+                done: false,
+            }),
         })
     }
 
@@ -264,10 +280,10 @@ impl<M: Model> PageCache<M> {
     /// back (it counts as clean once the write-back finishes successfully).
     pub fn write_back(&self, file: u32, page: u64) -> Result<Option<WriteBack<'_, M>>> {
         let tag = tag_of(file, page)?;
-        Ok(self
-            .core
-            .start_writeback(tag)
-            .map(|(s, i)| WriteBack::new(&self.core, s, i, tag)))
+        Ok(self.core.start_writeback(tag).map(|(s, i)| WriteBack {
+            at: At::new(&self.core, s, i, tag),
+            done: false,
+        }))
     }
 
     /// Address of the metadata block of the set `page` of `file` maps to now,
@@ -398,7 +414,16 @@ struct At<'a, M: Model> {
     tag: u64,
 }
 
-impl<M: Model> At<'_, M> {
+impl<'a, M: Model> At<'a, M> {
+    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
+        At {
+            core,
+            set,
+            slot,
+            tag,
+        }
+    }
+
     fn frame(&self) -> *mut u8 {
         self.core.frame(self.set, self.slot)
     }
@@ -450,19 +475,6 @@ pub struct PageRef<'a, M: Model = Os> {
     at: At<'a, M>,
 }
 
-impl<'a, M: Model> PageRef<'a, M> {
-    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
-        PageRef {
-            at: At {
-                core,
-                set,
-                slot,
-                tag,
-            },
-        }
-    }
-}
-
 impl<M: Model> std::ops::Deref for PageRef<'_, M> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
@@ -481,19 +493,6 @@ impl<M: Model> Drop for PageRef<'_, M> {
 /// A page held exclusively for writing; it was marked dirty when taken.
 pub struct PageMut<'a, M: Model = Os> {
     at: At<'a, M>,
-}
-
-impl<'a, M: Model> PageMut<'a, M> {
-    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
-        PageMut {
-            at: At {
-                core,
-                set,
-                slot,
-                tag,
-            },
-        }
-    }
 }
 
 impl<M: Model> std::ops::Deref for PageMut<'_, M> {
@@ -526,18 +525,6 @@ pub struct Fill<'a, M: Model = Os> {
 }
 
 impl<'a, M: Model> Fill<'a, M> {
-    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
-        Fill {
-            at: At {
-                core,
-                set,
-                slot,
-                tag,
-            },
-            done: false,
-        }
-    }
-
     /// The frame to load the page into (page-size bytes, 4096-aligned, so
     /// O_DIRECT can read straight into it).
     pub fn frame_mut(&mut self) -> &mut [u8] {
@@ -562,7 +549,9 @@ impl<'a, M: Model> Fill<'a, M> {
         self.end(r.is_ok());
         r?;
         let a = &self.at;
-        Ok(PageRef::new(a.core, a.set, a.slot, a.tag))
+        Ok(PageRef {
+            at: At::new(a.core, a.set, a.slot, a.tag),
+        })
     }
 }
 
@@ -592,12 +581,9 @@ impl<'a, M: Model> FillMut<'a, M> {
     pub fn finish(mut self, r: Result<()>) -> Result<PageMut<'a, M>> {
         self.0.end(r.is_ok());
         r?;
-        Ok(PageMut::new(
-            self.0.at.core,
-            self.0.at.set,
-            self.0.at.slot,
-            self.0.at.tag,
-        ))
+        Ok(PageMut {
+            at: At::new(self.0.at.core, self.0.at.set, self.0.at.slot, self.0.at.tag),
+        })
     }
 }
 
@@ -610,18 +596,6 @@ pub struct WriteBack<'a, M: Model = Os> {
 }
 
 impl<'a, M: Model> WriteBack<'a, M> {
-    fn new(core: &'a Core<M>, set: usize, slot: usize, tag: u64) -> Self {
-        WriteBack {
-            at: At {
-                core,
-                set,
-                slot,
-                tag,
-            },
-            done: false,
-        }
-    }
-
     /// The bytes to write.
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: the write-back pin keeps the page here and excludes writers.
