@@ -254,6 +254,13 @@ impl CachedFile {
             let page = pos / ps;
             let in_page = (pos % ps) as usize;
             let take = (ps as usize - in_page).min(n - done);
+            if sh
+                .cache
+                .try_read(self.id, page, in_page, &mut buf[done..done + take])?
+            {
+                done += take;
+                continue;
+            }
             let g = sh.cache.get_with(
                 self.id,
                 page,

@@ -6,8 +6,10 @@
 //!
 //! * `bare`: pick a random resident page and copy `read` bytes from its frame,
 //!   with no cache management at all: the limit set by memory;
-//! * `cache`: pick a random resident page, look it up (`PageCache::get`), copy
-//!   the same bytes from the pinned page, drop the pin.
+//! * `cache`: pick a random resident page and copy the same bytes out of the
+//!   cache with `PageCache::try_read` (an optimistic, pin-free read that falls
+//!   back to `get` if it declines);
+//! * `pinned`: the same through a pinned guard (`PageCache::get`, copy, unpin).
 //!
 //! Both use the same generator and the same copy, so the ratio is the cost of
 //! the cache's bookkeeping.
@@ -36,6 +38,10 @@ pub(crate) struct HitArgs {
     /// Seconds per phase.
     #[arg(long, default_value_t = 2.0)]
     runtime: f64,
+    /// Slices each phase's time is cut into; the phases take turns slice by
+    /// slice and the medians are reported.
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
     /// Replacement policy of the cache.
     #[arg(long, default_value = "gclock")]
     policy: String,
@@ -101,7 +107,11 @@ enum Phase {
     /// copy waits for: the floor for a set-associative lookup, without locks,
     /// pins or policy.
     BareMeta,
+    /// The cache's copy-out hit path (`PageCache::try_read`, falling back to
+    /// `get` when it declines).
     Cache,
+    /// A pinned guard (`PageCache::get`), copy, unpin.
+    Pinned,
 }
 
 /// Run `threads` threads for `runtime`; returns operations per second.
@@ -173,7 +183,17 @@ fn phase(
                                 };
                                 buf.copy_from_slice(src);
                             }
-                            Phase::Cache => match cache.get(0, keys.pages[k]) {
+                            Phase::Cache => {
+                                if !matches!(cache.try_read(0, keys.pages[k], 0, buf), Ok(true)) {
+                                    match cache.get(0, keys.pages[k]) {
+                                        Ok(Lookup::Hit(g)) => buf.copy_from_slice(&g[..read]),
+                                        _ => {
+                                            misses.fetch_add(1, Ordering::Relaxed);
+                                        }
+                                    }
+                                }
+                            }
+                            Phase::Pinned => match cache.get(0, keys.pages[k]) {
                                 Ok(Lookup::Hit(g)) => buf.copy_from_slice(&g[..read]),
                                 _ => {
                                     misses.fetch_add(1, Ordering::Relaxed);
@@ -213,13 +233,14 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         }
     );
     out!(
-        "{:>8} {:>6} {:>4} {:>10} {:>12} {:>11} {:>7} {:>7} {:>9}",
+        "{:>8} {:>6} {:>4} {:>10} {:>12} {:>11} {:>10} {:>7} {:>7} {:>9}",
         "cache",
         "read",
         "thr",
         "bare M/s",
         "bare+set M/s",
         "cache M/s",
+        "pinned M/s",
         "ratio",
         "floor",
         "cache ns"
@@ -254,19 +275,33 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
             for &t in &a.threads {
                 let t = t.max(1);
                 let chained = !a.independent;
-                let bare = phase(&cache, chained, &keys, read, t, runtime, Phase::Bare)?;
-                let meta = phase(&cache, chained, &keys, read, t, runtime, Phase::BareMeta)?;
-                let hit = phase(&cache, chained, &keys, read, t, runtime, Phase::Cache)?;
+                // The phases take turns in short slices, so that a noisy
+                // neighbour slows them alike; each ratio pairs slices run
+                // side by side, and the medians are reported.
+                let rounds = a.rounds.max(1);
+                let slice = runtime / rounds as u32;
+                let phases = [Phase::Bare, Phase::BareMeta, Phase::Cache, Phase::Pinned];
+                let mut rates: [Vec<f64>; 4] = Default::default();
+                for _ in 0..rounds {
+                    for (j, &ph) in phases.iter().enumerate() {
+                        rates[j].push(phase(&cache, chained, &keys, read, t, slice, ph)?);
+                    }
+                }
+                let ratio_of =
+                    |j: usize| median((0..rounds).map(|r| rates[j][r] / rates[0][r]).collect());
+                let (hit_ratio, floor) = (ratio_of(2), ratio_of(1));
+                let [bare, meta, hit, pinned] = rates.map(median);
                 out!(
-                    "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>7.2} {:>7.2} {:>9.1}",
+                    "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>10.2} {:>7.2} {:>7.2} {:>9.1}",
                     format_size(bytes),
                     read,
                     t,
                     bare / 1e6,
                     meta / 1e6,
                     hit / 1e6,
-                    hit / bare,
-                    meta / bare,
+                    pinned / 1e6,
+                    hit_ratio,
+                    floor,
                     1e9 * t as f64 / hit
                 );
             }
@@ -275,4 +310,18 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         say!("  cache counters: {} hits, {} misses", st.hits, st.misses);
     }
     Ok(())
+}
+
+/// The median of `v` (the mean of the middle two for an even count).
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return 0.0;
+    }
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }

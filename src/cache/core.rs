@@ -16,8 +16,8 @@
 
 use std::marker::PhantomData;
 use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicU64, fence};
 use std::time::Duration;
 
 use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
@@ -173,6 +173,73 @@ impl<M: Model> Core<M> {
                 .cast::<M::W>()
                 .add(i)
         }
+    }
+
+    /// The set's change count: bumped whenever a page of the set may have
+    /// changed its bytes (a writer leaving) or left its slot (an eviction, a
+    /// move), so that an optimistic reader can tell that what it copied was
+    /// stable.
+    #[inline]
+    fn seq(&self, s: usize) -> &M::W {
+        // SAFETY: as for the lock word; the change count is initialised with it.
+        unsafe { &*self.set_ptr(s).add(self.lay.off_seq).cast::<M::W>() }
+    }
+
+    /// Copy `dst.len()` bytes from `offset` in page `tag` into `dst` if the page
+    /// is cached and readable now, without pinning it or taking a lock: a
+    /// seqlock-style read. The frame is copied, then the slot's state and the
+    /// set's change count are checked again; if anything that could have
+    /// changed the bytes happened in between, the copy is discarded and false
+    /// returned (the caller takes the pinning path). On success nothing shared
+    /// was written unless the policy needs to learn of the hit.
+    ///
+    /// The copy may race with a writer or a fill of the same frame; such a
+    /// copy is always discarded, as the writer marks the slot (and fences)
+    /// before it touches the bytes and bumps the change count before it leaves.
+    #[inline]
+    pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
+        debug_assert!(offset + dst.len() <= self.page_size);
+        let h = mix64(tag);
+        let s = self.index(h, self.n_sets());
+        self.prefetch_set(s);
+        let seq = self.seq(s).load(Acquire);
+        let tags = self.tags(s);
+        let Some(i) = tags.iter().position(|t| t.load(Relaxed) == tag) else {
+            return false;
+        };
+        self.prefetch_frame(s, i);
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
+            return false;
+        }
+        // SAFETY: the frame lies in the mapped frame region whatever happens to
+        // the slot, and `offset + len <= page_size`. The bytes may be changing
+        // under us; they are used only if the checks below prove they did not.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.frame(s, i).add(offset), dst.as_mut_ptr(), dst.len())
+        };
+        fence(Acquire);
+        let v2 = w.load(Acquire);
+        if v2 & (VALID | PENDING | WRITER | GEN_MASK) != v & (VALID | PENDING | WRITER | GEN_MASK)
+            || self.seq(s).load(Relaxed) != seq
+        {
+            return false;
+        }
+        // SAFETY: slot `i < assoc`; the byte is only a hint here (read without
+        // the lock, re-examined by the policy under it).
+        let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
+        if self.policy.hit_changes(byte) && self.try_lock(s) {
+            if tags[i].load(Relaxed) == tag {
+                // SAFETY: set `s` is locked until the unlock below.
+                let g = unsafe { self.locked(s) };
+                let valid = *g.valid;
+                let mut st = g.st;
+                self.policy.on_hit(&mut st, i, valid);
+            }
+            self.unlock(s);
+        }
+        true
     }
 
     /// The tags of set `s`, readable without its lock (written under it).
@@ -390,6 +457,10 @@ impl<M: Model> Core<M> {
 
     /// Drop a pin (and the writer bit with `writer`).
     pub(crate) fn release(&self, s: usize, i: usize, writer: bool) {
+        if writer {
+            // Optimistic readers that overlapped the writer must see a change.
+            self.seq(s).fetch_add(1, Release);
+        }
         let dec = PIN + if writer { WRITER } else { 0 };
         let old = self.state(s, i).fetch_sub(dec, AcqRel);
         debug_assert!(pins(old) > 0);
@@ -456,6 +527,8 @@ impl<M: Model> Core<M> {
                         self.unlock(s);
                         continue;
                     }
+                    // The writer bit is visible before any byte it writes.
+                    fence(Release);
                 } else {
                     w.fetch_add(PIN, AcqRel);
                 }
@@ -482,6 +555,8 @@ impl<M: Model> Core<M> {
                     let mut st = g.st;
                     let ghost = self.policy.on_insert(&mut st, i, tag, before);
                     self.unlock(s);
+                    // The claim is visible before the fill writes a byte.
+                    fence(Release);
                     self.wake_if(s, i, old);
                     self.stats.bump(Stat::Misses);
                     if ghost {
@@ -835,6 +910,7 @@ impl<M: Model> Core<M> {
         if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
             return false;
         }
+        self.seq(set).fetch_add(1, Release);
         let valid = *g.valid;
         self.policy
             .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
@@ -877,6 +953,7 @@ impl<M: Model> Core<M> {
             self.policy.on_remove(&mut gf.st, i, valid);
             gf.tags[i].store(NO_TAG, Relaxed);
             *gf.valid &= !(1 << i);
+            self.seq(from).fetch_add(1, Release);
             let old = self.state(from, i).swap(next_gen(src), AcqRel);
             self.wake_if(from, i, old);
         }

@@ -202,6 +202,33 @@ impl<M: Model> PageCache<M> {
         })
     }
 
+    /// Copy `dst.len()` bytes at `offset` of `page` of `file` into `dst` if the
+    /// page is cached and readable right now, without pinning it: the hit path
+    /// of readers that copy bytes out (see ARCHITECTURE.md, "optimistic
+    /// reads"). Nothing shared is written unless the policy needs to record the
+    /// hit. `Ok(false)` means the page is absent, being filled or written, or
+    /// changed during the copy (`dst` then holds garbage): use [`PageCache::get`]
+    /// or [`PageCache::get_with`].
+    #[inline]
+    pub fn try_read(&self, file: u32, page: u64, offset: usize, dst: &mut [u8]) -> Result<bool> {
+        let tag = tag_of(file, page)?;
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|e| e > self.core.page_size)
+        {
+            return Err(Error::InvalidArgument(format!(
+                "cache read of {} bytes at offset {offset} does not fit a page of {} bytes",
+                dst.len(),
+                self.core.page_size
+            )));
+        }
+        let hit = self.core.try_read(tag, offset, dst);
+        if hit {
+            self.core.stats.bump(stats::Stat::Hits);
+        }
+        Ok(hit)
+    }
+
     /// Look `page` of `file` up for writing: the guard is exclusive and marks
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {

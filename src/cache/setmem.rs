@@ -7,15 +7,16 @@
 //! | 0 | lock word (atomic) | 4 |
 //! | `off_valid` | mask of occupied slots | 4 |
 //! | `off_word` | the policy's word | 4 |
+//! | `off_seq` | change count: bumped when a page's bytes or identity change (atomic) | 4 |
 //! | `off_states` | per slot: state bits and pin count (atomic) | 4 x assoc |
 //! | `off_tags` | per slot: page tag | 8 x assoc |
 //! | `off_bytes` | per slot: the policy's byte | 1 x assoc |
 //! | `off_gtags`, `off_gbytes` | ghost tags and bytes (policies with ghosts) | 9 x ghosts |
 //!
 //! Per cached page that is 13 bytes (state 4, tag 8, policy 1) plus a twelfth of
-//! the 12-byte header; a 12-slot set without ghosts takes 172 bytes, 3 cache
-//! lines. Everything but the lock word and the states is touched only under the
-//! set's lock.
+//! the 16-byte header; a 12-slot set without ghosts takes 172 bytes, 3 cache
+//! lines. Everything but the lock word, the change count, the states and the
+//! tags is written only under the set's lock.
 
 use std::mem::{align_of, size_of};
 
@@ -36,6 +37,7 @@ pub(crate) struct SetLayout {
     pub(crate) ghosts: usize,
     pub(crate) off_valid: usize,
     pub(crate) off_word: usize,
+    pub(crate) off_seq: usize,
     pub(crate) off_states: usize,
     pub(crate) off_tags: usize,
     pub(crate) off_bytes: usize,
@@ -53,7 +55,8 @@ impl SetLayout {
         let wa = align_of::<M::W>();
         let off_valid = up(w, 4);
         let off_word = off_valid + 4;
-        let off_states = up(off_word + 4, wa);
+        let off_seq = up(off_word + 4, wa);
+        let off_states = up(off_seq + w, wa);
         let off_tags = up(off_states + assoc * w, 8);
         let off_bytes = off_tags + 8 * assoc;
         let off_gtags = up(off_bytes + assoc, 8);
@@ -68,6 +71,7 @@ impl SetLayout {
             ghosts,
             off_valid,
             off_word,
+            off_seq,
             off_states,
             off_tags,
             off_bytes,
@@ -96,6 +100,9 @@ impl SetLayout {
                 .write(<M::W as super::sync::Word>::new(0));
             base.add(self.off_valid).cast::<u32>().write(0);
             base.add(self.off_word).cast::<u32>().write(0);
+            base.add(self.off_seq)
+                .cast::<M::W>()
+                .write(<M::W as super::sync::Word>::new(0));
             for i in 0..self.assoc {
                 base.add(self.off_states)
                     .cast::<M::W>()
@@ -122,6 +129,7 @@ impl SetLayout {
         // SAFETY: the caller guarantees the set was initialised and is unused.
         unsafe {
             std::ptr::drop_in_place(base.cast::<M::W>());
+            std::ptr::drop_in_place(base.add(self.off_seq).cast::<M::W>());
             for i in 0..self.assoc {
                 std::ptr::drop_in_place(base.add(self.off_states).cast::<M::W>().add(i));
             }

@@ -24,6 +24,11 @@ pub struct Clock;
 
 impl Policy for Clock {
     #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        byte == 0
+    }
+
+    #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
         st.bytes[slot] = 1;
     }

@@ -17,6 +17,11 @@ pub struct Fifo;
 
 impl Policy for Fifo {
     #[inline]
+    fn hit_changes(&self, _byte: u8) -> bool {
+        false
+    }
+
+    #[inline]
     fn on_hit(&self, _st: &mut SetState<'_>, _slot: usize, _valid: u32) {}
 
     #[inline]

@@ -28,6 +28,11 @@ pub struct Gclock;
 /// GCLOCK is [`Clock`] with counters: only hits and the sweep differ.
 impl Policy for Gclock {
     #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        byte < GCLOCK_MAX
+    }
+
+    #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
         if st.bytes[slot] < GCLOCK_MAX {
             st.bytes[slot] += 1;

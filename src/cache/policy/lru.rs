@@ -8,7 +8,7 @@
 //! rank, i.e. the least recently used page that the cache allows to evict.
 //! Empty slots hold 0. The set word and the ghost entries are unused.
 
-use super::common::move_to_front;
+use super::common::{move_to_front, rank};
 use super::{Fifo, Policy, SetState};
 
 /// Exact LRU within the set (see the [module documentation](self)).
@@ -19,6 +19,12 @@ pub struct Lru;
 /// victim, the gap closed on eviction and removal) plus a move to the front on
 /// every hit.
 impl Policy for Lru {
+    #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        // Already the most recent: moving it to the front changes nothing.
+        rank(byte) != 0
+    }
+
     #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
         move_to_front(st.bytes, slot, valid);

@@ -82,6 +82,15 @@ pub trait Policy {
     /// A resident page in `slot` was accessed. `valid` is the mask of valid
     /// slots (some policies keep an order among the valid slots).
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32);
+    /// Whether [`Policy::on_hit`] on a slot whose byte is `byte` could change
+    /// the set's state. False lets a lock-free reader skip the set's lock (and
+    /// so write nothing shared) on a hit that would change nothing, such as a
+    /// second hit on a page whose CLOCK bit is already set. Must never return
+    /// false for a hit that would change something.
+    fn hit_changes(&self, byte: u8) -> bool {
+        let _ = byte;
+        true
+    }
     /// Page `tag` was placed into the empty `slot`. `valid` is the mask of
     /// valid slots *before* this insertion. Returns true when the page was
     /// found among the ghosts (a ghost hit).
@@ -290,6 +299,10 @@ impl Policy for PolicyKind {
         dispatch!(self, p => p.on_hit(st, slot, valid))
     }
     #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        dispatch!(self, p => p.hit_changes(byte))
+    }
+    #[inline]
     fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
         dispatch!(self, p => p.on_insert(st, slot, tag, valid))
     }
@@ -357,5 +370,62 @@ mod tests {
         }
         assert_eq!(PolicyKind::S3Fifo.ghosts(12), 11);
         assert_eq!(PolicyKind::NrLfu.ghosts(12), 6);
+    }
+
+    /// A hit that `hit_changes` calls a no-op leaves every byte, the word and
+    /// the ghosts as they were, in every state a random run reaches.
+    #[test]
+    fn hits_called_no_ops_change_nothing() {
+        for kind in PolicyKind::ALL {
+            let assoc = 8;
+            let ghosts = kind.ghosts(assoc);
+            let (mut bytes, mut word) = (vec![0u8; assoc], 0u32);
+            let (mut gtags, mut gbytes) = (vec![NO_TAG; ghosts], vec![0u8; ghosts]);
+            let mut tags = vec![NO_TAG; assoc];
+            let mut valid = 0u32;
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut noops = 0;
+            for _ in 0..20_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let tag = x % 24;
+                let mut st = SetState {
+                    bytes: &mut bytes,
+                    word: &mut word,
+                    ghost_tags: &mut gtags,
+                    ghost_bytes: &mut gbytes,
+                };
+                if let Some(i) = tags.iter().position(|&t| t == tag) {
+                    let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                    let noop = !kind.hit_changes(st.bytes[i]);
+                    kind.on_hit(&mut st, i, valid);
+                    if noop {
+                        noops += 1;
+                        let after = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                        assert_eq!(
+                            before, after,
+                            "{kind}: a hit called a no-op changed the set"
+                        );
+                    }
+                    continue;
+                }
+                let i = match (0..assoc).find(|&i| valid & (1 << i) == 0) {
+                    Some(i) => i,
+                    None => {
+                        let v = kind.victim(&mut st, valid, valid);
+                        kind.on_evict(&mut st, v, tags[v], valid);
+                        valid &= !(1 << v);
+                        v
+                    }
+                };
+                kind.on_insert(&mut st, i, tag, valid);
+                valid |= 1 << i;
+                tags[i] = tag;
+            }
+            if kind != PolicyKind::Lfu && kind != PolicyKind::NrLfu {
+                assert!(noops > 0, "{kind}: no hit was ever a no-op");
+            }
+        }
     }
 }

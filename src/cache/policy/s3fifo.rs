@@ -85,6 +85,11 @@ impl Policy for S3Fifo {
     }
 
     #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        freq(byte) < FREQ_MAX
+    }
+
+    #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
         let b = st.bytes[slot];
         if freq(b) < FREQ_MAX {

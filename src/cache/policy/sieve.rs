@@ -38,6 +38,11 @@ pub struct Sieve;
 
 impl Policy for Sieve {
     #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        byte & VISITED == 0
+    }
+
+    #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
         st.bytes[slot] |= VISITED;
     }
