@@ -18,49 +18,79 @@ use std::time::Duration;
 use crate::cache::{CacheOptions, MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
 use crate::file::File;
+use crate::flusher::{FlushOptions, Flusher};
 use crate::layout::LayoutKind;
 use crate::store::Store;
 
 /// A store whose files are read and written through one page cache.
 pub struct CachedStore {
-    inner: Arc<Shared>,
+    pub(crate) inner: Arc<Shared>,
+    flusher: Option<Flusher>,
 }
 
-struct Shared {
+pub(crate) struct Shared {
     store: Store,
-    cache: PageCache,
+    pub(crate) cache: PageCache,
     files: RwLock<HashMap<u32, Arc<Entry>>>,
     next_id: AtomicU32,
 }
 
 /// What the cache needs of an open file: where its pages go, and its first
 /// write-back failure not yet reported.
-struct Entry {
-    file: File,
+pub(crate) struct Entry {
+    pub(crate) file: File,
     failed: Mutex<Option<Error>>,
 }
 
 /// A file of a [`CachedStore`]. Cheap to clone; `Send + Sync`.
 #[derive(Clone)]
 pub struct CachedFile {
-    shared: Arc<Shared>,
-    entry: Arc<Entry>,
-    id: u32,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) entry: Arc<Entry>,
+    pub(crate) id: u32,
+    pub(crate) read_only: bool,
 }
 
 impl CachedStore {
-    /// Put a page cache built from `opts` in front of `store`. The cache's page
-    /// size must be a multiple of 512 bytes (direct I/O reads whole frames).
+    /// Put a page cache built from `opts` in front of `store`, with a
+    /// background flusher (see [`FlushOptions`]). The cache's page size must
+    /// be a multiple of 512 bytes (direct I/O reads whole frames).
     pub fn new(store: Store, opts: CacheOptions) -> Result<CachedStore> {
+        CachedStore::with_flusher(store, opts, Some(FlushOptions::default()))
+    }
+
+    /// As [`CachedStore::new`], with the flusher configured (or, with `None`,
+    /// without one: dirty pages then reach the devices only when evicted or
+    /// synced).
+    pub fn with_flusher(
+        store: Store,
+        opts: CacheOptions,
+        flush: Option<FlushOptions>,
+    ) -> Result<CachedStore> {
+        if opts.size < opts.assoc * opts.page_size {
+            return Err(Error::InvalidArgument(format!(
+                "cache size {} bytes is smaller than one set ({} pages of {} bytes)",
+                opts.size, opts.assoc, opts.page_size
+            )));
+        }
         let cache = PageCache::new(opts)?;
-        Ok(CachedStore {
-            inner: Arc::new(Shared {
-                store,
-                cache,
-                files: RwLock::new(HashMap::new()),
-                next_id: AtomicU32::new(0),
-            }),
-        })
+        let inner = Arc::new(Shared {
+            store,
+            cache,
+            files: RwLock::new(HashMap::new()),
+            next_id: AtomicU32::new(0),
+        });
+        let flusher = match flush {
+            Some(f) => Some(Flusher::start(inner.clone(), f)?),
+            None => None,
+        };
+        Ok(CachedStore { inner, flusher })
+    }
+
+    /// Pages the flusher has written back, and device writes it issued
+    /// (fewer when neighbours were merged).
+    pub fn flusher_counts(&self) -> (u64, u64) {
+        self.flusher.as_ref().map_or((0, 0), Flusher::counts)
     }
 
     /// The store underneath.
@@ -76,16 +106,23 @@ impl CachedStore {
     /// Create a file (as [`Store::create`]) and open it through the cache.
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
         let f = self.inner.store.create(name, size, layout)?;
-        self.attach(f)
+        self.attach(f, false)
     }
 
     /// Open an existing file through the cache.
     pub fn open_file(&self, name: &str) -> Result<CachedFile> {
         let f = self.inner.store.open_file(name)?;
-        self.attach(f)
+        self.attach(f, false)
     }
 
-    fn attach(&self, file: File) -> Result<CachedFile> {
+    /// Open an existing file through the cache for reading only: writes
+    /// through this handle fail with [`Error::ReadOnly`].
+    pub fn open_file_read_only(&self, name: &str) -> Result<CachedFile> {
+        let f = self.inner.store.open_file(name)?;
+        self.attach(f, true)
+    }
+
+    fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         if id > MAX_FILE_ID {
             return Err(Error::InvalidArgument(format!(
@@ -106,6 +143,7 @@ impl CachedStore {
             shared: self.inner.clone(),
             entry,
             id,
+            read_only,
         })
     }
 
@@ -129,8 +167,16 @@ impl CachedStore {
     }
 }
 
+impl Drop for CachedStore {
+    fn drop(&mut self) {
+        if let Some(f) = self.flusher.take() {
+            f.stop();
+        }
+    }
+}
+
 impl Shared {
-    fn entry(&self, id: u32) -> Result<Arc<Entry>> {
+    pub(crate) fn entry(&self, id: u32) -> Result<Arc<Entry>> {
         self.files
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -140,7 +186,7 @@ impl Shared {
     }
 
     /// Read page `page` of file `id` into `frame` (zeros past the end).
-    fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
+    pub(crate) fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
         let e = self.entry(id)?;
         let ps = frame.len() as u64;
         let off = page * ps;
@@ -155,7 +201,7 @@ impl Shared {
 
     /// Write page `page` of file `id` (the part inside the file). A failure is
     /// remembered for the file's next `sync`.
-    fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
+    pub(crate) fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
         let e = self.entry(id)?;
         let ps = bytes.len() as u64;
         let off = page * ps;
@@ -172,6 +218,16 @@ impl Shared {
                 .get_or_insert_with(|| err.clone());
         }
         r
+    }
+
+    /// Remember a failed write-back of file `id` for its next `sync`.
+    pub(crate) fn remember_failure(&self, id: u32, err: Error) {
+        if let Ok(e) = self.entry(id) {
+            e.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert(err);
+        }
     }
 
     /// Write back every dirty page of file `id`, waiting for pages that are
@@ -275,6 +331,9 @@ impl CachedFile {
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
         let len = self.len();
         if offset
             .checked_add(data.len() as u64)

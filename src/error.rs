@@ -60,6 +60,8 @@ pub enum Error {
         /// The required alignment in bytes.
         align: u64,
     },
+    /// A write to a file opened read-only.
+    ReadOnly(String),
     /// A request reaches past the end of the file.
     OutOfRange {
         /// The file.
@@ -178,6 +180,7 @@ impl fmt::Display for Error {
             Error::FileExists(n) => write!(f, "file {n:?} already exists"),
             Error::FileNotFound(n) => write!(f, "file {n:?} not found"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            Error::ReadOnly(n) => write!(f, "file {n:?} was opened read-only: writes are refused"),
             Error::Misaligned {
                 file,
                 what,

@@ -31,8 +31,10 @@
 mod buf;
 pub mod cache;
 mod cached;
+mod cached_queue;
 mod error;
 mod file;
+mod flusher;
 mod header;
 mod io;
 pub mod layout;
@@ -41,8 +43,10 @@ mod store;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};
 pub use cached::{CachedFile, CachedStore};
+pub use cached_queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use error::{Error, Result};
 pub use file::{DIRECT_ALIGN, File};
+pub use flusher::FlushOptions;
 pub use header::HEADER_BYTES;
 pub use io::{EngineKind, SimConfig, SimMedia};
 pub use layout::{Layout, LayoutKind};

@@ -120,11 +120,18 @@ impl QueueShared {
     }
 }
 
+/// Who hears of a finished request.
+enum Done {
+    /// A [`Request`]: its buffer goes back with the completion.
+    User { buf: AlignedBuf, callback: Callback },
+    /// A crate-internal request into memory the caller owns (a cache frame).
+    Raw(Box<dyn FnOnce(Result<()>)>),
+}
+
 struct Pending {
     kind: OpKind,
     offset: u64,
-    buf: AlignedBuf,
-    callback: Callback,
+    done: Done,
     /// Keeps the file (and its backing descriptors) alive while in flight.
     _file: File,
 }
@@ -227,8 +234,7 @@ impl Queue {
             self.slots[token as usize] = Some(Pending {
                 kind,
                 offset,
-                buf,
-                callback,
+                done: Done::User { buf, callback },
                 _file: file,
             });
             self.in_flight += 1;
@@ -238,6 +244,53 @@ impl Queue {
                 Err(e) => joiner.deliver_now(Some(e)),
             }
         }
+        self.flush();
+    }
+
+    /// Queue one read or write of `len` bytes at `offset` of `file` from or into
+    /// `ptr`, memory the caller owns; `callback` gets the result. Like
+    /// [`Queue::submit`] it may run other callbacks first to make room, and the
+    /// request travels with the next flush (`flush_now`, `wait`, `submit`).
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` stays valid, and is not otherwise accessed (for a read)
+    /// or not written (for a write), until `callback` runs.
+    pub(crate) unsafe fn submit_raw(
+        &mut self,
+        kind: OpKind,
+        file: &File,
+        offset: u64,
+        ptr: *mut u8,
+        len: usize,
+        callback: Box<dyn FnOnce(Result<()>)>,
+    ) {
+        if self.free.is_empty() {
+            self.flush();
+            self.wait(1);
+        }
+        let token = self.free.pop().expect("a slot is free after waiting");
+        let joiner = Joiner::new(
+            file.name_arc(),
+            offset,
+            Sink::Queue(self.shared.clone(), token),
+        );
+        let sent = file.prepare(kind, offset, ptr, len, None, &joiner, &mut self.batches);
+        self.slots[token as usize] = Some(Pending {
+            kind,
+            offset,
+            done: Done::Raw(callback),
+            _file: file.clone(),
+        });
+        self.in_flight += 1;
+        match sent {
+            Ok(0) => joiner.deliver_now(None),
+            Ok(_) => {}
+            Err(e) => joiner.deliver_now(Some(e)),
+        }
+    }
+
+    /// Send what `submit_raw` queued.
+    pub(crate) fn flush_now(&mut self) {
         self.flush();
     }
 
@@ -392,12 +445,15 @@ impl Queue {
                 None => Ok(()),
                 Some(e) => Err(e),
             };
-            (p.callback)(Completion {
-                kind: p.kind,
-                offset: p.offset,
-                buf: p.buf,
-                result,
-            });
+            match p.done {
+                Done::User { buf, callback } => callback(Completion {
+                    kind: p.kind,
+                    offset: p.offset,
+                    buf,
+                    result,
+                }),
+                Done::Raw(callback) => callback(result),
+            }
             ran += 1;
         }
         self.ready = ready;

@@ -17,7 +17,7 @@ pub(crate) enum Engine {
     LinuxDirect,
     /// Loads and stores through a shared mapping of the backing files.
     Mmap,
-    /// The set-associative page cache over the store (not implemented yet).
+    /// The set-associative page cache over the store.
     Setcache,
 }
 
@@ -60,14 +60,7 @@ impl Engine {
 
     /// Whether the engine can run in this build.
     pub(crate) fn available(self) -> Result<(), String> {
-        match self {
-            Engine::Setcache => Err(
-                "engine \"setcache\" (the cached store) is not yet available in this version; \
-                 use direct, linux-buffered, linux-direct or mmap"
-                    .to_string(),
-            ),
-            _ => Ok(()),
-        }
+        Ok(())
     }
 }
 

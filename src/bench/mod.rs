@@ -7,6 +7,7 @@
 //! and progress to stderr.
 
 mod args;
+mod cached;
 mod cgroup;
 mod child;
 mod config;
@@ -223,7 +224,7 @@ fn run_one(
                 });
             child::run_in_child(&job, cap)?
         }
-        Engine::Setcache => return Err(engine.available().err().unwrap_or_default()),
+        Engine::Setcache => cached::run(b.store, &w, threads, a.iodepth, a.cache_size, &timing)?,
     };
     Ok(RunResult {
         engine: engine.name().to_string(),

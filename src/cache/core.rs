@@ -15,9 +15,9 @@
 //! spurious.
 
 use std::marker::PhantomData;
-use std::sync::Mutex;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU64, fence};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
@@ -72,6 +72,8 @@ pub(crate) enum Found {
     /// The set has no clean page to give up: this dirty page is now under
     /// write-back (pinned) and must be written before the lookup is retried.
     WriteBack(usize, usize, u64),
+    /// `nowait` only: the page is being filled or written; nothing is held.
+    Busy,
 }
 
 /// The cache's shared state.
@@ -94,7 +96,18 @@ pub(crate) struct Core<M: Model> {
     pub(crate) policy: PolicyKind,
     pub(crate) stats: StatsHub,
     pub(crate) pin_wait: Duration,
+    /// The write-back flusher's hook, if one is installed.
+    flusher: OnceLock<FlushHook>,
     _m: PhantomData<M>,
+}
+
+/// How writers tell a flusher that a set has many dirty pages.
+struct FlushHook {
+    /// Dirty pages in a set that make it due.
+    at: usize,
+    /// One bit per set: flagged and not yet flushed.
+    marks: Vec<AtomicU64>,
+    hook: Box<dyn Fn(usize) + Send + Sync>,
 }
 
 impl<M: Model> Core<M> {
@@ -122,6 +135,7 @@ impl<M: Model> Core<M> {
             policy,
             stats: StatsHub::new(),
             pin_wait,
+            flusher: OnceLock::new(),
             _m: PhantomData,
         };
         for s in 0..sets {
@@ -470,8 +484,10 @@ impl<M: Model> Core<M> {
     /// Find `tag`, pinning it, or claim a frame for it. Blocks while the page is
     /// being filled, while a writer holds it (or, for `write`, while anyone
     /// holds it), and with a bounded backoff while every page of its set is
-    /// pinned.
-    pub(crate) fn lookup(&self, tag: u64, write: bool) -> Result<Found> {
+    /// pinned. With `nowait`, returns [`Found::Busy`] instead of waiting for a
+    /// fill or a writer (for callers that must not block: an asynchronous
+    /// queue may itself own the fill in flight).
+    pub(crate) fn lookup(&self, tag: u64, write: bool, nowait: bool) -> Result<Found> {
         let h = mix64(tag);
         if !write {
             if let Some((s, i)) = self.fast_hit(tag, h) {
@@ -489,6 +505,11 @@ impl<M: Model> Core<M> {
                 self.prefetch_frame(s, i);
                 let w = self.state(s, i);
                 let v = w.load(Acquire);
+                if v & PENDING != 0 && nowait {
+                    self.unlock(s);
+                    self.stats.bump(Stat::CoalescedWaits);
+                    return Ok(Found::Busy);
+                }
                 if v & PENDING != 0 {
                     // Share the fill in flight: pin so the slot stays, then wait.
                     if pins(v) >= MAX_PINS {
@@ -508,6 +529,10 @@ impl<M: Model> Core<M> {
                 } else {
                     v & WRITER != 0 || pins(v) >= MAX_PINS
                 };
+                if busy && nowait {
+                    self.unlock(s);
+                    return Ok(Found::Busy);
+                }
                 if busy {
                     self.unlock(s);
                     self.wait_slot(s, i, |v| {
@@ -535,6 +560,9 @@ impl<M: Model> Core<M> {
                 let valid = *g.valid;
                 let mut st = g.st;
                 self.policy.on_hit(&mut st, i, valid);
+                if write {
+                    self.note_dirty(s);
+                }
                 self.unlock(s);
                 self.stats.bump(Stat::Hits);
                 return Ok(Found::Hit(s, i));
@@ -554,6 +582,9 @@ impl<M: Model> Core<M> {
                     let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                     let mut st = g.st;
                     let ghost = self.policy.on_insert(&mut st, i, tag, before);
+                    if write {
+                        self.note_dirty(s);
+                    }
                     self.unlock(s);
                     // The claim is visible before the fill writes a byte.
                     fence(Release);
@@ -586,6 +617,95 @@ impl<M: Model> Core<M> {
                 }
             }
         }
+    }
+
+    /// Under the lock of set `s`, after a page of it became dirty: if the set
+    /// now holds `flush_at` or more dirty pages and nobody flagged it yet, flag
+    /// it and tell the flusher (one test-and-set of the set's bit; the hook runs
+    /// once per flagging).
+    #[inline]
+    fn note_dirty(&self, s: usize) {
+        let Some(f) = self.flusher.get() else {
+            return;
+        };
+        let dirty = (0..self.lay.assoc)
+            .filter(|&i| self.state(s, i).load(Relaxed) & (DIRTY | WRITER) != 0)
+            .count();
+        if dirty < f.at {
+            return;
+        }
+        let bit = 1u64 << (s % 64);
+        if f.marks[s / 64].fetch_or(bit, AcqRel) & bit == 0 {
+            (f.hook)(s);
+        }
+    }
+
+    /// Clear the flag [`Core::note_dirty`] set on set `s`.
+    pub(crate) fn unmark_flush(&self, s: usize) {
+        if let Some(f) = self.flusher.get() {
+            f.marks[s / 64].fetch_and(!(1u64 << (s % 64)), AcqRel);
+        }
+    }
+
+    /// Install the flusher's hook: `hook(set)` runs (on the writer's thread,
+    /// under the set's lock: it must only queue the set) when a write leaves
+    /// `at` or more dirty pages in a set. Returns false if one is installed.
+    pub(crate) fn set_flusher(&self, at: usize, hook: Box<dyn Fn(usize) + Send + Sync>) -> bool {
+        self.flusher
+            .set(FlushHook {
+                at: at.max(1),
+                marks: (0..self.max_sets.div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect(),
+                hook,
+            })
+            .is_ok()
+    }
+
+    /// The dirty, idle pages of set `s` in the order the policy would evict
+    /// them (worked out on a copy of the policy state, so nothing changes), as
+    /// tags; with the number of dirty pages in the set.
+    pub(crate) fn dirty_in_order(&self, s: usize) -> (Vec<u64>, usize) {
+        let s = s.min(self.n_sets().saturating_sub(1));
+        self.lock(s);
+        // SAFETY: set `s` is locked until the unlock below.
+        let g = unsafe { self.locked(s) };
+        let valid = *g.valid;
+        let mut dirty = 0u32;
+        let mut all_dirty = 0;
+        for i in 0..self.lay.assoc {
+            let v = self.state(s, i).load(Acquire);
+            if valid & (1 << i) == 0 {
+                continue;
+            }
+            if v & (DIRTY | WRITER) != 0 {
+                all_dirty += 1;
+            }
+            if v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0 {
+                dirty |= 1 << i;
+            }
+        }
+        let mut bytes = g.st.bytes.to_vec();
+        let mut word = *g.st.word;
+        let mut gtags = g.st.ghost_tags.to_vec();
+        let mut gbytes = g.st.ghost_bytes.to_vec();
+        let tags: Vec<u64> = g.tags.iter().map(|t| t.load(Relaxed)).collect();
+        self.unlock(s);
+        let mut st = SetState {
+            bytes: &mut bytes,
+            word: &mut word,
+            ghost_tags: &mut gtags,
+            ghost_bytes: &mut gbytes,
+        };
+        let mut order = Vec::with_capacity(dirty.count_ones() as usize);
+        let mut left = dirty;
+        while left != 0 {
+            let i = self.policy.victim(&mut st, left, valid);
+            debug_assert!(left & (1 << i) != 0);
+            left &= !(1 << i);
+            order.push(tags[i]);
+        }
+        (order, all_dirty)
     }
 
     /// Pick the slot for a new page in locked set `s`, evicting a clean page if

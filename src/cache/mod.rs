@@ -187,7 +187,7 @@ impl<M: Model> PageCache<M> {
     /// Look `page` of `file` up for reading.
     pub fn get(&self, file: u32, page: u64) -> Result<Lookup<'_, M>> {
         let tag = tag_of(file, page)?;
-        Ok(match self.core.lookup(tag, false)? {
+        Ok(match self.core.lookup(tag, false, false)? {
             Found::Hit(s, i) => Lookup::Hit(PageRef {
                 at: At::new(&self.core, s, i, tag),
             }),
@@ -199,6 +199,7 @@ impl<M: Model> PageCache<M> {
                 at: At::new(&self.core, s, i, t),
                 done: false,
             }),
+            Found::Busy => unreachable!("a waiting lookup is never busy"),
         })
     }
 
@@ -233,7 +234,7 @@ impl<M: Model> PageCache<M> {
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
         let tag = tag_of(file, page)?;
-        Ok(match self.core.lookup(tag, true)? {
+        Ok(match self.core.lookup(tag, true, false)? {
             Found::Hit(s, i) => LookupMut::Hit(PageMut {
                 at: At::new(&self.core, s, i, tag),
             }),
@@ -245,7 +246,71 @@ impl<M: Model> PageCache<M> {
                 at: At::new(&self.core, s, i, t),
                 done: false,
             }),
+            Found::Busy => unreachable!("a waiting lookup is never busy"),
         })
+    }
+
+    /// As [`PageCache::get`], but never waits for another requester's fill or
+    /// for a writer: `Ok(None)` means the page is busy now (ask again after
+    /// some of your own I/O completed). For asynchronous callers, which may
+    /// themselves own the fill in flight.
+    pub fn try_get(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
+        let tag = tag_of(file, page)?;
+        Ok(Some(match self.core.lookup(tag, false, true)? {
+            Found::Hit(s, i) => Lookup::Hit(PageRef {
+                at: At::new(&self.core, s, i, tag),
+            }),
+            Found::Miss(s, i) => Lookup::Miss(Fill {
+                at: At::new(&self.core, s, i, tag),
+                done: false,
+            }),
+            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
+                at: At::new(&self.core, s, i, t),
+                done: false,
+            }),
+            Found::Busy => return Ok(None),
+        }))
+    }
+
+    /// As [`PageCache::get_mut`], but `Ok(None)` instead of waiting while the
+    /// page is filled, pinned or written back.
+    pub fn try_get_mut(&self, file: u32, page: u64) -> Result<Option<LookupMut<'_, M>>> {
+        let tag = tag_of(file, page)?;
+        Ok(Some(match self.core.lookup(tag, true, true)? {
+            Found::Hit(s, i) => LookupMut::Hit(PageMut {
+                at: At::new(&self.core, s, i, tag),
+            }),
+            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
+                at: At::new(&self.core, s, i, tag),
+                done: false,
+            })),
+            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
+                at: At::new(&self.core, s, i, t),
+                done: false,
+            }),
+            Found::Busy => return Ok(None),
+        }))
+    }
+
+    /// Install a write-back flusher's hook: after a write leaves `at` or more
+    /// dirty pages in a set, `hook(set)` runs once (on the writer's thread,
+    /// with the set locked: it must only queue the set somewhere) until the
+    /// flusher calls [`PageCache::flushed`] for that set. Returns false if a
+    /// hook is installed already.
+    pub fn set_flush_hook(&self, at: usize, hook: impl Fn(usize) + Send + Sync + 'static) -> bool {
+        self.core.set_flusher(at, Box::new(hook))
+    }
+
+    /// The flusher is done with `set`: a later write may flag it again.
+    pub fn flushed(&self, set: usize) {
+        self.core.unmark_flush(set);
+    }
+
+    /// The dirty, idle pages of `set`, soonest evicted first by its policy (the
+    /// policy state is not changed), and how many pages of the set are dirty.
+    pub fn dirty_in_eviction_order(&self, set: usize) -> (Vec<(u32, u64)>, usize) {
+        let (tags, n) = self.core.dirty_in_order(set);
+        (tags.into_iter().map(untag).collect(), n)
     }
 
     /// The page for reading, loading it with `load(file, page, frame)` on a miss

@@ -1,0 +1,178 @@
+//! The `setcache` engine: the set-associative page cache over the store.
+//!
+//! One `CachedStore` (cache of `--cache-size`, default a quarter of the file)
+//! serves every thread. Each thread owns a `CachedQueue` and keeps `--iodepth`
+//! requests in flight: hits complete inside `submit`, misses read straight
+//! into cache frames. The hit ratio is the cache's own: hits over hits plus
+//! misses of its counters, taken when measuring starts and when it stops.
+//! Runs with writes end with a `sync` of the file, counted in the run's time.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use setcache::cache::{CacheOptions, CacheStats};
+use setcache::{CachedCompletion, CachedFile, CachedRequest, CachedStore, OpKind, Store};
+
+use super::driver::{Ctl, ThreadStats, Timing, run_threads};
+use super::outcome::Outcome;
+use super::prep::FILE_NAME;
+use super::size::format_size;
+use super::workload::{OpGen, Rng, Workload, mix64};
+
+struct Local {
+    stats: ThreadStats,
+    free: Vec<Vec<u8>>,
+    measuring: bool,
+    error: Option<String>,
+}
+
+fn on_complete(local: &RefCell<Local>, c: CachedCompletion, submitted: Instant) {
+    let lat = submitted.elapsed();
+    let mut l = local.borrow_mut();
+    match c.result {
+        Ok(()) => {
+            if l.measuring {
+                l.stats.record(lat, c.kind == OpKind::Read);
+            }
+        }
+        Err(e) => {
+            if l.error.is_none() {
+                l.error = Some(format!("setcache engine: {e}"));
+            }
+        }
+    }
+    l.free.push(c.buf);
+}
+
+/// The cache size a run uses: `--cache-size`, else a quarter of the file.
+pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
+    cache_size.unwrap_or((file_len / 4).max(16 << 20))
+}
+
+/// Run the workload on `threads` threads with `iodepth` requests in flight each.
+pub(crate) fn run(
+    store: &Store,
+    w: &Workload,
+    threads: usize,
+    iodepth: u32,
+    cache_size: Option<u64>,
+    timing: &Timing,
+) -> Result<Outcome, String> {
+    let size = cache_bytes(cache_size, w.file_len);
+    if cache_size.is_none() {
+        say!(
+            "setcache: no --cache-size given; using {} (a quarter of the file)",
+            format_size(size)
+        );
+    }
+    let cs = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            size: size as usize,
+            ..CacheOptions::default()
+        },
+    )
+    .map_err(|e| format!("setcache engine: {e}"))?;
+    let file = cs
+        .open_file(FILE_NAME)
+        .map_err(|e| format!("setcache engine: {e}"))?;
+    let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
+    let mut m = run_threads(threads, timing, |t, ctl| {
+        thread_body(&cs, &file, w, t, threads, iodepth as usize, ctl, &edges)
+    })?;
+    if w.rw.writes() {
+        // Durability is part of the work: the sync counts in the run's time.
+        let t0 = Instant::now();
+        file.sync()
+            .map_err(|e| format!("setcache engine: sync: {e}"))?;
+        m.secs += t0.elapsed().as_secs_f64();
+    }
+    let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
+    let hit_ratio = a.zip(b).and_then(|(a, b)| {
+        let hits = b.hits.saturating_sub(a.hits);
+        let misses = b.misses.saturating_sub(a.misses);
+        (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
+    });
+    let (pages, writes) = cs.flusher_counts();
+    if pages > 0 {
+        say!("setcache: flusher wrote {pages} pages in {writes} writes");
+    }
+    Ok(Outcome::from_measured(&m, hit_ratio))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn thread_body(
+    cs: &CachedStore,
+    file: &CachedFile,
+    w: &Workload,
+    t: usize,
+    threads: usize,
+    depth: usize,
+    ctl: &Ctl,
+    edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
+) -> Result<ThreadStats, String> {
+    let bs = w.bs as usize;
+    let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
+    if w.rw.writes() {
+        let mut rng = Rng::new(w.seed ^ mix64(t as u64 + 1));
+        for b in &mut bufs {
+            rng.fill_nonzero(b);
+        }
+    }
+    let local = Rc::new(RefCell::new(Local {
+        stats: ThreadStats::new(),
+        free: bufs,
+        measuring: false,
+        error: None,
+    }));
+    let mut queue = cs.queue(depth);
+    let mut ops = OpGen::new(w, t, threads);
+    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(depth);
+    loop {
+        {
+            let mut l = local.borrow_mut();
+            if l.error.is_some() || ctl.stopped() {
+                break;
+            }
+            let now = ctl.measuring();
+            if t == 0 && now && !l.measuring {
+                edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+            }
+            l.measuring = now;
+            ctl.publish(t, l.stats.ops);
+            std::mem::swap(&mut l.free, &mut batch);
+        }
+        if !batch.is_empty() {
+            let submitted = Instant::now();
+            let reqs: Vec<CachedRequest> = batch
+                .drain(..)
+                .map(|buf| {
+                    let op = ops.next_op();
+                    let l = Rc::clone(&local);
+                    let cb = move |c: CachedCompletion| on_complete(&l, c, submitted);
+                    if op.read {
+                        CachedRequest::read(file, op.offset, buf, cb)
+                    } else {
+                        CachedRequest::write(file, op.offset, buf, cb)
+                    }
+                })
+                .collect();
+            queue.submit(reqs);
+        }
+        if local.borrow().free.is_empty() {
+            queue.wait(1);
+        }
+    }
+    if t == 0 {
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
+    local.borrow_mut().measuring = false;
+    queue.drain();
+    let mut l = local.borrow_mut();
+    if let Some(e) = l.error.take() {
+        return Err(e);
+    }
+    Ok(std::mem::replace(&mut l.stats, ThreadStats::new()))
+}

@@ -1,0 +1,494 @@
+//! Asynchronous batches on cached files.
+//!
+//! A [`CachedQueue`] belongs to one thread, like [`Queue`], and keeps up to
+//! `depth` device operations in flight. Each [`CachedRequest`] reads or writes
+//! any range of a [`CachedFile`] through the page cache:
+//!
+//! * a page that is cached is copied at once (an optimistic, pin-free copy for
+//!   reads), so a request made only of hits completes inside `submit`;
+//! * a missing page is claimed through the cache's fill protocol and read
+//!   straight into its frame (O_DIRECT, no bounce buffer); the missing pages
+//!   of every request submitted together travel in one batch per device;
+//! * a page another requester is filling is not waited for: the request
+//!   parks the page and retries it after later completions (the queue may
+//!   itself own that fill, so blocking could deadlock);
+//! * a whole-page write of a missing page needs no read; a partial one reads
+//!   the page first;
+//! * when a set has no clean page, the dirty victim is written back
+//!   synchronously by the requester (the flusher keeps that rare).
+//!
+//! The callback of a request runs once, on this thread, after every page of
+//! it is done, with the first error if any.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache};
+use crate::cached::{CachedFile, CachedStore, Shared};
+use crate::error::{Error, Result};
+use crate::file::DIRECT_ALIGN;
+use crate::queue::{OpKind, Queue};
+
+/// The outcome of a [`CachedRequest`].
+#[derive(Debug)]
+pub struct CachedCompletion {
+    /// Read or write.
+    pub kind: OpKind,
+    /// File offset of the request.
+    pub offset: u64,
+    /// The request's buffer: for a read, filled on success.
+    pub buf: Vec<u8>,
+    /// Whether every page was found in the cache (no device read).
+    pub hit: bool,
+    /// `Ok`, or the first error of any page (naming file, offset and device).
+    pub result: Result<()>,
+}
+
+type Callback = Box<dyn FnOnce(CachedCompletion)>;
+
+/// A read or write of a whole buffer at any offset of a cached file.
+pub struct CachedRequest {
+    kind: OpKind,
+    file: CachedFile,
+    offset: u64,
+    buf: Vec<u8>,
+    callback: Callback,
+}
+
+impl CachedRequest {
+    /// Read `buf.len()` bytes at `offset` into `buf`.
+    pub fn read(
+        file: &CachedFile,
+        offset: u64,
+        buf: Vec<u8>,
+        callback: impl FnOnce(CachedCompletion) + 'static,
+    ) -> CachedRequest {
+        CachedRequest {
+            kind: OpKind::Read,
+            file: file.clone(),
+            offset,
+            buf,
+            callback: Box::new(callback),
+        }
+    }
+
+    /// Write all of `buf` at `offset`.
+    pub fn write(
+        file: &CachedFile,
+        offset: u64,
+        buf: Vec<u8>,
+        callback: impl FnOnce(CachedCompletion) + 'static,
+    ) -> CachedRequest {
+        CachedRequest {
+            kind: OpKind::Write,
+            file: file.clone(),
+            offset,
+            buf,
+            callback: Box::new(callback),
+        }
+    }
+}
+
+/// A request with pages still to do.
+struct Live {
+    req: CachedRequest,
+    /// Pages not yet done.
+    left: usize,
+    hit: bool,
+    err: Option<Error>,
+}
+
+/// A fill this queue owns, waiting for its device read.
+enum Job<'a> {
+    Read(Fill<'a>),
+    Write(FillMut<'a>),
+}
+
+impl Job<'_> {
+    fn frame(&mut self) -> &mut [u8] {
+        match self {
+            Job::Read(f) => f.frame_mut(),
+            Job::Write(f) => f.frame_mut(),
+        }
+    }
+}
+
+struct Waiting<'a> {
+    job: Job<'a>,
+    req: usize,
+    page: u64,
+}
+
+/// What became of one page of a request.
+enum Step {
+    Done,
+    /// A device read is in flight for it.
+    Pending,
+    /// Another requester fills or writes it: try again later.
+    Busy,
+}
+
+/// A per-thread queue of asynchronous requests on cached files.
+pub struct CachedQueue<'a> {
+    sh: &'a Shared,
+    shared_arc: Arc<Shared>,
+    q: Queue,
+    live: Vec<Option<Live>>,
+    free: Vec<usize>,
+    fills: Vec<Option<Waiting<'a>>>,
+    free_fills: Vec<usize>,
+    /// Fills whose device read finished, with its result (filled by the
+    /// queue's raw callbacks).
+    finished: Rc<RefCell<Vec<(usize, Result<()>)>>>,
+    /// Pages that were busy: (request, page).
+    parked: Vec<(usize, u64)>,
+    /// Requests submitted and not yet completed.
+    outstanding: usize,
+    /// Callbacks run since the last `wait` started counting.
+    ran: usize,
+}
+
+impl CachedStore {
+    /// A queue for asynchronous requests on this store's cached files, keeping
+    /// up to `depth` device operations in flight. It belongs to the calling
+    /// thread.
+    pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
+        CachedQueue {
+            sh: &self.inner,
+            shared_arc: self.inner.clone(),
+            q: Queue::new(depth),
+            live: Vec::new(),
+            free: Vec::new(),
+            fills: Vec::new(),
+            free_fills: Vec::new(),
+            finished: Rc::new(RefCell::new(Vec::new())),
+            parked: Vec::new(),
+            outstanding: 0,
+            ran: 0,
+        }
+    }
+}
+
+impl<'a> CachedQueue<'a> {
+    /// Requests submitted whose callbacks have not run.
+    pub fn outstanding(&self) -> usize {
+        self.outstanding
+    }
+
+    /// Start a batch of requests. Requests made only of cached pages complete
+    /// (their callbacks run) before this returns; the others' device reads are
+    /// sent, one batch per device, before it returns. A request that is out of
+    /// range, or a write to a read-only file, completes at once with its error.
+    pub fn submit(&mut self, reqs: Vec<CachedRequest>) {
+        for r in reqs {
+            self.start(r);
+        }
+        self.q.flush_now();
+        self.collect();
+    }
+
+    /// Block until `n` callbacks have run since this call began (or nothing is
+    /// outstanding); returns how many ran.
+    pub fn wait(&mut self, n: usize) -> usize {
+        self.ran = 0;
+        self.collect();
+        while self.ran < n && self.outstanding > 0 {
+            if self.q.in_flight() > 0 {
+                self.q.wait(1);
+            } else if !self.parked.is_empty() {
+                // Every page left is being filled or written by another thread;
+                // this queue owns no fill, so waiting cannot deadlock.
+                std::thread::yield_now();
+            }
+            self.collect();
+        }
+        self.ran
+    }
+
+    /// Run what is ready without blocking; returns how many callbacks ran.
+    pub fn poll(&mut self) -> usize {
+        self.ran = 0;
+        self.q.poll();
+        self.collect();
+        self.ran
+    }
+
+    /// Wait for every outstanding request.
+    pub fn drain(&mut self) {
+        while self.outstanding > 0 {
+            self.wait(self.outstanding);
+        }
+    }
+
+    fn check(&self, r: &CachedRequest) -> Result<()> {
+        if !Arc::ptr_eq(&r.file.shared, &self.shared_arc) {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?} belongs to another cached store than this queue",
+                r.file.entry.file.name()
+            )));
+        }
+        if r.kind == OpKind::Write && r.file.read_only {
+            return Err(Error::ReadOnly(r.file.entry.file.name()));
+        }
+        let len = r.file.len();
+        if r.offset
+            .checked_add(r.buf.len() as u64)
+            .is_none_or(|end| end > len)
+        {
+            return Err(Error::OutOfRange {
+                file: r.file.entry.file.name(),
+                offset: r.offset,
+                len: r.buf.len() as u64,
+                file_len: len,
+            });
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, r: CachedRequest) {
+        self.outstanding += 1;
+        if let Err(e) = self.check(&r) {
+            self.finish_request(r, false, Some(e));
+            return;
+        }
+        let ps = self.sh.cache.page_size() as u64;
+        let (first, end) = (r.offset / ps, (r.offset + r.buf.len() as u64).div_ceil(ps));
+        let pages = (end - first) as usize;
+        if pages == 0 {
+            self.finish_request(r, true, None);
+            return;
+        }
+        let id = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                self.live.push(None);
+                self.live.len() - 1
+            }
+        };
+        self.live[id] = Some(Live {
+            req: r,
+            left: pages,
+            hit: true,
+            err: None,
+        });
+        for page in first..end {
+            self.run_page(id, page);
+        }
+    }
+
+    /// Try page `page` of live request `id`, and account for the outcome.
+    fn run_page(&mut self, id: usize, page: u64) {
+        match self.step(id, page) {
+            Ok(Step::Done) => self.page_done(id, None),
+            Ok(Step::Pending) => {
+                if let Some(l) = self.live[id].as_mut() {
+                    l.hit = false;
+                }
+            }
+            Ok(Step::Busy) => self.parked.push((id, page)),
+            Err(e) => self.page_done(id, Some(e)),
+        }
+    }
+
+    /// The byte ranges page `page` shares with request `id`:
+    /// (offset in the page, offset in the buffer, length).
+    fn span(&self, id: usize, page: u64) -> (usize, usize, usize) {
+        let r = &self.live[id].as_ref().expect("live request").req;
+        let ps = self.sh.cache.page_size() as u64;
+        let start = (page * ps).max(r.offset);
+        let end = ((page + 1) * ps).min(r.offset + r.buf.len() as u64);
+        (
+            (start - page * ps) as usize,
+            (start - r.offset) as usize,
+            (end - start) as usize,
+        )
+    }
+
+    fn step(&mut self, id: usize, page: u64) -> Result<Step> {
+        let (in_page, in_buf, n) = self.span(id, page);
+        let l = self.live[id].as_mut().expect("live request");
+        let fid = l.req.file.id;
+        let cache: &'a PageCache = &self.sh.cache;
+        let ps = cache.page_size();
+        loop {
+            if l.req.kind == OpKind::Read {
+                let dst = &mut l.req.buf[in_buf..in_buf + n];
+                if cache.try_read(fid, page, in_page, dst)? {
+                    return Ok(Step::Done);
+                }
+                match cache.try_get(fid, page)? {
+                    None => return Ok(Step::Busy),
+                    Some(Lookup::Hit(g)) => {
+                        dst.copy_from_slice(&g[in_page..in_page + n]);
+                        return Ok(Step::Done);
+                    }
+                    Some(Lookup::WriteBack(wb)) => {
+                        let r = self.sh.store_page(wb.file(), wb.page(), wb.bytes());
+                        wb.finish(r)?;
+                    }
+                    Some(Lookup::Miss(f)) => {
+                        let ptr = f.frame_ptr();
+                        return self.load(fid, page, Job::Read(f), ptr, id);
+                    }
+                }
+            } else {
+                let src = &l.req.buf[in_buf..in_buf + n];
+                match cache.try_get_mut(fid, page)? {
+                    None => return Ok(Step::Busy),
+                    Some(LookupMut::Hit(mut g)) => {
+                        g[in_page..in_page + n].copy_from_slice(src);
+                        return Ok(Step::Done);
+                    }
+                    Some(LookupMut::WriteBack(wb)) => {
+                        let r = self.sh.store_page(wb.file(), wb.page(), wb.bytes());
+                        wb.finish(r)?;
+                    }
+                    Some(LookupMut::Miss(f)) => {
+                        if n == ps {
+                            // The write covers the page: no need for the old bytes.
+                            let mut g = f.finish(Ok(()))?;
+                            g.copy_from_slice(src);
+                            return Ok(Step::Done);
+                        }
+                        let ptr = f.frame_ptr();
+                        return self.load(fid, page, Job::Write(f), ptr, id);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Start the device read of a claimed frame (`ptr`), or read it at once
+    /// when the page's part inside the file is not a whole number of sectors.
+    fn load(
+        &mut self,
+        fid: u32,
+        page: u64,
+        mut job: Job<'a>,
+        ptr: *mut u8,
+        req: usize,
+    ) -> Result<Step> {
+        let entry = self.live[req]
+            .as_ref()
+            .expect("live request")
+            .req
+            .file
+            .entry
+            .clone();
+        let ps = self.sh.cache.page_size() as u64;
+        let off = page * ps;
+        let n = entry.file.len().saturating_sub(off).min(ps) as usize;
+        let f = job.frame();
+        f[n..].fill(0);
+        if n as u64 % DIRECT_ALIGN != 0 {
+            let r = self.sh.load(fid, page, f);
+            return self.complete_fill(job, req, page, r);
+        }
+        let slot = match self.free_fills.pop() {
+            Some(i) => i,
+            None => {
+                self.fills.push(None);
+                self.fills.len() - 1
+            }
+        };
+        self.fills[slot] = Some(Waiting { job, req, page });
+        let finished = self.finished.clone();
+        // SAFETY: the frame is claimed by the fill held in `self.fills[slot]`,
+        // which nobody else reads or writes and which is only finished after
+        // this callback reports the read done.
+        unsafe {
+            self.q.submit_raw(
+                OpKind::Read,
+                &entry.file,
+                off,
+                ptr,
+                n,
+                Box::new(move |r| finished.borrow_mut().push((slot, r))),
+            );
+        }
+        Ok(Step::Pending)
+    }
+
+    /// Publish a filled frame and finish the page of its request.
+    fn complete_fill(
+        &mut self,
+        job: Job<'a>,
+        req: usize,
+        page: u64,
+        r: Result<()>,
+    ) -> Result<Step> {
+        let (in_page, in_buf, n) = self.span(req, page);
+        let l = self.live[req].as_mut().expect("live request");
+        match job {
+            Job::Read(f) => {
+                let g = f.finish(r)?;
+                l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]);
+            }
+            Job::Write(f) => {
+                let mut g = f.finish(r)?;
+                g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
+            }
+        }
+        Ok(Step::Done)
+    }
+
+    /// Finish the fills whose reads completed, retry parked pages, and run
+    /// the callbacks of requests that are done.
+    fn collect(&mut self) {
+        loop {
+            let done = std::mem::take(&mut *self.finished.borrow_mut());
+            if done.is_empty() && self.parked.is_empty() {
+                return;
+            }
+            for (slot, r) in done {
+                let w = self.fills[slot].take().expect("a fill in flight");
+                self.free_fills.push(slot);
+                let res = self.complete_fill(w.job, w.req, w.page, r);
+                self.page_done(w.req, res.err());
+            }
+            let parked = std::mem::take(&mut self.parked);
+            let had = parked.len();
+            for (id, page) in parked {
+                self.run_page(id, page);
+            }
+            self.q.flush_now();
+            // Stop when retrying made no progress and nothing new finished.
+            if self.parked.len() == had && self.finished.borrow().is_empty() {
+                return;
+            }
+        }
+    }
+
+    fn page_done(&mut self, id: usize, err: Option<Error>) {
+        let l = self.live[id].as_mut().expect("live request");
+        if let Some(e) = err {
+            l.err.get_or_insert(e);
+        }
+        l.left -= 1;
+        if l.left == 0 {
+            let l = self.live[id].take().expect("live request");
+            self.free.push(id);
+            self.finish_request(l.req, l.hit, l.err);
+        }
+    }
+
+    fn finish_request(&mut self, r: CachedRequest, hit: bool, err: Option<Error>) {
+        self.outstanding -= 1;
+        self.ran += 1;
+        (r.callback)(CachedCompletion {
+            kind: r.kind,
+            offset: r.offset,
+            buf: r.buf,
+            hit,
+            result: err.map_or(Ok(()), Err),
+        });
+    }
+}
+
+impl Drop for CachedQueue<'_> {
+    fn drop(&mut self) {
+        // Frames of fills in flight are claimed until their reads finish.
+        self.drain();
+    }
+}

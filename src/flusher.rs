@@ -1,0 +1,260 @@
+//! The background flusher of a [`CachedStore`](crate::CachedStore).
+//!
+//! Writers tell the flusher about sets that hold many dirty pages: when a write
+//! leaves `dirty_at` or more dirty pages in a set, the cache runs a hook that
+//! queues the set (once, until the flusher is done with it). The flusher thread
+//! takes queued sets and, for each, writes back the dirty pages its policy
+//! would evict soonest, until the set is down to half the threshold, so that
+//! evictions find clean pages and requesters rarely write a victim themselves.
+//!
+//! Each page to write is extended into a run with its dirty neighbours in the
+//! file (pages `p+1, p+2, ...` and `p-1, ...` that are cached, dirty and idle,
+//! due or not), up to `max_merge` pages, and the run goes to the devices as one
+//! write. A one-page run is written straight from its frame; a longer run is
+//! gathered into one buffer (its frames are in different sets, so they are not
+//! contiguous). Up to `depth` writes are in flight, through the flusher's own
+//! asynchronous queue. A failed write leaves its pages dirty and is remembered
+//! for the file's next `sync`.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::buf::AlignedBuf;
+use crate::cache::WriteBack;
+use crate::cached::Shared;
+use crate::error::{Error, Result};
+use crate::file::DIRECT_ALIGN;
+use crate::queue::{OpKind, Queue, Request};
+
+/// How the flusher of a cached store works.
+#[derive(Debug, Clone)]
+pub struct FlushOptions {
+    /// Dirty pages in one set that make the set due; `None` means half the
+    /// set's pages.
+    pub dirty_at: Option<usize>,
+    /// Writes in flight at once.
+    pub depth: usize,
+    /// Most pages merged into one write.
+    pub max_merge: usize,
+}
+
+impl Default for FlushOptions {
+    fn default() -> Self {
+        FlushOptions {
+            dirty_at: None,
+            depth: 32,
+            max_merge: 32,
+        }
+    }
+}
+
+struct State {
+    due: Mutex<Vec<usize>>,
+    cv: Condvar,
+    stop: AtomicBool,
+    pages: AtomicU64,
+    writes: AtomicU64,
+}
+
+pub(crate) struct Flusher {
+    state: Arc<State>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Flusher {
+    pub(crate) fn start(shared: Arc<Shared>, opts: FlushOptions) -> Result<Flusher> {
+        let assoc = shared.cache.assoc();
+        let at = opts.dirty_at.unwrap_or(assoc / 2).clamp(1, assoc);
+        if opts.depth == 0 || opts.max_merge == 0 {
+            return Err(Error::InvalidArgument(
+                "flusher depth and max_merge must be at least 1".to_string(),
+            ));
+        }
+        let state = Arc::new(State {
+            due: Mutex::new(Vec::new()),
+            cv: Condvar::new(),
+            stop: AtomicBool::new(false),
+            pages: AtomicU64::new(0),
+            writes: AtomicU64::new(0),
+        });
+        let st = state.clone();
+        // The hook runs under a set lock on a writer's thread: queue and wake.
+        let installed = shared.cache.set_flush_hook(at, move |set| {
+            st.due.lock().unwrap_or_else(|p| p.into_inner()).push(set);
+            st.cv.notify_one();
+        });
+        if !installed {
+            return Err(Error::InvalidArgument(
+                "the cache already has a flusher".to_string(),
+            ));
+        }
+        let st = state.clone();
+        let low = at / 2;
+        let thread = std::thread::Builder::new()
+            .name("setcache-flush".to_string())
+            .spawn(move || run(&shared, &st, low, opts))
+            .map_err(|e| Error::InvalidArgument(format!("cannot start the flusher thread: {e}")))?;
+        Ok(Flusher {
+            state,
+            thread: Some(thread),
+        })
+    }
+
+    pub(crate) fn counts(&self) -> (u64, u64) {
+        (
+            self.state.pages.load(Ordering::Relaxed),
+            self.state.writes.load(Ordering::Relaxed),
+        )
+    }
+
+    pub(crate) fn stop(mut self) {
+        self.state.stop.store(true, Ordering::SeqCst);
+        {
+            let _g = self.state.due.lock().unwrap_or_else(|p| p.into_inner());
+            self.state.cv.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A write in flight: its pages' write-back guards and their file.
+struct Run<'a> {
+    file: u32,
+    pages: Vec<WriteBack<'a>>,
+}
+
+fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
+    let cache = &shared.cache;
+    let ps = cache.page_size() as u64;
+    let mut q = Queue::new(opts.depth);
+    let finished: Rc<RefCell<Vec<(usize, Result<()>)>>> = Rc::new(RefCell::new(Vec::new()));
+    let mut runs: Vec<Option<Run<'_>>> = Vec::new();
+    let mut free: Vec<usize> = Vec::new();
+    let settle = |runs: &mut Vec<Option<Run<'_>>>, free: &mut Vec<usize>| {
+        for (slot, r) in std::mem::take(&mut *finished.borrow_mut()) {
+            let run = runs[slot].take().expect("a write in flight");
+            free.push(slot);
+            if let Err(e) = &r {
+                shared.remember_failure(run.file, e.clone());
+            }
+            st.pages
+                .fetch_add(run.pages.len() as u64, Ordering::Relaxed);
+            st.writes.fetch_add(1, Ordering::Relaxed);
+            for wb in run.pages {
+                let _ = wb.finish(r.clone());
+            }
+        }
+    };
+    loop {
+        let due: Vec<usize> = {
+            let mut g = st.due.lock().unwrap_or_else(|p| p.into_inner());
+            while g.is_empty() && !st.stop.load(Ordering::SeqCst) && q.in_flight() == 0 {
+                g = st
+                    .cv
+                    .wait_timeout(g, Duration::from_millis(100))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            std::mem::take(&mut *g)
+        };
+        if st.stop.load(Ordering::SeqCst) {
+            break;
+        }
+        for set in due {
+            let (order, dirty) = cache.dirty_in_eviction_order(set);
+            let want = dirty.saturating_sub(low).max(1);
+            for (file, page) in order.into_iter().take(want) {
+                let Ok(Some(first)) = cache.write_back(file, page) else {
+                    continue; // written meanwhile, or busy
+                };
+                let Ok(entry) = shared.entry(file) else {
+                    // A file no longer known: leave the page dirty.
+                    drop(first);
+                    continue;
+                };
+                let pages_in_file = entry.file.len().div_ceil(ps);
+                let mut after = Vec::new();
+                let mut p = page + 1;
+                while after.len() + 1 < opts.max_merge && p < pages_in_file {
+                    match cache.write_back(file, p) {
+                        Ok(Some(w)) => after.push(w),
+                        _ => break,
+                    }
+                    p += 1;
+                }
+                let mut before = Vec::new();
+                let mut p = page;
+                while before.len() + after.len() + 1 < opts.max_merge && p > 0 {
+                    p -= 1;
+                    match cache.write_back(file, p) {
+                        Ok(Some(w)) => before.push(w),
+                        _ => break,
+                    }
+                }
+                let start = page - before.len() as u64;
+                let mut pages: Vec<WriteBack<'_>> = before.into_iter().rev().collect();
+                pages.push(first);
+                pages.extend(after);
+                let off = start * ps;
+                let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
+                let slot = free.pop().unwrap_or_else(|| {
+                    runs.push(None);
+                    runs.len() - 1
+                });
+                let done = finished.clone();
+                let report = move |r: Result<()>| done.borrow_mut().push((slot, r));
+                if len as u64 % DIRECT_ALIGN != 0 {
+                    // The file ends inside a sector: write through the cache's
+                    // own path, which handles the tail.
+                    let r = pages
+                        .iter()
+                        .try_for_each(|w| shared.store_page(file, w.page(), w.bytes()));
+                    runs[slot] = Some(Run { file, pages });
+                    report(r);
+                    continue;
+                }
+                if pages.len() == 1 {
+                    let ptr = pages[0].bytes().as_ptr() as *mut u8;
+                    runs[slot] = Some(Run { file, pages });
+                    // SAFETY: the write-back guard in `runs[slot]` keeps the page
+                    // in its frame and keeps writers out until the callback has
+                    // reported the write finished; the device only reads it.
+                    unsafe {
+                        q.submit_raw(OpKind::Write, &entry.file, off, ptr, len, Box::new(report));
+                    }
+                } else {
+                    let mut buf = AlignedBuf::new(len);
+                    for (k, w) in pages.iter().enumerate() {
+                        let at = k * ps as usize;
+                        let n = (len - at).min(ps as usize);
+                        buf[at..at + n].copy_from_slice(&w.bytes()[..n]);
+                    }
+                    runs[slot] = Some(Run { file, pages });
+                    q.submit(vec![Request::write(&entry.file, off, buf, move |c| {
+                        report(c.result)
+                    })]);
+                }
+                settle(&mut runs, &mut free);
+            }
+            cache.flushed(set);
+        }
+        q.flush_now();
+        q.poll();
+        settle(&mut runs, &mut free);
+        if q.in_flight() > 0 {
+            let due_empty = st.due.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
+            if due_empty {
+                q.wait(1);
+                settle(&mut runs, &mut free);
+            }
+        }
+    }
+    q.drain();
+    settle(&mut runs, &mut free);
+}
