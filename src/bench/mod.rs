@@ -48,19 +48,27 @@ use workload::{Workload, mix64};
 /// Arguments of the demo that `setcache` runs when given no arguments.
 pub(crate) const DEMO_ARGS: &[&str] = &[
     "--file-size",
-    "256M",
+    "1G",
     "--rw",
     "randread",
     "--bs",
     "4k",
     "--engine",
-    "direct,linux-buffered,linux-direct,mmap",
+    "setcache,linux-buffered,direct",
+    "--hit-ratio",
+    "0,50,90,100",
+    "--cache-size",
+    "128M",
     "--threads",
     "1",
+    "--iodepth",
+    "32",
     "--runtime",
     "3",
-    "--cache-size",
-    "64M",
+    "--ramp",
+    "1",
+    "--plot",
+    "setcache-demo.svg",
 ];
 
 /// What every run shares.
