@@ -67,12 +67,6 @@ impl CachedStore {
         opts: CacheOptions,
         flush: Option<FlushOptions>,
     ) -> Result<CachedStore> {
-        if opts.size < opts.assoc * opts.page_size {
-            return Err(Error::InvalidArgument(format!(
-                "cache size {} bytes is smaller than one set ({} pages of {} bytes)",
-                opts.size, opts.assoc, opts.page_size
-            )));
-        }
         let cache = PageCache::new(opts)?;
         let inner = Arc::new(Shared {
             store,
@@ -123,6 +117,24 @@ impl CachedStore {
     }
 
     fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
+        // A file opened twice shares its cache id: one copy of each page.
+        let name = file.name();
+        let known = self
+            .inner
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|(_, e)| e.file.name() == name)
+            .map(|(&id, e)| (id, e.clone()));
+        if let Some((id, entry)) = known {
+            return Ok(CachedFile {
+                shared: self.inner.clone(),
+                entry,
+                id,
+                read_only,
+            });
+        }
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         if id > MAX_FILE_ID {
             return Err(Error::InvalidArgument(format!(
@@ -295,10 +307,19 @@ impl CachedFile {
     }
 
     /// Read up to `buf.len()` bytes at `offset` (any alignment); returns how many
-    /// (fewer only at the end of the file).
+    /// (fewer only at the end of the file; 0 at the end). An offset past the
+    /// end is an error ([`Error::OutOfRange`]).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         let len = self.len();
-        if offset >= len {
+        if offset > len {
+            return Err(Error::OutOfRange {
+                file: self.entry.file.name(),
+                offset,
+                len: buf.len() as u64,
+                file_len: len,
+            });
+        }
+        if offset == len {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(len - offset) as usize;

@@ -23,6 +23,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache};
 use crate::cached::{CachedFile, CachedStore, Shared};
@@ -193,13 +194,22 @@ impl<'a> CachedQueue<'a> {
     pub fn wait(&mut self, n: usize) -> usize {
         self.ran = 0;
         self.collect();
+        let mut stuck_since: Option<Instant> = None;
         while self.ran < n && self.outstanding > 0 {
             if self.q.in_flight() > 0 {
+                stuck_since = None;
                 self.q.wait(1);
             } else if !self.parked.is_empty() {
-                // Every page left is being filled or written by another thread;
-                // this queue owns no fill, so waiting cannot deadlock.
-                std::thread::yield_now();
+                // Every page left is being filled or written by another thread,
+                // or its set is pinned by others; this queue owns no fill, so
+                // waiting cannot deadlock, but it is bounded.
+                let since = *stuck_since.get_or_insert_with(Instant::now);
+                if since.elapsed() > self.sh.cache.pin_wait() {
+                    self.fail_parked(since.elapsed());
+                    stuck_since = None;
+                } else {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
             }
             self.collect();
         }
@@ -457,6 +467,17 @@ impl<'a> CachedQueue<'a> {
             if self.parked.len() == had && self.finished.borrow().is_empty() {
                 return;
             }
+        }
+    }
+
+    /// Give up on the parked pages: they stayed busy for `waited`.
+    fn fail_parked(&mut self, waited: Duration) {
+        for (id, page) in std::mem::take(&mut self.parked) {
+            let e = Error::Busy(format!(
+                "page {page} stayed busy (being filled, written or its set pinned) for {} ms",
+                waited.as_millis()
+            ));
+            self.page_done(id, Some(e));
         }
     }
 

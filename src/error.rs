@@ -62,6 +62,9 @@ pub enum Error {
     },
     /// A write to a file opened read-only.
     ReadOnly(String),
+    /// A page stayed busy (filled, written, or its set pinned by others) for
+    /// longer than the cache's pin wait.
+    Busy(String),
     /// A request reaches past the end of the file.
     OutOfRange {
         /// The file.
@@ -180,6 +183,7 @@ impl fmt::Display for Error {
             Error::FileExists(n) => write!(f, "file {n:?} already exists"),
             Error::FileNotFound(n) => write!(f, "file {n:?} not found"),
             Error::InvalidArgument(s) => write!(f, "invalid argument: {s}"),
+            Error::Busy(s) => write!(f, "busy: {s}"),
             Error::ReadOnly(n) => write!(f, "file {n:?} was opened read-only: writes are refused"),
             Error::Misaligned {
                 file,

@@ -72,7 +72,8 @@ pub(crate) enum Found {
     /// The set has no clean page to give up: this dirty page is now under
     /// write-back (pinned) and must be written before the lookup is retried.
     WriteBack(usize, usize, u64),
-    /// `nowait` only: the page is being filled or written; nothing is held.
+    /// `nowait` only: the page is being filled or written, or every page of
+    /// its set is pinned; nothing is held.
     Busy,
 }
 
@@ -605,6 +606,10 @@ impl<M: Model> Core<M> {
                 }
                 Choice::None => {
                     self.unlock(s);
+                    if nowait {
+                        // The caller may own the pins (fills in flight).
+                        return Ok(Found::Busy);
+                    }
                     if waited >= self.pin_wait {
                         return Err(Error::AllPinned {
                             set: s,

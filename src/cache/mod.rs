@@ -125,6 +125,12 @@ impl<M: Model> PageCache<M> {
             ));
         }
         let set_bytes = opts.assoc * opts.page_size;
+        if opts.size < set_bytes {
+            return bad(format!(
+                "cache size {} bytes is smaller than one set ({} pages of {} bytes = {set_bytes} bytes)",
+                opts.size, opts.assoc, opts.page_size
+            ));
+        }
         let sets = (opts.size / set_bytes).max(1);
         let max = opts.max_size.unwrap_or(opts.size).max(opts.size);
         let max_sets = (max / set_bytes).max(sets);
@@ -145,6 +151,11 @@ impl<M: Model> PageCache<M> {
     /// Bytes per page.
     pub fn page_size(&self) -> usize {
         self.core.page_size
+    }
+
+    /// How long a lookup waits for a pinned set before it gives up.
+    pub fn pin_wait(&self) -> std::time::Duration {
+        self.core.pin_wait
     }
 
     /// Pages per set.
@@ -250,9 +261,10 @@ impl<M: Model> PageCache<M> {
         })
     }
 
-    /// As [`PageCache::get`], but never waits for another requester's fill or
-    /// for a writer: `Ok(None)` means the page is busy now (ask again after
-    /// some of your own I/O completed). For asynchronous callers, which may
+    /// As [`PageCache::get`], but never waits for another requester's fill, for
+    /// a writer, or for a pin in a set whose pages are all pinned: `Ok(None)`
+    /// means try again later (after some of your own I/O completed; give up
+    /// after [`PageCache::pin_wait`] without progress). For asynchronous callers, which may
     /// themselves own the fill in flight.
     pub fn try_get(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
         let tag = tag_of(file, page)?;

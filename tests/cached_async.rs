@@ -1,0 +1,352 @@
+//! Cached files through the asynchronous queue and the flusher: a
+//! differential test against a byte array across syncs, resizes and reopens; a
+//! crash test (SIGKILL after sync); merging write-back; bad input.
+
+mod common;
+
+use std::cell::RefCell;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use common::{Rng, TempDir, engines, pattern};
+use setcache::cache::{CacheOptions, PolicyKind};
+use setcache::{
+    AlignedBuf, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, Store, StoreOptions,
+};
+
+fn cache(pages: usize, max_pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        max_size: Some(max_pages * 4096),
+        page_size: 4096,
+        assoc: 4,
+        policy: PolicyKind::Gclock,
+        pin_wait: Duration::from_secs(5),
+    }
+}
+
+fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
+    let f = store.open_file(name).unwrap();
+    let mut b = AlignedBuf::new(len);
+    f.read_at(0, &mut b).unwrap();
+    b.to_vec()
+}
+
+/// Random synchronous and asynchronous reads and writes of any offset and
+/// length, syncs, cache resizes and store reopens, against a plain byte array.
+/// Every read returns the array's bytes; after each reopen the devices hold
+/// every write.
+#[test]
+fn differential_against_a_byte_array() {
+    for (ename, opts) in engines()
+        .into_iter()
+        .filter(|e| e.0 == "uring" || e.0 == "sim")
+    {
+        let tmp = TempDir::new("cached-diff");
+        let roots = tmp.devices(2);
+        const LEN: usize = 96 * 4096 + 1536;
+        let mut truth = pattern(11, 0, LEN);
+        {
+            let store = common::open(&roots, opts.clone(), 2);
+            let f = store.create("d", LEN as u64, LayoutKind::Rotated).unwrap();
+            let mut b = AlignedBuf::new(LEN);
+            b.copy_from_slice(&truth);
+            f.write_at(0, &b).unwrap();
+        }
+        let mut rng = Rng(7);
+        for epoch in 0..4 {
+            let store = common::open(&roots, opts.clone(), 2);
+            assert!(
+                read_all(&store, "d", LEN) == truth,
+                "{ename}: epoch {epoch}: the devices lost a write"
+            );
+            let flush = FlushOptions {
+                dirty_at: Some(2),
+                ..FlushOptions::default()
+            };
+            let cs = CachedStore::with_flusher(store, cache(16, 32), Some(flush)).unwrap();
+            let cf = cs.open_file("d").unwrap();
+            let mut q = cs.queue(8);
+            for step in 0..250 {
+                match rng.below(10) {
+                    0..=2 => {
+                        let off = rng.below(LEN as u64) as usize;
+                        let n = (1 + rng.below(2 * 4096) as usize).min(LEN - off);
+                        let data: Vec<u8> = (0..n).map(|i| (step * 13 + i + epoch) as u8).collect();
+                        cf.write_at(off as u64, &data).unwrap();
+                        truth[off..off + n].copy_from_slice(&data);
+                    }
+                    3..=4 => {
+                        let off = rng.below(LEN as u64) as usize;
+                        let n = (1 + rng.below(3 * 4096) as usize).min(LEN - off);
+                        let mut buf = vec![0u8; n];
+                        assert_eq!(cf.read_at(off as u64, &mut buf).unwrap(), n);
+                        assert!(buf == truth[off..off + n], "{ename}: sync read {off}+{n}");
+                    }
+                    5..=7 => {
+                        // A batch of requests on disjoint ranges, half reads.
+                        let mut taken: Vec<(usize, usize)> = Vec::new();
+                        let mut reqs = Vec::new();
+                        let bad = Rc::new(RefCell::new(Vec::<String>::new()));
+                        for k in 0..1 + rng.below(6) as usize {
+                            let off = rng.below(LEN as u64) as usize;
+                            let n = (1 + rng.below(2 * 4096) as usize).min(LEN - off);
+                            if taken.iter().any(|&(a, b)| off < b && a < off + n) {
+                                continue;
+                            }
+                            taken.push((off, off + n));
+                            let bad = bad.clone();
+                            if rng.below(2) == 0 {
+                                let want = truth[off..off + n].to_vec();
+                                reqs.push(CachedRequest::read(
+                                    &cf,
+                                    off as u64,
+                                    vec![0; n],
+                                    move |c| {
+                                        if let Err(e) = &c.result {
+                                            bad.borrow_mut().push(format!("read {off}+{n}: {e}"));
+                                        } else if c.buf != want {
+                                            bad.borrow_mut()
+                                                .push(format!("read {off}+{n}: wrong bytes"));
+                                        }
+                                    },
+                                ));
+                            } else {
+                                let data: Vec<u8> =
+                                    (0..n).map(|i| (step * 3 + i * 7 + k) as u8).collect();
+                                truth[off..off + n].copy_from_slice(&data);
+                                reqs.push(CachedRequest::write(&cf, off as u64, data, move |c| {
+                                    if let Err(e) = &c.result {
+                                        bad.borrow_mut().push(format!("write {off}+{n}: {e}"));
+                                    }
+                                }));
+                            }
+                        }
+                        q.submit(reqs);
+                        q.drain();
+                        let bad = bad.borrow();
+                        assert!(bad.is_empty(), "{ename}: step {step}: {bad:?}");
+                    }
+                    8 => cf.sync().unwrap(),
+                    _ => {
+                        let pages = [16, 32, 20, 24][rng.below(4) as usize];
+                        match cs.cache().resize(pages * 4096) {
+                            Ok(()) | Err(Error::ResizeBusy(_)) => {}
+                            Err(e) => panic!("{ename}: resize: {e}"),
+                        }
+                    }
+                }
+            }
+            drop(q);
+            cf.close().unwrap();
+            assert!(
+                cs.cache().dirty_pages().is_empty(),
+                "{ename}: dirty after close"
+            );
+        }
+    }
+}
+
+/// The flusher writes back sets that fill with dirty pages, merging dirty
+/// neighbours in the file into one write; `sync` finds little left to do.
+#[test]
+fn flusher_writes_back_and_merges_neighbours() {
+    let tmp = TempDir::new("cached-flush");
+    let store = common::open(&tmp.devices(1), engines()[0].1.clone(), 16);
+    const PAGES: u64 = 256;
+    store.create("f", PAGES * 4096, LayoutKind::Stripe).unwrap();
+    let flush = FlushOptions {
+        dirty_at: Some(2),
+        ..FlushOptions::default()
+    };
+    let cs = CachedStore::with_flusher(store, cache(128, 128), Some(flush)).unwrap();
+    let cf = cs.open_file("f").unwrap();
+    // Sequential whole-page writes: neighbours are dirty together.
+    for p in 0..PAGES {
+        cf.write_at(p * 4096, &[p as u8 | 1; 4096]).unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while cs.flusher_counts().0 < 64 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (pages, writes) = cs.flusher_counts();
+    assert!(pages >= 64, "the flusher wrote only {pages} pages");
+    assert!(
+        writes * 2 <= pages,
+        "neighbours were not merged: {pages} pages in {writes} writes"
+    );
+    cf.sync().unwrap();
+    let b = read_all(cs.store(), "f", (PAGES * 4096) as usize);
+    for p in 0..PAGES as usize {
+        assert!(
+            b[p * 4096..(p + 1) * 4096]
+                .iter()
+                .all(|&x| x == p as u8 | 1),
+            "page {p}"
+        );
+    }
+}
+
+/// What a new user gets wrong gets a clear error and changes nothing.
+#[test]
+fn bad_input_gets_clear_errors() {
+    let tmp = TempDir::new("cached-bad");
+    let roots = tmp.devices(1);
+    let store = common::open(&roots, engines()[0].1.clone(), 16);
+    store.create("b", 8 * 4096, LayoutKind::Stripe).unwrap();
+    // A cache smaller than one set, a page size that is not a power of two.
+    let e = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            size: 4096,
+            ..CacheOptions::default()
+        },
+    )
+    .err()
+    .expect("a cache smaller than a set is refused");
+    assert!(e.to_string().contains("smaller than one set"), "{e}");
+    let e = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            page_size: 3000,
+            ..CacheOptions::default()
+        },
+    )
+    .err()
+    .expect("page size 3000 is refused");
+    assert!(e.to_string().contains("power of two"), "{e}");
+    let cs = CachedStore::new(store, cache(16, 16)).unwrap();
+    let cf = cs.open_file("b").unwrap();
+    cf.write_at(0, b"keep").unwrap();
+    // Reading past the end.
+    let mut buf = vec![0u8; 10];
+    let e = cf.read_at(9 * 4096, &mut buf).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+    assert!(e.to_string().contains("past the end"), "{e}");
+    let got = Rc::new(RefCell::new(None));
+    let mut q = cs.queue(4);
+    let g = got.clone();
+    q.submit(vec![CachedRequest::read(
+        &cf,
+        8 * 4096 - 4,
+        vec![0; 8],
+        move |c| *g.borrow_mut() = Some(c.result),
+    )]);
+    q.drain();
+    let r = got.borrow_mut().take().expect("the callback ran");
+    assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    // Writing through a read-only handle, synchronously and asynchronously.
+    let ro = cs.open_file_read_only("b").unwrap();
+    let e = ro.write_at(0, b"lost").unwrap_err();
+    assert!(
+        matches!(e, Error::ReadOnly(_)) && e.to_string().contains("read-only"),
+        "{e}"
+    );
+    let g = got.clone();
+    q.submit(vec![CachedRequest::write(
+        &ro,
+        0,
+        b"lost".to_vec(),
+        move |c| *g.borrow_mut() = Some(c.result),
+    )]);
+    q.drain();
+    let r = got.borrow_mut().take().expect("the callback ran");
+    assert!(matches!(r, Err(Error::ReadOnly(_))), "{r:?}");
+    // Nothing was lost or changed.
+    let mut head = [0u8; 4];
+    ro.read_at(0, &mut head).unwrap();
+    assert_eq!(&head, b"keep");
+    drop(q);
+    cf.sync().unwrap();
+    assert_eq!(&read_all(cs.store(), "b", 8 * 4096)[..4], b"keep");
+}
+
+const CRASH_ENV: &str = "SETCACHE_CRASH_CHILD";
+const CRASH_PAGES: u64 = 48;
+
+/// Page `p` as written in round `r`: every byte the same, and different from
+/// the round before.
+fn crash_byte(r: u64, p: u64) -> u8 {
+    ((r * 37 + p) % 251) as u8 + 1
+}
+
+/// The writer a crash test kills: rounds of whole-file writes through the
+/// cache, each followed by `sync` and a line on stdout.
+fn crash_child(dir: &str) {
+    let roots: Vec<std::path::PathBuf> = (0..2)
+        .map(|i| std::path::Path::new(dir).join(format!("dev{i}")))
+        .collect();
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store, cache(16, 16)).unwrap();
+    let cf = cs.open_file("c").unwrap();
+    for round in 1..10_000u64 {
+        for p in 0..CRASH_PAGES {
+            cf.write_at(p * 4096, &[crash_byte(round, p); 4096])
+                .unwrap();
+        }
+        cf.sync().unwrap();
+        println!("synced {round}");
+        // Part of the next round lands before the kill.
+        for p in 0..CRASH_PAGES / 2 {
+            cf.write_at(p * 4096, &[crash_byte(round + 1, p); 4096])
+                .unwrap();
+        }
+    }
+}
+
+/// A writer killed with SIGKILL after `sync` returned loses nothing it synced:
+/// after a reopen, every page holds the last synced round or a later one.
+#[test]
+fn synced_data_survives_sigkill() {
+    if let Ok(dir) = std::env::var(CRASH_ENV) {
+        crash_child(&dir);
+        return;
+    }
+    let tmp = TempDir::new("cached-crash");
+    let roots = tmp.devices(2);
+    {
+        let store = Store::open(&roots, StoreOptions::default()).unwrap();
+        store
+            .create("c", CRASH_PAGES * 4096, LayoutKind::Stripe)
+            .unwrap();
+    }
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "synced_data_survives_sigkill",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CRASH_ENV, tmp.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = BufReader::new(child.stdout.take().unwrap());
+    let mut last = 0u64;
+    for line in out.lines() {
+        let Ok(line) = line else { break };
+        if let Some(r) = line.strip_prefix("synced ") {
+            last = r.trim().parse().unwrap();
+            if last >= 5 {
+                break;
+            }
+        }
+    }
+    child.kill().unwrap(); // SIGKILL
+    let _ = child.wait();
+    assert!(last >= 5, "the writer stopped after round {last}");
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let b = read_all(&store, "c", (CRASH_PAGES * 4096) as usize);
+    for p in 0..CRASH_PAGES {
+        let page = &b[(p * 4096) as usize..((p + 1) * 4096) as usize];
+        let ok = (last..10_001).any(|r| page.iter().all(|&x| x == crash_byte(r, p)));
+        assert!(
+            ok,
+            "page {p} lost round {last}, which was synced (first byte {})",
+            page[0]
+        );
+    }
+}
