@@ -121,6 +121,9 @@ struct Waiting<'a> {
     page: u64,
 }
 
+/// Device operations that finished: (slot, result), filled by raw callbacks.
+pub(crate) type Finished = Rc<RefCell<Vec<(usize, Result<()>)>>>;
+
 /// What became of one page of a request.
 enum Step {
     Done,
@@ -141,7 +144,7 @@ pub struct CachedQueue<'a> {
     free_fills: Vec<usize>,
     /// Fills whose device read finished, with its result (filled by the
     /// queue's raw callbacks).
-    finished: Rc<RefCell<Vec<(usize, Result<()>)>>>,
+    finished: Finished,
     /// Pages that were busy: (request, page).
     parked: Vec<(usize, u64)>,
     /// Requests submitted and not yet completed.

@@ -26,6 +26,7 @@ use std::time::Duration;
 use crate::buf::AlignedBuf;
 use crate::cache::WriteBack;
 use crate::cached::Shared;
+use crate::cached_queue::Finished;
 use crate::error::{Error, Result};
 use crate::file::DIRECT_ALIGN;
 use crate::queue::{OpKind, Queue, Request};
@@ -133,7 +134,7 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
     let ps = cache.page_size() as u64;
     let mut q = Queue::new(opts.depth);
-    let finished: Rc<RefCell<Vec<(usize, Result<()>)>>> = Rc::new(RefCell::new(Vec::new()));
+    let finished: Finished = Rc::new(RefCell::new(Vec::new()));
     let mut runs: Vec<Option<Run<'_>>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
     let settle = |runs: &mut Vec<Option<Run<'_>>>, free: &mut Vec<usize>| {
