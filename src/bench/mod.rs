@@ -24,7 +24,7 @@ mod progress;
 mod report;
 mod rng;
 pub(crate) mod size;
-mod svg;
+pub(crate) mod svg;
 mod workload;
 mod zipf;
 
