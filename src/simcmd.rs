@@ -16,7 +16,7 @@ use crate::bench::svg::{Doc, nice_step, short_num, trim};
     Set-associative policies (sa-lru, sa-lfu, sa-fifo, sa-clock, sa-gclock, sa-nrlfu, sa-sieve, \
     sa-s3fifo) run the cache's own per-set policy code; global policies (lru, fifo, clock, gclock, \
     lfu, 2q, arc, lirs, clockpro, s3fifo, sieve, wtinylfu, linux, opt) are textbook versions.\n\n\
-    Traces: ycsb:records=N,ops=M[,theta=0.99][,seed=S][,record=BYTES] | \
+    Traces: ycsb:records=N,ops=M[,theta=0.99][,seed=S][,per_leaf=4.4][,fanout=128][,internal=0.306] | \
     zipf:pages=N,ops=M,theta=T[,seed=S] | uniform:pages=N,ops=M[,seed=S] | scan:pages=N,loops=L | \
     msr:PATH | oracle:PATH | csv:PATH[,col=N|NAME][,rw=N|NAME][,sep=C][,header=1] | text:PATH \
     (files ending in .gz are decompressed)."

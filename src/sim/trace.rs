@@ -285,13 +285,13 @@ impl<'a> Opts<'a> {
 pub const KINDS: &str = "ycsb, zipf, uniform, scan, msr, oracle, csv, text";
 
 /// Reads or generates the trace that `spec` names, with pages of
-/// `page_size` bytes (used by block traces given in bytes, and by `ycsb`).
+/// `page_size` bytes (used by block traces given in bytes).
 pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
     let (kind, rest) = spec.split_once(':').ok_or_else(|| {
         format!("trace {spec:?}: expected KIND:ARGS with KIND one of {KINDS}")
     })?;
     match kind.trim().to_ascii_lowercase().as_str() {
-        "ycsb" => ycsb(spec, rest, page_size),
+        "ycsb" => ycsb(spec, rest),
         "zipf" => zipf(spec, rest),
         "uniform" => uniform(spec, rest),
         "scan" => scan(spec, rest),
@@ -305,43 +305,91 @@ pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
     }
 }
 
-/// The bytes one YCSB record takes by default (see [`ycsb_page`]).
-pub const YCSB_RECORD_BYTES: u64 = 1024;
-
-/// The pages a YCSB read of record `key` touches: the table is laid out as
-/// consecutive records of `record_bytes` bytes, in key order, and a read
-/// fetches every page its record overlaps (one, or two when it straddles a
-/// page boundary). Returns the first page and the number of pages.
-pub fn ycsb_pages(key: u64, record_bytes: u64, page_size: u64) -> (u64, u64) {
-    let start = key * record_bytes;
-    let end = start + record_bytes - 1;
-    let first = start / page_size;
-    (first, end / page_size - first + 1)
+/// How a YCSB table lies on pages: MemcacheDB keeps its records in a
+/// Berkeley DB B-tree, so a lookup reads the leaf page that holds the record,
+/// and sometimes the internal page above that leaf (when Berkeley DB's own
+/// small cache does not hold it). See ARCHITECTURE.md for the calibration.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct YcsbLayout {
+    /// Records per leaf page (a fraction: leaves are not all equally full).
+    pub per_leaf: f64,
+    /// Leaves per internal page.
+    pub fanout: u64,
+    /// Probability that a lookup also reads its leaf's internal page.
+    pub internal: f64,
 }
 
-fn ycsb(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
-    let o = Opts::parse(spec, rest, &["records", "ops", "theta", "seed", "record"])?;
+impl Default for YcsbLayout {
+    /// Calibrated so that 30 million records and 30 million lookups give
+    /// the paper's trace: 39,188,480 reads of 5,748,822 pages.
+    fn default() -> Self {
+        YcsbLayout {
+            per_leaf: 4.48,
+            fanout: 128,
+            internal: 9_188_480.0 / 30_000_000.0,
+        }
+    }
+}
+
+impl YcsbLayout {
+    /// The leaf page of record `key` (records in key order).
+    pub fn leaf(&self, key: u64) -> u64 {
+        (key as f64 / self.per_leaf) as u64
+    }
+
+    /// Number of leaf pages of a table of `records` records.
+    pub fn leaves(&self, records: u64) -> u64 {
+        self.leaf(records - 1) + 1
+    }
+
+    /// The internal page above leaf `leaf`; internal pages are numbered
+    /// after the `leaves` leaves.
+    pub fn internal_page(&self, leaf: u64, leaves: u64) -> u64 {
+        leaves + leaf / self.fanout
+    }
+}
+
+fn ycsb(spec: &str, rest: &str) -> Result<Trace, String> {
+    let o = Opts::parse(
+        spec,
+        rest,
+        &["records", "ops", "theta", "seed", "per_leaf", "fanout", "internal"],
+    )?;
     let records: u64 = o.num("records", None)?;
     let ops: u64 = o.num("ops", None)?;
     let theta: f64 = o.num("theta", Some(YCSB_THETA))?;
     let seed: u64 = o.num("seed", Some(1))?;
-    let record: u64 = o.num("record", Some(YCSB_RECORD_BYTES))?;
-    if records == 0 || record == 0 {
-        return Err(format!("trace {spec:?}: records and record must be positive"));
+    let d = YcsbLayout::default();
+    let layout = YcsbLayout {
+        per_leaf: o.num("per_leaf", Some(d.per_leaf))?,
+        fanout: o.num("fanout", Some(d.fanout))?,
+        internal: o.num("internal", Some(d.internal))?,
+    };
+    if records == 0 {
+        return Err(format!("trace {spec:?}: records must be positive"));
     }
     if !(0.0..1.0).contains(&theta) {
         return Err(format!("trace {spec:?}: theta must be in [0, 1)"));
     }
+    if !(layout.per_leaf >= 1.0 && layout.per_leaf.is_finite())
+        || layout.fanout == 0
+        || !(0.0..=1.0).contains(&layout.internal)
+    {
+        return Err(format!(
+            "trace {spec:?}: per_leaf must be >= 1, fanout positive, internal in [0, 1]"
+        ));
+    }
     let keys = YcsbKeys::new(records, theta);
     let mut rng = Rng::new(seed);
     let mut b = Builder::new(spec.to_string());
-    let (last, n) = ycsb_pages(records - 1, record, page_size);
-    b.direct(last + n);
+    let leaves = layout.leaves(records);
+    b.direct(layout.internal_page(leaves - 1, leaves) + 1);
     for _ in 0..ops {
-        let (first, n) = ycsb_pages(keys.next(&mut rng), record, page_size);
-        for p in first..first + n {
-            b.push(p, false);
+        let leaf = layout.leaf(keys.next(&mut rng));
+        if layout.internal > 0.0 && rng.next_f64() < layout.internal {
+            b.push(layout.internal_page(leaf, leaves), false);
         }
+        b.push(leaf, false);
     }
     b.finish(spec)
 }

@@ -68,6 +68,12 @@ impl Linux {
         }
     }
 
+    /// Whether `x` is on the active list.
+    #[cfg(test)]
+    pub(crate) fn is_active(&self, x: u32) -> bool {
+        self.state[x as usize] & ACTIVE != 0
+    }
+
     fn activate(&mut self, x: u32) {
         self.active.push_head(&mut self.links, x);
         self.state[x as usize] = ACTIVE;
