@@ -541,9 +541,10 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
         let write = match f[3].trim().to_ascii_lowercase().as_str() {
             "read" => false,
             "write" => true,
-            other => {
+            _ => {
                 return Err(format!(
-                    "{path}: line {n}: Type {other:?} is neither Read nor Write"
+                    "{path}: line {n}: Type {:?} is neither Read nor Write",
+                    f[3].trim()
                 ));
             }
         };
