@@ -120,8 +120,7 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         }
     }
     for &s in &args.set_size {
-        if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s)
-        {
+        if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
             return Err(format!("--set-size {s}: must be within 4..=32"));
         }
     }
@@ -210,7 +209,10 @@ pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
     for l in &mut lines {
         l.1.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
-    let xmax = results.iter().map(|r| r.cache_pages as f64).fold(1.0, f64::max);
+    let xmax = results
+        .iter()
+        .map(|r| r.cache_pages as f64)
+        .fold(1.0, f64::max);
     let xstep = nice_step(xmax, 6.0);
     let xmax = (xmax / xstep).ceil() * xstep;
     let ymax = results
@@ -232,7 +234,12 @@ pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
     let mut v = 0.0;
     while v <= ymax + 1e-9 {
         d.line((LEFT, y(v)), (LEFT + pw, y(v)), "#ddd", 1.0, "");
-        d.text((LEFT - 6.0, y(v) + 4.0), "end", "", &format!("{}%", trim(v)));
+        d.text(
+            (LEFT - 6.0, y(v) + 4.0),
+            "end",
+            "",
+            &format!("{}%", trim(v)),
+        );
         v += ystep;
     }
     let mut v = 0.0;
@@ -266,7 +273,13 @@ pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
             d.circle(p, color, &format!("{name}: {} pages, miss {:.2}%", a, b));
         }
         let ly = TOP + 10.0 + i as f64 * 17.0;
-        d.line((W - RIGHT + 15.0, ly), (W - RIGHT + 45.0, ly), color, 2.0, dash);
+        d.line(
+            (W - RIGHT + 15.0, ly),
+            (W - RIGHT + 45.0, ly),
+            color,
+            2.0,
+            dash,
+        );
         d.text((W - RIGHT + 50.0, ly + 4.0), "start", "", name);
     }
     d.finish()

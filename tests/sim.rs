@@ -126,5 +126,8 @@ fn global_policies_agree_with_libcachesim() {
     for p in AGREE {
         assert!(want.get(p).is_some(), "{p} missing from the {source}");
     }
-    assert!(bad.is_empty(), "differ by more than 0.2 pp: {bad:?}\n{report}");
+    assert!(
+        bad.is_empty(),
+        "differ by more than 0.2 pp: {bad:?}\n{report}"
+    );
 }

@@ -62,17 +62,23 @@ impl FromStr for SimPolicy {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let lower = s.trim().to_ascii_lowercase();
         if lower.starts_with("sa-") {
-            return lower.parse::<PolicyKind>().map(SimPolicy::Sa).map_err(|e| e.to_string());
+            return lower
+                .parse::<PolicyKind>()
+                .map(SimPolicy::Sa)
+                .map_err(|e| e.to_string());
         }
-        lower.parse::<GlobalKind>().map(SimPolicy::Global).map_err(|_| {
-            let sa: Vec<String> = PolicyKind::ALL.iter().map(|k| format!("sa-{k}")).collect();
-            let gl: Vec<&str> = GlobalKind::ALL.iter().map(|k| k.name()).collect();
-            format!(
-                "unknown policy {s:?}; set-associative: {}; global: {}; or \"all\"",
-                sa.join(", "),
-                gl.join(", ")
-            )
-        })
+        lower
+            .parse::<GlobalKind>()
+            .map(SimPolicy::Global)
+            .map_err(|_| {
+                let sa: Vec<String> = PolicyKind::ALL.iter().map(|k| format!("sa-{k}")).collect();
+                let gl: Vec<&str> = GlobalKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown policy {s:?}; set-associative: {}; global: {}; or \"all\"",
+                    sa.join(", "),
+                    gl.join(", ")
+                )
+            })
     }
 }
 
@@ -187,8 +193,14 @@ pub fn simulate(
             (late, early + late, Some(set_size))
         }
         SimPolicy::Global(kind) => {
-            let (late, full) =
-                global::run(kind, cache_pages, page_size, &trace.pages, trace.footprint, warm);
+            let (late, full) = global::run(
+                kind,
+                cache_pages,
+                page_size,
+                &trace.pages,
+                trace.footprint,
+                warm,
+            );
             (late, full, None)
         }
     };

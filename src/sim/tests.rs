@@ -12,7 +12,10 @@ fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("setcache-sim-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(name);
-    std::fs::File::create(&path).unwrap().write_all(bytes).unwrap();
+    std::fs::File::create(&path)
+        .unwrap()
+        .write_all(bytes)
+        .unwrap();
     path
 }
 
@@ -87,7 +90,10 @@ fn csv_columns_by_index_or_name() {
     assert_eq!(t.pages, [0, 1]);
     // A column that is not there: file and line named.
     let e = load(&format!("csv:{},col=5,sep=;", p2.display()), 4096).unwrap_err();
-    assert!(e.contains("c2.csv") && e.contains("line 1") && e.contains("no column 5"), "{e}");
+    assert!(
+        e.contains("c2.csv") && e.contains("line 1") && e.contains("no column 5"),
+        "{e}"
+    );
     let e = load(&format!("csv:{},col=nope", p.display()), 4096).unwrap_err();
     assert!(e.contains("no column named \"nope\""), "{e}");
 }
@@ -195,7 +201,12 @@ fn published_figures_on_ps_and_multi2() {
         ("ps", &[("lru", 16.0), ("lirs", 53.0), ("opt", 54.0)]),
         (
             "multi2",
-            &[("lru", 37.0), ("s3fifo", 51.0), ("lirs", 52.0), ("opt", 55.0)],
+            &[
+                ("lru", 37.0),
+                ("s3fifo", 51.0),
+                ("lirs", 52.0),
+                ("opt", 55.0),
+            ],
         ),
     ];
     for (name, expect) in cases {
@@ -235,7 +246,14 @@ fn json_document_shape() {
         keys.sort_unstable();
         assert_eq!(
             keys,
-            ["cache_pages", "hit_ratio", "hit_ratio_full", "policy", "seconds", "set_size"]
+            [
+                "cache_pages",
+                "hit_ratio",
+                "hit_ratio_full",
+                "policy",
+                "seconds",
+                "set_size"
+            ]
         );
         let h = r["hit_ratio"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&h));
@@ -260,7 +278,10 @@ fn policy_lists() {
         ]
     );
     let e = parse_policies("lru,mru").unwrap_err();
-    assert!(e.contains("\"mru\"") && e.contains("sa-s3fifo") && e.contains("wtinylfu"), "{e}");
+    assert!(
+        e.contains("\"mru\"") && e.contains("sa-s3fifo") && e.contains("wtinylfu"),
+        "{e}"
+    );
     assert!(parse_policies("").is_err());
     for p in SimPolicy::all() {
         assert_eq!(p.to_string().parse::<SimPolicy>(), Ok(p));

@@ -37,7 +37,9 @@ impl Trace {
 
     /// Whether request `i` is a write.
     pub fn is_write(&self, i: usize) -> bool {
-        self.writes.get(i / 64).is_some_and(|w| w >> (i % 64) & 1 != 0)
+        self.writes
+            .get(i / 64)
+            .is_some_and(|w| w >> (i % 64) & 1 != 0)
     }
 
     /// The trace restricted to its reads (`writes == false`) or its writes,
@@ -214,10 +216,7 @@ impl Builder {
     /// `what` names the source in the message.
     pub fn finish(self, what: &str) -> Result<Trace, String> {
         if self.overflow {
-            return Err(format!(
-                "{what}: more than {} distinct pages",
-                u32::MAX - 1
-            ));
+            return Err(format!("{what}: more than {} distinct pages", u32::MAX - 1));
         }
         if self.trace.pages.is_empty() {
             return Err(format!("{what}: the trace is empty (no request)"));
@@ -287,9 +286,9 @@ pub const KINDS: &str = "ycsb, zipf, uniform, scan, msr, oracle, csv, text";
 /// Reads or generates the trace that `spec` names, with pages of
 /// `page_size` bytes (used by block traces given in bytes).
 pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
-    let (kind, rest) = spec.split_once(':').ok_or_else(|| {
-        format!("trace {spec:?}: expected KIND:ARGS with KIND one of {KINDS}")
-    })?;
+    let (kind, rest) = spec
+        .split_once(':')
+        .ok_or_else(|| format!("trace {spec:?}: expected KIND:ARGS with KIND one of {KINDS}"))?;
     match kind.trim().to_ascii_lowercase().as_str() {
         "ycsb" => ycsb(spec, rest),
         "zipf" => zipf(spec, rest),
@@ -353,7 +352,9 @@ fn ycsb(spec: &str, rest: &str) -> Result<Trace, String> {
     let o = Opts::parse(
         spec,
         rest,
-        &["records", "ops", "theta", "seed", "per_leaf", "fanout", "internal"],
+        &[
+            "records", "ops", "theta", "seed", "per_leaf", "fanout", "internal",
+        ],
     )?;
     let records: u64 = o.num("records", None)?;
     let ops: u64 = o.num("ops", None)?;
@@ -473,10 +474,10 @@ fn path_and_opts<'a>(
     let mut opts = "";
     if let Some(i) = rest.find(',') {
         let tail = &rest[i + 1..];
-        if tail
-            .split(',')
-            .all(|kv| kv.split_once('=').is_some_and(|(k, _)| allowed.contains(&k.trim())))
-        {
+        if tail.split(',').all(|kv| {
+            kv.split_once('=')
+                .is_some_and(|(k, _)| allowed.contains(&k.trim()))
+        }) {
             path = &rest[..i];
             opts = tail;
         }
@@ -491,14 +492,19 @@ fn path_and_opts<'a>(
 fn open(path: &str) -> Result<Box<dyn Read>, String> {
     let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
     if Path::new(path).extension().is_some_and(|e| e == "gz") {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(f))))
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
+            f,
+        ))))
     } else {
         Ok(Box::new(f))
     }
 }
 
 /// Calls `each(line_number, line)` for every line of a text file.
-fn lines(path: &str, mut each: impl FnMut(usize, &str) -> Result<(), String>) -> Result<(), String> {
+fn lines(
+    path: &str,
+    mut each: impl FnMut(usize, &str) -> Result<(), String>,
+) -> Result<(), String> {
     let mut r = BufReader::with_capacity(1 << 20, open(path)?);
     let mut line = String::new();
     let mut n = 0;
@@ -624,9 +630,11 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
         let f = split(line);
         if n == 1 && (header || col.is_none() || (rw_spec.is_some() && rw.is_none())) {
             let find = |name: &str| {
-                f.iter().position(|h| h.eq_ignore_ascii_case(name)).ok_or_else(|| {
-                    format!("{path}: line 1: no column named {name:?} in the header {line:?}")
-                })
+                f.iter()
+                    .position(|h| h.eq_ignore_ascii_case(name))
+                    .ok_or_else(|| {
+                        format!("{path}: line 1: no column named {name:?} in the header {line:?}")
+                    })
             };
             if col.is_none() {
                 col = Some(find(col_spec)?);
@@ -638,14 +646,20 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
         }
         let c = col.expect("set from the header");
         let v = f.get(c).ok_or_else(|| {
-            format!("{path}: line {n}: no column {c} (the line has {} columns)", f.len())
+            format!(
+                "{path}: line {n}: no column {c} (the line has {} columns)",
+                f.len()
+            )
         })?;
         let page = field_u64(path, n, &format!("column {c}"), v)?;
         let write = match rw {
             None => false,
             Some(r) => {
                 let v = f.get(r).ok_or_else(|| {
-                    format!("{path}: line {n}: no column {r} (the line has {} columns)", f.len())
+                    format!(
+                        "{path}: line {n}: no column {r} (the line has {} columns)",
+                        f.len()
+                    )
                 })?;
                 match v.to_ascii_lowercase().as_str() {
                     "r" | "read" | "0" | "get" => false,

@@ -72,7 +72,11 @@ impl Global for Fifo {
         } else {
             let v = std::mem::replace(&mut self.ring[self.hand], x);
             self.resident[v as usize] = false;
-            self.hand = if self.hand + 1 == self.cap { 0 } else { self.hand + 1 };
+            self.hand = if self.hand + 1 == self.cap {
+                0
+            } else {
+                self.hand + 1
+            };
         }
         self.resident[x as usize] = true;
         false
@@ -96,7 +100,7 @@ pub(crate) struct Clock {
 
 impl Clock {
     /// CLOCK with a reference bit.
-    pub(crate) fn clock(cap: usize, universe: usize) -> Clock {
+    pub(crate) fn second_chance(cap: usize, universe: usize) -> Clock {
         Clock::with_max(cap, universe, 1)
     }
 
@@ -134,7 +138,11 @@ impl Global for Clock {
         loop {
             let v = self.ring[self.hand] as usize;
             let here = self.hand;
-            self.hand = if self.hand + 1 == self.cap { 0 } else { self.hand + 1 };
+            self.hand = if self.hand + 1 == self.cap {
+                0
+            } else {
+                self.hand + 1
+            };
             if self.state[v] > 1 {
                 self.state[v] -= 1;
             } else {

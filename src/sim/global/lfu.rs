@@ -107,7 +107,9 @@ impl Global for Lfu {
                 self.new_bucket(count + 1, b, higher)
             };
             self.buckets[b as usize].pages.remove(&mut self.links, x);
-            self.buckets[nb as usize].pages.push_head(&mut self.links, x);
+            self.buckets[nb as usize]
+                .pages
+                .push_head(&mut self.links, x);
             self.bucket_of[x as usize] = nb;
             self.drop_if_empty(b);
             return true;

@@ -68,7 +68,7 @@ impl Lirs {
     }
 
     /// Moves `x` to the top of `S` (pushing it if absent).
-    fn to_top(&mut self, x: u32) {
+    fn raise(&mut self, x: u32) {
         if self.in_s[x as usize] {
             self.s.move_to_head(&mut self.s_links, x);
         } else {
@@ -97,7 +97,7 @@ impl Lirs {
         }
         self.state[x as usize] = LIR;
         self.n_lir += 1;
-        self.to_top(x);
+        self.raise(x);
         while self.n_lir > self.llirs.max(1) {
             self.demote_bottom();
         }
@@ -120,7 +120,7 @@ impl Global for Lirs {
                 if self.in_s[x as usize] {
                     self.promote(x);
                 } else {
-                    self.to_top(x);
+                    self.raise(x);
                     self.q.move_to_head(&mut self.q_links, x);
                 }
                 true
@@ -136,13 +136,13 @@ impl Global for Lirs {
                     // Warm-up: the first Llirs pages become LIR directly.
                     self.state[x as usize] = LIR;
                     self.n_lir += 1;
-                    self.to_top(x);
+                    self.raise(x);
                 } else if st == GHOST {
                     self.promote(x);
                 } else {
                     self.state[x as usize] = HIR;
                     self.n_hir += 1;
-                    self.to_top(x);
+                    self.raise(x);
                     self.q.push_head(&mut self.q_links, x);
                 }
                 false

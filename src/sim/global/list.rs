@@ -139,7 +139,7 @@ impl List {
 
     /// The pages from head to tail (for tests).
     #[cfg(test)]
-    pub(crate) fn to_vec(&self, l: &Links) -> Vec<u32> {
+    pub(crate) fn pages(&self, l: &Links) -> Vec<u32> {
         let mut v = Vec::new();
         let mut x = self.head;
         while x != NIL {
@@ -162,15 +162,15 @@ mod tests {
         for x in 0..5 {
             a.push_head(&mut l, x);
         }
-        assert_eq!(a.to_vec(&l), [4, 3, 2, 1, 0]);
+        assert_eq!(a.pages(&l), [4, 3, 2, 1, 0]);
         a.remove(&mut l, 2);
         a.move_to_head(&mut l, 0);
-        assert_eq!(a.to_vec(&l), [0, 4, 3, 1]);
+        assert_eq!(a.pages(&l), [0, 4, 3, 1]);
         assert_eq!(a.pop_tail(&mut l), 1);
         for x in [2, 7, 1, 8] {
             b.push_head(&mut l, x);
         }
-        assert_eq!(b.to_vec(&l), [8, 1, 7, 2]);
+        assert_eq!(b.pages(&l), [8, 1, 7, 2]);
         assert_eq!((a.len(), b.len()), (3, 4));
         assert_eq!((a.head(), a.tail(), b.tail()), (0, 3, 2));
         while !b.is_empty() {

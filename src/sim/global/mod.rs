@@ -10,8 +10,8 @@
 mod basic;
 mod clockpro;
 mod lfu;
-mod lirs;
 pub(crate) mod linux;
+mod lirs;
 pub(crate) mod list;
 pub(crate) mod opt;
 mod queues;
@@ -151,7 +151,7 @@ pub(crate) fn run(
     match kind {
         GlobalKind::Lru => replay(basic::Lru::new(cap, u), pages, warm),
         GlobalKind::Fifo => replay(basic::Fifo::new(cap, u), pages, warm),
-        GlobalKind::Clock => replay(basic::Clock::clock(cap, u), pages, warm),
+        GlobalKind::Clock => replay(basic::Clock::second_chance(cap, u), pages, warm),
         GlobalKind::Gclock => replay(basic::Clock::gclock(cap, u), pages, warm),
         GlobalKind::Lfu => replay(lfu::Lfu::new(cap, u), pages, warm),
         GlobalKind::TwoQ => replay(queues::TwoQ::new(cap, u), pages, warm),

@@ -148,7 +148,11 @@ fn skewed_trace(n: usize, universe: u64, seed: u64) -> Vec<u32> {
 fn opt_matches_a_naive_belady() {
     for (cap, seed) in [(3, 1), (10, 2), (25, 3)] {
         let t = skewed_trace(3000, 120, seed);
-        assert_eq!(hits(GlobalKind::Opt, cap, &t), naive_opt(cap, &t), "cap {cap}");
+        assert_eq!(
+            hits(GlobalKind::Opt, cap, &t),
+            naive_opt(cap, &t),
+            "cap {cap}"
+        );
     }
     // A heap rebuild (more than 3 * cap + 64 pushes) keeps the result.
     let t = skewed_trace(20_000, 50, 9);
@@ -178,7 +182,11 @@ fn one_set_equals_the_global_policy() {
         ] {
             let mut m = SaModel::new(sa, cap, 1);
             let sa_hits = m.replay(t.iter().map(|&p| u64::from(p)));
-            assert_eq!(sa_hits, hits(global, cap, &t), "{sa} vs {global}, {cap} pages");
+            assert_eq!(
+                sa_hits,
+                hits(global, cap, &t),
+                "{sa} vs {global}, {cap} pages"
+            );
         }
     }
 }
