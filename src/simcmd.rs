@@ -89,6 +89,11 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         return Err("--warmup must be in [0, 1)".into());
     }
     let policies = sim::parse_policies(&args.policy)?;
+    for &s in &args.set_size {
+        if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
+            return Err(format!("--set-size {s}: must be within 4..=32"));
+        }
+    }
     let start = Instant::now();
     let mut trace = sim::load(&args.trace, page_size)?;
     match args.ops.to_ascii_lowercase().as_str() {
@@ -117,11 +122,6 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         let p = cache_pages(s, trace.footprint, page_size)?;
         if !sizes.contains(&p) {
             sizes.push(p);
-        }
-    }
-    for &s in &args.set_size {
-        if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
-            return Err(format!("--set-size {s}: must be within 4..=32"));
         }
     }
     out!(

@@ -112,7 +112,7 @@ pub struct SimResult {
     /// Pages per set (set-associative policies only).
     pub set_size: Option<usize>,
     /// The cache size asked for, in pages. A set-associative cache has
-    /// `cache_pages / set_size` sets (rounded down, at least one).
+    /// `cache_pages / set_size` sets (rounded down).
     pub cache_pages: usize,
     /// Hits among the counted requests (after the warm-up).
     pub hits: u64,
@@ -163,8 +163,8 @@ pub fn warm_requests(len: usize, fraction: f64) -> usize {
 ///
 /// # Errors
 ///
-/// A set size outside 4..=32 for a set-associative policy, or a cache of
-/// no page.
+/// A set size outside 4..=32 for a set-associative policy, a cache smaller
+/// than one set, or a cache of no page.
 pub fn simulate(
     trace: &Trace,
     policy: SimPolicy,
@@ -185,7 +185,12 @@ pub fn simulate(
                     "set size {set_size} is outside {MIN_ASSOC}..={MAX_ASSOC}"
                 ));
             }
-            let n_sets = (cache_pages / set_size).max(1);
+            if cache_pages < set_size {
+                return Err(format!(
+                    "a cache of {cache_pages} pages is smaller than one set of {set_size}"
+                ));
+            }
+            let n_sets = cache_pages / set_size;
             let mut m = SaModel::new(kind, set_size, n_sets);
             let (a, b) = trace.pages.split_at(warm);
             let early = m.replay(a.iter().map(|&p| u64::from(p)));

@@ -291,6 +291,8 @@ fn simulate_checks_its_arguments_and_splits_the_warm_up() {
     let t = Trace::from_pages("t", (0..1000u64).map(|i| i * 7 % 101));
     assert!(simulate(&t, "sa-lru".parse().unwrap(), 64, 3, 4096, 0.5).is_err());
     assert!(simulate(&t, "lru".parse().unwrap(), 0, 12, 4096, 0.5).is_err());
+    let e = simulate(&t, "sa-lru".parse().unwrap(), 8, 12, 4096, 0.5).unwrap_err();
+    assert!(e.contains("smaller than one set"), "{e}");
     let r = simulate(&t, "sa-clock".parse().unwrap(), 64, 8, 4096, 0.25).unwrap();
     assert_eq!((r.requests, r.counted), (1000, 750));
     assert_eq!(r.set_size, Some(8));
