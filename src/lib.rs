@@ -39,6 +39,7 @@ mod header;
 mod io;
 pub mod layout;
 mod queue;
+pub mod sim;
 mod store;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};

@@ -1,5 +1,6 @@
 //! The `setcache` command: `setcache bench ...` benchmarks the storage layer,
-//! `setcache hitbench` the page cache's hit path.
+//! `setcache hitbench` the page cache's hit path, `setcache sim` the hit ratio
+//! of replacement policies on a trace.
 //! Without arguments it runs a short demo bench.
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.
@@ -30,6 +31,7 @@ macro_rules! out {
 
 mod bench;
 mod hitbench;
+mod simcmd;
 
 use std::process::ExitCode;
 
@@ -56,6 +58,8 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Measure the page cache's hit path beside a bare memcpy baseline
     Hitbench(hitbench::HitArgs),
+    /// Simulate the hit ratio of replacement policies on a trace
+    Sim(simcmd::SimArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
     #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
     BenchChild,
@@ -66,6 +70,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run(*args),
         Some(Command::Hitbench(args)) => hitbench::run(args),
+        Some(Command::Sim(args)) => simcmd::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
         None => {
             let argv = ["setcache", "bench"].iter().chain(bench::DEMO_ARGS);

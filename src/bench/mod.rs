@@ -25,7 +25,7 @@ mod progress;
 mod report;
 mod rng;
 pub(crate) mod size;
-mod svg;
+pub(crate) mod svg;
 mod workload;
 mod zipf;
 

@@ -1,0 +1,248 @@
+//! Hit-ratio simulation of traces (`setcache sim`): the cache's own
+//! set-associative policies, run through [`SaModel`] (the very policy code
+//! the cache runs), beside textbook global policies and Belady's optimum.
+//!
+//! A [`Trace`] is loaded once and its page numbers renumbered densely
+//! (`0..footprint`, by first appearance), so that the global policies keep
+//! their per-page state in plain vectors. Every run replays the whole trace:
+//! the first `warmup` fraction of the requests warms the cache and the rest
+//! is counted (the papers' method), and the whole-trace hit ratio is kept too.
+
+mod global;
+pub mod trace;
+pub mod ycsb;
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+use crate::cache::policy::{MAX_ASSOC, MIN_ASSOC, PolicyKind, SaModel};
+
+pub use global::GlobalKind;
+pub use trace::{Trace, load};
+
+/// A policy to simulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SimPolicy {
+    /// A set-associative cache whose sets run the cache's policy.
+    Sa(PolicyKind),
+    /// A global policy.
+    Global(GlobalKind),
+}
+
+impl SimPolicy {
+    /// Every policy: the set-associative ones, then the global ones.
+    pub fn all() -> Vec<SimPolicy> {
+        PolicyKind::ALL
+            .into_iter()
+            .map(SimPolicy::Sa)
+            .chain(GlobalKind::ALL.into_iter().map(SimPolicy::Global))
+            .collect()
+    }
+
+    /// Whether the policy is set-associative.
+    pub fn is_sa(self) -> bool {
+        matches!(self, SimPolicy::Sa(_))
+    }
+}
+
+impl fmt::Display for SimPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SimPolicy::Sa(k) => write!(f, "sa-{}", k.name()),
+            SimPolicy::Global(k) => f.write_str(k.name()),
+        }
+    }
+}
+
+impl FromStr for SimPolicy {
+    type Err = String;
+
+    /// `sa-NAME` for a set-associative policy, `NAME` for a global one.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let lower = s.trim().to_ascii_lowercase();
+        if lower.starts_with("sa-") {
+            return lower
+                .parse::<PolicyKind>()
+                .map(SimPolicy::Sa)
+                .map_err(|e| e.to_string());
+        }
+        lower
+            .parse::<GlobalKind>()
+            .map(SimPolicy::Global)
+            .map_err(|_| {
+                let sa: Vec<String> = PolicyKind::ALL.iter().map(|k| format!("sa-{k}")).collect();
+                let gl: Vec<&str> = GlobalKind::ALL.iter().map(|k| k.name()).collect();
+                format!(
+                    "unknown policy {s:?}; set-associative: {}; global: {}; or \"all\"",
+                    sa.join(", "),
+                    gl.join(", ")
+                )
+            })
+    }
+}
+
+/// Parses a comma-separated policy list (`all`, `sa`, `global` expand).
+pub fn parse_policies(list: &str) -> Result<Vec<SimPolicy>, String> {
+    let mut out: Vec<SimPolicy> = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let add: Vec<SimPolicy> = match item.to_ascii_lowercase().as_str() {
+            "all" => SimPolicy::all(),
+            "sa" | "sa-all" => PolicyKind::ALL.into_iter().map(SimPolicy::Sa).collect(),
+            "global" => GlobalKind::ALL.into_iter().map(SimPolicy::Global).collect(),
+            _ => vec![item.parse()?],
+        };
+        for p in add {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    if out.is_empty() {
+        return Err("no policy given".into());
+    }
+    Ok(out)
+}
+
+/// The outcome of one simulation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimResult {
+    /// The policy.
+    pub policy: SimPolicy,
+    /// Pages per set (set-associative policies only).
+    pub set_size: Option<usize>,
+    /// The cache size asked for, in pages. A set-associative cache has
+    /// `cache_pages / set_size` sets (rounded down).
+    pub cache_pages: usize,
+    /// Hits among the counted requests (after the warm-up).
+    pub hits: u64,
+    /// Requests counted (after the warm-up).
+    pub counted: u64,
+    /// Hits over the whole trace.
+    pub hits_full: u64,
+    /// Requests in the whole trace.
+    pub requests: u64,
+    /// Wall time of the replay, in seconds.
+    pub seconds: f64,
+}
+
+impl SimResult {
+    /// Hits over counted requests.
+    pub fn hit_ratio(&self) -> f64 {
+        ratio(self.hits, self.counted)
+    }
+
+    /// Hits over all requests.
+    pub fn hit_ratio_full(&self) -> f64 {
+        ratio(self.hits_full, self.requests)
+    }
+
+    /// Requests replayed per second.
+    pub fn requests_per_second(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.requests as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+fn ratio(a: u64, b: u64) -> f64 {
+    if b == 0 { 0.0 } else { a as f64 / b as f64 }
+}
+
+/// The number of requests that warm the cache: `fraction` of the trace.
+pub fn warm_requests(len: usize, fraction: f64) -> usize {
+    ((len as f64 * fraction.clamp(0.0, 1.0)).round() as usize).min(len)
+}
+
+/// Replays `trace` through `policy` with a cache of `cache_pages` pages
+/// (of `page_size` bytes; only the `linux` policy looks at bytes), sets of
+/// `set_size` pages for a set-associative policy, the first `warmup`
+/// fraction of the requests uncounted.
+///
+/// # Errors
+///
+/// A set size outside 4..=32 for a set-associative policy, a cache smaller
+/// than one set, or a cache of no page.
+pub fn simulate(
+    trace: &Trace,
+    policy: SimPolicy,
+    cache_pages: usize,
+    set_size: usize,
+    page_size: u64,
+    warmup: f64,
+) -> Result<SimResult, String> {
+    if cache_pages == 0 {
+        return Err("the cache must hold at least one page".into());
+    }
+    let warm = warm_requests(trace.len(), warmup);
+    let start = Instant::now();
+    let (hits, hits_full, set) = match policy {
+        SimPolicy::Sa(kind) => {
+            if !(MIN_ASSOC..=MAX_ASSOC).contains(&set_size) {
+                return Err(format!(
+                    "set size {set_size} is outside {MIN_ASSOC}..={MAX_ASSOC}"
+                ));
+            }
+            if cache_pages < set_size {
+                return Err(format!(
+                    "a cache of {cache_pages} pages is smaller than one set of {set_size}"
+                ));
+            }
+            let n_sets = cache_pages / set_size;
+            let mut m = SaModel::new(kind, set_size, n_sets);
+            let (a, b) = trace.pages.split_at(warm);
+            let early = m.replay(a.iter().map(|&p| u64::from(p)));
+            let late = m.replay(b.iter().map(|&p| u64::from(p)));
+            (late, early + late, Some(set_size))
+        }
+        SimPolicy::Global(kind) => {
+            let (late, full) = global::run(
+                kind,
+                cache_pages,
+                page_size,
+                &trace.pages,
+                trace.footprint,
+                warm,
+            );
+            (late, full, None)
+        }
+    };
+    Ok(SimResult {
+        policy,
+        set_size: set,
+        cache_pages,
+        hits,
+        counted: (trace.len() - warm) as u64,
+        hits_full,
+        requests: trace.len() as u64,
+        seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The `--json` document: the trace, its size, and one object per run.
+pub fn to_json(trace: &Trace, results: &[SimResult]) -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = results
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "policy": r.policy.to_string(),
+                "set_size": r.set_size,
+                "cache_pages": r.cache_pages,
+                "hit_ratio": r.hit_ratio(),
+                "hit_ratio_full": r.hit_ratio_full(),
+                "seconds": r.seconds,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "trace": trace.name,
+        "requests": trace.len(),
+        "footprint_pages": trace.footprint,
+        "results": rows,
+    })
+}
+
+#[cfg(test)]
+mod tests;

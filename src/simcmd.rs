@@ -1,0 +1,317 @@
+//! `setcache sim`: replays a trace through the cache's set-associative
+//! policies and through global ones, and prints the hit ratios.
+
+use std::time::Instant;
+
+use clap::Args;
+use setcache::sim::{self, SimResult, Trace};
+
+use crate::bench::size::{format_size, parse_size};
+use crate::bench::svg::{Doc, nice_step, short_num, trim};
+
+/// Simulate the hit ratio of replacement policies on a trace.
+#[derive(Args, Debug)]
+#[command(
+    long_about = "Simulate the hit ratio of replacement policies on a trace.\n\n\
+    Set-associative policies (sa-lru, sa-lfu, sa-fifo, sa-clock, sa-gclock, sa-nrlfu, sa-sieve, \
+    sa-s3fifo) run the cache's own per-set policy code; global policies (lru, fifo, clock, gclock, \
+    lfu, 2q, arc, lirs, clockpro, s3fifo, sieve, wtinylfu, linux, opt) are textbook versions.\n\n\
+    Traces: ycsb:records=N,ops=M[,theta=0.99][,seed=S][,per_leaf=4.4][,fanout=128][,internal=0.306] | \
+    zipf:pages=N,ops=M,theta=T[,seed=S] | uniform:pages=N,ops=M[,seed=S] | scan:pages=N,loops=L | \
+    msr:PATH | oracle:PATH | csv:PATH[,col=N|NAME][,rw=N|NAME][,sep=C][,header=1] | text:PATH \
+    (files ending in .gz are decompressed)."
+)]
+pub(crate) struct SimArgs {
+    /// The trace, KIND:ARGS (see the long help).
+    #[arg(long)]
+    trace: String,
+    /// Policies, comma-separated; `all`, `sa` and `global` expand.
+    #[arg(long, default_value = "all")]
+    policy: String,
+    /// Cache sizes, comma-separated: bytes (512M), pages (65536p) or a share
+    /// of the trace's footprint (10%).
+    #[arg(long, default_value = "10%", value_delimiter = ',')]
+    cache_size: Vec<String>,
+    /// Pages per set of the set-associative policies, comma-separated (4..=32).
+    #[arg(long, default_value = "12", value_delimiter = ',')]
+    set_size: Vec<usize>,
+    /// Page size: block traces are cut into pages of this size, byte cache
+    /// sizes are divided by it.
+    #[arg(long, default_value = "4k")]
+    page_size: String,
+    /// Share of the requests that only warm the cache (the hit ratio counts
+    /// the rest); the whole-trace hit ratio is reported too.
+    #[arg(long, default_value_t = 0.5)]
+    warmup: f64,
+    /// Which requests to replay: all, reads or writes.
+    #[arg(long, default_value = "all")]
+    ops: String,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<String>,
+    /// Draw the miss-ratio curves (miss ratio against cache size) as SVG.
+    #[arg(long)]
+    plot: Option<String>,
+}
+
+/// Resolves one `--cache-size` item to pages.
+fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, String> {
+    let t = text.trim();
+    let pages = if let Some(pct) = t.strip_suffix('%') {
+        let p: f64 = pct
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid cache size {text:?}: bad percentage"))?;
+        if !(p > 0.0 && p.is_finite()) {
+            return Err(format!("invalid cache size {text:?}: must be positive"));
+        }
+        (footprint as f64 * p / 100.0).round() as usize
+    } else if let Some(n) = t.strip_suffix(['p', 'P']) {
+        n.trim()
+            .replace('_', "")
+            .parse()
+            .map_err(|_| format!("invalid cache size {text:?}: bad page count"))?
+    } else {
+        (parse_size(t)? / page_size) as usize
+    };
+    if pages == 0 {
+        return Err(format!("cache size {text:?} is less than one page"));
+    }
+    Ok(pages)
+}
+
+pub(crate) fn run(args: SimArgs) -> Result<(), String> {
+    let page_size = parse_size(&args.page_size)?;
+    if page_size == 0 {
+        return Err("--page-size must be positive".into());
+    }
+    if !(0.0..1.0).contains(&args.warmup) {
+        return Err("--warmup must be in [0, 1)".into());
+    }
+    let policies = sim::parse_policies(&args.policy)?;
+    for &s in &args.set_size {
+        if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
+            return Err(format!("--set-size {s}: must be within 4..=32"));
+        }
+    }
+    let start = Instant::now();
+    let mut trace = sim::load(&args.trace, page_size)?;
+    match args.ops.to_ascii_lowercase().as_str() {
+        "all" => {}
+        "reads" | "read" => trace = trace.only(false),
+        "writes" | "write" => trace = trace.only(true),
+        other => return Err(format!("--ops {other:?}: expected all, reads or writes")),
+    }
+    if trace.is_empty() {
+        return Err(format!("{}: no request left to replay", trace.name));
+    }
+    let load_s = start.elapsed().as_secs_f64();
+    let writes = trace.n_writes;
+    out!(
+        "trace {}: {} requests ({} reads, {} writes), footprint {} pages ({}), loaded in {:.1} s",
+        trace.name,
+        trace.len(),
+        trace.len() as u64 - writes,
+        writes,
+        trace.footprint,
+        format_size(trace.footprint as u64 * page_size),
+        load_s
+    );
+    let mut sizes = Vec::new();
+    for s in &args.cache_size {
+        let p = cache_pages(s, trace.footprint, page_size)?;
+        if !sizes.contains(&p) {
+            sizes.push(p);
+        }
+    }
+    out!(
+        "warm-up: first {:.0}% of the requests; hit% counts the rest, full% the whole trace",
+        args.warmup * 100.0
+    );
+    out!(
+        "{:<12} {:>4} {:>12} {:>9} {:>8} {:>9} {:>8}",
+        "policy",
+        "set",
+        "cache pages",
+        "hit%",
+        "full%",
+        "Mreq/s",
+        "seconds"
+    );
+    let mut results: Vec<SimResult> = Vec::new();
+    for &size in &sizes {
+        for &p in &policies {
+            let set_sizes: Vec<usize> = if p.is_sa() {
+                args.set_size.clone()
+            } else {
+                vec![0]
+            };
+            for set in set_sizes {
+                let r = sim::simulate(&trace, p, size, set, page_size, args.warmup)?;
+                out!(
+                    "{:<12} {:>4} {:>12} {:>9.3} {:>8.3} {:>9.1} {:>8.2}",
+                    r.policy.to_string(),
+                    r.set_size.map_or("-".to_string(), |s| s.to_string()),
+                    r.cache_pages,
+                    r.hit_ratio() * 100.0,
+                    r.hit_ratio_full() * 100.0,
+                    r.requests_per_second() / 1e6,
+                    r.seconds
+                );
+                results.push(r);
+            }
+        }
+    }
+    out!(
+        "total {:.1} s (trace load included)",
+        start.elapsed().as_secs_f64()
+    );
+    if let Some(path) = &args.json {
+        let doc = sim::to_json(&trace, &results);
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{path}: {e}"))?;
+        say!("wrote {path}");
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot(&trace, &results)).map_err(|e| format!("{path}: {e}"))?;
+        say!("wrote {path}");
+    }
+    Ok(())
+}
+
+const COLORS: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+    "#7f7f7f", "#bcbd22",
+];
+const DASHES: [&str; 3] = ["", "8 4", "3 3"];
+
+/// The miss-ratio curves: miss ratio (after the warm-up) against the cache
+/// size in pages, one line per policy and set size.
+pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
+    const W: f64 = 860.0;
+    const H: f64 = 520.0;
+    const LEFT: f64 = 70.0;
+    const RIGHT: f64 = 190.0;
+    const TOP: f64 = 50.0;
+    const BOTTOM: f64 = 60.0;
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for r in results {
+        let name = match r.set_size {
+            Some(s) => format!("{} /{s}", r.policy),
+            None => r.policy.to_string(),
+        };
+        let pt = (r.cache_pages as f64, (1.0 - r.hit_ratio()) * 100.0);
+        match lines.iter_mut().find(|l| l.0 == name) {
+            Some(l) => l.1.push(pt),
+            None => lines.push((name, vec![pt])),
+        }
+    }
+    for l in &mut lines {
+        l.1.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    let xmax = results
+        .iter()
+        .map(|r| r.cache_pages as f64)
+        .fold(1.0, f64::max);
+    let xstep = nice_step(xmax, 6.0);
+    let xmax = (xmax / xstep).ceil() * xstep;
+    let ymax = results
+        .iter()
+        .map(|r| (1.0 - r.hit_ratio()) * 100.0)
+        .fold(1.0, f64::max);
+    let ystep = nice_step(ymax, 5.0);
+    let ymax = ((ymax / ystep).ceil() * ystep).min(100.0).max(ystep);
+    let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    let x = |v: f64| LEFT + v / xmax * pw;
+    let y = |v: f64| TOP + ph - v / ymax * ph;
+    let mut d = Doc::new(W, H);
+    d.text(
+        (LEFT + pw / 2.0, 25.0),
+        "middle",
+        r#" font-size="14""#,
+        &format!("Miss ratio after warm-up: {}", trace.name),
+    );
+    let mut v = 0.0;
+    while v <= ymax + 1e-9 {
+        d.line((LEFT, y(v)), (LEFT + pw, y(v)), "#ddd", 1.0, "");
+        d.text(
+            (LEFT - 6.0, y(v) + 4.0),
+            "end",
+            "",
+            &format!("{}%", trim(v)),
+        );
+        v += ystep;
+    }
+    let mut v = 0.0;
+    while v <= xmax + 1e-9 {
+        d.line((x(v), TOP), (x(v), TOP + ph), "#eee", 1.0, "");
+        d.text((x(v), TOP + ph + 18.0), "middle", "", &short_num(v));
+        v += xstep;
+    }
+    d.line((LEFT, TOP + ph), (LEFT + pw, TOP + ph), "black", 1.0, "");
+    d.line((LEFT, TOP), (LEFT, TOP + ph), "black", 1.0, "");
+    d.text(
+        (LEFT + pw / 2.0, H - 15.0),
+        "middle",
+        "",
+        "cache size (pages)",
+    );
+    d.text(
+        (18.0, TOP + ph / 2.0),
+        "middle",
+        &format!(r#" transform="rotate(-90 18 {})""#, TOP + ph / 2.0),
+        "miss ratio",
+    );
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let dash = DASHES[(i / COLORS.len()) % DASHES.len()];
+        let scaled: Vec<(f64, f64)> = pts.iter().map(|&(a, b)| (x(a), y(b))).collect();
+        if scaled.len() > 1 {
+            d.polyline(&scaled, color, dash);
+        }
+        for (&(a, b), &p) in pts.iter().zip(&scaled) {
+            d.circle(p, color, &format!("{name}: {} pages, miss {:.2}%", a, b));
+        }
+        let ly = TOP + 10.0 + i as f64 * 17.0;
+        d.line(
+            (W - RIGHT + 15.0, ly),
+            (W - RIGHT + 45.0, ly),
+            color,
+            2.0,
+            dash,
+        );
+        d.text((W - RIGHT + 50.0, ly + 4.0), "start", "", name);
+    }
+    d.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use setcache::sim::SimPolicy;
+
+    #[test]
+    fn cache_sizes_in_bytes_pages_and_percent() {
+        assert_eq!(cache_pages("512M", 10, 4096), Ok(131_072));
+        assert_eq!(cache_pages("65536p", 10, 4096), Ok(65_536));
+        assert_eq!(cache_pages("10%", 5000, 4096), Ok(500));
+        assert!(cache_pages("1k", 10, 4096).is_err());
+        assert!(cache_pages("x%", 10, 4096).is_err());
+        assert!(cache_pages("0p", 10, 4096).is_err());
+    }
+
+    #[test]
+    fn plot_is_well_formed() {
+        let trace = Trace::from_pages("t", (0..400u64).map(|i| i * 7 % 61));
+        let mut results = Vec::new();
+        for p in ["lru", "sa-lru", "opt"] {
+            for size in [8, 16, 32] {
+                let p: SimPolicy = p.parse().unwrap();
+                results.push(sim::simulate(&trace, p, size, 4, 4096, 0.5).unwrap());
+            }
+        }
+        let svg = plot(&trace, &results);
+        crate::bench::svg::assert_well_formed(&svg);
+        assert!(svg.contains("sa-lru /4") && svg.contains("opt"));
+    }
+}
