@@ -18,7 +18,7 @@ use std::time::Duration;
 use crate::cache::{CacheOptions, MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
 use crate::file::File;
-use crate::flusher::{FlushOptions, Flusher};
+use crate::flusher::{FlushOptions, Flusher, Writer};
 use crate::layout::LayoutKind;
 use crate::store::Store;
 
@@ -242,8 +242,9 @@ impl Shared {
         }
     }
 
-    /// Write back every dirty page of file `id`, waiting for pages that are
-    /// busy (a writer holds them, or another write-back runs), then fsync.
+    /// Write back every dirty page of file `id` (32 writes in flight, dirty
+    /// neighbours merged into one write), waiting for pages that are busy (a
+    /// writer holds them, or another write-back runs), then fsync.
     fn sync_file(&self, id: u32) -> Result<()> {
         let e = self.entry(id)?;
         let mut pending: Vec<u64> = self
@@ -253,42 +254,44 @@ impl Shared {
             .filter(|&(f, _)| f == id)
             .map(|(_, p)| p)
             .collect();
-        let mut first: Option<Error> = None;
+        pending.sort_unstable();
+        let mut w = Writer::new(self, SYNC_DEPTH, SYNC_MERGE);
         let mut pause = 1u64;
         while !pending.is_empty() {
             let mut busy = Vec::new();
             for p in pending {
-                match self.cache.write_back(id, p)? {
-                    Some(wb) => {
-                        let r = self.store_page(id, p, wb.bytes());
-                        if let Err(err) = wb.finish(r) {
-                            first.get_or_insert(err);
-                        }
-                    }
-                    None => {
-                        // Busy (a writer holds it, or another thread's
-                        // write-back is in flight), or already clean: wait
-                        // for the first two, so that the fsync below covers
-                        // the bytes.
-                        if self.cache.write_pending(id, p)? {
-                            busy.push(p);
-                        }
-                    }
+                if !w.write(id, p) && self.cache.write_pending(id, p)? {
+                    // Busy (a writer holds it, or a write-back is in flight,
+                    // perhaps our own): wait for it, so that the fsync below
+                    // covers the bytes.
+                    busy.push(p);
                 }
             }
+            w.poll();
             pending = busy;
             if !pending.is_empty() {
-                std::thread::sleep(Duration::from_micros(pause));
-                pause = (pause * 2).min(1000);
+                if w.in_flight() > 0 {
+                    w.wait_one();
+                } else {
+                    std::thread::sleep(Duration::from_micros(pause));
+                    pause = (pause * 2).min(1000);
+                }
             }
         }
+        w.drain();
+        // Failures of this sync's writes were remembered for the file too.
         let earlier = e.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(err) = earlier.or(first) {
+        if let Some(err) = earlier.or(w.failed.take()) {
             return Err(err);
         }
         e.file.sync()
     }
 }
+
+/// Writes in flight during `sync`.
+const SYNC_DEPTH: usize = 32;
+/// Most pages `sync` merges into one write.
+const SYNC_MERGE: usize = 32;
 
 impl CachedFile {
     /// The file underneath.

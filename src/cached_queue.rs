@@ -185,6 +185,20 @@ impl<'a> CachedQueue<'a> {
     /// sent, one batch per device, before it returns. A request that is out of
     /// range, or a write to a read-only file, completes at once with its error.
     pub fn submit(&mut self, reqs: Vec<CachedRequest>) {
+        // Two passes of hints before the lookups: the sets' metadata of every
+        // page, then the first lines of the frames of those cached, so that
+        // the batch's memory misses overlap.
+        let cache = &self.sh.cache;
+        let ps = cache.page_size() as u64;
+        for pass in [false, true] {
+            for r in &reqs {
+                let first = r.offset / ps;
+                let end = (r.offset + r.buf.len() as u64).div_ceil(ps).min(first + 4);
+                for page in first..end {
+                    cache.prefetch(r.file.id, page, pass);
+                }
+            }
+        }
         for r in reqs {
             self.start(r);
         }
@@ -393,7 +407,9 @@ impl<'a> CachedQueue<'a> {
         let off = page * ps;
         let n = entry.file.len().saturating_sub(off).min(ps) as usize;
         let f = job.frame();
-        f[n..].fill(0);
+        if n < f.len() {
+            f[n..].fill(0);
+        }
         if n as u64 % DIRECT_ALIGN != 0 {
             let r = self.sh.load(fid, page, f);
             return self.complete_fill(job, req, page, r);

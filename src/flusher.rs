@@ -130,32 +130,171 @@ struct Run<'a> {
     pages: Vec<WriteBack<'a>>,
 }
 
-fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
-    let cache = &shared.cache;
-    let ps = cache.page_size() as u64;
-    let mut q = Queue::new(opts.depth);
-    let finished: Finished = Rc::new(RefCell::new(Vec::new()));
-    let mut runs: Vec<Option<Run<'_>>> = Vec::new();
-    let mut free: Vec<usize> = Vec::new();
-    let settle = |runs: &mut Vec<Option<Run<'_>>>, free: &mut Vec<usize>| {
-        for (slot, r) in std::mem::take(&mut *finished.borrow_mut()) {
-            let run = runs[slot].take().expect("a write in flight");
-            free.push(slot);
-            if let Err(e) = &r {
-                shared.remember_failure(run.file, e.clone());
+/// Writes dirty pages back through an asynchronous queue, each page merged
+/// with its dirty neighbours in the file into one write; used by the flusher
+/// and by `sync`. Failures are remembered for the file's next `sync` (and the
+/// pages stay dirty).
+pub(crate) struct Writer<'a> {
+    shared: &'a Shared,
+    q: Queue,
+    finished: Finished,
+    runs: Vec<Option<Run<'a>>>,
+    free: Vec<usize>,
+    max_merge: usize,
+    /// Pages written and device writes issued, successful or not.
+    pub(crate) pages: u64,
+    pub(crate) writes: u64,
+    /// The first failure seen.
+    pub(crate) failed: Option<Error>,
+}
+
+impl<'a> Writer<'a> {
+    pub(crate) fn new(shared: &'a Shared, depth: usize, max_merge: usize) -> Writer<'a> {
+        Writer {
+            shared,
+            q: Queue::new(depth),
+            finished: Rc::new(RefCell::new(Vec::new())),
+            runs: Vec::new(),
+            free: Vec::new(),
+            max_merge: max_merge.max(1),
+            pages: 0,
+            writes: 0,
+            failed: None,
+        }
+    }
+
+    /// Writes in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.q.in_flight()
+    }
+
+    /// Start writing `page` of `file` back, with its dirty neighbours, if it is
+    /// cached, dirty and idle. Returns whether a write was started.
+    pub(crate) fn write(&mut self, file: u32, page: u64) -> bool {
+        let cache = &self.shared.cache;
+        let ps = cache.page_size() as u64;
+        let Ok(Some(first)) = cache.write_back(file, page) else {
+            return false; // clean now, busy, or not cached
+        };
+        let Ok(entry) = self.shared.entry(file) else {
+            return false; // a file no longer known: the page stays dirty
+        };
+        let pages_in_file = entry.file.len().div_ceil(ps);
+        let mut after = Vec::new();
+        let mut p = page + 1;
+        while after.len() + 1 < self.max_merge && p < pages_in_file {
+            match cache.write_back(file, p) {
+                Ok(Some(w)) => after.push(w),
+                _ => break,
             }
-            st.pages
-                .fetch_add(run.pages.len() as u64, Ordering::Relaxed);
-            st.writes.fetch_add(1, Ordering::Relaxed);
+            p += 1;
+        }
+        let mut before = Vec::new();
+        let mut p = page;
+        while before.len() + after.len() + 1 < self.max_merge && p > 0 {
+            p -= 1;
+            match cache.write_back(file, p) {
+                Ok(Some(w)) => before.push(w),
+                _ => break,
+            }
+        }
+        let start = page - before.len() as u64;
+        let mut pages: Vec<WriteBack<'a>> = before.into_iter().rev().collect();
+        pages.push(first);
+        pages.extend(after);
+        let off = start * ps;
+        let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
+        let slot = self.free.pop().unwrap_or_else(|| {
+            self.runs.push(None);
+            self.runs.len() - 1
+        });
+        let done = self.finished.clone();
+        let report = move |r: Result<()>| done.borrow_mut().push((slot, r));
+        if len as u64 % DIRECT_ALIGN != 0 {
+            // The file ends inside a sector: write through the cache's own
+            // path, which handles the tail.
+            let r = pages
+                .iter()
+                .try_for_each(|w| self.shared.store_page(file, w.page(), w.bytes()));
+            self.runs[slot] = Some(Run { file, pages });
+            report(r);
+        } else if pages.len() == 1 {
+            let ptr = pages[0].bytes().as_ptr() as *mut u8;
+            self.runs[slot] = Some(Run { file, pages });
+            // SAFETY: the write-back guard in `runs[slot]` keeps the page in its
+            // frame and keeps writers out until the callback has reported the
+            // write finished; the device only reads it.
+            unsafe {
+                self.q
+                    .submit_raw(OpKind::Write, &entry.file, off, ptr, len, Box::new(report));
+            }
+            self.q.flush_now();
+        } else {
+            let mut buf = AlignedBuf::new(len);
+            for (k, w) in pages.iter().enumerate() {
+                let at = k * ps as usize;
+                let n = (len - at).min(ps as usize);
+                buf[at..at + n].copy_from_slice(&w.bytes()[..n]);
+            }
+            self.runs[slot] = Some(Run { file, pages });
+            self.q
+                .submit(vec![Request::write(&entry.file, off, buf, move |c| {
+                    report(c.result)
+                })]);
+        }
+        self.settle();
+        true
+    }
+
+    /// Finish the runs whose writes completed.
+    pub(crate) fn settle(&mut self) {
+        for (slot, r) in std::mem::take(&mut *self.finished.borrow_mut()) {
+            let run = self.runs[slot].take().expect("a write in flight");
+            self.free.push(slot);
+            if let Err(e) = &r {
+                self.shared.remember_failure(run.file, e.clone());
+                self.failed.get_or_insert_with(|| e.clone());
+            }
+            self.pages += run.pages.len() as u64;
+            self.writes += 1;
             for wb in run.pages {
                 let _ = wb.finish(r.clone());
             }
         }
+    }
+
+    /// Reap completions without blocking.
+    pub(crate) fn poll(&mut self) {
+        self.q.poll();
+        self.settle();
+    }
+
+    /// Block until at least one write completes (if any is in flight).
+    pub(crate) fn wait_one(&mut self) {
+        self.q.wait(1);
+        self.settle();
+    }
+
+    /// Wait for every write in flight.
+    pub(crate) fn drain(&mut self) {
+        self.q.drain();
+        self.settle();
+    }
+}
+
+fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
+    let cache = &shared.cache;
+    let mut w = Writer::new(shared, opts.depth, opts.max_merge);
+    let (mut pages, mut writes) = (0, 0);
+    let mut report = |w: &Writer<'_>| {
+        st.pages.fetch_add(w.pages - pages, Ordering::Relaxed);
+        st.writes.fetch_add(w.writes - writes, Ordering::Relaxed);
+        (pages, writes) = (w.pages, w.writes);
     };
     loop {
         let due: Vec<usize> = {
             let mut g = st.due.lock().unwrap_or_else(|p| p.into_inner());
-            while g.is_empty() && !st.stop.load(Ordering::SeqCst) && q.in_flight() == 0 {
+            while g.is_empty() && !st.stop.load(Ordering::SeqCst) && w.in_flight() == 0 {
                 g = st
                     .cv
                     .wait_timeout(g, Duration::from_millis(100))
@@ -171,91 +310,16 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
             let (order, dirty) = cache.dirty_in_eviction_order(set);
             let want = dirty.saturating_sub(low).max(1);
             for (file, page) in order.into_iter().take(want) {
-                let Ok(Some(first)) = cache.write_back(file, page) else {
-                    continue; // written meanwhile, or busy
-                };
-                let Ok(entry) = shared.entry(file) else {
-                    // A file no longer known: leave the page dirty.
-                    drop(first);
-                    continue;
-                };
-                let pages_in_file = entry.file.len().div_ceil(ps);
-                let mut after = Vec::new();
-                let mut p = page + 1;
-                while after.len() + 1 < opts.max_merge && p < pages_in_file {
-                    match cache.write_back(file, p) {
-                        Ok(Some(w)) => after.push(w),
-                        _ => break,
-                    }
-                    p += 1;
-                }
-                let mut before = Vec::new();
-                let mut p = page;
-                while before.len() + after.len() + 1 < opts.max_merge && p > 0 {
-                    p -= 1;
-                    match cache.write_back(file, p) {
-                        Ok(Some(w)) => before.push(w),
-                        _ => break,
-                    }
-                }
-                let start = page - before.len() as u64;
-                let mut pages: Vec<WriteBack<'_>> = before.into_iter().rev().collect();
-                pages.push(first);
-                pages.extend(after);
-                let off = start * ps;
-                let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
-                let slot = free.pop().unwrap_or_else(|| {
-                    runs.push(None);
-                    runs.len() - 1
-                });
-                let done = finished.clone();
-                let report = move |r: Result<()>| done.borrow_mut().push((slot, r));
-                if len as u64 % DIRECT_ALIGN != 0 {
-                    // The file ends inside a sector: write through the cache's
-                    // own path, which handles the tail.
-                    let r = pages
-                        .iter()
-                        .try_for_each(|w| shared.store_page(file, w.page(), w.bytes()));
-                    runs[slot] = Some(Run { file, pages });
-                    report(r);
-                    continue;
-                }
-                if pages.len() == 1 {
-                    let ptr = pages[0].bytes().as_ptr() as *mut u8;
-                    runs[slot] = Some(Run { file, pages });
-                    // SAFETY: the write-back guard in `runs[slot]` keeps the page
-                    // in its frame and keeps writers out until the callback has
-                    // reported the write finished; the device only reads it.
-                    unsafe {
-                        q.submit_raw(OpKind::Write, &entry.file, off, ptr, len, Box::new(report));
-                    }
-                } else {
-                    let mut buf = AlignedBuf::new(len);
-                    for (k, w) in pages.iter().enumerate() {
-                        let at = k * ps as usize;
-                        let n = (len - at).min(ps as usize);
-                        buf[at..at + n].copy_from_slice(&w.bytes()[..n]);
-                    }
-                    runs[slot] = Some(Run { file, pages });
-                    q.submit(vec![Request::write(&entry.file, off, buf, move |c| {
-                        report(c.result)
-                    })]);
-                }
-                settle(&mut runs, &mut free);
+                w.write(file, page);
             }
             cache.flushed(set);
         }
-        q.flush_now();
-        q.poll();
-        settle(&mut runs, &mut free);
-        if q.in_flight() > 0 {
-            let due_empty = st.due.lock().unwrap_or_else(|p| p.into_inner()).is_empty();
-            if due_empty {
-                q.wait(1);
-                settle(&mut runs, &mut free);
-            }
+        w.poll();
+        if w.in_flight() > 0 && st.due.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+            w.wait_one();
         }
+        report(&w);
     }
-    q.drain();
-    settle(&mut runs, &mut free);
+    w.drain();
+    report(&w);
 }

@@ -97,6 +97,9 @@ pub(crate) struct BenchArgs {
     /// region of 3/4 of --cache-size, the rest in the rest of the file
     #[arg(long, value_name = "PCT[,PCT...]", value_delimiter = ',', value_parser = percent_arg)]
     pub(crate) hit_ratio: Vec<f64>,
+    /// Size of the hot region of --hit-ratio runs [default: 3/4 of --cache-size]
+    #[arg(long, value_name = "SIZE", value_parser = size_arg)]
+    pub(crate) hot_size: Option<u64>,
     /// Distribution of random offsets: uniform or zipf:THETA (THETA > 0, e.g. zipf:0.99)
     #[arg(long, value_name = "DIST", default_value = "uniform", value_parser = Dist::parse)]
     pub(crate) dist: Dist,

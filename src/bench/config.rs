@@ -39,7 +39,11 @@ impl Config {
         let (Some(ratio), Some(cache)) = (target, self.a.cache_size) else {
             return Ok(None);
         };
-        HotSpot::for_cache(ratio, cache, self.a.bs, self.a.file_size / self.a.bs).map(Some)
+        let blocks = self.a.file_size / self.a.bs;
+        match self.a.hot_size {
+            Some(hot) => HotSpot::sized(ratio, hot, self.a.bs, blocks).map(Some),
+            None => HotSpot::for_cache(ratio, cache, self.a.bs, blocks).map(Some),
+        }
     }
 }
 
@@ -85,6 +89,9 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
             a.dist
         ));
     }
+    if a.hot_size.is_some() && a.hit_ratio.is_empty() {
+        return Err("--hot-size only applies to --hit-ratio runs".to_string());
+    }
     let mut hit_targets: Vec<Option<f64>> = Vec::new();
     if !a.hit_ratio.is_empty() {
         let Some(cache) = a.cache_size else {
@@ -99,7 +106,10 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
         if a.dist != Dist::Uniform {
             return Err("--hit-ratio and --dist zipf cannot be combined".to_string());
         }
-        HotSpot::for_cache(0.5, cache, a.bs, a.file_size / a.bs)?;
+        match a.hot_size {
+            Some(hot) => HotSpot::sized(0.5, hot, a.bs, a.file_size / a.bs)?,
+            None => HotSpot::for_cache(0.5, cache, a.bs, a.file_size / a.bs)?,
+        };
         for &p in &a.hit_ratio {
             let f = p / 100.0;
             if !hit_targets.contains(&Some(f)) {

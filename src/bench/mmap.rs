@@ -73,6 +73,18 @@ impl Mapping {
     }
 }
 
+impl Mapping {
+    /// Write the mapping's dirty pages to the file and wait (msync MS_SYNC).
+    pub(crate) fn sync(&self) -> Result<(), String> {
+        // SAFETY: the range is exactly the live mapping.
+        let r = unsafe { libc::msync(self.ptr.cast(), self.len, libc::MS_SYNC) };
+        if r != 0 {
+            return Err(format!("msync: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Mapping {
     fn drop(&mut self) {
         // SAFETY: unmapping exactly the region `new` mapped; no borrow of it outlives us.

@@ -16,6 +16,30 @@ pub(crate) struct HotSpot {
 }
 
 impl HotSpot {
+    /// A hot region of `hot_bytes` (whole blocks of `bs`), which must hold at
+    /// least one block and leave at least one block cold.
+    pub(crate) fn sized(
+        ratio: f64,
+        hot_bytes: u64,
+        bs: u64,
+        file_blocks: u64,
+    ) -> Result<HotSpot, String> {
+        let hot_blocks = hot_bytes / bs;
+        if hot_blocks == 0 {
+            return Err(format!(
+                "--hot-size {hot_bytes} bytes holds no {bs}-byte block"
+            ));
+        }
+        if hot_blocks >= file_blocks {
+            return Err(format!(
+                "--hot-size {} bytes must be smaller than the file ({} bytes)",
+                hot_blocks * bs,
+                file_blocks * bs
+            ));
+        }
+        Ok(HotSpot { ratio, hot_blocks })
+    }
+
     /// The hot region for a cache of `cache_bytes`: 3/4 of it, whole blocks of `bs`.
     /// It must hold at least one block and leave at least one block cold.
     pub(crate) fn for_cache(

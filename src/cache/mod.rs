@@ -241,6 +241,18 @@ impl<M: Model> PageCache<M> {
         Ok(hit)
     }
 
+    /// A hint that `page` of `file` will be looked up soon: with `frame` false,
+    /// start loading its set's metadata into the CPU caches; with `frame`
+    /// true, if the page is cached, start loading the first lines of its
+    /// frame (best after the set was prefetched). Changes nothing; invalid
+    /// numbers are ignored.
+    #[inline]
+    pub fn prefetch(&self, file: u32, page: u64, frame: bool) {
+        if let Ok(tag) = tag_of(file, page) {
+            self.core.prefetch(tag, frame);
+        }
+    }
+
     /// Look `page` of `file` up for writing: the guard is exclusive and marks
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {

@@ -302,7 +302,8 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 fn run_model(policy: PolicyKind, ops: &[Op]) {
     let c = PageCache::<Os>::new(CacheOptions {
         pin_wait: Duration::from_millis(5),
-        ..opts(8, 32, 4, policy)
+        // Three sets: a level that is not a power of two (modulo, not mask).
+        ..opts(12, 32, 4, policy)
     })
     .unwrap();
     let disk = Disk::default();
@@ -418,7 +419,7 @@ fn stress_32_threads_on_a_few_sets() {
     const PAGES: u64 = 48;
     let c = PageCache::<Os>::new(CacheOptions {
         pin_wait: Duration::from_secs(10),
-        ..opts(16, 64, 4, PolicyKind::S3Fifo)
+        ..opts(12, 64, 4, PolicyKind::S3Fifo)
     })
     .unwrap();
     let stop = std::sync::atomic::AtomicBool::new(false);
@@ -433,7 +434,7 @@ fn stress_32_threads_on_a_few_sets() {
             let mut k = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 k += 1;
-                let sets = [4, 16, 9, 4, 12][k % 5];
+                let sets = [3, 16, 9, 5, 12][k % 5];
                 match c.resize(sets * 4 * 512) {
                     Ok(()) => {
                         resizes.fetch_add(1, Ordering::Relaxed);
@@ -695,4 +696,37 @@ fn models_differ_only_in_their_word() {
     }
     assert_eq!(words::<Os>(), 4);
     assert!(words::<Shuttle>() >= 4);
+}
+
+/// A table of any size (7 sets here, not a power of two) gives every set an
+/// equal share of the hash space; growing by one set splits exactly one.
+#[test]
+fn sets_of_any_table_size_share_the_hash_space_evenly() {
+    let c = PageCache::<Os>::new(opts(28, 64, 4, PolicyKind::Clock)).unwrap();
+    assert_eq!(c.sets(), 7);
+    let count = |c: &PageCache<Os>| {
+        let mut per = vec![0u32; c.sets()];
+        for p in 0..70_000u64 {
+            let t = tag_of(0, p).unwrap();
+            per[c.core.index(crate::layout::mix64(t), c.core.table_word())] += 1;
+        }
+        per
+    };
+    for n in count(&c) {
+        assert!(
+            (9_000..11_000).contains(&n),
+            "a set got {n} of 70000 hashes"
+        );
+    }
+    c.resize(32 * 512).unwrap();
+    assert_eq!(c.sets(), 8);
+    let per = count(&c);
+    // Set 0 split into sets 0 and 7; the others kept their share.
+    assert!(
+        (4_000..6_000).contains(&per[0]) && (4_000..6_000).contains(&per[7]),
+        "{per:?}"
+    );
+    for n in &per[1..7] {
+        assert!((9_000..11_000).contains(n), "{per:?}");
+    }
 }
