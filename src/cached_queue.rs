@@ -25,7 +25,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache};
+use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
 use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
 use crate::file::DIRECT_ALIGN;
@@ -104,6 +104,9 @@ struct Live {
 enum Job<'a> {
     Read(Fill<'a>),
     Write(FillMut<'a>),
+    /// The dirty victim a page of the request must wait for: once written,
+    /// the page is looked up again.
+    Victim(WriteBack<'a>),
 }
 
 impl Job<'_> {
@@ -111,6 +114,7 @@ impl Job<'_> {
         match self {
             Job::Read(f) => f.frame_mut(),
             Job::Write(f) => f.frame_mut(),
+            Job::Victim(_) => &mut [],
         }
     }
 }
@@ -158,10 +162,16 @@ impl CachedStore {
     /// up to `depth` device operations in flight. It belongs to the calling
     /// thread.
     pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
+        let mut q = Queue::new(depth);
+        let (ptr, len) = self.inner.cache.pinned_frames();
+        // SAFETY: the starting sets' frames stay mapped at the same pages while
+        // the cache lives, and the cache outlives the queue (it borrows the
+        // store).
+        unsafe { q.register_region(ptr, len) };
         CachedQueue {
             sh: &self.inner,
             shared_arc: self.inner.clone(),
-            q: Queue::new(depth),
+            q,
             live: Vec::new(),
             free: Vec::new(),
             fills: Vec::new(),
@@ -350,10 +360,7 @@ impl<'a> CachedQueue<'a> {
                         dst.copy_from_slice(&g[in_page..in_page + n]);
                         return Ok(Step::Done);
                     }
-                    Some(Lookup::WriteBack(wb)) => {
-                        let r = self.sh.store_page(wb.file(), wb.page(), wb.bytes());
-                        wb.finish(r)?;
-                    }
+                    Some(Lookup::WriteBack(wb)) => return self.write_back(wb, id, page),
                     Some(Lookup::Miss(f)) => {
                         let ptr = f.frame_ptr();
                         return self.load(fid, page, Job::Read(f), ptr, id);
@@ -367,10 +374,7 @@ impl<'a> CachedQueue<'a> {
                         g[in_page..in_page + n].copy_from_slice(src);
                         return Ok(Step::Done);
                     }
-                    Some(LookupMut::WriteBack(wb)) => {
-                        let r = self.sh.store_page(wb.file(), wb.page(), wb.bytes());
-                        wb.finish(r)?;
-                    }
+                    Some(LookupMut::WriteBack(wb)) => return self.write_back(wb, id, page),
                     Some(LookupMut::Miss(f)) => {
                         if n == ps {
                             // The write covers the page: no need for the old bytes.
@@ -439,6 +443,51 @@ impl<'a> CachedQueue<'a> {
         Ok(Step::Pending)
     }
 
+    /// The set of page `page` of request `req` has no clean page: write its
+    /// dirty victim `wb` back through the queue (straight from its frame), and
+    /// look the page up again when that write is done.
+    fn write_back(&mut self, wb: WriteBack<'a>, req: usize, page: u64) -> Result<Step> {
+        let (vf, vp) = (wb.file(), wb.page());
+        let entry = self.sh.entry(vf)?;
+        let ps = self.sh.cache.page_size() as u64;
+        let off = vp * ps;
+        let n = entry.file.len().saturating_sub(off).min(ps) as usize;
+        if n as u64 % DIRECT_ALIGN != 0 {
+            let r = self.sh.store_page(vf, vp, wb.bytes());
+            wb.finish(r)?;
+            self.parked.push((req, page));
+            return Ok(Step::Pending);
+        }
+        let ptr = wb.bytes().as_ptr() as *mut u8;
+        let slot = match self.free_fills.pop() {
+            Some(i) => i,
+            None => {
+                self.fills.push(None);
+                self.fills.len() - 1
+            }
+        };
+        self.fills[slot] = Some(Waiting {
+            job: Job::Victim(wb),
+            req,
+            page,
+        });
+        let finished = self.finished.clone();
+        // SAFETY: the write-back guard in `self.fills[slot]` keeps the page in
+        // its frame and writers out until this callback reports the write
+        // done; the device only reads the frame.
+        unsafe {
+            self.q.submit_raw(
+                OpKind::Write,
+                &entry.file,
+                off,
+                ptr,
+                n,
+                Box::new(move |r| finished.borrow_mut().push((slot, r))),
+            );
+        }
+        Ok(Step::Pending)
+    }
+
     /// Publish a filled frame and finish the page of its request.
     fn complete_fill(
         &mut self,
@@ -458,6 +507,14 @@ impl<'a> CachedQueue<'a> {
                 let mut g = f.finish(r)?;
                 g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
             }
+            Job::Victim(wb) => {
+                let file = wb.file();
+                if let Err(e) = &r {
+                    self.sh.remember_failure(file, e.clone());
+                }
+                wb.finish(r)?;
+                return Ok(Step::Busy);
+            }
         }
         Ok(Step::Done)
     }
@@ -470,11 +527,25 @@ impl<'a> CachedQueue<'a> {
             if done.is_empty() && self.parked.is_empty() {
                 return;
             }
+            // The frames just read are not in the CPU caches: ask for the
+            // first lines of all of them before copying any, so that their
+            // misses overlap.
+            for &(slot, _) in &done {
+                if let Some(w) = self.fills[slot].as_mut() {
+                    let f = w.job.frame();
+                    for line in f.chunks(64).take(8) {
+                        crate::cache::prefetch(line.as_ptr());
+                    }
+                }
+            }
             for (slot, r) in done {
                 let w = self.fills[slot].take().expect("a fill in flight");
                 self.free_fills.push(slot);
-                let res = self.complete_fill(w.job, w.req, w.page, r);
-                self.page_done(w.req, res.err());
+                match self.complete_fill(w.job, w.req, w.page, r) {
+                    // A victim was written: look the page up again.
+                    Ok(Step::Busy) => self.parked.push((w.req, w.page)),
+                    res => self.page_done(w.req, res.err()),
+                }
             }
             let parked = std::mem::take(&mut self.parked);
             let had = parked.len();

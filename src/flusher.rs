@@ -47,7 +47,7 @@ impl Default for FlushOptions {
     fn default() -> Self {
         FlushOptions {
             dirty_at: None,
-            depth: 32,
+            depth: 64,
             max_merge: 32,
         }
     }
@@ -150,9 +150,14 @@ pub(crate) struct Writer<'a> {
 
 impl<'a> Writer<'a> {
     pub(crate) fn new(shared: &'a Shared, depth: usize, max_merge: usize) -> Writer<'a> {
+        let mut q = Queue::new(depth);
+        let (ptr, len) = shared.cache.pinned_frames();
+        // SAFETY: the starting sets' frames stay mapped at the same pages while
+        // the cache lives, and the cache outlives this writer (it borrows it).
+        unsafe { q.register_region(ptr, len) };
         Writer {
             shared,
-            q: Queue::new(depth),
+            q,
             finished: Rc::new(RefCell::new(Vec::new())),
             runs: Vec::new(),
             free: Vec::new(),
@@ -282,6 +287,9 @@ impl<'a> Writer<'a> {
     }
 }
 
+/// Due sets the flusher lets gather while its writes keep the device busy.
+const GATHER: usize = 4096;
+
 fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
     let mut w = Writer::new(shared, opts.depth, opts.max_merge);
@@ -292,6 +300,15 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         (pages, writes) = (w.pages, w.writes);
     };
     loop {
+        // While the device is busy, let due sets gather: a larger batch,
+        // sorted, gives longer ascending runs and more merged neighbours.
+        while w.in_flight() > opts.depth / 2
+            && st.due.lock().unwrap_or_else(|p| p.into_inner()).len() < GATHER
+            && !st.stop.load(Ordering::SeqCst)
+        {
+            w.wait_one();
+            report(&w);
+        }
         let due: Vec<usize> = {
             let mut g = st.due.lock().unwrap_or_else(|p| p.into_inner());
             while g.is_empty() && !st.stop.load(Ordering::SeqCst) && w.in_flight() == 0 {
@@ -306,13 +323,19 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         if st.stop.load(Ordering::SeqCst) {
             break;
         }
+        // The pages each due set's policy would evict soonest, written in
+        // file order: the device sees ascending offsets, and neighbours that
+        // are both due end up in one write.
+        let mut pages = Vec::new();
         for set in due {
             let (order, dirty) = cache.dirty_in_eviction_order(set);
             let want = dirty.saturating_sub(low).max(1);
-            for (file, page) in order.into_iter().take(want) {
-                w.write(file, page);
-            }
+            pages.extend(order.into_iter().take(want));
             cache.flushed(set);
+        }
+        pages.sort_unstable();
+        for (file, page) in pages {
+            w.write(file, page);
         }
         w.poll();
         if w.in_flight() > 0 && st.due.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {

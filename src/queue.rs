@@ -152,6 +152,8 @@ pub struct Queue {
     via_threads: bool,
     /// How long `wait` polls before it blocks.
     poll: Duration,
+    /// Memory registered as fixed buffers with the queue's own rings.
+    regions: Vec<(usize, usize)>,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -175,6 +177,7 @@ impl Queue {
             rings: Vec::new(),
             via_threads: false,
             poll: DEFAULT_POLL,
+            regions: Vec::new(),
             _not_send: PhantomData,
         }
     }
@@ -289,6 +292,23 @@ impl Queue {
         }
     }
 
+    /// Register `len` bytes at `ptr` as fixed buffers with the rings this
+    /// queue creates from now on (cut into pieces of at most 1 GiB), so that
+    /// I/O into that memory skips the kernel's page pinning.
+    ///
+    /// # Safety
+    /// The memory stays mapped, at the same physical pages (never released to
+    /// the kernel with `madvise(DONTNEED)` or unmapped), for the queue's life.
+    pub(crate) unsafe fn register_region(&mut self, ptr: *mut u8, len: usize) {
+        const PIECE: usize = 1 << 30;
+        let mut off = 0;
+        while off < len {
+            let n = (len - off).min(PIECE);
+            self.regions.push((ptr as usize + off, n));
+            off += n;
+        }
+    }
+
     /// Send what `submit_raw` queued.
     pub(crate) fn flush_now(&mut self) {
         self.flush();
@@ -326,7 +346,7 @@ impl Queue {
         let pos = match self.rings.iter().position(|r| r.engine == engine) {
             Some(p) => p,
             None => {
-                let ring = ThreadRing::new(self.depth.max(hint), cfg).ok();
+                let ring = ThreadRing::new(self.depth.max(hint), cfg, &self.regions).ok();
                 self.rings.push(OwnRing { engine, ring });
                 self.rings.len() - 1
             }

@@ -97,7 +97,11 @@ pub(crate) fn run(
     });
     let (pages, writes) = cs.flusher_counts();
     if pages > 0 {
-        say!("setcache: flusher wrote {pages} pages in {writes} writes");
+        let st = cs.cache().stats();
+        say!(
+            "setcache: flusher wrote {pages} pages in {writes} writes; {} dirty victims written by requesters",
+            st.dirty_evictions
+        );
     }
     Ok(Outcome::from_measured(&m, hit_ratio))
 }

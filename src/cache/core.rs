@@ -380,6 +380,16 @@ impl<M: Model> Core<M> {
         super::prefetch(unsafe { f.add(LINE) });
     }
 
+    /// The frames of the starting sets: `(start, bytes)`. They are never given
+    /// back to the kernel (a shrink stops at the starting size), so I/O rings
+    /// may register them as fixed buffers.
+    pub(crate) fn base_frames(&self) -> (*mut u8, usize) {
+        (
+            self.frames.ptr(),
+            self.base * self.lay.assoc * self.page_size,
+        )
+    }
+
     /// The frame of slot `i` of set `s`.
     #[inline]
     pub(crate) fn frame(&self, s: usize, i: usize) -> *mut u8 {
@@ -538,7 +548,8 @@ impl<M: Model> Core<M> {
     /// queue may itself own the fill in flight).
     pub(crate) fn lookup(&self, tag: u64, write: bool, nowait: bool) -> Result<Found> {
         let h = mix64(tag);
-        if !write {
+        // A caller that does not wait has just tried the optimistic path.
+        if !write && !nowait {
             if let Some((s, i)) = self.fast_hit(tag, h) {
                 self.stats.bump(Stat::Hits);
                 return Ok(Found::Hit(s, i));

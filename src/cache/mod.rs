@@ -153,6 +153,13 @@ impl<M: Model> PageCache<M> {
         self.core.page_size
     }
 
+    /// The frames of the cache's starting sets, `(start, bytes)`: memory that
+    /// stays mapped at the same pages for the cache's life, so I/O engines may
+    /// register it (a resize never releases it).
+    pub fn pinned_frames(&self) -> (*mut u8, usize) {
+        self.core.base_frames()
+    }
+
     /// How long a lookup waits for a pinned set before it gives up.
     pub fn pin_wait(&self) -> std::time::Duration {
         self.core.pin_wait

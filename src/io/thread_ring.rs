@@ -10,8 +10,11 @@
 //! never interrupts it.
 //!
 //! The ring holds at most its size in flight; operations beyond that wait in a
-//! backlog and go in as completions make room. Registered files and buffers are
-//! the device thread's; a private ring uses plain descriptors and addresses.
+//! backlog and go in as completions make room. Registered files and buffer arenas
+//! are the device thread's; a private ring uses plain descriptors, and plain
+//! addresses except in the memory regions its queue registered with it (a page
+//! cache's frames), which it reads and writes as fixed buffers: the kernel then
+//! skips pinning the pages of every request.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -34,18 +37,44 @@ pub(crate) struct ThreadRing {
     unsubmitted: u32,
     /// Pass each entry to the kernel as soon as it is pushed.
     eager: bool,
+    /// Regions registered as fixed buffers, `(start, len)`; buffer index =
+    /// position.
+    fixed: Vec<(usize, usize)>,
 }
 
 impl ThreadRing {
-    /// A ring of `entries` (rounded up to a power of two) on the calling thread.
-    pub(crate) fn new(entries: usize, cfg: QueueRings) -> std::io::Result<ThreadRing> {
+    /// A ring of `entries` (rounded up to a power of two) on the calling thread,
+    /// with `regions` (each at most 1 GiB) registered as fixed buffers if the
+    /// kernel allows (else they are used as plain memory).
+    pub(crate) fn new(
+        entries: usize,
+        cfg: QueueRings,
+        regions: &[(usize, usize)],
+    ) -> std::io::Result<ThreadRing> {
         let entries = entries.clamp(4, 4096).next_power_of_two();
         let ring = IoUring::builder()
             .setup_single_issuer()
             .setup_defer_taskrun()
             .build(entries as u32)
             .or_else(|_| IoUring::builder().build(entries as u32))?;
+        let mut fixed = Vec::new();
+        if !regions.is_empty() {
+            let iovs: Vec<libc::iovec> = regions
+                .iter()
+                .map(|&(p, n)| libc::iovec {
+                    iov_base: p as *mut libc::c_void,
+                    iov_len: n,
+                })
+                .collect();
+            // SAFETY: the regions are memory the queue's owner keeps mapped for
+            // the queue's whole life (the caller of `Queue::register_region`
+            // promises it); the kernel pins them until the ring is dropped.
+            if unsafe { ring.submitter().register_buffers(&iovs) }.is_ok() {
+                fixed = regions.to_vec();
+            }
+        }
         Ok(ThreadRing {
+            fixed,
             ring,
             slab: (0..entries).map(|_| None).collect(),
             free: (0..entries).rev().collect(),
@@ -54,6 +83,20 @@ impl ThreadRing {
             unsubmitted: 0,
             eager: cfg.eager,
         })
+    }
+
+    /// The fixed-buffer index for an operation on one piece of a registered
+    /// region.
+    #[inline]
+    fn fixed_index(&self, op: &DevOp) -> Option<u16> {
+        if self.fixed.is_empty() || op.iov.len() != 1 {
+            return None;
+        }
+        let (p, n) = (op.iov[0].iov_base as usize, op.iov[0].iov_len);
+        self.fixed
+            .iter()
+            .position(|&(s, len)| p >= s && p + n <= s + len)
+            .map(|i| i as u16)
     }
 
     /// Operations handed to this ring and not yet completed.
@@ -73,7 +116,7 @@ impl ThreadRing {
                 break;
             };
             let idx = self.free.pop().expect("checked non-empty");
-            let entry = build_entry(&op, None, None).user_data(idx as u64);
+            let entry = build_entry(&op, None, self.fixed_index(&op)).user_data(idx as u64);
             self.slab[idx] = Some(op);
             // SAFETY: the entry's iovec array lives in `self.slab[idx]` and the
             // buffers are kept alive by the request's owner until the completion; the
