@@ -255,7 +255,7 @@ impl Shared {
             .map(|(_, p)| p)
             .collect();
         pending.sort_unstable();
-        let mut w = Writer::new(self, SYNC_DEPTH, SYNC_MERGE);
+        let mut w = Writer::new(self, SYNC_DEPTH, SYNC_MERGE, false);
         let mut pause = 1u64;
         while !pending.is_empty() {
             let mut busy = Vec::new();

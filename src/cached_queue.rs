@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
 use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
-use crate::file::DIRECT_ALIGN;
+use crate::file::{DIRECT_ALIGN, File, Mem};
 use crate::queue::{OpKind, Queue};
 
 /// The outcome of a [`CachedRequest`].
@@ -128,6 +128,22 @@ struct Waiting<'a> {
 /// Device operations that finished: (slot, result), filled by raw callbacks.
 pub(crate) type Finished = Rc<RefCell<Vec<(usize, Result<()>)>>>;
 
+/// Most pages one read of missing pages covers.
+const MAX_RUN: usize = 64;
+
+/// Consecutive missing pages of one file, read together.
+struct MissRun {
+    fid: u32,
+    file: File,
+    offset: u64,
+    /// The page after the last one in the run.
+    next: u64,
+    len: usize,
+    /// Their fills' slots and frames, in file order.
+    slots: Vec<usize>,
+    frames: Vec<*mut u8>,
+}
+
 /// What became of one page of a request.
 enum Step {
     Done,
@@ -151,6 +167,8 @@ pub struct CachedQueue<'a> {
     finished: Finished,
     /// Pages that were busy: (request, page).
     parked: Vec<(usize, u64)>,
+    /// Missing pages being gathered into one read.
+    run: Option<MissRun>,
     /// Requests submitted and not yet completed.
     outstanding: usize,
     /// Callbacks run since the last `wait` started counting.
@@ -178,6 +196,7 @@ impl CachedStore {
             free_fills: Vec::new(),
             finished: Rc::new(RefCell::new(Vec::new())),
             parked: Vec::new(),
+            run: None,
             outstanding: 0,
             ran: 0,
         }
@@ -312,6 +331,7 @@ impl<'a> CachedQueue<'a> {
         for page in first..end {
             self.run_page(id, page);
         }
+        self.send_run();
     }
 
     /// Try page `page` of live request `id`, and account for the outcome.
@@ -348,43 +368,41 @@ impl<'a> CachedQueue<'a> {
         let fid = l.req.file.id;
         let cache: &'a PageCache = &self.sh.cache;
         let ps = cache.page_size();
-        loop {
-            if l.req.kind == OpKind::Read {
-                let dst = &mut l.req.buf[in_buf..in_buf + n];
-                if cache.try_read(fid, page, in_page, dst)? {
-                    return Ok(Step::Done);
+        if l.req.kind == OpKind::Read {
+            let dst = &mut l.req.buf[in_buf..in_buf + n];
+            if cache.try_read(fid, page, in_page, dst)? {
+                return Ok(Step::Done);
+            }
+            match cache.try_get(fid, page)? {
+                None => Ok(Step::Busy),
+                Some(Lookup::Hit(g)) => {
+                    dst.copy_from_slice(&g[in_page..in_page + n]);
+                    Ok(Step::Done)
                 }
-                match cache.try_get(fid, page)? {
-                    None => return Ok(Step::Busy),
-                    Some(Lookup::Hit(g)) => {
-                        dst.copy_from_slice(&g[in_page..in_page + n]);
+                Some(Lookup::WriteBack(wb)) => self.write_back(wb, id, page),
+                Some(Lookup::Miss(f)) => {
+                    let ptr = f.frame_ptr();
+                    self.load(fid, page, Job::Read(f), ptr, id)
+                }
+            }
+        } else {
+            let src = &l.req.buf[in_buf..in_buf + n];
+            match cache.try_get_mut(fid, page)? {
+                None => Ok(Step::Busy),
+                Some(LookupMut::Hit(mut g)) => {
+                    g[in_page..in_page + n].copy_from_slice(src);
+                    Ok(Step::Done)
+                }
+                Some(LookupMut::WriteBack(wb)) => self.write_back(wb, id, page),
+                Some(LookupMut::Miss(f)) => {
+                    if n == ps {
+                        // The write covers the page: no need for the old bytes.
+                        let mut g = f.finish(Ok(()))?;
+                        g.copy_from_slice(src);
                         return Ok(Step::Done);
                     }
-                    Some(Lookup::WriteBack(wb)) => return self.write_back(wb, id, page),
-                    Some(Lookup::Miss(f)) => {
-                        let ptr = f.frame_ptr();
-                        return self.load(fid, page, Job::Read(f), ptr, id);
-                    }
-                }
-            } else {
-                let src = &l.req.buf[in_buf..in_buf + n];
-                match cache.try_get_mut(fid, page)? {
-                    None => return Ok(Step::Busy),
-                    Some(LookupMut::Hit(mut g)) => {
-                        g[in_page..in_page + n].copy_from_slice(src);
-                        return Ok(Step::Done);
-                    }
-                    Some(LookupMut::WriteBack(wb)) => return self.write_back(wb, id, page),
-                    Some(LookupMut::Miss(f)) => {
-                        if n == ps {
-                            // The write covers the page: no need for the old bytes.
-                            let mut g = f.finish(Ok(()))?;
-                            g.copy_from_slice(src);
-                            return Ok(Step::Done);
-                        }
-                        let ptr = f.frame_ptr();
-                        return self.load(fid, page, Job::Write(f), ptr, id);
-                    }
+                    let ptr = f.frame_ptr();
+                    self.load(fid, page, Job::Write(f), ptr, id)
                 }
             }
         }
@@ -426,21 +444,66 @@ impl<'a> CachedQueue<'a> {
             }
         };
         self.fills[slot] = Some(Waiting { job, req, page });
+        // Whole pages that follow one another in the file join one read, into
+        // their frames (vectored I/O); the run goes out at `send_run`.
+        if let Some(run) = self.run.as_mut() {
+            if run.fid == fid
+                && run.next == page
+                && n as u64 == ps
+                && run.len % ps as usize == 0
+                && run.slots.len() < MAX_RUN
+            {
+                run.slots.push(slot);
+                run.frames.push(ptr);
+                run.len += n;
+                run.next += 1;
+                return Ok(Step::Pending);
+            }
+        }
+        self.send_run();
+        self.run = Some(MissRun {
+            fid,
+            file: entry.file.clone(),
+            offset: off,
+            next: page + 1,
+            len: n,
+            slots: vec![slot],
+            frames: vec![ptr],
+        });
+        Ok(Step::Pending)
+    }
+
+    /// Send the run of missing pages being gathered, as one request.
+    fn send_run(&mut self) {
+        let Some(run) = self.run.take() else {
+            return;
+        };
         let finished = self.finished.clone();
-        // SAFETY: the frame is claimed by the fill held in `self.fills[slot]`,
-        // which nobody else reads or writes and which is only finished after
-        // this callback reports the read done.
+        let slots = run.slots;
+        let ps = self.sh.cache.page_size();
+        let mem = if run.frames.len() == 1 {
+            Mem::One(run.frames[0])
+        } else {
+            Mem::Pieces(&run.frames, ps)
+        };
+        // SAFETY: every frame of the run is claimed by a fill held in
+        // `self.fills`, which nobody else reads or writes and which is only
+        // finished after this callback reports the read done.
         unsafe {
             self.q.submit_raw(
                 OpKind::Read,
-                &entry.file,
-                off,
-                ptr,
-                n,
-                Box::new(move |r| finished.borrow_mut().push((slot, r))),
+                &run.file,
+                run.offset,
+                mem,
+                run.len,
+                Box::new(move |r| {
+                    let mut f = finished.borrow_mut();
+                    for &slot in &slots {
+                        f.push((slot, r.clone()));
+                    }
+                }),
             );
         }
-        Ok(Step::Pending)
     }
 
     /// The set of page `page` of request `req` has no clean page: write its
@@ -480,7 +543,7 @@ impl<'a> CachedQueue<'a> {
                 OpKind::Write,
                 &entry.file,
                 off,
-                ptr,
+                Mem::One(ptr),
                 n,
                 Box::new(move |r| finished.borrow_mut().push((slot, r))),
             );
@@ -552,6 +615,7 @@ impl<'a> CachedQueue<'a> {
             for (id, page) in parked {
                 self.run_page(id, page);
             }
+            self.send_run();
             self.q.flush_now();
             // Stop when retrying made no progress and nothing new finished.
             if self.parked.len() == had && self.finished.borrow().is_empty() {

@@ -143,6 +143,42 @@ impl File {
         joiner: &Arc<Joiner>,
         batches: &mut Vec<Vec<DevOp>>,
     ) -> Result<usize> {
+        self.prepare_mem(kind, offset, Mem::One(ptr), len, buf, joiner, batches)
+    }
+
+    /// As [`File::prepare`], for memory in equal pieces that need not be
+    /// contiguous (cache frames): byte `i` of the request is at
+    /// `pieces[i / piece] + i % piece`. Each device operation carries one
+    /// iovec per piece it covers (vectored I/O), and is cut only where the
+    /// layout cuts the request or at 64 iovecs.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn prepare_mem(
+        &self,
+        kind: OpKind,
+        offset: u64,
+        mem: Mem<'_>,
+        len: usize,
+        buf: Option<&AlignedBuf>,
+        joiner: &Arc<Joiner>,
+        batches: &mut Vec<Vec<DevOp>>,
+    ) -> Result<usize> {
+        let ptr = match mem {
+            Mem::One(p) => p,
+            Mem::Pieces(ps, piece) => {
+                if piece == 0 || piece as u64 % DIRECT_ALIGN != 0 || ps.len() * piece < len {
+                    return Err(Error::InvalidArgument(format!(
+                        "file {:?}: {} pieces of {piece} bytes cannot hold {len} bytes of whole sectors",
+                        self.name(),
+                        ps.len()
+                    )));
+                }
+                if let Some(&bad) = ps.iter().find(|&&p| p as u64 % DIRECT_ALIGN != 0) {
+                    bad
+                } else {
+                    ps.first().copied().unwrap_or(std::ptr::null_mut())
+                }
+            }
+        };
         let inner = &*self.inner;
         let misaligned = |what, value: u64| Error::Misaligned {
             file: self.name(),
@@ -212,43 +248,78 @@ impl File {
                     }
                 }
             }
-            let phys = HEADER_BYTES + s.dev_offset;
-            // SAFETY: `buf_offset + len <= len` of the caller's buffer (split covers
-            // exactly the request).
-            let base = unsafe { ptr.add(s.buf_offset) };
-            let iov = libc::iovec {
-                iov_base: base.cast(),
-                iov_len: s.len,
-            };
-            let ours = small && batch.len() > start[s.device];
-            if let Some(last) = batch.last_mut().filter(|_| ours) {
-                if Arc::ptr_eq(&last.backing, backing)
-                    && last.offset + last.len as u64 == phys
-                    && last.iov.len() < MAX_IOV
-                {
-                    let tail = last.iov.last_mut().expect("operations have a piece");
-                    // SAFETY: pointer arithmetic inside the caller's buffer.
-                    if unsafe { tail.iov_base.cast::<u8>().add(tail.iov_len) } == base {
-                        tail.iov_len += s.len; // contiguous in memory too: one piece
-                    } else {
-                        last.iov.push(iov);
-                    }
-                    last.len += s.len;
-                    return;
+            // The memory of this piece of the request, as (address, bytes)
+            // segments: one, or one per cache frame it covers.
+            let mut segs: [(*mut u8, usize); 1] = [(std::ptr::null_mut(), 0)];
+            let mut many = Vec::new();
+            let segments: &[(*mut u8, usize)] = match mem {
+                Mem::One(p) => {
+                    // SAFETY: `buf_offset + len <= len` of the caller's buffer
+                    // (split covers exactly the request).
+                    segs[0] = (unsafe { p.add(s.buf_offset) }, s.len);
+                    &segs
                 }
+                Mem::Pieces(ps, piece) => {
+                    let (mut at, end) = (s.buf_offset, s.buf_offset + s.len);
+                    while at < end {
+                        let n = (piece - at % piece).min(end - at);
+                        // SAFETY: `at < len <= ps.len() * piece`, inside piece
+                        // `at / piece`.
+                        many.push((unsafe { ps[at / piece].add(at % piece) }, n));
+                        at += n;
+                    }
+                    &many
+                }
+            };
+            let mut phys = HEADER_BYTES + s.dev_offset;
+            for &(base, n) in segments {
+                let iov = libc::iovec {
+                    iov_base: base.cast(),
+                    iov_len: n,
+                };
+                let ours = small && batch.len() > start[s.device];
+                let mut merged = false;
+                if let Some(last) = batch.last_mut().filter(|_| ours) {
+                    if Arc::ptr_eq(&last.backing, backing)
+                        && last.offset + last.len as u64 == phys
+                        && last.iov.len() < MAX_IOV
+                    {
+                        let tail = last.iov.last_mut().expect("operations have a piece");
+                        // SAFETY: pointer arithmetic inside the caller's memory.
+                        if unsafe { tail.iov_base.cast::<u8>().add(tail.iov_len) } == base {
+                            tail.iov_len += n; // contiguous in memory too: one piece
+                        } else {
+                            last.iov.push(iov);
+                        }
+                        last.len += n;
+                        merged = true;
+                    }
+                }
+                if !merged {
+                    batch.push(DevOp {
+                        kind: dkind,
+                        backing: backing.clone(),
+                        offset: phys,
+                        iov: vec![iov],
+                        len: n,
+                        fixed: buf.and_then(|b| b.fixed_index(s.device)),
+                        done: joiner.clone(),
+                    });
+                    count += 1;
+                }
+                phys += n as u64;
             }
-            batch.push(DevOp {
-                kind: dkind,
-                backing: backing.clone(),
-                offset: phys,
-                iov: vec![iov],
-                len: s.len,
-                fixed: buf.and_then(|b| b.fixed_index(s.device)),
-                done: joiner.clone(),
-            });
-            count += 1;
         });
         joiner.expect(count);
         Ok(count)
     }
+}
+
+/// Where the bytes of a request live in memory.
+#[derive(Clone, Copy)]
+pub(crate) enum Mem<'a> {
+    /// One contiguous buffer.
+    One(*mut u8),
+    /// Equal pieces of this many bytes (cache frames), in request order.
+    Pieces(&'a [*mut u8], usize),
 }

@@ -28,7 +28,7 @@ use crate::cache::WriteBack;
 use crate::cached::Shared;
 use crate::cached_queue::Finished;
 use crate::error::{Error, Result};
-use crate::file::DIRECT_ALIGN;
+use crate::file::{DIRECT_ALIGN, Mem};
 use crate::queue::{OpKind, Queue, Request};
 
 /// How the flusher of a cached store works.
@@ -149,12 +149,23 @@ pub(crate) struct Writer<'a> {
 }
 
 impl<'a> Writer<'a> {
-    pub(crate) fn new(shared: &'a Shared, depth: usize, max_merge: usize) -> Writer<'a> {
+    /// A writer with `depth` writes in flight. With `register`, its rings
+    /// register the cache's frames as fixed buffers (worth it for a
+    /// long-lived writer such as the flusher; a `sync` skips it).
+    pub(crate) fn new(
+        shared: &'a Shared,
+        depth: usize,
+        max_merge: usize,
+        register: bool,
+    ) -> Writer<'a> {
         let mut q = Queue::new(depth);
-        let (ptr, len) = shared.cache.pinned_frames();
-        // SAFETY: the starting sets' frames stay mapped at the same pages while
-        // the cache lives, and the cache outlives this writer (it borrows it).
-        unsafe { q.register_region(ptr, len) };
+        if register {
+            let (ptr, len) = shared.cache.pinned_frames();
+            // SAFETY: the starting sets' frames stay mapped at the same pages
+            // while the cache lives, and the cache outlives this writer.
+            unsafe { q.register_region(ptr, len) };
+        }
+        q.set_batched();
         Writer {
             shared,
             q,
@@ -230,10 +241,15 @@ impl<'a> Writer<'a> {
             // frame and keeps writers out until the callback has reported the
             // write finished; the device only reads it.
             unsafe {
-                self.q
-                    .submit_raw(OpKind::Write, &entry.file, off, ptr, len, Box::new(report));
+                self.q.submit_raw(
+                    OpKind::Write,
+                    &entry.file,
+                    off,
+                    Mem::One(ptr),
+                    len,
+                    Box::new(report),
+                );
             }
-            self.q.flush_now();
         } else {
             let mut buf = AlignedBuf::new(len);
             for (k, w) in pages.iter().enumerate() {
@@ -268,8 +284,9 @@ impl<'a> Writer<'a> {
         }
     }
 
-    /// Reap completions without blocking.
+    /// Send what is queued and reap completions without blocking.
     pub(crate) fn poll(&mut self) {
+        self.q.flush_now();
         self.q.poll();
         self.settle();
     }
@@ -292,7 +309,7 @@ const GATHER: usize = 4096;
 
 fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
-    let mut w = Writer::new(shared, opts.depth, opts.max_merge);
+    let mut w = Writer::new(shared, opts.depth, opts.max_merge, true);
     let (mut pages, mut writes) = (0, 0);
     let mut report = |w: &Writer<'_>| {
         st.pages.fetch_add(w.pages - pages, Ordering::Relaxed);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use crate::buf::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::file::File;
+use crate::file::{File, Mem};
 use crate::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
@@ -154,6 +154,8 @@ pub struct Queue {
     poll: Duration,
     /// Memory registered as fixed buffers with the queue's own rings.
     regions: Vec<(usize, usize)>,
+    /// Enter the kernel once per flush rather than once per operation.
+    batched: bool,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -178,6 +180,7 @@ impl Queue {
             via_threads: false,
             poll: DEFAULT_POLL,
             regions: Vec::new(),
+            batched: false,
             _not_send: PhantomData,
         }
     }
@@ -251,19 +254,20 @@ impl Queue {
     }
 
     /// Queue one read or write of `len` bytes at `offset` of `file` from or into
-    /// `ptr`, memory the caller owns; `callback` gets the result. Like
+    /// `mem`, memory the caller owns (one buffer, or equal pieces such as cache
+    /// frames, read or written with vectored I/O); `callback` gets the result. Like
     /// [`Queue::submit`] it may run other callbacks first to make room, and the
     /// request travels with the next flush (`flush_now`, `wait`, `submit`).
     ///
     /// # Safety
-    /// `ptr..ptr + len` stays valid, and is not otherwise accessed (for a read)
-    /// or not written (for a write), until `callback` runs.
+    /// The `len` bytes of `mem` stay valid, and are not otherwise accessed (for
+    /// a read) or not written (for a write), until `callback` runs.
     pub(crate) unsafe fn submit_raw(
         &mut self,
         kind: OpKind,
         file: &File,
         offset: u64,
-        ptr: *mut u8,
+        mem: Mem<'_>,
         len: usize,
         callback: Box<dyn FnOnce(Result<()>)>,
     ) {
@@ -277,7 +281,7 @@ impl Queue {
             offset,
             Sink::Queue(self.shared.clone(), token),
         );
-        let sent = file.prepare(kind, offset, ptr, len, None, &joiner, &mut self.batches);
+        let sent = file.prepare_mem(kind, offset, mem, len, None, &joiner, &mut self.batches);
         self.slots[token as usize] = Some(Pending {
             kind,
             offset,
@@ -309,6 +313,14 @@ impl Queue {
         }
     }
 
+    /// Enter the kernel once per flush (per `submit`, `flush_now` or `wait`)
+    /// rather than once per operation, on the rings this queue creates from
+    /// now on: fewer system calls and device notifications for
+    /// throughput-bound work such as write-back.
+    pub(crate) fn set_batched(&mut self) {
+        self.batched = true;
+    }
+
     /// Send what `submit_raw` queued.
     pub(crate) fn flush_now(&mut self) {
         self.flush();
@@ -324,7 +336,10 @@ impl Queue {
             };
             let engine = first.backing.engine.clone();
             let ops = std::mem::take(&mut self.batches[i]);
-            if let Some(cfg) = engine.queue_rings() {
+            if let Some(mut cfg) = engine.queue_rings() {
+                if self.batched {
+                    cfg.eager = false;
+                }
                 let key = Arc::as_ptr(&engine) as *const () as usize;
                 if let Some(ring) = self.ring_for(key, ops.len(), cfg) {
                     ring.push(ops);
