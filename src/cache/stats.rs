@@ -4,7 +4,7 @@
 //! two cache lines) the first time; only that thread writes it, with a plain
 //! load and store, so counting a hit costs no shared atomic operation.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -71,6 +71,9 @@ pub(crate) struct StatsHub {
 thread_local! {
     /// This thread's blocks, by cache id.
     static LOCAL: RefCell<Vec<(u64, Arc<Block>)>> = const { RefCell::new(Vec::new()) };
+    /// The block this thread used last, and its cache's id: a hot path that
+    /// counts into one cache finds its block without the lookup above.
+    static LAST: Cell<(u64, *const Block)> = const { Cell::new((0, std::ptr::null())) };
 }
 
 impl StatsHub {
@@ -90,6 +93,20 @@ impl StatsHub {
 
     #[inline]
     pub(crate) fn add(&self, s: Stat, n: u64) {
+        let (id, b) = LAST.with(Cell::get);
+        if id == self.id {
+            // SAFETY: `LAST` names a block of a cache with this id; ids are never
+            // reused, and a block stays alive while its cache (which holds it)
+            // does, which it does while `self` is borrowed.
+            let c = unsafe { &(*b).v[s as usize] };
+            c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
+            return;
+        }
+        self.add_slow(s, n);
+    }
+
+    #[cold]
+    fn add_slow(&self, s: Stat, n: u64) {
         LOCAL.with(|l| {
             let mut l = l.borrow_mut();
             let b = match l.iter().position(|(id, _)| *id == self.id) {
@@ -99,6 +116,7 @@ impl StatsHub {
                     &l[b].1
                 }
             };
+            LAST.with(|c| c.set((self.id, Arc::as_ptr(b))));
             let c = &b.v[s as usize];
             // Only this thread writes this block: no read-modify-write needed.
             c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
