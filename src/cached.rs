@@ -117,40 +117,29 @@ impl CachedStore {
     }
 
     fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
-        // A file opened twice shares its cache id: one copy of each page.
+        // A file opened twice shares its cache id: one copy of each page. The
+        // table stays locked from the search to the insertion, so two threads
+        // opening one file at once get one id.
         let name = file.name();
-        let known = self
-            .inner
-            .files
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .find(|(_, e)| e.file.name() == name)
-            .map(|(&id, e)| (id, e.clone()));
-        if let Some((id, entry)) = known {
-            return Ok(CachedFile {
-                shared: self.inner.clone(),
-                entry,
-                id,
-                read_only,
-            });
-        }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        if id > MAX_FILE_ID {
-            return Err(Error::InvalidArgument(format!(
-                "more than {} files opened through one cache",
-                MAX_FILE_ID as u64 + 1
-            )));
-        }
-        let entry = Arc::new(Entry {
-            file,
-            failed: Mutex::new(None),
-        });
-        self.inner
-            .files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, entry.clone());
+        let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
+        let (id, entry) = match files.iter().find(|(_, e)| e.file.name() == name) {
+            Some((&id, e)) => (id, e.clone()),
+            None => {
+                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+                if id > MAX_FILE_ID {
+                    return Err(Error::InvalidArgument(format!(
+                        "more than {} files opened through one cache",
+                        MAX_FILE_ID as u64 + 1
+                    )));
+                }
+                let entry = Arc::new(Entry {
+                    file,
+                    failed: Mutex::new(None),
+                });
+                files.insert(id, entry.clone());
+                (id, entry)
+            }
+        };
         Ok(CachedFile {
             shared: self.inner.clone(),
             entry,
