@@ -30,6 +30,7 @@ use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, File, Mem};
 use crate::queue::{OpKind, Queue};
+use crate::slab::Slab;
 
 /// The outcome of a [`CachedRequest`].
 #[derive(Debug)]
@@ -158,10 +159,8 @@ pub struct CachedQueue<'a> {
     sh: &'a Shared,
     shared_arc: Arc<Shared>,
     q: Queue,
-    live: Vec<Option<Live>>,
-    free: Vec<usize>,
-    fills: Vec<Option<Waiting<'a>>>,
-    free_fills: Vec<usize>,
+    live: Slab<Live>,
+    fills: Slab<Waiting<'a>>,
     /// Fills whose device read finished, with its result (filled by the
     /// queue's raw callbacks).
     finished: Finished,
@@ -190,10 +189,8 @@ impl CachedStore {
             sh: &self.inner,
             shared_arc: self.inner.clone(),
             q,
-            live: Vec::new(),
-            free: Vec::new(),
-            fills: Vec::new(),
-            free_fills: Vec::new(),
+            live: Slab::new(),
+            fills: Slab::new(),
             finished: Rc::new(RefCell::new(Vec::new())),
             parked: Vec::new(),
             run: None,
@@ -315,14 +312,7 @@ impl<'a> CachedQueue<'a> {
             self.finish_request(r, true, None);
             return;
         }
-        let id = match self.free.pop() {
-            Some(i) => i,
-            None => {
-                self.live.push(None);
-                self.live.len() - 1
-            }
-        };
-        self.live[id] = Some(Live {
+        let id = self.live.insert(Live {
             req: r,
             left: pages,
             hit: true,
@@ -339,7 +329,7 @@ impl<'a> CachedQueue<'a> {
         match self.step(id, page) {
             Ok(Step::Done) => self.page_done(id, None),
             Ok(Step::Pending) => {
-                if let Some(l) = self.live[id].as_mut() {
+                if let Some(l) = self.live.get_mut(id) {
                     l.hit = false;
                 }
             }
@@ -351,7 +341,7 @@ impl<'a> CachedQueue<'a> {
     /// The byte ranges page `page` shares with request `id`:
     /// (offset in the page, offset in the buffer, length).
     fn span(&self, id: usize, page: u64) -> (usize, usize, usize) {
-        let r = &self.live[id].as_ref().expect("live request").req;
+        let r = &self.live.get(id).expect("live request").req;
         let ps = self.sh.cache.page_size() as u64;
         let start = (page * ps).max(r.offset);
         let end = ((page + 1) * ps).min(r.offset + r.buf.len() as u64);
@@ -364,7 +354,7 @@ impl<'a> CachedQueue<'a> {
 
     fn step(&mut self, id: usize, page: u64) -> Result<Step> {
         let (in_page, in_buf, n) = self.span(id, page);
-        let l = self.live[id].as_mut().expect("live request");
+        let l = self.live.get_mut(id).expect("live request");
         let fid = l.req.file.id;
         let cache: &'a PageCache = &self.sh.cache;
         let ps = cache.page_size();
@@ -418,8 +408,9 @@ impl<'a> CachedQueue<'a> {
         ptr: *mut u8,
         req: usize,
     ) -> Result<Step> {
-        let entry = self.live[req]
-            .as_ref()
+        let entry = self
+            .live
+            .get(req)
             .expect("live request")
             .req
             .file
@@ -436,14 +427,7 @@ impl<'a> CachedQueue<'a> {
             let r = self.sh.load(fid, page, f);
             return self.complete_fill(job, req, page, r);
         }
-        let slot = match self.free_fills.pop() {
-            Some(i) => i,
-            None => {
-                self.fills.push(None);
-                self.fills.len() - 1
-            }
-        };
-        self.fills[slot] = Some(Waiting { job, req, page });
+        let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read, into
         // their frames (vectored I/O); the run goes out at `send_run`.
         if let Some(run) = self.run.as_mut() {
@@ -522,14 +506,7 @@ impl<'a> CachedQueue<'a> {
             return Ok(Step::Pending);
         }
         let ptr = wb.bytes().as_ptr() as *mut u8;
-        let slot = match self.free_fills.pop() {
-            Some(i) => i,
-            None => {
-                self.fills.push(None);
-                self.fills.len() - 1
-            }
-        };
-        self.fills[slot] = Some(Waiting {
+        let slot = self.fills.insert(Waiting {
             job: Job::Victim(wb),
             req,
             page,
@@ -560,7 +537,7 @@ impl<'a> CachedQueue<'a> {
         r: Result<()>,
     ) -> Result<Step> {
         let (in_page, in_buf, n) = self.span(req, page);
-        let l = self.live[req].as_mut().expect("live request");
+        let l = self.live.get_mut(req).expect("live request");
         match job {
             Job::Read(f) => {
                 let g = f.finish(r)?;
@@ -594,7 +571,7 @@ impl<'a> CachedQueue<'a> {
             // first lines of all of them before copying any, so that their
             // misses overlap.
             for &(slot, _) in &done {
-                if let Some(w) = self.fills[slot].as_mut() {
+                if let Some(w) = self.fills.get_mut(slot) {
                     let f = w.job.frame();
                     for line in f.chunks(64).take(8) {
                         crate::cache::prefetch(line.as_ptr());
@@ -602,8 +579,7 @@ impl<'a> CachedQueue<'a> {
                 }
             }
             for (slot, r) in done {
-                let w = self.fills[slot].take().expect("a fill in flight");
-                self.free_fills.push(slot);
+                let w = self.fills.remove(slot).expect("a fill in flight");
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page)),
@@ -636,14 +612,13 @@ impl<'a> CachedQueue<'a> {
     }
 
     fn page_done(&mut self, id: usize, err: Option<Error>) {
-        let l = self.live[id].as_mut().expect("live request");
+        let l = self.live.get_mut(id).expect("live request");
         if let Some(e) = err {
             l.err.get_or_insert(e);
         }
         l.left -= 1;
         if l.left == 0 {
-            let l = self.live[id].take().expect("live request");
-            self.free.push(id);
+            let l = self.live.remove(id).expect("live request");
             self.finish_request(l.req, l.hit, l.err);
         }
     }

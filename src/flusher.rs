@@ -30,6 +30,7 @@ use crate::cached_queue::Finished;
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, Mem};
 use crate::queue::{OpKind, Queue, Request};
+use crate::slab::Slab;
 
 /// How the flusher of a cached store works.
 #[derive(Debug, Clone)]
@@ -138,8 +139,7 @@ pub(crate) struct Writer<'a> {
     shared: &'a Shared,
     q: Queue,
     finished: Finished,
-    runs: Vec<Option<Run<'a>>>,
-    free: Vec<usize>,
+    runs: Slab<Run<'a>>,
     max_merge: usize,
     /// Pages written and device writes issued, successful or not.
     pub(crate) pages: u64,
@@ -170,8 +170,7 @@ impl<'a> Writer<'a> {
             shared,
             q,
             finished: Rc::new(RefCell::new(Vec::new())),
-            runs: Vec::new(),
-            free: Vec::new(),
+            runs: Slab::new(),
             max_merge: max_merge.max(1),
             pages: 0,
             writes: 0,
@@ -220,10 +219,7 @@ impl<'a> Writer<'a> {
         pages.extend(after);
         let off = start * ps;
         let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
-        let slot = self.free.pop().unwrap_or_else(|| {
-            self.runs.push(None);
-            self.runs.len() - 1
-        });
+        let slot = self.runs.next_key();
         let done = self.finished.clone();
         let report = move |r: Result<()>| done.borrow_mut().push((slot, r));
         if len as u64 % DIRECT_ALIGN != 0 {
@@ -232,12 +228,14 @@ impl<'a> Writer<'a> {
             let r = pages
                 .iter()
                 .try_for_each(|w| self.shared.store_page(file, w.page(), w.bytes()));
-            self.runs[slot] = Some(Run { file, pages });
+            let key = self.runs.insert(Run { file, pages });
+            debug_assert_eq!(key, slot);
             report(r);
         } else if pages.len() == 1 {
             let ptr = pages[0].bytes().as_ptr() as *mut u8;
-            self.runs[slot] = Some(Run { file, pages });
-            // SAFETY: the write-back guard in `runs[slot]` keeps the page in its
+            let key = self.runs.insert(Run { file, pages });
+            debug_assert_eq!(key, slot);
+            // SAFETY: the write-back guard in `runs` under `slot` keeps the page in its
             // frame and keeps writers out until the callback has reported the
             // write finished; the device only reads it.
             unsafe {
@@ -257,7 +255,8 @@ impl<'a> Writer<'a> {
                 let n = (len - at).min(ps as usize);
                 buf[at..at + n].copy_from_slice(&w.bytes()[..n]);
             }
-            self.runs[slot] = Some(Run { file, pages });
+            let key = self.runs.insert(Run { file, pages });
+            debug_assert_eq!(key, slot);
             self.q
                 .submit(vec![Request::write(&entry.file, off, buf, move |c| {
                     report(c.result)
@@ -270,8 +269,7 @@ impl<'a> Writer<'a> {
     /// Finish the runs whose writes completed.
     pub(crate) fn settle(&mut self) {
         for (slot, r) in std::mem::take(&mut *self.finished.borrow_mut()) {
-            let run = self.runs[slot].take().expect("a write in flight");
-            self.free.push(slot);
+            let run = self.runs.remove(slot).expect("a write in flight");
             if let Err(e) = &r {
                 self.shared.remember_failure(run.file, e.clone());
                 self.failed.get_or_insert_with(|| e.clone());

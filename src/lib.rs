@@ -40,6 +40,7 @@ mod io;
 pub mod layout;
 mod queue;
 pub mod sim;
+mod slab;
 mod store;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};

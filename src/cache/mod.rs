@@ -204,21 +204,46 @@ impl<M: Model> PageCache<M> {
 
     /// Look `page` of `file` up for reading.
     pub fn get(&self, file: u32, page: u64) -> Result<Lookup<'_, M>> {
+        Ok(self
+            .lookup_read(file, page, false)?
+            .expect("a waiting lookup is never busy"))
+    }
+
+    /// The read lookup behind [`PageCache::get`] and [`PageCache::try_get`].
+    fn lookup_read(&self, file: u32, page: u64, nowait: bool) -> Result<Option<Lookup<'_, M>>> {
         let tag = tag_of(file, page)?;
-        Ok(match self.core.lookup(tag, false, false)? {
-            Found::Hit(s, i) => Lookup::Hit(PageRef {
-                at: At::new(&self.core, s, i, tag),
-            }),
+        let at = |s, i, t| At::new(&self.core, s, i, t);
+        Ok(Some(match self.core.lookup(tag, false, nowait)? {
+            Found::Hit(s, i) => Lookup::Hit(PageRef { at: at(s, i, tag) }),
             Found::Miss(s, i) => Lookup::Miss(Fill {
-                at: At::new(&self.core, s, i, tag),
+                at: at(s, i, tag),
                 done: false,
             }),
             Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
-                at: At::new(&self.core, s, i, t),
+                at: at(s, i, t),
                 done: false,
             }),
-            Found::Busy => unreachable!("a waiting lookup is never busy"),
-        })
+            Found::Busy => return Ok(None),
+        }))
+    }
+
+    /// The write lookup behind [`PageCache::get_mut`] and
+    /// [`PageCache::try_get_mut`].
+    fn lookup_write(&self, file: u32, page: u64, nowait: bool) -> Result<Option<LookupMut<'_, M>>> {
+        let tag = tag_of(file, page)?;
+        let at = |s, i, t| At::new(&self.core, s, i, t);
+        Ok(Some(match self.core.lookup(tag, true, nowait)? {
+            Found::Hit(s, i) => LookupMut::Hit(PageMut { at: at(s, i, tag) }),
+            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
+                at: at(s, i, tag),
+                done: false,
+            })),
+            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
+                at: at(s, i, t),
+                done: false,
+            }),
+            Found::Busy => return Ok(None),
+        }))
     }
 
     /// Copy `dst.len()` bytes at `offset` of `page` of `file` into `dst` if the
@@ -263,21 +288,9 @@ impl<M: Model> PageCache<M> {
     /// Look `page` of `file` up for writing: the guard is exclusive and marks
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
-        let tag = tag_of(file, page)?;
-        Ok(match self.core.lookup(tag, true, false)? {
-            Found::Hit(s, i) => LookupMut::Hit(PageMut {
-                at: At::new(&self.core, s, i, tag),
-            }),
-            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
-                at: At::new(&self.core, s, i, tag),
-                done: false,
-            })),
-            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
-                at: At::new(&self.core, s, i, t),
-                done: false,
-            }),
-            Found::Busy => unreachable!("a waiting lookup is never busy"),
-        })
+        Ok(self
+            .lookup_write(file, page, false)?
+            .expect("a waiting lookup is never busy"))
     }
 
     /// As [`PageCache::get`], but never waits for another requester's fill, for
@@ -286,41 +299,13 @@ impl<M: Model> PageCache<M> {
     /// after [`PageCache::pin_wait`] without progress). For asynchronous callers, which may
     /// themselves own the fill in flight.
     pub fn try_get(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
-        let tag = tag_of(file, page)?;
-        Ok(Some(match self.core.lookup(tag, false, true)? {
-            Found::Hit(s, i) => Lookup::Hit(PageRef {
-                at: At::new(&self.core, s, i, tag),
-            }),
-            Found::Miss(s, i) => Lookup::Miss(Fill {
-                at: At::new(&self.core, s, i, tag),
-                done: false,
-            }),
-            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
-                at: At::new(&self.core, s, i, t),
-                done: false,
-            }),
-            Found::Busy => return Ok(None),
-        }))
+        self.lookup_read(file, page, true)
     }
 
     /// As [`PageCache::get_mut`], but `Ok(None)` instead of waiting while the
     /// page is filled, pinned or written back.
     pub fn try_get_mut(&self, file: u32, page: u64) -> Result<Option<LookupMut<'_, M>>> {
-        let tag = tag_of(file, page)?;
-        Ok(Some(match self.core.lookup(tag, true, true)? {
-            Found::Hit(s, i) => LookupMut::Hit(PageMut {
-                at: At::new(&self.core, s, i, tag),
-            }),
-            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
-                at: At::new(&self.core, s, i, tag),
-                done: false,
-            })),
-            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
-                at: At::new(&self.core, s, i, t),
-                done: false,
-            }),
-            Found::Busy => return Ok(None),
-        }))
+        self.lookup_write(file, page, true)
     }
 
     /// Install a write-back flusher's hook: after a write leaves `at` or more
