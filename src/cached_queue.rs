@@ -20,8 +20,6 @@
 //! The callback of a request runs once, on this thread, after every page of
 //! it is done, with the first error if any.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,9 +124,6 @@ struct Waiting<'a> {
     page: u64,
 }
 
-/// Device operations that finished: (slot, result), filled by raw callbacks.
-pub(crate) type Finished = Rc<RefCell<Vec<(usize, Result<()>)>>>;
-
 /// Most pages one read of missing pages covers.
 const MAX_RUN: usize = 64;
 
@@ -140,9 +135,15 @@ struct MissRun {
     /// The page after the last one in the run.
     next: u64,
     len: usize,
-    /// Their fills' slots and frames, in file order.
-    slots: Vec<usize>,
-    frames: Vec<*mut u8>,
+    /// Their fills' slots, in file order.
+    slots: Slots,
+}
+
+/// The fills one device operation serves: one inline, more in a vector
+/// (taken from a pool, so that a run of one page allocates nothing).
+struct Slots {
+    first: usize,
+    more: Vec<usize>,
 }
 
 /// What became of one page of a request.
@@ -161,9 +162,16 @@ pub struct CachedQueue<'a> {
     q: Queue,
     live: Slab<Live>,
     fills: Slab<Waiting<'a>>,
-    /// Fills whose device read finished, with its result (filled by the
-    /// queue's raw callbacks).
-    finished: Finished,
+    /// Device operations in flight: the fills each serves (its tag is the key).
+    ops: Slab<Slots>,
+    /// Emptied `Slots::more` vectors for reuse.
+    spare: Vec<Vec<usize>>,
+    /// Frames of the run being gathered, in file order.
+    frames: Vec<*mut u8>,
+    /// Device operations that finished: (tag, result).
+    tagged: Vec<(usize, Result<()>)>,
+    /// Fills whose device operation finished: (slot, result).
+    finished: Vec<(usize, Result<()>)>,
     /// Pages that were busy: (request, page).
     parked: Vec<(usize, u64)>,
     /// Missing pages being gathered into one read.
@@ -184,14 +192,20 @@ impl CachedStore {
         // SAFETY: the starting sets' frames stay mapped at the same pages while
         // the cache lives, and the cache outlives the queue (it borrows the
         // store).
-        unsafe { q.register_region(ptr, len) };
+        if std::env::var_os("SC_NOREG").is_none() {
+            unsafe { q.register_region(ptr, len) };
+        }
         CachedQueue {
             sh: &self.inner,
             shared_arc: self.inner.clone(),
             q,
             live: Slab::new(),
             fills: Slab::new(),
-            finished: Rc::new(RefCell::new(Vec::new())),
+            ops: Slab::new(),
+            spare: Vec::new(),
+            frames: Vec::new(),
+            tagged: Vec::new(),
+            finished: Vec::new(),
             parked: Vec::new(),
             run: None,
             outstanding: 0,
@@ -435,24 +449,28 @@ impl<'a> CachedQueue<'a> {
                 && run.next == page
                 && n as u64 == ps
                 && run.len % ps as usize == 0
-                && run.slots.len() < MAX_RUN
+                && self.frames.len() < MAX_RUN
             {
-                run.slots.push(slot);
-                run.frames.push(ptr);
+                run.slots.more.push(slot);
+                self.frames.push(ptr);
                 run.len += n;
                 run.next += 1;
                 return Ok(Step::Pending);
             }
         }
         self.send_run();
+        self.frames.clear();
+        self.frames.push(ptr);
         self.run = Some(MissRun {
             fid,
             file: entry.file.clone(),
             offset: off,
             next: page + 1,
             len: n,
-            slots: vec![slot],
-            frames: vec![ptr],
+            slots: Slots {
+                first: slot,
+                more: self.spare.pop().unwrap_or_default(),
+            },
         });
         Ok(Step::Pending)
     }
@@ -462,31 +480,19 @@ impl<'a> CachedQueue<'a> {
         let Some(run) = self.run.take() else {
             return;
         };
-        let finished = self.finished.clone();
-        let slots = run.slots;
         let ps = self.sh.cache.page_size();
-        let mem = if run.frames.len() == 1 {
-            Mem::One(run.frames[0])
+        let mem = if self.frames.len() == 1 {
+            Mem::One(self.frames[0])
         } else {
-            Mem::Pieces(&run.frames, ps)
+            Mem::Pieces(&self.frames, ps)
         };
+        let tag = self.ops.insert(run.slots);
         // SAFETY: every frame of the run is claimed by a fill held in
         // `self.fills`, which nobody else reads or writes and which is only
-        // finished after this callback reports the read done.
+        // finished after the operation's tag comes back.
         unsafe {
-            self.q.submit_raw(
-                OpKind::Read,
-                &run.file,
-                run.offset,
-                mem,
-                run.len,
-                Box::new(move |r| {
-                    let mut f = finished.borrow_mut();
-                    for &slot in &slots {
-                        f.push((slot, r.clone()));
-                    }
-                }),
-            );
+            self.q
+                .submit_raw(OpKind::Read, &run.file, run.offset, mem, run.len, tag);
         }
     }
 
@@ -511,19 +517,16 @@ impl<'a> CachedQueue<'a> {
             req,
             page,
         });
-        let finished = self.finished.clone();
+        let tag = self.ops.insert(Slots {
+            first: slot,
+            more: Vec::new(),
+        });
         // SAFETY: the write-back guard in `self.fills[slot]` keeps the page in
-        // its frame and writers out until this callback reports the write
-        // done; the device only reads the frame.
+        // its frame and writers out until the write's tag comes back; the
+        // device only reads the frame.
         unsafe {
-            self.q.submit_raw(
-                OpKind::Write,
-                &entry.file,
-                off,
-                Mem::One(ptr),
-                n,
-                Box::new(move |r| finished.borrow_mut().push((slot, r))),
-            );
+            self.q
+                .submit_raw(OpKind::Write, &entry.file, off, Mem::One(ptr), n, tag);
         }
         Ok(Step::Pending)
     }
@@ -563,8 +566,10 @@ impl<'a> CachedQueue<'a> {
     /// the callbacks of requests that are done.
     fn collect(&mut self) {
         loop {
-            let done = std::mem::take(&mut *self.finished.borrow_mut());
+            self.take_finished();
+            let done = std::mem::take(&mut self.finished);
             if done.is_empty() && self.parked.is_empty() {
+                self.finished = done;
                 return;
             }
             // The frames just read are not in the CPU caches: ask for the
@@ -578,7 +583,8 @@ impl<'a> CachedQueue<'a> {
                     }
                 }
             }
-            for (slot, r) in done {
+            let mut done = done;
+            for (slot, r) in done.drain(..) {
                 let w = self.fills.remove(slot).expect("a fill in flight");
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
@@ -586,6 +592,7 @@ impl<'a> CachedQueue<'a> {
                     res => self.page_done(w.req, res.err()),
                 }
             }
+            self.finished = done;
             let parked = std::mem::take(&mut self.parked);
             let had = parked.len();
             for (id, page) in parked {
@@ -594,8 +601,28 @@ impl<'a> CachedQueue<'a> {
             self.send_run();
             self.q.flush_now();
             // Stop when retrying made no progress and nothing new finished.
-            if self.parked.len() == had && self.finished.borrow().is_empty() {
+            self.take_finished();
+            if self.parked.len() == had && self.finished.is_empty() {
                 return;
+            }
+        }
+    }
+
+    /// Turn the queue's finished operations into finished fills.
+    fn take_finished(&mut self) {
+        self.q.take_tagged(&mut self.tagged);
+        for (tag, r) in self.tagged.drain(..) {
+            let mut s = self.ops.remove(tag).expect("an operation in flight");
+            if s.more.is_empty() {
+                self.finished.push((s.first, r));
+            } else {
+                self.finished.push((s.first, r.clone()));
+                for slot in s.more.drain(..) {
+                    self.finished.push((slot, r.clone()));
+                }
+            }
+            if s.more.capacity() > 0 {
+                self.spare.push(s.more);
             }
         }
     }

@@ -16,20 +16,16 @@
 //! asynchronous queue. A failed write leaves its pages dirty and is remembered
 //! for the file's next `sync`.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::buf::AlignedBuf;
 use crate::cache::WriteBack;
 use crate::cached::Shared;
-use crate::cached_queue::Finished;
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, Mem};
-use crate::queue::{OpKind, Queue, Request};
+use crate::queue::{OpKind, Queue};
 use crate::slab::Slab;
 
 /// How the flusher of a cached store works.
@@ -138,7 +134,10 @@ struct Run<'a> {
 pub(crate) struct Writer<'a> {
     shared: &'a Shared,
     q: Queue,
-    finished: Finished,
+    /// Writes finished: (run, result).
+    done: Vec<(usize, Result<()>)>,
+    /// Frames of the run being sent.
+    frames: Vec<*mut u8>,
     runs: Slab<Run<'a>>,
     max_merge: usize,
     /// Pages written and device writes issued, successful or not.
@@ -169,7 +168,8 @@ impl<'a> Writer<'a> {
         Writer {
             shared,
             q,
-            finished: Rc::new(RefCell::new(Vec::new())),
+            done: Vec::new(),
+            frames: Vec::new(),
             runs: Slab::new(),
             max_merge: max_merge.max(1),
             pages: 0,
@@ -219,48 +219,33 @@ impl<'a> Writer<'a> {
         pages.extend(after);
         let off = start * ps;
         let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
-        let slot = self.runs.next_key();
-        let done = self.finished.clone();
-        let report = move |r: Result<()>| done.borrow_mut().push((slot, r));
         if len as u64 % DIRECT_ALIGN != 0 {
             // The file ends inside a sector: write through the cache's own
             // path, which handles the tail.
             let r = pages
                 .iter()
                 .try_for_each(|w| self.shared.store_page(file, w.page(), w.bytes()));
-            let key = self.runs.insert(Run { file, pages });
-            debug_assert_eq!(key, slot);
-            report(r);
-        } else if pages.len() == 1 {
-            let ptr = pages[0].bytes().as_ptr() as *mut u8;
-            let key = self.runs.insert(Run { file, pages });
-            debug_assert_eq!(key, slot);
-            // SAFETY: the write-back guard in `runs` under `slot` keeps the page in its
-            // frame and keeps writers out until the callback has reported the
-            // write finished; the device only reads it.
-            unsafe {
-                self.q.submit_raw(
-                    OpKind::Write,
-                    &entry.file,
-                    off,
-                    Mem::One(ptr),
-                    len,
-                    Box::new(report),
-                );
-            }
+            let slot = self.runs.insert(Run { file, pages });
+            self.done.push((slot, r));
         } else {
-            let mut buf = AlignedBuf::new(len);
-            for (k, w) in pages.iter().enumerate() {
-                let at = k * ps as usize;
-                let n = (len - at).min(ps as usize);
-                buf[at..at + n].copy_from_slice(&w.bytes()[..n]);
+            self.frames.clear();
+            self.frames
+                .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
+            let mem = if pages.len() == 1 {
+                Mem::One(self.frames[0])
+            } else {
+                Mem::Pieces(&self.frames, ps as usize)
+            };
+            // SAFETY: the write-back guards in `runs` under `slot` keep every
+            // page in its frame and keep writers out until the write's tag
+            // comes back; the device only reads the frames.
+            let slot = self.runs.next_key();
+            unsafe {
+                self.q
+                    .submit_raw(OpKind::Write, &entry.file, off, mem, len, slot);
             }
             let key = self.runs.insert(Run { file, pages });
             debug_assert_eq!(key, slot);
-            self.q
-                .submit(vec![Request::write(&entry.file, off, buf, move |c| {
-                    report(c.result)
-                })]);
         }
         self.settle();
         true
@@ -268,7 +253,8 @@ impl<'a> Writer<'a> {
 
     /// Finish the runs whose writes completed.
     pub(crate) fn settle(&mut self) {
-        for (slot, r) in std::mem::take(&mut *self.finished.borrow_mut()) {
+        self.q.take_tagged(&mut self.done);
+        for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
             if let Err(e) = &r {
                 self.shared.remember_failure(run.file, e.clone());

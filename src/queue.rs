@@ -124,8 +124,9 @@ impl QueueShared {
 enum Done {
     /// A [`Request`]: its buffer goes back with the completion.
     User { buf: AlignedBuf, callback: Callback },
-    /// A crate-internal request into memory the caller owns (a cache frame).
-    Raw(Box<dyn FnOnce(Result<()>)>),
+    /// A crate-internal request into memory the caller owns (cache frames):
+    /// its tag and result go to the queue's tagged list (no allocation).
+    Tag(usize),
 }
 
 struct Pending {
@@ -156,6 +157,8 @@ pub struct Queue {
     regions: Vec<(usize, usize)>,
     /// Enter the kernel once per flush rather than once per operation.
     batched: bool,
+    /// Finished tagged requests: (tag, result), taken by `take_tagged`.
+    tagged: Vec<(usize, Result<()>)>,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -181,6 +184,7 @@ impl Queue {
             poll: DEFAULT_POLL,
             regions: Vec::new(),
             batched: false,
+            tagged: Vec::new(),
             _not_send: PhantomData,
         }
     }
@@ -255,13 +259,14 @@ impl Queue {
 
     /// Queue one read or write of `len` bytes at `offset` of `file` from or into
     /// `mem`, memory the caller owns (one buffer, or equal pieces such as cache
-    /// frames, read or written with vectored I/O); `callback` gets the result. Like
+    /// frames, read or written with vectored I/O); when it finishes, `(tag,
+    /// result)` joins the list [`Queue::take_tagged`] hands out. Like
     /// [`Queue::submit`] it may run other callbacks first to make room, and the
     /// request travels with the next flush (`flush_now`, `wait`, `submit`).
     ///
     /// # Safety
     /// The `len` bytes of `mem` stay valid, and are not otherwise accessed (for
-    /// a read) or not written (for a write), until `callback` runs.
+    /// a read) or not written (for a write), until its tag is handed out.
     pub(crate) unsafe fn submit_raw(
         &mut self,
         kind: OpKind,
@@ -269,7 +274,7 @@ impl Queue {
         offset: u64,
         mem: Mem<'_>,
         len: usize,
-        callback: Box<dyn FnOnce(Result<()>)>,
+        tag: usize,
     ) {
         if self.free.is_empty() {
             self.flush();
@@ -285,7 +290,7 @@ impl Queue {
         self.slots[token as usize] = Some(Pending {
             kind,
             offset,
-            done: Done::Raw(callback),
+            done: Done::Tag(tag),
             _file: file.clone(),
         });
         self.in_flight += 1;
@@ -294,6 +299,11 @@ impl Queue {
             Ok(_) => {}
             Err(e) => joiner.deliver_now(Some(e)),
         }
+    }
+
+    /// Move the finished tagged requests (see [`Queue::submit_raw`]) to `out`.
+    pub(crate) fn take_tagged(&mut self, out: &mut Vec<(usize, Result<()>)>) {
+        out.append(&mut self.tagged);
     }
 
     /// Register `len` bytes at `ptr` as fixed buffers with the rings this
@@ -487,7 +497,7 @@ impl Queue {
                     buf,
                     result,
                 }),
-                Done::Raw(callback) => callback(result),
+                Done::Tag(tag) => self.tagged.push((tag, result)),
             }
             ran += 1;
         }

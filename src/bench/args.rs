@@ -22,10 +22,14 @@ thread count and hit ratio is one run; each run starts with a cold page cache.
 Engines:
   direct          the storage layer without a cache; each thread keeps --iodepth
                   requests in flight on its own queue
+  direct-copy     direct, reading into a pool of 4 KiB-aligned frames the size of
+                  --cache-size and copying each read out to the caller's buffer
+                  (each write in): the least any copying cache adds to a miss
   linux-buffered  pread/pwrite on the backing files through the kernel page cache
   linux-direct    O_DIRECT pread/pwrite, one request at a time per thread
   mmap            loads/stores through MAP_SHARED mappings of the backing files
-  setcache        the cached store (not yet available)
+  setcache        the set-associative page cache over the same store; each thread
+                  keeps --iodepth requests in flight on its own cached queue
 
 The Linux engines run in a child process. As root with a memory cgroup controller,
 that process is confined to --cache-size plus its own memory (measured once it is
@@ -60,8 +64,7 @@ pub(crate) struct BenchArgs {
     /// Placement of blocks on devices: stripe, rotated or hash
     #[arg(long, value_name = "LAYOUT", default_value = "stripe", value_parser = layout_arg)]
     pub(crate) layout: LayoutKind,
-    /// Engines to compare, comma-separated: direct, linux-buffered, linux-direct, mmap
-    /// (setcache: not yet available)
+    /// Engines to compare, comma-separated: direct, direct-copy, linux-buffered, linux-direct, mmap, setcache
     #[arg(long, value_name = "LIST", value_delimiter = ',',
           default_value = "direct,linux-buffered,linux-direct,mmap", value_parser = engine_arg)]
     pub(crate) engine: Vec<Engine>,
@@ -79,7 +82,7 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N[,N...]", value_delimiter = ',', default_value = "1",
           value_parser = count_arg)]
     pub(crate) threads: Vec<usize>,
-    /// Requests in flight per thread for the asynchronous engines (direct)
+    /// Requests in flight per thread for the asynchronous engines (direct, direct-copy, setcache)
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) iodepth: u32,
@@ -109,6 +112,11 @@ pub(crate) struct BenchArgs {
     /// Seconds run before measuring (warms the cache)
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = ramp_arg)]
     pub(crate) ramp: f64,
+    /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
+    /// each engine's median run: the device's drift then falls on all engines alike
+    #[arg(long, value_name = "N", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub(crate) repeat: u32,
     /// Write the results as JSON to FILE
     #[arg(long, value_name = "FILE")]
     pub(crate) json: Option<PathBuf>,

@@ -6,6 +6,7 @@
 //! buffers with fresh offsets and waits for the next completion.
 
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -18,7 +19,12 @@ use super::workload::{OpGen, Rng, Workload, mix64};
 /// State a thread shares with its own callbacks.
 struct Local {
     stats: ThreadStats,
-    free: Vec<AlignedBuf>,
+    /// Buffers not in flight, oldest first (with a frame pool they rotate
+    /// through all of it, as a cache's frames do).
+    free: VecDeque<AlignedBuf>,
+    in_flight: usize,
+    /// `direct-copy`: the caller's buffer each completed read is copied into.
+    copy_out: Option<Vec<u8>>,
     /// Whether completions count (copied from the run's phase by the thread loop).
     measuring: bool,
     error: Option<String>,
@@ -39,7 +45,15 @@ fn on_complete(local: &RefCell<Local>, c: Completion, submitted: Instant) {
             }
         }
     }
-    l.free.push(c.buf);
+    if let Some(out) = l.copy_out.as_mut() {
+        // What a copying cache adds to a miss: the bytes go from the frame the
+        // device filled to the caller's buffer.
+        let n = out.len().min(c.buf.len());
+        out[..n].copy_from_slice(&c.buf[..n]);
+        std::hint::black_box(&out[..n]);
+    }
+    l.in_flight -= 1;
+    l.free.push_back(c.buf);
 }
 
 /// Run the workload on `threads` threads with `iodepth` requests in flight each.
@@ -50,10 +64,22 @@ pub(crate) fn run(
     threads: usize,
     iodepth: u32,
     poll: std::time::Duration,
+    pool: Option<u64>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
+    let per_thread = pool.map(|p| ((p / threads.max(1) as u64) / w.bs) as usize);
     let m = run_threads(threads, timing, |t, ctl| {
-        thread_body(store, file, w, t, threads, iodepth as usize, poll, ctl)
+        thread_body(
+            store,
+            file,
+            w,
+            t,
+            threads,
+            iodepth as usize,
+            poll,
+            per_thread,
+            ctl,
+        )
     })?;
     // Nothing is cached: every read goes to a device.
     Ok(Outcome::from_measured(&m, Some(0.0)))
@@ -68,10 +94,11 @@ fn thread_body(
     threads: usize,
     depth: usize,
     poll: std::time::Duration,
+    pool: Option<usize>,
     ctl: &Ctl,
 ) -> Result<ThreadStats, String> {
     let mut bufs = store
-        .alloc_registered(depth, w.bs as usize)
+        .alloc_registered(pool.unwrap_or(depth).max(depth), w.bs as usize)
         .map_err(|e| format!("direct engine: cannot allocate buffers: {e}"))?;
     if w.rw.writes() {
         let mut rng = Rng::new(w.seed ^ mix64(t as u64 + 1));
@@ -81,7 +108,9 @@ fn thread_body(
     }
     let local = Rc::new(RefCell::new(Local {
         stats: ThreadStats::new(),
-        free: bufs,
+        free: bufs.into(),
+        in_flight: 0,
+        copy_out: pool.map(|_| vec![0u8; w.bs as usize]),
         measuring: false,
         error: None,
     }));
@@ -97,7 +126,10 @@ fn thread_body(
             }
             l.measuring = ctl.measuring();
             ctl.publish(t, l.stats.ops);
-            std::mem::swap(&mut l.free, &mut batch);
+            let room = depth - l.in_flight;
+            let take = room.min(l.free.len());
+            batch.extend(l.free.drain(..take));
+            l.in_flight += take;
         }
         if !batch.is_empty() {
             let submitted = Instant::now();
@@ -110,6 +142,12 @@ fn thread_body(
                     if op.read {
                         Request::read(file, op.offset, buf, cb)
                     } else {
+                        let mut buf = buf;
+                        if let Some(out) = local.borrow().copy_out.as_ref() {
+                            // A copying cache's write: caller's bytes into the frame.
+                            let n = out.len().min(buf.len());
+                            buf[..n].copy_from_slice(&out[..n]);
+                        }
                         Request::write(file, op.offset, buf, cb)
                     }
                 })

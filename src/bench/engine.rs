@@ -11,6 +11,10 @@ use std::fmt;
 pub(crate) enum Engine {
     /// The storage layer without a cache: a `Queue` per thread, `--iodepth` in flight.
     Direct,
+    /// `Direct` reading into a pool of frames the size of `--cache-size` and
+    /// copying each read out into the caller's buffer: the floor of a copying
+    /// cache's miss path (no lookup, no eviction, no sharing).
+    DirectCopy,
     /// pread/pwrite through the kernel page cache.
     LinuxBuffered,
     /// O_DIRECT pread/pwrite, one request at a time per thread.
@@ -22,8 +26,9 @@ pub(crate) enum Engine {
 }
 
 /// Every engine name, in the order `--help` lists them.
-pub(crate) const ALL: [Engine; 5] = [
+pub(crate) const ALL: [Engine; 6] = [
     Engine::Direct,
+    Engine::DirectCopy,
     Engine::LinuxBuffered,
     Engine::LinuxDirect,
     Engine::Mmap,
@@ -34,6 +39,7 @@ impl Engine {
     pub(crate) fn name(self) -> &'static str {
         match self {
             Engine::Direct => "direct",
+            Engine::DirectCopy => "direct-copy",
             Engine::LinuxBuffered => "linux-buffered",
             Engine::LinuxDirect => "linux-direct",
             Engine::Mmap => "mmap",
@@ -55,7 +61,7 @@ impl Engine {
 
     /// Whether it keeps `--iodepth` requests in flight per thread (else one).
     pub(crate) fn is_async(self) -> bool {
-        matches!(self, Engine::Direct | Engine::Setcache)
+        matches!(self, Engine::Direct | Engine::DirectCopy | Engine::Setcache)
     }
 
     /// Whether the engine can run in this build.

@@ -2,8 +2,10 @@
 //! I/O paths on the same data.
 //!
 //! One run is one engine at one thread count and one hit-ratio target. Runs go in
-//! order threads -> hit ratio -> engine, each from a cold page cache; fio (with
-//! `--compare-fio`) runs once per thread count. The table goes to stdout, notices
+//! order threads -> hit ratio -> engine, each from a cold page cache; with
+//! `--repeat N` the engines of one thread count and hit ratio take turns N times
+//! and the table keeps each engine's median run, with the median of its per-round
+//! ratio to the first engine. fio (with `--compare-fio`) runs once per thread count. The table goes to stdout, notices
 //! and progress to stderr.
 
 mod args;
@@ -110,7 +112,10 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
         paths,
         cgroups,
     };
-    let n_runs = cfg.a.threads.len() * cfg.hit_targets.len() * cfg.engines.len()
+    let n_runs = cfg.a.threads.len()
+        * cfg.hit_targets.len()
+        * cfg.engines.len()
+        * cfg.a.repeat.max(1) as usize
         + fio.as_ref().map_or(0, |_| cfg.a.threads.len());
     say!(
         "{n_runs} runs of {} s{} each; store engine {}, {} device(s), layout {}, {} file",
@@ -139,24 +144,38 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
 }
 
 fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(), String> {
+    let repeat = b.cfg.a.repeat.max(1) as usize;
     for &threads in &b.cfg.a.threads {
         for &hit in &b.cfg.hit_targets {
-            for &engine in &b.cfg.engines {
-                if interrupted() {
-                    return Ok(());
+            // Every engine once per round, rounds back to back: a device that
+            // drifts during the call drifts under every engine alike.
+            let mut rounds: Vec<Vec<RunResult>> = Vec::new();
+            for round in 0..repeat {
+                let mut this = Vec::new();
+                for &engine in &b.cfg.engines {
+                    if interrupted() {
+                        break;
+                    }
+                    prep::cold(&b.paths)?;
+                    let r = run_one(b, engine, threads, hit)?;
+                    say!(
+                        "{:<15} threads {threads:<3}{}{}  {:>10.0} IOPS  {:>8.1} MiB/s  p99 {:.1} us",
+                        r.engine,
+                        hit.map_or(String::new(), |h| format!(" hit target {:.0}%", h * 100.0)),
+                        if repeat > 1 {
+                            format!(" round {}/{repeat}", round + 1)
+                        } else {
+                            String::new()
+                        },
+                        r.iops(),
+                        r.mib_s(),
+                        r.out.lat.p99
+                    );
+                    this.push(r);
                 }
-                prep::cold(&b.paths)?;
-                let r = run_one(b, engine, threads, hit)?;
-                say!(
-                    "{:<15} threads {threads:<3}{}  {:>10.0} IOPS  {:>8.1} MiB/s  p99 {:.1} us",
-                    r.engine,
-                    hit.map_or(String::new(), |h| format!(" hit target {:.0}%", h * 100.0)),
-                    r.iops(),
-                    r.mib_s(),
-                    r.out.lat.p99
-                );
-                runs.push(r);
+                rounds.push(this);
             }
+            runs.extend(report::medians(rounds));
         }
         if let Some(fio) = fio {
             if interrupted() {
@@ -201,13 +220,14 @@ fn run_one(
         bs: a.bs,
     };
     let out = match engine {
-        Engine::Direct => direct::run(
+        Engine::Direct | Engine::DirectCopy => direct::run(
             b.store,
             b.file,
             &w,
             threads,
             a.iodepth,
             std::time::Duration::from_micros(a.poll_us),
+            (engine == Engine::DirectCopy).then(|| cached::cache_bytes(a.cache_size, b.file.len())),
             &timing,
         )?,
         Engine::LinuxBuffered | Engine::LinuxDirect | Engine::Mmap => {
@@ -243,6 +263,8 @@ fn run_one(
         cache_size: a.cache_size,
         hit_target: hit,
         out,
+        rounds: Vec::new(),
+        vs_first: None,
     })
 }
 
@@ -271,6 +293,8 @@ fn run_fio(b: &Bench, fio: &Path, threads: usize) -> Result<RunResult, String> {
         cache_size: a.cache_size,
         hit_target: None,
         out,
+        rounds: Vec::new(),
+        vs_first: None,
     })
 }
 

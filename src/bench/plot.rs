@@ -190,6 +190,8 @@ mod tests {
                 hit_ratio: None,
                 interrupted: false,
             },
+            rounds: Vec::new(),
+            vs_first: None,
         }
     }
 

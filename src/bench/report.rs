@@ -20,6 +20,11 @@ pub(crate) struct RunResult {
     /// Target hit ratio as a fraction.
     pub(crate) hit_target: Option<f64>,
     pub(crate) out: Outcome,
+    /// With `--repeat`: the IOPS of every round, in order (this row is the median one).
+    pub(crate) rounds: Vec<f64>,
+    /// With `--repeat`: the median over rounds of this engine's IOPS divided by
+    /// the first engine's IOPS in the same round.
+    pub(crate) vs_first: Option<f64>,
 }
 
 impl RunResult {
@@ -42,8 +47,46 @@ impl RunResult {
             "hit_ratio_target": self.hit_target, "hit_ratio": self.out.hit_ratio,
             "iops": self.iops(), "mib_s": self.mib_s(), "lat_us": self.out.lat.to_json(),
             "cpu_user_s": self.out.cpu_user_s, "cpu_sys_s": self.out.cpu_sys_s, "ops": self.out.ops,
+            "rounds_iops": self.rounds, "vs_first_engine": self.vs_first,
         })
     }
+}
+
+fn median(v: &mut [f64]) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => None,
+        n if n % 2 == 1 => Some(v[n / 2]),
+        n => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+/// One row per engine from rounds of runs (each round: every engine once, in
+/// the same order): the run with the median IOPS (the lower middle one for an
+/// even count), with every round's IOPS and the median ratio to the first
+/// engine of each round. A single round comes back as it is.
+pub(crate) fn medians(rounds: Vec<Vec<RunResult>>) -> Vec<RunResult> {
+    if rounds.len() <= 1 {
+        return rounds.into_iter().flatten().collect();
+    }
+    let engines = rounds.iter().map(Vec::len).max().unwrap_or(0);
+    let mut out = Vec::new();
+    for e in 0..engines {
+        let mut runs: Vec<&RunResult> = rounds.iter().filter_map(|r| r.get(e)).collect();
+        let all: Vec<f64> = runs.iter().map(|r| r.iops()).collect();
+        let mut ratios: Vec<f64> = rounds
+            .iter()
+            .filter_map(|r| Some((r.get(e)?, r.first()?)))
+            .filter(|(_, f)| f.iops() > 0.0)
+            .map(|(x, f)| x.iops() / f.iops())
+            .collect();
+        runs.sort_by(|a, b| a.iops().total_cmp(&b.iops()));
+        let mut row = runs[(runs.len() - 1) / 2].clone();
+        row.rounds = all;
+        row.vs_first = if e == 0 { None } else { median(&mut ratios) };
+        out.push(row);
+    }
+    out
 }
 
 /// The `--json` document.
@@ -94,6 +137,8 @@ pub(crate) fn table(runs: &[RunResult]) -> String {
         "max us",
         "usr s/Mop",
         "sys s/Mop",
+        "x first",
+        "rounds (IOPS)",
     ];
     let mut rows: Vec<Vec<String>> = vec![header.iter().map(|s| s.to_string()).collect()];
     for r in runs {
@@ -118,6 +163,16 @@ pub(crate) fn table(runs: &[RunResult]) -> String {
             us(r.out.lat.max),
             per_mop(r.out.cpu_user_s, r.out.ops),
             per_mop(r.out.cpu_sys_s, r.out.ops),
+            r.vs_first.map_or("-".to_string(), |x| format!("{x:.3}")),
+            if r.rounds.is_empty() {
+                "-".to_string()
+            } else {
+                r.rounds
+                    .iter()
+                    .map(|v| format!("{v:.0}"))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            },
         ]);
     }
     let cols = header.len();
@@ -197,6 +252,8 @@ mod tests {
                 hit_ratio: Some(0.0),
                 interrupted: false,
             },
+            rounds: Vec::new(),
+            vs_first: None,
         }
     }
 
