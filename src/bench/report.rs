@@ -285,6 +285,8 @@ mod tests {
             "cpu_user_s",
             "cpu_sys_s",
             "ops",
+            "rounds_iops",
+            "vs_first_engine",
         ];
         want.sort_unstable();
         assert_eq!(keys, want);
@@ -293,6 +295,41 @@ mod tests {
         assert_eq!(run["lat_us"]["p999"], 900.0);
         assert_eq!(run["rw"], "randread");
         assert_eq!(run["cache_size"], 64 << 20);
+    }
+
+    fn with(engine: &str, ops: u64) -> RunResult {
+        let mut r = sample();
+        r.engine = engine.into();
+        r.out.ops = ops; // over 2 s
+        r
+    }
+
+    #[test]
+    fn medians_keep_each_engines_middle_run_and_the_median_round_ratio() {
+        let rounds = vec![
+            vec![with("a", 200), with("b", 100)],
+            vec![with("a", 100), with("b", 90)],
+            vec![with("a", 300), with("b", 330)],
+        ];
+        let rows = medians(rounds);
+        assert_eq!(rows.len(), 2);
+        assert_eq!(rows[0].engine, "a");
+        assert_eq!(rows[0].iops(), 100.0);
+        assert_eq!(rows[0].rounds, vec![100.0, 50.0, 150.0]);
+        assert_eq!(rows[0].vs_first, None);
+        assert_eq!(rows[1].engine, "b");
+        assert_eq!(rows[1].iops(), 50.0);
+        // Per-round ratios 0.5, 0.9, 1.1: the median is 0.9, not the ratio of
+        // the median rows (0.5).
+        let r = rows[1].vs_first.unwrap();
+        assert!((r - 0.9).abs() < 1e-12, "{r}");
+        let t = table(&rows);
+        assert!(t.contains("0.900"), "{t}");
+        assert!(t.contains("100 50 150"), "{t}");
+        // One round: the rows come back unchanged.
+        let one = medians(vec![vec![with("a", 10), with("b", 20)]]);
+        assert_eq!(one.len(), 2);
+        assert!(one[1].vs_first.is_none() && one[1].rounds.is_empty());
     }
 
     #[test]

@@ -1,0 +1,95 @@
+//! `setcache bench` end to end on a small generated file: the in-process
+//! engines (direct, direct-copy, setcache) with `--repeat`, reads and writes.
+
+use std::process::Command;
+
+fn bench(dir: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .arg("bench")
+        .arg("--dir")
+        .arg(dir)
+        .args([
+            "--file-size",
+            "16M",
+            "--cache-size",
+            "4M",
+            "--runtime",
+            "0.3",
+            "--no-progress",
+        ])
+        .args(extra)
+        .output()
+        .expect("run the bench binary");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The table's row for `engine`, split into cells.
+fn row<'a>(table: &'a str, engine: &str) -> Vec<&'a str> {
+    table
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(engine))
+        .unwrap_or_else(|| panic!("no row for {engine} in\n{table}"))
+        .split_whitespace()
+        .collect()
+}
+
+#[test]
+fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for rw in ["randread", "randrw"] {
+        let (ok, out, err) = bench(
+            &dir,
+            &[
+                "--engine",
+                "direct,direct-copy,setcache",
+                "--rw",
+                rw,
+                "--repeat",
+                "3",
+            ],
+        );
+        assert!(ok, "bench failed: {err}\n{out}");
+        // Every engine ran three times, taking turns.
+        for e in ["direct ", "direct-copy ", "setcache "] {
+            assert_eq!(
+                err.lines()
+                    .filter(|l| l.starts_with(e) && l.contains("round"))
+                    .count(),
+                3,
+                "{e}: {err}"
+            );
+        }
+        let header = row(&out, "engine");
+        assert_eq!(header.last(), Some(&"(IOPS)"), "{out}");
+        for e in ["direct", "direct-copy", "setcache"] {
+            let r = row(&out, e);
+            let iops: f64 = r[7].parse().unwrap();
+            assert!(iops > 0.0, "{e} made no progress: {out}");
+            // Three rounds listed, the median among them.
+            let rounds: Vec<f64> = r[r.len() - 3..]
+                .iter()
+                .map(|v| v.parse().unwrap())
+                .collect();
+            let mut sorted = rounds.clone();
+            sorted.sort_by(f64::total_cmp);
+            assert!((sorted[1] - iops).abs() <= 1.0, "{e}: {rounds:?} vs {iops}");
+            let ratio = r[r.len() - 4];
+            if e == "direct" {
+                assert_eq!(ratio, "-");
+            } else {
+                let x: f64 = ratio.parse().unwrap();
+                assert!(x > 0.0, "{e}: ratio {x}");
+            }
+        }
+    }
+    // A bad count is refused with the flag named, and nothing runs.
+    let (ok, out, err) = bench(&dir, &["--engine", "direct", "--repeat", "0"]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("--repeat"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
