@@ -57,6 +57,7 @@ fn on_complete(local: &RefCell<Local>, c: Completion, submitted: Instant) {
 }
 
 /// Run the workload on `threads` threads with `iodepth` requests in flight each.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     store: &Store,
     file: &File,
