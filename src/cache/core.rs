@@ -256,6 +256,9 @@ impl<M: Model> Core<M> {
         if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
             return false;
         }
+        // Under the model checker, let other threads run between the checks
+        // and the copy (a plain memory copy is no scheduling point of its own).
+        M::preempt();
         // SAFETY: the frame lies in the mapped frame region whatever happens to
         // the slot, and `offset + len <= page_size`. The bytes may be changing
         // under us; they are used only if the checks below prove they did not.

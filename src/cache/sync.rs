@@ -45,6 +45,11 @@ pub trait Model: Send + Sync + 'static {
     fn wake_one(w: &Self::W);
     /// Back off for roughly `micros` microseconds (a retry loop).
     fn backoff(micros: u64);
+    /// A point where a model checker may run another thread: marks steps
+    /// that touch no model atomic but race with other threads (the
+    /// optimistic read's copy). Nothing on the real platform.
+    #[inline]
+    fn preempt() {}
 }
 
 /// Implement [`Word`] for an atomic type with std's `AtomicU32` methods.
@@ -186,6 +191,13 @@ pub(crate) mod shuttle_model {
         fn wake_one(_: &AtomicU32) {}
         fn backoff(_: u64) {
             shuttle::thread::yield_now();
+        }
+        fn preempt() {
+            // Several chances in a row, so that another thread can get
+            // through a whole eviction and fill of the slot meanwhile.
+            for _ in 0..8 {
+                shuttle::thread::yield_now();
+            }
         }
     }
 }

@@ -620,9 +620,10 @@ fn optimistic_reads_never_return_torn_or_foreign_bytes() {
 }
 
 /// Model check of the set protocol under Shuttle's random scheduler: three
-/// threads hit, miss, fill, pin, write and evict on one four-page set. A pinned
-/// page never changes or moves, no page is ever filled twice at once, nothing
-/// deadlocks (Shuttle reports a deadlock as a failure).
+/// threads hit, miss, fill, pin, write, evict and read optimistically on one
+/// four-page set. A pinned page never changes or moves, no page is ever filled
+/// twice at once, an optimistic read that succeeds returns one whole version
+/// of its page, nothing deadlocks (Shuttle reports a deadlock as a failure).
 #[test]
 fn shuttle_set_protocol() {
     fn body() {
@@ -641,6 +642,19 @@ fn shuttle_set_protocol() {
             hs.push(shuttle::thread::spawn(move || {
                 let seq = [t, (t + 1) % 6, 5, t + 3, (t + 2) % 6];
                 for (k, &p) in seq.iter().enumerate() {
+                    // The optimistic copy-out read, racing with the fills,
+                    // writes and evictions of the other threads: when it
+                    // reports a hit, the bytes are one whole version of the
+                    // page (its initial bytes, or page 5 as thread 0 writes
+                    // it), never a mix and never another page's.
+                    let mut b = vec![0u8; c.page_size()];
+                    if c.try_read(0, p, 0, &mut b).unwrap() {
+                        let whole = b == initial(0, p) || (p == 5 && b.iter().all(|&x| x == 0xAB));
+                        assert!(
+                            whole,
+                            "optimistic read of page {p}: bytes of no version of it"
+                        );
+                    }
                     let load = |f: u32, p: u64, frame: &mut [u8]| {
                         let was = filling[p as usize].fetch_add(1, Ordering::SeqCst);
                         assert_eq!(was, 0, "page {p} filled twice at once");
