@@ -41,7 +41,7 @@ fn row<'a>(table: &'a str, engine: &str) -> Vec<&'a str> {
 fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-cli-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for rw in ["randread", "randrw"] {
+    for (rw, policy) in [("randread", "gclock"), ("randrw", "s3fifo")] {
         let (ok, out, err) = bench(
             &dir,
             &[
@@ -51,6 +51,8 @@ fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
                 rw,
                 "--repeat",
                 "3",
+                "--policy",
+                policy,
             ],
         );
         assert!(ok, "bench failed: {err}\n{out}");
@@ -91,5 +93,8 @@ fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
     let (ok, out, err) = bench(&dir, &["--engine", "direct", "--repeat", "0"]);
     assert!(!ok && out.is_empty(), "{out}");
     assert!(err.contains("--repeat"), "{err}");
+    let (ok, out, err) = bench(&dir, &["--engine", "setcache", "--policy", "mru"]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(err.contains("--policy") && err.contains("s3fifo"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

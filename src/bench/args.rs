@@ -112,6 +112,10 @@ pub(crate) struct BenchArgs {
     /// Seconds run before measuring (warms the cache)
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = ramp_arg)]
     pub(crate) ramp: f64,
+    /// Replacement policy of the setcache engine's sets: lru, lfu, fifo, clock,
+    /// gclock, nrlfu, sieve or s3fifo [default: the cache's default, gclock]
+    #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
+    pub(crate) policy: Option<setcache::cache::PolicyKind>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
     /// each engine's median run: the device's drift then falls on all engines alike
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -139,6 +143,11 @@ pub(crate) struct BenchArgs {
     /// No live progress line (it is only shown on a terminal anyway)
     #[arg(long)]
     pub(crate) no_progress: bool,
+}
+
+fn policy_arg(s: &str) -> Result<setcache::cache::PolicyKind, String> {
+    s.parse::<setcache::cache::PolicyKind>()
+        .map_err(|e| e.to_string())
 }
 
 fn layout_arg(s: &str) -> Result<LayoutKind, String> {

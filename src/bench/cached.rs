@@ -12,7 +12,7 @@ use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use setcache::cache::{CacheOptions, CacheStats};
+use setcache::cache::{CacheOptions, CacheStats, PolicyKind};
 use setcache::{CachedCompletion, CachedFile, CachedRequest, CachedStore, OpKind, Store};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
@@ -52,15 +52,18 @@ pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
 }
 
 /// Run the workload on `threads` threads with `iodepth` requests in flight each.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     store: &Store,
     w: &Workload,
     threads: usize,
     iodepth: u32,
     cache_size: Option<u64>,
+    policy: Option<PolicyKind>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
     let size = cache_bytes(cache_size, w.file_len);
+    let defaults = CacheOptions::default();
     if cache_size.is_none() {
         say!(
             "setcache: no --cache-size given; using {} (a quarter of the file)",
@@ -71,7 +74,8 @@ pub(crate) fn run(
         store.clone(),
         CacheOptions {
             size: size as usize,
-            ..CacheOptions::default()
+            policy: policy.unwrap_or(defaults.policy),
+            ..defaults
         },
     )
     .map_err(|e| format!("setcache engine: {e}"))?;

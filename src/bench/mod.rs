@@ -252,7 +252,15 @@ fn run_one(
                 });
             child::run_in_child(&job, cap)?
         }
-        Engine::Setcache => cached::run(b.store, &w, threads, a.iodepth, a.cache_size, &timing)?,
+        Engine::Setcache => cached::run(
+            b.store,
+            &w,
+            threads,
+            a.iodepth,
+            a.cache_size,
+            a.policy,
+            &timing,
+        )?,
     };
     Ok(RunResult {
         engine: engine.name().to_string(),
