@@ -239,7 +239,17 @@ impl<'a> CachedQueue<'a> {
                 }
             }
         }
-        for r in reqs {
+        // While one request copies, the rest of the next one's first frame
+        // streams in (the hints above asked for its first 512 bytes only).
+        let mut it = reqs.into_iter().peekable();
+        while let Some(r) = it.next() {
+            if let Some(next) = it.peek() {
+                if next.kind == OpKind::Read {
+                    let at = (next.offset % ps) as usize;
+                    let end = (at + next.buf.len()).min(ps as usize);
+                    cache.prefetch_bytes(next.file.id, next.offset / ps, at + 512, end);
+                }
+            }
             self.start(r);
         }
         self.q.flush_now();

@@ -363,6 +363,21 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// If page `tag` is cached, ask for the lines of its frame covering bytes
+    /// `from..to` (clamped to the page). Changes nothing.
+    pub(crate) fn prefetch_bytes(&self, tag: u64, from: usize, to: usize) {
+        let s = self.index_now(mix64(tag));
+        if let Some(i) = self.tags(s).iter().position(|t| t.load(Relaxed) == tag) {
+            let f = self.frame(s, i);
+            let mut at = from / LINE * LINE;
+            while at < to.min(self.page_size) {
+                // SAFETY: `at < page_size`, inside the frame.
+                super::prefetch(unsafe { f.add(at) });
+                at += LINE;
+            }
+        }
+    }
+
     /// Ask for every line of set `s` at once: the tags and states then arrive
     /// while the lock word (or the first tag) is still on its way.
     #[inline]

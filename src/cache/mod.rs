@@ -285,6 +285,16 @@ impl<M: Model> PageCache<M> {
         }
     }
 
+    /// A hint that bytes `from..to` of `page` of `file` will be read soon: if
+    /// the page is cached, start loading those lines of its frame. Changes
+    /// nothing; invalid numbers are ignored.
+    #[inline]
+    pub fn prefetch_bytes(&self, file: u32, page: u64, from: usize, to: usize) {
+        if let Ok(tag) = tag_of(file, page) {
+            self.core.prefetch_bytes(tag, from, to);
+        }
+    }
+
     /// Look `page` of `file` up for writing: the guard is exclusive and marks
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
