@@ -192,9 +192,7 @@ impl CachedStore {
         // SAFETY: the starting sets' frames stay mapped at the same pages while
         // the cache lives, and the cache outlives the queue (it borrows the
         // store).
-        if std::env::var_os("SC_NOREG").is_none() {
-            unsafe { q.register_region(ptr, len) };
-        }
+        unsafe { q.register_region(ptr, len) };
         CachedQueue {
             sh: &self.inner,
             shared_arc: self.inner.clone(),
@@ -577,7 +575,7 @@ impl<'a> CachedQueue<'a> {
     fn collect(&mut self) {
         loop {
             self.take_finished();
-            let done = std::mem::take(&mut self.finished);
+            let mut done = std::mem::take(&mut self.finished);
             if done.is_empty() && self.parked.is_empty() {
                 self.finished = done;
                 return;
@@ -593,7 +591,6 @@ impl<'a> CachedQueue<'a> {
                     }
                 }
             }
-            let mut done = done;
             for (slot, r) in done.drain(..) {
                 let w = self.fills.remove(slot).expect("a fill in flight");
                 match self.complete_fill(w.job, w.req, w.page, r) {

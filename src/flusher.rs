@@ -236,16 +236,14 @@ impl<'a> Writer<'a> {
             } else {
                 Mem::Pieces(&self.frames, ps as usize)
             };
+            let slot = self.runs.insert(Run { file, pages });
             // SAFETY: the write-back guards in `runs` under `slot` keep every
             // page in its frame and keep writers out until the write's tag
             // comes back; the device only reads the frames.
-            let slot = self.runs.next_key();
             unsafe {
                 self.q
                     .submit_raw(OpKind::Write, &entry.file, off, mem, len, slot);
             }
-            let key = self.runs.insert(Run { file, pages });
-            debug_assert_eq!(key, slot);
         }
         self.settle();
         true

@@ -15,11 +15,6 @@ impl<T> Slab<T> {
         }
     }
 
-    /// The key the next [`Slab::insert`] will return.
-    pub(crate) fn next_key(&self) -> usize {
-        self.free.last().copied().unwrap_or(self.items.len())
-    }
-
     /// Store `v`; returns its key.
     pub(crate) fn insert(&mut self, v: T) -> usize {
         match self.free.pop() {
@@ -57,13 +52,11 @@ mod tests {
     #[test]
     fn keys_are_reused_after_removal() {
         let mut s = Slab::new();
-        assert_eq!(s.next_key(), 0);
         let a = s.insert("a");
         let b = s.insert("b");
         assert_eq!((a, b), (0, 1));
         assert_eq!(s.remove(a), Some("a"));
         assert_eq!(s.remove(a), None);
-        assert_eq!(s.next_key(), a);
         assert_eq!(s.insert("c"), a);
         assert_eq!(s.get(a), Some(&"c"));
         *s.get_mut(b).unwrap() = "d";

@@ -347,20 +347,13 @@ impl<M: Model> Core<M> {
     /// memory misses of a batch overlap instead of following one another.
     #[inline]
     pub(crate) fn prefetch(&self, tag: u64, frame: bool) {
-        let s = self.index_now(mix64(tag));
-        if !frame {
-            super::prefetch(self.set_ptr(s));
-            self.prefetch_set(s);
+        if frame {
+            self.prefetch_bytes(tag, 0, 8 * LINE);
             return;
         }
-        if let Some(i) = self.tags(s).iter().position(|t| t.load(Relaxed) == tag) {
-            let f = self.frame(s, i);
-            let lines = (self.page_size / LINE).min(8);
-            for k in 0..lines {
-                // SAFETY: `k * LINE < page_size`, inside the frame.
-                super::prefetch(unsafe { f.add(k * LINE) });
-            }
-        }
+        let s = self.index_now(mix64(tag));
+        super::prefetch(self.set_ptr(s));
+        self.prefetch_set(s);
     }
 
     /// If page `tag` is cached, ask for the lines of its frame covering bytes
