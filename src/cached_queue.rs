@@ -17,8 +17,12 @@
 //! * when a set has no clean page, the dirty victim is written back
 //!   synchronously by the requester (the flusher keeps that rare).
 //!
-//! The callback of a request runs once, on this thread, after every page of
-//! it is done, with the first error if any.
+//! A request reports once, on this thread, after every page of it is done,
+//! with the first error if any: through its callback, or, for a request made
+//! with [`CachedRequest::tagged`], as a (tag, completion) pair that
+//! [`CachedQueue::take_completions`] hands over. Tags cost no allocation, and
+//! a one-page read that hits borrows its file instead of cloning it (a shared
+//! reference count would bounce between threads on every request).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,52 +51,90 @@ pub struct CachedCompletion {
 
 type Callback = Box<dyn FnOnce(CachedCompletion)>;
 
-/// A read or write of a whole buffer at any offset of a cached file.
-pub struct CachedRequest {
-    kind: OpKind,
-    file: CachedFile,
-    offset: u64,
-    buf: Vec<u8>,
-    callback: Callback,
+/// How a finished request is reported.
+enum Notify {
+    /// Run this closure.
+    Callback(Callback),
+    /// Keep the completion under this tag for [`CachedQueue::take_completions`].
+    Tag(u64),
 }
 
-impl CachedRequest {
+/// A read or write of a whole buffer at any offset of a cached file. It
+/// borrows the file: a request that completes inside `submit` costs no
+/// reference count, and one that waits for the device holds its own clone.
+pub struct CachedRequest<'f> {
+    kind: OpKind,
+    file: &'f CachedFile,
+    offset: u64,
+    buf: Vec<u8>,
+    notify: Notify,
+}
+
+impl<'f> CachedRequest<'f> {
     /// Read `buf.len()` bytes at `offset` into `buf`.
     pub fn read(
-        file: &CachedFile,
+        file: &'f CachedFile,
         offset: u64,
         buf: Vec<u8>,
         callback: impl FnOnce(CachedCompletion) + 'static,
-    ) -> CachedRequest {
-        CachedRequest {
-            kind: OpKind::Read,
-            file: file.clone(),
-            offset,
-            buf,
-            callback: Box::new(callback),
-        }
+    ) -> CachedRequest<'f> {
+        let notify = Notify::Callback(Box::new(callback));
+        CachedRequest::new(OpKind::Read, file, offset, buf, notify)
     }
 
     /// Write all of `buf` at `offset`.
     pub fn write(
-        file: &CachedFile,
+        file: &'f CachedFile,
         offset: u64,
         buf: Vec<u8>,
         callback: impl FnOnce(CachedCompletion) + 'static,
-    ) -> CachedRequest {
+    ) -> CachedRequest<'f> {
+        let notify = Notify::Callback(Box::new(callback));
+        CachedRequest::new(OpKind::Write, file, offset, buf, notify)
+    }
+
+    /// A read or write that reports through [`CachedQueue::take_completions`]
+    /// under `tag` instead of a callback: no allocation per request, for
+    /// callers that keep many small requests in flight.
+    pub fn tagged(
+        kind: OpKind,
+        file: &'f CachedFile,
+        offset: u64,
+        buf: Vec<u8>,
+        tag: u64,
+    ) -> CachedRequest<'f> {
+        CachedRequest::new(kind, file, offset, buf, Notify::Tag(tag))
+    }
+
+    fn new(
+        kind: OpKind,
+        file: &'f CachedFile,
+        offset: u64,
+        buf: Vec<u8>,
+        notify: Notify,
+    ) -> CachedRequest<'f> {
         CachedRequest {
-            kind: OpKind::Write,
-            file: file.clone(),
+            kind,
+            file,
             offset,
             buf,
-            callback: Box::new(callback),
+            notify,
         }
     }
 }
 
+/// A request that waits for the device: it owns a clone of its file.
+struct Req {
+    kind: OpKind,
+    file: CachedFile,
+    offset: u64,
+    buf: Vec<u8>,
+    notify: Notify,
+}
+
 /// A request with pages still to do.
 struct Live {
-    req: CachedRequest,
+    req: Req,
     /// Pages not yet done.
     left: usize,
     hit: bool,
@@ -178,8 +220,10 @@ pub struct CachedQueue<'a> {
     run: Option<MissRun>,
     /// Requests submitted and not yet completed.
     outstanding: usize,
-    /// Callbacks run since the last `wait` started counting.
+    /// Requests finished since the last `wait` started counting.
     ran: usize,
+    /// Finished tagged requests not yet taken.
+    done: Vec<(u64, CachedCompletion)>,
 }
 
 impl CachedStore {
@@ -208,6 +252,7 @@ impl CachedStore {
             run: None,
             outstanding: 0,
             ran: 0,
+            done: Vec::new(),
         }
     }
 }
@@ -222,14 +267,20 @@ impl<'a> CachedQueue<'a> {
     /// (their callbacks run) before this returns; the others' device reads are
     /// sent, one batch per device, before it returns. A request that is out of
     /// range, or a write to a read-only file, completes at once with its error.
-    pub fn submit(&mut self, reqs: Vec<CachedRequest>) {
+    pub fn submit(&mut self, mut reqs: Vec<CachedRequest<'_>>) {
+        self.submit_from(&mut reqs);
+    }
+
+    /// As [`CachedQueue::submit`], taking the requests out of `reqs` (left
+    /// empty, its capacity kept for the caller's next batch).
+    pub fn submit_from(&mut self, reqs: &mut Vec<CachedRequest<'_>>) {
         // Two passes of hints before the lookups: the sets' metadata of every
         // page, then the first lines of the frames of those cached, so that
         // the batch's memory misses overlap.
         let cache = &self.sh.cache;
         let ps = cache.page_size() as u64;
         for pass in [false, true] {
-            for r in &reqs {
+            for r in reqs.iter() {
                 let first = r.offset / ps;
                 let end = (r.offset + r.buf.len() as u64).div_ceil(ps).min(first + 4);
                 for page in first..end {
@@ -239,7 +290,7 @@ impl<'a> CachedQueue<'a> {
         }
         // While one request copies, the rest of the next one's first frame
         // streams in (the hints above asked for its first 512 bytes only).
-        let mut it = reqs.into_iter().peekable();
+        let mut it = reqs.drain(..).peekable();
         while let Some(r) = it.next() {
             if let Some(next) = it.peek() {
                 if next.kind == OpKind::Read {
@@ -250,11 +301,18 @@ impl<'a> CachedQueue<'a> {
             }
             self.start(r);
         }
+        drop(it);
         self.q.flush_now();
         self.collect();
     }
 
-    /// Block until `n` callbacks have run since this call began (or nothing is
+    /// Move the completions of finished tagged requests (see
+    /// [`CachedRequest::tagged`]) to the end of `out`, as (tag, completion).
+    pub fn take_completions(&mut self, out: &mut Vec<(u64, CachedCompletion)>) {
+        out.append(&mut self.done);
+    }
+
+    /// Block until `n` requests have finished since this call began (or nothing is
     /// outstanding); returns how many ran.
     pub fn wait(&mut self, n: usize) -> usize {
         self.ran = 0;
@@ -281,7 +339,7 @@ impl<'a> CachedQueue<'a> {
         self.ran
     }
 
-    /// Run what is ready without blocking; returns how many callbacks ran.
+    /// Run what is ready without blocking; returns how many requests finished.
     pub fn poll(&mut self) -> usize {
         self.ran = 0;
         self.q.poll();
@@ -296,7 +354,7 @@ impl<'a> CachedQueue<'a> {
         }
     }
 
-    fn check(&self, r: &CachedRequest) -> Result<()> {
+    fn check(&self, r: &CachedRequest<'_>) -> Result<()> {
         if !Arc::ptr_eq(&r.file.shared, &self.shared_arc) {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} belongs to another cached store than this queue",
@@ -321,21 +379,41 @@ impl<'a> CachedQueue<'a> {
         Ok(())
     }
 
-    fn start(&mut self, r: CachedRequest) {
+    fn start(&mut self, mut r: CachedRequest<'_>) {
         self.outstanding += 1;
         if let Err(e) = self.check(&r) {
-            self.finish_request(r, false, Some(e));
+            self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e));
             return;
         }
         let ps = self.sh.cache.page_size() as u64;
         let (first, end) = (r.offset / ps, (r.offset + r.buf.len() as u64).div_ceil(ps));
         let pages = (end - first) as usize;
         if pages == 0 {
-            self.finish_request(r, true, None);
+            self.finish(r.kind, r.offset, r.buf, r.notify, true, None);
             return;
         }
+        if pages == 1 && r.kind == OpKind::Read {
+            // The common small read: an optimistic copy that needs no state
+            // of the request here and no clone of its file.
+            let in_page = (r.offset - first * ps) as usize;
+            match self
+                .sh
+                .cache
+                .try_read(r.file.id, first, in_page, &mut r.buf)
+            {
+                Ok(true) => return self.finish(r.kind, r.offset, r.buf, r.notify, true, None),
+                Err(e) => return self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e)),
+                Ok(false) => {}
+            }
+        }
         let id = self.live.insert(Live {
-            req: r,
+            req: Req {
+                kind: r.kind,
+                file: r.file.clone(),
+                offset: r.offset,
+                buf: r.buf,
+                notify: r.notify,
+            },
             left: pages,
             hit: true,
             err: None,
@@ -653,20 +731,33 @@ impl<'a> CachedQueue<'a> {
         l.left -= 1;
         if l.left == 0 {
             let l = self.live.remove(id).expect("live request");
-            self.finish_request(l.req, l.hit, l.err);
+            let r = l.req;
+            self.finish(r.kind, r.offset, r.buf, r.notify, l.hit, l.err);
         }
     }
 
-    fn finish_request(&mut self, r: CachedRequest, hit: bool, err: Option<Error>) {
+    fn finish(
+        &mut self,
+        kind: OpKind,
+        offset: u64,
+        buf: Vec<u8>,
+        notify: Notify,
+        hit: bool,
+        err: Option<Error>,
+    ) {
         self.outstanding -= 1;
         self.ran += 1;
-        (r.callback)(CachedCompletion {
-            kind: r.kind,
-            offset: r.offset,
-            buf: r.buf,
+        let c = CachedCompletion {
+            kind,
+            offset,
+            buf,
             hit,
             result: err.map_or(Ok(()), Err),
-        });
+        };
+        match notify {
+            Notify::Callback(f) => f(c),
+            Notify::Tag(t) => self.done.push((t, c)),
+        }
     }
 }
 

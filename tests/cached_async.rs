@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 use common::{Rng, TempDir, engines, pattern};
 use setcache::cache::{CacheOptions, PolicyKind};
 use setcache::{
-    AlignedBuf, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, Store, StoreOptions,
+    AlignedBuf, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, OpKind, Store,
+    StoreOptions,
 };
 
 fn cache(pages: usize, max_pages: usize) -> CacheOptions {
@@ -86,10 +87,13 @@ fn differential_against_a_byte_array() {
                         assert!(buf == truth[off..off + n], "{ename}: sync read {off}+{n}");
                     }
                     5..=7 => {
-                        // A batch of requests on disjoint ranges, half reads.
+                        // A batch of requests on disjoint ranges, half reads;
+                        // half report through callbacks, half through tags.
                         let mut taken: Vec<(usize, usize)> = Vec::new();
                         let mut reqs = Vec::new();
                         let bad = Rc::new(RefCell::new(Vec::<String>::new()));
+                        // Tagged requests: tag -> bytes a read must return.
+                        let mut tagged: Vec<(u64, Option<Vec<u8>>)> = Vec::new();
                         for k in 0..1 + rng.below(6) as usize {
                             let off = rng.below(LEN as u64) as usize;
                             let n = (1 + rng.below(2 * 4096) as usize).min(LEN - off);
@@ -98,8 +102,21 @@ fn differential_against_a_byte_array() {
                             }
                             taken.push((off, off + n));
                             let bad = bad.clone();
+                            let by_tag = rng.below(2) == 0;
+                            let tag = (step * 100 + k) as u64;
                             if rng.below(2) == 0 {
                                 let want = truth[off..off + n].to_vec();
+                                if by_tag {
+                                    reqs.push(CachedRequest::tagged(
+                                        OpKind::Read,
+                                        &cf,
+                                        off as u64,
+                                        vec![0; n],
+                                        tag,
+                                    ));
+                                    tagged.push((tag, Some(want)));
+                                    continue;
+                                }
                                 reqs.push(CachedRequest::read(
                                     &cf,
                                     off as u64,
@@ -117,6 +134,18 @@ fn differential_against_a_byte_array() {
                                 let data: Vec<u8> =
                                     (0..n).map(|i| (step * 3 + i * 7 + k) as u8).collect();
                                 truth[off..off + n].copy_from_slice(&data);
+                                if by_tag {
+                                    let at = off as u64;
+                                    reqs.push(CachedRequest::tagged(
+                                        OpKind::Write,
+                                        &cf,
+                                        at,
+                                        data,
+                                        tag,
+                                    ));
+                                    tagged.push((tag, None));
+                                    continue;
+                                }
                                 reqs.push(CachedRequest::write(&cf, off as u64, data, move |c| {
                                     if let Err(e) = &c.result {
                                         bad.borrow_mut().push(format!("write {off}+{n}: {e}"));
@@ -124,8 +153,23 @@ fn differential_against_a_byte_array() {
                                 }));
                             }
                         }
-                        q.submit(reqs);
+                        q.submit_from(&mut reqs);
+                        assert!(reqs.is_empty());
                         q.drain();
+                        let mut done = Vec::new();
+                        q.take_completions(&mut done);
+                        done.sort_by_key(|d| d.0);
+                        assert_eq!(
+                            done.iter().map(|d| d.0).collect::<Vec<_>>(),
+                            tagged.iter().map(|t| t.0).collect::<Vec<_>>(),
+                            "{ename}: step {step}: every tagged request completes once"
+                        );
+                        for ((tag, c), (_, want)) in done.iter().zip(&tagged) {
+                            assert!(c.result.is_ok(), "{ename}: tag {tag}: {:?}", c.result);
+                            if let Some(want) = want {
+                                assert!(c.buf == *want, "{ename}: tag {tag}: wrong bytes");
+                            }
+                        }
                         let bad = bad.borrow();
                         assert!(bad.is_empty(), "{ename}: step {step}: {bad:?}");
                     }
@@ -237,6 +281,24 @@ fn bad_input_gets_clear_errors() {
     q.drain();
     let r = got.borrow_mut().take().expect("the callback ran");
     assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    // The same through a tag: the error comes back with the buffer.
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Read,
+        &cf,
+        8 * 4096 - 4,
+        vec![0; 8],
+        77,
+    )]);
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 1, "an invalid request completes inside submit");
+    let (tag, c) = done.pop().unwrap();
+    assert_eq!((tag, c.buf.len()), (77, 8));
+    assert!(
+        matches!(c.result, Err(Error::OutOfRange { .. })),
+        "{:?}",
+        c.result
+    );
     // Writing through a read-only handle, synchronously and asynchronously.
     let ro = cs.open_file_read_only("b").unwrap();
     let e = ro.write_at(0, b"lost").unwrap_err();

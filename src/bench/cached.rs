@@ -7,10 +7,8 @@
 //! misses of its counters, taken when measuring starts and when it stops.
 //! Runs with writes end with a `sync` of the file, counted in the run's time.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use setcache::cache::{CacheOptions, CacheStats, PolicyKind};
 use setcache::{CachedCompletion, CachedFile, CachedRequest, CachedStore, OpKind, Store};
@@ -20,31 +18,6 @@ use super::outcome::Outcome;
 use super::prep::FILE_NAME;
 use super::size::format_size;
 use super::workload::{OpGen, Rng, Workload, mix64};
-
-struct Local {
-    stats: ThreadStats,
-    free: Vec<Vec<u8>>,
-    measuring: bool,
-    error: Option<String>,
-}
-
-fn on_complete(local: &RefCell<Local>, c: CachedCompletion, submitted: Instant) {
-    let lat = submitted.elapsed();
-    let mut l = local.borrow_mut();
-    match c.result {
-        Ok(()) => {
-            if l.measuring {
-                l.stats.record(lat, c.kind == OpKind::Read);
-            }
-        }
-        Err(e) => {
-            if l.error.is_none() {
-                l.error = Some(format!("setcache engine: {e}"));
-            }
-        }
-    }
-    l.free.push(c.buf);
-}
 
 /// The cache size a run uses: `--cache-size`, else a quarter of the file.
 pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
@@ -122,65 +95,83 @@ fn thread_body(
     edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
 ) -> Result<ThreadStats, String> {
     let bs = w.bs as usize;
-    let mut bufs: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
+    let mut free: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
     if w.rw.writes() {
         let mut rng = Rng::new(w.seed ^ mix64(t as u64 + 1));
-        for b in &mut bufs {
+        for b in &mut free {
             rng.fill_nonzero(b);
         }
     }
-    let local = Rc::new(RefCell::new(Local {
-        stats: ThreadStats::new(),
-        free: bufs,
-        measuring: false,
-        error: None,
-    }));
+    let mut stats = ThreadStats::new();
+    let mut measuring = false;
+    let mut error: Option<String> = None;
     let mut queue = cs.queue(depth);
     let mut ops = OpGen::new(w, t, threads);
-    let mut batch: Vec<Vec<u8>> = Vec::with_capacity(depth);
-    loop {
-        {
-            let mut l = local.borrow_mut();
-            if l.error.is_some() || ctl.stopped() {
-                break;
-            }
-            let now = ctl.measuring();
-            if t == 0 && now && !l.measuring {
-                edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
-            }
-            l.measuring = now;
-            ctl.publish(t, l.stats.ops);
-            std::mem::swap(&mut l.free, &mut batch);
+    let mut reqs: Vec<CachedRequest<'_>> = Vec::with_capacity(depth);
+    let mut done: Vec<(u64, CachedCompletion)> = Vec::with_capacity(depth);
+    // Each request's tag is its submission time, in ns since `epoch`.
+    let epoch = Instant::now();
+    while error.is_none() && !ctl.stopped() {
+        let now = ctl.measuring();
+        if t == 0 && now && !measuring {
+            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
         }
-        if !batch.is_empty() {
-            let submitted = Instant::now();
-            let reqs: Vec<CachedRequest> = batch
-                .drain(..)
-                .map(|buf| {
-                    let op = ops.next_op();
-                    let l = Rc::clone(&local);
-                    let cb = move |c: CachedCompletion| on_complete(&l, c, submitted);
-                    if op.read {
-                        CachedRequest::read(file, op.offset, buf, cb)
-                    } else {
-                        CachedRequest::write(file, op.offset, buf, cb)
-                    }
-                })
-                .collect();
-            queue.submit(reqs);
+        measuring = now;
+        ctl.publish(t, stats.ops);
+        if !free.is_empty() {
+            let submitted = epoch.elapsed().as_nanos() as u64;
+            for buf in free.drain(..) {
+                let op = ops.next_op();
+                let kind = if op.read { OpKind::Read } else { OpKind::Write };
+                reqs.push(CachedRequest::tagged(kind, file, op.offset, buf, submitted));
+            }
+            queue.submit_from(&mut reqs);
+            queue.take_completions(&mut done);
         }
-        if local.borrow().free.is_empty() {
+        if done.is_empty() {
             queue.wait(1);
+            queue.take_completions(&mut done);
         }
+        account(
+            &mut done, &mut free, &mut stats, measuring, &mut error, epoch,
+        );
     }
     if t == 0 {
         edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
     }
-    local.borrow_mut().measuring = false;
     queue.drain();
-    let mut l = local.borrow_mut();
-    if let Some(e) = l.error.take() {
-        return Err(e);
+    queue.take_completions(&mut done);
+    account(&mut done, &mut free, &mut stats, false, &mut error, epoch);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(stats),
     }
-    Ok(std::mem::replace(&mut l.stats, ThreadStats::new()))
+}
+
+/// Record the finished requests in `done` and return their buffers to `free`.
+fn account(
+    done: &mut Vec<(u64, CachedCompletion)>,
+    free: &mut Vec<Vec<u8>>,
+    stats: &mut ThreadStats,
+    measuring: bool,
+    error: &mut Option<String>,
+    epoch: Instant,
+) {
+    if done.is_empty() {
+        return;
+    }
+    let now = epoch.elapsed().as_nanos() as u64;
+    for (submitted, c) in done.drain(..) {
+        match c.result {
+            Ok(()) if measuring => {
+                let lat = Duration::from_nanos(now.saturating_sub(submitted));
+                stats.record(lat, c.kind == OpKind::Read);
+            }
+            Ok(()) => {}
+            Err(e) => {
+                error.get_or_insert_with(|| format!("setcache engine: {e}"));
+            }
+        }
+        free.push(c.buf);
+    }
 }
