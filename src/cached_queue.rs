@@ -31,6 +31,7 @@ use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
 use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, File, Mem};
+use crate::flusher::with_neighbours;
 use crate::queue::{OpKind, Queue};
 use crate::slab::Slab;
 
@@ -147,7 +148,8 @@ enum Job<'a> {
     Write(FillMut<'a>),
     /// The dirty victim a page of the request must wait for: once written,
     /// the page is looked up again.
-    Victim(WriteBack<'a>),
+    /// It is written with its dirty neighbours in the file, first page first.
+    Victim(Vec<WriteBack<'a>>),
 }
 
 impl Job<'_> {
@@ -168,6 +170,10 @@ struct Waiting<'a> {
 
 /// Most pages one read of missing pages covers.
 const MAX_RUN: usize = 64;
+
+/// Most pages a requester's write of a dirty victim covers (the victim and
+/// its dirty neighbours in the file).
+const VICTIM_RUN: usize = 32;
 
 /// Consecutive missing pages of one file, read together.
 struct MissRun {
@@ -210,6 +216,8 @@ pub struct CachedQueue<'a> {
     spare: Vec<Vec<usize>>,
     /// Frames of the run being gathered, in file order.
     frames: Vec<*mut u8>,
+    /// Frames of a victim write being sent.
+    victim_frames: Vec<*mut u8>,
     /// Device operations that finished: (tag, result).
     tagged: Vec<(usize, Result<()>)>,
     /// Fills whose device operation finished: (slot, result).
@@ -246,6 +254,7 @@ impl CachedStore {
             ops: Slab::new(),
             spare: Vec::new(),
             frames: Vec::new(),
+            victim_frames: Vec::new(),
             tagged: Vec::new(),
             finished: Vec::new(),
             parked: Vec::new(),
@@ -589,17 +598,39 @@ impl<'a> CachedQueue<'a> {
         let (vf, vp) = (wb.file(), wb.page());
         let entry = self.sh.entry(vf)?;
         let ps = self.sh.cache.page_size() as u64;
-        let off = vp * ps;
-        let n = entry.file.len().saturating_sub(off).min(ps) as usize;
+        let file_len = entry.file.len();
+        let n = file_len.saturating_sub(vp * ps).min(ps) as usize;
         if n as u64 % DIRECT_ALIGN != 0 {
             let r = self.sh.store_page(vf, vp, wb.bytes());
             wb.finish(r)?;
             self.parked.push((req, page));
             return Ok(Step::Pending);
         }
-        let ptr = wb.bytes().as_ptr() as *mut u8;
+        // The victim takes its dirty neighbours along, as the flusher does:
+        // the device counts operations, not pages, and every neighbour cleaned
+        // here is a victim another set will not have to write.
+        let (start, pages) = with_neighbours(&self.sh.cache, wb, file_len, VICTIM_RUN);
+        let off = start * ps;
+        let len = (file_len - off).min(pages.len() as u64 * ps) as usize;
+        if len as u64 % DIRECT_ALIGN != 0 {
+            // The run reaches a tail that is not whole sectors.
+            let r = pages
+                .iter()
+                .try_for_each(|w| self.sh.store_page(vf, w.page(), w.bytes()));
+            if let Err(e) = &r {
+                self.sh.remember_failure(vf, e.clone());
+            }
+            let all = pages.into_iter().map(|w| w.finish(r.clone()));
+            all.fold(Ok(()), Result::and)?;
+            self.parked.push((req, page));
+            return Ok(Step::Pending);
+        }
+        // Not `self.frames`: a run of missing pages may be gathering there.
+        self.victim_frames.clear();
+        self.victim_frames
+            .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
         let slot = self.fills.insert(Waiting {
-            job: Job::Victim(wb),
+            job: Job::Victim(pages),
             req,
             page,
         });
@@ -607,12 +638,17 @@ impl<'a> CachedQueue<'a> {
             first: slot,
             more: Vec::new(),
         });
-        // SAFETY: the write-back guard in `self.fills[slot]` keeps the page in
-        // its frame and writers out until the write's tag comes back; the
-        // device only reads the frame.
+        let mem = if self.victim_frames.len() == 1 {
+            Mem::One(self.victim_frames[0])
+        } else {
+            Mem::Pieces(&self.victim_frames, ps as usize)
+        };
+        // SAFETY: the write-back guards in `self.fills[slot]` keep the pages
+        // in their frames and writers out until the write's tag comes back;
+        // the device only reads the frames.
         unsafe {
             self.q
-                .submit_raw(OpKind::Write, &entry.file, off, Mem::One(ptr), n, tag);
+                .submit_raw(OpKind::Write, &entry.file, off, mem, len, tag);
         }
         Ok(Step::Pending)
     }
@@ -636,12 +672,13 @@ impl<'a> CachedQueue<'a> {
                 let mut g = f.finish(r)?;
                 g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
             }
-            Job::Victim(wb) => {
-                let file = wb.file();
-                if let Err(e) = &r {
-                    self.sh.remember_failure(file, e.clone());
+            Job::Victim(pages) => {
+                if let (Err(e), Some(w)) = (&r, pages.first()) {
+                    self.sh.remember_failure(w.file(), e.clone());
                 }
-                wb.finish(r)?;
+                // Every guard is finished, whatever the first one returns.
+                let all = pages.into_iter().map(|w| w.finish(r.clone()));
+                all.fold(Ok(()), Result::and)?;
                 return Ok(Step::Busy);
             }
         }

@@ -10,9 +10,10 @@
 //! Each page to write is extended into a run with its dirty neighbours in the
 //! file (pages `p+1, p+2, ...` and `p-1, ...` that are cached, dirty and idle,
 //! due or not), up to `max_merge` pages, and the run goes to the devices as one
-//! write. A one-page run is written straight from its frame; a longer run is
-//! gathered into one buffer (its frames are in different sets, so they are not
-//! contiguous). Up to `depth` writes are in flight, through the flusher's own
+//! write, straight from the frames (a vectored write: the frames of a run are
+//! in different sets, so they are not contiguous). A requester that must write
+//! a dirty victim itself extends it the same way ([`with_neighbours`]). Up to
+//! `depth` writes are in flight, through the flusher's own
 //! asynchronous queue. A failed write leaves its pages dirty and is remembered
 //! for the file's next `sync`.
 
@@ -21,7 +22,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::cache::WriteBack;
+use crate::cache::{PageCache, WriteBack};
 use crate::cached::Shared;
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, Mem};
@@ -121,6 +122,43 @@ impl Flusher {
     }
 }
 
+/// Extend the write-back of one dirty page into a run: its neighbours in the
+/// file (`p+1, p+2, ...` then `p-1, ...`) that are cached, dirty and idle join
+/// it, due or not, up to `max` pages in all. Returns the run's first page and
+/// the guards in file order. Never waits: a busy neighbour ends the run.
+pub(crate) fn with_neighbours<'a>(
+    cache: &'a PageCache,
+    first: WriteBack<'a>,
+    file_len: u64,
+    max: usize,
+) -> (u64, Vec<WriteBack<'a>>) {
+    let (file, page) = (first.file(), first.page());
+    let pages_in_file = file_len.div_ceil(cache.page_size() as u64);
+    let mut after = Vec::new();
+    let mut p = page + 1;
+    while after.len() + 1 < max && p < pages_in_file {
+        match cache.write_back(file, p) {
+            Ok(Some(w)) => after.push(w),
+            _ => break,
+        }
+        p += 1;
+    }
+    let mut before = Vec::new();
+    let mut p = page;
+    while before.len() + after.len() + 1 < max && p > 0 {
+        p -= 1;
+        match cache.write_back(file, p) {
+            Ok(Some(w)) => before.push(w),
+            _ => break,
+        }
+    }
+    let start = page - before.len() as u64;
+    let mut pages: Vec<WriteBack<'a>> = before.into_iter().rev().collect();
+    pages.push(first);
+    pages.extend(after);
+    (start, pages)
+}
+
 /// A write in flight: its pages' write-back guards and their file.
 struct Run<'a> {
     file: u32,
@@ -194,29 +232,7 @@ impl<'a> Writer<'a> {
         let Ok(entry) = self.shared.entry(file) else {
             return false; // a file no longer known: the page stays dirty
         };
-        let pages_in_file = entry.file.len().div_ceil(ps);
-        let mut after = Vec::new();
-        let mut p = page + 1;
-        while after.len() + 1 < self.max_merge && p < pages_in_file {
-            match cache.write_back(file, p) {
-                Ok(Some(w)) => after.push(w),
-                _ => break,
-            }
-            p += 1;
-        }
-        let mut before = Vec::new();
-        let mut p = page;
-        while before.len() + after.len() + 1 < self.max_merge && p > 0 {
-            p -= 1;
-            match cache.write_back(file, p) {
-                Ok(Some(w)) => before.push(w),
-                _ => break,
-            }
-        }
-        let start = page - before.len() as u64;
-        let mut pages: Vec<WriteBack<'a>> = before.into_iter().rev().collect();
-        pages.push(first);
-        pages.extend(after);
+        let (start, pages) = with_neighbours(cache, first, entry.file.len(), self.max_merge);
         let off = start * ps;
         let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
         if len as u64 % DIRECT_ALIGN != 0 {

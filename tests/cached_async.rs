@@ -456,3 +456,56 @@ fn large_reads_of_missing_pages() {
         assert_eq!(st.fills, 41, "{ename}: every page filled once");
     }
 }
+
+/// A requester that must write a dirty victim takes the victim's dirty
+/// neighbours along in the same write: with one set of four dirty pages
+/// 0..=3 and no flusher, writing page 10 cleans all four, and the devices
+/// hold every byte.
+#[test]
+fn victim_writes_take_dirty_neighbours() {
+    for (ename, opts) in engines()
+        .into_iter()
+        .filter(|e| e.0 == "uring" || e.0 == "sim")
+    {
+        let tmp = TempDir::new("cached-victim");
+        let store = common::open(&tmp.devices(1), opts, 4);
+        store.create("v", 16 * 4096, LayoutKind::Stripe).unwrap();
+        let cs = CachedStore::with_flusher(store, cache(4, 4), None).unwrap();
+        assert_eq!(cs.cache().sets(), 1, "{ename}: one set of four pages");
+        let cf = cs.open_file("v").unwrap();
+        for p in 0..4u64 {
+            cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+        }
+        assert_eq!(cs.cache().dirty_pages().len(), 4);
+        let mut q = cs.queue(4);
+        q.submit(vec![CachedRequest::tagged(
+            OpKind::Write,
+            &cf,
+            10 * 4096,
+            vec![11; 4096],
+            1,
+        )]);
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 1);
+        assert!(done[0].1.result.is_ok(), "{ename}: {:?}", done[0].1.result);
+        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
+        assert_eq!(
+            dirty,
+            vec![10],
+            "{ename}: the victim's dirty neighbours were written with it"
+        );
+        drop(q);
+        cf.sync().unwrap();
+        let bytes = read_all(cs.store(), "v", 16 * 4096);
+        for p in 0..4 {
+            assert!(
+                bytes[p * 4096..(p + 1) * 4096]
+                    .iter()
+                    .all(|&b| b == p as u8 + 1)
+            );
+        }
+        assert!(bytes[10 * 4096..11 * 4096].iter().all(|&b| b == 11));
+    }
+}
