@@ -14,8 +14,15 @@
 //!   itself own that fill, so blocking could deadlock);
 //! * a whole-page write of a missing page needs no read; a partial one reads
 //!   the page first;
-//! * when a set has no clean page, the dirty victim is written back
-//!   synchronously by the requester (the flusher keeps that rare).
+//! * when a set has no clean page, the requester writes the dirty victim
+//!   back through this queue, with the victim's dirty neighbours in the file
+//!   in the same write, and retries the page when that write is done (the
+//!   flusher keeps this rare).
+//!
+//! Pages a queue has claimed (fills, victim writes) stay claimed until the
+//! queue's thread calls `submit`, `wait`, `poll` or `drain` again: drain the
+//! queue before the same thread uses the synchronous `read_at`, `write_at` or
+//! `sync` of the same file, which would wait for those pages.
 //!
 //! A request reports once, on this thread, after every page of it is done,
 //! with the first error if any: through its callback, or, for a request made
@@ -61,8 +68,9 @@ enum Notify {
 }
 
 /// A read or write of a whole buffer at any offset of a cached file. It
-/// borrows the file: a request that completes inside `submit` costs no
-/// reference count, and one that waits for the device holds its own clone.
+/// borrows the file: a one-page read that hits costs no reference count;
+/// any other request holds its own clone of the handle while it is in the
+/// queue.
 pub struct CachedRequest<'f> {
     kind: OpKind,
     file: &'f CachedFile,
@@ -142,7 +150,7 @@ struct Live {
     err: Option<Error>,
 }
 
-/// A fill this queue owns, waiting for its device read.
+/// A fill or victim write this queue owns, waiting for its device operation.
 enum Job<'a> {
     Read(Fill<'a>),
     Write(FillMut<'a>),
@@ -267,7 +275,8 @@ impl CachedStore {
 }
 
 impl<'a> CachedQueue<'a> {
-    /// Requests submitted whose callbacks have not run.
+    /// Requests submitted and not yet finished (callback run or completion
+    /// queued for `take_completions`).
     pub fn outstanding(&self) -> usize {
         self.outstanding
     }
@@ -592,8 +601,9 @@ impl<'a> CachedQueue<'a> {
     }
 
     /// The set of page `page` of request `req` has no clean page: write its
-    /// dirty victim `wb` back through the queue (straight from its frame), and
-    /// look the page up again when that write is done.
+    /// dirty victim `wb` back through the queue with its dirty neighbours in
+    /// the file (one write straight from their frames), and look the page up
+    /// again when that write is done.
     fn write_back(&mut self, wb: WriteBack<'a>, req: usize, page: u64) -> Result<Step> {
         let (vf, vp) = (wb.file(), wb.page());
         let entry = self.sh.entry(vf)?;
@@ -608,23 +618,23 @@ impl<'a> CachedQueue<'a> {
         }
         // The victim takes its dirty neighbours along, as the flusher does:
         // the device counts operations, not pages, and every neighbour cleaned
-        // here is a victim another set will not have to write.
-        let (start, pages) = with_neighbours(&self.sh.cache, wb, file_len, VICTIM_RUN);
+        // here is a victim another set will not have to write. The store keeps
+        // file sizes whole sectors; should a file end inside one, only whole
+        // pages join (that tail page is written on its own, above, when it is
+        // the victim), so a run is always whole sectors.
+        let limit = if file_len % DIRECT_ALIGN == 0 {
+            file_len
+        } else {
+            file_len / ps * ps
+        };
+        let (start, pages) = with_neighbours(&self.sh.cache, wb, limit, VICTIM_RUN);
         let off = start * ps;
         let len = (file_len - off).min(pages.len() as u64 * ps) as usize;
-        if len as u64 % DIRECT_ALIGN != 0 {
-            // The run reaches a tail that is not whole sectors.
-            let r = pages
-                .iter()
-                .try_for_each(|w| self.sh.store_page(vf, w.page(), w.bytes()));
-            if let Err(e) = &r {
-                self.sh.remember_failure(vf, e.clone());
-            }
-            let all = pages.into_iter().map(|w| w.finish(r.clone()));
-            all.fold(Ok(()), Result::and)?;
-            self.parked.push((req, page));
-            return Ok(Step::Pending);
-        }
+        debug_assert_eq!(
+            len as u64 % DIRECT_ALIGN,
+            0,
+            "a victim run of whole sectors"
+        );
         // Not `self.frames`: a run of missing pages may be gathering there.
         self.victim_frames.clear();
         self.victim_frames

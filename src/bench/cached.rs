@@ -109,7 +109,9 @@ fn thread_body(
     let mut ops = OpGen::new(w, t, threads);
     let mut reqs: Vec<CachedRequest<'_>> = Vec::with_capacity(depth);
     let mut done: Vec<(u64, CachedCompletion)> = Vec::with_capacity(depth);
-    // Each request's tag is its submission time, in ns since `epoch`.
+    // Each request's tag is its submission time, in ns since `epoch`. Its
+    // latency runs until this thread takes the completion, which is when an
+    // application sees it: a hit in a batch of 32 is charged the whole batch.
     let epoch = Instant::now();
     while error.is_none() && !ctl.stopped() {
         let now = ctl.measuring();
