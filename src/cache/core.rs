@@ -786,6 +786,19 @@ impl<M: Model> Core<M> {
         (order, all_dirty)
     }
 
+    /// Whether `tag` is cached, dirty and idle: a hint, read without the lock
+    /// of its set (the answer may be stale by the time it is used).
+    fn dirty_hint(&self, tag: u64) -> bool {
+        let s = self.index_now(mix64(tag));
+        let tags = self.tags(s);
+        tags.iter()
+            .position(|t| t.load(Relaxed) == tag)
+            .is_some_and(|i| {
+                let v = self.state(s, i).load(Relaxed);
+                v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
+            })
+    }
+
     /// Pick the slot for a new page in locked set `s`, evicting a clean page if
     /// needed, or start the write-back of a dirty one.
     fn choose(&self, s: usize, g: Locked<'_>) -> Choice {
@@ -820,8 +833,25 @@ impl<M: Model> Core<M> {
             };
         }
         if dirty != 0 {
-            let i = self.policy.victim(&mut g.st, dirty, valid);
-            debug_assert!(dirty & (1 << i) != 0, "policy chose an ineligible slot");
+            // The requester writes the victim with its dirty neighbours in the
+            // file: among the dirty pages, prefer those that have one, so that
+            // the device operation cleans more than one page.
+            let mut runs = 0u32;
+            let mut m = dirty;
+            while m != 0 {
+                let i = m.trailing_zeros() as usize;
+                m &= m - 1;
+                let t = g.tags[i].load(Relaxed);
+                let p = t & super::MAX_PAGE;
+                if (p < super::MAX_PAGE && self.dirty_hint(t + 1))
+                    || (p > 0 && self.dirty_hint(t - 1))
+                {
+                    runs |= 1 << i;
+                }
+            }
+            let pick = if runs != 0 { runs } else { dirty };
+            let i = self.policy.victim(&mut g.st, pick, valid);
+            debug_assert!(pick & (1 << i) != 0, "policy chose an ineligible slot");
             self.begin_writeback(s, i);
             return Choice::WriteBack(i, g.tags[i].load(Relaxed));
         }
