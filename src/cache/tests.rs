@@ -171,34 +171,32 @@ fn clean_pages_go_before_dirty_and_dirty_victims_come_back() {
 /// the neighbour along), in policy order among those.
 #[test]
 fn dirty_victims_with_dirty_neighbours_go_first() {
-    // One set of four pages, LRU: page 10 is the least recently used.
-    let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap();
-    let disk = Disk::default();
-    for p in [10, 20, 30, 31] {
-        let mut g = c
-            .get_mut_with(0, p, load_from(&disk), store_to(&disk))
-            .unwrap();
-        g.fill(p as u8);
-    }
-    match c.get(0, 50).unwrap() {
-        Lookup::WriteBack(w) => {
-            assert_eq!(w.page(), 30, "30 and 31 are neighbours; 30 is older");
-            w.finish(Ok(())).unwrap();
+    // One set of four pages, LRU, every page dirty; the first is the least
+    // recently used.
+    let victim_of = |pages: [u64; 4]| {
+        let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap();
+        let disk = Disk::default();
+        for p in pages {
+            let mut g = c
+                .get_mut_with(0, p, load_from(&disk), store_to(&disk))
+                .unwrap();
+            g.fill(p as u8);
         }
-        _ => panic!("expected a write-back"),
-    }
-    // Without neighbours the policy's order holds: 10, then 20.
-    let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap();
-    for p in [10, 20, 30, 40] {
-        let mut g = c
-            .get_mut_with(0, p, load_from(&disk), store_to(&disk))
-            .unwrap();
-        g.fill(p as u8);
-    }
-    match c.get(0, 50).unwrap() {
-        Lookup::WriteBack(w) => assert_eq!(w.page(), 10),
-        _ => panic!("expected a write-back"),
-    }
+        match c.get(0, 50).unwrap() {
+            Lookup::WriteBack(w) => w.page(),
+            _ => panic!("expected a write-back"),
+        }
+    };
+    assert_eq!(
+        victim_of([10, 20, 30, 31]),
+        30,
+        "30 and 31 are neighbours; 30 is older"
+    );
+    assert_eq!(
+        victim_of([10, 20, 30, 40]),
+        10,
+        "no neighbours: policy order"
+    );
 }
 
 #[test]
