@@ -424,6 +424,28 @@ impl<'a> CachedQueue<'a> {
                 Ok(false) => {}
             }
         }
+        // A one-page write whose page is cached, or missing and wholly
+        // written, completes here too, without a clone of its file (a shared
+        // reference count would bounce between threads on every request).
+        let mut found = None;
+        if pages == 1 && r.kind == OpKind::Write {
+            let cache: &'a PageCache = &self.sh.cache;
+            let in_page = (r.offset - first * ps) as usize;
+            let whole = r.buf.len() == ps as usize;
+            match cache.try_get_mut(r.file.id, first) {
+                Ok(Some(LookupMut::Hit(mut g))) => {
+                    g[in_page..in_page + r.buf.len()].copy_from_slice(&r.buf);
+                    drop(g);
+                    return self.finish(r.kind, r.offset, r.buf, r.notify, true, None);
+                }
+                Ok(Some(LookupMut::Miss(f))) if whole => {
+                    let res = f.finish(Ok(())).map(|mut g| g.copy_from_slice(&r.buf));
+                    return self.finish(r.kind, r.offset, r.buf, r.notify, true, res.err());
+                }
+                Ok(other) => found = Some(other),
+                Err(e) => return self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e)),
+            }
+        }
         let id = self.live.insert(Live {
             req: Req {
                 kind: r.kind,
@@ -436,15 +458,28 @@ impl<'a> CachedQueue<'a> {
             hit: true,
             err: None,
         });
-        for page in first..end {
-            self.run_page(id, page);
+        if let Some(found) = found {
+            // The lookup above stands: a busy page, a victim to write, or a
+            // partial write of a missing page (claimed, to be read first).
+            let res = self.write_found(id, first, found);
+            self.settle(id, first, res);
+        } else {
+            for page in first..end {
+                self.run_page(id, page);
+            }
         }
         self.send_run();
     }
 
     /// Try page `page` of live request `id`, and account for the outcome.
     fn run_page(&mut self, id: usize, page: u64) {
-        match self.step(id, page) {
+        let res = self.step(id, page);
+        self.settle(id, page, res);
+    }
+
+    /// Account for the outcome `res` of page `page` of live request `id`.
+    fn settle(&mut self, id: usize, page: u64, res: Result<Step>) {
+        match res {
             Ok(Step::Done) => self.page_done(id, None),
             Ok(Step::Pending) => {
                 if let Some(l) = self.live.get_mut(id) {
@@ -475,7 +510,6 @@ impl<'a> CachedQueue<'a> {
         let l = self.live.get_mut(id).expect("live request");
         let fid = l.req.file.id;
         let cache: &'a PageCache = &self.sh.cache;
-        let ps = cache.page_size();
         if l.req.kind == OpKind::Read {
             let dst = &mut l.req.buf[in_buf..in_buf + n];
             if cache.try_read(fid, page, in_page, dst)? {
@@ -494,24 +528,35 @@ impl<'a> CachedQueue<'a> {
                 }
             }
         } else {
-            let src = &l.req.buf[in_buf..in_buf + n];
-            match cache.try_get_mut(fid, page)? {
-                None => Ok(Step::Busy),
-                Some(LookupMut::Hit(mut g)) => {
-                    g[in_page..in_page + n].copy_from_slice(src);
-                    Ok(Step::Done)
+            let found = cache.try_get_mut(fid, page)?;
+            self.write_found(id, page, found)
+        }
+    }
+
+    /// Go on with page `page` of write request `id`, given what its lookup
+    /// found.
+    fn write_found(&mut self, id: usize, page: u64, found: Option<LookupMut<'a>>) -> Result<Step> {
+        let (in_page, in_buf, n) = self.span(id, page);
+        let ps = self.sh.cache.page_size();
+        let l = self.live.get_mut(id).expect("live request");
+        let fid = l.req.file.id;
+        let src = &l.req.buf[in_buf..in_buf + n];
+        match found {
+            None => Ok(Step::Busy),
+            Some(LookupMut::Hit(mut g)) => {
+                g[in_page..in_page + n].copy_from_slice(src);
+                Ok(Step::Done)
+            }
+            Some(LookupMut::WriteBack(wb)) => self.write_back(wb, id, page),
+            Some(LookupMut::Miss(f)) => {
+                if n == ps {
+                    // The write covers the page: no need for the old bytes.
+                    let mut g = f.finish(Ok(()))?;
+                    g.copy_from_slice(src);
+                    return Ok(Step::Done);
                 }
-                Some(LookupMut::WriteBack(wb)) => self.write_back(wb, id, page),
-                Some(LookupMut::Miss(f)) => {
-                    if n == ps {
-                        // The write covers the page: no need for the old bytes.
-                        let mut g = f.finish(Ok(()))?;
-                        g.copy_from_slice(src);
-                        return Ok(Step::Done);
-                    }
-                    let ptr = f.frame_ptr();
-                    self.load(fid, page, Job::Write(f), ptr, id)
-                }
+                let ptr = f.frame_ptr();
+                self.load(fid, page, Job::Write(f), ptr, id)
             }
         }
     }
