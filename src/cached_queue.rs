@@ -202,6 +202,30 @@ struct Slots {
     more: Vec<usize>,
 }
 
+/// Whether a page write could be done at once.
+enum Now<'c> {
+    /// Done, with this outcome.
+    Done(Result<()>),
+    /// Not a hit, nor a missing page wholly overwritten: go on with the lookup.
+    Later(Option<LookupMut<'c>>),
+}
+
+/// Copy `src` to `in_page` of a page whose lookup found it cached, or missing
+/// and wholly overwritten (no need for the old bytes); else hand the lookup
+/// back.
+fn write_now<'c>(found: Option<LookupMut<'c>>, in_page: usize, src: &[u8], ps: usize) -> Now<'c> {
+    match found {
+        Some(LookupMut::Hit(mut g)) => {
+            g[in_page..in_page + src.len()].copy_from_slice(src);
+            Now::Done(Ok(()))
+        }
+        Some(LookupMut::Miss(f)) if src.len() == ps => {
+            Now::Done(f.finish(Ok(())).map(|mut g| g.copy_from_slice(src)))
+        }
+        other => Now::Later(other),
+    }
+}
+
 /// What became of one page of a request.
 enum Step {
     Done,
@@ -431,18 +455,13 @@ impl<'a> CachedQueue<'a> {
         if pages == 1 && r.kind == OpKind::Write {
             let cache: &'a PageCache = &self.sh.cache;
             let in_page = (r.offset - first * ps) as usize;
-            let whole = r.buf.len() == ps as usize;
             match cache.try_get_mut(r.file.id, first) {
-                Ok(Some(LookupMut::Hit(mut g))) => {
-                    g[in_page..in_page + r.buf.len()].copy_from_slice(&r.buf);
-                    drop(g);
-                    return self.finish(r.kind, r.offset, r.buf, r.notify, true, None);
-                }
-                Ok(Some(LookupMut::Miss(f))) if whole => {
-                    let res = f.finish(Ok(())).map(|mut g| g.copy_from_slice(&r.buf));
-                    return self.finish(r.kind, r.offset, r.buf, r.notify, true, res.err());
-                }
-                Ok(other) => found = Some(other),
+                Ok(f) => match write_now(f, in_page, &r.buf, ps as usize) {
+                    Now::Done(res) => {
+                        return self.finish(r.kind, r.offset, r.buf, r.notify, true, res.err());
+                    }
+                    Now::Later(f) => found = Some(f),
+                },
                 Err(e) => return self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e)),
             }
         }
@@ -541,23 +560,15 @@ impl<'a> CachedQueue<'a> {
         let l = self.live.get_mut(id).expect("live request");
         let fid = l.req.file.id;
         let src = &l.req.buf[in_buf..in_buf + n];
-        match found {
-            None => Ok(Step::Busy),
-            Some(LookupMut::Hit(mut g)) => {
-                g[in_page..in_page + n].copy_from_slice(src);
-                Ok(Step::Done)
-            }
-            Some(LookupMut::WriteBack(wb)) => self.write_back(wb, id, page),
-            Some(LookupMut::Miss(f)) => {
-                if n == ps {
-                    // The write covers the page: no need for the old bytes.
-                    let mut g = f.finish(Ok(()))?;
-                    g.copy_from_slice(src);
-                    return Ok(Step::Done);
-                }
+        match write_now(found, in_page, src, ps) {
+            Now::Done(r) => r.map(|()| Step::Done),
+            Now::Later(None) => Ok(Step::Busy),
+            Now::Later(Some(LookupMut::WriteBack(wb))) => self.write_back(wb, id, page),
+            Now::Later(Some(LookupMut::Miss(f))) => {
                 let ptr = f.frame_ptr();
                 self.load(fid, page, Job::Write(f), ptr, id)
             }
+            Now::Later(Some(LookupMut::Hit(_))) => unreachable!("write_now takes every hit"),
         }
     }
 

@@ -28,6 +28,12 @@ fn cache(pages: usize, max_pages: usize) -> CacheOptions {
     }
 }
 
+/// The real engine and the fault-injecting one.
+fn uring_and_sim() -> Vec<(&'static str, StoreOptions)> {
+    let keep = |e: &(&str, StoreOptions)| e.0 == "uring" || e.0 == "sim";
+    engines().into_iter().filter(keep).collect()
+}
+
 fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
     let f = store.open_file(name).unwrap();
     let mut b = AlignedBuf::new(len);
@@ -41,10 +47,7 @@ fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
 /// every write.
 #[test]
 fn differential_against_a_byte_array() {
-    for (ename, opts) in engines()
-        .into_iter()
-        .filter(|e| e.0 == "uring" || e.0 == "sim")
-    {
+    for (ename, opts) in uring_and_sim() {
         let tmp = TempDir::new("cached-diff");
         let roots = tmp.devices(2);
         const LEN: usize = 96 * 4096 + 1536;
@@ -463,10 +466,7 @@ fn large_reads_of_missing_pages() {
 /// hold every byte.
 #[test]
 fn victim_writes_take_dirty_neighbours() {
-    for (ename, opts) in engines()
-        .into_iter()
-        .filter(|e| e.0 == "uring" || e.0 == "sim")
-    {
+    for (ename, opts) in uring_and_sim() {
         let tmp = TempDir::new("cached-victim");
         let store = common::open(&tmp.devices(1), opts, 4);
         store.create("v", 16 * 4096, LayoutKind::Stripe).unwrap();

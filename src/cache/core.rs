@@ -42,6 +42,13 @@ pub(crate) const GEN_MASK: u32 = 0x3ff << 6;
 pub(crate) const PIN: u32 = 1 << 16;
 pub(crate) const MAX_PINS: u32 = 0xffff;
 
+/// Whether state `v` is a dirty page nobody pins, fills, writes or writes back:
+/// one the flusher or a victim write may take.
+#[inline]
+fn dirty_idle(v: u32) -> bool {
+    v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
+}
+
 #[inline]
 pub(crate) fn pins(s: u32) -> u32 {
     s >> 16
@@ -759,7 +766,7 @@ impl<M: Model> Core<M> {
             if v & (DIRTY | WRITER) != 0 {
                 all_dirty += 1;
             }
-            if v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0 {
+            if dirty_idle(v) {
                 dirty |= 1 << i;
             }
         }
@@ -793,10 +800,7 @@ impl<M: Model> Core<M> {
         let tags = self.tags(s);
         tags.iter()
             .position(|t| t.load(Relaxed) == tag)
-            .is_some_and(|i| {
-                let v = self.state(s, i).load(Relaxed);
-                v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
-            })
+            .is_some_and(|i| dirty_idle(self.state(s, i).load(Relaxed)))
     }
 
     /// Pick the slot for a new page in locked set `s`, evicting a clean page if
