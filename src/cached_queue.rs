@@ -158,6 +158,8 @@ enum Job<'a> {
     /// the page is looked up again.
     /// It is written with its dirty neighbours in the file, first page first.
     Victim(Vec<WriteBack<'a>>),
+    /// Dirty pages near a victim, written along with it; no request waits.
+    Near(Vec<WriteBack<'a>>),
 }
 
 impl Job<'_> {
@@ -165,7 +167,7 @@ impl Job<'_> {
         match self {
             Job::Read(f) => f.frame_mut(),
             Job::Write(f) => f.frame_mut(),
-            Job::Victim(_) => &mut [],
+            Job::Victim(_) | Job::Near(_) => &mut [],
         }
     }
 }
@@ -174,6 +176,17 @@ struct Waiting<'a> {
     job: Job<'a>,
     req: usize,
     page: u64,
+}
+
+/// Settle the pages of a finished write-back: clean on success; on failure
+/// they stay dirty and the error is kept for the file's next `sync`. Every
+/// guard is finished, whatever the first one returns.
+fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> {
+    if let (Err(e), Some(w)) = (&r, pages.first()) {
+        sh.remember_failure(w.file(), e.clone());
+    }
+    let all = pages.into_iter().map(|w| w.finish(r.clone()));
+    all.fold(Ok(()), Result::and)
 }
 
 /// Most pages one read of missing pages covers.
@@ -260,6 +273,8 @@ pub struct CachedQueue<'a> {
     run: Option<MissRun>,
     /// Requests submitted and not yet completed.
     outstanding: usize,
+    /// Writes of pages near a victim in flight (no request waits for them).
+    near: usize,
     /// Requests finished since the last `wait` started counting.
     ran: usize,
     /// Finished tagged requests not yet taken.
@@ -292,6 +307,7 @@ impl CachedStore {
             parked: Vec::new(),
             run: None,
             outstanding: 0,
+            near: 0,
             ran: 0,
             done: Vec::new(),
         }
@@ -375,6 +391,10 @@ impl<'a> CachedQueue<'a> {
                 } else {
                     std::thread::sleep(Duration::from_micros(20));
                 }
+            } else {
+                // Nothing in flight and nothing parked: no request can move
+                // (only after a panic unwound through the queue); do not spin.
+                break;
             }
             self.collect();
         }
@@ -392,7 +412,15 @@ impl<'a> CachedQueue<'a> {
     /// Wait for every outstanding request.
     pub fn drain(&mut self) {
         while self.outstanding > 0 {
-            self.wait(self.outstanding);
+            if self.wait(self.outstanding) == 0 && self.q.in_flight() == 0 && self.parked.is_empty()
+            {
+                break;
+            }
+        }
+        // Writes of pages near a victim hold their pages until they finish.
+        while self.near > 0 && self.q.in_flight() > 0 {
+            self.q.wait(1);
+            self.collect();
         }
     }
 
@@ -684,8 +712,37 @@ impl<'a> CachedQueue<'a> {
             file_len / ps * ps
         };
         let (start, pages) = with_neighbours(&self.sh.cache, wb, limit, VICTIM_RUN);
+        let end = start + pages.len() as u64;
+        self.send_write_back(&entry.file, start, Job::Victim(pages), req, page);
+        // The disk takes writes that land close together much faster than
+        // scattered ones: the other dirty pages of the victim's region go now,
+        // right behind it.
+        let region = crate::flusher::region_of(vp, ps);
+        let cache = &self.sh.cache;
+        for q in region.start..region.end.min(limit / ps) {
+            if (start..end).contains(&q) || !cache.dirty_hint(vf, q) {
+                continue;
+            }
+            let Ok(Some(wb)) = cache.write_back(vf, q) else {
+                continue;
+            };
+            let (s0, near) = with_neighbours(cache, wb, limit, VICTIM_RUN);
+            self.near += 1;
+            self.send_write_back(&entry.file, s0, Job::Near(near), usize::MAX, q);
+        }
+        Ok(Step::Pending)
+    }
+
+    /// Send one write of the pages held by `job` (a victim run or a run near
+    /// one), first page `start`, straight from their frames.
+    fn send_write_back(&mut self, file: &File, start: u64, job: Job<'a>, req: usize, page: u64) {
+        let ps = self.sh.cache.page_size() as u64;
+        let pages = match &job {
+            Job::Victim(p) | Job::Near(p) => p,
+            _ => unreachable!("a write-back job"),
+        };
         let off = start * ps;
-        let len = (file_len - off).min(pages.len() as u64 * ps) as usize;
+        let len = (file.len() - off).min(pages.len() as u64 * ps) as usize;
         debug_assert_eq!(
             len as u64 % DIRECT_ALIGN,
             0,
@@ -695,11 +752,7 @@ impl<'a> CachedQueue<'a> {
         self.victim_frames.clear();
         self.victim_frames
             .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
-        let slot = self.fills.insert(Waiting {
-            job: Job::Victim(pages),
-            req,
-            page,
-        });
+        let slot = self.fills.insert(Waiting { job, req, page });
         let tag = self.ops.insert(Slots {
             first: slot,
             more: Vec::new(),
@@ -713,10 +766,8 @@ impl<'a> CachedQueue<'a> {
         // in their frames and writers out until the write's tag comes back;
         // the device only reads the frames.
         unsafe {
-            self.q
-                .submit_raw(OpKind::Write, &entry.file, off, mem, len, tag);
+            self.q.submit_raw(OpKind::Write, file, off, mem, len, tag);
         }
-        Ok(Step::Pending)
     }
 
     /// Publish a filled frame and finish the page of its request.
@@ -738,13 +789,8 @@ impl<'a> CachedQueue<'a> {
                 let mut g = f.finish(r)?;
                 g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
             }
-            Job::Victim(pages) => {
-                if let (Err(e), Some(w)) = (&r, pages.first()) {
-                    self.sh.remember_failure(w.file(), e.clone());
-                }
-                // Every guard is finished, whatever the first one returns.
-                let all = pages.into_iter().map(|w| w.finish(r.clone()));
-                all.fold(Ok(()), Result::and)?;
+            Job::Victim(pages) | Job::Near(pages) => {
+                written(self.sh, pages, r)?;
                 return Ok(Step::Busy);
             }
         }
@@ -774,6 +820,14 @@ impl<'a> CachedQueue<'a> {
             }
             for (slot, r) in done.drain(..) {
                 let w = self.fills.remove(slot).expect("a fill in flight");
+                if let Job::Near(pages) = w.job {
+                    // A write near a victim: no request waits for it; a
+                    // failure is kept for the file's next sync, and the pages
+                    // stay dirty.
+                    self.near -= 1;
+                    let _ = written(self.sh, pages, r);
+                    continue;
+                }
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page)),

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::{Rng, TempDir, engines, pattern};
 use setcache::cache::{CacheOptions, PolicyKind};
 use setcache::{
-    AlignedBuf, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, OpKind, Store,
-    StoreOptions,
+    AlignedBuf, CachedFile, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, OpKind,
+    Store, StoreOptions,
 };
 
 fn cache(pages: usize, max_pages: usize) -> CacheOptions {
@@ -32,6 +32,24 @@ fn cache(pages: usize, max_pages: usize) -> CacheOptions {
 fn uring_and_sim() -> Vec<(&'static str, StoreOptions)> {
     let keep = |e: &(&str, StoreOptions)| e.0 == "uring" || e.0 == "sim";
     engines().into_iter().filter(keep).collect()
+}
+
+/// Write one page through a queue as a tagged request and wait for it,
+/// including the write-backs it starts.
+fn queued_page_write(cs: &CachedStore, cf: &CachedFile, page: u64, byte: u8, ename: &str) {
+    let mut q = cs.queue(8);
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Write,
+        cf,
+        page * 4096,
+        vec![byte; 4096],
+        1,
+    )]);
+    q.drain();
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 1);
+    assert!(done[0].1.result.is_ok(), "{ename}: {:?}", done[0].1.result);
 }
 
 fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
@@ -477,26 +495,13 @@ fn victim_writes_take_dirty_neighbours() {
             cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
         }
         assert_eq!(cs.cache().dirty_pages().len(), 4);
-        let mut q = cs.queue(4);
-        q.submit(vec![CachedRequest::tagged(
-            OpKind::Write,
-            &cf,
-            10 * 4096,
-            vec![11; 4096],
-            1,
-        )]);
-        q.drain();
-        let mut done = Vec::new();
-        q.take_completions(&mut done);
-        assert_eq!(done.len(), 1);
-        assert!(done[0].1.result.is_ok(), "{ename}: {:?}", done[0].1.result);
+        queued_page_write(&cs, &cf, 10, 11, ename);
         let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
         assert_eq!(
             dirty,
             vec![10],
             "{ename}: the victim's dirty neighbours were written with it"
         );
-        drop(q);
         cf.sync().unwrap();
         let bytes = read_all(cs.store(), "v", 16 * 4096);
         for p in 0..4 {
@@ -507,6 +512,43 @@ fn victim_writes_take_dirty_neighbours() {
             );
         }
         assert!(bytes[10 * 4096..11 * 4096].iter().all(|&b| b == 11));
+    }
+}
+
+/// A requester that writes a dirty victim also writes the other dirty pages
+/// of the victim's 256 KiB region, adjacent or not, and every one of them
+/// reaches the devices.
+#[test]
+fn victim_writes_take_their_region_along() {
+    for (ename, opts) in uring_and_sim() {
+        let tmp = TempDir::new("cached-victim-region");
+        let store = common::open(&tmp.devices(1), opts, 4);
+        store.create("r", 128 * 4096, LayoutKind::Stripe).unwrap();
+        let cs = CachedStore::with_flusher(store, cache(4, 4), None).unwrap();
+        assert_eq!(cs.cache().sets(), 1, "{ename}: one set of four pages");
+        let cf = cs.open_file("r").unwrap();
+        // Four dirty pages of the first region, none adjacent to another.
+        let scattered = [0u64, 9, 30, 63];
+        for &p in &scattered {
+            cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+        }
+        assert_eq!(cs.cache().dirty_pages().len(), 4);
+        queued_page_write(&cs, &cf, 100, 101, ename);
+        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
+        assert_eq!(
+            dirty,
+            vec![100],
+            "{ename}: the victim's region went with it"
+        );
+        // Written before any sync: the devices already hold the region.
+        let bytes = read_all(cs.store(), "r", 128 * 4096);
+        for &p in &scattered {
+            let page = &bytes[p as usize * 4096..(p as usize + 1) * 4096];
+            assert!(page.iter().all(|&b| b == p as u8 + 1), "{ename}: page {p}");
+        }
+        cf.sync().unwrap();
+        let bytes = read_all(cs.store(), "r", 128 * 4096);
+        assert!(bytes[100 * 4096..101 * 4096].iter().all(|&b| b == 101));
     }
 }
 

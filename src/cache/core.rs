@@ -795,7 +795,7 @@ impl<M: Model> Core<M> {
 
     /// Whether `tag` is cached, dirty and idle: a hint, read without the lock
     /// of its set (the answer may be stale by the time it is used).
-    fn dirty_hint(&self, tag: u64) -> bool {
+    pub(crate) fn dirty_hint(&self, tag: u64) -> bool {
         let s = self.index_now(mix64(tag));
         let tags = self.tags(s);
         tags.iter()

@@ -404,6 +404,13 @@ impl<M: Model> PageCache<M> {
         }))
     }
 
+    /// Whether `page` of `file` is cached, dirty and idle, read without a lock:
+    /// a hint that may be stale by the time it is used (the flusher uses it to
+    /// find the dirty pages near one it writes).
+    pub fn dirty_hint(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.dirty_hint(tag))
+    }
+
     /// Address of the metadata block of the set `page` of `file` maps to now,
     /// for benchmarks that measure what reaching a set costs (never
     /// dereference it while the cache is in use).
