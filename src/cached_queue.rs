@@ -17,7 +17,10 @@
 //! * when a set has no clean page, the requester writes the dirty victim
 //!   back through this queue, with the victim's dirty neighbours in the file
 //!   in the same write, and retries the page when that write is done (the
-//!   flusher keeps this rare).
+//!   flusher keeps this rare); the other dirty pages of the victim's 256 KiB
+//!   region are written at the same time, and the request completes only
+//!   once those writes are done too (so a request that completed holds no
+//!   page).
 //!
 //! Pages a queue has claimed (fills, victim writes) stay claimed until the
 //! queue's thread calls `submit`, `wait`, `poll` or `drain` again: drain the
@@ -158,7 +161,8 @@ enum Job<'a> {
     /// the page is looked up again.
     /// It is written with its dirty neighbours in the file, first page first.
     Victim(Vec<WriteBack<'a>>),
-    /// Dirty pages near a victim, written along with it; no request waits.
+    /// Dirty pages of the victim's region, written along with it; the request
+    /// that met the victim completes once they are written.
     Near(Vec<WriteBack<'a>>),
 }
 
@@ -273,8 +277,6 @@ pub struct CachedQueue<'a> {
     run: Option<MissRun>,
     /// Requests submitted and not yet completed.
     outstanding: usize,
-    /// Writes of pages near a victim in flight (no request waits for them).
-    near: usize,
     /// Requests finished since the last `wait` started counting.
     ran: usize,
     /// Finished tagged requests not yet taken.
@@ -307,7 +309,6 @@ impl CachedStore {
             parked: Vec::new(),
             run: None,
             outstanding: 0,
-            near: 0,
             ran: 0,
             done: Vec::new(),
         }
@@ -416,11 +417,6 @@ impl<'a> CachedQueue<'a> {
             {
                 break;
             }
-        }
-        // Writes of pages near a victim hold their pages until they finish.
-        while self.near > 0 && self.q.in_flight() > 0 {
-            self.q.wait(1);
-            self.collect();
         }
     }
 
@@ -727,8 +723,9 @@ impl<'a> CachedQueue<'a> {
                 continue;
             };
             let (s0, near) = with_neighbours(cache, wb, limit, VICTIM_RUN);
-            self.near += 1;
-            self.send_write_back(&entry.file, s0, Job::Near(near), usize::MAX, q);
+            // The request waits for this write as for one of its pages.
+            self.live.get_mut(req).expect("live request").left += 1;
+            self.send_write_back(&entry.file, s0, Job::Near(near), req, q);
         }
         Ok(Step::Pending)
     }
@@ -778,9 +775,19 @@ impl<'a> CachedQueue<'a> {
         page: u64,
         r: Result<()>,
     ) -> Result<Step> {
+        let fill = match job {
+            Job::Victim(pages) => {
+                written(self.sh, pages, r)?;
+                return Ok(Step::Busy);
+            }
+            // A failure reaches the request that caused the write (and the
+            // file's next sync); the pages stay dirty.
+            Job::Near(pages) => return written(self.sh, pages, r).map(|()| Step::Done),
+            fill => fill,
+        };
         let (in_page, in_buf, n) = self.span(req, page);
         let l = self.live.get_mut(req).expect("live request");
-        match job {
+        match fill {
             Job::Read(f) => {
                 let g = f.finish(r)?;
                 l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]);
@@ -789,10 +796,7 @@ impl<'a> CachedQueue<'a> {
                 let mut g = f.finish(r)?;
                 g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
             }
-            Job::Victim(pages) | Job::Near(pages) => {
-                written(self.sh, pages, r)?;
-                return Ok(Step::Busy);
-            }
+            Job::Victim(_) | Job::Near(_) => unreachable!("write-backs are settled above"),
         }
         Ok(Step::Done)
     }
@@ -820,14 +824,6 @@ impl<'a> CachedQueue<'a> {
             }
             for (slot, r) in done.drain(..) {
                 let w = self.fills.remove(slot).expect("a fill in flight");
-                if let Job::Near(pages) = w.job {
-                    // A write near a victim: no request waits for it; a
-                    // failure is kept for the file's next sync, and the pages
-                    // stay dirty.
-                    self.near -= 1;
-                    let _ = written(self.sh, pages, r);
-                    continue;
-                }
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page)),

@@ -7,12 +7,16 @@
 //! would evict soonest, until the set is down to half the threshold, so that
 //! evictions find clean pages and requesters rarely write a victim themselves.
 //!
-//! Each page to write is extended into a run with its dirty neighbours in the
+//! The due pages of a batch are written in file order, region by region: each
+//! brings the other dirty, idle pages of its 256 KiB region of the file
+//! ([`REGION_BYTES`]), due or not, so that the device gets writes that land
+//! close together. Each page to write is extended into a run with its dirty neighbours in the
 //! file (pages `p+1, p+2, ...` and `p-1, ...` that are cached, dirty and idle,
 //! due or not), up to `max_merge` pages, and the run goes to the devices as one
 //! write, straight from the frames (a vectored write: the frames of a run are
 //! in different sets, so they are not contiguous). A requester that must write
-//! a dirty victim itself extends it the same way ([`with_neighbours`]). Up to
+//! a dirty victim itself extends it the same way ([`with_neighbours`]) and
+//! writes the rest of the victim's region too. Up to
 //! `depth` writes are in flight, through the flusher's own
 //! asynchronous queue. A failed write leaves its pages dirty and is remembered
 //! for the file's next `sync`.

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use common::{Rng, TempDir, engines, pattern};
 use setcache::cache::{CacheOptions, PolicyKind};
 use setcache::{
-    AlignedBuf, CachedFile, CachedRequest, CachedStore, Error, FlushOptions, LayoutKind, OpKind,
-    Store, StoreOptions,
+    AlignedBuf, CachedFile, CachedQueue, CachedRequest, CachedStore, Error, FlushOptions,
+    LayoutKind, OpKind, Store, StoreOptions,
 };
 
 fn cache(pages: usize, max_pages: usize) -> CacheOptions {
@@ -34,9 +34,16 @@ fn uring_and_sim() -> Vec<(&'static str, StoreOptions)> {
     engines().into_iter().filter(keep).collect()
 }
 
-/// Write one page through a queue as a tagged request and wait for it,
-/// including the write-backs it starts.
-fn queued_page_write(cs: &CachedStore, cf: &CachedFile, page: u64, byte: u8, ename: &str) {
+/// Write one page through a queue as a tagged request and wait until no
+/// request is outstanding (not `drain`: a completed request must hold no
+/// page, including the write-backs it started). Returns the queue, undropped.
+fn queued_page_write<'a>(
+    cs: &'a CachedStore,
+    cf: &CachedFile,
+    page: u64,
+    byte: u8,
+    ename: &str,
+) -> CachedQueue<'a> {
     let mut q = cs.queue(8);
     q.submit(vec![CachedRequest::tagged(
         OpKind::Write,
@@ -45,11 +52,14 @@ fn queued_page_write(cs: &CachedStore, cf: &CachedFile, page: u64, byte: u8, ena
         vec![byte; 4096],
         1,
     )]);
-    q.drain();
+    while q.outstanding() > 0 {
+        q.wait(1);
+    }
     let mut done = Vec::new();
     q.take_completions(&mut done);
     assert_eq!(done.len(), 1);
     assert!(done[0].1.result.is_ok(), "{ename}: {:?}", done[0].1.result);
+    q
 }
 
 fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
@@ -495,7 +505,7 @@ fn victim_writes_take_dirty_neighbours() {
             cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
         }
         assert_eq!(cs.cache().dirty_pages().len(), 4);
-        queued_page_write(&cs, &cf, 10, 11, ename);
+        let _q = queued_page_write(&cs, &cf, 10, 11, ename);
         let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
         assert_eq!(
             dirty,
@@ -533,7 +543,7 @@ fn victim_writes_take_their_region_along() {
             cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
         }
         assert_eq!(cs.cache().dirty_pages().len(), 4);
-        queued_page_write(&cs, &cf, 100, 101, ename);
+        let _q = queued_page_write(&cs, &cf, 100, 101, ename);
         let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
         assert_eq!(
             dirty,
