@@ -41,7 +41,7 @@ use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
 use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, File, Mem};
-use crate::flusher::with_neighbours;
+use crate::flusher::{dirty_in_region, with_neighbours};
 use crate::queue::{OpKind, Queue};
 use crate::slab::Slab;
 
@@ -709,14 +709,13 @@ impl<'a> CachedQueue<'a> {
         };
         let (start, pages) = with_neighbours(&self.sh.cache, wb, limit, VICTIM_RUN);
         let end = start + pages.len() as u64;
-        self.send_write_back(&entry.file, start, Job::Victim(pages), req, page);
+        self.send_write_back(&entry.file, start, pages, false, req, page);
         // The disk takes writes that land close together much faster than
         // scattered ones: the other dirty pages of the victim's region go now,
         // right behind it.
-        let region = crate::flusher::region_of(vp, ps);
         let cache = &self.sh.cache;
-        for q in region.start..region.end.min(limit / ps) {
-            if (start..end).contains(&q) || !cache.dirty_hint(vf, q) {
+        for q in dirty_in_region(cache, vf, vp, limit / ps) {
+            if (start..end).contains(&q) {
                 continue;
             }
             let Ok(Some(wb)) = cache.write_back(vf, q) else {
@@ -725,19 +724,24 @@ impl<'a> CachedQueue<'a> {
             let (s0, near) = with_neighbours(cache, wb, limit, VICTIM_RUN);
             // The request waits for this write as for one of its pages.
             self.live.get_mut(req).expect("live request").left += 1;
-            self.send_write_back(&entry.file, s0, Job::Near(near), req, q);
+            self.send_write_back(&entry.file, s0, near, true, req, q);
         }
         Ok(Step::Pending)
     }
 
-    /// Send one write of the pages held by `job` (a victim run or a run near
-    /// one), first page `start`, straight from their frames.
-    fn send_write_back(&mut self, file: &File, start: u64, job: Job<'a>, req: usize, page: u64) {
+    /// Send one write of the run `pages` (first page `start`) straight from
+    /// their frames: the victim run of page `page` of request `req`, or, with
+    /// `near`, a run of the victim's region that the request also waits for.
+    fn send_write_back(
+        &mut self,
+        file: &File,
+        start: u64,
+        pages: Vec<WriteBack<'a>>,
+        near: bool,
+        req: usize,
+        page: u64,
+    ) {
         let ps = self.sh.cache.page_size() as u64;
-        let pages = match &job {
-            Job::Victim(p) | Job::Near(p) => p,
-            _ => unreachable!("a write-back job"),
-        };
         let off = start * ps;
         let len = (file.len() - off).min(pages.len() as u64 * ps) as usize;
         debug_assert_eq!(
@@ -749,6 +753,11 @@ impl<'a> CachedQueue<'a> {
         self.victim_frames.clear();
         self.victim_frames
             .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
+        let job = if near {
+            Job::Near(pages)
+        } else {
+            Job::Victim(pages)
+        };
         let slot = self.fills.insert(Waiting { job, req, page });
         let tag = self.ops.insert(Slots {
             first: slot,

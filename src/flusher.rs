@@ -316,10 +316,17 @@ impl<'a> Writer<'a> {
 /// written back, the other dirty pages of its region go right behind it.
 pub(crate) const REGION_BYTES: u64 = 256 << 10;
 
-/// The pages of the write-back region `page` lies in (pages of `page_size`).
-pub(crate) fn region_of(page: u64, page_size: u64) -> std::ops::Range<u64> {
-    let r = (REGION_BYTES / page_size).max(1);
-    page / r * r..(page / r + 1) * r
+/// The pages of the write-back region of `page` of `file` below page `end`
+/// that look dirty and idle (a lock-free hint per page), in file order.
+pub(crate) fn dirty_in_region(
+    cache: &PageCache,
+    file: u32,
+    page: u64,
+    end: u64,
+) -> impl Iterator<Item = u64> + '_ {
+    let r = (REGION_BYTES / cache.page_size() as u64).max(1);
+    let first = page / r * r;
+    (first..(first + r).min(end)).filter(move |&q| cache.dirty_hint(file, q))
 }
 
 /// Due sets the flusher lets gather while its writes keep the device busy.
@@ -371,18 +378,15 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         pages.sort_unstable();
         // Each due page brings the other dirty pages of its region, due or
         // not, in file order (see `REGION_BYTES`).
-        let ps = cache.page_size() as u64;
+        let r = (REGION_BYTES / cache.page_size() as u64).max(1);
         let mut swept: Option<(u32, u64)> = None;
         for (file, page) in pages {
-            let region = region_of(page, ps);
-            if swept == Some((file, region.start)) {
+            if swept == Some((file, page / r)) {
                 continue;
             }
-            swept = Some((file, region.start));
-            for q in region {
-                if q == page || cache.dirty_hint(file, q) {
-                    w.write(file, q);
-                }
+            swept = Some((file, page / r));
+            for q in dirty_in_region(cache, file, page, u64::MAX) {
+                w.write(file, q);
             }
         }
         w.poll();
