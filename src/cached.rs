@@ -9,15 +9,40 @@
 //! reaches the devices when its set needs the frame, or at [`CachedFile::sync`],
 //! which then makes the devices durable. A failed write-back leaves the page
 //! dirty and is reported by the next `sync` of its file.
+//!
+//! Deleting, renaming or changing the length of a cached file goes through
+//! [`CachedStore::delete`], [`CachedStore::rename`] and [`CachedFile::set_len`],
+//! which keep the cache right: a deleted file's pages are dropped (dirty ones
+//! unwritten) and its cache id retired, and a shrink drops the pages past the
+//! new end. The file table never hands out a file that is gone: a file the
+//! store deleted or replaced behind the cache's back gets a fresh cache id when
+//! it is opened again.
+//!
+//! ## Errors, retries and fsync
+//!
+//! A write-back that fails with an error that can pass (ENOSPC, EDQUOT,
+//! EINTR, EAGAIN, a write cut short) leaves its page dirty and its device
+//! usable: the next `sync` writes the page again and succeeds once the
+//! condition has passed. Any other I/O error (EIO above all) fails the device
+//! for good; every later operation on it is refused.
+//!
+//! A failed fsync is never taken as having passed: the kernel may have dropped
+//! the pages it could not write. Each cached file remembers which pages were
+//! written back since its last good fsync; when an fsync fails, those pages are
+//! marked dirty again, so the next `sync` writes every one of them before it
+//! fsyncs, and only a good fsync after that clears the failure. If one of those
+//! pages has already left the cache, it cannot be written again: the file's
+//! syncs then fail ([`Error::SyncLost`]) until it is opened again through
+//! [`CachedStore::open_file`], which accepts the loss.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use crate::cache::{CacheOptions, MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
-use crate::file::File;
+use crate::file::{DIRECT_ALIGN, File};
 use crate::flusher::{FlushOptions, Flusher, Writer};
 use crate::layout::LayoutKind;
 use crate::store::Store;
@@ -40,6 +65,66 @@ pub(crate) struct Shared {
 pub(crate) struct Entry {
     pub(crate) file: File,
     failed: Mutex<Option<Error>>,
+    /// The file was deleted or replaced: its cache id is retired.
+    gone: AtomicBool,
+    /// What its fsyncs have covered.
+    durable: Mutex<Durable>,
+    /// Serialises length changes through the cache.
+    resizing: Mutex<()>,
+}
+
+/// The pages of a file written back since its last good fsync, and whether a
+/// failed fsync left pages that can no longer be written again.
+#[derive(Default)]
+struct Durable {
+    /// One bit per page.
+    written: Vec<u64>,
+    /// Set when an fsync failed after a page that has since left the cache
+    /// was written: the file's syncs fail until it is opened again.
+    lost: Option<Error>,
+}
+
+impl Durable {
+    fn mark(&mut self, page: u64) {
+        let w = (page / 64) as usize;
+        if w >= self.written.len() {
+            self.written.resize(w + 1, 0);
+        }
+        self.written[w] |= 1 << (page % 64);
+    }
+
+    fn pages(bits: &[u64]) -> impl Iterator<Item = u64> + '_ {
+        bits.iter().enumerate().flat_map(|(w, &b)| {
+            (0..64)
+                .filter(move |i| b & (1 << i) != 0)
+                .map(move |i| w as u64 * 64 + i)
+        })
+    }
+}
+
+impl Entry {
+    fn new(file: File) -> Entry {
+        Entry {
+            file,
+            failed: Mutex::new(None),
+            gone: AtomicBool::new(false),
+            durable: Mutex::new(Durable::default()),
+            resizing: Mutex::new(()),
+        }
+    }
+
+    /// `Err` if the file is gone.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.gone.load(Ordering::Acquire) {
+            Err(Error::FileGone(self.file.name()))
+        } else {
+            Ok(())
+        }
+    }
+
+    fn durable(&self) -> std::sync::MutexGuard<'_, Durable> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 /// A file of a [`CachedStore`]. Cheap to clone; `Send + Sync`.
@@ -119,11 +204,29 @@ impl CachedStore {
     fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
         // A file opened twice shares its cache id: one copy of each page. The
         // table stays locked from the search to the insertion, so two threads
-        // opening one file at once get one id.
+        // opening one file at once get one id. An entry of the same name that
+        // is another file (deleted or replaced through the store) is retired.
         let name = file.name();
         let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
-        let (id, entry) = match files.iter().find(|(_, e)| e.file.name() == name) {
-            Some((&id, e)) => (id, e.clone()),
+        let mut dead = Vec::new();
+        let mut found = None;
+        for (&id, e) in files.iter() {
+            if Arc::ptr_eq(&e.file.inner, &file.inner) {
+                found = Some((id, e.clone()));
+            } else if *e.file.name_arc() == *name {
+                dead.push(id);
+            }
+        }
+        let dead: Vec<(u32, Arc<Entry>)> = dead
+            .into_iter()
+            .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+            .collect();
+        let (id, entry) = match found {
+            Some((id, e)) => {
+                // Opening again accepts the loss after a failed fsync.
+                e.durable().lost = None;
+                (id, e)
+            }
             None => {
                 let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
                 if id > MAX_FILE_ID {
@@ -132,20 +235,53 @@ impl CachedStore {
                         MAX_FILE_ID as u64 + 1
                     )));
                 }
-                let entry = Arc::new(Entry {
-                    file,
-                    failed: Mutex::new(None),
-                });
+                let entry = Arc::new(Entry::new(file));
                 files.insert(id, entry.clone());
                 (id, entry)
             }
         };
+        drop(files);
+        // Write-backs in flight take the table lock as they finish: drop the
+        // retired files' pages only once it is let go.
+        for (id, e) in dead {
+            self.inner.retire(id, &e);
+        }
         Ok(CachedFile {
             shared: self.inner.clone(),
             entry,
             id,
             read_only,
         })
+    }
+
+    /// Delete a file (as [`Store::delete`]): its cached pages are dropped,
+    /// dirty ones unwritten, and handles to it fail with [`Error::FileGone`].
+    /// The file must not be in use on this thread (a page guard held, or a
+    /// queue not drained).
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
+        self.inner.store.delete(name)?;
+        let ids: Vec<u32> = files
+            .iter()
+            .filter(|(_, e)| *e.file.name_arc() == *name)
+            .map(|(&id, _)| id)
+            .collect();
+        let dead: Vec<(u32, Arc<Entry>)> = ids
+            .into_iter()
+            .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+            .collect();
+        drop(files);
+        for (id, e) in dead {
+            self.inner.retire(id, &e);
+        }
+        Ok(())
+    }
+
+    /// Rename a file (as [`Store::rename`]); open handles follow it, and its
+    /// cached pages stay.
+    pub fn rename(&self, from: &str, to: &str) -> Result<()> {
+        let _files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
+        self.inner.store.rename(from, to)
     }
 
     /// Write every dirty page of every file and make the devices durable.
@@ -177,6 +313,26 @@ impl Drop for CachedStore {
 }
 
 impl Shared {
+    /// Retire a file's cache id (its entry already left the table): handles
+    /// fail from now on, and its pages are dropped. Pages still in use are
+    /// left; should one of them be dirty, its write-back finds no file and
+    /// drops it.
+    fn retire(&self, id: u32, e: &Entry) {
+        e.gone.store(true, Ordering::Release);
+        let _ = self.cache.discard(id, 0);
+    }
+
+    /// Remember that `pages` of file `id` reached the devices (for the fsync
+    /// that must cover them).
+    pub(crate) fn written(&self, id: u32, pages: impl IntoIterator<Item = u64>) {
+        if let Ok(e) = self.entry(id) {
+            let mut d = e.durable();
+            for p in pages {
+                d.mark(p);
+            }
+        }
+    }
+
     pub(crate) fn entry(&self, id: u32) -> Result<Arc<Entry>> {
         self.files
             .read()
@@ -186,7 +342,10 @@ impl Shared {
             .ok_or_else(|| Error::InvalidArgument(format!("cache file id {id} is not open")))
     }
 
-    /// Read page `page` of file `id` into `frame` (zeros past the end).
+    /// Read page `page` of file `id` into `frame` (zeros past the end). A
+    /// file that ends inside a sector is read to the end of that sector, and
+    /// the bytes past its end are zeroed: a frame never holds bytes past the
+    /// end of its file.
     pub(crate) fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
         let e = self.entry(id)?;
         let ps = frame.len() as u64;
@@ -194,29 +353,39 @@ impl Shared {
         let len = e.file.len();
         let n = len.saturating_sub(off).min(ps) as usize;
         if n > 0 {
-            e.file.read_at(off, &mut frame[..n])?;
+            let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(frame.len());
+            e.file.read_at(off, &mut frame[..whole])?;
         }
         frame[n..].fill(0);
         Ok(())
     }
 
-    /// Write page `page` of file `id` (the part inside the file). A failure is
-    /// remembered for the file's next `sync`.
+    /// Write page `page` of file `id` (the part inside the file, to the end of
+    /// its last sector: the frame holds zeros past the end). A failure is
+    /// remembered for the file's next `sync`. A page of a file that is gone,
+    /// or wholly past its end, has nowhere to go: it counts as written.
     pub(crate) fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
-        let e = self.entry(id)?;
+        let Ok(e) = self.entry(id) else {
+            return Ok(());
+        };
         let ps = bytes.len() as u64;
         let off = page * ps;
         let n = e.file.len().saturating_sub(off).min(ps) as usize;
         let r = if n > 0 {
-            e.file.write_at(off, &bytes[..n])
+            let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(bytes.len());
+            e.file.write_at(off, &bytes[..whole])
         } else {
             Ok(())
         };
-        if let Err(err) = &r {
-            e.failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert_with(|| err.clone());
+        match &r {
+            Err(err) => {
+                e.failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(|| err.clone());
+            }
+            Ok(()) if n > 0 => e.durable().mark(page),
+            Ok(()) => {}
         }
         r
     }
@@ -268,12 +437,48 @@ impl Shared {
             }
         }
         w.drain();
-        // Failures of this sync's writes were remembered for the file too.
+        // Failures of this sync's writes were remembered for the file too. An
+        // earlier failure that can pass (out of space, say) left its page
+        // dirty, and this sync wrote that page again: only this sync's own
+        // failures count for it. Any other earlier failure is reported.
         let earlier = e.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(err) = earlier.or(w.failed.take()) {
+        if let Some(err) = w.failed.take().or(earlier.filter(|x| !x.can_pass())) {
             return Err(err);
         }
-        e.file.sync()
+        // The pages written since the last good fsync, up to now: the fsync
+        // below must cover them. Pages written from here on belong to the next.
+        let covered = {
+            let mut d = e.durable();
+            if let Some(lost) = &d.lost {
+                return Err(Error::SyncLost {
+                    file: e.file.name(),
+                    first: Box::new(lost.clone()),
+                });
+            }
+            std::mem::take(&mut d.written)
+        };
+        match e.file.sync() {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                // The kernel may have dropped what it could not write: every
+                // page written since the last good fsync is written again
+                // before the next one can pass.
+                let mut left = false;
+                for p in Durable::pages(&covered) {
+                    if !self.cache.mark_dirty(id, p).unwrap_or(false) {
+                        left = true;
+                    }
+                }
+                let mut d = e.durable();
+                for p in Durable::pages(&covered) {
+                    d.mark(p);
+                }
+                if left {
+                    d.lost.get_or_insert_with(|| err.clone());
+                }
+                Err(err)
+            }
+        }
     }
 }
 
@@ -302,6 +507,7 @@ impl CachedFile {
     /// (fewer only at the end of the file; 0 at the end). An offset past the
     /// end is an error ([`Error::OutOfRange`]).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.entry.check()?;
         let len = self.len();
         if offset > len {
             return Err(Error::OutOfRange {
@@ -347,6 +553,7 @@ impl CachedFile {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
+        self.entry.check()?;
         let len = self.len();
         if offset
             .checked_add(data.len() as u64)
@@ -392,6 +599,52 @@ impl CachedFile {
     /// first write-back failure since the last `sync`, if any (the pages stay
     /// dirty, so a later `sync` tries again).
     pub fn sync(&self) -> Result<()> {
+        self.entry.check()?;
         self.shared.sync_file(self.id)
+    }
+
+    /// Change the file's length to `len` bytes (any length). Growing adds
+    /// zeros. Shrinking drops the cached pages past the new end, dirty ones
+    /// unwritten (as a truncate does), and zeroes the rest of the new last
+    /// page, so the bytes past the end read as zeros if the file grows again.
+    /// Writes past the new end that race with a shrink may be lost; the file
+    /// must not be in use on this thread (a page guard held, or a queue not
+    /// drained). If the store fails to change the length, the error is
+    /// returned and the bytes past the new end are undefined.
+    pub fn set_len(&self, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        self.entry.check()?;
+        let _one = self
+            .entry
+            .resizing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let sh = &*self.shared;
+        let ps = sh.cache.page_size() as u64;
+        let old = self.len();
+        if len < old {
+            // No write-back of a page past the new end may still be in flight
+            // when the store truncates: drop them first (waiting for any in
+            // flight), then zero the tail of the new last page.
+            sh.cache.discard(self.id, len.div_ceil(ps))?;
+            if len % ps != 0 {
+                let page = len / ps;
+                let mut g = sh.cache.get_mut_with(
+                    self.id,
+                    page,
+                    |f, p, frame| sh.load(f, p, frame),
+                    |f, p, bytes| sh.store_page(f, p, bytes),
+                )?;
+                g[(len % ps) as usize..].fill(0);
+            }
+        }
+        self.entry.file.set_len(len)?;
+        if len < old {
+            // Pages a racing writer made past the end in the meantime.
+            sh.cache.discard(self.id, len.div_ceil(ps))?;
+        }
+        Ok(())
     }
 }

@@ -186,8 +186,11 @@ struct Waiting<'a> {
 /// they stay dirty and the error is kept for the file's next `sync`. Every
 /// guard is finished, whatever the first one returns.
 fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> {
-    if let (Err(e), Some(w)) = (&r, pages.first()) {
-        sh.remember_failure(w.file(), e.clone());
+    if let Some(w) = pages.first() {
+        match &r {
+            Err(e) => sh.remember_failure(w.file(), e.clone()),
+            Ok(()) => sh.written(w.file(), pages.iter().map(|w| w.page())),
+        }
     }
     let all = pages.into_iter().map(|w| w.finish(r.clone()));
     all.fold(Ok(()), Result::and)
@@ -430,6 +433,7 @@ impl<'a> CachedQueue<'a> {
         if r.kind == OpKind::Write && r.file.read_only {
             return Err(Error::ReadOnly(r.file.entry.file.name()));
         }
+        r.file.entry.check()?;
         let len = r.file.len();
         if r.offset
             .checked_add(r.buf.len() as u64)
@@ -686,8 +690,17 @@ impl<'a> CachedQueue<'a> {
     /// again when that write is done.
     fn write_back(&mut self, wb: WriteBack<'a>, req: usize, page: u64) -> Result<Step> {
         let (vf, vp) = (wb.file(), wb.page());
-        let entry = self.sh.entry(vf)?;
         let ps = self.sh.cache.page_size() as u64;
+        let entry = match self.sh.entry(vf) {
+            Ok(e) if vp * ps < e.file.len() => e,
+            // The victim's file is gone, or the victim is past its end (a
+            // shrink is dropping it): nothing to write.
+            _ => {
+                wb.finish(Ok(()))?;
+                self.parked.push((req, page));
+                return Ok(Step::Pending);
+            }
+        };
         let file_len = entry.file.len();
         let n = file_len.saturating_sub(vp * ps).min(ps) as usize;
         if n as u64 % DIRECT_ALIGN != 0 {
@@ -743,7 +756,7 @@ impl<'a> CachedQueue<'a> {
     ) {
         let ps = self.sh.cache.page_size() as u64;
         let off = start * ps;
-        let len = (file.len() - off).min(pages.len() as u64 * ps) as usize;
+        let len = file.len().saturating_sub(off).min(pages.len() as u64 * ps) as usize;
         debug_assert_eq!(
             len as u64 % DIRECT_ALIGN,
             0,

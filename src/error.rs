@@ -137,6 +137,18 @@ pub enum Error {
     ResizeBusy(String),
     /// A failed fill of a cache page, with the error its filler reported.
     Fill(String),
+    /// A cached file was deleted, or replaced by a new file of its name,
+    /// through its store: handles made before that no longer read or write it.
+    FileGone(String),
+    /// An fsync of a cached file failed, and some pages written before it had
+    /// already left the cache, so they cannot be written again: the file's
+    /// syncs keep failing until it is opened again.
+    SyncLost {
+        /// The file.
+        file: String,
+        /// The failed fsync's error.
+        first: Box<Error>,
+    },
 }
 
 impl Error {
@@ -148,12 +160,25 @@ impl Error {
         }
     }
 
+    /// Whether the failure can pass without anything being wrong with the
+    /// device (out of space, over a quota, interrupted, told to retry, or a
+    /// write cut short): the operation may succeed when tried again. Other
+    /// I/O errors fail their device for good.
+    pub fn can_pass(&self) -> bool {
+        match self {
+            Error::Io { errno, .. } => crate::io::error_can_pass(*errno),
+            Error::ShortTransfer { op, .. } => *op == "write",
+            _ => false,
+        }
+    }
+
     /// The OS error number behind this error, if there is one.
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { errno, .. } => Some(*errno),
             Error::Os { source, .. } => source.raw_os_error(),
             Error::DeviceFailed { first, .. } => first.errno(),
+            Error::SyncLost { first, .. } => first.errno(),
             _ => None,
         }
     }
@@ -239,6 +264,14 @@ impl fmt::Display for Error {
             ),
             Error::ResizeBusy(s) => write!(f, "cache resize could not finish: {s}"),
             Error::Fill(s) => write!(f, "filling a cache page failed: {s}"),
+            Error::FileGone(n) => write!(
+                f,
+                "file {n:?} was deleted or replaced through its store: this handle no longer reads or writes it"
+            ),
+            Error::SyncLost { file, first } => write!(
+                f,
+                "file {file:?}: an earlier fsync failed ({first}) after pages that have since left the cache were written, so the kernel may have dropped them; its syncs fail until the file is opened again"
+            ),
         }
     }
 }
@@ -248,6 +281,7 @@ impl std::error::Error for Error {
         match self {
             Error::Os { source, .. } => Some(&**source),
             Error::DeviceFailed { first, .. } => Some(&**first),
+            Error::SyncLost { first, .. } => Some(&**first),
             _ => None,
         }
     }

@@ -233,12 +233,19 @@ impl<'a> Writer<'a> {
         let Ok(Some(first)) = cache.write_back(file, page) else {
             return false; // clean now, busy, or not cached
         };
-        let Ok(entry) = self.shared.entry(file) else {
-            return false; // a file no longer known: the page stays dirty
+        let entry = match self.shared.entry(file) {
+            Ok(e) if page * ps < e.file.len() => e,
+            // The file is gone, or the page is past its end (a shrink is
+            // dropping it): nothing to write.
+            _ => {
+                let _ = first.finish(Ok(()));
+                return true;
+            }
         };
-        let (start, pages) = with_neighbours(cache, first, entry.file.len(), self.max_merge);
+        let file_len = entry.file.len();
+        let (start, pages) = with_neighbours(cache, first, file_len, self.max_merge);
         let off = start * ps;
-        let len = (entry.file.len() - off).min(pages.len() as u64 * ps) as usize;
+        let len = file_len.saturating_sub(off).min(pages.len() as u64 * ps) as usize;
         if len as u64 % DIRECT_ALIGN != 0 {
             // The file ends inside a sector: write through the cache's own
             // path, which handles the tail.
@@ -274,9 +281,14 @@ impl<'a> Writer<'a> {
         self.q.take_tagged(&mut self.done);
         for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
-            if let Err(e) = &r {
-                self.shared.remember_failure(run.file, e.clone());
-                self.failed.get_or_insert_with(|| e.clone());
+            match &r {
+                Err(e) => {
+                    self.shared.remember_failure(run.file, e.clone());
+                    self.failed.get_or_insert_with(|| e.clone());
+                }
+                Ok(()) => self
+                    .shared
+                    .written(run.file, run.pages.iter().map(|w| w.page())),
             }
             self.pages += run.pages.len() as u64;
             self.writes += 1;

@@ -947,6 +947,30 @@ impl<M: Model> Core<M> {
         v
     }
 
+    /// Mark `tag` dirty if it is cached (not being filled), so that it is
+    /// written back again. Returns whether it was.
+    pub(crate) fn mark_dirty(&self, tag: u64) -> bool {
+        let s = self.lock_for(mix64(tag));
+        // SAFETY: set `s` is locked.
+        let g = unsafe { self.locked(s) };
+        let marked = g
+            .tags
+            .iter()
+            .position(|t| t.load(Relaxed) == tag)
+            .is_some_and(|i| {
+                let w = self.state(s, i);
+                // Flags change only under the lock we hold (lock-free readers
+                // only pin); a write-back in flight leaves DIRTY set when it
+                // ends, so the page is written once more.
+                w.load(Acquire) & PENDING == 0 && {
+                    w.fetch_or(DIRTY, AcqRel);
+                    true
+                }
+            });
+        self.unlock(s);
+        marked
+    }
+
     /// Drop `tag` if it is cached, clean and idle. Returns whether it was dropped.
     pub(crate) fn evict(&self, tag: u64) -> bool {
         let s = self.lock_for(mix64(tag));
@@ -965,6 +989,41 @@ impl<M: Model> Core<M> {
             });
         self.unlock(s);
         dropped
+    }
+
+    /// Drop every cached page whose tag `which` accepts, dirty or not (a dirty
+    /// page's bytes are discarded unwritten), if nobody uses it. Returns
+    /// `(dropped, busy)`: the pages dropped, and the matching pages left in
+    /// place because they were pinned, being filled, written or written back.
+    pub(crate) fn discard_where(&self, which: impl Fn(u64) -> bool) -> (usize, usize) {
+        let (mut dropped, mut busy) = (0, 0);
+        let mut s = 0;
+        while s < self.n_sets() {
+            self.lock(s);
+            if s < self.n_sets() {
+                // SAFETY: set `s` is locked.
+                let mut g = unsafe { self.locked(s) };
+                for i in 0..self.lay.assoc {
+                    if *g.valid & (1 << i) == 0 || !which(g.tags[i].load(Relaxed)) {
+                        continue;
+                    }
+                    let v = self.state(s, i).load(Acquire);
+                    // Flags change only under the lock we hold; a lock-free
+                    // reader may still pin, and `drop_page` then refuses.
+                    if pins(v) == 0
+                        && v & (PENDING | WRITEBACK | WRITER) == 0
+                        && self.drop_page(s, &mut g, i)
+                    {
+                        dropped += 1;
+                    } else {
+                        busy += 1;
+                    }
+                }
+            }
+            self.unlock(s);
+            s += 1;
+        }
+        (dropped, busy)
     }
 
     /// Visit every valid page: `(tag, state, frame)`, each set under its lock.

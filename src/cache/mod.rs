@@ -428,6 +428,57 @@ impl<M: Model> PageCache<M> {
             .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
     }
 
+    /// Mark `page` of `file` dirty if it is cached, so that it is written back
+    /// again (after a failed fsync, whose pages the kernel may have dropped).
+    /// Returns whether the page was cached.
+    pub fn mark_dirty(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self.core.mark_dirty(tag_of(file, page)?))
+    }
+
+    /// Drop the cached pages of `file` from page `from` on, as a truncate or a
+    /// delete does: dirty pages are discarded unwritten. Pages in use (pinned,
+    /// being filled, written or written back) are waited for, up to the pin
+    /// wait for each stretch in which none of them is let go; then the call
+    /// fails with [`Error::Busy`] and the pages still cached stay as they are.
+    /// Returns the number of pages dropped.
+    ///
+    /// Visits every set, so its cost grows with the cache, not the file: meant
+    /// for metadata operations, not for a data path. A thread must not hold a
+    /// page of `file` (or have claimed one through a queue it has not drained)
+    /// while it calls this.
+    pub fn discard(&self, file: u32, from: u64) -> Result<usize> {
+        tag_of(file, from)?;
+        let first = ((file as u64) << 40) | from;
+        let last = ((file as u64) << 40) | MAX_PAGE;
+        let which = |t: u64| (first..=last).contains(&t);
+        let mut total = 0;
+        let mut since = std::time::Instant::now();
+        let mut pause = 1u64;
+        loop {
+            let (dropped, busy) = self.core.discard_where(which);
+            total += dropped;
+            if busy == 0 {
+                // A resize may have moved a page into a set already visited:
+                // a pass that finds nothing at all ends it.
+                if dropped == 0 {
+                    return Ok(total);
+                }
+                continue;
+            }
+            if dropped > 0 {
+                since = std::time::Instant::now();
+            } else if since.elapsed() > self.core.pin_wait {
+                return Err(Error::Busy(format!(
+                    "{busy} cached pages of cache file {file} stayed in use for {:?} \
+                     while they were being dropped",
+                    self.core.pin_wait
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(pause));
+            pause = (pause * 2).min(1000);
+        }
+    }
+
     /// Every cached page that is dirty, as `(file, page)`.
     pub fn dirty_pages(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();

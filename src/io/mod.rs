@@ -22,7 +22,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use joiner::{Joiner, Sink};
-pub use sim::{SimConfig, SimMedia};
+pub use sim::{SimConfig, SimMedia, SimSwitches};
 pub(crate) use thread_ring::ThreadRing;
 
 use crate::error::{Error, Result};
@@ -200,10 +200,32 @@ impl DevOp {
             OpResult::Errno(e) => Some(self.done.io_error(self.kind, self.backing.device, e)),
         };
         if let Some(e) = &err {
-            self.backing.state.fail(e);
+            // An error that can pass (the file system was full, a quota was
+            // reached, a call was interrupted) leaves the device usable: the
+            // request fails and its caller may retry. A short write is the
+            // file system running out of space part way. Anything else fails
+            // the device for good.
+            let passes = match res {
+                OpResult::Errno(errno) => error_can_pass(errno),
+                OpResult::Done(_) => self.kind == DevOpKind::Write,
+            };
+            if !passes {
+                self.backing.state.fail(e);
+            }
         }
         self.done.piece_done(err);
     }
+}
+
+/// Whether an operation that failed with `errno` may succeed when tried again
+/// later without anything being wrong with the device: out of space (ENOSPC),
+/// over a quota (EDQUOT), interrupted (EINTR) or told to retry (EAGAIN). Every
+/// other error (EIO above all) fails the device for good.
+pub(crate) fn error_can_pass(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENOSPC | libc::EDQUOT | libc::EINTR | libc::EAGAIN
+    )
 }
 
 /// What every engine does for one device.

@@ -4,11 +4,14 @@
 //! store when the test keeps it: reopening a store on the same media emulates a
 //! restart. Every operation completes after a latency drawn from a seeded generator,
 //! so completions reorder as on real devices, and may instead fail: EIO on a read or
-//! write, a short read, ENOSPC, or every write after a countdown. The same seed and
+//! write, a short read, ENOSPC, or every write after a countdown; a test can also
+//! switch write and fsync failures on and off while the store runs
+//! ([`SimSwitches`]). The same seed and
 //! the same submissions give the same outcomes.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +25,26 @@ use crate::header::HEADER_BYTES;
 #[derive(Debug, Default)]
 pub struct SimMedia {
     files: Mutex<HashMap<(usize, u64), Vec<u8>>>,
+    /// Each file's contents at its last good fsync, kept while
+    /// [`SimSwitches::keep_synced`] is on.
+    synced: Mutex<HashMap<(usize, u64), Vec<u8>>>,
+}
+
+/// Faults a test turns on and off while a store runs on the simulated engine.
+#[derive(Debug, Default)]
+pub struct SimSwitches {
+    /// While nonzero, every write fails with this error number (say ENOSPC,
+    /// then 0 once space is back).
+    pub write_errno: AtomicI32,
+    /// The next this many fsyncs fail with `fsync_errno`. A failed fsync
+    /// also drops every write to that file since its last good fsync, as a
+    /// kernel that lets go of the pages it could not write does (with
+    /// `keep_synced` on; otherwise the writes stay).
+    pub fsync_failures: AtomicU32,
+    /// The error number of a failed fsync (0 means EIO).
+    pub fsync_errno: AtomicI32,
+    /// Keep each file's contents at its last good fsync (a copy per fsync).
+    pub keep_synced: AtomicBool,
 }
 
 impl SimMedia {
@@ -50,6 +73,8 @@ pub struct SimConfig {
     pub fail_writes_after: Option<u64>,
     /// The media; share it between stores to emulate a restart.
     pub media: Arc<SimMedia>,
+    /// Faults switched on and off while the store runs.
+    pub switches: Arc<SimSwitches>,
 }
 
 impl Default for SimConfig {
@@ -63,6 +88,7 @@ impl Default for SimConfig {
             enospc: 0.0,
             fail_writes_after: None,
             media: SimMedia::new(),
+            switches: Arc::default(),
         }
     }
 }
@@ -162,7 +188,39 @@ fn execute(
 ) -> OpResult {
     let draw = unit(rng);
     match op.kind {
-        DevOpKind::Fsync => OpResult::Done(0),
+        DevOpKind::Fsync => {
+            let sw = &cfg.switches;
+            let key = (dev, op.backing.ino);
+            let failing = sw
+                .fsync_failures
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+            if failing {
+                if sw.keep_synced.load(Ordering::Acquire) {
+                    let synced = cfg.media.synced.lock().unwrap_or_else(|p| p.into_inner());
+                    let back = synced.get(&key).cloned().unwrap_or_default();
+                    let mut files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
+                    files.insert(key, back);
+                }
+                return OpResult::Errno(match sw.fsync_errno.load(Ordering::Acquire) {
+                    0 => libc::EIO,
+                    e => e,
+                });
+            }
+            if sw.keep_synced.load(Ordering::Acquire) {
+                let now = cfg
+                    .media
+                    .files
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_default();
+                let mut synced = cfg.media.synced.lock().unwrap_or_else(|p| p.into_inner());
+                synced.insert(key, now);
+            }
+            OpResult::Done(0)
+        }
         DevOpKind::Read => {
             if draw < cfg.read_eio {
                 return OpResult::Errno(libc::EIO);
@@ -185,6 +243,10 @@ fn execute(
             }
             if draw < cfg.write_eio {
                 return OpResult::Errno(libc::EIO);
+            }
+            let switched = cfg.switches.write_errno.load(Ordering::Acquire);
+            if switched != 0 {
+                return OpResult::Errno(switched);
             }
             if draw < cfg.write_eio + cfg.enospc {
                 return OpResult::Errno(libc::ENOSPC);

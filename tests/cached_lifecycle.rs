@@ -1,0 +1,387 @@
+//! Cached files across deletes, renames, length changes, out-of-space errors
+//! and failed fsyncs: nothing a `sync` confirmed is lost, and nothing deleted
+//! or truncated comes back.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use common::{TempDir, engines, pattern};
+use setcache::cache::{CacheOptions, PolicyKind};
+use setcache::{
+    CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia, SimSwitches,
+    Store, StoreOptions,
+};
+
+const MIB: u64 = 1 << 20;
+
+fn cache(pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        page_size: 4096,
+        assoc: 4,
+        policy: PolicyKind::Clock,
+        pin_wait: Duration::from_secs(5),
+        ..CacheOptions::default()
+    }
+}
+
+fn read_all(cf: &setcache::CachedFile) -> Vec<u8> {
+    let mut b = vec![0xEEu8; cf.len() as usize];
+    assert_eq!(cf.read_at(0, &mut b).unwrap(), b.len());
+    b
+}
+
+/// Delete a file through the store, create a new one of the same name through
+/// the same cached store: the new file shows zeros (not the old file's bytes),
+/// and its synced writes survive a reopen.
+#[test]
+fn delete_then_create_same_name_is_a_new_file() {
+    for (ename, opts) in engines() {
+        let tmp = TempDir::new("recreate");
+        let roots = tmp.devices(2);
+        {
+            let cs =
+                CachedStore::new(Store::open(&roots, opts.clone()).unwrap(), cache(64)).unwrap();
+            let a = cs.create("x", MIB, LayoutKind::Stripe).unwrap();
+            a.write_at(0, b"OLD").unwrap();
+            a.sync().unwrap();
+            drop(a);
+            cs.store().delete("x").unwrap();
+            let b = cs.create("x", MIB, LayoutKind::Stripe).unwrap();
+            let mut got = [0xAAu8; 3];
+            b.read_at(0, &mut got).unwrap();
+            assert_eq!(
+                &got,
+                &[0, 0, 0],
+                "{ename}: the new file shows the old file's bytes"
+            );
+            b.write_at(0, b"NEW").unwrap();
+            b.sync().unwrap();
+        }
+        if matches!(opts.engine, EngineKind::Sim(_)) {
+            continue; // the simulated media does not outlive this store
+        }
+        let cs = CachedStore::new(Store::open(&roots, opts.clone()).unwrap(), cache(64)).unwrap();
+        let b = cs.open_file("x").unwrap();
+        let mut got = [0u8; 3];
+        b.read_at(0, &mut got).unwrap();
+        assert_eq!(
+            &got, b"NEW",
+            "{ename}: a synced write to the new file was lost"
+        );
+    }
+}
+
+/// `CachedStore::delete` drops the file's pages, dirty ones unwritten, and the
+/// handles made before it fail with a clear error; a file created again under
+/// the name starts from zeros.
+#[test]
+fn cached_delete_retires_the_file() {
+    let tmp = TempDir::new("cdelete");
+    let roots = tmp.devices(2);
+    let cs = CachedStore::new(
+        Store::open(&roots, StoreOptions::default()).unwrap(),
+        cache(64),
+    )
+    .unwrap();
+    let a = cs.create("x", MIB, LayoutKind::Stripe).unwrap();
+    a.write_at(0, &[7u8; 20000]).unwrap(); // dirty, never synced
+    let before = cs.cache().pages().len();
+    assert!(before >= 5);
+    cs.delete("x").unwrap();
+    assert!(
+        cs.cache().pages().is_empty(),
+        "pages of a deleted file stay cached: {:?}",
+        cs.cache().pages()
+    );
+    assert!(matches!(
+        cs.store().open_file("x"),
+        Err(Error::FileNotFound(_))
+    ));
+    let e = a.read_at(0, &mut [0u8; 4]).unwrap_err();
+    assert!(matches!(e, Error::FileGone(_)), "{e}");
+    assert!(e.to_string().contains("\"x\""), "{e}");
+    assert!(matches!(a.write_at(0, b"z"), Err(Error::FileGone(_))));
+    assert!(matches!(a.sync(), Err(Error::FileGone(_))));
+    let b = cs.create("x", MIB, LayoutKind::Stripe).unwrap();
+    assert!(read_all(&b).iter().all(|&x| x == 0));
+    cs.sync().unwrap();
+    // Deleting a file that does not exist is an error that names it.
+    let e = cs.delete("nope").unwrap_err();
+    assert!(matches!(e, Error::FileNotFound(_)), "{e}");
+}
+
+/// Renaming through the cached store keeps handles and cached pages.
+#[test]
+fn cached_rename_keeps_handles() {
+    let tmp = TempDir::new("crename");
+    let roots = tmp.devices(2);
+    let cs = CachedStore::new(
+        Store::open(&roots, StoreOptions::default()).unwrap(),
+        cache(64),
+    )
+    .unwrap();
+    let a = cs.create("a", MIB, LayoutKind::Stripe).unwrap();
+    a.write_at(100, b"hello").unwrap();
+    cs.rename("a", "b").unwrap();
+    a.write_at(200, b"world").unwrap();
+    a.sync().unwrap();
+    let b = cs.open_file("b").unwrap();
+    let mut got = [0u8; 5];
+    b.read_at(100, &mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    b.read_at(200, &mut got).unwrap();
+    assert_eq!(&got, b"world");
+    // A new "a" is a new file.
+    let a2 = cs.create("a", MIB, LayoutKind::Stripe).unwrap();
+    a2.read_at(100, &mut got).unwrap();
+    assert_eq!(got, [0; 5]);
+}
+
+/// Shrink a file with cached and dirty pages past the new end, grow it again:
+/// the bytes past the old end read as zeros, every sync succeeds, and the
+/// devices agree after a reopen.
+#[test]
+fn shrink_then_grow_shows_zeros() {
+    for (ename, opts) in engines() {
+        let tmp = TempDir::new("shrink");
+        let roots = tmp.devices(2);
+        let len = 64 * 4096u64;
+        let data = pattern(3, 0, len as usize);
+        let cut = 5 * 4096u64 + 1536; // inside a page, on a sector boundary
+        {
+            let store = Store::open(
+                &roots,
+                StoreOptions {
+                    block_pages: 2,
+                    ..opts.clone()
+                },
+            )
+            .unwrap();
+            let cs = CachedStore::new(store, cache(32)).unwrap();
+            let cf = cs.create("f", len, LayoutKind::Rotated).unwrap();
+            cf.write_at(0, &data).unwrap();
+            cf.sync().unwrap();
+            // Dirty pages on both sides of the cut.
+            cf.write_at(4 * 4096, &vec![9u8; 8 * 4096]).unwrap();
+            cf.set_len(cut).unwrap();
+            assert_eq!(cf.len(), cut);
+            let mut b = vec![0u8; 100];
+            assert_eq!(cf.read_at(cut, &mut b).unwrap(), 0, "{ename}");
+            assert!(
+                cf.write_at(cut, b"x").is_err(),
+                "{ename}: a write past the end"
+            );
+            cf.sync()
+                .unwrap_or_else(|e| panic!("{ename}: sync after shrink: {e}"));
+            cf.set_len(len).unwrap();
+            let all = read_all(&cf);
+            assert_eq!(&all[..4 * 4096], &data[..4 * 4096], "{ename}");
+            assert!(
+                all[4 * 4096..cut as usize].iter().all(|&x| x == 9),
+                "{ename}"
+            );
+            assert!(
+                all[cut as usize..].iter().all(|&x| x == 0),
+                "{ename}: old bytes past the old end came back"
+            );
+            cf.write_at(len - 10, b"tail").unwrap();
+            cf.sync()
+                .unwrap_or_else(|e| panic!("{ename}: sync after grow: {e}"));
+            cf.sync().unwrap();
+        }
+        if matches!(opts.engine, EngineKind::Sim(_)) {
+            continue;
+        }
+        let cs = CachedStore::new(Store::open(&roots, opts.clone()).unwrap(), cache(32)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let all = read_all(&cf);
+        assert_eq!(all.len() as u64, len);
+        assert!(
+            all[cut as usize..len as usize - 10].iter().all(|&x| x == 0),
+            "{ename}"
+        );
+        assert_eq!(&all[len as usize - 10..len as usize - 6], b"tail");
+    }
+}
+
+/// Lengths are exact to the byte: a file of 1000 bytes reads 1000 bytes, a
+/// shrink to an odd length and a grow show zeros past the cut, and the length
+/// survives a reopen.
+#[test]
+fn lengths_are_exact_to_the_byte() {
+    let tmp = TempDir::new("exact");
+    let roots = tmp.devices(2);
+    let opts = StoreOptions {
+        block_pages: 1,
+        ..StoreOptions::default()
+    };
+    {
+        let cs = CachedStore::new(Store::open(&roots, opts.clone()).unwrap(), cache(16)).unwrap();
+        let cf = cs.create("odd", 1000, LayoutKind::Stripe).unwrap();
+        assert_eq!(cf.len(), 1000);
+        cf.write_at(0, &[5u8; 1000]).unwrap();
+        assert!(cf.write_at(999, b"ab").is_err());
+        let mut b = vec![0u8; 4096];
+        assert_eq!(cf.read_at(0, &mut b).unwrap(), 1000);
+        cf.sync().unwrap();
+        let g = cs
+            .create("grow", 3 * 4096 + 77, LayoutKind::Stripe)
+            .unwrap();
+        g.write_at(0, &vec![1u8; 3 * 4096 + 77]).unwrap();
+        g.set_len(4096 + 333).unwrap();
+        g.sync().unwrap();
+        g.set_len(3 * 4096 + 5).unwrap();
+        let all = read_all(&g);
+        assert!(all[..4096 + 333].iter().all(|&x| x == 1));
+        assert!(
+            all[4096 + 333..].iter().all(|&x| x == 0),
+            "old bytes past an odd cut came back"
+        );
+        g.sync().unwrap();
+        // An uncached reopen of the same bytes sees the same.
+        cs.sync().unwrap();
+    }
+    let cs = CachedStore::new(Store::open(&roots, opts).unwrap(), cache(16)).unwrap();
+    let cf = cs.open_file("odd").unwrap();
+    assert_eq!(cf.len(), 1000);
+    assert_eq!(cs.store().info("odd").unwrap().len, 1000);
+    assert!(read_all(&cf).iter().all(|&x| x == 5));
+    let g = cs.open_file("grow").unwrap();
+    assert_eq!(g.len(), 3 * 4096 + 5);
+    let all = read_all(&g);
+    assert!(all[..4096 + 333].iter().all(|&x| x == 1));
+    assert!(all[4096 + 333..].iter().all(|&x| x == 0));
+}
+
+fn sim_store(roots: &[std::path::PathBuf], media: &Arc<SimMedia>, sw: &Arc<SimSwitches>) -> Store {
+    Store::open(
+        roots,
+        StoreOptions {
+            engine: EngineKind::Sim(SimConfig {
+                media: media.clone(),
+                switches: sw.clone(),
+                latency_us: (1, 5),
+                ..SimConfig::default()
+            }),
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Out of space: the write stays dirty, the device is not failed (reads of
+/// clean pages go on), and once space is back the next `sync` writes it and
+/// succeeds.
+#[test]
+fn enospc_passes_once_space_is_back() {
+    let tmp = TempDir::new("enospc");
+    let roots = tmp.devices(2);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    let data = pattern(11, 0, 256 * 1024);
+    {
+        // Room for every page: no write needs a victim written first.
+        let cs = CachedStore::with_flusher(
+            sim_store(&roots, &media, &sw),
+            cache(1024),
+            Some(FlushOptions::default()),
+        )
+        .unwrap();
+        let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+        cf.write_at(0, &data).unwrap();
+        cf.sync().unwrap();
+        // Clean pages on both devices, then writes that find no space.
+        sw.write_errno.store(libc::ENOSPC, Ordering::Release);
+        cf.write_at(512 * 1024, &data).unwrap();
+        let e = cf.sync().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+        assert!(
+            cs.store().device_errors().iter().all(Option::is_none),
+            "out of space failed a device for good: {:?}",
+            cs.store().device_errors()
+        );
+        let e = cf.sync().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+        // Reads of clean pages (evicted ones are read again) go on.
+        let mut b = vec![0u8; data.len()];
+        cf.read_at(0, &mut b).unwrap();
+        assert_eq!(b, data);
+        // Space is back: the next sync writes the dirty pages and succeeds.
+        sw.write_errno.store(0, Ordering::Release);
+        cf.sync()
+            .unwrap_or_else(|e| panic!("sync after space came back: {e}"));
+        cf.sync().unwrap();
+    }
+    let cs = CachedStore::new(sim_store(&roots, &media, &sw), cache(256)).unwrap();
+    let cf = cs.open_file("f").unwrap();
+    let mut b = vec![0u8; data.len()];
+    cf.read_at(512 * 1024, &mut b).unwrap();
+    assert!(b == data, "writes made while the disk was full were lost");
+}
+
+/// A failed fsync is never taken as passed: the pages written since the last
+/// good fsync (which the simulated kernel drops, as Linux may) are written
+/// again before the next fsync, so that sync's success means they are durable.
+#[test]
+fn failed_fsync_writes_pages_again() {
+    let tmp = TempDir::new("fsyncfail");
+    let roots = tmp.devices(2);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let a = pattern(1, 0, 64 * 1024);
+    let b = pattern(2, 0, 64 * 1024);
+    {
+        let cs =
+            CachedStore::with_flusher(sim_store(&roots, &media, &sw), cache(256), None).unwrap();
+        let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+        cf.write_at(0, &a).unwrap();
+        cf.sync().unwrap();
+        cf.write_at(0, &b).unwrap();
+        sw.fsync_failures.store(1, Ordering::Release);
+        let e = cf.sync().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+        cf.sync()
+            .unwrap_or_else(|e| panic!("the sync after a failed fsync: {e}"));
+    }
+    let cs = CachedStore::new(sim_store(&roots, &media, &sw), cache(256)).unwrap();
+    let cf = cs.open_file("f").unwrap();
+    let mut got = vec![0u8; b.len()];
+    cf.read_at(0, &mut got).unwrap();
+    assert!(
+        got == b,
+        "a write the kernel dropped at a failed fsync was taken as durable"
+    );
+}
+
+/// If a page written before a failed fsync has left the cache, it cannot be
+/// written again: the file's syncs fail until it is opened again.
+#[test]
+fn failed_fsync_after_pages_left_the_cache_fails_until_reopened() {
+    let tmp = TempDir::new("fsynclost");
+    let roots = tmp.devices(1);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let cs = CachedStore::with_flusher(sim_store(&roots, &media, &sw), cache(16), None).unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    // Far more pages than the cache holds: the early ones are written back
+    // and evicted before the sync.
+    cf.write_at(0, &pattern(4, 0, 128 * 4096)).unwrap();
+    sw.fsync_failures.store(1, Ordering::Release);
+    assert!(cf.sync().is_err());
+    for _ in 0..2 {
+        let e = cf.sync().unwrap_err();
+        assert!(matches!(e, Error::SyncLost { .. }), "{e}");
+        assert!(e.to_string().contains("opened again"), "{e}");
+    }
+    let again = cs.open_file("f").unwrap();
+    again.sync().unwrap();
+    cf.sync().unwrap();
+}
