@@ -98,8 +98,8 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     let mut trace = sim::load(&args.trace, page_size)?;
     match args.ops.to_ascii_lowercase().as_str() {
         "all" => {}
-        "reads" | "read" => trace = trace.only(false),
-        "writes" | "write" => trace = trace.only(true),
+        "reads" | "read" => trace = trace.only(false)?,
+        "writes" | "write" => trace = trace.only(true)?,
         other => return Err(format!("--ops {other:?}: expected all, reads or writes")),
     }
     if trace.is_empty() {
@@ -114,7 +114,7 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         trace.len() as u64 - writes,
         writes,
         trace.footprint,
-        format_size(trace.footprint as u64 * page_size),
+        format_size((trace.footprint as u64).saturating_mul(page_size)),
         load_s
     );
     let mut sizes = Vec::new();
@@ -122,6 +122,18 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         let p = cache_pages(s, trace.footprint, page_size)?;
         if !sizes.contains(&p) {
             sizes.push(p);
+        }
+        // Every run this size makes, checked before any runs: a size the
+        // machine cannot simulate is refused up front, not aborted on.
+        for &policy in &policies {
+            let sets = if policy.is_sa() {
+                &args.set_size[..]
+            } else {
+                &[0]
+            };
+            for &set in sets {
+                sim::check(&trace, policy, p, set).map_err(|e| format!("--cache-size {s}: {e}"))?;
+            }
         }
     }
     out!(
