@@ -6,6 +6,7 @@ use std::time::Instant;
 use clap::Args;
 use setcache::sim::{self, SimResult, Trace};
 
+use crate::bench::check_io_unit;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::svg::{Doc, nice_step, short_num, trim};
 
@@ -36,7 +37,8 @@ pub(crate) struct SimArgs {
     #[arg(long, default_value = "12", value_delimiter = ',')]
     set_size: Vec<usize>,
     /// Page size: block traces are cut into pages of this size, byte cache
-    /// sizes are divided by it.
+    /// sizes are divided by it. As `bench --bs`: a multiple of 512 that
+    /// divides 4k or is a multiple of it.
     #[arg(long, default_value = "4k")]
     page_size: String,
     /// Share of the requests that only warm the cache (the hit ratio counts
@@ -81,10 +83,9 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
 }
 
 pub(crate) fn run(args: SimArgs) -> Result<(), String> {
-    let page_size = parse_size(&args.page_size)?;
-    if page_size == 0 {
-        return Err("--page-size must be positive".into());
-    }
+    let page_size =
+        parse_size(&args.page_size).map_err(|e| format!("--page-size {}: {e}", args.page_size))?;
+    check_io_unit("--page-size", "page size", page_size)?;
     if !(0.0..1.0).contains(&args.warmup) {
         return Err("--warmup must be in [0, 1)".into());
     }

@@ -37,6 +37,7 @@ use setcache::{File, Store};
 
 pub(crate) use args::BenchArgs;
 pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
+pub(crate) use config::check_io_unit;
 
 use cgroup::{Hierarchy, MemCgroup};
 use config::Config;
