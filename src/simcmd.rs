@@ -7,6 +7,7 @@ use clap::Args;
 use setcache::sim::{self, SimResult, Trace};
 
 use crate::bench::check_io_unit;
+use crate::bench::fsize::explain;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::svg::{Doc, nice_step, short_num, trim};
 
@@ -182,14 +183,20 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         let doc = sim::to_json(&trace, &results);
         let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{path}: {e}"))?;
+        std::fs::write(path, text + "\n").map_err(|e| write_error(path, e))?;
         say!("wrote {path}");
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, plot(&trace, &results)).map_err(|e| format!("{path}: {e}"))?;
+        std::fs::write(path, plot(&trace, &results)).map_err(|e| write_error(path, e))?;
         say!("wrote {path}");
     }
     Ok(())
+}
+
+/// The message of a failed write of `path`, with the file-size limit named
+/// when that is what stopped it.
+fn write_error(path: &str, e: std::io::Error) -> String {
+    explain(format!("cannot write {path}: {e}"), &[])
 }
 
 const COLORS: [&str; 10] = [
