@@ -66,6 +66,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Past the file-size limit a write then fails with EFBIG, which is
+    // reported, instead of SIGXFSZ killing the process without a word.
+    bench::fsize::ignore_sigxfsz();
     let cli = Cli::parse();
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run(*args),

@@ -6,6 +6,8 @@ use std::time::Instant;
 use clap::Args;
 use setcache::sim::{self, SimResult, Trace};
 
+use crate::bench::check_io_unit;
+use crate::bench::fsize::explain;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::svg::{Doc, nice_step, short_num, trim};
 
@@ -36,7 +38,8 @@ pub(crate) struct SimArgs {
     #[arg(long, default_value = "12", value_delimiter = ',')]
     set_size: Vec<usize>,
     /// Page size: block traces are cut into pages of this size, byte cache
-    /// sizes are divided by it.
+    /// sizes are divided by it. As `bench --bs`: a multiple of 512 that
+    /// divides 4k or is a multiple of it.
     #[arg(long, default_value = "4k")]
     page_size: String,
     /// Share of the requests that only warm the cache (the hit ratio counts
@@ -81,10 +84,9 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
 }
 
 pub(crate) fn run(args: SimArgs) -> Result<(), String> {
-    let page_size = parse_size(&args.page_size)?;
-    if page_size == 0 {
-        return Err("--page-size must be positive".into());
-    }
+    let page_size =
+        parse_size(&args.page_size).map_err(|e| format!("--page-size {}: {e}", args.page_size))?;
+    check_io_unit("--page-size", "page size", page_size)?;
     if !(0.0..1.0).contains(&args.warmup) {
         return Err("--warmup must be in [0, 1)".into());
     }
@@ -98,8 +100,8 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     let mut trace = sim::load(&args.trace, page_size)?;
     match args.ops.to_ascii_lowercase().as_str() {
         "all" => {}
-        "reads" | "read" => trace = trace.only(false),
-        "writes" | "write" => trace = trace.only(true),
+        "reads" | "read" => trace = trace.only(false)?,
+        "writes" | "write" => trace = trace.only(true)?,
         other => return Err(format!("--ops {other:?}: expected all, reads or writes")),
     }
     if trace.is_empty() {
@@ -114,7 +116,7 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         trace.len() as u64 - writes,
         writes,
         trace.footprint,
-        format_size(trace.footprint as u64 * page_size),
+        format_size((trace.footprint as u64).saturating_mul(page_size)),
         load_s
     );
     let mut sizes = Vec::new();
@@ -122,6 +124,18 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         let p = cache_pages(s, trace.footprint, page_size)?;
         if !sizes.contains(&p) {
             sizes.push(p);
+        }
+        // Every run this size makes, checked before any runs: a size the
+        // machine cannot simulate is refused up front, not aborted on.
+        for &policy in &policies {
+            let sets = if policy.is_sa() {
+                &args.set_size[..]
+            } else {
+                &[0]
+            };
+            for &set in sets {
+                sim::check(&trace, policy, p, set).map_err(|e| format!("--cache-size {s}: {e}"))?;
+            }
         }
     }
     out!(
@@ -169,14 +183,20 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     if let Some(path) = &args.json {
         let doc = sim::to_json(&trace, &results);
         let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
-        std::fs::write(path, text + "\n").map_err(|e| format!("{path}: {e}"))?;
+        std::fs::write(path, text + "\n").map_err(|e| write_error(path, e))?;
         say!("wrote {path}");
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, plot(&trace, &results)).map_err(|e| format!("{path}: {e}"))?;
+        std::fs::write(path, plot(&trace, &results)).map_err(|e| write_error(path, e))?;
         say!("wrote {path}");
     }
     Ok(())
+}
+
+/// The message of a failed write of `path`, with the file-size limit named
+/// when that is what stopped it.
+fn write_error(path: &str, e: std::io::Error) -> String {
+    explain(format!("cannot write {path}: {e}"), &[])
 }
 
 const COLORS: [&str; 10] = [

@@ -49,12 +49,19 @@ impl Config {
 
 /// Check that a block size suits uncached I/O and whole pages.
 pub(crate) fn check_bs(bs: u64) -> Result<(), String> {
-    let divides = bs > 0 && bs <= PAGE && PAGE % bs == 0;
-    if bs < 512 || bs % 512 != 0 || !(divides || bs % PAGE == 0) {
+    check_io_unit("--bs", "block size", bs)
+}
+
+/// Check that `bytes`, the value of `flag` (a size of `what`), suits uncached
+/// I/O and whole pages: a multiple of 512 that divides the 4k page or is a
+/// multiple of it. `bench --bs` and `sim --page-size` share this rule.
+pub(crate) fn check_io_unit(flag: &str, what: &str, bytes: u64) -> Result<(), String> {
+    let divides = bytes > 0 && bytes <= PAGE && PAGE % bytes == 0;
+    if bytes < 512 || bytes % 512 != 0 || !(divides || bytes % PAGE == 0) {
         return Err(format!(
-            "--bs {} ({bs} bytes) is not usable: the block size must be a multiple of 512 \
+            "{flag} {} ({bytes} bytes) is not usable: the {what} must be a multiple of 512 \
              that divides the 4k page (512, 1k, 2k) or is a multiple of it (4k, 8k, 12k, ...)",
-            format_size(bs)
+            format_size(bytes)
         ));
     }
     Ok(())
@@ -166,5 +173,10 @@ mod tests {
             assert!(check_bs(bad).is_err(), "{bad}");
         }
         assert!(check_bs(3072).unwrap_err().contains("--bs 3k"));
+        let e = check_io_unit("--page-size", "page size", 3000).unwrap_err();
+        assert!(
+            e.contains("--page-size 3000") && e.contains("page size must"),
+            "{e}"
+        );
     }
 }

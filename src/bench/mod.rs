@@ -17,6 +17,7 @@ mod direct;
 mod driver;
 mod engine;
 mod fio;
+pub(crate) mod fsize;
 mod linux;
 mod mmap;
 mod outcome;
@@ -37,6 +38,7 @@ use setcache::{File, Store};
 
 pub(crate) use args::BenchArgs;
 pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
+pub(crate) use config::check_io_unit;
 
 use cgroup::{Hierarchy, MemCgroup};
 use config::Config;
@@ -89,8 +91,10 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
     let ws = prep::Workspace::new(cfg.a.dir.as_deref())?;
     let roots = prep::device_roots(&ws.dir, cfg.a.devices)?;
     let store = prep::open_store(&cfg, &roots)?;
-    let file = prep::bench_file(&store, &cfg, &ws.dir)?;
     let paths = store.backing_paths(prep::FILE_NAME);
+    // A write past the file-size limit fails with EFBIG: say which limit.
+    let explain = |e: String| fsize::explain(e, &paths);
+    let file = prep::bench_file(&store, &cfg, &ws.dir).map_err(explain)?;
     let cgroups = if cfg.engines.iter().any(|e| e.is_linux()) {
         cgroup_setup(&cfg)
     } else {
@@ -109,7 +113,7 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
         cfg: &cfg,
         store: &store,
         file: &file,
-        paths,
+        paths: paths.clone(),
         cgroups,
     };
     let n_runs = cfg.a.threads.len()
@@ -135,8 +139,8 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
     if !runs.is_empty() {
         out!("{}", report::table(&runs));
     }
-    result?;
-    report::write_outputs(&cfg, &runs)?;
+    result.map_err(explain)?;
+    report::write_outputs(&cfg, &runs).map_err(|e| fsize::explain(e, &[]))?;
     if interrupted() {
         return Err("interrupted".to_string());
     }

@@ -5,10 +5,11 @@ use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use setcache::{AlignedBuf, Error, File, Store, StoreOptions};
+use setcache::{AlignedBuf, Error, File, HEADER_BYTES, Layout, Store, StoreOptions};
 
 use super::config::Config;
 use super::driver::interrupted;
+use super::fsize;
 use super::size::format_size;
 use super::workload::{Rng, mix64};
 
@@ -108,6 +109,33 @@ fn marker_text(cfg: &Config, block_bytes: u64) -> String {
     )
 }
 
+/// Refuse a bench file whose backing files would reach past the file-size
+/// limit (`ulimit -f`): the prefill, and any write, past it would fail.
+fn check_file_size_limit(store: &Store, cfg: &Config) -> Result<(), String> {
+    let Some(limit) = fsize::limit() else {
+        return Ok(());
+    };
+    let devices = cfg.a.devices as usize;
+    let layout = Layout::new(cfg.a.layout, devices, store.block_bytes())
+        .map_err(|e| format!("--layout {}: {e}", cfg.a.layout))?;
+    let need = HEADER_BYTES.saturating_add(layout.device_bytes(cfg.a.file_size));
+    if need > limit {
+        let biggest = store
+            .backing_paths(FILE_NAME)
+            .into_iter()
+            .next()
+            .map_or(String::new(), |p| format!(" such as {}", p.display()));
+        return Err(format!(
+            "--file-size {} needs backing files{biggest} of up to {need} bytes \
+             (the data over {devices} device(s) plus a {HEADER_BYTES}-byte header), above the \
+             file-size limit of {limit} bytes (`ulimit -f`): raise the limit or choose a smaller \
+             --file-size",
+            format_size(cfg.a.file_size)
+        ));
+    }
+    Ok(())
+}
+
 /// The prefilled bench file: reused when it matches, else (re)created and filled.
 pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File, String> {
     let marker = dir.join(MARKER);
@@ -120,6 +148,10 @@ pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File
                 && info.block_bytes == store.block_bytes()
                 && fs::read_to_string(&marker).is_ok_and(|m| m == want);
             if matches {
+                // Reads of a file already filled pass the limit; writes do not.
+                if cfg.a.rw.writes() {
+                    check_file_size_limit(store, cfg)?;
+                }
                 say!("reusing the prefilled bench file in {}", dir.display());
                 return store.open_file(FILE_NAME).map_err(|e| e.to_string());
             }
@@ -129,6 +161,7 @@ pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File
         // E.g. made for another number of devices.
         Err(e) => Some(format!("it cannot be opened: {e}")),
     };
+    check_file_size_limit(store, cfg)?;
     if let Some(why) = stale {
         say!("the bench file in {} is recreated: {why}", dir.display());
         let _ = fs::remove_file(&marker);

@@ -16,7 +16,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::time::Instant;
 
-use crate::cache::policy::{MAX_ASSOC, MIN_ASSOC, PolicyKind, SaModel};
+use crate::cache::policy::{MAX_ASSOC, MIN_ASSOC, Policy, PolicyKind, SaModel};
 
 pub use global::GlobalKind;
 pub use trace::{Trace, load};
@@ -156,6 +156,150 @@ pub fn warm_requests(len: usize, fraction: f64) -> usize {
     ((len as f64 * fraction.clamp(0.0, 1.0)).round() as usize).min(len)
 }
 
+/// The memory, in bytes, that the simulator plans to stay within: the
+/// machine's physical memory, or less when the process's address-space or
+/// data limit (`ulimit -v`, `ulimit -d`) or its cgroup's `memory.max` is
+/// lower. Sizes that come from the user (trace lengths, cache sizes) are
+/// checked against it before anything of that size is allocated.
+pub fn memory_limit() -> u64 {
+    // SAFETY: sysconf only reads system constants.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let mut limit = if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64)
+    } else {
+        u64::MAX
+    };
+    for resource in [libc::RLIMIT_AS, libc::RLIMIT_DATA] {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the struct it is given.
+        if unsafe { libc::getrlimit(resource, &mut r) } == 0 && r.rlim_cur != libc::RLIM_INFINITY {
+            limit = limit.min(r.rlim_cur);
+        }
+    }
+    limit.min(cgroup_memory_max())
+}
+
+/// The smallest `memory.max` of this process's cgroup (v2) and its
+/// ancestors; `u64::MAX` when none is set or readable.
+fn cgroup_memory_max() -> u64 {
+    let Ok(text) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return u64::MAX;
+    };
+    let Some(rel) = text.lines().find_map(|l| l.strip_prefix("0::")) else {
+        return u64::MAX;
+    };
+    let mut dir = std::path::Path::new("/sys/fs/cgroup").join(rel.trim_start_matches('/'));
+    let mut limit = u64::MAX;
+    loop {
+        if let Ok(v) = std::fs::read_to_string(dir.join("memory.max"))
+            && let Ok(n) = v.trim().parse::<u64>()
+        {
+            limit = limit.min(n);
+        }
+        if dir == std::path::Path::new("/sys/fs/cgroup") || !dir.pop() {
+            return limit;
+        }
+    }
+}
+
+/// `bytes` for a message: "1.5 GiB", "300 B".
+pub fn show_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// The bytes the replay of `policy` allocates besides the trace, for a
+/// cache of `cache_pages` pages, sets of `set_size` pages (set-associative
+/// policies), a trace of `requests` requests over `universe` pages. An
+/// estimate from above; saturates instead of overflowing.
+pub fn model_bytes(
+    policy: SimPolicy,
+    cache_pages: usize,
+    set_size: usize,
+    universe: usize,
+    requests: usize,
+) -> u64 {
+    match policy {
+        SimPolicy::Sa(kind) => {
+            let set_size = set_size.max(1);
+            let slots = set_size + kind.ghosts(set_size);
+            // SaModel: a tag per slot and ghost, and a metadata record
+            // (head, a byte per slot and ghost) rounded up to a power of two.
+            let per_set = slots as u64 * 8 + (8 + slots as u64).next_power_of_two();
+            ((cache_pages / set_size) as u64).saturating_mul(per_set)
+        }
+        SimPolicy::Global(kind) => global::bytes(kind, cache_pages, universe, requests),
+    }
+}
+
+/// Checks that `trace` can be replayed through `policy` with a cache of
+/// `cache_pages` pages and sets of `set_size` pages: the arguments
+/// [`simulate`] needs, and the memory the replay would allocate against
+/// [`memory_limit`].
+///
+/// # Errors
+///
+/// A set size outside 4..=32 for a set-associative policy, a cache smaller
+/// than one set, a cache of no page, or a replay that needs more memory than
+/// this machine allows.
+pub fn check(
+    trace: &Trace,
+    policy: SimPolicy,
+    cache_pages: usize,
+    set_size: usize,
+) -> Result<(), String> {
+    if cache_pages == 0 {
+        return Err("the cache must hold at least one page".into());
+    }
+    if policy.is_sa() {
+        if !(MIN_ASSOC..=MAX_ASSOC).contains(&set_size) {
+            return Err(format!(
+                "set size {set_size} is outside {MIN_ASSOC}..={MAX_ASSOC}"
+            ));
+        }
+        if cache_pages < set_size {
+            return Err(format!(
+                "a cache of {cache_pages} pages is smaller than one set of {set_size}"
+            ));
+        }
+    }
+    let model = model_bytes(policy, cache_pages, set_size, trace.footprint, trace.len());
+    let held = trace.bytes();
+    let limit = memory_limit();
+    if model.saturating_add(held) > limit {
+        let what = if policy.is_sa() {
+            format!("{policy} (sets of {set_size})")
+        } else {
+            policy.to_string()
+        };
+        return Err(format!(
+            "{what} with a cache of {cache_pages} pages needs about {} for its metadata, \
+             besides the {} the trace holds; this machine allows {}",
+            show_bytes(model),
+            show_bytes(held),
+            show_bytes(limit)
+        ));
+    }
+    Ok(())
+}
+
 /// Replays `trace` through `policy` with a cache of `cache_pages` pages
 /// (of `page_size` bytes; only the `linux` policy looks at bytes), sets of
 /// `set_size` pages for a set-associative policy, the first `warmup`
@@ -163,8 +307,9 @@ pub fn warm_requests(len: usize, fraction: f64) -> usize {
 ///
 /// # Errors
 ///
-/// A set size outside 4..=32 for a set-associative policy, a cache smaller
-/// than one set, or a cache of no page.
+/// What [`check`] refuses: a set size outside 4..=32 for a set-associative
+/// policy, a cache smaller than one set, a cache of no page, or a replay
+/// that needs more memory than this machine allows.
 pub fn simulate(
     trace: &Trace,
     policy: SimPolicy,
@@ -173,23 +318,11 @@ pub fn simulate(
     page_size: u64,
     warmup: f64,
 ) -> Result<SimResult, String> {
-    if cache_pages == 0 {
-        return Err("the cache must hold at least one page".into());
-    }
+    check(trace, policy, cache_pages, set_size)?;
     let warm = warm_requests(trace.len(), warmup);
     let start = Instant::now();
     let (hits, hits_full, set) = match policy {
         SimPolicy::Sa(kind) => {
-            if !(MIN_ASSOC..=MAX_ASSOC).contains(&set_size) {
-                return Err(format!(
-                    "set size {set_size} is outside {MIN_ASSOC}..={MAX_ASSOC}"
-                ));
-            }
-            if cache_pages < set_size {
-                return Err(format!(
-                    "a cache of {cache_pages} pages is smaller than one set of {set_size}"
-                ));
-            }
             let n_sets = cache_pages / set_size;
             let mut m = SaModel::new(kind, set_size, n_sets);
             let (a, b) = trace.pages.split_at(warm);

@@ -1,6 +1,6 @@
 //! Trace sources, their errors, the JSON document and whole-trace checks.
 
-use super::trace::{YcsbLayout, load};
+use super::trace::{Builder, MAX_FOOTPRINT, YcsbLayout, load};
 use super::*;
 use std::io::Write;
 use std::path::PathBuf;
@@ -30,9 +30,9 @@ fn text_traces_skip_markers_and_keep_writes_apart() {
     assert_eq!(t.pages, [0, 1, 0, 2]);
     assert_eq!((t.len(), t.footprint, t.n_writes), (4, 3, 1));
     assert!(t.is_write(1) && !t.is_write(0));
-    let w = t.only(true);
+    let w = t.only(true).unwrap();
     assert_eq!((w.len(), w.footprint), (1, 1));
-    assert_eq!(t.only(false).len(), 3);
+    assert_eq!(t.only(false).unwrap().len(), 3);
 }
 
 #[test]
@@ -298,4 +298,127 @@ fn simulate_checks_its_arguments_and_splits_the_warm_up() {
     assert_eq!(r.set_size, Some(8));
     assert_eq!(warm_requests(10, 0.5), 5);
     assert_eq!(warm_requests(10, 2.0), 10);
+}
+
+#[test]
+fn trace_sizes_beyond_reach_are_refused_with_the_option_named() {
+    let cases: [(&str, &[&str]); 11] = [
+        (
+            "ycsb:records=18446744073709551615,ops=10",
+            &[
+                "records=18446744073709551615",
+                "limit of 9223372036854775806",
+            ],
+        ),
+        (
+            "ycsb:records=9223372036854775806,ops=10,per_leaf=1,fanout=1",
+            &["records=9223372036854775806", "64-bit"],
+        ),
+        ("ycsb:records=10,ops=0", &["ops must be positive"]),
+        (
+            "ycsb:records=1000,ops=100000000000000000",
+            &["ops=100000000000000000", "this machine allows"],
+        ),
+        (
+            "uniform:pages=10,ops=100000000000000000",
+            &["ops=100000000000000000", "this machine allows"],
+        ),
+        ("uniform:pages=10,ops=0", &["ops must be positive"]),
+        ("zipf:pages=10,ops=0,theta=0.5", &["ops must be positive"]),
+        (
+            "zipf:pages=100000000000000000,ops=10,theta=1.5",
+            &[
+                "pages=100000000000000000",
+                "theta >= 1",
+                "this machine allows",
+            ],
+        ),
+        (
+            "scan:pages=4294967296,loops=1",
+            &["pages=4294967296", "limit of 4294967294"],
+        ),
+        (
+            "scan:pages=100000,loops=100000000000000000",
+            &["loops=100000000000000000", "overflows"],
+        ),
+        ("scan:pages=10,loops=0", &["loops must be positive"]),
+    ];
+    for (spec, words) in cases {
+        let e = load(spec, 4096).unwrap_err();
+        assert!(e.contains(spec), "{spec}: {e}");
+        for w in words {
+            assert!(e.contains(w), "{spec}: {w:?} not in {e}");
+        }
+    }
+    let msr = temp_file("far.csv", b"1,hm,0,Read,18446744073709551000,4096,1\n");
+    let e = load(&spec("msr", &msr), 4096).unwrap_err();
+    assert!(e.contains("far.csv: line 1") && e.contains("2^64"), "{e}");
+}
+
+#[test]
+fn huge_page_ranges_with_few_requests_load() {
+    // The page range is far larger than the trace: ids come from the hash,
+    // not from a table of the whole range.
+    for s in [
+        "ycsb:records=9223372036854775806,ops=10",
+        "uniform:pages=18446744073709551615,ops=10",
+        "zipf:pages=18446744073709551615,ops=10,theta=0.9",
+    ] {
+        let t = load(s, 4096).unwrap();
+        assert!(t.len() >= 10 && t.footprint <= t.len(), "{s}");
+    }
+}
+
+#[test]
+fn a_trace_stops_at_its_memory_limit() {
+    // 4.125 bytes a request: 1 MiB holds 254,200 requests.
+    let mut b = Builder::with_limit("t".into(), 1 << 20);
+    let e = b.reserve(1 << 20).unwrap_err();
+    assert!(
+        e.contains("1048576 requests") && e.contains("1.0 MiB"),
+        "{e}"
+    );
+    let mut pushed = 0u64;
+    let e = loop {
+        match b.push(pushed % 1000, false) {
+            Ok(()) => pushed += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!((200_000..=254_200).contains(&pushed), "{pushed}");
+    assert!(e.contains("this machine allows"), "{e}");
+    // Distinct pages: the hash table stops growing within the limit too.
+    let mut b = Builder::with_limit("t".into(), 1 << 20);
+    let mut pushed = 0u64;
+    let e = loop {
+        match b.push(pushed * 4096, false) {
+            Ok(()) => pushed += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!((10_000..=100_000).contains(&pushed), "{pushed}");
+    assert!(e.contains("distinct pages cannot grow"), "{e}");
+    assert_eq!(MAX_FOOTPRINT, u64::from(u32::MAX) - 1);
+}
+
+#[test]
+fn caches_beyond_the_machine_are_refused_before_allocating() {
+    let t = Trace::from_pages("t", (0..1000u64).map(|i| i * 7 % 101));
+    let huge = usize::MAX / 2;
+    for p in ["sa-lru", "sa-s3fifo"] {
+        let e = simulate(&t, p.parse().unwrap(), huge, 12, 4096, 0.5).unwrap_err();
+        assert!(
+            e.contains(p) && e.contains(&huge.to_string()) && e.contains("this machine allows"),
+            "{e}"
+        );
+        assert!(check(&t, p.parse().unwrap(), huge, 12).is_err());
+    }
+    // Global policies need no more than the pages there are.
+    for p in ["lru", "wtinylfu", "opt"] {
+        let r = simulate(&t, p.parse().unwrap(), huge, 12, 4096, 0.0).unwrap();
+        assert_eq!(r.hits_full, 1000 - 101, "{p}");
+    }
+    assert!(memory_limit() > 1 << 20);
+    assert_eq!(show_bytes(1536), "1.5 KiB");
+    assert_eq!(show_bytes(100), "100 B");
 }

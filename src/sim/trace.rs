@@ -6,7 +6,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use super::ycsb::{Rng, YCSB_THETA, YcsbKeys, Zipfian};
+use super::show_bytes;
+use super::ycsb::{Rng, YCSB_MAX_RECORDS, YCSB_THETA, YcsbKeys, Zipfian};
 
 /// A page trace: `pages[i]` is the dense id (`0..footprint`, in order of
 /// first appearance) of the page the `i`-th request touches.
@@ -42,29 +43,49 @@ impl Trace {
             .is_some_and(|w| w >> (i % 64) & 1 != 0)
     }
 
+    /// The bytes the trace holds (its page ids and its write bits).
+    pub fn bytes(&self) -> u64 {
+        (self.pages.capacity() as u64)
+            .saturating_mul(4)
+            .saturating_add((self.writes.capacity() as u64).saturating_mul(8))
+    }
+
     /// The trace restricted to its reads (`writes == false`) or its writes,
     /// with the dense ids renumbered.
-    pub fn only(&self, writes: bool) -> Trace {
+    ///
+    /// # Errors
+    ///
+    /// When the memory for the new trace cannot be had.
+    pub fn only(&self, writes: bool) -> Result<Trace, String> {
         let mut b = Builder::new(format!(
             "{} ({})",
             self.name,
             if writes { "writes" } else { "reads" }
         ));
+        let n = if writes {
+            self.n_writes
+        } else {
+            self.len() as u64 - self.n_writes
+        };
+        b.reserve(n)?;
         b.direct(self.footprint as u64);
         for (i, &p) in self.pages.iter().enumerate() {
             if self.is_write(i) == writes {
-                b.push(u64::from(p), writes);
+                b.push(u64::from(p), writes)?;
             }
         }
-        b.finish_unchecked()
+        Ok(b.finish_unchecked())
     }
 
     /// A trace of the raw page numbers `pages`, all reads (for tests and
-    /// library users).
+    /// library users). It ends early, at the first page that does not fit
+    /// (more than `u32::MAX - 1` distinct pages, or no memory left).
     pub fn from_pages(name: &str, pages: impl IntoIterator<Item = u64>) -> Trace {
         let mut b = Builder::new(name.to_string());
         for p in pages {
-            b.push(p, false);
+            if b.push(p, false).is_err() {
+                break;
+            }
         }
         b.finish_unchecked()
     }
@@ -81,18 +102,21 @@ struct DenseMap {
     len: usize,
     /// The dense id of the page `u64::MAX` (the map's empty-slot marker).
     max_key: Option<u32>,
+    /// The bytes the map may take while it grows (old and new table).
+    limit: u64,
 }
 
 const EMPTY: u64 = u64::MAX;
 
 impl DenseMap {
-    fn new() -> DenseMap {
+    fn new(limit: u64) -> DenseMap {
         DenseMap {
             keys: vec![EMPTY; 1 << 10],
             vals: vec![0; 1 << 10],
             shift: 64 - 10,
             len: 0,
             max_key: None,
+            limit,
         }
     }
 
@@ -101,38 +125,66 @@ impl DenseMap {
         (k.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
     }
 
-    /// The id of `k`, inserting `next` when absent.
+    /// The id of `k`, inserting `next` when absent; `None` when the map is
+    /// full and cannot grow (no memory).
     #[inline]
-    fn get_or_insert(&mut self, k: u64, next: u32) -> u32 {
+    fn get_or_insert(&mut self, k: u64, next: u32) -> Option<u32> {
         if k == EMPTY {
-            return *self.max_key.get_or_insert(next);
+            return Some(*self.max_key.get_or_insert(next));
         }
         let mask = self.keys.len() - 1;
         let mut i = self.slot(k);
         loop {
             let key = self.keys[i];
             if key == k {
-                return self.vals[i];
+                return Some(self.vals[i]);
             }
             if key == EMPTY {
-                self.keys[i] = k;
-                self.vals[i] = next;
-                self.len += 1;
-                if self.len * 2 > self.keys.len() {
-                    self.grow();
+                if (self.len + 1) * 2 > self.keys.len() && !self.grow() {
+                    return None;
                 }
-                return next;
+                return Some(self.insert_new(k, next));
             }
             i = (i + 1) & mask;
         }
     }
 
-    fn grow(&mut self) {
-        let keys = std::mem::take(&mut self.keys);
-        let vals = std::mem::take(&mut self.vals);
-        let n = keys.len() * 2;
-        self.keys = vec![EMPTY; n];
-        self.vals = vec![0; n];
+    /// Inserts `k`, known to be absent, with id `v`.
+    fn insert_new(&mut self, k: u64, v: u32) -> u32 {
+        let mask = self.keys.len() - 1;
+        let mut i = self.slot(k);
+        while self.keys[i] != EMPTY {
+            i = (i + 1) & mask;
+        }
+        self.keys[i] = k;
+        self.vals[i] = v;
+        self.len += 1;
+        v
+    }
+
+    /// The bytes the map would hold after growing.
+    fn grown_bytes(&self) -> u64 {
+        (self.keys.len() as u64).saturating_mul(2 * 12)
+    }
+
+    /// Doubles the table; false, the map unchanged, when the old and the
+    /// new table together would pass the limit or the memory cannot be had.
+    #[cold]
+    fn grow(&mut self) -> bool {
+        let old = (self.keys.len() as u64).saturating_mul(12);
+        if old.saturating_add(self.grown_bytes()) > self.limit {
+            return false;
+        }
+        let n = self.keys.len() * 2;
+        let mut new_keys: Vec<u64> = Vec::new();
+        let mut new_vals: Vec<u32> = Vec::new();
+        if new_keys.try_reserve_exact(n).is_err() || new_vals.try_reserve_exact(n).is_err() {
+            return false;
+        }
+        new_keys.resize(n, EMPTY);
+        new_vals.resize(n, 0);
+        let keys = std::mem::replace(&mut self.keys, new_keys);
+        let vals = std::mem::replace(&mut self.vals, new_vals);
         self.shift -= 1;
         let mask = n - 1;
         for (k, v) in keys.into_iter().zip(vals) {
@@ -145,44 +197,123 @@ impl DenseMap {
                 self.vals[i] = v;
             }
         }
+        true
     }
 }
 
 /// Builds a [`Trace`] from raw page numbers.
+///
+/// The requests are held in vectors grown with fallible allocation and kept
+/// within [`memory_limit`](super::memory_limit): a trace too large for this
+/// machine is refused with an error, never aborted on.
 #[derive(Debug)]
 pub struct Builder {
     trace: Trace,
     map: DenseMap,
     /// When raw pages are known to be below some bound: id by raw page.
     direct: Option<Vec<u32>>,
-    /// The id space ran out (more than `u32::MAX - 1` distinct pages).
-    overflow: bool,
+    /// Requests announced with [`Builder::reserve`].
+    expected: u64,
+    /// The memory the trace may take.
+    limit: u64,
 }
 
 const NO_ID: u32 = u32::MAX;
 
+/// The most distinct pages a trace may have (dense ids are `u32`, one value
+/// reserved).
+pub const MAX_FOOTPRINT: u64 = NO_ID as u64 - 1;
+
+/// The bytes `requests` requests take in a [`Trace`]: a 4-byte page id and
+/// a write bit each.
+pub fn request_bytes(requests: u64) -> u64 {
+    requests.saturating_mul(33) / 8
+}
+
 impl Builder {
     /// An empty trace named `name`.
     pub fn new(name: String) -> Builder {
+        Builder::with_limit(name, super::memory_limit())
+    }
+
+    /// An empty trace that may take `limit` bytes.
+    pub(crate) fn with_limit(name: String, limit: u64) -> Builder {
         Builder {
             trace: Trace {
                 name,
                 ..Trace::default()
             },
-            map: DenseMap::new(),
+            map: DenseMap::new(limit),
             direct: None,
-            overflow: false,
+            expected: 0,
+            limit,
         }
     }
 
-    /// Raw pages will all be below `n`: map them with a table, not a hash.
+    /// Makes room for `requests` requests up front.
+    ///
+    /// # Errors
+    ///
+    /// When they would take more memory than this machine allows, or the
+    /// memory cannot be had.
+    pub fn reserve(&mut self, requests: u64) -> Result<(), String> {
+        let need = request_bytes(requests);
+        if need > self.limit {
+            return Err(format!(
+                "{requests} requests would take {} of memory, more than the {} this machine allows",
+                show_bytes(need),
+                show_bytes(self.limit)
+            ));
+        }
+        let n = usize::try_from(requests).map_err(|_| format!("{requests} requests"))?;
+        let cannot = |e| {
+            format!(
+                "cannot allocate {} for {requests} requests: {e}",
+                show_bytes(need)
+            )
+        };
+        let pages = &mut self.trace.pages;
+        pages
+            .try_reserve_exact(n.saturating_sub(pages.len()))
+            .map_err(cannot)?;
+        let words = pages.capacity().div_ceil(64);
+        let writes = &mut self.trace.writes;
+        writes
+            .try_reserve_exact(words.saturating_sub(writes.len()))
+            .map_err(cannot)?;
+        self.expected = self.expected.max(requests);
+        Ok(())
+    }
+
+    /// Raw pages will all be below `n`: map them with a table rather than a
+    /// hash when the table is not much larger than the trace announced with
+    /// [`Builder::reserve`] and its memory can be had (either way the ids
+    /// are the same).
     pub fn direct(&mut self, n: u64) {
-        self.direct = Some(vec![NO_ID; n as usize]);
+        let table = n.saturating_mul(4);
+        let cheap = n <= self.expected.saturating_mul(2).max(1 << 20);
+        if !cheap || table.saturating_add(request_bytes(self.expected)) > self.limit {
+            return;
+        }
+        let Ok(n) = usize::try_from(n) else {
+            return;
+        };
+        let mut t: Vec<u32> = Vec::new();
+        if t.try_reserve_exact(n).is_ok() {
+            t.resize(n, NO_ID);
+            self.direct = Some(t);
+        }
     }
 
     /// Appends a request of raw page `page`.
+    ///
+    /// # Errors
+    ///
+    /// When the trace would have more than [`MAX_FOOTPRINT`] distinct pages
+    /// or need more memory than this machine allows; the builder should then
+    /// be dropped.
     #[inline]
-    pub fn push(&mut self, page: u64, write: bool) {
+    pub fn push(&mut self, page: u64, write: bool) -> Result<(), String> {
         let next = self.trace.footprint as u32;
         let id = match &mut self.direct {
             Some(table) => {
@@ -192,16 +323,24 @@ impl Builder {
                 }
                 *e
             }
-            None => self.map.get_or_insert(page, next),
+            None => self.map.get_or_insert(page, next).ok_or_else(|| {
+                format!(
+                    "the table of {} distinct pages cannot grow to {} of memory",
+                    self.trace.footprint,
+                    show_bytes(self.map.grown_bytes())
+                )
+            })?,
         };
         if id == next {
-            if next == NO_ID - 1 {
-                self.overflow = true;
-                return;
+            if u64::from(next) == MAX_FOOTPRINT {
+                return Err(format!("more than {MAX_FOOTPRINT} distinct pages"));
             }
             self.trace.footprint += 1;
         }
         let i = self.trace.pages.len();
+        if i == self.trace.pages.capacity() {
+            self.grow()?;
+        }
         if i % 64 == 0 {
             self.trace.writes.push(0);
         }
@@ -210,21 +349,38 @@ impl Builder {
             self.trace.n_writes += 1;
         }
         self.trace.pages.push(id);
+        Ok(())
     }
 
-    /// The trace, or an error when it is empty or has too many pages;
-    /// `what` names the source in the message.
-    pub fn finish(self, what: &str) -> Result<Trace, String> {
-        if self.overflow {
-            return Err(format!("{what}: more than {} distinct pages", u32::MAX - 1));
+    /// Doubles the room for requests, within the memory limit.
+    #[cold]
+    fn grow(&mut self) -> Result<(), String> {
+        let len = self.trace.pages.len() as u64;
+        let most = self.limit / 33 * 8;
+        if len >= most {
+            return Err(format!(
+                "more than {len} requests would take more than the {} of memory this machine allows",
+                show_bytes(self.limit)
+            ));
         }
+        let expected = self.expected;
+        self.reserve(len.saturating_add(len.max(1 << 12)).min(most))?;
+        self.expected = expected;
+        Ok(())
+    }
+
+    /// The trace, or an error when it is empty; `what` names the source in
+    /// the message.
+    pub fn finish(self, what: &str) -> Result<Trace, String> {
         if self.trace.pages.is_empty() {
             return Err(format!("{what}: the trace is empty (no request)"));
         }
-        Ok(self.trace)
+        Ok(self.finish_unchecked())
     }
 
-    fn finish_unchecked(self) -> Trace {
+    fn finish_unchecked(mut self) -> Trace {
+        self.trace.pages.shrink_to_fit();
+        self.trace.writes.shrink_to_fit();
         self.trace
     }
 }
@@ -369,6 +525,17 @@ fn ycsb(spec: &str, rest: &str) -> Result<Trace, String> {
     if records == 0 {
         return Err(format!("trace {spec:?}: records must be positive"));
     }
+    if records > YCSB_MAX_RECORDS {
+        return Err(format!(
+            "trace {spec:?}: records={records} is above the limit of {YCSB_MAX_RECORDS} \
+             (YCSB numbers its keys with a Java long)"
+        ));
+    }
+    if ops == 0 {
+        return Err(format!(
+            "trace {spec:?}: ops must be positive (the trace would be empty)"
+        ));
+    }
     if !(0.0..1.0).contains(&theta) {
         return Err(format!("trace {spec:?}: theta must be in [0, 1)"));
     }
@@ -380,19 +547,64 @@ fn ycsb(spec: &str, rest: &str) -> Result<Trace, String> {
             "trace {spec:?}: per_leaf must be >= 1, fanout positive, internal in [0, 1]"
         ));
     }
+    let leaves = layout.leaves(records);
+    // Leaves, then the internal pages above them.
+    let page_bound = leaves
+        .checked_add((leaves - 1) / layout.fanout)
+        .and_then(|n| n.checked_add(1))
+        .ok_or_else(|| {
+            format!(
+                "trace {spec:?}: records={records} makes more pages than 64-bit page numbers can name"
+            )
+        })?;
+    let mut b = Builder::new(spec.to_string());
+    // Each lookup reads its leaf, and its internal page with probability
+    // `internal`.
+    let expected = ops.saturating_add((ops as f64 * layout.internal).ceil() as u64);
+    b.reserve(expected)
+        .map_err(|e| format!("trace {spec:?}: ops={ops}: {e}"))?;
+    b.direct(page_bound);
     let keys = YcsbKeys::new(records, theta);
     let mut rng = Rng::new(seed);
-    let mut b = Builder::new(spec.to_string());
-    let leaves = layout.leaves(records);
-    b.direct(layout.internal_page(leaves - 1, leaves) + 1);
+    let full = |e| format!("trace {spec:?}: {e}");
     for _ in 0..ops {
         let leaf = layout.leaf(keys.next(&mut rng));
         if layout.internal > 0.0 && rng.next_f64() < layout.internal {
-            b.push(layout.internal_page(leaf, leaves), false);
+            b.push(layout.internal_page(leaf, leaves), false)
+                .map_err(full)?;
         }
-        b.push(leaf, false);
+        b.push(leaf, false).map_err(full)?;
     }
     b.finish(spec)
+}
+
+/// Checks the `pages` of a generator and its count `key=count` (ops, or
+/// loops over the pages), and makes room for `requests` requests.
+fn generated(
+    spec: &str,
+    pages: u64,
+    key: &str,
+    count: u64,
+    requests: u64,
+) -> Result<Builder, String> {
+    for (k, v) in [("pages", pages), (key, count)] {
+        if v == 0 {
+            return Err(format!(
+                "trace {spec:?}: {k} must be positive (the trace would be empty)"
+            ));
+        }
+    }
+    let mut b = Builder::new(spec.to_string());
+    b.reserve(requests).map_err(|e| {
+        let what = if key == "ops" {
+            format!("ops={count}")
+        } else {
+            format!("pages={pages} times {key}={count}")
+        };
+        format!("trace {spec:?}: {what}: {e}")
+    })?;
+    b.direct(pages);
+    Ok(b)
 }
 
 fn zipf(spec: &str, rest: &str) -> Result<Trace, String> {
@@ -401,23 +613,38 @@ fn zipf(spec: &str, rest: &str) -> Result<Trace, String> {
     let ops: u64 = o.num("ops", None)?;
     let theta: f64 = o.num("theta", None)?;
     let seed: u64 = o.num("seed", Some(1))?;
-    if pages == 0 {
-        return Err(format!("trace {spec:?}: pages must be positive"));
-    }
     if !(theta >= 0.0 && theta.is_finite()) {
         return Err(format!("trace {spec:?}: theta must be >= 0"));
     }
+    let mut b = generated(spec, pages, "ops", ops, ops)?;
     let mut rng = Rng::new(seed);
-    let mut b = Builder::new(spec.to_string());
-    b.direct(pages);
+    let full = |e| format!("trace {spec:?}: {e}");
     if theta < 1.0 {
         let z = Zipfian::new(0, pages - 1, theta, None);
         for _ in 0..ops {
-            b.push(z.next(&mut rng).min(pages - 1), false);
+            b.push(z.next(&mut rng).min(pages - 1), false)
+                .map_err(full)?;
         }
     } else {
         // Gray's method needs theta < 1: invert the CDF by binary search.
-        let mut cdf = Vec::with_capacity(pages as usize);
+        let need = pages.saturating_mul(8);
+        let limit = super::memory_limit();
+        let too_big = || {
+            format!(
+                "trace {spec:?}: pages={pages} with theta >= 1 needs a table of {} \
+                 (8 bytes a page) besides the trace; this machine allows {}",
+                show_bytes(need),
+                show_bytes(limit)
+            )
+        };
+        if need.saturating_add(request_bytes(ops)) > limit {
+            return Err(too_big());
+        }
+        let mut cdf: Vec<f64> = Vec::new();
+        usize::try_from(pages)
+            .ok()
+            .and_then(|n| cdf.try_reserve_exact(n).ok())
+            .ok_or_else(too_big)?;
         let mut sum = 0.0;
         for i in 1..=pages {
             sum += 1.0 / (i as f64).powf(theta);
@@ -426,7 +653,7 @@ fn zipf(spec: &str, rest: &str) -> Result<Trace, String> {
         for _ in 0..ops {
             let u = rng.next_f64() * sum;
             let i = cdf.partition_point(|&c| c <= u) as u64;
-            b.push(i.min(pages - 1), false);
+            b.push(i.min(pages - 1), false).map_err(full)?;
         }
     }
     b.finish(spec)
@@ -437,14 +664,11 @@ fn uniform(spec: &str, rest: &str) -> Result<Trace, String> {
     let pages: u64 = o.num("pages", None)?;
     let ops: u64 = o.num("ops", None)?;
     let seed: u64 = o.num("seed", Some(1))?;
-    if pages == 0 {
-        return Err(format!("trace {spec:?}: pages must be positive"));
-    }
+    let mut b = generated(spec, pages, "ops", ops, ops)?;
     let mut rng = Rng::new(seed);
-    let mut b = Builder::new(spec.to_string());
-    b.direct(pages);
     for _ in 0..ops {
-        b.push(rng.below(pages), false);
+        b.push(rng.below(pages), false)
+            .map_err(|e| format!("trace {spec:?}: {e}"))?;
     }
     b.finish(spec)
 }
@@ -453,11 +677,19 @@ fn scan(spec: &str, rest: &str) -> Result<Trace, String> {
     let o = Opts::parse(spec, rest, &["pages", "loops"])?;
     let pages: u64 = o.num("pages", None)?;
     let loops: u64 = o.num("loops", Some(1))?;
-    let mut b = Builder::new(spec.to_string());
-    b.direct(pages);
+    if pages > MAX_FOOTPRINT {
+        return Err(format!(
+            "trace {spec:?}: pages={pages} is above the limit of {MAX_FOOTPRINT} distinct pages"
+        ));
+    }
+    let requests = pages.checked_mul(loops).ok_or_else(|| {
+        format!("trace {spec:?}: pages={pages} times loops={loops} overflows a 64-bit count")
+    })?;
+    let mut b = generated(spec, pages, "loops", loops, requests)?;
     for _ in 0..loops {
         for p in 0..pages {
-            b.push(p, false);
+            b.push(p, false)
+                .map_err(|e| format!("trace {spec:?}: {e}"))?;
         }
     }
     b.finish(spec)
@@ -556,11 +788,15 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
         };
         let offset = field_u64(path, n, "Offset", f[4])?;
         let size = field_u64(path, n, "Size", f[5])?;
+        let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
+            format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
+        })?;
         let first = offset / page_size;
-        let last = (offset + size.max(1) - 1) / page_size;
+        let last = end / page_size;
         for p in first..=last {
             // Several disks of one host: keep their pages apart.
-            b.push(disk << 48 ^ p, write);
+            b.push(disk << 48 ^ p, write)
+                .map_err(|e| format!("{path}: line {n}: {e}"))?;
         }
         Ok(())
     })?;
@@ -595,7 +831,8 @@ fn oracle(spec: &str, rest: &str) -> Result<Trace, String> {
             ));
         }
         let id = u64::from_le_bytes(rec[4..12].try_into().expect("8 bytes"));
-        b.push(id, false);
+        b.push(id, false)
+            .map_err(|e| format!("{path}: record at byte {offset}: {e}"))?;
         offset += ORACLE_RECORD as u64;
     }
     b.finish(path)
@@ -672,7 +909,8 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
                 }
             }
         };
-        b.push(page, write);
+        b.push(page, write)
+            .map_err(|e| format!("{path}: line {n}: {e}"))?;
         Ok(())
     })?;
     b.finish(path)
@@ -699,7 +937,8 @@ fn text(spec: &str, rest: &str) -> Result<Trace, String> {
                 ));
             }
         };
-        b.push(page, write);
+        b.push(page, write)
+            .map_err(|e| format!("{path}: line {n}: {e}"))?;
         Ok(())
     })?;
     b.finish(path)

@@ -189,6 +189,10 @@ impl ScrambledZipfian {
     }
 }
 
+/// The most records a [`YcsbKeys`] takes: YCSB counts its `records + 1`
+/// items in a Java long.
+pub const YCSB_MAX_RECORDS: u64 = i64::MAX as u64 - 1;
+
 /// The read-only workload's key chooser (`CoreWorkload` with
 /// `requestdistribution=zipfian`, `insertproportion=0`): a scrambled Zipfian
 /// over `0..=records` (YCSB adds the expected new keys, here none, to the
@@ -200,7 +204,8 @@ pub struct YcsbKeys {
 }
 
 impl YcsbKeys {
-    /// Keys of a table of `records` records (`records > 0`).
+    /// Keys of a table of `records` records (`0 < records <=
+    /// YCSB_MAX_RECORDS`).
     pub fn new(records: u64, theta: f64) -> YcsbKeys {
         YcsbKeys {
             zipf: ScrambledZipfian::new(0, records, theta),

@@ -54,7 +54,7 @@ impl Fifo {
     pub(crate) fn new(cap: usize, universe: usize) -> Fifo {
         Fifo {
             cap,
-            ring: Vec::with_capacity(cap),
+            ring: Vec::with_capacity(cap.min(universe)),
             hand: 0,
             resident: vec![false; universe],
         }
@@ -113,7 +113,7 @@ impl Clock {
         Clock {
             cap,
             max,
-            ring: Vec::with_capacity(cap),
+            ring: Vec::with_capacity(cap.min(universe)),
             hand: 0,
             state: vec![0; universe],
         }

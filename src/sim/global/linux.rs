@@ -41,11 +41,12 @@ pub(crate) struct Linux {
 }
 
 fn int_sqrt(n: u64) -> u64 {
+    let square = |r: u64| u128::from(r) * u128::from(r);
     let mut r = (n as f64).sqrt() as u64;
-    while r * r > n {
+    while square(r) > u128::from(n) {
         r -= 1;
     }
-    while (r + 1) * (r + 1) <= n {
+    while square(r + 1) <= u128::from(n) {
         r += 1;
     }
     r
@@ -54,8 +55,12 @@ fn int_sqrt(n: u64) -> u64 {
 impl Linux {
     /// A cache of `cap` pages of `page_size` bytes.
     pub(crate) fn new(cap: usize, universe: usize, page_size: u64) -> Linux {
-        let gib = (cap as u64 * page_size) >> 30;
-        let ratio = if gib > 0 { int_sqrt(10 * gib) } else { 1 };
+        let gib = (cap as u64).saturating_mul(page_size) >> 30;
+        let ratio = if gib > 0 {
+            int_sqrt(gib.saturating_mul(10))
+        } else {
+            1
+        };
         Linux {
             cap,
             ratio: ratio as usize,

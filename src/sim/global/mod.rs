@@ -179,6 +179,51 @@ pub(crate) fn run(
     }
 }
 
+/// The bytes `kind` allocates for a cache of `cap` pages over `universe`
+/// pages and a trace of `requests` requests: per-page state (links, flags,
+/// counters, shadow entries) plus what grows with the cache, which is capped
+/// at the universe (a cache never holds more pages than there are). An
+/// estimate from above; saturates instead of overflowing.
+pub(crate) fn bytes(kind: GlobalKind, cap: usize, universe: usize, requests: usize) -> u64 {
+    let u = universe as u64;
+    let held = cap.min(universe) as u64;
+    // Links are two u32 a page; rings hold a u32 a resident page.
+    let per_page: u64 = match kind {
+        GlobalKind::Lru | GlobalKind::Sieve | GlobalKind::ClockPro => 9,
+        GlobalKind::TwoQ | GlobalKind::Arc => 9,
+        GlobalKind::Fifo | GlobalKind::Clock | GlobalKind::Gclock => 1,
+        GlobalKind::S3Fifo => 10,
+        GlobalKind::Lirs => 18,
+        GlobalKind::Linux => 17,
+        GlobalKind::WTinyLfu => 9,
+        // Links, the bucket of each page, and at most a bucket (32 bytes)
+        // per resident page.
+        GlobalKind::Lfu => 12,
+        // The next access of each resident page, the last access of each
+        // page while the next uses are computed.
+        GlobalKind::Opt => 24,
+    };
+    let by_cap: u64 = match kind {
+        GlobalKind::Fifo | GlobalKind::Clock | GlobalKind::Gclock => held.saturating_mul(4),
+        GlobalKind::Lfu => held.saturating_add(1).saturating_mul(32),
+        // Four rows of one byte a counter.
+        GlobalKind::WTinyLfu => held.next_power_of_two().max(16).saturating_mul(4),
+        // The heap (16 bytes an entry) grows to 3 entries a resident page
+        // plus 64 before it is rebuilt, and a Vec may double.
+        GlobalKind::Opt => held.saturating_mul(3).saturating_add(65).saturating_mul(32),
+        _ => 0,
+    };
+    // Opt keeps the next use (8 bytes) of every request.
+    let by_request = if kind == GlobalKind::Opt {
+        (requests as u64).saturating_mul(8)
+    } else {
+        0
+    };
+    u.saturating_mul(per_page)
+        .saturating_add(by_cap)
+        .saturating_add(by_request)
+}
+
 /// Hits of `kind` on every request of `pages` (for tests).
 #[cfg(test)]
 pub(crate) fn hits(kind: GlobalKind, cap: usize, pages: &[u32]) -> u64 {

@@ -6,7 +6,8 @@
 //! The next access of every request is computed once, backwards; resident
 //! pages sit in a max-heap keyed by their next access, with stale entries
 //! (of pages accessed again since) skipped when popped and the heap rebuilt
-//! from the resident pages when it grows past three times the cache.
+//! from the resident pages when it grows past three times the cache (or
+//! three times the pages there are, when the cache could hold them all).
 
 use std::collections::BinaryHeap;
 
@@ -25,6 +26,9 @@ pub(crate) fn next_uses(pages: &[u32], universe: usize) -> Vec<u64> {
 #[derive(Debug)]
 pub(crate) struct Opt {
     cap: usize,
+    /// The heap is rebuilt when it grows past this many entries: three per
+    /// page the cache can hold (no more than the pages there are), plus 64.
+    rebuild_at: usize,
     resident: usize,
     /// The next access of each resident page; `None` when not resident.
     next_of: Vec<Option<u64>>,
@@ -35,9 +39,10 @@ impl Opt {
     pub(crate) fn new(cap: usize, universe: usize) -> Opt {
         Opt {
             cap,
+            rebuild_at: cap.min(universe).saturating_mul(3).saturating_add(64),
             resident: 0,
             next_of: vec![None; universe],
-            heap: BinaryHeap::with_capacity(cap + 1),
+            heap: BinaryHeap::with_capacity(cap.min(universe) + 1),
         }
     }
 
@@ -60,7 +65,7 @@ impl Opt {
         }
         self.next_of[x as usize] = Some(next);
         self.heap.push((next, x));
-        if self.heap.len() > 3 * self.cap + 64 {
+        if self.heap.len() > self.rebuild_at {
             let live: Vec<(u64, u32)> = self
                 .heap
                 .drain()

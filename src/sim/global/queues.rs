@@ -155,7 +155,7 @@ impl Global for Arc {
             }
             B1 => {
                 let d = (self.b2.len() / self.b1.len()).max(1);
-                self.p = (self.p + d).min(self.c);
+                self.p = self.p.saturating_add(d).min(self.c);
                 self.replace(false);
                 self.b1.remove(&mut self.links, x);
                 self.t2.push_head(&mut self.links, x);
@@ -184,7 +184,7 @@ impl Global for Arc {
                         self.state[y as usize] = NONE;
                     }
                 } else if total >= self.c {
-                    if total == 2 * self.c {
+                    if total == self.c.saturating_mul(2) {
                         let y = self.b2.pop_tail(&mut self.links);
                         self.state[y as usize] = NONE;
                     }

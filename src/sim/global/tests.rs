@@ -202,3 +202,25 @@ fn warm_up_splits_the_counts() {
         assert!(late <= full, "{kind}");
     }
 }
+
+#[test]
+fn caches_larger_than_the_trace_miss_each_page_once_and_cost_no_more() {
+    // 2000 requests over 101 pages; caches up to usize::MAX pages (the
+    // command line takes `--cache-size 18446744073709551615p`), pages up to
+    // 2^64 - 1 bytes (`linux` multiplies them).
+    let pages: Vec<u32> = (0..2000u32).map(|i| i * 7 % 101).collect();
+    for kind in GlobalKind::ALL {
+        let small = bytes(kind, 101, 101, pages.len());
+        for cap in [1 << 20, 1 << 40, usize::MAX / 2, usize::MAX - 1, usize::MAX] {
+            for page_size in [4096, u64::MAX] {
+                let (_, full) = run(kind, cap, page_size, &pages, 101, 0);
+                assert_eq!(full, 2000 - 101, "{kind}, {cap} pages of {page_size}");
+            }
+            assert_eq!(
+                bytes(kind, cap, 101, pages.len()),
+                small,
+                "{kind}, {cap} pages"
+            );
+        }
+    }
+}

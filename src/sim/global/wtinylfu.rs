@@ -33,7 +33,7 @@ impl Sketch {
             rows: std::array::from_fn(|_| vec![0; width]),
             mask: width - 1,
             additions: 0,
-            period: 10 * cap.max(1),
+            period: cap.max(1).saturating_mul(10),
         }
     }
 
@@ -94,13 +94,16 @@ impl WTinyLfu {
         WTinyLfu {
             window_cap,
             main_cap,
-            protected_cap: main_cap * 4 / 5,
+            protected_cap: (main_cap as u128 * 4 / 5) as usize,
             links: Links::new(universe),
             window: List::new(),
             probation: List::new(),
             protected: List::new(),
             state: vec![NONE; universe],
-            sketch: Sketch::new(cap),
+            // A cache larger than the universe never has to choose between
+            // a candidate and a victim, so the sketch is never read: size it
+            // for the pages there are.
+            sketch: Sketch::new(cap.min(universe)),
         }
     }
 }

@@ -1,0 +1,393 @@
+//! Inputs the command line must refuse cleanly: an error that names the flag,
+//! the value and the limit, a non-zero exit code, and no panic, abort, hang
+//! or death by signal. Sizes beyond the machine (`sim`), and a file-size
+//! limit (`ulimit -f`) below what the bench or the simulator writes.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a run of the binary ended.
+struct Run {
+    code: Option<i32>,
+    signal: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Limits set in the child before it runs.
+#[derive(Clone, Copy, Default)]
+struct Limits {
+    /// `RLIMIT_FSIZE` (`ulimit -f`), bytes.
+    file_size: Option<u64>,
+    /// `RLIMIT_AS` (`ulimit -v`), bytes: a runaway allocation fails fast
+    /// instead of taking the machine's memory.
+    address_space: Option<u64>,
+}
+
+/// The address space the `sim` runs get.
+const SIM_MEMORY: u64 = 2 << 30;
+
+fn setrlimit_fsize(bytes: u64) -> std::io::Result<()> {
+    let r = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &r) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+fn setrlimit_as(bytes: u64) -> std::io::Result<()> {
+    let r = libc::rlimit {
+        rlim_cur: bytes,
+        rlim_max: bytes,
+    };
+    // SAFETY: setrlimit reads the struct it is given.
+    if unsafe { libc::setrlimit(libc::RLIMIT_AS, &r) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Runs `setcache ARGS` in `dir` under `limits`, killing it after a minute.
+fn run(dir: &Path, args: &[&str], limits: Limits) -> Run {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_setcache"));
+    cmd.args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(move || {
+            if let Some(b) = limits.file_size {
+                setrlimit_fsize(b)?;
+            }
+            if let Some(b) = limits.address_space {
+                setrlimit_as(b)?;
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("run the setcache binary");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("setcache {args:?} hung (killed after 60 s)");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+fn sim(args: &[&str]) -> Run {
+    let mut all = vec!["sim"];
+    all.extend_from_slice(args);
+    let limits = Limits {
+        address_space: Some(SIM_MEMORY),
+        ..Limits::default()
+    };
+    run(&std::env::temp_dir(), &all, limits)
+}
+
+/// The run failed with exit code 1 and an `error:` line holding every one of
+/// `words`, without a panic, an abort or a signal.
+fn assert_refused(r: &Run, what: &str, words: &[&str]) {
+    let all = format!("stdout:\n{}\nstderr:\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.signal, None,
+        "{what}: killed by signal {:?}\n{all}",
+        r.signal
+    );
+    assert_eq!(r.code, Some(1), "{what}: exit code\n{all}");
+    for bad in ["panicked", "capacity overflow", "memory allocation"] {
+        assert!(!r.stderr.contains(bad), "{what}: {bad:?} in\n{all}");
+    }
+    let line = r
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_else(|| panic!("{what}: no error line\n{all}"));
+    for w in words {
+        assert!(line.contains(w), "{what}: {w:?} not in {line:?}");
+    }
+}
+
+/// The run succeeded.
+fn assert_ok(r: &Run, what: &str) {
+    assert!(
+        r.code == Some(0),
+        "{what}: code {:?}, signal {:?}\nstdout:\n{}\nstderr:\n{}",
+        r.code,
+        r.signal,
+        r.stdout,
+        r.stderr
+    );
+}
+
+#[test]
+fn sim_refuses_a_cache_too_large_for_the_machine() {
+    let r = sim(&[
+        "--trace",
+        "uniform:pages=1000,ops=10000",
+        "--cache-size",
+        "100T",
+    ]);
+    assert_refused(
+        &r,
+        "--cache-size 100T",
+        &["--cache-size 100T", "sa-", "26843545600 pages", "allows"],
+    );
+    // A global policy needs no more than the pages the trace touches.
+    for policy in ["fifo", "wtinylfu", "opt", "global"] {
+        let r = sim(&[
+            "--trace",
+            "uniform:pages=1000,ops=10000",
+            "--cache-size",
+            "100T,18446744073709551615p",
+            "--policy",
+            policy,
+        ]);
+        assert_ok(&r, policy);
+        assert!(r.stdout.contains("26843545600"), "{}", r.stdout);
+    }
+}
+
+#[test]
+fn sim_refuses_a_ycsb_table_beyond_its_key_space() {
+    let spec = "ycsb:records=18446744073709551615,ops=10";
+    let r = sim(&["--trace", spec]);
+    assert_refused(
+        &r,
+        spec,
+        &[spec, "records=18446744073709551615", "9223372036854775806"],
+    );
+    // The largest table YCSB can number loads: ten lookups touch at most
+    // twenty pages, whatever the size of the table.
+    let r = sim(&[
+        "--trace",
+        "ycsb:records=9223372036854775806,ops=10",
+        "--policy",
+        "lru",
+    ]);
+    assert_ok(&r, "records=9223372036854775806");
+}
+
+#[test]
+fn sim_checks_the_page_size_as_bench_checks_the_block_size() {
+    let trace = ["--trace", "uniform:pages=100,ops=1000", "--policy", "lru"];
+    let mut args = trace.to_vec();
+    args.extend(["--page-size", "3000"]);
+    let r = sim(&args);
+    assert_refused(
+        &r,
+        "--page-size 3000",
+        &["--page-size 3000", "multiple of 512"],
+    );
+    let r = run(
+        &std::env::temp_dir(),
+        &["bench", "--bs", "3000", "--engine", "direct"],
+        Limits::default(),
+    );
+    assert_refused(&r, "bench --bs 3000", &["--bs 3000", "multiple of 512"]);
+    for ok in ["512", "4k", "64k"] {
+        let mut args = trace.to_vec();
+        args.extend(["--page-size", ok]);
+        assert_ok(&sim(&args), ok);
+    }
+}
+
+#[test]
+fn sim_refuses_other_sizes_beyond_reach() {
+    let cases: [(&[&str], &[&str]); 6] = [
+        (
+            &["--trace", "uniform:pages=10,ops=100000000000000000"],
+            &["ops=100000000000000000", "allows"],
+        ),
+        (
+            &["--trace", "zipf:pages=100000000000000000,ops=10,theta=1.5"],
+            &["pages=100000000000000000", "theta >= 1", "allows"],
+        ),
+        (
+            &[
+                "--trace",
+                "ycsb:records=9223372036854775806,ops=10,per_leaf=1,fanout=1",
+            ],
+            &["records=9223372036854775806", "64-bit"],
+        ),
+        (
+            &["--trace", "scan:pages=100000,loops=100000000000000000"],
+            &["loops=100000000000000000", "overflows"],
+        ),
+        (
+            &["--trace", "uniform:pages=10,ops=0"],
+            &["ops must be positive"],
+        ),
+        (
+            &["--trace", "uniform:pages=1000,ops=100", "--set-size", "0"],
+            &["--set-size 0"],
+        ),
+    ];
+    for (args, words) in cases {
+        assert_refused(&sim(args), &args.join(" "), words);
+    }
+    let dir = std::env::temp_dir().join(format!("setcache-cli-errors-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let msr = dir.join("far.csv");
+    std::fs::write(&msr, "1,hm,0,Read,18446744073709551000,4096,1\n").unwrap();
+    let spec = format!("msr:{}", msr.display());
+    assert_refused(
+        &sim(&["--trace", &spec]),
+        &spec,
+        &["far.csv: line 1", "2^64"],
+    );
+    // Sizes that overflowed multiplications now simply run.
+    for args in [
+        &[
+            "--trace",
+            "uniform:pages=18446744073709551615,ops=100",
+            "--policy",
+            "lru",
+        ][..],
+        &[
+            "--trace",
+            "uniform:pages=1000,ops=10000",
+            "--page-size",
+            "1T",
+            "--cache-size",
+            "1e30%",
+            "--policy",
+            "linux,lru",
+        ],
+    ] {
+        assert_ok(&sim(args), &args.join(" "));
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A scratch directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("setcache-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+const LIMIT: u64 = 256 << 10;
+
+fn bench(dir: &Path, extra: &[&str], file_size: Option<u64>) -> Run {
+    let mut args = vec!["bench", "--dir", "data", "--file-size", "1M"];
+    args.extend_from_slice(extra);
+    args.extend(["--runtime", "0.2", "--no-progress"]);
+    let limits = Limits {
+        file_size,
+        ..Limits::default()
+    };
+    run(dir, &args, limits)
+}
+
+#[test]
+fn bench_refuses_a_file_above_the_file_size_limit() {
+    let dir = scratch("fsize-bench");
+    let r = bench(&dir, &["--engine", "direct"], Some(LIMIT));
+    assert_refused(
+        &r,
+        "bench under ulimit -f",
+        &[
+            "--file-size 1M",
+            "262144 bytes",
+            "1052672 bytes",
+            "ulimit -f",
+        ],
+    );
+    // A file filled without the limit is read under it, but not written.
+    assert_ok(&bench(&dir, &["--engine", "direct"], None), "no limit");
+    let r = bench(&dir, &["--engine", "direct,linux-direct"], Some(LIMIT));
+    assert_ok(&r, "reads of a filled file under the limit");
+    let r = bench(
+        &dir,
+        &["--engine", "direct", "--rw", "randwrite"],
+        Some(LIMIT),
+    );
+    assert_refused(
+        &r,
+        "writes under ulimit -f",
+        &["--file-size 1M", "262144 bytes", "ulimit -f"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_demo_refuses_its_file_under_a_file_size_limit() {
+    let dir = scratch("fsize-demo");
+    let r = run(
+        &dir,
+        &[],
+        Limits {
+            file_size: Some(LIMIT),
+            ..Limits::default()
+        },
+    );
+    assert_refused(
+        &r,
+        "demo under ulimit -f",
+        &["--file-size 1G", "262144 bytes", "ulimit -f"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn writes_past_the_file_size_limit_are_reported_not_fatal() {
+    let dir = scratch("fsize-sim");
+    let r = run(
+        &dir,
+        &[
+            "sim",
+            "--trace",
+            "uniform:pages=100,ops=1000",
+            "--policy",
+            "lru",
+            "--plot",
+            "mrc.svg",
+        ],
+        Limits {
+            file_size: Some(1024),
+            ..Limits::default()
+        },
+    );
+    assert_refused(
+        &r,
+        "sim --plot under ulimit -f",
+        &["mrc.svg", "File too large", "1024 bytes", "ulimit -f"],
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
