@@ -221,8 +221,22 @@ fn phase(
     Ok(total.load(Ordering::Relaxed) as f64 / secs)
 }
 
+/// Most threads a phase may run.
+pub(crate) const MAX_THREADS: usize = 1024;
+
 pub(crate) fn run(a: HitArgs) -> Result<(), String> {
     let policy: PolicyKind = a.policy.parse().map_err(|e| format!("--policy: {e}"))?;
+    if let Some(&t) = a.threads.iter().find(|&&t| t > MAX_THREADS) {
+        return Err(format!(
+            "--threads {t}: at most {MAX_THREADS} threads (oversubscription past that measures the scheduler, not the cache)"
+        ));
+    }
+    if !(a.runtime.is_finite() && a.runtime > 0.0 && a.runtime <= 86_400.0) {
+        return Err(format!(
+            "--runtime {}: must be above 0 and at most a day (86400 seconds)",
+            a.runtime
+        ));
+    }
     let runtime = Duration::from_secs_f64(a.runtime.max(0.1));
     say!(
         "reads: {}",

@@ -391,3 +391,17 @@ fn writes_past_the_file_size_limit_are_reported_not_fatal() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn thread_counts_beyond_reach_are_refused() {
+    let r = run(
+        &std::env::temp_dir(),
+        &["hitbench", "--threads", "100000", "--cache-size", "16M"],
+        Limits::default(),
+    );
+    assert_refused(
+        &r,
+        "hitbench --threads 100000",
+        &["--threads 100000", "at most 1024"],
+    );
+}
