@@ -137,6 +137,20 @@ pub enum Error {
     ResizeBusy(String),
     /// A failed fill of a cache page, with the error its filler reported.
     Fill(String),
+    /// A cache (or a cache's growth) needs more memory than the machine, or the
+    /// memory cgroup the process runs in, can give.
+    NotEnoughMemory {
+        /// What needs the memory, e.g. "cache of 100 GiB (100.4 GiB with its
+        /// set metadata)".
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes the machine or the cgroup can give now.
+        available: u64,
+        /// Where `available` comes from (MemAvailable, SwapFree, cgroup limit
+        /// and usage).
+        sources: String,
+    },
 }
 
 impl Error {
@@ -239,6 +253,16 @@ impl fmt::Display for Error {
             ),
             Error::ResizeBusy(s) => write!(f, "cache resize could not finish: {s}"),
             Error::Fill(s) => write!(f, "filling a cache page failed: {s}"),
+            Error::NotEnoughMemory {
+                what,
+                available,
+                sources,
+                ..
+            } => write!(
+                f,
+                "{what} is more than the {} this machine can give ({sources})",
+                crate::cache::human_size(*available)
+            ),
         }
     }
 }
