@@ -5,10 +5,11 @@
 //! at once naming both sizes, and so does a resize growing past it.
 //!
 //! The resident-memory test reads this process's peak (`VmHWM`), so it lives
-//! in its own test binary, and the other tests here allocate next to nothing.
+//! in its own test binary, and the tests here run one at a time.
 
 mod common;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
@@ -18,6 +19,13 @@ use setcache::{
 };
 
 const GIB: u64 = 1 << 30;
+
+/// Taken by every test here: none runs beside the resident-memory one.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// A field of /proc/self/status in bytes (it is given in kB).
 fn status_bytes(field: &str) -> u64 {
@@ -103,6 +111,7 @@ fn uring_store(tmp: &TempDir) -> Store {
 /// whole frame region with the queue's ring pinned 6 GiB here).
 #[test]
 fn a_six_gib_cache_read_once_stays_far_below_200_mb_resident() {
+    let _serial = one_at_a_time();
     let tmp = TempDir::new("memory-6g");
     let store = uring_store(&tmp);
     const FILE: u64 = 4 << 20;
@@ -185,6 +194,7 @@ fn a_six_gib_cache_read_once_stays_far_below_200_mb_resident() {
 /// A cache of 1 PiB is refused at once, naming both sizes.
 #[test]
 fn a_one_pib_cache_is_refused_at_once() {
+    let _serial = one_at_a_time();
     let tmp = TempDir::new("memory-pib");
     let store = uring_store(&tmp);
     let t0 = Instant::now();
@@ -206,6 +216,7 @@ fn a_one_pib_cache_is_refused_at_once() {
 /// not.
 #[test]
 fn a_cache_just_above_mem_available_is_refused() {
+    let _serial = one_at_a_time();
     // 1 GiB above MemAvailable + SwapFree: other processes freeing memory
     // meanwhile cannot make it fit.
     let size = machine_available() + GIB;
@@ -245,6 +256,7 @@ fn a_cache_just_above_mem_available_is_refused() {
 /// refused at once, leaving the cache as it was, and a modest growth works.
 #[test]
 fn growing_past_the_machines_memory_is_refused() {
+    let _serial = one_at_a_time();
     let max = (machine_available() + 4 * GIB) as usize;
     let c: PageCache = PageCache::new(CacheOptions {
         size: 16 << 20,
