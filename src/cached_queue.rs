@@ -292,11 +292,10 @@ impl CachedStore {
     /// thread.
     pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
         let mut q = Queue::new(depth);
-        let (ptr, len) = self.inner.cache.pinned_frames();
-        // SAFETY: the starting sets' frames stay mapped at the same pages while
-        // the cache lives, and the cache outlives the queue (it borrows the
-        // store).
-        unsafe { q.register_region(ptr, len) };
+        // SAFETY: the frames stay mapped while the cache lives, the cache
+        // outlives the queue (it borrows the store), and it gives frames back
+        // to the kernel only through the chunk table.
+        unsafe { q.register_frames(self.inner.cache.frame_chunks()) };
         CachedQueue {
             sh: &self.inner,
             shared_arc: self.inner.clone(),
@@ -940,5 +939,136 @@ impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
         // Frames of fills in flight are claimed until their reads finish.
         self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cache::{CacheOptions, PolicyKind};
+    use crate::{AlignedBuf, EngineKind, LayoutKind, Store, StoreOptions};
+
+    const PAGES: u64 = 8192;
+
+    /// Page `p` of the file in version `v`.
+    fn page_bytes(p: u64, v: u8) -> impl Iterator<Item = u8> {
+        (0..4096u64).map(move |i| (p * 31 + i * 7 + v as u64 * 101) as u8)
+    }
+
+    fn write_version(store: &Store, v: u8) {
+        let f = store.open_file("f").unwrap();
+        let mut buf = AlignedBuf::new((PAGES * 4096) as usize);
+        for p in 0..PAGES {
+            let at = (p * 4096) as usize;
+            for (d, s) in buf[at..at + 4096].iter_mut().zip(page_bytes(p, v)) {
+                *d = s;
+            }
+        }
+        f.write_at(0, &buf).unwrap();
+    }
+
+    /// Read every page through `q`, one page per request, and check it.
+    fn read_all(q: &mut CachedQueue<'_>, cf: &CachedFile, v: u8, what: &str) {
+        let mut done = Vec::new();
+        for first in (0..PAGES).step_by(32) {
+            let reqs = (first..first + 32)
+                .map(|p| CachedRequest::tagged(OpKind::Read, cf, p * 4096, vec![0; 4096], p))
+                .collect();
+            q.submit(reqs);
+        }
+        q.drain();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), PAGES as usize, "{what}");
+        for (p, c) in &done {
+            assert!(c.result.is_ok(), "{what}: page {p}: {:?}", c.result);
+            assert!(
+                c.buf.iter().copied().eq(page_bytes(*p, v)),
+                "{what}: page {p} has the wrong bytes"
+            );
+        }
+    }
+
+    /// Frames of sets added by a resize are read as fixed buffers too: each
+    /// chunk of the frame region a queue's ring reads into is registered with
+    /// it and held until the queue goes. A shrink meanwhile leaves the held
+    /// chunks' pages mapped, so reads into them after the cache grows again
+    /// still land in the memory the cache reads (giving those pages back
+    /// under the registration would leave the device writing into pages the
+    /// process no longer maps).
+    #[test]
+    fn frames_of_grown_sets_are_fixed_buffers_and_held_chunks_survive_a_shrink() {
+        let dir = std::env::temp_dir().join(format!("setcache-chunks-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StoreOptions {
+            engine: EngineKind::Uring,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+        store.create("f", PAGES * 4096, LayoutKind::Stripe).unwrap();
+        write_version(&store, 1);
+        // The starting sets fill chunk 0 exactly; growth adds chunks 1 and 2.
+        let chunk = crate::io::fixed::CHUNK_BYTES;
+        let cs = CachedStore::with_flusher(
+            store,
+            CacheOptions {
+                size: chunk,
+                max_size: Some(3 * chunk),
+                page_size: 4096,
+                assoc: 4,
+                policy: PolicyKind::Gclock,
+                pin_wait: Duration::from_secs(5),
+            },
+            None,
+        )
+        .unwrap();
+        let cache = cs.cache();
+        let chunks = cache.frame_chunks();
+        assert_eq!((chunks.count(), chunks.chunk_bytes()), (3, chunk));
+        cache.resize(3 * chunk).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let mut q = cs.queue(32);
+        read_all(&mut q, &cf, 1, "grown");
+        assert!(
+            (0..3).all(|c| chunks.held(c)),
+            "every chunk, the grown sets' too, is registered with the queue's ring"
+        );
+        // Shrink (the grown sets' pages move into their buddies or are
+        // dropped) and grow again while the ring holds the chunks.
+        cache.resize(chunk).unwrap();
+        cache.resize(3 * chunk).unwrap();
+        for p in 0..PAGES {
+            cache.evict(cf.id, p).unwrap();
+        }
+        assert!(cache.pages().is_empty());
+        write_version(cs.store(), 2);
+        read_all(&mut q, &cf, 2, "after a shrink under the registration");
+        drop(q);
+        assert!(
+            (0..3).all(|c| !chunks.held(c)),
+            "a queue lets go of its chunks when it goes"
+        );
+        // Now a shrink gives the grown sets' frames back, and a new queue
+        // registers them again.
+        cache.resize(chunk).unwrap();
+        cache.resize(3 * chunk).unwrap();
+        for p in 0..PAGES {
+            cache.evict(cf.id, p).unwrap();
+        }
+        write_version(cs.store(), 3);
+        let mut q = cs.queue(32);
+        read_all(
+            &mut q,
+            &cf,
+            3,
+            "a new queue after the frames were given back",
+        );
+        assert!((0..3).all(|c| chunks.held(c)));
+        drop(q);
+        drop(cf);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -149,6 +149,20 @@ pub enum Error {
         /// The failed fsync's error.
         first: Box<Error>,
     },
+    /// A cache (or a cache's growth) needs more memory than the machine, or the
+    /// memory cgroup the process runs in, can give.
+    NotEnoughMemory {
+        /// What needs the memory, e.g. "cache of 100 GiB (100.4 GiB with its
+        /// set metadata)".
+        what: String,
+        /// Bytes it needs.
+        needed: u64,
+        /// Bytes the machine or the cgroup can give now.
+        available: u64,
+        /// Where `available` comes from (MemAvailable, SwapFree, cgroup limit
+        /// and usage).
+        sources: String,
+    },
 }
 
 impl Error {
@@ -271,6 +285,16 @@ impl fmt::Display for Error {
             Error::SyncLost { file, first } => write!(
                 f,
                 "file {file:?}: an earlier fsync failed ({first}) after pages that have since left the cache were written, so the kernel may have dropped them; its syncs fail until the file is opened again"
+            ),
+            Error::NotEnoughMemory {
+                what,
+                available,
+                sources,
+                ..
+            } => write!(
+                f,
+                "{what} is more than the {} this machine can give ({sources})",
+                crate::cache::human_size(*available)
             ),
         }
     }

@@ -201,10 +201,10 @@ impl<'a> Writer<'a> {
     ) -> Writer<'a> {
         let mut q = Queue::new(depth);
         if register {
-            let (ptr, len) = shared.cache.pinned_frames();
-            // SAFETY: the starting sets' frames stay mapped at the same pages
-            // while the cache lives, and the cache outlives this writer.
-            unsafe { q.register_region(ptr, len) };
+            // SAFETY: the frames stay mapped while the cache lives, the cache
+            // outlives this writer, and it gives frames back to the kernel
+            // only through the chunk table.
+            unsafe { q.register_frames(shared.cache.frame_chunks()) };
         }
         q.set_batched();
         Writer {

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::buf::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::file::{File, Mem};
+use crate::io::fixed::FixedChunks;
 use crate::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
@@ -153,8 +154,8 @@ pub struct Queue {
     via_threads: bool,
     /// How long `wait` polls before it blocks.
     poll: Duration,
-    /// Memory registered as fixed buffers with the queue's own rings.
-    regions: Vec<(usize, usize)>,
+    /// Memory the queue's own rings register as fixed buffers, chunk by chunk.
+    frames: Option<Arc<FixedChunks>>,
     /// Enter the kernel once per flush rather than once per operation.
     batched: bool,
     /// Finished tagged requests: (tag, result), taken by `take_tagged`.
@@ -182,7 +183,7 @@ impl Queue {
             rings: Vec::new(),
             via_threads: false,
             poll: DEFAULT_POLL,
-            regions: Vec::new(),
+            frames: None,
             batched: false,
             tagged: Vec::new(),
             _not_send: PhantomData,
@@ -306,21 +307,16 @@ impl Queue {
         out.append(&mut self.tagged);
     }
 
-    /// Register `len` bytes at `ptr` as fixed buffers with the rings this
-    /// queue creates from now on (cut into pieces of at most 1 GiB), so that
-    /// I/O into that memory skips the kernel's page pinning.
+    /// Let the rings this queue creates from now on register the memory of
+    /// `frames` as fixed buffers, each chunk when an operation first touches it,
+    /// so that I/O into that memory skips the kernel's page pinning.
     ///
     /// # Safety
-    /// The memory stays mapped, at the same physical pages (never released to
-    /// the kernel with `madvise(DONTNEED)` or unmapped), for the queue's life.
-    pub(crate) unsafe fn register_region(&mut self, ptr: *mut u8, len: usize) {
-        const PIECE: usize = 1 << 30;
-        let mut off = 0;
-        while off < len {
-            let n = (len - off).min(PIECE);
-            self.regions.push((ptr as usize + off, n));
-            off += n;
-        }
+    /// The memory stays mapped for the queue's life, and its pages are given
+    /// back to the kernel (`madvise(DONTNEED)`) only through
+    /// [`FixedChunks::release`].
+    pub(crate) unsafe fn register_frames(&mut self, frames: Arc<FixedChunks>) {
+        self.frames = Some(frames);
     }
 
     /// Enter the kernel once per flush (per `submit`, `flush_now` or `wait`)
@@ -371,7 +367,7 @@ impl Queue {
         let pos = match self.rings.iter().position(|r| r.engine == engine) {
             Some(p) => p,
             None => {
-                let ring = ThreadRing::new(self.depth.max(hint), cfg, &self.regions).ok();
+                let ring = ThreadRing::new(self.depth.max(hint), cfg, self.frames.as_ref()).ok();
                 self.rings.push(OwnRing { engine, ring });
                 self.rings.len() - 1
             }

@@ -98,3 +98,61 @@ fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
     assert!(err.contains("--policy") && err.contains("s3fifo"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A cache larger than the machine can give is refused before anything runs
+/// (no data file made, no engine run), with both sizes in the message; the
+/// Linux engines, whose `--cache-size` is only a cgroup limit, are not held
+/// to it.
+#[test]
+fn a_cache_larger_than_memory_is_refused_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-mem-{}", std::process::id()));
+    let run_sized = |file_size: &str, args: &[&str]| {
+        let t0 = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .arg("bench")
+            .arg("--dir")
+            .arg(&dir)
+            .args([
+                "--file-size",
+                file_size,
+                "--runtime",
+                "0.3",
+                "--no-progress",
+            ])
+            .args(args)
+            .output()
+            .expect("run the bench binary");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+            t0.elapsed(),
+        )
+    };
+    let run = |args: &[&str]| run_sized("16M", args);
+    for engines in ["direct,setcache", "direct-copy"] {
+        let (ok, out, err, took) = run(&["--engine", engines, "--cache-size", "1024T"]);
+        assert!(!ok, "{engines}: {out}\n{err}");
+        assert!(out.is_empty(), "{engines}: nothing ran: {out}");
+        assert!(
+            err.contains("error: cache of 1024T (--cache-size;")
+                && err.contains("is more than the ")
+                && err.contains(" this machine can give (MemAvailable"),
+            "{engines}: {err}"
+        );
+        assert!(!err.contains("round"), "{engines}: no engine ran: {err}");
+        assert!(!dir.exists(), "{engines}: no data file was made");
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+    // The default cache, a quarter of the file, is checked the same way.
+    let (ok, _, err, _) = run_sized("2048T", &["--engine", "setcache"]);
+    assert!(!ok);
+    assert!(
+        err.contains("a quarter of --file-size") && err.contains("this machine can give"),
+        "{err}"
+    );
+    // A cache the machine can give passes the check.
+    let (ok, out, err, _) = run(&["--engine", "setcache,linux-buffered", "--cache-size", "4M"]);
+    assert!(ok, "{err}\n{out}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

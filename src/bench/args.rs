@@ -93,7 +93,10 @@ pub(crate) struct BenchArgs {
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub(crate) poll_us: u64,
     /// Memory the Linux engines' page cache may use (enforced with a memory cgroup
-    /// when possible) [default: unconstrained]
+    /// when possible), and the size of the setcache engine's cache and of
+    /// direct-copy's frame pool, which this process holds (a size above what the
+    /// machine can give them is refused) [default: unconstrained; setcache: a
+    /// quarter of the file]
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub(crate) cache_size: Option<u64>,
     /// Target hit ratios in percent, comma-separated: that share of reads falls in a hot

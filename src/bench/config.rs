@@ -67,6 +67,35 @@ pub(crate) fn check_io_unit(flag: &str, what: &str, bytes: u64) -> Result<(), St
     Ok(())
 }
 
+/// Refuse a cache that the in-process engines (setcache's cache, direct-copy's
+/// frame pool) could not hold, before anything runs: the memory is reserved
+/// up front and touched as the run goes, so it would fail only once the
+/// kernel kills the process. The Linux engines' `--cache-size` is a cgroup
+/// limit, which no process allocates, so they are not checked.
+fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
+    let holders: Vec<&str> = engines
+        .iter()
+        .filter(|e| matches!(e, Engine::Setcache | Engine::DirectCopy))
+        .map(|e| e.name())
+        .collect();
+    if holders.is_empty() {
+        return Ok(());
+    }
+    let bytes = super::cached::cache_bytes(a.cache_size, a.file_size);
+    let origin = match a.cache_size {
+        Some(_) => "--cache-size",
+        None => "a quarter of --file-size, no --cache-size given",
+    };
+    setcache::cache::check_memory(bytes, || {
+        format!(
+            "cache of {} ({origin}; held in this process by {})",
+            format_size(bytes),
+            holders.join(" and ")
+        )
+    })
+    .map_err(|e| e.to_string())
+}
+
 /// Check the flags together.
 pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     check_bs(a.bs)?;
@@ -151,6 +180,7 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     if engines.is_empty() {
         return Err("--engine lists no engine".to_string());
     }
+    check_cache_memory(&a, &engines)?;
     let rwmix_read = a.rwmix_read.unwrap_or(50);
     Ok(Config {
         a,

@@ -17,7 +17,7 @@
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicU64, fence};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
@@ -26,6 +26,7 @@ use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
 use super::sync::{Model, Word};
 use crate::error::{Error, Result};
+use crate::io::fixed::FixedChunks;
 use crate::layout::mix64;
 
 pub(crate) const VALID: u32 = 1;
@@ -89,6 +90,9 @@ pub(crate) struct Core<M: Model> {
     pub(crate) lay: SetLayout,
     sets: Region,
     frames: Region,
+    /// The frame region as I/O rings register it: chunk by chunk, on first use.
+    /// Frames are given back to the kernel only through it.
+    chunks: Arc<FixedChunks>,
     pub(crate) page_size: usize,
     /// Sets at level 0 of linear hashing (the smallest table): the starting
     /// number of sets. A table of `n` sets is that of `L = base * 2^k <= n`
@@ -137,11 +141,14 @@ impl<M: Model> Core<M> {
         let ghosts = policy.ghosts(assoc);
         let lay = SetLayout::new::<M>(assoc, ghosts);
         let sets_mem = Region::new(max_sets * lay.stride, "set metadata")?;
-        let frames = Region::new(max_sets * assoc * page_size, "page frames")?;
+        let frames_len = max_sets * assoc * page_size;
+        let frames = Region::new(frames_len, "page frames")?;
+        let chunks = Arc::new(FixedChunks::new(frames.ptr(), frames_len));
         let core = Core {
             lay,
             sets: sets_mem,
             frames,
+            chunks,
             page_size,
             base: sets,
             max_sets,
@@ -401,14 +408,11 @@ impl<M: Model> Core<M> {
         super::prefetch(unsafe { f.add(LINE) });
     }
 
-    /// The frames of the starting sets: `(start, bytes)`. They are never given
-    /// back to the kernel (a shrink stops at the starting size), so I/O rings
-    /// may register them as fixed buffers.
-    pub(crate) fn base_frames(&self) -> (*mut u8, usize) {
-        (
-            self.frames.ptr(),
-            self.base * self.lay.assoc * self.page_size,
-        )
+    /// The frame region cut into chunks for I/O rings to register as fixed
+    /// buffers when they first use them; a shrink gives back only the frames
+    /// of chunks that no ring holds.
+    pub(crate) fn frame_chunks(&self) -> &Arc<FixedChunks> {
+        &self.chunks
     }
 
     /// The frame of slot `i` of set `s`.
@@ -1167,7 +1171,8 @@ impl<M: Model> Core<M> {
         self.unlock(t);
         self.unlock(s);
         let stride = self.lay.assoc * self.page_size;
-        self.frames.release(t * stride, stride);
+        self.chunks
+            .release(t * stride, stride, |off, len| self.frames.release(off, len));
         Ok(true)
     }
 

@@ -15,6 +15,7 @@
 mod core;
 pub mod policy;
 mod region;
+mod room;
 mod setmem;
 mod stats;
 pub mod sync;
@@ -22,7 +23,10 @@ pub mod sync;
 use std::time::Duration;
 
 use self::core::{Core, Found};
+use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
+pub(crate) use self::room::human_size;
+pub use self::room::{MemoryRoom, check_memory, memory_room};
 pub use self::stats::CacheStats;
 use self::sync::{Model, Os};
 use crate::error::{Error, Result};
@@ -54,7 +58,9 @@ pub struct CacheOptions {
     pub size: usize,
     /// Largest size [`PageCache::resize`] may grow to (address space is
     /// reserved for it, memory is used only as sets are added). Defaults to
-    /// `size`.
+    /// `size`. It is not checked against the machine's memory, which may
+    /// well be free by the time the cache grows: each growth is (see
+    /// [`PageCache::resize`]).
     pub max_size: Option<usize>,
     /// Page size: a power of two from 512 bytes to 1 MiB.
     pub page_size: usize,
@@ -108,6 +114,12 @@ fn untag(tag: u64) -> (u32, u64) {
 
 impl<M: Model> PageCache<M> {
     /// A cache as `opts` describe, or an error naming the bad option.
+    ///
+    /// A cache whose frames and set metadata at `size` need more memory than
+    /// the machine, or the memory cgroup the process runs in, can give now
+    /// ([`memory_room`]) is refused with [`Error::NotEnoughMemory`]: the
+    /// memory is reserved, not allocated, so it would be accepted and the
+    /// process killed once the cache fills.
     pub fn new(opts: CacheOptions) -> Result<Self> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
         if !opts.page_size.is_power_of_two() || !(512..=1 << 20).contains(&opts.page_size) {
@@ -132,6 +144,16 @@ impl<M: Model> PageCache<M> {
             ));
         }
         let sets = (opts.size / set_bytes).max(1);
+        let meta = setmem::SetLayout::new::<M>(opts.assoc, opts.policy.ghosts(opts.assoc)).stride;
+        let need = (sets as u64).saturating_mul((set_bytes + meta) as u64);
+        check_memory(need, || {
+            let (asked, with_meta) = (human_size(opts.size as u64), human_size(need));
+            if asked == with_meta {
+                format!("cache of {asked}")
+            } else {
+                format!("cache of {asked} ({with_meta} with its set metadata)")
+            }
+        })?;
         let max = opts.max_size.unwrap_or(opts.size).max(opts.size);
         let max_sets = (max / set_bytes).max(sets);
         if max_sets > u32::MAX as usize / 2 {
@@ -153,11 +175,12 @@ impl<M: Model> PageCache<M> {
         self.core.page_size
     }
 
-    /// The frames of the cache's starting sets, `(start, bytes)`: memory that
-    /// stays mapped at the same pages for the cache's life, so I/O engines may
-    /// register it (a resize never releases it).
-    pub fn pinned_frames(&self) -> (*mut u8, usize) {
-        self.core.base_frames()
+    /// The frames, cut into chunks that a queue's rings register as fixed
+    /// buffers when they first read or write a frame in one (registering pins,
+    /// and so allocates, the whole chunk). A shrink gives back the frames of
+    /// removed sets only in chunks no ring holds.
+    pub(crate) fn frame_chunks(&self) -> std::sync::Arc<crate::io::fixed::FixedChunks> {
+        self.core.frame_chunks().clone()
     }
 
     /// How long a lookup waits for a pinned set before it gives up.
@@ -519,9 +542,26 @@ impl<M: Model> PageCache<M> {
     /// step). Shrinking drops clean pages when the merged sets overflow; if
     /// dirty pages leave no room it stops with [`Error::ResizeBusy`]: write them
     /// back and retry.
+    ///
+    /// Growing by more than the machine (or the process's memory cgroup) can
+    /// give now is refused at once with [`Error::NotEnoughMemory`]; the memory
+    /// the cache already holds is not counted again.
     pub fn resize(&self, bytes: usize) -> Result<()> {
         let set_bytes = self.assoc() * self.page_size();
         let target = (bytes / set_bytes).clamp(1, self.core.max_sets);
+        let now = self.sets();
+        if target > now {
+            let per_set = (set_bytes + self.core.lay.stride) as u64;
+            let more = (target - now) as u64 * per_set;
+            check_memory(more, || {
+                format!(
+                    "growing the cache from {} to {} ({} more with its set metadata)",
+                    human_size((now * set_bytes) as u64),
+                    human_size((target * set_bytes) as u64),
+                    human_size(more)
+                )
+            })?;
+        }
         let mut waited = Duration::ZERO;
         let mut pause = 1u64;
         loop {

@@ -11,6 +11,7 @@
 //! * `psync`: a few threads per device doing `preadv`/`pwritev`; the fallback.
 //! * `sim`: in-memory media with seeded latency and fault injection, for tests.
 
+pub(crate) mod fixed;
 mod joiner;
 mod mailbox;
 mod psync;

@@ -12,15 +12,19 @@
 //! The ring holds at most its size in flight; operations beyond that wait in a
 //! backlog and go in as completions make room. Registered files and buffer arenas
 //! are the device thread's; a private ring uses plain descriptors, and plain
-//! addresses except in the memory regions its queue registered with it (a page
-//! cache's frames), which it reads and writes as fixed buffers: the kernel then
-//! skips pinning the pages of every request.
+//! addresses except in the memory its queue registered with it (a page cache's
+//! frames, cut into chunks: see [`super::fixed`]), which it reads and writes as
+//! fixed buffers: the kernel then skips pinning the pages of every request. The
+//! ring registers a chunk the first time an operation touches it, so that only
+//! the chunks in use are pinned (pinning faults the pages in).
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::time::Duration;
 
 use io_uring::{IoUring, types};
 
+use super::fixed::FixedChunks;
 use super::uring::{build_entry, finish_slot};
 use super::{DevOp, OpResult, QueueRings};
 
@@ -37,19 +41,76 @@ pub(crate) struct ThreadRing {
     unsubmitted: u32,
     /// Pass each entry to the kernel as soon as it is pushed.
     eager: bool,
-    /// Regions registered as fixed buffers, `(start, len)`; buffer index =
-    /// position.
-    fixed: Vec<(usize, usize)>,
+    /// Memory registered as fixed buffers chunk by chunk, if any.
+    fixed: Option<RingChunks>,
+}
+
+/// A ring's side of a [`FixedChunks`]: buffer index = chunk number.
+struct RingChunks {
+    chunks: Arc<FixedChunks>,
+    /// Per chunk: `UNTRIED` or `REGISTERED` (and then held).
+    state: Vec<u8>,
+    /// The kernel refused a registration: use plain addresses from now on.
+    refused: bool,
+}
+
+const UNTRIED: u8 = 0;
+const REGISTERED: u8 = 1;
+
+impl RingChunks {
+    /// The fixed-buffer index for `[p, p + n)`, registering its chunk first
+    /// if this ring has not yet.
+    #[inline]
+    fn index(&mut self, ring: &IoUring, p: usize, n: usize) -> Option<u16> {
+        let c = self.chunks.chunk_of(p, n)?;
+        if self.state[c] == REGISTERED {
+            return Some(c as u16);
+        }
+        self.register(ring, c)
+    }
+
+    #[cold]
+    fn register(&mut self, ring: &IoUring, c: usize) -> Option<u16> {
+        if self.refused || !self.chunks.hold(c) {
+            return None;
+        }
+        let (start, len) = self.chunks.bounds(c);
+        let iov = libc::iovec {
+            iov_base: start as *mut libc::c_void,
+            iov_len: len,
+        };
+        // SAFETY: the chunk lies in memory that the queue's owner keeps mapped
+        // while the queue lives (the promise of `Queue::register_frames`), and
+        // `hold` keeps its pages from being given back until this ring lets go
+        // of it in `drop`. The slot `c` is inside the sparse table made in `new`.
+        match unsafe {
+            ring.submitter()
+                .register_buffers_update(c as u32, &[iov], None)
+        } {
+            Ok(()) => {
+                self.state[c] = REGISTERED;
+                Some(c as u16)
+            }
+            Err(_) => {
+                // Most likely the locked-memory limit: it would refuse the next
+                // chunk too, after faulting it in.
+                self.chunks.unhold(c);
+                self.refused = true;
+                None
+            }
+        }
+    }
 }
 
 impl ThreadRing {
     /// A ring of `entries` (rounded up to a power of two) on the calling thread,
-    /// with `regions` (each at most 1 GiB) registered as fixed buffers if the
-    /// kernel allows (else they are used as plain memory).
+    /// with a sparse fixed-buffer table for the chunks of `frames` if the kernel
+    /// allows (else that memory is used at plain addresses). Nothing is pinned
+    /// here: each chunk is registered when an operation first touches it.
     pub(crate) fn new(
         entries: usize,
         cfg: QueueRings,
-        regions: &[(usize, usize)],
+        frames: Option<&Arc<FixedChunks>>,
     ) -> std::io::Result<ThreadRing> {
         let entries = entries.clamp(4, 4096).next_power_of_two();
         let ring = IoUring::builder()
@@ -57,22 +118,19 @@ impl ThreadRing {
             .setup_defer_taskrun()
             .build(entries as u32)
             .or_else(|_| IoUring::builder().build(entries as u32))?;
-        let mut fixed = Vec::new();
-        if !regions.is_empty() {
-            let iovs: Vec<libc::iovec> = regions
-                .iter()
-                .map(|&(p, n)| libc::iovec {
-                    iov_base: p as *mut libc::c_void,
-                    iov_len: n,
-                })
-                .collect();
-            // SAFETY: the regions are memory the queue's owner keeps mapped for
-            // the queue's whole life (the caller of `Queue::register_region`
-            // promises it); the kernel pins them until the ring is dropped.
-            if unsafe { ring.submitter().register_buffers(&iovs) }.is_ok() {
-                fixed = regions.to_vec();
-            }
-        }
+        let fixed = frames
+            .filter(|f| {
+                f.count() > 0
+                    && ring
+                        .submitter()
+                        .register_buffers_sparse(f.count() as u32)
+                        .is_ok()
+            })
+            .map(|f| RingChunks {
+                chunks: f.clone(),
+                state: vec![UNTRIED; f.count()],
+                refused: false,
+            });
         Ok(ThreadRing {
             fixed,
             ring,
@@ -85,18 +143,16 @@ impl ThreadRing {
         })
     }
 
-    /// The fixed-buffer index for an operation on one piece of a registered
-    /// region.
+    /// The fixed-buffer index for an operation on one piece of registered
+    /// memory (registering its chunk with this ring on first use).
     #[inline]
-    fn fixed_index(&self, op: &DevOp) -> Option<u16> {
-        if self.fixed.is_empty() || op.iov.len() != 1 {
+    fn fixed_index(&mut self, op: &DevOp) -> Option<u16> {
+        let fixed = self.fixed.as_mut()?;
+        if op.iov.len() != 1 {
             return None;
         }
         let (p, n) = (op.iov[0].iov_base as usize, op.iov[0].iov_len);
-        self.fixed
-            .iter()
-            .position(|&(s, len)| p >= s && p + n <= s + len)
-            .map(|i| i as u16)
+        fixed.index(&self.ring, p, n)
     }
 
     /// Operations handed to this ring and not yet completed.
@@ -116,7 +172,8 @@ impl ThreadRing {
                 break;
             };
             let idx = self.free.pop().expect("checked non-empty");
-            let entry = build_entry(&op, None, self.fixed_index(&op)).user_data(idx as u64);
+            let fixed = self.fixed_index(&op);
+            let entry = build_entry(&op, None, fixed).user_data(idx as u64);
             self.slab[idx] = Some(op);
             // SAFETY: the entry's iovec array lives in `self.slab[idx]` and the
             // buffers are kept alive by the request's owner until the completion; the
@@ -226,6 +283,13 @@ impl Drop for ThreadRing {
                 && self.slab.len() == self.free.len()
             {
                 break;
+            }
+        }
+        // Nothing of ours is in flight: the owner may give the chunks' pages
+        // back again (the ring, closed next, is never used after this).
+        if let Some(f) = &self.fixed {
+            for (c, _) in f.state.iter().enumerate().filter(|s| *s.1 == REGISTERED) {
+                f.chunks.unhold(c);
             }
         }
     }
