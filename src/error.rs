@@ -137,6 +137,38 @@ pub enum Error {
     ResizeBusy(String),
     /// A failed fill of a cache page, with the error its filler reported.
     Fill(String),
+    /// A device root is in use by another open store (in this or another process).
+    StoreLocked {
+        /// Index of the device in the list given to `Store::open`.
+        device: usize,
+        /// The root directory.
+        root: PathBuf,
+        /// The process that holds it, when its lock file says.
+        holder: Option<u32>,
+    },
+    /// A backing file of an open file is no longer the file at its path: it was
+    /// removed, or its directory was, or another file took its name. Data written
+    /// through the handle is not where the store will look for it.
+    BackingGone {
+        /// The file.
+        file: String,
+        /// The device.
+        device: usize,
+        /// The path the backing file should be at.
+        path: PathBuf,
+        /// What happened to it.
+        problem: String,
+    },
+    /// A metadata operation interrupted by a crash (or an earlier failure) could not
+    /// be finished; its intent record is kept and replayed again later.
+    Recovery {
+        /// The intent record.
+        path: PathBuf,
+        /// The interrupted operation, e.g. `rename of "a" to "b"`.
+        op: String,
+        /// Why it could not be finished.
+        problem: String,
+    },
 }
 
 impl Error {
@@ -239,6 +271,39 @@ impl fmt::Display for Error {
             ),
             Error::ResizeBusy(s) => write!(f, "cache resize could not finish: {s}"),
             Error::Fill(s) => write!(f, "filling a cache page failed: {s}"),
+            Error::StoreLocked {
+                device,
+                root,
+                holder,
+            } => {
+                write!(
+                    f,
+                    "device {device} ({}) is in use by another open store",
+                    root.display()
+                )?;
+                match holder {
+                    Some(pid) if *pid == std::process::id() => {
+                        write!(f, " in this process (pid {pid})")
+                    }
+                    Some(pid) => write!(f, " (process {pid})"),
+                    None => Ok(()),
+                }
+            }
+            Error::BackingGone {
+                file,
+                device,
+                path,
+                problem,
+            } => write!(
+                f,
+                "file {file:?}: its backing file on device {device} ({}) {problem}; data written through this handle is not in the store",
+                path.display()
+            ),
+            Error::Recovery { path, op, problem } => write!(
+                f,
+                "cannot finish the interrupted {op} recorded in {}: {problem} (the record is kept and replayed again)",
+                path.display()
+            ),
         }
     }
 }
