@@ -163,6 +163,38 @@ pub enum Error {
         /// and usage).
         sources: String,
     },
+    /// A device root is in use by another open store (in this or another process).
+    StoreLocked {
+        /// Index of the device in the list given to `Store::open`.
+        device: usize,
+        /// The root directory.
+        root: PathBuf,
+        /// The process that holds it, when its lock file says.
+        holder: Option<u32>,
+    },
+    /// A backing file of an open file is no longer the file at its path: it was
+    /// removed, or its directory was, or another file took its name. Data written
+    /// through the handle is not where the store will look for it.
+    BackingGone {
+        /// The file.
+        file: String,
+        /// The device.
+        device: usize,
+        /// The path the backing file should be at.
+        path: PathBuf,
+        /// What happened to it.
+        problem: String,
+    },
+    /// A metadata operation interrupted by a crash (or an earlier failure) could not
+    /// be finished; its intent record is kept and replayed again later.
+    Recovery {
+        /// The intent record.
+        path: PathBuf,
+        /// The interrupted operation, e.g. `rename of "a" to "b"`.
+        op: String,
+        /// Why it could not be finished.
+        problem: String,
+    },
 }
 
 impl Error {
@@ -295,6 +327,39 @@ impl fmt::Display for Error {
                 f,
                 "{what} is more than the {} this machine can give ({sources})",
                 crate::cache::human_size(*available)
+            ),
+            Error::StoreLocked {
+                device,
+                root,
+                holder,
+            } => {
+                write!(
+                    f,
+                    "device {device} ({}) is in use by another open store",
+                    root.display()
+                )?;
+                match holder {
+                    Some(pid) if *pid == std::process::id() => {
+                        write!(f, " in this process (pid {pid})")
+                    }
+                    Some(pid) => write!(f, " (process {pid})"),
+                    None => Ok(()),
+                }
+            }
+            Error::BackingGone {
+                file,
+                device,
+                path,
+                problem,
+            } => write!(
+                f,
+                "file {file:?}: its backing file on device {device} ({}) {problem}; data written through this handle is not in the store",
+                path.display()
+            ),
+            Error::Recovery { path, op, problem } => write!(
+                f,
+                "cannot finish the interrupted {op} recorded in {}: {problem} (the record is kept and replayed again)",
+                path.display()
             ),
         }
     }

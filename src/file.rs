@@ -70,13 +70,18 @@ impl File {
         self.inner.layout
     }
 
-    /// Change the length (a multiple of 512 bytes). Rewrites the header on every device.
+    /// Change the length, to any number of bytes. Rewrites the header on every
+    /// device; all of it happens, or (after an error or a crash) it is finished later.
+    /// The bytes past the new length, to the end of its sector, read as zeros, and so
+    /// does anything the file holds past the shorter of the old and new lengths.
     pub fn set_len(&self, len: u64) -> Result<()> {
         self.inner.store.set_len(&self.inner, len)
     }
 
     /// Read `buf.len()` bytes at `offset`. Offset, length and buffer address must be
-    /// multiples of 512 bytes.
+    /// multiples of 512 bytes. The request may cover the file's last sector whole,
+    /// up to the length rounded up to 512; past the length, that sector reads as
+    /// zeros after `create` or `set_len` (and as whatever a write put there since).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
         self.sync_io(OpKind::Read, offset, buf.as_mut_ptr(), buf.len())
     }
@@ -86,7 +91,10 @@ impl File {
         self.sync_io(OpKind::Write, offset, buf.as_ptr().cast_mut(), buf.len())
     }
 
-    /// Make every completed write durable on every device.
+    /// Make every completed write durable on every device. Then checks that each
+    /// backing file is still the one at the file's path (not removed, nor replaced):
+    /// if not, the data is not in the store, and the error
+    /// ([`Error::BackingGone`]) names the file and the device.
     pub fn sync(&self) -> Result<()> {
         let joiner = Joiner::new(self.name_arc(), 0, Sink::Thread(std::thread::current()));
         for b in &self.inner.backings {
@@ -105,7 +113,49 @@ impl File {
             };
             b.engine.submit(vec![op]);
         }
-        joiner.wait_sync()
+        joiner.wait_sync()?;
+        self.check_backings()
+    }
+
+    /// Whether every backing file is still linked and still the file at its path.
+    /// Holds the name's read lock, so a rename (which holds its write lock while
+    /// it renames the backing files) is seen whole or not at all.
+    fn check_backings(&self) -> Result<()> {
+        let name = self.inner.name.read().unwrap_or_else(|p| p.into_inner());
+        for b in &self.inner.backings {
+            let path = self.inner.store.backing_path(b.device, &name);
+            let gone = |problem: &str| Error::BackingGone {
+                file: name.to_string(),
+                device: b.device,
+                path: path.clone(),
+                problem: problem.to_string(),
+            };
+            let at_path = match std::fs::metadata(&path) {
+                Ok(m) => {
+                    use std::os::unix::fs::MetadataExt;
+                    if (m.dev(), m.ino()) != b.fs_id {
+                        return Err(gone("was replaced: another file now has its path"));
+                    }
+                    true
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => false,
+                Err(e) => {
+                    return Err(Error::os(format!("device {}: examine", b.device), path, e));
+                }
+            };
+            if !at_path {
+                // SAFETY: `stat` is plain data; zeroed is a valid value to overwrite.
+                let mut st: libc::stat = unsafe { std::mem::zeroed() };
+                // SAFETY: plain system call on an open descriptor and a valid out pointer.
+                let linked = unsafe { libc::fstat(b.raw_fd(), &mut st) } != 0 || st.st_nlink > 0;
+                return Err(gone(if linked {
+                    "is no longer at its path (was it or its directory moved?)"
+                } else {
+                    "was removed (it is linked in no directory)"
+                }));
+            }
+        }
+        Ok(())
     }
 
     fn sync_io(&self, kind: OpKind, offset: u64, ptr: *mut u8, len: usize) -> Result<()> {
@@ -196,10 +246,10 @@ impl File {
             return Err(misaligned("buffer address", ptr as u64));
         }
         let file_len = self.len();
-        if offset
-            .checked_add(len as u64)
-            .is_none_or(|end| end > file_len)
-        {
+        // The last sector may be covered whole (lengths are at most MAX_LEN, so
+        // this cannot overflow).
+        let limit = file_len.next_multiple_of(DIRECT_ALIGN);
+        if offset.checked_add(len as u64).is_none_or(|end| end > limit) {
             return Err(Error::OutOfRange {
                 file: self.name(),
                 offset,

@@ -8,6 +8,11 @@
 //! Format (little endian): magic[8] "SETCACHE", version u32, layout u32,
 //! block_bytes u64, len u64, devices u32, device_index u32, file_uid u64,
 //! crc32c u32 over the preceding 48 bytes. The rest of the 4 KiB is zero.
+//!
+//! Version 2 records the file's length exactly, to the byte. Version 1 (the
+//! previous one) had the same fields but only lengths that were multiples of 512;
+//! such a header reads as the same length, and the store rewrites it as version 2
+//! when it opens the file.
 
 use crate::layout::LayoutKind;
 
@@ -15,8 +20,13 @@ use crate::layout::LayoutKind;
 pub const HEADER_BYTES: u64 = 4096;
 
 const MAGIC: &[u8; 8] = b"SETCACHE";
-/// The format version this code writes and reads.
-pub(crate) const FORMAT_VERSION: u32 = 1;
+/// The format version this code writes. It also reads [`V1`] headers.
+pub(crate) const FORMAT_VERSION: u32 = 2;
+/// The previous format version: lengths were multiples of 512, and the store kept no
+/// lock file and no intent record.
+pub(crate) const V1: u32 = 1;
+/// The largest file length accepted, so that no size computation can overflow.
+pub(crate) const MAX_LEN: u64 = 1 << 62;
 const BODY: usize = 48;
 
 /// The decoded header of one backing file.
@@ -77,8 +87,9 @@ impl Header {
         b
     }
 
-    /// Decode a header; the error says what is wrong.
-    pub(crate) fn decode(b: &[u8]) -> Result<Header, String> {
+    /// Decode a header and return it with the format version it was written in;
+    /// the error says what is wrong.
+    pub(crate) fn decode(b: &[u8]) -> Result<(Header, u32), String> {
         if b.len() < BODY + 4 {
             return Err(format!(
                 "file too short for a header ({} bytes, need {HEADER_BYTES})",
@@ -98,9 +109,9 @@ impl Header {
             ));
         }
         let version = u32_at(8);
-        if version != FORMAT_VERSION {
+        if version != FORMAT_VERSION && version != V1 {
             return Err(format!(
-                "format version {version} is not supported (this build reads version {FORMAT_VERSION})"
+                "format version {version} is not supported (this build writes version {FORMAT_VERSION} and reads versions {V1} and {FORMAT_VERSION})"
             ));
         }
         let layout = LayoutKind::from_code(u32_at(12))
@@ -125,7 +136,19 @@ impl Header {
                 h.device_index, h.devices
             ));
         }
-        Ok(h)
+        if h.len > MAX_LEN {
+            return Err(format!(
+                "length {} is larger than the largest supported ({MAX_LEN})",
+                h.len
+            ));
+        }
+        if version == V1 && h.len % 512 != 0 {
+            return Err(format!(
+                "format version {V1} header with length {} (version {V1} lengths are multiples of 512)",
+                h.len
+            ));
+        }
+        Ok((h, version))
     }
 }
 
@@ -147,7 +170,41 @@ mod tests {
     #[test]
     fn round_trip() {
         let h = sample();
-        assert_eq!(Header::decode(&h.encode()).unwrap(), h);
+        assert_eq!(Header::decode(&h.encode()).unwrap(), (h, FORMAT_VERSION));
+        let odd = Header { len: 1001, ..h };
+        assert_eq!(
+            Header::decode(&odd.encode()).unwrap(),
+            (odd, FORMAT_VERSION)
+        );
+    }
+
+    /// `h` encoded as a version 1 header.
+    fn v1(h: &Header) -> Vec<u8> {
+        let mut b = h.encode();
+        b[8..12].copy_from_slice(&V1.to_le_bytes());
+        let crc = crc32c(&b[..BODY]);
+        b[48..52].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    #[test]
+    fn version_1_is_read_and_others_are_refused() {
+        let h = sample();
+        assert_eq!(Header::decode(&v1(&h)).unwrap(), (h, V1));
+        // Version 1 never wrote a length that is not whole sectors.
+        let e = Header::decode(&v1(&Header { len: 1001, ..h })).unwrap_err();
+        assert!(e.contains("multiples of 512"), "{e}");
+        let mut b = h.encode();
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
+        let crc = crc32c(&b[..BODY]);
+        b[48..52].copy_from_slice(&crc.to_le_bytes());
+        let e = Header::decode(&b).unwrap_err();
+        assert!(
+            e.contains("version 3") && e.contains("writes version 2"),
+            "{e}"
+        );
+        let e = Header::decode(&Header { len: u64::MAX, ..h }.encode()).unwrap_err();
+        assert!(e.contains("largest"), "{e}");
     }
 
     #[test]

@@ -243,6 +243,25 @@ impl Layout {
         blocks.div_ceil(self.devices as u64) * self.block_bytes
     }
 
+    /// Where the data of a file of `len` bytes ends on device `device`: every byte of
+    /// the device's data area before it lies before `len` in the file, and every byte
+    /// at or after it lies at or past `len`. Not a multiple of 512 on the device that
+    /// holds the file's last byte when `len` is not.
+    pub fn device_end(&self, device: usize, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let bb = self.block_bytes;
+        let last = (len - 1) / bb;
+        let stripe = last / self.devices as u64;
+        let block = self.logical_block(device, stripe);
+        match block.cmp(&last) {
+            std::cmp::Ordering::Less => (stripe + 1) * bb,
+            std::cmp::Ordering::Equal => stripe * bb + (len - last * bb),
+            std::cmp::Ordering::Greater => stripe * bb,
+        }
+    }
+
     /// Split the request `[offset, offset + len)` into per-device pieces, one per block
     /// crossed, in logical order. `f` is called once per piece.
     pub fn split(&self, offset: u64, len: usize, mut f: impl FnMut(Segment)) {
@@ -299,6 +318,20 @@ mod tests {
             let (d, doff) = l.map(off);
             let back = l.logical_block(d, doff / bb) * bb + doff % bb;
             prop_assert_eq!(back, off);
+        }
+
+        #[test]
+        fn device_end_separates_the_file_from_the_rest(kind in kinds(), n in 1usize..=5, bpages in 1u64..4, len in 0u64..12_000) {
+            let bb = bpages * 512;
+            let l = Layout::new(kind, n, bb).unwrap();
+            for d in 0..n {
+                let end = l.device_end(d, len);
+                prop_assert!(end <= l.device_bytes(len));
+                for x in 0..l.device_bytes(len) {
+                    let logical = l.logical_block(d, x / bb) * bb + x % bb;
+                    prop_assert_eq!(logical < len, x < end, "device {} offset {} end {}", d, x, end);
+                }
+            }
         }
 
         #[test]

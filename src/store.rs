@@ -3,9 +3,24 @@
 //! Metadata operations (create, open, delete, rename, set_len) are rare and go
 //! straight to the file systems with ordinary system calls, serialised by one lock;
 //! data I/O never takes that lock.
+//!
+//! Each root holds a lock file ([`LOCK_FILE`]) locked with `flock` for the life of
+//! the store, so a second store on the same roots, in this process or another, is
+//! refused. Create, delete, rename and set_len first write an intent record (see
+//! [`intent`]) to device 0's root and make it durable; the operation then changes the
+//! devices, makes that durable, and removes the record. `Store::open` finishes any
+//! operation whose record it finds before it does anything else: create is rolled
+//! back, the others are rolled forward. Every step of that is idempotent, so a crash
+//! during recovery is recovered the same way.
+
+mod intent;
+
+#[cfg(test)]
+mod crash_tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
+use std::io::Write as _;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -16,12 +31,18 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use crate::buf::{AlignedBuf, Arena};
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, File, FileInner};
-use crate::header::{HEADER_BYTES, Header};
+use crate::header::{HEADER_BYTES, Header, MAX_LEN, V1};
 use crate::io::{Backing, DeviceEngine, DeviceState, EngineKind, EngineParams, start_engines};
 use crate::layout::{Layout, LayoutKind, MAX_DEVICES, mix64};
+use intent::{Decoded, INTENT_FILE, Intent, Op};
 
 /// Suffix of backing files in a device root.
 const SUFFIX: &str = ".scf";
+/// Suffix of a backing file being made by `create`, before it gets its name. The
+/// name starts with a dot, like no file name, so it is never listed.
+const NEW_SUFFIX: &str = ".scf.new";
+/// The lock file in every root.
+pub(crate) const LOCK_FILE: &str = ".setcache-lock";
 
 /// Settings of a store.
 #[derive(Debug, Clone)]
@@ -93,8 +114,20 @@ pub(crate) struct StoreInner {
     engines: Vec<Arc<dyn DeviceEngine>>,
     states: Vec<Arc<DeviceState>>,
     engine_name: &'static str,
-    /// Open files by name; also serialises metadata operations.
-    meta: Mutex<HashMap<String, Weak<FileInner>>>,
+    /// Open files by name and the operation left unfinished; also serialises
+    /// metadata operations.
+    meta: Mutex<Meta>,
+    /// The lock file of each root, locked (`flock`) for as long as this lives.
+    _locks: Vec<OwnedFd>,
+}
+
+/// What the metadata lock protects.
+struct Meta {
+    /// Open files by name.
+    files: HashMap<String, Weak<FileInner>>,
+    /// An operation that failed part-way in this process and whose intent record is
+    /// still on disk: finished (or undone) before the next metadata operation.
+    pending: Option<Intent>,
 }
 
 impl Drop for StoreInner {
@@ -230,12 +263,6 @@ fn fsync_fd(fd: &OwnedFd) -> std::io::Result<()> {
     }
 }
 
-fn sync_dir(dir: &Path) {
-    if let Ok(f) = fs::File::open(dir) {
-        let _ = f.sync_all();
-    }
-}
-
 fn truncate(fd: &OwnedFd, len: u64) -> std::io::Result<()> {
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), len as i64) } == 0 {
@@ -257,8 +284,184 @@ fn new_uid() -> u64 {
     )
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Steps left before a simulated crash of this thread (unit tests).
+    static CRASH_AFTER: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
+}
+
+/// In unit tests, make the thread "crash" after `steps` more steps that change the
+/// disk: that step and every later one fail, as if the process had died there.
+#[cfg(test)]
+pub(crate) fn crash_after(steps: Option<u32>) {
+    CRASH_AFTER.with(|c| c.set(steps));
+}
+
+/// Called before every step of a metadata operation that changes the disk.
+fn crash_point() -> Result<()> {
+    #[cfg(test)]
+    {
+        let dead = CRASH_AFTER.with(|c| match c.get() {
+            Some(0) => true,
+            Some(n) => {
+                c.set(Some(n - 1));
+                false
+            }
+            None => false,
+        });
+        if dead {
+            return Err(Error::os(
+                "simulated crash before a step on",
+                "",
+                std::io::Error::other("simulated crash"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn exists(p: &Path) -> bool {
+    fs::symlink_metadata(p).is_ok()
+}
+
+fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+    // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: plain system call on an open descriptor and a valid out pointer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0 {
+        Ok(st)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Make a directory's entries durable.
+fn sync_dir(device: usize, dir: &Path) -> Result<()> {
+    crash_point()?;
+    let f = fs::File::open(dir)
+        .map_err(|e| Error::os(format!("device {device}: open directory"), dir, e))?;
+    match f.sync_all() {
+        // Some file systems cannot fsync a directory; their entries are durable
+        // by other means or not at all.
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => Err(Error::os(
+            format!("device {device}: fsync directory"),
+            dir,
+            e,
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Remove a file if it is there; true if it was.
+fn remove_if_present(device: usize, path: &Path) -> Result<bool> {
+    crash_point()?;
+    match fs::remove_file(path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::os(format!("device {device}: remove"), path, e)),
+    }
+}
+
+/// Read and decode the header of an open backing file.
+fn read_header(fd: &OwnedFd) -> std::io::Result<std::result::Result<(Header, u32), String>> {
+    let mut hb = AlignedBuf::new(HEADER_BYTES as usize);
+    let n = pread_exact(fd, &mut hb, 0)?;
+    Ok(Header::decode(&hb[..n]))
+}
+
+fn write_header(fd: &OwnedFd, h: &Header) -> std::io::Result<()> {
+    let mut b = AlignedBuf::new(HEADER_BYTES as usize);
+    b.copy_from_slice(&h.encode());
+    pwrite_all(fd, &b, 0)
+}
+
+/// Make bytes `from..to` of a backing file read as zeros. Punches a hole where the
+/// file system can (atomic with respect to direct I/O, and frees the space); else
+/// zeroes the partial sector at `from` and cuts the file at the next sector
+/// boundary, which the caller then extends again.
+fn zero_range(fd: &OwnedFd, from: u64, to: u64) -> std::io::Result<()> {
+    if from >= to {
+        return Ok(());
+    }
+    // SAFETY: plain system call on an open descriptor.
+    let rc = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from as i64,
+            (to - from) as i64,
+        )
+    };
+    if rc == 0 {
+        return Ok(());
+    }
+    let e = std::io::Error::last_os_error();
+    if !matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
+    ) {
+        return Err(e);
+    }
+    let sector = from / DIRECT_ALIGN * DIRECT_ALIGN;
+    if sector < from {
+        let mut b = AlignedBuf::new(DIRECT_ALIGN as usize);
+        let n = pread_exact(fd, &mut b, sector)?;
+        if n > 0 {
+            b[(from - sector) as usize..].fill(0);
+            pwrite_all(fd, &b[..DIRECT_ALIGN as usize], sector)?;
+        }
+    }
+    let cut = from.next_multiple_of(DIRECT_ALIGN);
+    if cut < to {
+        truncate(fd, cut)?;
+    }
+    Ok(())
+}
+
+fn check_len(what: &str, len: u64) -> Result<()> {
+    if len > MAX_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "{what} {len} is larger than the largest supported ({MAX_LEN} bytes)"
+        )));
+    }
+    Ok(())
+}
+
+/// Lock a device root for this store: `flock` on its lock file, which then says
+/// which process holds it.
+fn lock_root(device: usize, root: &Path) -> Result<OwnedFd> {
+    let path = root.join(LOCK_FILE);
+    let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
+        .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
+    // SAFETY: plain system call on an open descriptor.
+    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
+            return Err(Error::os(format!("device {device}: lock"), &path, e));
+        }
+        let mut b = [0u8; 32];
+        let holder = pread_exact(&fd, &mut b, 0)
+            .ok()
+            .and_then(|n| std::str::from_utf8(&b[..n]).ok()?.trim().parse().ok());
+        return Err(Error::StoreLocked {
+            device,
+            root: root.to_path_buf(),
+            holder,
+        });
+    }
+    let pid = format!("{}\n", std::process::id());
+    truncate(&fd, 0)
+        .and_then(|()| pwrite_all(&fd, pid.as_bytes(), 0))
+        .map_err(|e| Error::os(format!("device {device}: write lock file"), &path, e))?;
+    Ok(fd)
+}
+
 impl Store {
     /// Open a store on `roots`, one directory per device.
+    ///
+    /// Locks every root for this store (a root in use by another open store, in
+    /// this process or another, is refused at once with [`Error::StoreLocked`]),
+    /// then finishes a metadata operation that a crash interrupted, if any.
     pub fn open<P: AsRef<Path>>(roots: &[P], opts: StoreOptions) -> Result<Store> {
         if roots.is_empty() {
             return Err(Error::NoDevices);
@@ -301,6 +504,11 @@ impl Store {
             }
             paths.push(r.to_path_buf());
         }
+        let locks = paths
+            .iter()
+            .enumerate()
+            .map(|(i, r)| lock_root(i, r))
+            .collect::<Result<Vec<_>>>()?;
         let params: Vec<EngineParams> = (0..paths.len())
             .map(|i| EngineParams {
                 device: i,
@@ -317,7 +525,7 @@ impl Store {
             })
             .collect();
         let (engines, engine_name) = start_engines(&opts.engine, &params)?;
-        Ok(Store {
+        let store = Store {
             inner: Arc::new(StoreInner {
                 roots: paths,
                 block_bytes: opts.block_pages as u64 * opts.page_size as u64,
@@ -327,9 +535,15 @@ impl Store {
                     .map(|i| Arc::new(DeviceState::new(i)))
                     .collect(),
                 engine_name,
-                meta: Mutex::new(HashMap::new()),
+                meta: Mutex::new(Meta {
+                    files: HashMap::new(),
+                    pending: None,
+                }),
+                _locks: locks,
             }),
-        })
+        };
+        store.inner.recover()?;
+        Ok(store)
     }
 
     /// The engine in use: "uring", "psync" or "sim".
@@ -357,72 +571,48 @@ impl Store {
         self.inner.states.iter().map(|s| s.check().err()).collect()
     }
 
-    /// Create a file of `size` bytes (a multiple of 512), zero-filled, and open it.
+    /// Create a file of `size` bytes (any length), zero-filled, and open it. Either
+    /// the file is made on every device or, after an error or a crash, on none.
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<File> {
         validate_name(name)?;
-        if size % DIRECT_ALIGN != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "file size {size} is not a multiple of {DIRECT_ALIGN} bytes"
-            )));
-        }
+        check_len("file size", size)?;
         let inner = &self.inner;
-        let mut meta = inner.lock_meta();
         let l = Layout::new(layout, inner.roots.len(), inner.block_bytes)?;
+        let mut meta = inner.begin_meta()?;
+        if inner.backing_paths(name).iter().any(|p| exists(p)) {
+            return Err(Error::FileExists(name.to_string()));
+        }
         let uid = new_uid();
-        let paths = inner.backing_paths(name);
-        let mut fds: Vec<OwnedFd> = Vec::with_capacity(paths.len());
-        let cleanup = |n: usize| {
-            for p in &paths[..n] {
-                let _ = fs::remove_file(p);
+        let intent = inner.intent(Op::Create {
+            name: name.to_string(),
+            uid,
+        });
+        inner.write_intent(&intent)?;
+        let made = inner
+            .make_backings(name, &l, size, uid)
+            .and_then(|fds| inner.sync_dirs().map(|()| fds));
+        let fds = match made {
+            Ok(fds) => fds,
+            Err(e) => {
+                // Remove what was made; should that fail too, the next operation (or
+                // the next open) tries again.
+                let undone = inner
+                    .undo_create(name, uid)
+                    .and_then(|()| inner.remove_intent());
+                if undone.is_err() {
+                    meta.pending = Some(intent);
+                }
+                return Err(e);
             }
         };
-        for (i, p) in paths.iter().enumerate() {
-            let step = (|| -> Result<OwnedFd> {
-                let fd = open_raw(
-                    p,
-                    libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | inner.direct_flag(),
-                )
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::EEXIST) {
-                        Error::FileExists(name.to_string())
-                    } else {
-                        Error::os(format!("device {i}: create"), p, e)
-                    }
-                })?;
-                let h = Header {
-                    layout,
-                    block_bytes: inner.block_bytes,
-                    len: size,
-                    devices: paths.len() as u32,
-                    device_index: i as u32,
-                    file_uid: uid,
-                };
-                write_header(&fd, &h)
-                    .map_err(|e| Error::os(format!("device {i}: write header of"), p, e))?;
-                truncate(&fd, HEADER_BYTES + l.device_bytes(size))
-                    .map_err(|e| Error::os(format!("device {i}: size"), p, e))?;
-                fsync_fd(&fd).map_err(|e| Error::os(format!("device {i}: fsync"), p, e))?;
-                Ok(fd)
-            })();
-            match step {
-                Ok(fd) => fds.push(fd),
-                Err(e) => {
-                    // Remove only what this call created (an existing file stays).
-                    let created = if matches!(e, Error::FileExists(_)) {
-                        i
-                    } else {
-                        i + 1
-                    };
-                    cleanup(created);
-                    return Err(e);
-                }
-            }
-        }
-        for r in &inner.roots {
-            sync_dir(r);
+        if let Err(e) = inner.remove_intent() {
+            // The record may still be there: the create will be rolled back.
+            meta.pending = Some(intent);
+            return Err(e);
         }
         let file = self.wrap(name, l, size, uid, fds)?;
-        meta.insert(name.to_string(), Arc::downgrade(&file.inner));
+        meta.files
+            .insert(name.to_string(), Arc::downgrade(&file.inner));
         Ok(file)
     }
 
@@ -435,18 +625,23 @@ impl Store {
         fds: Vec<OwnedFd>,
     ) -> Result<File> {
         let inner = &self.inner;
-        let backings = fds
-            .into_iter()
-            .enumerate()
-            .map(|(i, fd)| {
-                Arc::new(Backing::new(
-                    fd,
-                    uid,
-                    inner.states[i].clone(),
-                    &inner.engines[i],
-                ))
-            })
-            .collect();
+        let mut backings = Vec::with_capacity(fds.len());
+        for (i, fd) in fds.into_iter().enumerate() {
+            let st = fstat(&fd).map_err(|e| {
+                Error::os(
+                    format!("device {i}: examine"),
+                    inner.backing_path(i, name),
+                    e,
+                )
+            })?;
+            backings.push(Arc::new(Backing::new(
+                fd,
+                uid,
+                (st.st_dev, st.st_ino),
+                inner.states[i].clone(),
+                &inner.engines[i],
+            )));
+        }
         Ok(File {
             inner: Arc::new(FileInner {
                 name: RwLock::new(Arc::from(name)),
@@ -459,20 +654,22 @@ impl Store {
         })
     }
 
-    /// Open an existing file, checking its header on every device.
+    /// Open an existing file, checking its header on every device. A header of the
+    /// previous format version is rewritten in the current one.
     pub fn open_file(&self, name: &str) -> Result<File> {
         validate_name(name)?;
         let inner = &self.inner;
-        let mut meta = inner.lock_meta();
-        if let Some(f) = meta.get(name).and_then(Weak::upgrade) {
+        let mut meta = inner.begin_meta()?;
+        if let Some(f) = meta.files.get(name).and_then(Weak::upgrade) {
             return Ok(File { inner: f });
         }
         let paths = inner.backing_paths(name);
-        if paths.iter().all(|p| !p.exists()) {
+        if paths.iter().all(|p| !exists(p)) {
             return Err(Error::FileNotFound(name.to_string()));
         }
         let mut fds = Vec::with_capacity(paths.len());
         let mut first: Option<Header> = None;
+        let mut old = Vec::new();
         for (i, p) in paths.iter().enumerate() {
             let bad = |problem: String| Error::BadHeader {
                 device: i,
@@ -487,10 +684,9 @@ impl Store {
                     _ => Error::os(format!("device {i}: open"), p, e),
                 }
             })?;
-            let mut hb = AlignedBuf::new(HEADER_BYTES as usize);
-            let n = pread_exact(&fd, &mut hb, 0)
-                .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?;
-            let h = Header::decode(&hb[..n]).map_err(bad)?;
+            let (h, version) = read_header(&fd)
+                .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?
+                .map_err(bad)?;
             if h.devices as usize != paths.len() {
                 return Err(bad(format!(
                     "file spans {} devices but the store has {}",
@@ -528,19 +724,43 @@ impl Store {
             let l = Layout::new(h.layout, paths.len(), h.block_bytes)
                 .map_err(|e| bad(e.to_string()))?;
             let need = HEADER_BYTES + l.device_bytes(h.len);
-            let have = fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+            let have = fstat(&fd).map(|m| m.st_size as u64).unwrap_or(0);
             if have < need {
                 return Err(bad(format!(
                     "backing file is truncated: {have} bytes, need {need}"
                 )));
             }
+            if version == V1 {
+                old.push(i);
+            }
             first.get_or_insert(h);
             fds.push(fd);
         }
         let h = first.expect("at least one device");
+        // Migrate: the fields mean the same in both versions (a version 1 length is
+        // whole sectors), so only the version changes. Pieces of mixed versions are
+        // fine should this be interrupted.
+        for &i in &old {
+            let io = |e| {
+                Error::os(
+                    format!("device {i}: rewrite the version 1 header of"),
+                    &paths[i],
+                    e,
+                )
+            };
+            let piece = Header {
+                device_index: i as u32,
+                ..h
+            };
+            crash_point()?;
+            write_header(&fds[i], &piece).map_err(io)?;
+            crash_point()?;
+            fsync_fd(&fds[i]).map_err(io)?;
+        }
         let l = Layout::new(h.layout, paths.len(), h.block_bytes)?;
         let file = self.wrap(name, l, h.len, h.file_uid, fds)?;
-        meta.insert(name.to_string(), Arc::downgrade(&file.inner));
+        meta.files
+            .insert(name.to_string(), Arc::downgrade(&file.inner));
         Ok(file)
     }
 
@@ -556,8 +776,10 @@ impl Store {
         })
     }
 
-    /// Names of the files present on any device, sorted.
+    /// Names of the files present on any device, sorted. A name in the middle of a
+    /// metadata operation of this store is not seen half-made.
     pub fn list(&self) -> Result<Vec<String>> {
+        let _meta = self.inner.begin_meta()?;
         let mut names = BTreeSet::new();
         for (i, r) in self.inner.roots.iter().enumerate() {
             let rd = fs::read_dir(r).map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
@@ -576,57 +798,65 @@ impl Store {
         Ok(names.into_iter().collect())
     }
 
-    /// Delete a file from every device. Open handles keep working until dropped.
+    /// Delete a file from every device. Open handles keep reading and writing until
+    /// dropped, but their `sync` reports that the file is gone. After an error or a
+    /// crash part-way, the delete is finished by the next metadata operation or open.
     pub fn delete(&self, name: &str) -> Result<()> {
         validate_name(name)?;
-        let mut meta = self.inner.lock_meta();
-        let paths = self.inner.backing_paths(name);
-        if paths.iter().all(|p| !p.exists()) {
+        let inner = &self.inner;
+        let mut meta = inner.begin_meta()?;
+        if inner.backing_paths(name).iter().all(|p| !exists(p)) {
             return Err(Error::FileNotFound(name.to_string()));
         }
-        for (i, p) in paths.iter().enumerate() {
-            match fs::remove_file(p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::os(format!("device {i}: delete"), p, e)),
-            }
-        }
-        meta.remove(name);
-        for r in &self.inner.roots {
-            sync_dir(r);
+        let intent = inner.intent(Op::Delete {
+            name: name.to_string(),
+        });
+        inner.write_intent(&intent)?;
+        meta.files.remove(name);
+        let done = inner.redo_delete(name).and_then(|()| inner.remove_intent());
+        if let Err(e) = done {
+            meta.pending = Some(intent);
+            return Err(e);
         }
         Ok(())
     }
 
-    /// Rename a file on every device; `to` must not exist.
+    /// Rename a file on every device; `to` must not exist. Either every device
+    /// renames it or, after an error or a crash, none or (finishing it) all.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
         validate_name(from)?;
         validate_name(to)?;
-        let mut meta = self.inner.lock_meta();
-        let src = self.inner.backing_paths(from);
-        let dst = self.inner.backing_paths(to);
-        if src.iter().all(|p| !p.exists()) {
+        let inner = &self.inner;
+        let mut meta = inner.begin_meta()?;
+        let src = inner.backing_paths(from);
+        let dst = inner.backing_paths(to);
+        if src.iter().all(|p| !exists(p)) {
             return Err(Error::FileNotFound(from.to_string()));
         }
-        if dst.iter().any(|p| p.exists()) {
+        if dst.iter().any(|p| exists(p)) {
             return Err(Error::FileExists(to.to_string()));
         }
-        for i in 0..src.len() {
-            if let Err(e) = fs::rename(&src[i], &dst[i]) {
-                for j in 0..i {
-                    let _ = fs::rename(&dst[j], &src[j]);
-                }
-                return Err(Error::os(format!("device {i}: rename"), &src[i], e));
+        let intent = inner.intent(Op::Rename {
+            from: from.to_string(),
+            to: to.to_string(),
+        });
+        inner.write_intent(&intent)?;
+        let open = meta.files.get(from).and_then(Weak::upgrade);
+        if let Err(e) = inner.move_backings(from, to, open.as_deref()) {
+            // Put back what moved; should that fail, the rename is finished later.
+            let back = inner
+                .move_backings(to, from, open.as_deref())
+                .and_then(|()| inner.sync_dirs())
+                .and_then(|()| inner.remove_intent());
+            if back.is_err() {
+                meta.pending = Some(intent);
             }
+            return Err(e);
         }
-        for r in &self.inner.roots {
-            sync_dir(r);
-        }
-        if let Some(w) = meta.remove(from) {
-            if let Some(f) = w.upgrade() {
-                *f.name.write().unwrap_or_else(|p| p.into_inner()) = Arc::from(to);
-                meta.insert(to.to_string(), Arc::downgrade(&f));
-            }
+        meta.rename_open(from, to);
+        if let Err(e) = inner.sync_dirs().and_then(|()| inner.remove_intent()) {
+            meta.pending = Some(intent);
+            return Err(e);
         }
         Ok(())
     }
@@ -647,61 +877,445 @@ impl Store {
     }
 }
 
-fn write_header(fd: &OwnedFd, h: &Header) -> std::io::Result<()> {
-    let mut b = AlignedBuf::new(HEADER_BYTES as usize);
-    b.copy_from_slice(&h.encode());
-    pwrite_all(fd, &b, 0)
+/// One backing file of a file whose length changes.
+struct Piece<'a> {
+    device: usize,
+    path: &'a Path,
+    fd: &'a OwnedFd,
+    engine: &'a dyn DeviceEngine,
+    /// The file's identity in the engine's media (the sim engine's).
+    media: u64,
+}
+
+/// How a length change ended.
+enum Resized {
+    /// At the new length.
+    Done,
+    /// A growth failed and was undone: at the old length, with the error.
+    RolledBack(Error),
+}
+
+impl Meta {
+    /// After `from` was renamed to `to` on the devices: the open file follows.
+    fn rename_open(&mut self, from: &str, to: &str) {
+        if let Some(w) = self.files.remove(from) {
+            if w.strong_count() > 0 {
+                self.files.insert(to.to_string(), w);
+            }
+        }
+    }
 }
 
 impl StoreInner {
-    fn lock_meta(&self) -> MutexGuard<'_, HashMap<String, Weak<FileInner>>> {
+    fn lock_meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Take the metadata lock for an operation, first finishing one that failed
+    /// part-way earlier.
+    fn begin_meta(&self) -> Result<MutexGuard<'_, Meta>> {
+        let mut meta = self.lock_meta();
+        if let Some(intent) = meta.pending.clone() {
+            self.finish(&mut meta, &intent)
+                .and_then(|()| self.remove_intent())
+                .map_err(|e| Error::Recovery {
+                    path: self.intent_path(),
+                    op: intent.op.to_string(),
+                    problem: e.to_string(),
+                })?;
+            meta.pending = None;
+        }
+        Ok(meta)
     }
 
     fn direct_flag(&self) -> i32 {
         if self.direct_io { libc::O_DIRECT } else { 0 }
     }
 
-    fn backing_paths(&self, name: &str) -> Vec<PathBuf> {
-        self.roots
-            .iter()
-            .map(|r| r.join(format!("{name}{SUFFIX}")))
+    /// The backing file of `name` on each device, in device order.
+    pub(crate) fn backing_paths(&self, name: &str) -> Vec<PathBuf> {
+        (0..self.roots.len())
+            .map(|i| self.backing_path(i, name))
             .collect()
     }
 
-    /// Change a file's length: headers and backing sizes on every device.
-    pub(crate) fn set_len(&self, f: &FileInner, len: u64) -> Result<()> {
-        if len % DIRECT_ALIGN != 0 {
+    /// The backing file of `name` on device `device`.
+    pub(crate) fn backing_path(&self, device: usize, name: &str) -> PathBuf {
+        self.roots[device].join(format!("{name}{SUFFIX}"))
+    }
+
+    fn new_path(&self, device: usize, name: &str) -> PathBuf {
+        self.roots[device].join(format!(".{name}{NEW_SUFFIX}"))
+    }
+
+    fn intent_path(&self) -> PathBuf {
+        self.roots[0].join(INTENT_FILE)
+    }
+
+    fn intent(&self, op: Op) -> Intent {
+        Intent {
+            devices: self.roots.len() as u32,
+            op,
+        }
+    }
+
+    fn sync_dirs(&self) -> Result<()> {
+        for (i, r) in self.roots.iter().enumerate() {
+            sync_dir(i, r)?;
+        }
+        Ok(())
+    }
+
+    /// Write the intent record and make it durable (file and directory).
+    fn write_intent(&self, intent: &Intent) -> Result<()> {
+        let path = self.intent_path();
+        let io = |e| Error::os("device 0: write intent record", &path, e);
+        let write = || -> Result<()> {
+            crash_point()?;
+            let mut f = fs::File::create(&path).map_err(io)?;
+            crash_point()?;
+            f.write_all(&intent.encode()).map_err(io)?;
+            crash_point()?;
+            f.sync_all().map_err(io)?;
+            sync_dir(0, &self.roots[0])
+        };
+        write().inspect_err(|_| {
+            // The operation has not started; a partial record reads as torn anyway.
+            let _ = remove_if_present(0, &path);
+        })
+    }
+
+    /// Remove the intent record once its operation is durable, durably.
+    fn remove_intent(&self) -> Result<()> {
+        remove_if_present(0, &self.intent_path())?;
+        sync_dir(0, &self.roots[0])
+    }
+
+    /// Finish the operations interrupted by a crash (at open, before anything else).
+    fn recover(&self) -> Result<()> {
+        let mut meta = self.lock_meta();
+        for (i, root) in self.roots.iter().enumerate() {
+            // Normally only device 0 has one; another root may if the roots were
+            // given in a different order.
+            let path = root.join(INTENT_FILE);
+            let bytes = match fs::read(&path) {
+                Ok(b) => b,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::os(format!("device {i}: read"), &path, e)),
+            };
+            match Intent::decode(&bytes) {
+                // Written in part: the operation never started.
+                Decoded::Torn => {}
+                Decoded::Unknown(problem) => {
+                    return Err(Error::Recovery {
+                        path,
+                        op: "operation".into(),
+                        problem,
+                    });
+                }
+                Decoded::Whole(intent) => {
+                    self.finish(&mut meta, &intent)
+                        .map_err(|e| Error::Recovery {
+                            path: path.clone(),
+                            op: intent.op.to_string(),
+                            problem: e.to_string(),
+                        })?;
+                }
+            }
+            remove_if_present(i, &path)?;
+            sync_dir(i, root)?;
+        }
+        Ok(())
+    }
+
+    /// Bring an interrupted operation to its end: roll a create back, roll the
+    /// others forward. Idempotent: it may be interrupted and run again.
+    fn finish(&self, meta: &mut Meta, intent: &Intent) -> Result<()> {
+        if intent.devices as usize != self.roots.len() {
             return Err(Error::InvalidArgument(format!(
-                "file length {len} is not a multiple of {DIRECT_ALIGN} bytes"
+                "it spans {} devices but the store was opened with {}; open the store with the same device roots",
+                intent.devices,
+                self.roots.len()
             )));
         }
-        let _meta = self.lock_meta();
+        match &intent.op {
+            Op::Create { name, uid } => self.undo_create(name, *uid),
+            Op::Delete { name } => {
+                meta.files.remove(name);
+                self.redo_delete(name)
+            }
+            Op::Rename { from, to } => {
+                let open = meta.files.get(from).and_then(Weak::upgrade);
+                self.move_backings(from, to, open.as_deref())?;
+                meta.rename_open(from, to);
+                self.sync_dirs()
+            }
+            Op::SetLen {
+                name,
+                uid,
+                layout,
+                block_bytes,
+                old_len,
+                new_len,
+            } => {
+                let l = Layout::new(*layout, self.roots.len(), *block_bytes)?;
+                let paths = self.backing_paths(name);
+                let mut fds = Vec::with_capacity(paths.len());
+                for (i, p) in paths.iter().enumerate() {
+                    let fd = match open_raw(p, libc::O_RDWR) {
+                        Ok(fd) => fd,
+                        // Nothing of the file on this device to change.
+                        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                        Err(e) => return Err(Error::os(format!("device {i}: open"), p, e)),
+                    };
+                    let bad = |problem: String| Error::BadHeader {
+                        device: i,
+                        path: p.clone(),
+                        problem,
+                    };
+                    let (h, _) = read_header(&fd)
+                        .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?
+                        .map_err(bad)?;
+                    if h.file_uid != *uid {
+                        continue; // another file took the name: not ours to change
+                    }
+                    if h.device_index as usize != i {
+                        return Err(bad(format!(
+                            "this piece belongs to device {} (device roots given in a different order?)",
+                            h.device_index
+                        )));
+                    }
+                    fds.push((i, fd));
+                }
+                let pieces: Vec<Piece<'_>> = fds
+                    .iter()
+                    .map(|(i, fd)| Piece {
+                        device: *i,
+                        path: &paths[*i],
+                        fd,
+                        engine: &*self.engines[*i],
+                        media: *uid,
+                    })
+                    .collect();
+                let len = match self.resize_all(&pieces, &l, *uid, *old_len, *new_len)? {
+                    Resized::Done => *new_len,
+                    Resized::RolledBack(_) => *old_len,
+                };
+                if let Some(f) = meta.files.get(name).and_then(Weak::upgrade) {
+                    if f.uid == *uid {
+                        f.len.store(len, Ordering::Release);
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Make the backing files of a new file: each under a temporary name, complete
+    /// (header, size, fsync) before it is linked under its name, so a backing file
+    /// under a file's name always has a whole header.
+    fn make_backings(&self, name: &str, l: &Layout, size: u64, uid: u64) -> Result<Vec<OwnedFd>> {
+        let mut fds = Vec::with_capacity(self.roots.len());
+        for i in 0..self.roots.len() {
+            let (tmp, path) = (self.new_path(i, name), self.backing_path(i, name));
+            let io = |what: &str, e| Error::os(format!("device {i}: {what}"), &path, e);
+            crash_point()?;
+            let fd = open_raw(
+                &tmp,
+                libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | self.direct_flag(),
+            )
+            .map_err(|e| io("create", e))?;
+            let h = Header {
+                layout: l.kind(),
+                block_bytes: l.block_bytes(),
+                len: size,
+                devices: self.roots.len() as u32,
+                device_index: i as u32,
+                file_uid: uid,
+            };
+            crash_point()?;
+            write_header(&fd, &h).map_err(|e| io("write header of", e))?;
+            crash_point()?;
+            truncate(&fd, HEADER_BYTES + l.device_bytes(size)).map_err(|e| io("size", e))?;
+            crash_point()?;
+            fsync_fd(&fd).map_err(|e| io("fsync", e))?;
+            crash_point()?;
+            fs::hard_link(&tmp, &path).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::AlreadyExists {
+                    Error::FileExists(name.to_string())
+                } else {
+                    io("link", e)
+                }
+            })?;
+            remove_if_present(i, &tmp)?;
+            fds.push(fd);
+        }
+        Ok(fds)
+    }
+
+    /// Roll a create back: remove its temporary files, and the backing files under
+    /// its name that carry its uid (a file of that name that is not its own stays).
+    fn undo_create(&self, name: &str, uid: u64) -> Result<()> {
+        for i in 0..self.roots.len() {
+            remove_if_present(i, &self.new_path(i, name))?;
+            let path = self.backing_path(i, name);
+            let ours = match open_raw(&path, libc::O_RDONLY) {
+                Ok(fd) => read_header(&fd)
+                    .map_err(|e| Error::os(format!("device {i}: read header of"), &path, e))?
+                    .is_ok_and(|(h, _)| h.file_uid == uid),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+                Err(e) => return Err(Error::os(format!("device {i}: open"), &path, e)),
+            };
+            if ours {
+                remove_if_present(i, &path)?;
+            }
+        }
+        self.sync_dirs()
+    }
+
+    /// Roll a delete forward: remove the backing file on every device that has it.
+    fn redo_delete(&self, name: &str) -> Result<()> {
+        for i in 0..self.roots.len() {
+            remove_if_present(i, &self.backing_path(i, name))?;
+        }
+        self.sync_dirs()
+    }
+
+    /// Rename the backing files of `from` that are still there to `to`; an open
+    /// file's name changes with them, under its name lock (which `File::sync`
+    /// holds while it looks the paths up).
+    fn move_backings(&self, from: &str, to: &str, open: Option<&FileInner>) -> Result<()> {
+        let mut name = open.map(|f| f.name.write().unwrap_or_else(|p| p.into_inner()));
+        for i in 0..self.roots.len() {
+            let (src, dst) = (self.backing_path(i, from), self.backing_path(i, to));
+            if !exists(&src) {
+                continue;
+            }
+            crash_point()?;
+            fs::rename(&src, &dst)
+                .map_err(|e| Error::os(format!("device {i}: rename"), &src, e))?;
+        }
+        if let Some(n) = name.as_mut() {
+            **n = Arc::from(to);
+        }
+        Ok(())
+    }
+
+    /// Give every piece of a file the length `new`. Should that fail part-way while
+    /// growing the file (say the file system cannot hold that size), give them back
+    /// the length `old`: a growth is finished or undone, whichever can be done. A
+    /// failed shrink is not undone (the bytes past its new length may be gone).
+    fn resize_all(
+        &self,
+        pieces: &[Piece<'_>],
+        l: &Layout,
+        uid: u64,
+        old: u64,
+        new: u64,
+    ) -> Result<Resized> {
+        let set = |from: u64, to: u64| {
+            pieces
+                .iter()
+                .try_for_each(|p| self.resize_backing(p, l, uid, from, to))
+        };
+        match set(old, new) {
+            Ok(()) => Ok(Resized::Done),
+            Err(e) if new > old => match set(new, old) {
+                Ok(()) => Ok(Resized::RolledBack(e)),
+                Err(_) => Err(e),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Give one backing file the size and header of length `new`, with every byte
+    /// of the device's data past the shorter of `old` and `new` reading as zeros:
+    /// the rest of the tail sector, and whatever an earlier, longer length left.
+    fn resize_backing(
+        &self,
+        p: &Piece<'_>,
+        l: &Layout,
+        uid: u64,
+        old: u64,
+        new: u64,
+    ) -> Result<()> {
+        let (i, fd) = (p.device, p.fd);
+        let io = |e| Error::os(format!("device {i}: set length of"), p.path, e);
+        let end = HEADER_BYTES + l.device_end(i, old.min(new));
+        let size = HEADER_BYTES + l.device_bytes(new);
+        let have = fstat(fd).map_err(io)?.st_size as u64;
+        if end < have.min(size) {
+            crash_point()?;
+            zero_range(fd, end, have.min(size)).map_err(io)?;
+        }
+        p.engine.discard(p.media, end - HEADER_BYTES);
+        if fstat(fd).map_err(io)?.st_size as u64 != size {
+            crash_point()?;
+            truncate(fd, size).map_err(io)?;
+        }
+        let h = Header {
+            layout: l.kind(),
+            block_bytes: l.block_bytes(),
+            len: new,
+            devices: self.roots.len() as u32,
+            device_index: i as u32,
+            file_uid: uid,
+        };
+        crash_point()?;
+        write_header(fd, &h).map_err(io)?;
+        crash_point()?;
+        fsync_fd(fd).map_err(io)
+    }
+
+    /// Change a file's length (any number of bytes): headers and backing sizes on
+    /// every device, all or (finishing it after an error or a crash) nothing.
+    pub(crate) fn set_len(&self, f: &FileInner, len: u64) -> Result<()> {
+        check_len("file length", len)?;
+        let mut meta = self.begin_meta()?;
         let old = f.len.load(Ordering::Acquire);
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
-        let paths = self.backing_paths(&name);
+        let intent = self.intent(Op::SetLen {
+            name: name.to_string(),
+            uid: f.uid,
+            layout: f.layout.kind(),
+            block_bytes: f.layout.block_bytes(),
+            old_len: old,
+            new_len: len,
+        });
+        self.write_intent(&intent)?;
         if len < old {
             // Refuse new I/O past the new end before the space goes.
             f.len.store(len, Ordering::Release);
         }
-        for (i, b) in f.backings.iter().enumerate() {
-            let h = Header {
-                layout: f.layout.kind(),
-                block_bytes: f.layout.block_bytes(),
-                len,
-                devices: f.backings.len() as u32,
-                device_index: i as u32,
-                file_uid: f.uid,
-            };
-            let io = |e| Error::os(format!("device {i}: set length of"), &paths[i], e);
-            if len > old {
-                truncate(&b.fd, HEADER_BYTES + f.layout.device_bytes(len)).map_err(io)?;
+        let paths = self.backing_paths(&name);
+        let pieces: Vec<Piece<'_>> = f
+            .backings
+            .iter()
+            .enumerate()
+            .map(|(i, b)| Piece {
+                device: i,
+                path: &paths[i],
+                fd: &b.fd,
+                engine: &*b.engine,
+                media: b.ino,
+            })
+            .collect();
+        match self.resize_all(&pieces, &f.layout, f.uid, old, len) {
+            Ok(Resized::Done) => {}
+            Ok(Resized::RolledBack(e)) => {
+                if self.remove_intent().is_err() {
+                    meta.pending = Some(intent);
+                }
+                return Err(e);
             }
-            write_header(&b.fd, &h).map_err(io)?;
-            if len < old {
-                truncate(&b.fd, HEADER_BYTES + f.layout.device_bytes(len)).map_err(io)?;
+            Err(e) => {
+                meta.pending = Some(intent);
+                return Err(e);
             }
-            fsync_fd(&b.fd).map_err(io)?;
+        }
+        if let Err(e) = self.remove_intent() {
+            meta.pending = Some(intent);
+            return Err(e);
         }
         f.len.store(len, Ordering::Release);
         Ok(())

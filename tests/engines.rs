@@ -211,7 +211,12 @@ fn file_operations() {
             store.create("a/b", 8192, LayoutKind::Stripe),
             Err(Error::InvalidName { .. })
         ));
-        assert!(store.create("odd", 1000, LayoutKind::Stripe).is_err());
+        // Any length is a length: exact to the byte.
+        let odd = store.create("odd", 1000, LayoutKind::Stripe).unwrap();
+        assert_eq!(odd.len(), 1000, "{ename}");
+        assert_eq!(store.info("odd").unwrap().len, 1000, "{ename}");
+        drop(odd);
+        store.delete("odd").unwrap();
         let mut b = AlignedBuf::new(8192);
         b.fill(7);
         f.write_at(0, &b).unwrap();
@@ -459,5 +464,69 @@ fn queue_rings_backlog_poll_and_mixed_engines() {
         q.drain();
         assert_eq!(done.get(), 2 * N as u32, "poll {poll_us} us");
         assert_eq!(q.in_flight(), 0);
+    }
+}
+
+/// Lengths are exact to the byte; uncached I/O may cover the last sector whole;
+/// after any `set_len` the bytes past the length read as zeros, so a file that
+/// shrinks and grows again never shows its old bytes; the length survives a reopen.
+#[test]
+fn exact_lengths_and_zeros_past_the_end() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("exact");
+        let roots = tmp.devices(2);
+        let store = open(&roots, engine.clone(), 1); // 4 KiB stripe unit
+        let f = store.create("t", 10_000, LayoutKind::Hash).unwrap();
+        assert_eq!((f.len(), store.info("t").unwrap().len), (10_000, 10_000));
+        // The last sector, [9728, 10240), may be read and written whole; no more.
+        let mut sector = AlignedBuf::new(1024);
+        f.read_at(9728, &mut sector[..512]).unwrap();
+        for (off, n) in [(10_240, 512), (9728, 1024)] {
+            let e = f.read_at(off, &mut sector[..n]).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    Error::OutOfRange {
+                        file_len: 10_000,
+                        ..
+                    }
+                ),
+                "{ename}: {e}"
+            );
+        }
+        // Data, and bytes past the length in the last sector (a write may put them there).
+        let mut all = AlignedBuf::new(10_240);
+        all[..10_000].copy_from_slice(&pattern(4, 0, 10_000));
+        all[10_000..].fill(0xee);
+        f.write_at(0, &all).unwrap();
+        let check = |f: &setcache::File, keep: usize, what: &str| {
+            let mut b = AlignedBuf::new(f.len().next_multiple_of(512) as usize);
+            f.read_at(0, &mut b).unwrap();
+            assert!(
+                b[..keep] == pattern(4, 0, keep)[..],
+                "{ename}: {what}: data lost"
+            );
+            if let Some(at) = b[keep..].iter().position(|&x| x != 0) {
+                panic!(
+                    "{ename}: {what}: byte {} is {:#x}, not zero",
+                    keep + at,
+                    b[keep + at]
+                );
+            }
+        };
+        f.set_len(10_000).unwrap();
+        check(&f, 10_000, "same length");
+        f.set_len(10_300).unwrap();
+        check(&f, 10_000, "grown by 300");
+        f.set_len(700).unwrap();
+        check(&f, 700, "shrunk to 700");
+        f.set_len(300_001).unwrap();
+        check(&f, 700, "grown again to 300001");
+        drop(f);
+        drop(store);
+        let store = open(&roots, engine, 1);
+        let f = store.open_file("t").unwrap();
+        assert_eq!(f.len(), 300_001, "{ename}: length after reopen");
+        check(&f, 700, "after reopen");
     }
 }

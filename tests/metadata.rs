@@ -1,10 +1,14 @@
 //! Bad device roots and damaged headers are refused with errors naming the device;
-//! nothing existing is lost.
+//! nothing existing is lost. A store's roots are locked while it is open; backing
+//! files that vanish are reported by `sync`; older headers and interrupted
+//! operations are dealt with at open.
 
 mod common;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use common::{TempDir, pattern};
 use setcache::{AlignedBuf, EngineKind, Error, LayoutKind, Store, StoreOptions};
@@ -132,4 +136,305 @@ fn truncated_backing_file_is_refused() {
     let store = Store::open(&roots, opts()).unwrap();
     let e = store.open_file("data").unwrap_err();
     assert!(e.to_string().contains("truncated"), "{e}");
+}
+
+/// CRC-32C, bit by bit (the store's format uses it for headers and intent records).
+fn crc32c(data: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in data {
+        crc ^= b as u32;
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0x82f6_3b78
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// A second `Store` on the same roots in this process is refused at once, naming
+/// the root and this process; so is one sharing a single root. The roots stay
+/// locked while any handle of the store lives, and are free after.
+#[test]
+fn a_second_store_in_this_process_is_refused() {
+    let tmp = TempDir::new("lock-same");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, opts()).unwrap();
+    let f = store.create("f", 4096, LayoutKind::Stripe).unwrap();
+    let t = Instant::now();
+    let e = Store::open(&roots, opts()).unwrap_err();
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "took {:?}",
+        t.elapsed()
+    );
+    assert!(
+        matches!(&e, Error::StoreLocked { device: 0, holder: Some(pid), .. } if *pid == std::process::id()),
+        "{e:?}"
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&roots[0].display().to_string()) && msg.contains("in this process"),
+        "{msg}"
+    );
+    let other = tmp.path().join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    let e = Store::open(&[other.clone(), roots[1].clone()], opts()).unwrap_err();
+    assert!(matches!(e, Error::StoreLocked { device: 1, .. }), "{e}");
+    // A file handle keeps the store, and its locks, alive.
+    drop(store);
+    assert!(matches!(
+        Store::open(&roots, opts()),
+        Err(Error::StoreLocked { .. })
+    ));
+    drop(f);
+    let again = Store::open(&roots, opts()).unwrap();
+    assert_eq!(again.list().unwrap(), vec!["f"]);
+    // The refused open took nothing: `other` is free.
+    Store::open(&[other], opts()).unwrap();
+}
+
+const LOCK_CHILD: &str = "SETCACHE_TEST_LOCK_CHILD";
+
+/// A second process opening an open store gets a clear error within a second,
+/// naming the root and the process that holds it; once that store is closed, it
+/// opens.
+#[test]
+fn a_second_process_is_refused() {
+    if let Ok(dir) = std::env::var(LOCK_CHILD) {
+        // The child: open the store and say what happened.
+        let roots: Vec<PathBuf> = (0..2)
+            .map(|i| Path::new(&dir).join(format!("dev{i}")))
+            .collect();
+        let t = Instant::now();
+        let r = Store::open(&roots, opts());
+        let ms = t.elapsed().as_millis();
+        match r {
+            Ok(s) => println!("OPENED in {ms} ms: {:?}", s.list().unwrap()),
+            Err(e) => println!("REFUSED in {ms} ms: {e}"),
+        }
+        return;
+    }
+    let tmp = TempDir::new("lock-proc");
+    let roots = tmp.devices(2);
+    let child = || {
+        let t = Instant::now();
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_second_process_is_refused",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(LOCK_CHILD, tmp.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        // The test harness prints its own words before the child's on that line.
+        let at = text
+            .find("OPENED")
+            .or_else(|| text.find("REFUSED"))
+            .unwrap_or_else(|| panic!("child said: {text}"));
+        let line = text[at..].lines().next().unwrap().to_string();
+        (line, t.elapsed())
+    };
+    let store = Store::open(&roots, opts()).unwrap();
+    store.create("held", 4096, LayoutKind::Stripe).unwrap();
+    let (line, took) = child();
+    assert!(line.starts_with("REFUSED"), "{line}");
+    let ms: u64 = line.split_whitespace().nth(2).unwrap().parse().unwrap();
+    assert!(ms < 1000, "the refusal took {ms} ms: {line}");
+    assert!(took < Duration::from_secs(10), "the child ran {took:?}");
+    assert!(
+        line.contains(&roots[0].display().to_string())
+            && line.contains("in use by another open store")
+            && line.contains(&format!("process {}", std::process::id())),
+        "{line}"
+    );
+    drop(store);
+    let (line, _) = child();
+    assert!(
+        line.starts_with("OPENED") && line.contains("held"),
+        "{line}"
+    );
+}
+
+/// `sync` reports a backing file that was replaced, removed with its directory, or
+/// deleted, naming the file and the device; a rename through the store is followed.
+#[test]
+fn sync_reports_backing_files_that_are_gone() {
+    let tmp = TempDir::new("gone");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, opts()).unwrap();
+    let mut b = AlignedBuf::new(8192);
+    b.fill(3);
+    let f = store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+    f.write_at(0, &b).unwrap();
+    f.sync().unwrap();
+    // Renamed through the store: the handle follows.
+    store.rename("f", "g").unwrap();
+    f.write_at(0, &b).unwrap();
+    f.sync().unwrap();
+    // Another file put in place of device 1's backing file.
+    store.create("x", 4096, LayoutKind::Stripe).unwrap();
+    std::fs::rename(roots[1].join("x.scf"), roots[1].join("g.scf")).unwrap();
+    f.write_at(0, &b).unwrap();
+    let e = f.sync().unwrap_err();
+    assert!(
+        matches!(&e, Error::BackingGone { file, device: 1, .. } if file == "g"),
+        "{e:?}"
+    );
+    assert!(
+        e.to_string().contains("\"g\"") && e.to_string().contains("device 1"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("replaced"), "{e}");
+    // Deleted through the store: the handle still reads and writes, but sync says so.
+    let h = store.create("h", 1 << 20, LayoutKind::Stripe).unwrap();
+    store.delete("h").unwrap();
+    h.write_at(0, &b).unwrap();
+    let e = h.sync().unwrap_err();
+    assert!(
+        matches!(e, Error::BackingGone { device: 0, .. }) && e.to_string().contains("removed"),
+        "{e}"
+    );
+    // A device directory removed under an open file.
+    let k = store.create("k", 1 << 20, LayoutKind::Stripe).unwrap();
+    k.write_at(0, &b).unwrap();
+    k.sync().unwrap();
+    std::fs::remove_dir_all(&roots[1]).unwrap();
+    k.write_at(0, &b).unwrap();
+    let e = k.sync().unwrap_err();
+    assert!(
+        matches!(&e, Error::BackingGone { file, device: 1, .. } if file == "k"),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("removed"), "{e}");
+}
+
+/// A file written by the previous format version (lengths in whole sectors, no
+/// intent records) opens with its data, and its headers are rewritten in the
+/// current version; a version from the future is refused naming both.
+#[test]
+fn version_1_headers_are_migrated() {
+    let tmp = TempDir::new("v1");
+    let (roots, data) = make(&tmp);
+    let set_version = |p: &Path, v: u32| {
+        let mut bytes = std::fs::read(p).unwrap();
+        bytes[8..12].copy_from_slice(&v.to_le_bytes());
+        let crc = crc32c(&bytes[..48]);
+        bytes[48..52].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(p, &bytes).unwrap();
+    };
+    let version =
+        |p: &Path| u32::from_le_bytes(std::fs::read(p).unwrap()[8..12].try_into().unwrap());
+    for d in 0..3 {
+        assert_eq!(version(&backing(&roots, d)), 2);
+        set_version(&backing(&roots, d), 1);
+    }
+    {
+        let store = Store::open(&roots, opts()).unwrap();
+        assert_eq!(store.info("data").unwrap().len, 1 << 20);
+        let f = store.open_file("data").unwrap();
+        let mut b = AlignedBuf::new(1 << 20);
+        f.read_at(0, &mut b).unwrap();
+        assert!(b[..] == data[..], "data lost in the migration");
+        f.set_len(1000).unwrap();
+    }
+    for d in 0..3 {
+        assert_eq!(version(&backing(&roots, d)), 2, "device {d} not migrated");
+    }
+    set_version(&backing(&roots, 2), 7);
+    let store = Store::open(&roots, opts()).unwrap();
+    let e = store.open_file("data").unwrap_err();
+    assert!(matches!(e, Error::BadHeader { device: 2, .. }), "{e}");
+    assert!(
+        e.to_string().contains("version 7") && e.to_string().contains("version 2"),
+        "{e}"
+    );
+}
+
+/// An intent record as the store writes it (see src/store/intent.rs).
+fn intent(op: u32, devices: u32, name: &str, second: &str, version: u32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(b"SCINTENT");
+    b.extend_from_slice(&version.to_le_bytes());
+    b.extend_from_slice(&op.to_le_bytes());
+    b.extend_from_slice(&devices.to_le_bytes());
+    b.extend_from_slice(&[0u8; 4 + 8 * 4]);
+    b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    b.extend_from_slice(&(second.len() as u16).to_le_bytes());
+    b.extend_from_slice(name.as_bytes());
+    b.extend_from_slice(second.as_bytes());
+    let crc = crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// At open, a whole intent record is carried out before anything else, a torn one
+/// is dropped, and one that cannot be carried out is refused with a clear error,
+/// keeping the record and the files.
+#[test]
+fn intent_records_are_finished_at_open() {
+    let tmp = TempDir::new("intent");
+    let (roots, _) = make(&tmp);
+    let record = roots[0].join(".setcache-intent");
+    // Torn (the process died while writing it): the operation never started.
+    std::fs::write(&record, &intent(3, 3, "data", "moved", 2)[..40]).unwrap();
+    let store = Store::open(&roots, opts()).unwrap();
+    assert_eq!(store.list().unwrap(), vec!["data"]);
+    assert!(!record.exists());
+    drop(store);
+    // A rename recorded for two devices on a store of three.
+    std::fs::write(&record, intent(3, 2, "data", "moved", 2)).unwrap();
+    let e = Store::open(&roots, opts()).unwrap_err();
+    assert!(matches!(e, Error::Recovery { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("rename of \"data\" to \"moved\"")
+            && msg.contains("spans 2 devices")
+            && msg.contains(".setcache-intent"),
+        "{msg}"
+    );
+    assert!(record.exists() && backing(&roots, 0).exists());
+    // From a newer format.
+    std::fs::write(&record, intent(3, 3, "data", "moved", 9)).unwrap();
+    let e = Store::open(&roots, opts()).unwrap_err();
+    assert!(e.to_string().contains("format version 9"), "{e}");
+    // Whole and right: the rename is finished, on a device that had done it too.
+    std::fs::write(&record, intent(3, 3, "data", "moved", 2)).unwrap();
+    std::fs::rename(backing(&roots, 1), roots[1].join("moved.scf")).unwrap();
+    let store = Store::open(&roots, opts()).unwrap();
+    assert_eq!(store.list().unwrap(), vec!["moved"]);
+    assert_eq!(store.info("moved").unwrap().len, 1 << 20);
+    assert!(!record.exists());
+    drop(store);
+    // A delete: every piece goes.
+    std::fs::write(&record, intent(2, 3, "moved", "", 2)).unwrap();
+    let store = Store::open(&roots, opts()).unwrap();
+    assert!(store.list().unwrap().is_empty());
+}
+
+/// Lengths too large to be real are refused before anything changes.
+#[test]
+fn impossible_lengths_are_refused() {
+    let tmp = TempDir::new("huge");
+    let store = Store::open(&tmp.devices(2), opts()).unwrap();
+    let e = store
+        .create("big", u64::MAX, LayoutKind::Stripe)
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("18446744073709551615"), "{e}");
+    assert!(store.list().unwrap().is_empty());
+    let f = store.create("f", 5000, LayoutKind::Stripe).unwrap();
+    let e = f.set_len(1 << 63).unwrap_err();
+    assert!(e.to_string().contains("larger than the largest"), "{e}");
+    assert_eq!((f.len(), store.info("f").unwrap().len), (5000, 5000));
+    // A length the file system cannot hold fails on the devices and changes nothing.
+    let e = f.set_len(1 << 61).unwrap_err();
+    assert!(e.to_string().contains("device"), "{e}");
+    assert_eq!(f.len(), 5000);
+    assert_eq!(store.info("f").unwrap().len, 5000);
 }

@@ -115,8 +115,11 @@ impl DeviceState {
 pub(crate) struct Backing {
     pub(crate) fd: OwnedFd,
     pub(crate) device: usize,
-    /// Identity of the media contents (the inode), used by the sim engine.
+    /// Identity of the media contents (the file's uid), used by the sim engine.
     pub(crate) ino: u64,
+    /// The file system's identity of the backing file when it was opened (`st_dev`,
+    /// `st_ino`), to tell whether its path still leads to it.
+    pub(crate) fs_id: (u64, u64),
     /// Registered-file slot in the device's engine, if any.
     pub(crate) slot: Option<u32>,
     pub(crate) state: Arc<DeviceState>,
@@ -128,6 +131,7 @@ impl Backing {
     pub(crate) fn new(
         fd: OwnedFd,
         ino: u64,
+        fs_id: (u64, u64),
         state: Arc<DeviceState>,
         engine: &Arc<dyn DeviceEngine>,
     ) -> Backing {
@@ -136,6 +140,7 @@ impl Backing {
             device: state.device,
             fd,
             ino,
+            fs_id,
             slot,
             state,
             engine: engine.clone(),
@@ -245,6 +250,10 @@ pub(crate) trait DeviceEngine: Send + Sync {
         None
     }
     fn unregister_buffer(&self, _index: u16) {}
+    /// Forget the data of the file with media identity `ino` from offset `from` of
+    /// its data area on, so that it reads as zeros. Engines over real files have
+    /// nothing to do (the store punches the backing file itself).
+    fn discard(&self, _ino: u64, _from: u64) {}
     /// Whether (and how) a queue may submit this device's operations to a ring of
     /// its own ([`ThreadRing`]) instead of this engine.
     fn queue_rings(&self) -> Option<QueueRings> {

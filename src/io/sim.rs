@@ -94,6 +94,8 @@ impl Default for SimConfig {
 }
 
 pub(crate) struct SimEngine {
+    device: usize,
+    media: Arc<SimMedia>,
     mailbox: Arc<Mailbox>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -113,6 +115,7 @@ impl SimEngine {
         let depth = p.io_depth.max(1) as usize;
         let mailbox = Arc::new(Mailbox::new(depth * 4, None));
         let mb = mailbox.clone();
+        let media = cfg.media.clone();
         let cfg = cfg.clone();
         let dev = p.device;
         let h = std::thread::Builder::new()
@@ -120,6 +123,8 @@ impl SimEngine {
             .spawn(move || run(dev, depth, &mb, &cfg))
             .map_err(|e| Error::Engine(format!("spawn sim thread for device {dev}: {e}")))?;
         Ok(Arc::new(SimEngine {
+            device: dev,
+            media,
             mailbox,
             thread: Mutex::new(Some(h)),
         }))
@@ -295,6 +300,12 @@ fn copy_in(op: &DevOp, data: &mut Vec<u8>) {
 impl DeviceEngine for SimEngine {
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
+    }
+    fn discard(&self, ino: u64, from: u64) {
+        let mut files = self.media.files.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(data) = files.get_mut(&(self.device, ino)) {
+            data.truncate(from.min(data.len() as u64) as usize);
+        }
     }
     fn shutdown(&self) {
         self.mailbox.close();

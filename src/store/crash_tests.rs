@@ -1,0 +1,242 @@
+//! Crash points: every metadata operation is stopped at each of its steps in turn
+//! (the step and all later ones fail, as if the process had died there), the store
+//! is reopened, and the files must be as before the operation or as after it, whole.
+//! The recovery is then itself stopped at each of its steps, and the next open must
+//! still end in one of the two states.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::{INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after};
+use crate::buf::AlignedBuf;
+use crate::error::Error;
+use crate::io::EngineKind;
+use crate::layout::LayoutKind;
+
+/// A directory of three device roots, removed on drop. On tmpfs when there is one:
+/// a simulated crash loses nothing a real one would keep, and fsync is free there.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Dir {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let shm = Path::new("/dev/shm");
+        let base = if shm.is_dir() {
+            shm.to_path_buf()
+        } else {
+            std::env::temp_dir()
+        };
+        let p = base.join(format!(
+            "setcache-crash-{tag}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        for i in 0..3 {
+            std::fs::create_dir_all(p.join(format!("dev{i}"))).unwrap();
+        }
+        Dir(p)
+    }
+
+    fn roots(&self) -> Vec<PathBuf> {
+        (0..3).map(|i| self.0.join(format!("dev{i}"))).collect()
+    }
+
+    fn open(&self) -> crate::error::Result<Store> {
+        let opts = StoreOptions {
+            engine: EngineKind::Psync,
+            psync_threads: 1,
+            block_pages: 1,
+            direct_io: false,
+            ..StoreOptions::default()
+        };
+        Store::open(&self.roots(), opts)
+    }
+
+    /// Every file's length and bytes (the whole last sector), and whether a
+    /// record or a half-made file is left over.
+    fn state(&self) -> BTreeMap<String, (u64, Vec<u8>)> {
+        let store = self.open().expect("open after a crash");
+        let mut out = BTreeMap::new();
+        for name in store.list().unwrap() {
+            let f = store
+                .open_file(&name)
+                .unwrap_or_else(|e| panic!("{name} is listed but does not open: {e}"));
+            let mut b = AlignedBuf::new(f.len().next_multiple_of(512) as usize);
+            f.read_at(0, &mut b).unwrap();
+            out.insert(name, (f.len(), b.to_vec()));
+        }
+        for r in self.roots() {
+            for e in std::fs::read_dir(&r).unwrap().flatten() {
+                let n = e.file_name().to_string_lossy().to_string();
+                assert!(
+                    n != INTENT_FILE && !n.ends_with(NEW_SUFFIX),
+                    "{n} left in {}",
+                    r.display()
+                );
+            }
+        }
+        out
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 ^ seed | 1).collect()
+}
+
+/// Make a file of `len` bytes holding `pattern(seed)`, zeros past `len` in its
+/// last sector.
+fn make(store: &Store, name: &str, len: u64, seed: u8) {
+    let f = store.create(name, len, LayoutKind::Rotated).unwrap();
+    let mut b = AlignedBuf::new(len.next_multiple_of(512) as usize);
+    b[..len as usize].copy_from_slice(&pattern(seed, len as usize));
+    f.write_at(0, &b).unwrap();
+    f.sync().unwrap();
+}
+
+fn is_simulated(e: &Error) -> bool {
+    e.to_string().contains("simulated crash")
+}
+
+/// Runs `op` on a store made by `setup`, crashing at each step in turn, and checks
+/// every crash (and every crash of the recovery after it) ends before or after.
+fn every_crash_point(tag: &str, setup: impl Fn(&Store), op: impl Fn(&Store) -> crate::Result<()>) {
+    let fresh = || {
+        let d = Dir::new(tag);
+        setup(&d.open().unwrap());
+        d
+    };
+    // A store whose operation crashed at step `k`, or None if it needs fewer steps.
+    let crashed = |k: u32| {
+        let d = fresh();
+        let store = d.open().unwrap();
+        crash_after(Some(k));
+        let r = op(&store);
+        crash_after(None);
+        drop(store);
+        match r {
+            Ok(()) => (d, false),
+            Err(e) => {
+                assert!(is_simulated(&e), "{tag}: step {k}: {e}");
+                (d, true)
+            }
+        }
+    };
+    // The states before and after, from runs without a crash.
+    let d = fresh();
+    let before = d.state();
+    op(&d.open().unwrap()).unwrap();
+    let after = d.state();
+    assert_ne!(before, after, "{tag}: the operation changes nothing");
+    let mut ended = (0, 0);
+    for k in 0.. {
+        let (d, crashed_op) = crashed(k);
+        if !crashed_op {
+            assert_eq!(d.state(), after, "{tag}: finished without a crash");
+            assert!(
+                ended.0 > 0 && ended.1 > 0,
+                "{tag}: some crashes must end before and some after ({ended:?})"
+            );
+            return;
+        }
+        let s = d.state();
+        assert!(
+            s == before || s == after,
+            "{tag}: crash at step {k}: neither before nor after: {s:?}"
+        );
+        let end = s == after;
+        if end {
+            ended.1 += 1;
+        } else {
+            ended.0 += 1;
+        }
+        // Crash the recovery at each of its steps too: the next open finishes it
+        // the same way.
+        for j in 0.. {
+            let (d, _) = crashed(k);
+            crash_after(Some(j));
+            let opened = d.open();
+            crash_after(None);
+            let recovered = match opened {
+                Ok(store) => {
+                    drop(store);
+                    true
+                }
+                Err(e) => {
+                    assert!(is_simulated(&e), "{tag}: step {k}, recovery step {j}: {e}");
+                    false
+                }
+            };
+            let s = d.state();
+            assert!(
+                &s == if end { &after } else { &before },
+                "{tag}: crash at step {k} then at recovery step {j}: {s:?}"
+            );
+            if recovered {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn create_is_whole_or_absent() {
+    every_crash_point(
+        "create",
+        |s| make(s, "a", 5000, 1),
+        |s| s.create("c", 3001, LayoutKind::Hash).map(drop),
+    );
+}
+
+#[test]
+fn delete_is_whole_or_absent() {
+    every_crash_point(
+        "delete",
+        |s| {
+            make(s, "a", 5000, 1);
+            make(s, "b", 70_000, 2);
+        },
+        |s| s.delete("b"),
+    );
+}
+
+#[test]
+fn rename_is_whole_or_absent() {
+    every_crash_point(
+        "rename",
+        |s| {
+            make(s, "a", 5000, 1);
+            make(s, "b", 70_000, 2);
+        },
+        |s| s.rename("b", "c"),
+    );
+}
+
+#[test]
+fn shrink_is_whole_or_absent() {
+    every_crash_point(
+        "shrink",
+        |s| make(s, "b", 70_000, 2),
+        |s| s.open_file("b")?.set_len(9_000 + 7),
+    );
+}
+
+#[test]
+fn grow_after_shrink_is_whole_or_absent() {
+    // The old bytes past the shrunk length must not come back with the growth.
+    every_crash_point(
+        "grow",
+        |s| {
+            make(s, "b", 70_000, 2);
+            s.open_file("b").unwrap().set_len(3).unwrap();
+        },
+        |s| s.open_file("b")?.set_len(65_000),
+    );
+}
