@@ -386,3 +386,118 @@ fn failed_fsync_after_pages_left_the_cache_fails_until_reopened() {
     again.sync().unwrap();
     cf.sync().unwrap();
 }
+
+/// Mount a tmpfs of `mib` MiB at `dir`; `None` (and why) where this process
+/// may not mount.
+fn small_fs(dir: &std::path::Path, mib: u64) -> Option<SmallFs> {
+    std::fs::create_dir_all(dir).unwrap();
+    let out = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+        .arg(dir)
+        .output()
+        .ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "skipped: cannot mount a small tmpfs ({})",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
+    Some(SmallFs(dir.to_path_buf()))
+}
+
+struct SmallFs(std::path::PathBuf);
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// On a real, small file system: fill it until the flusher gets ENOSPC, free
+/// space, and the next `sync` writes everything and succeeds; then fill it
+/// again until `sync` itself gets ENOSPC, free space, and sync again. Reads of
+/// clean pages go on meanwhile, and the device is never failed for good.
+#[test]
+fn a_full_file_system_recovers_when_space_is_freed() {
+    let tmp = TempDir::new("fullfs");
+    let Some(fs) = small_fs(&tmp.path().join("mnt"), 24) else {
+        return;
+    };
+    let root = fs.0.join("dev0");
+    std::fs::create_dir_all(&root).unwrap();
+    let opts = StoreOptions {
+        engine: EngineKind::Uring,
+        direct_io: false,
+        ..StoreOptions::default()
+    };
+    let len = 16 * MIB;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    let ballast = fs.0.join("ballast");
+    let free = |p: &std::path::Path| {
+        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: statvfs fills the struct; `c` is a valid path.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail * st.f_frsize
+    };
+    let leave = |mib: u64| {
+        let fill = free(&fs.0).saturating_sub(mib * MIB);
+        std::fs::write(&ballast, vec![1u8; fill as usize]).unwrap();
+    };
+    {
+        // Room for every page (writes only dirty pages); the flusher writes
+        // each dirty page at once.
+        let roomy = CacheOptions {
+            size: 128 << 20,
+            ..CacheOptions::default()
+        };
+        let flush = FlushOptions {
+            dirty_at: Some(1),
+            ..FlushOptions::default()
+        };
+        let store = Store::open(&[&root], opts.clone()).unwrap();
+        let cs = CachedStore::with_flusher(store, roomy, Some(flush)).unwrap();
+        // Creating is cheap (a sparse file); its first MiB is written at once.
+        let cf = cs.create("f", len, LayoutKind::Stripe).unwrap();
+        cf.write_at(0, &data[..MIB as usize]).unwrap();
+        cf.sync().unwrap();
+        // The flusher meets the full file system.
+        leave(4);
+        cf.write_at(MIB, &data[MIB as usize..8 * MIB as usize])
+            .unwrap();
+        let t = std::time::Instant::now();
+        while cs.flusher_counts().0 < 4 * 256 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(
+            cs.store().device_errors().iter().all(Option::is_none),
+            "a full file system failed the device for good: {:?}",
+            cs.store().device_errors()
+        );
+        let mut b = vec![0u8; MIB as usize];
+        cf.read_at(0, &mut b).unwrap();
+        assert!(b == data[..MIB as usize]);
+        std::fs::remove_file(&ballast).unwrap();
+        cf.sync()
+            .unwrap_or_else(|e| panic!("sync once space is back (flusher): {e}"));
+        // Now sync itself meets it.
+        leave(2);
+        cf.write_at(8 * MIB, &data[8 * MIB as usize..]).unwrap();
+        let e = cf.sync().unwrap_err();
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+        assert!(cs.store().device_errors().iter().all(Option::is_none));
+        std::fs::remove_file(&ballast).unwrap();
+        cf.sync()
+            .unwrap_or_else(|e| panic!("sync once space is back: {e}"));
+    }
+    let cs = CachedStore::new(Store::open(&[&root], opts).unwrap(), cache(64)).unwrap();
+    let cf = cs.open_file("f").unwrap();
+    let mut b = vec![0u8; len as usize];
+    cf.read_at(0, &mut b).unwrap();
+    assert!(
+        b == data,
+        "writes made while the file system was full were lost"
+    );
+}
