@@ -102,6 +102,13 @@ impl Durable {
     }
 }
 
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // No cache holds the file's pages any more.
+        self.file.inner.cached.store(false, Ordering::Release);
+    }
+}
+
 impl Entry {
     fn new(file: File) -> Entry {
         Entry {
@@ -235,6 +242,7 @@ impl CachedStore {
                         MAX_FILE_ID as u64 + 1
                     )));
                 }
+                file.inner.cached.store(true, Ordering::Release);
                 let entry = Arc::new(Entry::new(file));
                 files.insert(id, entry.clone());
                 (id, entry)
@@ -488,7 +496,8 @@ const SYNC_DEPTH: usize = 32;
 const SYNC_MERGE: usize = 32;
 
 impl CachedFile {
-    /// The file underneath.
+    /// The file underneath. Its length changes only through
+    /// [`CachedFile::set_len`] (the file's own `set_len` refuses).
     pub fn file(&self) -> &File {
         &self.entry.file
     }
@@ -640,7 +649,7 @@ impl CachedFile {
                 g[(len % ps) as usize..].fill(0);
             }
         }
-        self.entry.file.set_len(len)?;
+        self.entry.file.set_len_cached(len)?;
         if len < old {
             // Pages a racing writer made past the end in the meantime.
             sh.cache.discard(self.id, len.div_ceil(ps))?;

@@ -1,6 +1,6 @@
 //! A named file striped over the devices: synchronous and batched I/O.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::buf::AlignedBuf;
@@ -23,6 +23,9 @@ pub(crate) struct FileInner {
     pub(crate) uid: u64,
     pub(crate) backings: Vec<Arc<Backing>>,
     pub(crate) store: Arc<StoreInner>,
+    /// The file is open through a page cache, whose pages a length change
+    /// must keep right: only `CachedFile::set_len` may change it.
+    pub(crate) cached: AtomicBool,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -74,7 +77,21 @@ impl File {
     /// device; all of it happens, or (after an error or a crash) it is finished later.
     /// The bytes past the new length, to the end of its sector, read as zeros, and so
     /// does anything the file holds past the shorter of the old and new lengths.
+    ///
+    /// A file open through a [`crate::CachedStore`] is refused: change its length
+    /// with [`crate::CachedFile::set_len`], which keeps the cached pages right.
     pub fn set_len(&self, len: u64) -> Result<()> {
+        if self.inner.cached.load(Ordering::Acquire) {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?} is open through a page cache: change its length with CachedFile::set_len",
+                self.name()
+            )));
+        }
+        self.inner.store.set_len(&self.inner, len)
+    }
+
+    /// Change the length under the cache that holds the file's pages.
+    pub(crate) fn set_len_cached(&self, len: u64) -> Result<()> {
         self.inner.store.set_len(&self.inner, len)
     }
 

@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use crate::buf::{AlignedBuf, Arena};
@@ -650,6 +650,7 @@ impl Store {
                 uid,
                 backings,
                 store: inner.clone(),
+                cached: AtomicBool::new(false),
             }),
         })
     }

@@ -208,6 +208,29 @@ fn shrink_then_grow_shows_zeros() {
     }
 }
 
+/// The length of a file open through the cache changes only through the
+/// cache (the store's own `set_len` would leave stale pages past the end).
+#[test]
+fn raw_set_len_of_a_cached_file_is_refused() {
+    let tmp = TempDir::new("rawlen");
+    let roots = tmp.devices(1);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store.clone(), cache(16)).unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.write_at(0, &[3u8; 8192]).unwrap();
+    let e = cf.file().set_len(4096).unwrap_err();
+    assert!(e.to_string().contains("CachedFile::set_len"), "{e}");
+    assert_eq!(cf.len(), MIB);
+    cf.set_len(4096).unwrap();
+    cf.sync().unwrap();
+    drop(cf);
+    drop(cs);
+    // Without a cache, the store's own call works again.
+    let f = store.open_file("f").unwrap();
+    f.set_len(8192).unwrap();
+    assert_eq!(f.len(), 8192);
+}
+
 /// Lengths are exact to the byte: a file of 1000 bytes reads 1000 bytes, a
 /// shrink to an odd length and a grow show zeros past the cut, and the length
 /// survives a reopen.
