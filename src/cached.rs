@@ -58,6 +58,8 @@ pub(crate) struct Shared {
     pub(crate) cache: PageCache,
     files: RwLock<HashMap<u32, Arc<Entry>>>,
     next_id: AtomicU32,
+    /// Retired ids whose pages are all gone, for reuse.
+    free_ids: Mutex<Vec<u32>>,
 }
 
 /// What the cache needs of an open file: where its pages go, and its first
@@ -71,52 +73,90 @@ pub(crate) struct Entry {
     durable: Mutex<Durable>,
     /// Serialises length changes through the cache.
     resizing: Mutex<()>,
+    /// Set by a shrink: writes that raced it may have left pages past the end,
+    /// which the next growth drops first.
+    shrunk: AtomicBool,
+    /// Serialises the file's syncs: a sync that met a failed fsync makes its
+    /// pages dirty again before the next sync starts writing.
+    syncing: Mutex<()>,
 }
 
 /// The pages of a file written back since its last good fsync, and whether a
 /// failed fsync left pages that can no longer be written again.
 #[derive(Default)]
 struct Durable {
-    /// One bit per page.
-    written: Vec<u64>,
+    written: PageSet,
     /// Set when an fsync failed after a page that has since left the cache
     /// was written: the file's syncs fail until it is opened again.
     lost: Option<Error>,
 }
 
-impl Durable {
-    fn mark(&mut self, page: u64) {
-        let w = (page / 64) as usize;
-        if w >= self.written.len() {
-            self.written.resize(w + 1, 0);
-        }
-        self.written[w] |= 1 << (page % 64);
+/// A set of page numbers: a bitmap of 4096 pages (512 bytes) per chunk that
+/// holds any, so that memory follows the pages written, not the file's size.
+#[derive(Default)]
+pub(crate) struct PageSet {
+    chunks: std::collections::BTreeMap<u64, Box<[u64; PAGESET_WORDS]>>,
+}
+
+const PAGESET_WORDS: usize = 64;
+const PAGESET_PAGES: u64 = PAGESET_WORDS as u64 * 64;
+
+impl PageSet {
+    pub(crate) fn insert(&mut self, page: u64) {
+        let c = self
+            .chunks
+            .entry(page / PAGESET_PAGES)
+            .or_insert_with(|| Box::new([0; PAGESET_WORDS]));
+        let i = page % PAGESET_PAGES;
+        c[(i / 64) as usize] |= 1 << (i % 64);
     }
 
-    fn pages(bits: &[u64]) -> impl Iterator<Item = u64> + '_ {
-        bits.iter().enumerate().flat_map(|(w, &b)| {
-            (0..64)
-                .filter(move |i| b & (1 << i) != 0)
-                .map(move |i| w as u64 * 64 + i)
+    /// Drop the pages from `from` on.
+    pub(crate) fn truncate(&mut self, from: u64) {
+        let first = from / PAGESET_PAGES;
+        let _ = self.chunks.split_off(&(first + 1));
+        if let Some(c) = self.chunks.get_mut(&first) {
+            let i = from % PAGESET_PAGES;
+            for (w, word) in c.iter_mut().enumerate() {
+                let base = w as u64 * 64;
+                if base >= i {
+                    *word = 0;
+                } else if base + 64 > i {
+                    *word &= (1u64 << (i - base)) - 1;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.iter().flat_map(|(&c, words)| {
+            words.iter().enumerate().flat_map(move |(w, &b)| {
+                (0..64)
+                    .filter(move |i| b & (1 << i) != 0)
+                    .map(move |i| c * PAGESET_PAGES + w as u64 * 64 + i)
+            })
         })
     }
 }
 
 impl Drop for Entry {
     fn drop(&mut self) {
-        // No cache holds the file's pages any more.
-        self.file.inner.cached.store(false, Ordering::Release);
+        // One cache fewer holds the file's pages.
+        self.file.inner.cached.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Entry {
     fn new(file: File) -> Entry {
+        file.inner.cached.fetch_add(1, Ordering::AcqRel);
         Entry {
             file,
             failed: Mutex::new(None),
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
             resizing: Mutex::new(()),
+            shrunk: AtomicBool::new(false),
+            syncing: Mutex::new(()),
         }
     }
 
@@ -165,6 +205,7 @@ impl CachedStore {
             cache,
             files: RwLock::new(HashMap::new()),
             next_id: AtomicU32::new(0),
+            free_ids: Mutex::new(Vec::new()),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -212,43 +253,47 @@ impl CachedStore {
         // A file opened twice shares its cache id: one copy of each page. The
         // table stays locked from the search to the insertion, so two threads
         // opening one file at once get one id. An entry of the same name that
-        // is another file (deleted or replaced through the store) is retired.
+        // is another file (deleted or replaced through the store) is retired;
+        // only the file the store has open under the name now may retire
+        // others (a handle to a file deleted meanwhile retires nothing). The
+        // store's metadata lock is held throughout (it comes before the table
+        // in the lock order), so no delete or create runs in between.
         let name = file.name();
-        let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
-        let mut dead = Vec::new();
-        let mut found = None;
-        for (&id, e) in files.iter() {
-            if Arc::ptr_eq(&e.file.inner, &file.inner) {
-                found = Some((id, e.clone()));
-            } else if *e.file.name_arc() == *name {
-                dead.push(id);
-            }
-        }
-        let dead: Vec<(u32, Arc<Entry>)> = dead
-            .into_iter()
-            .filter_map(|id| files.remove(&id).map(|e| (id, e)))
-            .collect();
-        let (id, entry) = match found {
-            Some((id, e)) => {
-                // Opening again accepts the loss after a failed fsync.
-                e.durable().lost = None;
-                (id, e)
-            }
-            None => {
-                let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-                if id > MAX_FILE_ID {
-                    return Err(Error::InvalidArgument(format!(
-                        "more than {} files opened through one cache",
-                        MAX_FILE_ID as u64 + 1
-                    )));
+        let store = file.inner.store.clone();
+        let (id, entry, dead) = store.with_current(|current| -> Result<_> {
+            let current = current(&name, &file.inner);
+            let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
+            let mut dead = Vec::new();
+            let mut found = None;
+            for (&id, e) in files.iter() {
+                if Arc::ptr_eq(&e.file.inner, &file.inner) {
+                    found = Some((id, e.clone()));
+                } else if current && *e.file.name_arc() == *name {
+                    dead.push(id);
                 }
-                file.inner.cached.store(true, Ordering::Release);
-                let entry = Arc::new(Entry::new(file));
-                files.insert(id, entry.clone());
-                (id, entry)
             }
-        };
-        drop(files);
+            let (id, entry) = match found {
+                Some((id, e)) => {
+                    // Opening again accepts the loss after a failed fsync.
+                    e.durable().lost = None;
+                    (id, e)
+                }
+                None => {
+                    let id = self.inner.new_id()?;
+                    let entry = Arc::new(Entry::new(file));
+                    files.insert(id, entry.clone());
+                    (id, entry)
+                }
+            };
+            let dead: Vec<(u32, Arc<Entry>)> = dead
+                .into_iter()
+                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+                .collect();
+            for (_, e) in &dead {
+                e.gone.store(true, Ordering::Release);
+            }
+            Ok((id, entry, dead))
+        })?;
         // Write-backs in flight take the table lock as they finish: drop the
         // retired files' pages only once it is let go.
         for (id, e) in dead {
@@ -267,28 +312,40 @@ impl CachedStore {
     /// The file must not be in use on this thread (a page guard held, or a
     /// queue not drained).
     pub fn delete(&self, name: &str) -> Result<()> {
-        let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
-        self.inner.store.delete(name)?;
-        let ids: Vec<u32> = files
-            .iter()
-            .filter(|(_, e)| *e.file.name_arc() == *name)
-            .map(|(&id, _)| id)
-            .collect();
-        let dead: Vec<(u32, Arc<Entry>)> = ids
-            .into_iter()
-            .filter_map(|id| files.remove(&id).map(|e| (id, e)))
-            .collect();
-        drop(files);
+        let r = self.inner.store.delete(name);
+        // Even after a failure: a delete the store has committed (and will
+        // finish) no longer names the file.
+        self.retire_stale(name);
+        r
+    }
+
+    /// Retire the entries named `name` that are no longer the store's file of
+    /// that name.
+    fn retire_stale(&self, name: &str) {
+        let dead = self.inner.store.inner().with_current(|current| {
+            let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<u32> = files
+                .iter()
+                .filter(|(_, e)| *e.file.name_arc() == *name && !current(name, &e.file.inner))
+                .map(|(&id, _)| id)
+                .collect();
+            let dead: Vec<(u32, Arc<Entry>)> = ids
+                .into_iter()
+                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+                .collect();
+            for (_, e) in &dead {
+                e.gone.store(true, Ordering::Release);
+            }
+            dead
+        });
         for (id, e) in dead {
             self.inner.retire(id, &e);
         }
-        Ok(())
     }
 
     /// Rename a file (as [`Store::rename`]); open handles follow it, and its
     /// cached pages stay.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        let _files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
         self.inner.store.rename(from, to)
     }
 
@@ -304,8 +361,13 @@ impl CachedStore {
             .collect();
         let mut first = None;
         for id in files {
-            if let Err(e) = self.inner.sync_file(id) {
-                first.get_or_insert(e);
+            match self.inner.sync_file(id) {
+                // Deleted meanwhile: nothing of it is to be synced.
+                Err(_) if self.inner.entry(id).is_err() => {}
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+                Ok(()) => {}
             }
         }
         first.map_or(Ok(()), Err)
@@ -327,7 +389,36 @@ impl Shared {
     /// drops it.
     fn retire(&self, id: u32, e: &Entry) {
         e.gone.store(true, Ordering::Release);
-        let _ = self.cache.discard(id, 0);
+        if self.cache.discard(id, 0).is_ok() {
+            // No page of the id is left: it may name another file.
+            self.free_ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(id);
+        }
+    }
+
+    /// A cache id for a newly opened file: a retired one whose pages are all
+    /// gone, or the next unused one.
+    fn new_id(&self) -> Result<u32> {
+        if let Some(id) = self
+            .free_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            return Ok(id);
+        }
+        self.next_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n <= MAX_FILE_ID).then_some(n + 1)
+            })
+            .map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "more than {} files open through one cache",
+                    MAX_FILE_ID as u64 + 1
+                ))
+            })
     }
 
     /// Remember that `pages` of file `id` reached the devices (for the fsync
@@ -336,7 +427,7 @@ impl Shared {
         if let Ok(e) = self.entry(id) {
             let mut d = e.durable();
             for p in pages {
-                d.mark(p);
+                d.written.insert(p);
             }
         }
     }
@@ -392,7 +483,7 @@ impl Shared {
                     .unwrap_or_else(|p| p.into_inner())
                     .get_or_insert_with(|| err.clone());
             }
-            Ok(()) if n > 0 => e.durable().mark(page),
+            Ok(()) if n > 0 => e.durable().written.insert(page),
             Ok(()) => {}
         }
         r
@@ -413,6 +504,10 @@ impl Shared {
     /// writer holds them, or another write-back runs), then fsync.
     fn sync_file(&self, id: u32) -> Result<()> {
         let e = self.entry(id)?;
+        // One sync of a file at a time: a sync whose fsync failed has made its
+        // pages dirty again before the next one starts writing, so the next
+        // one's good fsync (the kernel reports a failure once) covers them.
+        let _one = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
         let mut pending: Vec<u64> = self
             .cache
             .pending_pages()
@@ -472,14 +567,14 @@ impl Shared {
                 // page written since the last good fsync is written again
                 // before the next one can pass.
                 let mut left = false;
-                for p in Durable::pages(&covered) {
+                for p in covered.iter() {
                     if !self.cache.mark_dirty(id, p).unwrap_or(false) {
                         left = true;
                     }
                 }
                 let mut d = e.durable();
-                for p in Durable::pages(&covered) {
-                    d.mark(p);
+                for p in covered.iter() {
+                    d.written.insert(p);
                 }
                 if left {
                     d.lost.get_or_insert_with(|| err.clone());
@@ -616,43 +711,58 @@ impl CachedFile {
     /// zeros. Shrinking drops the cached pages past the new end, dirty ones
     /// unwritten (as a truncate does), and zeroes the rest of the new last
     /// page, so the bytes past the end read as zeros if the file grows again.
-    /// Writes past the new end that race with a shrink may be lost; the file
-    /// must not be in use on this thread (a page guard held, or a queue not
-    /// drained). If the store fails to change the length, the error is
-    /// returned and the bytes past the new end are undefined.
+    ///
+    /// The change is committed in the store (its intent record durable, I/O
+    /// past a shorter end refused) before the cache is touched, so a failed
+    /// call leaves the file's bytes inside its old length as they were; once
+    /// committed, the change completes even if this returns an error. Writes
+    /// racing a shrink may be lost, never shown past the end after a later
+    /// growth. The file must not be in use on this thread (a page guard held,
+    /// or a queue not drained).
     pub fn set_len(&self, len: u64) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
-        let _one = self
-            .entry
-            .resizing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
+        let e = &*self.entry;
+        let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
-        let old = self.len();
-        if len < old {
-            // No write-back of a page past the new end may still be in flight
-            // when the store truncates: drop them first (waiting for any in
-            // flight), then zero the tail of the new last page.
-            sh.cache.discard(self.id, len.div_ceil(ps))?;
-            if len % ps != 0 {
-                let page = len / ps;
+        // Make the cache hold nothing past `end` and zeros past it in its
+        // last page; the store's devices read as zeros there too.
+        let clear_past = |end: u64| -> Result<()> {
+            sh.cache.discard(self.id, end.div_ceil(ps))?;
+            e.durable().written.truncate(end.div_ceil(ps));
+            if end % ps != 0 {
                 let mut g = sh.cache.get_mut_with(
                     self.id,
-                    page,
+                    end / ps,
                     |f, p, frame| sh.load(f, p, frame),
                     |f, p, bytes| sh.store_page(f, p, bytes),
                 )?;
-                g[(len % ps) as usize..].fill(0);
+                g[(end % ps) as usize..].fill(0);
             }
-        }
-        self.entry.file.set_len_cached(len)?;
-        if len < old {
-            // Pages a racing writer made past the end in the meantime.
-            sh.cache.discard(self.id, len.div_ceil(ps))?;
+            Ok(())
+        };
+        self.entry.file.set_len_cached(len, &mut |old| {
+            if len < old {
+                // I/O past the new end is refused now; drop what the cache
+                // holds there, waiting for fills and write-backs in flight
+                // (prepared with the old length) to end before the store cuts.
+                e.shrunk.store(true, Ordering::Release);
+                clear_past(len)
+            } else if e.shrunk.swap(false, Ordering::AcqRel) {
+                // A write that raced the last shrink may have left bytes past
+                // the end it made: they must not show once the file is longer.
+                clear_past(old)
+            } else {
+                Ok(())
+            }
+        })?;
+        if e.shrunk.load(Ordering::Acquire) {
+            // Pages a racing writer made past the end meanwhile; a page still
+            // in use here is dropped by the next growth.
+            let _ = sh.cache.discard(self.id, len.div_ceil(ps));
         }
         Ok(())
     }

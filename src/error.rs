@@ -207,9 +207,9 @@ impl Error {
     }
 
     /// Whether the failure can pass without anything being wrong with the
-    /// device (out of space, over a quota, interrupted, told to retry, or a
-    /// write cut short): the operation may succeed when tried again. Other
-    /// I/O errors fail their device for good.
+    /// device (out of space, over a quota or the file-size limit, interrupted,
+    /// told to retry, or a write cut short): the operation may succeed when
+    /// tried again. Other I/O errors fail their device for good.
     pub fn can_pass(&self) -> bool {
         match self {
             Error::Io { errno, .. } => crate::io::error_can_pass(*errno),

@@ -1,6 +1,6 @@
 //! A named file striped over the devices: synchronous and batched I/O.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use crate::buf::AlignedBuf;
@@ -25,7 +25,8 @@ pub(crate) struct FileInner {
     pub(crate) store: Arc<StoreInner>,
     /// The file is open through a page cache, whose pages a length change
     /// must keep right: only `CachedFile::set_len` may change it.
-    pub(crate) cached: AtomicBool,
+    /// (A count: the caches that hold it.)
+    pub(crate) cached: AtomicUsize,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -81,7 +82,7 @@ impl File {
     /// A file open through a [`crate::CachedStore`] is refused: change its length
     /// with [`crate::CachedFile::set_len`], which keeps the cached pages right.
     pub fn set_len(&self, len: u64) -> Result<()> {
-        if self.inner.cached.load(Ordering::Acquire) {
+        if self.inner.cached.load(Ordering::Acquire) > 0 {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} is open through a page cache: change its length with CachedFile::set_len",
                 self.name()
@@ -90,9 +91,15 @@ impl File {
         self.inner.store.set_len(&self.inner, len)
     }
 
-    /// Change the length under the cache that holds the file's pages.
-    pub(crate) fn set_len_cached(&self, len: u64) -> Result<()> {
-        self.inner.store.set_len(&self.inner, len)
+    /// Change the length under the cache that holds the file's pages:
+    /// `before_cut(old length)` runs once the change is committed and I/O past
+    /// a shorter end is refused, before any device changes.
+    pub(crate) fn set_len_cached(
+        &self,
+        len: u64,
+        before_cut: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
+        self.inner.store.set_len_with(&self.inner, len, before_cut)
     }
 
     /// Read `buf.len()` bytes at `offset`. Offset, length and buffer address must be

@@ -25,7 +25,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 
 use crate::buf::{AlignedBuf, Arena};
@@ -153,7 +153,7 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn validate_name(name: &str) -> Result<()> {
+pub(crate) fn validate_name(name: &str) -> Result<()> {
     let bad = |problem| {
         Err(Error::InvalidName {
             name: name.to_string(),
@@ -546,6 +546,10 @@ impl Store {
         Ok(store)
     }
 
+    pub(crate) fn inner(&self) -> &Arc<StoreInner> {
+        &self.inner
+    }
+
     /// The engine in use: "uring", "psync" or "sim".
     pub fn engine_name(&self) -> &'static str {
         self.inner.engine_name
@@ -650,7 +654,7 @@ impl Store {
                 uid,
                 backings,
                 store: inner.clone(),
-                cached: AtomicBool::new(false),
+                cached: AtomicUsize::new(0),
             }),
         })
     }
@@ -908,6 +912,23 @@ impl Meta {
 }
 
 impl StoreInner {
+    /// Run `f` with the metadata lock held, giving it a test of whether a file
+    /// is the one the store has open under a name now (not one deleted or
+    /// replaced since it was opened). No metadata operation runs meanwhile.
+    pub(crate) fn with_current<R>(
+        &self,
+        f: impl FnOnce(&dyn Fn(&str, &Arc<FileInner>) -> bool) -> R,
+    ) -> R {
+        let meta = self.lock_meta();
+        let current = |name: &str, file: &Arc<FileInner>| {
+            meta.files
+                .get(name)
+                .and_then(Weak::upgrade)
+                .is_some_and(|g| Arc::ptr_eq(&g, file))
+        };
+        f(&current)
+    }
+
     fn lock_meta(&self) -> MutexGuard<'_, Meta> {
         self.meta.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -981,8 +1002,14 @@ impl StoreInner {
             sync_dir(0, &self.roots[0])
         };
         write().inspect_err(|_| {
-            // The operation has not started; a partial record reads as torn anyway.
+            // The operation has not started: make the record read as torn
+            // (empty, which its own fsync makes durable without the directory's)
+            // so that no crash can bring it back whole, then remove it.
+            if let Ok(f) = fs::OpenOptions::new().write(true).open(&path) {
+                let _ = f.set_len(0).and_then(|()| f.sync_all());
+            }
             let _ = remove_if_present(0, &path);
+            let _ = sync_dir(0, &self.roots[0]);
         })
     }
 
@@ -1271,6 +1298,20 @@ impl StoreInner {
     /// Change a file's length (any number of bytes): headers and backing sizes on
     /// every device, all or (finishing it after an error or a crash) nothing.
     pub(crate) fn set_len(&self, f: &FileInner, len: u64) -> Result<()> {
+        self.set_len_with(f, len, &mut |_| Ok(()))
+    }
+
+    /// As `set_len`, running `before_cut(old length)` once the change is
+    /// committed (its intent record is durable and, for a shrink, I/O past the
+    /// new end is refused) and before any device changes: a page cache drops and
+    /// zeroes its pages there. The change goes on if `before_cut` fails; its
+    /// error is returned after.
+    pub(crate) fn set_len_with(
+        &self,
+        f: &FileInner,
+        len: u64,
+        before_cut: &mut dyn FnMut(u64) -> Result<()>,
+    ) -> Result<()> {
         check_len("file length", len)?;
         let mut meta = self.begin_meta()?;
         let old = f.len.load(Ordering::Acquire);
@@ -1288,6 +1329,7 @@ impl StoreInner {
             // Refuse new I/O past the new end before the space goes.
             f.len.store(len, Ordering::Release);
         }
+        let hooked = before_cut(old);
         let paths = self.backing_paths(&name);
         let pieces: Vec<Piece<'_>> = f
             .backings
@@ -1319,6 +1361,6 @@ impl StoreInner {
             return Err(e);
         }
         f.len.store(len, Ordering::Release);
-        Ok(())
+        hooked
     }
 }

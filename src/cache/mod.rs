@@ -470,6 +470,10 @@ impl<M: Model> PageCache<M> {
     /// page of `file` (or have claimed one through a queue it has not drained)
     /// while it calls this.
     pub fn discard(&self, file: u32, from: u64) -> Result<usize> {
+        if from > MAX_PAGE {
+            tag_of(file, 0)?;
+            return Ok(0); // no page can be cached there
+        }
         tag_of(file, from)?;
         let first = ((file as u64) << 40) | from;
         let last = ((file as u64) << 40) | MAX_PAGE;

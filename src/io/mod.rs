@@ -211,9 +211,13 @@ impl DevOp {
             // request fails and its caller may retry. A short write is the
             // file system running out of space part way. Anything else fails
             // the device for good.
+            // A short transfer on a regular file means the file is shorter
+            // than the store expects (a racing truncate, an outside change) or
+            // the file system ran out of space: a problem of the request, not
+            // of the device.
             let passes = match res {
                 OpResult::Errno(errno) => error_can_pass(errno),
-                OpResult::Done(_) => self.kind == DevOpKind::Write,
+                OpResult::Done(_) => true,
             };
             if !passes {
                 self.backing.state.fail(e);
@@ -225,12 +229,13 @@ impl DevOp {
 
 /// Whether an operation that failed with `errno` may succeed when tried again
 /// later without anything being wrong with the device: out of space (ENOSPC),
-/// over a quota (EDQUOT), interrupted (EINTR) or told to retry (EAGAIN). Every
-/// other error (EIO above all) fails the device for good.
+/// over a quota (EDQUOT), past the process's file-size limit (EFBIG),
+/// interrupted (EINTR) or told to retry (EAGAIN). Every other error (EIO above
+/// all) fails the device for good.
 pub(crate) fn error_can_pass(errno: i32) -> bool {
     matches!(
         errno,
-        libc::ENOSPC | libc::EDQUOT | libc::EINTR | libc::EAGAIN
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EINTR | libc::EAGAIN
     )
 }
 

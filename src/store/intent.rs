@@ -23,7 +23,7 @@
 //! A record that is empty, short, or fails its checksum was being written when the
 //! process died, so its operation had not started: it is simply removed.
 
-use crate::header::{FORMAT_VERSION, crc32c};
+use crate::header::{FORMAT_VERSION, MAX_LEN, crc32c};
 use crate::layout::LayoutKind;
 
 /// The intent record's file name in device 0's root.
@@ -182,6 +182,36 @@ impl Intent {
             },
             other => return Decoded::Unknown(format!("unknown operation code {other}")),
         };
+        // A whole record names only valid files and lengths (a record from a
+        // broken writer must not reach outside the roots).
+        let names: &[&str] = match &op {
+            Op::Rename { from, to } => &[from, to],
+            Op::Create { name, .. } | Op::Delete { name } | Op::SetLen { name, .. } => &[name],
+        };
+        for n in names {
+            if let Err(e) = crate::store::validate_name(n) {
+                return Decoded::Unknown(e.to_string());
+            }
+        }
+        if let Op::SetLen {
+            old_len,
+            new_len,
+            block_bytes,
+            ..
+        } = &op
+        {
+            if *old_len > MAX_LEN || *new_len > MAX_LEN {
+                return Decoded::Unknown(format!(
+                    "a length of {} is above the largest supported ({MAX_LEN} bytes)",
+                    old_len.max(new_len)
+                ));
+            }
+            if *block_bytes == 0 || block_bytes % 512 != 0 {
+                return Decoded::Unknown(format!(
+                    "block size {block_bytes} is not a positive multiple of 512"
+                ));
+            }
+        }
         Decoded::Whole(Intent {
             devices: u32_at(16),
             op,
@@ -259,5 +289,33 @@ mod tests {
         let crc = crc32c(&e[..n]);
         e[n..].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(Intent::decode(&e), Decoded::Unknown(_)));
+    }
+
+    #[test]
+    fn whole_records_with_bad_names_or_lengths_are_refused() {
+        let bad = [
+            Op::Delete {
+                name: "../outside".into(),
+            },
+            Op::Rename {
+                from: "a".into(),
+                to: ".hidden".into(),
+            },
+            Op::SetLen {
+                name: "a".into(),
+                uid: 1,
+                layout: LayoutKind::Stripe,
+                block_bytes: 65536,
+                old_len: 0,
+                new_len: u64::MAX,
+            },
+        ];
+        for op in bad {
+            let i = Intent { devices: 2, op };
+            assert!(
+                matches!(Intent::decode(&i.encode()), Decoded::Unknown(_)),
+                "{i:?}"
+            );
+        }
     }
 }
