@@ -297,7 +297,7 @@ impl CachedStore {
         // Write-backs in flight take the table lock as they finish: drop the
         // retired files' pages only once it is let go.
         for (id, e) in dead {
-            self.inner.retire(id, &e);
+            self.inner.retire(id, e);
         }
         Ok(CachedFile {
             shared: self.inner.clone(),
@@ -339,7 +339,7 @@ impl CachedStore {
             dead
         });
         for (id, e) in dead {
-            self.inner.retire(id, &e);
+            self.inner.retire(id, e);
         }
     }
 
@@ -387,10 +387,12 @@ impl Shared {
     /// fail from now on, and its pages are dropped. Pages still in use are
     /// left; should one of them be dirty, its write-back finds no file and
     /// drops it.
-    fn retire(&self, id: u32, e: &Entry) {
+    fn retire(&self, id: u32, e: Arc<Entry>) {
         e.gone.store(true, Ordering::Release);
-        if self.cache.discard(id, 0).is_ok() {
-            // No page of the id is left: it may name another file.
+        // The id may name another file once no page of it is left and no
+        // handle could still use it (this is the last reference: the entry
+        // left the table, so nobody can take a new one).
+        if self.cache.discard(id, 0).is_ok() && Arc::strong_count(&e) == 1 {
             self.free_ids
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -469,12 +471,21 @@ impl Shared {
         };
         let ps = bytes.len() as u64;
         let off = page * ps;
-        let n = e.file.len().saturating_sub(off).min(ps) as usize;
-        let r = if n > 0 {
-            let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(bytes.len());
-            e.file.write_at(off, &bytes[..whole])
-        } else {
-            Ok(())
+        let (n, r) = loop {
+            let len = e.file.len();
+            let n = len.saturating_sub(off).min(ps) as usize;
+            let r = if n > 0 {
+                let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(bytes.len());
+                e.file.write_at(off, &bytes[..whole])
+            } else {
+                Ok(())
+            };
+            // A shrink between the length read and the write: write what is
+            // still inside the file.
+            match r {
+                Err(Error::OutOfRange { .. }) if e.file.len() != len => continue,
+                r => break (n, r),
+            }
         };
         match &r {
             Err(err) => {
@@ -489,8 +500,14 @@ impl Shared {
         r
     }
 
-    /// Remember a failed write-back of file `id` for its next `sync`.
+    /// Remember a failed write-back of file `id` for its next `sync`. A write
+    /// refused because the file shrank after it was prepared is no failure:
+    /// its pages stay dirty and the next write-back writes what is still
+    /// inside the file.
     pub(crate) fn remember_failure(&self, id: u32, err: Error) {
+        if matches!(err, Error::OutOfRange { .. }) {
+            return;
+        }
         if let Ok(e) = self.entry(id) {
             e.failed
                 .lock()
@@ -611,6 +628,19 @@ impl CachedFile {
     /// (fewer only at the end of the file; 0 at the end). An offset past the
     /// end is an error ([`Error::OutOfRange`]).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        self.read_at_inner(offset, buf).map_err(|e| self.gone_or(e))
+    }
+
+    /// `FileGone` if the file was retired meanwhile (its id then no longer
+    /// resolves), else `e`.
+    fn gone_or(&self, e: Error) -> Error {
+        match self.entry.check() {
+            Err(gone) => gone,
+            Ok(()) => e,
+        }
+    }
+
+    fn read_at_inner(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
         self.entry.check()?;
         let len = self.len();
         if offset > len {
@@ -654,6 +684,11 @@ impl CachedFile {
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_at_inner(offset, data)
+            .map_err(|e| self.gone_or(e))
+    }
+
+    fn write_at_inner(&self, offset: u64, data: &[u8]) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -726,6 +761,9 @@ impl CachedFile {
         self.entry.check()?;
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        // No sync of the file runs meanwhile: its writes are never cut by a
+        // shrink between their preparation and their submission.
+        let _no_sync = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         // Make the cache hold nothing past `end` and zeros past it in its

@@ -186,6 +186,15 @@ struct Waiting<'a> {
 /// they stay dirty and the error is kept for the file's next `sync`. Every
 /// guard is finished, whatever the first one returns.
 fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> {
+    if let Err(Error::OutOfRange { .. }) = &r {
+        // The file shrank after the write was prepared: the pages stay dirty
+        // (their next write-back writes what is still inside the file), and
+        // the request that met the victim looks its page up again.
+        for w in pages {
+            let _ = w.finish(r.clone());
+        }
+        return Ok(());
+    }
     if let Some(w) = pages.first() {
         match &r {
             Err(e) => sh.remember_failure(w.file(), e.clone()),

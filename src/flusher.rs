@@ -282,6 +282,10 @@ impl<'a> Writer<'a> {
         for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
             match &r {
+                // The file shrank after the write was prepared: the pages
+                // stay dirty, and their next write-back writes what is still
+                // inside the file.
+                Err(Error::OutOfRange { .. }) => {}
                 Err(e) => {
                     self.shared.remember_failure(run.file, e.clone());
                     self.failed.get_or_insert_with(|| e.clone());
