@@ -21,7 +21,7 @@
 //! ## Errors, retries and fsync
 //!
 //! A write-back that fails with an error that can pass (ENOSPC, EDQUOT,
-//! EINTR, EAGAIN, a write cut short) leaves its page dirty and its device
+//! EFBIG, EINTR, EAGAIN, a write cut short) leaves its page dirty and its device
 //! usable: the next `sync` writes the page again and succeeds once the
 //! condition has passed. Any other I/O error (EIO above all) fails the device
 //! for good; every later operation on it is refused.

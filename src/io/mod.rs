@@ -192,8 +192,9 @@ pub(crate) struct DevOp {
 unsafe impl Send for DevOp {}
 
 impl DevOp {
-    /// Complete the operation. A short transfer or an error fails the device for good
-    /// and reaches the request.
+    /// Complete the operation. An error reaches the request; one that cannot pass
+    /// ([`error_can_pass`]) also fails the device for good. A short transfer fails
+    /// only the request.
     pub(crate) fn finish(self, res: OpResult) {
         let err = match res {
             OpResult::Done(n) if n == self.len || self.kind == DevOpKind::Fsync => None,
