@@ -852,7 +852,7 @@ impl Store {
             let back = inner
                 .move_backings(to, from, open.as_deref())
                 .and_then(|()| inner.sync_dirs())
-                .and_then(|()| inner.remove_intent());
+                .and_then(|()| inner.cancel_intent());
             if back.is_err() {
                 meta.pending = Some(intent);
             }
@@ -1002,15 +1002,27 @@ impl StoreInner {
             sync_dir(0, &self.roots[0])
         };
         write().inspect_err(|_| {
-            // The operation has not started: make the record read as torn
-            // (empty, which its own fsync makes durable without the directory's)
-            // so that no crash can bring it back whole, then remove it.
-            if let Ok(f) = fs::OpenOptions::new().write(true).open(&path) {
-                let _ = f.set_len(0).and_then(|()| f.sync_all());
-            }
-            let _ = remove_if_present(0, &path);
-            let _ = sync_dir(0, &self.roots[0]);
+            // The operation has not started.
+            let _ = self.cancel_intent();
         })
+    }
+
+    /// Withdraw the intent record of an operation that did not happen (it failed
+    /// before changing anything, or was undone): the record is first made to read
+    /// as torn (emptied, which its own fsync makes durable without the directory's),
+    /// so that no crash can bring it back whole, then removed.
+    fn cancel_intent(&self) -> Result<()> {
+        let path = self.intent_path();
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::os("device 0: withdraw intent record", &path, e))?;
+        f.set_len(0)
+            .and_then(|()| f.sync_all())
+            .map_err(|e| Error::os("device 0: withdraw intent record", &path, e))?;
+        let _ = remove_if_present(0, &path);
+        let _ = sync_dir(0, &self.roots[0]);
+        Ok(())
     }
 
     /// Remove the intent record once its operation is durable, durably.
@@ -1346,7 +1358,9 @@ impl StoreInner {
         match self.resize_all(&pieces, &f.layout, f.uid, old, len) {
             Ok(Resized::Done) => {}
             Ok(Resized::RolledBack(e)) => {
-                if self.remove_intent().is_err() {
+                // The file is back at its old length: the record must not
+                // come back and grow it after all.
+                if self.cancel_intent().is_err() {
                     meta.pending = Some(intent);
                 }
                 return Err(e);

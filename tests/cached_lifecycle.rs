@@ -495,6 +495,10 @@ fn a_full_file_system_recovers_when_space_is_freed() {
         }
         std::thread::sleep(Duration::from_millis(100));
         assert!(
+            !cs.cache().dirty_pages().is_empty(),
+            "the flusher wrote everything: it never met the full file system"
+        );
+        assert!(
             cs.store().device_errors().iter().all(Option::is_none),
             "a full file system failed the device for good: {:?}",
             cs.store().device_errors()
