@@ -169,6 +169,28 @@ impl Entry {
         }
     }
 
+    /// Remember that `pages` reached the devices (for the fsync that must
+    /// cover them).
+    pub(crate) fn written(&self, pages: impl IntoIterator<Item = u64>) {
+        let mut d = self.durable();
+        for p in pages {
+            d.written.insert(p);
+        }
+    }
+
+    /// Remember a failed write-back for the next `sync`. A write refused
+    /// because the file shrank after it was prepared is no failure: its pages
+    /// stay dirty and the next write-back writes what is still inside.
+    pub(crate) fn remember(&self, err: Error) {
+        if matches!(err, Error::OutOfRange { .. }) {
+            return;
+        }
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(err);
+    }
+
     fn durable(&self) -> std::sync::MutexGuard<'_, Durable> {
         self.durable.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -199,7 +221,14 @@ impl CachedStore {
         opts: CacheOptions,
         flush: Option<FlushOptions>,
     ) -> Result<CachedStore> {
-        let cache = PageCache::new(opts)?;
+        store.claim_for_cache()?;
+        let cache = match PageCache::new(opts) {
+            Ok(c) => c,
+            Err(e) => {
+                store.release_from_cache();
+                return Err(e);
+            }
+        };
         let inner = Arc::new(Shared {
             store,
             cache,
@@ -382,6 +411,12 @@ impl Drop for CachedStore {
     }
 }
 
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.store.release_from_cache();
+    }
+}
+
 impl Shared {
     /// Retire a file's cache id (its entry already left the table): handles
     /// fail from now on, and its pages are dropped. Pages still in use are
@@ -427,10 +462,7 @@ impl Shared {
     /// that must cover them).
     pub(crate) fn written(&self, id: u32, pages: impl IntoIterator<Item = u64>) {
         if let Ok(e) = self.entry(id) {
-            let mut d = e.durable();
-            for p in pages {
-                d.written.insert(p);
-            }
+            e.written(pages);
         }
     }
 
@@ -505,14 +537,8 @@ impl Shared {
     /// its pages stay dirty and the next write-back writes what is still
     /// inside the file.
     pub(crate) fn remember_failure(&self, id: u32, err: Error) {
-        if matches!(err, Error::OutOfRange { .. }) {
-            return;
-        }
         if let Ok(e) = self.entry(id) {
-            e.failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert(err);
+            e.remember(err);
         }
     }
 

@@ -27,7 +27,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::cache::{PageCache, WriteBack};
-use crate::cached::Shared;
+use crate::cached::{Entry, Shared};
 use crate::error::{Error, Result};
 use crate::file::{DIRECT_ALIGN, Mem};
 use crate::queue::{OpKind, Queue};
@@ -165,7 +165,8 @@ pub(crate) fn with_neighbours<'a>(
 
 /// A write in flight: its pages' write-back guards and their file.
 struct Run<'a> {
-    file: u32,
+    /// The file (its entry, so that finishing needs no table lookup).
+    entry: Arc<Entry>,
     pages: Vec<WriteBack<'a>>,
 }
 
@@ -252,7 +253,10 @@ impl<'a> Writer<'a> {
             let r = pages
                 .iter()
                 .try_for_each(|w| self.shared.store_page(file, w.page(), w.bytes()));
-            let slot = self.runs.insert(Run { file, pages });
+            let slot = self.runs.insert(Run {
+                entry: entry.clone(),
+                pages,
+            });
             self.done.push((slot, r));
         } else {
             self.frames.clear();
@@ -263,7 +267,10 @@ impl<'a> Writer<'a> {
             } else {
                 Mem::Pieces(&self.frames, ps as usize)
             };
-            let slot = self.runs.insert(Run { file, pages });
+            let slot = self.runs.insert(Run {
+                entry: entry.clone(),
+                pages,
+            });
             // SAFETY: the write-back guards in `runs` under `slot` keep every
             // page in its frame and keep writers out until the write's tag
             // comes back; the device only reads the frames.
@@ -287,12 +294,10 @@ impl<'a> Writer<'a> {
                 // inside the file.
                 Err(Error::OutOfRange { .. }) => {}
                 Err(e) => {
-                    self.shared.remember_failure(run.file, e.clone());
+                    run.entry.remember(e.clone());
                     self.failed.get_or_insert_with(|| e.clone());
                 }
-                Ok(()) => self
-                    .shared
-                    .written(run.file, run.pages.iter().map(|w| w.page())),
+                Ok(()) => run.entry.written(run.pages.iter().map(|w| w.page())),
             }
             self.pages += run.pages.len() as u64;
             self.writes += 1;

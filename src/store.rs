@@ -119,6 +119,9 @@ pub(crate) struct StoreInner {
     meta: Mutex<Meta>,
     /// The lock file of each root, locked (`flock`) for as long as this lives.
     _locks: Vec<OwnedFd>,
+    /// A page cache (`CachedStore`) holds this store's files: a second one would
+    /// cache pages the first one changes.
+    cached: std::sync::atomic::AtomicBool,
 }
 
 /// What the metadata lock protects.
@@ -540,6 +543,7 @@ impl Store {
                     pending: None,
                 }),
                 _locks: locks,
+                cached: std::sync::atomic::AtomicBool::new(false),
             }),
         };
         store.inner.recover()?;
@@ -548,6 +552,30 @@ impl Store {
 
     pub(crate) fn inner(&self) -> &Arc<StoreInner> {
         &self.inner
+    }
+
+    /// Mark the store as cached by one `CachedStore`; `Err` naming the roots if
+    /// another one has it.
+    pub(crate) fn claim_for_cache(&self) -> Result<()> {
+        if self.inner.cached.swap(true, Ordering::AcqRel) {
+            return Err(Error::InvalidArgument(format!(
+                "the store on {} already has a page cache (a CachedStore) in this process: \
+                 open its files through that one (two caches of one store would each cache \
+                 pages the other changes)",
+                self.inner
+                    .roots
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        Ok(())
+    }
+
+    /// The cache that claimed the store is gone.
+    pub(crate) fn release_from_cache(&self) {
+        self.inner.cached.store(false, Ordering::Release);
     }
 
     /// The engine in use: "uring", "psync" or "sim".

@@ -208,6 +208,30 @@ fn shrink_then_grow_shows_zeros() {
     }
 }
 
+/// Two caches of one store in one process would each cache pages the other
+/// changes: the second is refused, naming the directories; once the first is
+/// gone, another may take its place.
+#[test]
+fn a_second_cache_of_one_store_is_refused() {
+    let tmp = TempDir::new("twocaches");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let first = CachedStore::new(store.clone(), cache(16)).unwrap();
+    let f = first.create("f", MIB, LayoutKind::Stripe).unwrap();
+    let e = CachedStore::new(store.clone(), cache(16))
+        .err()
+        .expect("a second cache");
+    let msg = e.to_string();
+    assert!(msg.contains("already has a page cache"), "{msg}");
+    assert!(msg.contains(&roots[0].display().to_string()), "{msg}");
+    // A second store on the same directories is refused by their locks.
+    assert!(Store::open(&roots, StoreOptions::default()).is_err());
+    drop(f);
+    drop(first);
+    let second = CachedStore::new(store, cache(16)).unwrap();
+    second.open_file("f").unwrap();
+}
+
 /// The length of a file open through the cache changes only through the
 /// cache (the store's own `set_len` would leave stale pages past the end).
 #[test]
