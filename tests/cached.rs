@@ -2,22 +2,8 @@
 
 mod common;
 
-use std::time::Duration;
-
-use common::{Rng, TempDir, engines, pattern};
-use setcache::cache::{CacheOptions, PolicyKind};
+use common::{Rng, TempDir, engines, pattern, small_cache};
 use setcache::{CachedStore, EngineKind, Error, LayoutKind, SimConfig, Store, StoreOptions};
-
-fn small_cache(pages: usize) -> CacheOptions {
-    CacheOptions {
-        size: pages * 4096,
-        page_size: 4096,
-        assoc: 4,
-        policy: PolicyKind::Clock,
-        pin_wait: Duration::from_secs(5),
-        ..CacheOptions::default()
-    }
-}
 
 /// Random reads and writes of any offset and length through a cache far
 /// smaller than the file (so pages are evicted and written back all the time)

@@ -8,25 +8,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use common::{TempDir, engines, pattern};
-use setcache::cache::{CacheOptions, PolicyKind};
+use common::{TempDir, engines, pattern, small_cache as cache};
+use setcache::cache::CacheOptions;
 use setcache::{
     CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia, SimSwitches,
     Store, StoreOptions,
 };
 
 const MIB: u64 = 1 << 20;
-
-fn cache(pages: usize) -> CacheOptions {
-    CacheOptions {
-        size: pages * 4096,
-        page_size: 4096,
-        assoc: 4,
-        policy: PolicyKind::Clock,
-        pin_wait: Duration::from_secs(5),
-        ..CacheOptions::default()
-    }
-}
 
 fn read_all(cf: &setcache::CachedFile) -> Vec<u8> {
     let mut b = vec![0xEEu8; cf.len() as usize];

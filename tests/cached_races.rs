@@ -6,25 +6,12 @@ mod common;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::Duration;
 
-use common::{Rng, TempDir};
-use setcache::cache::{CacheOptions, PolicyKind};
+use common::{Rng, TempDir, small_cache as cache};
 use setcache::{
     CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia, SimSwitches,
     Store, StoreOptions,
 };
-
-fn cache(pages: usize) -> CacheOptions {
-    CacheOptions {
-        size: pages * 4096,
-        page_size: 4096,
-        assoc: 4,
-        policy: PolicyKind::Clock,
-        pin_wait: Duration::from_secs(5),
-        ..CacheOptions::default()
-    }
-}
 
 /// Two threads read and write at random while a third shrinks and grows the
 /// file and syncs, through a small cache (evictions, victim writes and the

@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+pub(crate) use setcache::cache::{mount_of, own_cgroup};
+
 /// Where the bench's own memory cgroup is.
 #[derive(Clone, Debug)]
 pub(crate) struct Hierarchy {
@@ -27,39 +29,6 @@ pub(crate) struct Hierarchy {
 /// shrinks the cache a bit (page cache is reclaimed before anything is killed).
 pub(crate) fn slack(threads: usize) -> u64 {
     (256 << 10) + threads as u64 * (64 << 10)
-}
-
-/// The path of this process's cgroup for `controller` (v1), or in the unified
-/// hierarchy (`controller` = None), from `/proc/self/cgroup` text.
-pub(crate) fn own_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
-    proc_cgroup.lines().find_map(|line| {
-        let mut parts = line.splitn(3, ':');
-        let (id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let hit = match controller {
-            Some(c) => ctrls.split(',').any(|x| x == c),
-            None => id == "0" && ctrls.is_empty(),
-        };
-        hit.then(|| path.to_string())
-    })
-}
-
-/// The mount point and mount root of the cgroup hierarchy with `fstype` ("cgroup"
-/// with the memory option, or "cgroup2"), from `/proc/self/mountinfo` text.
-pub(crate) fn mount_of(mountinfo: &str, v1_memory: bool) -> Option<(String, String)> {
-    mountinfo.lines().find_map(|line| {
-        let (pre, post) = line.split_once(" - ")?;
-        let pre: Vec<&str> = pre.split(' ').collect();
-        let post: Vec<&str> = post.split(' ').collect();
-        let (root, mount) = (*pre.get(3)?, *pre.get(4)?);
-        let fstype = *post.first()?;
-        let opts = post.get(2).copied().unwrap_or("");
-        let hit = if v1_memory {
-            fstype == "cgroup" && opts.split(',').any(|o| o == "memory")
-        } else {
-            fstype == "cgroup2"
-        };
-        hit.then(|| (mount.to_string(), root.to_string()))
-    })
 }
 
 fn join_cgroup(mount: &str, root: &str, path: &str) -> PathBuf {

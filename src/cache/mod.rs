@@ -27,6 +27,8 @@ use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub(crate) use self::room::human_size;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
+#[doc(hidden)]
+pub use self::room::{mount_of, own_cgroup};
 pub use self::stats::CacheStats;
 use self::sync::{Model, Os};
 use crate::error::{Error, Result};

@@ -215,8 +215,9 @@ fn stat_sum(stat: &str, keys: &[&str]) -> Option<u64> {
 }
 
 /// This process's cgroup path for `controller` (v1), or in the unified
-/// hierarchy (`controller` = None), from `/proc/self/cgroup` text.
-fn own_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
+/// hierarchy (`controller` = None), from `/proc/self/cgroup` text. (Also
+/// used by the bench, which makes memory cgroups of its own.)
+pub fn own_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
     proc_cgroup.lines().find_map(|line| {
         let mut parts = line.splitn(3, ':');
         let (id, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
@@ -230,7 +231,7 @@ fn own_cgroup(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
 
 /// Mount point and mount root of the v1 memory hierarchy (`v1`) or of the
 /// unified one, from `/proc/self/mountinfo` text.
-fn mount_of(mountinfo: &str, v1: bool) -> Option<(String, String)> {
+pub fn mount_of(mountinfo: &str, v1: bool) -> Option<(String, String)> {
     mountinfo.lines().find_map(|line| {
         let (pre, post) = line.split_once(" - ")?;
         let pre: Vec<&str> = pre.split(' ').collect();

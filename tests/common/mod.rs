@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use setcache::cache::{CacheOptions, PolicyKind};
 use setcache::{EngineKind, SimConfig, Store, StoreOptions};
 
 /// A temporary directory removed on drop. Lives under the target directory, which is
@@ -99,5 +100,18 @@ impl Rng {
     }
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
+    }
+}
+
+/// A small cache of `pages` 4 KiB pages, 4-way, CLOCK, with a 5 s pin wait: far
+/// smaller than the test files, so pages are evicted and written back all the time.
+pub fn small_cache(pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        page_size: 4096,
+        assoc: 4,
+        policy: PolicyKind::Clock,
+        pin_wait: std::time::Duration::from_secs(5),
+        ..CacheOptions::default()
     }
 }
