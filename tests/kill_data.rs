@@ -116,6 +116,7 @@ fn child(dir: &Path, seed: u64, direct: bool) {
     while started.elapsed() < Duration::from_secs(20) {
         let batch = 1 + rng.below(12) as usize;
         let queued = rng.below(3) == 0;
+        say(format!("@b {}", if queued { "queue" } else { "write_at" }));
         let mut q = queued.then(|| cs.queue(8));
         let mut reqs = Vec::new();
         for _ in 0..batch {
@@ -366,8 +367,22 @@ fn kill_loop(dir: &Path, cycles: u32, direct: bool, max_delay_ms: u64) -> Tally 
                         0 => "from before the cycle".to_string(),
                         i => format!("of confirmed record {:?}", started[i as usize - 1]),
                     };
+                    let wrong = (b..FILE_LEN as usize)
+                        .take_while(|&c| !touched[c] && actual[c] != base[c])
+                        .count();
+                    let old = (b..b + wrong).all(|c| actual[c] == model[c]);
+                    let batch = lines
+                        .iter()
+                        .take_while(|l| {
+                            !l.starts_with(&format!(
+                                "@w {} ",
+                                started[floor[b].max(1) as usize - 1].seq
+                            ))
+                        })
+                        .filter(|l| l.starts_with("@b"))
+                        .last();
                     panic!(
-                        "cycle {cycle}: byte {b} is {x}, not {} {by}; {} records started, {confirmed} confirmed; last line {:?}",
+                        "cycle {cycle}: byte {b} is {x}, not {} {by}; {wrong} bytes wrong from there (all as before the cycle: {old}); the record was written by {batch:?}; {} records started, {confirmed} confirmed; last line {:?}",
                         base[b],
                         started.len(),
                         lines.last()
