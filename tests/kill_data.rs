@@ -4,7 +4,8 @@
 //! devices behind a small page cache (so pages are evicted, victims written and
 //! the flusher busy all the time) and writes self-checking records at random,
 //! unaligned offsets of one file, some with `CachedFile::write_at`, some through
-//! a `CachedQueue`. It prints `@w <seq> <offset> <length>` before each record, so
+//! a `CachedQueue` (whose requests in flight together have no order among
+//! themselves, so a queued batch's records never overlap each other). It prints `@w <seq> <offset> <length>` before each record, so
 //! the parent knows every record that may have reached the file, and `@sync`
 //! before each `CachedFile::sync`. Only after a sync returned Ok does it append
 //! one line to a side log (write + fdatasync) naming the records that sync made
@@ -119,13 +120,23 @@ fn child(dir: &Path, seed: u64, direct: bool) {
         say(format!("@b {}", if queued { "queue" } else { "write_at" }));
         let mut q = queued.then(|| cs.queue(8));
         let mut reqs = Vec::new();
-        for _ in 0..batch {
+        for in_batch in 0..batch {
             let len = match rng.below(10) {
                 0..=5 => HEADER + 1 + rng.below(600) as usize,
                 6..=8 => HEADER + 1 + rng.below(9000) as usize,
                 _ => HEADER + 1 + rng.below(40_000) as usize,
             };
-            let off = rng.below(FILE_LEN - len as u64 + 1);
+            // Requests in flight on one queue at once have no order among
+            // themselves: a queued batch's records do not overlap each other.
+            let off = loop {
+                let off = rng.below(FILE_LEN - len as u64 + 1);
+                let clear = |&&(o, l, _, _): &&(u64, usize, u64, u64)| {
+                    off + len as u64 <= o || o + l as u64 <= off
+                };
+                if !queued || since[since.len() - in_batch..].iter().all(|x| clear(&x)) {
+                    break off;
+                }
+            };
             seq += 1;
             let r = record(seq, off, len);
             since.push((off, len, seq, checksum(&r[HEADER..])));
