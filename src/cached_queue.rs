@@ -22,6 +22,11 @@
 //!   once those writes are done too (so a request that completed holds no
 //!   page).
 //!
+//! Requests in flight at the same time complete in no fixed order, as on a
+//! device queue: two writes of overlapping bytes submitted before either
+//! completes leave the bytes of one or the other (or of each in different
+//! pages). To order them, wait for the first before submitting the second.
+//!
 //! Pages a queue has claimed (fills, victim writes) stay claimed until the
 //! queue's thread calls `submit`, `wait`, `poll` or `drain` again: drain the
 //! queue before the same thread uses the synchronous `read_at`, `write_at` or
