@@ -22,11 +22,11 @@ mod common;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Rng, TempDir, small_cache};
+use common::{Killer, Rng, TempDir, small_cache};
 use setcache::layout::mix64;
 use setcache::{CachedRequest, CachedStore, EngineKind, LayoutKind, Store, StoreOptions};
 
@@ -167,16 +167,6 @@ fn child(dir: &Path, seed: u64, direct: bool) {
             log.write_all(line.as_bytes()).unwrap();
             log.sync_data().unwrap();
         }
-    }
-}
-
-/// Kills the child if the parent fails half-way.
-struct Killer(Child);
-
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -444,12 +434,10 @@ fn report(t: &Tally) {
 }
 
 fn child_role() -> bool {
-    let Ok(dir) = std::env::var(CHILD_DIR) else {
+    let Some((dir, seed, direct)) = common::child_env(CHILD_DIR, CHILD_SEED, CHILD_DIRECT) else {
         return false;
     };
-    let seed = std::env::var(CHILD_SEED).unwrap().parse().unwrap();
-    let direct = std::env::var(CHILD_DIRECT).is_ok_and(|v| v == "1");
-    child(Path::new(&dir), seed, direct);
+    child(&dir, seed, direct);
     true
 }
 
@@ -473,25 +461,10 @@ fn cached_writes_survive_sigkill() {
     if child_role() {
         return;
     }
-    let cycles = std::env::var("SETCACHE_KILL_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(100);
-    let shm = Path::new("/dev/shm");
-    let tmp;
-    let dir = if shm.is_dir() {
-        tmp = None;
-        shm.join(format!("setcache-kill-data-{}", std::process::id()))
-    } else {
-        let t = TempDir::new("kill-data");
-        let d = t.path().to_path_buf();
-        tmp = Some(t);
-        d
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    let t = kill_loop(&dir, cycles, false, 30);
-    let _ = std::fs::remove_dir_all(&dir);
-    drop(tmp);
+    let cycles = common::kill_cycles(100);
+    let dir = common::FastDir::new("kill-data");
+    let t = kill_loop(dir.path(), cycles, false, 30);
+    drop(dir);
     check(&t, cycles);
 }
 
@@ -500,10 +473,7 @@ fn cached_writes_survive_sigkill() {
 #[test]
 #[ignore = "long: run with --ignored"]
 fn cached_writes_survive_sigkill_on_disk() {
-    let cycles = std::env::var("SETCACHE_KILL_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let cycles = common::kill_cycles(1000);
     let tmp = TempDir::new("kill-data-disk");
     let t = kill_loop(tmp.path(), cycles, true, 60);
     check(&t, cycles);

@@ -15,11 +15,11 @@ mod common;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{Rng, TempDir};
+use common::{Killer, Rng, TempDir};
 use setcache::{AlignedBuf, EngineKind, LayoutKind, Store, StoreOptions};
 
 const CHILD_DIR: &str = "SETCACHE_KILL_CHILD_DIR";
@@ -253,16 +253,6 @@ fn describe(a: &BTreeMap<String, (u64, Vec<u8>)>) -> String {
         .join("; ")
 }
 
-/// Kills the child if the parent fails half-way.
-struct Killer(Child);
-
-impl Drop for Killer {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[derive(Debug, Default)]
 struct Tally {
     cycles: u32,
@@ -475,12 +465,10 @@ fn report(t: &Tally) -> u32 {
 }
 
 fn child_role() -> bool {
-    let Ok(dir) = std::env::var(CHILD_DIR) else {
+    let Some((dir, seed, direct)) = common::child_env(CHILD_DIR, CHILD_SEED, CHILD_DIRECT) else {
         return false;
     };
-    let seed = std::env::var(CHILD_SEED).unwrap().parse().unwrap();
-    let direct = std::env::var(CHILD_DIRECT).is_ok_and(|v| v == "1");
-    child(Path::new(&dir), seed, direct);
+    child(&dir, seed, direct);
     true
 }
 
@@ -491,25 +479,10 @@ fn metadata_operations_survive_sigkill() {
     if child_role() {
         return;
     }
-    let cycles = std::env::var("SETCACHE_KILL_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    let shm = Path::new("/dev/shm");
-    let tmp;
-    let dir = if shm.is_dir() {
-        tmp = None;
-        shm.join(format!("setcache-kill-{}", std::process::id()))
-    } else {
-        let t = TempDir::new("kill");
-        let d = t.path().to_path_buf();
-        tmp = Some(t);
-        d
-    };
-    let _ = std::fs::remove_dir_all(&dir);
-    let t = kill_loop(&dir, cycles, false, 6);
-    let _ = std::fs::remove_dir_all(&dir);
-    drop(tmp);
+    let cycles = common::kill_cycles(300);
+    let dir = common::FastDir::new("kill");
+    let t = kill_loop(dir.path(), cycles, false, 6);
+    drop(dir);
     let meta = report(&t);
     assert!(
         meta >= cycles / 4,
@@ -522,10 +495,7 @@ fn metadata_operations_survive_sigkill() {
 #[test]
 #[ignore = "long: run with --ignored"]
 fn metadata_operations_survive_sigkill_on_disk() {
-    let cycles = std::env::var("SETCACHE_KILL_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1000);
+    let cycles = common::kill_cycles(1000);
     let tmp = TempDir::new("kill-disk");
     let t = kill_loop(tmp.path(), cycles, true, 60);
     let meta = report(&t);

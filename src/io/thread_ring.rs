@@ -83,10 +83,11 @@ impl RingChunks {
         // while the queue lives (the promise of `Queue::register_frames`), and
         // `hold` keeps its pages from being given back until this ring lets go
         // of it in `drop`. The slot `c` is inside the sparse table made in `new`.
-        match unsafe {
+        let registered = unsafe {
             ring.submitter()
                 .register_buffers_update(c as u32, &[iov], None)
-        } {
+        };
+        match registered {
             Ok(()) => {
                 self.state[c] = REGISTERED;
                 Some(c as u16)

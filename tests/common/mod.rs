@@ -115,3 +115,67 @@ pub fn small_cache(pages: usize) -> CacheOptions {
         ..CacheOptions::default()
     }
 }
+
+/// A child process of a kill loop, killed and reaped if the parent fails
+/// half-way.
+pub struct Killer(pub std::process::Child);
+
+impl Drop for Killer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Cycles of a kill loop: `SETCACHE_KILL_CYCLES`, or `default`.
+pub fn kill_cycles(default: u32) -> u32 {
+    std::env::var("SETCACHE_KILL_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A scratch directory on tmpfs (`/dev/shm`) where there is one, else under the
+/// target directory; removed on drop.
+pub enum FastDir {
+    Shm(PathBuf),
+    Temp(TempDir),
+}
+
+impl FastDir {
+    pub fn new(tag: &str) -> FastDir {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() {
+            let d = shm.join(format!("setcache-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&d);
+            std::fs::create_dir_all(&d).unwrap();
+            FastDir::Shm(d)
+        } else {
+            FastDir::Temp(TempDir::new(tag))
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            FastDir::Shm(d) => d,
+            FastDir::Temp(t) => t.path(),
+        }
+    }
+}
+
+impl Drop for FastDir {
+    fn drop(&mut self) {
+        if let FastDir::Shm(d) = self {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+/// In a kill loop's child (its directory in env `dir_var`): the directory, the
+/// seed (env `seed_var`) and whether to use O_DIRECT (env `direct_var` = 1).
+pub fn child_env(dir_var: &str, seed_var: &str, direct_var: &str) -> Option<(PathBuf, u64, bool)> {
+    let dir = std::env::var(dir_var).ok()?;
+    let seed = std::env::var(seed_var).unwrap().parse().unwrap();
+    let direct = std::env::var(direct_var).is_ok_and(|v| v == "1");
+    Some((PathBuf::from(dir), seed, direct))
+}
