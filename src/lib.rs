@@ -50,7 +50,7 @@ pub use error::{Error, Result};
 pub use file::{DIRECT_ALIGN, File};
 pub use flusher::FlushOptions;
 pub use header::HEADER_BYTES;
-pub use io::{EngineKind, SimConfig, SimMedia, SimSwitches};
+pub use io::{EngineKind, PowerCut, SimConfig, SimMedia, SimSwitches};
 pub use layout::{Layout, LayoutKind};
 pub use queue::{Completion, DEFAULT_POLL, OpKind, Queue, Request};
 pub use store::{FileInfo, Store, StoreOptions};

@@ -23,7 +23,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use joiner::{Joiner, Sink};
-pub use sim::{SimConfig, SimMedia, SimSwitches};
+pub use sim::{PowerCut, SimConfig, SimMedia, SimSwitches};
 pub(crate) use thread_ring::ThreadRing;
 
 use crate::error::{Error, Result};

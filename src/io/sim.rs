@@ -4,15 +4,17 @@
 //! store when the test keeps it: reopening a store on the same media emulates a
 //! restart. Every operation completes after a latency drawn from a seeded generator,
 //! so completions reorder as on real devices, and may instead fail: EIO on a read or
-//! write, a short read, ENOSPC, or every write after a countdown; a test can also
-//! switch write and fsync failures on and off while the store runs
-//! ([`SimSwitches`]). The same seed and
-//! the same submissions give the same outcomes.
+//! write, a short read, ENOSPC, or every write after a countdown. A test can also
+//! switch faults on and off while the store runs ([`SimSwitches`]): read and write
+//! errors, short reads, failed fsyncs, a latency spike, devices that disappear; and
+//! it can cut the power ([`SimMedia::cut_power`]), which drops or tears every write
+//! that no fsync covered yet. The same seed and the same submissions give the same
+//! outcomes.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -21,18 +23,47 @@ use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult};
 use crate::error::{Error, Result};
 use crate::header::HEADER_BYTES;
 
+/// A file on a simulated device: (device index, file identity).
+type Key = (usize, u64);
+
 /// The contents of simulated devices.
 #[derive(Debug, Default)]
 pub struct SimMedia {
-    files: Mutex<HashMap<(usize, u64), Vec<u8>>>,
-    /// Each file's contents at its last good fsync, kept while
-    /// [`SimSwitches::keep_synced`] is on.
-    synced: Mutex<HashMap<(usize, u64), Vec<u8>>>,
+    state: Mutex<MediaState>,
+}
+
+#[derive(Debug, Default)]
+struct MediaState {
+    /// What a read sees: every completed write.
+    files: HashMap<Key, Vec<u8>>,
+    /// Each tracked file's contents at its last good fsync (see
+    /// [`SimSwitches::keep_synced`]).
+    synced: HashMap<Key, Vec<u8>>,
+    /// Each tracked file's writes since its last good fsync, in completion
+    /// order: (byte offset past the header, bytes).
+    unflushed: HashMap<Key, Vec<(usize, Vec<u8>)>>,
+    /// The power is off: every operation fails.
+    off: bool,
+}
+
+/// What [`SimMedia::cut_power`] did to the writes no fsync covered.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PowerCut {
+    /// Writes that reached the medium whole.
+    pub kept: u64,
+    /// Writes that left no trace.
+    pub dropped: u64,
+    /// Writes of which only some 512-byte sectors reached the medium.
+    pub torn: u64,
 }
 
 /// Faults a test turns on and off while a store runs on the simulated engine.
 #[derive(Debug, Default)]
 pub struct SimSwitches {
+    /// While nonzero, every read fails with this error number.
+    pub read_errno: AtomicI32,
+    /// While on, every read transfers only half its bytes (rounded down to 512).
+    pub short_reads: AtomicBool,
     /// While nonzero, every write fails with this error number (say ENOSPC,
     /// then 0 once space is back).
     pub write_errno: AtomicI32,
@@ -43,8 +74,21 @@ pub struct SimSwitches {
     pub fsync_failures: AtomicU32,
     /// The error number of a failed fsync (0 means EIO).
     pub fsync_errno: AtomicI32,
-    /// Keep each file's contents at its last good fsync (a copy per fsync).
+    /// Track what is durable: each file's contents at its last good fsync
+    /// and its writes since. A file's contents when it is first written with
+    /// this on count as durable. Needed for failed fsyncs to drop writes and
+    /// for [`SimMedia::cut_power`].
     pub keep_synced: AtomicBool,
+    /// While nonzero, every operation a device takes in completes this many
+    /// microseconds later than it would (a latency spike).
+    pub stall_us: AtomicU64,
+    /// Devices that disappeared, one bit each (device 0 is bit 0): every
+    /// operation on them fails with ENODEV.
+    pub gone_devices: AtomicU64,
+}
+
+fn lock(m: &Mutex<MediaState>) -> MutexGuard<'_, MediaState> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl SimMedia {
@@ -52,8 +96,62 @@ impl SimMedia {
     pub fn new() -> Arc<SimMedia> {
         Arc::new(SimMedia::default())
     }
+
+    /// Cut the power: from now on every operation fails with EIO (the
+    /// process is as good as dead), and each write that no good fsync of its
+    /// file covered yet is, at random from `seed`, kept whole, dropped, or
+    /// torn (each of its 512-byte sectors kept or not). Writes are applied
+    /// in the order they completed, over the file's contents at its last
+    /// good fsync. Only files written while [`SimSwitches::keep_synced`] was
+    /// on are tracked; others keep what they hold. [`SimMedia::power_on`]
+    /// lets a new store use the media again.
+    pub fn cut_power(&self, seed: u64) -> PowerCut {
+        let mut st = lock(&self.state);
+        st.off = true;
+        let mut rng = seed;
+        let mut cut = PowerCut::default();
+        let mut keys: Vec<Key> = st.unflushed.keys().copied().collect();
+        // The same seed gives the same outcome whatever the map's order.
+        keys.sort_unstable();
+        for key in keys {
+            let writes = st.unflushed.remove(&key).unwrap_or_default();
+            let mut image = st.synced.get(&key).cloned().unwrap_or_default();
+            for (start, bytes) in writes {
+                match next_rand(&mut rng) % 3 {
+                    0 => {
+                        cut.kept += 1;
+                        put(&mut image, start, &bytes);
+                    }
+                    1 => cut.dropped += 1,
+                    _ => {
+                        cut.torn += 1;
+                        for (i, sector) in bytes.chunks(512).enumerate() {
+                            if next_rand(&mut rng) & 1 == 1 {
+                                put(&mut image, start + i * 512, sector);
+                            }
+                        }
+                    }
+                }
+            }
+            st.synced.insert(key, image.clone());
+            st.files.insert(key, image);
+        }
+        cut
+    }
+
+    /// Power is back: operations work again (on what the cut left).
+    pub fn power_on(&self) {
+        lock(&self.state).off = false;
+    }
 }
 
+/// Write `bytes` at `start` of `image`, growing it with zeros as needed.
+fn put(image: &mut Vec<u8>, start: usize, bytes: &[u8]) {
+    if image.len() < start + bytes.len() {
+        image.resize(start + bytes.len(), 0);
+    }
+    image[start..start + bytes.len()].copy_from_slice(bytes);
+}
 /// Settings of the simulated engine. Rates are probabilities per operation.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -154,7 +252,8 @@ fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
         };
         ctrl.clear();
         for op in incoming.drain(..) {
-            let lat = lo + next_rand(&mut rng) % (hi - lo + 1);
+            let stall = cfg.switches.stall_us.load(Ordering::Acquire);
+            let lat = lo + next_rand(&mut rng) % (hi - lo + 1) + stall;
             let idx = free.pop().unwrap_or_else(|| {
                 slab.push(None);
                 slab.len() - 1
@@ -192,37 +291,36 @@ fn execute(
     writes_left: &mut Option<u64>,
 ) -> OpResult {
     let draw = unit(rng);
+    let sw = &cfg.switches;
+    let key = (dev, op.backing.ino);
+    let mut st = lock(&cfg.media.state);
+    if st.off {
+        return OpResult::Errno(libc::EIO);
+    }
+    if dev < 64 && sw.gone_devices.load(Ordering::Acquire) & (1 << dev) != 0 {
+        return OpResult::Errno(libc::ENODEV);
+    }
+    let tracking = sw.keep_synced.load(Ordering::Acquire);
     match op.kind {
         DevOpKind::Fsync => {
-            let sw = &cfg.switches;
-            let key = (dev, op.backing.ino);
             let failing = sw
                 .fsync_failures
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
                 .is_ok();
             if failing {
-                if sw.keep_synced.load(Ordering::Acquire) {
-                    let synced = cfg.media.synced.lock().unwrap_or_else(|p| p.into_inner());
-                    let back = synced.get(&key).cloned().unwrap_or_default();
-                    let mut files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
-                    files.insert(key, back);
+                st.unflushed.remove(&key);
+                if let Some(back) = st.synced.get(&key).filter(|_| tracking).cloned() {
+                    st.files.insert(key, back);
                 }
                 return OpResult::Errno(match sw.fsync_errno.load(Ordering::Acquire) {
                     0 => libc::EIO,
                     e => e,
                 });
             }
-            if sw.keep_synced.load(Ordering::Acquire) {
-                let now = cfg
-                    .media
-                    .files
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&key)
-                    .cloned()
-                    .unwrap_or_default();
-                let mut synced = cfg.media.synced.lock().unwrap_or_else(|p| p.into_inner());
-                synced.insert(key, now);
+            st.unflushed.remove(&key);
+            if tracking {
+                let now = st.files.get(&key).cloned().unwrap_or_default();
+                st.synced.insert(key, now);
             }
             OpResult::Done(0)
         }
@@ -230,13 +328,19 @@ fn execute(
             if draw < cfg.read_eio {
                 return OpResult::Errno(libc::EIO);
             }
+            let switched = sw.read_errno.load(Ordering::Acquire);
+            if switched != 0 {
+                return OpResult::Errno(switched);
+            }
             let mut n = op.len;
-            if draw < cfg.read_eio + cfg.short_read {
+            if draw < cfg.read_eio + cfg.short_read || sw.short_reads.load(Ordering::Acquire) {
                 n = (op.len / 2) & !511;
             }
-            let files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
-            let data = files.get(&(dev, op.backing.ino));
-            copy_out(op, data.map(|v| v.as_slice()).unwrap_or(&[]), n);
+            copy_out(
+                op,
+                st.files.get(&key).map(|v| v.as_slice()).unwrap_or(&[]),
+                n,
+            );
             OpResult::Done(n)
         }
         DevOpKind::Write => {
@@ -249,16 +353,25 @@ fn execute(
             if draw < cfg.write_eio {
                 return OpResult::Errno(libc::EIO);
             }
-            let switched = cfg.switches.write_errno.load(Ordering::Acquire);
+            let switched = sw.write_errno.load(Ordering::Acquire);
             if switched != 0 {
                 return OpResult::Errno(switched);
             }
             if draw < cfg.write_eio + cfg.enospc {
                 return OpResult::Errno(libc::ENOSPC);
             }
-            let mut files = cfg.media.files.lock().unwrap_or_else(|p| p.into_inner());
-            let data = files.entry((dev, op.backing.ino)).or_default();
-            copy_in(op, data);
+            let st = &mut *st;
+            if tracking && !st.synced.contains_key(&key) {
+                let before = st.files.get(&key).cloned().unwrap_or_default();
+                st.synced.insert(key, before);
+            }
+            let data = st.files.entry(key).or_default();
+            let start = (op.offset - HEADER_BYTES) as usize;
+            copy_in(op, start, data);
+            if tracking {
+                let bytes = data[start..start + op.len].to_vec();
+                st.unflushed.entry(key).or_default().push((start, bytes));
+            }
             OpResult::Done(op.len)
         }
     }
@@ -283,8 +396,7 @@ fn copy_out(op: &DevOp, data: &[u8], n: usize) {
     }
 }
 
-fn copy_in(op: &DevOp, data: &mut Vec<u8>) {
-    let start = (op.offset - HEADER_BYTES) as usize;
+fn copy_in(op: &DevOp, start: usize, data: &mut Vec<u8>) {
     if data.len() < start + op.len {
         data.resize(start + op.len, 0);
     }
@@ -301,10 +413,24 @@ impl DeviceEngine for SimEngine {
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
     }
+    /// Cuts the file at `from` at once, durable or not (the cut is not
+    /// subject to a power cut).
     fn discard(&self, ino: u64, from: u64) {
-        let mut files = self.media.files.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(data) = files.get_mut(&(self.device, ino)) {
-            data.truncate(from.min(data.len() as u64) as usize);
+        let key = (self.device, ino);
+        let mut st = lock(&self.media.state);
+        let st = &mut *st;
+        for image in [st.files.get_mut(&key), st.synced.get_mut(&key)]
+            .into_iter()
+            .flatten()
+        {
+            image.truncate(from.min(image.len() as u64) as usize);
+        }
+        if let Some(writes) = st.unflushed.get_mut(&key) {
+            let from = usize::try_from(from).unwrap_or(usize::MAX);
+            writes.retain_mut(|(start, bytes)| {
+                bytes.truncate(from.saturating_sub(*start).min(bytes.len()));
+                !bytes.is_empty()
+            });
         }
     }
     fn shutdown(&self) {
