@@ -8,13 +8,17 @@
 //! Format (little endian): magic[8] "SETCACHE", version u32, layout u32,
 //! block_bytes u64, len u64, devices u32, device_index u32, file_uid u64,
 //! crc32c u32 over the preceding 48 bytes. The rest of the 4 KiB is zero.
+//! A header is accepted only with every field in range (block size a multiple of
+//! 512 up to 2^36, length up to 2^62, device index below the device count): a
+//! header can be damaged in a way its checksum misses, or written by someone
+//! else, and the sizes computed from it must not overflow.
 //!
 //! Version 2 records the file's length exactly, to the byte. Version 1 (the
 //! previous one) had the same fields but only lengths that were multiples of 512;
 //! such a header reads as the same length, and the store rewrites it as version 2
 //! when it opens the file.
 
-use crate::layout::LayoutKind;
+use crate::layout::{LayoutKind, MAX_BLOCK_BYTES};
 
 /// Size of the header, in bytes; data of a backing file starts at this offset.
 pub const HEADER_BYTES: u64 = 4096;
@@ -130,6 +134,12 @@ impl Header {
                 h.block_bytes
             ));
         }
+        if h.block_bytes > MAX_BLOCK_BYTES {
+            return Err(format!(
+                "block size {} is larger than the largest supported ({MAX_BLOCK_BYTES})",
+                h.block_bytes
+            ));
+        }
         if h.devices == 0 || h.device_index >= h.devices {
             return Err(format!(
                 "device index {} out of range for {} devices",
@@ -205,6 +215,13 @@ mod tests {
         );
         let e = Header::decode(&Header { len: u64::MAX, ..h }.encode()).unwrap_err();
         assert!(e.contains("largest"), "{e}");
+        // A stripe unit near 2^64 made the backing file's size overflow.
+        let huge = Header {
+            block_bytes: u64::MAX / 512 * 512,
+            ..h
+        };
+        let e = Header::decode(&huge.encode()).unwrap_err();
+        assert!(e.contains("block size") && e.contains("largest"), "{e}");
     }
 
     #[test]
@@ -226,5 +243,151 @@ mod tests {
     fn crc_matches_known_vector() {
         // The standard check value of CRC-32C.
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+    }
+
+    use crate::layout::Layout;
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    fn kinds() -> impl Strategy<Value = LayoutKind> {
+        prop_oneof![
+            Just(LayoutKind::Stripe),
+            Just(LayoutKind::Rotated),
+            Just(LayoutKind::Hash)
+        ]
+    }
+
+    /// Any header `decode` accepts: every field within its limits.
+    fn valid() -> impl Strategy<Value = Header> {
+        let blocks = prop_oneof![1u64..=4096, 1u64..=MAX_BLOCK_BYTES / 512];
+        let lens = prop_oneof![0u64..=1 << 20, 0u64..=MAX_LEN, Just(MAX_LEN)];
+        let devices = prop_oneof![1u32..=64, 1u32..=u32::MAX];
+        (kinds(), blocks, lens, devices, any::<u32>(), any::<u64>()).prop_map(
+            |(layout, blocks, len, devices, index, file_uid)| Header {
+                layout,
+                block_bytes: blocks * 512,
+                len,
+                devices,
+                device_index: index % devices,
+                file_uid,
+            },
+        )
+    }
+
+    /// Decodes `b` with the allocation probe on; fails the case if `decode`
+    /// asked for more memory than `b` justifies, or accepted a header that
+    /// breaks a limit, or one that does not encode back to itself.
+    fn decode_checked(b: &[u8]) -> Result<Result<(Header, u32), String>, TestCaseError> {
+        let (r, largest) = largest_alloc(|| Header::decode(b));
+        prop_assert!(
+            largest <= input_bound(b.len()),
+            "{largest} bytes asked for at once while decoding {} bytes",
+            b.len()
+        );
+        if let Ok((h, version)) = &r {
+            prop_assert!(*version == FORMAT_VERSION || *version == V1);
+            prop_assert!(h.block_bytes > 0 && h.block_bytes % 512 == 0, "{h:?}");
+            prop_assert!(h.block_bytes <= MAX_BLOCK_BYTES, "{h:?}");
+            prop_assert!(h.device_index < h.devices, "{h:?}");
+            prop_assert!(h.len <= MAX_LEN, "{h:?}");
+            prop_assert!(*version == FORMAT_VERSION || h.len % 512 == 0, "{h:?}");
+            prop_assert_eq!(Header::decode(&h.encode()), Ok((*h, FORMAT_VERSION)));
+            // What opening the file computes from it stays in range.
+            if let Ok(l) = Layout::new(h.layout, h.devices as usize, h.block_bytes) {
+                let need = HEADER_BYTES.checked_add(l.device_bytes(h.len));
+                prop_assert!(need.is_some(), "{h:?}: backing file size overflows");
+                let end = l.device_end(h.device_index as usize, h.len);
+                prop_assert!(end <= l.device_bytes(h.len), "{h:?}");
+            }
+        }
+        Ok(r)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any bytes decode to an in-range header that re-encodes to itself, or to an error.
+        #[test]
+        fn arbitrary_bytes_decode_or_are_refused(
+            magic in any::<bool>(),
+            tail in proptest::collection::vec(any::<u8>(), 0..160),
+        ) {
+            let mut b = if magic { MAGIC.to_vec() } else { Vec::new() };
+            b.extend_from_slice(&tail);
+            let _ = decode_checked(&b)?;
+        }
+
+        /// Any fields under a right checksum decode to exactly those fields, or to an error.
+        #[test]
+        fn any_checksummed_fields_decode_to_themselves_or_are_refused(
+            version in prop_oneof![2 => Just(V1), 4 => Just(FORMAT_VERSION), 1 => any::<u32>()],
+            code in prop_oneof![4 => 0u32..5, 1 => any::<u32>()],
+            block_bytes in prop_oneof![
+                2 => (0u64..64).prop_map(|k| k * 256),
+                2 => (0u64..16).prop_map(|k| (u64::MAX - k * 512) / 512 * 512),
+                1 => any::<u64>(),
+            ],
+            len in prop_oneof![0u64..=1 << 20, MAX_LEN - 2..=MAX_LEN + 2, any::<u64>()],
+            devices in prop_oneof![4 => 0u32..6, 1 => any::<u32>()],
+            index in prop_oneof![4 => 0u32..6, 1 => any::<u32>()],
+            file_uid in any::<u64>(),
+            padding in any::<u8>(),
+        ) {
+            let mut b = vec![padding; HEADER_BYTES as usize];
+            b[0..8].copy_from_slice(MAGIC);
+            b[8..12].copy_from_slice(&version.to_le_bytes());
+            b[12..16].copy_from_slice(&code.to_le_bytes());
+            b[16..24].copy_from_slice(&block_bytes.to_le_bytes());
+            b[24..32].copy_from_slice(&len.to_le_bytes());
+            b[32..36].copy_from_slice(&devices.to_le_bytes());
+            b[36..40].copy_from_slice(&index.to_le_bytes());
+            b[40..48].copy_from_slice(&file_uid.to_le_bytes());
+            let crc = crc32c(&b[..BODY]);
+            b[48..52].copy_from_slice(&crc.to_le_bytes());
+            if let Ok((h, v)) = decode_checked(&b)? {
+                prop_assert_eq!(v, version);
+                prop_assert_eq!(h.layout.code(), code);
+                prop_assert_eq!(
+                    (h.block_bytes, h.len, h.devices, h.device_index, h.file_uid),
+                    (block_bytes, len, devices, index, file_uid)
+                );
+            }
+        }
+
+        /// Every valid header decodes to itself, in the current version.
+        #[test]
+        fn valid_headers_round_trip(h in valid()) {
+            let b = h.encode();
+            prop_assert_eq!(b.len() as u64, HEADER_BYTES);
+            prop_assert_eq!(decode_checked(&b)?, Ok((h, FORMAT_VERSION)));
+        }
+
+        /// A valid header with bits flipped, padding changed, cut or run on: an error or itself.
+        #[test]
+        fn damaged_headers_are_refused_or_read_unchanged(
+            h in valid(),
+            flips in proptest::collection::btree_set(0usize..52 * 8, 0..=5),
+            padding in proptest::collection::vec((52usize..4096, any::<u8>()), 0..8),
+            cut in prop_oneof![Just(None), (0usize..=4096).prop_map(Some)],
+            run_on in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            // CRC-32C has Hamming distance 6 at this length: up to 5 flipped bits
+            // are always caught, so this holds for every case, not just most.
+            let mut b = h.encode();
+            for &bit in &flips {
+                b[bit / 8] ^= 1 << (bit % 8);
+            }
+            for &(i, v) in &padding {
+                b[i] = v;
+            }
+            if let Some(n) = cut {
+                b.truncate(n);
+            }
+            b.extend_from_slice(&run_on);
+            match decode_checked(&b)? {
+                Ok(got) => prop_assert_eq!(got, (h, FORMAT_VERSION)),
+                Err(e) => prop_assert!(!e.is_empty()),
+            }
+        }
     }
 }

@@ -38,14 +38,14 @@ pub(crate) struct HitArgs {
     /// Seconds per phase.
     #[arg(long, default_value_t = 2.0)]
     runtime: f64,
-    /// Slices each phase's time is cut into; the phases take turns slice by
-    /// slice and the medians are reported.
+    /// Slices each phase's time is cut into (at most 1000); the phases take
+    /// turns slice by slice and the medians are reported.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Replacement policy of the cache.
     #[arg(long, default_value = "gclock")]
     policy: String,
-    /// Pages per set.
+    /// Pages per set (4..=32).
     #[arg(long, default_value_t = 12)]
     assoc: usize,
     /// Pick each page independently of the bytes read before (the CPU may then
@@ -224,7 +224,21 @@ fn phase(
 /// Most threads a phase may run.
 pub(crate) const MAX_THREADS: usize = 1024;
 
-pub(crate) fn run(a: HitArgs) -> Result<(), String> {
+/// Most slices a phase's time may be cut into.
+pub(crate) const MAX_ROUNDS: usize = 1000;
+
+/// The flags of a run, checked.
+struct Plan {
+    policy: PolicyKind,
+    runtime: Duration,
+    /// Cache sizes in bytes.
+    caches: Vec<usize>,
+    /// Bytes copied per hit.
+    reads: Vec<usize>,
+}
+
+/// Checks the flags, all of them before any cache is made.
+fn plan(a: &HitArgs) -> Result<Plan, String> {
     let policy: PolicyKind = a.policy.parse().map_err(|e| format!("--policy: {e}"))?;
     if let Some(&t) = a.threads.iter().find(|&&t| t > MAX_THREADS) {
         return Err(format!(
@@ -237,7 +251,59 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
             a.runtime
         ));
     }
-    let runtime = Duration::from_secs_f64(a.runtime.max(0.1));
+    if a.rounds > MAX_ROUNDS {
+        return Err(format!(
+            "--rounds {}: at most {MAX_ROUNDS} slices per phase",
+            a.rounds
+        ));
+    }
+    let (min, max) = (
+        setcache::cache::policy::MIN_ASSOC,
+        setcache::cache::policy::MAX_ASSOC,
+    );
+    if !(min..=max).contains(&a.assoc) {
+        return Err(format!("--assoc {}: must be within {min}..={max}", a.assoc));
+    }
+    let caches = a
+        .cache_size
+        .iter()
+        .map(|size| {
+            let bytes = parse_size(size).map_err(|e| format!("--cache-size {size}: {e}"))?;
+            let bytes = usize::try_from(bytes)
+                .map_err(|_| format!("--cache-size {size}: too large for this machine"))?;
+            Ok(bytes)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    // Every cache is made with the default page size.
+    let page = CacheOptions::default().page_size;
+    let reads = a
+        .read_size
+        .iter()
+        .map(|rs| {
+            let read = parse_size(rs).map_err(|e| format!("--read-size {rs}: {e}"))?;
+            if read == 0 || read > page as u64 {
+                return Err(format!(
+                    "--read-size {rs}: must be from 1 byte to the page size ({page})"
+                ));
+            }
+            Ok(read as usize)
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Plan {
+        policy,
+        runtime: Duration::from_secs_f64(a.runtime.max(0.1)),
+        caches,
+        reads,
+    })
+}
+
+pub(crate) fn run(a: HitArgs) -> Result<(), String> {
+    let Plan {
+        policy,
+        runtime,
+        caches,
+        reads,
+    } = plan(&a)?;
     say!(
         "reads: {}",
         if a.independent {
@@ -259,10 +325,9 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         "floor",
         "cache ns"
     );
-    for size in &a.cache_size {
-        let bytes = parse_size(size).map_err(|e| format!("--cache-size {size}: {e}"))?;
+    for bytes in caches {
         let cache = PageCache::new(CacheOptions {
-            size: bytes as usize,
+            size: bytes,
             assoc: a.assoc,
             policy,
             ..CacheOptions::default()
@@ -271,21 +336,14 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         let keys = fill(&cache)?;
         say!(
             "cache {}: {} sets of {}, {} pages resident ({:.1}% of frames), policy {}",
-            format_size(bytes),
+            format_size(bytes as u64),
             cache.sets(),
             cache.assoc(),
             keys.pages.len(),
             100.0 * keys.pages.len() as f64 / cache.capacity_pages() as f64,
             policy.name()
         );
-        for rs in &a.read_size {
-            let read = parse_size(rs).map_err(|e| format!("--read-size {rs}: {e}"))? as usize;
-            if read == 0 || read > cache.page_size() {
-                return Err(format!(
-                    "--read-size {rs}: must be from 1 byte to the page size ({})",
-                    cache.page_size()
-                ));
-            }
+        for &read in &reads {
             for &t in &a.threads {
                 let t = t.max(1);
                 let chained = !a.independent;
@@ -307,7 +365,7 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
                 let [bare, meta, hit, pinned] = rates.map(median);
                 out!(
                     "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>10.2} {:>7.2} {:>7.2} {:>9.1}",
-                    format_size(bytes),
+                    format_size(bytes as u64),
                     read,
                     t,
                     bare / 1e6,
@@ -337,5 +395,64 @@ fn median(mut v: Vec<f64>) -> f64 {
         v[n / 2]
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli_tests::{HIT_FLAGS, argv, parse};
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any `hitbench` flags that parse are checked into a plan or refused, naming the flag.
+        #[test]
+        fn any_hitbench_flags_plan_or_are_refused(argv in argv("hitbench", HIT_FLAGS, &[])) {
+            // The caches are not made here: making them is the run.
+            let Ok(cli) = parse(&argv)? else {
+                return Ok(());
+            };
+            let Some(crate::Command::Hitbench(a)) = cli.command else {
+                return Err(TestCaseError::fail("hitbench arguments parsed as another command"));
+            };
+            let n: usize = argv.iter().map(|s| s.len() + 1).sum();
+            let (r, largest) = largest_alloc(|| plan(&a));
+            prop_assert!(largest <= input_bound(n), "{argv:?}: {largest} bytes at once");
+            match r {
+                Ok(p) => {
+                    prop_assert!(a.threads.iter().all(|&t| t <= MAX_THREADS));
+                    prop_assert!(a.rounds <= MAX_ROUNDS);
+                    prop_assert!(p.runtime > Duration::ZERO && p.runtime.as_secs() <= 86_400);
+                    prop_assert_eq!(p.caches.len(), a.cache_size.len());
+                    let page = CacheOptions::default().page_size;
+                    prop_assert!(p.reads.iter().all(|&r| (1..=page).contains(&r)));
+                    // What the run computes from them does not panic.
+                    let slice = p.runtime / a.rounds.max(1) as u32;
+                    prop_assert!(slice > Duration::ZERO);
+                }
+                Err(e) => prop_assert!(e.starts_with("--"), "{e}"),
+            }
+        }
+    }
+
+    /// `--rounds` past 1000 is refused (past 2^32 it divided the run time by zero).
+    #[test]
+    fn rounds_past_the_limit_are_refused() {
+        let a = HitArgs {
+            cache_size: vec!["16M".into()],
+            read_size: vec!["128".into()],
+            threads: vec![1],
+            runtime: 1.0,
+            rounds: 1 << 32,
+            policy: "gclock".into(),
+            assoc: 12,
+            independent: false,
+        };
+        let e = plan(&a).err().expect("refused");
+        assert!(e.contains("--rounds 4294967296"), "{e}");
+        assert!(plan(&HitArgs { rounds: 5, ..a }).is_ok());
     }
 }

@@ -23,6 +23,11 @@ use crate::error::{Error, Result};
 /// The most devices a store may have. Bounds the unit table of the hash layout.
 pub const MAX_DEVICES: usize = 256;
 
+/// The largest stripe unit, in bytes: the largest a store makes (65536 pages of
+/// 1 MiB). With lengths of at most 2^62 bytes, no size or offset computed from a
+/// layout can then overflow.
+pub const MAX_BLOCK_BYTES: u64 = 1 << 36;
+
 /// How blocks of a file are spread over the devices.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LayoutKind {
@@ -141,6 +146,11 @@ impl Layout {
         if block_bytes == 0 || block_bytes % 512 != 0 {
             return Err(Error::InvalidArgument(format!(
                 "block size {block_bytes} bytes is not a positive multiple of 512"
+            )));
+        }
+        if block_bytes > MAX_BLOCK_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "block size {block_bytes} bytes is above the largest supported ({MAX_BLOCK_BYTES} bytes)"
             )));
         }
         let mut units = [0u8; MAX_DEVICES];
@@ -296,6 +306,41 @@ mod tests {
     }
 
     proptest! {
+        /// Any text names a layout or is refused; a layout's name names it.
+        #[test]
+        fn layout_names_parse_or_are_refused(
+            text in prop_oneof![".{0,12}", "(stripe|rotated|hash|Stripe|raid5)[ ]?"],
+        ) {
+            if let Ok(k) = text.parse::<LayoutKind>() {
+                prop_assert_eq!(k.to_string().parse::<LayoutKind>().ok(), Some(k));
+                prop_assert_eq!(LayoutKind::from_code(k.code()), Some(k));
+            }
+        }
+
+        /// Any device count and block size make a layout whose sizes cannot overflow, or an error.
+        #[test]
+        fn any_parameters_make_a_layout_or_an_error(
+            kind in kinds(),
+            devices in prop_oneof![0usize..=MAX_DEVICES + 1, any::<usize>()],
+            block_bytes in prop_oneof![
+                (0u64..=MAX_BLOCK_BYTES / 512 + 1).prop_map(|k| k * 512),
+                any::<u64>(),
+            ],
+            len in prop_oneof![0u64..1 << 20, 0u64..=crate::header::MAX_LEN],
+        ) {
+            if let Ok(l) = Layout::new(kind, devices, block_bytes) {
+                prop_assert!((1..=MAX_DEVICES).contains(&devices));
+                prop_assert!(block_bytes % 512 == 0 && block_bytes <= MAX_BLOCK_BYTES);
+                let size = crate::header::HEADER_BYTES.checked_add(l.device_bytes(len));
+                prop_assert!(size.is_some());
+                if len > 0 {
+                    let (d, off) = l.map(len - 1);
+                    prop_assert!(d < devices && off < l.device_bytes(len));
+                    prop_assert!(l.device_end(d, len) <= l.device_bytes(len));
+                }
+            }
+        }
+
         #[test]
         fn block_mapping_is_a_bijection(kind in kinds(), n in 1usize..=24, stripes in 1u64..40) {
             let l = Layout::new(kind, n, 4096).unwrap();
@@ -375,6 +420,8 @@ mod tests {
     fn bad_parameters_are_refused() {
         assert!(Layout::new(LayoutKind::Stripe, 0, 4096).is_err());
         assert!(Layout::new(LayoutKind::Stripe, 1, 1000).is_err());
+        assert!(Layout::new(LayoutKind::Stripe, 1, MAX_BLOCK_BYTES).is_ok());
+        assert!(Layout::new(LayoutKind::Stripe, 1, MAX_BLOCK_BYTES + 512).is_err());
         assert!("raid5".parse::<LayoutKind>().is_err());
         assert_eq!(
             Layout::new(LayoutKind::Stripe, 3, 4096)

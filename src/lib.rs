@@ -42,6 +42,8 @@ mod queue;
 pub mod sim;
 mod slab;
 mod store;
+#[cfg(test)]
+mod test_alloc;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};
 pub use cached::{CachedFile, CachedStore};

@@ -30,8 +30,12 @@ macro_rules! out {
 }
 
 mod bench;
+#[cfg(test)]
+mod cli_tests;
 mod hitbench;
 mod simcmd;
+#[cfg(test)]
+mod test_alloc;
 
 use std::process::ExitCode;
 

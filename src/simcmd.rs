@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use setcache::sim::{self, SimResult, Trace};
+use setcache::sim::{self, SimPolicy, SimResult, Trace};
 
 use crate::bench::check_io_unit;
 use crate::bench::fsize::explain;
@@ -83,7 +83,17 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
     Ok(pages)
 }
 
-pub(crate) fn run(args: SimArgs) -> Result<(), String> {
+/// The flags that need no trace, checked.
+struct Settings {
+    page_size: u64,
+    policies: Vec<SimPolicy>,
+    /// `None`: replay every request; `Some(writes)`: only the writes, or only
+    /// the reads.
+    only: Option<bool>,
+}
+
+/// Checks every flag that can be checked before the trace is loaded.
+fn settings(args: &SimArgs) -> Result<Settings, String> {
     let page_size =
         parse_size(&args.page_size).map_err(|e| format!("--page-size {}: {e}", args.page_size))?;
     check_io_unit("--page-size", "page size", page_size)?;
@@ -96,13 +106,29 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
             return Err(format!("--set-size {s}: must be within 4..=32"));
         }
     }
+    let only = match args.ops.to_ascii_lowercase().as_str() {
+        "all" => None,
+        "reads" | "read" => Some(false),
+        "writes" | "write" => Some(true),
+        other => return Err(format!("--ops {other:?}: expected all, reads or writes")),
+    };
+    Ok(Settings {
+        page_size,
+        policies,
+        only,
+    })
+}
+
+pub(crate) fn run(args: SimArgs) -> Result<(), String> {
+    let Settings {
+        page_size,
+        policies,
+        only,
+    } = settings(&args)?;
     let start = Instant::now();
     let mut trace = sim::load(&args.trace, page_size)?;
-    match args.ops.to_ascii_lowercase().as_str() {
-        "all" => {}
-        "reads" | "read" => trace = trace.only(false)?,
-        "writes" | "write" => trace = trace.only(true)?,
-        other => return Err(format!("--ops {other:?}: expected all, reads or writes")),
+    if let Some(writes) = only {
+        trace = trace.only(writes)?;
     }
     if trace.is_empty() {
         return Err(format!("{}: no request left to replay", trace.name));
@@ -308,7 +334,6 @@ pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use setcache::sim::SimPolicy;
 
     #[test]
     fn cache_sizes_in_bytes_pages_and_percent() {
@@ -333,5 +358,48 @@ mod tests {
         let svg = plot(&trace, &results);
         crate::bench::svg::assert_well_formed(&svg);
         assert!(svg.contains("sa-lru /4") && svg.contains("opt"));
+    }
+
+    use crate::cli_tests::{SIM_FLAGS, argv, parse};
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any `sim` flags that parse, and each run they make, are checked or refused.
+        #[test]
+        fn any_sim_flags_check_or_are_refused(
+            argv in argv("sim", SIM_FLAGS, &SIM_FLAGS[..1]),
+            footprint in prop_oneof![0usize..1000, Just(usize::MAX), any::<usize>()],
+        ) {
+            // Cache sizes resolve against a small trace (and any footprint); the
+            // trace spec itself is `load`'s, tested with the trace readers.
+            let Ok(cli) = parse(&argv)? else {
+                return Ok(());
+            };
+            let Some(crate::Command::Sim(a)) = cli.command else {
+                return Err(TestCaseError::fail("sim arguments parsed as another command"));
+            };
+            let n: usize = argv.iter().map(|s| s.len() + 1).sum();
+            let trace = Trace::from_pages("t", (0..5000u64).map(|i| i * 7 % 2003));
+            let (r, largest) = largest_alloc(|| -> Result<(), String> {
+                let s = settings(&a)?;
+                for size in &a.cache_size {
+                    let _ = cache_pages(size, footprint, s.page_size);
+                    let pages = cache_pages(size, trace.footprint, s.page_size)?;
+                    for &policy in &s.policies {
+                        for &set in &a.set_size {
+                            sim::check(&trace, policy, pages, set)?;
+                        }
+                    }
+                }
+                Ok(())
+            });
+            prop_assert!(largest <= input_bound(n), "{argv:?}: {largest} bytes at once");
+            if let Err(e) = r {
+                prop_assert!(!e.is_empty());
+            }
+        }
     }
 }

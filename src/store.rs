@@ -17,10 +17,12 @@ mod intent;
 
 #[cfg(test)]
 mod crash_tests;
+#[cfg(test)]
+mod prop_tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
@@ -430,6 +432,31 @@ fn check_len(what: &str, len: u64) -> Result<()> {
     Ok(())
 }
 
+/// The process id a lock file holds (its first bytes, as `lock_root` writes
+/// them: decimal and a newline), if they read as one.
+fn lock_holder(b: &[u8]) -> Option<u32> {
+    std::str::from_utf8(b).ok()?.trim().parse().ok()
+}
+
+/// The name of the file whose backing file a directory entry is, if it is one:
+/// `<name>.scf` with a valid name (temporary files, the lock file and the
+/// intent record are not).
+fn listed_name(entry: &std::ffi::OsStr) -> Option<&str> {
+    let n = entry.to_str()?.strip_suffix(SUFFIX)?;
+    validate_name(n).ok().map(|()| n)
+}
+
+/// The bytes of an intent record file, read up to one byte more than the
+/// longest record: a longer file is not a whole record whatever its size (it
+/// decodes as torn), and is not read into memory.
+fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut b = Vec::new();
+    fs::File::open(path)?
+        .take(intent::MAX_RECORD as u64 + 1)
+        .read_to_end(&mut b)?;
+    Ok(b)
+}
+
 /// Lock a device root for this store: `flock` on its lock file, which then says
 /// which process holds it.
 fn lock_root(device: usize, root: &Path) -> Result<OwnedFd> {
@@ -445,7 +472,7 @@ fn lock_root(device: usize, root: &Path) -> Result<OwnedFd> {
         let mut b = [0u8; 32];
         let holder = pread_exact(&fd, &mut b, 0)
             .ok()
-            .and_then(|n| std::str::from_utf8(&b[..n]).ok()?.trim().parse().ok());
+            .and_then(|n| lock_holder(&b[..n]));
         return Err(Error::StoreLocked {
             device,
             root: root.to_path_buf(),
@@ -817,14 +844,8 @@ impl Store {
         for (i, r) in self.inner.roots.iter().enumerate() {
             let rd = fs::read_dir(r).map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
             for ent in rd.flatten() {
-                if let Some(n) = ent
-                    .file_name()
-                    .to_str()
-                    .and_then(|n| n.strip_suffix(SUFFIX))
-                {
-                    if validate_name(n).is_ok() {
-                        names.insert(n.to_string());
-                    }
+                if let Some(n) = listed_name(&ent.file_name()) {
+                    names.insert(n.to_string());
                 }
             }
         }
@@ -1066,7 +1087,7 @@ impl StoreInner {
             // Normally only device 0 has one; another root may if the roots were
             // given in a different order.
             let path = root.join(INTENT_FILE);
-            let bytes = match fs::read(&path) {
+            let bytes = match read_intent(&path) {
                 Ok(b) => b,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(Error::os(format!("device {i}: read"), &path, e)),

@@ -214,4 +214,70 @@ mod tests {
         assert_eq!(runtime_arg("2.5s"), Ok(2.5));
         assert!(layout_arg("raid5").is_err());
     }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// Text as flags get it: numbers of every kind with and without units,
+    /// names, and anything at all.
+    fn flag_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            ".{0,16}",
+            "[-+ ]?[0-9]{0,25}(\\.[0-9]{0,4})?(e[-+]?[0-9]{1,4})?[s% ]?",
+            prop_oneof![
+                Just("nan"),
+                Just("inf"),
+                Just("-0"),
+                Just("1e309"),
+                Just("86400"),
+                Just("86400.0001s"),
+                Just("100%"),
+                Just("100.0000001"),
+                Just("stripe"),
+                Just("HASH"),
+                Just("sa-lru"),
+                Just(" gclock "),
+            ]
+            .prop_map(str::to_string),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The bench's value parsers give a value in range or an error for any text.
+        #[test]
+        fn flag_values_are_in_range_or_refused(text in flag_text()) {
+            let (r, largest) = largest_alloc(|| {
+                (
+                    count_arg(&text),
+                    percent_arg(&text),
+                    runtime_arg(&text),
+                    ramp_arg(&text),
+                    layout_arg(&text),
+                    policy_arg(&text),
+                )
+            });
+            prop_assert!(largest <= input_bound(text.len()));
+            let (count, percent, runtime, ramp, layout, policy) = r;
+            if let Ok(n) = count {
+                prop_assert!((1..=1024).contains(&n));
+            }
+            if let Ok(p) = percent {
+                prop_assert!((0.0..=100.0).contains(&p));
+            }
+            if let Ok(s) = runtime {
+                prop_assert!(s > 0.0 && s <= 86_400.0);
+            }
+            if let Ok(s) = ramp {
+                prop_assert!((0.0..=86_400.0).contains(&s));
+            }
+            if let Ok(l) = layout {
+                prop_assert_eq!(layout_arg(&l.to_string()), Ok(l));
+            }
+            if let Ok(p) = policy {
+                prop_assert_eq!(policy_arg(p.name()), Ok(p));
+            }
+        }
+    }
 }

@@ -266,4 +266,78 @@ mod tests {
         assert_eq!(back.timing.progress, job.timing.progress);
         assert!(job_from_json(&json!({"engine": "mmap"})).is_err());
     }
+
+    use super::super::outcome::tests::{json_value, mutated};
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    fn sample() -> LinuxJob {
+        LinuxJob {
+            engine: Engine::LinuxDirect,
+            workload: Workload {
+                rw: Pattern::RandRead,
+                rwmix_read: 50,
+                bs: 4096,
+                file_len: 1 << 30,
+                dist: Dist::Uniform,
+                hot: None,
+                seed: 1,
+            },
+            threads: 2,
+            timing: Timing {
+                runtime: 1.0,
+                ramp: 0.0,
+                progress: None,
+                bs: 4096,
+            },
+            layout: Layout::new(LayoutKind::Stripe, 2, 65536).unwrap(),
+            paths: vec!["/a".into(), "/b".into()],
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "engine",
+        "rw",
+        "rwmix_read",
+        "bs",
+        "file_len",
+        "dist",
+        "hot",
+        "seed",
+        "threads",
+        "runtime",
+        "ramp",
+        "progress",
+        "layout",
+        "devices",
+        "block_bytes",
+        "paths",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The child's job line with any fields, or any text, is a job or an error.
+        #[test]
+        fn any_job_line_is_a_job_or_refused(
+            text in prop_oneof![
+                6 => mutated(job_to_json(&sample()).unwrap(), KEYS).prop_map(|v| v.to_string()),
+                1 => json_value().prop_map(|v| v.to_string()),
+                1 => ".{0,40}",
+            ],
+        ) {
+            let (r, largest) = largest_alloc(|| {
+                let v: Value = serde_json::from_str(&text).map_err(|e| format!("bad job: {e}"))?;
+                job_from_json(&v)
+            });
+            prop_assert!(largest <= input_bound(text.len()));
+            match r {
+                Ok(job) => {
+                    prop_assert!(job.workload.rwmix_read <= 100);
+                    prop_assert!(job.threads >= 1);
+                }
+                Err(e) => prop_assert!(!e.is_empty()),
+            }
+        }
+    }
 }

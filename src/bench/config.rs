@@ -209,4 +209,46 @@ mod tests {
             "{e}"
         );
     }
+
+    use crate::cli_tests::{BENCH_FLAGS, argv, parse};
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any `bench` flags that parse are validated into a configuration or refused.
+        #[test]
+        fn any_bench_flags_validate_or_are_refused(argv in argv("bench", BENCH_FLAGS, &[])) {
+            let Ok(cli) = parse(&argv)? else {
+                return Ok(());
+            };
+            let Some(crate::Command::Bench(mut a)) = cli.command else {
+                return Err(TestCaseError::fail("bench arguments parsed as another command"));
+            };
+            // `--rwmix-read` without randrw only prints a note (to the real
+            // stderr): leave it out.
+            if a.rw != Pattern::RandRw {
+                a.rwmix_read = None;
+            }
+            let n: usize = argv.iter().map(|s| s.len() + 1).sum();
+            let (r, largest) = largest_alloc(|| validate(*a));
+            prop_assert!(largest <= input_bound(n), "{argv:?}: {largest} bytes at once");
+            match r {
+                Ok(cfg) => {
+                    prop_assert!(check_bs(cfg.a.bs).is_ok());
+                    prop_assert!(cfg.a.file_size > 0 && cfg.a.file_size % PAGE == 0);
+                    prop_assert!(cfg.a.file_size / cfg.a.bs >= cfg.max_threads() as u64);
+                    prop_assert!(!cfg.engines.is_empty());
+                    prop_assert!(cfg.rwmix_read <= 100);
+                    for t in &cfg.hit_targets {
+                        prop_assert!(t.is_none_or(|f| (0.0..=1.0).contains(&f)));
+                        // The hot region each run will use can be had.
+                        prop_assert!(cfg.hot_spot(*t).is_ok());
+                    }
+                }
+                Err(e) => prop_assert!(!e.is_empty()),
+            }
+        }
+    }
 }

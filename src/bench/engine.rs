@@ -99,4 +99,24 @@ mod tests {
         assert_eq!(engine_arg("setcache"), Ok(Engine::Setcache));
         assert!(engine_arg("libaio").unwrap_err().contains("unknown engine"));
     }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Any text names an engine or is refused with the list of names.
+        #[test]
+        fn engine_names_parse_or_are_refused(
+            text in prop_oneof![
+                ".{0,16}",
+                "[ ]?(direct|direct-copy|linux-buffered|linux-direct|mmap|setcache|Mmap)[ ]?",
+            ],
+        ) {
+            match engine_arg(&text) {
+                Ok(e) => prop_assert_eq!(engine_arg(e.name()), Ok(e)),
+                Err(msg) => prop_assert!(msg.contains("unknown engine"), "{msg}"),
+            }
+        }
+    }
 }

@@ -96,7 +96,8 @@ pub(crate) fn parse_output(text: &str) -> Result<Outcome, String> {
         .filter_map(|d| job.get(*d))
         .collect();
     let ios = |d: &Value| d.get("total_ios").and_then(Value::as_u64).unwrap_or(0);
-    let ops: u64 = dirs.iter().map(|d| ios(d)).sum();
+    // Saturating: the counts are fio's, and a sum past 2^64 must not panic.
+    let ops = dirs.iter().fold(0u64, |sum, d| sum.saturating_add(ios(d)));
     let reads = job.get("read").map_or(0, ios);
     let iops: f64 = dirs.iter().map(|d| num(d, "iops")).sum();
     // Percentiles of the busier direction; the max over both.
@@ -211,5 +212,111 @@ mod tests {
         assert!(a.contains(&"--ramp_time=500ms".to_string()));
         assert!(a.contains(&"--rwmixread=70".to_string()));
         assert!(a.contains(&"--random_distribution=zipf:1.2".to_string()));
+    }
+
+    use super::super::outcome::tests::json_value;
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// A number field of fio's report: plausible, at a limit, or any JSON.
+    fn num() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => (0u64..1 << 40).prop_map(Value::from),
+            1 => prop_oneof![
+                Just(json!(u64::MAX)),
+                Just(json!(-1)),
+                Just(json!(1e308)),
+                Just(json!(0.5)),
+            ],
+            1 => json_value(),
+        ]
+    }
+
+    /// One direction of a job: counts, rate and latencies, or any JSON.
+    fn direction() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            4 => (num(), num(), num(), proptest::collection::vec(num(), 0..4)).prop_map(
+                |(iops, ios, max, pct)| {
+                    let keys = ["50.000000", "99.000000", "99.900000", "99.990000"];
+                    let p: serde_json::Map<String, Value> =
+                        keys.iter().map(|k| k.to_string()).zip(pct).collect();
+                    let clat = json!({"max": max, "percentile": p});
+                    json!({"iops": iops, "total_ios": ios, "clat_ns": clat})
+                }
+            ),
+            1 => json_value(),
+        ]
+    }
+
+    /// fio's report with each field plausible, at a limit, or any JSON, some
+    /// missing; with notes before it, cut short, or not JSON at all.
+    fn report() -> impl Strategy<Value = String> {
+        let job = (
+            prop_oneof![4 => Just(json!(0)), 1 => num()],
+            num(),
+            num(),
+            num(),
+            proptest::option::of(direction()),
+            proptest::option::of(direction()),
+        )
+            .prop_map(|(error, runtime, usr, sys, read, write)| {
+                let mut j =
+                    json!({"error": error, "job_runtime": runtime, "usr_cpu": usr, "sys_cpu": sys});
+                if let Some(r) = read {
+                    j["read"] = r;
+                }
+                if let Some(w) = write {
+                    j["write"] = w;
+                }
+                j
+            });
+        let doc = prop_oneof![
+            4 => proptest::collection::vec(job, 0..3)
+                .prop_map(|jobs| json!({"jobs": jobs}).to_string()),
+            1 => json_value().prop_map(|v| v.to_string()),
+        ];
+        prop_oneof![
+            6 => (
+                prop_oneof![Just(""), Just("note: something\n"), Just("}{")],
+                doc,
+                any::<proptest::sample::Index>(),
+                any::<bool>(),
+            )
+                .prop_map(|(before, doc, cut, whole)| {
+                    let mut end = if whole { doc.len() } else { cut.index(doc.len() + 1) };
+                    while !doc.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    format!("{before}{}", &doc[..end])
+                }),
+            1 => ".{0,40}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// fio's output, plausible or not, is an outcome or an error.
+        #[test]
+        fn any_fio_output_is_an_outcome_or_refused(text in report()) {
+            let (r, largest) = largest_alloc(|| parse_output(&text));
+            prop_assert!(largest <= input_bound(text.len()));
+            match r {
+                Ok(o) => prop_assert!(o.reads <= o.ops),
+                Err(e) => prop_assert!(!e.is_empty()),
+            }
+        }
+    }
+
+    /// Counts whose sum passes 2^64 saturate (the sum used to overflow).
+    #[test]
+    fn counts_past_2_64_saturate() {
+        let text = format!(
+            r#"{{"jobs": [{{"read": {{"iops": 1.0, "total_ios": {}, "clat_ns": {{}}}},
+                 "write": {{"iops": 1.0, "total_ios": 5, "clat_ns": {{}}}}}}]}}"#,
+            u64::MAX
+        );
+        assert_eq!(parse_output(&text).unwrap().ops, u64::MAX);
     }
 }

@@ -108,7 +108,7 @@ impl Outcome {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::bench) mod tests {
     use super::*;
 
     #[test]
@@ -143,5 +143,105 @@ mod tests {
         assert_eq!(hit_from_read_bytes(0, 10, 4096), Some(1.0));
         assert_eq!(hit_from_read_bytes(20 * 4096, 40, 4096), Some(0.5));
         assert_eq!(hit_from_read_bytes(100 * 4096, 40, 4096), Some(0.0));
+    }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// Any JSON value, a few levels deep: numbers at their limits (past 2^64,
+    /// negative, fractional, huge), strings, nulls, arrays, objects.
+    pub(in crate::bench) fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("JSON has no NaN or infinity", |f| f.is_finite())
+                .prop_map(Value::from),
+            prop_oneof![Just(u64::MAX), Just(0), Just(1 << 53)].prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z_0-9.]{0,8}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// `v` with some of its top-level fields (among `keys` and others)
+    /// replaced by any value or removed.
+    pub(in crate::bench) fn mutated(
+        v: Value,
+        keys: &'static [&'static str],
+    ) -> impl Strategy<Value = Value> {
+        let key = prop_oneof![
+            4 => proptest::sample::select(keys).prop_map(str::to_string),
+            1 => "[a-z_]{0,6}",
+        ];
+        let change = (key, proptest::option::of(json_value()));
+        proptest::collection::vec(change, 0..4).prop_map(move |changes| {
+            let mut v = v.clone();
+            if let Value::Object(m) = &mut v {
+                for (k, new) in changes {
+                    match new {
+                        Some(x) => m.insert(k, x),
+                        None => m.remove(&k),
+                    };
+                }
+            }
+            v
+        })
+    }
+
+    fn sample() -> Outcome {
+        Outcome {
+            ops: 10,
+            reads: 7,
+            secs: 1.5,
+            lat: Lat {
+                p50: 1.0,
+                p99: 2.0,
+                p999: 3.0,
+                p9999: 4.0,
+                max: 5.0,
+            },
+            cpu_user_s: 0.25,
+            cpu_sys_s: 0.5,
+            hit_ratio: Some(0.75),
+            interrupted: false,
+        }
+    }
+
+    const KEYS: &[&str] = &[
+        "ops",
+        "reads",
+        "secs",
+        "lat_us",
+        "cpu_user_s",
+        "cpu_sys_s",
+        "hit_ratio",
+        "interrupted",
+    ];
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The child's answer with any fields is an outcome that survives a round trip, or none.
+        #[test]
+        fn any_answer_is_an_outcome_or_none(v in mutated(sample().to_json(), KEYS)) {
+            let text = v.to_string();
+            let (o, largest) = largest_alloc(|| {
+                serde_json::from_str::<Value>(&text)
+                    .ok()
+                    .and_then(|v| Outcome::from_json(&v))
+            });
+            prop_assert!(largest <= input_bound(text.len()));
+            if let Some(o) = o {
+                prop_assert_eq!(Outcome::from_json(&o.to_json()), Some(o));
+            }
+        }
     }
 }

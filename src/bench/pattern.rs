@@ -108,4 +108,34 @@ mod tests {
         assert_eq!(Pattern::parse("randrw"), Ok(Pattern::RandRw));
         assert!(Pattern::parse("trim").is_err());
     }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// `--rw` and `--dist` take any text to a value that prints back to itself, or an error.
+        #[test]
+        fn patterns_and_distributions_parse_or_are_refused(
+            text in prop_oneof![
+                ".{0,16}",
+                "(zipf:)?[-+]?[0-9]{0,4}(\\.[0-9]{0,3})?(e[-+]?[0-9]{1,3})?",
+                "(rand)?(read|write|rw)|uniform|zipf:(nan|inf|1e-320)",
+            ],
+        ) {
+            let ((pattern, dist), largest) =
+                largest_alloc(|| (Pattern::parse(&text), Dist::parse(&text)));
+            prop_assert!(largest <= input_bound(text.len()));
+            if let Ok(p) = pattern {
+                prop_assert_eq!(Pattern::parse(&p.to_string()), Ok(p));
+            }
+            if let Ok(d) = dist {
+                if let Dist::Zipf(t) = d {
+                    prop_assert!(t > 0.0 && t <= 100.0);
+                }
+                prop_assert_eq!(Dist::parse(&d.to_string()), Ok(d));
+            }
+        }
+    }
 }

@@ -115,4 +115,91 @@ mod tests {
         assert_eq!(format_size(256 << 20), "256M");
         assert_eq!(format_size(1000), "1000");
     }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// What `parse_size` should give for `whole.frac` (either may be empty,
+    /// `frac` `None` for no point) times `2^shift`, computed in 128 bits.
+    fn model(whole: &str, frac: Option<&str>, shift: u32) -> Option<u64> {
+        if whole.is_empty() && frac.is_none_or(str::is_empty) {
+            return None;
+        }
+        let w: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse::<u64>().ok()?.into()
+        };
+        let unit = 1u128 << shift;
+        let Some(frac) = frac else {
+            return u64::try_from(w * unit).ok();
+        };
+        if frac.is_empty() || frac.len() > 12 {
+            return None;
+        }
+        let den = 10u128.pow(frac.len() as u32);
+        let scaled = frac.parse::<u128>().ok()? * unit;
+        if scaled % den != 0 {
+            return None;
+        }
+        u64::try_from(w * unit + scaled / den).ok()
+    }
+
+    fn digits() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[0-9]{0,4}",
+            any::<u64>().prop_map(|v| v.to_string()),
+            "[0-9]{19,22}",
+            Just("5".to_string()),
+            Just("25".to_string()),
+            Just("0".to_string()),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any text is a size that prints back to itself, or an error saying why.
+        #[test]
+        fn any_text_is_a_size_or_refused(
+            text in prop_oneof![".{0,24}", "[0-9. kKmMgGtTiIbB+-]{0,12}"],
+        ) {
+            let (r, largest) = largest_alloc(|| size_arg(&text));
+            prop_assert!(largest <= input_bound(text.len()));
+            match r {
+                Ok(v) => prop_assert_eq!(parse_size(&format_size(v)), Ok(v)),
+                Err(e) => prop_assert!(e.contains("invalid size"), "{e}"),
+            }
+        }
+
+        /// Numbers with fractions and suffixes read as their exact byte value, or are refused.
+        #[test]
+        fn sizes_read_as_their_exact_value(
+            whole in digits(),
+            frac in proptest::option::of(digits()),
+            suffix in prop_oneof![
+                Just(("", 0u32)), Just(("b", 0)), Just(("B", 0)),
+                Just(("k", 10)), Just(("KiB", 10)), Just(("kb", 10)),
+                Just(("M", 20)), Just(("mib", 20)), Just(("G", 30)), Just(("gB", 30)),
+                Just(("t", 40)), Just(("TiB", 40)),
+            ],
+            pad in prop_oneof![Just(""), Just(" "), Just("\t")],
+        ) {
+            let (name, shift) = suffix;
+            let text = match &frac {
+                Some(f) => format!("{pad}{whole}.{f}{name}{pad}"),
+                None => format!("{pad}{whole}{name}{pad}"),
+            };
+            let want = model(&whole, frac.as_deref(), shift);
+            prop_assert_eq!(parse_size(&text).ok(), want, "{:?}", text);
+        }
+
+        /// Every size prints as text that reads back as that size.
+        #[test]
+        fn printed_sizes_read_back(
+            v in prop_oneof![any::<u64>(), (0u64..1 << 24, 0u32..41).prop_map(|(m, s)| m << s)],
+        ) {
+            prop_assert_eq!(parse_size(&format_size(v)), Ok(v));
+        }
+    }
 }

@@ -457,4 +457,121 @@ mod tests {
         assert!(check_memory(u64::MAX, || "everything".into()).is_err());
         assert!(check_memory(1 << 20, || "a little".into()).is_ok());
     }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// A number as the kernel writes it, or not: small, huge, `max`, with a
+    /// unit, negative, empty, any bytes as text.
+    fn kernel_number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            4 => (0u64..1 << 40).prop_map(|v| v.to_string()),
+            1 => any::<u64>().prop_map(|v| v.to_string()),
+            1 => prop_oneof![
+                Just("max"),
+                Just("18446744073709551616"),
+                Just("-1"),
+                Just(""),
+                Just("9223372036854771712"),
+            ]
+            .prop_map(str::to_string),
+            1 => ".{0,12}",
+        ]
+    }
+
+    /// Lines of a `/proc` or cgroup file: `label` lines with kernel numbers,
+    /// `templates` with `{}` filled by a path-like word, and any text.
+    fn kernel_text(
+        labels: &'static [&'static str],
+        templates: &'static [&'static str],
+    ) -> impl Strategy<Value = String> {
+        let line = prop_oneof![
+            3 => (
+                proptest::sample::select(labels),
+                kernel_number(),
+                proptest::sample::select(&["", " kB", " KB", " MB"][..]),
+            )
+                .prop_map(|(l, n, unit)| format!("{l}{n}{unit}")),
+            3 => (proptest::sample::select(templates), "(/[a-z.]{0,6}){0,4}|/|/\\.\\.|")
+                .prop_map(|(t, path)| t.replace("{}", &path)),
+            1 => ".{0,30}",
+        ];
+        proptest::collection::vec(line, 0..8).prop_map(|l| l.join("\n"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Any /proc and cgroup text gives a memory figure or none, and no level above the mount.
+        #[test]
+        fn any_kernel_text_gives_a_figure_or_none(
+            meminfo in kernel_text(
+                &["MemAvailable:", "SwapFree:", "MemAvailable:\t", "MemTotal:"],
+                &["{}"],
+            ),
+            cgroup in kernel_text(
+                &["0::/", "7:memory:/"],
+                &["0::{}", "4:memory:{}", "3:cpu,memory:{}", "1:name=x:{}", "0:memory:{}"],
+            ),
+            mounts in kernel_text(&["25 1 0:22 / /sys/fs/cgroup/", "1 - cgroup2 "], &[
+                "25 1 0:22 / {} rw - cgroup2 cgroup2 rw",
+                "30 25 0:26 {} /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory",
+                "40 30 0:26 /docker {} ro - cgroup cgroup rw,memory",
+                "1 2 3 {} - cgroup",
+                "{} - ",
+            ]),
+            limit in kernel_number(),
+            usage in kernel_number(),
+            stat in kernel_text(
+                &[
+                    "active_file ",
+                    "inactive_file ",
+                    "total_active_file ",
+                    "total_inactive_file ",
+                    "anon ",
+                ],
+                &["{}"],
+            ),
+        ) {
+            let n = [&meminfo, &cgroup, &mounts, &limit, &usage, &stat]
+                .iter()
+                .map(|t| t.len())
+                .sum();
+            // Each cgroup file reads the same at every level.
+            let read = |p: &Path| -> Option<String> {
+                match p.to_str()? {
+                    "/proc/meminfo" => Some(meminfo.clone()),
+                    "/proc/self/cgroup" => Some(cgroup.clone()),
+                    "/proc/self/mountinfo" => Some(mounts.clone()),
+                    _ => match p.file_name()?.to_str()? {
+                        "memory.max" | "memory.limit_in_bytes" => Some(limit.clone()),
+                        "memory.current" | "memory.usage_in_bytes" => Some(usage.clone()),
+                        "memory.stat" => Some(stat.clone()),
+                        _ => None,
+                    },
+                }
+            };
+            let (room, largest) = largest_alloc(|| room_from(&read));
+            prop_assert!(largest <= input_bound(n), "{largest} bytes at once for {n} bytes");
+            if let Some(r) = room {
+                prop_assert!(!r.sources.is_empty());
+            }
+            // The pieces on their own, on the same text.
+            let _ = super::meminfo(&meminfo);
+            let _ = stat_sum(&stat, &["active_file", "inactive_file"]);
+            for c in [None, Some("memory")] {
+                if let Some(path) = own_cgroup(&cgroup, c) {
+                    prop_assert!(cgroup.contains(&path));
+                    for v1 in [true, false] {
+                        if let Some((mount, root)) = mount_of(&mounts, v1) {
+                            let dirs = levels(&mount, &root, &path);
+                            prop_assert!(!dirs.is_empty());
+                            // Innermost first, each below the mount, never above it.
+                            prop_assert!(dirs.iter().all(|d| d.starts_with(&mount)));
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

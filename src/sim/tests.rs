@@ -422,3 +422,40 @@ fn caches_beyond_the_machine_are_refused_before_allocating() {
     assert_eq!(show_bytes(1536), "1.5 KiB");
     assert_eq!(show_bytes(100), "100 B");
 }
+
+mod names {
+    use super::*;
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any policy list is distinct policies whose names read back, or an error.
+        #[test]
+        fn policy_lists_parse_or_are_refused(
+            text in prop_oneof![
+                ".{0,24}",
+                "((sa-)?(lru|lfu|fifo|clock|gclock|nrlfu|sieve|s3fifo|arc|2q|lirs|opt|x)|all|sa|global| |,){0,5}",
+            ],
+        ) {
+            let (r, largest) = largest_alloc(|| parse_policies(&text));
+            prop_assert!(largest <= input_bound(text.len()));
+            let _ = text.parse::<PolicyKind>();
+            let _ = text.parse::<GlobalKind>();
+            if let Ok(list) = r {
+                prop_assert!(!list.is_empty());
+                for (i, p) in list.iter().enumerate() {
+                    prop_assert!(!list[..i].contains(p), "{p} twice");
+                    prop_assert_eq!(p.to_string().parse::<SimPolicy>(), Ok(*p));
+                    match p {
+                        SimPolicy::Sa(k) => prop_assert_eq!(k.name().parse::<PolicyKind>(), Ok(*k)),
+                        SimPolicy::Global(k) => {
+                            prop_assert_eq!(k.name().parse::<GlobalKind>(), Ok(*k))
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

@@ -9,6 +9,9 @@ use std::path::Path;
 use super::show_bytes;
 use super::ycsb::{Rng, YCSB_MAX_RECORDS, YCSB_THETA, YcsbKeys, Zipfian};
 
+#[cfg(test)]
+mod prop_tests;
+
 /// A page trace: `pages[i]` is the dense id (`0..footprint`, in order of
 /// first appearance) of the page the `i`-th request touches.
 #[derive(Clone, Debug, Default)]
@@ -761,8 +764,16 @@ fn field_u64(path: &str, n: usize, what: &str, s: &str) -> Result<u64, String> {
     v.ok_or_else(|| format!("{path}: line {n}: {what} {s:?} is not a non-negative integer"))
 }
 
+/// The largest Size an MSR line may give: 256 times the largest request of
+/// the MSR Cambridge sample (64 KiB). One line becomes a request per page it
+/// covers, so without a bound a line of 40 bytes could ask for 2^52 of them.
+pub const MSR_MAX_SIZE: u64 = 16 << 20;
+
 fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
     let (path, _) = path_and_opts(spec, rest, &[])?;
+    if page_size == 0 {
+        return Err(format!("trace {spec:?}: the page size must be positive"));
+    }
     let mut b = Builder::new(spec.to_string());
     lines(path, |n, line| {
         if line.trim().is_empty() {
@@ -788,6 +799,11 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
         };
         let offset = field_u64(path, n, "Offset", f[4])?;
         let size = field_u64(path, n, "Size", f[5])?;
+        if size > MSR_MAX_SIZE {
+            return Err(format!(
+                "{path}: line {n}: Size {size} is above the largest accepted ({MSR_MAX_SIZE} bytes)"
+            ));
+        }
         let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
             format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
         })?;
@@ -860,17 +876,20 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
             line.split(sep).map(|s| s.trim().to_string()).collect()
         }
     };
+    // The header, when there is one, is the first line that is not blank.
+    let mut first = true;
     lines(path, |n, line| {
         if line.trim().is_empty() {
             return Ok(());
         }
         let f = split(line);
-        if n == 1 && (header || col.is_none() || (rw_spec.is_some() && rw.is_none())) {
+        let at_top = std::mem::take(&mut first);
+        if at_top && (header || col.is_none() || (rw_spec.is_some() && rw.is_none())) {
             let find = |name: &str| {
                 f.iter()
                     .position(|h| h.eq_ignore_ascii_case(name))
                     .ok_or_else(|| {
-                        format!("{path}: line 1: no column named {name:?} in the header {line:?}")
+                        format!("{path}: line {n}: no column named {name:?} in the header {line:?}")
                     })
             };
             if col.is_none() {

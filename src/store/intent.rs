@@ -24,13 +24,16 @@
 //! process died, so its operation had not started: it is simply removed.
 
 use crate::header::{FORMAT_VERSION, MAX_LEN, crc32c};
-use crate::layout::LayoutKind;
+use crate::layout::{LayoutKind, MAX_BLOCK_BYTES};
 
 /// The intent record's file name in device 0's root.
 pub(crate) const INTENT_FILE: &str = ".setcache-intent";
 
 const MAGIC: &[u8; 8] = b"SCINTENT";
 const FIXED: usize = 60;
+/// The longest record there can be: both names at the most their 16-bit lengths
+/// can say. Longer bytes are never a whole record.
+pub(crate) const MAX_RECORD: usize = FIXED + 2 * u16::MAX as usize + 4;
 
 /// A metadata operation in progress.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -206,9 +209,9 @@ impl Intent {
                     old_len.max(new_len)
                 ));
             }
-            if *block_bytes == 0 || block_bytes % 512 != 0 {
+            if *block_bytes == 0 || block_bytes % 512 != 0 || *block_bytes > MAX_BLOCK_BYTES {
                 return Decoded::Unknown(format!(
-                    "block size {block_bytes} is not a positive multiple of 512"
+                    "block size {block_bytes} is not a positive multiple of 512 up to {MAX_BLOCK_BYTES}"
                 ));
             }
         }
@@ -220,7 +223,7 @@ impl Intent {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::store) mod tests {
     use super::*;
 
     fn samples() -> Vec<Intent> {
@@ -316,6 +319,236 @@ mod tests {
                 matches!(Intent::decode(&i.encode()), Decoded::Unknown(_)),
                 "{i:?}"
             );
+        }
+    }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// Names `validate_name` accepts, up to its 200-byte limit.
+    fn names() -> impl Strategy<Value = String> {
+        prop_oneof!["[^./\u{0}][^/\u{0}]{0,24}", "[a-z]{190,200}"]
+    }
+
+    fn layouts() -> impl Strategy<Value = LayoutKind> {
+        prop_oneof![
+            Just(LayoutKind::Stripe),
+            Just(LayoutKind::Rotated),
+            Just(LayoutKind::Hash)
+        ]
+    }
+
+    /// Any record `decode` accepts as whole.
+    pub(in crate::store) fn valid() -> impl Strategy<Value = Intent> {
+        let lens = || prop_oneof![0u64..=1 << 20, 0u64..=MAX_LEN];
+        let op = prop_oneof![
+            (names(), any::<u64>()).prop_map(|(name, uid)| Op::Create { name, uid }),
+            names().prop_map(|name| Op::Delete { name }),
+            (names(), names()).prop_map(|(from, to)| Op::Rename { from, to }),
+            (
+                names(),
+                any::<u64>(),
+                layouts(),
+                1u64..=MAX_BLOCK_BYTES / 512,
+                lens(),
+                lens()
+            )
+                .prop_map(|(name, uid, layout, blocks, old_len, new_len)| Op::SetLen {
+                    name,
+                    uid,
+                    layout,
+                    block_bytes: blocks * 512,
+                    old_len,
+                    new_len,
+                }),
+        ];
+        (any::<u32>(), op).prop_map(|(devices, op)| Intent { devices, op })
+    }
+
+    /// Decodes `b` with the allocation probe on; fails the case if `decode`
+    /// asked for more memory than `b` justifies, or called whole a record that
+    /// names an invalid file or length, or one that does not encode back to
+    /// a record that decodes to itself.
+    fn decode_checked(b: &[u8]) -> Result<Decoded, TestCaseError> {
+        let (d, largest) = largest_alloc(|| Intent::decode(b));
+        prop_assert!(
+            largest <= input_bound(b.len()),
+            "{largest} bytes asked for at once while decoding {} bytes",
+            b.len()
+        );
+        match &d {
+            Decoded::Whole(i) => {
+                let names: Vec<&String> = match &i.op {
+                    Op::Rename { from, to } => vec![from, to],
+                    Op::Create { name, .. } | Op::Delete { name } | Op::SetLen { name, .. } => {
+                        vec![name]
+                    }
+                };
+                for n in names {
+                    prop_assert!(crate::store::validate_name(n).is_ok(), "{n:?}");
+                }
+                if let Op::SetLen {
+                    block_bytes,
+                    old_len,
+                    new_len,
+                    ..
+                } = &i.op
+                {
+                    prop_assert!(*block_bytes > 0 && block_bytes % 512 == 0);
+                    prop_assert!(*block_bytes <= MAX_BLOCK_BYTES);
+                    prop_assert!(*old_len <= MAX_LEN && *new_len <= MAX_LEN);
+                    // What carrying it out computes stays in range.
+                    let Op::SetLen { layout, .. } = &i.op else {
+                        unreachable!()
+                    };
+                    for devices in 1..=4 {
+                        let l = crate::layout::Layout::new(*layout, devices, *block_bytes)
+                            .expect("a whole record's layout");
+                        for len in [*old_len, *new_len] {
+                            let size = crate::header::HEADER_BYTES.checked_add(l.device_bytes(len));
+                            prop_assert!(size.is_some(), "{i:?}: backing file size overflows");
+                            for d in 0..devices {
+                                prop_assert!(l.device_end(d, len) <= l.device_bytes(len));
+                            }
+                        }
+                    }
+                }
+                match Intent::decode(&i.encode()) {
+                    Decoded::Whole(again) => prop_assert_eq!(&again, i),
+                    other => prop_assert!(false, "{i:?} re-encoded decodes as {other:?}"),
+                }
+            }
+            Decoded::Unknown(problem) => prop_assert!(!problem.is_empty()),
+            Decoded::Torn => {}
+        }
+        Ok(d)
+    }
+
+    /// A record of arbitrary fields and name bytes, with lengths and
+    /// checksum made right.
+    #[allow(clippy::too_many_arguments)]
+    fn record(
+        version: u32,
+        code: u32,
+        devices: u32,
+        layout: u32,
+        fields: [u64; 4],
+        name: &[u8],
+        second: &[u8],
+    ) -> Vec<u8> {
+        let mut b = MAGIC.to_vec();
+        for v in [version, code, devices, layout] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in fields {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        b.extend_from_slice(&(second.len() as u16).to_le_bytes());
+        b.extend_from_slice(name);
+        b.extend_from_slice(second);
+        let crc = crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    fn name_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            4 => names().prop_map(String::into_bytes),
+            1 => proptest::collection::vec(any::<u8>(), 0..24),
+            1 => (190usize..260).prop_map(|n| vec![b'a'; n]),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// Any bytes are torn, unknown, or a whole record of valid names and lengths.
+        #[test]
+        fn arbitrary_bytes_are_torn_unknown_or_whole(
+            magic in any::<bool>(),
+            tail in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            let mut b = if magic { MAGIC.to_vec() } else { Vec::new() };
+            b.extend_from_slice(&tail);
+            decode_checked(&b)?;
+        }
+
+        /// Any fields under a right checksum: unknown, or whole with exactly those fields.
+        #[test]
+        fn any_checksummed_record_is_whole_or_unknown(
+            version in prop_oneof![4 => Just(FORMAT_VERSION), 1 => any::<u32>()],
+            code in prop_oneof![4 => 0u32..6, 1 => any::<u32>()],
+            devices in any::<u32>(),
+            layout in prop_oneof![4 => 0u32..5, 1 => any::<u32>()],
+            fields in prop_oneof![
+                any::<[u64; 4]>(),
+                (any::<u64>(), 0u64..8, 0u64..=MAX_LEN + 1, 0u64..=MAX_LEN + 1)
+                    .prop_map(|(uid, k, a, b)| [uid, k * 512, a, b]),
+                (any::<u64>(), 0u64..16, 0u64..=MAX_LEN, 0u64..=MAX_LEN)
+                    .prop_map(|(uid, k, a, b)| [uid, (u64::MAX - k * 512) / 512 * 512, a, b]),
+            ],
+            name in name_bytes(),
+            second in name_bytes(),
+        ) {
+            let b = record(version, code, devices, layout, fields, &name, &second);
+            match decode_checked(&b)? {
+                Decoded::Torn => prop_assert!(false, "a checksummed record read as torn"),
+                Decoded::Unknown(_) => {}
+                Decoded::Whole(i) => {
+                    prop_assert_eq!(i.devices, devices);
+                    let text = |v: &[u8]| String::from_utf8(v.to_vec()).unwrap();
+                    let (n1, n2) = (text(&name), text(&second));
+                    let [uid, block_bytes, old_len, new_len] = fields;
+                    let want = match code {
+                        1 => Op::Create { name: n1, uid },
+                        2 => Op::Delete { name: n1 },
+                        3 => Op::Rename { from: n1, to: n2 },
+                        _ => Op::SetLen {
+                            name: n1,
+                            uid,
+                            layout: LayoutKind::from_code(layout).unwrap(),
+                            block_bytes,
+                            old_len,
+                            new_len,
+                        },
+                    };
+                    prop_assert_eq!(i.op, want);
+                }
+            }
+        }
+
+        /// Every valid record decodes to itself.
+        #[test]
+        fn valid_records_round_trip(i in valid()) {
+            let b = i.encode();
+            prop_assert!(b.len() <= MAX_RECORD);
+            match decode_checked(&b)? {
+                Decoded::Whole(d) => prop_assert_eq!(d, i),
+                other => prop_assert!(false, "{i:?} decoded as {other:?}"),
+            }
+        }
+
+        /// A valid record with bits flipped, cut or run on is torn, unknown, or itself.
+        #[test]
+        fn damaged_records_are_never_read_as_another(
+            i in valid(),
+            flips in proptest::collection::vec(any::<proptest::sample::Index>(), 0..=5),
+            cut in prop_oneof![Just(None), any::<proptest::sample::Index>().prop_map(Some)],
+            run_on in proptest::collection::vec(any::<u8>(), 0..8),
+        ) {
+            let mut b = i.encode();
+            for f in &flips {
+                let bit = f.index(b.len() * 8);
+                b[bit / 8] ^= 1 << (bit % 8);
+            }
+            if let Some(c) = cut {
+                b.truncate(c.index(b.len() + 1));
+            }
+            b.extend_from_slice(&run_on);
+            if let Decoded::Whole(d) = decode_checked(&b)? {
+                prop_assert_eq!(d, i);
+            }
         }
     }
 }
