@@ -29,6 +29,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
+use std::time::{Duration, Instant};
 
 use crate::buf::{AlignedBuf, Arena};
 use crate::error::{Error, Result};
@@ -120,7 +121,7 @@ pub(crate) struct StoreInner {
     /// metadata operations.
     meta: Mutex<Meta>,
     /// The lock file of each root, locked (`flock`) for as long as this lives.
-    _locks: Vec<OwnedFd>,
+    _locks: Vec<RootLock>,
     /// A page cache (`CachedStore`) holds this store's files: a second one would
     /// cache pages the first one changes.
     cached: std::sync::atomic::AtomicBool,
@@ -457,15 +458,66 @@ fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
     Ok(b)
 }
 
+/// The lock files this process holds through open stores, by (device, inode).
+static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// How long a lock that this process let go of may still look held: a child
+/// forked by another thread keeps copies of every descriptor, close-on-exec or
+/// not, until it calls exec.
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
+
+/// A device root's lock, held while this lives.
+pub(crate) struct RootLock {
+    /// The lock file (its `flock` is the lock).
+    fd: OwnedFd,
+    /// Its (device, inode), listed in [`HELD`].
+    id: (u64, u64),
+}
+
+impl Drop for RootLock {
+    fn drop(&mut self) {
+        // Unlisted before the descriptor closes (the field drops after this):
+        // another opener that fails to lock it meanwhile sees it unlisted and
+        // waits for the release rather than reporting it held.
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = held.iter().position(|&x| x == self.id) {
+            held.swap_remove(i);
+        }
+    }
+}
+
 /// Lock a device root for this store: `flock` on its lock file, which then says
-/// which process holds it.
-fn lock_root(device: usize, root: &Path) -> Result<OwnedFd> {
+/// which process holds it. A lock held by another open store is refused at
+/// once; one that names this process although no store of it holds it is being
+/// let go (a forked child still has the descriptor) and is waited for, up to
+/// [`RELEASE_WAIT`].
+fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     let path = root.join(LOCK_FILE);
     let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
         .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
-    // SAFETY: plain system call on an open descriptor.
-    if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+    let id = fstat(&fd)
+        .map(|st| (st.st_dev, st.st_ino))
+        .map_err(|e| Error::os(format!("device {device}: examine"), &path, e))?;
+    let start = Instant::now();
+    let mut pause = Duration::from_micros(200);
+    loop {
+        // Listed before the lock is taken: a store of this process that
+        // holds the lock is always listed.
+        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: plain system call on an open descriptor.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            held.push(id);
+            drop(held);
+            let lock = RootLock { fd, id };
+            let pid = format!("{}\n", std::process::id());
+            truncate(&lock.fd, 0)
+                .and_then(|()| pwrite_all(&lock.fd, pid.as_bytes(), 0))
+                .map_err(|e| Error::os(format!("device {device}: write lock file"), &path, e))?;
+            return Ok(lock);
+        }
         let e = std::io::Error::last_os_error();
+        let ours = held.contains(&id);
+        drop(held);
         if e.raw_os_error() != Some(libc::EWOULDBLOCK) {
             return Err(Error::os(format!("device {device}: lock"), &path, e));
         }
@@ -473,17 +525,17 @@ fn lock_root(device: usize, root: &Path) -> Result<OwnedFd> {
         let holder = pread_exact(&fd, &mut b, 0)
             .ok()
             .and_then(|n| lock_holder(&b[..n]));
-        return Err(Error::StoreLocked {
-            device,
-            root: root.to_path_buf(),
-            holder,
-        });
+        let releasing = !ours && holder == Some(std::process::id());
+        if !releasing || start.elapsed() >= RELEASE_WAIT {
+            return Err(Error::StoreLocked {
+                device,
+                root: root.to_path_buf(),
+                holder,
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(20));
     }
-    let pid = format!("{}\n", std::process::id());
-    truncate(&fd, 0)
-        .and_then(|()| pwrite_all(&fd, pid.as_bytes(), 0))
-        .map_err(|e| Error::os(format!("device {device}: write lock file"), &path, e))?;
-    Ok(fd)
 }
 
 impl Store {

@@ -196,6 +196,39 @@ fn a_second_store_in_this_process_is_refused() {
     Store::open(&[other], opts()).unwrap();
 }
 
+/// A child forked while a store was open keeps copies of its descriptors,
+/// the root locks' included, until it execs or exits: once the store is
+/// dropped, opening the roots again waits for that release rather than
+/// reporting the store as held by this very process.
+#[test]
+fn a_lock_a_forked_child_still_holds_is_waited_for() {
+    let tmp = TempDir::new("lock-fork");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, opts()).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions (nanosleep,
+    // _exit) before it ends.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 300_000_000,
+        };
+        // SAFETY: plain system calls in the forked child.
+        unsafe {
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    drop(store);
+    let t = Instant::now();
+    let again = Store::open(&roots, opts());
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert!(again.is_ok(), "{:?} after {:?}", again.err(), t.elapsed());
+}
+
 const LOCK_CHILD: &str = "SETCACHE_TEST_LOCK_CHILD";
 
 /// A second process opening an open store gets a clear error within a second,
