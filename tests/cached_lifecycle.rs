@@ -472,9 +472,11 @@ fn a_full_file_system_recovers_when_space_is_freed() {
     let ballast = fs.0.join("ballast");
     let free = |p: &std::path::Path| {
         let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: statvfs fills the struct; `c` is a valid path.
+        // SAFETY: `statvfs` is plain data; zeroed is a valid value to overwrite.
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        // SAFETY: statvfs fills the struct; `c` is a valid path.
+        let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+        assert_eq!(r, 0);
         st.f_bavail * st.f_frsize
     };
     let leave = |mib: u64| {
