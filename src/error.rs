@@ -212,7 +212,7 @@ impl Error {
     /// tried again. Other I/O errors fail their device for good.
     pub fn can_pass(&self) -> bool {
         match self {
-            Error::Io { errno, .. } => crate::io::error_can_pass(*errno),
+            Error::Io { errno, .. } => error_can_pass(*errno),
             Error::ShortTransfer { op, .. } => *op == "write",
             _ => false,
         }
@@ -326,7 +326,7 @@ impl fmt::Display for Error {
             } => write!(
                 f,
                 "{what} is more than the {} this machine can give ({sources})",
-                crate::cache::human_size(*available)
+                crate::util::human_size(*available)
             ),
             Error::StoreLocked {
                 device,
@@ -374,4 +374,16 @@ impl std::error::Error for Error {
             _ => None,
         }
     }
+}
+
+/// Whether an operation that failed with `errno` may succeed when tried again
+/// later without anything being wrong with the device: out of space (ENOSPC),
+/// over a quota (EDQUOT), past the process's file-size limit (EFBIG),
+/// interrupted (EINTR) or told to retry (EAGAIN). Every other error (EIO above
+/// all) fails the device for good.
+pub(crate) fn error_can_pass(errno: i32) -> bool {
+    matches!(
+        errno,
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EINTR | libc::EAGAIN
+    )
 }

@@ -28,31 +28,31 @@
 #![warn(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
-mod buf;
-pub mod cache;
-mod cached;
-mod cached_queue;
+// Layers, lowest first (a layer imports only from the ones above it in this
+// list; `tests/layering.rs` checks it): shared pieces; the storage layer; the
+// set-associative page cache; cached files joining the two; the hit-ratio
+// simulator.
 mod error;
-mod file;
-mod flusher;
-mod header;
-mod io;
-pub mod layout;
-mod queue;
-pub mod sim;
-mod slab;
-mod store;
+mod util;
+
+mod storage;
+
+pub mod cache;
+
+mod cached;
+
+pub mod hitsim;
+
 #[cfg(test)]
 mod test_alloc;
 
-pub use buf::{AlignedBuf, BUF_ALIGN};
-pub use cached::{CachedFile, CachedStore};
-pub use cached_queue::{CachedCompletion, CachedQueue, CachedRequest};
+pub use cached::{
+    CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, FlushOptions,
+};
 pub use error::{Error, Result};
-pub use file::{DIRECT_ALIGN, File};
-pub use flusher::FlushOptions;
-pub use header::HEADER_BYTES;
-pub use io::{EngineKind, PowerCut, SimConfig, SimMedia, SimSwitches};
-pub use layout::{Layout, LayoutKind};
-pub use queue::{Completion, DEFAULT_POLL, OpKind, Queue, Request};
-pub use store::{FileInfo, Store, StoreOptions};
+pub use storage::layout;
+pub use storage::{
+    AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, EngineKind, File, FileInfo,
+    HEADER_BYTES, Layout, LayoutKind, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia,
+    SimSwitches, Store, StoreOptions,
+};

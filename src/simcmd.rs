@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use setcache::sim::{self, SimPolicy, SimResult, Trace};
+use setcache::hitsim::{self as sim, SimPolicy, SimResult, Trace};
 
 use crate::bench::check_io_unit;
 use crate::bench::fsize::explain;

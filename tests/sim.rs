@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use setcache::sim::{self, Trace};
+use setcache::hitsim::{self as sim, Trace};
 
 const SPEC: &str = "zipf:pages=20000,ops=400000,theta=0.8,seed=7";
 const CACHE: usize = 2000;

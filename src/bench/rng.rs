@@ -12,12 +12,8 @@ pub(crate) fn splitmix64(state: &mut u64) -> u64 {
     mix64(*state)
 }
 
-/// The splitmix64 finaliser: a bijective 64-bit mix.
-pub(crate) fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
+/// The splitmix64 finaliser: a bijective 64-bit mix (the library's).
+pub(crate) use setcache::layout::mix64;
 
 impl Rng {
     pub(crate) fn new(seed: u64) -> Rng {

@@ -26,8 +26,8 @@ use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
 use super::sync::{Model, Word};
 use crate::error::{Error, Result};
-use crate::io::fixed::FixedChunks;
-use crate::layout::mix64;
+use crate::storage::io::fixed::FixedChunks;
+use crate::storage::layout::mix64;
 
 pub(crate) const VALID: u32 = 1;
 pub(crate) const PENDING: u32 = 2;

@@ -25,13 +25,13 @@ use std::time::Duration;
 use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
-pub(crate) use self::room::human_size;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
 #[doc(hidden)]
 pub use self::room::{mount_of, own_cgroup};
 pub use self::stats::CacheStats;
 use self::sync::{Model, Os};
 use crate::error::{Error, Result};
+pub(crate) use crate::util::human_size;
 
 /// Hint the CPU to load the cache line at `p` (no effect on other targets).
 #[inline(always)]
@@ -181,7 +181,7 @@ impl<M: Model> PageCache<M> {
     /// buffers when they first read or write a frame in one (registering pins,
     /// and so allocates, the whole chunk). A shrink gives back the frames of
     /// removed sets only in chunks no ring holds.
-    pub(crate) fn frame_chunks(&self) -> std::sync::Arc<crate::io::fixed::FixedChunks> {
+    pub(crate) fn frame_chunks(&self) -> std::sync::Arc<crate::storage::io::fixed::FixedChunks> {
         self.core.frame_chunks().clone()
     }
 

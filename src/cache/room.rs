@@ -15,6 +15,7 @@
 //!
 //! Whatever cannot be read is left out; when nothing can, nothing is refused.
 
+use crate::util::human_size;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -47,22 +48,6 @@ pub fn check_memory(needed: u64, what: impl FnOnce() -> String) -> Result<()> {
         }),
         _ => Ok(()),
     }
-}
-
-/// A byte count as people read it: "0 B", "512 MiB", "22.8 GiB".
-pub(crate) fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 7] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
-    let mut v = bytes as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        return format!("{bytes} B");
-    }
-    let s = format!("{v:.1}");
-    format!("{} {}", s.strip_suffix(".0").unwrap_or(&s), UNITS[u])
 }
 
 /// The reader of a file's text (the real file system, or a test's table).

@@ -755,7 +755,9 @@ fn sets_of_any_table_size_share_the_hash_space_evenly() {
         let mut per = vec![0u32; c.sets()];
         for p in 0..70_000u64 {
             let t = tag_of(0, p).unwrap();
-            per[c.core.index(crate::layout::mix64(t), c.core.table_word())] += 1;
+            per[c
+                .core
+                .index(crate::storage::layout::mix64(t), c.core.table_word())] += 1;
         }
         per
     };

@@ -106,7 +106,7 @@ mod tests {
         // Compare the shortcut with a turn-by-turn walk on many states.
         let mut seed = 7u64;
         for _ in 0..2000 {
-            seed = crate::layout::mix64(seed);
+            seed = crate::storage::layout::mix64(seed);
             let n = 4 + (seed % 29) as usize;
             let mut bytes: Vec<u8> = (0..n)
                 .map(|i| ((seed >> (i % 32)) as u8) % (GCLOCK_MAX + 1))

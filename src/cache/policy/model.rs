@@ -6,7 +6,7 @@
 use super::common::low_mask;
 use super::{MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
 use crate::cache::prefetch;
-use crate::layout::mix64;
+use crate::storage::layout::mix64;
 
 /// The outcome of [`SetModel::access`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

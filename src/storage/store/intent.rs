@@ -23,8 +23,8 @@
 //! A record that is empty, short, or fails its checksum was being written when the
 //! process died, so its operation had not started: it is simply removed.
 
-use crate::header::{FORMAT_VERSION, MAX_LEN, crc32c};
-use crate::layout::{LayoutKind, MAX_BLOCK_BYTES};
+use crate::storage::header::{FORMAT_VERSION, MAX_LEN, crc32c};
+use crate::storage::layout::{LayoutKind, MAX_BLOCK_BYTES};
 
 /// The intent record's file name in device 0's root.
 pub(crate) const INTENT_FILE: &str = ".setcache-intent";
@@ -192,7 +192,7 @@ impl Intent {
             Op::Create { name, .. } | Op::Delete { name } | Op::SetLen { name, .. } => &[name],
         };
         for n in names {
-            if let Err(e) = crate::store::validate_name(n) {
+            if let Err(e) = crate::storage::store::validate_name(n) {
                 return Decoded::Unknown(e.to_string());
             }
         }
@@ -223,7 +223,7 @@ impl Intent {
 }
 
 #[cfg(test)]
-pub(in crate::store) mod tests {
+pub(in crate::storage::store) mod tests {
     use super::*;
 
     fn samples() -> Vec<Intent> {
@@ -339,7 +339,7 @@ pub(in crate::store) mod tests {
     }
 
     /// Any record `decode` accepts as whole.
-    pub(in crate::store) fn valid() -> impl Strategy<Value = Intent> {
+    pub(in crate::storage::store) fn valid() -> impl Strategy<Value = Intent> {
         let lens = || prop_oneof![0u64..=1 << 20, 0u64..=MAX_LEN];
         let op = prop_oneof![
             (names(), any::<u64>()).prop_map(|(name, uid)| Op::Create { name, uid }),
@@ -385,7 +385,7 @@ pub(in crate::store) mod tests {
                     }
                 };
                 for n in names {
-                    prop_assert!(crate::store::validate_name(n).is_ok(), "{n:?}");
+                    prop_assert!(crate::storage::store::validate_name(n).is_ok(), "{n:?}");
                 }
                 if let Op::SetLen {
                     block_bytes,
@@ -402,10 +402,11 @@ pub(in crate::store) mod tests {
                         unreachable!()
                     };
                     for devices in 1..=4 {
-                        let l = crate::layout::Layout::new(*layout, devices, *block_bytes)
+                        let l = crate::storage::layout::Layout::new(*layout, devices, *block_bytes)
                             .expect("a whole record's layout");
                         for len in [*old_len, *new_len] {
-                            let size = crate::header::HEADER_BYTES.checked_add(l.device_bytes(len));
+                            let size = crate::storage::header::HEADER_BYTES
+                                .checked_add(l.device_bytes(len));
                             prop_assert!(size.is_some(), "{i:?}: backing file size overflows");
                             for d in 0..devices {
                                 prop_assert!(l.device_end(d, len) <= l.device_bytes(len));

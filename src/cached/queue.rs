@@ -43,12 +43,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
+use crate::cached::flusher::{dirty_in_region, with_neighbours};
 use crate::cached::{CachedFile, CachedStore, Shared};
 use crate::error::{Error, Result};
-use crate::file::{DIRECT_ALIGN, File, Mem};
-use crate::flusher::{dirty_in_region, with_neighbours};
-use crate::queue::{OpKind, Queue};
-use crate::slab::Slab;
+use crate::storage::file::OpKind;
+use crate::storage::file::{DIRECT_ALIGN, File, Mem};
+use crate::storage::queue::Queue;
+use crate::util::slab::Slab;
 
 /// The outcome of a [`CachedRequest`].
 #[derive(Debug)]
@@ -1024,7 +1025,7 @@ mod tests {
         store.create("f", PAGES * 4096, LayoutKind::Stripe).unwrap();
         write_version(&store, 1);
         // The starting sets fill chunk 0 exactly; growth adds chunks 1 and 2.
-        let chunk = crate::io::fixed::CHUNK_BYTES;
+        let chunk = crate::storage::io::fixed::CHUNK_BYTES;
         let cs = CachedStore::with_flusher(
             store,
             CacheOptions {

@@ -10,7 +10,7 @@
 
 use super::Global;
 use super::list::{Links, List};
-use crate::layout::mix64;
+use crate::storage::layout::mix64;
 
 const NONE: u8 = 0;
 const WINDOW: u8 = 1;

@@ -3,13 +3,21 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
-use crate::buf::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::header::HEADER_BYTES;
-use crate::io::{Backing, DevOp, DevOpKind, Joiner, Sink};
-use crate::layout::Layout;
-use crate::queue::OpKind;
-use crate::store::StoreInner;
+use crate::storage::buf::AlignedBuf;
+use crate::storage::header::HEADER_BYTES;
+use crate::storage::io::{Backing, DevOp, DevOpKind, Joiner, Sink};
+use crate::storage::layout::Layout;
+use crate::storage::store::StoreInner;
+
+/// Read or write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Read from the file into the buffer.
+    Read,
+    /// Write the buffer to the file.
+    Write,
+}
 
 /// Alignment of offset, length and buffer address of uncached I/O.
 pub const DIRECT_ALIGN: u64 = 512;

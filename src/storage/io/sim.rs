@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use super::mailbox::Mailbox;
 use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult};
 use crate::error::{Error, Result};
-use crate::header::HEADER_BYTES;
+use crate::storage::header::HEADER_BYTES;
 
 /// A file on a simulated device: (device index, file identity).
 type Key = (usize, u64);
@@ -201,7 +201,7 @@ pub(crate) struct SimEngine {
 /// splitmix64 step: a small, well-mixed, seedable generator.
 fn next_rand(state: &mut u64) -> u64 {
     *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    crate::layout::mix64(*state)
+    crate::storage::layout::mix64(*state)
 }
 
 fn unit(state: &mut u64) -> f64 {
@@ -230,7 +230,7 @@ impl SimEngine {
 }
 
 fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
-    let mut rng = cfg.seed ^ crate::layout::mix64(dev as u64 + 1);
+    let mut rng = cfg.seed ^ crate::storage::layout::mix64(dev as u64 + 1);
     let mut writes_left = cfg.fail_writes_after;
     // Operations in flight, ordered by due time, then arrival.
     let mut heap: BinaryHeap<Reverse<(Instant, u64, usize)>> = BinaryHeap::new();

@@ -35,6 +35,12 @@
 //! syncs then fail ([`Error::SyncLost`]) until it is opened again through
 //! [`CachedStore::open_file`], which accepts the loss.
 
+mod flusher;
+mod queue;
+
+pub use flusher::FlushOptions;
+pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -42,10 +48,10 @@ use std::time::Duration;
 
 use crate::cache::{CacheOptions, MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
-use crate::file::{DIRECT_ALIGN, File};
-use crate::flusher::{FlushOptions, Flusher, Writer};
-use crate::layout::LayoutKind;
-use crate::store::Store;
+use crate::storage::file::{DIRECT_ALIGN, File};
+use crate::storage::layout::LayoutKind;
+use crate::storage::store::Store;
+use flusher::{Flusher, Writer};
 
 /// A store whose files are read and written through one page cache.
 pub struct CachedStore {

@@ -31,12 +31,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
-use crate::buf::{AlignedBuf, Arena};
 use crate::error::{Error, Result};
-use crate::file::{DIRECT_ALIGN, File, FileInner};
-use crate::header::{HEADER_BYTES, Header, MAX_LEN, V1};
-use crate::io::{Backing, DeviceEngine, DeviceState, EngineKind, EngineParams, start_engines};
-use crate::layout::{Layout, LayoutKind, MAX_DEVICES, mix64};
+use crate::storage::buf::{AlignedBuf, Arena};
+use crate::storage::file::{DIRECT_ALIGN, File, FileInner};
+use crate::storage::header::{HEADER_BYTES, Header, MAX_LEN, V1};
+use crate::storage::io::{
+    Backing, DeviceEngine, DeviceState, EngineKind, EngineParams, start_engines,
+};
+use crate::storage::layout::{Layout, LayoutKind, MAX_DEVICES, mix64};
 use intent::{Decoded, INTENT_FILE, Intent, Op};
 
 /// Suffix of backing files in a device root.
@@ -595,7 +597,7 @@ impl Store {
             .map(|i| EngineParams {
                 device: i,
                 io_depth: opts.io_depth,
-                queue_rings: opts.queue_rings.then_some(crate::io::QueueRings {
+                queue_rings: opts.queue_rings.then_some(crate::storage::io::QueueRings {
                     eager: opts.eager_submit,
                 }),
                 psync_threads: opts.psync_threads,
@@ -973,7 +975,7 @@ impl Store {
         if count == 0 || len == 0 {
             return Ok(Vec::new());
         }
-        let stride = len.div_ceil(crate::buf::BUF_ALIGN) * crate::buf::BUF_ALIGN;
+        let stride = len.div_ceil(crate::storage::buf::BUF_ALIGN) * crate::storage::buf::BUF_ALIGN;
         let total = stride.checked_mul(count).ok_or_else(|| {
             Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow"))
         })?;

@@ -26,7 +26,7 @@ pub(crate) use joiner::{Joiner, Sink};
 pub use sim::{PowerCut, SimConfig, SimMedia, SimSwitches};
 pub(crate) use thread_ring::ThreadRing;
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, error_can_pass};
 
 /// Which I/O engine a store uses.
 #[derive(Debug, Clone, Default)]
@@ -226,18 +226,6 @@ impl DevOp {
         }
         self.done.piece_done(err);
     }
-}
-
-/// Whether an operation that failed with `errno` may succeed when tried again
-/// later without anything being wrong with the device: out of space (ENOSPC),
-/// over a quota (EDQUOT), past the process's file-size limit (EFBIG),
-/// interrupted (EINTR) or told to retry (EAGAIN). Every other error (EIO above
-/// all) fails the device for good.
-pub(crate) fn error_can_pass(errno: i32) -> bool {
-    matches!(
-        errno,
-        libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EINTR | libc::EAGAIN
-    )
 }
 
 /// What every engine does for one device.

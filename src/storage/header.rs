@@ -18,7 +18,7 @@
 //! such a header reads as the same length, and the store rewrites it as version 2
 //! when it opens the file.
 
-use crate::layout::{LayoutKind, MAX_BLOCK_BYTES};
+use crate::storage::layout::{LayoutKind, MAX_BLOCK_BYTES};
 
 /// Size of the header, in bytes; data of a backing file starts at this offset.
 pub const HEADER_BYTES: u64 = 4096;
@@ -245,7 +245,7 @@ mod tests {
         assert_eq!(crc32c(b"123456789"), 0xe306_9283);
     }
 
-    use crate::layout::Layout;
+    use crate::storage::layout::Layout;
     use crate::test_alloc::{input_bound, largest_alloc};
     use proptest::prelude::*;
 

@@ -8,10 +8,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after};
-use crate::buf::AlignedBuf;
 use crate::error::Error;
-use crate::io::EngineKind;
-use crate::layout::LayoutKind;
+use crate::storage::buf::AlignedBuf;
+use crate::storage::io::EngineKind;
+use crate::storage::layout::LayoutKind;
 
 /// A directory of three device roots, removed on drop. On tmpfs when there is one:
 /// a simulated crash loses nothing a real one would keep, and fsync is free there.

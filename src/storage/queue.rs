@@ -13,11 +13,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
-use crate::buf::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::file::{File, Mem};
-use crate::io::fixed::FixedChunks;
-use crate::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
+use crate::storage::buf::AlignedBuf;
+use crate::storage::file::{File, Mem, OpKind};
+use crate::storage::io::fixed::FixedChunks;
+use crate::storage::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
 /// zero. On the development machine polling bought nothing at depth 32 (the
@@ -30,15 +30,6 @@ struct OwnRing {
     engine: usize,
     /// `None` when the ring could not be built: use the I/O thread.
     ring: Option<ThreadRing>,
-}
-
-/// Read or write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OpKind {
-    /// Read from the file into the buffer.
-    Read,
-    /// Write the buffer to the file.
-    Write,
 }
 
 /// The outcome of a request, with its buffer.

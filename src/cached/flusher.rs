@@ -29,9 +29,10 @@ use std::time::Duration;
 use crate::cache::{PageCache, WriteBack};
 use crate::cached::{Entry, Shared};
 use crate::error::{Error, Result};
-use crate::file::{DIRECT_ALIGN, Mem};
-use crate::queue::{OpKind, Queue};
-use crate::slab::Slab;
+use crate::storage::file::OpKind;
+use crate::storage::file::{DIRECT_ALIGN, Mem};
+use crate::storage::queue::Queue;
+use crate::util::slab::Slab;
 
 /// How the flusher of a cached store works.
 #[derive(Debug, Clone)]

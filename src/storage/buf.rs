@@ -10,7 +10,7 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
-use crate::io::DeviceEngine;
+use crate::storage::io::DeviceEngine;
 
 /// Alignment of every buffer, in bytes.
 pub const BUF_ALIGN: usize = 4096;

@@ -15,6 +15,7 @@
 //!   (`p -> a*p + c mod n` with `a` a unit modulo `n`), which declusters hot spots while
 //!   keeping the mapping a bijection without any table.
 
+pub use crate::util::mix::mix64;
 use std::fmt;
 use std::str::FromStr;
 
@@ -81,16 +82,6 @@ impl FromStr for LayoutKind {
             ))),
         }
     }
-}
-
-/// A 64-bit finaliser (the splitmix64 mix): every input bit affects every output bit.
-#[inline]
-pub fn mix64(mut x: u64) -> u64 {
-    x ^= x >> 30;
-    x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x ^= x >> 27;
-    x = x.wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
 }
 
 fn gcd(mut a: u64, mut b: u64) -> u64 {
@@ -326,12 +317,12 @@ mod tests {
                 (0u64..=MAX_BLOCK_BYTES / 512 + 1).prop_map(|k| k * 512),
                 any::<u64>(),
             ],
-            len in prop_oneof![0u64..1 << 20, 0u64..=crate::header::MAX_LEN],
+            len in prop_oneof![0u64..1 << 20, 0u64..=crate::storage::header::MAX_LEN],
         ) {
             if let Ok(l) = Layout::new(kind, devices, block_bytes) {
                 prop_assert!((1..=MAX_DEVICES).contains(&devices));
                 prop_assert!(block_bytes % 512 == 0 && block_bytes <= MAX_BLOCK_BYTES);
-                let size = crate::header::HEADER_BYTES.checked_add(l.device_bytes(len));
+                let size = crate::storage::header::HEADER_BYTES.checked_add(l.device_bytes(len));
                 prop_assert!(size.is_some());
                 if len > 0 {
                     let (d, off) = l.map(len - 1);

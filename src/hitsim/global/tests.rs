@@ -137,7 +137,7 @@ fn skewed_trace(n: usize, universe: u64, seed: u64) -> Vec<u32> {
     let mut x = seed;
     (0..n)
         .map(|_| {
-            x = crate::layout::mix64(x);
+            x = crate::storage::layout::mix64(x);
             let u = (x >> 11) as f64 / (1u64 << 53) as f64;
             (u * u * universe as f64) as u32
         })

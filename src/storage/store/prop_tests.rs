@@ -13,8 +13,8 @@ use super::{
     LOCK_FILE, NEW_SUFFIX, SUFFIX, Store, StoreOptions, listed_name, lock_holder, read_intent,
 };
 use crate::error::Error;
-use crate::io::EngineKind;
-use crate::layout::LayoutKind;
+use crate::storage::io::EngineKind;
+use crate::storage::layout::LayoutKind;
 use crate::test_alloc::{input_bound, largest_alloc};
 
 /// Device roots in a fresh directory (on tmpfs when there is one), removed on drop.

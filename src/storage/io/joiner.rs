@@ -11,7 +11,7 @@ use std::thread::Thread;
 
 use super::DevOpKind;
 use crate::error::{Error, Result};
-use crate::queue::QueueShared;
+use crate::storage::queue::QueueShared;
 
 /// Where the result of a request goes.
 pub(crate) enum Sink {

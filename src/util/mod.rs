@@ -1,0 +1,7 @@
+//! Small pieces every layer shares.
+
+pub(crate) mod mix;
+pub(crate) mod size;
+pub(crate) mod slab;
+
+pub(crate) use size::human_size;
