@@ -273,8 +273,8 @@ impl<M: Model> PageCache<M> {
 
     /// Copy `dst.len()` bytes at `offset` of `page` of `file` into `dst` if the
     /// page is cached and readable right now, without pinning it: the hit path
-    /// of readers that copy bytes out (see ARCHITECTURE.md, "optimistic
-    /// reads"). Nothing shared is written unless the policy needs to record the
+    /// of readers that copy bytes out (docs/design.md, the hit path, step 2).
+    /// Nothing shared is written unless the policy needs to record the
     /// hit. `Ok(false)` means the page is absent, being filled or written, or
     /// changed during the copy (`dst` then holds garbage): use [`PageCache::get`]
     /// or [`PageCache::get_with`].

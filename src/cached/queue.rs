@@ -43,8 +43,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
-use crate::cached::flusher::{dirty_in_region, with_neighbours};
-use crate::cached::{CachedFile, CachedStore, Shared};
+use crate::cached::shared::Shared;
+use crate::cached::writeback::{dirty_in_region, with_neighbours};
+use crate::cached::{CachedFile, CachedStore};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::file::{DIRECT_ALIGN, File, Mem};

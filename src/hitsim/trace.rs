@@ -466,7 +466,8 @@ pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
 /// How a YCSB table lies on pages: MemcacheDB keeps its records in a
 /// Berkeley DB B-tree, so a lookup reads the leaf page that holds the record,
 /// and sometimes the internal page above that leaf (when Berkeley DB's own
-/// small cache does not hold it). See ARCHITECTURE.md for the calibration.
+/// small cache does not hold it). docs/performance.md gives the calibration
+/// (the hit-ratio simulator).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct YcsbLayout {
     /// Records per leaf page (a fraction: leaves are not all equally full).

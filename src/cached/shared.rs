@@ -1,0 +1,288 @@
+//! The state a cached store shares with its files, queues, `sync` and the
+//! flusher: the page cache, the table of open files by cache id, and each
+//! file's entry (its store file, first unreported write-back failure, and the
+//! pages written since its last good fsync). Loading a page from the devices
+//! and storing one back start here.
+
+use crate::cache::{MAX_FILE_ID, PageCache};
+use crate::error::{Error, Result};
+use crate::storage::file::{DIRECT_ALIGN, File};
+use crate::storage::store::Store;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+pub(crate) struct Shared {
+    pub(crate) store: Store,
+    pub(crate) cache: PageCache,
+    pub(crate) files: RwLock<HashMap<u32, Arc<Entry>>>,
+    pub(crate) next_id: AtomicU32,
+    /// Retired ids whose pages are all gone, for reuse.
+    pub(crate) free_ids: Mutex<Vec<u32>>,
+}
+
+/// What the cache needs of an open file: where its pages go, and its first
+/// write-back failure not yet reported.
+pub(crate) struct Entry {
+    pub(crate) file: File,
+    pub(crate) failed: Mutex<Option<Error>>,
+    /// The file was deleted or replaced: its cache id is retired.
+    pub(crate) gone: AtomicBool,
+    /// What its fsyncs have covered.
+    pub(crate) durable: Mutex<Durable>,
+    /// Serialises length changes through the cache.
+    pub(crate) resizing: Mutex<()>,
+    /// Set by a shrink: writes that raced it may have left pages past the end,
+    /// which the next growth drops first.
+    pub(crate) shrunk: AtomicBool,
+    /// Serialises the file's syncs: a sync that met a failed fsync makes its
+    /// pages dirty again before the next sync starts writing.
+    pub(crate) syncing: Mutex<()>,
+}
+
+/// The pages of a file written back since its last good fsync, and whether a
+/// failed fsync left pages that can no longer be written again.
+#[derive(Default)]
+pub(crate) struct Durable {
+    pub(crate) written: PageSet,
+    /// Set when an fsync failed after a page that has since left the cache
+    /// was written: the file's syncs fail until it is opened again.
+    pub(crate) lost: Option<Error>,
+}
+
+/// A set of page numbers: a bitmap of 4096 pages (512 bytes) per chunk that
+/// holds any, so that memory follows the pages written, not the file's size.
+#[derive(Default)]
+pub(crate) struct PageSet {
+    pub(crate) chunks: std::collections::BTreeMap<u64, Box<[u64; PAGESET_WORDS]>>,
+}
+
+const PAGESET_WORDS: usize = 64;
+const PAGESET_PAGES: u64 = PAGESET_WORDS as u64 * 64;
+
+impl PageSet {
+    pub(crate) fn insert(&mut self, page: u64) {
+        let c = self
+            .chunks
+            .entry(page / PAGESET_PAGES)
+            .or_insert_with(|| Box::new([0; PAGESET_WORDS]));
+        let i = page % PAGESET_PAGES;
+        c[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    /// Drop the pages from `from` on.
+    pub(crate) fn truncate(&mut self, from: u64) {
+        let first = from / PAGESET_PAGES;
+        let _ = self.chunks.split_off(&(first + 1));
+        if let Some(c) = self.chunks.get_mut(&first) {
+            let i = from % PAGESET_PAGES;
+            for (w, word) in c.iter_mut().enumerate() {
+                let base = w as u64 * 64;
+                if base >= i {
+                    *word = 0;
+                } else if base + 64 > i {
+                    *word &= (1u64 << (i - base)) - 1;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = u64> + '_ {
+        self.chunks.iter().flat_map(|(&c, words)| {
+            words.iter().enumerate().flat_map(move |(w, &b)| {
+                (0..64)
+                    .filter(move |i| b & (1 << i) != 0)
+                    .map(move |i| c * PAGESET_PAGES + w as u64 * 64 + i)
+            })
+        })
+    }
+}
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        // One cache fewer holds the file's pages.
+        self.file.inner.cached.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Entry {
+    pub(crate) fn new(file: File) -> Entry {
+        file.inner.cached.fetch_add(1, Ordering::AcqRel);
+        Entry {
+            file,
+            failed: Mutex::new(None),
+            gone: AtomicBool::new(false),
+            durable: Mutex::new(Durable::default()),
+            resizing: Mutex::new(()),
+            shrunk: AtomicBool::new(false),
+            syncing: Mutex::new(()),
+        }
+    }
+
+    /// `Err` if the file is gone.
+    pub(crate) fn check(&self) -> Result<()> {
+        if self.gone.load(Ordering::Acquire) {
+            Err(Error::FileGone(self.file.name()))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Remember that `pages` reached the devices (for the fsync that must
+    /// cover them).
+    pub(crate) fn written(&self, pages: impl IntoIterator<Item = u64>) {
+        let mut d = self.durable();
+        for p in pages {
+            d.written.insert(p);
+        }
+    }
+
+    /// Remember a failed write-back for the next `sync`. A write refused
+    /// because the file shrank after it was prepared is no failure: its pages
+    /// stay dirty and the next write-back writes what is still inside.
+    pub(crate) fn remember(&self, err: Error) {
+        if matches!(err, Error::OutOfRange { .. }) {
+            return;
+        }
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(err);
+    }
+
+    pub(crate) fn durable(&self) -> std::sync::MutexGuard<'_, Durable> {
+        self.durable.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        self.store.release_from_cache();
+    }
+}
+
+impl Shared {
+    /// Retire a file's cache id (its entry already left the table): handles
+    /// fail from now on, and its pages are dropped. Pages still in use are
+    /// left; should one of them be dirty, its write-back finds no file and
+    /// drops it.
+    pub(crate) fn retire(&self, id: u32, e: Arc<Entry>) {
+        e.gone.store(true, Ordering::Release);
+        // The id may name another file once no page of it is left and no
+        // handle could still use it (this is the last reference: the entry
+        // left the table, so nobody can take a new one).
+        if self.cache.discard(id, 0).is_ok() && Arc::strong_count(&e) == 1 {
+            self.free_ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(id);
+        }
+    }
+
+    /// A cache id for a newly opened file: a retired one whose pages are all
+    /// gone, or the next unused one.
+    pub(crate) fn new_id(&self) -> Result<u32> {
+        if let Some(id) = self
+            .free_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop()
+        {
+            return Ok(id);
+        }
+        self.next_id
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n <= MAX_FILE_ID).then_some(n + 1)
+            })
+            .map_err(|_| {
+                Error::InvalidArgument(format!(
+                    "more than {} files open through one cache",
+                    MAX_FILE_ID as u64 + 1
+                ))
+            })
+    }
+
+    /// Remember that `pages` of file `id` reached the devices (for the fsync
+    /// that must cover them).
+    pub(crate) fn written(&self, id: u32, pages: impl IntoIterator<Item = u64>) {
+        if let Ok(e) = self.entry(id) {
+            e.written(pages);
+        }
+    }
+
+    pub(crate) fn entry(&self, id: u32) -> Result<Arc<Entry>> {
+        self.files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::InvalidArgument(format!("cache file id {id} is not open")))
+    }
+
+    /// Read page `page` of file `id` into `frame` (zeros past the end). A
+    /// file that ends inside a sector is read to the end of that sector, and
+    /// the bytes past its end are zeroed: a frame never holds bytes past the
+    /// end of its file.
+    pub(crate) fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
+        let e = self.entry(id)?;
+        let ps = frame.len() as u64;
+        let off = page * ps;
+        let len = e.file.len();
+        let n = len.saturating_sub(off).min(ps) as usize;
+        if n > 0 {
+            let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(frame.len());
+            e.file.read_at(off, &mut frame[..whole])?;
+        }
+        frame[n..].fill(0);
+        Ok(())
+    }
+
+    /// Write page `page` of file `id` (the part inside the file, to the end of
+    /// its last sector: the frame holds zeros past the end). A failure is
+    /// remembered for the file's next `sync`. A page of a file that is gone,
+    /// or wholly past its end, has nowhere to go: it counts as written.
+    pub(crate) fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
+        let Ok(e) = self.entry(id) else {
+            return Ok(());
+        };
+        let ps = bytes.len() as u64;
+        let off = page * ps;
+        let (n, r) = loop {
+            let len = e.file.len();
+            let n = len.saturating_sub(off).min(ps) as usize;
+            let r = if n > 0 {
+                let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(bytes.len());
+                e.file.write_at(off, &bytes[..whole])
+            } else {
+                Ok(())
+            };
+            // A shrink between the length read and the write: write what is
+            // still inside the file.
+            match r {
+                Err(Error::OutOfRange { .. }) if e.file.len() != len => continue,
+                r => break (n, r),
+            }
+        };
+        match &r {
+            Err(err) => {
+                e.failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert_with(|| err.clone());
+            }
+            Ok(()) if n > 0 => e.durable().written.insert(page),
+            Ok(()) => {}
+        }
+        r
+    }
+
+    /// Remember a failed write-back of file `id` for its next `sync`. A write
+    /// refused because the file shrank after it was prepared is no failure:
+    /// its pages stay dirty and the next write-back writes what is still
+    /// inside the file.
+    pub(crate) fn remember_failure(&self, id: u32, err: Error) {
+        if let Ok(e) = self.entry(id) {
+            e.remember(err);
+        }
+    }
+}
