@@ -10,14 +10,13 @@
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::thread::Thread;
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::storage::buf::AlignedBuf;
 use crate::storage::file::{File, Mem, OpKind};
 use crate::storage::io::fixed::FixedChunks;
-use crate::storage::io::{DevOp, Joiner, QueueRings, Sink, ThreadRing};
+use crate::storage::io::{DevOp, Joiner, QueueRings, QueueShared, Sink, ThreadRing};
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
 /// zero. On the development machine polling bought nothing at depth 32 (the
@@ -86,28 +85,6 @@ impl Request {
             offset,
             buf,
             callback: Box::new(callback),
-        }
-    }
-}
-
-/// The part of a queue that I/O threads touch: finished tokens and the owner to wake.
-pub(crate) struct QueueShared {
-    done: Mutex<Vec<(u32, Option<Error>)>>,
-    owner: Thread,
-    /// The owner is parked (or about to park) waiting for completions.
-    waiting: AtomicBool,
-}
-
-impl QueueShared {
-    pub(crate) fn complete(&self, token: u32, err: Option<Error>) {
-        self.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((token, err));
-        // SeqCst pairs with the owner's store before its re-check: either it sees our
-        // entry or we see it waiting and unpark it.
-        if self.waiting.load(Ordering::SeqCst) {
-            self.owner.unpark();
         }
     }
 }

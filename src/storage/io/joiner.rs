@@ -6,12 +6,11 @@
 //! completion list of an asynchronous queue.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 
 use super::DevOpKind;
 use crate::error::{Error, Result};
-use crate::storage::queue::QueueShared;
 
 /// Where the result of a request goes.
 pub(crate) enum Sink {
@@ -117,6 +116,28 @@ impl Joiner {
         match self.error.get() {
             None => Ok(()),
             Some(e) => Err(e.clone()),
+        }
+    }
+}
+
+/// The part of a queue that I/O threads touch: finished tokens and the owner to wake.
+pub(crate) struct QueueShared {
+    pub(crate) done: Mutex<Vec<(u32, Option<Error>)>>,
+    pub(crate) owner: Thread,
+    /// The owner is parked (or about to park) waiting for completions.
+    pub(crate) waiting: AtomicBool,
+}
+
+impl QueueShared {
+    pub(crate) fn complete(&self, token: u32, err: Option<Error>) {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((token, err));
+        // SeqCst pairs with the owner's store before its re-check: either it sees our
+        // entry or we see it waiting and unpark it.
+        if self.waiting.load(Ordering::SeqCst) {
+            self.owner.unpark();
         }
     }
 }

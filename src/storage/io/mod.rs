@@ -22,7 +22,7 @@ mod uring;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, OnceLock};
 
-pub(crate) use joiner::{Joiner, Sink};
+pub(crate) use joiner::{Joiner, QueueShared, Sink};
 pub use sim::{PowerCut, SimConfig, SimMedia, SimSwitches};
 pub(crate) use thread_ring::ThreadRing;
 

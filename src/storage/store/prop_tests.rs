@@ -1,4 +1,4 @@
-//! What the store reads from its roots besides headers (src/header.rs tests
+//! What the store reads from its roots besides headers (src/storage/header.rs tests
 //! those): the lock file's holder, directory entries, and the intent record
 //! file, fed arbitrary bytes.
 

@@ -5,7 +5,7 @@
 //! or hit targets (in a threads chart). Runs without an x value (fio in a hit-ratio
 //! chart) are dotted horizontal reference lines.
 
-use super::report::RunResult;
+use super::outcome::RunResult;
 use super::size::format_size;
 use super::svg::{Doc, nice_step, short_num, trim};
 
@@ -166,7 +166,7 @@ pub(crate) fn svg(runs: &[RunResult], by_hit: bool) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::report::{Lat, Outcome};
+    use super::super::outcome::{Lat, Outcome};
     use super::super::svg::assert_well_formed;
     use super::super::workload::Pattern;
     use super::*;

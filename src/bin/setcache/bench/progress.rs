@@ -2,8 +2,6 @@
 
 use std::time::{Duration, Instant};
 
-use super::driver::{Ctl, Timing};
-
 /// The live `\r` line on a terminal, about once a second.
 pub(crate) struct Progress {
     label: String,
@@ -13,11 +11,12 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
-    pub(crate) fn new(label: &str, timing: &Timing) -> Progress {
+    /// A line labelled `label` for a run of `runtime` seconds of `bs`-byte requests.
+    pub(crate) fn new(label: &str, runtime: f64, bs: u64) -> Progress {
         Progress {
             label: label.to_string(),
-            runtime: timing.runtime,
-            bs: timing.bs,
+            runtime,
+            bs,
             last: None,
         }
     }
@@ -27,7 +26,13 @@ impl Progress {
         self.last = Some(t);
     }
 
-    pub(crate) fn update(&mut self, ctl: &Ctl, measuring_since: Option<Instant>) {
+    /// Redraw the line if a second has passed; `total_ops` counts the requests
+    /// done so far (asked only then).
+    pub(crate) fn update(
+        &mut self,
+        total_ops: impl FnOnce() -> u64,
+        measuring_since: Option<Instant>,
+    ) {
         if self
             .last
             .is_some_and(|l| l.elapsed() < Duration::from_secs(1))
@@ -39,7 +44,7 @@ impl Progress {
             None => format!("{}: ramping up", self.label),
             Some(t0) => {
                 let secs = t0.elapsed().as_secs_f64().max(1e-3);
-                let ops = ctl.total_ops();
+                let ops = total_ops();
                 let iops = ops as f64 / secs;
                 format!(
                     "{}: {:>3.0}/{} s  {:>10.0} IOPS  {:>9.1} MiB/s",

@@ -3,54 +3,9 @@
 use serde_json::{Value, json};
 
 use super::config::Config;
-pub(crate) use super::outcome::{Lat, Outcome};
+pub(crate) use super::outcome::{Lat, Outcome, RunResult};
 use super::plot;
 use super::size::format_size;
-use super::workload::Pattern;
-
-/// One row of the report: one engine at one thread count and hit-ratio target.
-#[derive(Clone, Debug)]
-pub(crate) struct RunResult {
-    pub(crate) engine: String,
-    pub(crate) rw: Pattern,
-    pub(crate) bs: u64,
-    pub(crate) threads: usize,
-    pub(crate) iodepth: u32,
-    pub(crate) cache_size: Option<u64>,
-    /// Target hit ratio as a fraction.
-    pub(crate) hit_target: Option<f64>,
-    pub(crate) out: Outcome,
-    /// With `--repeat`: the IOPS of every round, in order (this row is the median one).
-    pub(crate) rounds: Vec<f64>,
-    /// With `--repeat`: the median over rounds of this engine's IOPS divided by
-    /// the first engine's IOPS in the same round.
-    pub(crate) vs_first: Option<f64>,
-}
-
-impl RunResult {
-    pub(crate) fn iops(&self) -> f64 {
-        if self.out.secs > 0.0 {
-            self.out.ops as f64 / self.out.secs
-        } else {
-            0.0
-        }
-    }
-
-    pub(crate) fn mib_s(&self) -> f64 {
-        self.iops() * self.bs as f64 / (1u64 << 20) as f64
-    }
-
-    pub(crate) fn to_json(&self) -> Value {
-        json!({
-            "engine": self.engine, "rw": self.rw.to_string(), "bs": self.bs,
-            "threads": self.threads, "iodepth": self.iodepth, "cache_size": self.cache_size,
-            "hit_ratio_target": self.hit_target, "hit_ratio": self.out.hit_ratio,
-            "iops": self.iops(), "mib_s": self.mib_s(), "lat_us": self.out.lat.to_json(),
-            "cpu_user_s": self.out.cpu_user_s, "cpu_sys_s": self.out.cpu_sys_s, "ops": self.out.ops,
-            "rounds_iops": self.rounds, "vs_first_engine": self.vs_first,
-        })
-    }
-}
 
 fn median(v: &mut [f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
@@ -226,6 +181,7 @@ pub(crate) fn write_outputs(cfg: &Config, runs: &[RunResult]) -> Result<(), Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::workload::Pattern;
 
     fn sample() -> RunResult {
         RunResult {

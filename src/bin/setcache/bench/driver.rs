@@ -208,12 +208,12 @@ fn coordinate(ctl: &Ctl, timing: &Timing) -> Edges {
         .progress
         .as_ref()
         .filter(|_| std::io::stderr().is_terminal())
-        .map(|label| Progress::new(label, timing));
+        .map(|label| Progress::new(label, timing.runtime, timing.bs));
     let tick = Duration::from_millis(50);
     let ramp_end = Instant::now() + Duration::from_secs_f64(timing.ramp);
     while Instant::now() < ramp_end && !ctl.stopped() && !interrupted() {
         if let Some(p) = progress.as_mut() {
-            p.update(ctl, None);
+            p.update(|| ctl.total_ops(), None);
         }
         std::thread::sleep(tick.min(ramp_end.saturating_duration_since(Instant::now())));
     }
@@ -231,7 +231,7 @@ fn coordinate(ctl: &Ctl, timing: &Timing) -> Edges {
     let end = t0 + Duration::from_secs_f64(timing.runtime);
     while Instant::now() < end && !ctl.stopped() && !interrupted() {
         if let Some(p) = progress.as_mut() {
-            p.update(ctl, Some(t0));
+            p.update(|| ctl.total_ops(), Some(t0));
         }
         std::thread::sleep(tick.min(end.saturating_duration_since(Instant::now())));
     }

@@ -35,6 +35,7 @@ mod cli_tests;
 mod hitbench;
 mod simcmd;
 #[cfg(test)]
+#[path = "../../test_alloc.rs"]
 mod test_alloc;
 
 use std::process::ExitCode;
