@@ -57,7 +57,7 @@ pub(crate) fn pins(s: u32) -> u32 {
 
 /// The generation after that of `v`, alone (no flags, no pins).
 #[inline]
-fn next_gen(v: u32) -> u32 {
+pub(super) fn next_gen(v: u32) -> u32 {
     (v & GEN_MASK).wrapping_add(GEN_ONE) & GEN_MASK
 }
 
@@ -89,10 +89,10 @@ pub(crate) enum Found {
 pub(crate) struct Core<M: Model> {
     pub(crate) lay: SetLayout,
     sets: Region,
-    frames: Region,
+    pub(super) frames: Region,
     /// The frame region as I/O rings register it: chunk by chunk, on first use.
     /// Frames are given back to the kernel only through it.
-    chunks: Arc<FixedChunks>,
+    pub(super) chunks: Arc<FixedChunks>,
     pub(crate) page_size: usize,
     /// Sets at level 0 of linear hashing (the smallest table): the starting
     /// number of sets. A table of `n` sets is that of `L = base * 2^k <= n`
@@ -103,15 +103,15 @@ pub(crate) struct Core<M: Model> {
     /// of an unsplit one, which overloads the unsplit ones and costs conflict
     /// misses (measured: 92.9% instead of about 97% hits on a uniform hot set
     /// filling 3/4 of a 29,127-set cache).
-    base: usize,
+    pub(super) base: usize,
     pub(crate) max_sets: usize,
     /// The table now: the level `L` in the high 32 bits, the number of sets `n`
     /// in the low 32, one word so that readers never see one without the other.
     /// Written under the resize mutex.
-    table: AtomicU64,
+    pub(super) table: AtomicU64,
     /// Sets ever initialised (grows only): a set below this mark may be locked
     /// by a lookup that raced with a shrink, so it is never re-initialised.
-    inited: Mutex<usize>,
+    pub(super) inited: Mutex<usize>,
     pub(crate) policy: PolicyKind,
     pub(crate) stats: StatsHub,
     pub(crate) pin_wait: Duration,
@@ -175,7 +175,7 @@ impl<M: Model> Core<M> {
 
     /// The level of linear hashing for a table of `n` sets: the largest
     /// `base * 2^k` not above `n`.
-    fn level_of(&self, n: usize) -> usize {
+    pub(super) fn level_of(&self, n: usize) -> usize {
         self.base << (n / self.base).ilog2()
     }
 
@@ -204,7 +204,7 @@ impl<M: Model> Core<M> {
     }
 
     #[inline]
-    fn set_ptr(&self, s: usize) -> *mut u8 {
+    pub(super) fn set_ptr(&self, s: usize) -> *mut u8 {
         debug_assert!(s < self.max_sets);
         // SAFETY: `s < max_sets`, so the offset stays inside the region.
         unsafe { self.sets.ptr().add(s * self.lay.stride) }
@@ -234,7 +234,7 @@ impl<M: Model> Core<M> {
     /// move), so that an optimistic reader can tell that what it copied was
     /// stable.
     #[inline]
-    fn seq(&self, s: usize) -> &M::W {
+    pub(super) fn seq(&self, s: usize) -> &M::W {
         // SAFETY: as for the lock word; the change count is initialised with it.
         unsafe { &*self.set_ptr(s).add(self.lay.off_seq).cast::<M::W>() }
     }
@@ -304,7 +304,7 @@ impl<M: Model> Core<M> {
 
     /// The tags of set `s`, readable without its lock (written under it).
     #[inline]
-    fn tags(&self, s: usize) -> &[AtomicU64] {
+    pub(super) fn tags(&self, s: usize) -> &[AtomicU64] {
         // SAFETY: the tags of an initialised set are `assoc` aligned u64 words,
         // accessed only atomically.
         unsafe {
@@ -431,7 +431,7 @@ impl<M: Model> Core<M> {
     /// # Safety
     /// The caller holds the lock of set `s` and drops the view before unlocking.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn locked(&self, s: usize) -> Locked<'_> {
+    pub(super) unsafe fn locked(&self, s: usize) -> Locked<'_> {
         let b = self.set_ptr(s);
         let l = &self.lay;
         // SAFETY: the lock gives exclusive access to these fields; offsets and
@@ -453,14 +453,14 @@ impl<M: Model> Core<M> {
         }
     }
 
-    fn reset_policy(&self, s: usize) {
+    pub(super) fn reset_policy(&self, s: usize) {
         // SAFETY: called on a set nobody else can reach yet, or under its lock.
         let mut g = unsafe { self.locked(s) };
         self.policy.reset(&mut g.st);
     }
 
     #[inline]
-    fn lock(&self, s: usize) {
+    pub(super) fn lock(&self, s: usize) {
         let w = self.lock_word(s);
         if w.compare_exchange(UNLOCKED, LOCKED, Acquire, Relaxed)
             .is_ok()
@@ -494,7 +494,7 @@ impl<M: Model> Core<M> {
     }
 
     #[inline]
-    fn unlock(&self, s: usize) {
+    pub(super) fn unlock(&self, s: usize) {
         let w = self.lock_word(s);
         if w.swap(UNLOCKED, Release) == CONTENDED {
             M::wake_one(w);
@@ -545,7 +545,7 @@ impl<M: Model> Core<M> {
 
     /// After a transition whose old value was `old`: wake sleepers if any.
     #[inline]
-    fn wake_if(&self, s: usize, i: usize, old: u32) {
+    pub(super) fn wake_if(&self, s: usize, i: usize, old: u32) {
         if old & WAITERS != 0 {
             let w = self.state(s, i);
             w.fetch_and(!WAITERS, AcqRel);
@@ -1053,153 +1053,10 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// Add one set by splitting the set under the split pointer. `Ok(false)` at
-    /// the maximum; `Err` when a page that must move is busy (retry later).
-    pub(crate) fn grow_one(&self) -> std::result::Result<bool, Busy> {
-        let mut inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
-        let n = self.n_sets();
-        if n >= self.max_sets {
-            return Ok(false);
-        }
-        let level = self.level_of(n);
-        let (s, t) = (n - level, n);
-        if t >= *inited {
-            // SAFETY: set `t` was never initialised, so no lookup can reach it.
-            unsafe { self.lay.init::<M>(self.set_ptr(t)) };
-            self.reset_policy(t);
-            *inited = t + 1;
-        }
-        self.lock(s);
-        self.lock(t);
-        // SAFETY: both sets are locked.
-        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
-        let moving = (0..self.lay.assoc)
-            .filter(|&i| {
-                *gs.valid & (1 << i) != 0 && modulo(mix64(gs.tags[i].load(Relaxed)), 2 * level) == t
-            })
-            .fold(0u32, |m, i| m | 1 << i);
-        if !self.freeze(s, moving) {
-            self.unlock(t);
-            self.unlock(s);
-            return Err(Busy::Pinned);
-        }
-        self.move_pages(s, gs, t, gt, moving);
-        self.table.store(pack(n + 1, self.level_of(n + 1)), Release);
-        self.unlock(t);
-        self.unlock(s);
-        Ok(true)
-    }
-
-    /// Remove the last set by merging it into its buddy. `Ok(false)` at the
-    /// minimum; `Err` when its pages are busy or the merged pages would not
-    /// fit without dropping dirty data (write them back, then retry).
-    pub(crate) fn shrink_one(&self) -> std::result::Result<bool, Busy> {
-        let _inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
-        let n = self.n_sets();
-        if n <= self.base {
-            return Ok(false);
-        }
-        let n2 = n - 1;
-        let level = self.level_of(n2);
-        let (s, t) = (n2 - level, n2);
-        self.lock(s);
-        self.lock(t);
-        // SAFETY: both sets are locked.
-        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
-        let busy = |set: usize, i: usize| {
-            let v = self.state(set, i).load(Acquire);
-            pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0
-        };
-        let is_dirty = |set: usize, i: usize| self.state(set, i).load(Acquire) & DIRTY != 0;
-        if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i)) {
-            self.unlock(t);
-            self.unlock(s);
-            return Err(Busy::Pinned);
-        }
-        let frozen = *gt.valid;
-        let count = |m: u32| m.count_ones() as usize;
-        let mut over = (count(*gs.valid) + count(*gt.valid)).saturating_sub(self.lay.assoc);
-        // Room comes from clean idle pages: first those of the vanishing set,
-        // then those of its buddy, each in its policy's order.
-        let clean_t: u32 = (0..self.lay.assoc)
-            .filter(|&i| *gt.valid & (1 << i) != 0 && !is_dirty(t, i))
-            .fold(0, |m, i| m | 1 << i);
-        let clean_s: u32 = (0..self.lay.assoc)
-            .filter(|&i| *gs.valid & (1 << i) != 0 && !busy(s, i) && !is_dirty(s, i))
-            .fold(0, |m, i| m | 1 << i);
-        if over > count(clean_t) + count(clean_s) {
-            self.unlock(t);
-            self.unlock(s);
-            return Err(Busy::Dirty);
-        }
-        if !self.freeze(t, frozen) {
-            self.unlock(t);
-            self.unlock(s);
-            return Err(Busy::Pinned);
-        }
-        let mut gt = gt;
-        let mut gs = gs;
-        let mut left = clean_t;
-        while over > 0 && left != 0 {
-            let i = self.policy.victim(&mut gt.st, left, *gt.valid);
-            left &= !(1 << i);
-            if self.drop_page(t, &mut gt, i) {
-                over -= 1;
-            }
-        }
-        let mut left = clean_s;
-        while over > 0 && left != 0 {
-            let i = self.policy.victim(&mut gs.st, left, *gs.valid);
-            left &= !(1 << i);
-            // May fail: a lock-free reader can pin a page of `s` meanwhile.
-            if self.drop_page(s, &mut gs, i) {
-                over -= 1;
-            }
-        }
-        let moving = *gt.valid;
-        if over > 0 {
-            for i in (0..self.lay.assoc).filter(|&i| moving & (1 << i) != 0) {
-                self.state(t, i).fetch_and(!PENDING, AcqRel);
-            }
-            self.unlock(t);
-            self.unlock(s);
-            return Err(Busy::Pinned);
-        }
-        self.move_pages(t, gt, s, gs, moving);
-        self.reset_policy(t);
-        self.table.store(pack(n2, level), Release);
-        self.unlock(t);
-        self.unlock(s);
-        let stride = self.lay.assoc * self.page_size;
-        self.chunks
-            .release(t * stride, stride, |off, len| self.frames.release(off, len));
-        Ok(true)
-    }
-
-    /// Mark the pages in `mask` of locked set `set` pending, so that no
-    /// lock-free reader can pin them while they move. Fails (changing nothing)
-    /// if one of them is pinned or under I/O.
-    fn freeze(&self, set: usize, mask: u32) -> bool {
-        let mut done = 0u32;
-        for i in (0..self.lay.assoc).filter(|&i| mask & (1 << i) != 0) {
-            let w = self.state(set, i);
-            let v = w.load(Acquire);
-            let idle = pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
-            if !idle || w.compare_exchange(v, v | PENDING, AcqRel, Relaxed).is_err() {
-                for j in (0..self.lay.assoc).filter(|&j| done & (1 << j) != 0) {
-                    self.state(set, j).fetch_and(!PENDING, AcqRel);
-                }
-                return false;
-            }
-            done |= 1 << i;
-        }
-        true
-    }
-
     /// Evict idle page `i` of locked set `set` (a clean victim, or a frozen
     /// page of a shrink), leaving a ghost if the policy keeps them. False if a
     /// lock-free reader pinned it first.
-    fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
+    pub(super) fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
         let w = self.state(set, i);
         let v = w.load(Acquire);
         if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
@@ -1214,44 +1071,6 @@ impl<M: Model> Core<M> {
         self.wake_if(set, i, v);
         self.stats.bump(Stat::Evictions);
         true
-    }
-
-    /// Move the frozen pages in `mask` from locked set `from` to free slots of
-    /// locked set `to` (frames copied, state kept, policy history restarted).
-    fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
-        let (mut gf, mut gt) = (gf, gt);
-        let occupied = *gt.valid;
-        let mut free = (0..self.lay.assoc).filter(move |&j| occupied & (1 << j) == 0);
-        for i in 0..self.lay.assoc {
-            if mask & (1 << i) == 0 {
-                continue;
-            }
-            let j = free.next().expect("caller checked there is room");
-            let src = self.state(from, i).load(Acquire);
-            // SAFETY: both frames are in the region, distinct (different sets),
-            // and idle: the page is frozen (no pin, no I/O) and both sets locked.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.frame(from, i),
-                    self.frame(to, j),
-                    self.page_size,
-                )
-            };
-            let before = *gt.valid;
-            let tag = gf.tags[i].load(Relaxed);
-            gt.tags[j].store(tag, Relaxed);
-            *gt.valid |= 1 << j;
-            let dst = self.state(to, j);
-            dst.store(src & (VALID | DIRTY) | next_gen(dst.load(Relaxed)), Release);
-            self.policy.on_insert(&mut gt.st, j, tag, before);
-            let valid = *gf.valid;
-            self.policy.on_remove(&mut gf.st, i, valid);
-            gf.tags[i].store(NO_TAG, Relaxed);
-            *gf.valid &= !(1 << i);
-            self.seq(from).fetch_add(1, Release);
-            let old = self.state(from, i).swap(next_gen(src), AcqRel);
-            self.wake_if(from, i, old);
-        }
     }
 }
 
@@ -1278,7 +1097,7 @@ impl<M: Model> Drop for Core<M> {
 
 /// A table of `n` sets at level `level`, as one word.
 #[inline]
-fn pack(n: usize, level: usize) -> u64 {
+pub(super) fn pack(n: usize, level: usize) -> u64 {
     ((level as u64) << 32) | n as u64
 }
 
@@ -1290,7 +1109,7 @@ fn unpack(t: u64) -> (usize, usize) {
 
 /// `h mod m`, with a mask when `m` is a power of two.
 #[inline]
-fn modulo(h: u64, m: usize) -> usize {
+pub(super) fn modulo(h: u64, m: usize) -> usize {
     if m.is_power_of_two() {
         h as usize & (m - 1)
     } else {
@@ -1317,7 +1136,7 @@ enum Choice {
 
 /// The lock-protected fields of one set.
 pub(crate) struct Locked<'a> {
-    valid: &'a mut u32,
-    tags: &'a [AtomicU64],
-    st: SetState<'a>,
+    pub(super) valid: &'a mut u32,
+    pub(super) tags: &'a [AtomicU64],
+    pub(super) st: SetState<'a>,
 }

@@ -15,6 +15,7 @@
 mod core;
 pub mod policy;
 mod region;
+mod resize;
 mod room;
 mod setmem;
 mod stats;

@@ -1,0 +1,198 @@
+//! Resizing the cache by linear hashing, one set at a time while other
+//! threads keep using it: growing splits the set under the split pointer into
+//! a new one, shrinking merges the last set back into its buddy. Pages move
+//! with their data and dirty state; pinned pages never move (a busy step is
+//! retried later), and a shrink drops clean pages when the merged set
+//! overflows.
+
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+use super::core::{
+    Busy, Core, DIRTY, Locked, PENDING, VALID, WRITEBACK, WRITER, modulo, next_gen, pack, pins,
+};
+use super::policy::{NO_TAG, Policy};
+use super::sync::{Model, Word};
+use crate::util::mix::mix64;
+
+impl<M: Model> Core<M> {
+    /// Add one set by splitting the set under the split pointer. `Ok(false)` at
+    /// the maximum; `Err` when a page that must move is busy (retry later).
+    pub(crate) fn grow_one(&self) -> std::result::Result<bool, Busy> {
+        let mut inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.n_sets();
+        if n >= self.max_sets {
+            return Ok(false);
+        }
+        let level = self.level_of(n);
+        let (s, t) = (n - level, n);
+        if t >= *inited {
+            // SAFETY: set `t` was never initialised, so no lookup can reach it.
+            unsafe { self.lay.init::<M>(self.set_ptr(t)) };
+            self.reset_policy(t);
+            *inited = t + 1;
+        }
+        self.lock(s);
+        self.lock(t);
+        // SAFETY: both sets are locked.
+        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
+        let moving = (0..self.lay.assoc)
+            .filter(|&i| {
+                *gs.valid & (1 << i) != 0 && modulo(mix64(gs.tags[i].load(Relaxed)), 2 * level) == t
+            })
+            .fold(0u32, |m, i| m | 1 << i);
+        if !self.freeze(s, moving) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
+        }
+        self.move_pages(s, gs, t, gt, moving);
+        self.table.store(pack(n + 1, self.level_of(n + 1)), Release);
+        self.unlock(t);
+        self.unlock(s);
+        Ok(true)
+    }
+
+    /// Remove the last set by merging it into its buddy. `Ok(false)` at the
+    /// minimum; `Err` when its pages are busy or the merged pages would not
+    /// fit without dropping dirty data (write them back, then retry).
+    pub(crate) fn shrink_one(&self) -> std::result::Result<bool, Busy> {
+        let _inited = self.inited.lock().unwrap_or_else(|p| p.into_inner());
+        let n = self.n_sets();
+        if n <= self.base {
+            return Ok(false);
+        }
+        let n2 = n - 1;
+        let level = self.level_of(n2);
+        let (s, t) = (n2 - level, n2);
+        self.lock(s);
+        self.lock(t);
+        // SAFETY: both sets are locked.
+        let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
+        let busy = |set: usize, i: usize| {
+            let v = self.state(set, i).load(Acquire);
+            pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0
+        };
+        let is_dirty = |set: usize, i: usize| self.state(set, i).load(Acquire) & DIRTY != 0;
+        if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i)) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
+        }
+        let frozen = *gt.valid;
+        let count = |m: u32| m.count_ones() as usize;
+        let mut over = (count(*gs.valid) + count(*gt.valid)).saturating_sub(self.lay.assoc);
+        // Room comes from clean idle pages: first those of the vanishing set,
+        // then those of its buddy, each in its policy's order.
+        let clean_t: u32 = (0..self.lay.assoc)
+            .filter(|&i| *gt.valid & (1 << i) != 0 && !is_dirty(t, i))
+            .fold(0, |m, i| m | 1 << i);
+        let clean_s: u32 = (0..self.lay.assoc)
+            .filter(|&i| *gs.valid & (1 << i) != 0 && !busy(s, i) && !is_dirty(s, i))
+            .fold(0, |m, i| m | 1 << i);
+        if over > count(clean_t) + count(clean_s) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Dirty);
+        }
+        if !self.freeze(t, frozen) {
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
+        }
+        let mut gt = gt;
+        let mut gs = gs;
+        let mut left = clean_t;
+        while over > 0 && left != 0 {
+            let i = self.policy.victim(&mut gt.st, left, *gt.valid);
+            left &= !(1 << i);
+            if self.drop_page(t, &mut gt, i) {
+                over -= 1;
+            }
+        }
+        let mut left = clean_s;
+        while over > 0 && left != 0 {
+            let i = self.policy.victim(&mut gs.st, left, *gs.valid);
+            left &= !(1 << i);
+            // May fail: a lock-free reader can pin a page of `s` meanwhile.
+            if self.drop_page(s, &mut gs, i) {
+                over -= 1;
+            }
+        }
+        let moving = *gt.valid;
+        if over > 0 {
+            for i in (0..self.lay.assoc).filter(|&i| moving & (1 << i) != 0) {
+                self.state(t, i).fetch_and(!PENDING, AcqRel);
+            }
+            self.unlock(t);
+            self.unlock(s);
+            return Err(Busy::Pinned);
+        }
+        self.move_pages(t, gt, s, gs, moving);
+        self.reset_policy(t);
+        self.table.store(pack(n2, level), Release);
+        self.unlock(t);
+        self.unlock(s);
+        let stride = self.lay.assoc * self.page_size;
+        self.chunks
+            .release(t * stride, stride, |off, len| self.frames.release(off, len));
+        Ok(true)
+    }
+
+    /// Mark the pages in `mask` of locked set `set` pending, so that no
+    /// lock-free reader can pin them while they move. Fails (changing nothing)
+    /// if one of them is pinned or under I/O.
+    fn freeze(&self, set: usize, mask: u32) -> bool {
+        let mut done = 0u32;
+        for i in (0..self.lay.assoc).filter(|&i| mask & (1 << i) != 0) {
+            let w = self.state(set, i);
+            let v = w.load(Acquire);
+            let idle = pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
+            if !idle || w.compare_exchange(v, v | PENDING, AcqRel, Relaxed).is_err() {
+                for j in (0..self.lay.assoc).filter(|&j| done & (1 << j) != 0) {
+                    self.state(set, j).fetch_and(!PENDING, AcqRel);
+                }
+                return false;
+            }
+            done |= 1 << i;
+        }
+        true
+    }
+
+    /// Move the frozen pages in `mask` from locked set `from` to free slots of
+    /// locked set `to` (frames copied, state kept, policy history restarted).
+    fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
+        let (mut gf, mut gt) = (gf, gt);
+        let occupied = *gt.valid;
+        let mut free = (0..self.lay.assoc).filter(move |&j| occupied & (1 << j) == 0);
+        for i in 0..self.lay.assoc {
+            if mask & (1 << i) == 0 {
+                continue;
+            }
+            let j = free.next().expect("caller checked there is room");
+            let src = self.state(from, i).load(Acquire);
+            // SAFETY: both frames are in the region, distinct (different sets),
+            // and idle: the page is frozen (no pin, no I/O) and both sets locked.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.frame(from, i),
+                    self.frame(to, j),
+                    self.page_size,
+                )
+            };
+            let before = *gt.valid;
+            let tag = gf.tags[i].load(Relaxed);
+            gt.tags[j].store(tag, Relaxed);
+            *gt.valid |= 1 << j;
+            let dst = self.state(to, j);
+            dst.store(src & (VALID | DIRTY) | next_gen(dst.load(Relaxed)), Release);
+            self.policy.on_insert(&mut gt.st, j, tag, before);
+            let valid = *gf.valid;
+            self.policy.on_remove(&mut gf.st, i, valid);
+            gf.tags[i].store(NO_TAG, Relaxed);
+            *gf.valid &= !(1 << i);
+            self.seq(from).fetch_add(1, Release);
+            let old = self.state(from, i).swap(next_gen(src), AcqRel);
+            self.wake_if(from, i, old);
+        }
+    }
+}
