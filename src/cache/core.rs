@@ -580,130 +580,155 @@ impl<M: Model> Core<M> {
                 return Ok(Found::Hit(s, i));
             }
         }
-        let mut waited = Duration::ZERO;
-        let mut pause_us = 1u64;
+        let mut backoff = Backoff::default();
         loop {
             let s = self.lock_for(h);
-            // SAFETY: set `s` is locked until the `unlock` calls below.
+            // SAFETY: set `s` is locked; each step below unlocks it.
             let g = unsafe { self.locked(s) };
-            if let Some(i) = g.tags.iter().position(|t| t.load(Relaxed) == tag) {
-                self.prefetch_frame(s, i);
-                let w = self.state(s, i);
-                let v = w.load(Acquire);
-                if v & PENDING != 0 && nowait {
-                    self.unlock(s);
-                    self.stats.bump(Stat::CoalescedWaits);
-                    return Ok(Found::Busy);
-                }
-                if v & PENDING != 0 {
-                    // Share the fill in flight: pin so the slot stays, then wait.
-                    if pins(v) >= MAX_PINS {
-                        self.unlock(s);
-                        M::backoff(0);
-                        continue;
-                    }
-                    w.fetch_add(PIN, AcqRel);
-                    self.unlock(s);
-                    self.stats.bump(Stat::CoalescedWaits);
-                    self.wait_slot(s, i, |v| v & PENDING == 0);
-                    self.release(s, i, false);
-                    continue; // now a hit (or, after a failed fill, a miss)
-                }
-                let busy = if write {
-                    pins(v) > 0 || v & WRITEBACK != 0
-                } else {
-                    v & WRITER != 0 || pins(v) >= MAX_PINS
-                };
-                if busy && nowait {
-                    self.unlock(s);
-                    return Ok(Found::Busy);
-                }
-                if busy {
-                    self.unlock(s);
-                    self.wait_slot(s, i, |v| {
-                        if write {
-                            pins(v) == 0 && v & WRITEBACK == 0
-                        } else {
-                            v & WRITER == 0
-                        }
-                    });
-                    continue;
-                }
+            let step = match g.tags.iter().position(|t| t.load(Relaxed) == tag) {
+                Some(i) => self.lookup_cached(s, i, g, write, nowait),
+                None => self.lookup_missing(s, g, tag, write, nowait, &mut backoff)?,
+            };
+            if let Step::Done(found) = step {
+                return Ok(found);
+            }
+        }
+    }
+
+    /// `lookup`, set `s` locked, the page cached in slot `i`: share a fill in
+    /// flight, wait for a writer (or, for `write`, any holder), or pin it.
+    /// Unlocks the set.
+    fn lookup_cached(&self, s: usize, i: usize, g: Locked<'_>, write: bool, nowait: bool) -> Step {
+        self.prefetch_frame(s, i);
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if v & PENDING != 0 && nowait {
+            self.unlock(s);
+            self.stats.bump(Stat::CoalescedWaits);
+            return Step::Done(Found::Busy);
+        }
+        if v & PENDING != 0 {
+            // Share the fill in flight: pin so the slot stays, then wait.
+            if pins(v) >= MAX_PINS {
+                self.unlock(s);
+                M::backoff(0);
+                return Step::Again;
+            }
+            w.fetch_add(PIN, AcqRel);
+            self.unlock(s);
+            self.stats.bump(Stat::CoalescedWaits);
+            self.wait_slot(s, i, |v| v & PENDING == 0);
+            self.release(s, i, false);
+            return Step::Again; // now a hit (or, after a failed fill, a miss)
+        }
+        let busy = if write {
+            pins(v) > 0 || v & WRITEBACK != 0
+        } else {
+            v & WRITER != 0 || pins(v) >= MAX_PINS
+        };
+        if busy && nowait {
+            self.unlock(s);
+            return Step::Done(Found::Busy);
+        }
+        if busy {
+            self.unlock(s);
+            self.wait_slot(s, i, |v| {
                 if write {
-                    // Exclusive: only if no lock-free reader pinned it meanwhile.
-                    if w.compare_exchange(v, (v | WRITER | DIRTY) + PIN, AcqRel, Relaxed)
-                        .is_err()
-                    {
-                        self.unlock(s);
-                        continue;
-                    }
-                    // The writer bit is visible before any byte it writes.
-                    fence(Release);
+                    pins(v) == 0 && v & WRITEBACK == 0
                 } else {
-                    w.fetch_add(PIN, AcqRel);
+                    v & WRITER == 0
                 }
-                let valid = *g.valid;
+            });
+            return Step::Again;
+        }
+        if write {
+            // Exclusive: only if no lock-free reader pinned it meanwhile.
+            if w.compare_exchange(v, (v | WRITER | DIRTY) + PIN, AcqRel, Relaxed)
+                .is_err()
+            {
+                self.unlock(s);
+                return Step::Again;
+            }
+            // The writer bit is visible before any byte it writes.
+            fence(Release);
+        } else {
+            w.fetch_add(PIN, AcqRel);
+        }
+        let valid = *g.valid;
+        let mut st = g.st;
+        self.policy.on_hit(&mut st, i, valid);
+        if write {
+            self.note_dirty(s);
+        }
+        self.unlock(s);
+        self.stats.bump(Stat::Hits);
+        Step::Done(Found::Hit(s, i))
+    }
+
+    /// `lookup`, set `s` locked, the page absent: claim a free slot or a clean
+    /// victim's, hand out a dirty victim to write back, or back off while
+    /// every page is pinned (up to `pin_wait`). Unlocks the set.
+    fn lookup_missing(
+        &self,
+        s: usize,
+        g: Locked<'_>,
+        tag: u64,
+        write: bool,
+        nowait: bool,
+        backoff: &mut Backoff,
+    ) -> Result<Step> {
+        match self.choose(s, g) {
+            Choice::Slot(i) => {
+                // SAFETY: still under the lock of set `s`.
+                let g = unsafe { self.locked(s) };
+                let before = *g.valid;
+                g.tags[i].store(tag, Relaxed);
+                *g.valid |= 1 << i;
+                let w = self.state(s, i);
+                // A free slot is not valid, so no lock-free reader pins it:
+                // the swap publishes the tag with a new generation.
+                let fl = PENDING | PIN | if write { WRITER | DIRTY } else { 0 };
+                let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                 let mut st = g.st;
-                self.policy.on_hit(&mut st, i, valid);
+                let ghost = self.policy.on_insert(&mut st, i, tag, before);
                 if write {
                     self.note_dirty(s);
                 }
                 self.unlock(s);
-                self.stats.bump(Stat::Hits);
-                return Ok(Found::Hit(s, i));
+                // The claim is visible before the fill writes a byte.
+                fence(Release);
+                self.wake_if(s, i, old);
+                self.stats.bump(Stat::Misses);
+                if ghost {
+                    self.stats.bump(Stat::GhostHits);
+                }
+                Ok(Step::Done(Found::Miss(s, i)))
             }
-            // A miss: a free slot, else a clean victim, else a dirty one to write.
-            match self.choose(s, g) {
-                Choice::Slot(i) => {
-                    // SAFETY: still under the lock of set `s`.
-                    let g = unsafe { self.locked(s) };
-                    let before = *g.valid;
-                    g.tags[i].store(tag, Relaxed);
-                    *g.valid |= 1 << i;
-                    let w = self.state(s, i);
-                    // A free slot is not valid, so no lock-free reader pins it:
-                    // the swap publishes the tag with a new generation.
-                    let fl = PENDING | PIN | if write { WRITER | DIRTY } else { 0 };
-                    let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
-                    let mut st = g.st;
-                    let ghost = self.policy.on_insert(&mut st, i, tag, before);
-                    if write {
-                        self.note_dirty(s);
-                    }
-                    self.unlock(s);
-                    // The claim is visible before the fill writes a byte.
-                    fence(Release);
-                    self.wake_if(s, i, old);
-                    self.stats.bump(Stat::Misses);
-                    if ghost {
-                        self.stats.bump(Stat::GhostHits);
-                    }
-                    return Ok(Found::Miss(s, i));
+            Choice::WriteBack(i, old_tag) => {
+                self.unlock(s);
+                self.stats.bump(Stat::DirtyEvictions);
+                Ok(Step::Done(Found::WriteBack(s, i, old_tag)))
+            }
+            Choice::Retry => {
+                self.unlock(s);
+                Ok(Step::Again)
+            }
+            Choice::None => {
+                self.unlock(s);
+                if nowait {
+                    // The caller may own the pins (fills in flight).
+                    return Ok(Step::Done(Found::Busy));
                 }
-                Choice::WriteBack(i, old_tag) => {
-                    self.unlock(s);
-                    self.stats.bump(Stat::DirtyEvictions);
-                    return Ok(Found::WriteBack(s, i, old_tag));
+                if backoff.waited >= self.pin_wait {
+                    return Err(Error::AllPinned {
+                        set: s,
+                        waited_ms: backoff.waited.as_millis() as u64,
+                    });
                 }
-                Choice::Retry => {
-                    self.unlock(s);
-                }
-                Choice::None => {
-                    self.unlock(s);
-                    if nowait {
-                        // The caller may own the pins (fills in flight).
-                        return Ok(Found::Busy);
-                    }
-                    if waited >= self.pin_wait {
-                        return Err(Error::AllPinned {
-                            set: s,
-                            waited_ms: waited.as_millis() as u64,
-                        });
-                    }
-                    M::backoff(pause_us);
-                    waited += Duration::from_micros(pause_us);
-                    pause_us = (pause_us * 2).min(1000);
-                }
+                M::backoff(backoff.pause_us);
+                backoff.waited += Duration::from_micros(backoff.pause_us);
+                backoff.pause_us = (backoff.pause_us * 2).min(1000);
+                Ok(Step::Again)
             }
         }
     }
@@ -1124,6 +1149,28 @@ pub(crate) enum Busy {
     Pinned,
     /// Merging would drop dirty pages: only a write-back makes room.
     Dirty,
+}
+
+/// What one locked step of `lookup` came to.
+enum Step {
+    Done(Found),
+    /// Look again (the set is unlocked).
+    Again,
+}
+
+/// How long `lookup` has backed off while every page of a set was pinned.
+struct Backoff {
+    waited: Duration,
+    pause_us: u64,
+}
+
+impl Default for Backoff {
+    fn default() -> Backoff {
+        Backoff {
+            waited: Duration::ZERO,
+            pause_us: 1,
+        }
+    }
 }
 
 enum Choice {

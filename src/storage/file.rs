@@ -244,6 +244,72 @@ impl File {
         joiner: &Arc<Joiner>,
         batches: &mut Vec<Vec<DevOp>>,
     ) -> Result<usize> {
+        self.check_request(offset, mem, len)?;
+        if len == 0 {
+            return Ok(0);
+        }
+        let inner = &*self.inner;
+        self.check_devices(offset, len)?;
+        let devices = inner.backings.len();
+        if batches.len() < devices {
+            batches.resize_with(devices, Vec::new);
+        }
+        // Operations of this request start at these positions of each batch
+        // (with more devices than this, no operation is merged).
+        let mut start = [0usize; 64];
+        let small = devices <= start.len();
+        if small {
+            for (d, b) in batches.iter().enumerate().take(devices) {
+                start[d] = b.len();
+            }
+        }
+        let dkind = match kind {
+            OpKind::Read => DevOpKind::Read,
+            OpKind::Write => DevOpKind::Write,
+        };
+        let mut count = 0usize;
+        inner.layout.split(offset, len, |s| {
+            let backing = &inner.backings[s.device];
+            let batch = &mut batches[s.device];
+            if let Some(first) = batch.first() {
+                // A queue may mix files of different stores: never mix their engines.
+                if !Arc::ptr_eq(&first.backing.engine, &backing.engine) {
+                    let engine = first.backing.engine.clone();
+                    engine.submit(std::mem::take(batch));
+                    if small {
+                        start[s.device] = 0;
+                    }
+                }
+            }
+            let mut phys = HEADER_BYTES + s.dev_offset;
+            for_each_segment(mem, s.buf_offset, s.len, |base, n| {
+                let ours = small && batch.len() > start[s.device];
+                if !(ours && extend_last(batch, backing, phys, base, n)) {
+                    batch.push(DevOp {
+                        kind: dkind,
+                        backing: backing.clone(),
+                        offset: phys,
+                        iov: vec![libc::iovec {
+                            iov_base: base.cast(),
+                            iov_len: n,
+                        }],
+                        len: n,
+                        fixed: buf.and_then(|b| b.fixed_index(s.device)),
+                        done: joiner.clone(),
+                    });
+                    count += 1;
+                }
+                phys += n as u64;
+            });
+        });
+        joiner.expect(count);
+        Ok(count)
+    }
+
+    /// Refuse a request whose offset, length or memory is not sector-aligned,
+    /// whose pieces cannot hold it, or which reaches past the file's last
+    /// sector.
+    fn check_request(&self, offset: u64, mem: Mem<'_>, len: usize) -> Result<()> {
         let ptr = match mem {
             Mem::One(p) => p,
             Mem::Pieces(ps, piece) => {
@@ -261,7 +327,6 @@ impl File {
                 }
             }
         };
-        let inner = &*self.inner;
         let misaligned = |what, value: u64| Error::Misaligned {
             file: self.name(),
             what,
@@ -289,112 +354,77 @@ impl File {
                 file_len,
             });
         }
-        if len == 0 {
-            return Ok(0);
-        }
-        // Refuse before queueing anything if a device involved failed earlier.
+        Ok(())
+    }
+
+    /// Refuse, before anything is queued, a request that touches a device
+    /// that failed earlier.
+    fn check_devices(&self, offset: u64, len: usize) -> Result<()> {
+        let inner = &*self.inner;
         let mut check = Ok(());
         inner.layout.split(offset, len, |s| {
             if check.is_ok() {
                 check = inner.backings[s.device].state.check();
             }
         });
-        check?;
-        let devices = inner.backings.len();
-        if batches.len() < devices {
-            batches.resize_with(devices, Vec::new);
-        }
-        // Operations of this request start at these positions of each batch.
-        let mut start = [0usize; 64];
-        let small = devices <= start.len();
-        if small {
-            for (d, b) in batches.iter().enumerate().take(devices) {
-                start[d] = b.len();
-            }
-        }
-        let dkind = match kind {
-            OpKind::Read => DevOpKind::Read,
-            OpKind::Write => DevOpKind::Write,
-        };
-        let mut count = 0usize;
-        inner.layout.split(offset, len, |s| {
-            let backing = &inner.backings[s.device];
-            let batch = &mut batches[s.device];
-            if let Some(first) = batch.first() {
-                // A queue may mix files of different stores: never mix their engines.
-                if !Arc::ptr_eq(&first.backing.engine, &backing.engine) {
-                    let engine = first.backing.engine.clone();
-                    engine.submit(std::mem::take(batch));
-                    if small {
-                        start[s.device] = 0;
-                    }
-                }
-            }
-            // The memory of this piece of the request, as (address, bytes)
-            // segments: one, or one per cache frame it covers.
-            let mut segs: [(*mut u8, usize); 1] = [(std::ptr::null_mut(), 0)];
-            let mut many = Vec::new();
-            let segments: &[(*mut u8, usize)] = match mem {
-                Mem::One(p) => {
-                    // SAFETY: `buf_offset + len <= len` of the caller's buffer
-                    // (split covers exactly the request).
-                    segs[0] = (unsafe { p.add(s.buf_offset) }, s.len);
-                    &segs
-                }
-                Mem::Pieces(ps, piece) => {
-                    let (mut at, end) = (s.buf_offset, s.buf_offset + s.len);
-                    while at < end {
-                        let n = (piece - at % piece).min(end - at);
-                        // SAFETY: `at < len <= ps.len() * piece`, inside piece
-                        // `at / piece`.
-                        many.push((unsafe { ps[at / piece].add(at % piece) }, n));
-                        at += n;
-                    }
-                    &many
-                }
-            };
-            let mut phys = HEADER_BYTES + s.dev_offset;
-            for &(base, n) in segments {
-                let iov = libc::iovec {
-                    iov_base: base.cast(),
-                    iov_len: n,
-                };
-                let ours = small && batch.len() > start[s.device];
-                let mut merged = false;
-                if let Some(last) = batch.last_mut().filter(|_| ours) {
-                    if Arc::ptr_eq(&last.backing, backing)
-                        && last.offset + last.len as u64 == phys
-                        && last.iov.len() < MAX_IOV
-                    {
-                        let tail = last.iov.last_mut().expect("operations have a piece");
-                        // SAFETY: pointer arithmetic inside the caller's memory.
-                        if unsafe { tail.iov_base.cast::<u8>().add(tail.iov_len) } == base {
-                            tail.iov_len += n; // contiguous in memory too: one piece
-                        } else {
-                            last.iov.push(iov);
-                        }
-                        last.len += n;
-                        merged = true;
-                    }
-                }
-                if !merged {
-                    batch.push(DevOp {
-                        kind: dkind,
-                        backing: backing.clone(),
-                        offset: phys,
-                        iov: vec![iov],
-                        len: n,
-                        fixed: buf.and_then(|b| b.fixed_index(s.device)),
-                        done: joiner.clone(),
-                    });
-                    count += 1;
-                }
-                phys += n as u64;
-            }
-        });
-        joiner.expect(count);
-        Ok(count)
+        check
     }
+}
+
+/// Call `f(address, bytes)` for each contiguous stretch of memory that holds
+/// bytes `from..from + len` of a request: one for a single buffer, one per
+/// piece (cache frame) covered otherwise.
+#[inline]
+fn for_each_segment(mem: Mem<'_>, from: usize, len: usize, mut f: impl FnMut(*mut u8, usize)) {
+    match mem {
+        // SAFETY: `from + len` is within the caller's buffer (a split covers
+        // exactly the request).
+        Mem::One(p) => f(unsafe { p.add(from) }, len),
+        Mem::Pieces(ps, piece) => {
+            let (mut at, end) = (from, from + len);
+            while at < end {
+                let n = (piece - at % piece).min(end - at);
+                // SAFETY: `at < len <= ps.len() * piece`, inside piece
+                // `at / piece`.
+                f(unsafe { ps[at / piece].add(at % piece) }, n);
+                at += n;
+            }
+        }
+    }
+}
+
+/// Extend the last operation of `batch` with `n` bytes at `base` if it goes to
+/// the same backing file and ends at `phys` (one more piece, or a longer last
+/// piece when the memory is contiguous too); false if it cannot.
+#[inline]
+fn extend_last(
+    batch: &mut [DevOp],
+    backing: &Arc<Backing>,
+    phys: u64,
+    base: *mut u8,
+    n: usize,
+) -> bool {
+    let Some(last) = batch.last_mut() else {
+        return false;
+    };
+    if !Arc::ptr_eq(&last.backing, backing)
+        || last.offset + last.len as u64 != phys
+        || last.iov.len() >= MAX_IOV
+    {
+        return false;
+    }
+    let tail = last.iov.last_mut().expect("operations have a piece");
+    // SAFETY: pointer arithmetic inside the caller's memory.
+    if unsafe { tail.iov_base.cast::<u8>().add(tail.iov_len) } == base {
+        tail.iov_len += n; // contiguous in memory too: one piece
+    } else {
+        last.iov.push(libc::iovec {
+            iov_base: base.cast(),
+            iov_len: n,
+        });
+    }
+    last.len += n;
+    true
 }
 
 /// Where the bytes of a request live in memory.
