@@ -405,3 +405,94 @@ fn thread_counts_beyond_reach_are_refused() {
         &["--threads 100000", "at most 1024"],
     );
 }
+
+fn hitbench(args: &[&str]) -> Run {
+    let mut all = vec!["hitbench"];
+    all.extend_from_slice(args);
+    run(&std::env::temp_dir(), &all, Limits::default())
+}
+
+#[test]
+fn hitbench_refuses_no_threads_no_rounds_and_a_runtime_below_its_floor() {
+    let base = [
+        "--cache-size",
+        "1M",
+        "--read-size",
+        "128",
+        "--runtime",
+        "0.1",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+    ];
+    let with = |flag: &str, value: &str| {
+        let mut args = base.to_vec();
+        let i = args.iter().position(|a| *a == flag).unwrap();
+        args[i + 1] = value;
+        hitbench(&args)
+    };
+    let cases: [(&str, &str, &[&str]); 7] = [
+        (
+            "--threads",
+            "0",
+            &["--threads 0", "at least 1", "at most 1024"],
+        ),
+        ("--threads", "1,0", &["--threads 0", "at least 1"]),
+        ("--rounds", "0", &["--rounds 0", "from 1 to 1000"]),
+        ("--rounds", "1001", &["--rounds 1001", "from 1 to 1000"]),
+        (
+            "--runtime",
+            "0.001",
+            &["--runtime 0.001", "from 0.1 to 86400"],
+        ),
+        ("--runtime", "0", &["--runtime 0", "from 0.1 to 86400"]),
+        ("--runtime", "NaN", &["--runtime NaN", "from 0.1 to 86400"]),
+    ];
+    for (flag, value, words) in cases {
+        let r = with(flag, value);
+        assert_refused(&r, &format!("hitbench {flag} {value}"), words);
+        assert!(
+            r.stdout.is_empty(),
+            "{flag} {value}: measured\n{}",
+            r.stdout
+        );
+    }
+    // The bounds themselves run.
+    let r = hitbench(&base);
+    assert_ok(&r, "hitbench at the lower bounds");
+    assert!(r.stdout.lines().count() >= 2, "{}", r.stdout);
+}
+
+#[test]
+fn hitbench_checks_every_read_size_before_measuring() {
+    for sizes in ["128,8k", "8k,128", "128,0", "128,x"] {
+        let r = hitbench(&[
+            "--cache-size",
+            "1M",
+            "--read-size",
+            sizes,
+            "--runtime",
+            "0.1",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+        ]);
+        let bad = sizes.split(',').find(|s| *s != "128").unwrap();
+        assert_refused(
+            &r,
+            &format!("--read-size {sizes}"),
+            &[&format!("--read-size {bad}")],
+        );
+        assert!(
+            r.stdout.is_empty() && !r.stderr.contains("resident"),
+            "--read-size {sizes}: measured before the refusal\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    let r = hitbench(&["--cache-size", "1M,bogus", "--threads", "1"]);
+    assert_refused(&r, "--cache-size 1M,bogus", &["--cache-size bogus"]);
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
