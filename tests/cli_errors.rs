@@ -496,3 +496,31 @@ fn hitbench_checks_every_read_size_before_measuring() {
     assert_refused(&r, "--cache-size 1M,bogus", &["--cache-size bogus"]);
     assert!(r.stdout.is_empty(), "{}", r.stdout);
 }
+
+#[test]
+fn sim_checks_its_output_paths_before_simulating() {
+    let dir = scratch("sim-outputs");
+    let missing = dir.join("missing");
+    let json = missing.join("r.json");
+    let svg = missing.join("mrc.svg");
+    let (json, svg, here) = (
+        json.to_str().unwrap(),
+        svg.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    );
+    let trace = ["--trace", "uniform:pages=100,ops=1000", "--policy", "lru"];
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("--json", json, &[json, "missing is not a directory"]),
+        ("--plot", svg, &[svg, "missing is not a directory"]),
+        ("--json", here, &[here, "it is a directory"]),
+    ];
+    for (flag, path, words) in cases {
+        let mut args = trace.to_vec();
+        args.extend([flag, path]);
+        let r = sim(&args);
+        assert_refused(&r, &format!("sim {flag} {path}"), words);
+        // Refused before the trace was even loaded.
+        assert!(r.stdout.is_empty(), "{flag} {path}: ran\n{}", r.stdout);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
