@@ -470,7 +470,7 @@ fn hitbench_refuses_no_threads_no_rounds_and_a_runtime_below_its_floor() {
 }
 
 #[test]
-fn hitbench_checks_every_read_size_before_measuring() {
+fn hitbench_checks_every_listed_size_before_measuring() {
     for sizes in ["128,8k", "8k,128", "128,0", "128,x"] {
         let r = hitbench(&[
             "--cache-size",
@@ -497,9 +497,32 @@ fn hitbench_checks_every_read_size_before_measuring() {
             r.stderr
         );
     }
-    let r = hitbench(&["--cache-size", "1M,bogus", "--threads", "1"]);
-    assert_refused(&r, "--cache-size 1M,bogus", &["--cache-size bogus"]);
-    assert!(r.stdout.is_empty(), "{}", r.stdout);
+    // Each cache is made after the one before is measured: a size that
+    // cannot be made is refused before the first.
+    let cases: [(&str, &[&str]); 3] = [
+        ("1M,bogus", &["--cache-size bogus", "invalid size"]),
+        ("1M,0", &["--cache-size 0", "smaller than one set"]),
+        ("1M,1024T", &["--cache-size 1024T", "more than"]),
+    ];
+    for (sizes, words) in cases {
+        let r = hitbench(&[
+            "--cache-size",
+            sizes,
+            "--runtime",
+            "0.1",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+        ]);
+        assert_refused(&r, &format!("--cache-size {sizes}"), words);
+        assert!(
+            r.stdout.is_empty() && !r.stderr.contains("resident"),
+            "--cache-size {sizes}: measured before the refusal\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
 }
 
 #[test]

@@ -230,6 +230,16 @@ pub(crate) const MAX_ROUNDS: usize = 1000;
 /// threads' start and stop weigh on the rates.
 const RUNTIME_RANGE: (f64, f64) = (0.1, 86_400.0);
 
+/// The options of a cache of `bytes` the run makes.
+fn cache_options(bytes: usize, assoc: usize, policy: PolicyKind) -> CacheOptions {
+    CacheOptions {
+        size: bytes,
+        assoc,
+        policy,
+        ..CacheOptions::default()
+    }
+}
+
 /// The flags of a run, checked.
 struct Plan {
     policy: PolicyKind,
@@ -275,6 +285,10 @@ fn plan(a: &HitArgs) -> Result<Plan, String> {
             let bytes = parse_size(size).map_err(|e| format!("--cache-size {size}: {e}"))?;
             let bytes = usize::try_from(bytes)
                 .map_err(|_| format!("--cache-size {size}: too large for this machine"))?;
+            // The caches are made one after another: each must be possible
+            // before the first is measured.
+            <PageCache>::check(&cache_options(bytes, a.assoc, policy))
+                .map_err(|e| format!("--cache-size {size}: {e}"))?;
             Ok(bytes)
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -330,13 +344,8 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         "cache ns"
     );
     for bytes in caches {
-        let cache = PageCache::new(CacheOptions {
-            size: bytes,
-            assoc: a.assoc,
-            policy,
-            ..CacheOptions::default()
-        })
-        .map_err(|e| e.to_string())?;
+        let cache =
+            PageCache::new(cache_options(bytes, a.assoc, policy)).map_err(|e| e.to_string())?;
         let keys = fill(&cache)?;
         say!(
             "cache {}: {} sets of {}, {} pages resident ({:.1}% of frames), policy {}",
