@@ -58,6 +58,11 @@ fn setrlimit_as(bytes: u64) -> std::io::Result<()> {
 
 /// Runs `setcache ARGS` in `dir` under `limits`, killing it after a minute.
 fn run(dir: &Path, args: &[&str], limits: Limits) -> Run {
+    run_for(dir, args, limits, Duration::from_secs(60))
+}
+
+/// Runs `setcache ARGS` in `dir` under `limits`, killing it after `timeout`.
+fn run_for(dir: &Path, args: &[&str], limits: Limits, timeout: Duration) -> Run {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_setcache"));
     cmd.args(args)
         .current_dir(dir)
@@ -94,10 +99,10 @@ fn run(dir: &Path, args: &[&str], limits: Limits) -> Run {
         if let Some(s) = child.try_wait().unwrap() {
             break s;
         }
-        if start.elapsed() > Duration::from_secs(60) {
+        if start.elapsed() > timeout {
             let _ = child.kill();
             let _ = child.wait();
-            panic!("setcache {args:?} hung (killed after 60 s)");
+            panic!("setcache {args:?} hung (killed after {timeout:?})");
         }
         std::thread::sleep(Duration::from_millis(20));
     };
@@ -404,4 +409,302 @@ fn thread_counts_beyond_reach_are_refused() {
         "hitbench --threads 100000",
         &["--threads 100000", "at most 1024"],
     );
+}
+
+fn hitbench(args: &[&str]) -> Run {
+    let mut all = vec!["hitbench"];
+    all.extend_from_slice(args);
+    run(&std::env::temp_dir(), &all, Limits::default())
+}
+
+#[test]
+fn hitbench_refuses_no_threads_no_rounds_and_a_runtime_below_its_floor() {
+    let base = [
+        "--cache-size",
+        "1M",
+        "--read-size",
+        "128",
+        "--runtime",
+        "0.1",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+    ];
+    let with = |flag: &str, value: &str| {
+        let mut args = base.to_vec();
+        let i = args.iter().position(|a| *a == flag).unwrap();
+        args[i + 1] = value;
+        hitbench(&args)
+    };
+    let cases: [(&str, &str, &[&str]); 7] = [
+        (
+            "--threads",
+            "0",
+            &["--threads 0", "at least 1", "at most 1024"],
+        ),
+        ("--threads", "1,0", &["--threads 0", "at least 1"]),
+        ("--rounds", "0", &["--rounds 0", "from 1 to 1000"]),
+        ("--rounds", "1001", &["--rounds 1001", "from 1 to 1000"]),
+        (
+            "--runtime",
+            "0.001",
+            &["--runtime 0.001", "from 0.1 to 86400"],
+        ),
+        ("--runtime", "0", &["--runtime 0", "from 0.1 to 86400"]),
+        ("--runtime", "NaN", &["--runtime NaN", "from 0.1 to 86400"]),
+    ];
+    for (flag, value, words) in cases {
+        let r = with(flag, value);
+        assert_refused(&r, &format!("hitbench {flag} {value}"), words);
+        assert!(
+            r.stdout.is_empty(),
+            "{flag} {value}: measured\n{}",
+            r.stdout
+        );
+    }
+    // The bounds themselves run.
+    let r = hitbench(&base);
+    assert_ok(&r, "hitbench at the lower bounds");
+    assert!(r.stdout.lines().count() >= 2, "{}", r.stdout);
+}
+
+#[test]
+fn hitbench_checks_every_listed_size_before_measuring() {
+    for sizes in ["128,8k", "8k,128", "128,0", "128,x"] {
+        let r = hitbench(&[
+            "--cache-size",
+            "1M",
+            "--read-size",
+            sizes,
+            "--runtime",
+            "0.1",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+        ]);
+        let bad = sizes.split(',').find(|s| *s != "128").unwrap();
+        assert_refused(
+            &r,
+            &format!("--read-size {sizes}"),
+            &[&format!("--read-size {bad}")],
+        );
+        assert!(
+            r.stdout.is_empty() && !r.stderr.contains("resident"),
+            "--read-size {sizes}: measured before the refusal\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+    // Each cache is made after the one before is measured: a size that
+    // cannot be made is refused before the first.
+    let cases: [(&str, &[&str]); 3] = [
+        ("1M,bogus", &["--cache-size bogus", "invalid size"]),
+        ("1M,0", &["--cache-size 0", "smaller than one set"]),
+        ("1M,1024T", &["--cache-size 1024T", "more than"]),
+    ];
+    for (sizes, words) in cases {
+        let r = hitbench(&[
+            "--cache-size",
+            sizes,
+            "--runtime",
+            "0.1",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+        ]);
+        assert_refused(&r, &format!("--cache-size {sizes}"), words);
+        assert!(
+            r.stdout.is_empty() && !r.stderr.contains("resident"),
+            "--cache-size {sizes}: measured before the refusal\nstdout:\n{}\nstderr:\n{}",
+            r.stdout,
+            r.stderr
+        );
+    }
+}
+
+#[test]
+fn sim_checks_its_output_paths_before_simulating() {
+    let dir = scratch("sim-outputs");
+    let missing = dir.join("missing");
+    let json = missing.join("r.json");
+    let svg = missing.join("mrc.svg");
+    let (json, svg, here) = (
+        json.to_str().unwrap(),
+        svg.to_str().unwrap(),
+        dir.to_str().unwrap(),
+    );
+    let trace = ["--trace", "uniform:pages=100,ops=1000", "--policy", "lru"];
+    let cases: [(&str, &str, &[&str]); 3] = [
+        ("--json", json, &[json, "missing is not a directory"]),
+        ("--plot", svg, &[svg, "missing is not a directory"]),
+        ("--json", here, &[here, "it is a directory"]),
+    ];
+    for (flag, path, words) in cases {
+        let mut args = trace.to_vec();
+        args.extend([flag, path]);
+        let r = sim(&args);
+        assert_refused(&r, &format!("sim {flag} {path}"), words);
+        // Refused before the trace was even loaded.
+        assert!(r.stdout.is_empty(), "{flag} {path}: ran\n{}", r.stdout);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Bytes free to unprivileged users on the file system of `path`.
+fn free_bytes(path: &Path) -> u64 {
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a struct statvfs fills.
+    assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+    st.f_bavail * st.f_frsize
+}
+
+/// A bench file larger than the free space is refused before anything is
+/// written. Should the check be missing, the file-size limit stops the
+/// prefill at once (and the run is killed after 20 s), so this never fills
+/// the disk.
+#[test]
+fn bench_refuses_a_file_larger_than_the_free_space() {
+    let dir = scratch("space-bench");
+    let free = free_bytes(&dir);
+    // Far beyond what is free, whatever else writes meanwhile, in whole GiB
+    // (not TiB, so that the message shows it as given).
+    let mut gib = (free + (16 << 30)).div_ceil(1 << 30);
+    if gib % 1024 == 0 {
+        gib += 1;
+    }
+    let size_arg = format!("{gib}G");
+    let r = run_for(
+        &dir,
+        &[
+            "bench",
+            "--dir",
+            "data",
+            "--file-size",
+            &size_arg,
+            "--engine",
+            "direct",
+            "--runtime",
+            "0.2",
+            "--no-progress",
+        ],
+        Limits {
+            file_size: Some(64 << 20),
+            ..Limits::default()
+        },
+        Duration::from_secs(20),
+    );
+    let data = dir.join("data");
+    assert_refused(
+        &r,
+        "bench beyond the free space",
+        &[
+            &format!("--file-size {size_arg} needs"),
+            "data/dev0",
+            "bytes free",
+            "smaller --file-size",
+        ],
+    );
+    assert!(
+        !data.join("dev0/bench.scf").exists(),
+        "a backing file was made"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    /// A tmpfs of `mib` MiB at `dir`; `None` (and why) where this process may
+    /// not mount.
+    fn mount(dir: &Path, mib: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "skipped: cannot mount a small tmpfs ({})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// On a small file system: a bench file that fits runs; one that does not is
+/// refused with both sizes and the directory, and the old bench file (which
+/// would be deleted to make the new one) is kept.
+#[test]
+fn bench_on_a_small_file_system_refuses_a_file_it_cannot_hold() {
+    let dir = scratch("space-tmpfs");
+    let Some(fs) = Tmpfs::mount(&dir.join("mnt"), 64) else {
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    };
+    let bench = |size: &str| {
+        run(
+            &fs.0,
+            &[
+                "bench",
+                "--dir",
+                "data",
+                "--file-size",
+                size,
+                "--engine",
+                "direct",
+                "--runtime",
+                "0.2",
+                "--no-progress",
+            ],
+            Limits::default(),
+        )
+    };
+    let r = bench("16M");
+    if r.stderr.contains("does not support O_DIRECT") {
+        eprintln!("skipped: this kernel's tmpfs has no O_DIRECT");
+        drop(fs);
+        std::fs::remove_dir_all(&dir).unwrap();
+        return;
+    }
+    assert_ok(&r, "a 16M bench file on a 64 MiB file system");
+    let old = fs.0.join("data/dev0/bench.scf");
+    let old_len = std::fs::metadata(&old).unwrap().len();
+    let r = bench("128M");
+    assert_refused(
+        &r,
+        "a 128M bench file on a 64 MiB file system",
+        &[
+            "--file-size 128M needs",
+            "data/dev0",
+            "bytes free",
+            "old bench file",
+        ],
+    );
+    assert_eq!(std::fs::metadata(&old).unwrap().len(), old_len);
+    assert!(fs.0.join("data/bench.filled").exists());
+    // The old file is still whole: reused as it is.
+    let r = bench("16M");
+    assert_ok(&r, "the 16M bench file again");
+    assert!(
+        r.stderr.contains("reusing the prefilled bench file"),
+        "{}",
+        r.stderr
+    );
+    drop(fs);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

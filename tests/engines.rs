@@ -403,6 +403,76 @@ fn pinned_io_threads_work() {
     }
 }
 
+/// The CPUs this process may run on, among the first 1024.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain data; zeroed is the empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the kernel writes at most the size passed into `set`.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    assert_eq!(
+        rc,
+        0,
+        "sched_getaffinity: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: CPU_ISSET reads inside `set`; every CPU asked is below its size.
+    (0..1024)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// A CPU this process may not use (one that does not exist, or is outside its
+/// affinity), and one past the 1024 of a `cpu_set_t` (which once wrapped
+/// around to CPU 1), are refused, as are psync thread counts outside 1..=64.
+#[test]
+fn store_open_refuses_cpus_it_cannot_use_and_psync_thread_counts_out_of_range() {
+    let allowed = allowed_cpus();
+    let absent = (0..1024).find(|c| !allowed.contains(c));
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("badcpu");
+        let devs = tmp.devices(2);
+        for cpu in absent.into_iter().chain([1024 + allowed[0], 1 << 40]) {
+            let opts = StoreOptions {
+                cpu_affinity: Some(vec![allowed[0], cpu]),
+                ..engine.clone()
+            };
+            match Store::open(&devs, opts) {
+                Err(Error::InvalidArgument(m)) => assert!(
+                    m.contains(&format!("CPU {cpu},")) && m.contains("may use CPUs"),
+                    "{ename}: {m}"
+                ),
+                Err(e) => panic!("{ename}: CPU {cpu}: {e}"),
+                Ok(_) => panic!("{ename}: CPU {cpu} accepted"),
+            }
+        }
+        for threads in [0, 65, usize::MAX] {
+            let opts = StoreOptions {
+                psync_threads: threads,
+                ..engine.clone()
+            };
+            match Store::open(&devs, opts) {
+                Err(Error::InvalidArgument(m)) => assert!(
+                    m.contains(&format!("psync_threads {threads} ")) && m.contains("1..=64"),
+                    "{ename}: {m}"
+                ),
+                Err(e) => panic!("{ename}: psync_threads {threads}: {e}"),
+                Ok(_) => panic!("{ename}: psync_threads {threads} accepted"),
+            }
+        }
+        // The limits themselves, and every CPU the process may use, are fine.
+        for threads in [1, 64] {
+            let opts = StoreOptions {
+                psync_threads: threads,
+                cpu_affinity: Some(allowed.clone()),
+                ..engine.clone()
+            };
+            let store = Store::open(&devs, opts)
+                .unwrap_or_else(|e| panic!("{ename}: psync_threads {threads}: {e}"));
+            drop(store);
+        }
+    }
+}
+
 /// A queue whose requests split into more device operations than its rings hold
 /// (a backlog), that polls before sleeping, and that mixes devices it drives
 /// itself with devices served by I/O threads, completes every request once with

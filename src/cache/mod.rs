@@ -124,6 +124,28 @@ impl<M: Model> PageCache<M> {
     /// memory is reserved, not allocated, so it would be accepted and the
     /// process killed once the cache fills.
     pub fn new(opts: CacheOptions) -> Result<Self> {
+        let (sets, max_sets) = Self::sets_of(&opts)?;
+        let core = Core::new(
+            sets,
+            max_sets,
+            opts.assoc,
+            opts.page_size,
+            opts.policy,
+            opts.pin_wait,
+        )?;
+        Ok(PageCache { core })
+    }
+
+    /// Whether [`PageCache::new`] would accept `opts` (the same error if
+    /// not), without making the cache: a caller with several caches to make
+    /// can check them all first.
+    pub fn check(opts: &CacheOptions) -> Result<()> {
+        Self::sets_of(opts).map(|_| ())
+    }
+
+    /// The sets a cache of `opts` starts with and may grow to, once `opts`
+    /// are checked.
+    fn sets_of(opts: &CacheOptions) -> Result<(usize, usize)> {
         let bad = |s: String| Err(Error::InvalidArgument(s));
         if !opts.page_size.is_power_of_two() || !(512..=1 << 20).contains(&opts.page_size) {
             return bad(format!(
@@ -162,15 +184,7 @@ impl<M: Model> PageCache<M> {
         if max_sets > u32::MAX as usize / 2 {
             return bad(format!("cache size {max} bytes needs too many sets"));
         }
-        let core = Core::new(
-            sets,
-            max_sets,
-            opts.assoc,
-            opts.page_size,
-            opts.policy,
-            opts.pin_wait,
-        )?;
-        Ok(PageCache { core })
+        Ok((sets, max_sets))
     }
 
     /// Bytes per page.

@@ -779,3 +779,45 @@ fn sets_of_any_table_size_share_the_hash_space_evenly() {
         assert!((9_000..11_000).contains(n), "{per:?}");
     }
 }
+
+/// `PageCache::check` accepts exactly the options `PageCache::new` accepts,
+/// with the same error, and makes nothing.
+#[test]
+fn check_agrees_with_new() {
+    let base = CacheOptions::default();
+    let set = base.assoc * base.page_size;
+    let cases = [
+        CacheOptions { size: 0, ..base },
+        CacheOptions {
+            size: set - 1,
+            ..base
+        },
+        CacheOptions { size: set, ..base },
+        CacheOptions {
+            size: 1 << 20,
+            ..base
+        },
+        CacheOptions {
+            size: 1 << 20,
+            assoc: 3,
+            ..base
+        },
+        CacheOptions {
+            size: 1 << 20,
+            page_size: 3000,
+            ..base
+        },
+        // More than any machine this runs on.
+        CacheOptions {
+            size: 1 << 60,
+            ..base
+        },
+    ];
+    for o in cases {
+        let checked = PageCache::<Os>::check(&o).map_err(|e| e.to_string());
+        let made = PageCache::<Os>::new(o.clone())
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        assert_eq!(checked, made, "size {} assoc {}", o.size, o.assoc);
+    }
+}

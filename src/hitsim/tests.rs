@@ -479,3 +479,60 @@ mod names {
         }
     }
 }
+
+#[test]
+fn text_traces_refuse_words_after_the_page_and_its_kind() {
+    for (name, bytes, extra) in [
+        ("extra-rw.txt", &b"1\n7 R 8 9 whatever\n"[..], "\"8\""),
+        ("extra-w.txt", b"1 W\n2\n3 w 4\n", "\"4\""),
+    ] {
+        let p = temp_file(name, bytes);
+        let e = load(&spec("text", &p), 4096).unwrap_err();
+        let line = if name == "extra-rw.txt" { 2 } else { 3 };
+        assert!(
+            e.contains(&format!("{name}: line {line}:"))
+                && e.contains("a page number and optionally R or W")
+                && e.contains(&format!("extra word {extra}")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn msr_traces_take_six_or_seven_columns_as_the_error_says() {
+    // ResponseTime, the 7th column, may be left out.
+    let six = temp_file("six.csv", b"1,hm,0,Read,0,4096\n2,hm,0,Write,4096,4096,7\n");
+    let t = load(&spec("msr", &six), 4096).unwrap();
+    assert_eq!((t.pages.clone(), t.n_writes), (vec![0, 1], 1));
+    for (name, bytes, found) in [
+        ("five.csv", &b"1,hm,0,Read,0,4096,1\n1,hm,0,Read,0\n"[..], 5),
+        (
+            "eight.csv",
+            b"1,hm,0,Read,0,4096,1\n1,hm,0,Read,0,4096,1,9\n",
+            8,
+        ),
+    ] {
+        let p = temp_file(name, bytes);
+        let e = load(&spec("msr", &p), 4096).unwrap_err();
+        assert!(
+            e.contains(&format!("{name}: line 2:"))
+                && e.contains("6 or 7 MSR columns")
+                && e.contains("Size[,ResponseTime]")
+                && e.ends_with(&format!("found {found}")),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn zipf_theta_must_be_a_finite_number() {
+    for theta in ["inf", "-inf", "NaN", "-1"] {
+        let spec = format!("zipf:pages=10,ops=5,theta={theta}");
+        let e = load(&spec, 4096).unwrap_err();
+        assert!(
+            e.contains(&spec) && e.contains("theta must be a finite number >= 0"),
+            "{e}"
+        );
+    }
+    assert!(load("zipf:pages=10,ops=5,theta=0", 4096).is_ok());
+}

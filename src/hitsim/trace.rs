@@ -618,7 +618,9 @@ fn zipf(spec: &str, rest: &str) -> Result<Trace, String> {
     let theta: f64 = o.num("theta", None)?;
     let seed: u64 = o.num("seed", Some(1))?;
     if !(theta >= 0.0 && theta.is_finite()) {
-        return Err(format!("trace {spec:?}: theta must be >= 0"));
+        return Err(format!(
+            "trace {spec:?}: theta must be a finite number >= 0, not {theta}"
+        ));
     }
     let mut b = generated(spec, pages, "ops", ops, ops)?;
     let mut rng = Rng::new(seed);
@@ -781,9 +783,10 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
             return Ok(());
         }
         let f: Vec<&str> = line.split(',').collect();
-        if f.len() < 6 {
+        // ResponseTime, the 7th column, is not used and may be left out.
+        if !(6..=7).contains(&f.len()) {
             return Err(format!(
-                "{path}: line {n}: expected 7 MSR columns (Timestamp,Hostname,DiskNumber,Type,Offset,Size,ResponseTime), found {}",
+                "{path}: line {n}: expected 6 or 7 MSR columns (Timestamp,Hostname,DiskNumber,Type,Offset,Size[,ResponseTime]), found {}",
                 f.len()
             ));
         }
@@ -957,6 +960,11 @@ fn text(spec: &str, rest: &str) -> Result<Trace, String> {
                 ));
             }
         };
+        if let Some(extra) = it.next() {
+            return Err(format!(
+                "{path}: line {n}: expected a page number and optionally R or W, found the extra word {extra:?} in {t:?}"
+            ));
+        }
         b.push(page, write)
             .map_err(|e| format!("{path}: line {n}: {e}"))?;
         Ok(())

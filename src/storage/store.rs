@@ -63,9 +63,11 @@ pub struct StoreOptions {
     /// Requests in flight per device. 32 is where one NVMe or SATA SSD reaches its
     /// random-read peak (and the machine's disk its ~65k IOPS).
     pub io_depth: u32,
-    /// Threads per device of the psync engine.
+    /// Threads per device of the psync engine, from 1 to 64.
     pub psync_threads: usize,
-    /// Pin the I/O thread of device `i` to CPU `cpu_affinity[i % len]`.
+    /// Pin the I/O thread of device `i` to CPU `cpu_affinity[i % len]`. Every CPU
+    /// must be one the process may run on (`sched_getaffinity`); `Store::open`
+    /// refuses others. An empty list pins nothing.
     pub cpu_affinity: Option<Vec<usize>>,
     /// Open backing files with O_DIRECT (bypass the kernel page cache).
     pub direct_io: bool,
@@ -540,6 +542,25 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     }
 }
 
+/// Most threads per device of the psync engine.
+const MAX_PSYNC_THREADS: usize = 64;
+
+/// Refuse a CPU of `cpu_affinity` that this process may not run on.
+fn check_cpus(cpus: &[usize]) -> Result<()> {
+    let allowed = crate::storage::io::allowed_cpus().map_err(|e| {
+        Error::InvalidArgument(format!(
+            "cpu_affinity given, but the CPUs this process may use cannot be read: {e}"
+        ))
+    })?;
+    if let Some(&bad) = cpus.iter().find(|c| allowed.binary_search(c).is_err()) {
+        return Err(Error::InvalidArgument(format!(
+            "cpu_affinity names CPU {bad}, which this process may not use (it may use CPUs {})",
+            crate::storage::io::cpu_list(&allowed)
+        )));
+    }
+    Ok(())
+}
+
 impl Store {
     /// Open a store on `roots`, one directory per device.
     ///
@@ -573,6 +594,15 @@ impl Store {
                 "I/O depth {} is outside 1..=4096",
                 opts.io_depth
             )));
+        }
+        if !(1..=MAX_PSYNC_THREADS).contains(&opts.psync_threads) {
+            return Err(Error::InvalidArgument(format!(
+                "psync_threads {} is outside 1..={MAX_PSYNC_THREADS} (threads per device of the psync engine)",
+                opts.psync_threads
+            )));
+        }
+        if let Some(cpus) = &opts.cpu_affinity {
+            check_cpus(cpus)?;
         }
         let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
         let mut paths = Vec::with_capacity(roots.len());

@@ -32,13 +32,13 @@ pub(crate) struct HitArgs {
     /// Bytes copied per hit (comma-separated), at most the page size.
     #[arg(long, default_value = "128,4096", value_delimiter = ',')]
     read_size: Vec<String>,
-    /// Thread counts (comma-separated).
+    /// Thread counts (comma-separated), each from 1 to 1024.
     #[arg(long, default_value = "1,2,64", value_delimiter = ',')]
     threads: Vec<usize>,
-    /// Seconds per phase.
+    /// Seconds per phase, from 0.1 to 86400.
     #[arg(long, default_value_t = 2.0)]
     runtime: f64,
-    /// Slices each phase's time is cut into (at most 1000); the phases take
+    /// Slices each phase's time is cut into (1 to 1000); the phases take
     /// turns slice by slice and the medians are reported.
     #[arg(long, default_value_t = 5)]
     rounds: usize,
@@ -226,6 +226,19 @@ pub(crate) const MAX_THREADS: usize = 1024;
 
 /// Most slices a phase's time may be cut into.
 pub(crate) const MAX_ROUNDS: usize = 1000;
+/// Shortest and longest `--runtime`, seconds: below a tenth of a second the
+/// threads' start and stop weigh on the rates.
+const RUNTIME_RANGE: (f64, f64) = (0.1, 86_400.0);
+
+/// The options of a cache of `bytes` the run makes.
+fn cache_options(bytes: usize, assoc: usize, policy: PolicyKind) -> CacheOptions {
+    CacheOptions {
+        size: bytes,
+        assoc,
+        policy,
+        ..CacheOptions::default()
+    }
+}
 
 /// The flags of a run, checked.
 struct Plan {
@@ -240,20 +253,21 @@ struct Plan {
 /// Checks the flags, all of them before any cache is made.
 fn plan(a: &HitArgs) -> Result<Plan, String> {
     let policy: PolicyKind = a.policy.parse().map_err(|e| format!("--policy: {e}"))?;
-    if let Some(&t) = a.threads.iter().find(|&&t| t > MAX_THREADS) {
+    if let Some(&t) = a.threads.iter().find(|&&t| !(1..=MAX_THREADS).contains(&t)) {
         return Err(format!(
-            "--threads {t}: at most {MAX_THREADS} threads (oversubscription past that measures the scheduler, not the cache)"
+            "--threads {t}: at least 1 and at most {MAX_THREADS} threads (oversubscription past that measures the scheduler, not the cache)"
         ));
     }
-    if !(a.runtime.is_finite() && a.runtime > 0.0 && a.runtime <= 86_400.0) {
+    let (low, high) = RUNTIME_RANGE;
+    if !(a.runtime.is_finite() && a.runtime >= low && a.runtime <= high) {
         return Err(format!(
-            "--runtime {}: must be above 0 and at most a day (86400 seconds)",
+            "--runtime {}: must be from {low} to {high} seconds (a day)",
             a.runtime
         ));
     }
-    if a.rounds > MAX_ROUNDS {
+    if !(1..=MAX_ROUNDS).contains(&a.rounds) {
         return Err(format!(
-            "--rounds {}: at most {MAX_ROUNDS} slices per phase",
+            "--rounds {}: must be from 1 to {MAX_ROUNDS} slices per phase",
             a.rounds
         ));
     }
@@ -271,6 +285,10 @@ fn plan(a: &HitArgs) -> Result<Plan, String> {
             let bytes = parse_size(size).map_err(|e| format!("--cache-size {size}: {e}"))?;
             let bytes = usize::try_from(bytes)
                 .map_err(|_| format!("--cache-size {size}: too large for this machine"))?;
+            // The caches are made one after another: each must be possible
+            // before the first is measured.
+            <PageCache>::check(&cache_options(bytes, a.assoc, policy))
+                .map_err(|e| format!("--cache-size {size}: {e}"))?;
             Ok(bytes)
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -291,7 +309,7 @@ fn plan(a: &HitArgs) -> Result<Plan, String> {
         .collect::<Result<Vec<_>, String>>()?;
     Ok(Plan {
         policy,
-        runtime: Duration::from_secs_f64(a.runtime.max(0.1)),
+        runtime: Duration::from_secs_f64(a.runtime),
         caches,
         reads,
     })
@@ -326,13 +344,8 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         "cache ns"
     );
     for bytes in caches {
-        let cache = PageCache::new(CacheOptions {
-            size: bytes,
-            assoc: a.assoc,
-            policy,
-            ..CacheOptions::default()
-        })
-        .map_err(|e| e.to_string())?;
+        let cache =
+            PageCache::new(cache_options(bytes, a.assoc, policy)).map_err(|e| e.to_string())?;
         let keys = fill(&cache)?;
         say!(
             "cache {}: {} sets of {}, {} pages resident ({:.1}% of frames), policy {}",
@@ -345,12 +358,11 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         );
         for &read in &reads {
             for &t in &a.threads {
-                let t = t.max(1);
                 let chained = !a.independent;
                 // The phases take turns in short slices, so that a noisy
                 // neighbour slows them alike; each ratio pairs slices run
                 // side by side, and the medians are reported.
-                let rounds = a.rounds.max(1);
+                let rounds = a.rounds;
                 let slice = runtime / rounds as u32;
                 let phases = [Phase::Bare, Phase::BareMeta, Phase::Cache, Phase::Pinned];
                 let mut rates: [Vec<f64>; 4] = Default::default();

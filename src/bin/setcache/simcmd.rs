@@ -6,10 +6,10 @@ use std::time::Instant;
 use clap::Args;
 use setcache::hitsim::{self as sim, SimPolicy, SimResult, Trace};
 
-use crate::bench::check_io_unit;
 use crate::bench::fsize::explain;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::svg::{Doc, nice_step, short_num, trim};
+use crate::bench::{check_io_unit, check_outputs};
 
 /// Simulate the hit ratio of replacement policies on a trace.
 #[derive(Args, Debug)]
@@ -101,6 +101,12 @@ fn settings(args: &SimArgs) -> Result<Settings, String> {
         return Err("--warmup must be in [0, 1)".into());
     }
     let policies = sim::parse_policies(&args.policy)?;
+    check_outputs(
+        [&args.json, &args.plot]
+            .into_iter()
+            .flatten()
+            .map(std::path::Path::new),
+    )?;
     for &s in &args.set_size {
         if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
             return Err(format!("--set-size {s}: must be within 4..=32"));

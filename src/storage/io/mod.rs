@@ -297,14 +297,78 @@ pub(crate) fn start_engines(
     }
 }
 
+/// A CPU mask as the kernel reads and writes it: bit `c % W` of word `c / W`
+/// is CPU `c`, with `W` the bits of a C `unsigned long`.
+type MaskWord = libc::c_ulong;
+const MASK_BITS: usize = MaskWord::BITS as usize;
+/// Words of the first mask tried: the 1024 CPUs of a `cpu_set_t`.
+const MASK_WORDS: usize = std::mem::size_of::<libc::cpu_set_t>() / std::mem::size_of::<MaskWord>();
+/// Largest mask asked for: a million CPUs.
+const MAX_MASK_WORDS: usize = (1 << 20) / MASK_BITS;
+
+/// The CPUs the calling thread may run on (`sched_getaffinity`), ascending.
+pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    let mut words = MASK_WORDS;
+    loop {
+        let mut mask: Vec<MaskWord> = vec![0; words];
+        // SAFETY: the kernel writes at most `words` words into `mask`, which
+        // holds that many; the mask has the layout of a (longer) `cpu_set_t`.
+        let rc = unsafe {
+            libc::sched_getaffinity(
+                0,
+                words * std::mem::size_of::<MaskWord>(),
+                mask.as_mut_ptr().cast::<libc::cpu_set_t>(),
+            )
+        };
+        if rc == 0 {
+            return Ok((0..words * MASK_BITS)
+                .filter(|&c| (mask[c / MASK_BITS] >> (c % MASK_BITS)) & 1 == 1)
+                .collect());
+        }
+        let e = std::io::Error::last_os_error();
+        // EINVAL: the kernel's mask is longer than ours.
+        if e.raw_os_error() != Some(libc::EINVAL) || words >= MAX_MASK_WORDS {
+            return Err(e);
+        }
+        words *= 2;
+    }
+}
+
+/// `cpus` (ascending) as a list of ranges: `0-3,8,10-11`.
+pub(crate) fn cpu_list(cpus: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < cpus.len() {
+        let mut j = i;
+        while j + 1 < cpus.len() && cpus[j + 1] == cpus[j] + 1 {
+            j += 1;
+        }
+        out.push(if j == i {
+            cpus[i].to_string()
+        } else {
+            format!("{}-{}", cpus[i], cpus[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
+}
+
 /// Pin the calling thread to one CPU (best effort; the error is returned for a notice).
 pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    // SAFETY: `cpu_set_t` is plain data; zeroed is the empty set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: CPU_SET writes inside `set`; `cpu` is bounded by the set size below.
-    unsafe { libc::CPU_SET(cpu % libc::CPU_SETSIZE as usize, &mut set) };
-    // SAFETY: `set` is a valid cpu set of the size passed.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) };
+    if cpu / MASK_BITS >= MAX_MASK_WORDS {
+        return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut mask: Vec<MaskWord> = vec![0; (cpu / MASK_BITS + 1).max(MASK_WORDS)];
+    mask[cpu / MASK_BITS] |= 1 << (cpu % MASK_BITS);
+    // SAFETY: the kernel reads the `mask.len()` words passed, which `mask`
+    // holds; the mask has the layout of a (longer) `cpu_set_t`.
+    let rc = unsafe {
+        libc::sched_setaffinity(
+            0,
+            mask.len() * std::mem::size_of::<MaskWord>(),
+            mask.as_ptr().cast::<libc::cpu_set_t>(),
+        )
+    };
     if rc == 0 {
         Ok(())
     } else {

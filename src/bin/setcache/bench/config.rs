@@ -1,5 +1,7 @@
 //! Validation of the bench flags, all together, into a [`Config`].
 
+use std::path::Path;
+
 use setcache::EngineKind;
 
 use super::args::{BenchArgs, IoEngineArg};
@@ -63,6 +65,28 @@ pub(crate) fn check_io_unit(flag: &str, what: &str, bytes: u64) -> Result<(), St
              that divides the 4k page (512, 1k, 2k) or is a multiple of it (4k, 8k, 12k, ...)",
             format_size(bytes)
         ));
+    }
+    Ok(())
+}
+
+/// Refuse output files that cannot be written, before anything runs: one
+/// whose parent is not a directory, or one that is a directory. `bench
+/// --json/--plot` and `sim --json/--plot` share this check.
+pub(crate) fn check_outputs<'a>(outs: impl IntoIterator<Item = &'a Path>) -> Result<(), String> {
+    for out in outs {
+        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
+        if let Some(p) = parent
+            && !p.is_dir()
+        {
+            return Err(format!(
+                "cannot write {}: {} is not a directory",
+                out.display(),
+                p.display()
+            ));
+        }
+        if out.is_dir() {
+            return Err(format!("cannot write {}: it is a directory", out.display()));
+        }
     }
     Ok(())
 }
@@ -155,21 +179,12 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     } else {
         hit_targets.push(None);
     }
-    for out in [&a.json, &a.plot].into_iter().flatten() {
-        let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
-        if let Some(p) = parent
-            && !p.is_dir()
-        {
-            return Err(format!(
-                "cannot write {}: {} is not a directory",
-                out.display(),
-                p.display()
-            ));
-        }
-        if out.is_dir() {
-            return Err(format!("cannot write {}: it is a directory", out.display()));
-        }
-    }
+    check_outputs(
+        [&a.json, &a.plot]
+            .into_iter()
+            .flatten()
+            .map(|p| p.as_path()),
+    )?;
     let mut engines = Vec::new();
     for &e in &a.engine {
         e.available()?;

@@ -38,7 +38,7 @@ use setcache::{File, Store};
 
 pub(crate) use args::BenchArgs;
 pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
-pub(crate) use config::check_io_unit;
+pub(crate) use config::{check_io_unit, check_outputs};
 
 use cgroup::{Hierarchy, MemCgroup};
 use config::Config;

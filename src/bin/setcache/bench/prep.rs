@@ -1,7 +1,10 @@
 //! The bench's working directory, store and prefilled data file.
 
+use std::ffi::CString;
 use std::fs;
 use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -136,6 +139,84 @@ fn check_file_size_limit(store: &Store, cfg: &Config) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes free to unprivileged users on the file system of `path` (`statvfs`),
+/// and its block size.
+fn free_space(path: &Path) -> std::io::Result<(u64, u64)> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `st` a struct statvfs fills.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let block = (st.f_frsize as u64).max(1);
+    Ok(((st.f_bavail as u64).saturating_mul(block), block))
+}
+
+/// Refuse a bench file that the file systems of the device roots have no
+/// room for, before anything is written or deleted: the prefill would
+/// otherwise write until the disk is full. The backing files of an old bench
+/// file, deleted before the new one is made, count as free.
+fn check_free_space(store: &Store, cfg: &Config) -> Result<(), String> {
+    let layout = Layout::new(cfg.a.layout, cfg.a.devices as usize, store.block_bytes())
+        .map_err(|e| format!("--layout {}: {e}", cfg.a.layout))?;
+    // Per file system: its device roots, the size of each backing file to
+    // write, the bytes the old backing files hold.
+    let mut on: Vec<(u64, Vec<PathBuf>, Vec<u64>, u64)> = Vec::new();
+    for (i, path) in store.backing_paths(FILE_NAME).into_iter().enumerate() {
+        let root = path.parent().unwrap_or(Path::new(".")).to_path_buf();
+        let dev = fs::metadata(&root)
+            .map_err(|e| format!("cannot examine {}: {e}", root.display()))?
+            .dev();
+        let size = HEADER_BYTES.saturating_add(layout.device_end(i, cfg.a.file_size));
+        let old = fs::metadata(&path).map_or(0, |m| m.blocks().saturating_mul(512));
+        match on.iter_mut().find(|g| g.0 == dev) {
+            Some(g) => {
+                g.1.push(root);
+                g.2.push(size);
+                g.3 = g.3.saturating_add(old);
+            }
+            None => on.push((dev, vec![root], vec![size], old)),
+        }
+    }
+    for (_, roots, sizes, old) in on {
+        let (free, block) = match free_space(&roots[0]) {
+            Ok(f) => f,
+            Err(e) => {
+                say!(
+                    "note: cannot check the free space in {}: {e}",
+                    roots[0].display()
+                );
+                continue;
+            }
+        };
+        // Each backing file takes whole blocks.
+        let need = sizes.iter().fold(0u64, |sum, &s| {
+            sum.saturating_add(s.div_ceil(block).saturating_mul(block))
+        });
+        let have = free.saturating_add(old);
+        if need > have {
+            let dirs = match &roots[..] {
+                [first, .., last] => format!("{} .. {}", first.display(), last.display()),
+                _ => roots[0].display().to_string(),
+            };
+            let counted = if old > 0 {
+                format!(" (counting the {old} bytes of the old bench file, deleted first)")
+            } else {
+                String::new()
+            };
+            return Err(format!(
+                "--file-size {} needs {need} bytes of backing files in {dirs}, but its file \
+                 system has {have} bytes free{counted}: free some space or choose a smaller \
+                 --file-size",
+                format_size(cfg.a.file_size)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The prefilled bench file: reused when it matches, else (re)created and filled.
 pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File, String> {
     let marker = dir.join(MARKER);
@@ -161,6 +242,7 @@ pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File
         // E.g. made for another number of devices.
         Err(e) => Some(format!("it cannot be opened: {e}")),
     };
+    check_free_space(store, cfg)?;
     check_file_size_limit(store, cfg)?;
     if let Some(why) = stale {
         say!("the bench file in {} is recreated: {why}", dir.display());
