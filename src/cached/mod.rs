@@ -277,6 +277,27 @@ impl Drop for CachedStore {
 }
 
 impl CachedFile {
+    /// Read page `page` of cache file `file` into `frame`: through this
+    /// handle's own entry when it is this file's page (no file-table lookup
+    /// on a miss), through the table otherwise.
+    fn load(&self, file: u32, page: u64, frame: &mut [u8]) -> Result<()> {
+        if file == self.id {
+            Shared::load_of(&self.entry, page, frame)
+        } else {
+            self.shared.load(file, page, frame)
+        }
+    }
+
+    /// Write page `page` of cache file `file` back (a victim may be another
+    /// file's page), through this handle's own entry when it can.
+    fn store_page(&self, file: u32, page: u64, bytes: &[u8]) -> Result<()> {
+        if file == self.id {
+            Shared::store_page_of(&self.entry, page, bytes)
+        } else {
+            self.shared.store_page(file, page, bytes)
+        }
+    }
+
     /// The file underneath. Its length changes only through
     /// [`CachedFile::set_len`] (the file's own `set_len` refuses).
     pub fn file(&self) -> &File {
@@ -342,8 +363,8 @@ impl CachedFile {
             let g = sh.cache.get_with(
                 self.id,
                 page,
-                |f, p, frame| sh.load(f, p, frame),
-                |f, p, bytes| sh.store_page(f, p, bytes),
+                |f, p, frame| self.load(f, p, frame),
+                |f, p, bytes| self.store_page(f, p, bytes),
             )?;
             buf[done..done + take].copy_from_slice(&g[in_page..in_page + take]);
             done += take;
@@ -387,8 +408,14 @@ impl CachedFile {
             let mut g = sh.cache.get_mut_with(
                 self.id,
                 page,
-                |f, p, frame| if whole { Ok(()) } else { sh.load(f, p, frame) },
-                |f, p, bytes| sh.store_page(f, p, bytes),
+                |f, p, frame| {
+                    if whole {
+                        Ok(())
+                    } else {
+                        self.load(f, p, frame)
+                    }
+                },
+                |f, p, bytes| self.store_page(f, p, bytes),
             )?;
             g[in_page..in_page + take].copy_from_slice(&data[done..done + take]);
             done += take;
@@ -444,8 +471,8 @@ impl CachedFile {
                 let mut g = sh.cache.get_mut_with(
                     self.id,
                     end / ps,
-                    |f, p, frame| sh.load(f, p, frame),
-                    |f, p, bytes| sh.store_page(f, p, bytes),
+                    |f, p, frame| self.load(f, p, frame),
+                    |f, p, bytes| self.store_page(f, p, bytes),
                 )?;
                 g[(end % ps) as usize..].fill(0);
             }

@@ -151,6 +151,36 @@ struct Req {
     notify: Notify,
 }
 
+/// What the completion of a request needs of it.
+struct Finished {
+    kind: OpKind,
+    offset: u64,
+    buf: Vec<u8>,
+    notify: Notify,
+}
+
+impl From<CachedRequest<'_>> for Finished {
+    fn from(r: CachedRequest<'_>) -> Finished {
+        Finished {
+            kind: r.kind,
+            offset: r.offset,
+            buf: r.buf,
+            notify: r.notify,
+        }
+    }
+}
+
+impl From<Req> for Finished {
+    fn from(r: Req) -> Finished {
+        Finished {
+            kind: r.kind,
+            offset: r.offset,
+            buf: r.buf,
+            notify: r.notify,
+        }
+    }
+}
+
 /// A request with pages still to do.
 struct Live {
     req: Req,
@@ -467,14 +497,14 @@ impl<'a> CachedQueue<'a> {
     fn start(&mut self, mut r: CachedRequest<'_>) {
         self.outstanding += 1;
         if let Err(e) = self.check(&r) {
-            self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e));
+            self.complete(r.into(), false, Some(e));
             return;
         }
         let ps = self.sh.cache.page_size() as u64;
         let (first, end) = (r.offset / ps, (r.offset + r.buf.len() as u64).div_ceil(ps));
         let pages = (end - first) as usize;
         if pages == 0 {
-            self.finish(r.kind, r.offset, r.buf, r.notify, true, None);
+            self.complete(r.into(), true, None);
             return;
         }
         if pages == 1 && r.kind == OpKind::Read {
@@ -486,8 +516,8 @@ impl<'a> CachedQueue<'a> {
                 .cache
                 .try_read(r.file.id, first, in_page, &mut r.buf)
             {
-                Ok(true) => return self.finish(r.kind, r.offset, r.buf, r.notify, true, None),
-                Err(e) => return self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e)),
+                Ok(true) => return self.complete(r.into(), true, None),
+                Err(e) => return self.complete(r.into(), false, Some(e)),
                 Ok(false) => {}
             }
         }
@@ -501,11 +531,11 @@ impl<'a> CachedQueue<'a> {
             match cache.try_get_mut(r.file.id, first) {
                 Ok(f) => match write_now(f, in_page, &r.buf, ps as usize) {
                     Now::Done(res) => {
-                        return self.finish(r.kind, r.offset, r.buf, r.notify, true, res.err());
+                        return self.complete(r.into(), true, res.err());
                     }
                     Now::Later(f) => found = Some(f),
                 },
-                Err(e) => return self.finish(r.kind, r.offset, r.buf, r.notify, false, Some(e)),
+                Err(e) => return self.complete(r.into(), false, Some(e)),
             }
         }
         let id = self.live.insert(Live {
@@ -922,29 +952,23 @@ impl<'a> CachedQueue<'a> {
         if l.left == 0 {
             let l = self.live.remove(id).expect("live request");
             let r = l.req;
-            self.finish(r.kind, r.offset, r.buf, r.notify, l.hit, l.err);
+            self.complete(r.into(), l.hit, l.err);
         }
     }
 
-    fn finish(
-        &mut self,
-        kind: OpKind,
-        offset: u64,
-        buf: Vec<u8>,
-        notify: Notify,
-        hit: bool,
-        err: Option<Error>,
-    ) {
+    /// Report a finished request (`hit` when no device read was needed) to its
+    /// callback or under its tag.
+    fn complete(&mut self, r: Finished, hit: bool, err: Option<Error>) {
         self.outstanding -= 1;
         self.ran += 1;
         let c = CachedCompletion {
-            kind,
-            offset,
-            buf,
+            kind: r.kind,
+            offset: r.offset,
+            buf: r.buf,
             hit,
             result: err.map_or(Ok(()), Err),
         };
-        match notify {
+        match r.notify {
             Notify::Callback(f) => f(c),
             Notify::Tag(t) => self.done.push((t, c)),
         }

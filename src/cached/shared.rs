@@ -224,7 +224,12 @@ impl Shared {
     /// the bytes past its end are zeroed: a frame never holds bytes past the
     /// end of its file.
     pub(crate) fn load(&self, id: u32, page: u64, frame: &mut [u8]) -> Result<()> {
-        let e = self.entry(id)?;
+        Shared::load_of(&*self.entry(id)?, page, frame)
+    }
+
+    /// [`Shared::load`] for a file whose entry the caller holds (no table lookup).
+    pub(crate) fn load_of(e: &Entry, page: u64, frame: &mut [u8]) -> Result<()> {
+        e.check()?;
         let ps = frame.len() as u64;
         let off = page * ps;
         let len = e.file.len();
@@ -242,9 +247,18 @@ impl Shared {
     /// remembered for the file's next `sync`. A page of a file that is gone,
     /// or wholly past its end, has nowhere to go: it counts as written.
     pub(crate) fn store_page(&self, id: u32, page: u64, bytes: &[u8]) -> Result<()> {
-        let Ok(e) = self.entry(id) else {
-            return Ok(());
-        };
+        match self.entry(id) {
+            Ok(e) => Shared::store_page_of(&e, page, bytes),
+            Err(_) => Ok(()),
+        }
+    }
+
+    /// [`Shared::store_page`] for a file whose entry the caller holds (no
+    /// table lookup).
+    pub(crate) fn store_page_of(e: &Entry, page: u64, bytes: &[u8]) -> Result<()> {
+        if e.check().is_err() {
+            return Ok(()); // the file is gone: nowhere to go
+        }
         let ps = bytes.len() as u64;
         let off = page * ps;
         let (n, r) = loop {
