@@ -46,8 +46,13 @@ pub mod hitsim;
 #[cfg(test)]
 mod test_alloc;
 
+pub use cache::{
+    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageMut,
+    PageRef, PolicyKind, SetMetadataBytes, WriteBack,
+};
 pub use cached::{
     CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, FlushOptions,
+    FlusherCounts,
 };
 pub use error::{Error, Result};
 pub use storage::layout;

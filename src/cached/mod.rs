@@ -40,7 +40,7 @@ mod queue;
 pub(crate) mod shared;
 pub(crate) mod writeback;
 
-pub use flusher::FlushOptions;
+pub use flusher::{FlushOptions, FlusherCounts};
 pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 
 use std::collections::HashMap;
@@ -109,9 +109,11 @@ impl CachedStore {
     }
 
     /// Pages the flusher has written back, and device writes it issued
-    /// (fewer when neighbours were merged).
-    pub fn flusher_counts(&self) -> (u64, u64) {
-        self.flusher.as_ref().map_or((0, 0), Flusher::counts)
+    /// (all zero without a flusher).
+    pub fn flusher_counts(&self) -> FlusherCounts {
+        self.flusher
+            .as_ref()
+            .map_or(FlusherCounts::default(), Flusher::counts)
     }
 
     /// The store underneath.
