@@ -96,6 +96,41 @@ impl Default for CacheOptions {
 ///
 /// The type parameter is the synchronisation model; applications use the
 /// default, [`sync::Os`].
+///
+/// The cache knows pages by a cache file id and a page number, and does no
+/// I/O itself: the caller loads missing pages and writes dirty ones back, here
+/// through two closures over a store's file ([`CachedStore`](crate::CachedStore)
+/// does all of that for you).
+///
+/// ```
+/// use setcache::{AlignedBuf, CacheOptions, LayoutKind, PageCache, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-pagecache-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let store = Store::open(&[&dir], StoreOptions::default())?;
+/// let file = store.create("pages", 1 << 20, LayoutKind::Stripe)?;
+/// let cache: PageCache = PageCache::new(CacheOptions::default())?; // pages of 4 KiB
+/// // Page `p` of cache file 0 is bytes `p * 4096..` of `file`.
+/// let load = |_, p: u64, frame: &mut [u8]| file.read_at(p * 4096, frame);
+/// let store_back = |_, p: u64, bytes: &[u8]| file.write_at(p * 4096, bytes);
+///
+/// let mut page = cache.get_mut_with(0, 3, load, store_back)?; // exclusive, dirty
+/// page[..5].copy_from_slice(b"hello");
+/// drop(page);
+/// assert_eq!(&cache.get_with(0, 3, load, store_back)?[..5], b"hello"); // a hit
+/// for (f, p) in cache.dirty_pages() {
+///     let w = cache.write_back(f, p)?.expect("dirty and idle");
+///     let written = store_back(f, p, w.bytes());
+///     w.finish(written)?; // clean now
+/// }
+/// file.sync()?;
+/// let mut disk = AlignedBuf::new(4096);
+/// file.read_at(3 * 4096, &mut disk)?;
+/// assert_eq!(&disk[..5], b"hello");
+/// drop((cache, file, store));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct PageCache<M: Model = Os> {
     core: Core<M>,
 }
