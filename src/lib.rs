@@ -1,27 +1,50 @@
 //! # setcache
 //!
 //! A user-space, set-associative, parallel page cache over an array of SSDs.
+//! Linux only: it drives the devices through io_uring with O_DIRECT and
+//! sleeps on futexes.
 //!
 //! Random small I/O at millions of operations per second breaks the Linux page cache
 //! on lock contention and page churn, while O_DIRECT gives up caching altogether.
-//! setcache keeps both: this crate's storage layer presents named files striped over
-//! several devices (one directory per SSD), each device driven by one dedicated I/O
-//! thread with its own io_uring, and (in the layers to come) a page cache made of many
-//! small, independently locked page sets on top.
+//! setcache keeps both, in three layers, each usable on its own:
+//!
+//! * **Storage.** A [`Store`] presents named [`File`]s striped over several
+//!   devices (one directory per SSD), each device driven by one dedicated I/O
+//!   thread with its own io_uring (or a pread/pwrite pool, or simulated media:
+//!   [`EngineKind`]). A file is read and written synchronously at 512-byte
+//!   aligned offsets, or asynchronously in batches through a per-thread
+//!   [`Queue`].
+//! * **Page cache.** A [`PageCache`] is made of many small sets of pages, each
+//!   with its own lock and its own replacement policy ([`PolicyKind`]), so
+//!   threads that touch different sets never meet. Most hits take no lock; a
+//!   miss is filled by exactly one requester while the others wait for it; the
+//!   cache can grow and shrink while in use. [`PageCache::get`] returns a
+//!   [`Lookup`]: a pinned page, a frame to fill, or a dirty page to write back
+//!   first.
+//! * **Cached files.** A [`CachedStore`] puts a page cache in front of a store:
+//!   its [`CachedFile`]s read and write any offset and length through the cache,
+//!   synchronously or through a per-thread [`CachedQueue`]; dirty pages are
+//!   written back by a background flusher ([`FlushOptions`]) or when their set
+//!   needs room, and [`CachedFile::sync`] makes them durable (fsync).
+//!
+//! [`hitsim`] replays traces through the cache's policies and global ones to
+//! compare hit ratios; [`cache`] holds the cache's lower-level pieces (its
+//! policies, memory checks and the synchronisation model). Each of the types
+//! above has an example that runs as a test; the one below shows the shape of
+//! a program on two SSDs.
 //!
 //! ```no_run
-//! use setcache::{AlignedBuf, LayoutKind, Queue, Request, Store, StoreOptions};
+//! use setcache::{CacheOptions, CachedStore, LayoutKind, Store, StoreOptions};
 //!
 //! let store = Store::open(&["/ssd0", "/ssd1"], StoreOptions::default())?;
-//! let file = store.create("graph", 1 << 30, LayoutKind::Stripe)?;
-//! let mut page = AlignedBuf::new(4096);
-//! file.read_at(8192, &mut page)?; // synchronous
-//!
-//! let mut q = Queue::new(32); // asynchronous, 32 in flight
-//! q.submit(vec![Request::read(&file, 0, AlignedBuf::new(4096), |c| {
-//!     c.result.expect("read failed");
-//! })]);
-//! q.drain();
+//! store.create("graph", 1 << 30, LayoutKind::Stripe)?;
+//! let cache = CacheOptions { size: 256 << 20, ..CacheOptions::default() };
+//! let cs = CachedStore::new(store, cache)?;
+//! let f = cs.open_file("graph")?;
+//! f.write_at(100, b"hello")?; // any offset and length, into the cache
+//! let mut b = [0u8; 5];
+//! f.read_at(100, &mut b)?;
+//! f.sync()?; // written back and durable
 //! # Ok::<(), setcache::Error>(())
 //! ```
 
@@ -46,8 +69,13 @@ pub mod hitsim;
 #[cfg(test)]
 mod test_alloc;
 
+pub use cache::{
+    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageMut,
+    PageRef, PolicyKind, SetMetadataBytes, WriteBack,
+};
 pub use cached::{
     CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, FlushOptions,
+    FlusherCounts,
 };
 pub use error::{Error, Result};
 pub use storage::layout;

@@ -11,10 +11,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir, engines, pattern};
-use setcache::cache::{CacheOptions, PolicyKind};
 use setcache::{
-    AlignedBuf, CachedFile, CachedQueue, CachedRequest, CachedStore, Error, FlushOptions,
-    LayoutKind, OpKind, Store, StoreOptions,
+    AlignedBuf, CacheOptions, CachedFile, CachedQueue, CachedRequest, CachedStore, Error,
+    FlushOptions, FlusherCounts, LayoutKind, OpKind, PolicyKind, Store, StoreOptions,
 };
 
 fn cache(pages: usize, max_pages: usize) -> CacheOptions {
@@ -243,10 +242,10 @@ fn flusher_writes_back_and_merges_neighbours() {
         cf.write_at(p * 4096, &[p as u8 | 1; 4096]).unwrap();
     }
     let deadline = Instant::now() + Duration::from_secs(20);
-    while cs.flusher_counts().0 < 64 && Instant::now() < deadline {
+    while cs.flusher_counts().pages < 64 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let (pages, writes) = cs.flusher_counts();
+    let FlusherCounts { pages, writes } = cs.flusher_counts();
     assert!(pages >= 64, "the flusher wrote only {pages} pages");
     assert!(
         writes * 2 <= pages,

@@ -9,10 +9,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use common::{TempDir, engines, pattern, small_cache as cache};
-use setcache::cache::CacheOptions;
 use setcache::{
-    CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia, SimSwitches,
-    Store, StoreOptions,
+    CacheOptions, CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia,
+    SimSwitches, Store, StoreOptions,
 };
 
 const MIB: u64 = 1 << 20;
@@ -505,7 +504,7 @@ fn a_full_file_system_recovers_when_space_is_freed() {
         cf.write_at(MIB, &data[MIB as usize..8 * MIB as usize])
             .unwrap();
         let t = std::time::Instant::now();
-        while cs.flusher_counts().0 < 4 * 256 && t.elapsed() < Duration::from_secs(10) {
+        while cs.flusher_counts().pages < 4 * 256 && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -13,9 +13,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use common::TempDir;
-use setcache::cache::{CacheOptions, PageCache};
 use setcache::{
-    AlignedBuf, CachedStore, EngineKind, Error, LayoutKind, OpKind, Store, StoreOptions,
+    AlignedBuf, CacheOptions, CachedStore, EngineKind, Error, LayoutKind, OpKind, PageCache, Store,
+    StoreOptions,
 };
 
 const GIB: u64 = 1 << 30;

@@ -27,6 +27,9 @@ use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
+// Hidden: the bench (the `setcache` binary, a separate crate) finds the
+// memory cgroups it makes with the same parsers as `memory_room`; they read
+// `/proc` text and are no part of the cache's interface.
 #[doc(hidden)]
 pub use self::room::{mount_of, own_cgroup};
 pub use self::stats::CacheStats;
@@ -93,6 +96,41 @@ impl Default for CacheOptions {
 ///
 /// The type parameter is the synchronisation model; applications use the
 /// default, [`sync::Os`].
+///
+/// The cache knows pages by a cache file id and a page number, and does no
+/// I/O itself: the caller loads missing pages and writes dirty ones back, here
+/// through two closures over a store's file ([`CachedStore`](crate::CachedStore)
+/// does all of that for you).
+///
+/// ```
+/// use setcache::{AlignedBuf, CacheOptions, LayoutKind, PageCache, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-pagecache-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let store = Store::open(&[&dir], StoreOptions::default())?;
+/// let file = store.create("pages", 1 << 20, LayoutKind::Stripe)?;
+/// let cache: PageCache = PageCache::new(CacheOptions::default())?; // pages of 4 KiB
+/// // Page `p` of cache file 0 is bytes `p * 4096..` of `file`.
+/// let load = |_, p: u64, frame: &mut [u8]| file.read_at(p * 4096, frame);
+/// let store_back = |_, p: u64, bytes: &[u8]| file.write_at(p * 4096, bytes);
+///
+/// let mut page = cache.get_mut_with(0, 3, load, store_back)?; // exclusive, dirty
+/// page[..5].copy_from_slice(b"hello");
+/// drop(page);
+/// assert_eq!(&cache.get_with(0, 3, load, store_back)?[..5], b"hello"); // a hit
+/// for (f, p) in cache.dirty_pages() {
+///     let w = cache.write_back(f, p)?.expect("dirty and idle");
+///     let written = store_back(f, p, w.bytes());
+///     w.finish(written)?; // clean now
+/// }
+/// file.sync()?;
+/// let mut disk = AlignedBuf::new(4096);
+/// file.read_at(3 * 4096, &mut disk)?;
+/// assert_eq!(&disk[..5], b"hello");
+/// drop((cache, file, store));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct PageCache<M: Model = Os> {
     core: Core<M>,
 }
@@ -225,10 +263,12 @@ impl<M: Model> PageCache<M> {
         self.sets() * self.assoc()
     }
 
-    /// Bytes of metadata one set occupies: `(used, stride)`, where the stride
-    /// is `used` rounded up to whole cache lines.
-    pub fn set_metadata_bytes(&self) -> (usize, usize) {
-        (self.core.lay.used, self.core.lay.stride)
+    /// Bytes of metadata one set occupies.
+    pub fn set_metadata_bytes(&self) -> SetMetadataBytes {
+        SetMetadataBytes {
+            used: self.core.lay.used,
+            stride: self.core.lay.stride,
+        }
     }
 
     /// Bytes of metadata per cached page (state word, tag, policy byte), not
@@ -362,19 +402,23 @@ impl<M: Model> PageCache<M> {
     /// dirty pages in a set, `hook(set)` runs once (on the writer's thread,
     /// with the set locked: it must only queue the set somewhere) until the
     /// flusher calls [`PageCache::flushed`] for that set. Returns false if a
-    /// hook is installed already.
-    pub fn set_flush_hook(&self, at: usize, hook: impl Fn(usize) + Send + Sync + 'static) -> bool {
+    /// hook is installed already. For the crate's flusher only.
+    pub(crate) fn set_flush_hook(
+        &self,
+        at: usize,
+        hook: impl Fn(usize) + Send + Sync + 'static,
+    ) -> bool {
         self.core.set_flusher(at, Box::new(hook))
     }
 
     /// The flusher is done with `set`: a later write may flag it again.
-    pub fn flushed(&self, set: usize) {
+    pub(crate) fn flushed(&self, set: usize) {
         self.core.unmark_flush(set);
     }
 
     /// The dirty, idle pages of `set`, soonest evicted first by its policy (the
     /// policy state is not changed), and how many pages of the set are dirty.
-    pub fn dirty_in_eviction_order(&self, set: usize) -> (Vec<(u32, u64)>, usize) {
+    pub(crate) fn dirty_in_eviction_order(&self, set: usize) -> (Vec<(u32, u64)>, usize) {
         let (tags, n) = self.core.dirty_in_order(set);
         (tags.into_iter().map(untag).collect(), n)
     }
@@ -447,13 +491,15 @@ impl<M: Model> PageCache<M> {
     /// Whether `page` of `file` is cached, dirty and idle, read without a lock:
     /// a hint that may be stale by the time it is used (the flusher uses it to
     /// find the dirty pages near one it writes).
-    pub fn dirty_hint(&self, file: u32, page: u64) -> bool {
+    pub(crate) fn dirty_hint(&self, file: u32, page: u64) -> bool {
         tag_of(file, page).is_ok_and(|tag| self.core.dirty_hint(tag))
     }
 
     /// Address of the metadata block of the set `page` of `file` maps to now,
     /// for benchmarks that measure what reaching a set costs (never
     /// dereference it while the cache is in use).
+    // Hidden: only the binary's `hitbench` uses it (the binary is a separate
+    // crate, so it cannot be `pub(crate)`); an address is no use to a program.
     #[doc(hidden)]
     pub fn set_address(&self, file: u32, page: u64) -> Result<usize> {
         Ok(self.core.set_addr(tag_of(file, page)?))
@@ -461,7 +507,7 @@ impl<M: Model> PageCache<M> {
 
     /// Whether `page` of `file` is cached with data not yet on the device:
     /// dirty, or its write-back still in flight.
-    pub fn write_pending(&self, file: u32, page: u64) -> Result<bool> {
+    pub(crate) fn write_pending(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self
             .core
             .state_of(tag_of(file, page)?)
@@ -471,7 +517,7 @@ impl<M: Model> PageCache<M> {
     /// Mark `page` of `file` dirty if it is cached, so that it is written back
     /// again (after a failed fsync, whose pages the kernel may have dropped).
     /// Returns whether the page was cached.
-    pub fn mark_dirty(&self, file: u32, page: u64) -> Result<bool> {
+    pub(crate) fn mark_dirty(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self.core.mark_dirty(tag_of(file, page)?))
     }
 
@@ -536,7 +582,7 @@ impl<M: Model> PageCache<M> {
 
     /// Every cached page whose data is not yet on the device (dirty, or its
     /// write-back in flight), as `(file, page)`.
-    pub fn pending_pages(&self) -> Vec<(u32, u64)> {
+    pub(crate) fn pending_pages(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         self.core.for_each(|tag, st, _| {
             if st & (core::DIRTY | core::WRITEBACK) != 0 {
@@ -546,12 +592,16 @@ impl<M: Model> PageCache<M> {
         out
     }
 
-    /// Every cached page, as `(file, page, dirty)`.
-    pub fn pages(&self) -> Vec<(u32, u64, bool)> {
+    /// Every cached page, with whether it is dirty.
+    pub fn pages(&self) -> Vec<CachedPage> {
         let mut out = Vec::new();
         self.core.for_each(|tag, st, _| {
-            let (f, p) = untag(tag);
-            out.push((f, p, st & core::DIRTY != 0));
+            let (file, page) = untag(tag);
+            out.push(CachedPage {
+                file,
+                page,
+                dirty: st & core::DIRTY != 0,
+            });
         });
         out
     }
@@ -619,6 +669,29 @@ impl<M: Model> PageCache<M> {
             }
         }
     }
+}
+
+/// The size of one set's metadata block, from
+/// [`PageCache::set_metadata_bytes`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SetMetadataBytes {
+    /// Bytes the block uses: the set header, the per-slot words, tags and
+    /// policy bytes, and the policy's ghosts.
+    pub used: usize,
+    /// Bytes the block occupies: `used` rounded up to whole cache lines (the
+    /// distance from one set's block to the next).
+    pub stride: usize,
+}
+
+/// One page the cache holds, from [`PageCache::pages`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CachedPage {
+    /// The cache file id.
+    pub file: u32,
+    /// The page number in the file.
+    pub page: u64,
+    /// Whether it holds bytes not yet written back.
+    pub dirty: bool,
 }
 
 /// The result of [`PageCache::get`].

@@ -78,7 +78,7 @@ fn metadata_sizes_from_the_cache() {
     .unwrap();
     assert_eq!(c.assoc(), 12);
     assert!(c.page_metadata_bytes() <= 16);
-    let (used, stride) = c.set_metadata_bytes();
+    let SetMetadataBytes { used, stride } = c.set_metadata_bytes();
     assert!(
         used <= stride && stride <= 4 * 64,
         "used {used} stride {stride}"
@@ -140,14 +140,14 @@ fn clean_pages_go_before_dirty_and_dirty_victims_come_back() {
         c.get_with(0, 10, load_from(&disk), store_to(&disk))
             .unwrap(),
     );
-    let cached: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+    let cached: Vec<u64> = c.pages().iter().map(|p| p.page).collect();
     assert!(!cached.contains(&3) && cached.contains(&0), "{cached:?}");
     // No clean page left but page 10: it goes next, for a page that is written.
     drop(
         c.get_mut_with(0, 11, load_from(&disk), store_to(&disk))
             .unwrap(),
     );
-    let cached: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+    let cached: Vec<u64> = c.pages().iter().map(|p| p.page).collect();
     assert!(!cached.contains(&10) && cached.contains(&11), "{cached:?}");
     // Now only dirty pages remain: the lookup hands one back to be written.
     match c.get(0, 12).unwrap() {
@@ -409,7 +409,7 @@ fn run_model(policy: PolicyKind, ops: &[Op]) {
             assert!(g[..] == expect(&truth, *p)[..], "held page {p} changed");
         }
         // No page is cached twice.
-        let mut pages: Vec<u64> = c.pages().iter().map(|p| p.1).collect();
+        let mut pages: Vec<u64> = c.pages().iter().map(|p| p.page).collect();
         let n = pages.len();
         pages.sort();
         pages.dedup();

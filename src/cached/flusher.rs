@@ -52,6 +52,17 @@ impl Default for FlushOptions {
     }
 }
 
+/// What the flusher of a cached store has done so far, from
+/// [`CachedStore::flusher_counts`](crate::CachedStore::flusher_counts).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FlusherCounts {
+    /// Pages written back.
+    pub pages: u64,
+    /// Device writes issued for them: fewer than `pages` when neighbouring
+    /// dirty pages were merged into one write.
+    pub writes: u64,
+}
+
 struct State {
     due: Mutex<Vec<usize>>,
     cv: Condvar,
@@ -104,11 +115,11 @@ impl Flusher {
         })
     }
 
-    pub(crate) fn counts(&self) -> (u64, u64) {
-        (
-            self.state.pages.load(Ordering::Relaxed),
-            self.state.writes.load(Ordering::Relaxed),
-        )
+    pub(crate) fn counts(&self) -> FlusherCounts {
+        FlusherCounts {
+            pages: self.state.pages.load(Ordering::Relaxed),
+            writes: self.state.writes.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn stop(mut self) {

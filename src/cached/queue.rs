@@ -302,6 +302,43 @@ enum Step {
 }
 
 /// A per-thread queue of asynchronous requests on cached files.
+///
+/// Requests whose pages are all cached complete inside `submit`; the others
+/// read their missing pages from the devices, and finish (their callback
+/// runs, or their completion is kept under its tag) on this thread, in
+/// [`CachedQueue::poll`], [`CachedQueue::wait`] or [`CachedQueue::drain`].
+///
+/// ```
+/// use setcache::{
+///     CacheOptions, CachedRequest, CachedStore, LayoutKind, OpKind, Store, StoreOptions,
+/// };
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-cachedqueue-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let store = Store::open(&[&dir], StoreOptions::default())?;
+/// let cs = CachedStore::new(store, CacheOptions { size: 16 << 20, ..CacheOptions::default() })?;
+/// let f = cs.create("log", 1 << 20, LayoutKind::Stripe)?;
+/// let mut q = cs.queue(32); // this thread's queue, 32 device operations in flight
+/// let writes: Vec<CachedRequest> = (0..8u8)
+///     .map(|i| CachedRequest::write(&f, i as u64 * 100, vec![i; 100], |c| c.result.unwrap()))
+///     .collect();
+/// q.submit(writes);
+/// q.drain(); // every callback has run
+/// // Tagged requests: no callback, no allocation per request.
+/// let mut reads = vec![CachedRequest::tagged(OpKind::Read, &f, 300, vec![0; 100], 7)];
+/// q.submit_from(&mut reads);
+/// q.wait(1);
+/// let mut done = Vec::new();
+/// q.take_completions(&mut done);
+/// let (tag, c) = done.pop().expect("one completion");
+/// assert_eq!((tag, c.hit), (7, true)); // the writes left the page cached
+/// assert_eq!(c.buf, [3; 100]);
+/// drop(q);
+/// f.sync()?;
+/// drop((f, cs));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct CachedQueue<'a> {
     sh: &'a Shared,
     shared_arc: Arc<Shared>,

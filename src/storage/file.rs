@@ -38,6 +38,31 @@ pub(crate) struct FileInner {
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
+///
+/// Reads and writes go straight to the devices (O_DIRECT by default), so
+/// offsets, lengths and buffer addresses are multiples of 512 bytes
+/// ([`DIRECT_ALIGN`]); [`AlignedBuf`](crate::AlignedBuf) gives such buffers.
+///
+/// ```
+/// use setcache::{AlignedBuf, LayoutKind, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-file-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let store = Store::open(&[&dir], StoreOptions::default())?;
+/// let file = store.create("log", 64 << 10, LayoutKind::Stripe)?;
+/// let mut buf = AlignedBuf::new(4096);
+/// buf[..5].copy_from_slice(b"hello");
+/// file.write_at(4096, &buf)?;
+/// file.sync()?; // durable on every device
+/// file.set_len(16 << 10)?; // exact to the byte
+/// assert_eq!(file.len(), 16 << 10);
+/// let mut back = AlignedBuf::new(4096);
+/// file.read_at(4096, &mut back)?;
+/// assert_eq!(&back[..5], b"hello");
+/// drop((file, store));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct File {
     pub(crate) inner: Arc<FileInner>,

@@ -107,6 +107,42 @@ struct Pending {
 }
 
 /// A per-thread asynchronous request queue with a bound on requests in flight.
+///
+/// A batch of requests is sent to the devices at once; each request's
+/// callback gets its buffer back with the result, on this thread, from
+/// [`Queue::poll`], [`Queue::wait`] or [`Queue::drain`].
+///
+/// ```
+/// use std::cell::Cell;
+/// use std::rc::Rc;
+/// use setcache::{AlignedBuf, LayoutKind, Queue, Request, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-queue-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir)?;
+/// let store = Store::open(&[&dir], StoreOptions::default())?;
+/// let file = store.create("blocks", 1 << 20, LayoutKind::Stripe)?;
+/// let mut q = Queue::new(32); // up to 32 requests in flight
+/// let writes: Vec<Request> = (0..16u8)
+///     .map(|i| {
+///         let mut buf = AlignedBuf::new(4096);
+///         buf.fill(i);
+///         Request::write(&file, i as u64 * 4096, buf, |c| c.result.expect("write failed"))
+///     })
+///     .collect();
+/// q.submit(writes);
+/// q.drain(); // every callback has run
+/// let first = Rc::new(Cell::new(0));
+/// let seen = first.clone();
+/// q.submit(vec![Request::read(&file, 5 * 4096, AlignedBuf::new(4096), move |c| {
+///     c.result.expect("read failed");
+///     seen.set(c.buf[0]);
+/// })]);
+/// q.drain();
+/// assert_eq!(first.get(), 5);
+/// drop((q, file, store));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Queue {
     depth: usize,
     slots: Vec<Option<Pending>>,

@@ -149,6 +149,36 @@ impl Drop for StoreInner {
 }
 
 /// A store over a list of device roots. Cheap to clone; `Send + Sync`.
+///
+/// Its named files are striped over the roots, one directory per device, and
+/// outlive the store: a file written and synced is there when the roots are
+/// opened again.
+///
+/// ```
+/// use setcache::{AlignedBuf, LayoutKind, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-store-{}", std::process::id()));
+/// let roots = [dir.join("ssd0"), dir.join("ssd1")]; // one directory per device
+/// for r in &roots {
+///     std::fs::create_dir_all(r)?;
+/// }
+/// let store = Store::open(&roots, StoreOptions::default())?;
+/// let file = store.create("data", 1 << 20, LayoutKind::Stripe)?; // 1 MiB over both
+/// let mut page = AlignedBuf::new(4096);
+/// page.fill(7);
+/// file.write_at(8192, &page)?;
+/// file.sync()?;
+/// drop((file, store)); // closes the store and unlocks its roots
+///
+/// let store = Store::open(&roots, StoreOptions::default())?;
+/// assert_eq!(store.list()?, ["data"]);
+/// let mut back = AlignedBuf::new(4096);
+/// store.open_file("data")?.read_at(8192, &mut back)?;
+/// assert_eq!(back[..], page[..]);
+/// drop(store);
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone)]
 pub struct Store {
     inner: Arc<StoreInner>,

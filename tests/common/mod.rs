@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use setcache::cache::{CacheOptions, PolicyKind};
-use setcache::{EngineKind, SimConfig, Store, StoreOptions};
+use setcache::{CacheOptions, EngineKind, PolicyKind, SimConfig, Store, StoreOptions};
 
 /// A temporary directory removed on drop. Lives under the target directory, which is
 /// on the same (O_DIRECT-capable) file system as the checkout.

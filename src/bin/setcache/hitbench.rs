@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use setcache::cache::{CacheOptions, Lookup, PageCache, PolicyKind};
+use setcache::{CacheOptions, Lookup, PageCache, PolicyKind};
 
 use crate::bench::size::{format_size, parse_size};
 
@@ -81,7 +81,7 @@ fn fill(cache: &PageCache) -> Result<Keys, String> {
             .map_err(|e| format!("warming the cache: {e}"))?;
         drop(g);
     }
-    let mut pages: Vec<u64> = cache.pages().into_iter().map(|(_, p, _)| p).collect();
+    let mut pages: Vec<u64> = cache.pages().into_iter().map(|p| p.page).collect();
     pages.sort_unstable();
     let mut frames = Vec::with_capacity(pages.len());
     let mut sets = Vec::with_capacity(pages.len());
@@ -96,7 +96,7 @@ fn fill(cache: &PageCache) -> Result<Keys, String> {
         pages,
         frames,
         sets,
-        set_lines: cache.set_metadata_bytes().0.div_ceil(64),
+        set_lines: cache.set_metadata_bytes().used.div_ceil(64),
     })
 }
 

@@ -118,7 +118,7 @@ pub(crate) struct BenchArgs {
     /// Replacement policy of the setcache engine's sets: lru, lfu, fifo, clock,
     /// gclock, nrlfu, sieve or s3fifo [default: the cache's default, gclock]
     #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
-    pub(crate) policy: Option<setcache::cache::PolicyKind>,
+    pub(crate) policy: Option<setcache::PolicyKind>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
     /// each engine's median run: the device's drift then falls on all engines alike
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -148,9 +148,8 @@ pub(crate) struct BenchArgs {
     pub(crate) no_progress: bool,
 }
 
-fn policy_arg(s: &str) -> Result<setcache::cache::PolicyKind, String> {
-    s.parse::<setcache::cache::PolicyKind>()
-        .map_err(|e| e.to_string())
+fn policy_arg(s: &str) -> Result<setcache::PolicyKind, String> {
+    s.parse::<setcache::PolicyKind>().map_err(|e| e.to_string())
 }
 
 fn layout_arg(s: &str) -> Result<LayoutKind, String> {

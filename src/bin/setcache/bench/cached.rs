@@ -10,8 +10,10 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use setcache::cache::{CacheOptions, CacheStats, PolicyKind};
-use setcache::{CachedCompletion, CachedFile, CachedRequest, CachedStore, OpKind, Store};
+use setcache::{
+    CacheOptions, CacheStats, CachedCompletion, CachedFile, CachedRequest, CachedStore,
+    FlusherCounts, OpKind, PolicyKind, Store,
+};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::outcome::Outcome;
@@ -72,7 +74,7 @@ pub(crate) fn run(
         let misses = b.misses.saturating_sub(a.misses);
         (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
     });
-    let (pages, writes) = cs.flusher_counts();
+    let FlusherCounts { pages, writes } = cs.flusher_counts();
     if pages > 0 {
         let st = cs.cache().stats();
         say!(
