@@ -422,33 +422,6 @@ fn failed_fsync_after_pages_left_the_cache_fails_until_reopened() {
     cf.sync().unwrap();
 }
 
-/// Mount a tmpfs of `mib` MiB at `dir`; `None` (and why) where this process
-/// may not mount.
-fn small_fs(dir: &std::path::Path, mib: u64) -> Option<SmallFs> {
-    std::fs::create_dir_all(dir).unwrap();
-    let out = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-        .arg(dir)
-        .output()
-        .ok()?;
-    if !out.status.success() {
-        eprintln!(
-            "skipped: cannot mount a small tmpfs ({})",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-        return None;
-    }
-    Some(SmallFs(dir.to_path_buf()))
-}
-
-struct SmallFs(std::path::PathBuf);
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
-    }
-}
-
 /// On a real, small file system: fill it until the flusher gets ENOSPC, free
 /// space, and the next `sync` writes everything and succeeds; then fill it
 /// again until `sync` itself gets ENOSPC, free space, and sync again. Reads of
@@ -456,7 +429,7 @@ impl Drop for SmallFs {
 #[test]
 fn a_full_file_system_recovers_when_space_is_freed() {
     let tmp = TempDir::new("fullfs");
-    let Some(fs) = small_fs(&tmp.path().join("mnt"), 24) else {
+    let Some(fs) = common::Tmpfs::mount(&tmp.path().join("mnt"), 24) else {
         return;
     };
     let root = fs.0.join("dev0");

@@ -3,11 +3,15 @@
 //! or death by signal. Sizes beyond the machine (`sim`), and a file-size
 //! limit (`ulimit -f`) below what the bench or the simulator writes.
 
+mod common;
+
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::Tmpfs;
 
 /// How a run of the binary ended.
 struct Run {
@@ -614,36 +618,6 @@ fn bench_refuses_a_file_larger_than_the_free_space() {
         "a backing file was made"
     );
     std::fs::remove_dir_all(&dir).unwrap();
-}
-
-/// A tmpfs mounted for one test, unmounted when dropped.
-struct Tmpfs(PathBuf);
-
-impl Tmpfs {
-    /// A tmpfs of `mib` MiB at `dir`; `None` (and why) where this process may
-    /// not mount.
-    fn mount(dir: &Path, mib: u64) -> Option<Tmpfs> {
-        std::fs::create_dir_all(dir).unwrap();
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
-            .arg(dir)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!(
-                "skipped: cannot mount a small tmpfs ({})",
-                String::from_utf8_lossy(&out.stderr).trim()
-            );
-            return None;
-        }
-        Some(Tmpfs(dir.to_path_buf()))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.0).status();
-    }
 }
 
 /// On a small file system: a bench file that fits runs; one that does not is

@@ -364,6 +364,44 @@ fn short_read() {
     same(&rig.reopened("f"), &want, "after reopen");
 }
 
+/// A write cut short (a file system that ran out of room part way) fails
+/// only its request at the store; a cached file's write-back writes the run
+/// again, so `sync` passes once the rewrite does.
+#[test]
+fn short_write() {
+    let rig = Rig::new("short_write");
+    {
+        let store = rig.store();
+        let raw = store.open_file("raw").unwrap();
+        rig.sw.short_writes.store(1, Ordering::Release);
+        let e = raw
+            .write_at(2 * PAGE as u64, &aligned(&[0x12; PAGE]))
+            .unwrap_err();
+        match &e {
+            Error::ShortTransfer {
+                op, expected, got, ..
+            } => assert_eq!((*op, *expected, *got), ("write", 4096, 2048)),
+            other => panic!("{other}"),
+        }
+        assert!(store.device_errors().iter().all(Option::is_none));
+    }
+    let mut want = rig.data.clone();
+    {
+        let (cs, f) = rig.warm(&[]);
+        f.write_at(6 * PAGE as u64, &[0x61; 4 * PAGE]).unwrap();
+        want[6 * PAGE..10 * PAGE].fill(0x61);
+        let res = queued(&cs, vec![write_req(&f, 20, 0x62, 0)]);
+        assert!(res[0].1.is_ok());
+        want[20 * PAGE..21 * PAGE].fill(0x62);
+        rig.sw.short_writes.store(2, Ordering::Release);
+        f.sync()
+            .unwrap_or_else(|e| panic!("a write cut short was not written again: {e}"));
+        assert_eq!(rig.sw.short_writes.load(Ordering::Acquire), 0);
+        assert!(cs.store().device_errors().iter().all(Option::is_none));
+    }
+    same(&rig.reopened("f"), &want, "after reopen");
+}
+
 #[test]
 fn enospc_then_space_back() {
     let rig = Rig::new("enospc_then_space_back");

@@ -179,6 +179,27 @@ impl<'a> Writer<'a> {
         self.q.take_tagged(&mut self.done);
         for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
+            if let Err(Error::ShortTransfer { op: "write", .. }) = &r {
+                // Cut short: the file system ran out of room part way (or a
+                // signal came). Write the run again page by page: it passes,
+                // or fails with the error itself (ENOSPC, say) rather than a
+                // count. Each page's outcome is noted for the file as it goes.
+                let again = run
+                    .pages
+                    .iter()
+                    .try_for_each(|w| Shared::store_page_of(&run.entry, w.page(), w.bytes()));
+                if let Err(e) = &again {
+                    if !matches!(e, Error::OutOfRange { .. }) {
+                        self.failed.get_or_insert_with(|| e.clone());
+                    }
+                }
+                self.pages += run.pages.len() as u64;
+                self.writes += 1;
+                for wb in run.pages {
+                    let _ = wb.finish(again.clone());
+                }
+                continue;
+            }
             match &r {
                 // The file shrank after the write was prepared: the pages
                 // stay dirty, and their next write-back writes what is still

@@ -178,3 +178,33 @@ pub fn child_env(dir_var: &str, seed_var: &str, direct_var: &str) -> Option<(Pat
     let direct = std::env::var(direct_var).is_ok_and(|v| v == "1");
     Some((PathBuf::from(dir), seed, direct))
 }
+
+/// A tmpfs mounted for one test, unmounted when dropped.
+pub struct Tmpfs(pub PathBuf);
+
+impl Tmpfs {
+    /// A tmpfs of `mib` MiB at `dir`; `None` (and why) where this process may
+    /// not mount.
+    pub fn mount(dir: &Path, mib: u64) -> Option<Tmpfs> {
+        std::fs::create_dir_all(dir).unwrap();
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mib}m"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "skipped: cannot mount a small tmpfs ({})",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs(dir.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}

@@ -67,6 +67,9 @@ pub struct SimSwitches {
     /// While nonzero, every write fails with this error number (say ENOSPC,
     /// then 0 once space is back).
     pub write_errno: AtomicI32,
+    /// The next this many writes transfer only their first half (rounded
+    /// down to 512 bytes), as a file system that runs out of room part way.
+    pub short_writes: AtomicU32,
     /// The next this many fsyncs fail with `fsync_errno`. A failed fsync
     /// also drops every write to that file since its last good fsync, as a
     /// kernel that lets go of the pages it could not write does (with
@@ -360,6 +363,11 @@ fn execute(
             if draw < cfg.write_eio + cfg.enospc {
                 return OpResult::Errno(libc::ENOSPC);
             }
+            let short = sw
+                .short_writes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                .is_ok();
+            let len = if short { (op.len / 2) & !511 } else { op.len };
             let st = &mut *st;
             if tracking && !st.synced.contains_key(&key) {
                 let before = st.files.get(&key).cloned().unwrap_or_default();
@@ -367,12 +375,12 @@ fn execute(
             }
             let data = st.files.entry(key).or_default();
             let start = (op.offset - HEADER_BYTES) as usize;
-            copy_in(op, start, data);
+            copy_in(op, start, len, data);
             if tracking {
-                let bytes = data[start..start + op.len].to_vec();
+                let bytes = data[start..start + len].to_vec();
                 st.unflushed.entry(key).or_default().push((start, bytes));
             }
-            OpResult::Done(op.len)
+            OpResult::Done(len)
         }
     }
 }
@@ -396,16 +404,19 @@ fn copy_out(op: &DevOp, data: &[u8], n: usize) {
     }
 }
 
-fn copy_in(op: &DevOp, start: usize, data: &mut Vec<u8>) {
-    if data.len() < start + op.len {
-        data.resize(start + op.len, 0);
+/// Copy the first `n` bytes of the operation's memory into the device image at `start`.
+fn copy_in(op: &DevOp, start: usize, n: usize, data: &mut Vec<u8>) {
+    if data.len() < start + n {
+        data.resize(start + n, 0);
     }
     let mut pos = start;
     for v in &op.iov {
-        // SAFETY: the iovec points at `iov_len` readable bytes kept alive until completion.
-        let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
-        data[pos..pos + v.iov_len].copy_from_slice(src);
-        pos += v.iov_len;
+        let take = v.iov_len.min(start + n - pos);
+        // SAFETY: the iovec points at `iov_len >= take` readable bytes kept alive
+        // until completion.
+        let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), take) };
+        data[pos..pos + take].copy_from_slice(src);
+        pos += take;
     }
 }
 
