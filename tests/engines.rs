@@ -415,9 +415,11 @@ fn allowed_cpus() -> Vec<usize> {
         "sched_getaffinity: {}",
         std::io::Error::last_os_error()
     );
-    // SAFETY: CPU_ISSET reads inside `set`; every CPU asked is below its size.
     (0..1024)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .filter(|&c| {
+            // SAFETY: CPU_ISSET reads inside `set`; every CPU asked is below its size.
+            unsafe { libc::CPU_ISSET(c, &set) }
+        })
         .collect()
 }
 

@@ -179,11 +179,11 @@ impl<'a> Writer<'a> {
         self.q.take_tagged(&mut self.done);
         for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
-            if let Err(Error::ShortTransfer { op: "write", .. }) = &r {
+            let r = if let Err(Error::ShortTransfer { op: "write", .. }) = &r {
                 // Cut short: the file system ran out of room part way (or a
                 // signal came). Write the run again page by page: it passes,
                 // or fails with the error itself (ENOSPC, say) rather than a
-                // count. Each page's outcome is noted for the file as it goes.
+                // count. `store_page_of` notes each page's outcome for the file.
                 let again = run
                     .pages
                     .iter()
@@ -193,24 +193,21 @@ impl<'a> Writer<'a> {
                         self.failed.get_or_insert_with(|| e.clone());
                     }
                 }
-                self.pages += run.pages.len() as u64;
-                self.writes += 1;
-                for wb in run.pages {
-                    let _ = wb.finish(again.clone());
+                again
+            } else {
+                match &r {
+                    // The file shrank after the write was prepared: the pages
+                    // stay dirty, and their next write-back writes what is
+                    // still inside the file.
+                    Err(Error::OutOfRange { .. }) => {}
+                    Err(e) => {
+                        run.entry.remember(e.clone());
+                        self.failed.get_or_insert_with(|| e.clone());
+                    }
+                    Ok(()) => run.entry.written(run.pages.iter().map(|w| w.page())),
                 }
-                continue;
-            }
-            match &r {
-                // The file shrank after the write was prepared: the pages
-                // stay dirty, and their next write-back writes what is still
-                // inside the file.
-                Err(Error::OutOfRange { .. }) => {}
-                Err(e) => {
-                    run.entry.remember(e.clone());
-                    self.failed.get_or_insert_with(|| e.clone());
-                }
-                Ok(()) => run.entry.written(run.pages.iter().map(|w| w.page())),
-            }
+                r
+            };
             self.pages += run.pages.len() as u64;
             self.writes += 1;
             for wb in run.pages {
