@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use super::policy::{NO_TAG, Policy, PolicyKind, SetState};
+use super::policy::{Duel, NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
 use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
@@ -113,6 +113,8 @@ pub(crate) struct Core<M: Model> {
     /// by a lookup that raced with a shrink, so it is never re-initialised.
     pub(super) inited: Mutex<usize>,
     pub(crate) policy: PolicyKind,
+    /// The adaptive policy's duel among its candidates (idle for the others).
+    pub(crate) duel: Duel,
     pub(crate) stats: StatsHub,
     pub(crate) pin_wait: Duration,
     /// The write-back flusher's hook, if one is installed.
@@ -155,6 +157,11 @@ impl<M: Model> Core<M> {
             table: AtomicU64::new(pack(sets, sets)),
             inited: Mutex::new(sets),
             policy,
+            duel: if policy == PolicyKind::Adaptive {
+                Duel::new(sets)
+            } else {
+                Duel::idle()
+            },
             stats: StatsHub::new(),
             pin_wait,
             flusher: OnceLock::new(),
@@ -448,6 +455,7 @@ impl<M: Model> Core<M> {
                         l.ghosts,
                     ),
                     ghost_bytes: std::slice::from_raw_parts_mut(b.add(l.off_gbytes), l.ghosts),
+                    duel: &self.duel,
                 },
             }
         }
@@ -456,7 +464,7 @@ impl<M: Model> Core<M> {
     pub(super) fn reset_policy(&self, s: usize) {
         // SAFETY: called on a set nobody else can reach yet, or under its lock.
         let mut g = unsafe { self.locked(s) };
-        self.policy.reset(&mut g.st);
+        self.policy.reset_set(&mut g.st, s);
     }
 
     #[inline]
@@ -810,6 +818,7 @@ impl<M: Model> Core<M> {
             word: &mut word,
             ghost_tags: &mut gtags,
             ghost_bytes: &mut gbytes,
+            duel: &self.duel,
         };
         let mut order = Vec::with_capacity(dirty.count_ones() as usize);
         let mut left = dirty;

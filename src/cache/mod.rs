@@ -86,7 +86,7 @@ impl Default for CacheOptions {
             max_size: None,
             page_size: 4096,
             assoc: 12,
-            policy: PolicyKind::Gclock,
+            policy: PolicyKind::DEFAULT,
             pin_wait: Duration::from_secs(1),
         }
     }

@@ -821,3 +821,47 @@ fn check_agrees_with_new() {
         assert_eq!(checked, made, "size {} assoc {}", o.size, o.assoc);
     }
 }
+
+/// One thread replaying a trace through the real cache gets exactly the hits
+/// that the simulator's model of the same sets gets: the cache runs the very
+/// policy code, including the adaptive policy's shared duel.
+#[test]
+fn one_thread_hits_equal_the_simulators() {
+    // A mix that makes the adaptive policy change its mind: a skewed phase,
+    // a loop larger than the cache, then the skewed phase again.
+    let mut trace = Vec::new();
+    let mut x = 7u64;
+    let mut skewed = |n: usize, trace: &mut Vec<u64>| {
+        for _ in 0..n {
+            x = crate::util::mix::mix64(x);
+            trace.push((x % 1000) * (x >> 62) % 700);
+        }
+    };
+    skewed(20_000, &mut trace);
+    for _ in 0..30 {
+        trace.extend(0..900u64);
+    }
+    skewed(20_000, &mut trace);
+    for kind in [
+        PolicyKind::Adaptive,
+        PolicyKind::Lirs,
+        PolicyKind::Gclock,
+        PolicyKind::S3Fifo,
+    ] {
+        let c = PageCache::<Os>::new(opts(480, 480, 12, kind)).unwrap();
+        assert_eq!(c.sets(), 40);
+        let mut model = policy::SaModel::new(kind, 12, c.sets());
+        let mut model_hits = 0;
+        for &p in &trace {
+            drop(
+                c.get_with(0, p, |_, _, _| Ok(()), |_, _, _| Ok(()))
+                    .unwrap(),
+            );
+            model_hits += u64::from(model.access(tag_of(0, p).unwrap()));
+        }
+        let s = c.stats();
+        assert_eq!(s.hits + s.misses, trace.len() as u64);
+        assert_eq!(s.hits, model_hits, "{kind}");
+        assert!(model_hits > 10_000, "{kind}: {model_hits}");
+    }
+}

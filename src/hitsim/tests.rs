@@ -285,8 +285,8 @@ fn json_document_shape() {
 
 #[test]
 fn policy_lists() {
-    assert_eq!(parse_policies("all").unwrap().len(), 22);
-    assert_eq!(parse_policies("sa").unwrap().len(), 8);
+    assert_eq!(parse_policies("all").unwrap().len(), 24);
+    assert_eq!(parse_policies("sa").unwrap().len(), 10);
     assert_eq!(
         parse_policies("sa-lfu, lru,2q").unwrap(),
         [

@@ -131,6 +131,7 @@ mod tests {
                 word: &mut word,
                 ghost_tags: &mut [],
                 ghost_bytes: &mut [],
+                duel: &super::super::IDLE_DUEL,
             };
             let v = Gclock.victim(&mut st, eligible, eligible);
             assert_eq!(v, expect);

@@ -53,7 +53,13 @@ pub struct SetState<'a> {
     pub ghost_tags: &'a mut [u64],
     /// One byte per ghost entry.
     pub ghost_bytes: &'a mut [u8],
+    /// The cache's shared duel state (only the adaptive policy uses it).
+    pub duel: &'a Duel,
 }
+
+/// A duel that no set takes part in, for owners of sets whose policy is not
+/// adaptive (and for tests).
+pub static IDLE_DUEL: Duel = Duel::idle();
 
 /// Tag value that never names a page; marks empty ghost entries.
 pub const NO_TAG: u64 = u64::MAX;
@@ -71,6 +77,12 @@ pub trait Policy {
     fn ghosts(&self, assoc: usize) -> usize {
         let _ = assoc;
         0
+    }
+    /// Fresh state for the empty set of index `set`. Only the adaptive
+    /// policy looks at the index (it picks its leader sets by it).
+    fn reset_set(&self, st: &mut SetState<'_>, set: usize) {
+        let _ = set;
+        self.reset(st);
     }
     /// Fresh state for an empty set.
     fn reset(&self, st: &mut SetState<'_>) {
@@ -150,25 +162,37 @@ macro_rules! dispatch {
                 let $p = $crate::cache::policy::S3Fifo;
                 $call
             }
+            $crate::cache::policy::PolicyKind::Lirs => {
+                let $p = $crate::cache::policy::Lirs;
+                $call
+            }
+            $crate::cache::policy::PolicyKind::Adaptive => {
+                let $p = $crate::cache::policy::Adaptive;
+                $call
+            }
         }
     };
 }
 
+pub mod adaptive;
 pub mod clock;
 mod common;
 pub mod fifo;
 pub mod gclock;
 pub mod lfu;
+pub mod lirs;
 pub mod lru;
 mod model;
 pub mod nrlfu;
 pub mod s3fifo;
 pub mod sieve;
 
+pub use adaptive::{Adaptive, Duel};
 pub use clock::Clock;
 pub use fifo::Fifo;
 pub use gclock::{GCLOCK_MAX, Gclock};
 pub use lfu::Lfu;
+pub use lirs::Lirs;
 pub use lru::Lru;
 pub use model::{Access, SaModel, SetModel};
 pub use nrlfu::NrLfu;
@@ -199,11 +223,15 @@ pub enum PolicyKind {
     Sieve,
     /// S3-FIFO ([`S3Fifo`]).
     S3Fifo,
+    /// LIRS ([`Lirs`]).
+    Lirs,
+    /// Set dueling among LRU, SIEVE and LIRS ([`Adaptive`]).
+    Adaptive,
 }
 
 impl PolicyKind {
     /// Every policy, in declaration order.
-    pub const ALL: [PolicyKind; 8] = [
+    pub const ALL: [PolicyKind; 10] = [
         PolicyKind::Lru,
         PolicyKind::Lfu,
         PolicyKind::Fifo,
@@ -212,7 +240,12 @@ impl PolicyKind {
         PolicyKind::NrLfu,
         PolicyKind::Sieve,
         PolicyKind::S3Fifo,
+        PolicyKind::Lirs,
+        PolicyKind::Adaptive,
     ];
+
+    /// The policy a cache runs unless told otherwise (`"default"` names it).
+    pub const DEFAULT: PolicyKind = PolicyKind::Gclock;
 
     /// The short lower-case name, as accepted by [`FromStr`].
     pub const fn name(self) -> &'static str {
@@ -225,6 +258,8 @@ impl PolicyKind {
             PolicyKind::NrLfu => "nrlfu",
             PolicyKind::Sieve => "sieve",
             PolicyKind::S3Fifo => "s3fifo",
+            PolicyKind::Lirs => "lirs",
+            PolicyKind::Adaptive => "adaptive",
         }
     }
 }
@@ -261,7 +296,7 @@ impl fmt::Display for ParsePolicyKindError {
             }
             f.write_str(kind.name())?;
         }
-        f.write_str(" (optionally prefixed with \"sa-\")")
+        f.write_str(", or default (optionally prefixed with \"sa-\")")
     }
 }
 
@@ -270,12 +305,16 @@ impl std::error::Error for ParsePolicyKindError {}
 impl FromStr for PolicyKind {
     type Err = ParsePolicyKindError;
 
-    /// Parses a policy name (`"lru"`, ..., `"s3fifo"`), case-insensitively and
-    /// with or without an `sa-` prefix (`"sa-lfu"`).
+    /// Parses a policy name (`"lru"`, ..., `"adaptive"`, or `"default"` for
+    /// [`PolicyKind::DEFAULT`]), case-insensitively and with or without an
+    /// `sa-` prefix (`"sa-lfu"`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let trimmed = s.trim();
         let lower = trimmed.to_ascii_lowercase();
         let bare = lower.strip_prefix("sa-").unwrap_or(&lower);
+        if bare == "default" {
+            return Ok(PolicyKind::DEFAULT);
+        }
         PolicyKind::ALL
             .into_iter()
             .find(|kind| kind.name() == bare)
@@ -289,6 +328,10 @@ impl Policy for PolicyKind {
     #[inline]
     fn ghosts(&self, assoc: usize) -> usize {
         dispatch!(self, p => p.ghosts(assoc))
+    }
+    #[inline]
+    fn reset_set(&self, st: &mut SetState<'_>, set: usize) {
+        dispatch!(self, p => p.reset_set(st, set))
     }
     #[inline]
     fn reset(&self, st: &mut SetState<'_>) {
@@ -336,7 +379,8 @@ mod tests {
         assert_eq!(
             names,
             [
-                "lru", "lfu", "fifo", "clock", "gclock", "nrlfu", "sieve", "s3fifo"
+                "lru", "lfu", "fifo", "clock", "gclock", "nrlfu", "sieve", "s3fifo", "lirs",
+                "adaptive"
             ]
         );
     }
@@ -364,6 +408,9 @@ mod tests {
                 match kind {
                     PolicyKind::NrLfu => assert_eq!(g, assoc / 2),
                     PolicyKind::S3Fifo => assert!(g > 0),
+                    PolicyKind::Lirs | PolicyKind::Adaptive => {
+                        assert_eq!(g, (assoc / 2).min(32 - assoc))
+                    }
                     _ => assert_eq!(g, 0),
                 }
             }
@@ -395,6 +442,7 @@ mod tests {
                     word: &mut word,
                     ghost_tags: &mut gtags,
                     ghost_bytes: &mut gbytes,
+                    duel: &IDLE_DUEL,
                 };
                 if let Some(i) = tags.iter().position(|&t| t == tag) {
                     let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());

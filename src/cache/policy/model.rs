@@ -4,7 +4,7 @@
 //! reference in tests and as a fast hit-rate simulator for traces.
 
 use super::common::low_mask;
-use super::{MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
+use super::{Duel, IDLE_DUEL, MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
 use crate::cache::prefetch;
 use crate::storage::layout::mix64;
 
@@ -91,6 +91,7 @@ impl SetModel {
             word: &mut self.word,
             ghost_tags: &mut self.ghost_tags,
             ghost_bytes: &mut self.ghost_bytes,
+            duel: &IDLE_DUEL,
         }
     }
 
@@ -272,6 +273,8 @@ pub struct SaModel {
     hits: u64,
     misses: u64,
     ghost_hits: u64,
+    /// The adaptive policy's duel (idle for the others), as in the cache.
+    duel: Duel,
 }
 
 /// Bytes at the start of a set's metadata record: the set word, then the
@@ -303,6 +306,11 @@ impl SaModel {
             hits: 0,
             misses: 0,
             ghost_hits: 0,
+            duel: if kind == PolicyKind::Adaptive {
+                Duel::new(n_sets)
+            } else {
+                Duel::idle()
+            },
         };
         for set in 0..n_sets {
             m.reset_set(set);
@@ -318,12 +326,16 @@ impl SaModel {
         let ghost_bytes = &mut rest[..self.ghosts];
         let gtags = &mut self.tags[set * self.tag_stride + assoc..][..self.ghosts];
         let mut word = 0;
-        kind.reset(&mut SetState {
-            bytes,
-            word: &mut word,
-            ghost_tags: gtags,
-            ghost_bytes,
-        });
+        kind.reset_set(
+            &mut SetState {
+                bytes,
+                word: &mut word,
+                ghost_tags: gtags,
+                ghost_bytes,
+                duel: &self.duel,
+            },
+            set,
+        );
         head[..4].copy_from_slice(&word.to_le_bytes());
         head[4..].copy_from_slice(&0u32.to_le_bytes());
     }
@@ -447,6 +459,7 @@ impl SaModel {
             word: &mut word,
             ghost_tags,
             ghost_bytes,
+            duel: &self.duel,
         };
         // Empty slots hold NO_TAG, which no page uses, so a match is a hit.
         let hit = tags.iter().position(|&t| t == tag);
@@ -483,6 +496,11 @@ impl SaModel {
     /// Hits so far.
     pub fn hits(&self) -> u64 {
         self.hits
+    }
+
+    /// The adaptive policy's duel (idle for the other policies).
+    pub fn duel(&self) -> &Duel {
+        &self.duel
     }
 
     /// Misses so far.
@@ -934,7 +952,12 @@ mod tests {
 
     #[test]
     fn sa_model_matches_set_models() {
-        for kind in PolicyKind::ALL {
+        // The adaptive policy's sets share a duel, so they are not
+        // independent set models (its own tests check the model).
+        for kind in PolicyKind::ALL
+            .into_iter()
+            .filter(|&k| k != PolicyKind::Adaptive)
+        {
             let n_sets = 7;
             let mut sa = SaModel::new(kind, 4, n_sets);
             let mut sets: Vec<SetModel> = (0..n_sets).map(|_| SetModel::new(kind, 4)).collect();

@@ -153,6 +153,7 @@ mod tests {
             word: &mut word,
             ghost_tags: &mut ghost_tags,
             ghost_bytes: &mut ghost_bytes,
+            duel: &super::super::IDLE_DUEL,
         };
         assert!(NrLfu.on_insert(&mut st, 2, 7, 0b0011));
         assert!(!NrLfu.on_insert(&mut st, 3, 8, 0b0111));

@@ -265,6 +265,7 @@ mod tests {
             word: &mut word,
             ghost_tags: &mut [NO_TAG; 14],
             ghost_bytes: &mut [0; 14],
+            duel: &super::super::IDLE_DUEL,
         };
         assert_eq!(S3Fifo.victim(&mut st, 0b1, u32::from(u16::MAX)), 0);
         // It was used, so it went through main on the way (freq spent).
