@@ -1,9 +1,10 @@
 #!/bin/bash
 # The gap, in points of whole-trace hit ratio, between set-associative
 # policies (12-page sets) and the best global policy other than Belady's, on
-# the public traces: LIRS traces and the MSR sample at 10/25/50% of their
-# footprint, cache2k traces at 1/5/10%. A '*' marks a gap beyond the target
-# (1 point on cache2k and MSR; 3 on LIRS; 5 on loop and scan at 50%).
+# the public traces: LIRS traces and the SNIA samples (MSR, SYSTOR, Tencent
+# CBS) at 10/25/50% of their footprint, cache2k traces at 1/5/10%. A '*' marks
+# a gap beyond the target (1 point on cache2k and SNIA; 3 on LIRS; 5 on loop
+# and scan at 50%).
 #
 #   scripts/policy-gap.sh [SA_POLICIES]    # default: sa-adaptive,sa-lirs,sa-gclock
 #
@@ -30,6 +31,8 @@ for f in "$T"/cache2k/*.trace.gz; do
     run "cache2k-$(basename "$f" .trace.gz)" "text:$f" 1%,5%,10%
 done
 run snia-msr "msr:$T/snia/msr-cambridge1-sample.csv" 10%,25%,50%
+run snia-systor "systor:$T/snia/systor17-traces-sample.csv.gz" 10%,25%,50%
+run snia-cbs "cbs:$T/snia/cloud_storage-sample.bz2" 10%,25%,50%
 python3 - "$OUT" "$SA" <<'PY'
 import json, glob, os, sys
 out, sa = sys.argv[1], sys.argv[2].split(',')

@@ -536,3 +536,104 @@ fn zipf_theta_must_be_a_finite_number() {
     }
     assert!(load("zipf:pages=10,ops=5,theta=0", 4096).is_ok());
 }
+
+#[test]
+fn systor_traces_read_bytes_luns_and_their_header() {
+    let p = temp_file(
+        "systor.csv",
+        b"Timestamp,Response,IOType,LUN,Offset,Size\n\
+          1.5,0.001,R,0,0,8192\n\
+          1.6,0.002,W,0,4096,512\n\
+          1.7,0.002,R,1,0,4096\n",
+    );
+    let t = load(&spec("systor", &p), 4096).unwrap();
+    // Pages 0 and 1 of LUN 0, page 1 again (a write), page 0 of LUN 1.
+    assert_eq!((t.pages.clone(), t.n_writes), (vec![0, 1, 1, 2], 1));
+    for (name, bytes, want) in [
+        (
+            "short.csv",
+            &b"1,0,R,0,0\n"[..],
+            "expected 6 SYSTOR columns",
+        ),
+        (
+            "rw.csv",
+            b"1,0,X,0,0,512\n",
+            "IOType \"X\" is neither R nor W",
+        ),
+        (
+            "size.csv",
+            b"1,0,R,0,0,99999999999\n",
+            "above the largest accepted",
+        ),
+        (
+            "off.csv",
+            b"1,0,R,0,-5,512\n",
+            "Offset \"-5\" is not a non-negative integer",
+        ),
+    ] {
+        let e = load(&spec("systor", &temp_file(name, bytes)), 4096).unwrap_err();
+        assert!(
+            e.contains(&format!("{name}: line 1:")) && e.contains(want),
+            "{e}"
+        );
+    }
+}
+
+#[test]
+fn cbs_traces_read_sectors_and_volumes() {
+    let p = temp_file("cbs.csv", b"1,0,16,0,7\n2,8,1,1,7\n3,0,8,0,9\n");
+    let t = load(&spec("cbs", &p), 4096).unwrap();
+    // 16 sectors at 0: pages 0 and 1; sector 8 is page 1 (a write); volume 9 apart.
+    assert_eq!((t.pages.clone(), t.n_writes), (vec![0, 1, 1, 2], 1));
+    for (name, bytes, want) in [
+        (
+            "four.csv",
+            &b"1,0,16,0\n"[..],
+            "expected 5 Tencent CBS columns",
+        ),
+        (
+            "rw.csv",
+            b"1,0,16,2,7\n",
+            "IOType \"2\" is neither 0 (read) nor 1 (write)",
+        ),
+        (
+            "huge.csv",
+            b"1,36028797018963968,1,0,7\n",
+            "sectors is past 2^64 bytes",
+        ),
+    ] {
+        let e = load(&spec("cbs", &temp_file(name, bytes)), 4096).unwrap_err();
+        assert!(
+            e.contains(&format!("{name}: line 1:")) && e.contains(want),
+            "{e}"
+        );
+    }
+    // A file that is not bzip2 data but says it is: an error, not a panic.
+    let fake = temp_file("fake.bz2", b"1,0,16,0,7\n");
+    assert!(load(&spec("cbs", &fake), 4096).is_err());
+}
+
+#[test]
+fn the_public_block_samples_load() {
+    let (Some(cbs), Some(systor)) = (
+        traces("snia/cloud_storage-sample.bz2"),
+        traces("snia/systor17-traces-sample.csv.gz"),
+    ) else {
+        return;
+    };
+    // 50,000 CBS rows (bzip2) and 1,000 SYSTOR rows (gzip, a header).
+    let t = load(&format!("cbs:{cbs}"), 4096).unwrap();
+    assert!(
+        t.len() >= 50_000 && t.footprint > 10_000,
+        "{} {}",
+        t.len(),
+        t.footprint
+    );
+    let t = load(&format!("systor:{systor}"), 4096).unwrap();
+    assert!(
+        t.len() >= 1_000 && t.footprint > 1_000,
+        "{} {}",
+        t.len(),
+        t.footprint
+    );
+}

@@ -440,7 +440,7 @@ impl<'a> Opts<'a> {
 }
 
 /// The kinds of trace a spec may name.
-pub const KINDS: &str = "ycsb, zipf, uniform, scan, msr, oracle, csv, text";
+pub const KINDS: &str = "ycsb, zipf, uniform, scan, msr, systor, cbs, oracle, csv, text";
 
 /// Reads or generates the trace that `spec` names, with pages of
 /// `page_size` bytes (used by block traces given in bytes).
@@ -454,6 +454,8 @@ pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
         "uniform" => uniform(spec, rest),
         "scan" => scan(spec, rest),
         "msr" => msr(spec, rest, page_size),
+        "systor" => systor(spec, rest, page_size),
+        "cbs" => cbs(spec, rest, page_size),
         "oracle" => oracle(spec, rest),
         "csv" => csv(spec, rest),
         "text" => text(spec, rest),
@@ -729,10 +731,13 @@ fn path_and_opts<'a>(
 /// Opens `path`, decompressing `.gz` files.
 fn open(path: &str) -> Result<Box<dyn Read>, String> {
     let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
-    if Path::new(path).extension().is_some_and(|e| e == "gz") {
+    let ext = Path::new(path).extension();
+    if ext.is_some_and(|e| e == "gz") {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
             f,
         ))))
+    } else if ext.is_some_and(|e| e == "bz2") {
+        Ok(Box::new(bzip2_rs::DecoderReader::new(BufReader::new(f))))
     } else {
         Ok(Box::new(f))
     }
@@ -803,22 +808,119 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
         };
         let offset = field_u64(path, n, "Offset", f[4])?;
         let size = field_u64(path, n, "Size", f[5])?;
-        if size > MSR_MAX_SIZE {
+        // Several disks of one host: keep their pages apart.
+        block_request(&mut b, path, n, disk, write, offset, size, page_size)?;
+        Ok(())
+    })?;
+    b.finish(path)
+}
+
+/// Pushes one request of a block trace: every page of `page_size` bytes that
+/// `size` bytes at byte `offset` of device `dev` touch (a request of no bytes
+/// touches the page at `offset`). Devices are kept apart by `dev << 48`.
+#[allow(clippy::too_many_arguments)]
+fn block_request(
+    b: &mut Builder,
+    path: &str,
+    n: usize,
+    dev: u64,
+    write: bool,
+    offset: u64,
+    size: u64,
+    page_size: u64,
+) -> Result<(), String> {
+    if size > MSR_MAX_SIZE {
+        return Err(format!(
+            "{path}: line {n}: Size {size} is above the largest accepted ({MSR_MAX_SIZE} bytes)"
+        ));
+    }
+    let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
+        format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
+    })?;
+    for p in offset / page_size..=end / page_size {
+        b.push(dev << 48 ^ p, write)
+            .map_err(|e| format!("{path}: line {n}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The SYSTOR '17 traces: a header line, then
+/// `Timestamp,Response,IOType,LUN,Offset,Size` with IOType `R` or `W` and
+/// offsets and sizes in bytes.
+fn systor(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
+    let (path, _) = path_and_opts(spec, rest, &[])?;
+    if page_size == 0 {
+        return Err(format!("trace {spec:?}: the page size must be positive"));
+    }
+    let mut b = Builder::new(spec.to_string());
+    lines(path, |n, line| {
+        let t = line.trim();
+        if t.is_empty() || (n == 1 && t.starts_with("Timestamp")) {
+            return Ok(());
+        }
+        let f: Vec<&str> = t.split(',').collect();
+        if f.len() != 6 {
             return Err(format!(
-                "{path}: line {n}: Size {size} is above the largest accepted ({MSR_MAX_SIZE} bytes)"
+                "{path}: line {n}: expected 6 SYSTOR columns (Timestamp,Response,IOType,LUN,Offset,Size), found {}",
+                f.len()
             ));
         }
-        let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
-            format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
-        })?;
-        let first = offset / page_size;
-        let last = end / page_size;
-        for p in first..=last {
-            // Several disks of one host: keep their pages apart.
-            b.push(disk << 48 ^ p, write)
-                .map_err(|e| format!("{path}: line {n}: {e}"))?;
+        let write = match f[2].trim() {
+            "R" | "r" => false,
+            "W" | "w" => true,
+            other => {
+                return Err(format!(
+                    "{path}: line {n}: IOType {other:?} is neither R nor W"
+                ));
+            }
+        };
+        let lun = field_u64(path, n, "LUN", f[3])?;
+        let offset = field_u64(path, n, "Offset", f[4])?;
+        let size = field_u64(path, n, "Size", f[5])?;
+        block_request(&mut b, path, n, lun, write, offset, size, page_size)
+    })?;
+    b.finish(path)
+}
+
+/// The Tencent CBS traces (often `.bz2`): no header, then
+/// `Timestamp,Offset,Size,IOType,VolumeID` with offsets and sizes in 512-byte
+/// sectors and IOType 0 for a read, 1 for a write.
+fn cbs(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
+    let (path, _) = path_and_opts(spec, rest, &[])?;
+    if page_size == 0 {
+        return Err(format!("trace {spec:?}: the page size must be positive"));
+    }
+    let mut b = Builder::new(spec.to_string());
+    lines(path, |n, line| {
+        let t = line.trim();
+        if t.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let f: Vec<&str> = t.split(',').collect();
+        if f.len() != 5 {
+            return Err(format!(
+                "{path}: line {n}: expected 5 Tencent CBS columns (Timestamp,Offset,Size,IOType,VolumeID), found {}",
+                f.len()
+            ));
+        }
+        let sectors = |what: &str, v: &str| -> Result<u64, String> {
+            field_u64(path, n, what, v)?
+                .checked_mul(512)
+                .ok_or_else(|| format!("{path}: line {n}: {what} {v:?} sectors is past 2^64 bytes"))
+        };
+        let offset = sectors("Offset", f[1])?;
+        let size = sectors("Size", f[2])?;
+        let write = match f[3].trim() {
+            "0" => false,
+            "1" => true,
+            other => {
+                return Err(format!(
+                    "{path}: line {n}: IOType {other:?} is neither 0 (read) nor 1 (write)"
+                ));
+            }
+        };
+        let volume = field_u64(path, n, "VolumeID", f[4])?;
+        block_request(&mut b, path, n, volume, write, offset, size, page_size)
     })?;
     b.finish(path)
 }

@@ -16,12 +16,13 @@ use crate::bench::{check_io_unit, check_outputs};
 #[command(
     long_about = "Simulate the hit ratio of replacement policies on a trace.\n\n\
     Set-associative policies (sa-lru, sa-lfu, sa-fifo, sa-clock, sa-gclock, sa-nrlfu, sa-sieve, \
-    sa-s3fifo) run the cache's own per-set policy code; global policies (lru, fifo, clock, gclock, \
+    sa-s3fifo, sa-lirs, sa-adaptive; sa-default is the cache's default) run the cache's own \
+    per-set policy code; global policies (lru, fifo, clock, gclock, \
     lfu, 2q, arc, lirs, clockpro, s3fifo, sieve, wtinylfu, linux, opt) are textbook versions.\n\n\
     Traces: ycsb:records=N,ops=M[,theta=0.99][,seed=S][,per_leaf=4.4][,fanout=128][,internal=0.306] | \
     zipf:pages=N,ops=M,theta=T[,seed=S] | uniform:pages=N,ops=M[,seed=S] | scan:pages=N,loops=L | \
-    msr:PATH | oracle:PATH | csv:PATH[,col=N|NAME][,rw=N|NAME][,sep=C][,header=1] | text:PATH \
-    (files ending in .gz are decompressed)."
+    msr:PATH | systor:PATH | cbs:PATH (Tencent CBS) | oracle:PATH | csv:PATH[,col=N|NAME][,rw=N|NAME][,sep=C][,header=1] | text:PATH \
+    (files ending in .gz or .bz2 are decompressed)."
 )]
 pub(crate) struct SimArgs {
     /// The trace, KIND:ARGS (see the long help).

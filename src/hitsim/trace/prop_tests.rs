@@ -604,7 +604,14 @@ proptest! {
     /// Any bytes as a trace file of any format, plain or gzip: a trace or an error.
     #[test]
     fn arbitrary_files_load_or_are_refused(
-        kind in prop_oneof![Just("text"), Just("csv"), Just("msr"), Just("oracle")],
+        kind in prop_oneof![
+            Just("text"),
+            Just("csv"),
+            Just("msr"),
+            Just("systor"),
+            Just("cbs"),
+            Just("oracle"),
+        ],
         bytes in proptest::collection::vec(any::<u8>(), 0..600),
         gz in any::<bool>(),
         page_size in page_sizes(),
@@ -622,6 +629,29 @@ proptest! {
             if let Err(e) = r {
                 prop_assert!(!e.is_empty());
             }
+        }
+    }
+
+    /// Any bytes where bzip2 data is expected, bare or behind a bzip2
+    /// header: an error or a trace, never a panic, and no more memory than
+    /// one bzip2 block needs.
+    #[test]
+    fn arbitrary_bzip2_files_load_or_are_refused(
+        bytes in proptest::collection::vec(any::<u8>(), 0..600),
+        header in any::<bool>(),
+    ) {
+        let mut data = if header { b"BZh9".to_vec() } else { Vec::new() };
+        data.extend_from_slice(&bytes);
+        let file = TempTrace::new(&data, false);
+        let bz = file.0.with_extension("bz2");
+        std::fs::rename(&file.0, &bz).unwrap();
+        let renamed = TempTrace(bz);
+        let spec = format!("cbs:{}", renamed.0.display());
+        let (r, largest) = largest_alloc(|| load(&spec, 4096));
+        // A 900k block's tables: 4 bytes per byte of the block, and more.
+        prop_assert!(largest <= input_bound(data.len() + spec.len()).max(8 << 20));
+        if let Err(e) = r {
+            prop_assert!(!e.is_empty());
         }
     }
 
