@@ -8,6 +8,9 @@
 #
 #   scripts/policy-gap.sh [SA_POLICIES]    # default: sa-adaptive,sa-lirs,sa-gclock
 #
+# With SETCACHE_GAP_YCSB=1 it also runs the YCSB generator (39 M requests, a
+# few minutes) at 1/5/10%.
+#
 # Traces come from $SETCACHE_TRACES (default ../shared/data/traces), the
 # binary from $SETCACHE_BIN (default: target/release/setcache, built if absent).
 set -euo pipefail
@@ -33,6 +36,9 @@ done
 run snia-msr "msr:$T/snia/msr-cambridge1-sample.csv" 10%,25%,50%
 run snia-systor "systor:$T/snia/systor17-traces-sample.csv.gz" 10%,25%,50%
 run snia-cbs "cbs:$T/snia/cloud_storage-sample.bz2" 10%,25%,50%
+if [ "${SETCACHE_GAP_YCSB:-0}" = 1 ]; then
+    run gen-ycsb "ycsb:records=30000000,ops=30000000" 1%,5%,10%
+fi
 python3 - "$OUT" "$SA" <<'PY'
 import json, glob, os, sys
 out, sa = sys.argv[1], sys.argv[2].split(',')

@@ -43,7 +43,7 @@ pub(crate) struct HitArgs {
     #[arg(long, default_value_t = 5)]
     rounds: usize,
     /// Replacement policy of the cache.
-    #[arg(long, default_value = "gclock")]
+    #[arg(long, default_value = "default")]
     policy: String,
     /// Pages per set (4..=32).
     #[arg(long, default_value_t = 12)]

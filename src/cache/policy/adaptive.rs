@@ -9,31 +9,37 @@
 //! performance caching", ISCA 2007), extended to three candidates:
 //!
 //! - A few *leader* sets always run one candidate each ([`Duel::role`]: of
-//!   every `spacing` consecutive sets, one leads for each candidate). Each miss
-//!   in a leader set adds one to its candidate's miss count in the cache's
-//!   [`Duel`]; the counts halve when one of them reaches [`DECAY_AT`], so the
-//!   choice follows the recent past.
-//! - The candidate with the fewest misses is the winner, with hysteresis: a
-//!   challenger takes over only with an eighth fewer misses than the holder.
+//!   every `spacing` consecutive sets, 64 or fewer in a small cache, one leads
+//!   for each candidate). A leader counts its hits in its set word and, at
+//!   each miss that evicts (a fill of an empty slot tells the candidates
+//!   nothing apart), adds them and the miss to its candidate's counts in the
+//!   cache's [`Duel`]. The counts halve when one candidate's accesses reach
+//!   [`DECAY_AT`], so the choice follows the recent past.
+//! - The candidate whose leaders miss least often (misses over accesses) is
+//!   the winner, with hysteresis: a challenger takes over only with a miss
+//!   ratio 3 points (8/256) below the holder's. LIRS holds at the start.
 //! - Every other set (a *follower*) runs the winner. A follower notices a new
 //!   winner at its next miss and then rebuilds its state for it: the state is
 //!   reset and its resident pages are entered in slot order, as if just
 //!   inserted. Switches are rare (hysteresis), so the lost order costs little.
 //!
 //! Only misses read or write the shared counts; a hit touches nothing outside
-//! its set. The leader sets are a fixed few per 32 sets, so the counts are
-//! written on a few misses in 32 (a miss costs a device read).
+//! its set. A follower running LRU or LIRS defers its hits: a hit sets bit 7
+//! of the page's byte (under the set's lock, once), and the set's next miss
+//! applies the deferred hits in the order of the pages' ranks before choosing
+//! a victim. Later hits on a page whose bit 7 is set change nothing and take
+//! no lock, as with SIEVE's visited bit. Leaders apply and count every hit.
 //!
 //! # State
 //!
 //! The set word: the candidate that the set's state belongs to in bits 28..30,
 //! the set's role in bits 30..32 (0 follower, `1 + k` leader of candidate
-//! `k`), and the candidate's own word in the low 28 bits (SIEVE's hand). The
-//! slot bytes are the candidate's, plus bit 7, kept equal to "a hit changes
-//! nothing" (SIEVE's visited bit is exactly that; for LRU and LIRS, which
-//! leave bit 7 unused, it is recomputed after every change), so that
-//! [`Policy::hit_changes`] can answer from the byte alone. The ghost entries
-//! are LIRS's.
+//! `k`), a leader's hits since its last miss in bits 6..28, and the
+//! candidate's own word in the low 6 bits (SIEVE's hand). The slot bytes are
+//! the candidate's in bits 0..7 (SIEVE's visited bit moved from bit 7 to bit
+//! 6), and bit 7 means "a hit changes nothing" (a deferred hit, or a visited
+//! page in a SIEVE follower), so that [`Policy::hit_changes`] can answer from
+//! the byte alone. The ghost entries are LIRS's.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering::Relaxed};
 
@@ -54,7 +60,8 @@ const MARGIN: u64 = 8;
 /// The access count at which all counts halve.
 pub const DECAY_AT: u32 = 1 << 16;
 
-/// A slot byte's "a hit changes nothing" flag.
+/// A slot byte's "a hit changes nothing" flag: a deferred hit, or a visited
+/// page in a SIEVE follower.
 const HOT: u8 = 0x80;
 /// SIEVE's candidate number.
 const SIEVE: usize = 1;
@@ -66,8 +73,9 @@ const OWN_MASK: u32 = (1 << HITS_SHIFT) - 1;
 const HITS_SHIFT: u32 = 6;
 const HITS_MAX: u32 = (1 << (ARM_SHIFT - HITS_SHIFT)) - 1;
 
-/// The shared state of the duel of one cache: the candidates' miss counts in
-/// the leader sets and the winner.
+/// The shared state of the duel of one cache: the candidates' miss and
+/// access counts in their leader sets, and the winner. Written only at
+/// misses in leader sets.
 #[derive(Debug)]
 #[repr(align(64))]
 pub struct Duel {
@@ -92,7 +100,8 @@ impl Clone for Duel {
 
 impl Duel {
     /// The duel of a cache of `sets` sets: one leader per candidate in every
-    /// 32 sets, or in all of them when there are fewer than 32.
+    /// 64 sets, or among all of them when there are fewer than 64 (at least
+    /// one follower stays).
     pub fn new(sets: usize) -> Duel {
         Duel {
             spacing: sets.clamp(CANDIDATES + 1, 64),

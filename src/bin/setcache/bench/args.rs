@@ -116,7 +116,8 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "SECS", default_value = "0", value_parser = ramp_arg)]
     pub(crate) ramp: f64,
     /// Replacement policy of the setcache engine's sets: lru, lfu, fifo, clock,
-    /// gclock, nrlfu, sieve or s3fifo [default: the cache's default, gclock]
+    /// gclock, nrlfu, sieve, s3fifo, lirs or adaptive [default: the cache's
+    /// default, gclock]
     #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
     pub(crate) policy: Option<setcache::PolicyKind>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
