@@ -158,7 +158,7 @@ impl<M: Model> Core<M> {
             inited: Mutex::new(sets),
             policy,
             duel: if policy == PolicyKind::Adaptive {
-                Duel::new(sets)
+                Duel::new(sets, assoc)
             } else {
                 Duel::idle()
             },
@@ -302,7 +302,7 @@ impl<M: Model> Core<M> {
                 let g = unsafe { self.locked(s) };
                 let valid = *g.valid;
                 let mut st = g.st;
-                self.policy.on_hit(&mut st, i, valid);
+                self.policy.on_hit_tag(&mut st, i, tag, valid);
             }
             self.unlock(s);
         }
@@ -355,7 +355,7 @@ impl<M: Model> Core<M> {
             let g = unsafe { self.locked(s) };
             let valid = *g.valid;
             let mut st = g.st;
-            self.policy.on_hit(&mut st, i, valid);
+            self.policy.on_hit_tag(&mut st, i, tag, valid);
             self.unlock(s);
         }
         Some((s, i))
@@ -663,8 +663,9 @@ impl<M: Model> Core<M> {
             w.fetch_add(PIN, AcqRel);
         }
         let valid = *g.valid;
+        let tag = g.tags[i].load(Relaxed);
         let mut st = g.st;
-        self.policy.on_hit(&mut st, i, valid);
+        self.policy.on_hit_tag(&mut st, i, tag, valid);
         if write {
             self.note_dirty(s);
         }

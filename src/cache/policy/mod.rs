@@ -94,6 +94,13 @@ pub trait Policy {
     /// A resident page in `slot` was accessed. `valid` is the mask of valid
     /// slots (some policies keep an order among the valid slots).
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32);
+    /// [`Policy::on_hit`] for the page `tag`: what owners call, so that a
+    /// policy that learns from the pages themselves (the adaptive policy's
+    /// sampled sets) sees which page it was.
+    fn on_hit_tag(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
+        let _ = tag;
+        self.on_hit(st, slot, valid);
+    }
     /// Whether [`Policy::on_hit`] on a slot whose byte is `byte` could change
     /// the set's state. False lets a lock-free reader skip the set's lock (and
     /// so write nothing shared) on a hit that would change nothing, such as a
@@ -225,7 +232,8 @@ pub enum PolicyKind {
     S3Fifo,
     /// LIRS ([`Lirs`]).
     Lirs,
-    /// Set dueling among LRU, SIEVE and LIRS ([`Adaptive`]).
+    /// LRU, SIEVE, LIRS or GCLOCK, whichever sampled sets show the workload
+    /// rewards ([`Adaptive`]): the default.
     Adaptive,
 }
 
@@ -245,7 +253,7 @@ impl PolicyKind {
     ];
 
     /// The policy a cache runs unless told otherwise (`"default"` names it).
-    pub const DEFAULT: PolicyKind = PolicyKind::Gclock;
+    pub const DEFAULT: PolicyKind = PolicyKind::Adaptive;
 
     /// The short lower-case name, as accepted by [`FromStr`].
     pub const fn name(self) -> &'static str {
@@ -340,6 +348,10 @@ impl Policy for PolicyKind {
     #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
         dispatch!(self, p => p.on_hit(st, slot, valid))
+    }
+    #[inline]
+    fn on_hit_tag(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
+        dispatch!(self, p => p.on_hit_tag(st, slot, tag, valid))
     }
     #[inline]
     fn hit_changes(&self, byte: u8) -> bool {

@@ -117,7 +117,7 @@ impl SetModel {
         let kind = self.kind;
         if let Some(slot) = self.slot_of(tag) {
             let valid = self.valid;
-            kind.on_hit(&mut self.state(), slot, valid);
+            kind.on_hit_tag(&mut self.state(), slot, tag, valid);
             return Access::Hit { slot };
         }
         let full = low_mask(self.assoc());
@@ -307,7 +307,7 @@ impl SaModel {
             misses: 0,
             ghost_hits: 0,
             duel: if kind == PolicyKind::Adaptive {
-                Duel::new(n_sets)
+                Duel::new(n_sets, assoc)
             } else {
                 Duel::idle()
             },
@@ -464,7 +464,7 @@ impl SaModel {
         // Empty slots hold NO_TAG, which no page uses, so a match is a hit.
         let hit = tags.iter().position(|&t| t == tag);
         if let Some(slot) = hit {
-            p.on_hit(&mut st, slot, valid);
+            p.on_hit_tag(&mut st, slot, tag, valid);
             self.hits += 1;
         } else {
             self.misses += 1;

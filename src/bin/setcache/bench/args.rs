@@ -117,7 +117,7 @@ pub(crate) struct BenchArgs {
     pub(crate) ramp: f64,
     /// Replacement policy of the setcache engine's sets: lru, lfu, fifo, clock,
     /// gclock, nrlfu, sieve, s3fifo, lirs or adaptive [default: the cache's
-    /// default, gclock]
+    /// default, adaptive]
     #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
     pub(crate) policy: Option<setcache::PolicyKind>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
