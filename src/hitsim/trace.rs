@@ -778,24 +778,12 @@ fn field_u64(path: &str, n: usize, what: &str, s: &str) -> Result<u64, String> {
 pub const MSR_MAX_SIZE: u64 = 16 << 20;
 
 fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
-    let (path, _) = path_and_opts(spec, rest, &[])?;
-    if page_size == 0 {
-        return Err(format!("trace {spec:?}: the page size must be positive"));
-    }
-    let mut b = Builder::new(spec.to_string());
-    lines(path, |n, line| {
-        if line.trim().is_empty() {
-            return Ok(());
-        }
-        let f: Vec<&str> = line.split(',').collect();
-        // ResponseTime, the 7th column, is not used and may be left out.
-        if !(6..=7).contains(&f.len()) {
-            return Err(format!(
-                "{path}: line {n}: expected 6 or 7 MSR columns (Timestamp,Hostname,DiskNumber,Type,Offset,Size[,ResponseTime]), found {}",
-                f.len()
-            ));
-        }
-        let disk = field_u64(path, n, "DiskNumber", f[2])?;
+    // ResponseTime, the 7th column, is not used and may be left out.
+    let layout =
+        "6 or 7 MSR columns (Timestamp,Hostname,DiskNumber,Type,Offset,Size[,ResponseTime])";
+    block_trace(spec, rest, page_size, 6..=7, layout, None, |path, n, f| {
+        // Several disks of one host: kept apart.
+        let dev = field_u64(path, n, "DiskNumber", f[2])?;
         let write = match f[3].trim().to_ascii_lowercase().as_str() {
             "read" => false,
             "write" => true,
@@ -806,110 +794,123 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
                 ));
             }
         };
-        let offset = field_u64(path, n, "Offset", f[4])?;
-        let size = field_u64(path, n, "Size", f[5])?;
-        // Several disks of one host: keep their pages apart.
-        block_request(&mut b, path, n, disk, write, offset, size, page_size)?;
-        Ok(())
-    })?;
-    b.finish(path)
+        Ok(BlockRequest {
+            dev,
+            write,
+            offset: field_u64(path, n, "Offset", f[4])?,
+            size: field_u64(path, n, "Size", f[5])?,
+        })
+    })
 }
 
-/// Pushes one request of a block trace: every page of `page_size` bytes that
-/// `size` bytes at byte `offset` of device `dev` touch (a request of no bytes
-/// touches the page at `offset`). Devices are kept apart by `dev << 48`.
-#[allow(clippy::too_many_arguments)]
-fn block_request(
-    b: &mut Builder,
-    path: &str,
-    n: usize,
+/// One request of a block trace: `size` bytes at byte `offset` of device
+/// `dev`.
+struct BlockRequest {
     dev: u64,
     write: bool,
     offset: u64,
     size: u64,
+}
+
+/// Reads a block trace of comma-separated lines (blank lines skipped, and a
+/// first line starting with `header` if given): each line must have a
+/// number of fields in `columns` (else an error saying "expected {layout}"),
+/// and `parse(path, line_number, fields)` makes it a request, which becomes
+/// one page request for every page of `page_size` bytes it touches (a
+/// request of no bytes touches the page at its offset). Devices are kept
+/// apart by `dev << 48`.
+fn block_trace(
+    spec: &str,
+    rest: &str,
     page_size: u64,
-) -> Result<(), String> {
-    if size > MSR_MAX_SIZE {
-        return Err(format!(
-            "{path}: line {n}: Size {size} is above the largest accepted ({MSR_MAX_SIZE} bytes)"
-        ));
+    columns: std::ops::RangeInclusive<usize>,
+    layout: &str,
+    header: Option<&str>,
+    parse: impl Fn(&str, usize, &[&str]) -> Result<BlockRequest, String>,
+) -> Result<Trace, String> {
+    let (path, _) = path_and_opts(spec, rest, &[])?;
+    if page_size == 0 {
+        return Err(format!("trace {spec:?}: the page size must be positive"));
     }
-    let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
-        format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
+    let mut b = Builder::new(spec.to_string());
+    lines(path, |n, line| {
+        let t = line.trim();
+        if t.is_empty() || (n == 1 && header.is_some_and(|h| t.starts_with(h))) {
+            return Ok(());
+        }
+        let f: Vec<&str> = t.split(',').collect();
+        if !columns.contains(&f.len()) {
+            return Err(format!(
+                "{path}: line {n}: expected {layout}, found {}",
+                f.len()
+            ));
+        }
+        let BlockRequest {
+            dev,
+            write,
+            offset,
+            size,
+        } = parse(path, n, &f)?;
+        if size > MSR_MAX_SIZE {
+            return Err(format!(
+                "{path}: line {n}: Size {size} is above the largest accepted ({MSR_MAX_SIZE} bytes)"
+            ));
+        }
+        let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
+            format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
+        })?;
+        for p in offset / page_size..=end / page_size {
+            b.push(dev << 48 ^ p, write)
+                .map_err(|e| format!("{path}: line {n}: {e}"))?;
+        }
+        Ok(())
     })?;
-    for p in offset / page_size..=end / page_size {
-        b.push(dev << 48 ^ p, write)
-            .map_err(|e| format!("{path}: line {n}: {e}"))?;
-    }
-    Ok(())
+    b.finish(path)
 }
 
 /// The SYSTOR '17 traces: a header line, then
 /// `Timestamp,Response,IOType,LUN,Offset,Size` with IOType `R` or `W` and
 /// offsets and sizes in bytes.
 fn systor(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
-    let (path, _) = path_and_opts(spec, rest, &[])?;
-    if page_size == 0 {
-        return Err(format!("trace {spec:?}: the page size must be positive"));
-    }
-    let mut b = Builder::new(spec.to_string());
-    lines(path, |n, line| {
-        let t = line.trim();
-        if t.is_empty() || (n == 1 && t.starts_with("Timestamp")) {
-            return Ok(());
-        }
-        let f: Vec<&str> = t.split(',').collect();
-        if f.len() != 6 {
-            return Err(format!(
-                "{path}: line {n}: expected 6 SYSTOR columns (Timestamp,Response,IOType,LUN,Offset,Size), found {}",
-                f.len()
-            ));
-        }
-        let write = match f[2].trim() {
-            "R" | "r" => false,
-            "W" | "w" => true,
-            other => {
-                return Err(format!(
-                    "{path}: line {n}: IOType {other:?} is neither R nor W"
-                ));
-            }
-        };
-        let lun = field_u64(path, n, "LUN", f[3])?;
-        let offset = field_u64(path, n, "Offset", f[4])?;
-        let size = field_u64(path, n, "Size", f[5])?;
-        block_request(&mut b, path, n, lun, write, offset, size, page_size)
-    })?;
-    b.finish(path)
+    let layout = "6 SYSTOR columns (Timestamp,Response,IOType,LUN,Offset,Size)";
+    block_trace(
+        spec,
+        rest,
+        page_size,
+        6..=6,
+        layout,
+        Some("Timestamp"),
+        |path, n, f| {
+            let write = match f[2].trim() {
+                "R" | "r" => false,
+                "W" | "w" => true,
+                other => {
+                    return Err(format!(
+                        "{path}: line {n}: IOType {other:?} is neither R nor W"
+                    ));
+                }
+            };
+            Ok(BlockRequest {
+                dev: field_u64(path, n, "LUN", f[3])?,
+                write,
+                offset: field_u64(path, n, "Offset", f[4])?,
+                size: field_u64(path, n, "Size", f[5])?,
+            })
+        },
+    )
 }
 
 /// The Tencent CBS traces (often `.bz2`): no header, then
 /// `Timestamp,Offset,Size,IOType,VolumeID` with offsets and sizes in 512-byte
 /// sectors and IOType 0 for a read, 1 for a write.
 fn cbs(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
-    let (path, _) = path_and_opts(spec, rest, &[])?;
-    if page_size == 0 {
-        return Err(format!("trace {spec:?}: the page size must be positive"));
-    }
-    let mut b = Builder::new(spec.to_string());
-    lines(path, |n, line| {
-        let t = line.trim();
-        if t.is_empty() {
-            return Ok(());
-        }
-        let f: Vec<&str> = t.split(',').collect();
-        if f.len() != 5 {
-            return Err(format!(
-                "{path}: line {n}: expected 5 Tencent CBS columns (Timestamp,Offset,Size,IOType,VolumeID), found {}",
-                f.len()
-            ));
-        }
+    let layout = "5 Tencent CBS columns (Timestamp,Offset,Size,IOType,VolumeID)";
+    block_trace(spec, rest, page_size, 5..=5, layout, None, |path, n, f| {
         let sectors = |what: &str, v: &str| -> Result<u64, String> {
             field_u64(path, n, what, v)?
                 .checked_mul(512)
                 .ok_or_else(|| format!("{path}: line {n}: {what} {v:?} sectors is past 2^64 bytes"))
         };
-        let offset = sectors("Offset", f[1])?;
-        let size = sectors("Size", f[2])?;
         let write = match f[3].trim() {
             "0" => false,
             "1" => true,
@@ -919,10 +920,13 @@ fn cbs(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
                 ));
             }
         };
-        let volume = field_u64(path, n, "VolumeID", f[4])?;
-        block_request(&mut b, path, n, volume, write, offset, size, page_size)
-    })?;
-    b.finish(path)
+        Ok(BlockRequest {
+            dev: field_u64(path, n, "VolumeID", f[4])?,
+            write,
+            offset: sectors("Offset", f[1])?,
+            size: sectors("Size", f[2])?,
+        })
+    })
 }
 
 /// Bytes of one oracleGeneral record.

@@ -54,12 +54,17 @@ use std::sync::atomic::{
 };
 
 use super::common::{for_each_slot, low_mask};
-use super::{Gclock, IDLE_DUEL, Lirs, Lru, MAX_ASSOC, NO_TAG, Policy, SetState, Sieve};
+use super::{IDLE_DUEL, Lirs, MAX_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
 
 /// Number of candidate policies.
 pub const CANDIDATES: usize = 4;
-/// The candidates' names, in candidate order.
-pub const CANDIDATE_NAMES: [&str; CANDIDATES] = ["lru", "sieve", "lirs", "gclock"];
+/// The candidates, in candidate order (a set word holds the index).
+pub const CANDIDATE_KINDS: [PolicyKind; CANDIDATES] = [
+    PolicyKind::Lru,
+    PolicyKind::Sieve,
+    PolicyKind::Lirs,
+    PolicyKind::Gclock,
+];
 
 /// The candidate the sets run until the shadows say otherwise.
 const START: u8 = 2;
@@ -94,30 +99,6 @@ const SAMPLE_SHIFT: u32 = 6;
 const SAMPLE_MAX: u32 = (1 << (ARM_SHIFT - SAMPLE_SHIFT)) - 1;
 /// Ghosts a shadow set can hold (LIRS keeps `assoc / 2`).
 const SHADOW_GHOSTS: usize = MAX_ASSOC / 2;
-
-/// Calls `$call` with `$p` bound to candidate `$k`'s policy.
-macro_rules! with_arm {
-    ($k:expr, $p:ident => $call:expr) => {
-        match $k {
-            0 => {
-                let $p = Lru;
-                $call
-            }
-            1 => {
-                let $p = Sieve;
-                $call
-            }
-            2 => {
-                let $p = Lirs;
-                $call
-            }
-            _ => {
-                let $p = Gclock;
-                $call
-            }
-        }
-    };
-}
 
 /// One candidate's copy of a sampled set: tags and policy state, no frames.
 #[derive(Clone, Debug)]
@@ -202,9 +183,8 @@ impl Sample {
         if self.busy.swap(true, Acquire) {
             return None;
         }
-        // SAFETY: `busy` was false and is now true: until it is cleared
-        // below, no other thread gets past the swap above, so this is the
-        // only reference to the state.
+        // Until `busy` is cleared below, no other thread gets past the swap.
+        // SAFETY: `busy` is ours, so this is the only reference to the state.
         let r = f(unsafe { &mut *self.state.get() });
         self.busy.store(false, Release);
         Some(r)
@@ -226,8 +206,8 @@ pub struct Duel {
     winner: AtomicU8,
 }
 
-// SAFETY: the only field that is not `Sync` is each sample's `UnsafeCell`,
-// which `Sample::with` hands to one thread at a time (its `busy` flag).
+// The only field that is not `Sync` is each sample's `UnsafeCell`.
+// SAFETY: `Sample::with` hands a sample's state to one thread at a time.
 unsafe impl Sync for Duel {}
 
 impl Clone for Duel {
@@ -318,7 +298,8 @@ impl Duel {
         };
         let report = sample.with(|st| {
             for (k, sh) in st.shadows.iter_mut().enumerate() {
-                let hit = with_arm!(k, p => sh.access(&p, self.assoc, self.ghosts, tag));
+                let hit =
+                    dispatch!(CANDIDATE_KINDS[k], p => sh.access(&p, self.assoc, self.ghosts, tag));
                 st.misses[k] += u32::from(!hit);
             }
             st.accesses += 1;
@@ -416,7 +397,7 @@ fn as_arm<R>(
     *st.word = (*st.word & !OWN_MASK) | (own & OWN_MASK);
     if k == SIEVE || k == GCLOCK {
         let unsampled = sample(*st.word).is_none();
-        with_arm!(k, p => {
+        dispatch!(CANDIDATE_KINDS[k], p => {
             for (i, b) in st.bytes.iter_mut().enumerate() {
                 let hot = unsampled && valid & (1 << i) != 0 && !p.hit_changes(*b);
                 if k == SIEVE {
@@ -452,7 +433,7 @@ fn apply_deferred(st: &mut SetState<'_>, k: usize, valid: u32) {
     let bytes = &*st.bytes;
     hit[..n].sort_unstable_by_key(|&i| std::cmp::Reverse(bytes[usize::from(i)] & 0x1f));
     as_arm(st, k, valid, |v| {
-        with_arm!(k, p => {
+        dispatch!(CANDIDATE_KINDS[k], p => {
             for &i in &hit[..n] {
                 p.on_hit(v, usize::from(i), valid);
             }
@@ -471,7 +452,7 @@ fn settle(st: &mut SetState<'_>, valid: u32) -> usize {
         st.ghost_bytes.fill(0);
         *st.word = (w & !(OWN_MASK | (3 << ARM_SHIFT))) | ((want as u32) << ARM_SHIFT);
         as_arm(st, want, valid, |v| {
-            with_arm!(want, p => {
+            dispatch!(CANDIDATE_KINDS[want], p => {
                 let mut before = 0;
                 for_each_slot(valid, |i| {
                     // No ghosts are left, so no tag can be taken for one.
@@ -516,12 +497,7 @@ impl Policy for Adaptive {
             st.bytes[slot] |= HOT;
             return;
         }
-        as_arm(
-            st,
-            k,
-            valid,
-            |v| with_arm!(k, p => p.on_hit(v, slot, valid)),
-        );
+        as_arm(st, k, valid, |v| CANDIDATE_KINDS[k].on_hit(v, slot, valid));
     }
 
     #[inline]
@@ -538,45 +514,33 @@ impl Policy for Adaptive {
         }
         let k = settle(st, valid);
         apply_deferred(st, k, valid);
-        as_arm(
-            st,
-            k,
-            valid | 1 << slot,
-            |v| with_arm!(k, p => p.on_insert(v, slot, tag, valid)),
-        )
+        as_arm(st, k, valid | 1 << slot, |v| {
+            CANDIDATE_KINDS[k].on_insert(v, slot, tag, valid)
+        })
     }
 
     fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
         let k = settle(st, valid);
         apply_deferred(st, k, valid);
-        as_arm(
-            st,
-            k,
-            valid,
-            |v| with_arm!(k, p => p.victim(v, eligible, valid)),
-        )
+        as_arm(st, k, valid, |v| {
+            CANDIDATE_KINDS[k].victim(v, eligible, valid)
+        })
     }
 
     fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
         let k = arm(*st.word);
         apply_deferred(st, k, valid);
-        as_arm(
-            st,
-            k,
-            valid & !(1 << slot),
-            |v| with_arm!(k, p => p.on_evict(v, slot, tag, valid)),
-        );
+        as_arm(st, k, valid & !(1 << slot), |v| {
+            CANDIDATE_KINDS[k].on_evict(v, slot, tag, valid)
+        });
     }
 
     fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
         let k = arm(*st.word);
         apply_deferred(st, k, valid);
-        as_arm(
-            st,
-            k,
-            valid & !(1 << slot),
-            |v| with_arm!(k, p => p.on_remove(v, slot, valid)),
-        );
+        as_arm(st, k, valid & !(1 << slot), |v| {
+            CANDIDATE_KINDS[k].on_remove(v, slot, valid)
+        });
     }
 }
 
