@@ -16,10 +16,11 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU64, fence};
+use std::sync::atomic::{AtomicU8, AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::place::{self, Clock};
 use super::policy::{Duel, NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
 use super::setmem::{LINE, SetLayout};
@@ -115,6 +116,12 @@ pub(crate) struct Core<M: Model> {
     pub(crate) policy: PolicyKind,
     /// The adaptive policy's duel among its candidates (idle for the others).
     pub(crate) duel: Duel,
+    /// Per slot (`set * assoc + slot`), the low byte of the epoch of its
+    /// page's last use (see [`place`]). Hints: written under the set's lock,
+    /// read by misses of either candidate set.
+    stamps: Region,
+    /// The miss clock the stamps are read from.
+    clock: Clock,
     pub(crate) stats: StatsHub,
     pub(crate) pin_wait: Duration,
     /// The write-back flusher's hook, if one is installed.
@@ -146,6 +153,7 @@ impl<M: Model> Core<M> {
         let frames_len = max_sets * assoc * page_size;
         let frames = Region::new(frames_len, "page frames")?;
         let chunks = Arc::new(FixedChunks::new(frames.ptr(), frames_len));
+        let stamps = Region::new(max_sets * assoc, "page stamps")?;
         let core = Core {
             lay,
             sets: sets_mem,
@@ -162,6 +170,8 @@ impl<M: Model> Core<M> {
             } else {
                 Duel::idle()
             },
+            stamps,
+            clock: Clock::new(sets * assoc),
             stats: StatsHub::new(),
             pin_wait,
             flusher: OnceLock::new(),
@@ -204,10 +214,60 @@ impl<M: Model> Core<M> {
         self.table.load(Acquire)
     }
 
-    /// The set of hash `h` in the table now.
+    /// The two candidate sets of hash `h` in the table `t` (see [`place`]).
     #[inline]
-    fn index_now(&self, h: u64) -> usize {
-        self.index(h, self.table.load(Acquire))
+    pub(crate) fn sets_at(&self, h: u64, t: u64) -> (usize, usize) {
+        (self.index(h, t), self.index(place::second(h), t))
+    }
+
+    /// The candidate sets of hash `h` in the table now.
+    #[inline]
+    fn sets_now(&self, h: u64) -> (usize, usize) {
+        self.sets_at(h, self.table.load(Acquire))
+    }
+
+    /// The slot of set `s` that holds `tag`, read without the lock.
+    #[inline]
+    fn slot_of(&self, s: usize, tag: u64) -> Option<usize> {
+        self.tags(s).iter().position(|t| t.load(Relaxed) == tag)
+    }
+
+    /// Where `tag` is now, read without locks: `(set, slot)`.
+    #[inline]
+    fn find(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
+        let (s1, s2) = self.sets_now(h);
+        if let Some(i) = self.slot_of(s1, tag) {
+            return Some((s1, i));
+        }
+        if s2 == s1 {
+            return None;
+        }
+        self.slot_of(s2, tag).map(|i| (s2, i))
+    }
+
+    /// The stamp of slot `i` of set `s`.
+    #[inline]
+    pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {
+        debug_assert!(s < self.max_sets && i < self.lay.assoc);
+        // SAFETY: the region holds `max_sets * assoc` bytes, each used only as
+        // an atomic byte.
+        unsafe {
+            &*self
+                .stamps
+                .ptr()
+                .add(s * self.lay.assoc + i)
+                .cast::<AtomicU8>()
+        }
+    }
+
+    /// Record a use of slot `(s, i)` now (under the lock of set `s`).
+    #[inline]
+    fn touch(&self, s: usize, i: usize) {
+        let now = self.clock.now();
+        let w = self.stamp(s, i);
+        if w.load(Relaxed) != now {
+            w.store(now, Relaxed);
+        }
     }
 
     #[inline]
@@ -260,22 +320,29 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
         debug_assert!(offset + dst.len() <= self.page_size);
-        let h = mix64(tag);
-        let s = self.index_now(h);
+        let (s1, s2) = self.sets_now(mix64(tag));
+        match self.try_read_in(s1, tag, offset, dst) {
+            Some(done) => done,
+            None if s2 != s1 => self.try_read_in(s2, tag, offset, dst).unwrap_or(false),
+            None => false,
+        }
+    }
+
+    /// [`Core::try_read`] in set `s`: `None` if `s` does not hold the page.
+    #[inline]
+    fn try_read_in(&self, s: usize, tag: u64, offset: usize, dst: &mut [u8]) -> Option<bool> {
         // No prefetch of the set's other lines here (unlike the pinning
         // paths): measured with `hitbench`, it bought nothing on a 1 GiB cache
         // (3.10 vs 3.02 M/s for 128 B) and cost two threads about 7% on a
         // 16 MiB one (1.90x instead of 1.80x one thread).
         let seq = self.seq(s).load(Acquire);
         let tags = self.tags(s);
-        let Some(i) = tags.iter().position(|t| t.load(Relaxed) == tag) else {
-            return false;
-        };
+        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
         self.prefetch_frame(s, i);
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
-            return false;
+            return Some(false);
         }
         // Under the model checker, let other threads run between the checks
         // and the copy (a plain memory copy is no scheduling point of its own).
@@ -291,22 +358,24 @@ impl<M: Model> Core<M> {
         if v2 & (VALID | PENDING | WRITER | GEN_MASK) != v & (VALID | PENDING | WRITER | GEN_MASK)
             || self.seq(s).load(Relaxed) != seq
         {
-            return false;
+            return Some(false);
         }
         // SAFETY: slot `i < assoc`; the byte is only a hint here (read without
         // the lock, re-examined by the policy under it).
         let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
-        if self.policy.hit_changes(byte) && self.try_lock(s) {
+        let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
+        if (stale || self.policy.hit_changes(byte)) && self.try_lock(s) {
             if tags[i].load(Relaxed) == tag {
                 // SAFETY: set `s` is locked until the unlock below.
                 let g = unsafe { self.locked(s) };
                 let valid = *g.valid;
                 let mut st = g.st;
                 self.policy.on_hit_tag(&mut st, i, tag, valid);
+                self.touch(s, i);
             }
             self.unlock(s);
         }
-        true
+        Some(true)
     }
 
     /// The tags of set `s`, readable without its lock (written under it).
@@ -336,10 +405,17 @@ impl<M: Model> Core<M> {
     /// hit only if the set's lock is free right now: a reader never waits.
     #[inline]
     fn fast_hit(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
-        let s = self.index_now(h);
-        self.prefetch_set(s);
+        let (s1, s2) = self.sets_now(h);
+        self.prefetch_set(s1);
+        let (s, i) = match self.slot_of(s1, tag) {
+            Some(i) => (s1, i),
+            None if s2 != s1 => {
+                self.prefetch_set(s2);
+                (s2, self.slot_of(s2, tag)?)
+            }
+            None => return None,
+        };
         let tags = self.tags(s);
-        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || pins(v) >= MAX_PINS {
@@ -356,6 +432,7 @@ impl<M: Model> Core<M> {
             let valid = *g.valid;
             let mut st = g.st;
             self.policy.on_hit_tag(&mut st, i, tag, valid);
+            self.touch(s, i);
             self.unlock(s);
         }
         Some((s, i))
@@ -372,16 +449,17 @@ impl<M: Model> Core<M> {
             self.prefetch_bytes(tag, 0, 8 * LINE);
             return;
         }
-        let s = self.index_now(mix64(tag));
-        super::prefetch(self.set_ptr(s));
-        self.prefetch_set(s);
+        let (s1, s2) = self.sets_now(mix64(tag));
+        for s in [s1, s2] {
+            super::prefetch(self.set_ptr(s));
+            self.prefetch_set(s);
+        }
     }
 
     /// If page `tag` is cached, ask for the lines of its frame covering bytes
     /// `from..to` (clamped to the page). Changes nothing.
     pub(crate) fn prefetch_bytes(&self, tag: u64, from: usize, to: usize) {
-        let s = self.index_now(mix64(tag));
-        if let Some(i) = self.tags(s).iter().position(|t| t.load(Relaxed) == tag) {
+        if let Some((s, i)) = self.find(mix64(tag), tag) {
             let f = self.frame(s, i);
             let mut at = from / LINE * LINE;
             while at < to.min(self.page_size) {
@@ -509,24 +587,67 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// Address of the metadata of the set that holds `tag` now (benchmarks).
+    /// Address of the metadata of the set that holds `tag` now, or of its
+    /// first candidate set if none does (benchmarks).
     pub(crate) fn set_addr(&self, tag: u64) -> usize {
-        self.set_ptr(self.index_now(mix64(tag))) as usize
+        let h = mix64(tag);
+        let s = self.find(h, tag).map_or(self.sets_now(h).0, |(s, _)| s);
+        self.set_ptr(s) as usize
     }
 
-    /// Lock the set that holds hash `h` now (re-checked after locking, since a
-    /// resize may have moved the hash to another set meanwhile).
-    fn lock_for(&self, h: u64) -> usize {
+    /// Lock the candidate set of hash `h` that holds `tag`: `Some((set,
+    /// slot))` with that set locked, or `None` (nothing locked) if neither
+    /// holds it. Each set is checked under its lock with the table unchanged
+    /// for `h` (a resize may move pages between the sets of a split); a page
+    /// only changes set by a resize, or by leaving and coming back, so a page
+    /// found in neither was absent at some moment of the call.
+    fn lock_holder(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
+        'again: loop {
+            let t = self.table.load(Acquire);
+            let (s1, s2) = self.sets_at(h, t);
+            let n = if s1 == s2 { 1 } else { 2 };
+            for &s in &[s1, s2][..n] {
+                self.prefetch_set(s);
+                self.lock(s);
+                if self.sets_at(h, self.table.load(Acquire)) != (s1, s2) {
+                    self.unlock(s);
+                    continue 'again;
+                }
+                if let Some(i) = self.slot_of(s, tag) {
+                    return Some((s, i));
+                }
+                self.unlock(s);
+            }
+            if self.sets_at(h, self.table.load(Acquire)) == (s1, s2) {
+                return None;
+            }
+        }
+    }
+
+    /// Lock both candidate sets of hash `h` (in index order, as a resize
+    /// does; once if they are one set): `(first, second)`, the table unchanged
+    /// for `h` while they are held.
+    fn lock_pair(&self, h: u64) -> (usize, usize) {
         loop {
             let t = self.table.load(Acquire);
-            let s = self.index(h, t);
-            self.prefetch_set(s);
-            self.lock(s);
-            let t2 = self.table.load(Acquire);
-            if t2 == t || self.index(h, t2) == s {
-                return s;
+            let (s1, s2) = self.sets_at(h, t);
+            self.prefetch_set(s1);
+            self.prefetch_set(s2);
+            self.lock(s1.min(s2));
+            if s1 != s2 {
+                self.lock(s1.max(s2));
             }
-            self.unlock(s);
+            if self.sets_at(h, self.table.load(Acquire)) == (s1, s2) {
+                return (s1, s2);
+            }
+            self.unlock_pair(s1, s2);
+        }
+    }
+
+    fn unlock_pair(&self, s1: usize, s2: usize) {
+        self.unlock(s1);
+        if s2 != s1 {
+            self.unlock(s2);
         }
     }
 
@@ -590,12 +711,24 @@ impl<M: Model> Core<M> {
         }
         let mut backoff = Backoff::default();
         loop {
-            let s = self.lock_for(h);
-            // SAFETY: set `s` is locked; each step below unlocks it.
-            let g = unsafe { self.locked(s) };
-            let step = match g.tags.iter().position(|t| t.load(Relaxed) == tag) {
-                Some(i) => self.lookup_cached(s, i, g, write, nowait),
-                None => self.lookup_missing(s, g, tag, write, nowait, &mut backoff)?,
+            let step = if let Some((s, i)) = self.lock_holder(h, tag) {
+                // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
+                self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait)
+            } else {
+                // Absent a moment ago: lock both sets to place it, unless it
+                // came in meanwhile.
+                let (s1, s2) = self.lock_pair(h);
+                let here = self.slot_of(s1, tag).map(|i| (s1, i));
+                match here.or_else(|| self.slot_of(s2, tag).map(|i| (s2, i))) {
+                    Some((s, i)) => {
+                        if s1 != s2 {
+                            self.unlock(if s == s1 { s2 } else { s1 });
+                        }
+                        // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
+                        self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait)
+                    }
+                    None => self.lookup_missing(s1, s2, tag, write, nowait, &mut backoff)?,
+                }
             };
             if let Step::Done(found) = step {
                 return Ok(found);
@@ -666,6 +799,7 @@ impl<M: Model> Core<M> {
         let tag = g.tags[i].load(Relaxed);
         let mut st = g.st;
         self.policy.on_hit_tag(&mut st, i, tag, valid);
+        self.touch(s, i);
         if write {
             self.note_dirty(s);
         }
@@ -674,20 +808,24 @@ impl<M: Model> Core<M> {
         Step::Done(Found::Hit(s, i))
     }
 
-    /// `lookup`, set `s` locked, the page absent: claim a free slot or a clean
-    /// victim's, hand out a dirty victim to write back, or back off while
-    /// every page is pinned (up to `pin_wait`). Unlocks the set.
+    /// `lookup`, both candidate sets `s1` and `s2` locked, the page in
+    /// neither: claim a free slot or a clean victim's, hand out a dirty victim
+    /// to write back, or back off while every page is pinned (up to
+    /// `pin_wait`). Unlocks the sets.
     fn lookup_missing(
         &self,
-        s: usize,
-        g: Locked<'_>,
+        s1: usize,
+        s2: usize,
         tag: u64,
         write: bool,
         nowait: bool,
         backoff: &mut Backoff,
     ) -> Result<Step> {
-        match self.choose(s, g) {
-            Choice::Slot(i) => {
+        match self.choose(s1, s2) {
+            Choice::Slot(s, i) => {
+                if s1 != s2 {
+                    self.unlock(if s == s1 { s2 } else { s1 });
+                }
                 // SAFETY: still under the lock of set `s`.
                 let g = unsafe { self.locked(s) };
                 let before = *g.valid;
@@ -700,6 +838,8 @@ impl<M: Model> Core<M> {
                 let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                 let mut st = g.st;
                 let ghost = self.policy.on_insert(&mut st, i, tag, before);
+                self.touch(s, i);
+                self.clock.tick();
                 if write {
                     self.note_dirty(s);
                 }
@@ -713,24 +853,24 @@ impl<M: Model> Core<M> {
                 }
                 Ok(Step::Done(Found::Miss(s, i)))
             }
-            Choice::WriteBack(i, old_tag) => {
-                self.unlock(s);
+            Choice::WriteBack(s, i, old_tag) => {
+                self.unlock_pair(s1, s2);
                 self.stats.bump(Stat::DirtyEvictions);
                 Ok(Step::Done(Found::WriteBack(s, i, old_tag)))
             }
             Choice::Retry => {
-                self.unlock(s);
+                self.unlock_pair(s1, s2);
                 Ok(Step::Again)
             }
             Choice::None => {
-                self.unlock(s);
+                self.unlock_pair(s1, s2);
                 if nowait {
                     // The caller may own the pins (fills in flight).
                     return Ok(Step::Done(Found::Busy));
                 }
                 if backoff.waited >= self.pin_wait {
                     return Err(Error::AllPinned {
-                        set: s,
+                        set: s1,
                         waited_ms: backoff.waited.as_millis() as u64,
                     });
                 }
@@ -835,70 +975,99 @@ impl<M: Model> Core<M> {
     /// Whether `tag` is cached, dirty and idle: a hint, read without the lock
     /// of its set (the answer may be stale by the time it is used).
     pub(crate) fn dirty_hint(&self, tag: u64) -> bool {
-        let s = self.index_now(mix64(tag));
-        let tags = self.tags(s);
-        tags.iter()
-            .position(|t| t.load(Relaxed) == tag)
-            .is_some_and(|i| dirty_idle(self.state(s, i).load(Relaxed)))
+        self.find(mix64(tag), tag)
+            .is_some_and(|(s, i)| dirty_idle(self.state(s, i).load(Relaxed)))
     }
 
-    /// Pick the slot for a new page in locked set `s`, evicting a clean page if
-    /// needed, or start the write-back of a dirty one.
-    fn choose(&self, s: usize, g: Locked<'_>) -> Choice {
-        let mut clean = 0u32;
-        let mut dirty = 0u32;
-        let valid = *g.valid;
-        for i in 0..self.lay.assoc {
-            let v = self.state(s, i).load(Acquire);
-            if valid & (1 << i) == 0 {
-                if v & !(WAITERS | GEN_MASK) == 0 {
-                    return Choice::Slot(i);
+    /// Pick the slot for a new page in locked sets `s1` and `s2` (its two
+    /// candidates, perhaps one set): a free slot of the first, then of the
+    /// second; else the clean victim of whichever set's policy offers the
+    /// older one (see [`place`]), evicted; else the write-back of a dirty page.
+    fn choose(&self, s1: usize, s2: usize) -> Choice {
+        let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
+        let mut clean = [0u32; 2];
+        let mut dirty = [0u32; 2];
+        for (k, &s) in sets.iter().enumerate() {
+            // SAFETY: set `s` is locked; the view ends with this iteration.
+            let valid = unsafe { *self.locked(s).valid };
+            for i in 0..self.lay.assoc {
+                let v = self.state(s, i).load(Acquire);
+                if valid & (1 << i) == 0 {
+                    if v & !(WAITERS | GEN_MASK) == 0 {
+                        return Choice::Slot(s, i);
+                    }
+                    continue;
                 }
-                continue;
-            }
-            if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
-                continue;
-            }
-            if v & DIRTY != 0 {
-                dirty |= 1 << i;
-            } else {
-                clean |= 1 << i;
+                if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
+                    continue;
+                }
+                if v & DIRTY != 0 {
+                    dirty[k] |= 1 << i;
+                } else {
+                    clean[k] |= 1 << i;
+                }
             }
         }
-        let mut g = g;
-        if clean != 0 {
-            let i = self.policy.victim(&mut g.st, clean, valid);
-            debug_assert!(clean & (1 << i) != 0, "policy chose an ineligible slot");
+        let now = self.clock.now();
+        let mut pick: Option<(usize, usize)> = None;
+        for (k, &s) in sets.iter().enumerate() {
+            if clean[k] == 0 {
+                continue;
+            }
+            // SAFETY: set `s` is locked; the view ends with this iteration.
+            let mut g = unsafe { self.locked(s) };
+            let valid = *g.valid;
+            let i = self.policy.victim(&mut g.st, clean[k], valid);
+            debug_assert!(clean[k] & (1 << i) != 0, "policy chose an ineligible slot");
+            pick = match pick {
+                Some((ps, pi))
+                    if !place::evict_second(
+                        now,
+                        self.stamp(ps, pi).load(Relaxed),
+                        self.stamp(s, i).load(Relaxed),
+                    ) =>
+                {
+                    Some((ps, pi))
+                }
+                _ => Some((s, i)),
+            };
+        }
+        if let Some((s, i)) = pick {
+            // SAFETY: set `s` is locked.
+            let mut g = unsafe { self.locked(s) };
             return if self.drop_page(s, &mut g, i) {
-                Choice::Slot(i)
+                Choice::Slot(s, i)
             } else {
                 Choice::Retry
             };
         }
-        if dirty != 0 {
-            // The requester writes the victim with its dirty neighbours in the
-            // file: among the dirty pages, prefer those that have one, so that
-            // the device operation cleans more than one page.
-            let mut runs = 0u32;
-            let mut m = dirty;
-            while m != 0 {
-                let i = m.trailing_zeros() as usize;
-                m &= m - 1;
-                let t = g.tags[i].load(Relaxed);
-                let p = t & super::MAX_PAGE;
-                if (p < super::MAX_PAGE && self.dirty_hint(t + 1))
-                    || (p > 0 && self.dirty_hint(t - 1))
-                {
-                    runs |= 1 << i;
-                }
+        let Some(k) = (0..sets.len()).find(|&k| dirty[k] != 0) else {
+            return Choice::None;
+        };
+        let s = sets[k];
+        // SAFETY: set `s` is locked.
+        let mut g = unsafe { self.locked(s) };
+        let valid = *g.valid;
+        // The requester writes the victim with its dirty neighbours in the
+        // file: among the dirty pages, prefer those that have one, so that the
+        // device operation cleans more than one page.
+        let mut runs = 0u32;
+        let mut m = dirty[k];
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            m &= m - 1;
+            let t = g.tags[i].load(Relaxed);
+            let p = t & super::MAX_PAGE;
+            if (p < super::MAX_PAGE && self.dirty_hint(t + 1)) || (p > 0 && self.dirty_hint(t - 1))
+            {
+                runs |= 1 << i;
             }
-            let pick = if runs != 0 { runs } else { dirty };
-            let i = self.policy.victim(&mut g.st, pick, valid);
-            debug_assert!(pick & (1 << i) != 0, "policy chose an ineligible slot");
-            self.begin_writeback(s, i);
-            return Choice::WriteBack(i, g.tags[i].load(Relaxed));
         }
-        Choice::None
+        let pick = if runs != 0 { runs } else { dirty[k] };
+        let i = self.policy.victim(&mut g.st, pick, valid);
+        debug_assert!(pick & (1 << i) != 0, "policy chose an ineligible slot");
+        self.begin_writeback(s, i);
+        Choice::WriteBack(s, i, g.tags[i].load(Relaxed))
     }
 
     /// A fill of `(s, i)` ended. On success the page becomes valid and the
@@ -945,22 +1114,14 @@ impl<M: Model> Core<M> {
     /// Start the write-back of `tag` if it is cached, dirty and idle: returns
     /// its slot, now pinned under write-back.
     pub(crate) fn start_writeback(&self, tag: u64) -> Option<(usize, usize)> {
-        let s = self.lock_for(mix64(tag));
-        // SAFETY: set `s` is locked.
-        let g = unsafe { self.locked(s) };
-        let found = g
-            .tags
-            .iter()
-            .position(|t| t.load(Relaxed) == tag)
-            .filter(|&i| {
-                let v = self.state(s, i).load(Acquire);
-                v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0
-            });
-        if let Some(i) = found {
+        let (s, i) = self.lock_holder(mix64(tag), tag)?;
+        let v = self.state(s, i).load(Acquire);
+        let idle = v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
+        if idle {
             self.begin_writeback(s, i);
         }
         self.unlock(s);
-        found.map(|i| (s, i))
+        idle.then_some((s, i))
     }
 
     /// Put dirty slot `(s, i)` under write-back, pinned, with DIRTY cleared:
@@ -974,58 +1135,41 @@ impl<M: Model> Core<M> {
 
     /// The state word of `tag` if it is cached.
     pub(crate) fn state_of(&self, tag: u64) -> Option<u32> {
-        let s = self.lock_for(mix64(tag));
-        // SAFETY: set `s` is locked.
-        let g = unsafe { self.locked(s) };
-        let v = g
-            .tags
-            .iter()
-            .position(|t| t.load(Relaxed) == tag)
-            .map(|i| self.state(s, i).load(Acquire));
+        let (s, i) = self.lock_holder(mix64(tag), tag)?;
+        let v = self.state(s, i).load(Acquire);
         self.unlock(s);
-        v
+        Some(v)
     }
 
     /// Mark `tag` dirty if it is cached (not being filled), so that it is
     /// written back again. Returns whether it was.
     pub(crate) fn mark_dirty(&self, tag: u64) -> bool {
-        let s = self.lock_for(mix64(tag));
-        // SAFETY: set `s` is locked.
-        let g = unsafe { self.locked(s) };
-        let marked = g
-            .tags
-            .iter()
-            .position(|t| t.load(Relaxed) == tag)
-            .is_some_and(|i| {
-                let w = self.state(s, i);
-                // Flags change only under the lock we hold (lock-free readers
-                // only pin); a write-back in flight leaves DIRTY set when it
-                // ends, so the page is written once more.
-                w.load(Acquire) & PENDING == 0 && {
-                    w.fetch_or(DIRTY, AcqRel);
-                    true
-                }
-            });
+        let Some((s, i)) = self.lock_holder(mix64(tag), tag) else {
+            return false;
+        };
+        let w = self.state(s, i);
+        // Flags change only under the lock we hold (lock-free readers only
+        // pin); a write-back in flight leaves DIRTY set when it ends, so the
+        // page is written once more.
+        let marked = w.load(Acquire) & PENDING == 0;
+        if marked {
+            w.fetch_or(DIRTY, AcqRel);
+        }
         self.unlock(s);
         marked
     }
 
     /// Drop `tag` if it is cached, clean and idle. Returns whether it was dropped.
     pub(crate) fn evict(&self, tag: u64) -> bool {
-        let s = self.lock_for(mix64(tag));
-        // SAFETY: set `s` is locked.
-        let g = unsafe { self.locked(s) };
-        let mut g = g;
+        let Some((s, i)) = self.lock_holder(mix64(tag), tag) else {
+            return false;
+        };
+        // SAFETY: set `s` is locked until the unlock below.
+        let mut g = unsafe { self.locked(s) };
         // Only lock-free readers can change the state meanwhile (they pin, and
         // `drop_page` then refuses); flags change under the lock we hold.
-        let dropped = g
-            .tags
-            .iter()
-            .position(|t| t.load(Relaxed) == tag)
-            .is_some_and(|i| {
-                self.state(s, i).load(Acquire) & (PENDING | WRITEBACK | WRITER | DIRTY) == 0
-                    && self.drop_page(s, &mut g, i)
-            });
+        let dropped = self.state(s, i).load(Acquire) & (PENDING | WRITEBACK | WRITER | DIRTY) == 0
+            && self.drop_page(s, &mut g, i);
         self.unlock(s);
         dropped
     }
@@ -1184,8 +1328,8 @@ impl Default for Backoff {
 }
 
 enum Choice {
-    Slot(usize),
-    WriteBack(usize, u64),
+    Slot(usize, usize),
+    WriteBack(usize, usize, u64),
     /// A lock-free reader pinned the chosen victim: look again.
     Retry,
     None,

@@ -13,6 +13,7 @@
 //! two closures for callers that just want the page.
 
 mod core;
+mod place;
 pub mod policy;
 mod region;
 mod resize;

@@ -8,7 +8,7 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::core::{
-    Busy, Core, DIRTY, Locked, PENDING, VALID, WRITEBACK, WRITER, modulo, next_gen, pack, pins,
+    Busy, Core, DIRTY, Locked, PENDING, VALID, WRITEBACK, WRITER, next_gen, pack, pins,
 };
 use super::policy::{NO_TAG, Policy};
 use super::sync::{Model, Word};
@@ -35,9 +35,20 @@ impl<M: Model> Core<M> {
         self.lock(t);
         // SAFETY: both sets are locked.
         let (gs, gt) = unsafe { (self.locked(s), self.locked(t)) };
+        // A page of `s` is there as its first or its second candidate (or
+        // both); it stays if one of those candidates is still `s` after the
+        // split, else that candidate is now `t`.
+        let (old, new) = (self.table.load(Acquire), pack(n + 1, self.level_of(n + 1)));
         let moving = (0..self.lay.assoc)
             .filter(|&i| {
-                *gs.valid & (1 << i) != 0 && modulo(mix64(gs.tags[i].load(Relaxed)), 2 * level) == t
+                if *gs.valid & (1 << i) == 0 {
+                    return false;
+                }
+                let h = mix64(gs.tags[i].load(Relaxed));
+                let (a, b) = self.sets_at(h, old);
+                let (na, nb) = self.sets_at(h, new);
+                debug_assert!(a == s || b == s);
+                !((a == s && na == s) || (b == s && nb == s))
             })
             .fold(0u32, |m, i| m | 1 << i);
         if !self.freeze(s, moving) {
@@ -180,6 +191,8 @@ impl<M: Model> Core<M> {
                 )
             };
             let before = *gt.valid;
+            self.stamp(to, j)
+                .store(self.stamp(from, i).load(Relaxed), Relaxed);
             let tag = gf.tags[i].load(Relaxed);
             gt.tags[j].store(tag, Relaxed);
             *gt.valid |= 1 << j;

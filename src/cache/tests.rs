@@ -523,6 +523,13 @@ fn stress_32_threads_on_a_few_sets() {
     assert!(st.hits + st.misses >= n, "{st:?} lookups {n}");
     assert_eq!(st.fills, loads.load(Ordering::Relaxed));
     assert_eq!(st.fills, st.misses);
+    // A page lives in one of its two sets, never in both.
+    let mut held = Vec::new();
+    c.core.for_each(|t, _, _| held.push(t));
+    let n_held = held.len();
+    held.sort_unstable();
+    held.dedup();
+    assert_eq!(held.len(), n_held, "a page is cached twice");
     for (f, p) in c.dirty_pages() {
         let w = c.write_back(f, p).unwrap().unwrap();
         let b = w.bytes().to_vec();
@@ -659,11 +666,45 @@ fn optimistic_reads_never_return_torn_or_foreign_bytes() {
 /// of its page, nothing deadlocks (Shuttle reports a deadlock as a failure).
 #[test]
 fn shuttle_set_protocol() {
-    fn body() {
+    const PAGES: [u64; 6] = [0, 1, 2, 3, 4, 5];
+    shuttle::check_random(|| set_protocol(4, PAGES), 2000);
+    shuttle::check_pct(|| set_protocol(4, PAGES), 1000, 3);
+}
+
+/// The same on two sets of four pages, where most pages have one candidate
+/// set in each: a lookup locks the set that holds its page, or both sets to
+/// place it, in the order a resize locks them.
+#[test]
+fn shuttle_two_set_protocol() {
+    let c = PageCache::<Os>::new(opts(8, 8, 4, PolicyKind::Clock)).unwrap();
+    assert_eq!(c.sets(), 2);
+    // Two pages whose sets are (0, 1), two (1, 0), one (0, 0), one (1, 1):
+    // misses lock the two sets in both orders of preference.
+    let sets = |p: u64| {
+        let h = crate::storage::layout::mix64(tag_of(0, p).unwrap());
+        c.core.sets_at(h, c.core.table_word())
+    };
+    let mut pages = [0u64; 6];
+    for (k, want) in [(0, 1), (1, 0), (0, 1), (1, 0), (0, 0), (1, 1)]
+        .into_iter()
+        .enumerate()
+    {
+        pages[k] = (0..)
+            .find(|&p| sets(p) == want && !pages[..k].contains(&p))
+            .unwrap();
+    }
+    shuttle::check_random(move || set_protocol(8, pages), 2000);
+    shuttle::check_pct(move || set_protocol(8, pages), 1000, 3);
+}
+
+/// The body of the protocol tests on a cache of `pages` pages in sets of
+/// four, with six pages `ids` (named 0 to 5 below).
+fn set_protocol(pages: usize, ids: [u64; 6]) {
+    {
         let c = Arc::new(
             PageCache::<Shuttle>::new(CacheOptions {
                 pin_wait: Duration::from_millis(1),
-                ..opts(4, 4, 4, PolicyKind::Clock)
+                ..opts(pages, pages, 4, PolicyKind::Clock)
             })
             .unwrap(),
         );
@@ -674,7 +715,8 @@ fn shuttle_set_protocol() {
             let (c, filling, disk) = (c.clone(), filling.clone(), disk.clone());
             hs.push(shuttle::thread::spawn(move || {
                 let seq = [t, (t + 1) % 6, 5, t + 3, (t + 2) % 6];
-                for (k, &p) in seq.iter().enumerate() {
+                for (k, &l) in seq.iter().enumerate() {
+                    let p = ids[l as usize];
                     // The optimistic copy-out read, racing with the fills,
                     // writes and evictions of the other threads: when it
                     // reports a hit, the bytes are one whole version of the
@@ -682,18 +724,19 @@ fn shuttle_set_protocol() {
                     // it), never a mix and never another page's.
                     let mut b = vec![0u8; c.page_size()];
                     if c.try_read(0, p, 0, &mut b).unwrap() {
-                        let whole = b == initial(0, p) || (p == 5 && b.iter().all(|&x| x == 0xAB));
+                        let whole = b == initial(0, p) || (l == 5 && b.iter().all(|&x| x == 0xAB));
                         assert!(
                             whole,
                             "optimistic read of page {p}: bytes of no version of it"
                         );
                     }
                     let load = |f: u32, p: u64, frame: &mut [u8]| {
-                        let was = filling[p as usize].fetch_add(1, Ordering::SeqCst);
+                        let n = ids.iter().position(|&i| i == p).unwrap();
+                        let was = filling[n].fetch_add(1, Ordering::SeqCst);
                         assert_eq!(was, 0, "page {p} filled twice at once");
                         shuttle::thread::yield_now();
                         load_from(&disk)(f, p, frame)?;
-                        filling[p as usize].fetch_sub(1, Ordering::SeqCst);
+                        filling[n].fetch_sub(1, Ordering::SeqCst);
                         Ok(())
                     };
                     if k == 2 && t == 0 {
@@ -729,8 +772,6 @@ fn shuttle_set_protocol() {
             assert_eq!(st & (core::PENDING | core::WRITEBACK | core::WRITER), 0);
         });
     }
-    shuttle::check_random(body, 2000);
-    shuttle::check_pct(body, 1000, 3);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 
 use super::common::low_mask;
 use super::{Duel, IDLE_DUEL, MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
+use crate::cache::place::{self, LocalClock};
 use crate::cache::prefetch;
 use crate::storage::layout::mix64;
 
@@ -253,8 +254,9 @@ impl SetModel {
 }
 
 /// A model of a whole set-associative cache: `n_sets` sets of `assoc` slots,
-/// page `tag` living in set `mix64(tag) % n_sets`, each set managed by the
-/// same policy. No pins, no dirty pages: every resident page is eligible.
+/// page `tag` living in one of its two candidate sets ([`SaModel::sets_of`]),
+/// placed as the cache places it, each set managed by the same policy. No
+/// pins, no dirty pages: every resident page is eligible.
 ///
 /// Built for replaying long traces: the state lives in two flat arrays (per
 /// set, the tags then the ghost tags in one; the set word, the valid mask,
@@ -275,6 +277,11 @@ pub struct SaModel {
     ghost_hits: u64,
     /// The adaptive policy's duel (idle for the others), as in the cache.
     duel: Duel,
+    /// Per slot, the low byte of the epoch of its page's last use.
+    stamps: Vec<u8>,
+    clock: LocalClock,
+    /// Whether a page may live in its second set too (as in the cache).
+    two_choice: bool,
 }
 
 /// Bytes at the start of a set's metadata record: the set word, then the
@@ -311,11 +318,27 @@ impl SaModel {
             } else {
                 Duel::idle()
             },
+            stamps: vec![0; assoc * n_sets],
+            clock: LocalClock::new(assoc * n_sets),
+            two_choice: true,
         };
         for set in 0..n_sets {
             m.reset_set(set);
         }
         m
+    }
+
+    /// As [`SaModel::new`], but each page may live in its first set only: a
+    /// plain set-associative cache, to measure what the second choice gains.
+    ///
+    /// # Panics
+    ///
+    /// As [`SaModel::new`].
+    pub fn one_set_per_page(kind: PolicyKind, assoc: usize, n_sets: usize) -> Self {
+        SaModel {
+            two_choice: false,
+            ..SaModel::new(kind, assoc, n_sets)
+        }
     }
 
     fn reset_set(&mut self, set: usize) {
@@ -360,10 +383,23 @@ impl SaModel {
         self.assoc * self.n_sets
     }
 
-    /// The set that page `tag` maps to.
+    /// The first of the two sets page `tag` may live in.
     #[inline]
     pub fn set_of(&self, tag: u64) -> usize {
         (mix64(tag) % self.n_sets as u64) as usize
+    }
+
+    /// The two sets page `tag` may live in (equal now and then).
+    #[inline]
+    pub fn sets_of(&self, tag: u64) -> (usize, usize) {
+        let h = mix64(tag);
+        let n = self.n_sets as u64;
+        let first = (h % n) as usize;
+        if self.two_choice {
+            (first, (place::second(h) % n) as usize)
+        } else {
+            (first, first)
+        }
     }
 
     /// Accesses page `tag`; returns true on a hit. A miss places the page,
@@ -396,19 +432,20 @@ impl SaModel {
         dispatch!(self.kind, p => {
             let mut hits = 0;
             let mut tags = tags.into_iter();
-            let mut buf = [(0u64, 0usize); CHUNK];
+            let mut buf = [(0u64, (0usize, 0usize)); CHUNK];
             loop {
                 let mut n = 0;
                 for (entry, tag) in buf.iter_mut().zip(tags.by_ref()) {
-                    *entry = (tag, self.set_of(tag));
+                    *entry = (tag, self.sets_of(tag));
                     n += 1;
                 }
                 for i in 0..n {
-                    if let Some(&(_, ahead)) = buf[..n].get(i + AHEAD) {
-                        self.fetch(ahead);
+                    if let Some(&(_, (a, b))) = buf[..n].get(i + AHEAD) {
+                        self.fetch(a);
+                        self.fetch(b);
                     }
-                    let (tag, set) = buf[i];
-                    hits += u64::from(self.access_in(&p, tag, set));
+                    let (tag, sets) = buf[i];
+                    hits += u64::from(self.access_in(&p, tag, sets));
                 }
                 if n < CHUNK {
                     break hits;
@@ -427,17 +464,22 @@ impl SaModel {
         }
         prefetch(tags.wrapping_add(self.tag_stride - 1));
         prefetch(self.meta[set * self.meta_stride..].as_ptr());
+        prefetch(self.stamps[set * self.assoc..].as_ptr());
     }
 
     #[inline]
     fn access_with<P: Policy>(&mut self, p: &P, tag: u64) -> bool {
-        let set = self.set_of(tag);
-        self.access_in(p, tag, set)
+        let sets = self.sets_of(tag);
+        self.access_in(p, tag, sets)
     }
 
+    /// Runs `f` on the tags, policy state and valid mask of `set`.
     #[inline]
-    fn access_in<P: Policy>(&mut self, p: &P, tag: u64, set: usize) -> bool {
-        assert_ne!(tag, NO_TAG, "NO_TAG names no page");
+    fn with_set<R>(
+        &mut self,
+        set: usize,
+        f: impl FnOnce(&mut [u64], &mut SetState<'_>, &mut u32) -> R,
+    ) -> R {
         let assoc = self.assoc;
         let tags = &mut self.tags[set * self.tag_stride..][..self.tag_stride];
         let (tags, ghost_tags) = tags.split_at_mut(assoc);
@@ -461,36 +503,91 @@ impl SaModel {
             ghost_bytes,
             duel: &self.duel,
         };
-        // Empty slots hold NO_TAG, which no page uses, so a match is a hit.
-        let hit = tags.iter().position(|&t| t == tag);
-        if let Some(slot) = hit {
-            p.on_hit_tag(&mut st, slot, tag, valid);
-            self.hits += 1;
-        } else {
-            self.misses += 1;
-            let slot = if valid != low_mask(assoc) {
-                (!valid).trailing_zeros() as usize
-            } else {
-                let v = p.victim(&mut st, valid, valid);
-                p.on_evict(&mut st, v, tags[v], valid);
-                valid &= !(1 << v);
-                v
-            };
-            if p.on_insert(&mut st, slot, tag, valid) {
-                self.ghost_hits += 1;
-            }
-            tags[slot] = tag;
-            valid |= 1 << slot;
-            valid_bytes.copy_from_slice(&valid.to_le_bytes());
-        }
+        let r = f(tags, &mut st, &mut valid);
+        valid_bytes.copy_from_slice(&valid.to_le_bytes());
         word_bytes.copy_from_slice(&word.to_le_bytes());
-        hit.is_some()
+        r
+    }
+
+    fn valid_of(&self, set: usize) -> u32 {
+        let h = &self.meta[set * self.meta_stride + 4..][..4];
+        u32::from_le_bytes([h[0], h[1], h[2], h[3]])
+    }
+
+    #[inline]
+    fn access_in<P: Policy>(&mut self, p: &P, tag: u64, (s1, s2): (usize, usize)) -> bool {
+        assert_ne!(tag, NO_TAG, "NO_TAG names no page");
+        let assoc = self.assoc;
+        let now = self.clock.now();
+        // Empty slots hold NO_TAG, which no page uses, so a match is a hit.
+        let find = |m: &Self, s: usize| {
+            m.tags[s * m.tag_stride..][..assoc]
+                .iter()
+                .position(|&t| t == tag)
+        };
+        let hit = find(self, s1).map(|i| (s1, i)).or_else(|| {
+            if s2 != s1 {
+                find(self, s2).map(|i| (s2, i))
+            } else {
+                None
+            }
+        });
+        if let Some((set, slot)) = hit {
+            self.with_set(set, |_, st, valid| p.on_hit_tag(st, slot, tag, *valid));
+            self.stamps[set * assoc + slot] = now;
+            self.hits += 1;
+            return true;
+        }
+        self.misses += 1;
+        let full = low_mask(assoc);
+        // A free slot of the first set, then of the second; else the older of
+        // the two sets' victims.
+        let (set, victim) = if self.valid_of(s1) != full {
+            (s1, None)
+        } else if s2 != s1 && self.valid_of(s2) != full {
+            (s2, None)
+        } else {
+            let v1 = self.with_set(s1, |_, st, valid| p.victim(st, *valid, *valid));
+            if s2 == s1 {
+                (s1, Some(v1))
+            } else {
+                let v2 = self.with_set(s2, |_, st, valid| p.victim(st, *valid, *valid));
+                let (a, b) = (self.stamps[s1 * assoc + v1], self.stamps[s2 * assoc + v2]);
+                if place::evict_second(now, a, b) {
+                    (s2, Some(v2))
+                } else {
+                    (s1, Some(v1))
+                }
+            }
+        };
+        let (slot, ghost) = self.with_set(set, |tags, st, valid| {
+            let slot = match victim {
+                Some(v) => {
+                    p.on_evict(st, v, tags[v], *valid);
+                    *valid &= !(1 << v);
+                    v
+                }
+                None => (!*valid).trailing_zeros() as usize,
+            };
+            let ghost = p.on_insert(st, slot, tag, *valid);
+            tags[slot] = tag;
+            *valid |= 1 << slot;
+            (slot, ghost)
+        });
+        if ghost {
+            self.ghost_hits += 1;
+        }
+        self.stamps[set * assoc + slot] = now;
+        self.clock.tick();
+        false
     }
 
     /// Whether page `tag` is resident (does not count as an access).
     pub fn contains(&self, tag: u64) -> bool {
-        let set = self.set_of(tag);
-        tag != NO_TAG && self.tags[set * self.tag_stride..][..self.assoc].contains(&tag)
+        let (s1, s2) = self.sets_of(tag);
+        tag != NO_TAG
+            && (self.tags[s1 * self.tag_stride..][..self.assoc].contains(&tag)
+                || self.tags[s2 * self.tag_stride..][..self.assoc].contains(&tag))
     }
 
     /// Hits so far.
@@ -959,7 +1056,7 @@ mod tests {
             .filter(|&k| k != PolicyKind::Adaptive)
         {
             let n_sets = 7;
-            let mut sa = SaModel::new(kind, 4, n_sets);
+            let mut sa = SaModel::one_set_per_page(kind, 4, n_sets);
             let mut sets: Vec<SetModel> = (0..n_sets).map(|_| SetModel::new(kind, 4)).collect();
             let mut x = 12345u64;
             for _ in 0..20_000 {

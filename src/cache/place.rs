@@ -1,0 +1,162 @@
+//! Where a page may live: two candidate sets, and which of the two gives up a
+//! page when the page comes in.
+//!
+//! A page's 64-bit hash names its first set; the same hash rotated by 32 bits
+//! names its second (the mix is strong, so the two are independent). A page
+//! lives in one of them at a time. A miss takes a free slot of either set,
+//! else asks each set's policy for its victim and evicts the one whose last
+//! use is older: the cache then keeps what a global cache would keep unless
+//! both sets are full of younger pages, and a set that draws more hot pages
+//! than it has slots hands the excess to the other set of each.
+//!
+//! # Age
+//! Time is counted in misses, in epochs of [`Clock::epoch_len`] misses (a
+//! sixteenth of the cache, at least 64). Each slot keeps the low byte of the
+//! epoch of its page's last use (its *stamp*); the age of a page is the epoch
+//! now minus its stamp, modulo 256. A page untouched for 256 epochs (sixteen
+//! times the cache in misses) looks young again: an aged-out stamp only makes
+//! one choice worse, never a wrong result.
+//!
+//! Misses are counted by each thread and added to the cache's count 64 at a
+//! time, so that no shared word is written on every miss; the epoch is a
+//! separate word, written once an epoch. With one thread the count, and so
+//! every choice, is exact and matches the simulator's.
+
+use std::cell::Cell;
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// Misses a thread counts before it adds them to the shared count.
+pub(crate) const BATCH: u64 = 64;
+
+/// The hash of the second candidate set of a page whose first hash is `h`.
+#[inline]
+pub(crate) fn second(h: u64) -> u64 {
+    h.rotate_left(32)
+}
+
+/// Whether a miss should evict the second set's victim, stamped `s2`, rather
+/// than the first set's, stamped `s1`, at epoch `now`: only when it is
+/// strictly older (ties keep pages in their first set, where a lookup looks
+/// first).
+#[inline]
+pub(crate) fn evict_second(now: u8, s1: u8, s2: u8) -> bool {
+    now.wrapping_sub(s2) > now.wrapping_sub(s1)
+}
+
+/// Misses per epoch for a cache of `pages` pages: a sixteenth of it, a
+/// multiple of [`BATCH`], at least one batch.
+pub(crate) fn epoch_len(pages: usize) -> u64 {
+    ((pages as u64 / 16).div_ceil(BATCH) * BATCH).max(BATCH)
+}
+
+/// A cache's miss clock, shared by its threads.
+pub(crate) struct Clock {
+    /// This clock's identity, so that a thread's partial batch is never
+    /// credited to another cache.
+    id: u64,
+    epoch_len: u64,
+    /// Misses credited so far (multiples of [`BATCH`]).
+    misses: AtomicU64,
+    /// `misses / epoch_len`, written when it changes.
+    epoch: AtomicU64,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+thread_local! {
+    /// The clock this thread counts for, and its misses not yet credited.
+    static PENDING: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+impl Clock {
+    pub(crate) fn new(pages: usize) -> Clock {
+        Clock {
+            id: NEXT_ID.fetch_add(1, Relaxed),
+            epoch_len: epoch_len(pages),
+            misses: AtomicU64::new(0),
+            epoch: AtomicU64::new(0),
+        }
+    }
+
+    /// The epoch's low byte, the stamp of a page used now.
+    #[inline]
+    pub(crate) fn now(&self) -> u8 {
+        self.epoch.load(Relaxed) as u8
+    }
+
+    /// Count one miss of the calling thread.
+    #[inline]
+    pub(crate) fn tick(&self) {
+        PENDING.with(|p| {
+            let (id, n) = p.get();
+            let n = if id == self.id { n + 1 } else { 1 };
+            if n < BATCH {
+                p.set((self.id, n));
+                return;
+            }
+            p.set((self.id, 0));
+            let m = self.misses.fetch_add(BATCH, Relaxed) + BATCH;
+            if m % self.epoch_len == 0 {
+                self.epoch.fetch_max(m / self.epoch_len, Relaxed);
+            }
+        });
+    }
+}
+
+/// The same clock for one thread without sharing (the simulator).
+#[derive(Clone, Debug)]
+pub(crate) struct LocalClock {
+    epoch_len: u64,
+    misses: u64,
+}
+
+impl LocalClock {
+    pub(crate) fn new(pages: usize) -> LocalClock {
+        LocalClock {
+            epoch_len: epoch_len(pages),
+            misses: 0,
+        }
+    }
+
+    /// As [`Clock::now`] for a cache used by one thread.
+    #[inline]
+    pub(crate) fn now(&self) -> u8 {
+        (self.misses / BATCH * BATCH / self.epoch_len) as u8
+    }
+
+    /// As [`Clock::tick`].
+    #[inline]
+    pub(crate) fn tick(&mut self) {
+        self.misses += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_thread_counts_as_the_local_clock() {
+        let pages = 12 * 100;
+        let shared = Clock::new(pages);
+        let mut local = LocalClock::new(pages);
+        for _ in 0..50_000 {
+            assert_eq!(shared.now(), local.now());
+            shared.tick();
+            local.tick();
+        }
+        assert!(local.now() > 0);
+    }
+
+    #[test]
+    fn older_victim_loses_ties_stay_first() {
+        assert!(evict_second(10, 9, 3));
+        assert!(!evict_second(10, 3, 9));
+        assert!(!evict_second(10, 4, 4));
+        // Across the wrap of the byte.
+        assert!(evict_second(2, 255, 250));
+        assert_eq!(epoch_len(12), BATCH);
+        assert_eq!(epoch_len(262_144), 16_384);
+    }
+}
