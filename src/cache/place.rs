@@ -1,8 +1,11 @@
 //! Where a page may live: two candidate sets, and which of the two gives up a
 //! page when the page comes in.
 //!
-//! A page's 64-bit hash names its first set; the same hash rotated by 32 bits
-//! names its second (the mix is strong, so the two are independent). A page
+//! A page's 64-bit hash `h` names its first set (`h` modulo the table) and its
+//! high 32 bits its second: with `h = H * 2^32 + L` and `L` uniform, `h mod m`
+//! is independent of `H mod m` for every `m`, a power of two or not. (A
+//! rotation of `h` by 32 bits would not do: for `m` dividing `2^32 - 1`, such as
+//! 21,845 sets, both halves land in the same set.) A page
 //! lives in one of them at a time. A miss takes a free slot of either set,
 //! else asks each set's policy for its victim and evicts the one whose last
 //! use is older: the cache then keeps what a global cache would keep unless
@@ -32,7 +35,7 @@ pub(crate) const BATCH: u64 = 64;
 /// The hash of the second candidate set of a page whose first hash is `h`.
 #[inline]
 pub(crate) fn second(h: u64) -> u64 {
-    h.rotate_left(32)
+    h >> 32
 }
 
 /// Whether a miss should evict the second set's victim, stamped `s2`, rather
@@ -147,6 +150,27 @@ mod tests {
             local.tick();
         }
         assert!(local.now() > 0);
+    }
+
+    #[test]
+    fn the_two_sets_are_independent_for_any_table() {
+        // Set counts that divide 2^32 - 1 (3, 5, 17, 21845 = 65535 / 3), a
+        // prime, powers of two: the second set agrees with the first about
+        // as often as chance says (1 in m), never always.
+        for m in [3u64, 5, 17, 97, 1024, 21_845, 65_537, 100_003] {
+            let n = 200_000u64;
+            let same = (0..n)
+                .filter(|&t| {
+                    let h = crate::util::mix::mix64(t);
+                    h % m == second(h) % m
+                })
+                .count() as f64;
+            let chance = n as f64 / m as f64;
+            assert!(
+                same < 2.0 * chance + 50.0,
+                "{m} sets: {same} of {n} pages have one set (chance {chance})"
+            );
+        }
     }
 
     #[test]
