@@ -29,8 +29,15 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
-/// Misses a thread counts before it adds them to the shared count.
+/// The most misses a thread counts before it adds them to the shared count.
 pub(crate) const BATCH: u64 = 64;
+
+/// Misses a thread counts before it adds them to the shared count, for a
+/// cache of `pages` pages: a 256th of it, a power of two from 1 to [`BATCH`]
+/// (a small cache needs a fine clock, and has few misses to count).
+pub(crate) fn batch(pages: usize) -> u64 {
+    (pages as u64 / 256).next_power_of_two().clamp(1, BATCH)
+}
 
 /// The hash of the second candidate set of a page whose first hash is `h`.
 #[inline]
@@ -48,9 +55,10 @@ pub(crate) fn evict_second(now: u8, s1: u8, s2: u8) -> bool {
 }
 
 /// Misses per epoch for a cache of `pages` pages: a sixteenth of it, a
-/// multiple of [`BATCH`], at least one batch.
+/// multiple of its [`batch`], at least one batch.
 pub(crate) fn epoch_len(pages: usize) -> u64 {
-    ((pages as u64 / 16).div_ceil(BATCH) * BATCH).max(BATCH)
+    let b = batch(pages);
+    ((pages as u64 / 16).div_ceil(b) * b).max(b)
 }
 
 /// A cache's miss clock, shared by its threads.
@@ -58,12 +66,18 @@ pub(crate) struct Clock {
     /// This clock's identity, so that a thread's partial batch is never
     /// credited to another cache.
     id: u64,
+    batch: u64,
     epoch_len: u64,
-    /// Misses credited so far (multiples of [`BATCH`]).
-    misses: AtomicU64,
-    /// `misses / epoch_len`, written when it changes.
+    /// `misses / epoch_len`, written when it changes; read by every hit.
     epoch: AtomicU64,
+    /// Misses credited so far (multiples of the batch), on a line of its own
+    /// so that crediting them does not disturb the readers of `epoch`.
+    misses: Line,
 }
+
+/// An atomic word alone on its cache lines (two, for adjacent-line prefetch).
+#[repr(align(128))]
+struct Line(AtomicU64);
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -76,9 +90,10 @@ impl Clock {
     pub(crate) fn new(pages: usize) -> Clock {
         Clock {
             id: NEXT_ID.fetch_add(1, Relaxed),
+            batch: batch(pages),
             epoch_len: epoch_len(pages),
-            misses: AtomicU64::new(0),
             epoch: AtomicU64::new(0),
+            misses: Line(AtomicU64::new(0)),
         }
     }
 
@@ -94,12 +109,12 @@ impl Clock {
         PENDING.with(|p| {
             let (id, n) = p.get();
             let n = if id == self.id { n + 1 } else { 1 };
-            if n < BATCH {
+            if n < self.batch {
                 p.set((self.id, n));
                 return;
             }
             p.set((self.id, 0));
-            let m = self.misses.fetch_add(BATCH, Relaxed) + BATCH;
+            let m = self.misses.0.fetch_add(self.batch, Relaxed) + self.batch;
             if m % self.epoch_len == 0 {
                 self.epoch.fetch_max(m / self.epoch_len, Relaxed);
             }
@@ -110,6 +125,7 @@ impl Clock {
 /// The same clock for one thread without sharing (the simulator).
 #[derive(Clone, Debug)]
 pub(crate) struct LocalClock {
+    batch: u64,
     epoch_len: u64,
     misses: u64,
 }
@@ -117,6 +133,7 @@ pub(crate) struct LocalClock {
 impl LocalClock {
     pub(crate) fn new(pages: usize) -> LocalClock {
         LocalClock {
+            batch: batch(pages),
             epoch_len: epoch_len(pages),
             misses: 0,
         }
@@ -125,7 +142,7 @@ impl LocalClock {
     /// As [`Clock::now`] for a cache used by one thread.
     #[inline]
     pub(crate) fn now(&self) -> u8 {
-        (self.misses / BATCH * BATCH / self.epoch_len) as u8
+        (self.misses / self.batch * self.batch / self.epoch_len) as u8
     }
 
     /// As [`Clock::tick`].
@@ -141,15 +158,16 @@ mod tests {
 
     #[test]
     fn one_thread_counts_as_the_local_clock() {
-        let pages = 12 * 100;
-        let shared = Clock::new(pages);
-        let mut local = LocalClock::new(pages);
-        for _ in 0..50_000 {
-            assert_eq!(shared.now(), local.now());
-            shared.tick();
-            local.tick();
+        for pages in [12, 12 * 100, 262_144] {
+            let shared = Clock::new(pages);
+            let mut local = LocalClock::new(pages);
+            for _ in 0..50_000 {
+                assert_eq!(shared.now(), local.now());
+                shared.tick();
+                local.tick();
+            }
+            assert!(local.now() > 0);
         }
-        assert!(local.now() > 0);
     }
 
     #[test]
@@ -180,7 +198,8 @@ mod tests {
         assert!(!evict_second(10, 4, 4));
         // Across the wrap of the byte.
         assert!(evict_second(2, 255, 250));
-        assert_eq!(epoch_len(12), BATCH);
-        assert_eq!(epoch_len(262_144), 16_384);
+        assert_eq!((batch(12), epoch_len(12)), (1, 1));
+        assert_eq!((batch(4_096), epoch_len(4_096)), (16, 256));
+        assert_eq!((batch(262_144), epoch_len(262_144)), (BATCH, 16_384));
     }
 }
