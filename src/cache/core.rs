@@ -321,11 +321,15 @@ impl<M: Model> Core<M> {
     pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
         debug_assert!(offset + dst.len() <= self.page_size);
         let (s1, s2) = self.sets_now(mix64(tag));
-        match self.try_read_in(s1, tag, offset, dst) {
+        let hit = match self.try_read_in(s1, tag, offset, dst) {
             Some(done) => done,
             None if s2 != s1 => self.try_read_in(s2, tag, offset, dst).unwrap_or(false),
             None => false,
+        };
+        if hit {
+            self.duel.observe_access(s1, tag);
         }
+        hit
     }
 
     /// [`Core::try_read`] in set `s`: `None` if `s` does not hold the page.
@@ -706,6 +710,7 @@ impl<M: Model> Core<M> {
         if !write && !nowait {
             if let Some((s, i)) = self.fast_hit(tag, h) {
                 self.stats.bump(Stat::Hits);
+                self.duel.observe_access(self.sets_now(h).0, tag);
                 return Ok(Found::Hit(s, i));
             }
         }
@@ -731,6 +736,9 @@ impl<M: Model> Core<M> {
                 }
             };
             if let Step::Done(found) = step {
+                if let Found::Hit(..) | Found::Miss(..) = found {
+                    self.duel.observe_access(self.sets_now(h).0, tag);
+                }
                 return Ok(found);
             }
         }

@@ -267,8 +267,9 @@ impl Duel {
     }
 
     /// The sample number of set `set`, if it is sampled.
+    #[inline]
     pub fn sample_of(&self, set: usize) -> Option<usize> {
-        if self.spacing == 0 || set % self.spacing != 0 {
+        if self.spacing == 0 || set % SPACING != 0 {
             return None;
         }
         let i = set / self.spacing;
@@ -289,6 +290,18 @@ impl Duel {
     /// The sampled accesses reported (the same for every candidate).
     pub fn accesses(&self) -> u32 {
         self.accesses.load(Relaxed)
+    }
+
+    /// Replays an access of `tag`, whose first candidate set is `first`,
+    /// through the shadows, if that set is sampled. The cache and the
+    /// simulator call this once per access, hit or miss, wherever the page
+    /// lives: the shadows then see every access of a fixed part of the pages,
+    /// whatever the sets' policy decided about them.
+    #[inline]
+    pub fn observe_access(&self, first: usize, tag: u64) {
+        if let Some(i) = self.sample_of(first) {
+            self.observe(i, tag);
+        }
     }
 
     /// Replays an access of `tag` in sample `i` through its shadows.
@@ -500,18 +513,7 @@ impl Policy for Adaptive {
         as_arm(st, k, valid, |v| CANDIDATE_KINDS[k].on_hit(v, slot, valid));
     }
 
-    #[inline]
-    fn on_hit_tag(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
-        if let Some(i) = sample(*st.word) {
-            st.duel.observe(i, tag);
-        }
-        self.on_hit(st, slot, valid);
-    }
-
     fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
-        if let Some(i) = sample(*st.word) {
-            st.duel.observe(i, tag);
-        }
         let k = settle(st, valid);
         apply_deferred(st, k, valid);
         as_arm(st, k, valid | 1 << slot, |v| {

@@ -536,6 +536,7 @@ impl SaModel {
             self.with_set(set, |_, st, valid| p.on_hit_tag(st, slot, tag, *valid));
             self.stamps[set * assoc + slot] = now;
             self.hits += 1;
+            self.duel.observe_access(s1, tag);
             return true;
         }
         self.misses += 1;
@@ -579,6 +580,7 @@ impl SaModel {
         }
         self.stamps[set * assoc + slot] = now;
         self.clock.tick();
+        self.duel.observe_access(s1, tag);
         false
     }
 
