@@ -226,6 +226,12 @@ impl<M: Model> Core<M> {
         self.sets_at(h, self.table.load(Acquire))
     }
 
+    /// The first candidate set of hash `h` in the table now.
+    #[inline]
+    fn first_now(&self, h: u64) -> usize {
+        self.index(h, self.table.load(Acquire))
+    }
+
     /// The slot of set `s` that holds `tag`, read without the lock.
     #[inline]
     fn slot_of(&self, s: usize, tag: u64) -> Option<usize> {
@@ -235,10 +241,14 @@ impl<M: Model> Core<M> {
     /// Where `tag` is now, read without locks: `(set, slot)`.
     #[inline]
     fn find(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
-        let (s1, s2) = self.sets_now(h);
+        let t = self.table.load(Acquire);
+        let s1 = self.index(h, t);
         if let Some(i) = self.slot_of(s1, tag) {
             return Some((s1, i));
         }
+        // The second set only now: most lookups of a page in its first set
+        // never pay for its index (a division).
+        let s2 = self.index(place::second(h), t);
         if s2 == s1 {
             return None;
         }
@@ -320,11 +330,15 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
         debug_assert!(offset + dst.len() <= self.page_size);
-        let (s1, s2) = self.sets_now(mix64(tag));
+        let h = mix64(tag);
+        let t = self.table.load(Acquire);
+        let s1 = self.index(h, t);
         let hit = match self.try_read_in(s1, tag, offset, dst) {
             Some(done) => done,
-            None if s2 != s1 => self.try_read_in(s2, tag, offset, dst).unwrap_or(false),
-            None => false,
+            None => {
+                let s2 = self.index(place::second(h), t);
+                s2 != s1 && self.try_read_in(s2, tag, offset, dst).unwrap_or(false)
+            }
         };
         if hit {
             self.duel.observe_access(s1, tag);
@@ -409,15 +423,19 @@ impl<M: Model> Core<M> {
     /// hit only if the set's lock is free right now: a reader never waits.
     #[inline]
     fn fast_hit(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
-        let (s1, s2) = self.sets_now(h);
+        let t = self.table.load(Acquire);
+        let s1 = self.index(h, t);
         self.prefetch_set(s1);
         let (s, i) = match self.slot_of(s1, tag) {
             Some(i) => (s1, i),
-            None if s2 != s1 => {
+            None => {
+                let s2 = self.index(place::second(h), t);
+                if s2 == s1 {
+                    return None;
+                }
                 self.prefetch_set(s2);
                 (s2, self.slot_of(s2, tag)?)
             }
-            None => return None,
         };
         let tags = self.tags(s);
         let w = self.state(s, i);
@@ -595,7 +613,7 @@ impl<M: Model> Core<M> {
     /// first candidate set if none does (benchmarks).
     pub(crate) fn set_addr(&self, tag: u64) -> usize {
         let h = mix64(tag);
-        let s = self.find(h, tag).map_or(self.sets_now(h).0, |(s, _)| s);
+        let s = self.find(h, tag).map_or(self.first_now(h), |(s, _)| s);
         self.set_ptr(s) as usize
     }
 
@@ -710,13 +728,20 @@ impl<M: Model> Core<M> {
         if !write && !nowait {
             if let Some((s, i)) = self.fast_hit(tag, h) {
                 self.stats.bump(Stat::Hits);
-                self.duel.observe_access(self.sets_now(h).0, tag);
+                self.duel.observe_access(self.first_now(h), tag);
                 return Ok(Found::Hit(s, i));
             }
         }
         let mut backoff = Backoff::default();
         loop {
-            let step = if let Some((s, i)) = self.lock_holder(h, tag) {
+            // A page the sets do not show without locks is most likely
+            // absent: go straight to locking both sets (which looks again).
+            let held = if self.find(h, tag).is_some() {
+                self.lock_holder(h, tag)
+            } else {
+                None
+            };
+            let step = if let Some((s, i)) = held {
                 // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
                 self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait)
             } else {
@@ -737,7 +762,7 @@ impl<M: Model> Core<M> {
             };
             if let Step::Done(found) = step {
                 if let Found::Hit(..) | Found::Miss(..) = found {
-                    self.duel.observe_access(self.sets_now(h).0, tag);
+                    self.duel.observe_access(self.first_now(h), tag);
                 }
                 return Ok(found);
             }
