@@ -259,15 +259,9 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {
         debug_assert!(s < self.max_sets && i < self.lay.assoc);
-        // SAFETY: the region holds `max_sets * assoc` bytes, each used only as
-        // an atomic byte.
-        unsafe {
-            &*self
-                .stamps
-                .ptr()
-                .add(s * self.lay.assoc + i)
-                .cast::<AtomicU8>()
-        }
+        let at = self.stamps.ptr().wrapping_add(s * self.lay.assoc + i);
+        // SAFETY: `at` is one of the region's `max_sets * assoc` bytes, each used only atomically.
+        unsafe { &*at.cast::<AtomicU8>() }
     }
 
     /// Record a use of slot `(s, i)` now (under the lock of set `s`).
