@@ -74,8 +74,8 @@ pub use cache::{
     PageRef, PolicyKind, SetMetadataBytes, WriteBack,
 };
 pub use cached::{
-    CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, FlushOptions,
-    FlusherCounts,
+    Advice, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
+    DEFAULT_READAHEAD_BYTES, FlushOptions, FlusherCounts,
 };
 pub use error::{Error, Result};
 pub use storage::layout;

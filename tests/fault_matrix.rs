@@ -80,7 +80,11 @@ impl Rig {
 
     /// A cached store of `pages` pages (cold) without a flusher.
     fn cached(&self, pages: usize) -> CachedStore {
-        CachedStore::with_flusher(self.store(), small_cache(pages), None).unwrap()
+        let cs = CachedStore::with_flusher(self.store(), small_cache(pages), None).unwrap();
+        // Each row knows which pages it cached: nothing is read ahead (the
+        // readahead row turns it back on).
+        cs.set_readahead(0);
+        cs
     }
 
     /// A cached store with `f` open and its pages `hits` read (so cached).

@@ -36,11 +36,15 @@ pub(crate) const DIRTY: u32 = 4;
 pub(crate) const WRITEBACK: u32 = 8;
 pub(crate) const WRITER: u32 = 16;
 pub(crate) const WAITERS: u32 = 32;
-/// A generation count in bits 6..16, advanced whenever a slot changes page, so
+/// A generation count in bits 6..15, advanced whenever a slot changes page, so
 /// that a lock-free reader can tell that the slot it validated is the one it
 /// pinned.
 pub(crate) const GEN_ONE: u32 = 1 << 6;
-pub(crate) const GEN_MASK: u32 = 0x3ff << 6;
+pub(crate) const GEN_MASK: u32 = 0x1ff << 6;
+/// The page goes first: it was read ahead, or read only by a sequential
+/// stream, or advised away, and nobody else has read or written it since.
+/// Among a set's clean idle pages, the victim is one of these if any is.
+pub(crate) const COLD: u32 = 1 << 15;
 pub(crate) const PIN: u32 = 1 << 16;
 pub(crate) const MAX_PINS: u32 = 0xffff;
 
@@ -72,6 +76,31 @@ const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
 /// Why a lookup returned instead of a page.
+/// Who looks a page up, for what its page becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Any reader or writer: a cold page it touches is cold no more.
+    Normal,
+    /// A sequential stream's reader: a page it reads or brings in stays (or
+    /// enters) cold, so that a scan pushes out its own pages first.
+    Stream,
+    /// Readahead: only a missing page is claimed, cold, from a free slot or a
+    /// clean victim (never a write-back); a page present is left alone
+    /// (`Busy`), uncounted.
+    Ahead,
+}
+
+/// What an optimistic read found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Got {
+    /// Nothing usable: the page is absent, busy, or changed during the copy.
+    Miss,
+    /// A hit.
+    Hit,
+    /// A hit on a cold page, left cold (a stream's read).
+    Cold,
+}
+
 pub(crate) enum Found {
     /// The page is valid; a pin (and the writer bit for `write`) is held.
     Hit(usize, usize),
@@ -323,26 +352,46 @@ impl<M: Model> Core<M> {
     /// before it touches the bytes and bumps the change count before it leaves.
     #[inline]
     pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
+        self.try_read_as(tag, offset, dst, false) != Got::Miss
+    }
+
+    /// [`Core::try_read`] for a sequential stream's reader (`stream`) or any
+    /// other: a stream leaves a cold page cold (and its policy state as it
+    /// was) and learns that it was cold; any other reader warms it.
+    #[inline]
+    pub(crate) fn try_read_as(&self, tag: u64, offset: usize, dst: &mut [u8], stream: bool) -> Got {
         debug_assert!(offset + dst.len() <= self.page_size);
         let h = mix64(tag);
         let t = self.table.load(Acquire);
         let s1 = self.index(h, t);
-        let hit = match self.try_read_in(s1, tag, offset, dst) {
-            Some(done) => done,
+        let got = match self.try_read_in(s1, tag, offset, dst, stream) {
+            Some(got) => got,
             None => {
                 let s2 = self.index(place::second(h), t);
-                s2 != s1 && self.try_read_in(s2, tag, offset, dst).unwrap_or(false)
+                if s2 == s1 {
+                    Got::Miss
+                } else {
+                    self.try_read_in(s2, tag, offset, dst, stream)
+                        .unwrap_or(Got::Miss)
+                }
             }
         };
-        if hit {
+        if got != Got::Miss {
             self.duel.observe_access(s1, tag);
         }
-        hit
+        got
     }
 
-    /// [`Core::try_read`] in set `s`: `None` if `s` does not hold the page.
+    /// [`Core::try_read_as`] in set `s`: `None` if `s` does not hold the page.
     #[inline]
-    fn try_read_in(&self, s: usize, tag: u64, offset: usize, dst: &mut [u8]) -> Option<bool> {
+    fn try_read_in(
+        &self,
+        s: usize,
+        tag: u64,
+        offset: usize,
+        dst: &mut [u8],
+        stream: bool,
+    ) -> Option<Got> {
         // No prefetch of the set's other lines here (unlike the pinning
         // paths): measured with `hitbench`, it bought nothing on a 1 GiB cache
         // (3.10 vs 3.02 M/s for 128 B) and cost two threads about 7% on a
@@ -354,7 +403,7 @@ impl<M: Model> Core<M> {
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
-            return Some(false);
+            return Some(Got::Miss);
         }
         // Under the model checker, let other threads run between the checks
         // and the copy (a plain memory copy is no scheduling point of its own).
@@ -370,7 +419,13 @@ impl<M: Model> Core<M> {
         if v2 & (VALID | PENDING | WRITER | GEN_MASK) != v & (VALID | PENDING | WRITER | GEN_MASK)
             || self.seq(s).load(Relaxed) != seq
         {
-            return Some(false);
+            return Some(Got::Miss);
+        }
+        if v2 & COLD != 0 {
+            if stream {
+                return Some(Got::Cold);
+            }
+            self.warm(s, i);
         }
         // SAFETY: slot `i < assoc`; the byte is only a hint here (read without
         // the lock, re-examined by the policy under it).
@@ -387,7 +442,7 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
         }
-        Some(true)
+        Some(Got::Hit)
     }
 
     /// The tags of set `s`, readable without its lock (written under it).
@@ -688,6 +743,38 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// Wait until page `tag` is no longer being filled, or `timeout` has
+    /// passed (at once if it is absent or not being filled). Takes no fill:
+    /// for callers that own none and would otherwise poll. Returns whether
+    /// it waited.
+    pub(crate) fn wait_fill(&self, tag: u64, timeout: Duration) -> bool {
+        let Some((s, i)) = self.lock_holder(mix64(tag), tag) else {
+            return false;
+        };
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if v & PENDING == 0 || pins(v) >= MAX_PINS {
+            self.unlock(s);
+            return false;
+        }
+        w.fetch_add(PIN, AcqRel);
+        self.unlock(s);
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let v = w.load(Acquire);
+            let now = std::time::Instant::now();
+            if v & PENDING == 0 || now >= deadline {
+                break;
+            }
+            if v & WAITERS == 0 && w.compare_exchange(v, v | WAITERS, AcqRel, Relaxed).is_err() {
+                continue;
+            }
+            M::wait_for(w, v | WAITERS, deadline - now);
+        }
+        self.release(s, i, false);
+        true
+    }
+
     /// After a transition whose old value was `old`: wake sleepers if any.
     #[inline]
     pub(super) fn wake_if(&self, s: usize, i: usize, old: u32) {
@@ -717,10 +804,25 @@ impl<M: Model> Core<M> {
     /// fill or a writer (for callers that must not block: an asynchronous
     /// queue may itself own the fill in flight).
     pub(crate) fn lookup(&self, tag: u64, write: bool, nowait: bool) -> Result<Found> {
+        self.lookup_as(tag, write, nowait, Mode::Normal)
+    }
+
+    /// [`Core::lookup`] on behalf of `mode`'s kind of reader.
+    pub(crate) fn lookup_as(
+        &self,
+        tag: u64,
+        write: bool,
+        nowait: bool,
+        mode: Mode,
+    ) -> Result<Found> {
         let h = mix64(tag);
+        let ahead = mode == Mode::Ahead;
         // A caller that does not wait has just tried the optimistic path.
         if !write && !nowait {
             if let Some((s, i)) = self.fast_hit(tag, h) {
+                if mode == Mode::Normal {
+                    self.warm(s, i);
+                }
                 self.stats.bump(Stat::Hits);
                 self.duel.observe_access(self.first_now(h), tag);
                 return Ok(Found::Hit(s, i));
@@ -736,8 +838,12 @@ impl<M: Model> Core<M> {
                 None
             };
             let step = if let Some((s, i)) = held {
+                if ahead {
+                    self.unlock(s);
+                    return Ok(Found::Busy);
+                }
                 // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
-                self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait)
+                self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait, mode)
             } else {
                 // Absent a moment ago: lock both sets to place it, unless it
                 // came in meanwhile.
@@ -748,13 +854,20 @@ impl<M: Model> Core<M> {
                         if s1 != s2 {
                             self.unlock(if s == s1 { s2 } else { s1 });
                         }
+                        if ahead {
+                            self.unlock(s);
+                            return Ok(Found::Busy);
+                        }
                         // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
-                        self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait)
+                        self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait, mode)
                     }
-                    None => self.lookup_missing(s1, s2, tag, write, nowait, &mut backoff)?,
+                    None => self.lookup_missing(s1, s2, tag, write, nowait, mode, &mut backoff)?,
                 }
             };
             if let Step::Done(found) = step {
+                if ahead {
+                    return Ok(found);
+                }
                 if let Found::Hit(..) | Found::Miss(..) = found {
                     self.duel.observe_access(self.first_now(h), tag);
                 }
@@ -766,7 +879,15 @@ impl<M: Model> Core<M> {
     /// `lookup`, set `s` locked, the page cached in slot `i`: share a fill in
     /// flight, wait for a writer (or, for `write`, any holder), or pin it.
     /// Unlocks the set.
-    fn lookup_cached(&self, s: usize, i: usize, g: Locked<'_>, write: bool, nowait: bool) -> Step {
+    fn lookup_cached(
+        &self,
+        s: usize,
+        i: usize,
+        g: Locked<'_>,
+        write: bool,
+        nowait: bool,
+        mode: Mode,
+    ) -> Step {
         self.prefetch_frame(s, i);
         let w = self.state(s, i);
         let v = w.load(Acquire);
@@ -811,7 +932,7 @@ impl<M: Model> Core<M> {
         }
         if write {
             // Exclusive: only if no lock-free reader pinned it meanwhile.
-            if w.compare_exchange(v, (v | WRITER | DIRTY) + PIN, AcqRel, Relaxed)
+            if w.compare_exchange(v, ((v | WRITER | DIRTY) & !COLD) + PIN, AcqRel, Relaxed)
                 .is_err()
             {
                 self.unlock(s);
@@ -821,6 +942,9 @@ impl<M: Model> Core<M> {
             fence(Release);
         } else {
             w.fetch_add(PIN, AcqRel);
+            if mode == Mode::Normal {
+                self.warm(s, i);
+            }
         }
         let valid = *g.valid;
         let tag = g.tags[i].load(Relaxed);
@@ -839,6 +963,7 @@ impl<M: Model> Core<M> {
     /// neither: claim a free slot or a clean victim's, hand out a dirty victim
     /// to write back, or back off while every page is pinned (up to
     /// `pin_wait`). Unlocks the sets.
+    #[allow(clippy::too_many_arguments)]
     fn lookup_missing(
         &self,
         s1: usize,
@@ -846,9 +971,10 @@ impl<M: Model> Core<M> {
         tag: u64,
         write: bool,
         nowait: bool,
+        mode: Mode,
         backoff: &mut Backoff,
     ) -> Result<Step> {
-        match self.choose(s1, s2) {
+        match self.choose(s1, s2, mode != Mode::Ahead) {
             Choice::Slot(s, i) => {
                 if s1 != s2 {
                     self.unlock(if s == s1 { s2 } else { s1 });
@@ -861,7 +987,15 @@ impl<M: Model> Core<M> {
                 let w = self.state(s, i);
                 // A free slot is not valid, so no lock-free reader pins it:
                 // the swap publishes the tag with a new generation.
-                let fl = PENDING | PIN | if write { WRITER | DIRTY } else { 0 };
+                let fl = PENDING
+                    | PIN
+                    | if write {
+                        WRITER | DIRTY
+                    } else if mode != Mode::Normal {
+                        COLD
+                    } else {
+                        0
+                    };
                 let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                 let mut st = g.st;
                 let ghost = self.policy.on_insert(&mut st, i, tag, before);
@@ -874,7 +1008,11 @@ impl<M: Model> Core<M> {
                 // The claim is visible before the fill writes a byte.
                 fence(Release);
                 self.wake_if(s, i, old);
-                self.stats.bump(Stat::Misses);
+                self.stats.bump(if mode == Mode::Ahead {
+                    Stat::Readahead
+                } else {
+                    Stat::Misses
+                });
                 if ghost {
                     self.stats.bump(Stat::GhostHits);
                 }
@@ -891,7 +1029,7 @@ impl<M: Model> Core<M> {
             }
             Choice::None => {
                 self.unlock_pair(s1, s2);
-                if nowait {
+                if nowait || mode == Mode::Ahead {
                     // The caller may own the pins (fills in flight).
                     return Ok(Step::Done(Found::Busy));
                 }
@@ -1010,9 +1148,10 @@ impl<M: Model> Core<M> {
     /// candidates, perhaps one set): a free slot of the first, then of the
     /// second; else the clean victim of whichever set's policy offers the
     /// older one (see [`place`]), evicted; else the write-back of a dirty page.
-    fn choose(&self, s1: usize, s2: usize) -> Choice {
+    fn choose(&self, s1: usize, s2: usize, write_back: bool) -> Choice {
         let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
         let mut clean = [0u32; 2];
+        let mut cold = [0u32; 2];
         let mut dirty = [0u32; 2];
         for (k, &s) in sets.iter().enumerate() {
             // SAFETY: set `s` is locked; the view ends with this iteration.
@@ -1032,33 +1171,60 @@ impl<M: Model> Core<M> {
                     dirty[k] |= 1 << i;
                 } else {
                     clean[k] |= 1 << i;
+                    if v & COLD != 0 {
+                        cold[k] |= 1 << i;
+                    }
                 }
             }
         }
         let now = self.clock.now();
-        let mut pick: Option<(usize, usize)> = None;
+        // Cold pages go first, the one that came in first (a cold page's
+        // stamp is when it came in: a stream's reads do not touch it), so
+        // that a scan drops the pages it has read, not those read ahead of
+        // it; between the two sets, a cold victim before a warm one, else
+        // the older.
+        let mut pick: Option<(usize, usize, bool)> = None;
         for (k, &s) in sets.iter().enumerate() {
             if clean[k] == 0 {
                 continue;
             }
-            // SAFETY: set `s` is locked; the view ends with this iteration.
-            let mut g = unsafe { self.locked(s) };
-            let valid = *g.valid;
-            let i = self.policy.victim(&mut g.st, clean[k], valid);
-            debug_assert!(clean[k] & (1 << i) != 0, "policy chose an ineligible slot");
-            pick = match pick {
-                Some((ps, pi))
-                    if !place::evict_second(
-                        now,
-                        self.stamp(ps, pi).load(Relaxed),
-                        self.stamp(s, i).load(Relaxed),
-                    ) =>
-                {
-                    Some((ps, pi))
+            let is_cold = cold[k] != 0;
+            let i = if is_cold {
+                let mut best = (0u8, usize::MAX);
+                let mut m = cold[k];
+                while m != 0 {
+                    let i = m.trailing_zeros() as usize;
+                    m &= m - 1;
+                    let age = now.wrapping_sub(self.stamp(s, i).load(Relaxed));
+                    if best.1 == usize::MAX || age > best.0 {
+                        best = (age, i);
+                    }
                 }
-                _ => Some((s, i)),
+                best.1
+            } else {
+                // SAFETY: set `s` is locked; the view ends with this iteration.
+                let mut g = unsafe { self.locked(s) };
+                let valid = *g.valid;
+                let i = self.policy.victim(&mut g.st, clean[k], valid);
+                debug_assert!(clean[k] & (1 << i) != 0, "policy chose an ineligible slot");
+                i
+            };
+            pick = match pick {
+                Some((ps, pi, pc))
+                    if (pc && !is_cold)
+                        || (pc == is_cold
+                            && !place::evict_second(
+                                now,
+                                self.stamp(ps, pi).load(Relaxed),
+                                self.stamp(s, i).load(Relaxed),
+                            )) =>
+                {
+                    Some((ps, pi, pc))
+                }
+                _ => Some((s, i, is_cold)),
             };
         }
+        let pick = pick.map(|(s, i, _)| (s, i));
         if let Some((s, i)) = pick {
             // SAFETY: set `s` is locked.
             let mut g = unsafe { self.locked(s) };
@@ -1068,7 +1234,7 @@ impl<M: Model> Core<M> {
                 Choice::Retry
             };
         }
-        let Some(k) = (0..sets.len()).find(|&k| dirty[k] != 0) else {
+        let Some(k) = (0..sets.len()).find(|&k| dirty[k] != 0 && write_back) else {
             return Choice::None;
         };
         let s = sets[k];
@@ -1120,7 +1286,7 @@ impl<M: Model> Core<M> {
         }
         // Pending, so no lock-free reader pins it; waiters may unpin meanwhile.
         let old = update::<M>(self.state(s, i), |v| {
-            ((v & !(PENDING | VALID | WRITER | DIRTY | GEN_MASK)) | next_gen(v)) - PIN
+            ((v & !(PENDING | VALID | WRITER | DIRTY | COLD | GEN_MASK)) | next_gen(v)) - PIN
         });
         self.unlock(s);
         self.stats.bump(Stat::FillErrors);
@@ -1262,6 +1428,33 @@ impl<M: Model> Core<M> {
     /// Evict idle page `i` of locked set `set` (a clean victim, or a frozen
     /// page of a shrink), leaving a ghost if the policy keeps them. False if a
     /// lock-free reader pinned it first.
+    /// A reader other than a sequential stream uses page `(s, i)`, which it
+    /// has pinned or validated: if it was cold, it is cold no more.
+    #[inline]
+    fn warm(&self, s: usize, i: usize) {
+        let w = self.state(s, i);
+        if w.load(Relaxed) & COLD != 0 {
+            w.fetch_and(!COLD, Relaxed);
+        }
+    }
+
+    /// Make page `tag` go first if it is cached, clean and idle (a hint
+    /// that it will not be needed); returns whether it was marked.
+    pub(crate) fn make_cold(&self, tag: u64) -> bool {
+        let h = mix64(tag);
+        let Some((s, i)) = self.lock_holder(h, tag) else {
+            return false;
+        };
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        let ok = v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID;
+        if ok {
+            w.fetch_or(COLD, Relaxed);
+        }
+        self.unlock(s);
+        ok
+    }
+
     pub(super) fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
         let w = self.state(set, i);
         let v = w.load(Acquire);

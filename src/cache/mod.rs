@@ -24,7 +24,8 @@ pub mod sync;
 
 use std::time::Duration;
 
-use self::core::{Core, Found};
+pub(crate) use self::core::Got;
+use self::core::{Core, Found, Mode};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -286,26 +287,34 @@ impl<M: Model> PageCache<M> {
     /// Look `page` of `file` up for reading.
     pub fn get(&self, file: u32, page: u64) -> Result<Lookup<'_, M>> {
         Ok(self
-            .lookup_read(file, page, false)?
+            .lookup_read(file, page, false, Mode::Normal)?
             .expect("a waiting lookup is never busy"))
     }
 
     /// The read lookup behind [`PageCache::get`] and [`PageCache::try_get`].
-    fn lookup_read(&self, file: u32, page: u64, nowait: bool) -> Result<Option<Lookup<'_, M>>> {
+    fn lookup_read(
+        &self,
+        file: u32,
+        page: u64,
+        nowait: bool,
+        mode: Mode,
+    ) -> Result<Option<Lookup<'_, M>>> {
         let tag = tag_of(file, page)?;
         let at = |s, i, t| At::new(&self.core, s, i, t);
-        Ok(Some(match self.core.lookup(tag, false, nowait)? {
-            Found::Hit(s, i) => Lookup::Hit(PageRef { at: at(s, i, tag) }),
-            Found::Miss(s, i) => Lookup::Miss(Fill {
-                at: at(s, i, tag),
-                done: false,
-            }),
-            Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
-                at: at(s, i, t),
-                done: false,
-            }),
-            Found::Busy => return Ok(None),
-        }))
+        Ok(Some(
+            match self.core.lookup_as(tag, false, nowait, mode)? {
+                Found::Hit(s, i) => Lookup::Hit(PageRef { at: at(s, i, tag) }),
+                Found::Miss(s, i) => Lookup::Miss(Fill {
+                    at: at(s, i, tag),
+                    done: false,
+                }),
+                Found::WriteBack(s, i, t) => Lookup::WriteBack(WriteBack {
+                    at: at(s, i, t),
+                    done: false,
+                }),
+                Found::Busy => return Ok(None),
+            },
+        ))
     }
 
     /// The write lookup behind [`PageCache::get_mut`] and
@@ -390,7 +399,67 @@ impl<M: Model> PageCache<M> {
     /// after [`PageCache::pin_wait`] without progress). For asynchronous callers, which may
     /// themselves own the fill in flight.
     pub fn try_get(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
-        self.lookup_read(file, page, true)
+        self.lookup_read(file, page, true, Mode::Normal)
+    }
+
+    /// [`PageCache::try_get`] for a sequential stream's reader: a page it
+    /// finds cold stays cold, and a page it brings in enters cold.
+    pub(crate) fn try_get_stream(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
+        self.lookup_read(file, page, true, Mode::Stream)
+    }
+
+    /// Claim `page` of `file` for readahead: `Some` (a cold page, pending,
+    /// for the caller to fill) only if it is absent and its sets have a free
+    /// slot or a clean idle victim. A page present is left as it is, and
+    /// nothing is counted but the claim.
+    pub(crate) fn claim_ahead(&self, file: u32, page: u64) -> Result<Option<Fill<'_, M>>> {
+        match self.lookup_read(file, page, true, Mode::Ahead)? {
+            Some(Lookup::Miss(f)) => Ok(Some(f)),
+            Some(Lookup::Hit(_)) | None => Ok(None),
+            Some(Lookup::WriteBack(_)) => unreachable!("readahead never writes a victim back"),
+        }
+    }
+
+    /// [`PageCache::try_read`] for a sequential stream's reader: a cold page
+    /// stays cold, and the answer says whether it was ([`Got::Cold`]).
+    #[inline]
+    pub(crate) fn try_read_stream(
+        &self,
+        file: u32,
+        page: u64,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<Got> {
+        let tag = tag_of(file, page)?;
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|e| e > self.core.page_size)
+        {
+            return self.try_read(file, page, offset, dst).map(|_| Got::Miss);
+        }
+        let got = self.core.try_read_as(tag, offset, dst, true);
+        if got != Got::Miss {
+            self.core.stats.bump(stats::Stat::Hits);
+        }
+        Ok(got)
+    }
+
+    /// Wait until `page` of `file` is no longer being filled, for at most
+    /// `timeout` (at once if it is absent or not being filled). For a caller
+    /// that owns no fill, instead of polling. Returns whether it waited.
+    pub(crate) fn wait_fill(&self, file: u32, page: u64, timeout: std::time::Duration) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.wait_fill(tag, timeout))
+    }
+
+    /// Count `n` pages read ahead that a sequential reader then read.
+    pub(crate) fn count_readahead_used(&self, n: u64) {
+        self.core.stats.add(stats::Stat::ReadaheadUsed, n);
+    }
+
+    /// Let `page` of `file` go first if it is cached, clean and idle;
+    /// returns whether it was marked.
+    pub(crate) fn make_cold(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self.core.make_cold(tag_of(file, page)?))
     }
 
     /// As [`PageCache::get_mut`], but `Ok(None)` instead of waiting while the
@@ -431,11 +500,28 @@ impl<M: Model> PageCache<M> {
         &self,
         file: u32,
         page: u64,
+        load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
+        store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
+    ) -> Result<PageRef<'_, M>> {
+        self.get_with_as(file, page, false, load, store)
+    }
+
+    /// [`PageCache::get_with`], for a sequential stream's reader with
+    /// `stream` (see [`PageCache::try_get_stream`]).
+    pub(crate) fn get_with_as(
+        &self,
+        file: u32,
+        page: u64,
+        stream: bool,
         mut load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
         mut store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
     ) -> Result<PageRef<'_, M>> {
+        let mode = if stream { Mode::Stream } else { Mode::Normal };
         loop {
-            match self.get(file, page)? {
+            let found = self
+                .lookup_read(file, page, false, mode)?
+                .expect("a waiting lookup is never busy");
+            match found {
                 Lookup::Hit(p) => return Ok(p),
                 Lookup::Miss(mut f) => {
                     let r = load(file, page, f.frame_mut());
@@ -784,6 +870,16 @@ page_ids!(WriteBack);
 /// A pinned page, readable. The pin drops with the guard.
 pub struct PageRef<'a, M: Model = Os> {
     at: At<'a, M>,
+}
+
+impl<M: Model> PageRef<'_, M> {
+    /// Whether the page is cold (read ahead, or read only by a stream, and
+    /// not used by anyone else since).
+    pub(crate) fn is_cold(&self) -> bool {
+        use self::sync::Word;
+        let w = self.at.core.state(self.at.set, self.at.slot);
+        w.load(std::sync::atomic::Ordering::Relaxed) & self::core::COLD != 0
+    }
 }
 
 impl<M: Model> std::ops::Deref for PageRef<'_, M> {

@@ -19,9 +19,11 @@ pub(crate) enum Stat {
     CoalescedWaits,
     Fills,
     FillErrors,
+    Readahead,
+    ReadaheadUsed,
 }
 
-const N: usize = 8;
+const N: usize = 10;
 
 /// A snapshot of a cache's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -42,6 +44,10 @@ pub struct CacheStats {
     pub fills: u64,
     /// Fills that failed (the page was dropped and the error returned).
     pub fill_errors: u64,
+    /// Pages claimed by readahead (not counted as misses).
+    pub readahead: u64,
+    /// Pages read ahead that a sequential reader then read.
+    pub readahead_used: u64,
 }
 
 impl CacheStats {
@@ -152,6 +158,8 @@ impl StatsHub {
             coalesced_waits: sum[Stat::CoalescedWaits as usize],
             fills: sum[Stat::Fills as usize],
             fill_errors: sum[Stat::FillErrors as usize],
+            readahead: sum[Stat::Readahead as usize],
+            readahead_used: sum[Stat::ReadaheadUsed as usize],
         }
     }
 }

@@ -39,6 +39,10 @@ pub trait Model: Send + Sync + 'static {
     fn spin();
     /// Block while `w` holds `expected` (may return spuriously).
     fn wait(w: &Self::W, expected: u32);
+    /// As [`Model::wait`], for at most `timeout`.
+    fn wait_for(w: &Self::W, expected: u32, _timeout: std::time::Duration) {
+        Self::wait(w, expected);
+    }
     /// Wake every thread blocked in [`Model::wait`] on `w`.
     fn wake_all(w: &Self::W);
     /// Wake one thread blocked in [`Model::wait`] on `w`.
@@ -127,6 +131,24 @@ impl Model for Os {
                 libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
                 expected,
                 std::ptr::null::<libc::timespec>(),
+            );
+        }
+    }
+
+    fn wait_for(w: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: timeout.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: as in `wait`; the timeout is a valid relative timespec
+        // that outlives the call.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                w.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                expected,
+                &ts as *const libc::timespec,
             );
         }
     }

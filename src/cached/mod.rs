@@ -37,23 +37,26 @@
 
 mod flusher;
 mod queue;
+pub(crate) mod readahead;
 pub(crate) mod shared;
 pub(crate) mod writeback;
 
 pub use flusher::{FlushOptions, FlusherCounts};
 pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
+pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::cache::{CacheOptions, PageCache};
+use crate::cache::{CacheOptions, Got, PageCache};
 use crate::error::{Error, Result};
 use crate::storage::file::File;
 use crate::storage::layout::LayoutKind;
 use crate::storage::store::Store;
 use flusher::Flusher;
-use shared::{Entry, Shared};
+use readahead::Reader;
+use shared::{Ahead, Entry, Shared};
 
 /// A store whose files are read and written through one page cache.
 ///
@@ -84,6 +87,7 @@ use shared::{Entry, Shared};
 pub struct CachedStore {
     pub(crate) inner: Arc<Shared>,
     flusher: Option<Flusher>,
+    ahead: Option<Reader>,
 }
 
 /// A file of a [`CachedStore`]. Cheap to clone; `Send + Sync`.
@@ -144,18 +148,42 @@ impl CachedStore {
                 return Err(e);
             }
         };
+        let ahead = Ahead::new(readahead::DEFAULT_MAX_BYTES / cache.page_size());
         let inner = Arc::new(Shared {
             store,
             cache,
             files: RwLock::new(HashMap::new()),
             next_id: AtomicU32::new(0),
             free_ids: Mutex::new(Vec::new()),
+            ahead,
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
             None => None,
         };
-        Ok(CachedStore { inner, flusher })
+        let ahead = match Reader::start(inner.clone()) {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(f) = flusher {
+                    f.stop();
+                }
+                return Err(e);
+            }
+        };
+        Ok(CachedStore {
+            inner,
+            flusher,
+            ahead: Some(ahead),
+        })
+    }
+
+    /// Set the largest readahead window (rounded down to whole pages; 0
+    /// turns readahead off for every file of the store). The default is
+    /// [`DEFAULT_READAHEAD_BYTES`]. See [`CachedFile::advise`] for hints per
+    /// file.
+    pub fn set_readahead(&self, max_bytes: usize) {
+        let pages = max_bytes / self.inner.cache.page_size();
+        self.inner.ahead.max_pages.store(pages, Ordering::Relaxed);
     }
 
     /// Pages the flusher has written back, and device writes it issued
@@ -322,6 +350,9 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
+        if let Some(r) = self.ahead.take() {
+            r.stop();
+        }
         if let Some(f) = self.flusher.take() {
             f.stop();
         }
@@ -398,6 +429,7 @@ impl CachedFile {
         }
         let n = (buf.len() as u64).min(len - offset) as usize;
         let sh = &*self.shared;
+        let stream = readahead::note_read(sh, &self.entry, self.id, offset, n as u64);
         let ps = sh.cache.page_size() as u64;
         let mut done = 0usize;
         while done < n {
@@ -405,23 +437,92 @@ impl CachedFile {
             let page = pos / ps;
             let in_page = (pos % ps) as usize;
             let take = (ps as usize - in_page).min(n - done);
-            if sh
-                .cache
-                .try_read(self.id, page, in_page, &mut buf[done..done + take])?
-            {
-                done += take;
-                continue;
+            let dst = &mut buf[done..done + take];
+            let got = if stream {
+                sh.cache.try_read_stream(self.id, page, in_page, dst)?
+            } else if sh.cache.try_read(self.id, page, in_page, dst)? {
+                Got::Hit
+            } else {
+                Got::Miss
+            };
+            if got == Got::Miss {
+                let g = sh.cache.get_with_as(
+                    self.id,
+                    page,
+                    stream,
+                    |f, p, frame| self.load(f, p, frame),
+                    |f, p, bytes| self.store_page(f, p, bytes),
+                )?;
+                dst.copy_from_slice(&g[in_page..in_page + take]);
+                if stream && g.is_cold() {
+                    readahead::note_used(sh, self.id, page);
+                }
+            } else if got == Got::Cold {
+                readahead::note_used(sh, self.id, page);
             }
-            let g = sh.cache.get_with(
-                self.id,
-                page,
-                |f, p, frame| self.load(f, p, frame),
-                |f, p, bytes| self.store_page(f, p, bytes),
-            )?;
-            buf[done..done + take].copy_from_slice(&g[in_page..in_page + take]);
             done += take;
         }
         Ok(n)
+    }
+
+    /// Say how the file will be read, as `posix_fadvise` does, for the bytes
+    /// `offset..offset + len` (`len` 0: to the end of the file):
+    ///
+    /// * [`Advice::Normal`], [`Advice::Sequential`], [`Advice::Random`] set
+    ///   how reads of the file (through any handle) are read ahead: streams
+    ///   detected; every read a stream, with the largest window at once; no
+    ///   readahead. The range is ignored.
+    /// * [`Advice::WillNeed`] starts reading the range's absent pages into the
+    ///   cache now, in the background, as readahead does (they enter cold).
+    /// * [`Advice::DontNeed`] lets the range's clean cached pages go first
+    ///   when their sets need room (dirty pages are left as they are).
+    ///
+    /// A range past the end of the file is an error ([`Error::OutOfRange`]).
+    pub fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<()> {
+        self.entry.check()?;
+        let file_len = self.len();
+        let end = if len == 0 {
+            file_len
+        } else {
+            offset.saturating_add(len)
+        };
+        if offset > file_len || end > file_len {
+            return Err(Error::OutOfRange {
+                file: self.entry.file.name(),
+                offset,
+                len,
+                file_len,
+            });
+        }
+        let sh = &*self.shared;
+        let ps = sh.cache.page_size() as u64;
+        let (first, last) = (offset / ps, end.div_ceil(ps));
+        match advice {
+            Advice::Normal | Advice::Sequential | Advice::Random => {
+                let code = readahead::advice_code(advice);
+                self.entry.advice.store(code, Ordering::Relaxed);
+            }
+            Advice::WillNeed => {
+                let chunk = readahead::MAX_RUN as u64 * 8;
+                let mut p = first;
+                while p < last {
+                    let n = chunk.min(last - p);
+                    sh.ahead.push(shared::Window {
+                        entry: self.entry.clone(),
+                        id: self.id,
+                        first: p,
+                        pages: n,
+                    });
+                    p += n;
+                }
+            }
+            Advice::DontNeed => {
+                for p in first..last {
+                    sh.cache.make_cold(self.id, p)?;
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).

@@ -42,7 +42,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Fill, FillMut, Lookup, LookupMut, PageCache, WriteBack};
+use crate::cache::{Fill, FillMut, Got, Lookup, LookupMut, PageCache, WriteBack};
+use crate::cached::readahead;
 use crate::cached::shared::Shared;
 use crate::cached::writeback::{dirty_in_region, with_neighbours};
 use crate::cached::{CachedFile, CachedStore};
@@ -184,6 +185,8 @@ impl From<Req> for Finished {
 /// A request with pages still to do.
 struct Live {
     req: Req,
+    /// It continues a sequential stream (see `readahead`).
+    stream: bool,
     /// Pages not yet done.
     left: usize,
     hit: bool,
@@ -471,11 +474,19 @@ impl<'a> CachedQueue<'a> {
                 // or its set is pinned by others; this queue owns no fill, so
                 // waiting cannot deadlock, but it is bounded.
                 let since = *stuck_since.get_or_insert_with(Instant::now);
-                if since.elapsed() > self.sh.cache.pin_wait() {
-                    self.fail_parked(since.elapsed());
+                let waited = since.elapsed();
+                let limit = self.sh.cache.pin_wait();
+                if waited > limit {
+                    self.fail_parked(waited);
                     stuck_since = None;
-                } else {
-                    std::thread::sleep(Duration::from_micros(20));
+                } else if let Some(&(req, page)) = self.parked.first() {
+                    // Most often another thread's fill (readahead): sleep
+                    // until it ends rather than poll.
+                    let fid = self.live.get(req).map(|l| l.req.file.id);
+                    let cache = &self.sh.cache;
+                    if !fid.is_some_and(|fid| cache.wait_fill(fid, page, limit - waited)) {
+                        std::thread::sleep(Duration::from_micros(20));
+                    }
                 }
             } else {
                 // Nothing in flight and nothing parked: no request can move
@@ -544,18 +555,34 @@ impl<'a> CachedQueue<'a> {
             self.complete(r.into(), true, None);
             return;
         }
+        let stream = r.kind == OpKind::Read
+            && readahead::note_read(
+                self.sh,
+                &r.file.entry,
+                r.file.id,
+                r.offset,
+                r.buf.len() as u64,
+            );
         if pages == 1 && r.kind == OpKind::Read {
             // The common small read: an optimistic copy that needs no state
             // of the request here and no clone of its file.
             let in_page = (r.offset - first * ps) as usize;
-            match self
-                .sh
-                .cache
-                .try_read(r.file.id, first, in_page, &mut r.buf)
-            {
-                Ok(true) => return self.complete(r.into(), true, None),
+            let cache = &self.sh.cache;
+            let got = if stream {
+                cache.try_read_stream(r.file.id, first, in_page, &mut r.buf)
+            } else {
+                let hit = cache.try_read(r.file.id, first, in_page, &mut r.buf);
+                hit.map(|h| if h { Got::Hit } else { Got::Miss })
+            };
+            match got {
+                Ok(Got::Miss) => {}
+                Ok(g) => {
+                    if g == Got::Cold {
+                        readahead::note_used(self.sh, r.file.id, first);
+                    }
+                    return self.complete(r.into(), true, None);
+                }
                 Err(e) => return self.complete(r.into(), false, Some(e)),
-                Ok(false) => {}
             }
         }
         // A one-page write whose page is cached, or missing and wholly
@@ -583,6 +610,7 @@ impl<'a> CachedQueue<'a> {
                 buf: r.buf,
                 notify: r.notify,
             },
+            stream,
             left: pages,
             hit: true,
             err: None,
@@ -640,14 +668,33 @@ impl<'a> CachedQueue<'a> {
         let fid = l.req.file.id;
         let cache: &'a PageCache = &self.sh.cache;
         if l.req.kind == OpKind::Read {
+            let stream = l.stream;
             let dst = &mut l.req.buf[in_buf..in_buf + n];
-            if cache.try_read(fid, page, in_page, dst)? {
+            if stream {
+                match cache.try_read_stream(fid, page, in_page, dst)? {
+                    Got::Miss => {}
+                    got => {
+                        if got == Got::Cold {
+                            readahead::note_used(self.sh, fid, page);
+                        }
+                        return Ok(Step::Done);
+                    }
+                }
+            } else if cache.try_read(fid, page, in_page, dst)? {
                 return Ok(Step::Done);
             }
-            match cache.try_get(fid, page)? {
+            let found = if stream {
+                cache.try_get_stream(fid, page)?
+            } else {
+                cache.try_get(fid, page)?
+            };
+            match found {
                 None => Ok(Step::Busy),
                 Some(Lookup::Hit(g)) => {
                     dst.copy_from_slice(&g[in_page..in_page + n]);
+                    if stream && g.is_cold() {
+                        readahead::note_used(self.sh, fid, page);
+                    }
                     Ok(Step::Done)
                 }
                 Some(Lookup::WriteBack(wb)) => self.write_back(wb, id, page),

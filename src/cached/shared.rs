@@ -8,9 +8,9 @@ use crate::cache::{MAX_FILE_ID, PageCache};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, File};
 use crate::storage::store::Store;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 pub(crate) struct Shared {
     pub(crate) store: Store,
@@ -19,6 +19,44 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU32,
     /// Retired ids whose pages are all gone, for reuse.
     pub(crate) free_ids: Mutex<Vec<u32>>,
+    /// Readahead windows on their way to the readahead thread.
+    pub(crate) ahead: Ahead,
+}
+
+/// Pages to read ahead: `pages` pages of cache file `id` from `first`.
+pub(crate) struct Window {
+    pub(crate) entry: Arc<Entry>,
+    pub(crate) id: u32,
+    pub(crate) first: u64,
+    pub(crate) pages: u64,
+}
+
+/// The hand-off between readers and the readahead thread.
+pub(crate) struct Ahead {
+    /// Windows not yet started, and whether the thread is to stop.
+    pub(crate) queue: Mutex<(VecDeque<Window>, bool)>,
+    pub(crate) cv: Condvar,
+    /// The largest window in pages; 0 turns readahead off.
+    pub(crate) max_pages: AtomicUsize,
+}
+
+impl Ahead {
+    pub(crate) fn new(max_pages: usize) -> Ahead {
+        Ahead {
+            queue: Mutex::new((VecDeque::new(), false)),
+            cv: Condvar::new(),
+            max_pages: AtomicUsize::new(max_pages),
+        }
+    }
+
+    /// Hand `w` to the readahead thread (dropped once it has stopped).
+    pub(crate) fn push(&self, w: Window) {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if !q.1 {
+            q.0.push_back(w);
+            self.cv.notify_one();
+        }
+    }
 }
 
 /// What the cache needs of an open file: where its pages go, and its first
@@ -38,6 +76,8 @@ pub(crate) struct Entry {
     /// Serialises the file's syncs: a sync that met a failed fsync makes its
     /// pages dirty again before the next sync starts writing.
     pub(crate) syncing: Mutex<()>,
+    /// How the file will be read (`readahead::Advice` as a number).
+    pub(crate) advice: AtomicU8,
 }
 
 /// The pages of a file written back since its last good fsync, and whether a
@@ -116,6 +156,7 @@ impl Entry {
             resizing: Mutex::new(()),
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
+            advice: AtomicU8::new(0),
         }
     }
 

@@ -120,6 +120,10 @@ pub(crate) struct BenchArgs {
     /// default, adaptive]
     #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
     pub(crate) policy: Option<setcache::PolicyKind>,
+    /// Largest readahead window of the setcache engine, or `off` [default:
+    /// the cache's default, 2M]
+    #[arg(long, value_name = "SIZE|off", value_parser = readahead_arg)]
+    pub(crate) readahead: Option<u64>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
     /// each engine's median run: the device's drift then falls on all engines alike
     #[arg(long, value_name = "N", default_value_t = 1,
@@ -151,6 +155,13 @@ pub(crate) struct BenchArgs {
 
 fn policy_arg(s: &str) -> Result<setcache::PolicyKind, String> {
     s.parse::<setcache::PolicyKind>().map_err(|e| e.to_string())
+}
+
+fn readahead_arg(s: &str) -> Result<u64, String> {
+    match s.trim() {
+        "off" | "0" => Ok(0),
+        t => size_arg(t).map_err(|e| format!("{e} (or `off`)")),
+    }
 }
 
 fn layout_arg(s: &str) -> Result<LayoutKind, String> {

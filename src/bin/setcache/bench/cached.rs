@@ -35,6 +35,7 @@ pub(crate) fn run(
     iodepth: u32,
     cache_size: Option<u64>,
     policy: Option<PolicyKind>,
+    readahead: Option<u64>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
     let size = cache_bytes(cache_size, w.file_len);
@@ -54,6 +55,9 @@ pub(crate) fn run(
         },
     )
     .map_err(|e| format!("setcache engine: {e}"))?;
+    if let Some(bytes) = readahead {
+        cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
     let file = cs
         .open_file(FILE_NAME)
         .map_err(|e| format!("setcache engine: {e}"))?;

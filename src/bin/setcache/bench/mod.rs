@@ -263,6 +263,7 @@ fn run_one(
             a.iodepth,
             a.cache_size,
             a.policy,
+            a.readahead,
             &timing,
         )?,
     };

@@ -1,0 +1,432 @@
+//! Readahead: sequential streams are detected where they read, and the pages
+//! ahead of them are read by a background thread.
+//!
+//! **Detection.** Each thread keeps a small table of the streams it has been
+//! reading ([`STREAMS`] of them, the least recently used replaced): file,
+//! where its last read ended, how many reads in a row continued it. A read
+//! continues a stream when it starts less than a page before or after where
+//! the stream's last read ended and goes past it; any other read starts a
+//! new entry. So several threads scanning their own regions of one file, or
+//! one thread interleaving a few scans, each keep their own stream, and
+//! detecting costs a random reader a look at a thread-local table, with no
+//! write to shared memory. The second read in a row makes a stream
+//! (`Advice::Sequential`: the first; `Advice::Random`: never).
+//!
+//! **Windows.** A new stream asks for a window of pages just past its read:
+//! four times the read, at least [`MIN_WINDOW`] pages. When a read enters the
+//! last window asked for (the kernel's asynchronous readahead marker sits at
+//! its start), the next window is asked for, twice as large, up to the
+//! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default): between
+//! one and two windows stay ahead of the reader, so it finds its pages read
+//! when it gets there. A reader that outruns the windows (a long read, or a
+//! device slower than the reader) restarts them from where it is, with the
+//! larger size. A stream that turns random stops asking: its table entry
+//! ages out. Windows end at the end of the file.
+//!
+//! **The readahead thread** (`setcache-ahead`, one per cached store) takes
+//! the windows in order. Each page that is absent and whose sets have a free
+//! slot or a clean idle victim is claimed cold, as a fill (a page present,
+//! being filled, or in sets with nothing clean to give is skipped: readahead
+//! never waits and never writes a victim back). Claimed pages that follow
+//! one another go out as one vectored read into their frames, up to
+//! [`MAX_RUN`] pages, which the storage layer cuts into one operation per
+//! stripe block; up to [`DEPTH`] reads are in flight on the thread's own
+//! queue. A reader that gets to a page still being read waits for that fill,
+//! as for any other requester's.
+//!
+//! **Cold pages.** A page read ahead enters the cache *cold*: among the clean
+//! idle pages of its sets it is evicted first. A stream's reads leave it cold
+//! (and a page a stream misses enters cold too), so a scan that does not fit
+//! the cache replaces its own pages, not a hot set that does; any other read
+//! or a write makes the page an ordinary one. `CacheStats::readahead` counts
+//! the pages read ahead, `readahead_used` those a stream then read.
+
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use crate::cache::Fill;
+use crate::cached::shared::{Entry, Shared, Window};
+use crate::error::{Error, Result};
+use crate::storage::file::{DIRECT_ALIGN, Mem, OpKind};
+use crate::storage::queue::Queue;
+use crate::util::slab::Slab;
+
+/// How a file will be read, after `posix_fadvise`; see
+/// [`CachedFile::advise`](crate::CachedFile::advise).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advice {
+    /// Detect sequential streams (the default).
+    Normal,
+    /// Expect sequential reads: every read starts a stream, with the largest
+    /// window at once.
+    Sequential,
+    /// Expect random reads: no readahead for the file.
+    Random,
+    /// Start reading the range into the cache now (cold, as read ahead).
+    WillNeed,
+    /// The range will not be needed soon: its clean cached pages go first.
+    DontNeed,
+}
+
+/// The largest readahead window by default.
+pub const DEFAULT_MAX_BYTES: usize = 2 << 20;
+/// Streams each thread keeps track of.
+pub(crate) const STREAMS: usize = 8;
+/// The smallest first window, in pages.
+pub(crate) const MIN_WINDOW: u64 = 16;
+/// Most pages one read of the readahead thread covers.
+pub(crate) const MAX_RUN: usize = 64;
+/// Reads the readahead thread keeps in flight.
+pub(crate) const DEPTH: usize = 64;
+
+/// The advice a file's entry holds, as a number.
+pub(crate) fn advice_code(a: Advice) -> u8 {
+    match a {
+        Advice::Sequential => 1,
+        Advice::Random => 2,
+        _ => 0,
+    }
+}
+
+/// One stream a thread reads.
+#[derive(Clone, Copy)]
+struct Stream {
+    /// The cached store's address (0: a free entry).
+    store: usize,
+    file: u32,
+    /// The byte after the stream's last read.
+    next: u64,
+    /// Reads in a row that continued the stream.
+    seen: u32,
+    /// The page after the last window asked for (0: none yet).
+    ahead: u64,
+    /// Pages of the last window asked for.
+    window: u64,
+    /// When the entry was last used, for replacement.
+    used: u64,
+}
+
+const FREE: Stream = Stream {
+    store: 0,
+    file: 0,
+    next: 0,
+    seen: 0,
+    ahead: 0,
+    window: 0,
+    used: 0,
+};
+
+thread_local! {
+    static TABLE: RefCell<([Stream; STREAMS], u64)> = const { RefCell::new(([FREE; STREAMS], 0)) };
+    /// The last cold page counted as used: (store, file, page + 1).
+    static LAST_USED: Cell<(usize, u32, u64)> = const { Cell::new((0, 0, 0)) };
+}
+
+/// Note a read of `len` bytes at `offset` of cache file `id` (entry `entry`)
+/// by this thread: returns whether it belongs to a sequential stream (its
+/// pages are then read as a stream's), and asks for the window due, if any.
+pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, len: u64) -> bool {
+    let max = sh.ahead.max_pages.load(Ordering::Relaxed) as u64;
+    let advice = entry.advice.load(Ordering::Relaxed);
+    if max == 0 || len == 0 || advice == advice_code(Advice::Random) {
+        return false;
+    }
+    let ps = sh.cache.page_size() as u64;
+    let store = sh as *const Shared as usize;
+    let end = offset.saturating_add(len);
+    let want = TABLE.with(|t| {
+        let (table, clock) = &mut *t.borrow_mut();
+        *clock += 1;
+        let hit = table.iter().position(|s| {
+            s.store == store
+                && s.file == id
+                && offset < s.next.saturating_add(ps)
+                && offset.saturating_add(ps) > s.next
+                && end > s.next
+        });
+        let k = match hit {
+            Some(k) => {
+                table[k].seen = table[k].seen.saturating_add(1);
+                k
+            }
+            None => {
+                let k = (0..STREAMS)
+                    .min_by_key(|&k| table[k].used)
+                    .expect("the table has entries");
+                table[k] = Stream {
+                    store,
+                    file: id,
+                    seen: 1,
+                    ..FREE
+                };
+                k
+            }
+        };
+        let s = &mut table[k];
+        s.next = end;
+        s.used = *clock;
+        let sequential = advice == advice_code(Advice::Sequential);
+        if s.seen < 2 && !sequential {
+            return None;
+        }
+        let after = end.div_ceil(ps);
+        let start = if s.ahead == 0 || after > s.ahead {
+            // A new stream, or a reader past every window: start from here.
+            s.window = if s.ahead == 0 {
+                let first = if sequential {
+                    max
+                } else {
+                    (len.div_ceil(ps) * 4).max(MIN_WINDOW)
+                };
+                first.min(max)
+            } else {
+                (s.window * 2).min(max)
+            };
+            after
+        } else if after + s.window > s.ahead {
+            // The read entered the last window: ask for the next one.
+            s.window = (s.window * 2).min(max);
+            s.ahead
+        } else {
+            return None;
+        };
+        s.ahead = start + s.window;
+        Some((start, s.window))
+    });
+    if let Some((first, pages)) = want {
+        let file_pages = entry.file.len().div_ceil(ps);
+        let pages = pages.min(file_pages.saturating_sub(first));
+        if pages > 0 {
+            sh.ahead.push(Window {
+                entry: entry.clone(),
+                id,
+                first,
+                pages,
+            });
+        }
+    }
+    true
+}
+
+/// A stream's read found `page` of cache file `id` cold: count it as a page
+/// read ahead and used, once however many reads it takes.
+pub(crate) fn note_used(sh: &Shared, id: u32, page: u64) {
+    let key = (sh as *const Shared as usize, id, page + 1);
+    if LAST_USED.with(|c| c.replace(key)) != key {
+        sh.cache.count_readahead_used(1);
+    }
+}
+
+/// The readahead thread of a cached store.
+pub(crate) struct Reader {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reader {
+    pub(crate) fn start(shared: Arc<Shared>) -> Result<Reader> {
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("setcache-ahead".to_string())
+            .spawn(move || run(&sh))
+            .map_err(|e| {
+                Error::InvalidArgument(format!("cannot start the readahead thread: {e}"))
+            })?;
+        Ok(Reader {
+            shared,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stop the thread once its reads in flight are done; windows not yet
+    /// started are dropped.
+    pub(crate) fn stop(mut self) {
+        {
+            let mut q = self
+                .shared
+                .ahead
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            q.1 = true;
+            q.0.clear();
+            self.shared.ahead.cv.notify_all();
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Claimed pages that follow one another, gathered into one read.
+struct Run<'a> {
+    entry: Arc<Entry>,
+    offset: u64,
+    next: u64,
+    len: usize,
+    fills: Vec<Fill<'a>>,
+}
+
+/// The readahead thread's state.
+struct Worker<'a> {
+    sh: &'a Shared,
+    q: Queue,
+    ops: Slab<Vec<Fill<'a>>>,
+    frames: Vec<*mut u8>,
+    done: Vec<(usize, Result<()>)>,
+    run: Option<Run<'a>>,
+}
+
+fn run(sh: &Shared) {
+    // No frames registered as fixed buffers: runs of pages are vectored
+    // reads, which cannot use them, and a registration would keep the
+    // frames' chunks from going back to the kernel when the cache shrinks.
+    let mut w = Worker {
+        sh,
+        q: Queue::new(DEPTH),
+        ops: Slab::new(),
+        frames: Vec::new(),
+        done: Vec::new(),
+        run: None,
+    };
+    loop {
+        let windows: Vec<Window> = {
+            let mut g = sh.ahead.queue.lock().unwrap_or_else(|p| p.into_inner());
+            while g.0.is_empty() && !g.1 && w.q.in_flight() == 0 {
+                g = sh.ahead.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            }
+            if g.1 {
+                break;
+            }
+            g.0.drain(..).collect()
+        };
+        for win in windows {
+            w.read(win);
+        }
+        w.send();
+        w.q.flush_now();
+        if w.q.in_flight() > 0 {
+            let idle = sh
+                .ahead
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .0
+                .is_empty();
+            if idle {
+                w.q.wait(1);
+            } else {
+                w.q.poll();
+            }
+        }
+        w.finish();
+    }
+    w.send();
+    w.q.drain();
+    w.finish();
+}
+
+impl<'a> Worker<'a> {
+    /// Claim the absent pages of window `win` and send their reads.
+    fn read(&mut self, win: Window) {
+        if win.entry.check().is_err() {
+            return;
+        }
+        let cache = &self.sh.cache;
+        let ps = cache.page_size() as u64;
+        let len = win.entry.file.len();
+        for page in win.first..win.first + win.pages {
+            let off = page * ps;
+            if off >= len {
+                break;
+            }
+            let n = (len - off).min(ps) as usize;
+            if n as u64 % DIRECT_ALIGN != 0 {
+                // A tail of part of a sector: left to its reader.
+                break;
+            }
+            let fill = match cache.claim_ahead(win.id, page) {
+                Ok(Some(f)) => f,
+                Ok(None) => {
+                    self.send();
+                    continue;
+                }
+                Err(_) => break,
+            };
+            self.add(&win, page, n, fill);
+        }
+    }
+
+    /// Add the claimed `fill` of `page` (`n` bytes inside the file) to the
+    /// run being gathered, or start a new run with it.
+    fn add(&mut self, win: &Window, page: u64, n: usize, mut fill: Fill<'a>) {
+        let ps = self.sh.cache.page_size();
+        if n < ps {
+            fill.frame_mut()[n..].fill(0);
+        }
+        let ptr = fill.frame_ptr();
+        if let Some(run) = self.run.as_mut() {
+            if Arc::ptr_eq(&run.entry, &win.entry)
+                && run.next == page
+                && run.len % ps == 0
+                && run.fills.len() < MAX_RUN
+            {
+                run.fills.push(fill);
+                self.frames.push(ptr);
+                run.len += n;
+                run.next += 1;
+                return;
+            }
+        }
+        self.send();
+        self.frames.clear();
+        self.frames.push(ptr);
+        self.run = Some(Run {
+            entry: win.entry.clone(),
+            offset: page * ps as u64,
+            next: page + 1,
+            len: n,
+            fills: vec![fill],
+        });
+    }
+
+    /// Send the run being gathered as one read into its frames.
+    fn send(&mut self) {
+        let Some(run) = self.run.take() else {
+            return;
+        };
+        let ps = self.sh.cache.page_size();
+        let mem = if self.frames.len() == 1 {
+            Mem::One(self.frames[0])
+        } else {
+            Mem::Pieces(&self.frames, ps)
+        };
+        let tag = self.ops.insert(run.fills);
+        // SAFETY: every frame of the run is claimed by a fill held in
+        // `self.ops`, which nobody else reads or writes and which is only
+        // finished after the operation's tag comes back.
+        unsafe {
+            self.q
+                .submit_raw(OpKind::Read, &run.entry.file, run.offset, mem, run.len, tag);
+        }
+        // Each run goes at once: the reader may be close behind.
+        self.q.flush_now();
+        self.frames.clear();
+        self.finish();
+    }
+
+    /// Publish the pages of the reads that came back (a failed read drops
+    /// its pages: their readers read them again and meet the error).
+    fn finish(&mut self) {
+        self.q.take_tagged(&mut self.done);
+        for (tag, r) in self.done.drain(..) {
+            if let Some(fills) = self.ops.remove(tag) {
+                for f in fills {
+                    drop(f.finish(r.clone()));
+                }
+            }
+        }
+    }
+}
