@@ -85,8 +85,8 @@ pub(crate) enum Mode {
     /// enters) cold, so that a scan pushes out its own pages first.
     Stream,
     /// Readahead: only a missing page is claimed, cold, from a free slot or a
-    /// clean victim (never a write-back); a page present is left alone
-    /// (`Busy`), uncounted.
+    /// cold clean victim (never a page somebody used, never a write-back); a
+    /// page present is left alone (`Busy`), uncounted.
     Ahead,
 }
 
@@ -1224,7 +1224,11 @@ impl<M: Model> Core<M> {
                 _ => Some((s, i, is_cold)),
             };
         }
-        let pick = pick.map(|(s, i, _)| (s, i));
+        // Readahead takes only free slots and cold pages: a page read ahead
+        // never pushes out one that somebody used.
+        let pick = pick
+            .filter(|&(_, _, c)| c || write_back)
+            .map(|(s, i, _)| (s, i));
         if let Some((s, i)) = pick {
             // SAFETY: set `s` is locked.
             let mut g = unsafe { self.locked(s) };

@@ -410,7 +410,7 @@ impl<M: Model> PageCache<M> {
 
     /// Claim `page` of `file` for readahead: `Some` (a cold page, pending,
     /// for the caller to fill) only if it is absent and its sets have a free
-    /// slot or a clean idle victim. A page present is left as it is, and
+    /// slot or a cold clean idle page to evict. A page present is left as it is, and
     /// nothing is counted but the claim.
     pub(crate) fn claim_ahead(&self, file: u32, page: u64) -> Result<Option<Fill<'_, M>>> {
         match self.lookup_read(file, page, true, Mode::Ahead)? {

@@ -906,3 +906,50 @@ fn one_thread_hits_equal_the_simulators() {
         assert!(model_hits > 10_000, "{kind}: {model_hits}");
     }
 }
+
+/// Cold pages (read ahead, a stream's, advised away) are the victims while
+/// any is clean and idle in the candidate sets; a plain read warms one.
+#[test]
+fn cold_pages_go_first_and_a_plain_read_warms_them() {
+    // LRU: without the cold rule, the warm pages (used before the cold ones
+    // came in) would be the victims.
+    let c = PageCache::<Os>::new(opts(96, 96, 12, PolicyKind::Lru)).unwrap();
+    let disk = Disk::default();
+    let get = |p: u64| drop(c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap());
+    // Half the cache warm, then a quarter claimed cold by readahead.
+    for p in 0..48 {
+        get(p);
+    }
+    for p in 1000..1024 {
+        let mut f = c.claim_ahead(0, p).unwrap().expect("absent, room");
+        f.frame_mut().copy_from_slice(&initial(0, p));
+        drop(f.finish(Ok(())).unwrap());
+    }
+    assert!(
+        c.claim_ahead(0, 5).unwrap().is_none(),
+        "present: left alone"
+    );
+    let cold = |p: u64| {
+        c.core
+            .state_of(tag_of(0, p).unwrap())
+            .is_some_and(|v| v & core::COLD != 0)
+    };
+    assert!((1000..1024).all(cold) && !(0..48).any(cold));
+    // A plain read warms one; advice cools a warm one.
+    let mut b = [0u8; 8];
+    assert!(c.try_read(0, 1000, 0, &mut b).unwrap());
+    assert!(!cold(1000));
+    assert!(c.make_cold(0, 7).unwrap() && cold(7));
+    // New pages fill the rest of the cache, then evict: the cold ones first.
+    for p in 2000..2040 {
+        get(p);
+    }
+    let have: std::collections::HashSet<u64> = c.pages().into_iter().map(|p| p.page).collect();
+    let warm_left = (0..48).filter(|p| *p != 7 && have.contains(p)).count();
+    let cold_left =
+        (1001..1024).filter(|p| have.contains(p)).count() + usize::from(have.contains(&7));
+    assert!(
+        warm_left >= 44,
+        "warm pages left: {warm_left} of 47; cold left: {cold_left} of 24"
+    );
+}

@@ -16,7 +16,8 @@
 //! four times the read, at least [`MIN_WINDOW`] pages. When a read enters the
 //! last window asked for (the kernel's asynchronous readahead marker sits at
 //! its start), the next window is asked for, twice as large, up to the
-//! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default): between
+//! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at
+//! most a sixteenth of the cache): between
 //! one and two windows stay ahead of the reader, so it finds its pages read
 //! when it gets there. A reader that outruns the windows (a long read, or a
 //! device slower than the reader) restarts them from where it is, with the
@@ -25,9 +26,10 @@
 //!
 //! **The readahead thread** (`setcache-ahead`, one per cached store) takes
 //! the windows in order. Each page that is absent and whose sets have a free
-//! slot or a clean idle victim is claimed cold, as a fill (a page present,
-//! being filled, or in sets with nothing clean to give is skipped: readahead
-//! never waits and never writes a victim back). Claimed pages that follow
+//! slot or a cold clean idle page to give is claimed cold, as a fill (a page
+//! present, being filled, or in sets with no such room is skipped: readahead
+//! never waits, never writes a victim back, and never evicts a page that
+//! somebody used). Claimed pages that follow
 //! one another go out as one vectored read into their frames, up to
 //! [`MAX_RUN`] pages, which the storage layer cuts into one operation per
 //! stripe block; up to [`DEPTH`] reads are in flight on the thread's own
@@ -128,7 +130,9 @@ thread_local! {
 /// by this thread: returns whether it belongs to a sequential stream (its
 /// pages are then read as a stream's), and asks for the window due, if any.
 pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, len: u64) -> bool {
-    let max = sh.ahead.max_pages.load(Ordering::Relaxed) as u64;
+    // At most two windows are ahead of a stream: an eighth of the cache.
+    let cap = (sh.cache.capacity_pages() / 16).max(1) as u64;
+    let max = (sh.ahead.max_pages.load(Ordering::Relaxed) as u64).min(cap);
     let advice = entry.advice.load(Ordering::Relaxed);
     if max == 0 || len == 0 || advice == advice_code(Advice::Random) {
         return false;
@@ -136,7 +140,7 @@ pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, l
     let ps = sh.cache.page_size() as u64;
     let store = sh as *const Shared as usize;
     let end = offset.saturating_add(len);
-    let want = TABLE.with(|t| {
+    let (stream, want) = TABLE.with(|t| {
         let (table, clock) = &mut *t.borrow_mut();
         *clock += 1;
         let hit = table.iter().position(|s| {
@@ -169,7 +173,7 @@ pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, l
         s.used = *clock;
         let sequential = advice == advice_code(Advice::Sequential);
         if s.seen < 2 && !sequential {
-            return None;
+            return (false, None);
         }
         let after = end.div_ceil(ps);
         let start = if s.ahead == 0 || after > s.ahead {
@@ -190,10 +194,10 @@ pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, l
             s.window = (s.window * 2).min(max);
             s.ahead
         } else {
-            return None;
+            return (true, None);
         };
         s.ahead = start + s.window;
-        Some((start, s.window))
+        (true, Some((start, s.window)))
     });
     if let Some((first, pages)) = want {
         let file_pages = entry.file.len().div_ceil(ps);
@@ -207,7 +211,7 @@ pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, l
             });
         }
     }
-    true
+    stream
 }
 
 /// A stream's read found `page` of cache file `id` cold: count it as a page

@@ -1,0 +1,301 @@
+//! Readahead: which reads make a stream, what is read ahead of it, and how
+//! the pages read ahead leave the cache; the access hints.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::{Duration, Instant};
+
+use common::{TempDir, pattern};
+use setcache::{
+    Advice, CacheOptions, CachedFile, CachedRequest, CachedStore, Error, LayoutKind, OpKind, Store,
+    StoreOptions,
+};
+
+const PAGE: usize = 4096;
+
+/// A cached store of `cache_pages` pages (default policy and set size) with a
+/// file `f` of `file_pages` pages of pattern bytes on two devices.
+fn rig(tag: &str, file_pages: usize, cache_pages: usize) -> (TempDir, CachedStore, CachedFile) {
+    let tmp = TempDir::new(tag);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let len = file_pages * PAGE;
+    let f = store.create("f", len as u64, LayoutKind::Stripe).unwrap();
+    let mut b = setcache::AlignedBuf::new(len);
+    b.copy_from_slice(&pattern(3, 0, len));
+    f.write_at(0, &b).unwrap();
+    let cs = CachedStore::new(
+        store,
+        CacheOptions {
+            size: cache_pages * PAGE,
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap();
+    let cf = cs.open_file("f").unwrap();
+    (tmp, cs, cf)
+}
+
+/// Read page `p` through the synchronous call and check its bytes.
+fn read_page(f: &CachedFile, p: usize) {
+    let mut b = vec![0u8; PAGE];
+    assert_eq!(f.read_at((p * PAGE) as u64, &mut b).unwrap(), PAGE);
+    assert!(b == pattern(3, (p * PAGE) as u64, PAGE), "page {p}");
+}
+
+/// The cached pages (of the only file).
+fn cached(cs: &CachedStore, _f: &CachedFile) -> HashSet<u64> {
+    cs.cache().pages().into_iter().map(|p| p.page).collect()
+}
+
+/// Wait (up to 10 s) until every page of `pages` is cached.
+fn wait_cached(cs: &CachedStore, f: &CachedFile, pages: std::ops::Range<u64>) {
+    let t0 = Instant::now();
+    loop {
+        let have = cached(cs, f);
+        let missing: Vec<u64> = pages.clone().filter(|p| !have.contains(p)).collect();
+        if missing.is_empty() {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "pages never read ahead: {missing:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Give the readahead thread time to act on anything asked of it.
+fn idle() {
+    std::thread::sleep(Duration::from_millis(150));
+}
+
+#[test]
+fn a_sequential_reader_finds_the_pages_ahead_of_it_read() {
+    let (_t, cs, f) = rig("ra-seq", 2048, 1024);
+    read_page(&f, 0);
+    assert_eq!(cs.cache().stats().readahead, 0, "one read is no stream");
+    read_page(&f, 1);
+    // The second read makes a stream: a first window of 16 pages after it.
+    wait_cached(&cs, &f, 2..18);
+    let st = cs.cache().stats();
+    assert!(st.readahead >= 16, "{st:?}");
+    let misses = st.misses;
+    for p in 2..18 {
+        read_page(&f, p);
+    }
+    let st = cs.cache().stats();
+    assert_eq!(st.misses, misses, "every page was read ahead: {st:?}");
+    assert!(st.readahead_used >= 16, "{st:?}");
+    // Reading on, the windows keep ahead and the bytes are right.
+    for p in 18..1500 {
+        read_page(&f, p);
+    }
+    let st = cs.cache().stats();
+    assert!(st.readahead > 1000, "{st:?}");
+    assert!(st.readahead_used > 16, "{st:?}");
+}
+
+#[test]
+fn interleaved_streams_each_get_their_windows() {
+    let (_t, cs, f) = rig("ra-interleaved", 4096, 2048);
+    for i in 0..3 {
+        read_page(&f, i);
+        read_page(&f, 2000 + i);
+        read_page(&f, 3000 + 2 * i);
+    }
+    // Two streams (the third strides, so it is none).
+    wait_cached(&cs, &f, 3..19);
+    wait_cached(&cs, &f, 2003..2019);
+    idle();
+    let have = cached(&cs, &f);
+    let strided: Vec<u64> = (3000..3100).filter(|p| have.contains(p)).collect();
+    assert_eq!(
+        strided,
+        [3000, 3002, 3004],
+        "no window for a strided reader"
+    );
+    // Per stream a first window of 16 pages, and at once the next one of
+    // 32, as the third read enters the first.
+    assert!(cs.cache().stats().readahead <= 2 * (16 + 32));
+}
+
+#[test]
+fn random_reads_never_read_ahead() {
+    let (_t, cs, f) = rig("ra-random", 2048, 1024);
+    // Consecutive reads are 997 pages apart (mod 2048): never neighbours
+    // within the last eight.
+    for i in 0..600 {
+        read_page(&f, i * 997 % 2048);
+    }
+    idle();
+    assert_eq!(cs.cache().stats().readahead, 0);
+}
+
+#[test]
+fn a_stream_that_turns_random_stops() {
+    let (_t, cs, f) = rig("ra-turns", 2048, 1024);
+    for p in 0..4 {
+        read_page(&f, p);
+    }
+    wait_cached(&cs, &f, 2..18);
+    idle();
+    let before = cs.cache().stats().readahead;
+    for i in 1..400 {
+        read_page(&f, 100 + i * 997 % 1900);
+    }
+    idle();
+    assert_eq!(
+        cs.cache().stats().readahead,
+        before,
+        "no window after the turn"
+    );
+}
+
+#[test]
+fn a_reader_that_outruns_its_windows_gets_new_ones_from_where_it_is() {
+    let (_t, cs, f) = rig("ra-outrun", 4096, 2048);
+    let mut b = vec![0u8; 16 * PAGE];
+    // 64 KiB reads: far faster than the device once started, so the reader
+    // is often past its windows; reads of 512 KiB jump past them for sure.
+    let mut p = 0;
+    for round in 0..40 {
+        let n = if round % 8 == 7 { 128 } else { 16 };
+        let mut big = vec![0u8; n * PAGE];
+        let buf = if n == 16 { &mut b[..] } else { &mut big[..] };
+        assert_eq!(f.read_at((p * PAGE) as u64, buf).unwrap(), n * PAGE);
+        assert!(
+            buf == &pattern(3, (p * PAGE) as u64, n * PAGE)[..],
+            "at page {p}"
+        );
+        p += n;
+    }
+    // Whatever the last read outran, the pages right after it are asked for.
+    wait_cached(&cs, &f, p as u64..p as u64 + 32);
+    assert!(cs.cache().stats().readahead_used > 0);
+}
+
+#[test]
+fn pages_read_ahead_go_before_a_hot_set() {
+    let (_t, cs, f) = rig("ra-hot", 8192, 1024);
+    // A hot set of 3/8 of the cache, read in an order no stream follows
+    // (229 pages apart mod 384), twice.
+    for i in 0..768 {
+        read_page(&f, i * 229 % 384);
+    }
+    let hot: HashSet<u64> = (0..384).collect();
+    assert!(hot.is_subset(&cached(&cs, &f)));
+    // A scan of four times the cache.
+    for p in 1000..5096 {
+        read_page(&f, p);
+    }
+    idle();
+    let have = cached(&cs, &f);
+    let kept = hot.iter().filter(|p| have.contains(p)).count();
+    assert!(kept >= 380, "the scan pushed out {} hot pages", 384 - kept);
+    let st = cs.cache().stats();
+    assert!(st.readahead > 3000, "{st:?}");
+}
+
+#[test]
+fn advice_random_turns_readahead_off_and_sequential_starts_at_once() {
+    // A cache large enough for the largest window (at most a sixteenth of
+    // the cache).
+    let (_t, cs, f) = rig("ra-advice", 4096, 16384);
+    f.advise(0, 0, Advice::Random).unwrap();
+    for p in 0..20 {
+        read_page(&f, p);
+    }
+    idle();
+    assert_eq!(cs.cache().stats().readahead, 0, "random: no readahead");
+    f.advise(0, 0, Advice::Sequential).unwrap();
+    read_page(&f, 1000);
+    // One read, and the largest window (2 MiB) at once.
+    wait_cached(&cs, &f, 1001..1001 + 512);
+    f.advise(0, 0, Advice::Normal).unwrap();
+    let ra = cs.cache().stats().readahead;
+    read_page(&f, 3000);
+    idle();
+    assert_eq!(
+        cs.cache().stats().readahead,
+        ra,
+        "normal: one read is no stream"
+    );
+    assert!(matches!(
+        f.advise(4096 * PAGE as u64, 1, Advice::WillNeed),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        f.advise(0, 4097 * PAGE as u64, Advice::DontNeed),
+        Err(Error::OutOfRange { .. })
+    ));
+}
+
+#[test]
+fn advice_willneed_reads_the_range_without_a_reader() {
+    let (_t, cs, f) = rig("ra-willneed", 4096, 2048);
+    f.advise(100 * PAGE as u64, 700 * PAGE as u64, Advice::WillNeed)
+        .unwrap();
+    wait_cached(&cs, &f, 100..800);
+    let st = cs.cache().stats();
+    assert_eq!(st.misses, 0, "{st:?}");
+    assert_eq!(st.readahead, 700, "{st:?}");
+    for p in 100..800 {
+        read_page(&f, p);
+    }
+    assert_eq!(cs.cache().stats().misses, 0);
+    // A range that ends inside a page covers that page; len 0 runs to the end.
+    f.advise(4000 * PAGE as u64 + 10, 0, Advice::WillNeed)
+        .unwrap();
+    wait_cached(&cs, &f, 4000..4096);
+}
+
+#[test]
+fn advice_dontneed_lets_those_pages_go_first() {
+    let (_t, cs, f) = rig("ra-dontneed", 4096, 256);
+    // 128 pages cached, read in no stream's order.
+    for i in 0..128 {
+        read_page(&f, i * 37 % 128);
+    }
+    f.advise(0, 64 * PAGE as u64, Advice::DontNeed).unwrap();
+    // 200 more pages: 72 must go.
+    for i in 0..200 {
+        read_page(&f, 1000 + i * 37 % 200);
+    }
+    let have = cached(&cs, &f);
+    let cold_left = (0..64).filter(|p| have.contains(p)).count();
+    let warm_left = (64..128).filter(|p| have.contains(p)).count();
+    assert!(
+        cold_left <= 16 && warm_left >= 48,
+        "advised away: {cold_left} of 64 left; others: {warm_left} of 64 left"
+    );
+}
+
+#[test]
+fn a_queue_reader_gets_readahead_too() {
+    let (_t, cs, f) = rig("ra-queue", 2048, 1024);
+    let mut q = cs.queue(4);
+    for p in 0..3u64 {
+        let r = CachedRequest::tagged(OpKind::Read, &f, p * PAGE as u64, vec![0; PAGE], p);
+        q.submit(vec![r]);
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        let (_, c) = done.pop().unwrap();
+        c.result.unwrap();
+        assert!(c.buf == pattern(3, p * PAGE as u64, PAGE));
+    }
+    wait_cached(&cs, &f, 3..19);
+    drop(q);
+}
+
+#[test]
+fn readahead_can_be_turned_off() {
+    let (_t, cs, f) = rig("ra-off", 2048, 1024);
+    cs.set_readahead(0);
+    for p in 0..100 {
+        read_page(&f, p);
+    }
+    idle();
+    assert_eq!(cs.cache().stats().readahead, 0);
+}
