@@ -124,6 +124,15 @@ pub(crate) struct BenchArgs {
     /// the cache's default, 2M]
     #[arg(long, value_name = "SIZE|off", value_parser = readahead_arg)]
     pub(crate) readahead: Option<u64>,
+    /// A job of a run of several at once on the setcache engine, sharing
+    /// its cache (repeat the flag): comma-separated key=value of name, rw,
+    /// bs, threads, iodepth, offset, size (its region of the file), delay
+    /// (seconds before it starts), e.g.
+    /// `name=scan,rw=read,bs=128k,iodepth=1` and
+    /// `name=hot,rw=randread,size=192M`. Replaces --threads and --hit-ratio;
+    /// bs and iodepth default to --bs and --iodepth
+    #[arg(long = "job", value_name = "SPEC", value_parser = super::jobs::job_arg)]
+    pub(crate) job: Vec<super::jobs::JobSpec>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
     /// each engine's median run: the device's drift then falls on all engines alike
     #[arg(long, value_name = "N", default_value_t = 1,

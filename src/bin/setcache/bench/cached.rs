@@ -8,6 +8,7 @@
 //! Runs with writes end with a `sync` of the file, counted in the run's time.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use setcache::{
@@ -16,7 +17,8 @@ use setcache::{
 };
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
-use super::outcome::Outcome;
+use super::jobs::{Job, JobResult};
+use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
 use super::size::format_size;
 use super::workload::{OpGen, Rng, Workload, mix64};
@@ -37,7 +39,7 @@ pub(crate) fn run(
     policy: Option<PolicyKind>,
     readahead: Option<u64>,
     timing: &Timing,
-) -> Result<Outcome, String> {
+) -> Result<(Outcome, (u64, u64)), String> {
     let size = cache_bytes(cache_size, w.file_len);
     let defaults = CacheOptions::default();
     if cache_size.is_none() {
@@ -62,8 +64,16 @@ pub(crate) fn run(
         .open_file(FILE_NAME)
         .map_err(|e| format!("setcache engine: {e}"))?;
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
+    let hits = AtomicU64::new(0);
     let mut m = run_threads(threads, timing, |t, ctl| {
-        thread_body(&cs, &file, w, t, threads, iodepth as usize, ctl, &edges)
+        let me = Me {
+            t,
+            threads,
+            slot: t,
+            base: 0,
+            delay: 0.0,
+        };
+        thread_body(&cs, &file, w, me, iodepth as usize, ctl, &edges, &hits)
     })?;
     if w.rw.writes() {
         // Durability is part of the work: the sync counts in the run's time.
@@ -78,6 +88,19 @@ pub(crate) fn run(
         let misses = b.misses.saturating_sub(a.misses);
         (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
     });
+    let ra = a.zip(b).map_or((0, 0), |(a, b)| {
+        (
+            b.readahead.saturating_sub(a.readahead),
+            b.readahead_used.saturating_sub(a.readahead_used),
+        )
+    });
+    if ra.0 > 0 {
+        say!(
+            "setcache: read ahead {} pages; a sequential reader read {} of them",
+            ra.0,
+            ra.1
+        );
+    }
     let FlusherCounts { pages, writes } = cs.flusher_counts();
     if pages > 0 {
         let st = cs.cache().stats();
@@ -86,7 +109,19 @@ pub(crate) fn run(
             st.dirty_evictions
         );
     }
-    Ok(Outcome::from_measured(&m, hit_ratio))
+    Ok((Outcome::from_measured(&m, hit_ratio), ra))
+}
+
+/// Which thread this is: its number among `threads` of its workload, its
+/// progress slot among all, and where its workload's region starts.
+#[derive(Clone, Copy)]
+struct Me {
+    t: usize,
+    threads: usize,
+    slot: usize,
+    base: u64,
+    /// Seconds to wait before the first request.
+    delay: f64,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -94,12 +129,13 @@ fn thread_body(
     cs: &CachedStore,
     file: &CachedFile,
     w: &Workload,
-    t: usize,
-    threads: usize,
+    me: Me,
     depth: usize,
     ctl: &Ctl,
     edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
+    hits: &AtomicU64,
 ) -> Result<ThreadStats, String> {
+    let (t, threads) = (me.t, me.threads);
     let bs = w.bs as usize;
     let mut free: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
     if w.rw.writes() {
@@ -119,19 +155,25 @@ fn thread_body(
     // latency runs until this thread takes the completion, which is when an
     // application sees it: a hit in a batch of 32 is charged the whole batch.
     let epoch = Instant::now();
+    let mut hit = 0u64;
+    let start = Instant::now() + Duration::from_secs_f64(me.delay);
+    while Instant::now() < start && !ctl.stopped() {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     while error.is_none() && !ctl.stopped() {
         let now = ctl.measuring();
-        if t == 0 && now && !measuring {
+        if me.slot == 0 && now && !measuring {
             edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
         }
         measuring = now;
-        ctl.publish(t, stats.ops);
+        ctl.publish(me.slot, stats.ops);
         if !free.is_empty() {
             let submitted = epoch.elapsed().as_nanos() as u64;
             for buf in free.drain(..) {
                 let op = ops.next_op();
                 let kind = if op.read { OpKind::Read } else { OpKind::Write };
-                reqs.push(CachedRequest::tagged(kind, file, op.offset, buf, submitted));
+                let at = me.base + op.offset;
+                reqs.push(CachedRequest::tagged(kind, file, at, buf, submitted));
             }
             queue.submit_from(&mut reqs);
             queue.take_completions(&mut done);
@@ -141,15 +183,18 @@ fn thread_body(
             queue.take_completions(&mut done);
         }
         account(
-            &mut done, &mut free, &mut stats, measuring, &mut error, epoch,
+            &mut done, &mut free, &mut stats, &mut hit, measuring, &mut error, epoch,
         );
     }
-    if t == 0 {
+    if me.slot == 0 {
         edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
     }
     queue.drain();
     queue.take_completions(&mut done);
-    account(&mut done, &mut free, &mut stats, false, &mut error, epoch);
+    account(
+        &mut done, &mut free, &mut stats, &mut hit, false, &mut error, epoch,
+    );
+    hits.fetch_add(hit, Ordering::Relaxed);
     match error {
         Some(e) => Err(e),
         None => Ok(stats),
@@ -161,6 +206,7 @@ fn account(
     done: &mut Vec<(u64, CachedCompletion)>,
     free: &mut Vec<Vec<u8>>,
     stats: &mut ThreadStats,
+    hits: &mut u64,
     measuring: bool,
     error: &mut Option<String>,
     epoch: Instant,
@@ -174,6 +220,7 @@ fn account(
             Ok(()) if measuring => {
                 let lat = Duration::from_nanos(now.saturating_sub(submitted));
                 stats.record(lat, c.kind == OpKind::Read);
+                *hits += u64::from(c.hit);
             }
             Ok(()) => {}
             Err(e) => {
@@ -182,4 +229,97 @@ fn account(
         }
         free.push(c.buf);
     }
+}
+
+/// Run `jobs` together on one cache of `cache_size` over the bench file
+/// `FILE_NAME` of the store: every job's threads start together and share
+/// the cache; each job is measured on its own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_jobs(
+    store: &Store,
+    jobs: &[Job],
+    file_len: u64,
+    cache_size: Option<u64>,
+    policy: Option<PolicyKind>,
+    readahead: Option<u64>,
+    seed: u64,
+    timing: &Timing,
+) -> Result<(Vec<JobResult>, (u64, u64)), String> {
+    let size = cache_bytes(cache_size, file_len);
+    let defaults = CacheOptions::default();
+    let cs = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            size: size as usize,
+            policy: policy.unwrap_or(defaults.policy),
+            ..defaults
+        },
+    )
+    .map_err(|e| format!("setcache engine: {e}"))?;
+    if let Some(bytes) = readahead {
+        cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    let file = cs
+        .open_file(FILE_NAME)
+        .map_err(|e| format!("setcache engine: {e}"))?;
+    let loads: Vec<Workload> = jobs
+        .iter()
+        .enumerate()
+        .map(|(i, j)| Workload {
+            rw: j.rw,
+            rwmix_read: 50,
+            bs: j.bs,
+            file_len: j.size,
+            dist: super::workload::Dist::Uniform,
+            hot: None,
+            seed: seed ^ mix64(i as u64 + 0x10b),
+        })
+        .collect();
+    // Thread `t` of the run is thread `t - first[j]` of job `j`.
+    let mut first = Vec::new();
+    let mut n = 0;
+    for j in jobs {
+        first.push(n);
+        n += j.threads;
+    }
+    let per_job: Vec<Mutex<ThreadStats>> = jobs.iter().map(|_| Mutex::new(ThreadStats::new())).collect();
+    let hits: Vec<AtomicU64> = jobs.iter().map(|_| AtomicU64::new(0)).collect();
+    let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
+    let m = run_threads(n, timing, |t, ctl| {
+        let j = first.iter().rposition(|&f| f <= t).unwrap_or(0);
+        let me = Me {
+            t: t - first[j],
+            threads: jobs[j].threads,
+            slot: t,
+            base: jobs[j].offset,
+            delay: jobs[j].delay,
+        };
+        let depth = jobs[j].iodepth as usize;
+        let st = thread_body(&cs, &file, &loads[j], me, depth, ctl, &edges, &hits[j])?;
+        per_job[j].lock().unwrap_or_else(|p| p.into_inner()).merge(&st);
+        Ok(st)
+    })?;
+    let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
+    let ra = a.zip(b).map_or((0, 0), |(a, b)| {
+        (
+            b.readahead.saturating_sub(a.readahead),
+            b.readahead_used.saturating_sub(a.readahead_used),
+        )
+    });
+    let results = jobs
+        .iter()
+        .zip(per_job)
+        .zip(&hits)
+        .map(|((j, st), h)| {
+            let st = st.into_inner().unwrap_or_else(|p| p.into_inner());
+            JobResult {
+                job: j.clone(),
+                ops: st.ops,
+                secs: m.secs,
+                hit_ratio: (st.ops > 0).then(|| h.load(Ordering::Relaxed) as f64 / st.ops as f64),
+                lat: Lat::from_hist(&st.hist),
+            }
+        })
+        .collect();
+    Ok((results, ra))
 }

@@ -4,6 +4,7 @@ use std::path::Path;
 
 use setcache::EngineKind;
 
+use super::jobs::{Job, resolve};
 use super::args::{BenchArgs, IoEngineArg};
 use super::engine::Engine;
 use super::size::format_size;
@@ -21,6 +22,8 @@ pub(crate) struct Config {
     /// Hit-ratio targets as fractions; `[None]` when not given.
     pub(crate) hit_targets: Vec<Option<f64>>,
     pub(crate) rwmix_read: u8,
+    /// `--job` runs, defaults filled in (empty without `--job`).
+    pub(crate) jobs: Vec<Job>,
 }
 
 impl Config {
@@ -122,7 +125,30 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
 
 /// Check the flags together.
 pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
-    check_bs(a.bs)?;
+    // The cached engines take requests of any size; the others need whole
+    // sectors (and whole pages, or a part of one).
+    let uncached: Vec<&str> = a
+        .engine
+        .iter()
+        .filter(|e| !e.is_cached())
+        .map(|e| e.name())
+        .collect();
+    if a.bs == 0 {
+        return Err("--bs 0: a request needs at least one byte".to_string());
+    }
+    let job_bs = a.job.iter().filter_map(|j| j.bs);
+    for bs in job_bs.filter(|_| !uncached.is_empty()) {
+        check_bs(bs)?;
+    }
+    if !uncached.is_empty() {
+        check_bs(a.bs).map_err(|e| {
+            format!(
+                "{e}; the uncached engines ({}) need this, the cached ones (setcache, \
+                 linux-buffered, mmap) take any size",
+                uncached.join(", ")
+            )
+        })?;
+    }
     if a.file_size == 0 || a.file_size % PAGE != 0 {
         return Err(format!(
             "--file-size {} is not a positive multiple of 4k",
@@ -197,11 +223,25 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     }
     check_cache_memory(&a, &engines)?;
     let rwmix_read = a.rwmix_read.unwrap_or(50);
+    let jobs = if a.job.is_empty() {
+        Vec::new()
+    } else {
+        if engines != [Engine::Setcache] {
+            return Err("--job runs on the setcache engine alone: give --engine setcache".to_string());
+        }
+        if !a.hit_ratio.is_empty() || a.compare_fio || a.plot.is_some() {
+            return Err(
+                "--job cannot be combined with --hit-ratio, --compare-fio or --plot".to_string(),
+            );
+        }
+        resolve(&a.job, a.bs, a.iodepth, a.file_size)?
+    };
     Ok(Config {
         a,
         engines,
         hit_targets,
         rwmix_read,
+        jobs,
     })
 }
 

@@ -60,6 +60,12 @@ impl Engine {
     }
 
     /// Whether it keeps `--iodepth` requests in flight per thread (else one).
+    /// Whether the engine reads and writes through a cache, so that any
+    /// request size and offset works (the others need whole sectors).
+    pub(crate) fn is_cached(self) -> bool {
+        matches!(self, Engine::Setcache | Engine::LinuxBuffered | Engine::Mmap)
+    }
+
     pub(crate) fn is_async(self) -> bool {
         matches!(self, Engine::Direct | Engine::DirectCopy | Engine::Setcache)
     }

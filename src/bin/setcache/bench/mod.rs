@@ -18,6 +18,7 @@ mod driver;
 mod engine;
 mod fio;
 pub(crate) mod fsize;
+mod jobs;
 mod linux;
 mod mmap;
 mod outcome;
@@ -134,6 +135,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
         cfg.a.layout,
         format_size(file.len())
     );
+    if !cfg.jobs.is_empty() {
+        return run_jobs(&bench).map_err(explain);
+    }
     let mut runs: Vec<RunResult> = Vec::new();
     let result = run_all(&bench, fio.as_deref(), &mut runs);
     if !runs.is_empty() {
@@ -141,6 +145,68 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
     }
     result.map_err(explain)?;
     report::write_outputs(&cfg, &runs).map_err(|e| fsize::explain(e, &[]))?;
+    if interrupted() {
+        return Err("interrupted".to_string());
+    }
+    Ok(())
+}
+
+/// The `--job` runs: all jobs together, `--repeat` times; each round's
+/// lines, then each job's median round (by IOPS), and the JSON.
+fn run_jobs(b: &Bench) -> Result<(), String> {
+    let a = &b.cfg.a;
+    let mut rounds: Vec<Vec<jobs::JobResult>> = Vec::new();
+    let mut ahead = Vec::new();
+    for round in 0..a.repeat.max(1) as usize {
+        if interrupted() {
+            break;
+        }
+        prep::cold(&b.paths)?;
+        let timing = Timing {
+            runtime: a.runtime,
+            ramp: a.ramp,
+            progress: (!a.no_progress).then(|| format!("{} jobs", b.cfg.jobs.len())),
+            bs: b.cfg.jobs[0].bs,
+        };
+        let (res, ra) = cached::run_jobs(
+            b.store,
+            &b.cfg.jobs,
+            b.file.len(),
+            a.cache_size,
+            a.policy,
+            a.readahead,
+            a.seed,
+            &timing,
+        )?;
+        for r in &res {
+            say!("round {}  {}", round + 1, r.line());
+        }
+        ahead.push(ra);
+        rounds.push(res);
+    }
+    let mut json_rounds = Vec::new();
+    for (i, (res, ra)) in rounds.iter().zip(&ahead).enumerate() {
+        json_rounds.push(serde_json::json!({
+            "round": i + 1,
+            "jobs": res.iter().map(|r| r.to_json(i + 1)).collect::<Vec<_>>(),
+            "readahead_pages": ra.0,
+            "readahead_used": ra.1,
+        }));
+    }
+    out!("job medians over {} round(s):", rounds.len());
+    for k in 0..b.cfg.jobs.len() {
+        let mut all: Vec<&jobs::JobResult> = rounds.iter().filter_map(|r| r.get(k)).collect();
+        all.sort_by(|x, y| x.iops().total_cmp(&y.iops()));
+        if let Some(m) = all.get((all.len().max(1) - 1) / 2) {
+            out!("{}", m.line());
+        }
+    }
+    if let Some(p) = &a.json {
+        let doc = serde_json::json!({ "job_rounds": json_rounds });
+        let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+        std::fs::write(p, text + "\n").map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+        say!("wrote {}", p.display());
+    }
     if interrupted() {
         return Err("interrupted".to_string());
     }
@@ -223,6 +289,7 @@ fn run_one(
         progress: (!a.no_progress).then_some(label),
         bs: a.bs,
     };
+    let mut readahead = None;
     let out = match engine {
         Engine::Direct | Engine::DirectCopy => direct::run(
             b.store,
@@ -256,16 +323,20 @@ fn run_one(
                 });
             child::run_in_child(&job, cap)?
         }
-        Engine::Setcache => cached::run(
-            b.store,
-            &w,
-            threads,
-            a.iodepth,
-            a.cache_size,
-            a.policy,
-            a.readahead,
-            &timing,
-        )?,
+        Engine::Setcache => {
+            let (out, ra) = cached::run(
+                b.store,
+                &w,
+                threads,
+                a.iodepth,
+                a.cache_size,
+                a.policy,
+                a.readahead,
+                &timing,
+            )?;
+            readahead = Some(ra);
+            out
+        }
     };
     Ok(RunResult {
         engine: engine.name().to_string(),
@@ -278,6 +349,7 @@ fn run_one(
         out,
         rounds: Vec::new(),
         vs_first: None,
+        readahead,
     })
 }
 
@@ -308,6 +380,7 @@ fn run_fio(b: &Bench, fio: &Path, threads: usize) -> Result<RunResult, String> {
         out,
         rounds: Vec::new(),
         vs_first: None,
+        readahead: None,
     })
 }
 

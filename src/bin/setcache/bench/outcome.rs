@@ -264,6 +264,9 @@ pub(crate) struct RunResult {
     /// With `--repeat`: the median over rounds of this engine's IOPS divided by
     /// the first engine's IOPS in the same round.
     pub(crate) vs_first: Option<f64>,
+    /// The setcache engine's readahead during the measured period: pages
+    /// read ahead, and of them those a sequential reader then read.
+    pub(crate) readahead: Option<(u64, u64)>,
 }
 
 impl RunResult {
@@ -287,6 +290,8 @@ impl RunResult {
             "iops": self.iops(), "mib_s": self.mib_s(), "lat_us": self.out.lat.to_json(),
             "cpu_user_s": self.out.cpu_user_s, "cpu_sys_s": self.out.cpu_sys_s, "ops": self.out.ops,
             "rounds_iops": self.rounds, "vs_first_engine": self.vs_first,
+            "readahead_pages": self.readahead.map(|r| r.0),
+            "readahead_used": self.readahead.map(|r| r.1),
         })
     }
 }

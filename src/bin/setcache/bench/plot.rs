@@ -192,6 +192,7 @@ mod tests {
             },
             rounds: Vec::new(),
             vs_first: None,
+            readahead: None,
         }
     }
 

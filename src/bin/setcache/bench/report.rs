@@ -210,6 +210,7 @@ mod tests {
             },
             rounds: Vec::new(),
             vs_first: None,
+            readahead: None,
         }
     }
 
