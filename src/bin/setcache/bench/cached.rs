@@ -282,7 +282,10 @@ pub(crate) fn run_jobs(
         first.push(n);
         n += j.threads;
     }
-    let per_job: Vec<Mutex<ThreadStats>> = jobs.iter().map(|_| Mutex::new(ThreadStats::new())).collect();
+    let per_job: Vec<Mutex<ThreadStats>> = jobs
+        .iter()
+        .map(|_| Mutex::new(ThreadStats::new()))
+        .collect();
     let hits: Vec<AtomicU64> = jobs.iter().map(|_| AtomicU64::new(0)).collect();
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let m = run_threads(n, timing, |t, ctl| {
@@ -296,7 +299,10 @@ pub(crate) fn run_jobs(
         };
         let depth = jobs[j].iodepth as usize;
         let st = thread_body(&cs, &file, &loads[j], me, depth, ctl, &edges, &hits[j])?;
-        per_job[j].lock().unwrap_or_else(|p| p.into_inner()).merge(&st);
+        per_job[j]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .merge(&st);
         Ok(st)
     })?;
     let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());

@@ -4,9 +4,9 @@ use std::path::Path;
 
 use setcache::EngineKind;
 
-use super::jobs::{Job, resolve};
 use super::args::{BenchArgs, IoEngineArg};
 use super::engine::Engine;
+use super::jobs::{Job, resolve};
 use super::size::format_size;
 use super::workload::{Dist, HotSpot, Pattern};
 
@@ -227,7 +227,9 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
         Vec::new()
     } else {
         if engines != [Engine::Setcache] {
-            return Err("--job runs on the setcache engine alone: give --engine setcache".to_string());
+            return Err(
+                "--job runs on the setcache engine alone: give --engine setcache".to_string(),
+            );
         }
         if !a.hit_ratio.is_empty() || a.compare_fio || a.plot.is_some() {
             return Err(

@@ -63,7 +63,10 @@ impl Engine {
     /// Whether the engine reads and writes through a cache, so that any
     /// request size and offset works (the others need whole sectors).
     pub(crate) fn is_cached(self) -> bool {
-        matches!(self, Engine::Setcache | Engine::LinuxBuffered | Engine::Mmap)
+        matches!(
+            self,
+            Engine::Setcache | Engine::LinuxBuffered | Engine::Mmap
+        )
     }
 
     pub(crate) fn is_async(self) -> bool {

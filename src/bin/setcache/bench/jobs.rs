@@ -211,7 +211,11 @@ mod tests {
         assert_eq!((j.offset, j.size), (1 << 30, Some(2 << 30)));
         assert!(job_arg("bs=4k").unwrap_err().contains("no rw="));
         assert!(job_arg("rw=read,speed=9").unwrap_err().contains("speed"));
-        assert!(job_arg("rw=read,threads=0").unwrap_err().contains("threads=0"));
+        assert!(
+            job_arg("rw=read,threads=0")
+                .unwrap_err()
+                .contains("threads=0")
+        );
         assert!(job_arg("rw=read,bs=0").unwrap_err().contains("bs=0"));
         assert!(job_arg("rw=read,oops").unwrap_err().contains("key=value"));
         assert!(job_arg("rw=read,delay=-1").unwrap_err().contains("delay"));
@@ -219,8 +223,16 @@ mod tests {
         let file = 1 << 20;
         let r = |t: &str| resolve(&[job_arg(t).unwrap()], 4096, 32, file);
         assert!(r("rw=read,offset=1M").unwrap_err().contains("not inside"));
-        assert!(r("rw=read,offset=512k,size=768k").unwrap_err().contains("past"));
-        assert!(r("rw=read,size=4k,threads=2").unwrap_err().contains("fewer"));
+        assert!(
+            r("rw=read,offset=512k,size=768k")
+                .unwrap_err()
+                .contains("past")
+        );
+        assert!(
+            r("rw=read,size=4k,threads=2")
+                .unwrap_err()
+                .contains("fewer")
+        );
         let ok = r("rw=randread,offset=256k,bs=100").unwrap();
         assert_eq!((ok[0].bs, ok[0].size, ok[0].iodepth), (100, 768 << 10, 32));
         assert_eq!(ok[0].name, "job1");

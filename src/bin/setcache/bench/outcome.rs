@@ -282,16 +282,21 @@ impl RunResult {
         self.iops() * self.bs as f64 / (1u64 << 20) as f64
     }
 
+    /// The run as JSON; a setcache run adds `readahead_pages` and
+    /// `readahead_used`.
     pub(crate) fn to_json(&self) -> Value {
-        json!({
+        let mut v = json!({
             "engine": self.engine, "rw": self.rw.to_string(), "bs": self.bs,
             "threads": self.threads, "iodepth": self.iodepth, "cache_size": self.cache_size,
             "hit_ratio_target": self.hit_target, "hit_ratio": self.out.hit_ratio,
             "iops": self.iops(), "mib_s": self.mib_s(), "lat_us": self.out.lat.to_json(),
             "cpu_user_s": self.out.cpu_user_s, "cpu_sys_s": self.out.cpu_sys_s, "ops": self.out.ops,
             "rounds_iops": self.rounds, "vs_first_engine": self.vs_first,
-            "readahead_pages": self.readahead.map(|r| r.0),
-            "readahead_used": self.readahead.map(|r| r.1),
-        })
+        });
+        if let (Some((pages, used)), Some(o)) = (self.readahead, v.as_object_mut()) {
+            o.insert("readahead_pages".into(), pages.into());
+            o.insert("readahead_used".into(), used.into());
+        }
+        v
     }
 }

@@ -254,6 +254,16 @@ mod tests {
         assert_eq!(run["cache_size"], 64 << 20);
     }
 
+    #[test]
+    fn a_setcache_run_adds_the_readahead_counters() {
+        let mut r = sample();
+        r.readahead = Some((1000, 900));
+        let v = r.to_json();
+        assert_eq!(v["readahead_pages"], 1000);
+        assert_eq!(v["readahead_used"], 900);
+        assert!(sample().to_json().get("readahead_pages").is_none());
+    }
+
     fn with(engine: &str, ops: u64) -> RunResult {
         let mut r = sample();
         r.engine = engine.into();
