@@ -284,6 +284,13 @@ impl<M: Model> Core<M> {
         self.slot_of(s2, tag).map(|i| (s2, i))
     }
 
+    /// Whether page `tag` is being filled right now, by a look without locks
+    /// (a hint: the answer may change at once).
+    pub(crate) fn is_filling(&self, tag: u64) -> bool {
+        self.find(mix64(tag), tag)
+            .is_some_and(|(s, i)| self.state(s, i).load(Acquire) & PENDING != 0)
+    }
+
     /// The stamp of slot `i` of set `s`.
     #[inline]
     pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {

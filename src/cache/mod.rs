@@ -451,6 +451,13 @@ impl<M: Model> PageCache<M> {
         tag_of(file, page).is_ok_and(|tag| self.core.wait_fill(tag, timeout))
     }
 
+    /// Whether `page` of `file` is being filled right now (a hint, by a look
+    /// without locks): a caller that does not wait can leave it for later
+    /// without a lookup.
+    pub(crate) fn is_filling(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.is_filling(tag))
+    }
+
     /// Count `n` pages read ahead that a sequential reader then read.
     pub(crate) fn count_readahead_used(&self, n: u64) {
         self.core.stats.add(stats::Stat::ReadaheadUsed, n);

@@ -555,6 +555,15 @@ impl<'a> CachedQueue<'a> {
             self.complete(r.into(), true, None);
             return;
         }
+        // A queue with the largest window's worth of reads in flight reads
+        // ahead of itself: it asks for no window.
+        let in_flight = self.outstanding as u64 * r.buf.len() as u64;
+        let max = self
+            .sh
+            .ahead
+            .max_pages
+            .load(std::sync::atomic::Ordering::Relaxed) as u64
+            * ps;
         let stream = r.kind == OpKind::Read
             && readahead::note_read(
                 self.sh,
@@ -562,6 +571,7 @@ impl<'a> CachedQueue<'a> {
                 r.file.id,
                 r.offset,
                 r.buf.len() as u64,
+                in_flight < max,
             );
         if pages == 1 && r.kind == OpKind::Read {
             // The common small read: an optimistic copy that needs no state
@@ -682,6 +692,11 @@ impl<'a> CachedQueue<'a> {
                 }
             } else if cache.try_read(fid, page, in_page, dst)? {
                 return Ok(Step::Done);
+            }
+            if cache.is_filling(fid, page) {
+                // Another requester's fill (readahead, most often): no lookup
+                // until it is done.
+                return Ok(Step::Busy);
             }
             let found = if stream {
                 cache.try_get_stream(fid, page)?

@@ -2,7 +2,8 @@
 //! ahead of them are read by a background thread.
 //!
 //! **Detection.** Each thread keeps a small table of the streams it has been
-//! reading ([`STREAMS`] of them, the least recently used replaced): file,
+//! reading ([`STREAMS`] of them; a new entry replaces the next one round the
+//! table that is not a stream in recent use): file,
 //! where its last read ended, how many reads in a row continued it. A read
 //! continues a stream when it starts less than a page before or after where
 //! the stream's last read ended and goes past it; any other read starts a
@@ -80,8 +81,10 @@ pub(crate) const STREAMS: usize = 8;
 pub(crate) const MIN_WINDOW: u64 = 16;
 /// Most pages one read of the readahead thread covers.
 pub(crate) const MAX_RUN: usize = 64;
-/// Reads the readahead thread keeps in flight.
-pub(crate) const DEPTH: usize = 64;
+/// Reads the readahead thread keeps in flight: 4 MiB of runs, enough for
+/// the device's sequential rate here; with 64 (16 MiB), reads queued in the
+/// device waited up to 240 ms in bursts, and readers with them.
+pub(crate) const DEPTH: usize = 16;
 
 /// The advice a file's entry holds, as a number.
 pub(crate) fn advice_code(a: Advice) -> u8 {
@@ -92,89 +95,120 @@ pub(crate) fn advice_code(a: Advice) -> u8 {
     }
 }
 
-/// One stream a thread reads.
+/// What a thread knows of one of its streams, beside its key and position.
 #[derive(Clone, Copy)]
 struct Stream {
-    /// The cached store's address (0: a free entry).
-    store: usize,
-    file: u32,
-    /// The byte after the stream's last read.
-    next: u64,
     /// Reads in a row that continued the stream.
     seen: u32,
     /// The page after the last window asked for (0: none yet).
     ahead: u64,
     /// Pages of the last window asked for.
     window: u64,
-    /// When the entry was last used, for replacement.
+    /// When the entry was last used (the thread's read count).
     used: u64,
 }
 
 const FREE: Stream = Stream {
-    store: 0,
-    file: 0,
-    next: 0,
     seen: 0,
     ahead: 0,
     window: 0,
     used: 0,
 };
 
+/// A thread's streams, the positions apart so that a random read's search
+/// looks at one cache line of them.
+struct Table {
+    /// The byte after each stream's last read.
+    next: [u64; STREAMS],
+    /// The cached store's address (0: a free entry) and the file.
+    key: [(usize, u32); STREAMS],
+    st: [Stream; STREAMS],
+    /// Reads noted so far.
+    clock: u64,
+    /// Where the next new entry goes.
+    hand: usize,
+}
+
+/// An entry used within this many reads is not replaced while others are.
+const RECENT: u64 = 4 * STREAMS as u64;
+
 thread_local! {
-    static TABLE: RefCell<([Stream; STREAMS], u64)> = const { RefCell::new(([FREE; STREAMS], 0)) };
+    static TABLE: RefCell<Table> = const {
+        RefCell::new(Table {
+            next: [0; STREAMS],
+            key: [(0, 0); STREAMS],
+            st: [FREE; STREAMS],
+            clock: 0,
+            hand: 0,
+        })
+    };
     /// The last cold page counted as used: (store, file, page + 1).
     static LAST_USED: Cell<(usize, u32, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// Note a read of `len` bytes at `offset` of cache file `id` (entry `entry`)
 /// by this thread: returns whether it belongs to a sequential stream (its
-/// pages are then read as a stream's), and asks for the window due, if any.
-pub(crate) fn note_read(sh: &Shared, entry: &Arc<Entry>, id: u32, offset: u64, len: u64) -> bool {
-    // At most two windows are ahead of a stream: an eighth of the cache.
-    let cap = (sh.cache.capacity_pages() / 16).max(1) as u64;
-    let max = (sh.ahead.max_pages.load(Ordering::Relaxed) as u64).min(cap);
+/// pages are then read as a stream's), and, with `ask`, asks for the window
+/// due, if any (a caller with more than the largest window of reads in
+/// flight already reads ahead of itself).
+pub(crate) fn note_read(
+    sh: &Shared,
+    entry: &Arc<Entry>,
+    id: u32,
+    offset: u64,
+    len: u64,
+    ask: bool,
+) -> bool {
+    let max = sh.ahead.max_pages.load(Ordering::Relaxed) as u64;
     let advice = entry.advice.load(Ordering::Relaxed);
     if max == 0 || len == 0 || advice == advice_code(Advice::Random) {
         return false;
     }
     let ps = sh.cache.page_size() as u64;
-    let store = sh as *const Shared as usize;
+    let key = (sh as *const Shared as usize, id);
     let end = offset.saturating_add(len);
     let (stream, want) = TABLE.with(|t| {
-        let (table, clock) = &mut *t.borrow_mut();
-        *clock += 1;
-        let hit = table.iter().position(|s| {
-            s.store == store
-                && s.file == id
-                && offset < s.next.saturating_add(ps)
-                && offset.saturating_add(ps) > s.next
-                && end > s.next
-        });
+        let t = &mut *t.borrow_mut();
+        t.clock += 1;
+        // A read continues a stream if it starts less than a page before or
+        // after where the stream's last read ended, and goes past it.
+        let near =
+            |next: u64| offset.wrapping_add(ps).wrapping_sub(next).wrapping_sub(1) < 2 * ps - 1;
+        let hit = (0..STREAMS).find(|&k| near(t.next[k]) && end > t.next[k] && t.key[k] == key);
         let k = match hit {
             Some(k) => {
-                table[k].seen = table[k].seen.saturating_add(1);
+                t.st[k].seen = t.st[k].seen.saturating_add(1);
                 k
             }
             None => {
-                let k = (0..STREAMS)
-                    .min_by_key(|&k| table[k].used)
-                    .expect("the table has entries");
-                table[k] = Stream {
-                    store,
-                    file: id,
-                    seen: 1,
-                    ..FREE
-                };
+                // The hand passes streams in recent use (up to a turn).
+                let mut k = t.hand;
+                for _ in 0..STREAMS {
+                    let s = &t.st[k];
+                    if s.seen < 2 || t.clock - s.used > RECENT {
+                        break;
+                    }
+                    k = (k + 1) % STREAMS;
+                }
+                t.hand = (k + 1) % STREAMS;
+                t.key[k] = key;
+                t.st[k] = Stream { seen: 1, ..FREE };
                 k
             }
         };
-        let s = &mut table[k];
-        s.next = end;
-        s.used = *clock;
+        t.next[k] = end;
+        let clock = t.clock;
+        let s = &mut t.st[k];
+        s.used = clock;
         let sequential = advice == advice_code(Advice::Sequential);
         if s.seen < 2 && !sequential {
             return (false, None);
         }
+        if !ask {
+            return (true, None);
+        }
+        // At most two windows are ahead of a stream: an eighth of the cache.
+        let max = max.min((sh.cache.capacity_pages() / 16).max(1) as u64);
         let after = end.div_ceil(ps);
         let start = if s.ahead == 0 || after > s.ahead {
             // A new stream, or a reader past every window: start from here.
@@ -425,6 +459,7 @@ impl<'a> Worker<'a> {
     /// its pages: their readers read them again and meet the error).
     fn finish(&mut self) {
         self.q.take_tagged(&mut self.done);
+
         for (tag, r) in self.done.drain(..) {
             if let Some(fills) = self.ops.remove(tag) {
                 for f in fills {
