@@ -138,9 +138,11 @@ fn a_stream_that_turns_random_stops() {
     for p in 0..4 {
         read_page(&f, p);
     }
-    wait_cached(&cs, &f, 2..18);
+    // The windows those reads asked for: 16 pages from page 2, then 32.
+    wait_cached(&cs, &f, 2..50);
     idle();
     let before = cs.cache().stats().readahead;
+    assert_eq!(before, 48);
     for i in 1..400 {
         read_page(&f, 100 + i * 997 % 1900);
     }
