@@ -121,36 +121,11 @@ impl Model for Os {
     }
 
     fn wait(w: &AtomicU32, expected: u32) {
-        // SAFETY: FUTEX_WAIT reads the 32-bit word at a valid, aligned address
-        // (a live AtomicU32) and sleeps only while it equals `expected`; a null
-        // timeout means no deadline.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                w.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                expected,
-                std::ptr::null::<libc::timespec>(),
-            );
-        }
+        futex_wait(w, expected, None);
     }
 
     fn wait_for(w: &AtomicU32, expected: u32, timeout: std::time::Duration) {
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: timeout.subsec_nanos() as libc::c_long,
-        };
-        // SAFETY: as in `wait`; the timeout is a valid relative timespec
-        // that outlives the call.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                w.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                expected,
-                &ts as *const libc::timespec,
-            );
-        }
+        futex_wait(w, expected, Some(timeout));
     }
 
     fn wake_all(w: &AtomicU32) {
@@ -183,6 +158,31 @@ impl Model for Os {
         } else {
             std::thread::sleep(std::time::Duration::from_micros(micros));
         }
+    }
+}
+
+/// Sleep while `w` holds `expected`, for at most `timeout` if given (may
+/// return early, as a futex wait does).
+fn futex_wait(w: &AtomicU32, expected: u32, timeout: Option<std::time::Duration>) {
+    let ts = timeout.map(|t| libc::timespec {
+        tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+        tv_nsec: t.subsec_nanos() as libc::c_long,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: FUTEX_WAIT reads the 32-bit word at a valid, aligned address
+    // (a live AtomicU32) and sleeps only while it equals `expected`; the
+    // timeout is null (no deadline) or a relative timespec that outlives the
+    // call.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            w.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            tsp,
+        );
     }
 }
 

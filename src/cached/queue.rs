@@ -813,11 +813,7 @@ impl<'a> CachedQueue<'a> {
             return;
         };
         let ps = self.sh.cache.page_size();
-        let mem = if self.frames.len() == 1 {
-            Mem::One(self.frames[0])
-        } else {
-            Mem::Pieces(&self.frames, ps)
-        };
+        let mem = Mem::frames(&self.frames, ps);
         let tag = self.ops.insert(run.slots);
         // SAFETY: every frame of the run is claimed by a fill held in
         // `self.fills`, which nobody else reads or writes and which is only
@@ -920,11 +916,7 @@ impl<'a> CachedQueue<'a> {
             first: slot,
             more: Vec::new(),
         });
-        let mem = if self.victim_frames.len() == 1 {
-            Mem::One(self.victim_frames[0])
-        } else {
-            Mem::Pieces(&self.victim_frames, ps as usize)
-        };
+        let mem = Mem::frames(&self.victim_frames, ps as usize);
         // SAFETY: the write-back guards in `self.fills[slot]` keep the pages
         // in their frames and writers out until the write's tag comes back;
         // the device only reads the frames.

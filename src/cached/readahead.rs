@@ -436,11 +436,7 @@ impl<'a> Worker<'a> {
             return;
         };
         let ps = self.sh.cache.page_size();
-        let mem = if self.frames.len() == 1 {
-            Mem::One(self.frames[0])
-        } else {
-            Mem::Pieces(&self.frames, ps)
-        };
+        let mem = Mem::frames(&self.frames, ps);
         let tag = self.ops.insert(run.fills);
         // SAFETY: every frame of the run is claimed by a fill held in
         // `self.ops`, which nobody else reads or writes and which is only

@@ -460,3 +460,13 @@ pub(crate) enum Mem<'a> {
     /// Equal pieces of this many bytes (cache frames), in request order.
     Pieces(&'a [*mut u8], usize),
 }
+
+impl<'a> Mem<'a> {
+    /// The frames of a run of pages of `piece` bytes: one buffer, or pieces.
+    pub(crate) fn frames(frames: &'a [*mut u8], piece: usize) -> Mem<'a> {
+        match frames {
+            [one] => Mem::One(*one),
+            _ => Mem::Pieces(frames, piece),
+        }
+    }
+}

@@ -28,6 +28,44 @@ pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
     cache_size.unwrap_or((file_len / 4).max(16 << 20))
 }
 
+/// The engine's cached store (a cache of `cache_size`, else a quarter of
+/// the file of `file_len` bytes) and its bench file.
+fn open(
+    store: &Store,
+    file_len: u64,
+    cache_size: Option<u64>,
+    policy: Option<PolicyKind>,
+    readahead: Option<u64>,
+) -> Result<(CachedStore, CachedFile), String> {
+    let defaults = CacheOptions::default();
+    let cs = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            size: cache_bytes(cache_size, file_len) as usize,
+            policy: policy.unwrap_or(defaults.policy),
+            ..defaults
+        },
+    )
+    .map_err(|e| format!("setcache engine: {e}"))?;
+    if let Some(bytes) = readahead {
+        cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
+    }
+    let file = cs
+        .open_file(FILE_NAME)
+        .map_err(|e| format!("setcache engine: {e}"))?;
+    Ok((cs, file))
+}
+
+/// Pages read ahead, and of them read by a stream, between two snapshots.
+fn ahead(a: Option<CacheStats>, b: Option<CacheStats>) -> (u64, u64) {
+    a.zip(b).map_or((0, 0), |(a, b)| {
+        (
+            b.readahead.saturating_sub(a.readahead),
+            b.readahead_used.saturating_sub(a.readahead_used),
+        )
+    })
+}
+
 /// Run the workload on `threads` threads with `iodepth` requests in flight each.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
@@ -40,29 +78,13 @@ pub(crate) fn run(
     readahead: Option<u64>,
     timing: &Timing,
 ) -> Result<(Outcome, (u64, u64)), String> {
-    let size = cache_bytes(cache_size, w.file_len);
-    let defaults = CacheOptions::default();
     if cache_size.is_none() {
         say!(
             "setcache: no --cache-size given; using {} (a quarter of the file)",
-            format_size(size)
+            format_size(cache_bytes(cache_size, w.file_len))
         );
     }
-    let cs = CachedStore::new(
-        store.clone(),
-        CacheOptions {
-            size: size as usize,
-            policy: policy.unwrap_or(defaults.policy),
-            ..defaults
-        },
-    )
-    .map_err(|e| format!("setcache engine: {e}"))?;
-    if let Some(bytes) = readahead {
-        cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
-    }
-    let file = cs
-        .open_file(FILE_NAME)
-        .map_err(|e| format!("setcache engine: {e}"))?;
+    let (cs, file) = open(store, w.file_len, cache_size, policy, readahead)?;
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let hits = AtomicU64::new(0);
     let mut m = run_threads(threads, timing, |t, ctl| {
@@ -88,12 +110,7 @@ pub(crate) fn run(
         let misses = b.misses.saturating_sub(a.misses);
         (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
     });
-    let ra = a.zip(b).map_or((0, 0), |(a, b)| {
-        (
-            b.readahead.saturating_sub(a.readahead),
-            b.readahead_used.saturating_sub(a.readahead_used),
-        )
-    });
+    let ra = ahead(a, b);
     if ra.0 > 0 {
         say!(
             "setcache: read ahead {} pages; a sequential reader read {} of them",
@@ -245,23 +262,7 @@ pub(crate) fn run_jobs(
     seed: u64,
     timing: &Timing,
 ) -> Result<(Vec<JobResult>, (u64, u64)), String> {
-    let size = cache_bytes(cache_size, file_len);
-    let defaults = CacheOptions::default();
-    let cs = CachedStore::new(
-        store.clone(),
-        CacheOptions {
-            size: size as usize,
-            policy: policy.unwrap_or(defaults.policy),
-            ..defaults
-        },
-    )
-    .map_err(|e| format!("setcache engine: {e}"))?;
-    if let Some(bytes) = readahead {
-        cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
-    }
-    let file = cs
-        .open_file(FILE_NAME)
-        .map_err(|e| format!("setcache engine: {e}"))?;
+    let (cs, file) = open(store, file_len, cache_size, policy, readahead)?;
     let loads: Vec<Workload> = jobs
         .iter()
         .enumerate()
@@ -306,12 +307,7 @@ pub(crate) fn run_jobs(
         Ok(st)
     })?;
     let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
-    let ra = a.zip(b).map_or((0, 0), |(a, b)| {
-        (
-            b.readahead.saturating_sub(a.readahead),
-            b.readahead_used.saturating_sub(a.readahead_used),
-        )
-    });
+    let ra = ahead(a, b);
     let results = jobs
         .iter()
         .zip(per_job)
