@@ -301,3 +301,56 @@ fn readahead_can_be_turned_off() {
     idle();
     assert_eq!(cs.cache().stats().readahead, 0);
 }
+
+/// A readahead read that fails leaves nothing behind: its pages are dropped
+/// (a staged run copies nothing), and their readers read them again.
+#[test]
+fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
+    use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let tmp = TempDir::new("ra-fail");
+    let sw = Arc::new(SimSwitches::default());
+    let opts = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            media: SimMedia::new(),
+            switches: sw.clone(),
+            latency_us: (1, 20),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&tmp.devices(2), opts).unwrap();
+    let len = 256 * PAGE;
+    let f = store.create("f", len as u64, LayoutKind::Stripe).unwrap();
+    let mut b = setcache::AlignedBuf::new(len);
+    b.copy_from_slice(&pattern(3, 0, len));
+    f.write_at(0, &b).unwrap();
+    // 1024 pages: room for a staging area of two runs.
+    let cs = CachedStore::new(
+        store,
+        CacheOptions {
+            size: 1024 * PAGE,
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap();
+    let f = cs.open_file("f").unwrap();
+    // EAGAIN fails a request and leaves the device usable.
+    sw.read_errno.store(libc::EAGAIN, Ordering::Release);
+    let mut b = vec![0u8; PAGE];
+    assert!(f.read_at(0, &mut b).is_err());
+    assert!(f.read_at(PAGE as u64, &mut b).is_err());
+    // The second read asked for a window; its reads fail too.
+    let t0 = Instant::now();
+    while cs.cache().stats().readahead < 16 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no readahead");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    idle();
+    assert!(cs.cache().pages().is_empty(), "failed fills are dropped");
+    sw.read_errno.store(0, Ordering::Release);
+    for p in 2..40 {
+        read_page(&f, p);
+    }
+}
