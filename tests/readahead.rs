@@ -17,8 +17,18 @@ const PAGE: usize = 4096;
 /// A cached store of `cache_pages` pages (default policy and set size) with a
 /// file `f` of `file_pages` pages of pattern bytes on two devices.
 fn rig(tag: &str, file_pages: usize, cache_pages: usize) -> (TempDir, CachedStore, CachedFile) {
+    rig_on(tag, file_pages, cache_pages, StoreOptions::default())
+}
+
+/// [`rig`] on a store opened with `opts`.
+fn rig_on(
+    tag: &str,
+    file_pages: usize,
+    cache_pages: usize,
+    opts: StoreOptions,
+) -> (TempDir, CachedStore, CachedFile) {
     let tmp = TempDir::new(tag);
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let store = Store::open(&tmp.devices(2), opts).unwrap();
     let len = file_pages * PAGE;
     let f = store.create("f", len as u64, LayoutKind::Stripe).unwrap();
     let mut b = setcache::AlignedBuf::new(len);
@@ -309,7 +319,6 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
     use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
     use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    let tmp = TempDir::new("ra-fail");
     let sw = Arc::new(SimSwitches::default());
     let opts = StoreOptions {
         engine: EngineKind::Sim(SimConfig {
@@ -320,22 +329,8 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
         }),
         ..StoreOptions::default()
     };
-    let store = Store::open(&tmp.devices(2), opts).unwrap();
-    let len = 256 * PAGE;
-    let f = store.create("f", len as u64, LayoutKind::Stripe).unwrap();
-    let mut b = setcache::AlignedBuf::new(len);
-    b.copy_from_slice(&pattern(3, 0, len));
-    f.write_at(0, &b).unwrap();
     // 1024 pages: room for a staging area of two runs.
-    let cs = CachedStore::new(
-        store,
-        CacheOptions {
-            size: 1024 * PAGE,
-            ..CacheOptions::default()
-        },
-    )
-    .unwrap();
-    let f = cs.open_file("f").unwrap();
+    let (_t, cs, f) = rig_on("ra-fail", 256, 1024, opts);
     // EAGAIN fails a request and leaves the device usable.
     sw.read_errno.store(libc::EAGAIN, Ordering::Release);
     let mut b = vec![0u8; PAGE];

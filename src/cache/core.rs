@@ -357,14 +357,10 @@ impl<M: Model> Core<M> {
     /// The copy may race with a writer or a fill of the same frame; such a
     /// copy is always discarded, as the writer marks the slot (and fences)
     /// before it touches the bytes and bumps the change count before it leaves.
-    #[inline]
-    pub(crate) fn try_read(&self, tag: u64, offset: usize, dst: &mut [u8]) -> bool {
-        self.try_read_as(tag, offset, dst, false) != Got::Miss
-    }
-
-    /// [`Core::try_read`] for a sequential stream's reader (`stream`) or any
-    /// other: a stream leaves a cold page cold (and its policy state as it
-    /// was) and learns that it was cold; any other reader warms it.
+    ///
+    /// A sequential stream's reader (`stream`) leaves a cold page cold (and
+    /// its policy state as it was) and learns that it was cold; any other
+    /// reader warms it.
     #[inline]
     pub(crate) fn try_read_as(&self, tag: u64, offset: usize, dst: &mut [u8], stream: bool) -> Got {
         debug_assert!(offset + dst.len() <= self.page_size);
@@ -731,6 +727,17 @@ impl<M: Model> Core<M> {
 
     /// Wait until `done(state)` holds for slot `(s, i)`.
     fn wait_slot(&self, s: usize, i: usize, done: impl Fn(u32) -> bool) {
+        self.wait_slot_until(s, i, done, None);
+    }
+
+    /// [`Core::wait_slot`], giving up at `deadline` if one is given.
+    fn wait_slot_until(
+        &self,
+        s: usize,
+        i: usize,
+        done: impl Fn(u32) -> bool,
+        deadline: Option<std::time::Instant>,
+    ) {
         let w = self.state(s, i);
         let mut spins = 0;
         loop {
@@ -743,10 +750,20 @@ impl<M: Model> Core<M> {
                 M::spin();
                 continue;
             }
+            let left = match deadline {
+                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                    Some(left) if !left.is_zero() => Some(left),
+                    _ => return,
+                },
+                None => None,
+            };
             if v & WAITERS == 0 && w.compare_exchange(v, v | WAITERS, AcqRel, Relaxed).is_err() {
                 continue;
             }
-            M::wait(w, v | WAITERS);
+            match left {
+                Some(left) => M::wait_for(w, v | WAITERS, left),
+                None => M::wait(w, v | WAITERS),
+            }
         }
     }
 
@@ -767,17 +784,7 @@ impl<M: Model> Core<M> {
         w.fetch_add(PIN, AcqRel);
         self.unlock(s);
         let deadline = std::time::Instant::now() + timeout;
-        loop {
-            let v = w.load(Acquire);
-            let now = std::time::Instant::now();
-            if v & PENDING == 0 || now >= deadline {
-                break;
-            }
-            if v & WAITERS == 0 && w.compare_exchange(v, v | WAITERS, AcqRel, Relaxed).is_err() {
-                continue;
-            }
-            M::wait_for(w, v | WAITERS, deadline - now);
-        }
+        self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
         self.release(s, i, false);
         true
     }

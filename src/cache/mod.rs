@@ -345,6 +345,20 @@ impl<M: Model> PageCache<M> {
     /// or [`PageCache::get_with`].
     #[inline]
     pub fn try_read(&self, file: u32, page: u64, offset: usize, dst: &mut [u8]) -> Result<bool> {
+        Ok(self.try_read_as(file, page, offset, dst, false)? != Got::Miss)
+    }
+
+    /// [`PageCache::try_read`] as a sequential stream's reader (`stream`:
+    /// see [`PageCache::try_read_stream`]) or any other.
+    #[inline]
+    fn try_read_as(
+        &self,
+        file: u32,
+        page: u64,
+        offset: usize,
+        dst: &mut [u8],
+        stream: bool,
+    ) -> Result<Got> {
         let tag = tag_of(file, page)?;
         if offset
             .checked_add(dst.len())
@@ -356,11 +370,11 @@ impl<M: Model> PageCache<M> {
                 self.core.page_size
             )));
         }
-        let hit = self.core.try_read(tag, offset, dst);
-        if hit {
+        let got = self.core.try_read_as(tag, offset, dst, stream);
+        if got != Got::Miss {
             self.core.stats.bump(stats::Stat::Hits);
         }
-        Ok(hit)
+        Ok(got)
     }
 
     /// A hint that `page` of `file` will be looked up soon: with `frame` false,
@@ -430,18 +444,7 @@ impl<M: Model> PageCache<M> {
         offset: usize,
         dst: &mut [u8],
     ) -> Result<Got> {
-        let tag = tag_of(file, page)?;
-        if offset
-            .checked_add(dst.len())
-            .is_none_or(|e| e > self.core.page_size)
-        {
-            return self.try_read(file, page, offset, dst).map(|_| Got::Miss);
-        }
-        let got = self.core.try_read_as(tag, offset, dst, true);
-        if got != Got::Miss {
-            self.core.stats.bump(stats::Stat::Hits);
-        }
-        Ok(got)
+        self.try_read_as(file, page, offset, dst, true)
     }
 
     /// Wait until `page` of `file` is no longer being filled, for at most

@@ -171,10 +171,9 @@ fn futex_wait(w: &AtomicU32, expected: u32, timeout: Option<std::time::Duration>
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: FUTEX_WAIT reads the 32-bit word at a valid, aligned address
-    // (a live AtomicU32) and sleeps only while it equals `expected`; the
-    // timeout is null (no deadline) or a relative timespec that outlives the
-    // call.
+    // FUTEX_WAIT sleeps only while the word equals `expected`; a null
+    // timeout means no deadline.
+    // SAFETY: the word is a live, aligned AtomicU32; `tsp` is null or points at `ts`, alive here.
     unsafe {
         libc::syscall(
             libc::SYS_futex,

@@ -429,7 +429,7 @@ impl CachedFile {
         }
         let n = (buf.len() as u64).min(len - offset) as usize;
         let sh = &*self.shared;
-        let stream = readahead::note_read(sh, &self.entry, self.id, offset, n as u64, true);
+        let stream = readahead::note_read(sh, &self.entry, self.id, offset, n as u64, 0);
         let ps = sh.cache.page_size() as u64;
         let mut done = 0usize;
         while done < n {

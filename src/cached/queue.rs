@@ -558,12 +558,6 @@ impl<'a> CachedQueue<'a> {
         // A queue with the largest window's worth of reads in flight reads
         // ahead of itself: it asks for no window.
         let in_flight = self.outstanding as u64 * r.buf.len() as u64;
-        let max = self
-            .sh
-            .ahead
-            .max_pages
-            .load(std::sync::atomic::Ordering::Relaxed) as u64
-            * ps;
         let stream = r.kind == OpKind::Read
             && readahead::note_read(
                 self.sh,
@@ -571,7 +565,7 @@ impl<'a> CachedQueue<'a> {
                 r.file.id,
                 r.offset,
                 r.buf.len() as u64,
-                in_flight < max,
+                in_flight,
             );
         if pages == 1 && r.kind == OpKind::Read {
             // The common small read: an optimistic copy that needs no state

@@ -152,16 +152,16 @@ thread_local! {
 
 /// Note a read of `len` bytes at `offset` of cache file `id` (entry `entry`)
 /// by this thread: returns whether it belongs to a sequential stream (its
-/// pages are then read as a stream's), and, with `ask`, asks for the window
-/// due, if any (a caller with more than the largest window of reads in
-/// flight already reads ahead of itself).
+/// pages are then read as a stream's), and asks for the window due, if any,
+/// unless the caller has `in_flight` bytes of reads under way that reach the
+/// largest window (it then reads ahead of itself).
 pub(crate) fn note_read(
     sh: &Shared,
     entry: &Arc<Entry>,
     id: u32,
     offset: u64,
     len: u64,
-    ask: bool,
+    in_flight: u64,
 ) -> bool {
     let max = sh.ahead.max_pages.load(Ordering::Relaxed) as u64;
     let advice = entry.advice.load(Ordering::Relaxed);
@@ -208,7 +208,7 @@ pub(crate) fn note_read(
         if s.seen < 2 && !sequential {
             return (false, None);
         }
-        if !ask {
+        if in_flight >= max * ps {
             return (true, None);
         }
         // At most two windows are ahead of a stream: an eighth of the cache.
@@ -333,8 +333,7 @@ impl Staging {
     fn new(slots: usize, slot_bytes: usize) -> Option<Staging> {
         let len = (slots * slot_bytes).div_ceil(HUGE) * HUGE;
         let map_len = len + HUGE;
-        // SAFETY: an anonymous private mapping with no address hint; the
-        // result is checked before use.
+        // SAFETY: an anonymous private mapping with no hint; the result is checked before use.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
@@ -371,8 +370,8 @@ impl Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, no longer read or written (the
-        // worker drains its reads before it goes).
+        // The worker drains its reads before it goes.
+        // SAFETY: the mapping made in `new`, no longer read or written.
         unsafe { libc::munmap(self.map.cast(), self.map_len) };
     }
 }
@@ -537,10 +536,9 @@ impl<'a> Worker<'a> {
             len: run.len,
             slot,
         });
-        // SAFETY: the memory is a staging slot this worker took from its
-        // free list, or the frames of the run, claimed by fills held in
-        // `self.ops`; nobody else reads or writes either, and neither is
-        // reused or finished before the operation's tag comes back.
+        // The memory is a staging slot taken from the free list, or the
+        // frames of the run, claimed by fills held in `self.ops`.
+        // SAFETY: nobody else uses either until the operation's tag comes back.
         unsafe {
             self.q
                 .submit_raw(OpKind::Read, &run.entry.file, run.offset, mem, run.len, tag);
@@ -565,9 +563,7 @@ impl<'a> Worker<'a> {
                 if r.is_ok() {
                     for (i, f) in op.fills.iter_mut().enumerate() {
                         let n = op.len.saturating_sub(i * ps).min(ps);
-                        // SAFETY: the slot holds the run's `len` bytes, read
-                        // by the operation that came back; nothing writes it
-                        // until the slot is freed below.
+                        // SAFETY: the slot holds the run's `len` bytes; nothing writes it until freed below.
                         let src = unsafe { std::slice::from_raw_parts(st.slot(k).add(i * ps), n) };
                         f.frame_mut()[..n].copy_from_slice(src);
                     }
