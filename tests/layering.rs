@@ -9,7 +9,7 @@
 //! 2. `storage::io` — the device engines;
 //! 3. `storage::{buf, file, queue, store}` and the `storage` facade;
 //! 4. `cache` — the set-associative page cache;
-//! 5. `cached::shared`, then 6. `cached::writeback` and `cached::readahead`,
+//! 5. `cached::staging` and `cached::shared`, then 6. `cached::writeback` and `cached::readahead`,
 //!    7. `cached::flusher`,
 //!    8. `cached` (the cached store and files), 9. `cached::queue`;
 //! 10. `hitsim` — the hit-ratio simulator;
@@ -46,6 +46,7 @@ fn rank(module: &str) -> Option<u32> {
         ("storage::io", 2),
         ("storage", 3),
         ("cache", 4),
+        ("cached::staging", 5),
         ("cached::shared", 5),
         ("cached::writeback", 6),
         ("cached::readahead", 6),

@@ -39,6 +39,7 @@ mod flusher;
 mod queue;
 pub(crate) mod readahead;
 pub(crate) mod shared;
+pub(crate) mod staging;
 pub(crate) mod writeback;
 
 pub use flusher::{FlushOptions, FlusherCounts};
@@ -149,6 +150,7 @@ impl CachedStore {
             }
         };
         let ahead = Ahead::new(readahead::DEFAULT_MAX_BYTES / cache.page_size());
+        let staging = staging::Staging::new(cache.capacity_pages() * cache.page_size());
         let inner = Arc::new(Shared {
             store,
             cache,
@@ -156,6 +158,7 @@ impl CachedStore {
             next_id: AtomicU32::new(0),
             free_ids: Mutex::new(Vec::new()),
             ahead,
+            staging,
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -503,7 +506,7 @@ impl CachedFile {
                 self.entry.advice.store(code, Ordering::Relaxed);
             }
             Advice::WillNeed => {
-                let chunk = readahead::MAX_RUN as u64 * 8;
+                let chunk = staging::run_pages(ps as usize) as u64 * 8;
                 let mut p = first;
                 while p < last {
                     let n = chunk.min(last - p);

@@ -7,8 +7,12 @@
 //! * a page that is cached is copied at once (an optimistic, pin-free copy for
 //!   reads), so a request made only of hits completes inside `submit`;
 //! * a missing page is claimed through the cache's fill protocol and read
-//!   straight into its frame (O_DIRECT, no bounce buffer); the missing pages
-//!   of every request submitted together travel in one batch per device;
+//!   straight into its frame (O_DIRECT, no bounce buffer); missing pages that
+//!   follow one another in the file join one read of up to 512 KiB, and a
+//!   run of eight pages or more lands in a slot of the store's staging area
+//!   (huge pages, which the device fills faster than scattered frames) and is
+//!   copied to its frames when it is back; the missing pages of every request
+//!   submitted together travel in one batch per device;
 //! * a page another requester is filling is not waited for: the request
 //!   parks the page and retries it after later completions (the queue may
 //!   itself own that fill, so blocking could deadlock);
@@ -45,6 +49,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{Fill, FillMut, Got, Lookup, LookupMut, PageCache, WriteBack};
 use crate::cached::readahead;
 use crate::cached::shared::Shared;
+use crate::cached::staging::{MIN_PAGES, Slot, run_pages};
 use crate::cached::writeback::{dirty_in_region, with_neighbours};
 use crate::cached::{CachedFile, CachedStore};
 use crate::error::{Error, Result};
@@ -245,9 +250,6 @@ fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> 
     all.fold(Ok(()), Result::and)
 }
 
-/// Most pages one read of missing pages covers.
-const MAX_RUN: usize = 64;
-
 /// Most pages a requester's write of a dirty victim covers (the victim and
 /// its dirty neighbours in the file).
 const VICTIM_RUN: usize = 32;
@@ -269,6 +271,8 @@ struct MissRun {
 struct Slots {
     first: usize,
     more: Vec<usize>,
+    /// The staging slot a read of a run went into, and the run's length.
+    staged: Option<(Slot, usize)>,
 }
 
 /// Whether a page write could be done at once.
@@ -292,6 +296,19 @@ fn write_now<'c>(found: Option<LookupMut<'c>>, in_page: usize, src: &[u8], ps: u
             Now::Done(f.finish(Ok(())).map(|mut g| g.copy_from_slice(src)))
         }
         other => Now::Later(other),
+    }
+}
+
+/// Copy the `len` bytes of a run's read from staging slot `slot` to the
+/// frames of its fills, `s` (slots of `fills`, in file order).
+fn copy_out(fills: &mut Slab<Waiting<'_>>, s: &Slots, slot: Slot, len: usize, ps: usize) {
+    let all = std::iter::once(&s.first).chain(s.more.iter());
+    for (i, &k) in all.enumerate() {
+        let n = len.saturating_sub(i * ps).min(ps);
+        let w = fills.get_mut(k).expect("a fill in flight");
+        // SAFETY: the slot holds the run's `len` bytes, and nothing writes it until it is given back.
+        let src = unsafe { std::slice::from_raw_parts(slot.ptr.add(i * ps), n) };
+        w.job.frame()[..n].copy_from_slice(src);
     }
 }
 
@@ -768,14 +785,14 @@ impl<'a> CachedQueue<'a> {
             return self.complete_fill(job, req, page, r);
         }
         let slot = self.fills.insert(Waiting { job, req, page });
-        // Whole pages that follow one another in the file join one read, into
-        // their frames (vectored I/O); the run goes out at `send_run`.
+        // Whole pages that follow one another in the file join one read (into
+        // a staging slot or their frames); the run goes out at `send_run`.
         if let Some(run) = self.run.as_mut() {
             if run.fid == fid
                 && run.next == page
                 && n as u64 == ps
                 && run.len % ps as usize == 0
-                && self.frames.len() < MAX_RUN
+                && self.frames.len() < run_pages(ps as usize)
             {
                 run.slots.more.push(slot);
                 self.frames.push(ptr);
@@ -796,6 +813,7 @@ impl<'a> CachedQueue<'a> {
             slots: Slots {
                 first: slot,
                 more: self.spare.pop().unwrap_or_default(),
+                staged: None,
             },
         });
         Ok(Step::Pending)
@@ -807,11 +825,19 @@ impl<'a> CachedQueue<'a> {
             return;
         };
         let ps = self.sh.cache.page_size();
-        let mem = Mem::frames(&self.frames, ps);
-        let tag = self.ops.insert(run.slots);
-        // SAFETY: every frame of the run is claimed by a fill held in
-        // `self.fills`, which nobody else reads or writes and which is only
-        // finished after the operation's tag comes back.
+        let mut slots = run.slots;
+        // A long run lands in the staging area and is copied to its frames
+        // when it is back (see `take_finished`).
+        slots.staged = (self.frames.len() >= MIN_PAGES)
+            .then(|| self.sh.staging.take())
+            .flatten()
+            .map(|s| (s, run.len));
+        let mem = match slots.staged {
+            Some((s, _)) => Mem::One(s.ptr),
+            None => Mem::frames(&self.frames, ps),
+        };
+        let tag = self.ops.insert(slots);
+        // SAFETY: the staging slot is taken from the area for this read alone, and every frame of the run is claimed by a fill held in `self.fills`, which nobody else reads or writes and which is only finished after the operation's tag comes back.
         unsafe {
             self.q
                 .submit_raw(OpKind::Read, &run.file, run.offset, mem, run.len, tag);
@@ -909,6 +935,7 @@ impl<'a> CachedQueue<'a> {
         let tag = self.ops.insert(Slots {
             first: slot,
             more: Vec::new(),
+            staged: None,
         });
         let mem = Mem::frames(&self.victim_frames, ps as usize);
         // SAFETY: the write-back guards in `self.fills[slot]` keep the pages
@@ -1003,6 +1030,12 @@ impl<'a> CachedQueue<'a> {
         self.q.take_tagged(&mut self.tagged);
         for (tag, r) in self.tagged.drain(..) {
             let mut s = self.ops.remove(tag).expect("an operation in flight");
+            if let Some((slot, len)) = s.staged.take() {
+                if r.is_ok() {
+                    copy_out(&mut self.fills, &s, slot, len, self.sh.cache.page_size());
+                }
+                self.sh.staging.give(slot);
+            }
             if s.more.is_empty() {
                 self.finished.push((s.first, r));
             } else {

@@ -18,7 +18,7 @@
 //! last window asked for (the kernel's asynchronous readahead marker sits at
 //! its start), the next window is asked for, twice as large, up to the
 //! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at
-//! most a sixteenth of the cache): between
+//! most a thirty-second of the cache): between
 //! one and two windows stay ahead of the reader, so it finds its pages read
 //! when it gets there. A reader that outruns the windows (a long read, or a
 //! device slower than the reader) restarts them from where it is, with the
@@ -31,15 +31,15 @@
 //! present, being filled, or in sets with no such room is skipped: readahead
 //! never waits, never writes a victim back, and never evicts a page that
 //! somebody used). Claimed pages that follow
-//! one another go out as one read, up to [`MAX_RUN`] pages, which the storage
-//! layer cuts into one operation per stripe block; up to [`DEPTH`] reads are
-//! in flight on the thread's own queue. A read goes into a slot of a staging
-//! area in huge pages, and each page is then copied to its frame: the
-//! emulated disk here reads into physically contiguous memory about twice as
-//! fast as into scattered 4 KiB frames. Without a free slot (or the memory
-//! for the area, at most an eighth of the cache) it is a vectored read
-//! straight into the frames. A reader that gets to a page still being read waits for that fill,
-//! as for any other requester's.
+//! one another go out as one read of up to 512 KiB (a staging slot), which
+//! the storage layer cuts at stripe blocks into one operation per device
+//! (blocks that follow one another on a device stay one operation); up to
+//! [`DEPTH`] reads are in flight on the thread's own queue. A run of eight
+//! pages or more is read into a slot of the store's staging area (see
+//! `cached::staging`) and each page then copied to its frame; a shorter run,
+//! or one that finds no free slot, is a vectored read straight into the
+//! frames. A reader that gets to a page still being read waits for that
+//! fill, as for any other requester's.
 //!
 //! **Cold pages.** A page read ahead enters the cache *cold*: among the clean
 //! idle pages of its sets it is evicted first. A stream's reads leave it cold
@@ -55,6 +55,7 @@ use std::thread::JoinHandle;
 
 use crate::cache::Fill;
 use crate::cached::shared::{Entry, Shared, Window};
+use crate::cached::staging::{MIN_PAGES, Slot, run_pages};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, Mem, OpKind};
 use crate::storage::queue::Queue;
@@ -77,18 +78,16 @@ pub enum Advice {
     DontNeed,
 }
 
-/// The largest readahead window by default.
-pub const DEFAULT_MAX_BYTES: usize = 2 << 20;
+/// The largest readahead window by default (the device's own readahead
+/// setting here, `read_ahead_kb`, is 8 MiB too).
+pub const DEFAULT_MAX_BYTES: usize = 8 << 20;
 /// Streams each thread keeps track of.
 pub(crate) const STREAMS: usize = 8;
 /// The smallest first window, in pages.
 pub(crate) const MIN_WINDOW: u64 = 16;
-/// Most pages one read of the readahead thread covers.
-pub(crate) const MAX_RUN: usize = 64;
-/// Reads the readahead thread keeps in flight: 4 MiB of runs, enough for
-/// the device's sequential rate here; with 64 (16 MiB), reads queued in the
-/// device waited up to 240 ms in bursts, and readers with them.
-pub(crate) const DEPTH: usize = 16;
+/// Reads the readahead thread keeps in flight: 16 MiB of runs of 512 KiB,
+/// two of the largest windows.
+pub(crate) const DEPTH: usize = 32;
 
 /// The advice a file's entry holds, as a number.
 pub(crate) fn advice_code(a: Advice) -> u8 {
@@ -211,8 +210,8 @@ pub(crate) fn note_read(
         if in_flight >= max * ps {
             return (true, None);
         }
-        // At most two windows are ahead of a stream: an eighth of the cache.
-        let max = max.min((sh.cache.capacity_pages() / 16).max(1) as u64);
+        // At most two windows are ahead of a stream: a sixteenth of the cache.
+        let max = max.min((sh.cache.capacity_pages() / 32).max(1) as u64);
         let after = end.div_ceil(ps);
         let start = if s.ahead == 0 || after > s.ahead {
             // A new stream, or a reader past every window: start from here.
@@ -311,76 +310,11 @@ struct Run<'a> {
     fills: Vec<Fill<'a>>,
 }
 
-/// Memory in huge pages that runs are read into, one slot per read in
-/// flight, before each page is copied to its frame: the emulated disk here
-/// takes reads into physically contiguous memory about twice as fast as
-/// reads into scattered 4 KiB frames (one scatter-gather segment each).
-struct Staging {
-    /// The mapping and its length.
-    map: *mut u8,
-    map_len: usize,
-    /// The first slot, 2 MiB aligned.
-    base: *mut u8,
-    slot_bytes: usize,
-    free: Vec<usize>,
-}
-
-/// The huge page size the staging area is aligned to.
-const HUGE: usize = 2 << 20;
-
-impl Staging {
-    /// `slots` slots of `slot_bytes`, or `None` if the memory cannot be had.
-    fn new(slots: usize, slot_bytes: usize) -> Option<Staging> {
-        let len = (slots * slot_bytes).div_ceil(HUGE) * HUGE;
-        let map_len = len + HUGE;
-        // SAFETY: an anonymous private mapping with no hint; the result is checked before use.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                map_len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if map == libc::MAP_FAILED {
-            return None;
-        }
-        let map = map.cast::<u8>();
-        let base = map.wrapping_add((HUGE - map as usize % HUGE) % HUGE);
-        // SAFETY: `base..base + len` lies inside the mapping made above.
-        unsafe {
-            libc::madvise(base.cast(), len, libc::MADV_HUGEPAGE);
-            std::ptr::write_bytes(base, 0, len);
-        }
-        Some(Staging {
-            map,
-            map_len,
-            base,
-            slot_bytes,
-            free: (0..slots).rev().collect(),
-        })
-    }
-
-    fn slot(&self, k: usize) -> *mut u8 {
-        self.base.wrapping_add(k * self.slot_bytes)
-    }
-}
-
-impl Drop for Staging {
-    fn drop(&mut self) {
-        // The worker drains its reads before it goes.
-        // SAFETY: the mapping made in `new`, no longer read or written.
-        unsafe { libc::munmap(self.map.cast(), self.map_len) };
-    }
-}
-
 /// A read in flight: its fills, its run's length, and its staging slot.
 struct Op<'a> {
     fills: Vec<Fill<'a>>,
     len: usize,
-    slot: Option<usize>,
+    slot: Option<Slot>,
 }
 
 /// The readahead thread's state.
@@ -388,9 +322,6 @@ struct Worker<'a> {
     sh: &'a Shared,
     q: Queue,
     ops: Slab<Op<'a>>,
-    staging: Option<Staging>,
-    /// Whether the staging area was made (at the first read).
-    staged: bool,
     frames: Vec<*mut u8>,
     done: Vec<(usize, Result<()>)>,
     run: Option<Run<'a>>,
@@ -404,8 +335,6 @@ fn run(sh: &Shared) {
         sh,
         q: Queue::new(DEPTH),
         ops: Slab::new(),
-        staging: None,
-        staged: false,
         frames: Vec::new(),
         done: Vec::new(),
         run: None,
@@ -490,7 +419,7 @@ impl<'a> Worker<'a> {
             if Arc::ptr_eq(&run.entry, &win.entry)
                 && run.next == page
                 && run.len % ps == 0
-                && run.fills.len() < MAX_RUN
+                && run.fills.len() < run_pages(ps)
             {
                 run.fills.push(fill);
                 self.frames.push(ptr);
@@ -517,19 +446,12 @@ impl<'a> Worker<'a> {
             return;
         };
         let ps = self.sh.cache.page_size();
-        if !self.staged {
-            // At most an eighth of the cache's size, made when first needed.
-            self.staged = true;
-            let slot_bytes = MAX_RUN * ps;
-            let slots = (self.sh.cache.capacity_pages() * ps / 8 / slot_bytes).min(DEPTH);
-            self.staging = (slots > 0)
-                .then(|| Staging::new(slots, slot_bytes))
-                .flatten();
-        }
-        let slot = self.staging.as_mut().and_then(|s| s.free.pop());
-        let mem = match (slot, &self.staging) {
-            (Some(k), Some(s)) => Mem::One(s.slot(k)),
-            _ => Mem::frames(&self.frames, ps),
+        let slot = (run.fills.len() >= MIN_PAGES)
+            .then(|| self.sh.staging.take())
+            .flatten();
+        let mem = match slot {
+            Some(s) => Mem::One(s.ptr),
+            None => Mem::frames(&self.frames, ps),
         };
         let tag = self.ops.insert(Op {
             fills: run.fills,
@@ -559,20 +481,26 @@ impl<'a> Worker<'a> {
             let Some(mut op) = self.ops.remove(tag) else {
                 continue;
             };
-            if let (Some(k), Some(st)) = (op.slot, self.staging.as_mut()) {
+            if let Some(slot) = op.slot {
                 if r.is_ok() {
-                    for (i, f) in op.fills.iter_mut().enumerate() {
-                        let n = op.len.saturating_sub(i * ps).min(ps);
-                        // SAFETY: the slot holds the run's `len` bytes; nothing writes it until freed below.
-                        let src = unsafe { std::slice::from_raw_parts(st.slot(k).add(i * ps), n) };
-                        f.frame_mut()[..n].copy_from_slice(src);
-                    }
+                    copy_out(slot, op.len, &mut op.fills, ps);
                 }
-                st.free.push(k);
+                self.sh.staging.give(slot);
             }
             for f in op.fills {
                 drop(f.finish(r.clone()));
             }
         }
+    }
+}
+
+/// Copy the `len` bytes a run's read left in staging slot `slot` to the
+/// frames of its `fills`, in order.
+fn copy_out(slot: Slot, len: usize, fills: &mut [Fill<'_>], ps: usize) {
+    for (i, f) in fills.iter_mut().enumerate() {
+        let n = len.saturating_sub(i * ps).min(ps);
+        // SAFETY: the slot holds the run's `len` bytes, and nothing writes it until it is given back.
+        let src = unsafe { std::slice::from_raw_parts(slot.ptr.add(i * ps), n) };
+        f.frame_mut()[..n].copy_from_slice(src);
     }
 }

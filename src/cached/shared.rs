@@ -5,6 +5,7 @@
 //! and storing one back start here.
 
 use crate::cache::{MAX_FILE_ID, PageCache};
+use crate::cached::staging::Staging;
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, File};
 use crate::storage::store::Store;
@@ -21,6 +22,8 @@ pub(crate) struct Shared {
     pub(crate) free_ids: Mutex<Vec<u32>>,
     /// Readahead windows on their way to the readahead thread.
     pub(crate) ahead: Ahead,
+    /// Where reads of runs of pages land before their frames.
+    pub(crate) staging: Staging,
 }
 
 /// Pages to read ahead: `pages` pages of cache file `id` from `first`.
