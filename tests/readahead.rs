@@ -329,7 +329,7 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
         }),
         ..StoreOptions::default()
     };
-    // 1024 pages: room for a staging area of two runs.
+    // 1024 pages: room for a staging area of one slot.
     let (_t, cs, f) = rig_on("ra-fail", 256, 1024, opts);
     // EAGAIN fails a request and leaves the device usable.
     sw.read_errno.store(libc::EAGAIN, Ordering::Release);
@@ -348,4 +348,60 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
     for p in 2..40 {
         read_page(&f, p);
     }
+}
+
+/// Cached queue reads of runs of missing pages (half of them landing in the
+/// staging area's four slots, half in their frames) that fail report the
+/// error and publish nothing; once the device answers again, reads of runs
+/// return the file's bytes, round after round.
+#[test]
+fn a_failed_staged_queue_read_publishes_nothing() {
+    use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    let sw = Arc::new(SimSwitches::default());
+    let opts = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            media: SimMedia::new(),
+            switches: sw.clone(),
+            latency_us: (1, 20),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    // A 16 MiB cache: a staging area of four slots.
+    let (_t, cs, f) = rig_on("ra-qfail", 2048, 4096, opts);
+    cs.set_readahead(0);
+    let read = |q: &mut setcache::CachedQueue<'_>, first: usize, pages: usize| {
+        let reqs = (0..8)
+            .map(|k| {
+                let off = ((first + k * pages) * PAGE) as u64;
+                CachedRequest::tagged(OpKind::Read, &f, off, vec![0; pages * PAGE], k as u64)
+            })
+            .collect();
+        q.submit(reqs);
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 8);
+        done
+    };
+    let mut q = cs.queue(8);
+    sw.read_errno.store(libc::EAGAIN, Ordering::Release);
+    for (k, c) in read(&mut q, 0, 32) {
+        assert!(c.result.is_err(), "read {k} of a failing device succeeded");
+    }
+    assert!(cs.cache().pages().is_empty(), "failed fills are dropped");
+    sw.read_errno.store(0, Ordering::Release);
+    for round in 0..3 {
+        for (k, c) in read(&mut q, round * 256, 32) {
+            assert!(c.result.is_ok(), "round {round}, read {k}: {:?}", c.result);
+            let off = (round * 256 + k as usize * 32) * PAGE;
+            assert!(
+                c.buf == pattern(3, off as u64, 32 * PAGE),
+                "round {round}, read {k}"
+            );
+        }
+    }
+    assert_eq!(cs.cache().stats().fills, 3 * 256, "every page read once");
 }

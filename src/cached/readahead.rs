@@ -18,7 +18,7 @@
 //! last window asked for (the kernel's asynchronous readahead marker sits at
 //! its start), the next window is asked for, twice as large, up to the
 //! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at
-//! most a thirty-second of the cache): between
+//! most a sixteenth of the cache): between
 //! one and two windows stay ahead of the reader, so it finds its pages read
 //! when it gets there. A reader that outruns the windows (a long read, or a
 //! device slower than the reader) restarts them from where it is, with the
@@ -26,7 +26,10 @@
 //! ages out. Windows end at the end of the file.
 //!
 //! **The readahead thread** (`setcache-ahead`, one per cached store) takes
-//! the windows in order. Each page that is absent and whose sets have a free
+//! the windows as they come and reads them in turn, one run of each window
+//! per turn, so that the front of a stream's new window goes out right
+//! after the reads in flight rather than behind other streams' whole
+//! windows. Each page that is absent and whose sets have a free
 //! slot or a cold clean idle page to give is claimed cold, as a fill (a page
 //! present, being filled, or in sets with no such room is skipped: readahead
 //! never waits, never writes a victim back, and never evicts a page that
@@ -49,6 +52,7 @@
 //! the pages read ahead, `readahead_used` those a stream then read.
 
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
@@ -85,9 +89,9 @@ pub const DEFAULT_MAX_BYTES: usize = 8 << 20;
 pub(crate) const STREAMS: usize = 8;
 /// The smallest first window, in pages.
 pub(crate) const MIN_WINDOW: u64 = 16;
-/// Reads the readahead thread keeps in flight: 16 MiB of runs of 512 KiB,
-/// two of the largest windows.
-pub(crate) const DEPTH: usize = 32;
+/// Reads the readahead thread keeps in flight: 32 MiB of runs of 512 KiB,
+/// enough for four streams' windows at once.
+pub(crate) const DEPTH: usize = 64;
 
 /// The advice a file's entry holds, as a number.
 pub(crate) fn advice_code(a: Advice) -> u8 {
@@ -210,8 +214,8 @@ pub(crate) fn note_read(
         if in_flight >= max * ps {
             return (true, None);
         }
-        // At most two windows are ahead of a stream: a sixteenth of the cache.
-        let max = max.min((sh.cache.capacity_pages() / 32).max(1) as u64);
+        // At most two windows are ahead of a stream: an eighth of the cache.
+        let max = max.min((sh.cache.capacity_pages() / 16).max(1) as u64);
         let after = end.div_ceil(ps);
         let start = if s.ahead == 0 || after > s.ahead {
             // A new stream, or a reader past every window: start from here.
@@ -339,31 +343,43 @@ fn run(sh: &Shared) {
         done: Vec::new(),
         run: None,
     };
+    // Windows being read, in turn: one run of each per turn, so that the
+    // front of a stream's new window goes out after the reads in flight,
+    // not after the whole windows of other streams asked for before it.
+    let mut active: VecDeque<Window> = VecDeque::new();
+    let run_max = run_pages(sh.cache.page_size()) as u64;
     loop {
-        let windows: Vec<Window> = {
+        {
             let mut g = sh.ahead.queue.lock().unwrap_or_else(|p| p.into_inner());
-            while g.0.is_empty() && !g.1 && w.q.in_flight() == 0 {
+            while g.0.is_empty() && !g.1 && active.is_empty() && w.q.in_flight() == 0 {
                 g = sh.ahead.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
             if g.1 {
                 break;
             }
-            g.0.drain(..).collect()
-        };
-        for win in windows {
-            w.read(win);
+            active.extend(g.0.drain(..));
+        }
+        // Up to the queue's depth, one run of the next window at a time.
+        while w.q.in_flight() < w.q.depth() {
+            let Some(mut win) = active.pop_front() else {
+                break;
+            };
+            if w.read(&mut win, run_max) {
+                active.push_back(win);
+            }
         }
         w.send();
         w.q.flush_now();
         if w.q.in_flight() > 0 {
-            let idle = sh
-                .ahead
-                .queue
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .0
-                .is_empty();
-            if idle {
+            let idle = active.is_empty()
+                && sh
+                    .ahead
+                    .queue
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0
+                    .is_empty();
+            if idle || w.q.in_flight() >= w.q.depth() {
                 w.q.wait(1);
             } else {
                 w.q.poll();
@@ -377,23 +393,26 @@ fn run(sh: &Shared) {
 }
 
 impl<'a> Worker<'a> {
-    /// Claim the absent pages of window `win` and send their reads.
-    fn read(&mut self, win: Window) {
+    /// Claim the absent pages among the first `turn` pages of window `win`
+    /// and send their reads; `win` keeps the rest. Returns whether pages
+    /// are left to read.
+    fn read(&mut self, win: &mut Window, turn: u64) -> bool {
         if win.entry.check().is_err() {
-            return;
+            return false;
         }
         let cache = &self.sh.cache;
         let ps = cache.page_size() as u64;
         let len = win.entry.file.len();
-        for page in win.first..win.first + win.pages {
+        let end = win.first + win.pages.min(turn);
+        for page in win.first..end {
             let off = page * ps;
             if off >= len {
-                break;
+                return false;
             }
             let n = (len - off).min(ps) as usize;
             if n as u64 % DIRECT_ALIGN != 0 {
                 // A tail of part of a sector: left to its reader.
-                break;
+                return false;
             }
             let fill = match cache.claim_ahead(win.id, page) {
                 Ok(Some(f)) => f,
@@ -401,10 +420,14 @@ impl<'a> Worker<'a> {
                     self.send();
                     continue;
                 }
-                Err(_) => break,
+                Err(_) => return false,
             };
-            self.add(&win, page, n, fill);
+            self.add(win, page, n, fill);
         }
+        self.send();
+        win.pages -= end - win.first;
+        win.first = end;
+        win.pages > 0
     }
 
     /// Add the claimed `fill` of `page` (`n` bytes inside the file) to the
