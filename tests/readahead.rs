@@ -46,6 +46,32 @@ fn rig_on(
     (tmp, cs, cf)
 }
 
+/// [`rig`] on simulated devices, with the switches that inject their faults.
+fn sim_rig(
+    tag: &str,
+    file_pages: usize,
+    cache_pages: usize,
+) -> (
+    TempDir,
+    CachedStore,
+    CachedFile,
+    std::sync::Arc<setcache::SimSwitches>,
+) {
+    use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
+    let sw = std::sync::Arc::new(SimSwitches::default());
+    let opts = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            media: SimMedia::new(),
+            switches: sw.clone(),
+            latency_us: (1, 20),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let (t, cs, f) = rig_on(tag, file_pages, cache_pages, opts);
+    (t, cs, f, sw)
+}
+
 /// Read page `p` through the synchronous call and check its bytes.
 fn read_page(f: &CachedFile, p: usize) {
     let mut b = vec![0u8; PAGE];
@@ -316,21 +342,9 @@ fn readahead_can_be_turned_off() {
 /// (a staged run copies nothing), and their readers read them again.
 #[test]
 fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
-    use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
-    use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    let sw = Arc::new(SimSwitches::default());
-    let opts = StoreOptions {
-        engine: EngineKind::Sim(SimConfig {
-            media: SimMedia::new(),
-            switches: sw.clone(),
-            latency_us: (1, 20),
-            ..SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    };
     // 1024 pages: room for a staging area of one slot.
-    let (_t, cs, f) = rig_on("ra-fail", 256, 1024, opts);
+    let (_t, cs, f, sw) = sim_rig("ra-fail", 256, 1024);
     // EAGAIN fails a request and leaves the device usable.
     sw.read_errno.store(libc::EAGAIN, Ordering::Release);
     let mut b = vec![0u8; PAGE];
@@ -356,21 +370,9 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
 /// return the file's bytes, round after round.
 #[test]
 fn a_failed_staged_queue_read_publishes_nothing() {
-    use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
-    use std::sync::Arc;
     use std::sync::atomic::Ordering;
-    let sw = Arc::new(SimSwitches::default());
-    let opts = StoreOptions {
-        engine: EngineKind::Sim(SimConfig {
-            media: SimMedia::new(),
-            switches: sw.clone(),
-            latency_us: (1, 20),
-            ..SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    };
     // A 16 MiB cache: a staging area of four slots.
-    let (_t, cs, f) = rig_on("ra-qfail", 2048, 4096, opts);
+    let (_t, cs, f, sw) = sim_rig("ra-qfail", 2048, 4096);
     cs.set_readahead(0);
     let read = |q: &mut setcache::CachedQueue<'_>, first: usize, pages: usize| {
         let reqs = (0..8)
