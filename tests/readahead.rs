@@ -171,10 +171,16 @@ fn random_reads_never_read_ahead() {
 #[test]
 fn a_stream_that_turns_random_stops() {
     let (_t, cs, f) = rig("ra-turns", 2048, 1024);
-    for p in 0..4 {
+    // The windows these reads ask for: 16 pages from page 2 (read before
+    // the reader gets there, so that it does not claim pages 2 and 3
+    // itself), then 32.
+    for p in 0..2 {
         read_page(&f, p);
     }
-    // The windows those reads asked for: 16 pages from page 2, then 32.
+    wait_cached(&cs, &f, 2..18);
+    for p in 2..4 {
+        read_page(&f, p);
+    }
     wait_cached(&cs, &f, 2..50);
     idle();
     let before = cs.cache().stats().readahead;
@@ -240,6 +246,7 @@ fn advice_random_turns_readahead_off_and_sequential_starts_at_once() {
     // A cache large enough for the largest window (at most a sixteenth of
     // the cache).
     let (_t, cs, f) = rig("ra-advice", 4096, 16384);
+    cs.set_readahead(2 << 20);
     f.advise(0, 0, Advice::Random).unwrap();
     for p in 0..20 {
         read_page(&f, p);
