@@ -9,8 +9,10 @@
 //! queues read runs of [`MIN_PAGES`] pages or more into a slot of this area
 //! and copy them out when the read is done. The area belongs to the cached
 //! store, is mapped at the first use (a random reader never makes it), holds
-//! at most an eighth of the cache's size and at most [`MAX_BYTES`], and a
-//! run that finds no free slot is read straight into its frames as before.
+//! at most an eighth of the cache's size and at most [`MAX_BYTES`] (none at
+//! all when less than twice that is free in the machine or the memory
+//! cgroup), and a run that finds no free slot is read straight into its
+//! frames as before.
 
 use std::sync::Mutex;
 
@@ -102,6 +104,12 @@ impl Pool {
     fn map(&mut self, slots: usize) {
         let len = (slots * SLOT_BYTES).div_ceil(HUGE) * HUGE;
         let map_len = len + HUGE;
+        // The area is made after the cache: it never takes the last of the
+        // memory the machine or the memory cgroup can give (twice its size
+        // must be free), so that it cannot get the process killed.
+        if crate::cache::check_memory(2 * map_len as u64, String::new).is_err() {
+            return;
+        }
         // SAFETY: an anonymous private mapping with no hint; the result is checked before use.
         let map = unsafe {
             libc::mmap(
