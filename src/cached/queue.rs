@@ -301,14 +301,11 @@ fn write_now<'c>(found: Option<LookupMut<'c>>, in_page: usize, src: &[u8], ps: u
 
 /// Copy the `len` bytes of a run's read from staging slot `slot` to the
 /// frames of its fills, `s` (slots of `fills`, in file order).
-fn copy_out(fills: &mut Slab<Waiting<'_>>, s: &Slots, slot: Slot, len: usize, ps: usize) {
+fn copy_out(fills: &mut Slab<Waiting<'_>>, s: &Slots, slot: &Slot, len: usize, ps: usize) {
     let all = std::iter::once(&s.first).chain(s.more.iter());
-    for (i, &k) in all.enumerate() {
-        let n = len.saturating_sub(i * ps).min(ps);
+    for (&k, src) in all.zip(slot.pages(len, ps)) {
         let w = fills.get_mut(k).expect("a fill in flight");
-        // SAFETY: the slot holds the run's `len` bytes, and nothing writes it until it is given back.
-        let src = unsafe { std::slice::from_raw_parts(slot.ptr.add(i * ps), n) };
-        w.job.frame()[..n].copy_from_slice(src);
+        w.job.frame()[..src.len()].copy_from_slice(src);
     }
 }
 
@@ -832,8 +829,8 @@ impl<'a> CachedQueue<'a> {
             .then(|| self.sh.staging.take())
             .flatten()
             .map(|s| (s, run.len));
-        let mem = match slots.staged {
-            Some((s, _)) => Mem::One(s.ptr),
+        let mem = match &slots.staged {
+            Some((s, _)) => Mem::One(s.ptr()),
             None => Mem::frames(&self.frames, ps),
         };
         let tag = self.ops.insert(slots);
@@ -938,9 +935,8 @@ impl<'a> CachedQueue<'a> {
             staged: None,
         });
         let mem = Mem::frames(&self.victim_frames, ps as usize);
-        // SAFETY: the write-back guards in `self.fills[slot]` keep the pages
-        // in their frames and writers out until the write's tag comes back;
-        // the device only reads the frames.
+        // The device only reads the frames.
+        // SAFETY: the write-back guards in `self.fills[slot]` keep the pages in their frames and writers out until the write's tag comes back.
         unsafe {
             self.q.submit_raw(OpKind::Write, file, off, mem, len, tag);
         }
@@ -1032,7 +1028,7 @@ impl<'a> CachedQueue<'a> {
             let mut s = self.ops.remove(tag).expect("an operation in flight");
             if let Some((slot, len)) = s.staged.take() {
                 if r.is_ok() {
-                    copy_out(&mut self.fills, &s, slot, len, self.sh.cache.page_size());
+                    copy_out(&mut self.fills, &s, &slot, len, self.sh.cache.page_size());
                 }
                 self.sh.staging.give(slot);
             }

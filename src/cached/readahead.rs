@@ -472,8 +472,8 @@ impl<'a> Worker<'a> {
         let slot = (run.fills.len() >= MIN_PAGES)
             .then(|| self.sh.staging.take())
             .flatten();
-        let mem = match slot {
-            Some(s) => Mem::One(s.ptr),
+        let mem = match &slot {
+            Some(s) => Mem::One(s.ptr()),
             None => Mem::frames(&self.frames, ps),
         };
         let tag = self.ops.insert(Op {
@@ -506,7 +506,9 @@ impl<'a> Worker<'a> {
             };
             if let Some(slot) = op.slot {
                 if r.is_ok() {
-                    copy_out(slot, op.len, &mut op.fills, ps);
+                    for (f, src) in op.fills.iter_mut().zip(slot.pages(op.len, ps)) {
+                        f.frame_mut()[..src.len()].copy_from_slice(src);
+                    }
                 }
                 self.sh.staging.give(slot);
             }
@@ -514,16 +516,5 @@ impl<'a> Worker<'a> {
                 drop(f.finish(r.clone()));
             }
         }
-    }
-}
-
-/// Copy the `len` bytes a run's read left in staging slot `slot` to the
-/// frames of its `fills`, in order.
-fn copy_out(slot: Slot, len: usize, fills: &mut [Fill<'_>], ps: usize) {
-    for (i, f) in fills.iter_mut().enumerate() {
-        let n = len.saturating_sub(i * ps).min(ps);
-        // SAFETY: the slot holds the run's `len` bytes, and nothing writes it until it is given back.
-        let src = unsafe { std::slice::from_raw_parts(slot.ptr.add(i * ps), n) };
-        f.frame_mut()[..n].copy_from_slice(src);
     }
 }

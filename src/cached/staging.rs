@@ -50,12 +50,29 @@ pub(crate) fn run_pages(page_size: usize) -> usize {
     (SLOT_BYTES / page_size).max(1)
 }
 
-/// A slot taken from the area: `ptr` is `SLOT_BYTES` bytes that nobody else
-/// uses until the slot is given back.
-#[derive(Clone, Copy, Debug)]
+/// A slot taken from the area: `SLOT_BYTES` bytes that nobody else uses
+/// until the slot is given back (which takes it, so no view of its bytes
+/// outlives it).
+#[derive(Debug)]
 pub(crate) struct Slot {
-    pub(crate) index: usize,
-    pub(crate) ptr: *mut u8,
+    index: usize,
+    ptr: *mut u8,
+}
+
+impl Slot {
+    /// Where the slot's memory starts, for a read into it.
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// The first `len` bytes of the slot, in pieces of `page` bytes (the
+    /// last one shorter if `len` ends inside a page): the pages a read left
+    /// there, to copy to their frames.
+    pub(crate) fn pages(&self, len: usize, page: usize) -> std::slice::Chunks<'_, u8> {
+        let len = len.min(SLOT_BYTES);
+        // SAFETY: the slot is `SLOT_BYTES` bytes of the live mapping, this holder's alone until given back, which the borrow of `self` prevents.
+        unsafe { std::slice::from_raw_parts(self.ptr, len) }.chunks(page)
+    }
 }
 
 impl Staging {
@@ -157,14 +174,23 @@ mod tests {
     fn slots_are_apart_and_come_back() {
         let st = Staging::new(64 << 20);
         assert_eq!(st.slots, 16);
-        let all: Vec<Slot> = std::iter::from_fn(|| st.take()).collect();
+        let mut all: Vec<Slot> = std::iter::from_fn(|| st.take()).collect();
         assert_eq!(all.len(), 16);
         let mut ptrs: Vec<usize> = all.iter().map(|s| s.ptr as usize).collect();
         ptrs.sort_unstable();
         assert!(ptrs.windows(2).all(|w| w[1] - w[0] >= SLOT_BYTES));
         assert_eq!(ptrs[0] % HUGE, 0);
-        st.give(all[3]);
-        assert_eq!(st.take().map(|s| s.index), Some(all[3].index));
+        let third = all.remove(3);
+        let index = third.index;
+        assert_eq!(
+            third
+                .pages(10_000, 4096)
+                .map(<[u8]>::len)
+                .collect::<Vec<_>>(),
+            [4096, 4096, 1808]
+        );
+        st.give(third);
+        assert_eq!(st.take().map(|s| s.index), Some(index));
         assert!(st.take().is_none());
         // A small cache gets no area at all.
         assert!(Staging::new(1 << 20).take().is_none());
