@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::place::{self, Clock};
-use super::policy::{Duel, NO_TAG, Policy, PolicyKind, SetState};
+use super::policy::{Admit, Duel, NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
 use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
@@ -113,6 +113,10 @@ pub(crate) enum Found {
     /// `nowait` only: the page is being filled or written, or every page of
     /// its set is pinned; nothing is held.
     Busy,
+    /// The page was absent and its sets do not admit it (the policy serves
+    /// it without a slot): the caller reads it into a frame of its own;
+    /// nothing is held. Only plain reads get this.
+    Pass,
 }
 
 /// The cache's shared state.
@@ -882,7 +886,7 @@ impl<M: Model> Core<M> {
                 if ahead {
                     return Ok(found);
                 }
-                if let Found::Hit(..) | Found::Miss(..) = found {
+                if let Found::Hit(..) | Found::Miss(..) | Found::Pass = found {
                     self.duel.observe_access(self.first_now(h), tag);
                 }
                 return Ok(found);
@@ -988,7 +992,8 @@ impl<M: Model> Core<M> {
         mode: Mode,
         backoff: &mut Backoff,
     ) -> Result<Step> {
-        match self.choose(s1, s2, mode != Mode::Ahead) {
+        let admit = (!write && mode == Mode::Normal).then_some(tag);
+        match self.choose(s1, s2, mode != Mode::Ahead, admit) {
             Choice::Slot(s, i) => {
                 if s1 != s2 {
                     self.unlock(if s == s1 { s2 } else { s1 });
@@ -1031,6 +1036,17 @@ impl<M: Model> Core<M> {
                     self.stats.bump(Stat::GhostHits);
                 }
                 Ok(Step::Done(Found::Miss(s, i)))
+            }
+            Choice::Pass => {
+                // SAFETY: set `s1` is locked.
+                let mut g = unsafe { self.locked(s1) };
+                let valid = *g.valid;
+                self.policy.on_pass(&mut g.st, tag, valid);
+                self.clock.tick();
+                self.unlock_pair(s1, s2);
+                self.stats.bump(Stat::Misses);
+                self.stats.bump(Stat::Passed);
+                Ok(Step::Done(Found::Pass))
             }
             Choice::WriteBack(s, i, old_tag) => {
                 self.unlock_pair(s1, s2);
@@ -1162,7 +1178,7 @@ impl<M: Model> Core<M> {
     /// candidates, perhaps one set): a free slot of the first, then of the
     /// second; else the clean victim of whichever set's policy offers the
     /// older one (see [`place`]), evicted; else the write-back of a dirty page.
-    fn choose(&self, s1: usize, s2: usize, write_back: bool) -> Choice {
+    fn choose(&self, s1: usize, s2: usize, write_back: bool, admit: Option<u64>) -> Choice {
         let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
         let mut clean = [0u32; 2];
         let mut cold = [0u32; 2];
@@ -1191,6 +1207,28 @@ impl<M: Model> Core<M> {
                 }
             }
         }
+        // A plain read asks the policies whether the page may take a slot
+        // (when no cold page would go anyway): neither set may admit it (it
+        // is then served without a slot), or one set must take it (the one
+        // that remembers it, or the only one that admits it).
+        let mut allowed = [true; 2];
+        if let (Some(tag), [0, 0]) = (admit, cold) {
+            let mut a = [Admit::No; 2];
+            for (k, &s) in sets.iter().enumerate() {
+                // SAFETY: set `s` is locked; the view ends with this iteration.
+                let mut g = unsafe { self.locked(s) };
+                let valid = *g.valid;
+                a[k] = self.policy.admits(&mut g.st, tag, valid);
+            }
+            if a == [Admit::No; 2] {
+                return Choice::Pass;
+            }
+            if let Some(k) = place::only(a[0], a[1]) {
+                if clean[k] != 0 {
+                    allowed = [k == 0, k == 1];
+                }
+            }
+        }
         let now = self.clock.now();
         // Cold pages go first, the one that came in first (a cold page's
         // stamp is when it came in: a stream's reads do not touch it), so
@@ -1199,7 +1237,7 @@ impl<M: Model> Core<M> {
         // the older.
         let mut pick: Option<(usize, usize, bool)> = None;
         for (k, &s) in sets.iter().enumerate() {
-            if clean[k] == 0 {
+            if clean[k] == 0 || !allowed[k] {
                 continue;
             }
             let is_cold = cold[k] != 0;
@@ -1571,6 +1609,8 @@ enum Choice {
     /// A lock-free reader pinned the chosen victim: look again.
     Retry,
     None,
+    /// Neither set admits the page.
+    Pass,
 }
 
 /// The lock-protected fields of one set.

@@ -313,6 +313,10 @@ impl<M: Model> PageCache<M> {
                     done: false,
                 }),
                 Found::Busy => return Ok(None),
+                Found::Pass => Lookup::Miss(Fill {
+                    at: At::own(&self.core, tag),
+                    done: false,
+                }),
             },
         ))
     }
@@ -333,6 +337,7 @@ impl<M: Model> PageCache<M> {
                 done: false,
             }),
             Found::Busy => return Ok(None),
+            Found::Pass => unreachable!("a writer's page is always admitted"),
         }))
     }
 
@@ -813,12 +818,14 @@ pub enum LookupMut<'a, M: Model = Os> {
     WriteBack(WriteBack<'a, M>),
 }
 
-/// Where a guard's page is: the cache, its set and slot, and its tag.
+/// Where a guard's page is: the cache, its set and slot, and its tag; or,
+/// for a page the cache did not admit, a frame of its own.
 struct At<'a, M: Model> {
     core: &'a Core<M>,
     set: usize,
     slot: usize,
     tag: u64,
+    own: Option<crate::storage::AlignedBuf>,
 }
 
 impl<'a, M: Model> At<'a, M> {
@@ -828,11 +835,42 @@ impl<'a, M: Model> At<'a, M> {
             set,
             slot,
             tag,
+            own: None,
+        }
+    }
+
+    /// A page served without a slot, in a frame of its own.
+    fn own(core: &'a Core<M>, tag: u64) -> Self {
+        At {
+            core,
+            set: usize::MAX,
+            slot: usize::MAX,
+            tag,
+            own: Some(crate::storage::AlignedBuf::new(core.page_size)),
+        }
+    }
+
+    /// Whether the page is in the cache (not in a frame of its own).
+    fn in_cache(&self) -> bool {
+        self.own.is_none()
+    }
+
+    /// Moves the guard's hold to a new guard's `At`.
+    fn take(&mut self) -> Self {
+        At {
+            core: self.core,
+            set: self.set,
+            slot: self.slot,
+            tag: self.tag,
+            own: self.own.take(),
         }
     }
 
     fn frame(&self) -> *mut u8 {
-        self.core.frame(self.set, self.slot)
+        match &self.own {
+            Some(b) => b.raw(),
+            None => self.core.frame(self.set, self.slot),
+        }
     }
 
     /// The page's bytes.
@@ -887,6 +925,9 @@ impl<M: Model> PageRef<'_, M> {
     /// not used by anyone else since).
     pub(crate) fn is_cold(&self) -> bool {
         use self::sync::Word;
+        if !self.at.in_cache() {
+            return false;
+        }
         let w = self.at.core.state(self.at.set, self.at.slot);
         w.load(std::sync::atomic::Ordering::Relaxed) & self::core::COLD != 0
     }
@@ -903,7 +944,9 @@ impl<M: Model> std::ops::Deref for PageRef<'_, M> {
 
 impl<M: Model> Drop for PageRef<'_, M> {
     fn drop(&mut self) {
-        self.at.core.release(self.at.set, self.at.slot, false);
+        if self.at.in_cache() {
+            self.at.core.release(self.at.set, self.at.slot, false);
+        }
     }
 }
 
@@ -957,7 +1000,16 @@ impl<'a, M: Model> Fill<'a, M> {
 
     fn end(&mut self, ok: bool) {
         self.done = true;
-        self.at.core.fill_done(self.at.set, self.at.slot, ok);
+        if self.at.in_cache() {
+            self.at.core.fill_done(self.at.set, self.at.slot, ok);
+        }
+    }
+
+    /// Whether the page will be cached: false for a page its sets did not
+    /// admit, which the frame holds for this reader alone (the
+    /// [`PageRef`] that `finish` returns is its only copy).
+    pub fn is_cached(&self) -> bool {
+        self.at.in_cache()
     }
 
     /// Publish the filled page (waiters see it) and keep it pinned for reading;
@@ -965,10 +1017,7 @@ impl<'a, M: Model> Fill<'a, M> {
     pub fn finish(mut self, r: Result<()>) -> Result<PageRef<'a, M>> {
         self.end(r.is_ok());
         r?;
-        let a = &self.at;
-        Ok(PageRef {
-            at: At::new(a.core, a.set, a.slot, a.tag),
-        })
+        Ok(PageRef { at: self.at.take() })
     }
 }
 

@@ -29,6 +29,8 @@ use std::cell::Cell;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 
+use super::policy::Admit;
+
 /// The most misses a thread counts before it adds them to the shared count.
 pub(crate) const BATCH: u64 = 64;
 
@@ -52,6 +54,19 @@ pub(crate) fn second(h: u64) -> u64 {
 #[inline]
 pub(crate) fn evict_second(now: u8, s1: u8, s2: u8) -> bool {
     now.wrapping_sub(s2) > now.wrapping_sub(s1)
+}
+
+/// Which of a page's two full sets must take it, by their answers to
+/// [`crate::cache::policy::Policy::admits`] (not both `No`): the one that
+/// remembers the page, else the only one that admits it (0: the first,
+/// 1: the second); `None` when both may, and the older victim decides.
+#[inline]
+pub(crate) fn only(a1: Admit, a2: Admit) -> Option<usize> {
+    match (a1, a2) {
+        (Admit::Here, Admit::Here) | (Admit::Yes, Admit::Yes) => None,
+        (Admit::Here, _) | (_, Admit::No) => Some(0),
+        (_, Admit::Here) | (Admit::No, _) => Some(1),
+    }
 }
 
 /// Misses per epoch for a cache of `pages` pages: a sixteenth of it, a

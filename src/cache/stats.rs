@@ -21,9 +21,10 @@ pub(crate) enum Stat {
     FillErrors,
     Readahead,
     ReadaheadUsed,
+    Passed,
 }
 
-const N: usize = 10;
+const N: usize = 11;
 
 /// A snapshot of a cache's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -48,6 +49,9 @@ pub struct CacheStats {
     pub readahead: u64,
     /// Pages read ahead that a sequential reader then read.
     pub readahead_used: u64,
+    /// Misses served without a slot, the policy not admitting the page
+    /// (counted in `misses` too).
+    pub passed: u64,
 }
 
 impl CacheStats {
@@ -160,6 +164,7 @@ impl StatsHub {
             fill_errors: sum[Stat::FillErrors as usize],
             readahead: sum[Stat::Readahead as usize],
             readahead_used: sum[Stat::ReadaheadUsed as usize],
+            passed: sum[Stat::Passed as usize],
         }
     }
 }

@@ -907,6 +907,65 @@ fn one_thread_hits_equal_the_simulators() {
     }
 }
 
+/// A loop larger than the cache, read through the real cache with the
+/// default policy: LIRS wins the duel and turns admission on, so misses that
+/// its sets do not admit are served from frames of their own, with the right
+/// bytes, and every slot keeps a page of the loop; the hits equal the
+/// simulator's, and a writer's page is still always admitted.
+#[test]
+fn a_loop_larger_than_the_cache_is_served_without_slots() {
+    let c = PageCache::<Os>::new(opts(480, 480, 12, PolicyKind::Adaptive)).unwrap();
+    let disk = Disk::default();
+    let mut model = policy::SaModel::new(PolicyKind::Adaptive, 12, c.sets());
+    let (mut hits, mut late_hits) = (0u64, 0u64);
+    let rounds = 40;
+    for round in 0..rounds {
+        for p in 0..900u64 {
+            let before = c.stats().hits;
+            let g = c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap();
+            assert_eq!(&g[..], &initial(0, p)[..], "page {p}, round {round}");
+            drop(g);
+            let hit = model.access(tag_of(0, p).unwrap());
+            assert_eq!(
+                c.stats().hits - before,
+                u64::from(hit),
+                "page {p}, round {round}"
+            );
+            hits += u64::from(hit);
+            if round >= rounds - 5 {
+                late_hits += u64::from(hit);
+            }
+        }
+    }
+    assert!(model.duel().admission(), "admission on for a loop");
+    let s = c.stats();
+    assert_eq!(s.hits, hits);
+    assert!(s.passed > 0 && s.passed < s.misses, "{s:?}");
+    // Late rounds: every one of the 480 slots holds a loop page that hits
+    // (all but one of each set's 12 without admission: 440).
+    assert!(late_hits > 5 * 470, "{late_hits} hits in 5 rounds");
+    // A page served without a slot is not cached; a written one always is.
+    let absent = (0..900u64).find(|&p| c.core.state_of(tag_of(0, p).unwrap()).is_none());
+    let p = absent.expect("a loop page out of the cache");
+    let before = c.stats().passed;
+    drop(c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap());
+    if c.stats().passed > before {
+        assert!(c.core.state_of(tag_of(0, p).unwrap()).is_none());
+    }
+    let q = (0..900u64)
+        .find(|&q| c.core.state_of(tag_of(0, q).unwrap()).is_none())
+        .unwrap();
+    let mut w = c
+        .get_mut_with(0, q, load_from(&disk), store_to(&disk))
+        .unwrap();
+    w[0] ^= 0xff;
+    drop(w);
+    assert!(c.core.state_of(tag_of(0, q).unwrap()).is_some());
+    let mut b = [0u8; 1];
+    assert!(c.try_read(0, q, 0, &mut b).unwrap());
+    assert_eq!(b[0], initial(0, q)[0] ^ 0xff);
+}
+
 /// Cold pages (read ahead, a stream's, advised away) are the victims while
 /// any is clean and idle in the candidate sets; a plain read warms one.
 #[test]

@@ -135,6 +135,12 @@ impl AlignedBuf {
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {
         self.ptr.as_ptr()
     }
+
+    /// The address of the bytes, for a holder that hands out access to them
+    /// under rules of its own (a cache guard over a frame of its own).
+    pub(crate) fn raw(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
 }
 
 impl Deref for AlignedBuf {

@@ -54,7 +54,7 @@ use std::sync::atomic::{
 };
 
 use super::common::{for_each_slot, low_mask};
-use super::{IDLE_DUEL, Lirs, MAX_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
+use super::{Admit, IDLE_DUEL, Lirs, MAX_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
 
 /// Number of candidate policies.
 pub const CANDIDATES: usize = 4;
@@ -87,6 +87,10 @@ pub const DECAY_AT: u32 = 1 << 16;
 const HOT: u8 = 0x80;
 /// SIEVE's candidate number.
 const SIEVE: usize = 1;
+/// LIRS's candidate number.
+const LIRS: usize = 2;
+/// The duel the shadow of LIRS with admission runs under.
+static ADMITTING: Duel = Duel::admitting();
 /// GCLOCK's candidate number.
 const GCLOCK: usize = 3;
 const ARM_SHIFT: u32 = 28;
@@ -98,7 +102,7 @@ const OWN_MASK: u32 = (1 << SAMPLE_SHIFT) - 1;
 const SAMPLE_SHIFT: u32 = 6;
 const SAMPLE_MAX: u32 = (1 << (ARM_SHIFT - SAMPLE_SHIFT)) - 1;
 /// Ghosts a shadow set can hold (LIRS keeps `assoc / 2`).
-const SHADOW_GHOSTS: usize = MAX_ASSOC / 2;
+const SHADOW_GHOSTS: usize = MAX_ASSOC;
 
 /// One candidate's copy of a sampled set: tags and policy state, no frames.
 #[derive(Clone, Debug)]
@@ -123,13 +127,20 @@ impl Shadow {
 
     /// Accesses `tag` under policy `p` with `assoc` slots and `ghosts`
     /// ghosts, as a set model would; true on a hit.
-    fn access<P: Policy>(&mut self, p: &P, assoc: usize, ghosts: usize, tag: u64) -> bool {
+    fn access<P: Policy>(
+        &mut self,
+        p: &P,
+        duel: &Duel,
+        assoc: usize,
+        ghosts: usize,
+        tag: u64,
+    ) -> bool {
         let mut st = SetState {
             bytes: &mut self.bytes[..assoc],
             word: &mut self.word,
             ghost_tags: &mut self.ghost_tags[..ghosts],
             ghost_bytes: &mut self.ghost_bytes[..ghosts],
-            duel: &IDLE_DUEL,
+            duel,
         };
         if let Some(i) = self.tags[..assoc].iter().position(|&t| t == tag) {
             p.on_hit(&mut st, i, self.valid);
@@ -137,6 +148,9 @@ impl Shadow {
         }
         let slot = if self.valid != low_mask(assoc) {
             (!self.valid).trailing_zeros() as usize
+        } else if p.admits(&mut st, tag, self.valid) == Admit::No {
+            p.on_pass(&mut st, tag, self.valid);
+            return false;
         } else {
             let v = p.victim(&mut st, self.valid, self.valid);
             p.on_evict(&mut st, v, self.tags[v], self.valid);
@@ -155,6 +169,9 @@ impl Shadow {
 struct SampleState {
     shadows: [Shadow; CANDIDATES],
     misses: [u32; CANDIDATES],
+    /// LIRS with admission (see [`Duel::admission`]).
+    admitting: Shadow,
+    admitting_misses: u32,
     accesses: u32,
 }
 
@@ -172,6 +189,8 @@ impl Sample {
             state: UnsafeCell::new(SampleState {
                 shadows: [const { Shadow::EMPTY }; CANDIDATES],
                 misses: [0; CANDIDATES],
+                admitting: Shadow::EMPTY,
+                admitting_misses: 0,
                 accesses: 0,
             }),
         }
@@ -202,8 +221,12 @@ pub struct Duel {
     ghosts: usize,
     samples: Vec<Sample>,
     misses: [AtomicU32; CANDIDATES],
+    /// The misses of LIRS with admission, in the same accesses.
+    admitting_misses: AtomicU32,
     accesses: AtomicU32,
     winner: AtomicU8,
+    /// Whether the sets running LIRS admit (see [`Duel::admission`]).
+    admission: AtomicBool,
 }
 
 // The only field that is not `Sync` is each sample's `UnsafeCell`.
@@ -228,8 +251,10 @@ impl Clone for Duel {
                 })
                 .collect(),
             misses: std::array::from_fn(|k| AtomicU32::new(self.misses[k].load(Relaxed))),
+            admitting_misses: AtomicU32::new(self.admitting_misses.load(Relaxed)),
             accesses: AtomicU32::new(self.accesses.load(Relaxed)),
             winner: AtomicU8::new(self.winner.load(Relaxed)),
+            admission: AtomicBool::new(self.admission.load(Relaxed)),
         }
     }
 }
@@ -247,8 +272,10 @@ impl Duel {
                 .map(|_| Sample::new())
                 .collect(),
             misses: [const { AtomicU32::new(0) }; CANDIDATES],
+            admitting_misses: AtomicU32::new(0),
             accesses: AtomicU32::new(0),
             winner: AtomicU8::new(START),
+            admission: AtomicBool::new(false),
         }
     }
 
@@ -261,9 +288,30 @@ impl Duel {
             ghosts: 0,
             samples: Vec::new(),
             misses: [const { AtomicU32::new(0) }; CANDIDATES],
+            admitting_misses: AtomicU32::new(0),
             accesses: AtomicU32::new(0),
             winner: AtomicU8::new(0),
+            admission: AtomicBool::new(false),
         }
+    }
+
+    /// An idle duel whose LIRS sets admit (for the shadows of LIRS with
+    /// admission).
+    const fn admitting() -> Duel {
+        let mut d = Duel::idle();
+        d.admission = AtomicBool::new(true);
+        d
+    }
+
+    /// Whether sets running LIRS decide admission: a miss that is not a
+    /// ghost hit is then served without a slot when the set's pages are all
+    /// LIR pages, and a set keeps no slot for HIR pages. A loop or a scan
+    /// larger than the cache then keeps a whole set's worth of itself
+    /// resident in every set, where LIRS with one HIR slot keeps all but
+    /// one. Chosen as the winner is: by the shadows' misses, with a margin.
+    #[inline]
+    pub fn admission(&self) -> bool {
+        self.admission.load(Relaxed)
     }
 
     /// The sample number of set `set`, if it is sampled.
@@ -311,37 +359,74 @@ impl Duel {
         };
         let report = sample.with(|st| {
             for (k, sh) in st.shadows.iter_mut().enumerate() {
-                let hit =
-                    dispatch!(CANDIDATE_KINDS[k], p => sh.access(&p, self.assoc, self.ghosts, tag));
+                let hit = dispatch!(CANDIDATE_KINDS[k], p => {
+                    sh.access(&p, &IDLE_DUEL, self.assoc, self.ghosts, tag)
+                });
                 st.misses[k] += u32::from(!hit);
             }
+            let hit = st
+                .admitting
+                .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, tag);
+            st.admitting_misses += u32::from(!hit);
             st.accesses += 1;
             (st.accesses >= REPORT_EVERY).then(|| {
-                let r = (st.misses, st.accesses);
+                let r = (st.misses, st.admitting_misses, st.accesses);
                 st.misses = [0; CANDIDATES];
+                st.admitting_misses = 0;
                 st.accesses = 0;
                 r
             })
         });
-        if let Some(Some((misses, accesses))) = report {
-            self.tally(misses, accesses);
+        if let Some(Some((misses, admitting, accesses))) = report {
+            self.tally_with(misses, Some(admitting), accesses);
         }
     }
 
     /// Adds a sample's report and chooses the winner.
+    #[cfg(test)]
     fn tally(&self, misses: [u32; CANDIDATES], accesses: u32) {
+        self.tally_with(misses, None, accesses);
+    }
+
+    /// Adds a sample's report (with the misses of LIRS with admission, if
+    /// that shadow ran) and chooses the winner and LIRS's admission.
+    fn tally_with(&self, misses: [u32; CANDIDATES], admitting: Option<u32>, accesses: u32) {
         for (m, add) in self.misses.iter().zip(misses) {
             m.fetch_add(add, Relaxed);
+        }
+        if let Some(a) = admitting {
+            self.admitting_misses.fetch_add(a, Relaxed);
         }
         let n = self.accesses.fetch_add(accesses, Relaxed) + accesses;
         if n >= DECAY_AT {
             // Concurrent reports may be lost here; the counts are a trend.
-            for c in self.misses.iter().chain([&self.accesses]) {
+            let all = self
+                .misses
+                .iter()
+                .chain([&self.admitting_misses, &self.accesses]);
+            for c in all {
                 c.store(c.load(Relaxed) / 2, Relaxed);
             }
         }
-        let m = self.misses().map(u64::from);
+        let mut m = self.misses().map(u64::from);
         let margin = MARGIN * u64::from(self.accesses()) / 256;
+        if admitting.is_some() {
+            // LIRS runs with or without admission, whichever missed less
+            // (by the margin to change), and competes with those misses.
+            let a = u64::from(self.admitting_misses.load(Relaxed));
+            let on = self.admission();
+            let now = if on {
+                m[LIRS] + margin >= a
+            } else {
+                a + margin < m[LIRS]
+            };
+            if now != on {
+                self.admission.store(now, Relaxed);
+            }
+            if now {
+                m[LIRS] = a;
+            }
+        }
         let holder = self.winner();
         let best = (0..CANDIDATES)
             .min_by_key(|&k| (m[k], k != holder))
@@ -537,6 +622,21 @@ impl Policy for Adaptive {
         });
     }
 
+    fn admits(&self, st: &mut SetState<'_>, tag: u64, valid: u32) -> Admit {
+        let k = arm(*st.word);
+        if k != LIRS || st.duel.winner() != LIRS {
+            return Admit::Yes;
+        }
+        apply_deferred(st, k, valid);
+        as_arm(st, k, valid, |v| Lirs.admits(v, tag, valid))
+    }
+
+    fn on_pass(&self, st: &mut SetState<'_>, tag: u64, valid: u32) {
+        let k = settle(st, valid);
+        apply_deferred(st, k, valid);
+        as_arm(st, k, valid, |v| CANDIDATE_KINDS[k].on_pass(v, tag, valid));
+    }
+
     fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
         let k = arm(*st.word);
         apply_deferred(st, k, valid);
@@ -586,6 +686,45 @@ mod tests {
         let mut lru = SaModel::new(PolicyKind::Lru, 12, 40);
         assert_eq!(replay(&mut lru, &trace), 0);
         assert!(hits as f64 > 0.4 * trace.len() as f64, "{hits}");
+    }
+
+    #[test]
+    fn a_loop_turns_admission_on_and_then_every_slot_hits() {
+        let trace: Vec<u64> = (0..60).flat_map(|_| 0..1000u64).collect();
+        let mut m = SaModel::new(PolicyKind::Adaptive, 12, 40);
+        replay(&mut m, &trace[..50 * 1000]);
+        assert!(m.duel().admission());
+        assert_eq!(m.duel().winner(), LIRS);
+        // 480 slots: with admission each holds a loop page that hits every
+        // round; LIRS without it keeps one slot a set for HIR pages (440).
+        let late = replay(&mut m, &trace[50 * 1000..]);
+        assert!(late > 10 * 470, "{late}");
+        let mut classic = SaModel::new(PolicyKind::Lirs, 12, 40);
+        replay(&mut classic, &trace[..50 * 1000]);
+        let classic_late = replay(&mut classic, &trace[50 * 1000..]);
+        assert!(classic_late <= 10 * 440, "{classic_late}");
+    }
+
+    #[test]
+    fn admission_follows_the_shadows_with_a_margin() {
+        let d = Duel::new(100, 12);
+        assert!(!d.admission());
+        // LIRS with admission misses 0.5 points less: within the margin.
+        d.tally_with([900, 900, 420, 900], Some(415), 1000);
+        assert!(!d.admission());
+        // 5 points less over both reports: on, and LIRS competes with its
+        // misses with admission.
+        d.tally_with([900, 900, 500, 900], Some(400), 1000);
+        assert!(d.admission());
+        assert_eq!(d.winner(), LIRS);
+        // LRU below LIRS without admission (1,900 against 2,420), not below
+        // LIRS with it (1,815): LIRS stays.
+        d.tally_with([100, 900, 1500, 900], Some(1000), 2000);
+        assert!(d.admission());
+        assert_eq!(d.winner(), LIRS, "{:?}", d.misses());
+        // Without admission by the margin again: off.
+        d.tally_with([900, 900, 100, 900], Some(900), 4000);
+        assert!(!d.admission());
     }
 
     #[test]

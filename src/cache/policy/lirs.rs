@@ -35,7 +35,7 @@
 //! The set word is unused.
 
 use super::common::for_each_slot;
-use super::{NO_TAG, Policy, SetState};
+use super::{Admit, NO_TAG, Policy, SetState};
 
 /// The bits of an entry's byte that hold its rank in the stack.
 const RANK: u8 = 0x1f;
@@ -44,9 +44,12 @@ pub(crate) const IN_STACK: u8 = 0x20;
 /// Slot byte flag: the resident page is a LIR page.
 pub(crate) const LIR: u8 = 0x40;
 
-/// Resident HIR slots of a set of `assoc` slots: one, or two from 32 on.
-pub(crate) fn hir_slots(assoc: usize) -> usize {
-    (assoc / 16).max(1)
+/// Resident HIR slots of a set of `assoc` slots: one, or two from 32 on;
+/// none when the set decides admission (`admission`: see
+/// [`Duel::admission`](super::Duel::admission)), whose pages may then all be
+/// LIR pages.
+pub(crate) fn hir_slots(assoc: usize, admission: bool) -> usize {
+    if admission { 0 } else { (assoc / 16).max(1) }
 }
 
 /// LIRS within the set (see the [module documentation](self)).
@@ -187,7 +190,8 @@ impl Policy for Lirs {
             // A HIR page seen again while in the stack: its reuse is short.
             to_top(st, slot);
             st.bytes[slot] |= LIR;
-            if lir_count(st, valid) > st.bytes.len() - hir_slots(st.bytes.len()) {
+            let max_lir = st.bytes.len() - hir_slots(st.bytes.len(), st.duel.admission());
+            if lir_count(st, valid) > max_lir {
                 demote_oldest_lir(st);
             }
             prune(st);
@@ -205,7 +209,7 @@ impl Policy for Lirs {
             close_gap(st, r);
         }
         let lirs = lir_count(st, valid);
-        let max_lir = st.bytes.len() - hir_slots(st.bytes.len());
+        let max_lir = st.bytes.len() - hir_slots(st.bytes.len(), st.duel.admission());
         if ghost.is_some() || lirs < max_lir {
             push(st, slot, LIR);
             if lirs + 1 > max_lir {
@@ -251,23 +255,7 @@ impl Policy for Lirs {
             return;
         }
         // A HIR page in the stack becomes a ghost at its place.
-        let j = match st.ghost_tags.iter().position(|&t| t == NO_TAG) {
-            Some(j) => j,
-            None => {
-                // Forget the oldest ghost.
-                let (j, _) = st
-                    .ghost_bytes
-                    .iter()
-                    .enumerate()
-                    .max_by_key(|&(_, &g)| g & RANK)
-                    .expect("ghosts are not empty");
-                let r = st.ghost_bytes[j] & RANK;
-                st.ghost_tags[j] = NO_TAG;
-                st.ghost_bytes[j] = 0;
-                close_gap(st, r);
-                j
-            }
-        };
+        let j = free_ghost(st);
         st.ghost_tags[j] = tag;
         st.ghost_bytes[j] = st.bytes[slot] & RANK;
         st.bytes[slot] = 0;
@@ -278,6 +266,49 @@ impl Policy for Lirs {
         leave(st, slot);
         prune(st);
     }
+
+    fn admits(&self, st: &mut SetState<'_>, tag: u64, valid: u32) -> Admit {
+        if !st.duel.admission() {
+            return Admit::Yes;
+        }
+        if st.ghost_tags.contains(&tag) {
+            return Admit::Here;
+        }
+        let mut hir = false;
+        for_each_slot(valid, |i| hir |= st.bytes[i] & LIR == 0);
+        if hir { Admit::Yes } else { Admit::No }
+    }
+
+    fn on_pass(&self, st: &mut SetState<'_>, tag: u64, _valid: u32) {
+        if st.ghost_tags.is_empty() {
+            return;
+        }
+        // A page served without a slot is a HIR page out of the cache, on
+        // top of the stack: back soon, it is a ghost hit and comes in as LIR.
+        let j = free_ghost(st);
+        bump_below(st, RANK + 1);
+        st.ghost_tags[j] = tag;
+        st.ghost_bytes[j] = 0;
+    }
+}
+
+/// A free ghost entry (the oldest ghost is forgotten if there is none).
+/// The set must have ghost entries.
+fn free_ghost(st: &mut SetState<'_>) -> usize {
+    if let Some(j) = st.ghost_tags.iter().position(|&t| t == NO_TAG) {
+        return j;
+    }
+    let (j, _) = st
+        .ghost_bytes
+        .iter()
+        .enumerate()
+        .max_by_key(|&(_, &g)| g & RANK)
+        .expect("ghosts are not empty");
+    let r = st.ghost_bytes[j] & RANK;
+    st.ghost_tags[j] = NO_TAG;
+    st.ghost_bytes[j] = 0;
+    close_gap(st, r);
+    j
 }
 
 #[cfg(test)]

@@ -61,6 +61,18 @@ pub struct SetState<'a> {
 /// adaptive (and for tests).
 pub static IDLE_DUEL: Duel = Duel::idle();
 
+/// A full set's answer to a miss ([`Policy::admits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Admit {
+    /// The page is not kept here.
+    No,
+    /// The page may replace this set's victim.
+    Yes,
+    /// The page is remembered here (a ghost hit): it replaces this set's
+    /// victim rather than the other set's.
+    Here,
+}
+
 /// Tag value that never names a page; marks empty ghost entries.
 pub const NO_TAG: u64 = u64::MAX;
 
@@ -123,6 +135,18 @@ pub trait Policy {
     fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
         let _ = tag;
         self.on_remove(st, slot, valid);
+    }
+    /// Whether a miss of page `tag` may take a slot of this set, which is
+    /// full (`valid`: every slot), and whether the page must come here.
+    /// Asked of both of a page's sets; when neither admits it, the miss is
+    /// served without a slot and [`Policy::on_pass`] tells the first set.
+    fn admits(&self, st: &mut SetState<'_>, tag: u64, valid: u32) -> Admit {
+        let _ = (st, tag, valid);
+        Admit::Yes
+    }
+    /// The page `tag`, which no set admitted, was served without a slot.
+    fn on_pass(&self, st: &mut SetState<'_>, tag: u64, valid: u32) {
+        let _ = (st, tag, valid);
     }
     /// The page in `slot` leaves the set without being a victim (no ghost).
     fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
@@ -336,6 +360,12 @@ impl Policy for PolicyKind {
     #[inline]
     fn ghosts(&self, assoc: usize) -> usize {
         dispatch!(self, p => p.ghosts(assoc))
+    }
+    fn admits(&self, st: &mut SetState<'_>, tag: u64, valid: u32) -> Admit {
+        dispatch!(self, p => p.admits(st, tag, valid))
+    }
+    fn on_pass(&self, st: &mut SetState<'_>, tag: u64, valid: u32) {
+        dispatch!(self, p => p.on_pass(st, tag, valid))
     }
     #[inline]
     fn reset_set(&self, st: &mut SetState<'_>, set: usize) {

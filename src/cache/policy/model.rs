@@ -4,7 +4,7 @@
 //! reference in tests and as a fast hit-rate simulator for traces.
 
 use super::common::low_mask;
-use super::{Duel, IDLE_DUEL, MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
+use super::{Admit, Duel, IDLE_DUEL, MAX_ASSOC, MIN_ASSOC, NO_TAG, Policy, PolicyKind, SetState};
 use crate::cache::place::{self, LocalClock};
 use crate::cache::prefetch;
 use crate::storage::layout::mix64;
@@ -548,16 +548,34 @@ impl SaModel {
         } else if s2 != s1 && self.valid_of(s2) != full {
             (s2, None)
         } else {
-            let v1 = self.with_set(s1, |_, st, valid| p.victim(st, *valid, *valid));
-            if s2 == s1 {
-                (s1, Some(v1))
+            let a1 = self.with_set(s1, |_, st, valid| p.admits(st, tag, *valid));
+            let a2 = if s2 == s1 {
+                Admit::No
             } else {
-                let v2 = self.with_set(s2, |_, st, valid| p.victim(st, *valid, *valid));
-                let (a, b) = (self.stamps[s1 * assoc + v1], self.stamps[s2 * assoc + v2]);
-                if place::evict_second(now, a, b) {
-                    (s2, Some(v2))
-                } else {
+                self.with_set(s2, |_, st, valid| p.admits(st, tag, *valid))
+            };
+            if a1 == Admit::No && a2 == Admit::No {
+                self.with_set(s1, |_, st, valid| p.on_pass(st, tag, *valid));
+                self.clock.tick();
+                self.duel.observe_access(s1, tag);
+                return false;
+            }
+            if let Some(s) = place::only(a1, a2) {
+                let s = if s == 0 { s1 } else { s2 };
+                let v = self.with_set(s, |_, st, valid| p.victim(st, *valid, *valid));
+                (s, Some(v))
+            } else {
+                let v1 = self.with_set(s1, |_, st, valid| p.victim(st, *valid, *valid));
+                if s2 == s1 {
                     (s1, Some(v1))
+                } else {
+                    let v2 = self.with_set(s2, |_, st, valid| p.victim(st, *valid, *valid));
+                    let (a, b) = (self.stamps[s1 * assoc + v1], self.stamps[s2 * assoc + v2]);
+                    if place::evict_second(now, a, b) {
+                        (s2, Some(v2))
+                    } else {
+                        (s1, Some(v1))
+                    }
                 }
             }
         };
