@@ -1178,6 +1178,10 @@ impl<M: Model> Core<M> {
     /// candidates, perhaps one set): a free slot of the first, then of the
     /// second; else the clean victim of whichever set's policy offers the
     /// older one (see [`place`]), evicted; else the write-back of a dirty page.
+    /// With `admit` (a plain read of that tag), full sets whose policies both
+    /// refuse the page give `Pass`, and a set that must take it
+    /// ([`crate::cache::policy::Admit::Here`], or the only one admitting)
+    /// gives the victim if it has a clean page.
     fn choose(&self, s1: usize, s2: usize, write_back: bool, admit: Option<u64>) -> Choice {
         let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
         let mut clean = [0u32; 2];

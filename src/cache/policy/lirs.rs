@@ -31,6 +31,15 @@
 //!   If none is eligible (pinned, busy, dirty), the oldest eligible LIR page
 //!   goes instead, and is forgotten as if removed.
 //! - When the ghosts are full, the oldest ghost is forgotten to make room.
+//! - With admission ([`Duel::admission`](super::Duel::admission), which the
+//!   adaptive policy learns), no slot is kept for HIR pages: all `assoc`
+//!   pages may be LIR, and a miss on a page that is not a ghost of the set,
+//!   when the set holds no HIR page, is not admitted ([`Admit::No`]): the
+//!   owner serves it without a slot and the page becomes a ghost on top of
+//!   the stack ([`Policy::on_pass`]), so that it comes in as LIR if it comes
+//!   back while remembered ([`Admit::Here`]). This is what global LIRS does
+//!   with its 1% of resident HIR pages; one HIR slot in 12 would cost a loop
+//!   a twelfth of its hits.
 //!
 //! The set word is unused.
 
