@@ -62,6 +62,14 @@ pub enum Error {
     },
     /// A write to a file opened read-only.
     ReadOnly(String),
+    /// The calling thread holds a page guard that the call would wait for
+    /// (it would wait for itself forever).
+    HeldByCaller(String),
+    /// The calling thread holds as many page guards as a thread may.
+    TooManyPins {
+        /// Guards the thread holds.
+        held: usize,
+    },
     /// A page stayed busy (filled, written, or its set pinned by others) for
     /// longer than the cache's pin wait.
     Busy(String),
@@ -304,6 +312,14 @@ impl fmt::Display for Error {
             }
             Error::Engine(s) => write!(f, "I/O engine: {s}"),
             Error::Closed => write!(f, "the store is closed"),
+            Error::HeldByCaller(s) => write!(
+                f,
+                "{s}: this thread holds a guard of that page, and the call would wait for it to drop"
+            ),
+            Error::TooManyPins { held } => write!(
+                f,
+                "this thread already holds {held} page guards, the most a thread may: drop some first"
+            ),
             Error::AllPinned { set, waited_ms } => write!(
                 f,
                 "every page of cache set {set} stayed pinned or under I/O for {waited_ms} ms; release page guards or enlarge the cache"

@@ -88,6 +88,16 @@ pub(crate) enum Mode {
     /// cold clean victim (never a page somebody used, never a write-back); a
     /// page present is left alone (`Busy`), uncounted.
     Ahead,
+    /// A reader that keeps the page (a page guard): as `Normal`, but the page
+    /// always gets a slot (never `Pass`).
+    Keep,
+}
+
+impl Mode {
+    /// Whether a page this lookup touches or brings in is warm.
+    fn warms(self) -> bool {
+        matches!(self, Mode::Normal | Mode::Keep)
+    }
 }
 
 /// What an optimistic read found.
@@ -117,6 +127,9 @@ pub(crate) enum Found {
     /// it without a slot): the caller reads it into a frame of its own;
     /// nothing is held. Only plain reads get this.
     Pass,
+    /// A writer waited the pin wait for the readers' pins of this page to
+    /// drop (page guards, most likely); nothing is held.
+    Held,
 }
 
 /// The cache's shared state.
@@ -838,7 +851,7 @@ impl<M: Model> Core<M> {
         // A caller that does not wait has just tried the optimistic path.
         if !write && !nowait {
             if let Some((s, i)) = self.fast_hit(tag, h) {
-                if mode == Mode::Normal {
+                if mode.warms() {
                     self.warm(s, i);
                 }
                 self.stats.bump(Stat::Hits);
@@ -939,13 +952,20 @@ impl<M: Model> Core<M> {
         }
         if busy {
             self.unlock(s);
-            self.wait_slot(s, i, |v| {
-                if write {
-                    pins(v) == 0 && v & WRITEBACK == 0
-                } else {
-                    v & WRITER == 0
+            if write {
+                // Readers' pins (page guards among them) are waited for up
+                // to the pin wait; a write-back in flight, as long as it
+                // takes.
+                let free = |v: u32| pins(v) == 0 && v & WRITEBACK == 0;
+                let deadline = std::time::Instant::now() + self.pin_wait;
+                self.wait_slot_until(s, i, free, Some(deadline));
+                let v = w.load(Acquire);
+                if !free(v) && v & WRITEBACK == 0 && std::time::Instant::now() >= deadline {
+                    return Step::Done(Found::Held);
                 }
-            });
+            } else {
+                self.wait_slot(s, i, |v| v & WRITER == 0);
+            }
             return Step::Again;
         }
         if write {
@@ -960,7 +980,7 @@ impl<M: Model> Core<M> {
             fence(Release);
         } else {
             w.fetch_add(PIN, AcqRel);
-            if mode == Mode::Normal {
+            if mode.warms() {
                 self.warm(s, i);
             }
         }
@@ -1010,7 +1030,7 @@ impl<M: Model> Core<M> {
                     | PIN
                     | if write {
                         WRITER | DIRTY
-                    } else if mode != Mode::Normal {
+                    } else if !mode.warms() {
                         COLD
                     } else {
                         0

@@ -317,6 +317,7 @@ impl<M: Model> PageCache<M> {
                     at: At::own(&self.core, tag),
                     done: false,
                 }),
+                Found::Held => unreachable!("only a writer waits for pins"),
             },
         ))
     }
@@ -338,6 +339,12 @@ impl<M: Model> PageCache<M> {
             }),
             Found::Busy => return Ok(None),
             Found::Pass => unreachable!("a writer's page is always admitted"),
+            Found::Held => {
+                return Err(Error::Busy(format!(
+                    "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",
+                    self.core.pin_wait.as_millis()
+                )));
+            }
         }))
     }
 
@@ -528,10 +535,33 @@ impl<M: Model> PageCache<M> {
         file: u32,
         page: u64,
         stream: bool,
+        load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
+        store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
+    ) -> Result<PageRef<'_, M>> {
+        let mode = if stream { Mode::Stream } else { Mode::Normal };
+        self.get_with_mode(file, page, mode, load, store)
+    }
+
+    /// [`PageCache::get_with`] for a caller that keeps the page (a page
+    /// guard): the page always gets a slot, never a frame of its own.
+    pub(crate) fn get_with_kept(
+        &self,
+        file: u32,
+        page: u64,
+        load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
+        store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
+    ) -> Result<PageRef<'_, M>> {
+        self.get_with_mode(file, page, Mode::Keep, load, store)
+    }
+
+    fn get_with_mode(
+        &self,
+        file: u32,
+        page: u64,
+        mode: Mode,
         mut load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
         mut store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
     ) -> Result<PageRef<'_, M>> {
-        let mode = if stream { Mode::Stream } else { Mode::Normal };
         loop {
             let found = self
                 .lookup_read(file, page, false, mode)?

@@ -50,7 +50,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::cache::{CacheOptions, Got, PageCache};
+use crate::cache::{CacheOptions, Got, PageCache, PageMut, PageRef};
 use crate::error::{Error, Result};
 use crate::storage::file::File;
 use crate::storage::layout::LayoutKind;
@@ -123,6 +123,160 @@ pub struct CachedFile {
     pub(crate) entry: Arc<Entry>,
     pub(crate) id: u32,
     pub(crate) read_only: bool,
+}
+
+/// Most page guards ([`PageGuard`], [`PageGuardMut`]) one thread may hold
+/// at once. Each holds a frame; a thread holding many could leave a set with
+/// no page to give up (a miss there then waits the cache's pin wait and
+/// fails with [`Error::AllPinned`]).
+pub const MAX_GUARDS_PER_THREAD: usize = 64;
+
+thread_local! {
+    /// The page guards this thread holds: (store, cache file id, page,
+    /// mutable). Guards are not `Send`, so a guard is dropped by the thread
+    /// that took it and this list is exact.
+    static HELD: std::cell::RefCell<Vec<(usize, u32, u64, bool)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// This thread's hold on one page: registered when taken, removed on drop.
+struct Hold {
+    key: (usize, u32, u64, bool),
+}
+
+impl Hold {
+    /// Registers a guard of `page` of file `id` in store `store`, or says why
+    /// this thread may not take it: it holds the page mutably (a shared
+    /// guard would wait for itself), holds it at all (for a mutable one), or
+    /// holds as many guards as it may.
+    fn take(store: usize, id: u32, page: u64, mutable: bool, name: &str) -> Result<Hold> {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            let clash = h
+                .iter()
+                .any(|&(s, f, p, m)| s == store && f == id && p == page && (m || mutable));
+            if clash {
+                return Err(Error::HeldByCaller(format!(
+                    "a {} guard of page {page} of {name:?}",
+                    if mutable { "mutable" } else { "shared" }
+                )));
+            }
+            if h.len() >= MAX_GUARDS_PER_THREAD {
+                return Err(Error::TooManyPins { held: h.len() });
+            }
+            let key = (store, id, page, mutable);
+            h.push(key);
+            Ok(Hold { key })
+        })
+    }
+
+    /// Refuses a call that would wait for a guard this thread holds on pages
+    /// `first..last` of file `id` (`writes`: any guard; else mutable ones).
+    fn check(store: usize, id: u32, first: u64, last: u64, writes: bool, name: &str) -> Result<()> {
+        HELD.with(|h| {
+            let h = h.borrow();
+            if h.is_empty() {
+                return Ok(());
+            }
+            match h.iter().find(|&&(s, f, p, m)| {
+                s == store && f == id && (first..last).contains(&p) && (m || writes)
+            }) {
+                Some(&(_, _, p, m)) => Err(Error::HeldByCaller(format!(
+                    "a {} of page {p} of {name:?} while holding a {} guard of it",
+                    if writes { "write" } else { "read" },
+                    if m { "mutable" } else { "shared" }
+                ))),
+                None => Ok(()),
+            }
+        })
+    }
+}
+
+impl Hold {
+    /// Refuses a sync of the whole store `store` while this thread holds a
+    /// guard of one of its pages (the sync would wait for it if dirty).
+    fn check_store(store: usize) -> Result<()> {
+        HELD.with(|h| match h.borrow().iter().find(|&&(s, ..)| s == store) {
+            Some(&(_, f, p, _)) => Err(Error::HeldByCaller(format!(
+                "a sync of the store while holding a guard of page {p} of cache file {f}"
+            ))),
+            None => Ok(()),
+        })
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        HELD.with(|h| {
+            let mut h = h.borrow_mut();
+            if let Some(i) = h.iter().rposition(|&k| k == self.key) {
+                h.swap_remove(i);
+            }
+        });
+    }
+}
+
+/// A page of a cached file, held in the cache for reading: it stays resident
+/// (never evicted, moved or written back half-changed) while the guard
+/// lives, and derefs to the page's bytes inside the file (the last page of a
+/// file is shorter). Any number of shared guards of a page may live at
+/// once, in any threads; a writer of the page ([`CachedFile::write_at`],
+/// [`CachedFile::page_mut`]) waits for them, up to the cache's pin wait
+/// ([`Error::Busy`] after it). Not `Send`: a guard is dropped by the thread
+/// that took it.
+pub struct PageGuard<'a> {
+    g: PageRef<'a>,
+    len: usize,
+    offset: u64,
+    _hold: Hold,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl PageGuard<'_> {
+    /// The file offset of the page's first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl std::ops::Deref for PageGuard<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.g[..self.len]
+    }
+}
+
+/// A page of a cached file, held exclusively for writing: while it lives no
+/// other guard of the page exists, no read or write of the page proceeds and
+/// no write-back takes it. The page is dirty (written back after the guard
+/// drops, by the flusher, a set that needs the frame, or `sync`). Not
+/// `Send`, as [`PageGuard`].
+pub struct PageGuardMut<'a> {
+    g: PageMut<'a>,
+    len: usize,
+    offset: u64,
+    _hold: Hold,
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl PageGuardMut<'_> {
+    /// The file offset of the page's first byte.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+impl std::ops::Deref for PageGuardMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.g[..self.len]
+    }
+}
+
+impl std::ops::DerefMut for PageGuardMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.g[..self.len]
+    }
 }
 
 impl CachedStore {
@@ -326,8 +480,10 @@ impl CachedStore {
         self.inner.store.rename(from, to)
     }
 
-    /// Write every dirty page of every file and make the devices durable.
+    /// Write every dirty page of every file and make the devices durable. A
+    /// thread holding a page guard of this store gets [`Error::HeldByCaller`].
     pub fn sync(&self) -> Result<()> {
+        Hold::check_store(Arc::as_ptr(&self.inner) as usize)?;
         let files: Vec<u32> = self
             .inner
             .files
@@ -431,6 +587,7 @@ impl CachedFile {
             return Ok(0);
         }
         let n = (buf.len() as u64).min(len - offset) as usize;
+        self.check_held(offset, offset + n as u64, false)?;
         let sh = &*self.shared;
         let stream = readahead::note_read(sh, &self.entry, self.id, offset, n as u64, 0);
         let ps = sh.cache.page_size() as u64;
@@ -528,6 +685,116 @@ impl CachedFile {
         Ok(())
     }
 
+    /// The page holding byte `offset`, kept in the cache while the guard
+    /// lives (see [`PageGuard`]): no copy, the guard derefs to the cached
+    /// frame. A miss reads the page first. Errors: an offset at or past the
+    /// end ([`Error::OutOfRange`]); this thread holding the page mutably, or
+    /// [`MAX_GUARDS_PER_THREAD`] guards ([`Error::HeldByCaller`],
+    /// [`Error::TooManyPins`]).
+    pub fn page(&self, offset: u64) -> Result<PageGuard<'_>> {
+        self.page_inner(offset).map_err(|e| self.gone_or(e))
+    }
+
+    fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
+        let (page, start, len) = self.page_span(offset)?;
+        let hold = Hold::take(
+            self.store_key(),
+            self.id,
+            page,
+            false,
+            &self.entry.file.name(),
+        )?;
+        let g = self.shared.cache.get_with_kept(
+            self.id,
+            page,
+            |f, p, frame| self.load(f, p, frame),
+            |f, p, bytes| self.store_page(f, p, bytes),
+        )?;
+        Ok(PageGuard {
+            g,
+            len,
+            offset: start,
+            _hold: hold,
+            _thread: std::marker::PhantomData,
+        })
+    }
+
+    /// The page holding byte `offset`, held exclusively for writing (see
+    /// [`PageGuardMut`]): it waits for other guards and readers of the page,
+    /// up to the cache's pin wait ([`Error::Busy`] after it). Errors as
+    /// [`CachedFile::page`], and [`Error::ReadOnly`] on a file opened
+    /// read-only, [`Error::HeldByCaller`] if this thread holds any guard of
+    /// the page.
+    pub fn page_mut(&self, offset: u64) -> Result<PageGuardMut<'_>> {
+        self.page_mut_inner(offset).map_err(|e| self.gone_or(e))
+    }
+
+    fn page_mut_inner(&self, offset: u64) -> Result<PageGuardMut<'_>> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        let (page, start, len) = self.page_span(offset)?;
+        let hold = Hold::take(
+            self.store_key(),
+            self.id,
+            page,
+            true,
+            &self.entry.file.name(),
+        )?;
+        let g = self.shared.cache.get_mut_with(
+            self.id,
+            page,
+            |f, p, frame| self.load(f, p, frame),
+            |f, p, bytes| self.store_page(f, p, bytes),
+        )?;
+        Ok(PageGuardMut {
+            g,
+            len,
+            offset: start,
+            _hold: hold,
+            _thread: std::marker::PhantomData,
+        })
+    }
+
+    /// The page holding `offset`, its first byte's offset and its length
+    /// inside the file; an offset at or past the end is an error.
+    fn page_span(&self, offset: u64) -> Result<(u64, u64, usize)> {
+        self.entry.check()?;
+        let len = self.len();
+        if offset >= len {
+            return Err(Error::OutOfRange {
+                file: self.entry.file.name(),
+                offset,
+                len: 1,
+                file_len: len,
+            });
+        }
+        let ps = self.shared.cache.page_size() as u64;
+        let page = offset / ps;
+        let start = page * ps;
+        Ok((page, start, (len - start).min(ps) as usize))
+    }
+
+    /// The store this handle belongs to, as page guards name it.
+    fn store_key(&self) -> usize {
+        Arc::as_ptr(&self.shared) as usize
+    }
+
+    /// Refuses a read (or, with `writes`, a write) of bytes `offset..end`
+    /// that would wait for a guard this thread holds.
+    fn check_held(&self, offset: u64, end: u64, writes: bool) -> Result<()> {
+        let ps = self.shared.cache.page_size() as u64;
+        let (first, last) = (offset / ps, end.div_ceil(ps).max(offset / ps + 1));
+        Hold::check(
+            self.store_key(),
+            self.id,
+            first,
+            last,
+            writes,
+            &self.entry.file.name(),
+        )
+    }
+
     /// Write all of `data` at `offset` (any alignment; within the file's length).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.write_at_inner(offset, data)
@@ -551,6 +818,7 @@ impl CachedFile {
                 file_len: len,
             });
         }
+        self.check_held(offset, offset + data.len() as u64, true)?;
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         let mut done = 0usize;
@@ -588,9 +856,14 @@ impl CachedFile {
 
     /// Write every dirty page of this file and make it durable. Returns the
     /// first write-back failure since the last `sync`, if any (the pages stay
-    /// dirty, so a later `sync` tries again).
+    /// dirty, so a later `sync` tries again). A thread holding a page guard
+    /// of this file gets [`Error::HeldByCaller`] (the sync would wait for
+    /// the guard).
     pub fn sync(&self) -> Result<()> {
         self.entry.check()?;
+        // A dirty page under any guard of this thread would be waited for.
+        let name = self.entry.file.name();
+        Hold::check(self.store_key(), self.id, 0, u64::MAX, true, &name)?;
         self.shared.sync_file(self.id)
     }
 

@@ -1,0 +1,217 @@
+//! Page guards: a cached file's pages handed out in place, shared or
+//! exclusive, with the rules that keep them sound.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Rng, TempDir, pattern};
+use setcache::{
+    CacheOptions, CachedStore, Error, LayoutKind, MAX_GUARDS_PER_THREAD, PolicyKind, Store,
+    StoreOptions,
+};
+
+const PS: usize = 4096;
+
+/// A store with one file `data` of `len` bytes holding `pattern(1, ..)`,
+/// behind a cache of `pages` pages with this pin wait.
+fn rig(tmp: &TempDir, len: usize, pages: usize, pin_wait: Duration) -> CachedStore {
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store
+        .create("data", len as u64, LayoutKind::Stripe)
+        .unwrap();
+    let mut b = setcache::AlignedBuf::new(len.div_ceil(PS) * PS);
+    b[..len].copy_from_slice(&pattern(1, 0, len));
+    f.write_at(0, &b[..len.div_ceil(512) * 512]).unwrap();
+    drop(f);
+    CachedStore::new(
+        store,
+        CacheOptions {
+            size: pages * PS,
+            page_size: PS,
+            assoc: 4,
+            policy: PolicyKind::Clock,
+            pin_wait,
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// A shared guard shows the page's bytes in place (the last page cut at the
+/// end of the file) and keeps the page resident while a scan far larger
+/// than the cache evicts everything else; a mutable guard's changes are read
+/// by copies after it drops, and reach the devices at `sync`.
+#[test]
+fn guards_show_pages_in_place_and_keep_them_resident() {
+    let tmp = TempDir::new("guards");
+    let len = 40 * PS + 100;
+    let cs = rig(&tmp, len, 16, Duration::from_secs(5));
+    let cf = cs.open_file("data").unwrap();
+    let truth = pattern(1, 0, len);
+    let g = cf.page(3 * PS as u64 + 17).unwrap();
+    assert_eq!(g.offset(), 3 * PS as u64);
+    assert_eq!(&g[..], &truth[3 * PS..4 * PS]);
+    let last = cf.page(len as u64 - 1).unwrap();
+    assert_eq!(last.len(), 100);
+    assert_eq!(&last[..], &truth[40 * PS..]);
+    let frame = g.as_ptr() as usize;
+    // Every other page, three times over: far more than 16 pages.
+    let mut buf = vec![0u8; PS];
+    for _ in 0..3 {
+        for p in 0..40u64 {
+            cf.read_at(p * PS as u64, &mut buf).unwrap();
+        }
+    }
+    assert_eq!(
+        g.as_ptr() as usize,
+        frame,
+        "the guarded page stayed in its frame"
+    );
+    assert_eq!(&g[..], &truth[3 * PS..4 * PS]);
+    // A second shared guard of the same page, in this thread and another.
+    let g2 = cf.page(3 * PS as u64).unwrap();
+    assert_eq!(g2.as_ptr() as usize, frame);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let g3 = cf.page(3 * PS as u64).unwrap();
+            assert_eq!(g3.as_ptr() as usize, frame);
+        });
+    });
+    drop((g, g2, last));
+    {
+        let mut m = cf.page_mut(5 * PS as u64).unwrap();
+        m[..4].copy_from_slice(b"MINE");
+    }
+    let mut b = [0u8; 6];
+    cf.read_at(5 * PS as u64, &mut b).unwrap();
+    assert_eq!(&b[..4], b"MINE");
+    assert_eq!(b[4..], truth[5 * PS + 4..5 * PS + 6]);
+    cf.sync().unwrap();
+    drop(cf);
+    drop(cs);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.open_file("data").unwrap();
+    let mut a = setcache::AlignedBuf::new(PS);
+    f.read_at(5 * PS as u64, &mut a).unwrap();
+    assert_eq!(&a[..4], b"MINE");
+}
+
+/// What would make a thread wait for its own guard is an error, at once: a
+/// write or a mutable guard of a page it holds, a read or a shared guard of
+/// a page it holds mutably, a sync of a file it holds a page of mutably.
+/// Other pages and other files go on; once the guard drops, all is allowed.
+#[test]
+fn waiting_for_ones_own_guard_is_an_error() {
+    let tmp = TempDir::new("guards-self");
+    let cs = rig(&tmp, 8 * PS, 16, Duration::from_secs(30));
+    let cf = cs.open_file("data").unwrap();
+    let held = |r: Result<(), Error>| matches!(r, Err(Error::HeldByCaller(_)));
+    let t = Instant::now();
+    {
+        let _g = cf.page(PS as u64).unwrap();
+        assert!(held(cf.write_at(PS as u64 + 10, b"x")));
+        // A write spanning the page and the next one.
+        assert!(held(cf.write_at(2 * PS as u64 - 1, b"xy")));
+        assert!(held(cf.page_mut(PS as u64).map(drop)));
+        // A sync would wait for the guard if the page were dirty.
+        cf.write_at(0, b"dirty").unwrap();
+        assert!(held(cf.sync()));
+        assert!(held(cs.sync()));
+        // Reads and other pages are fine.
+        let mut b = [0u8; 8];
+        cf.read_at(PS as u64, &mut b).unwrap();
+        cf.write_at(3 * PS as u64, b"other").unwrap();
+    }
+    {
+        let _m = cf.page_mut(2 * PS as u64).unwrap();
+        let mut b = [0u8; 8];
+        assert!(held(cf.read_at(2 * PS as u64, &mut b).map(drop)));
+        assert!(held(cf.page(2 * PS as u64).map(drop)));
+        assert!(held(cf.sync()));
+        cf.read_at(4 * PS as u64, &mut b).unwrap();
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "nothing waited");
+    cf.write_at(PS as u64, b"free").unwrap();
+    cf.sync().unwrap();
+}
+
+/// Another thread's writer waits for the shared guards of its page, and
+/// gives up with `Busy` after the pin wait while one stays; a mutable guard
+/// excludes readers of its page in other threads until it drops.
+#[test]
+fn writers_wait_for_other_threads_guards_up_to_the_pin_wait() {
+    let tmp = TempDir::new("guards-wait");
+    let cs = rig(&tmp, 8 * PS, 16, Duration::from_millis(300));
+    let cf = cs.open_file("data").unwrap();
+    let g = cf.page(0).unwrap();
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let t0 = Instant::now();
+            let r = cf.write_at(10, b"late");
+            (r, t0.elapsed())
+        });
+        let (r, waited) = t.join().unwrap();
+        assert!(matches!(r, Err(Error::Busy(_))), "{r:?}");
+        assert!(waited >= Duration::from_millis(250), "{waited:?}");
+    });
+    // Released in time: the writer goes on.
+    std::thread::scope(|s| {
+        let t = s.spawn(|| cf.write_at(10, b"soon"));
+        std::thread::sleep(Duration::from_millis(50));
+        drop(g);
+        t.join().unwrap().unwrap();
+    });
+    let mut m = cf.page_mut(0).unwrap();
+    m[10..14].copy_from_slice(b"MUT!");
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let mut b = [0u8; 4];
+            cf.read_at(10, &mut b).unwrap();
+            b
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!t.is_finished(), "a reader got past a mutable guard");
+        drop(m);
+        assert_eq!(&t.join().unwrap(), b"MUT!");
+    });
+}
+
+/// Bad input: offsets at or past the end, a mutable guard of a read-only
+/// file, more guards than a thread may hold; each is a clear error and the
+/// guards already taken stay good.
+#[test]
+fn bad_guard_requests_get_clear_errors() {
+    let tmp = TempDir::new("guards-bad");
+    let len = 200 * PS;
+    let cs = rig(&tmp, len, 256, Duration::from_secs(5));
+    let cf = cs.open_file("data").unwrap();
+    for off in [len as u64, len as u64 + 1, u64::MAX] {
+        let e = cf.page(off).map(drop).unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+        assert!(e.to_string().contains("data"), "{e}");
+    }
+    let ro = cs.open_file_read_only("data").unwrap();
+    let e = ro.page_mut(0).map(drop).unwrap_err();
+    assert!(matches!(e, Error::ReadOnly(_)), "{e}");
+    assert_eq!(ro.page(0).unwrap()[..8], pattern(1, 0, 8)[..]);
+    let mut rng = Rng(3);
+    let mut guards = Vec::new();
+    for i in 0..MAX_GUARDS_PER_THREAD {
+        let p = (i as u64 * 3 + rng.below(3)) % 200;
+        guards.push((p, cf.page(p * PS as u64).unwrap()));
+    }
+    let e = cf.page(199 * PS as u64).map(drop).unwrap_err();
+    assert!(
+        matches!(e, Error::TooManyPins { held } if held == MAX_GUARDS_PER_THREAD),
+        "{e}"
+    );
+    assert!(e.to_string().contains("page guards"), "{e}");
+    let truth = pattern(1, 0, len);
+    for (p, g) in &guards {
+        let at = *p as usize * PS;
+        assert_eq!(&g[..], &truth[at..at + PS]);
+    }
+    guards.truncate(1);
+    cf.page(199 * PS as u64).unwrap();
+}
