@@ -25,7 +25,8 @@ pub mod sync;
 use std::time::Duration;
 
 pub(crate) use self::core::Got;
-use self::core::{Core, Found, Mode};
+pub(crate) use self::core::Mode;
+use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -525,36 +526,14 @@ impl<M: Model> PageCache<M> {
         load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
         store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
     ) -> Result<PageRef<'_, M>> {
-        self.get_with_as(file, page, false, load, store)
+        self.get_with_as(file, page, Mode::Normal, load, store)
     }
 
-    /// [`PageCache::get_with`], for a sequential stream's reader with
-    /// `stream` (see [`PageCache::try_get_stream`]).
+    /// [`PageCache::get_with`] for a reader of kind `mode`: a sequential
+    /// stream's ([`Mode::Stream`], see [`PageCache::try_get_stream`]), or one
+    /// that keeps the page ([`Mode::Keep`], a page guard: the page always
+    /// gets a slot, never a frame of its own).
     pub(crate) fn get_with_as(
-        &self,
-        file: u32,
-        page: u64,
-        stream: bool,
-        load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
-        store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
-    ) -> Result<PageRef<'_, M>> {
-        let mode = if stream { Mode::Stream } else { Mode::Normal };
-        self.get_with_mode(file, page, mode, load, store)
-    }
-
-    /// [`PageCache::get_with`] for a caller that keeps the page (a page
-    /// guard): the page always gets a slot, never a frame of its own.
-    pub(crate) fn get_with_kept(
-        &self,
-        file: u32,
-        page: u64,
-        load: impl FnMut(u32, u64, &mut [u8]) -> Result<()>,
-        store: impl FnMut(u32, u64, &[u8]) -> Result<()>,
-    ) -> Result<PageRef<'_, M>> {
-        self.get_with_mode(file, page, Mode::Keep, load, store)
-    }
-
-    fn get_with_mode(
         &self,
         file: u32,
         page: u64,

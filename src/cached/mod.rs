@@ -50,7 +50,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use crate::cache::{CacheOptions, Got, PageCache, PageMut, PageRef};
+use crate::cache::{CacheOptions, Got, Mode, PageCache, PageMut, PageRef};
 use crate::error::{Error, Result};
 use crate::storage::file::File;
 use crate::storage::layout::LayoutKind;
@@ -216,64 +216,46 @@ impl Drop for Hold {
     }
 }
 
-/// A page of a cached file, held in the cache for reading: it stays resident
-/// (never evicted, moved or written back half-changed) while the guard
-/// lives, and derefs to the page's bytes inside the file (the last page of a
-/// file is shorter). Any number of shared guards of a page may live at
-/// once, in any threads; a writer of the page ([`CachedFile::write_at`],
-/// [`CachedFile::page_mut`]) waits for them, up to the cache's pin wait
-/// ([`Error::Busy`] after it). Not `Send`: a guard is dropped by the thread
-/// that took it.
-pub struct PageGuard<'a> {
-    g: PageRef<'a>,
+/// A page of a cached file held through a page guard of kind `G` (see
+/// [`PageGuard`] and [`PageGuardMut`]): the page's bytes inside the file (the
+/// last page of a file is shorter), in place. Not `Send`: a guard is dropped
+/// by the thread that took it.
+pub struct Guarded<G> {
+    g: G,
     len: usize,
     offset: u64,
     _hold: Hold,
     _thread: std::marker::PhantomData<*const ()>,
 }
 
-impl PageGuard<'_> {
+/// A page held in the cache for reading: it stays resident (never evicted,
+/// moved or written back half-changed) while the guard lives. Any number of
+/// shared guards of a page may live at once, in any threads; a writer of the
+/// page ([`CachedFile::write_at`], [`CachedFile::page_mut`]) waits for them,
+/// up to the cache's pin wait ([`Error::Busy`] after it).
+pub type PageGuard<'a> = Guarded<PageRef<'a>>;
+
+/// A page held exclusively for writing: while it lives no other guard of the
+/// page exists, no read or write of the page proceeds and no write-back
+/// takes it. The page is dirty (written back after the guard drops, by the
+/// flusher, a set that needs the frame, or `sync`).
+pub type PageGuardMut<'a> = Guarded<PageMut<'a>>;
+
+impl<G> Guarded<G> {
     /// The file offset of the page's first byte.
     pub fn offset(&self) -> u64 {
         self.offset
     }
 }
 
-impl std::ops::Deref for PageGuard<'_> {
+impl<G: std::ops::Deref<Target = [u8]>> std::ops::Deref for Guarded<G> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         &self.g[..self.len]
     }
 }
 
-/// A page of a cached file, held exclusively for writing: while it lives no
-/// other guard of the page exists, no read or write of the page proceeds and
-/// no write-back takes it. The page is dirty (written back after the guard
-/// drops, by the flusher, a set that needs the frame, or `sync`). Not
-/// `Send`, as [`PageGuard`].
-pub struct PageGuardMut<'a> {
-    g: PageMut<'a>,
-    len: usize,
-    offset: u64,
-    _hold: Hold,
-    _thread: std::marker::PhantomData<*const ()>,
-}
-
-impl PageGuardMut<'_> {
-    /// The file offset of the page's first byte.
-    pub fn offset(&self) -> u64 {
-        self.offset
-    }
-}
-
-impl std::ops::Deref for PageGuardMut<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        &self.g[..self.len]
-    }
-}
-
-impl std::ops::DerefMut for PageGuardMut<'_> {
+impl std::ops::DerefMut for Guarded<PageMut<'_>> {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.g[..self.len]
     }
@@ -609,7 +591,7 @@ impl CachedFile {
                 let g = sh.cache.get_with_as(
                     self.id,
                     page,
-                    stream,
+                    if stream { Mode::Stream } else { Mode::Normal },
                     |f, p, frame| self.load(f, p, frame),
                     |f, p, bytes| self.store_page(f, p, bytes),
                 )?;
@@ -696,22 +678,30 @@ impl CachedFile {
     }
 
     fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
+        self.guard(offset, false, |page| {
+            self.shared.cache.get_with_as(
+                self.id,
+                page,
+                Mode::Keep,
+                |f, p, frame| self.load(f, p, frame),
+                |f, p, bytes| self.store_page(f, p, bytes),
+            )
+        })
+    }
+
+    /// A guard of the page holding `offset`: the span checked, this thread's
+    /// hold taken, then the page by `get(page)`.
+    fn guard<G>(
+        &self,
+        offset: u64,
+        mutable: bool,
+        get: impl FnOnce(u64) -> Result<G>,
+    ) -> Result<Guarded<G>> {
         let (page, start, len) = self.page_span(offset)?;
-        let hold = Hold::take(
-            self.store_key(),
-            self.id,
-            page,
-            false,
-            &self.entry.file.name(),
-        )?;
-        let g = self.shared.cache.get_with_kept(
-            self.id,
-            page,
-            |f, p, frame| self.load(f, p, frame),
-            |f, p, bytes| self.store_page(f, p, bytes),
-        )?;
-        Ok(PageGuard {
-            g,
+        let name = self.entry.file.name();
+        let hold = Hold::take(self.store_key(), self.id, page, mutable, &name)?;
+        Ok(Guarded {
+            g: get(page)?,
             len,
             offset: start,
             _hold: hold,
@@ -733,26 +723,13 @@ impl CachedFile {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
-        let (page, start, len) = self.page_span(offset)?;
-        let hold = Hold::take(
-            self.store_key(),
-            self.id,
-            page,
-            true,
-            &self.entry.file.name(),
-        )?;
-        let g = self.shared.cache.get_mut_with(
-            self.id,
-            page,
-            |f, p, frame| self.load(f, p, frame),
-            |f, p, bytes| self.store_page(f, p, bytes),
-        )?;
-        Ok(PageGuardMut {
-            g,
-            len,
-            offset: start,
-            _hold: hold,
-            _thread: std::marker::PhantomData,
+        self.guard(offset, true, |page| {
+            self.shared.cache.get_mut_with(
+                self.id,
+                page,
+                |f, p, frame| self.load(f, p, frame),
+                |f, p, bytes| self.store_page(f, p, bytes),
+            )
         })
     }
 
