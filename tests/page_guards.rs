@@ -215,3 +215,156 @@ fn bad_guard_requests_get_clear_errors() {
     guards.truncate(1);
     cf.page(199 * PS as u64).unwrap();
 }
+
+/// Shared and mutable guards, copies, writes, syncs and evictions (a cache
+/// of 64 pages over a file of 96 pages with pages 0..24 prefilled) in a
+/// random mix, against a byte array: every guard shows the model's bytes
+/// while it lives, every refusal (`HeldByCaller`) changes nothing, and
+/// after a sync and a reopen the devices hold the model.
+#[test]
+fn guards_copies_writes_and_syncs_match_a_model() {
+    let tmp = TempDir::new("guards-model");
+    let len = 96 * PS - 300;
+    let cs = rig(&tmp, len, 64, Duration::from_secs(5));
+    let cf = cs.open_file("data").unwrap();
+    let mut model = pattern(1, 0, len);
+    let mut rng = Rng(11);
+    // Held guards: (page, shared guard) or (page, mutable guard).
+    let mut shared: Vec<(usize, setcache::PageGuard<'_>)> = Vec::new();
+    let mut mutable: Vec<(usize, setcache::PageGuardMut<'_>)> = Vec::new();
+    let held_by = |p: usize,
+                   s: &[(usize, setcache::PageGuard<'_>)],
+                   m: &[(usize, setcache::PageGuardMut<'_>)]| {
+        (
+            s.iter().any(|(q, _)| *q == p),
+            m.iter().any(|(q, _)| *q == p),
+        )
+    };
+    let pages = len.div_ceil(PS);
+    let (mut refused, mut ops) = (0, 0);
+    for step in 0..4000 {
+        ops += 1;
+        match rng.below(9) {
+            0 | 1 if shared.len() + mutable.len() < 6 => {
+                let off = rng.below(len as u64) as usize;
+                let p = off / PS;
+                let (_, m) = held_by(p, &shared, &mutable);
+                match cf.page(off as u64) {
+                    Ok(g) => {
+                        assert!(!m, "step {step}");
+                        let end = (p * PS + PS).min(len);
+                        assert_eq!(&g[..], &model[p * PS..end], "step {step}: page {p}");
+                        shared.push((p, g));
+                    }
+                    Err(Error::HeldByCaller(_)) => {
+                        assert!(m, "step {step}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            2 if shared.len() + mutable.len() < 6 => {
+                let p = rng.below(pages as u64) as usize;
+                let (s, m) = held_by(p, &shared, &mutable);
+                match cf.page_mut((p * PS) as u64) {
+                    Ok(mut g) => {
+                        assert!(!s && !m, "step {step}");
+                        let at = rng.below(g.len() as u64) as usize;
+                        let n = (1 + rng.below(64) as usize).min(g.len() - at);
+                        for i in 0..n {
+                            g[at + i] = (step + i) as u8;
+                            model[p * PS + at + i] = (step + i) as u8;
+                        }
+                        mutable.push((p, g));
+                    }
+                    Err(Error::HeldByCaller(_)) => {
+                        assert!(s || m, "step {step}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            3 | 4 => {
+                let off = rng.below(len as u64) as usize;
+                let n = (1 + rng.below(3 * PS as u64) as usize).min(len - off);
+                let data: Vec<u8> = (0..n).map(|i| (step * 3 + i) as u8).collect();
+                let any = (off / PS..=(off + n - 1) / PS).any(|p| {
+                    let (s, m) = held_by(p, &shared, &mutable);
+                    s || m
+                });
+                match cf.write_at(off as u64, &data) {
+                    Ok(()) => {
+                        assert!(!any, "step {step}");
+                        model[off..off + n].copy_from_slice(&data);
+                    }
+                    Err(Error::HeldByCaller(_)) => {
+                        assert!(any, "step {step}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            5 | 6 => {
+                let off = rng.below(len as u64) as usize;
+                let n = (1 + rng.below(3 * PS as u64) as usize).min(len - off);
+                let mut buf = vec![0u8; n];
+                let any_mut =
+                    (off / PS..=(off + n - 1) / PS).any(|p| held_by(p, &shared, &mutable).1);
+                match cf.read_at(off as u64, &mut buf) {
+                    Ok(got) => {
+                        assert!(!any_mut, "step {step}");
+                        assert_eq!(got, n);
+                        assert!(buf == model[off..off + n], "step {step}: read {off}+{n}");
+                    }
+                    Err(Error::HeldByCaller(_)) => {
+                        assert!(any_mut, "step {step}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            7 => {
+                let any = !shared.is_empty() || !mutable.is_empty();
+                match cf.sync() {
+                    Ok(()) => assert!(!any, "step {step}"),
+                    Err(Error::HeldByCaller(_)) => {
+                        assert!(any, "step {step}");
+                        refused += 1;
+                    }
+                    Err(e) => panic!("step {step}: {e}"),
+                }
+            }
+            _ => {
+                // Drop a guard; the shared ones still show the model.
+                for (p, g) in &shared {
+                    let end = (p * PS + PS).min(len);
+                    assert_eq!(&g[..], &model[p * PS..end], "step {step}: held page {p}");
+                }
+                if !mutable.is_empty() && rng.below(2) == 0 {
+                    let i = rng.below(mutable.len() as u64) as usize;
+                    mutable.swap_remove(i);
+                } else if !shared.is_empty() {
+                    let i = rng.below(shared.len() as u64) as usize;
+                    shared.swap_remove(i);
+                }
+            }
+        }
+    }
+    assert!(
+        refused > 100 && refused < ops / 2,
+        "{refused} refusals of {ops}"
+    );
+    drop(shared);
+    drop(mutable);
+    cf.sync().unwrap();
+    drop(cf);
+    drop(cs);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.open_file("data").unwrap();
+    let mut a = setcache::AlignedBuf::new(96 * PS);
+    f.read_at(0, &mut a[..len.div_ceil(512) * 512]).unwrap();
+    assert!(
+        a[..len] == model[..],
+        "the devices hold the model after sync"
+    );
+}
