@@ -682,3 +682,80 @@ fn bench_on_a_small_file_system_refuses_a_file_it_cannot_hold() {
     drop(fs);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The setcache engine's synchronous API and page references: refused where
+/// they do not apply, with the flag named; run where they do (a real run,
+/// reading through page references, and the mmap engine touching the same
+/// bytes).
+#[test]
+fn bench_page_references_and_the_sync_api() {
+    let dir = scratch("bench-ref");
+    for (extra, words) in [
+        (
+            &["--engine", "setcache", "--access", "ref"][..],
+            &["--access ref", "--api sync"][..],
+        ),
+        (
+            &[
+                "--engine",
+                "setcache",
+                "--api",
+                "sync",
+                "--access",
+                "ref",
+                "--rw",
+                "randwrite",
+            ],
+            &["--access ref", "randwrite"],
+        ),
+        (
+            &[
+                "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "8k",
+            ],
+            &["--bs", "divide 4k"],
+        ),
+        (
+            &[
+                "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "512",
+                "--touch", "513",
+            ],
+            &["--touch 513", "at most --bs"],
+        ),
+        (
+            &[
+                "--engine",
+                "setcache",
+                "--api",
+                "sync",
+                "--job",
+                "name=a,rw=randread",
+            ],
+            &["--job", "--api sync"],
+        ),
+    ] {
+        let what = extra.join(" ");
+        assert_refused(&bench(&dir, extra, None), &what, words);
+    }
+    for extra in [
+        &[
+            "--engine",
+            "setcache,mmap",
+            "--api",
+            "sync",
+            "--access",
+            "ref",
+            "--touch",
+            "64",
+            "--rw",
+            "randread",
+        ][..],
+        &[
+            "--engine", "setcache", "--api", "sync", "--rw", "randrw", "--bs", "100",
+        ],
+    ] {
+        let r = bench(&dir, extra, None);
+        assert_ok(&r, &extra.join(" "));
+        assert!(r.stdout.contains("setcache"), "{}", r.stdout);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

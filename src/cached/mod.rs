@@ -149,7 +149,13 @@ impl Hold {
     /// this thread may not take it: it holds the page mutably (a shared
     /// guard would wait for itself), holds it at all (for a mutable one), or
     /// holds as many guards as it may.
-    fn take(store: usize, id: u32, page: u64, mutable: bool, name: &str) -> Result<Hold> {
+    fn take(
+        store: usize,
+        id: u32,
+        page: u64,
+        mutable: bool,
+        name: impl FnOnce() -> String,
+    ) -> Result<Hold> {
         HELD.with(|h| {
             let mut h = h.borrow_mut();
             let clash = h
@@ -157,8 +163,9 @@ impl Hold {
                 .any(|&(s, f, p, m)| s == store && f == id && p == page && (m || mutable));
             if clash {
                 return Err(Error::HeldByCaller(format!(
-                    "a {} guard of page {page} of {name:?}",
-                    if mutable { "mutable" } else { "shared" }
+                    "a {} guard of page {page} of {:?}",
+                    if mutable { "mutable" } else { "shared" },
+                    name()
                 )));
             }
             if h.len() >= MAX_GUARDS_PER_THREAD {
@@ -172,7 +179,14 @@ impl Hold {
 
     /// Refuses a call that would wait for a guard this thread holds on pages
     /// `first..last` of file `id` (`writes`: any guard; else mutable ones).
-    fn check(store: usize, id: u32, first: u64, last: u64, writes: bool, name: &str) -> Result<()> {
+    fn check(
+        store: usize,
+        id: u32,
+        first: u64,
+        last: u64,
+        writes: bool,
+        name: impl FnOnce() -> String,
+    ) -> Result<()> {
         HELD.with(|h| {
             let h = h.borrow();
             if h.is_empty() {
@@ -182,8 +196,9 @@ impl Hold {
                 s == store && f == id && (first..last).contains(&p) && (m || writes)
             }) {
                 Some(&(_, _, p, m)) => Err(Error::HeldByCaller(format!(
-                    "a {} of page {p} of {name:?} while holding a {} guard of it",
+                    "a {} of page {p} of {:?} while holding a {} guard of it",
                     if writes { "write" } else { "read" },
+                    name(),
                     if m { "mutable" } else { "shared" }
                 ))),
                 None => Ok(()),
@@ -698,8 +713,8 @@ impl CachedFile {
         get: impl FnOnce(u64) -> Result<G>,
     ) -> Result<Guarded<G>> {
         let (page, start, len) = self.page_span(offset)?;
-        let name = self.entry.file.name();
-        let hold = Hold::take(self.store_key(), self.id, page, mutable, &name)?;
+        let name = || self.entry.file.name();
+        let hold = Hold::take(self.store_key(), self.id, page, mutable, name)?;
         Ok(Guarded {
             g: get(page)?,
             len,
@@ -762,14 +777,9 @@ impl CachedFile {
     fn check_held(&self, offset: u64, end: u64, writes: bool) -> Result<()> {
         let ps = self.shared.cache.page_size() as u64;
         let (first, last) = (offset / ps, end.div_ceil(ps).max(offset / ps + 1));
-        Hold::check(
-            self.store_key(),
-            self.id,
-            first,
-            last,
-            writes,
-            &self.entry.file.name(),
-        )
+        Hold::check(self.store_key(), self.id, first, last, writes, || {
+            self.entry.file.name()
+        })
     }
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).
@@ -839,8 +849,8 @@ impl CachedFile {
     pub fn sync(&self) -> Result<()> {
         self.entry.check()?;
         // A dirty page under any guard of this thread would be waited for.
-        let name = self.entry.file.name();
-        Hold::check(self.store_key(), self.id, 0, u64::MAX, true, &name)?;
+        let name = || self.entry.file.name();
+        Hold::check(self.store_key(), self.id, 0, u64::MAX, true, name)?;
         self.shared.sync_file(self.id)
     }
 

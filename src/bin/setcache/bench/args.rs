@@ -29,7 +29,8 @@ Engines:
   linux-direct    O_DIRECT pread/pwrite, one request at a time per thread
   mmap            loads/stores through MAP_SHARED mappings of the backing files
   setcache        the set-associative page cache over the same store; each thread
-                  keeps --iodepth requests in flight on its own cached queue
+                  keeps --iodepth requests in flight on its own cached queue (with
+                  --api sync: one call at a time; --access ref: page references)
 
 The Linux engines run in a child process. As root with a memory cgroup controller,
 that process is confined to --cache-size plus its own memory (measured once it is
@@ -45,6 +46,24 @@ pub(crate) enum IoEngineArg {
     Uring,
     /// a pool of pread/pwrite threads per device
     Psync,
+}
+
+/// How the setcache engine's threads call it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum ApiArg {
+    /// a cached queue per thread, --iodepth requests in flight
+    Queue,
+    /// one synchronous call at a time
+    Sync,
+}
+
+/// How the setcache engine reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub(crate) enum AccessArg {
+    /// into the request's buffer
+    Copy,
+    /// a page reference, --touch bytes read from it
+    Ref,
 }
 
 #[derive(Args, Clone, Debug)]
@@ -121,9 +140,24 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "POLICY", value_parser = policy_arg)]
     pub(crate) policy: Option<setcache::PolicyKind>,
     /// Largest readahead window of the setcache engine, or `off` [default:
-    /// the cache's default, 2M]
+    /// the cache's default, 8M]
     #[arg(long, value_name = "SIZE|off", value_parser = readahead_arg)]
     pub(crate) readahead: Option<u64>,
+    /// How the setcache engine's threads call it: `queue`, a cached queue each
+    /// with --iodepth requests in flight; `sync`, one `read_at`/`write_at` (or
+    /// page reference) at a time
+    #[arg(long, value_name = "API", value_enum, default_value_t = ApiArg::Queue)]
+    pub(crate) api: ApiArg,
+    /// How the setcache engine reads: `copy`, into the request's buffer; `ref`,
+    /// a page reference (`CachedFile::page`, no copy) of which --touch bytes
+    /// are read. Needs --api sync and a read-only --rw
+    #[arg(long, value_name = "ACCESS", value_enum, default_value_t = AccessArg::Copy)]
+    pub(crate) access: AccessArg,
+    /// Bytes read from each block with --access ref, at its start (the mmap
+    /// engine then reads the same bytes through its mapping)
+    #[arg(long, value_name = "BYTES", default_value_t = 64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) touch: u64,
     /// A job of a run of several at once on the setcache engine, sharing
     /// its cache (repeat the flag): comma-separated key=value of name, rw,
     /// bs, threads, iodepth, offset, size (its region of the file), delay

@@ -3,7 +3,9 @@
 //! One `CachedStore` (cache of `--cache-size`, default a quarter of the file)
 //! serves every thread. Each thread owns a `CachedQueue` and keeps `--iodepth`
 //! requests in flight: hits complete inside `submit`, misses read straight
-//! into cache frames. The hit ratio is the cache's own: hits over hits plus
+//! into cache frames. With `--api sync` each thread makes one `read_at` or
+//! `write_at` at a time, or with `--access ref` takes a page reference of
+//! each block and copies `--touch` bytes of it out. The hit ratio is the cache's own: hits over hits plus
 //! misses of its counters, taken when measuring starts and when it stops.
 //! Runs with writes end with a `sync` of the file, counted in the run's time.
 
@@ -66,7 +68,17 @@ fn ahead(a: Option<CacheStats>, b: Option<CacheStats>) -> (u64, u64) {
     })
 }
 
-/// Run the workload on `threads` threads with `iodepth` requests in flight each.
+/// How the engine's threads call the cache.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Calls {
+    /// One synchronous call at a time instead of a queue.
+    pub(crate) sync: bool,
+    /// Reads take a page reference and read this many bytes of it.
+    pub(crate) touch: Option<usize>,
+}
+
+/// Run the workload on `threads` threads with `iodepth` requests in flight
+/// each (or, with `calls.sync`, one synchronous call at a time).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     store: &Store,
@@ -76,6 +88,7 @@ pub(crate) fn run(
     cache_size: Option<u64>,
     policy: Option<PolicyKind>,
     readahead: Option<u64>,
+    calls: Calls,
     timing: &Timing,
 ) -> Result<(Outcome, (u64, u64)), String> {
     if cache_size.is_none() {
@@ -95,7 +108,11 @@ pub(crate) fn run(
             base: 0,
             delay: 0.0,
         };
-        thread_body(&cs, &file, w, me, iodepth as usize, ctl, &edges, &hits)
+        if calls.sync {
+            sync_body(&cs, &file, w, me, calls.touch, ctl, &edges)
+        } else {
+            thread_body(&cs, &file, w, me, iodepth as usize, ctl, &edges, &hits)
+        }
     })?;
     if w.rw.writes() {
         // Durability is part of the work: the sync counts in the run's time.
@@ -216,6 +233,57 @@ fn thread_body(
         Some(e) => Err(e),
         None => Ok(stats),
     }
+}
+
+/// A thread of the synchronous API: one `read_at` or `write_at` at a time,
+/// or with `touch`, a page reference of each block read and `touch` bytes of
+/// it copied out (what the mmap engine does through its mapping).
+#[allow(clippy::too_many_arguments)]
+fn sync_body(
+    cs: &CachedStore,
+    file: &CachedFile,
+    w: &Workload,
+    me: Me,
+    touch: Option<usize>,
+    ctl: &Ctl,
+    edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
+) -> Result<ThreadStats, String> {
+    let mut buf = vec![0u8; w.bs as usize];
+    if w.rw.writes() {
+        Rng::new(w.seed ^ mix64(me.t as u64 + 1)).fill_nonzero(&mut buf);
+    }
+    let mut stats = ThreadStats::new();
+    let mut measuring = false;
+    let mut ops = OpGen::new(w, me.t, me.threads);
+    let fail = |e: setcache::Error| format!("setcache engine: {e}");
+    while !ctl.stopped() {
+        let now = ctl.measuring();
+        if me.slot == 0 && now && !measuring {
+            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+        }
+        measuring = now;
+        let op = ops.next_op();
+        let at = me.base + op.offset;
+        let start = Instant::now();
+        match (op.read, touch) {
+            (true, Some(n)) => {
+                let g = file.page(at).map_err(fail)?;
+                let i = (at - g.offset()) as usize;
+                buf[..n].copy_from_slice(&g[i..i + n]);
+                std::hint::black_box(&buf);
+            }
+            (true, None) => drop(file.read_at(at, &mut buf).map_err(fail)?),
+            (false, _) => file.write_at(at, &buf).map_err(fail)?,
+        }
+        if measuring {
+            stats.record(start.elapsed(), op.read);
+            ctl.publish(me.slot, stats.ops);
+        }
+    }
+    if me.slot == 0 {
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
+    Ok(stats)
 }
 
 /// Record the finished requests in `done` and return their buffers to `free`.

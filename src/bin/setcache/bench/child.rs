@@ -47,7 +47,7 @@ pub(crate) fn job_to_json(job: &LinuxJob) -> Result<Value, String> {
         "seed": w.seed, "threads": job.threads,
         "runtime": job.timing.runtime, "ramp": job.timing.ramp, "progress": job.timing.progress,
         "layout": job.layout.kind().to_string(), "devices": job.layout.devices(),
-        "block_bytes": job.layout.block_bytes(), "paths": paths,
+        "block_bytes": job.layout.block_bytes(), "paths": paths, "touch": job.touch,
     }))
 }
 
@@ -120,6 +120,7 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
         },
         layout,
         paths,
+        touch: v.get("touch").and_then(Value::as_u64),
     })
 }
 
@@ -255,6 +256,7 @@ mod tests {
             },
             layout: Layout::new(LayoutKind::Hash, 3, 65536).unwrap(),
             paths: vec!["/a/dev0/bench.scf".into(), "/a/dev1/x".into(), "/b".into()],
+            touch: Some(64),
         };
         let back = job_from_json(&job_to_json(&job).unwrap()).unwrap();
         assert_eq!(back.engine, job.engine);
@@ -262,6 +264,7 @@ mod tests {
         assert_eq!(back.workload.hot, job.workload.hot);
         assert_eq!(back.workload.rwmix_read, 70);
         assert_eq!(back.paths, job.paths);
+        assert_eq!(back.touch, job.touch);
         assert_eq!(back.layout.map(123_456_789), job.layout.map(123_456_789));
         assert_eq!(back.timing.progress, job.timing.progress);
         assert!(job_from_json(&json!({"engine": "mmap"})).is_err());
@@ -292,6 +295,7 @@ mod tests {
             },
             layout: Layout::new(LayoutKind::Stripe, 2, 65536).unwrap(),
             paths: vec!["/a".into(), "/b".into()],
+            touch: None,
         }
     }
 

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use setcache::EngineKind;
 
-use super::args::{BenchArgs, IoEngineArg};
+use super::args::{AccessArg, ApiArg, BenchArgs, IoEngineArg};
 use super::engine::Engine;
 use super::jobs::{Job, resolve};
 use super::size::format_size;
@@ -33,6 +33,11 @@ impl Config {
             IoEngineArg::Uring => EngineKind::Uring,
             IoEngineArg::Psync => EngineKind::Psync,
         }
+    }
+
+    /// Bytes read from each block with `--access ref`.
+    pub(crate) fn touch(&self) -> Option<u64> {
+        (self.a.access == AccessArg::Ref).then_some(self.a.touch)
     }
 
     pub(crate) fn max_threads(&self) -> usize {
@@ -223,6 +228,26 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     }
     check_cache_memory(&a, &engines)?;
     let rwmix_read = a.rwmix_read.unwrap_or(50);
+    if a.access == AccessArg::Ref {
+        if a.api != ApiArg::Sync {
+            return Err("--access ref needs --api sync (the queue copies)".to_string());
+        }
+        if a.rw.writes() {
+            return Err(format!(
+                "--access ref reads: give a read-only --rw, not {}",
+                a.rw
+            ));
+        }
+        if a.bs > PAGE || PAGE % a.bs != 0 || a.touch > a.bs {
+            return Err(format!(
+                "--access ref reads --touch {} bytes at the start of each --bs {} block inside one                  4k page: --bs must divide 4k and --touch be at most --bs",
+                a.touch, a.bs
+            ));
+        }
+    }
+    if a.api == ApiArg::Sync && !a.job.is_empty() {
+        return Err("--job runs use the queue API: drop --api sync".to_string());
+    }
     let jobs = if a.job.is_empty() {
         Vec::new()
     } else {

@@ -30,6 +30,9 @@ pub(crate) struct LinuxJob {
     pub(crate) layout: Layout,
     /// Backing files, one per device, in device order.
     pub(crate) paths: Vec<PathBuf>,
+    /// With the mmap engine, bytes read at the start of each block instead
+    /// of the whole block (`--access ref --touch`).
+    pub(crate) touch: Option<u64>,
 }
 
 /// Where the data of the run lives, per device.
@@ -175,7 +178,10 @@ fn thread_body(p: &Prepared, t: usize, ctl: &Ctl) -> Result<ThreadStats, String>
         mut buf,
         mut stats,
     } = state.ok_or("thread state missing")?;
-    let len = buf.len();
+    let len = match job.touch {
+        Some(n) if job.engine == Engine::Mmap => (n as usize).min(buf.len()),
+        _ => buf.len(),
+    };
     while !ctl.stopped() {
         let op = ops.next_op();
         let start = Instant::now();

@@ -309,6 +309,7 @@ fn run_one(
                 timing,
                 layout: b.file.layout(),
                 paths: b.paths.clone(),
+                touch: b.cfg.touch(),
             };
             let cg = match (&b.cgroups, a.cache_size) {
                 (Some(h), Some(_)) => Some(MemCgroup::create(h)?),
@@ -324,6 +325,10 @@ fn run_one(
             child::run_in_child(&job, cap)?
         }
         Engine::Setcache => {
+            let calls = cached::Calls {
+                sync: a.api == args::ApiArg::Sync,
+                touch: b.cfg.touch().map(|n| n as usize),
+            };
             let (out, ra) = cached::run(
                 b.store,
                 &w,
@@ -332,6 +337,7 @@ fn run_one(
                 a.cache_size,
                 a.policy,
                 a.readahead,
+                calls,
                 &timing,
             )?;
             readahead = Some(ra);
@@ -343,7 +349,13 @@ fn run_one(
         rw: a.rw,
         bs: a.bs,
         threads,
-        iodepth: if engine.is_async() { a.iodepth } else { 1 },
+        iodepth: if engine.is_async()
+            && !(engine == Engine::Setcache && a.api == args::ApiArg::Sync)
+        {
+            a.iodepth
+        } else {
+            1
+        },
         cache_size: a.cache_size,
         hit_target: hit,
         out,
