@@ -768,7 +768,7 @@ impl<M: Model> Core<M> {
                 continue;
             }
             let left = match deadline {
-                Some(d) => match d.checked_duration_since(std::time::Instant::now()) {
+                Some(d) => match d.checked_duration_since(M::now()) {
                     Some(left) if !left.is_zero() => Some(left),
                     _ => return,
                 },
@@ -800,7 +800,7 @@ impl<M: Model> Core<M> {
         }
         w.fetch_add(PIN, AcqRel);
         self.unlock(s);
-        let deadline = std::time::Instant::now() + timeout;
+        let deadline = M::now() + timeout;
         self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
         self.release(s, i, false);
         true
@@ -957,10 +957,10 @@ impl<M: Model> Core<M> {
                 // to the pin wait; a write-back in flight, as long as it
                 // takes.
                 let free = |v: u32| pins(v) == 0 && v & WRITEBACK == 0;
-                let deadline = std::time::Instant::now() + self.pin_wait;
+                let deadline = M::now() + self.pin_wait;
                 self.wait_slot_until(s, i, free, Some(deadline));
                 let v = w.load(Acquire);
-                if !free(v) && v & WRITEBACK == 0 && std::time::Instant::now() >= deadline {
+                if !free(v) && v & WRITEBACK == 0 && M::now() >= deadline {
                     return Step::Done(Found::Held);
                 }
             } else {

@@ -49,6 +49,13 @@ pub trait Model: Send + Sync + 'static {
     fn wake_one(w: &Self::W);
     /// Back off for roughly `micros` microseconds (a retry loop).
     fn backoff(micros: u64);
+    /// The time now, for waits bounded by a deadline. A model checker's model
+    /// stops the clock: its waits end by the other threads' steps alone, so
+    /// that what it explores does not hang on how fast the real machine runs.
+    #[inline]
+    fn now() -> std::time::Instant {
+        std::time::Instant::now()
+    }
     /// A point where a model checker may run another thread: marks steps
     /// that touch no model atomic but race with other threads (the
     /// optimistic read's copy). Nothing on the real platform.
@@ -212,6 +219,10 @@ pub(crate) mod shuttle_model {
         fn wake_one(_: &AtomicU32) {}
         fn backoff(_: u64) {
             shuttle::thread::yield_now();
+        }
+        fn now() -> std::time::Instant {
+            static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+            *START.get_or_init(std::time::Instant::now)
         }
         fn preempt() {
             // Several chances in a row, so that another thread can get
