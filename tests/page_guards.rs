@@ -368,3 +368,66 @@ fn guards_copies_writes_and_syncs_match_a_model() {
         "the devices hold the model after sync"
     );
 }
+
+/// Four threads on a file twice the cache: shared guards, mutable guards
+/// that fill their page in two halves with a yield between, whole-page
+/// writes and reads. Every page always holds one byte value throughout: a
+/// shared guard sees it whole and unchanged while it lives, a read never
+/// sees half a mutable guard's fill, and nothing waits for the pin wait.
+#[test]
+fn guards_of_many_threads_see_whole_pages_only() {
+    let tmp = TempDir::new("guards-threads");
+    let pages = 32usize;
+    let cs = rig(&tmp, pages * PS, 16, Duration::from_secs(10));
+    let cf = cs.open_file("data").unwrap();
+    for p in 0..pages {
+        cf.write_at((p * PS) as u64, &vec![p as u8; PS]).unwrap();
+    }
+    let uniform = |b: &[u8]| b.iter().all(|&x| x == b[0]);
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let cf = &cf;
+            s.spawn(move || {
+                let mut rng = Rng(100 + t);
+                for step in 0..1500 {
+                    let p = rng.below(pages as u64) as usize;
+                    let at = (p * PS) as u64;
+                    match rng.below(4) {
+                        0 => {
+                            let g = cf.page(at).unwrap();
+                            assert!(uniform(&g), "t{t} step {step}: page {p} torn");
+                            let v = g[0];
+                            std::thread::yield_now();
+                            assert!(
+                                g.iter().all(|&x| x == v),
+                                "t{t} step {step}: page {p} changed under a guard"
+                            );
+                        }
+                        1 => {
+                            let mut m = cf.page_mut(at).unwrap();
+                            let v = rng.below(256) as u8;
+                            m[..PS / 2].fill(v);
+                            std::thread::yield_now();
+                            m[PS / 2..].fill(v);
+                        }
+                        2 => {
+                            let v = rng.below(256) as u8;
+                            cf.write_at(at, &vec![v; PS]).unwrap();
+                        }
+                        _ => {
+                            let mut b = vec![0u8; PS];
+                            cf.read_at(at, &mut b).unwrap();
+                            assert!(uniform(&b), "t{t} step {step}: read a torn page {p}");
+                        }
+                    }
+                }
+            });
+        }
+    });
+    cf.sync().unwrap();
+    let mut b = vec![0u8; PS];
+    for p in 0..pages {
+        cf.read_at((p * PS) as u64, &mut b).unwrap();
+        assert!(uniform(&b), "page {p} torn at the end");
+    }
+}
