@@ -177,13 +177,13 @@ impl Hold {
         })
     }
 
-    /// Refuses a call that would wait for a guard this thread holds on pages
-    /// `first..last` of file `id` (`writes`: any guard; else mutable ones).
+    /// Refuses a call that would wait for a guard this thread holds on the
+    /// pages `pages()` of file `id` (`writes`: any guard; else mutable ones).
+    /// A thread that holds no guard pays one look at its empty list.
     fn check(
         store: usize,
         id: u32,
-        first: u64,
-        last: u64,
+        pages: impl FnOnce() -> std::ops::Range<u64>,
         writes: bool,
         name: impl FnOnce() -> String,
     ) -> Result<()> {
@@ -192,9 +192,11 @@ impl Hold {
             if h.is_empty() {
                 return Ok(());
             }
-            match h.iter().find(|&&(s, f, p, m)| {
-                s == store && f == id && (first..last).contains(&p) && (m || writes)
-            }) {
+            let pages = pages();
+            match h
+                .iter()
+                .find(|&&(s, f, p, m)| s == store && f == id && pages.contains(&p) && (m || writes))
+            {
                 Some(&(_, _, p, m)) => Err(Error::HeldByCaller(format!(
                     "a {} of page {p} of {:?} while holding a {} guard of it",
                     if writes { "write" } else { "read" },
@@ -208,6 +210,11 @@ impl Hold {
 }
 
 impl Hold {
+    /// How holds name the store whose shared state is `shared`.
+    fn store_key(shared: &Arc<Shared>) -> usize {
+        Arc::as_ptr(shared) as usize
+    }
+
     /// Refuses a sync of the whole store `store` while this thread holds a
     /// guard of one of its pages (the sync would wait for it if dirty).
     fn check_store(store: usize) -> Result<()> {
@@ -480,7 +487,7 @@ impl CachedStore {
     /// Write every dirty page of every file and make the devices durable. A
     /// thread holding a page guard of this store gets [`Error::HeldByCaller`].
     pub fn sync(&self) -> Result<()> {
-        Hold::check_store(Arc::as_ptr(&self.inner) as usize)?;
+        Hold::check_store(Hold::store_key(&self.inner))?;
         let files: Vec<u32> = self
             .inner
             .files
@@ -769,15 +776,17 @@ impl CachedFile {
 
     /// The store this handle belongs to, as page guards name it.
     fn store_key(&self) -> usize {
-        Arc::as_ptr(&self.shared) as usize
+        Hold::store_key(&self.shared)
     }
 
     /// Refuses a read (or, with `writes`, a write) of bytes `offset..end`
     /// that would wait for a guard this thread holds.
     fn check_held(&self, offset: u64, end: u64, writes: bool) -> Result<()> {
-        let ps = self.shared.cache.page_size() as u64;
-        let (first, last) = (offset / ps, end.div_ceil(ps).max(offset / ps + 1));
-        Hold::check(self.store_key(), self.id, first, last, writes, || {
+        let pages = || {
+            let ps = self.shared.cache.page_size() as u64;
+            offset / ps..end.div_ceil(ps).max(offset / ps + 1)
+        };
+        Hold::check(self.store_key(), self.id, pages, writes, || {
             self.entry.file.name()
         })
     }
@@ -850,7 +859,7 @@ impl CachedFile {
         self.entry.check()?;
         // A dirty page under any guard of this thread would be waited for.
         let name = || self.entry.file.name();
-        Hold::check(self.store_key(), self.id, 0, u64::MAX, true, name)?;
+        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         self.shared.sync_file(self.id)
     }
 
