@@ -75,8 +75,8 @@ pub use cache::{
 };
 pub use cached::{
     Advice, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
-    DEFAULT_READAHEAD_BYTES, FlushOptions, FlusherCounts, Guarded, MAX_GUARDS_PER_THREAD,
-    PageGuard, PageGuardMut,
+    DEFAULT_READAHEAD_BYTES, FlushOptions, FlusherCounts, Guarded, MAX_GUARDS_PER_THREAD, PageAt,
+    PageGuard, PageGuardMut, ReadAt, WriteAt,
 };
 pub use error::{Error, Result};
 pub use storage::layout;

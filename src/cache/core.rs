@@ -91,12 +91,16 @@ pub(crate) enum Mode {
     /// A reader that keeps the page (a page guard): as `Normal`, but the page
     /// always gets a slot (never `Pass`).
     Keep,
+    /// A caller that wants the page only if it is cached (a future's first
+    /// poll, which may not block): as `Keep`, but a page absent is left
+    /// alone (`Busy`), uncounted.
+    Present,
 }
 
 impl Mode {
     /// Whether a page this lookup touches or brings in is warm.
     fn warms(self) -> bool {
-        matches!(self, Mode::Normal | Mode::Keep)
+        matches!(self, Mode::Normal | Mode::Keep | Mode::Present)
     }
 }
 
@@ -828,17 +832,13 @@ impl<M: Model> Core<M> {
         self.wake_if(s, i, old);
     }
 
-    /// Find `tag`, pinning it, or claim a frame for it. Blocks while the page is
-    /// being filled, while a writer holds it (or, for `write`, while anyone
-    /// holds it), and with a bounded backoff while every page of its set is
-    /// pinned. With `nowait`, returns [`Found::Busy`] instead of waiting for a
-    /// fill or a writer (for callers that must not block: an asynchronous
-    /// queue may itself own the fill in flight).
-    pub(crate) fn lookup(&self, tag: u64, write: bool, nowait: bool) -> Result<Found> {
-        self.lookup_as(tag, write, nowait, Mode::Normal)
-    }
-
-    /// [`Core::lookup`] on behalf of `mode`'s kind of reader.
+    /// Find `tag`, pinning it, or claim a frame for it, on behalf of `mode`'s
+    /// kind of reader. Blocks while the page is being filled, while a writer
+    /// holds it (or, for `write`, while anyone holds it), and with a bounded
+    /// backoff while every page of its set is pinned. With `nowait`, returns
+    /// [`Found::Busy`] instead of waiting for a fill or a writer (for callers
+    /// that must not block: an asynchronous queue may itself own the fill in
+    /// flight).
     pub(crate) fn lookup_as(
         &self,
         tag: u64,
@@ -848,8 +848,9 @@ impl<M: Model> Core<M> {
     ) -> Result<Found> {
         let h = mix64(tag);
         let ahead = mode == Mode::Ahead;
-        // A caller that does not wait has just tried the optimistic path.
-        if !write && !nowait {
+        // A caller that does not wait has just tried the optimistic path
+        // (but one that wants only a page present has not).
+        if !write && (!nowait || mode == Mode::Present) {
             if let Some((s, i)) = self.fast_hit(tag, h) {
                 if mode.warms() {
                     self.warm(s, i);
@@ -891,6 +892,10 @@ impl<M: Model> Core<M> {
                         }
                         // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
                         self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait, mode)
+                    }
+                    None if mode == Mode::Present => {
+                        self.unlock_pair(s1, s2);
+                        return Ok(Found::Busy);
                     }
                     None => self.lookup_missing(s1, s2, tag, write, nowait, mode, &mut backoff)?,
                 }

@@ -325,28 +325,36 @@ impl<M: Model> PageCache<M> {
 
     /// The write lookup behind [`PageCache::get_mut`] and
     /// [`PageCache::try_get_mut`].
-    fn lookup_write(&self, file: u32, page: u64, nowait: bool) -> Result<Option<LookupMut<'_, M>>> {
+    fn lookup_write(
+        &self,
+        file: u32,
+        page: u64,
+        nowait: bool,
+        mode: Mode,
+    ) -> Result<Option<LookupMut<'_, M>>> {
         let tag = tag_of(file, page)?;
         let at = |s, i, t| At::new(&self.core, s, i, t);
-        Ok(Some(match self.core.lookup(tag, true, nowait)? {
-            Found::Hit(s, i) => LookupMut::Hit(PageMut { at: at(s, i, tag) }),
-            Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
-                at: at(s, i, tag),
-                done: false,
-            })),
-            Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
-                at: at(s, i, t),
-                done: false,
-            }),
-            Found::Busy => return Ok(None),
-            Found::Pass => unreachable!("a writer's page is always admitted"),
-            Found::Held => {
-                return Err(Error::Busy(format!(
-                    "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",
-                    self.core.pin_wait.as_millis()
-                )));
-            }
-        }))
+        Ok(Some(
+            match self.core.lookup_as(tag, true, nowait, mode)? {
+                Found::Hit(s, i) => LookupMut::Hit(PageMut { at: at(s, i, tag) }),
+                Found::Miss(s, i) => LookupMut::Miss(FillMut(Fill {
+                    at: at(s, i, tag),
+                    done: false,
+                })),
+                Found::WriteBack(s, i, t) => LookupMut::WriteBack(WriteBack {
+                    at: at(s, i, t),
+                    done: false,
+                }),
+                Found::Busy => return Ok(None),
+                Found::Pass => unreachable!("a writer's page is always admitted"),
+                Found::Held => {
+                    return Err(Error::Busy(format!(
+                        "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",
+                        self.core.pin_wait.as_millis()
+                    )));
+                }
+            },
+        ))
     }
 
     /// Copy `dst.len()` bytes at `offset` of `page` of `file` into `dst` if the
@@ -416,7 +424,7 @@ impl<M: Model> PageCache<M> {
     /// the page dirty.
     pub fn get_mut(&self, file: u32, page: u64) -> Result<LookupMut<'_, M>> {
         Ok(self
-            .lookup_write(file, page, false)?
+            .lookup_write(file, page, false, Mode::Normal)?
             .expect("a waiting lookup is never busy"))
     }
 
@@ -427,6 +435,51 @@ impl<M: Model> PageCache<M> {
     /// themselves own the fill in flight.
     pub fn try_get(&self, file: u32, page: u64) -> Result<Option<Lookup<'_, M>>> {
         self.lookup_read(file, page, true, Mode::Normal)
+    }
+
+    /// [`PageCache::try_get`] for a reader of kind `mode` (a page guard's:
+    /// [`Mode::Keep`]).
+    pub(crate) fn try_get_as(
+        &self,
+        file: u32,
+        page: u64,
+        mode: Mode,
+    ) -> Result<Option<Lookup<'_, M>>> {
+        self.lookup_read(file, page, true, mode)
+    }
+
+    /// The page pinned for reading if it is cached and readable now; else
+    /// `None`, with nothing claimed, waited for or counted.
+    pub(crate) fn try_pin_present(&self, file: u32, page: u64) -> Result<Option<PageRef<'_, M>>> {
+        match self.lookup_read(file, page, true, Mode::Present)? {
+            Some(Lookup::Hit(p)) => Ok(Some(p)),
+            None => Ok(None),
+            Some(_) => unreachable!("a lookup of a present page claims nothing"),
+        }
+    }
+
+    /// The page held for writing if it is cached and free now; else `None`,
+    /// with nothing claimed, waited for or counted.
+    pub(crate) fn try_get_mut_present(
+        &self,
+        file: u32,
+        page: u64,
+    ) -> Result<Option<PageMut<'_, M>>> {
+        match self.lookup_write(file, page, true, Mode::Present)? {
+            Some(LookupMut::Hit(p)) => Ok(Some(p)),
+            None => Ok(None),
+            Some(_) => unreachable!("a lookup of a present page claims nothing"),
+        }
+    }
+
+    /// The pinned page of `pin` (see [`PageRef::into_raw`]) as a guard again.
+    ///
+    /// # Safety
+    /// `pin` came from `into_raw` of a guard of this cache, and is used once.
+    pub(crate) unsafe fn restore_pin(&self, pin: RawPin) -> PageRef<'_, M> {
+        PageRef {
+            at: At::new(&self.core, pin.set, pin.slot, pin.tag),
+        }
     }
 
     /// [`PageCache::try_get`] for a sequential stream's reader: a page it
@@ -488,7 +541,7 @@ impl<M: Model> PageCache<M> {
     /// As [`PageCache::get_mut`], but `Ok(None)` instead of waiting while the
     /// page is filled, pinned or written back.
     pub fn try_get_mut(&self, file: u32, page: u64) -> Result<Option<LookupMut<'_, M>>> {
-        self.lookup_write(file, page, true)
+        self.lookup_write(file, page, true, Mode::Normal)
     }
 
     /// Install a write-back flusher's hook: after a write leaves `at` or more
@@ -939,6 +992,32 @@ impl<M: Model> PageRef<'_, M> {
         }
         let w = self.at.core.state(self.at.set, self.at.slot);
         w.load(std::sync::atomic::Ordering::Relaxed) & self::core::COLD != 0
+    }
+}
+
+/// A pin of a cached page taken out of its [`PageRef`], to travel to another
+/// thread (plain numbers: the pin stays counted in the page's state until a
+/// guard made again from it drops).
+#[derive(Debug)]
+pub(crate) struct RawPin {
+    set: usize,
+    slot: usize,
+    tag: u64,
+}
+
+impl<M: Model> PageRef<'_, M> {
+    /// The pin without its guard; `None` (the guard dropped) for a page in a
+    /// frame of its own, which has no pin to carry.
+    pub(crate) fn into_raw(self) -> Option<RawPin> {
+        if !self.at.in_cache() {
+            return None;
+        }
+        let this = std::mem::ManuallyDrop::new(self);
+        Some(RawPin {
+            set: this.at.set,
+            slot: this.at.slot,
+            tag: this.at.tag,
+        })
     }
 }
 

@@ -35,6 +35,7 @@
 //! syncs then fail ([`Error::SyncLost`]) until it is opened again through
 //! [`CachedStore::open_file`], which accepts the loss.
 
+pub(crate) mod aio;
 mod flusher;
 mod queue;
 pub(crate) mod readahead;
@@ -42,6 +43,7 @@ pub(crate) mod shared;
 pub(crate) mod staging;
 pub(crate) mod writeback;
 
+pub use aio::{PageAt, ReadAt, WriteAt};
 pub use flusher::{FlushOptions, FlusherCounts};
 pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
@@ -317,6 +319,7 @@ impl CachedStore {
             free_ids: Mutex::new(Vec::new()),
             ahead,
             staging,
+            aio: aio::Driver::new(),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -513,6 +516,7 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
+        self.inner.aio.stop();
         if let Some(r) = self.ahead.take() {
             r.stop();
         }
@@ -576,21 +580,27 @@ impl CachedFile {
         }
     }
 
-    fn read_at_inner(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    /// How many of `want` bytes at `offset` a read gets (0 at the end); an
+    /// offset past the end is an error.
+    fn read_len(&self, offset: u64, want: usize) -> Result<usize> {
         self.entry.check()?;
         let len = self.len();
         if offset > len {
             return Err(Error::OutOfRange {
                 file: self.entry.file.name(),
                 offset,
-                len: buf.len() as u64,
+                len: want as u64,
                 file_len: len,
             });
         }
-        if offset == len {
+        Ok((want as u64).min(len - offset) as usize)
+    }
+
+    fn read_at_inner(&self, offset: u64, buf: &mut [u8]) -> Result<usize> {
+        let n = self.read_len(offset, buf.len())?;
+        if n == 0 {
             return Ok(0);
         }
-        let n = (buf.len() as u64).min(len - offset) as usize;
         self.check_held(offset, offset + n as u64, false)?;
         let sh = &*self.shared;
         let stream = readahead::note_read(sh, &self.entry, self.id, offset, n as u64, 0);
@@ -797,24 +807,27 @@ impl CachedFile {
             .map_err(|e| self.gone_or(e))
     }
 
-    fn write_at_inner(&self, offset: u64, data: &[u8]) -> Result<()> {
+    /// Refuses a write of `n` bytes at `offset`: on a read-only handle,
+    /// past the end, or of a page this thread holds a guard of.
+    fn write_check(&self, offset: u64, n: usize) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
         let len = self.len();
-        if offset
-            .checked_add(data.len() as u64)
-            .is_none_or(|end| end > len)
-        {
+        if offset.checked_add(n as u64).is_none_or(|end| end > len) {
             return Err(Error::OutOfRange {
                 file: self.entry.file.name(),
                 offset,
-                len: data.len() as u64,
+                len: n as u64,
                 file_len: len,
             });
         }
-        self.check_held(offset, offset + data.len() as u64, true)?;
+        self.check_held(offset, offset + n as u64, true)
+    }
+
+    fn write_at_inner(&self, offset: u64, data: &[u8]) -> Result<()> {
+        self.write_check(offset, data.len())?;
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         let mut done = 0usize;

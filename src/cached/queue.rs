@@ -46,16 +46,18 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cache::{Fill, FillMut, Got, Lookup, LookupMut, PageCache, WriteBack};
+use crate::cache::{
+    Fill, FillMut, Got, Lookup, LookupMut, Mode, PageCache, PageRef, RawPin, WriteBack,
+};
 use crate::cached::readahead;
 use crate::cached::shared::Shared;
 use crate::cached::staging::{MIN_PAGES, Slot, run_pages};
 use crate::cached::writeback::{dirty_in_region, with_neighbours};
-use crate::cached::{CachedFile, CachedStore};
+use crate::cached::{CachedFile, CachedStore, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::file::{DIRECT_ALIGN, File, Mem};
-use crate::storage::queue::Queue;
+use crate::storage::queue::{Bell, Queue};
 use crate::util::slab::Slab;
 
 /// The outcome of a [`CachedRequest`].
@@ -93,6 +95,19 @@ pub struct CachedRequest<'f> {
     offset: u64,
     buf: Vec<u8>,
     notify: Notify,
+    want: Want,
+    /// Readahead has seen this read already: as a stream's (`Some(true)`).
+    noted: Option<bool>,
+}
+
+/// What a request hands back.
+enum Want {
+    /// Its buffer (read into, or written from).
+    Bytes,
+    /// A page guard for this thread ([`CachedRequest::page`]).
+    Guard,
+    /// The page's pin, for another thread (the futures' worker).
+    Pin,
 }
 
 impl<'f> CachedRequest<'f> {
@@ -116,6 +131,34 @@ impl<'f> CachedRequest<'f> {
     ) -> CachedRequest<'f> {
         let notify = Notify::Callback(Box::new(callback));
         CachedRequest::new(OpKind::Write, file, offset, buf, notify)
+    }
+
+    /// A reference to the page holding byte `offset`: when the request is
+    /// done, [`CachedQueue::take_pages`] hands over `(tag, guard)`, a
+    /// [`PageGuard`] as [`CachedFile::page`] returns (no copy: a miss reads
+    /// the device straight into the cached frame the guard shows). The guard
+    /// counts against this thread's [`MAX_GUARDS_PER_THREAD`] from `submit`
+    /// on.
+    ///
+    /// [`MAX_GUARDS_PER_THREAD`]: crate::MAX_GUARDS_PER_THREAD
+    pub fn page(file: &'f CachedFile, offset: u64, tag: u64) -> CachedRequest<'f> {
+        let mut r = CachedRequest::new(OpKind::Read, file, offset, Vec::new(), Notify::Tag(tag));
+        r.want = Want::Guard;
+        r
+    }
+
+    /// A page request whose completion is the page's raw pin (see
+    /// [`CachedQueue::take_pins`]), for a thread other than the queue's.
+    pub(crate) fn pin(file: &'f CachedFile, offset: u64, tag: u64) -> CachedRequest<'f> {
+        let mut r = CachedRequest::new(OpKind::Read, file, offset, Vec::new(), Notify::Tag(tag));
+        r.want = Want::Pin;
+        r
+    }
+
+    /// Readahead has seen this read already (`stream`: as part of a stream).
+    pub(crate) fn noted(mut self, stream: bool) -> CachedRequest<'f> {
+        self.noted = Some(stream);
+        self
     }
 
     /// A read or write that reports through [`CachedQueue::take_completions`]
@@ -144,6 +187,8 @@ impl<'f> CachedRequest<'f> {
             offset,
             buf,
             notify,
+            want: Want::Bytes,
+            noted: None,
         }
     }
 }
@@ -157,12 +202,21 @@ struct Req {
     notify: Notify,
 }
 
+/// What a page request keeps while it is live.
+enum PageWant {
+    /// This thread's hold, taken at submit, for the guard.
+    Guard(Hold),
+    /// A raw pin for another thread.
+    Pin,
+}
+
 /// What the completion of a request needs of it.
 struct Finished {
     kind: OpKind,
     offset: u64,
     buf: Vec<u8>,
     notify: Notify,
+    want: Want,
 }
 
 impl From<CachedRequest<'_>> for Finished {
@@ -172,6 +226,7 @@ impl From<CachedRequest<'_>> for Finished {
             offset: r.offset,
             buf: r.buf,
             notify: r.notify,
+            want: r.want,
         }
     }
 }
@@ -183,13 +238,16 @@ impl From<Req> for Finished {
             offset: r.offset,
             buf: r.buf,
             notify: r.notify,
+            want: Want::Bytes,
         }
     }
 }
 
 /// A request with pages still to do.
-struct Live {
+struct Live<'a> {
     req: Req,
+    /// For a page request: what it hands over, and the page once pinned.
+    page: Option<(PageWant, Option<PageRef<'a>>)>,
     /// It continues a sequential stream (see `readahead`).
     stream: bool,
     /// Pages not yet done.
@@ -360,7 +418,7 @@ pub struct CachedQueue<'a> {
     sh: &'a Shared,
     shared_arc: Arc<Shared>,
     q: Queue,
-    live: Slab<Live>,
+    live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
     /// Device operations in flight: the fills each serves (its tag is the key).
     ops: Slab<Slots>,
@@ -384,6 +442,10 @@ pub struct CachedQueue<'a> {
     ran: usize,
     /// Finished tagged requests not yet taken.
     done: Vec<(u64, CachedCompletion)>,
+    /// Finished page requests not yet taken.
+    guards: Vec<(u64, Result<PageGuard<'a>>)>,
+    /// Finished pin requests not yet taken.
+    pins: Vec<(u64, Result<RawPin>)>,
 }
 
 impl CachedStore {
@@ -391,14 +453,21 @@ impl CachedStore {
     /// up to `depth` device operations in flight. It belongs to the calling
     /// thread.
     pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
+        CachedQueue::on(&self.inner, depth)
+    }
+}
+
+impl<'a> CachedQueue<'a> {
+    /// A queue on the cached store whose shared state is `sh`.
+    pub(crate) fn on(sh: &'a Arc<Shared>, depth: usize) -> CachedQueue<'a> {
         let mut q = Queue::new(depth);
         // SAFETY: the frames stay mapped while the cache lives, the cache
-        // outlives the queue (it borrows the store), and it gives frames back
-        // to the kernel only through the chunk table.
-        unsafe { q.register_frames(self.inner.cache.frame_chunks()) };
+        // outlives the queue (it borrows the shared state), and it gives
+        // frames back to the kernel only through the chunk table.
+        unsafe { q.register_frames(sh.cache.frame_chunks()) };
         CachedQueue {
-            sh: &self.inner,
-            shared_arc: self.inner.clone(),
+            sh,
+            shared_arc: sh.clone(),
             q,
             live: Slab::new(),
             fills: Slab::new(),
@@ -413,11 +482,16 @@ impl CachedStore {
             outstanding: 0,
             ran: 0,
             done: Vec::new(),
+            guards: Vec::new(),
+            pins: Vec::new(),
         }
     }
-}
 
-impl<'a> CachedQueue<'a> {
+    /// Let `bell` end [`CachedQueue::wait`] early (see `Bell`).
+    pub(crate) fn set_bell(&mut self, bell: Arc<Bell>) {
+        self.q.set_bell(bell);
+    }
+
     /// Requests submitted and not yet finished (callback run or completion
     /// queued for `take_completions`).
     pub fn outstanding(&self) -> usize {
@@ -473,13 +547,25 @@ impl<'a> CachedQueue<'a> {
         out.append(&mut self.done);
     }
 
+    /// Move the guards of finished page requests (see
+    /// [`CachedRequest::page`]) to the end of `out`, as (tag, guard or the
+    /// error that kept the request from one).
+    pub fn take_pages(&mut self, out: &mut Vec<(u64, Result<PageGuard<'a>>)>) {
+        out.append(&mut self.guards);
+    }
+
+    /// Move the pins of finished pin requests to the end of `out`.
+    pub(crate) fn take_pins(&mut self, out: &mut Vec<(u64, Result<RawPin>)>) {
+        out.append(&mut self.pins);
+    }
+
     /// Block until `n` requests have finished since this call began (or nothing is
     /// outstanding); returns how many ran.
     pub fn wait(&mut self, n: usize) -> usize {
         self.ran = 0;
         self.collect();
         let mut stuck_since: Option<Instant> = None;
-        while self.ran < n && self.outstanding > 0 {
+        while self.ran < n && self.outstanding > 0 && !self.q.bell_rang() {
             if self.q.in_flight() > 0 {
                 stuck_since = None;
                 self.q.wait(1);
@@ -558,6 +644,9 @@ impl<'a> CachedQueue<'a> {
 
     fn start(&mut self, mut r: CachedRequest<'_>) {
         self.outstanding += 1;
+        if !matches!(r.want, Want::Bytes) {
+            return self.start_page(r);
+        }
         if let Err(e) = self.check(&r) {
             self.complete(r.into(), false, Some(e));
             return;
@@ -573,14 +662,16 @@ impl<'a> CachedQueue<'a> {
         // ahead of itself: it asks for no window.
         let in_flight = self.outstanding as u64 * r.buf.len() as u64;
         let stream = r.kind == OpKind::Read
-            && readahead::note_read(
-                self.sh,
-                &r.file.entry,
-                r.file.id,
-                r.offset,
-                r.buf.len() as u64,
-                in_flight,
-            );
+            && r.noted.unwrap_or_else(|| {
+                readahead::note_read(
+                    self.sh,
+                    &r.file.entry,
+                    r.file.id,
+                    r.offset,
+                    r.buf.len() as u64,
+                    in_flight,
+                )
+            });
         if pages == 1 && r.kind == OpKind::Read {
             // The common small read: an optimistic copy that needs no state
             // of the request here and no clone of its file.
@@ -628,6 +719,7 @@ impl<'a> CachedQueue<'a> {
                 buf: r.buf,
                 notify: r.notify,
             },
+            page: None,
             stream,
             left: pages,
             hit: true,
@@ -643,6 +735,47 @@ impl<'a> CachedQueue<'a> {
                 self.run_page(id, page);
             }
         }
+        self.send_run();
+    }
+
+    /// Start a page request (a guard or a pin): the hold taken for a guard,
+    /// then the page looked up as a page guard's reader.
+    fn start_page(&mut self, r: CachedRequest<'_>) {
+        let f = r.file;
+        let checked = if Arc::ptr_eq(&f.shared, &self.shared_arc) {
+            f.page_span(r.offset)
+        } else {
+            self.check(&r).map(|()| (0, 0, 0))
+        };
+        let page = match checked {
+            Ok((page, ..)) => page,
+            Err(e) => return self.complete(r.into(), false, Some(e)),
+        };
+        let want = match r.want {
+            Want::Guard => {
+                let name = || f.entry.file.name();
+                match Hold::take(f.store_key(), f.id, page, false, name) {
+                    Ok(h) => PageWant::Guard(h),
+                    Err(e) => return self.complete(r.into(), false, Some(e)),
+                }
+            }
+            _ => PageWant::Pin,
+        };
+        let id = self.live.insert(Live {
+            req: Req {
+                kind: r.kind,
+                file: f.clone(),
+                offset: r.offset,
+                buf: r.buf,
+                notify: r.notify,
+            },
+            page: Some((want, None)),
+            stream: false,
+            left: 1,
+            hit: true,
+            err: None,
+        });
+        self.run_page(id, page);
         self.send_run();
     }
 
@@ -685,6 +818,23 @@ impl<'a> CachedQueue<'a> {
         let l = self.live.get_mut(id).expect("live request");
         let fid = l.req.file.id;
         let cache: &'a PageCache = &self.sh.cache;
+        if let Some((_, pin)) = l.page.as_mut() {
+            if cache.is_filling(fid, page) {
+                return Ok(Step::Busy);
+            }
+            return match cache.try_get_as(fid, page, Mode::Keep)? {
+                None => Ok(Step::Busy),
+                Some(Lookup::Hit(g)) => {
+                    *pin = Some(g);
+                    Ok(Step::Done)
+                }
+                Some(Lookup::WriteBack(wb)) => self.write_back(wb, id, page),
+                Some(Lookup::Miss(f)) => {
+                    let ptr = f.frame_ptr();
+                    self.load(fid, page, Job::Read(f), ptr, id)
+                }
+            };
+        }
         if l.req.kind == OpKind::Read {
             let stream = l.stream;
             let dst = &mut l.req.buf[in_buf..in_buf + n];
@@ -965,7 +1115,10 @@ impl<'a> CachedQueue<'a> {
         match fill {
             Job::Read(f) => {
                 let g = f.finish(r)?;
-                l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]);
+                match l.page.as_mut() {
+                    Some((_, pin)) => *pin = Some(g),
+                    None => l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]),
+                }
             }
             Job::Write(f) => {
                 let mut g = f.finish(r)?;
@@ -1065,14 +1218,70 @@ impl<'a> CachedQueue<'a> {
         l.left -= 1;
         if l.left == 0 {
             let l = self.live.remove(id).expect("live request");
+            if let Some((want, pin)) = l.page {
+                return self.complete_page(l.req, want, pin, l.err);
+            }
             let r = l.req;
             self.complete(r.into(), l.hit, l.err);
+        }
+    }
+
+    /// Hand over a finished page request: its guard or pin, or its error.
+    fn complete_page(
+        &mut self,
+        r: Req,
+        want: PageWant,
+        pin: Option<PageRef<'a>>,
+        err: Option<Error>,
+    ) {
+        self.outstanding -= 1;
+        self.ran += 1;
+        let Notify::Tag(tag) = r.notify else {
+            unreachable!("page requests are tagged")
+        };
+        let got = match (err, pin) {
+            (Some(e), _) => Err(e),
+            (None, Some(g)) => Ok(g),
+            (None, None) => unreachable!("a page request done without error holds its page"),
+        };
+        match want {
+            PageWant::Guard(hold) => {
+                let ps = self.sh.cache.page_size() as u64;
+                let start = r.offset / ps * ps;
+                let len = r.file.len().saturating_sub(start).min(ps) as usize;
+                let g = got.map(|g| Guarded {
+                    g,
+                    len,
+                    offset: start,
+                    _hold: hold,
+                    _thread: std::marker::PhantomData,
+                });
+                self.guards.push((tag, g));
+            }
+            PageWant::Pin => {
+                let p = got.map(|g| g.into_raw().expect("a page guard's page is in the cache"));
+                self.pins.push((tag, p));
+            }
         }
     }
 
     /// Report a finished request (`hit` when no device read was needed) to its
     /// callback or under its tag.
     fn complete(&mut self, r: Finished, hit: bool, err: Option<Error>) {
+        if !matches!(r.want, Want::Bytes) {
+            // A page request refused at submit.
+            self.outstanding -= 1;
+            self.ran += 1;
+            let Notify::Tag(tag) = r.notify else {
+                unreachable!("page requests are tagged")
+            };
+            let e = err.unwrap_or_else(|| Error::InvalidArgument("page request".into()));
+            match r.want {
+                Want::Guard => self.guards.push((tag, Err(e))),
+                _ => self.pins.push((tag, Err(e))),
+            }
+            return;
+        }
         self.outstanding -= 1;
         self.ran += 1;
         let c = CachedCompletion {

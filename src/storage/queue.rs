@@ -8,8 +8,9 @@
 //! requests to make room before it sends more.
 
 use std::marker::PhantomData;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
@@ -106,6 +107,69 @@ struct Pending {
     _file: File,
 }
 
+/// A doorbell other threads ring to cut a queue owner's [`Queue::wait`] short
+/// (a worker serving requests that arrive from other threads): an eventfd
+/// that the owner's rings keep a read posted on while they sleep, and a flag.
+/// Ringing an already rung bell costs one atomic operation.
+pub(crate) struct Bell {
+    fd: OwnedFd,
+    rang: AtomicBool,
+    /// The thread that waits (unparked too, for queues waiting on I/O
+    /// threads rather than in a ring).
+    owner: OnceLock<std::thread::Thread>,
+}
+
+impl Bell {
+    pub(crate) fn new() -> Result<Bell> {
+        // SAFETY: eventfd has no memory-safety preconditions.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(Error::Engine(format!(
+                "eventfd for a queue's doorbell: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(Bell {
+            // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            rang: AtomicBool::new(false),
+            owner: OnceLock::new(),
+        })
+    }
+
+    /// Name the calling thread as the one that waits.
+    pub(crate) fn set_owner(&self) {
+        let _ = self.owner.set(std::thread::current());
+    }
+
+    /// Wake the owner if the bell was not already rung since it last looked.
+    pub(crate) fn ring(&self) {
+        if self.rang.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 to an eventfd we own.
+        let _ = unsafe { libc::write(self.fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        if let Some(t) = self.owner.get() {
+            t.unpark();
+        }
+    }
+
+    /// Whether the bell rang since the last `take`.
+    pub(crate) fn rang(&self) -> bool {
+        self.rang.load(Ordering::Acquire)
+    }
+
+    /// Whether the bell rang, and silence it.
+    pub(crate) fn take(&self) -> bool {
+        self.rang.swap(false, Ordering::AcqRel)
+    }
+
+    pub(crate) fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
+
 /// A per-thread asynchronous request queue with a bound on requests in flight.
 ///
 /// A batch of requests is sent to the devices at once; each request's
@@ -164,6 +228,8 @@ pub struct Queue {
     batched: bool,
     /// Finished tagged requests: (tag, result), taken by `take_tagged`.
     tagged: Vec<(usize, Result<()>)>,
+    /// A doorbell that ends `wait` early when rung.
+    bell: Option<Arc<Bell>>,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -190,6 +256,7 @@ impl Queue {
             frames: None,
             batched: false,
             tagged: Vec::new(),
+            bell: None,
             _not_send: PhantomData,
         }
     }
@@ -331,6 +398,17 @@ impl Queue {
         self.batched = true;
     }
 
+    /// Let `bell` end [`Queue::wait`] early: its rings (those made from now
+    /// on) wake when it rings, and `wait` returns once it has.
+    pub(crate) fn set_bell(&mut self, bell: Arc<Bell>) {
+        self.bell = Some(bell);
+    }
+
+    /// Whether this queue's doorbell rang (and was not yet taken).
+    pub(crate) fn bell_rang(&self) -> bool {
+        self.bell.as_ref().is_some_and(|b| b.rang())
+    }
+
     /// Send what `submit_raw` queued.
     pub(crate) fn flush_now(&mut self) {
         self.flush();
@@ -371,7 +449,12 @@ impl Queue {
         let pos = match self.rings.iter().position(|r| r.engine == engine) {
             Some(p) => p,
             None => {
-                let ring = ThreadRing::new(self.depth.max(hint), cfg, self.frames.as_ref()).ok();
+                let ring = ThreadRing::new(self.depth.max(hint), cfg, self.frames.as_ref())
+                    .ok()
+                    .map(|r| match &self.bell {
+                        Some(b) => r.with_bell(b.raw_fd()),
+                        None => r,
+                    });
                 self.rings.push(OwnRing { engine, ring });
                 self.rings.len() - 1
             }
@@ -428,7 +511,7 @@ impl Queue {
         self.flush();
         let mut ran = self.run_ready();
         let mut poll_until: Option<Instant> = None;
-        while ran < n && self.in_flight > 0 {
+        while ran < n && self.in_flight > 0 && !self.bell_rang() {
             if self.ring_ops() > 0 {
                 // Poll the own rings for a short while (completions of a busy device
                 // arrive every few microseconds), then sleep in the kernel.

@@ -43,7 +43,20 @@ pub(crate) struct ThreadRing {
     eager: bool,
     /// Memory registered as fixed buffers chunk by chunk, if any.
     fixed: Option<RingChunks>,
+    /// The owner's doorbell (see `Bell`), read while the ring sleeps.
+    bell: Option<BellRead>,
 }
+
+/// The read of a doorbell's eventfd that a sleeping ring keeps posted.
+struct BellRead {
+    fd: std::os::fd::RawFd,
+    buf: Box<u64>,
+    /// The read is in the kernel.
+    armed: bool,
+}
+
+/// The doorbell read's token; operation tokens are slab indices below it.
+const BELL_TOKEN: u64 = u64::MAX;
 
 /// A ring's side of a [`FixedChunks`]: buffer index = chunk number.
 struct RingChunks {
@@ -141,7 +154,38 @@ impl ThreadRing {
             done: Vec::with_capacity(entries),
             unsubmitted: 0,
             eager: cfg.eager,
+            bell: None,
         })
+    }
+
+    /// Wake from a sleep in the kernel when the eventfd `fd` is written (a
+    /// doorbell that outlives the ring).
+    pub(crate) fn with_bell(mut self, fd: std::os::fd::RawFd) -> ThreadRing {
+        self.bell = Some(BellRead {
+            fd,
+            buf: Box::new(0),
+            armed: false,
+        });
+        self
+    }
+
+    /// Post the doorbell read before a sleep, if it is not posted yet.
+    fn arm_bell(&mut self) {
+        let Some(b) = self.bell.as_mut() else {
+            return;
+        };
+        if b.armed {
+            return;
+        }
+        let e = io_uring::opcode::Read::new(types::Fd(b.fd), (&mut *b.buf as *mut u64).cast(), 8)
+            .build()
+            .user_data(BELL_TOKEN);
+        // SAFETY: the 8-byte buffer is boxed in `self` and outlives the read
+        // (`drop` waits for it to complete).
+        if unsafe { self.ring.submission().push(&e) }.is_ok() {
+            b.armed = true;
+            self.unsubmitted += 1;
+        }
     }
 
     /// The fixed-buffer index for an operation on one piece of registered
@@ -220,8 +264,11 @@ impl ThreadRing {
     /// least one operation completed or `timeout` (if any) passed. Returns how many
     /// operations completed (their requests' sinks were told).
     pub(crate) fn enter(&mut self, wait: bool, timeout: Option<Duration>) -> usize {
-        let to_submit = self.unsubmitted;
         let want = u32::from(wait && self.slab.len() > self.free.len());
+        if want == 1 {
+            self.arm_bell();
+        }
+        let to_submit = self.unsubmitted;
         let res = match (want, timeout) {
             (1, Some(t)) => {
                 let ts = types::Timespec::from(t);
@@ -257,11 +304,19 @@ impl ThreadRing {
 
     fn reap(&mut self) -> usize {
         let mut done = std::mem::take(&mut self.done);
-        done.extend(
-            self.ring
-                .completion()
-                .map(|c| (c.user_data() as usize, c.result())),
-        );
+        let mut bell_done = false;
+        done.extend(self.ring.completion().filter_map(|c| {
+            if c.user_data() == BELL_TOKEN {
+                bell_done = true;
+                return None;
+            }
+            Some((c.user_data() as usize, c.result()))
+        }));
+        if bell_done {
+            if let Some(b) = self.bell.as_mut() {
+                b.armed = false;
+            }
+        }
         let n = done.len();
         for (idx, res) in done.drain(..) {
             finish_slot(&mut self.slab, &mut self.free, idx, res);
@@ -285,6 +340,20 @@ impl Drop for ThreadRing {
             {
                 break;
             }
+        }
+        // A posted doorbell read writes into `self`: complete it (the eventfd
+        // is the owner's, still open) and wait for it to come back.
+        for _ in 0..100 {
+            let Some(b) = self.bell.as_ref().filter(|b| b.armed) else {
+                break;
+            };
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to the doorbell's eventfd.
+            let _ = unsafe { libc::write(b.fd, (&one as *const u64).cast(), 8) };
+            let ts = types::Timespec::from(Duration::from_millis(10));
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            self.reap();
         }
         // Nothing of ours is in flight: the owner may give the chunks' pages
         // back again (the ring, closed next, is never used after this).

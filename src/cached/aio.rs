@@ -1,0 +1,663 @@
+//! Futures on cached files: [`CachedFile::read_at_async`],
+//! [`CachedFile::write_at_async`] and [`CachedFile::page_async`].
+//!
+//! A future's first poll tries the page in the cache on the polling thread,
+//! without blocking: a hit completes there (an optimistic copy for a read of
+//! one page, a pin for a page reference, the writer's hold for a write of one
+//! page). Anything else goes to one of the store's I/O workers: threads, each
+//! with a [`CachedQueue`] of its own, started on first use and stopped when
+//! the [`CachedStore`](super::CachedStore) drops. A worker takes requests in
+//! batches from its inbox, keeps them in flight on its queue, and on
+//! completion hands the outcome to the future's slot and wakes its waker. So
+//! the futures need no runtime of setcache's: any executor that polls them
+//! when woken runs them (tokio, smol, or ten lines over `std::thread::park`).
+//!
+//! The worker owns everything the I/O uses: a future's buffer moves into its
+//! request, and the frame a miss reads into is claimed by the worker's queue
+//! until the read is back. Dropping a future only lets go of its slot; the
+//! request finishes on the worker (a write is still made), its buffer is freed
+//! then, and a page pin that nobody takes is released.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+
+use crate::cache::{Got, RawPin};
+use crate::cached::queue::{CachedQueue, CachedRequest};
+use crate::cached::readahead;
+use crate::cached::shared::Shared;
+use crate::cached::{CachedFile, Guarded, Hold, PageGuard};
+use crate::error::{Error, Result};
+use crate::storage::file::OpKind;
+use crate::storage::queue::Bell;
+use crate::util::slab::Slab;
+
+/// Device operations each worker keeps in flight at most.
+const WORKER_DEPTH: usize = 256;
+
+/// What a worker hands a future.
+enum Outcome {
+    Bytes(Result<()>, Vec<u8>),
+    Pin(Result<OwnedPin>),
+}
+
+/// A page's pin on its way to a future; released if nobody takes it.
+struct OwnedPin {
+    sh: Arc<Shared>,
+    pin: Option<RawPin>,
+}
+
+impl Drop for OwnedPin {
+    fn drop(&mut self) {
+        if let Some(p) = self.pin.take() {
+            // SAFETY: the pin came from `into_raw` of a guard of this cache
+            // (the worker's page request) and is used once, here.
+            drop(unsafe { self.sh.cache.restore_pin(p) });
+        }
+    }
+}
+
+enum State {
+    /// In flight; the waker of the task to wake.
+    Waiting(Option<Waker>),
+    Ready(Outcome),
+    Taken,
+}
+
+/// Where a worker leaves the outcome of one future's request.
+struct Slot {
+    st: Mutex<State>,
+}
+
+impl Slot {
+    fn new(w: &Waker) -> Arc<Slot> {
+        Arc::new(Slot {
+            st: Mutex::new(State::Waiting(Some(w.clone()))),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.st.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Leave the outcome and wake the task (outside the lock).
+    fn complete(&self, o: Outcome) {
+        let w = match std::mem::replace(&mut *self.lock(), State::Ready(o)) {
+            State::Waiting(w) => w,
+            _ => None,
+        };
+        if let Some(w) = w {
+            w.wake();
+        }
+    }
+
+    /// The outcome, or `Pending` with the task's current waker kept.
+    fn poll(&self, cx: &Context<'_>) -> Poll<Outcome> {
+        let mut g = self.lock();
+        match std::mem::replace(&mut *g, State::Taken) {
+            State::Ready(o) => Poll::Ready(o),
+            State::Waiting(w) => {
+                let w = match w {
+                    Some(w) if w.will_wake(cx.waker()) => w,
+                    _ => cx.waker().clone(),
+                };
+                *g = State::Waiting(Some(w));
+                Poll::Pending
+            }
+            State::Taken => unreachable!("a future's outcome is taken once"),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+enum What {
+    Read,
+    Write,
+    Pin,
+}
+
+/// One request for a worker.
+struct Op {
+    what: What,
+    file: CachedFile,
+    offset: u64,
+    buf: Vec<u8>,
+    /// Readahead saw the read already (as a stream's).
+    stream: Option<bool>,
+    slot: Arc<Slot>,
+}
+
+/// A worker's inbox: requests not yet taken, and whether the worker has
+/// ended (after which requests are refused).
+struct Inbox {
+    ops: Mutex<(Vec<Op>, bool)>,
+    closing: AtomicBool,
+    bell: Arc<Bell>,
+}
+
+/// The store's I/O workers for futures, started on first use.
+pub(crate) struct Driver {
+    inboxes: std::sync::OnceLock<Vec<Arc<Inbox>>>,
+    /// The workers' threads, and whether the driver was stopped.
+    threads: Mutex<(Vec<JoinHandle<()>>, bool)>,
+}
+
+/// Numbers threads, to spread them over the workers.
+static NEXT_THREAD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static THREAD_NO: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
+}
+
+impl Driver {
+    pub(crate) fn new() -> Driver {
+        Driver {
+            inboxes: std::sync::OnceLock::new(),
+            threads: Mutex::new((Vec::new(), false)),
+        }
+    }
+
+    /// This thread's worker's inbox, starting the workers if need be.
+    fn inbox(&self, sh: &Arc<Shared>) -> Result<&Arc<Inbox>> {
+        let all = match self.inboxes.get() {
+            Some(v) => v,
+            None => self.start(sh)?,
+        };
+        Ok(&all[THREAD_NO.with(|n| *n) % all.len()])
+    }
+
+    /// One worker per eight CPUs the process may use (at least one): a
+    /// worker takes a few microseconds of CPU per device operation.
+    fn start(&self, sh: &Arc<Shared>) -> Result<&Vec<Arc<Inbox>>> {
+        let mut g = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        if g.1 {
+            return Err(Error::Closed);
+        }
+        if let Some(v) = self.inboxes.get() {
+            return Ok(v);
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut inboxes = Vec::new();
+        for k in 0..(cpus / 8).max(1) {
+            let inbox = Arc::new(Inbox {
+                ops: Mutex::new((Vec::new(), false)),
+                closing: AtomicBool::new(false),
+                bell: Arc::new(Bell::new()?),
+            });
+            let (sh, ib) = (sh.clone(), inbox.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("setcache-aio{k}"))
+                .spawn(move || run(sh, ib))
+                .map_err(|e| Error::Engine(format!("cannot start an I/O worker: {e}")))?;
+            g.0.push(t);
+            inboxes.push(inbox);
+        }
+        let _ = self.inboxes.set(inboxes);
+        Ok(self.inboxes.get().expect("set above"))
+    }
+
+    /// Hand `op` to this thread's worker; on refusal, the error and the op's
+    /// buffer.
+    fn send(&self, sh: &Arc<Shared>, op: Op) -> std::result::Result<(), (Error, Vec<u8>)> {
+        let inbox = match self.inbox(sh) {
+            Ok(i) => i,
+            Err(e) => return Err((e, op.buf)),
+        };
+        {
+            let mut g = inbox.ops.lock().unwrap_or_else(|p| p.into_inner());
+            if g.1 {
+                return Err((Error::Closed, op.buf));
+            }
+            g.0.push(op);
+        }
+        inbox.bell.ring();
+        Ok(())
+    }
+
+    /// Stop the workers once every request they hold is done; later requests
+    /// fail with [`Error::Closed`].
+    pub(crate) fn stop(&self) {
+        let mut g = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = true;
+        if let Some(v) = self.inboxes.get() {
+            for i in v {
+                i.closing.store(true, Ordering::Release);
+                i.bell.ring();
+            }
+        }
+        for t in g.0.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A worker: take requests from the inbox in batches, run them on its own
+/// queue, hand each outcome to its slot.
+fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
+    inbox.bell.set_owner();
+    let mut q = CachedQueue::on(&sh, WORKER_DEPTH);
+    q.set_bell(inbox.bell.clone());
+    let mut slots: Slab<Arc<Slot>> = Slab::new();
+    let mut batch: Vec<Op> = Vec::new();
+    let mut done = Vec::new();
+    let mut pins = Vec::new();
+    loop {
+        inbox.bell.take();
+        std::mem::swap(
+            &mut inbox.ops.lock().unwrap_or_else(|p| p.into_inner()).0,
+            &mut batch,
+        );
+        if !batch.is_empty() {
+            let mut reqs = Vec::with_capacity(batch.len());
+            for op in batch.iter_mut() {
+                let tag = slots.insert(op.slot.clone()) as u64;
+                let r = match op.what {
+                    What::Read | What::Write => {
+                        let kind = match op.what {
+                            What::Read => OpKind::Read,
+                            _ => OpKind::Write,
+                        };
+                        let buf = std::mem::take(&mut op.buf);
+                        CachedRequest::tagged(kind, &op.file, op.offset, buf, tag)
+                    }
+                    What::Pin => CachedRequest::pin(&op.file, op.offset, tag),
+                };
+                reqs.push(match op.stream {
+                    Some(s) => r.noted(s),
+                    None => r,
+                });
+            }
+            q.submit_from(&mut reqs);
+            drop(reqs);
+            batch.clear();
+        }
+        deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
+        if q.outstanding() > 0 {
+            // Returns early when the bell rings (new requests).
+            q.wait(1);
+            deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
+            continue;
+        }
+        if inbox.closing.load(Ordering::Acquire) {
+            let mut g = inbox.ops.lock().unwrap_or_else(|p| p.into_inner());
+            if g.0.is_empty() {
+                g.1 = true;
+                break;
+            }
+            continue;
+        }
+        while !inbox.bell.rang() && !inbox.closing.load(Ordering::Acquire) {
+            std::thread::park();
+        }
+    }
+}
+
+/// Hand the outcomes of finished requests to their slots.
+fn deliver(
+    q: &mut CachedQueue<'_>,
+    sh: &Arc<Shared>,
+    slots: &mut Slab<Arc<Slot>>,
+    done: &mut Vec<(u64, crate::cached::CachedCompletion)>,
+    pins: &mut Vec<(u64, Result<RawPin>)>,
+) {
+    q.take_completions(done);
+    for (tag, c) in done.drain(..) {
+        let slot = slots.remove(tag as usize).expect("a request in flight");
+        slot.complete(Outcome::Bytes(c.result, c.buf));
+    }
+    q.take_pins(pins);
+    for (tag, p) in pins.drain(..) {
+        let slot = slots.remove(tag as usize).expect("a request in flight");
+        let p = p.map(|pin| OwnedPin {
+            sh: sh.clone(),
+            pin: Some(pin),
+        });
+        slot.complete(Outcome::Pin(p));
+    }
+}
+
+/// The future of [`CachedFile::read_at_async`]: `(bytes read or the error,
+/// the buffer)`.
+#[must_use = "futures do nothing unless polled"]
+pub struct ReadAt<'f> {
+    file: &'f CachedFile,
+    offset: u64,
+    st: Stage,
+}
+
+/// The future of [`CachedFile::write_at_async`]: `(the outcome, the
+/// buffer)`.
+#[must_use = "futures do nothing unless polled"]
+pub struct WriteAt<'f> {
+    file: &'f CachedFile,
+    offset: u64,
+    st: Stage,
+}
+
+/// The future of [`CachedFile::page_async`]: the page's guard.
+#[must_use = "futures do nothing unless polled"]
+pub struct PageAt<'f> {
+    file: &'f CachedFile,
+    offset: u64,
+    st: Stage,
+}
+
+enum Stage {
+    /// Not yet polled: the buffer.
+    Start(Vec<u8>),
+    /// With a worker: the slot, the buffer's length, the bytes asked for.
+    Sent(Arc<Slot>, usize, usize),
+    Done,
+}
+
+impl Stage {
+    /// Poll a request sent to a worker; `Start` and `Done` go back to the
+    /// caller as they are (`Err`).
+    fn poll_sent(
+        &mut self,
+        cx: &Context<'_>,
+    ) -> std::result::Result<Poll<(Outcome, usize, usize)>, Stage> {
+        match std::mem::replace(self, Stage::Done) {
+            Stage::Sent(slot, want, n) => match slot.poll(cx) {
+                Poll::Ready(o) => Ok(Poll::Ready((o, want, n))),
+                Poll::Pending => {
+                    *self = Stage::Sent(slot, want, n);
+                    Ok(Poll::Pending)
+                }
+            },
+            other => Err(other),
+        }
+    }
+}
+
+/// Send `op` to a worker; `Sent` or, refused, the outcome to report now.
+fn send(
+    file: &CachedFile,
+    op: Op,
+    want: usize,
+    n: usize,
+) -> std::result::Result<Stage, (Error, Vec<u8>)> {
+    let slot = op.slot.clone();
+    match file.shared.aio.send(&file.shared, op) {
+        Ok(()) => Ok(Stage::Sent(slot, want, n)),
+        Err(refused) => Err(refused),
+    }
+}
+
+impl Future for ReadAt<'_> {
+    type Output = (Result<usize>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let f = this.file;
+        match this.st.poll_sent(cx) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready((Outcome::Bytes(r, mut buf), want, n))) => {
+                buf.resize(want, 0);
+                Poll::Ready((r.map(|()| n).map_err(|e| f.gone_or(e)), buf))
+            }
+            Ok(Poll::Ready((Outcome::Pin(_), ..))) => unreachable!("a read gets bytes"),
+            Err(Stage::Start(buf)) => match this.start(buf, cx) {
+                Ok(Some(st)) => {
+                    this.st = st;
+                    Poll::Pending
+                }
+                Ok(None) => unreachable!("a read that is not sent is done"),
+                Err(done) => Poll::Ready(done),
+            },
+            Err(_) => panic!("ReadAt polled after it completed"),
+        }
+    }
+}
+
+impl ReadAt<'_> {
+    /// The first poll: checks, the hit path, else the worker. `Err` carries
+    /// the finished output.
+    #[allow(clippy::type_complexity)]
+    fn start(
+        &mut self,
+        mut buf: Vec<u8>,
+        cx: &Context<'_>,
+    ) -> std::result::Result<Option<Stage>, (Result<usize>, Vec<u8>)> {
+        let (f, offset) = (self.file, self.offset);
+        let want = buf.len();
+        let n = match f.read_len(offset, want) {
+            Ok(0) => return Err((Ok(0), buf)),
+            Ok(n) => n,
+            Err(e) => return Err((Err(f.gone_or(e)), buf)),
+        };
+        if let Err(e) = f.check_held(offset, offset + n as u64, false) {
+            return Err((Err(e), buf));
+        }
+        let sh = &*f.shared;
+        let stream = readahead::note_read(sh, &f.entry, f.id, offset, n as u64, 0);
+        let ps = sh.cache.page_size() as u64;
+        let (page, in_page) = (offset / ps, (offset % ps) as usize);
+        if in_page + n <= ps as usize {
+            let dst = &mut buf[..n];
+            let got = if stream {
+                sh.cache.try_read_stream(f.id, page, in_page, dst)
+            } else {
+                let hit = sh.cache.try_read(f.id, page, in_page, dst);
+                hit.map(|h| if h { Got::Hit } else { Got::Miss })
+            };
+            match got {
+                Ok(Got::Miss) => {}
+                Ok(g) => {
+                    if g == Got::Cold {
+                        readahead::note_used(sh, f.id, page);
+                    }
+                    return Err((Ok(n), buf));
+                }
+                Err(e) => return Err((Err(f.gone_or(e)), buf)),
+            }
+        }
+        buf.truncate(n);
+        let op = Op {
+            what: What::Read,
+            file: f.clone(),
+            offset,
+            buf,
+            stream: Some(stream),
+            slot: Slot::new(cx.waker()),
+        };
+        match send(f, op, want, n) {
+            Ok(st) => Ok(Some(st)),
+            Err((e, mut buf)) => {
+                buf.resize(want, 0);
+                Err((Err(e), buf))
+            }
+        }
+    }
+}
+
+impl Future for WriteAt<'_> {
+    type Output = (Result<()>, Vec<u8>);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let f = this.file;
+        match this.st.poll_sent(cx) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready((Outcome::Bytes(r, buf), ..))) => {
+                Poll::Ready((r.map_err(|e| f.gone_or(e)), buf))
+            }
+            Ok(Poll::Ready((Outcome::Pin(_), ..))) => unreachable!("a write gets bytes"),
+            Err(Stage::Start(buf)) => match this.start(buf, cx) {
+                Ok(st) => {
+                    this.st = st;
+                    Poll::Pending
+                }
+                Err(done) => Poll::Ready(done),
+            },
+            Err(_) => panic!("WriteAt polled after it completed"),
+        }
+    }
+}
+
+impl WriteAt<'_> {
+    /// The first poll: checks, a write of one cached page at once, else the
+    /// worker. `Err` carries the finished output.
+    fn start(
+        &mut self,
+        buf: Vec<u8>,
+        cx: &Context<'_>,
+    ) -> std::result::Result<Stage, (Result<()>, Vec<u8>)> {
+        let (f, offset) = (self.file, self.offset);
+        if let Err(e) = f.write_check(offset, buf.len()) {
+            return Err((Err(f.gone_or(e)), buf));
+        }
+        if buf.is_empty() {
+            return Err((Ok(()), buf));
+        }
+        let sh = &*f.shared;
+        let ps = sh.cache.page_size() as u64;
+        let (page, in_page) = (offset / ps, (offset % ps) as usize);
+        if in_page + buf.len() <= ps as usize {
+            match sh.cache.try_get_mut_present(f.id, page) {
+                Ok(Some(mut g)) => {
+                    g[in_page..in_page + buf.len()].copy_from_slice(&buf);
+                    return Err((Ok(()), buf));
+                }
+                Ok(None) => {}
+                Err(e) => return Err((Err(f.gone_or(e)), buf)),
+            }
+        }
+        let n = buf.len();
+        let op = Op {
+            what: What::Write,
+            file: f.clone(),
+            offset,
+            buf,
+            stream: None,
+            slot: Slot::new(cx.waker()),
+        };
+        send(f, op, n, n).map_err(|(e, buf)| (Err(e), buf))
+    }
+}
+
+impl<'f> Future for PageAt<'f> {
+    type Output = Result<PageGuard<'f>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let f: &'f CachedFile = this.file;
+        match this.st.poll_sent(cx) {
+            Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready((Outcome::Pin(p), ..))) => Poll::Ready(
+                p.and_then(|p| guard_of(f, this.offset, p))
+                    .map_err(|e| f.gone_or(e)),
+            ),
+            Ok(Poll::Ready((Outcome::Bytes(..), ..))) => unreachable!("a page request gets a pin"),
+            Err(Stage::Start(_)) => match this.start(cx) {
+                Ok(st) => {
+                    this.st = st;
+                    Poll::Pending
+                }
+                Err(done) => Poll::Ready(done.map_err(|e| f.gone_or(e))),
+            },
+            Err(_) => panic!("PageAt polled after it completed"),
+        }
+    }
+}
+
+impl<'f> PageAt<'f> {
+    /// The first poll: checks, a pin of the page if it is cached, else the
+    /// worker. `Err` carries the finished output.
+    fn start(&mut self, cx: &Context<'_>) -> std::result::Result<Stage, Result<PageGuard<'f>>> {
+        let (f, offset): (&'f CachedFile, u64) = (self.file, self.offset);
+        let (page, start, len) = f.page_span(offset).map_err(Err)?;
+        // A page this thread holds mutably would be waited for.
+        f.check_held(start, start + 1, false).map_err(Err)?;
+        match f.shared.cache.try_pin_present(f.id, page) {
+            Ok(Some(g)) => {
+                let name = || f.entry.file.name();
+                let hold = Hold::take(f.store_key(), f.id, page, false, name).map_err(Err)?;
+                return Err(Ok(Guarded {
+                    g,
+                    len,
+                    offset: start,
+                    _hold: hold,
+                    _thread: std::marker::PhantomData,
+                }));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(Err(e)),
+        }
+        let op = Op {
+            what: What::Pin,
+            file: f.clone(),
+            offset,
+            buf: Vec::new(),
+            stream: None,
+            slot: Slot::new(cx.waker()),
+        };
+        send(f, op, 0, 0).map_err(|(e, _)| Err(e))
+    }
+}
+
+/// A guard of the page holding `offset` of `f` on this thread, from the pin
+/// a worker took (released if this thread may not hold another guard).
+fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_>> {
+    let (page, start, len) = f.page_span(offset)?;
+    let name = || f.entry.file.name();
+    let hold = Hold::take(f.store_key(), f.id, page, false, name)?;
+    let raw = p.pin.take().expect("a pin not yet taken");
+    // SAFETY: the pin came from `into_raw` of a guard of this file's cache
+    // (the worker shares it) and is used once: taken out of `p` above.
+    let g = unsafe { f.shared.cache.restore_pin(raw) };
+    Ok(Guarded {
+        g,
+        len,
+        offset: start,
+        _hold: hold,
+        _thread: std::marker::PhantomData,
+    })
+}
+
+impl CachedFile {
+    /// Read up to `buf.len()` bytes at `offset`, as [`CachedFile::read_at`],
+    /// without blocking the task: the future gives back `(bytes read or the
+    /// error, buf)` (bytes of `buf` past those read are unspecified). A read
+    /// of one cached page completes in its first poll; others go to the
+    /// store's I/O workers, which wake the task when they are done. Dropping
+    /// the future before then is safe (the read ends on the worker, which then
+    /// frees the buffer).
+    pub fn read_at_async(&self, offset: u64, buf: Vec<u8>) -> ReadAt<'_> {
+        ReadAt {
+            file: self,
+            offset,
+            st: Stage::Start(buf),
+        }
+    }
+
+    /// Write all of `data` at `offset`, as [`CachedFile::write_at`], without
+    /// blocking the task: the future gives back `(the outcome, data)`. A
+    /// write within one cached page completes in its first poll. A future
+    /// dropped before it completes may or may not have written (once sent
+    /// to a worker, the write is made).
+    pub fn write_at_async(&self, offset: u64, data: Vec<u8>) -> WriteAt<'_> {
+        WriteAt {
+            file: self,
+            offset,
+            st: Stage::Start(data),
+        }
+    }
+
+    /// The page holding byte `offset`, as [`CachedFile::page`], without
+    /// blocking the task: a cached page's guard comes in the first poll, a
+    /// missing page's once a worker has read it (pinned, so it is not
+    /// evicted on the way). The guard belongs to the thread that polled the
+    /// future to completion. Dropping the future before then releases the
+    /// page.
+    pub fn page_async(&self, offset: u64) -> PageAt<'_> {
+        PageAt {
+            file: self,
+            offset,
+            st: Stage::Start(Vec::new()),
+        }
+    }
+}

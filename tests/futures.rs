@@ -1,0 +1,385 @@
+//! Futures on cached files (`read_at_async`, `write_at_async`,
+//! `page_async`) under a minimal executor and under tokio, page requests on
+//! the queue, and what dropping a future leaves behind.
+
+mod common;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use common::{Rng, TempDir, pattern};
+use setcache::{
+    CacheOptions, CachedRequest, CachedStore, Error, LayoutKind, MAX_GUARDS_PER_THREAD, PolicyKind,
+    Store, StoreOptions,
+};
+
+const PS: usize = 4096;
+
+/// The file's initial bytes at `off`.
+fn pat(off: usize, n: usize) -> Vec<u8> {
+    pattern(1, off as u64, n)
+}
+
+/// A store with one file `data` of `len` bytes holding `pat(..)`,
+/// written past the cache, behind a cache of `pages` pages.
+fn rig(tmp: &TempDir, len: usize, pages: usize) -> CachedStore {
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store
+        .create("data", len as u64, LayoutKind::Stripe)
+        .unwrap();
+    let mut b = setcache::AlignedBuf::new(len);
+    b.copy_from_slice(&pat(0, len));
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    CachedStore::new(
+        store,
+        CacheOptions {
+            size: pages * PS,
+            page_size: PS,
+            assoc: 8,
+            policy: PolicyKind::Clock,
+            pin_wait: Duration::from_secs(2),
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+/// The ten-line executor: a task is woken by unparking the thread that runs
+/// it; a flag says whether it was woken since its last poll.
+struct Flag(AtomicBool, std::thread::Thread);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+        self.1.unpark();
+    }
+}
+
+/// Run `futs` together on this thread until all are done; returns their
+/// outputs and the most that were pending at once.
+fn run_all<F: Future>(futs: Vec<F>) -> (Vec<F::Output>, usize) {
+    let me = std::thread::current();
+    let mut tasks: Vec<(Pin<Box<F>>, Arc<Flag>)> = futs
+        .into_iter()
+        .map(|f| {
+            (
+                Box::pin(f),
+                Arc::new(Flag(AtomicBool::new(true), me.clone())),
+            )
+        })
+        .collect();
+    let mut out: Vec<Option<F::Output>> = tasks.iter().map(|_| None).collect();
+    let (mut left, mut most) = (tasks.len(), 0);
+    while left > 0 {
+        let mut polled = false;
+        for (k, (f, flag)) in tasks.iter_mut().enumerate() {
+            if out[k].is_some() || !flag.0.swap(false, Ordering::AcqRel) {
+                continue;
+            }
+            polled = true;
+            let w = Waker::from(flag.clone());
+            if let Poll::Ready(v) = f.as_mut().poll(&mut Context::from_waker(&w)) {
+                out[k] = Some(v);
+                left -= 1;
+            }
+        }
+        most = most.max(left);
+        if !polled {
+            std::thread::park_timeout(Duration::from_millis(100));
+        }
+    }
+    (out.into_iter().map(Option::unwrap).collect(), most)
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    run_all(vec![f]).0.pop().unwrap()
+}
+
+/// One thread keeps 64 reads of missing pages in flight under the minimal
+/// executor: every one is pending at once (none is served on the polling
+/// thread), each returns its page's bytes, and each counts one miss.
+#[test]
+fn one_thread_keeps_64_misses_in_flight_under_a_minimal_executor() {
+    let tmp = TempDir::new("futures-64");
+    let len = 16 << 20;
+    let cs = rig(&tmp, len, 1024);
+    // Random pages may neighbour each other: no readahead, so that each
+    // read is one miss.
+    cs.set_readahead(0);
+    let f = cs.open_file("data").unwrap();
+    let mut rng = Rng(7);
+    let mut pages: Vec<u64> = (0..(len / PS) as u64).collect();
+    for i in (1..pages.len()).rev() {
+        pages.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    let before = cs.cache().stats();
+    let mut most = 0;
+    for round in pages[..64 * 8].chunks(64) {
+        let futs: Vec<_> = round
+            .iter()
+            .map(|&p| f.read_at_async(p * PS as u64 + 100, vec![0u8; 300]))
+            .collect();
+        let (outs, m) = run_all(futs);
+        most = most.max(m);
+        for (&p, (r, buf)) in round.iter().zip(outs) {
+            assert_eq!(r.unwrap(), 300);
+            let off = p as usize * PS + 100;
+            assert_eq!(buf, pat(off, 300), "page {p}");
+        }
+    }
+    assert_eq!(most, 64, "64 futures were never pending at once");
+    let after = cs.cache().stats();
+    assert_eq!(after.misses - before.misses, 512, "one miss per read");
+    assert_eq!(after.hits - before.hits, 0);
+    // Now cached: a read of one page completes in its first poll.
+    let p = pages[0];
+    let mut fut = Box::pin(f.read_at_async(p * PS as u64, vec![0u8; PS]));
+    let w = Waker::from(Arc::new(Flag(
+        AtomicBool::new(false),
+        std::thread::current(),
+    )));
+    match fut.as_mut().poll(&mut Context::from_waker(&w)) {
+        Poll::Ready((r, b)) => {
+            assert_eq!(r.unwrap(), PS);
+            assert_eq!(b, pat(p as usize * PS, PS));
+        }
+        Poll::Pending => panic!("a cached page was not served in the first poll"),
+    }
+}
+
+/// Writes and reads of any span through futures match a model, across
+/// page boundaries and the end of the file, with sync in between; the
+/// bytes are on the devices after sync.
+#[test]
+fn future_writes_and_reads_match_a_model() {
+    let tmp = TempDir::new("futures-model");
+    let len = 2 << 20;
+    let cs = rig(&tmp, len, 64);
+    let f = cs.open_file("data").unwrap();
+    let mut model = pat(0, len);
+    let mut rng = Rng(11);
+    for round in 0..20 {
+        let mut futs = Vec::new();
+        let mut spans = Vec::new();
+        for k in 0..16 {
+            let off = rng.below(len as u64 - 1) as usize;
+            let n = (1 + rng.below(3 * PS as u64) as usize).min(len - off);
+            // Writes of one round do not overlap (their order is not fixed).
+            if spans
+                .iter()
+                .any(|&(o, m): &(usize, usize)| off < o + m && o < off + n)
+            {
+                continue;
+            }
+            spans.push((off, n));
+            let data: Vec<u8> = (0..n).map(|i| (round * 31 + k * 7 + i) as u8).collect();
+            model[off..off + n].copy_from_slice(&data);
+            futs.push(f.write_at_async(off as u64, data));
+        }
+        for (r, _) in run_all(futs).0 {
+            r.unwrap();
+        }
+        let reads: Vec<_> = (0..16)
+            .map(|_| {
+                let off = rng.below(len as u64) as usize;
+                (off, f.read_at_async(off as u64, vec![0u8; 2 * PS + 5]))
+            })
+            .collect();
+        let (offs, futs): (Vec<_>, Vec<_>) = reads.into_iter().unzip();
+        for (off, (r, buf)) in offs.into_iter().zip(run_all(futs).0) {
+            let n = r.unwrap();
+            assert_eq!(n, (2 * PS + 5).min(len - off));
+            assert_eq!(&buf[..n], &model[off..off + n], "read at {off}");
+        }
+        if round % 5 == 4 {
+            f.sync().unwrap();
+        }
+    }
+    f.sync().unwrap();
+    drop(f);
+    drop(cs);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let g = store.open_file("data").unwrap();
+    let mut b = setcache::AlignedBuf::new(len);
+    g.read_at(0, &mut b).unwrap();
+    assert!(b[..] == model[..], "the devices differ from the model");
+}
+
+/// Bad input gets a clear error from the future, with the buffer back.
+#[test]
+fn futures_report_bad_input() {
+    let tmp = TempDir::new("futures-bad");
+    let cs = rig(&tmp, 1 << 20, 1024);
+    let f = cs.open_file("data").unwrap();
+    let (r, b) = block_on(f.read_at_async((1 << 20) + 1, vec![7u8; 10]));
+    assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    assert_eq!(b, vec![7u8; 10]);
+    let (r, _) = block_on(f.read_at_async(1 << 20, vec![0u8; 10]));
+    assert_eq!(r.unwrap(), 0, "a read at the end reads nothing");
+    let (r, b) = block_on(f.write_at_async((1 << 20) - 5, vec![1u8; 10]));
+    assert!(matches!(r, Err(Error::OutOfRange { .. })), "{r:?}");
+    assert_eq!(b.len(), 10);
+    let ro = cs.open_file_read_only("data").unwrap();
+    let (r, _) = block_on(ro.write_at_async(0, vec![1u8; 10]));
+    assert!(matches!(r, Err(Error::ReadOnly(_))), "{r:?}");
+    let r = block_on(f.page_async(1 << 20));
+    assert!(matches!(r, Err(Error::OutOfRange { .. })));
+    // A page this thread holds mutably: an error, not a wait for itself.
+    let m = f.page_mut(0).unwrap();
+    let r = block_on(f.read_at_async(10, vec![0u8; 10])).0;
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "{r:?}");
+    assert!(matches!(
+        block_on(f.page_async(0)),
+        Err(Error::HeldByCaller(_))
+    ));
+    drop(m);
+    // Too many guards: the future's guard is refused, the page not kept.
+    let held: Vec<_> = (0..MAX_GUARDS_PER_THREAD)
+        .map(|k| f.page((k * PS) as u64).unwrap())
+        .collect();
+    let far = (100 * PS) as u64;
+    let r = block_on(f.page_async(far));
+    assert!(matches!(r, Err(Error::TooManyPins { .. })), "{:?}", r.err());
+    drop(held);
+    let g = block_on(f.page_async(far)).unwrap();
+    assert_eq!(&g[..], &pat(far as usize, PS)[..]);
+    drop(g);
+    // After the store is dropped, futures fail with `Closed`.
+    drop(cs);
+    let (r, _) = block_on(f.read_at_async(200 * PS as u64, vec![0u8; 10]));
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+}
+
+/// Page guards from futures: a missing page comes pinned from a worker and
+/// shows the page's bytes; 64 at once from one thread.
+#[test]
+fn page_futures_hand_over_pinned_pages() {
+    let tmp = TempDir::new("futures-pages");
+    let len = 8 << 20;
+    let cs = rig(&tmp, len, 256);
+    let f = cs.open_file("data").unwrap();
+    let futs: Vec<_> = (0..64u64)
+        .map(|k| f.page_async(k * 17 * PS as u64 + 9))
+        .collect();
+    let (guards, most) = run_all(futs);
+    assert_eq!(most, 64);
+    for (k, g) in guards.iter().enumerate() {
+        let g = g.as_ref().unwrap();
+        let off = k * 17 * PS;
+        assert_eq!(g.offset(), off as u64);
+        assert_eq!(&g[..], &pat(off, PS)[..]);
+    }
+    // While held, a scan of the whole file cannot evict them.
+    let mut b = vec![0u8; PS];
+    for p in 0..(len / PS) as u64 {
+        f.read_at(p * PS as u64, &mut b).unwrap();
+    }
+    for (k, g) in guards.iter().enumerate() {
+        assert_eq!(&g.as_ref().unwrap()[..], &pat(k * 17 * PS, PS)[..]);
+    }
+}
+
+/// Futures dropped before they complete: reads end on the worker and free
+/// their buffers, writes are made, pins are released, and the count of
+/// misses is one per page read (nothing counted twice).
+#[test]
+fn dropped_futures_lose_nothing_and_hold_nothing() {
+    let tmp = TempDir::new("futures-drop");
+    let len = 8 << 20;
+    let cs = rig(&tmp, len, 128);
+    let f = cs.open_file("data").unwrap();
+    let w = Waker::from(Arc::new(Flag(
+        AtomicBool::new(false),
+        std::thread::current(),
+    )));
+    let mut cx = Context::from_waker(&w);
+    let before = cs.cache().stats();
+    let mut sent = 0;
+    for k in 0..200u64 {
+        let off = k * 9 * PS as u64;
+        let mut r = Box::pin(f.read_at_async(off, vec![0u8; 64]));
+        if r.as_mut().poll(&mut cx).is_pending() {
+            sent += 1;
+        }
+        drop(r);
+        let mut p = Box::pin(f.page_async(off + 4 * PS as u64));
+        let _ = p.as_mut().poll(&mut cx);
+        drop(p);
+        let mut wr = Box::pin(f.write_at_async(off + 2 * PS as u64 + 10, vec![0xEE; 20]));
+        let _ = wr.as_mut().poll(&mut cx);
+        drop(wr);
+    }
+    assert!(sent > 100, "only {sent} reads went to a worker");
+    // Every page the dropped futures touched is readable, the writes made.
+    for k in 0..200u64 {
+        let off = k * 9 * PS as u64;
+        let mut b = vec![0u8; 64];
+        f.read_at(off, &mut b).unwrap();
+        assert_eq!(b, pat(off as usize, 64));
+        let mut w = vec![0u8; 20];
+        f.read_at(off + 2 * PS as u64 + 10, &mut w).unwrap();
+        assert_eq!(w, vec![0xEE; 20], "dropped write {k} was not made");
+    }
+    // No pin is left: every page can be dropped from the cache.
+    f.sync().unwrap();
+    for p in cs.cache().pages() {
+        assert!(
+            cs.cache().evict(p.file, p.page).unwrap(),
+            "page {} still held after its future was dropped",
+            p.page
+        );
+    }
+    let after = cs.cache().stats();
+    let (misses, fills) = (after.misses - before.misses, after.fills - before.fills);
+    assert_eq!(misses, fills, "every miss filled once");
+    assert!(misses >= 600, "{misses} misses for 600 pages");
+}
+
+/// Page requests on a queue: the completion is a guard of the page in
+/// place; a miss reads into the frame it shows; bad requests get errors.
+#[test]
+fn queue_page_requests_complete_with_guards() {
+    let tmp = TempDir::new("futures-queue-pages");
+    let len = 4 << 20;
+    let cs = rig(&tmp, len, 256);
+    let f = cs.open_file("data").unwrap();
+    let mut q = cs.queue(32);
+    let mut reqs: Vec<_> = (0..32u64)
+        .map(|k| CachedRequest::page(&f, k * 5 * PS as u64 + 1, k))
+        .collect();
+    reqs.push(CachedRequest::page(&f, len as u64, 99));
+    q.submit_from(&mut reqs);
+    q.drain();
+    let mut got = Vec::new();
+    q.take_pages(&mut got);
+    assert_eq!(got.len(), 33);
+    got.sort_by_key(|(t, _)| *t);
+    for (t, g) in &got[..32] {
+        let g = g.as_ref().unwrap();
+        let off = *t as usize * 5 * PS;
+        assert_eq!((g.offset(), g.len()), (off as u64, PS));
+        assert_eq!(&g[..], &pat(off, PS)[..]);
+    }
+    assert!(matches!(got[32].1, Err(Error::OutOfRange { .. })));
+    // 32 guards are held: 32 more requests, and the 33rd is refused.
+    let mut reqs: Vec<_> = (0..33u64)
+        .map(|k| CachedRequest::page(&f, (k * 5 + 2) * PS as u64, 100 + k))
+        .collect();
+    q.submit_from(&mut reqs);
+    q.drain();
+    let mut more = Vec::new();
+    q.take_pages(&mut more);
+    let refused = more
+        .iter()
+        .filter(|(_, g)| matches!(g, Err(Error::TooManyPins { .. })))
+        .count();
+    assert_eq!(refused, 33 + 32 - MAX_GUARDS_PER_THREAD);
+    drop(more);
+    drop(got);
+    drop(q);
+}
