@@ -683,18 +683,14 @@ fn bench_on_a_small_file_system_refuses_a_file_it_cannot_hold() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// The setcache engine's synchronous API and page references: refused where
-/// they do not apply, with the flag named; run where they do (a real run,
-/// reading through page references, and the mmap engine touching the same
-/// bytes).
+/// The setcache engine's synchronous and async APIs and page references:
+/// refused where they do not apply, with the flag named; run where they do
+/// (real runs, reading through page references from each API, and the mmap
+/// engine touching the same bytes).
 #[test]
 fn bench_page_references_and_the_sync_api() {
     let dir = scratch("bench-ref");
     for (extra, words) in [
-        (
-            &["--engine", "setcache", "--access", "ref"][..],
-            &["--access ref", "--api sync"][..],
-        ),
         (
             &[
                 "--engine",
@@ -705,8 +701,19 @@ fn bench_page_references_and_the_sync_api() {
                 "ref",
                 "--rw",
                 "randwrite",
+            ][..],
+            &["--access ref", "randwrite"][..],
+        ),
+        (
+            &[
+                "--engine",
+                "setcache",
+                "--api",
+                "async",
+                "--job",
+                "name=a,rw=randread",
             ],
-            &["--access ref", "randwrite"],
+            &["--job", "--api async"],
         ),
         (
             &[
@@ -751,6 +758,17 @@ fn bench_page_references_and_the_sync_api() {
         ][..],
         &[
             "--engine", "setcache", "--api", "sync", "--rw", "randrw", "--bs", "100",
+        ],
+        // Page references through the queue and through futures; futures
+        // that copy, reading and writing.
+        &[
+            "--engine", "setcache", "--access", "ref", "--rw", "randread",
+        ],
+        &[
+            "--engine", "setcache", "--api", "async", "--access", "ref", "--rw", "randread",
+        ],
+        &[
+            "--engine", "setcache", "--api", "async", "--rw", "randrw", "--bs", "100",
         ],
     ] {
         let r = bench(&dir, extra, None);

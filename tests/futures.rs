@@ -383,3 +383,79 @@ fn queue_page_requests_complete_with_guards() {
     drop(got);
     drop(q);
 }
+
+/// Under tokio's multi-threaded runtime: 64 tasks, each reading missing
+/// pages through futures (the tasks move between tokio's threads), and a
+/// task keeping 64 page futures in flight at once with `join`-like polling.
+#[test]
+fn futures_run_under_tokio() {
+    let tmp = TempDir::new("futures-tokio");
+    let len = 16 << 20;
+    let cs = rig(&tmp, len, 512);
+    cs.set_readahead(0);
+    let f = cs.open_file("data").unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let before = cs.cache().stats();
+    rt.block_on(async {
+        let tasks: Vec<_> = (0..64u64)
+            .map(|k| {
+                let f = f.clone();
+                tokio::spawn(async move {
+                    for i in 0..8u64 {
+                        let page = (k * 8 + i) * 7 % (len / PS) as u64;
+                        let off = page * PS as u64 + 33;
+                        let (r, buf) = f.read_at_async(off, vec![0u8; 200]).await;
+                        assert_eq!(r.unwrap(), 200);
+                        assert_eq!(buf, pat(off as usize, 200), "read at {off}");
+                    }
+                })
+            })
+            .collect();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    let after = cs.cache().stats();
+    assert_eq!(after.misses - before.misses, 512, "each page missed once");
+    // One task, 64 page futures polled together by a task-local join.
+    let f2 = f.clone();
+    let most = rt.block_on(async move {
+        let mut futs: Vec<_> = (0..64u64)
+            .map(|k| Box::pin(f2.page_async((3600 + k) * PS as u64)))
+            .collect();
+        let mut done: Vec<Option<usize>> = vec![None; 64];
+        let mut most = 0;
+        std::future::poll_fn(|cx| {
+            let mut pending = 0;
+            for (k, fut) in futs.iter_mut().enumerate() {
+                if done[k].is_some() {
+                    continue;
+                }
+                match fut.as_mut().poll(cx) {
+                    Poll::Ready(g) => {
+                        let g = g.unwrap();
+                        let off = (3600 + k) * PS;
+                        assert_eq!(&g[..], &pat(off, PS)[..]);
+                        done[k] = Some(g.len());
+                    }
+                    Poll::Pending => pending += 1,
+                }
+            }
+            most = most.max(pending);
+            if pending == 0 {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        most
+    });
+    assert_eq!(
+        most, 64,
+        "the 64 page futures were not all in flight at once"
+    );
+}

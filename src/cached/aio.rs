@@ -44,47 +44,63 @@ enum Outcome {
     Pin(Result<OwnedPin>),
 }
 
+/// The cache a raw pin belongs to.
+trait PinHome {
+    /// Release `pin`.
+    ///
+    /// # Safety
+    /// `pin` came from `into_raw` of a guard of this cache and is used once.
+    unsafe fn release(&self, pin: RawPin);
+}
+
+impl PinHome for Arc<Shared> {
+    unsafe fn release(&self, pin: RawPin) {
+        // SAFETY: the caller's promise.
+        drop(unsafe { self.cache.restore_pin(pin) });
+    }
+}
+
 /// A page's pin on its way to a future; released if nobody takes it.
-struct OwnedPin {
-    sh: Arc<Shared>,
+struct OwnedPin<H: PinHome = Arc<Shared>> {
+    home: H,
     pin: Option<RawPin>,
 }
 
-impl Drop for OwnedPin {
+impl<H: PinHome> Drop for OwnedPin<H> {
     fn drop(&mut self) {
         if let Some(p) = self.pin.take() {
             // SAFETY: the pin came from `into_raw` of a guard of this cache
             // (the worker's page request) and is used once, here.
-            drop(unsafe { self.sh.cache.restore_pin(p) });
+            unsafe { self.home.release(p) };
         }
     }
 }
 
-enum State {
+enum State<O> {
     /// In flight; the waker of the task to wake.
     Waiting(Option<Waker>),
-    Ready(Outcome),
+    Ready(O),
     Taken,
 }
 
 /// Where a worker leaves the outcome of one future's request.
-struct Slot {
-    st: Mutex<State>,
+struct Slot<O = Outcome> {
+    st: Mutex<State<O>>,
 }
 
-impl Slot {
-    fn new(w: &Waker) -> Arc<Slot> {
+impl<O> Slot<O> {
+    fn new(w: &Waker) -> Arc<Slot<O>> {
         Arc::new(Slot {
             st: Mutex::new(State::Waiting(Some(w.clone()))),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<O>> {
         self.st.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Leave the outcome and wake the task (outside the lock).
-    fn complete(&self, o: Outcome) {
+    fn complete(&self, o: O) {
         let w = match std::mem::replace(&mut *self.lock(), State::Ready(o)) {
             State::Waiting(w) => w,
             _ => None,
@@ -95,7 +111,7 @@ impl Slot {
     }
 
     /// The outcome, or `Pending` with the task's current waker kept.
-    fn poll(&self, cx: &Context<'_>) -> Poll<Outcome> {
+    fn poll(&self, cx: &Context<'_>) -> Poll<O> {
         let mut g = self.lock();
         match std::mem::replace(&mut *g, State::Taken) {
             State::Ready(o) => Poll::Ready(o),
@@ -312,7 +328,7 @@ fn deliver(
     for (tag, p) in pins.drain(..) {
         let slot = slots.remove(tag as usize).expect("a request in flight");
         let p = p.map(|pin| OwnedPin {
-            sh: sh.clone(),
+            home: sh.clone(),
             pin: Some(pin),
         });
         slot.complete(Outcome::Pin(p));
@@ -659,5 +675,136 @@ impl CachedFile {
             offset,
             st: Stage::Start(Vec::new()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::sync::shuttle_model::Shuttle;
+    use crate::cache::{CacheOptions, Lookup, Mode, PageCache, PolicyKind};
+    use std::time::Duration;
+
+    impl PinHome for Arc<PageCache<Shuttle>> {
+        unsafe fn release(&self, pin: RawPin) {
+            // SAFETY: the caller's promise.
+            drop(unsafe { self.restore_pin(pin) });
+        }
+    }
+
+    type ShuttlePin = OwnedPin<Arc<PageCache<Shuttle>>>;
+
+    const PS: usize = 512;
+    const P: u64 = 0;
+
+    /// Model check, under Shuttle's random scheduler, of a page future that
+    /// may be dropped at any point: the worker claims page `P`'s frame,
+    /// "reads" it in two halves (a scheduling point between), publishes it
+    /// and hands its pin to the future's slot; the future polls the slot
+    /// a few times and then either takes the pin or is dropped; a third
+    /// thread brings the set's other pages in (forcing evictions) and reads
+    /// `P` optimistically. The frame is never reused or shown while its read
+    /// is in flight (no torn or foreign bytes), the guard the future takes
+    /// shows the whole page, and however the future ends, its pin is
+    /// released (the page can be evicted at the end).
+    #[test]
+    fn shuttle_dropped_page_futures() {
+        shuttle::check_random(dropped_future, 2000);
+        shuttle::check_pct(dropped_future, 1000, 3);
+    }
+
+    fn dropped_future() {
+        let c = Arc::new(
+            PageCache::<Shuttle>::new(CacheOptions {
+                size: 4 * PS,
+                max_size: Some(4 * PS),
+                page_size: PS,
+                assoc: 4,
+                policy: PolicyKind::Clock,
+                pin_wait: Duration::from_millis(1),
+            })
+            .unwrap(),
+        );
+        let slot: Arc<Slot<Result<ShuttlePin>>> = Slot::new(Waker::noop());
+        let worker = {
+            let (c, slot) = (c.clone(), slot.clone());
+            shuttle::thread::spawn(move || {
+                let got = loop {
+                    match c.try_get_as(0, P, Mode::Keep).unwrap() {
+                        Some(Lookup::Miss(f)) => break f,
+                        Some(_) => panic!("page {P} was cached before its read"),
+                        None => shuttle::thread::yield_now(),
+                    }
+                };
+                let mut f = got;
+                let frame = f.frame_mut();
+                frame[..PS / 2].fill(1);
+                shuttle::thread::yield_now();
+                frame[PS / 2..].fill(1);
+                let g = f.finish(Ok(())).unwrap();
+                let pin = g.into_raw().expect("a guard's page is in the cache");
+                slot.complete(Ok(OwnedPin {
+                    home: c.clone(),
+                    pin: Some(pin),
+                }));
+            })
+        };
+        let future = {
+            let slot = slot.clone();
+            shuttle::thread::spawn(move || {
+                let cx = Context::from_waker(Waker::noop());
+                for _ in 0..2 {
+                    if let Poll::Ready(p) = slot.poll(&cx) {
+                        let mut p = p.unwrap();
+                        let raw = p.pin.take().unwrap();
+                        // SAFETY: the pin came from `into_raw` of this cache.
+                        let g = unsafe { p.home.restore_pin(raw) };
+                        assert!(g.iter().all(|&b| b == 1), "the guard shows a torn page");
+                        shuttle::thread::yield_now();
+                        assert!(g.iter().all(|&b| b == 1), "a guarded page changed");
+                        return;
+                    }
+                    shuttle::thread::yield_now();
+                }
+                // Dropped before completion: the slot's outcome, when it
+                // comes, is nobody's.
+            })
+        };
+        drop(slot);
+        let other = {
+            let c = c.clone();
+            shuttle::thread::spawn(move || {
+                for q in 1..7u64 {
+                    let mut b = vec![0u8; PS];
+                    if c.try_read(0, P, 0, &mut b).unwrap() {
+                        assert!(b.iter().all(|&x| x == 1), "page {P} read torn");
+                    }
+                    let zeros = |_: u32, p: u64, fr: &mut [u8]| {
+                        fr.fill(p as u8 + 10);
+                        Ok(())
+                    };
+                    match c.get_with(0, q, zeros, |_, _, _| Ok(())) {
+                        Ok(g) => {
+                            shuttle::thread::yield_now();
+                            assert!(
+                                g.iter().all(|&x| x == q as u8 + 10),
+                                "frame of page {q} reused"
+                            );
+                        }
+                        Err(Error::AllPinned { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        };
+        for h in [worker, future, other] {
+            h.join().unwrap();
+        }
+        // Whatever the future did, no pin is left on page `P`.
+        let cached = c.pages().iter().any(|p| (p.file, p.page) == (0, P));
+        assert!(
+            !cached || c.evict(0, P).unwrap(),
+            "page {P} still pinned after its future ended"
+        );
     }
 }

@@ -55,6 +55,8 @@ pub(crate) enum ApiArg {
     Queue,
     /// one synchronous call at a time
     Sync,
+    /// futures under a small executor, --iodepth in flight per thread
+    Async,
 }
 
 /// How the setcache engine reads.
@@ -145,12 +147,13 @@ pub(crate) struct BenchArgs {
     pub(crate) readahead: Option<u64>,
     /// How the setcache engine's threads call it: `queue`, a cached queue each
     /// with --iodepth requests in flight; `sync`, one `read_at`/`write_at` (or
-    /// page reference) at a time
+    /// page reference) at a time; `async`, --iodepth futures in flight each
+    /// under a small executor
     #[arg(long, value_name = "API", value_enum, default_value_t = ApiArg::Queue)]
     pub(crate) api: ApiArg,
     /// How the setcache engine reads: `copy`, into the request's buffer; `ref`,
-    /// a page reference (`CachedFile::page`, no copy) of which --touch bytes
-    /// are read. Needs --api sync and a read-only --rw
+    /// a page reference (no copy) of which --touch bytes are read. Needs a
+    /// read-only --rw
     #[arg(long, value_name = "ACCESS", value_enum, default_value_t = AccessArg::Copy)]
     pub(crate) access: AccessArg,
     /// Bytes read from each block with --access ref, at its start (the mmap

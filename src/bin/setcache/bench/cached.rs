@@ -71,10 +71,20 @@ fn ahead(a: Option<CacheStats>, b: Option<CacheStats>) -> (u64, u64) {
 /// How the engine's threads call the cache.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Calls {
-    /// One synchronous call at a time instead of a queue.
-    pub(crate) sync: bool,
+    pub(crate) api: Api,
     /// Reads take a page reference and read this many bytes of it.
     pub(crate) touch: Option<usize>,
+}
+
+/// Which API a thread uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// A cached queue with --iodepth requests in flight.
+    Queue,
+    /// One synchronous call at a time.
+    Sync,
+    /// --iodepth futures in flight under a small executor.
+    Async,
 }
 
 /// Run the workload on `threads` threads with `iodepth` requests in flight
@@ -108,10 +118,14 @@ pub(crate) fn run(
             base: 0,
             delay: 0.0,
         };
-        if calls.sync {
-            sync_body(&cs, &file, w, me, calls.touch, ctl, &edges)
-        } else {
-            thread_body(&cs, &file, w, me, iodepth as usize, ctl, &edges, &hits)
+        let depth = iodepth as usize;
+        match (calls.api, calls.touch) {
+            (Api::Sync, touch) => sync_body(&cs, &file, w, me, touch, ctl, &edges),
+            (Api::Queue, None) => thread_body(&cs, &file, w, me, depth, ctl, &edges, &hits),
+            (Api::Queue, Some(n)) => page_body(&cs, &file, w, me, depth, n, ctl, &edges),
+            (Api::Async, touch) => {
+                super::futures::body(&cs, &file, w, me, depth, touch, ctl, &edges)
+            }
         }
     })?;
     if w.rw.writes() {
@@ -149,13 +163,91 @@ pub(crate) fn run(
 /// Which thread this is: its number among `threads` of its workload, its
 /// progress slot among all, and where its workload's region starts.
 #[derive(Clone, Copy)]
-struct Me {
-    t: usize,
-    threads: usize,
-    slot: usize,
-    base: u64,
+pub(crate) struct Me {
+    pub(crate) t: usize,
+    pub(crate) threads: usize,
+    pub(crate) slot: usize,
+    pub(crate) base: u64,
     /// Seconds to wait before the first request.
-    delay: f64,
+    pub(crate) delay: f64,
+}
+
+/// Cache statistics when measuring starts and when it stops.
+pub(crate) type Edges = Mutex<(Option<CacheStats>, Option<CacheStats>)>;
+
+/// A queue thread of `--access ref`: `depth` page requests in flight, each
+/// completing with a guard of which `touch` bytes are read.
+#[allow(clippy::too_many_arguments)]
+fn page_body(
+    cs: &CachedStore,
+    file: &CachedFile,
+    w: &Workload,
+    me: Me,
+    depth: usize,
+    touch: usize,
+    ctl: &Ctl,
+    edges: &Edges,
+) -> Result<ThreadStats, String> {
+    let mut stats = ThreadStats::new();
+    let mut measuring = false;
+    let mut queue = cs.queue(depth);
+    let mut ops = OpGen::new(w, me.t, me.threads);
+    let mut reqs: Vec<CachedRequest<'_>> = Vec::with_capacity(depth);
+    let mut done = Vec::with_capacity(depth);
+    let mut buf = vec![0u8; touch];
+    // Each request's tag is its submission time in ns since `epoch`, plus
+    // the byte it reads in the page (below 4 KiB) in the low 12 bits.
+    let epoch = Instant::now();
+    let mut free = depth;
+    let mut error = None;
+    while error.is_none() && !ctl.stopped() {
+        let now = ctl.measuring();
+        if me.slot == 0 && now && !measuring {
+            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+        }
+        measuring = now;
+        ctl.publish(me.slot, stats.ops);
+        if free > 0 {
+            let submitted = (epoch.elapsed().as_nanos() as u64) << 12;
+            for _ in 0..free {
+                let at = me.base + ops.next_op().offset;
+                reqs.push(CachedRequest::page(file, at, submitted | (at & 4095)));
+            }
+            free = 0;
+            queue.submit_from(&mut reqs);
+            queue.take_pages(&mut done);
+        }
+        if done.is_empty() {
+            queue.wait(1);
+            queue.take_pages(&mut done);
+        }
+        let now = epoch.elapsed().as_nanos() as u64;
+        for (tag, g) in done.drain(..) {
+            free += 1;
+            match g {
+                Ok(g) => {
+                    let i = (tag & 4095) as usize;
+                    buf.copy_from_slice(&g[i..i + touch]);
+                    std::hint::black_box(&buf);
+                    if measuring {
+                        let lat = Duration::from_nanos(now.saturating_sub(tag >> 12));
+                        stats.record(lat, true);
+                    }
+                }
+                Err(e) => {
+                    error.get_or_insert_with(|| format!("setcache engine: {e}"));
+                }
+            }
+        }
+    }
+    if me.slot == 0 {
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
+    queue.drain();
+    match error {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -229,9 +229,6 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
     check_cache_memory(&a, &engines)?;
     let rwmix_read = a.rwmix_read.unwrap_or(50);
     if a.access == AccessArg::Ref {
-        if a.api != ApiArg::Sync {
-            return Err("--access ref needs --api sync (the queue copies)".to_string());
-        }
         if a.rw.writes() {
             return Err(format!(
                 "--access ref reads: give a read-only --rw, not {}",
@@ -245,8 +242,15 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
             ));
         }
     }
-    if a.api == ApiArg::Sync && !a.job.is_empty() {
-        return Err("--job runs use the queue API: drop --api sync".to_string());
+    if a.api != ApiArg::Queue && !a.job.is_empty() {
+        return Err(format!(
+            "--job runs use the queue API: drop --api {}",
+            if a.api == ApiArg::Sync {
+                "sync"
+            } else {
+                "async"
+            }
+        ));
     }
     let jobs = if a.job.is_empty() {
         Vec::new()

@@ -18,6 +18,7 @@ mod driver;
 mod engine;
 mod fio;
 pub(crate) mod fsize;
+mod futures;
 mod jobs;
 mod linux;
 mod mmap;
@@ -326,7 +327,11 @@ fn run_one(
         }
         Engine::Setcache => {
             let calls = cached::Calls {
-                sync: a.api == args::ApiArg::Sync,
+                api: match a.api {
+                    args::ApiArg::Queue => cached::Api::Queue,
+                    args::ApiArg::Sync => cached::Api::Sync,
+                    args::ApiArg::Async => cached::Api::Async,
+                },
                 touch: b.cfg.touch().map(|n| n as usize),
             };
             let (out, ra) = cached::run(

@@ -1,0 +1,215 @@
+//! `--api async`: each thread keeps `--iodepth` futures of the setcache
+//! engine in flight under a small executor of its own. A finished future's
+//! slot starts the next request at once; a future that completes in its
+//! first poll (a hit) is followed by the next without a wake. The thread
+//! parks when no future is ready, and a waker unparks it.
+
+use std::collections::VecDeque;
+use std::future::Future as _;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
+
+use super::cached::{Edges, Me};
+use super::driver::{Ctl, ThreadStats};
+use super::workload::{OpGen, Rng, Workload, mix64};
+
+/// The futures a slot may hold (none is boxed).
+enum Fut<'f> {
+    Read(ReadAt<'f>),
+    Write(WriteAt<'f>),
+    Page(PageAt<'f>, usize),
+}
+
+enum Out<'f> {
+    Bytes(setcache::Result<()>, Vec<u8>),
+    Page(setcache::Result<PageGuard<'f>>, usize),
+}
+
+impl<'f> Fut<'f> {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<Out<'f>> {
+        match self {
+            Fut::Read(f) => Pin::new(f)
+                .poll(cx)
+                .map(|(r, b)| Out::Bytes(r.map(drop), b)),
+            Fut::Write(f) => Pin::new(f).poll(cx).map(|(r, b)| Out::Bytes(r, b)),
+            Fut::Page(f, i) => {
+                let i = *i;
+                Pin::new(f).poll(cx).map(|g| Out::Page(g, i))
+            }
+        }
+    }
+}
+
+/// The slots woken since the thread last looked.
+struct Ready {
+    list: Mutex<Vec<usize>>,
+    thread: std::thread::Thread,
+}
+
+/// One slot's waker.
+struct SlotWaker {
+    slot: usize,
+    ready: Arc<Ready>,
+    /// Woken and not yet taken (a slot is listed once).
+    woken: AtomicBool,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.woken.swap(true, Ordering::AcqRel) {
+            self.ready
+                .list
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(self.slot);
+            self.ready.thread.unpark();
+        }
+    }
+}
+
+/// A thread of `--api async`: `depth` futures in flight; reads copy into a
+/// buffer, or with `touch` take a page guard and read `touch` bytes of it.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn body(
+    cs: &CachedStore,
+    file: &CachedFile,
+    w: &Workload,
+    me: Me,
+    depth: usize,
+    touch: Option<usize>,
+    ctl: &Ctl,
+    edges: &Edges,
+) -> Result<ThreadStats, String> {
+    let depth = depth.max(1);
+    let bs = w.bs as usize;
+    let mut spare: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
+    if w.rw.writes() {
+        let mut rng = Rng::new(w.seed ^ mix64(me.t as u64 + 1));
+        for b in &mut spare {
+            rng.fill_nonzero(b);
+        }
+    }
+    let ready = Arc::new(Ready {
+        list: Mutex::new(Vec::with_capacity(depth)),
+        thread: std::thread::current(),
+    });
+    let wakers: Vec<Arc<SlotWaker>> = (0..depth)
+        .map(|slot| {
+            Arc::new(SlotWaker {
+                slot,
+                ready: ready.clone(),
+                woken: AtomicBool::new(false),
+            })
+        })
+        .collect();
+    let wakers_std: Vec<Waker> = wakers.iter().map(|w| Waker::from(w.clone())).collect();
+    let mut slots: Vec<Option<(Fut<'_>, Instant, bool)>> = (0..depth).map(|_| None).collect();
+    let mut stats = ThreadStats::new();
+    let mut ops = OpGen::new(w, me.t, me.threads);
+    let mut measuring = false;
+    let mut todo: VecDeque<usize> = (0..depth).collect();
+    let mut woken = Vec::with_capacity(depth);
+    let mut touched = vec![0u8; touch.unwrap_or(0)];
+    let mut error: Option<String> = None;
+    let mut live = 0usize;
+    let mut start_new = true;
+    loop {
+        let now = ctl.measuring();
+        if me.slot == 0 && now && !measuring {
+            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+        }
+        measuring = now;
+        ctl.publish(me.slot, stats.ops);
+        if start_new && (ctl.stopped() || error.is_some()) {
+            start_new = false;
+            if me.slot == 0 {
+                edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+            }
+        }
+        if !start_new && live == 0 {
+            break;
+        }
+        {
+            let mut l = ready.list.lock().unwrap_or_else(|p| p.into_inner());
+            std::mem::swap(&mut *l, &mut woken);
+        }
+        for &k in &woken {
+            wakers[k].woken.store(false, Ordering::Release);
+        }
+        todo.extend(woken.drain(..));
+        if todo.is_empty() {
+            std::thread::park_timeout(Duration::from_millis(10));
+            continue;
+        }
+        // Each slot in `todo` is polled, and while its future completes
+        // at once, the next request starts in it (a bounded run, so that
+        // the others and the clock get their turn).
+        while let Some(k) = todo.pop_front() {
+            let mut cx = Context::from_waker(&wakers_std[k]);
+            for _ in 0..64 {
+                if slots[k].is_none() {
+                    if !start_new {
+                        break;
+                    }
+                    let op = ops.next_op();
+                    let at = me.base + op.offset;
+                    let fut = match (op.read, touch) {
+                        (true, Some(_)) => Fut::Page(file.page_async(at), (at % 4096) as usize),
+                        (true, None) => {
+                            Fut::Read(file.read_at_async(at, spare.pop().expect("a buffer")))
+                        }
+                        (false, _) => {
+                            Fut::Write(file.write_at_async(at, spare.pop().expect("a buffer")))
+                        }
+                    };
+                    slots[k] = Some((fut, Instant::now(), op.read));
+                    live += 1;
+                }
+                let (fut, t0, read) = slots[k].as_mut().expect("a future");
+                let (t0, read) = (*t0, *read);
+                let Poll::Ready(out) = fut.poll(&mut cx) else {
+                    break;
+                };
+                slots[k] = None;
+                live -= 1;
+                let r = match out {
+                    Out::Bytes(r, b) => {
+                        spare.push(b);
+                        r
+                    }
+                    Out::Page(g, i) => g.map(|g| {
+                        let n = touched.len();
+                        touched.copy_from_slice(&g[i..i + n]);
+                        std::hint::black_box(&touched);
+                    }),
+                };
+                match r {
+                    Ok(()) if measuring && start_new => stats.record(t0.elapsed(), read),
+                    Ok(()) => {}
+                    Err(e) => {
+                        error.get_or_insert_with(|| format!("setcache engine: {e}"));
+                    }
+                }
+                if !start_new {
+                    break;
+                }
+            }
+            if slots[k].is_none() && start_new {
+                todo.push_back(k);
+                break;
+            }
+        }
+    }
+    match error {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
+}
