@@ -11,7 +11,8 @@
 //! 4. `cache` — the set-associative page cache;
 //! 5. `cached::staging` and `cached::shared`, then 6. `cached::writeback` and `cached::readahead`,
 //!    7. `cached::flusher`,
-//!    8. `cached` (the cached store and files), 9. `cached::queue`;
+//!    8. `cached` (the cached store and files), 9. `cached::queue` and
+//!    `cached::aio` (the futures, on queues of their own);
 //! 10. `hitsim` — the hit-ratio simulator;
 //! 11. the crate root;
 //! 12. the binary (`src/bin/setcache/`), which uses the library from above
@@ -52,6 +53,7 @@ fn rank(module: &str) -> Option<u32> {
         ("cached::readahead", 6),
         ("cached::flusher", 7),
         ("cached::queue", 9),
+        ("cached::aio", 9),
         ("cached", 8),
         ("hitsim", 10),
         ("bin", 12),

@@ -155,7 +155,7 @@ struct Inbox {
 }
 
 /// The store's I/O workers for futures, started on first use.
-pub(crate) struct Driver {
+struct Driver {
     inboxes: std::sync::OnceLock<Vec<Arc<Inbox>>>,
     /// The workers' threads, and whether the driver was stopped.
     threads: Mutex<(Vec<JoinHandle<()>>, bool)>,
@@ -168,8 +168,21 @@ thread_local! {
     static THREAD_NO: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
 }
 
+/// The store's driver (made on first use).
+fn driver(sh: &Shared) -> &Driver {
+    sh.aio
+        .get_or_init(|| Box::new(Driver::new()))
+        .downcast_ref()
+        .expect("the store's futures state is a driver")
+}
+
+/// Stop the store's I/O workers (see [`Driver::stop`]), if it has any.
+pub(crate) fn stop(sh: &Shared) {
+    driver(sh).stop();
+}
+
 impl Driver {
-    pub(crate) fn new() -> Driver {
+    fn new() -> Driver {
         Driver {
             inboxes: std::sync::OnceLock::new(),
             threads: Mutex::new((Vec::new(), false)),
@@ -235,7 +248,7 @@ impl Driver {
 
     /// Stop the workers once every request they hold is done; later requests
     /// fail with [`Error::Closed`].
-    pub(crate) fn stop(&self) {
+    fn stop(&self) {
         let mut g = self.threads.lock().unwrap_or_else(|p| p.into_inner());
         g.1 = true;
         if let Some(v) = self.inboxes.get() {
@@ -397,7 +410,7 @@ fn send(
     n: usize,
 ) -> std::result::Result<Stage, (Error, Vec<u8>)> {
     let slot = op.slot.clone();
-    match file.shared.aio.send(&file.shared, op) {
+    match driver(&file.shared).send(&file.shared, op) {
         Ok(()) => Ok(Stage::Sent(slot, want, n)),
         Err(refused) => Err(refused),
     }

@@ -319,7 +319,7 @@ impl CachedStore {
             free_ids: Mutex::new(Vec::new()),
             ahead,
             staging,
-            aio: aio::Driver::new(),
+            aio: std::sync::OnceLock::new(),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -516,7 +516,7 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
-        self.inner.aio.stop();
+        aio::stop(&self.inner);
         if let Some(r) = self.ahead.take() {
             r.stop();
         }

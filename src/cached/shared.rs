@@ -24,8 +24,8 @@ pub(crate) struct Shared {
     pub(crate) ahead: Ahead,
     /// Where reads of runs of pages land before their frames.
     pub(crate) staging: Staging,
-    /// The I/O workers of futures.
-    pub(crate) aio: crate::cached::aio::Driver,
+    /// The futures' I/O workers: state of the layer above, opaque here.
+    pub(crate) aio: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 /// Pages to read ahead: `pages` pages of cache file `id` from `first`.

@@ -24,7 +24,9 @@ Engines:
                   requests in flight on its own queue
   direct-copy     direct, reading into a pool of 4 KiB-aligned frames the size of
                   --cache-size and copying each read out to the caller's buffer
-                  (each write in): the least any copying cache adds to a miss
+                  (each write in): the least any copying cache adds to a miss;
+                  with --access ref it reads --touch bytes of each frame instead,
+                  the least a cache that hands out page references adds
   linux-buffered  pread/pwrite on the backing files through the kernel page cache
   linux-direct    O_DIRECT pread/pwrite, one request at a time per thread
   mmap            loads/stores through MAP_SHARED mappings of the backing files

@@ -18,7 +18,7 @@ use setcache::{
     FlusherCounts, OpKind, PolicyKind, Store,
 };
 
-use super::driver::{Ctl, ThreadStats, Timing, run_threads};
+use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, run_threads};
 use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
@@ -160,21 +160,6 @@ pub(crate) fn run(
     Ok((Outcome::from_measured(&m, hit_ratio), ra))
 }
 
-/// Which thread this is: its number among `threads` of its workload, its
-/// progress slot among all, and where its workload's region starts.
-#[derive(Clone, Copy)]
-pub(crate) struct Me {
-    pub(crate) t: usize,
-    pub(crate) threads: usize,
-    pub(crate) slot: usize,
-    pub(crate) base: u64,
-    /// Seconds to wait before the first request.
-    pub(crate) delay: f64,
-}
-
-/// Cache statistics when measuring starts and when it stops.
-pub(crate) type Edges = Mutex<(Option<CacheStats>, Option<CacheStats>)>;
-
 /// A queue thread of `--access ref`: `depth` page requests in flight, each
 /// completing with a guard of which `touch` bytes are read.
 #[allow(clippy::too_many_arguments)]
@@ -186,7 +171,7 @@ fn page_body(
     depth: usize,
     touch: usize,
     ctl: &Ctl,
-    edges: &Edges,
+    edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
     let mut stats = ThreadStats::new();
     let mut measuring = false;

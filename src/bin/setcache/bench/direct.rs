@@ -23,7 +23,8 @@ struct Local {
     /// through all of it, as a cache's frames do).
     free: VecDeque<AlignedBuf>,
     in_flight: usize,
-    /// `direct-copy`: the caller's buffer each completed read is copied into.
+    /// `direct-copy`: the caller's buffer each completed read is copied into
+    /// (all of it, or with `--access ref` its first `--touch` bytes).
     copy_out: Option<Vec<u8>>,
     /// Whether completions count (copied from the run's phase by the thread loop).
     measuring: bool,
@@ -66,6 +67,7 @@ pub(crate) fn run(
     iodepth: u32,
     poll: std::time::Duration,
     pool: Option<u64>,
+    touch: Option<u64>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
     let per_thread = pool.map(|p| ((p / threads.max(1) as u64) / w.bs) as usize);
@@ -79,6 +81,7 @@ pub(crate) fn run(
             iodepth as usize,
             poll,
             per_thread,
+            touch,
             ctl,
         )
     })?;
@@ -96,6 +99,7 @@ fn thread_body(
     depth: usize,
     poll: std::time::Duration,
     pool: Option<usize>,
+    touch: Option<u64>,
     ctl: &Ctl,
 ) -> Result<ThreadStats, String> {
     let mut bufs = store
@@ -111,7 +115,7 @@ fn thread_body(
         stats: ThreadStats::new(),
         free: bufs.into(),
         in_flight: 0,
-        copy_out: pool.map(|_| vec![0u8; w.bs as usize]),
+        copy_out: pool.map(|_| vec![0u8; touch.unwrap_or(w.bs) as usize]),
         measuring: false,
         error: None,
     }));

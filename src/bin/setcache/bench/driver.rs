@@ -297,3 +297,19 @@ mod tests {
         assert!(t0.elapsed() < Duration::from_secs(5));
     }
 }
+
+/// Which thread this is: its number among `threads` of its workload, its
+/// progress slot among all, and where its workload's region starts.
+#[derive(Clone, Copy)]
+pub(crate) struct Me {
+    pub(crate) t: usize,
+    pub(crate) threads: usize,
+    pub(crate) slot: usize,
+    pub(crate) base: u64,
+    /// Seconds to wait before the first request.
+    pub(crate) delay: f64,
+}
+
+/// Cache statistics when measuring starts and when it stops.
+pub(crate) type StatEdges =
+    std::sync::Mutex<(Option<setcache::CacheStats>, Option<setcache::CacheStats>)>;

@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
-use super::cached::{Edges, Me};
-use super::driver::{Ctl, ThreadStats};
+use super::driver::{Ctl, Me, StatEdges, ThreadStats};
 use super::workload::{OpGen, Rng, Workload, mix64};
 
 /// The futures a slot may hold (none is boxed).
@@ -86,7 +85,7 @@ pub(crate) fn body(
     depth: usize,
     touch: Option<usize>,
     ctl: &Ctl,
-    edges: &Edges,
+    edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
     let depth = depth.max(1);
     let bs = w.bs as usize;

@@ -300,6 +300,7 @@ fn run_one(
             a.iodepth,
             std::time::Duration::from_micros(a.poll_us),
             (engine == Engine::DirectCopy).then(|| cached::cache_bytes(a.cache_size, b.file.len())),
+            b.cfg.touch(),
             &timing,
         )?,
         Engine::LinuxBuffered | Engine::LinuxDirect | Engine::Mmap => {
