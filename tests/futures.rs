@@ -12,10 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use common::{Rng, TempDir, pattern};
-use setcache::{
-    CacheOptions, CachedRequest, CachedStore, Error, LayoutKind, MAX_GUARDS_PER_THREAD, PolicyKind,
-    Store, StoreOptions,
-};
+use setcache::{CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, Store, StoreOptions};
 
 const PS: usize = 4096;
 
@@ -24,29 +21,10 @@ fn pat(off: usize, n: usize) -> Vec<u8> {
     pattern(1, off as u64, n)
 }
 
-/// A store with one file `data` of `len` bytes holding `pat(..)`,
-/// written past the cache, behind a cache of `pages` pages.
+/// A store with one file `data` of `len` bytes holding `pattern(1, ..)`,
+/// written past the cache, behind an 8-way cache of `pages` pages.
 fn rig(tmp: &TempDir, len: usize, pages: usize) -> CachedStore {
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let f = store
-        .create("data", len as u64, LayoutKind::Stripe)
-        .unwrap();
-    let mut b = setcache::AlignedBuf::new(len);
-    b.copy_from_slice(&pat(0, len));
-    f.write_at(0, &b).unwrap();
-    drop(f);
-    CachedStore::new(
-        store,
-        CacheOptions {
-            size: pages * PS,
-            page_size: PS,
-            assoc: 8,
-            policy: PolicyKind::Clock,
-            pin_wait: Duration::from_secs(2),
-            ..CacheOptions::default()
-        },
-    )
-    .unwrap()
+    common::cached_rig(tmp, len, pages, 8, Duration::from_secs(2))
 }
 
 /// The ten-line executor: a task is woken by unparking the thread that runs

@@ -6,36 +6,14 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir, pattern};
-use setcache::{
-    CacheOptions, CachedStore, Error, LayoutKind, MAX_GUARDS_PER_THREAD, PolicyKind, Store,
-    StoreOptions,
-};
+use setcache::{CachedStore, Error, MAX_GUARDS_PER_THREAD, Store, StoreOptions};
 
 const PS: usize = 4096;
 
 /// A store with one file `data` of `len` bytes holding `pattern(1, ..)`,
-/// behind a cache of `pages` pages with this pin wait.
+/// behind a 4-way cache of `pages` pages with this pin wait.
 fn rig(tmp: &TempDir, len: usize, pages: usize, pin_wait: Duration) -> CachedStore {
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let f = store
-        .create("data", len as u64, LayoutKind::Stripe)
-        .unwrap();
-    let mut b = setcache::AlignedBuf::new(len.div_ceil(PS) * PS);
-    b[..len].copy_from_slice(&pattern(1, 0, len));
-    f.write_at(0, &b[..len.div_ceil(512) * 512]).unwrap();
-    drop(f);
-    CachedStore::new(
-        store,
-        CacheOptions {
-            size: pages * PS,
-            page_size: PS,
-            assoc: 4,
-            policy: PolicyKind::Clock,
-            pin_wait,
-            ..CacheOptions::default()
-        },
-    )
-    .unwrap()
+    common::cached_rig(tmp, len, pages, 4, pin_wait)
 }
 
 /// A shared guard shows the page's bytes in place (the last page cut at the

@@ -115,6 +115,39 @@ pub fn small_cache(pages: usize) -> CacheOptions {
     }
 }
 
+/// A store of two devices in `tmp` with one file `data` of `len` bytes
+/// holding `pattern(1, ..)`, written past any cache, behind a cache of
+/// `pages` 4 KiB pages (`assoc`-way, CLOCK) with this pin wait.
+pub fn cached_rig(
+    tmp: &TempDir,
+    len: usize,
+    pages: usize,
+    assoc: usize,
+    pin_wait: std::time::Duration,
+) -> setcache::CachedStore {
+    const PS: usize = 4096;
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store
+        .create("data", len as u64, setcache::LayoutKind::Stripe)
+        .unwrap();
+    let mut b = setcache::AlignedBuf::new(len.div_ceil(PS) * PS);
+    b[..len].copy_from_slice(&pattern(1, 0, len));
+    f.write_at(0, &b[..len.div_ceil(512) * 512]).unwrap();
+    drop(f);
+    setcache::CachedStore::new(
+        store,
+        CacheOptions {
+            size: pages * PS,
+            page_size: PS,
+            assoc,
+            policy: PolicyKind::Clock,
+            pin_wait,
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap()
+}
+
 /// A child process of a kill loop, killed and reaped if the parent fails
 /// half-way.
 pub struct Killer(pub std::process::Child);

@@ -18,7 +18,7 @@ use setcache::{
     FlusherCounts, OpKind, PolicyKind, Store,
 };
 
-use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, run_threads};
+use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
@@ -186,11 +186,7 @@ fn page_body(
     let mut free = depth;
     let mut error = None;
     while error.is_none() && !ctl.stopped() {
-        let now = ctl.measuring();
-        if me.slot == 0 && now && !measuring {
-            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
-        }
-        measuring = now;
+        measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if free > 0 {
             let submitted = (epoch.elapsed().as_nanos() as u64) << 12;
@@ -243,7 +239,7 @@ fn thread_body(
     me: Me,
     depth: usize,
     ctl: &Ctl,
-    edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
+    edges: &StatEdges,
     hits: &AtomicU64,
 ) -> Result<ThreadStats, String> {
     let (t, threads) = (me.t, me.threads);
@@ -272,11 +268,7 @@ fn thread_body(
         std::thread::sleep(Duration::from_millis(5));
     }
     while error.is_none() && !ctl.stopped() {
-        let now = ctl.measuring();
-        if me.slot == 0 && now && !measuring {
-            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
-        }
-        measuring = now;
+        measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if !free.is_empty() {
             let submitted = epoch.elapsed().as_nanos() as u64;
@@ -323,7 +315,7 @@ fn sync_body(
     me: Me,
     touch: Option<usize>,
     ctl: &Ctl,
-    edges: &Mutex<(Option<CacheStats>, Option<CacheStats>)>,
+    edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
     let mut buf = vec![0u8; w.bs as usize];
     if w.rw.writes() {
@@ -334,11 +326,7 @@ fn sync_body(
     let mut ops = OpGen::new(w, me.t, me.threads);
     let fail = |e: setcache::Error| format!("setcache engine: {e}");
     while !ctl.stopped() {
-        let now = ctl.measuring();
-        if me.slot == 0 && now && !measuring {
-            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
-        }
-        measuring = now;
+        measuring = phase(me, ctl, cs, edges, measuring);
         let op = ops.next_op();
         let at = me.base + op.offset;
         let start = Instant::now();

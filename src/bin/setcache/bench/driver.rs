@@ -313,3 +313,19 @@ pub(crate) struct Me {
 /// Cache statistics when measuring starts and when it stops.
 pub(crate) type StatEdges =
     std::sync::Mutex<(Option<setcache::CacheStats>, Option<setcache::CacheStats>)>;
+
+/// The run's phase for this thread: whether it is measuring now. Thread 0
+/// snapshots the cache's counters when measuring starts.
+pub(crate) fn phase(
+    me: Me,
+    ctl: &Ctl,
+    cs: &setcache::CachedStore,
+    edges: &StatEdges,
+    was: bool,
+) -> bool {
+    let now = ctl.measuring();
+    if me.slot == 0 && now && !was {
+        edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+    }
+    now
+}

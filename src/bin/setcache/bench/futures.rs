@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
-use super::driver::{Ctl, Me, StatEdges, ThreadStats};
+use super::driver::{Ctl, Me, StatEdges, ThreadStats, phase};
 use super::workload::{OpGen, Rng, Workload, mix64};
 
 /// The futures a slot may hold (none is boxed).
@@ -121,11 +121,7 @@ pub(crate) fn body(
     let mut live = 0usize;
     let mut start_new = true;
     loop {
-        let now = ctl.measuring();
-        if me.slot == 0 && now && !measuring {
-            edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
-        }
-        measuring = now;
+        measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if start_new && (ctl.stopped() || error.is_some()) {
             start_new = false;
