@@ -62,6 +62,7 @@ mod storage;
 
 pub mod cache;
 
+mod array;
 mod cached;
 
 pub mod hitsim;
@@ -69,6 +70,7 @@ pub mod hitsim;
 #[cfg(test)]
 mod test_alloc;
 
+pub use array::{ArrayReader, Element, PagedArray, TranslationStats};
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageMut,
     PageRef, PolicyKind, SetMetadataBytes, WriteBack,

@@ -104,6 +104,36 @@ impl Mode {
     }
 }
 
+/// The bits of a slot's state that a sighting must find unchanged.
+pub(crate) const SIGHT_MASK: u32 = VALID | PENDING | WRITER | GEN_MASK;
+
+/// Where a cached page was seen (see [`Core::sight`]): the page's bytes are
+/// at `frame` for as long as [`Sighting::still`] says so.
+pub(crate) struct Sighting<'a, M: Model> {
+    pub(crate) frame: *const u8,
+    pub(crate) state: &'a M::W,
+    pub(crate) seq: &'a M::W,
+    pub(crate) v: u32,
+    pub(crate) sq: u32,
+}
+
+impl<M: Model> Sighting<'_, M> {
+    /// Whether the page is still where it was seen, readable, with nobody
+    /// writing it: bytes read from `frame` before this returns true (and
+    /// after the sighting) are the page's. Two loads, no write.
+    #[inline]
+    pub(crate) fn still(&self) -> bool {
+        still(self.state, self.seq, self.v, self.sq)
+    }
+}
+
+/// [`Sighting::still`] from a sighting's parts.
+#[inline]
+pub(crate) fn still<W: Word>(state: &W, seq: &W, v: u32, sq: u32) -> bool {
+    fence(Acquire);
+    state.load(Acquire) & SIGHT_MASK == v && seq.load(Relaxed) == sq
+}
+
 /// What an optimistic read found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Got {
@@ -445,10 +475,20 @@ impl<M: Model> Core<M> {
         {
             return Some(Got::Miss);
         }
-        if v2 & COLD != 0 {
-            if stream {
-                return Some(Got::Cold);
-            }
+        if v2 & COLD != 0 && stream {
+            return Some(Got::Cold);
+        }
+        self.note_hit(s, i, tag, v2);
+        Some(Got::Hit)
+    }
+
+    /// Tell the policy of a hit on slot `i` of set `s` (page `tag`, state
+    /// `v` as last seen) made without a pin: warm a cold page, and record the
+    /// hit under the set's lock if the policy's state would change (or the
+    /// slot's stamp is stale) and the lock is free.
+    #[inline]
+    fn note_hit(&self, s: usize, i: usize, tag: u64, v: u32) {
+        if v & COLD != 0 {
             self.warm(s, i);
         }
         // SAFETY: slot `i < assoc`; the byte is only a hint here (read without
@@ -456,7 +496,7 @@ impl<M: Model> Core<M> {
         let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
         let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
         if (stale || self.policy.hit_changes(byte)) && self.try_lock(s) {
-            if tags[i].load(Relaxed) == tag {
+            if self.tags(s)[i].load(Relaxed) == tag {
                 // SAFETY: set `s` is locked until the unlock below.
                 let g = unsafe { self.locked(s) };
                 let valid = *g.valid;
@@ -466,7 +506,54 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
         }
-        Some(Got::Hit)
+    }
+
+    /// Where page `tag` is, if it is cached and readable now: its frame,
+    /// and the slot's state and set's change count as they were, for a
+    /// reader that keeps the address and checks them after each use (see
+    /// [`Sighting::still`]). Takes no pin and no lock; the hit is told to the
+    /// policy as an optimistic read's is.
+    pub(crate) fn sight(&self, tag: u64) -> Option<Sighting<'_, M>> {
+        let h = mix64(tag);
+        let t = self.table.load(Acquire);
+        let s1 = self.index(h, t);
+        let found = match self.sight_in(s1, tag) {
+            Some(found) => found,
+            None => {
+                let s2 = self.index(place::second(h), t);
+                if s2 == s1 {
+                    return None;
+                }
+                self.sight_in(s2, tag)?
+            }
+        };
+        if found.is_some() {
+            self.duel.observe_access(s1, tag);
+        }
+        found
+    }
+
+    /// [`Core::sight`] in set `s`: `None` if `s` does not hold the page.
+    fn sight_in(&self, s: usize, tag: u64) -> Option<Option<Sighting<'_, M>>> {
+        let sq = self.seq(s).load(Acquire);
+        let tags = self.tags(s);
+        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
+        let w = self.state(s, i);
+        let v = w.load(Acquire);
+        if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
+            return Some(None);
+        }
+        if self.seq(s).load(Acquire) != sq {
+            return Some(None);
+        }
+        self.note_hit(s, i, tag, v);
+        Some(Some(Sighting {
+            frame: self.frame(s, i),
+            state: w,
+            seq: self.seq(s),
+            v: v & SIGHT_MASK,
+            sq,
+        }))
     }
 
     /// The tags of set `s`, readable without its lock (written under it).

@@ -24,9 +24,9 @@ pub mod sync;
 
 use std::time::Duration;
 
-pub(crate) use self::core::Got;
 pub(crate) use self::core::Mode;
 use self::core::{Core, Found};
+pub(crate) use self::core::{Got, Sighting, still};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -470,6 +470,18 @@ impl<M: Model> PageCache<M> {
             None => Ok(None),
             Some(_) => unreachable!("a lookup of a present page claims nothing"),
         }
+    }
+
+    /// Where `page` of `file` is, if it is cached and readable now, for a
+    /// reader that checks [`Sighting::still`] after each use of its bytes (a
+    /// translation cache's entry). Counts a hit; takes no pin.
+    #[inline]
+    pub(crate) fn sight(&self, file: u32, page: u64) -> Result<Option<Sighting<'_, M>>> {
+        let found = self.core.sight(tag_of(file, page)?);
+        if found.is_some() {
+            self.core.stats.bump(stats::Stat::Hits);
+        }
+        Ok(found)
     }
 
     /// The pinned page of `pin` (see [`PageRef::into_raw`]) as a guard again.

@@ -1,0 +1,459 @@
+//! Out-of-core arrays: a [`PagedArray<T>`] keeps its elements in a cached
+//! file, and each thread reads them through an [`ArrayReader`], which keeps
+//! its own translation caches of (page → frame) in front of the shared page
+//! cache, as TriCache's software address translation caches do.
+//!
+//! A reader has two levels: a direct-mapped table of 512 entries (a hit costs
+//! a tag compare, the element's load and two loads that check it) and behind
+//! it a 4-way set-associative table of 8,192 entries. An entry holds no pin:
+//! it is where the page was seen ([`PageCache::sight`]), with the slot's state
+//! and the set's change count as they were then, and every read through it
+//! checks them after loading the element. A page the cache evicts, moves in a
+//! resize, or hands to a writer fails the check, and the reader looks it up
+//! again. So the cache never waits for a reader, an idle reader holds nothing,
+//! and a translation cache can be as large as is useful. Every 1,024th hit
+//! through the tables tells the cache's policy the page is in use, so pages
+//! read only through readers are not taken for unused ones.
+//!
+//! Element writes ([`PagedArray::set`], [`PagedArray::write_from`]) go
+//! through the cache's writer path (the page held exclusively while its bytes
+//! change), so a reader sees an element's old or new value, never a mix: an
+//! element read while a writer held its page fails the check and is read
+//! again.
+//!
+//! [`PageCache::sight`]: crate::PageCache
+
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::sync::atomic::AtomicU32;
+
+use crate::cache::{Sighting, still};
+use crate::cached::{CachedFile, CachedStore, readahead};
+use crate::error::{Error, Result};
+use crate::storage::layout::LayoutKind;
+
+/// Plain old data: a `Copy` type for which every bit pattern of its size is
+/// a value (integers, floats, arrays of them).
+///
+/// # Safety
+/// Any `size_of::<Self>()` initialised bytes must be a valid `Self`, and
+/// `align_of::<Self>()` must divide `size_of::<Self>()`.
+pub unsafe trait Element: Copy + Send + Sync + 'static {}
+
+macro_rules! elements {
+    ($($t:ty),*) => {
+        $(
+            // SAFETY: every bit pattern is a value of a primitive number, whose
+            // alignment divides its size.
+            unsafe impl Element for $t {}
+        )*
+    };
+}
+elements!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
+// SAFETY: an array of plain old data is plain old data, with the
+// alignment of its element, which divides its size.
+unsafe impl<T: Element, const N: usize> Element for [T; N] {}
+
+/// An array of `T` in a cached file (`len` elements, the file's length
+/// divided by the element's size).
+pub struct PagedArray<T: Element> {
+    file: CachedFile,
+    len: u64,
+    _t: PhantomData<fn() -> T>,
+}
+
+const L1: usize = 512;
+const L2_SETS: usize = 2048;
+const L2_WAYS: usize = 4;
+/// Hits through the tables between two reports to the cache's policy.
+const RENEW: u32 = 1024;
+const EMPTY: u64 = u64::MAX;
+
+/// The word empty entries point at.
+static NOWHERE: AtomicU32 = AtomicU32::new(0);
+
+/// One translation: page → frame, and what to check after a read.
+#[derive(Clone, Copy)]
+struct Entry<'a> {
+    page: u64,
+    frame: *const u8,
+    state: &'a AtomicU32,
+    seq: &'a AtomicU32,
+    v: u32,
+    sq: u32,
+}
+
+impl Entry<'_> {
+    const fn empty() -> Entry<'static> {
+        Entry {
+            page: EMPTY,
+            frame: std::ptr::null(),
+            state: &NOWHERE,
+            seq: &NOWHERE,
+            v: u32::MAX,
+            sq: 0,
+        }
+    }
+}
+
+/// How a reader's element reads were served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TranslationStats {
+    /// Served by the direct-mapped table.
+    pub direct: u64,
+    /// Served by the set-associative table.
+    pub private: u64,
+    /// Looked up in the shared cache (found there).
+    pub shared: u64,
+    /// Read through the cache's pinning path (the page was absent, busy, or
+    /// changed while read; or the element spans two pages).
+    pub slow: u64,
+}
+
+impl TranslationStats {
+    /// Reads the two translation tables served, over all reads.
+    pub fn hit_ratio(&self) -> f64 {
+        let all = self.direct + self.private + self.shared + self.slow;
+        if all == 0 {
+            0.0
+        } else {
+            (self.direct + self.private) as f64 / all as f64
+        }
+    }
+}
+
+/// A thread's reader of a [`PagedArray`], with its translation caches (not
+/// `Send`: one per thread, cheap to make).
+pub struct ArrayReader<'a, T: Element> {
+    arr: &'a PagedArray<T>,
+    l1: Box<[Entry<'a>]>,
+    l2: Box<[Entry<'a>]>,
+    /// Next way to replace, per set of `l2`.
+    next: Box<[u8]>,
+    stats: TranslationStats,
+    until_renew: u32,
+    /// log2 of the page size.
+    shift: u32,
+    _thread: PhantomData<*const ()>,
+}
+
+impl<T: Element> PagedArray<T> {
+    /// Create a file `name` of `len` elements (zeros) in the cached store.
+    pub fn create(cs: &CachedStore, name: &str, len: u64, layout: LayoutKind) -> Result<Self> {
+        let bytes = len.checked_mul(size_of::<T>() as u64).ok_or_else(|| {
+            Error::InvalidArgument(format!("an array of {len} elements does not fit a file"))
+        })?;
+        Self::from_file(cs.create(name, bytes, layout)?)
+    }
+
+    /// Open the array in file `name`.
+    pub fn open(cs: &CachedStore, name: &str) -> Result<Self> {
+        Self::from_file(cs.open_file(name)?)
+    }
+
+    /// Open the array in file `name` for reading only (writes fail with
+    /// [`Error::ReadOnly`]).
+    pub fn open_read_only(cs: &CachedStore, name: &str) -> Result<Self> {
+        Self::from_file(cs.open_file_read_only(name)?)
+    }
+
+    /// The array over a cached file whose length is a whole number of
+    /// elements.
+    pub fn from_file(file: CachedFile) -> Result<Self> {
+        let size = size_of::<T>() as u64;
+        if size == 0 {
+            return Err(Error::InvalidArgument(
+                "a paged array needs elements of at least one byte".into(),
+            ));
+        }
+        let ps = file.shared.cache.page_size();
+        if !ps.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "a paged array needs a cache whose page size is a power of two, not {ps}"
+            )));
+        }
+        if file.len() % size != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?} holds {} bytes, not a whole number of {size}-byte elements",
+                file.file().name(),
+                file.len()
+            )));
+        }
+        Ok(PagedArray {
+            len: file.len() / size,
+            file,
+            _t: PhantomData,
+        })
+    }
+
+    /// The number of elements.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the array has no element.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The cached file underneath.
+    pub fn file(&self) -> &CachedFile {
+        &self.file
+    }
+
+    /// A reader for this thread.
+    pub fn reader(&self) -> ArrayReader<'_, T> {
+        ArrayReader {
+            arr: self,
+            l1: vec![Entry::empty(); L1].into_boxed_slice(),
+            l2: vec![Entry::empty(); L2_SETS * L2_WAYS].into_boxed_slice(),
+            next: vec![0u8; L2_SETS].into_boxed_slice(),
+            stats: TranslationStats::default(),
+            until_renew: RENEW,
+            shift: self.file.shared.cache.page_size().trailing_zeros(),
+            _thread: PhantomData,
+        }
+    }
+
+    fn check(&self, start: u64, n: u64) -> Result<u64> {
+        match start.checked_add(n) {
+            Some(end) if end <= self.len => Ok(start * size_of::<T>() as u64),
+            _ => Err(Error::OutOfRange {
+                file: self.file.file().name(),
+                offset: start,
+                len: n,
+                file_len: self.len,
+            }),
+        }
+    }
+
+    /// Element `i`, copied through the cache (no translation cache; see
+    /// [`ArrayReader::get`] for reads in a loop).
+    pub fn get(&self, i: u64) -> Result<T> {
+        // SAFETY: `T` is plain old data: all zero bytes are a value.
+        let mut v = [unsafe { std::mem::zeroed::<T>() }];
+        self.read_into(i, &mut v)?;
+        Ok(v[0])
+    }
+
+    /// Write element `i` (readers see the old or the new value).
+    pub fn set(&self, i: u64, v: T) -> Result<()> {
+        self.write_from(i, &[v])
+    }
+
+    /// Copy elements `start..start + out.len()` into `out`.
+    pub fn read_into(&self, start: u64, out: &mut [T]) -> Result<()> {
+        let off = self.check(start, out.len() as u64)?;
+        // SAFETY: `T` is plain old data: its bytes may be written freely.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of_val(out))
+        };
+        self.file.read_at(off, bytes).map(drop)
+    }
+
+    /// Write `src` over elements `start..start + src.len()`.
+    pub fn write_from(&self, start: u64, src: &[T]) -> Result<()> {
+        let off = self.check(start, src.len() as u64)?;
+        // SAFETY: `T` is plain old data: its bytes are initialised.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) };
+        self.file.write_at(off, bytes)
+    }
+
+    /// Write the array's dirty pages and make it durable.
+    pub fn sync(&self) -> Result<()> {
+        self.file.sync()
+    }
+
+    /// Run `f` on `threads` threads, each with its own reader and a share of
+    /// the elements (consecutive chunks of at least a page); returns the
+    /// first error.
+    pub fn par_chunks<F>(&self, threads: usize, f: F) -> Result<()>
+    where
+        F: Fn(&mut ArrayReader<'_, T>, Range<u64>) -> Result<()> + Sync,
+    {
+        let threads = threads.max(1) as u64;
+        let per_page = (self.file.shared.cache.page_size() / size_of::<T>()).max(1) as u64;
+        let chunk = self.len.div_ceil(threads).div_ceil(per_page) * per_page;
+        std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|k| {
+                    let (f, lo) = (&f, (k * chunk).min(self.len));
+                    let hi = (lo + chunk).min(self.len);
+                    s.spawn(move || f(&mut self.reader(), lo..hi))
+                })
+                .collect();
+            hs.into_iter()
+                .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .fold(Ok(()), Result::and)
+        })
+    }
+}
+
+impl<'a, T: Element> ArrayReader<'a, T> {
+    /// How this reader's reads were served so far.
+    pub fn stats(&self) -> TranslationStats {
+        self.stats
+    }
+
+    /// Element `i`. An index past the end is an error ([`Error::OutOfRange`]).
+    #[inline]
+    pub fn get(&mut self, i: u64) -> Result<T> {
+        if i >= self.arr.len {
+            return Err(self.out_of_range(i));
+        }
+        let off = i * size_of::<T>() as u64;
+        let page = off >> self.shift;
+        let at = (off & ((1 << self.shift) - 1)) as usize;
+        let e = &self.l1[page as usize % L1];
+        if e.page == page && at + size_of::<T>() <= 1 << self.shift {
+            // SAFETY: the frame lies in the cache's mapped frame memory for
+            // the cache's life, whatever happens to the slot, and `at +
+            // size_of::<T>()` is inside it; `T` is plain old data. The value
+            // is used only if the entry's check below proves the page was
+            // there, readable and unchanged, while it was read.
+            let v = unsafe { e.frame.add(at).cast::<T>().read_unaligned() };
+            if still(e.state, e.seq, e.v, e.sq) {
+                self.stats.direct += 1;
+                self.until_renew -= 1;
+                if self.until_renew == 0 {
+                    self.renew(page);
+                }
+                return Ok(v);
+            }
+        }
+        self.get_slow(i, page, at)
+    }
+
+    #[cold]
+    fn out_of_range(&self, i: u64) -> Error {
+        Error::OutOfRange {
+            file: self.arr.file.file().name(),
+            offset: i,
+            len: 1,
+            file_len: self.arr.len,
+        }
+    }
+
+    /// Tell the cache's policy the page is in use, and refresh its entry.
+    #[cold]
+    fn renew(&mut self, page: u64) {
+        self.until_renew = RENEW;
+        let f = &self.arr.file;
+        if let Ok(Some(s)) = f.shared.cache.sight(f.id, page) {
+            self.l1[page as usize % L1] = entry(page, &s);
+        }
+    }
+
+    /// An element the direct-mapped table did not serve: the private table,
+    /// then the shared cache, then the cache's pinning path.
+    fn get_slow(&mut self, i: u64, page: u64, at: usize) -> Result<T> {
+        if at + size_of::<T>() > 1 << self.shift {
+            // The element spans two pages.
+            self.stats.slow += 1;
+            return self.arr.get(i);
+        }
+        let set = page as usize % L2_SETS * L2_WAYS;
+        for w in 0..L2_WAYS {
+            let e = self.l2[set + w];
+            if e.page == page {
+                // SAFETY: as in `get`.
+                let v = unsafe { e.frame.add(at).cast::<T>().read_unaligned() };
+                if still(e.state, e.seq, e.v, e.sq) {
+                    self.stats.private += 1;
+                    self.l1[page as usize % L1] = e;
+                    return Ok(v);
+                }
+                self.l2[set + w] = Entry::empty();
+            }
+        }
+        let f = &self.arr.file;
+        let cache: &'a crate::PageCache = &self.arr.file.shared.cache;
+        if let Some(s) = cache.sight(f.id, page)? {
+            // SAFETY: as in `get`.
+            let v = unsafe { s.frame.add(at).cast::<T>().read_unaligned() };
+            if s.still() {
+                self.stats.shared += 1;
+                self.install(page, entry(page, &s));
+                return Ok(v);
+            }
+        }
+        self.stats.slow += 1;
+        let got = self.arr.get(i)?;
+        // The page is cached now (unless evicted already): note where.
+        if let Some(s) = cache.sight(f.id, page)? {
+            self.install(page, entry(page, &s));
+        }
+        Ok(got)
+    }
+
+    fn install(&mut self, page: u64, e: Entry<'a>) {
+        self.l1[page as usize % L1] = e;
+        let set = page as usize % L2_SETS;
+        let w = self.next[set] as usize % L2_WAYS;
+        self.next[set] = self.next[set].wrapping_add(1);
+        self.l2[set * L2_WAYS + w] = e;
+    }
+
+    /// Run `f` on the elements `range` in order, a page's worth at a time:
+    /// `f(first index, elements)`, the slice in the cached frame itself,
+    /// pinned while `f` runs (no copy). The reads count as a sequential
+    /// stream for readahead.
+    pub fn for_each_chunk(
+        &mut self,
+        range: Range<u64>,
+        mut f: impl FnMut(u64, &[T]),
+    ) -> Result<()> {
+        if range.start > range.end || range.end > self.arr.len {
+            return Err(self.out_of_range(range.end.max(range.start)));
+        }
+        let size = size_of::<T>() as u64;
+        let ps = 1u64 << self.shift;
+        let file = &self.arr.file;
+        let sh = &*file.shared;
+        let mut i = range.start;
+        let mut one = Vec::new();
+        while i < range.end {
+            let off = i * size;
+            let page_end = (off / ps + 1) * ps;
+            // Elements wholly inside this page from `i`.
+            let n = ((page_end - off) / size).min(range.end - i);
+            if n == 0 || ps % size != 0 {
+                // An element that spans two pages (or a size that does not
+                // divide the page): one at a time, copied.
+                one.clear();
+                one.push(self.arr.get(i)?);
+                f(i, &one);
+                i += 1;
+                continue;
+            }
+            readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
+            let g = file.page(off)?;
+            let at = (off - g.offset()) as usize;
+            let bytes = &g[at..at + (n * size) as usize];
+            // SAFETY: the guard pins the page and excludes writers while the
+            // slice lives; `T` is plain old data, its alignment divides its
+            // size and the page size (a power of two at least the size, as
+            // `ps % size == 0`), and the frame is page-aligned, so `at` (a
+            // multiple of the size) is aligned for `T`.
+            let elems =
+                unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n as usize) };
+            f(i, elems);
+            drop(g);
+            i += n;
+        }
+        Ok(())
+    }
+}
+
+/// A translation entry for `page` from where it was seen.
+fn entry<'a>(page: u64, s: &Sighting<'a, crate::cache::sync::Os>) -> Entry<'a> {
+    Entry {
+        page,
+        frame: s.frame,
+        state: s.state,
+        seq: s.seq,
+        v: s.v,
+        sq: s.sq,
+    }
+}

@@ -1,0 +1,217 @@
+//! Paged arrays: elements in a cached file, read through per-thread
+//! translation caches that hold no pins.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use common::{Rng, TempDir};
+use setcache::{
+    CacheOptions, CachedStore, Error, LayoutKind, PagedArray, PolicyKind, Store, StoreOptions,
+};
+
+fn store(tmp: &TempDir, pages: usize, max_pages: usize) -> CachedStore {
+    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    CachedStore::new(
+        s,
+        CacheOptions {
+            size: pages * 4096,
+            max_size: Some(max_pages * 4096),
+            page_size: 4096,
+            assoc: 8,
+            policy: PolicyKind::Clock,
+            pin_wait: Duration::from_secs(5),
+        },
+    )
+    .unwrap()
+}
+
+/// Elements written through the array read back through a reader, a copy
+/// and chunks; repeated reads are served by the translation tables.
+#[test]
+fn elements_read_back_through_readers_copies_and_chunks() {
+    let tmp = TempDir::new("array-basic");
+    let cs = store(&tmp, 512, 512);
+    let n = 300_000u64;
+    let a = PagedArray::<u64>::create(&cs, "a", n, LayoutKind::Stripe).unwrap();
+    assert_eq!(a.len(), n);
+    let vals: Vec<u64> = (0..n).map(|i| i * 3 + 1).collect();
+    a.write_from(0, &vals).unwrap();
+    let mut r = a.reader();
+    for i in (0..n).step_by(7) {
+        assert_eq!(r.get(i).unwrap(), i * 3 + 1);
+    }
+    for _ in 0..3 {
+        for i in 0..512 {
+            assert_eq!(r.get(i).unwrap(), i * 3 + 1);
+        }
+    }
+    let st = r.stats();
+    assert!(st.direct > 1000, "{st:?}");
+    let mut sum = 0u64;
+    let mut next = 0;
+    r.for_each_chunk(0..n, |first, xs| {
+        assert_eq!(first, next);
+        next += xs.len() as u64;
+        sum = xs.iter().fold(sum, |s, &x| s.wrapping_add(x));
+    })
+    .unwrap();
+    assert_eq!(next, n);
+    assert_eq!(sum, vals.iter().fold(0u64, |s, &x| s.wrapping_add(x)));
+    let mut out = vec![0u64; 1000];
+    a.read_into(5000, &mut out).unwrap();
+    assert_eq!(out, vals[5000..6000]);
+    // Two threads, each its own reader over half.
+    let total = std::sync::Mutex::new(0u64);
+    a.par_chunks(2, |r, range| {
+        let mut s = 0u64;
+        r.for_each_chunk(range, |_, xs| {
+            s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
+        })?;
+        let mut t = total.lock().unwrap();
+        *t = t.wrapping_add(s);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(*total.lock().unwrap(), sum);
+    a.sync().unwrap();
+}
+
+/// Elements of sizes that do not divide the page span two pages.
+#[test]
+fn elements_spanning_pages_read_whole() {
+    let tmp = TempDir::new("array-span");
+    let cs = store(&tmp, 64, 64);
+    let n = 5000u64;
+    let a = PagedArray::<[u8; 12]>::create(&cs, "s", n, LayoutKind::Stripe).unwrap();
+    let el = |i: u64| -> [u8; 12] { std::array::from_fn(|k| (i as u8).wrapping_mul(7) ^ k as u8) };
+    for i in 0..n {
+        a.set(i, el(i)).unwrap();
+    }
+    let mut r = a.reader();
+    for i in 0..n {
+        assert_eq!(r.get(i).unwrap(), el(i), "element {i}");
+    }
+    let mut k = 0;
+    r.for_each_chunk(0..n, |first, xs| {
+        for (j, x) in xs.iter().enumerate() {
+            assert_eq!(*x, el(first + j as u64));
+        }
+        k += xs.len();
+    })
+    .unwrap();
+    assert_eq!(k as u64, n);
+}
+
+/// Misuse gets clear errors.
+#[test]
+fn misuse_gets_clear_errors() {
+    let tmp = TempDir::new("array-misuse");
+    let cs = store(&tmp, 64, 64);
+    cs.create("odd", 1001, LayoutKind::Stripe).unwrap();
+    match PagedArray::<u64>::open(&cs, "odd") {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("1001"), "{m}"),
+        other => panic!("{:?}", other.err()),
+    }
+    let a = PagedArray::<u32>::create(&cs, "a", 100, LayoutKind::Stripe).unwrap();
+    let mut r = a.reader();
+    assert!(matches!(r.get(100), Err(Error::OutOfRange { .. })));
+    assert!(matches!(a.set(100, 1), Err(Error::OutOfRange { .. })));
+    assert!(matches!(
+        a.write_from(99, &[1, 2]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        r.for_each_chunk(50..101, |_, _| {}),
+        Err(Error::OutOfRange { .. })
+    ));
+    let ro = PagedArray::<u32>::open_read_only(&cs, "a").unwrap();
+    assert!(matches!(ro.set(1, 5), Err(Error::ReadOnly(_))));
+    assert!(matches!(
+        PagedArray::<u64>::open(&cs, "missing"),
+        Err(Error::FileNotFound(_))
+    ));
+}
+
+/// Two threads update and read one array through a cache of 32 pages (the
+/// array has 512) that is resized meanwhile: every element read holds its
+/// own index (no torn element, no other page's bytes) and a version no
+/// older than the last write of it that completed before the read began.
+#[test]
+fn updates_and_reads_under_eviction_and_resize_match_a_model() {
+    let tmp = TempDir::new("array-race");
+    let cs = Arc::new(store(&tmp, 32, 128));
+    let n = 512 * 512u64;
+    let a = Arc::new(PagedArray::<u64>::create(&cs, "r", n, LayoutKind::Stripe).unwrap());
+    let init: Vec<u64> = (0..n).map(|i| i << 24).collect();
+    a.write_from(0, &init).unwrap();
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (a, done, stop) = (a.clone(), done.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut rng = Rng(5);
+            let mut ver = vec![0u64; 4096];
+            let mut writes = 0;
+            while !stop.load(Ordering::Relaxed) || writes < 20_000 {
+                // Updates fall on the first 4,096 elements (eight pages) and
+                // a few random ones.
+                let i = if writes % 4 == 0 {
+                    rng.below(n)
+                } else {
+                    rng.below(4096)
+                };
+                let v = if i < 4096 {
+                    ver[i as usize] += 1;
+                    ver[i as usize]
+                } else {
+                    1
+                };
+                a.set(i, (i << 24) | v).unwrap();
+                done[i as usize].fetch_max(v, Ordering::Release);
+                writes += 1;
+                if writes >= 200_000 {
+                    break;
+                }
+            }
+        })
+    };
+    let reader = {
+        let (a, done) = (a.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut r = a.reader();
+            let mut rng = Rng(9);
+            for k in 0..400_000u64 {
+                let i = if k % 2 == 0 {
+                    rng.below(4096)
+                } else {
+                    rng.below(n)
+                };
+                let before = done[i as usize].load(Ordering::Acquire);
+                let x = r.get(i).unwrap();
+                assert_eq!(x >> 24, i, "element {i} read {x:#x}: not its own");
+                assert!(
+                    x & 0xff_ffff >= before,
+                    "element {i}: version {} after {before} completed",
+                    x & 0xff_ffff
+                );
+            }
+            r.stats()
+        })
+    };
+    for k in 0..20 {
+        std::thread::sleep(Duration::from_millis(10));
+        cs.cache()
+            .resize(if k % 2 == 0 { 128 * 4096 } else { 32 * 4096 })
+            .unwrap();
+    }
+    let st = reader.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert!(
+        st.direct + st.private > 0 && st.shared + st.slow > 0,
+        "{st:?}"
+    );
+}
