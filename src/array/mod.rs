@@ -21,7 +21,7 @@
 //! element read while a writer held its page fails the check and is read
 //! again.
 //!
-//! [`PageCache::sight`]: crate::PageCache
+//! [`PageCache::sight`]: crate::cache::PageCache
 
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -368,7 +368,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             }
         }
         let f = &self.arr.file;
-        let cache: &'a crate::PageCache = &self.arr.file.shared.cache;
+        let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
         if let Some(s) = cache.sight(f.id, page)? {
             // SAFETY: as in `get`.
             let v = unsafe { s.frame.add(at).cast::<T>().read_unaligned() };

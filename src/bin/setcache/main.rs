@@ -29,6 +29,7 @@ macro_rules! out {
     }};
 }
 
+mod arraybench;
 mod bench;
 #[cfg(test)]
 mod cli_tests;
@@ -63,6 +64,8 @@ enum Command {
     Bench(Box<bench::BenchArgs>),
     /// Measure the page cache's hit path beside a bare memcpy baseline
     Hitbench(hitbench::HitArgs),
+    /// Measure a paged array beside a vector in memory
+    Arraybench(arraybench::ArrayArgs),
     /// Simulate the hit ratio of replacement policies on a trace
     Sim(simcmd::SimArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
@@ -78,6 +81,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run(*args),
         Some(Command::Hitbench(args)) => hitbench::run(args),
+        Some(Command::Arraybench(args)) => arraybench::run(args),
         Some(Command::Sim(args)) => simcmd::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
         None => {

@@ -28,11 +28,11 @@ mod plot;
 mod prep;
 mod progress;
 mod report;
-mod rng;
+pub(crate) mod rng;
 pub(crate) mod size;
 pub(crate) mod svg;
 mod workload;
-mod zipf;
+pub(crate) mod zipf;
 
 use std::path::{Path, PathBuf};
 
