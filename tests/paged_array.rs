@@ -172,7 +172,7 @@ fn updates_and_reads_under_eviction_and_resize_match_a_model() {
                 a.set(i, (i << 24) | v).unwrap();
                 done[i as usize].fetch_max(v, Ordering::Release);
                 writes += 1;
-                if writes >= 200_000 {
+                if writes >= 60_000 {
                     break;
                 }
             }
@@ -183,7 +183,7 @@ fn updates_and_reads_under_eviction_and_resize_match_a_model() {
         std::thread::spawn(move || {
             let mut r = a.reader();
             let mut rng = Rng(9);
-            for k in 0..400_000u64 {
+            for k in 0..150_000u64 {
                 let i = if k % 2 == 0 {
                     rng.below(4096)
                 } else {
@@ -201,12 +201,27 @@ fn updates_and_reads_under_eviction_and_resize_match_a_model() {
             r.stats()
         })
     };
+    // Grow and shrink the cache meanwhile. A shrink that would drop dirty
+    // pages stops with `ResizeBusy`: write them back and try again.
+    let mut shrunk = 0;
     for k in 0..20 {
         std::thread::sleep(Duration::from_millis(10));
-        cs.cache()
-            .resize(if k % 2 == 0 { 128 * 4096 } else { 32 * 4096 })
-            .unwrap();
+        if k % 2 == 0 {
+            cs.cache().resize(128 * 4096).unwrap();
+            continue;
+        }
+        for _ in 0..50 {
+            match cs.cache().resize(32 * 4096) {
+                Ok(()) => {
+                    shrunk += 1;
+                    break;
+                }
+                Err(Error::ResizeBusy(_)) => a.sync().unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+        }
     }
+    assert!(shrunk > 0, "no shrink went through");
     let st = reader.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     writer.join().unwrap();
