@@ -428,6 +428,12 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 continue;
             }
             readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
+            // Frames of consecutive pages lie anywhere in the cache's memory,
+            // where the CPU's own prefetcher cannot follow: ask for the next
+            // page's frame, and for the metadata of the set of the one after.
+            let page = off / ps;
+            sh.cache.prefetch(file.id, page + 4, false);
+            sh.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
             let g = file.page(off)?;
             let at = (off - g.offset()) as usize;
             let bytes = &g[at..at + (n * size) as usize];
