@@ -870,6 +870,94 @@ fn page_guards() {
     });
 }
 
+/// Model check of the translation caches' pin-free reads under Shuttle's
+/// random scheduler, on one set of four pages: a reader sights page 0, reads
+/// its bytes (a scheduling point in between) and keeps them only if the
+/// sighting still holds; another thread writes page 0 in two halves and a
+/// third brings pages 1 to 5 in and evicts page 0, so the frame is reused.
+/// Bytes kept are always one whole version of page 0, never a mix, another
+/// page's or a half-written one.
+#[test]
+fn shuttle_sightings() {
+    shuttle::check_random(sightings, 2000);
+    shuttle::check_pct(sightings, 1000, 3);
+}
+
+fn sightings() {
+    const P: u64 = 0;
+    let c = Arc::new(
+        PageCache::<Shuttle>::new(CacheOptions {
+            pin_wait: Duration::from_millis(1),
+            ..opts(4, 4, 4, PolicyKind::Clock)
+        })
+        .unwrap(),
+    );
+    let disk: Arc<Disk> = Arc::default();
+    let whole = |b: &[u8]| b == initial(0, P) || b.iter().all(|&x| x == 0xAB);
+    drop(c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap());
+    let reader = {
+        let c = c.clone();
+        shuttle::thread::spawn(move || {
+            for _ in 0..3 {
+                if let Some(s) = c.sight(0, P).unwrap() {
+                    let mut b = vec![0u8; 512];
+                    for half in [0, 256] {
+                        // SAFETY: the frame stays mapped; the bytes are kept
+                        // only if the sighting still holds after the copy.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                s.frame.add(half),
+                                b.as_mut_ptr().add(half),
+                                256,
+                            )
+                        };
+                        shuttle::thread::yield_now();
+                    }
+                    if s.still() {
+                        assert!(whole(&b), "a sighting kept bytes of no version of page {P}");
+                    }
+                }
+                shuttle::thread::yield_now();
+            }
+        })
+    };
+    let writer = {
+        let (c, disk) = (c.clone(), disk.clone());
+        shuttle::thread::spawn(move || {
+            match c.get_mut_with(0, P, load_from(&disk), store_to(&disk)) {
+                Ok(mut g) => {
+                    g[..256].fill(0xAB);
+                    shuttle::thread::yield_now();
+                    g[256..].fill(0xAB);
+                }
+                Err(Error::AllPinned { .. }) => {}
+                Err(e) => panic!("{e}"),
+            }
+        })
+    };
+    let evictor = {
+        let (c, disk) = (c.clone(), disk.clone());
+        shuttle::thread::spawn(move || {
+            for q in 1..6u64 {
+                if let Some(w) = c.write_back(0, P).unwrap() {
+                    let b = w.bytes().to_vec();
+                    disk.lock().unwrap().insert((0, P), b);
+                    w.finish(Ok(())).unwrap();
+                }
+                let _ = c.evict(0, P);
+                match c.get_with(0, q, load_from(&disk), store_to(&disk)) {
+                    Ok(g) => drop(g),
+                    Err(Error::AllPinned { .. }) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+        })
+    };
+    for h in [reader, writer, evictor] {
+        h.join().unwrap();
+    }
+}
+
 #[test]
 fn models_differ_only_in_their_word() {
     // The seam is what the Shuttle test swaps: same layout rules for both.
