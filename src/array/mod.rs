@@ -5,7 +5,8 @@
 //!
 //! A reader has two levels: a direct-mapped table of 512 entries (a hit costs
 //! a tag compare, the element's load and two loads that check it) and behind
-//! it a 4-way set-associative table of 8,192 entries. An entry holds no pin:
+//! it a 2-way set-associative table with as many entries as the cache has
+//! frames (or the array pages, if fewer; at most 262,144). An entry holds no pin:
 //! it is where the page was seen ([`PageCache::sight`]), with the slot's state
 //! and the set's change count as they were then, and every read through it
 //! checks them after loading the element. A page the cache evicts, moves in a
@@ -63,8 +64,9 @@ pub struct PagedArray<T: Element> {
 }
 
 const L1: usize = 512;
-const L2_SETS: usize = 2048;
-const L2_WAYS: usize = 4;
+const L2_WAYS: usize = 2;
+/// Most sets of the second table (2^17 sets of two: 10 MiB of entries).
+const L2_MAX_SETS: usize = 1 << 17;
 /// Hits through the tables between two reports to the cache's policy.
 const RENEW: u32 = 1024;
 const EMPTY: u64 = u64::MAX;
@@ -128,6 +130,8 @@ pub struct ArrayReader<'a, T: Element> {
     arr: &'a PagedArray<T>,
     l1: Box<[Entry<'a>]>,
     l2: Box<[Entry<'a>]>,
+    /// Sets of `l2`, a power of two.
+    l2_sets: usize,
     /// Next way to replace, per set of `l2`.
     next: Box<[u8]>,
     stats: TranslationStats,
@@ -203,11 +207,19 @@ impl<T: Element> PagedArray<T> {
 
     /// A reader for this thread.
     pub fn reader(&self) -> ArrayReader<'_, T> {
+        // As many entries as the cache has frames (TriCache's default for
+        // its private level), or as the array has pages if fewer: entries
+        // hold no pins, so a large table costs the cache nothing.
+        let cache = &self.file.shared.cache;
+        let pages = (self.len * size_of::<T>() as u64).div_ceil(cache.page_size() as u64);
+        let want = (cache.capacity_pages() as u64).min(pages).max(1) as usize;
+        let l2_sets = want.div_ceil(L2_WAYS).next_power_of_two().min(L2_MAX_SETS);
         ArrayReader {
             arr: self,
             l1: vec![Entry::empty(); L1].into_boxed_slice(),
-            l2: vec![Entry::empty(); L2_SETS * L2_WAYS].into_boxed_slice(),
-            next: vec![0u8; L2_SETS].into_boxed_slice(),
+            l2: vec![Entry::empty(); l2_sets * L2_WAYS].into_boxed_slice(),
+            l2_sets,
+            next: vec![0u8; l2_sets].into_boxed_slice(),
             stats: TranslationStats::default(),
             until_renew: RENEW,
             shift: self.file.shared.cache.page_size().trailing_zeros(),
@@ -325,6 +337,51 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         self.get_slow(i, page, at)
     }
 
+    /// Elements `idx[k]` into `out[k]`, as many [`ArrayReader::get`] calls,
+    /// but in groups whose memory misses overlap: the translation entries of
+    /// a group are asked for first, then its frames and slot states, then
+    /// the elements are read. For random reads of indices known ahead.
+    pub fn get_many(&mut self, idx: &[u64], out: &mut [T]) -> Result<()> {
+        if idx.len() != out.len() {
+            return Err(Error::InvalidArgument(format!(
+                "get_many: {} indices for {} elements",
+                idx.len(),
+                out.len()
+            )));
+        }
+        const GROUP: usize = 16;
+        let ps_mask = (1u64 << self.shift) - 1;
+        for (ids, outs) in idx.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+            for &i in ids {
+                let page = (i.min(self.arr.len) * size_of::<T>() as u64) >> self.shift;
+                let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
+                crate::cache::prefetch(&self.l1[page as usize % L1]);
+                crate::cache::prefetch(&self.l2[set]);
+            }
+            for &i in ids {
+                let off = i.min(self.arr.len) * size_of::<T>() as u64;
+                let page = off >> self.shift;
+                let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
+                let l1 = &self.l1[page as usize % L1];
+                let e = if l1.page == page {
+                    l1
+                } else if self.l2[set].page == page {
+                    &self.l2[set]
+                } else {
+                    &self.l2[set + 1]
+                };
+                if e.page == page {
+                    crate::cache::prefetch(e.frame.wrapping_add((off & ps_mask) as usize));
+                    crate::cache::prefetch(e.state);
+                }
+            }
+            for (&i, o) in ids.iter().zip(outs.iter_mut()) {
+                *o = self.get(i)?;
+            }
+        }
+        Ok(())
+    }
+
     #[cold]
     fn out_of_range(&self, i: u64) -> Error {
         Error::OutOfRange {
@@ -353,7 +410,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             self.stats.slow += 1;
             return self.arr.get(i);
         }
-        let set = page as usize % L2_SETS * L2_WAYS;
+        let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
         for w in 0..L2_WAYS {
             let e = self.l2[set + w];
             if e.page == page {
@@ -389,7 +446,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
 
     fn install(&mut self, page: u64, e: Entry<'a>) {
         self.l1[page as usize % L1] = e;
-        let set = page as usize % L2_SETS;
+        let set = page as usize & (self.l2_sets - 1);
         let w = self.next[set] as usize % L2_WAYS;
         self.next[set] = self.next[set].wrapping_add(1);
         self.l2[set * L2_WAYS + w] = e;

@@ -8,7 +8,10 @@
 //! * `zipf`: reads at Zipf 0.99 ranks, scrambled over the array as `bench
 //!   --dist zipf` scrambles them (`ArrayReader::get` per element);
 //! * `uniform`: reads at uniformly random indices;
-//! * `pages`: a random page's 512 elements, read one by one in order.
+//! * `pages`: a random page's 512 elements, read one by one in order;
+//! * `zipf-batch`, `uniform-batch`: the reads of `zipf` and `uniform`, 64 at
+//!   a time through `ArrayReader::get_many` (the vector reads them as before:
+//!   its loads overlap anyway, the indices being known).
 //!
 //! Indices are drawn before the timed part, the same for both. The array's
 //! cache holds the whole array unless `--cache-size` says otherwise (out of
@@ -38,8 +41,14 @@ pub(crate) struct ArrayArgs {
     /// Cache size [default: the array's size and an eighth more: all cached]
     #[arg(long)]
     cache_size: Option<String>,
-    /// Workloads (comma-separated): seq, zipf, uniform, pages
-    #[arg(long, default_value = "seq,zipf,uniform,pages", value_delimiter = ',')]
+    /// Workloads (comma-separated): seq, zipf, uniform, pages, and
+    /// zipf-batch, uniform-batch (the same reads, 64 at a time through
+    /// `ArrayReader::get_many`)
+    #[arg(
+        long,
+        default_value = "seq,zipf,uniform,pages,zipf-batch,uniform-batch",
+        value_delimiter = ','
+    )]
     workload: Vec<String>,
     /// Rounds; each runs every workload on the vector and on the array in turns
     #[arg(long, default_value_t = 5)]
@@ -49,12 +58,19 @@ pub(crate) struct ArrayArgs {
     ops: usize,
 }
 
-const WORKLOADS: [&str; 4] = ["seq", "zipf", "uniform", "pages"];
+const WORKLOADS: [&str; 6] = [
+    "seq",
+    "zipf",
+    "uniform",
+    "pages",
+    "zipf-batch",
+    "uniform-batch",
+];
 
 /// One workload's indices (for `pages`, first elements of pages).
 fn indices(w: &str, n: u64, ops: usize, seed: u64) -> Vec<u64> {
     let mut rng = Rng::new(seed);
-    match w {
+    match w.trim_end_matches("-batch") {
         "zipf" => {
             let z = Zipf::new(n, 0.99);
             // A bijection of 0..n (n a power of two): hot ranks spread out.
@@ -79,7 +95,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, zipf, uniform or pages"
+                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch or uniform-batch"
             ));
         }
     }
@@ -238,6 +254,15 @@ fn run_array(
                 }
             }
             idx.len() as u64 * 512
+        }
+        w if w.ends_with("-batch") => {
+            let mut out = [0u64; 64];
+            for ids in idx.chunks(64) {
+                let out = &mut out[..ids.len()];
+                r.get_many(ids, out)?;
+                s = out.iter().fold(s, |s, &x| s.wrapping_add(x));
+            }
+            idx.len() as u64
         }
         _ => {
             for &i in idx {
