@@ -50,6 +50,14 @@ fn elements_read_back_through_readers_copies_and_chunks() {
     }
     let st = r.stats();
     assert!(st.direct > 1000, "{st:?}");
+    // Batches: the same values, in the order asked; a bad index fails.
+    let mut rng = Rng(3);
+    let idx: Vec<u64> = (0..1000).map(|_| rng.below(n)).collect();
+    let mut got = vec![0u64; 1000];
+    r.get_many(&idx, &mut got).unwrap();
+    assert!(idx.iter().zip(&got).all(|(&i, &x)| x == i * 3 + 1));
+    assert!(matches!(r.get_many(&[1, n], &mut [0, 0]), Err(Error::OutOfRange { .. })));
+    assert!(matches!(r.get_many(&[1], &mut [0, 0]), Err(Error::InvalidArgument(_))));
     let mut sum = 0u64;
     let mut next = 0;
     r.for_each_chunk(0..n, |first, xs| {

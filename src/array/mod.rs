@@ -12,7 +12,9 @@
 //! checks them after loading the element. A page the cache evicts, moves in a
 //! resize, or hands to a writer fails the check, and the reader looks it up
 //! again. So the cache never waits for a reader, an idle reader holds nothing,
-//! and a translation cache can be as large as is useful. Every 1,024th hit
+//! and a translation cache can be as large as is useful.
+//! [`ArrayReader::get_many`] reads indices known ahead in groups whose
+//! memory misses overlap. Every 1,024th hit
 //! through the tables tells the cache's policy the page is in use, so pages
 //! read only through readers are not taken for unused ones.
 //!
