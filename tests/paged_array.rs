@@ -56,8 +56,14 @@ fn elements_read_back_through_readers_copies_and_chunks() {
     let mut got = vec![0u64; 1000];
     r.get_many(&idx, &mut got).unwrap();
     assert!(idx.iter().zip(&got).all(|(&i, &x)| x == i * 3 + 1));
-    assert!(matches!(r.get_many(&[1, n], &mut [0, 0]), Err(Error::OutOfRange { .. })));
-    assert!(matches!(r.get_many(&[1], &mut [0, 0]), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        r.get_many(&[1, n], &mut [0, 0]),
+        Err(Error::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        r.get_many(&[1], &mut [0, 0]),
+        Err(Error::InvalidArgument(_))
+    ));
     let mut sum = 0u64;
     let mut next = 0;
     r.for_each_chunk(0..n, |first, xs| {

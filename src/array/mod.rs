@@ -30,7 +30,7 @@ use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::atomic::AtomicU32;
 
-use crate::cache::{Sighting, still};
+use crate::cache::{Mode, Sighting, still};
 use crate::cached::{CachedFile, CachedStore, readahead};
 use crate::error::{Error, Result};
 use crate::storage::layout::LayoutKind;
@@ -486,14 +486,15 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 i += 1;
                 continue;
             }
-            readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
+            let stream = readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
             // Frames of consecutive pages lie anywhere in the cache's memory,
             // where the CPU's own prefetcher cannot follow: ask for the next
             // page's frame, and for the metadata of the set of the one after.
             let page = off / ps;
             sh.cache.prefetch(file.id, page + 4, false);
             sh.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
-            let g = file.page(off)?;
+            let mode = if stream { Mode::Stream } else { Mode::Keep };
+            let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
             let at = (off - g.offset()) as usize;
             let bytes = &g[at..at + (n * size) as usize];
             // SAFETY: the guard pins the page and excludes writers while the

@@ -573,7 +573,7 @@ impl CachedFile {
 
     /// `FileGone` if the file was retired meanwhile (its id then no longer
     /// resolves), else `e`.
-    fn gone_or(&self, e: Error) -> Error {
+    pub(crate) fn gone_or(&self, e: Error) -> Error {
         match self.entry.check() {
             Err(gone) => gone,
             Ok(()) => e,
@@ -710,11 +710,20 @@ impl CachedFile {
     }
 
     fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
+        self.page_as(offset, Mode::Keep)
+    }
+
+    /// [`CachedFile::page`] for a reader of kind `mode`: `Keep`, or `Stream`
+    /// for a sequential stream's (a page it brings in enters cold, so that
+    /// readahead and later misses may take it first). Never `Normal`, whose
+    /// misses may be served without a slot.
+    pub(crate) fn page_as(&self, offset: u64, mode: Mode) -> Result<PageGuard<'_>> {
+        debug_assert!(matches!(mode, Mode::Keep | Mode::Stream));
         self.guard(offset, false, |page| {
             self.shared.cache.get_with_as(
                 self.id,
                 page,
-                Mode::Keep,
+                mode,
                 |f, p, frame| self.load(f, p, frame),
                 |f, p, bytes| self.store_page(f, p, bytes),
             )
