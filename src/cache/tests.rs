@@ -767,11 +767,27 @@ fn set_protocol(pages: usize, ids: [u64; 6]) {
             h.join().unwrap();
         }
         // Quiescent: no pins, no I/O left behind.
-        c.core.for_each(|_, st, _| {
-            assert_eq!(core::pins(st), 0, "a pin leaked");
-            assert_eq!(st & (core::PENDING | core::WRITEBACK | core::WRITER), 0);
-        });
+        assert_quiescent(&c);
     }
+}
+
+/// A Shuttle model's cache of one set of four pages (CLOCK, 1 ms pin wait).
+fn one_set_under_shuttle() -> Arc<PageCache<Shuttle>> {
+    Arc::new(
+        PageCache::<Shuttle>::new(CacheOptions {
+            pin_wait: Duration::from_millis(1),
+            ..opts(4, 4, 4, PolicyKind::Clock)
+        })
+        .unwrap(),
+    )
+}
+
+/// No pin, fill, write-back or writer is left in any slot.
+fn assert_quiescent<M: Model>(c: &PageCache<M>) {
+    c.core.for_each(|_, st, _| {
+        assert_eq!(core::pins(st), 0, "a pin leaked");
+        assert_eq!(st & (core::PENDING | core::WRITEBACK | core::WRITER), 0);
+    });
 }
 
 /// Model check of page guards under Shuttle's random scheduler, on one set
@@ -789,13 +805,7 @@ fn shuttle_page_guards() {
 
 fn page_guards() {
     const P: u64 = 0;
-    let c = Arc::new(
-        PageCache::<Shuttle>::new(CacheOptions {
-            pin_wait: Duration::from_millis(1),
-            ..opts(4, 4, 4, PolicyKind::Clock)
-        })
-        .unwrap(),
-    );
+    let c = one_set_under_shuttle();
     let disk: Arc<Disk> = Arc::default();
     let whole = |b: &[u8]| b == initial(0, P) || b.iter().all(|&x| x == 0xAB);
     let reader = {
@@ -864,10 +874,7 @@ fn page_guards() {
     for h in [reader, writer, flusher] {
         h.join().unwrap();
     }
-    c.core.for_each(|_, st, _| {
-        assert_eq!(core::pins(st), 0, "a pin leaked");
-        assert_eq!(st & (core::PENDING | core::WRITEBACK | core::WRITER), 0);
-    });
+    assert_quiescent(&c);
 }
 
 /// Model check of the translation caches' pin-free reads under Shuttle's
@@ -885,13 +892,7 @@ fn shuttle_sightings() {
 
 fn sightings() {
     const P: u64 = 0;
-    let c = Arc::new(
-        PageCache::<Shuttle>::new(CacheOptions {
-            pin_wait: Duration::from_millis(1),
-            ..opts(4, 4, 4, PolicyKind::Clock)
-        })
-        .unwrap(),
-    );
+    let c = one_set_under_shuttle();
     let disk: Arc<Disk> = Arc::default();
     let whole = |b: &[u8]| b == initial(0, P) || b.iter().all(|&x| x == 0xAB);
     drop(c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap());
