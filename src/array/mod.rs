@@ -46,15 +46,13 @@ pub unsafe trait Element: Copy + Send + Sync + 'static {}
 macro_rules! elements {
     ($($t:ty),*) => {
         $(
-            // SAFETY: every bit pattern is a value of a primitive number, whose
-            // alignment divides its size.
+            // SAFETY: any bits are a value of a primitive number, whose alignment divides its size.
             unsafe impl Element for $t {}
         )*
     };
 }
 elements!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
-// SAFETY: an array of plain old data is plain old data, with the
-// alignment of its element, which divides its size.
+// SAFETY: an array of plain old data is plain old data, aligned as its element, which divides its size.
 unsafe impl<T: Element, const N: usize> Element for [T; N] {}
 
 /// An array of `T` in a cached file (`len` elements, the file's length
@@ -321,11 +319,9 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         let at = (off & ((1 << self.shift) - 1)) as usize;
         let e = &self.l1[page as usize % L1];
         if e.page == page && at + size_of::<T>() <= 1 << self.shift {
-            // SAFETY: the frame lies in the cache's mapped frame memory for
-            // the cache's life, whatever happens to the slot, and `at +
-            // size_of::<T>()` is inside it; `T` is plain old data. The value
-            // is used only if the entry's check below proves the page was
-            // there, readable and unchanged, while it was read.
+            // The value is used only if the entry's check below proves the page
+            // was there, readable and unchanged, while it was read.
+            // SAFETY: frames stay mapped for the cache's life and `at + size_of::<T>()` is inside one; `T` is plain old data.
             let v = unsafe { e.frame.add(at).cast::<T>().read_unaligned() };
             if still(e.state, e.seq, e.v, e.sq) {
                 self.stats.direct += 1;
@@ -497,11 +493,9 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
             let at = (off - g.offset()) as usize;
             let bytes = &g[at..at + (n * size) as usize];
-            // SAFETY: the guard pins the page and excludes writers while the
-            // slice lives; `T` is plain old data, its alignment divides its
-            // size and the page size (a power of two at least the size, as
-            // `ps % size == 0`), and the frame is page-aligned, so `at` (a
-            // multiple of the size) is aligned for `T`.
+            // The frame is page-aligned and `at` a multiple of the size, which
+            // `T`'s alignment divides (and the page size, as `ps % size == 0`).
+            // SAFETY: the guard pins the page and excludes writers while the slice lives; `T` is plain old data, aligned here.
             let elems =
                 unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n as usize) };
             f(i, elems);

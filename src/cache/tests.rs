@@ -903,8 +903,7 @@ fn sightings() {
                 if let Some(s) = c.sight(0, P).unwrap() {
                     let mut b = vec![0u8; 512];
                     for half in [0, 256] {
-                        // SAFETY: the frame stays mapped; the bytes are kept
-                        // only if the sighting still holds after the copy.
+                        // SAFETY: the frame stays mapped; the bytes are kept only if the sighting still holds after the copy.
                         unsafe {
                             std::ptr::copy_nonoverlapping(
                                 s.frame.add(half),

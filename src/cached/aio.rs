@@ -69,8 +69,7 @@ struct OwnedPin<H: PinHome = Arc<Shared>> {
 impl<H: PinHome> Drop for OwnedPin<H> {
     fn drop(&mut self) {
         if let Some(p) = self.pin.take() {
-            // SAFETY: the pin came from `into_raw` of a guard of this cache
-            // (the worker's page request) and is used once, here.
+            // SAFETY: the pin came from `into_raw` of a guard of this cache (the worker's) and is used once, here.
             unsafe { self.home.release(p) };
         }
     }
@@ -635,8 +634,7 @@ fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_
     let name = || f.entry.file.name();
     let hold = Hold::take(f.store_key(), f.id, page, false, name)?;
     let raw = p.pin.take().expect("a pin not yet taken");
-    // SAFETY: the pin came from `into_raw` of a guard of this file's cache
-    // (the worker shares it) and is used once: taken out of `p` above.
+    // SAFETY: the pin came from `into_raw` of a guard of this file's cache and is used once: taken out of `p` above.
     let g = unsafe { f.shared.cache.restore_pin(raw) };
     Ok(Guarded {
         g,

@@ -180,8 +180,7 @@ impl ThreadRing {
         let e = io_uring::opcode::Read::new(types::Fd(b.fd), (&mut *b.buf as *mut u64).cast(), 8)
             .build()
             .user_data(BELL_TOKEN);
-        // SAFETY: the 8-byte buffer is boxed in `self` and outlives the read
-        // (`drop` waits for it to complete).
+        // SAFETY: the 8-byte buffer is boxed in `self` and outlives the read (`drop` waits for it).
         if unsafe { self.ring.submission().push(&e) }.is_ok() {
             b.armed = true;
             self.unsubmitted += 1;
