@@ -437,3 +437,36 @@ fn futures_run_under_tokio() {
         "the 64 page futures were not all in flight at once"
     );
 }
+
+/// Four threads keep 200 misses each in flight on one I/O worker, more than
+/// its queue takes at once: the worker's queue waits for room while new
+/// requests keep ringing its doorbell; every read completes with its bytes.
+#[test]
+fn more_misses_than_a_worker_queue_holds() {
+    let tmp = TempDir::new("futures-many");
+    let len = 32 << 20;
+    let cs = rig(&tmp, len, 4096);
+    cs.set_readahead(0);
+    let f = cs.open_file("data").unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let f = &f;
+            s.spawn(move || {
+                for round in 0..3u64 {
+                    let futs: Vec<_> = (0..200u64)
+                        .map(|k| {
+                            let page = ((round * 800 + k * 4 + t) * 97) % (len / PS) as u64;
+                            f.read_at_async(page * PS as u64 + 8, vec![0u8; 64])
+                        })
+                        .collect();
+                    let (outs, _) = run_all(futs);
+                    for (k, (r, b)) in outs.into_iter().enumerate() {
+                        let page = ((round * 800 + k as u64 * 4 + t) * 97) % (len / PS) as u64;
+                        assert_eq!(r.unwrap(), 64);
+                        assert_eq!(b, pat(page as usize * PS + 8, 64));
+                    }
+                }
+            });
+        }
+    });
+}

@@ -1016,7 +1016,9 @@ impl<M: Model> Core<M> {
         let v = w.load(Acquire);
         if v & PENDING != 0 && nowait {
             self.unlock(s);
-            self.stats.bump(Stat::CoalescedWaits);
+            if mode != Mode::Present {
+                self.stats.bump(Stat::CoalescedWaits);
+            }
             return Step::Done(Found::Busy);
         }
         if v & PENDING != 0 {

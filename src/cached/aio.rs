@@ -209,19 +209,32 @@ impl Driver {
         }
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut inboxes = Vec::new();
-        for k in 0..(cpus / 8).max(1) {
-            let inbox = Arc::new(Inbox {
+        for _ in 0..(cpus / 8).max(1) {
+            inboxes.push(Arc::new(Inbox {
                 ops: Mutex::new((Vec::new(), false)),
                 closing: AtomicBool::new(false),
                 bell: Arc::new(Bell::new()?),
-            });
+            }));
+        }
+        for (k, inbox) in inboxes.iter().enumerate() {
             let (sh, ib) = (sh.clone(), inbox.clone());
-            let t = std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name(format!("setcache-aio{k}"))
-                .spawn(move || run(sh, ib))
-                .map_err(|e| Error::Engine(format!("cannot start an I/O worker: {e}")))?;
-            g.0.push(t);
-            inboxes.push(inbox);
+                .spawn(move || run(sh, ib));
+            match spawned {
+                Ok(t) => g.0.push(t),
+                Err(e) => {
+                    // Stop the workers already started: nobody will send them work.
+                    for i in &inboxes[..k] {
+                        i.closing.store(true, Ordering::Release);
+                        i.bell.ring();
+                    }
+                    for t in g.0.drain(..) {
+                        let _ = t.join();
+                    }
+                    return Err(Error::Engine(format!("cannot start an I/O worker: {e}")));
+                }
+            }
         }
         let _ = self.inboxes.set(inboxes);
         Ok(self.inboxes.get().expect("set above"))
@@ -256,8 +269,13 @@ impl Driver {
                 i.bell.ring();
             }
         }
+        // A worker that ends the store (a task it woke dropped the last
+        // handle) cannot wait for itself: it stops on its own once idle.
+        let me = std::thread::current().id();
         for t in g.0.drain(..) {
-            let _ = t.join();
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
         }
     }
 }
@@ -305,7 +323,7 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
         deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
         if q.outstanding() > 0 {
             // Returns early when the bell rings (new requests).
-            q.wait(1);
+            q.wait_as(1, true);
             deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
             continue;
         }

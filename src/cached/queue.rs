@@ -562,13 +562,19 @@ impl<'a> CachedQueue<'a> {
     /// Block until `n` requests have finished since this call began (or nothing is
     /// outstanding); returns how many ran.
     pub fn wait(&mut self, n: usize) -> usize {
+        self.wait_as(n, false)
+    }
+
+    /// [`CachedQueue::wait`], or with `bell`, returning early (without
+    /// sleeping again) once the queue's doorbell rang.
+    pub(crate) fn wait_as(&mut self, n: usize, bell: bool) -> usize {
         self.ran = 0;
         self.collect();
         let mut stuck_since: Option<Instant> = None;
-        while self.ran < n && self.outstanding > 0 && !self.q.bell_rang() {
+        while self.ran < n && self.outstanding > 0 && !(bell && self.q.bell_rang()) {
             if self.q.in_flight() > 0 {
                 stuck_since = None;
-                self.q.wait(1);
+                self.q.wait_as(1, bell);
             } else if !self.parked.is_empty() {
                 // Every page left is being filled or written by another thread,
                 // or its set is pinned by others; this queue owns no fill, so
@@ -584,7 +590,13 @@ impl<'a> CachedQueue<'a> {
                     // until it ends rather than poll.
                     let fid = self.live.get(req).map(|l| l.req.file.id);
                     let cache = &self.sh.cache;
-                    if !fid.is_some_and(|fid| cache.wait_fill(fid, page, limit - waited)) {
+                    // A queue with a doorbell looks at it every millisecond.
+                    let slice = if bell {
+                        (limit - waited).min(Duration::from_millis(1))
+                    } else {
+                        limit - waited
+                    };
+                    if !fid.is_some_and(|fid| cache.wait_fill(fid, page, slice)) {
                         std::thread::sleep(Duration::from_micros(20));
                     }
                 }

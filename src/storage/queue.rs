@@ -122,7 +122,7 @@ pub(crate) struct Bell {
 impl Bell {
     pub(crate) fn new() -> Result<Bell> {
         // SAFETY: eventfd has no memory-safety preconditions.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(Error::Engine(format!(
                 "eventfd for a queue's doorbell: {}",
@@ -398,8 +398,8 @@ impl Queue {
         self.batched = true;
     }
 
-    /// Let `bell` end [`Queue::wait`] early: its rings (those made from now
-    /// on) wake when it rings, and `wait` returns once it has.
+    /// Let `bell` end [`Queue::wait_as`] early: its rings (those made from
+    /// now on) wake when it rings, and such a wait returns once it has.
     pub(crate) fn set_bell(&mut self, bell: Arc<Bell>) {
         self.bell = Some(bell);
     }
@@ -508,10 +508,20 @@ impl Queue {
     /// Block until `n` callbacks have run (or nothing is left in flight); returns how
     /// many ran, which may exceed `n` when more were ready.
     pub fn wait(&mut self, n: usize) -> usize {
+        self.wait_as(n, false)
+    }
+
+    /// [`Queue::wait`], or with `bell`, returning early once the queue's
+    /// doorbell rang (after reaping what had completed, without sleeping).
+    /// Waits that must free a slot or drain ignore the bell.
+    pub(crate) fn wait_as(&mut self, n: usize, bell: bool) -> usize {
         self.flush();
+        if bell && self.ring_ops() > 0 {
+            self.drive(false);
+        }
         let mut ran = self.run_ready();
         let mut poll_until: Option<Instant> = None;
-        while ran < n && self.in_flight > 0 && !self.bell_rang() {
+        while ran < n && self.in_flight > 0 && !(bell && self.bell_rang()) {
             if self.ring_ops() > 0 {
                 // Poll the own rings for a short while (completions of a busy device
                 // arrive every few microseconds), then sleep in the kernel.

@@ -171,19 +171,23 @@ impl ThreadRing {
 
     /// Post the doorbell read before a sleep, if it is not posted yet.
     fn arm_bell(&mut self) {
-        let Some(b) = self.bell.as_mut() else {
+        let Some(b) = self.bell.as_mut().filter(|b| !b.armed) else {
             return;
         };
-        if b.armed {
-            return;
-        }
         let e = io_uring::opcode::Read::new(types::Fd(b.fd), (&mut *b.buf as *mut u64).cast(), 8)
             .build()
             .user_data(BELL_TOKEN);
-        // SAFETY: the 8-byte buffer is boxed in `self` and outlives the read (`drop` waits for it).
-        if unsafe { self.ring.submission().push(&e) }.is_ok() {
-            b.armed = true;
-            self.unsubmitted += 1;
+        for _ in 0..2 {
+            // SAFETY: the 8-byte buffer is boxed in `self` and outlives the read (`drop` waits for it).
+            if unsafe { self.ring.submission().push(&e) }.is_ok() {
+                if let Some(b) = self.bell.as_mut() {
+                    b.armed = true;
+                }
+                self.unsubmitted += 1;
+                return;
+            }
+            // The submission queue is full: pass it to the kernel, then retry.
+            self.submit_now();
         }
     }
 
