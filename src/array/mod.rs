@@ -86,6 +86,19 @@ struct Entry<'a> {
 }
 
 impl Entry<'_> {
+    /// The `T` at byte `at` of page `page` if this entry is that page's and
+    /// the check after the read proves the page was there, readable and
+    /// unchanged, while it was read (`ps`: the page size).
+    #[inline]
+    fn read<T: Element>(&self, page: u64, at: usize, ps: usize) -> Option<T> {
+        if self.page != page || at + size_of::<T>() > ps {
+            return None;
+        }
+        // SAFETY: a filled entry's frame stays mapped for the cache's life and `at + size_of::<T>() <= ps` is inside it; `T` is plain old data.
+        let v = unsafe { self.frame.add(at).cast::<T>().read_unaligned() };
+        still(self.state, self.seq, self.v, self.sq).then_some(v)
+    }
+
     const fn empty() -> Entry<'static> {
         Entry {
             page: EMPTY,
@@ -266,9 +279,9 @@ impl<T: Element> PagedArray<T> {
     /// Write `src` over elements `start..start + src.len()`.
     pub fn write_from(&self, start: u64, src: &[T]) -> Result<()> {
         let off = self.check(start, src.len() as u64)?;
-        // SAFETY: `T` is plain old data: its bytes are initialised.
-        let bytes =
-            unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<u8>(), size_of_val(src)) };
+        let (p, n) = (src.as_ptr().cast::<u8>(), size_of_val(src));
+        // SAFETY: `T` is plain old data: its `n` bytes at `p` are initialised.
+        let bytes = unsafe { std::slice::from_raw_parts(p, n) };
         self.file.write_at(off, bytes)
     }
 
@@ -317,20 +330,13 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         let off = i * size_of::<T>() as u64;
         let page = off >> self.shift;
         let at = (off & ((1 << self.shift) - 1)) as usize;
-        let e = &self.l1[page as usize % L1];
-        if e.page == page && at + size_of::<T>() <= 1 << self.shift {
-            // The value is used only if the entry's check below proves the page
-            // was there, readable and unchanged, while it was read.
-            // SAFETY: frames stay mapped for the cache's life and `at + size_of::<T>()` is inside one; `T` is plain old data.
-            let v = unsafe { e.frame.add(at).cast::<T>().read_unaligned() };
-            if still(e.state, e.seq, e.v, e.sq) {
-                self.stats.direct += 1;
-                self.until_renew -= 1;
-                if self.until_renew == 0 {
-                    self.renew(page);
-                }
-                return Ok(v);
+        if let Some(v) = self.l1[page as usize % L1].read(page, at, 1 << self.shift) {
+            self.stats.direct += 1;
+            self.until_renew -= 1;
+            if self.until_renew == 0 {
+                self.renew(page);
             }
+            return Ok(v);
         }
         self.get_slow(i, page, at)
     }
@@ -352,14 +358,14 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         for (ids, outs) in idx.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
             for &i in ids {
                 let page = (i.min(self.arr.len) * size_of::<T>() as u64) >> self.shift;
-                let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
+                let set = self.l2_set(page);
                 crate::cache::prefetch(&self.l1[page as usize % L1]);
                 crate::cache::prefetch(&self.l2[set]);
             }
             for &i in ids {
                 let off = i.min(self.arr.len) * size_of::<T>() as u64;
                 let page = off >> self.shift;
-                let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
+                let set = self.l2_set(page);
                 let l1 = &self.l1[page as usize % L1];
                 let e = if l1.page == page {
                     l1
@@ -408,28 +414,27 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             self.stats.slow += 1;
             return self.arr.get(i);
         }
-        let set = (page as usize & (self.l2_sets - 1)) * L2_WAYS;
-        for w in 0..L2_WAYS {
-            let e = self.l2[set + w];
-            if e.page == page {
-                // SAFETY: as in `get`.
-                let v = unsafe { e.frame.add(at).cast::<T>().read_unaligned() };
-                if still(e.state, e.seq, e.v, e.sq) {
-                    self.stats.private += 1;
-                    self.l1[page as usize % L1] = e;
-                    return Ok(v);
-                }
-                self.l2[set + w] = Entry::empty();
+        let ps = 1 << self.shift;
+        let set = self.l2_set(page);
+        for w in set..set + L2_WAYS {
+            let e = self.l2[w];
+            if e.page != page {
+                continue;
             }
+            if let Some(v) = e.read(page, at, ps) {
+                self.stats.private += 1;
+                self.l1[page as usize % L1] = e;
+                return Ok(v);
+            }
+            self.l2[w] = Entry::empty();
         }
         let f = &self.arr.file;
         let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
         if let Some(s) = cache.sight(f.id, page)? {
-            // SAFETY: as in `get`.
-            let v = unsafe { s.frame.add(at).cast::<T>().read_unaligned() };
-            if s.still() {
+            let e = entry(page, &s);
+            if let Some(v) = e.read(page, at, ps) {
                 self.stats.shared += 1;
-                self.install(page, entry(page, &s));
+                self.install(page, e);
                 return Ok(v);
             }
         }
@@ -440,6 +445,12 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             self.install(page, entry(page, &s));
         }
         Ok(got)
+    }
+
+    /// The first entry of page `page`'s set in the second table.
+    #[inline]
+    fn l2_set(&self, page: u64) -> usize {
+        (page as usize & (self.l2_sets - 1)) * L2_WAYS
     }
 
     fn install(&mut self, page: u64, e: Entry<'a>) {

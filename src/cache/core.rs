@@ -108,7 +108,7 @@ impl Mode {
 pub(crate) const SIGHT_MASK: u32 = VALID | PENDING | WRITER | GEN_MASK;
 
 /// Where a cached page was seen (see [`Core::sight`]): the page's bytes are
-/// at `frame` for as long as [`Sighting::still`] says so.
+/// at `frame` for as long as [`still`] says so.
 pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) frame: *const u8,
     pub(crate) state: &'a M::W,
@@ -117,17 +117,10 @@ pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) sq: u32,
 }
 
-impl<M: Model> Sighting<'_, M> {
-    /// Whether the page is still where it was seen, readable, with nobody
-    /// writing it: bytes read from `frame` before this returns true (and
-    /// after the sighting) are the page's. Two loads, no write.
-    #[inline]
-    pub(crate) fn still(&self) -> bool {
-        still(self.state, self.seq, self.v, self.sq)
-    }
-}
-
-/// [`Sighting::still`] from a sighting's parts.
+/// Whether a page sighted with state `v` (of its slot's word `state`) and
+/// change count `sq` (of its set's word `seq`) is still where it was seen,
+/// readable, with nobody writing it: bytes read from its frame before this
+/// returns true (and after the sighting) are the page's. Two loads, no write.
 #[inline]
 pub(crate) fn still<W: Word>(state: &W, seq: &W, v: u32, sq: u32) -> bool {
     fence(Acquire);
@@ -511,7 +504,7 @@ impl<M: Model> Core<M> {
     /// Where page `tag` is, if it is cached and readable now: its frame,
     /// and the slot's state and set's change count as they were, for a
     /// reader that keeps the address and checks them after each use (see
-    /// [`Sighting::still`]). Takes no pin and no lock; the hit is told to the
+    /// `cache::still`). Takes no pin and no lock; the hit is told to the
     /// policy as an optimistic read's is.
     pub(crate) fn sight(&self, tag: u64) -> Option<Sighting<'_, M>> {
         let h = mix64(tag);

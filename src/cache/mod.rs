@@ -473,7 +473,7 @@ impl<M: Model> PageCache<M> {
     }
 
     /// Where `page` of `file` is, if it is cached and readable now, for a
-    /// reader that checks [`Sighting::still`] after each use of its bytes (a
+    /// reader that checks `cache::still` after each use of its bytes (a
     /// translation cache's entry). Counts a hit; takes no pin.
     #[inline]
     pub(crate) fn sight(&self, file: u32, page: u64) -> Result<Option<Sighting<'_, M>>> {

@@ -913,7 +913,7 @@ fn sightings() {
                         };
                         shuttle::thread::yield_now();
                     }
-                    if s.still() {
+                    if core::still(s.state, s.seq, s.v, s.sq) {
                         assert!(whole(&b), "a sighting kept bytes of no version of page {P}");
                     }
                 }

@@ -622,13 +622,7 @@ impl<'f> PageAt<'f> {
             Ok(Some(g)) => {
                 let name = || f.entry.file.name();
                 let hold = Hold::take(f.store_key(), f.id, page, false, name).map_err(Err)?;
-                return Err(Ok(Guarded {
-                    g,
-                    len,
-                    offset: start,
-                    _hold: hold,
-                    _thread: std::marker::PhantomData,
-                }));
+                return Err(Ok(Guarded::new(g, len, start, hold)));
             }
             Ok(None) => {}
             Err(e) => return Err(Err(e)),
@@ -654,13 +648,7 @@ fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_
     let raw = p.pin.take().expect("a pin not yet taken");
     // SAFETY: the pin came from `into_raw` of a guard of this file's cache and is used once: taken out of `p` above.
     let g = unsafe { f.shared.cache.restore_pin(raw) };
-    Ok(Guarded {
-        g,
-        len,
-        offset: start,
-        _hold: hold,
-        _thread: std::marker::PhantomData,
-    })
+    Ok(Guarded::new(g, len, start, hold))
 }
 
 impl CachedFile {

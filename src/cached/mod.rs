@@ -266,6 +266,18 @@ pub type PageGuard<'a> = Guarded<PageRef<'a>>;
 pub type PageGuardMut<'a> = Guarded<PageMut<'a>>;
 
 impl<G> Guarded<G> {
+    /// The guard `g` of a page whose first byte is at `offset` and whose
+    /// `len` bytes are inside the file, held by this thread's `hold`.
+    fn new(g: G, len: usize, offset: u64, hold: Hold) -> Self {
+        Guarded {
+            g,
+            len,
+            offset,
+            _hold: hold,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
     /// The file offset of the page's first byte.
     pub fn offset(&self) -> u64 {
         self.offset
@@ -741,13 +753,7 @@ impl CachedFile {
         let (page, start, len) = self.page_span(offset)?;
         let name = || self.entry.file.name();
         let hold = Hold::take(self.store_key(), self.id, page, mutable, name)?;
-        Ok(Guarded {
-            g: get(page)?,
-            len,
-            offset: start,
-            _hold: hold,
-            _thread: std::marker::PhantomData,
-        })
+        Ok(Guarded::new(get(page)?, len, start, hold))
     }
 
     /// The page holding byte `offset`, held exclusively for writing (see

@@ -1261,13 +1261,7 @@ impl<'a> CachedQueue<'a> {
                 let ps = self.sh.cache.page_size() as u64;
                 let start = r.offset / ps * ps;
                 let len = r.file.len().saturating_sub(start).min(ps) as usize;
-                let g = got.map(|g| Guarded {
-                    g,
-                    len,
-                    offset: start,
-                    _hold: hold,
-                    _thread: std::marker::PhantomData,
-                });
+                let g = got.map(|g| Guarded::new(g, len, start, hold));
                 self.guards.push((tag, g));
             }
             PageWant::Pin => {
