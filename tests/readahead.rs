@@ -242,6 +242,33 @@ fn pages_read_ahead_go_before_a_hot_set() {
 }
 
 #[test]
+fn pages_written_once_long_ago_make_room_for_a_scan() {
+    // The file written through the cache: its last pages fill the cache,
+    // warm (written), and nobody uses them again.
+    let (_t, cs, f) = rig("ra-stale", 4096, 1024);
+    let b = pattern(3, 0, 4096 * PAGE);
+    for (k, chunk) in b.chunks(64 * PAGE).enumerate() {
+        f.write_at((k * 64 * PAGE) as u64, chunk).unwrap();
+    }
+    f.sync().unwrap();
+    // Two scans of the file, four times the cache. Pages unused for a
+    // cache's worth of misses in sets that warm pages fill give way to
+    // the scan's readahead as cold ones do: the second scan finds nearly
+    // all of its pages read ahead.
+    for p in 0..4096 {
+        read_page(&f, p);
+    }
+    let before = cs.cache().stats();
+    for p in 0..4096 {
+        read_page(&f, p);
+    }
+    let st = cs.cache().stats();
+    let (misses, ahead) = (st.misses - before.misses, st.readahead - before.readahead);
+    assert!(misses < 200, "{misses} misses, {ahead} pages read ahead");
+    assert!(ahead > 3000, "{misses} misses, {ahead} pages read ahead");
+}
+
+#[test]
 fn advice_random_turns_readahead_off_and_sequential_starts_at_once() {
     // A cache large enough for the largest window (at most a sixteenth of
     // the cache).

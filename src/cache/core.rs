@@ -1100,7 +1100,8 @@ impl<M: Model> Core<M> {
         backoff: &mut Backoff,
     ) -> Result<Step> {
         let admit = (!write && mode == Mode::Normal).then_some(tag);
-        match self.choose(s1, s2, mode != Mode::Ahead, admit) {
+        let stale_ok = matches!(mode, Mode::Ahead | Mode::Stream);
+        match self.choose(s1, s2, mode != Mode::Ahead, admit, stale_ok) {
             Choice::Slot(s, i) => {
                 if s1 != s2 {
                     self.unlock(if s == s1 { s2 } else { s1 });
@@ -1289,11 +1290,21 @@ impl<M: Model> Core<M> {
     /// refuse the page give `Pass`, and a set that must take it
     /// ([`crate::cache::policy::Admit::Here`], or the only one admitting)
     /// gives the victim if it has a clean page.
-    fn choose(&self, s1: usize, s2: usize, write_back: bool, admit: Option<u64>) -> Choice {
+    fn choose(
+        &self,
+        s1: usize,
+        s2: usize,
+        write_back: bool,
+        admit: Option<u64>,
+        stale_ok: bool,
+    ) -> Choice {
         let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
+        let now = self.clock.now();
         let mut clean = [0u32; 2];
         let mut cold = [0u32; 2];
         let mut dirty = [0u32; 2];
+        let mut stale = [0u32; 2];
+        let mut warm = [0usize; 2];
         for (k, &s) in sets.iter().enumerate() {
             // SAFETY: set `s` is locked; the view ends with this iteration.
             let valid = unsafe { *self.locked(s).valid };
@@ -1305,6 +1316,9 @@ impl<M: Model> Core<M> {
                     }
                     continue;
                 }
+                if v & COLD == 0 {
+                    warm[k] += 1;
+                }
                 if pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0 {
                     continue;
                 }
@@ -1314,8 +1328,19 @@ impl<M: Model> Core<M> {
                     clean[k] |= 1 << i;
                     if v & COLD != 0 {
                         cold[k] |= 1 << i;
+                    } else if stale_ok
+                        && now.wrapping_sub(self.stamp(s, i).load(Relaxed)) >= place::STALE
+                    {
+                        stale[k] |= 1 << i;
                     }
                 }
+            }
+        }
+        // A set whose warm pages leave streams less than a quarter of it
+        // gives its stale ones to a stream's miss or to readahead as cold.
+        for k in 0..sets.len() {
+            if warm[k] * 4 > self.lay.assoc * 3 {
+                cold[k] |= stale[k];
             }
         }
         // A plain read asks the policies whether the page may take a slot
@@ -1340,12 +1365,15 @@ impl<M: Model> Core<M> {
                 }
             }
         }
-        let now = self.clock.now();
         // Cold pages go first, the one that came in first (a cold page's
         // stamp is when it came in: a stream's reads do not touch it), so
         // that a scan drops the pages it has read, not those read ahead of
         // it; between the two sets, a cold victim before a warm one, else
-        // the older.
+        // the older. For a stream's miss and readahead, a stale page (unused
+        // for a cache's worth of misses) of a set that warm pages hold more
+        // than three quarters of counts as cold: pages written or read once
+        // long ago do not keep a scan out of their sets for ever, and a hot
+        // set that leaves scans a quarter of the cache stays whole.
         let mut pick: Option<(usize, usize, bool)> = None;
         for (k, &s) in sets.iter().enumerate() {
             if clean[k] == 0 || !allowed[k] {

@@ -69,6 +69,12 @@ pub(crate) fn only(a1: Admit, a2: Admit) -> Option<usize> {
     }
 }
 
+/// Epochs after which a page nobody used is stale: a cache's worth of
+/// misses. A stream's miss and readahead may take a stale page as they take
+/// a cold one (see `Core::choose`), so that pages written or read once long
+/// ago do not keep a scan out of their sets for ever.
+pub(crate) const STALE: u8 = 16;
+
 /// Misses per epoch for a cache of `pages` pages: a sixteenth of it, a
 /// multiple of its [`batch`], at least one batch.
 pub(crate) fn epoch_len(pages: usize) -> u64 {

@@ -1,28 +1,40 @@
 //! `setcache arraybench`: a `PagedArray<u64>` beside a `Vec<u64>` in memory.
 //!
 //! Both hold the same elements (element `i` is `i`). Each workload runs on
-//! both in turns, round by round, on one thread per `--threads`:
+//! both in turns, round by round, on `--threads` threads (each with its own
+//! reader, kept from round to round, and its own indices):
 //!
-//! * `seq`: the sum of every element in order (the array through
-//!   `ArrayReader::for_each_chunk`, page slices in place);
+//! * `seq`: the sum of every element in order, each thread its share of the
+//!   array (the array through `ArrayReader::for_each_chunk`, page slices in
+//!   place);
 //! * `zipf`: reads at Zipf 0.99 ranks, scrambled over the array as `bench
 //!   --dist zipf` scrambles them (`ArrayReader::get` per element);
 //! * `uniform`: reads at uniformly random indices;
 //! * `pages`: a random page's 512 elements, read one by one in order;
 //! * `zipf-batch`, `uniform-batch`: the reads of `zipf` and `uniform`, 64 at
 //!   a time through `ArrayReader::get_many` (the vector reads them as before:
-//!   its loads overlap anyway, the indices being known).
+//!   its loads overlap anyway, the indices being known);
+//! * `updates`: writes of element `i` (its own value again) at uniformly
+//!   random indices (`PagedArray::set`; the vector's elements as atomic
+//!   words, stored with relaxed order, so that threads may share them).
 //!
 //! Indices are drawn before the timed part, the same for both. The array's
-//! cache holds the whole array unless `--cache-size` says otherwise (out of
-//! core: every run then starts with a cold cache); the report gives element
-//! reads per second, the median per-round ratio of the array to the vector,
-//! and the share of the array's reads its translation caches served.
+//! cache holds the whole array with room to spare unless `--cache-size`
+//! says otherwise (out of core: every run then starts with a cold cache);
+//! the report gives element operations per second (all threads), the median
+//! per-round ratio of the array to the vector, the share of the array's
+//! reads its translation caches served (and each thread's), and the cache's
+//! misses during the workload's array rounds.
 
+use std::sync::Barrier;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Args;
-use setcache::{CacheOptions, CachedStore, LayoutKind, PagedArray, Store, StoreOptions};
+use setcache::{
+    ArrayReader, CacheOptions, CachedStore, LayoutKind, PagedArray, Store, StoreOptions,
+    TranslationStats,
+};
 
 use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
@@ -38,33 +50,39 @@ pub(crate) struct ArrayArgs {
     /// Bytes of `u64` elements (a power of two, at least 1M)
     #[arg(long, default_value = "1G")]
     size: String,
-    /// Cache size [default: the array's size and an eighth more: all cached]
+    /// Cache size [default: one and a half times the array's size: all
+    /// cached, with room for the sets that draw more than their share]
     #[arg(long)]
     cache_size: Option<String>,
-    /// Workloads (comma-separated): seq, zipf, uniform, pages, and
-    /// zipf-batch, uniform-batch (the same reads, 64 at a time through
-    /// `ArrayReader::get_many`)
+    /// Workloads (comma-separated): seq, zipf, uniform, pages, zipf-batch,
+    /// uniform-batch (the reads of zipf and uniform, 64 at a time through
+    /// `ArrayReader::get_many`), updates
     #[arg(
         long,
-        default_value = "seq,zipf,uniform,pages,zipf-batch,uniform-batch",
+        default_value = "seq,zipf,uniform,pages,zipf-batch,uniform-batch,updates",
         value_delimiter = ','
     )]
     workload: Vec<String>,
     /// Rounds; each runs every workload on the vector and on the array in turns
     #[arg(long, default_value_t = 5)]
     rounds: usize,
-    /// Element reads per random workload per round (pages: reads of 512)
+    /// Element operations per random workload per round and thread (pages:
+    /// reads of 512)
     #[arg(long, default_value_t = 4_000_000)]
     ops: usize,
+    /// Threads, each with its own reader and indices
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
 }
 
-const WORKLOADS: [&str; 6] = [
+const WORKLOADS: [&str; 7] = [
     "seq",
     "zipf",
     "uniform",
     "pages",
     "zipf-batch",
     "uniform-batch",
+    "updates",
 ];
 
 /// One workload's indices (for `pages`, first elements of pages).
@@ -78,7 +96,7 @@ fn indices(w: &str, n: u64, ops: usize, seed: u64) -> Vec<u64> {
                 .map(|_| z.sample(&mut rng).wrapping_mul(0x9e37_79b9_7f4a_7c15 | 1) & (n - 1))
                 .collect()
         }
-        "uniform" => (0..ops).map(|_| rng.below(n)).collect(),
+        "uniform" | "updates" => (0..ops).map(|_| rng.below(n)).collect(),
         "pages" => (0..ops / 512).map(|_| rng.below(n / 512) * 512).collect(),
         _ => Vec::new(),
     }
@@ -95,16 +113,19 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch or uniform-batch"
+                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch, uniform-batch or updates"
             ));
         }
     }
     if a.rounds == 0 || a.ops < 512 {
         return Err("--rounds must be at least 1 and --ops at least 512".into());
     }
+    if a.threads == 0 || a.threads > 1024 {
+        return Err(format!("--threads {}: give 1 to 1024", a.threads));
+    }
     let cache = match &a.cache_size {
         Some(s) => parse_size(s)?,
-        None => bytes + bytes / 8,
+        None => bytes + bytes / 2,
     };
     let n = bytes / 8;
     let tmp;
@@ -138,8 +159,10 @@ fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<
     )
     .map_err(err)?;
     let arr = PagedArray::<u64>::create(&cs, "array", n, LayoutKind::Stripe).map_err(err)?;
-    let v: Vec<u64> = (0..n).collect();
-    for (k, chunk) in v.chunks(1 << 20).enumerate() {
+    // Atomic words, so that the `updates` workload's threads may store into
+    // them; the other workloads read them as plain words (`words`).
+    let v: Vec<AtomicU64> = (0..n).map(AtomicU64::new).collect();
+    for (k, chunk) in words(&v).chunks(1 << 20).enumerate() {
         arr.write_from((k << 20) as u64, chunk).map_err(err)?;
     }
     arr.sync().map_err(err)?;
@@ -150,52 +173,146 @@ fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<
         format_size(cache),
         a.rounds
     );
-    let mut r = arr.reader();
     // Warm: every page read once, in order.
     let mut s = 0u64;
-    r.for_each_chunk(0..n, |_, xs| {
-        s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
-    })
-    .map_err(err)?;
+    arr.reader()
+        .for_each_chunk(0..n, |_, xs| {
+            s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
+        })
+        .map_err(err)?;
     std::hint::black_box(s);
     println!(
-        "{:<8} {:>14} {:>14} {:>9} {:>10}  rounds (array / vector)",
-        "workload", "vector /s", "array /s", "x vector", "tc hits"
+        "{:<13} {:>14} {:>14} {:>9} {:>8} {:>9}  rounds (array / vector)",
+        "workload", "vector /s", "array /s", "x vector", "tc hits", "misses"
     );
     for w in &a.workload {
-        let idx = indices(w, n, a.ops, 0x5eed ^ n);
-        let mut vr = Vec::new();
-        let mut ar = Vec::new();
-        let mut ratios = Vec::new();
-        let before = r.stats();
-        for _ in 0..a.rounds {
-            let (vc, vt) = run_vec(w, &v, &idx);
-            let (ac, at) = run_array(w, &mut r, n, &idx).map_err(err)?;
-            let (vrate, arate) = (vc as f64 / vt, ac as f64 / at);
-            vr.push(vrate);
-            ar.push(arate);
-            ratios.push(arate / vrate);
-        }
-        let after = r.stats();
-        let tc = (after.direct - before.direct) + (after.private - before.private);
-        let all = tc + (after.shared - before.shared) + (after.slow - before.slow);
-        let hits = if all > 0 {
-            format!("{:.1}%", 100.0 * tc as f64 / all as f64)
-        } else {
-            "-".into()
-        };
+        let t = a.threads;
+        let idx: Vec<Vec<u64>> = (0..t)
+            .map(|k| indices(w, n, a.ops, 0x5eed ^ n ^ ((k as u64) << 32)))
+            .collect();
+        let misses = cs.cache().stats().misses;
+        let (times, stats) = rounds(&arr, &v, w, &idx, a.rounds).map_err(err)?;
+        let misses = cs.cache().stats().misses - misses;
+        let ops: u64 = (0..t).map(|k| ops_of(w, n, t, k, &idx[k])).sum();
+        let mut vr: Vec<f64> = times.iter().map(|&(vt, _)| ops as f64 / vt).collect();
+        let mut ar: Vec<f64> = times.iter().map(|&(_, at)| ops as f64 / at).collect();
+        let mut ratios: Vec<f64> = times.iter().map(|&(vt, at)| vt / at).collect();
         let rounds: Vec<String> = ratios.iter().map(|x| format!("{x:.3}")).collect();
+        let all = stats
+            .iter()
+            .fold(TranslationStats::default(), |a, s| TranslationStats {
+                direct: a.direct + s.direct,
+                private: a.private + s.private,
+                shared: a.shared + s.shared,
+                slow: a.slow + s.slow,
+            });
+        let share = |s: &TranslationStats| {
+            if s.direct + s.private + s.shared + s.slow == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1}%", 100.0 * s.hit_ratio())
+            }
+        };
         println!(
-            "{:<8} {:>14.0} {:>14.0} {:>9.3} {:>10}  {}",
+            "{:<13} {:>14.0} {:>14.0} {:>9.3} {:>8} {:>9}  {}",
             w,
             median(&mut vr),
             median(&mut ar),
             median(&mut ratios),
-            hits,
+            share(&all),
+            misses,
             rounds.join(" ")
         );
+        if t > 1 && all != TranslationStats::default() {
+            let each: Vec<String> = stats.iter().map(share).collect();
+            println!("{:<13} tc hits per thread: {}", "", each.join(" "));
+        }
     }
     Ok(())
+}
+
+/// Element operations thread `k` of `t` does in a round of `w`.
+fn ops_of(w: &str, n: u64, t: usize, k: usize, idx: &[u64]) -> u64 {
+    match w {
+        "seq" => share(n, t, k).count() as u64,
+        "pages" => idx.len() as u64 * 512,
+        _ => idx.len() as u64,
+    }
+}
+
+/// Thread `k`'s share of `0..n` for `t` threads: consecutive elements, a
+/// whole number of pages of `u64` each but the last.
+fn share(n: u64, t: usize, k: usize) -> std::ops::Range<u64> {
+    let per = n.div_ceil(t as u64).div_ceil(512) * 512;
+    (per * k as u64).min(n)..(per * (k as u64 + 1)).min(n)
+}
+
+/// Run `rounds` rounds of workload `w`, the vector then the array on
+/// `idx.len()` threads at once: each round's (vector, array) seconds, and
+/// each thread's translation statistics over its array rounds.
+#[allow(clippy::type_complexity)]
+fn rounds(
+    arr: &PagedArray<u64>,
+    v: &[AtomicU64],
+    w: &str,
+    idx: &[Vec<u64>],
+    rounds: usize,
+) -> setcache::Result<(Vec<(f64, f64)>, Vec<TranslationStats>)> {
+    let t = idx.len();
+    let n = arr.len();
+    let gate = Barrier::new(t + 1);
+    std::thread::scope(|sc| {
+        let hs: Vec<_> = idx
+            .iter()
+            .enumerate()
+            .map(|(k, idx)| {
+                let gate = &gate;
+                sc.spawn(move || -> setcache::Result<TranslationStats> {
+                    let mut r = arr.reader();
+                    let before = r.stats();
+                    let mut failed = None;
+                    for _ in 0..rounds {
+                        gate.wait();
+                        run_vec(w, v, share(n, t, k), idx);
+                        gate.wait();
+                        gate.wait();
+                        if failed.is_none() {
+                            if let Err(e) = run_array(w, arr, &mut r, share(n, t, k), idx) {
+                                failed = Some(e);
+                            }
+                        }
+                        gate.wait();
+                    }
+                    if let Some(e) = failed {
+                        return Err(e);
+                    }
+                    let after = r.stats();
+                    Ok(TranslationStats {
+                        direct: after.direct - before.direct,
+                        private: after.private - before.private,
+                        shared: after.shared - before.shared,
+                        slow: after.slow - before.slow,
+                    })
+                })
+            })
+            .collect();
+        let mut times = Vec::new();
+        for _ in 0..rounds {
+            gate.wait();
+            let t0 = Instant::now();
+            gate.wait();
+            let vt = t0.elapsed().as_secs_f64();
+            gate.wait();
+            let t0 = Instant::now();
+            gate.wait();
+            times.push((vt, t0.elapsed().as_secs_f64()));
+        }
+        let stats = hs
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect::<setcache::Result<Vec<_>>>()?;
+        Ok((times, stats))
+    })
 }
 
 fn median(x: &mut [f64]) -> f64 {
@@ -203,14 +320,27 @@ fn median(x: &mut [f64]) -> f64 {
     x[x.len() / 2]
 }
 
-/// Element reads done and seconds taken on the vector.
-fn run_vec(w: &str, v: &[u64], idx: &[u64]) -> (u64, f64) {
-    let t0 = Instant::now();
+/// The vector as plain words, for a workload that only reads it.
+fn words(v: &[AtomicU64]) -> &[u64] {
+    // SAFETY: `AtomicU64` has the size and alignment of `u64` on x86-64, and no thread stores into the vector while a reading workload (one at a time) holds this view.
+    unsafe { &*(v as *const [AtomicU64] as *const [u64]) }
+}
+
+/// One thread's part of a round of `w` on the vector (`part`: its share
+/// of a sequential sum).
+fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u64]) {
+    if w == "updates" {
+        for &i in idx {
+            atomics[i as usize].store(i, Ordering::Relaxed);
+        }
+        return;
+    }
+    let v = words(atomics);
     let mut s = 0u64;
-    let reads = match w {
+    match w {
         "seq" => {
-            s = v.iter().fold(0u64, |s, &x| s.wrapping_add(x));
-            v.len() as u64
+            let part = &v[part.start as usize..part.end as usize];
+            s = part.iter().fold(0u64, |s, &x| s.wrapping_add(x));
         }
         "pages" => {
             for &p in idx {
@@ -218,34 +348,30 @@ fn run_vec(w: &str, v: &[u64], idx: &[u64]) -> (u64, f64) {
                     s = s.wrapping_add(*x);
                 }
             }
-            idx.len() as u64 * 512
         }
         _ => {
             for &i in idx {
                 s = s.wrapping_add(v[i as usize]);
             }
-            idx.len() as u64
         }
-    };
+    }
     std::hint::black_box(s);
-    (reads, t0.elapsed().as_secs_f64())
 }
 
-/// The same on the array.
+/// The same on the array, through this thread's reader `r`.
 fn run_array(
     w: &str,
-    r: &mut setcache::ArrayReader<'_, u64>,
-    n: u64,
+    arr: &PagedArray<u64>,
+    r: &mut ArrayReader<'_, u64>,
+    part: std::ops::Range<u64>,
     idx: &[u64],
-) -> setcache::Result<(u64, f64)> {
-    let t0 = Instant::now();
+) -> setcache::Result<()> {
     let mut s = 0u64;
-    let reads = match w {
+    match w {
         "seq" => {
-            r.for_each_chunk(0..n, |_, xs| {
+            r.for_each_chunk(part, |_, xs| {
                 s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
             })?;
-            n
         }
         "pages" => {
             for &p in idx {
@@ -253,7 +379,11 @@ fn run_array(
                     s = s.wrapping_add(r.get(i)?);
                 }
             }
-            idx.len() as u64 * 512
+        }
+        "updates" => {
+            for &i in idx {
+                arr.set(i, i)?;
+            }
         }
         w if w.ends_with("-batch") => {
             let mut out = [0u64; 64];
@@ -262,15 +392,13 @@ fn run_array(
                 r.get_many(ids, out)?;
                 s = out.iter().fold(s, |s, &x| s.wrapping_add(x));
             }
-            idx.len() as u64
         }
         _ => {
             for &i in idx {
                 s = s.wrapping_add(r.get(i)?);
             }
-            idx.len() as u64
         }
-    };
+    }
     std::hint::black_box(s);
-    Ok((reads, t0.elapsed().as_secs_f64()))
+    Ok(())
 }
