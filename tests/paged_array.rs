@@ -244,3 +244,108 @@ fn updates_and_reads_under_eviction_and_resize_match_a_model() {
         "{st:?}"
     );
 }
+
+/// Element stores through a reader's translation entries (no exclusive
+/// hold, no wait for write-backs) while another thread reads, a third syncs
+/// over and over (so stores land during write-backs) and the cache of 32
+/// pages (the array has 512) is resized: reads see whole elements no older
+/// than the last completed store, and after a final `sync` and a reopen of
+/// the store every element holds its last store.
+#[test]
+fn reader_stores_survive_write_backs_eviction_resize_and_reopen() {
+    let tmp = TempDir::new("array-stores");
+    let cs = Arc::new(store(&tmp, 32, 128));
+    let n = 512 * 512u64;
+    let a = Arc::new(PagedArray::<u64>::create(&cs, "s", n, LayoutKind::Stripe).unwrap());
+    let init: Vec<u64> = (0..n).map(|i| i << 24).collect();
+    a.write_from(0, &init).unwrap();
+    let done: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (a, done) = (a.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut w = a.reader();
+            let mut rng = Rng(11);
+            let mut last = std::collections::HashMap::new();
+            for k in 0..60_000u64 {
+                // Most stores on eight hot pages, whose translation entries
+                // the writer keeps; a few anywhere.
+                let i = if k % 4 == 0 {
+                    rng.below(n)
+                } else {
+                    rng.below(4096)
+                };
+                let v = last.get(&i).copied().unwrap_or(0) + 1;
+                w.set(i, (i << 24) | v).unwrap();
+                last.insert(i, v);
+                done[i as usize].fetch_max(v, Ordering::Release);
+                // Read it back through the same reader: its own store.
+                assert_eq!(w.get(i).unwrap(), (i << 24) | v, "element {i}");
+            }
+            (last, w.stats())
+        })
+    };
+    let reader = {
+        let (a, done) = (a.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut r = a.reader();
+            let mut rng = Rng(13);
+            for k in 0..100_000u64 {
+                let i = if k % 2 == 0 {
+                    rng.below(4096)
+                } else {
+                    rng.below(n)
+                };
+                let before = done[i as usize].load(Ordering::Acquire);
+                let x = r.get(i).unwrap();
+                assert_eq!(x >> 24, i, "element {i} read {x:#x}: not its own");
+                assert!(
+                    x & 0xff_ffff >= before,
+                    "element {i}: version {} after {before} completed",
+                    x & 0xff_ffff
+                );
+            }
+        })
+    };
+    let syncer = {
+        let (a, stop) = (a.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut syncs = 0;
+            while !stop.load(Ordering::Relaxed) {
+                a.sync().unwrap();
+                syncs += 1;
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            syncs
+        })
+    };
+    for k in 0..20 {
+        std::thread::sleep(Duration::from_millis(10));
+        let size = if k % 2 == 0 { 128 } else { 32 };
+        for _ in 0..50 {
+            match cs.cache().resize(size * 4096) {
+                Ok(()) => break,
+                Err(Error::ResizeBusy(_)) => a.sync().unwrap(),
+                Err(e) => panic!("{e}"),
+            }
+        }
+    }
+    let (last, st) = writer.join().unwrap();
+    reader.join().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    assert!(syncer.join().unwrap() > 0);
+    assert!(st.direct + st.private > 0, "{st:?}");
+    a.sync().unwrap();
+    drop(a);
+    drop(Arc::into_inner(cs).expect("the last handle of the cached store"));
+    // Reopened: every element holds its last store, the others their first
+    // value.
+    let cs = store(&tmp, 64, 64);
+    let a = PagedArray::<u64>::open(&cs, "s").unwrap();
+    let mut got = vec![0u64; n as usize];
+    a.read_into(0, &mut got).unwrap();
+    for (i, &x) in got.iter().enumerate() {
+        let want = (i as u64) << 24 | last.get(&(i as u64)).copied().unwrap_or(0);
+        assert_eq!(x, want, "element {i} after reopening");
+    }
+}

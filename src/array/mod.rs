@@ -18,17 +18,32 @@
 //! through the tables tells the cache's policy the page is in use, so pages
 //! read only through readers are not taken for unused ones.
 //!
-//! Element writes ([`PagedArray::set`], [`PagedArray::write_from`]) go
-//! through the cache's writer path (the page held exclusively while its bytes
-//! change), so a reader sees an element's old or new value, never a mix: an
-//! element read while a writer held its page fails the check and is read
-//! again.
+//! Elements of 1, 2, 4 or 8 bytes aligned to their size (the integers and
+//! floats up to 64 bits) are *word elements*: [`PagedArray::set`] and
+//! [`ArrayReader::set`] store one as a single atomic store into the frame
+//! under a shared pin (through the reader's translation entry when it has
+//! one), not the page's exclusive hold, and the pin's release marks the page
+//! dirty in the same step; every read of one is a single atomic load. So a
+//! reader sees an element's old or new value, never a mix, and element writes
+//! neither wait for readers nor for the page's write-back: a store that lands
+//! during a write-back leaves the page dirty for the next one, and `sync`
+//! makes durable every store that completed before it began.
+//! [`ArrayReader::for_each_chunk`] and [`PagedArray::read_into`] copy word
+//! elements out with atomic loads (another thread may store meanwhile); other
+//! elements are served in place.
+//!
+//! Other elements, and [`PagedArray::write_from`], go through the cache's
+//! writer path (the page held exclusively while its bytes change): an element
+//! read while a writer held its page fails the check and is read again.
+//! Elements larger than a word need the caller's synchronisation to be read
+//! whole while another thread writes them, as with a `Vec` behind a lock.
 //!
 //! [`PageCache::sight`]: crate::cache::PageCache
 
 use std::marker::PhantomData;
 use std::ops::Range;
-use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
 use crate::cache::{Mode, Sighting, still};
 use crate::cached::{CachedFile, CachedStore, readahead};
@@ -54,6 +69,61 @@ macro_rules! elements {
 elements!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
 // SAFETY: an array of plain old data is plain old data, aligned as its element, which divides its size.
 unsafe impl<T: Element, const N: usize> Element for [T; N] {}
+
+/// Whether `T` is a word element: 1, 2, 4 or 8 bytes, aligned to its size,
+/// stored and loaded as one atomic word.
+const fn is_word<T>() -> bool {
+    matches!(size_of::<T>(), 1 | 2 | 4 | 8) && align_of::<T>() == size_of::<T>()
+}
+
+/// Load the word element at `p` atomically.
+///
+/// # Safety
+/// `is_word::<T>()`; `p` is aligned to `T` and points at `size_of::<T>()`
+/// bytes of a live frame, changed only by atomic stores or under a writer's
+/// hold (a value read then is discarded by the caller's check).
+#[inline]
+unsafe fn load_word<T: Element>(p: *const u8) -> T {
+    let p = p.cast_mut();
+    // SAFETY: the caller's contract; `T` is plain old data of the word's size.
+    unsafe {
+        match size_of::<T>() {
+            1 => std::mem::transmute_copy(&AtomicU8::from_ptr(p).load(Relaxed)),
+            2 => std::mem::transmute_copy(&AtomicU16::from_ptr(p.cast()).load(Relaxed)),
+            4 => std::mem::transmute_copy(&AtomicU32::from_ptr(p.cast()).load(Relaxed)),
+            _ => std::mem::transmute_copy(&AtomicU64::from_ptr(p.cast()).load(Relaxed)),
+        }
+    }
+}
+
+/// Store the word element `v` at `p` atomically.
+///
+/// # Safety
+/// As [`load_word`], and the caller holds a pin of the page.
+#[inline]
+unsafe fn store_word<T: Element>(p: *mut u8, v: T) {
+    // SAFETY: the caller's contract; `T` is plain old data of the word's size.
+    unsafe {
+        match size_of::<T>() {
+            1 => AtomicU8::from_ptr(p).store(std::mem::transmute_copy(&v), Relaxed),
+            2 => AtomicU16::from_ptr(p.cast()).store(std::mem::transmute_copy(&v), Relaxed),
+            4 => AtomicU32::from_ptr(p.cast()).store(std::mem::transmute_copy(&v), Relaxed),
+            _ => AtomicU64::from_ptr(p.cast()).store(std::mem::transmute_copy(&v), Relaxed),
+        }
+    }
+}
+
+/// Copy `out.len()` word elements from `p` with atomic loads.
+///
+/// # Safety
+/// As [`load_word`], for every element.
+#[inline]
+unsafe fn copy_words<T: Element>(p: *const u8, out: &mut [T]) {
+    for (k, o) in out.iter_mut().enumerate() {
+        // SAFETY: the caller's contract, element `k` of the run.
+        *o = unsafe { load_word(p.add(k * size_of::<T>())) };
+    }
+}
 
 /// An array of `T` in a cached file (`len` elements, the file's length
 /// divided by the element's size).
@@ -94,8 +164,14 @@ impl Entry<'_> {
         if self.page != page || at + size_of::<T>() > ps {
             return None;
         }
-        // SAFETY: a filled entry's frame stays mapped for the cache's life and `at + size_of::<T>() <= ps` is inside it; `T` is plain old data.
-        let v = unsafe { self.frame.add(at).cast::<T>().read_unaligned() };
+        let p = self.frame.wrapping_add(at);
+        let v = if is_word::<T>() {
+            // SAFETY: a filled entry's frame stays mapped for the cache's life, `at + size_of::<T>() <= ps` is inside it, and `at`, a multiple of the size, is aligned; a value read under a writer fails the check below.
+            unsafe { load_word::<T>(p) }
+        } else {
+            // SAFETY: as above; `T` is plain old data, read as bytes.
+            unsafe { p.cast::<T>().read_unaligned() }
+        };
         still(self.state, self.seq, self.v, self.sq).then_some(v)
     }
 
@@ -151,6 +227,10 @@ pub struct ArrayReader<'a, T: Element> {
     until_renew: u32,
     /// log2 of the page size.
     shift: u32,
+    /// Word elements copied out of a frame for `for_each_chunk`.
+    buf: Vec<T>,
+    /// A zero element.
+    zero: T,
     _thread: PhantomData<*const ()>,
 }
 
@@ -236,6 +316,9 @@ impl<T: Element> PagedArray<T> {
             stats: TranslationStats::default(),
             until_renew: RENEW,
             shift: self.file.shared.cache.page_size().trailing_zeros(),
+            buf: Vec::new(),
+            // SAFETY: `T` is plain old data: all zero bytes are a value.
+            zero: unsafe { std::mem::zeroed() },
             _thread: PhantomData,
         }
     }
@@ -261,14 +344,39 @@ impl<T: Element> PagedArray<T> {
         Ok(v[0])
     }
 
-    /// Write element `i` (readers see the old or the new value).
+    /// Write element `i`: a word element by an atomic store into its pinned
+    /// frame (readers see the old or the new value), any other through the
+    /// writer path, as [`PagedArray::write_from`].
     pub fn set(&self, i: u64, v: T) -> Result<()> {
-        self.write_from(i, &[v])
+        if !is_word::<T>() {
+            return self.write_from(i, &[v]);
+        }
+        let off = self.check(i, 1)?;
+        self.file.store_in_place(off, |p| {
+            // SAFETY: `p` is element `i`'s address in the frame pinned meanwhile, aligned (word elements never span pages).
+            unsafe { store_word(p, v) }
+        })
     }
 
     /// Copy elements `start..start + out.len()` into `out`.
     pub fn read_into(&self, start: u64, out: &mut [T]) -> Result<()> {
         let off = self.check(start, out.len() as u64)?;
+        if is_word::<T>() {
+            // Word elements may be stored into meanwhile: atomic loads, a
+            // page at a time, each page pinned while it is copied.
+            let ps = self.file.shared.cache.page_size() as u64;
+            let mut done = 0usize;
+            while done < out.len() {
+                let pos = off + (done * size_of::<T>()) as u64;
+                let n = (((ps - pos % ps) / size_of::<T>() as u64) as usize).min(out.len() - done);
+                let g = self.file.page(pos)?;
+                let at = (pos - g.offset()) as usize;
+                // SAFETY: the guard pins the page; the `n` elements from `at` lie in the frame, aligned.
+                unsafe { copy_words(g.frame_ptr().add(at), &mut out[done..done + n]) };
+                done += n;
+            }
+            return Ok(());
+        }
         // SAFETY: `T` is plain old data: its bytes may be written freely.
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of_val(out))
@@ -339,6 +447,51 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             return Ok(v);
         }
         self.get_slow(i, page, at)
+    }
+
+    /// Write element `i`, as [`PagedArray::set`]: a word element through this
+    /// reader's translation entry of its page when it has one (a pin taken on
+    /// the entry's word, the store, the release that marks the page dirty: no
+    /// lookup in the shared cache).
+    pub fn set(&mut self, i: u64, v: T) -> Result<()> {
+        if i >= self.arr.len {
+            return Err(self.out_of_range(i));
+        }
+        if !is_word::<T>() || self.arr.file.read_only {
+            return self.arr.set(i, v);
+        }
+        let off = i * size_of::<T>() as u64;
+        let page = off >> self.shift;
+        let at = (off & ((1 << self.shift) - 1)) as usize;
+        let l1 = self.l1[page as usize % L1];
+        let set = self.l2_set(page);
+        let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
+        let e = if l1.page == page {
+            Some(l1)
+        } else if let Some(e) = self.l2[set..set + L2_WAYS].iter().find(|e| e.page == page) {
+            Some(*e)
+        } else if let Some(s) = cache.sight(self.arr.file.id, page)? {
+            // Not in the tables: where the shared cache has it, noted.
+            let e = entry(page, &s);
+            self.install(page, e);
+            Some(e)
+        } else {
+            None
+        };
+        if let Some(e) = e {
+            if cache.pin_seen(e.state, e.seq, e.v, e.sq) {
+                // SAFETY: the pin keeps the page in this frame; `at` is element `i`'s offset in it, aligned.
+                unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
+                cache.release_stored(e.state);
+                // Stores tell the policy of the page's use as reads do.
+                self.until_renew -= 1;
+                if self.until_renew == 0 {
+                    self.renew(page);
+                }
+                return Ok(());
+            }
+        }
+        self.arr.set(i, v)
     }
 
     /// Elements `idx[k]` into `out[k]`, as many [`ArrayReader::get`] calls,
@@ -462,9 +615,11 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     }
 
     /// Run `f` on the elements `range` in order, a page's worth at a time:
-    /// `f(first index, elements)`, the slice in the cached frame itself,
-    /// pinned while `f` runs (no copy). The reads count as a sequential
-    /// stream for readahead.
+    /// `f(first index, elements)`. Word elements (which other threads may
+    /// store into meanwhile) are copied out of the pinned frame with atomic
+    /// loads into the reader's own buffer; others are the slice in the cached
+    /// frame itself, pinned while `f` runs (no copy). The reads count as a
+    /// sequential stream for readahead.
     pub fn for_each_chunk(
         &mut self,
         range: Range<u64>,
@@ -503,14 +658,22 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             let mode = if stream { Mode::Stream } else { Mode::Keep };
             let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
             let at = (off - g.offset()) as usize;
-            let bytes = &g[at..at + (n * size) as usize];
             // The frame is page-aligned and `at` a multiple of the size, which
             // `T`'s alignment divides (and the page size, as `ps % size == 0`).
-            // SAFETY: the guard pins the page and excludes writers while the slice lives; `T` is plain old data, aligned here.
-            let elems =
-                unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n as usize) };
-            f(i, elems);
-            drop(g);
+            if is_word::<T>() {
+                self.buf.resize(n as usize, self.zero);
+                // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
+                unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
+                drop(g);
+                f(i, &self.buf[..n as usize]);
+            } else {
+                let bytes = &g[at..at + (n * size) as usize];
+                // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
+                let elems =
+                    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n as usize) };
+                f(i, elems);
+                drop(g);
+            }
             i += n;
         }
         Ok(())

@@ -912,6 +912,58 @@ impl<M: Model> Core<M> {
         self.wake_if(s, i, old);
     }
 
+    /// Pin the page a sighting saw (its slot's word `state`, its set's change
+    /// count `seq`, as `v` and `sq` then), without a lock, if it is still
+    /// there, readable and with no writer: returns whether it is pinned. A
+    /// pin taken while the set's count moved is given back (an eviction, a
+    /// move or a writer may have come between the sighting and the pin).
+    pub(crate) fn pin_seen(&self, state: &M::W, seq: &M::W, v: u32, sq: u32) -> bool {
+        let x = state.load(Acquire);
+        if x & SIGHT_MASK != v || pins(x) >= MAX_PINS {
+            return false;
+        }
+        if state.compare_exchange(x, x + PIN, AcqRel, Relaxed).is_err() {
+            return false;
+        }
+        if seq.load(Acquire) == sq {
+            return true;
+        }
+        let old = state.fetch_sub(PIN, AcqRel);
+        if old & WAITERS != 0 {
+            state.fetch_and(!WAITERS, AcqRel);
+            M::wake_all(state);
+        }
+        false
+    }
+
+    /// Drop a pin of the slot whose word is `state` (a word of this core's
+    /// sets), after its holder stored into the frame: in one step the page
+    /// becomes dirty (and warm) and the pin goes. Only a pin holder sets
+    /// `DIRTY` without the set's lock; a write-back that cleared `DIRTY`
+    /// before this step wrote the bytes stored before it, and one that
+    /// clears it after leaves the page to be written again.
+    pub(crate) fn release_stored(&self, state: &M::W) {
+        // The set whose memory holds the word: sets lie in one region.
+        let at = state as *const M::W as usize - self.sets.ptr() as usize;
+        let s = at / self.lay.stride;
+        debug_assert!(s < self.max_sets);
+        let mut x = state.load(Relaxed);
+        let old = loop {
+            debug_assert!(pins(x) > 0);
+            match state.compare_exchange(x, ((x - PIN) | DIRTY) & !COLD, AcqRel, Relaxed) {
+                Ok(old) => break old,
+                Err(now) => x = now,
+            }
+        };
+        // Every store, as every write hit: a set the flusher passed while the
+        // page was pinned is queued again.
+        self.note_dirty(s);
+        if old & WAITERS != 0 {
+            state.fetch_and(!WAITERS, AcqRel);
+            M::wake_all(state);
+        }
+    }
+
     /// Find `tag`, pinning it, or claim a frame for it, on behalf of `mode`'s
     /// kind of reader. Blocks while the page is being filled, while a writer
     /// holds it (or, for `write`, while anyone holds it), and with a bounded
@@ -1194,13 +1246,16 @@ impl<M: Model> Core<M> {
         let Some(f) = self.flusher.get() else {
             return;
         };
+        let bit = 1u64 << (s % 64);
+        if f.marks[s / 64].load(Relaxed) & bit != 0 {
+            return; // queued already
+        }
         let dirty = (0..self.lay.assoc)
             .filter(|&i| self.state(s, i).load(Relaxed) & (DIRTY | WRITER) != 0)
             .count();
         if dirty < f.at {
             return;
         }
-        let bit = 1u64 << (s % 64);
         if f.marks[s / 64].fetch_or(bit, AcqRel) & bit == 0 {
             (f.hook)(s);
         }
@@ -1214,7 +1269,8 @@ impl<M: Model> Core<M> {
     }
 
     /// Install the flusher's hook: `hook(set)` runs (on the writer's thread,
-    /// under the set's lock: it must only queue the set) when a write leaves
+    /// under the set's lock or, after a store into a pinned frame, without
+    /// it: it must only queue the set) when a write leaves
     /// `at` or more dirty pages in a set. Returns false if one is installed.
     pub(crate) fn set_flusher(&self, at: usize, hook: Box<dyn Fn(usize) + Send + Sync>) -> bool {
         self.flusher
@@ -1536,9 +1592,10 @@ impl<M: Model> Core<M> {
             return false;
         };
         let w = self.state(s, i);
-        // Flags change only under the lock we hold (lock-free readers only
-        // pin); a write-back in flight leaves DIRTY set when it ends, so the
-        // page is written once more.
+        // Flags change under the lock we hold (lock-free, readers only pin
+        // and a pin holder only sets DIRTY as it lets go); a write-back in
+        // flight leaves DIRTY set when it ends, so the page is written once
+        // more.
         let marked = w.load(Acquire) & PENDING == 0;
         if marked {
             w.fetch_or(DIRTY, AcqRel);
@@ -1554,8 +1611,9 @@ impl<M: Model> Core<M> {
         };
         // SAFETY: set `s` is locked until the unlock below.
         let mut g = unsafe { self.locked(s) };
-        // Only lock-free readers can change the state meanwhile (they pin, and
-        // `drop_page` then refuses); flags change under the lock we hold.
+        // Only pin holders can change the state meanwhile (a pin, or DIRTY as
+        // one goes), and `drop_page`'s CAS from a clean idle state then
+        // refuses; other flags change under the lock we hold.
         let dropped = self.state(s, i).load(Acquire) & (PENDING | WRITEBACK | WRITER | DIRTY) == 0
             && self.drop_page(s, &mut g, i);
         self.unlock(s);
@@ -1579,11 +1637,11 @@ impl<M: Model> Core<M> {
                         continue;
                     }
                     let v = self.state(s, i).load(Acquire);
-                    // Flags change only under the lock we hold; a lock-free
+                    // Other flags change only under the lock we hold; a lock-free
                     // reader may still pin, and `drop_page` then refuses.
                     if pins(v) == 0
                         && v & (PENDING | WRITEBACK | WRITER) == 0
-                        && self.drop_page(s, &mut g, i)
+                        && self.drop_page_as(s, &mut g, i, true)
                     {
                         dropped += 1;
                     } else {
@@ -1642,18 +1700,34 @@ impl<M: Model> Core<M> {
         };
         let w = self.state(s, i);
         let v = w.load(Acquire);
-        let ok = v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID;
-        if ok {
-            w.fetch_or(COLD, Relaxed);
-        }
+        // A CAS from the clean state: a pin holder that stores meanwhile (and
+        // so warms the page as it lets go) wins, and the page stays warm.
+        let ok = v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
+            && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok();
         self.unlock(s);
         ok
     }
 
     pub(super) fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
+        self.drop_page_as(set, g, i, false)
+    }
+
+    /// [`Core::drop_page`], of a dirty page too with `dirty_ok` (a discard).
+    /// Without it a page found dirty stays: a pin holder may have stored into
+    /// it and marked it since the caller looked (`release_stored`).
+    pub(super) fn drop_page_as(
+        &self,
+        set: usize,
+        g: &mut Locked<'_>,
+        i: usize,
+        dirty_ok: bool,
+    ) -> bool {
         let w = self.state(set, i);
         let v = w.load(Acquire);
-        if pins(v) > 0 || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err() {
+        if pins(v) > 0
+            || (v & DIRTY != 0 && !dirty_ok)
+            || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err()
+        {
             return false;
         }
         self.seq(set).fetch_add(1, Release);

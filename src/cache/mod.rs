@@ -484,6 +484,20 @@ impl<M: Model> PageCache<M> {
         Ok(found)
     }
 
+    /// Pin the page `s` saw if it is still there, readable and with no
+    /// writer (see `Core::pin_seen`): returns whether it is pinned; the pin
+    /// goes back through [`PageCache::release_stored`].
+    pub(crate) fn pin_seen(&self, state: &M::W, seq: &M::W, v: u32, sq: u32) -> bool {
+        self.core.pin_seen(state, seq, v, sq)
+    }
+
+    /// Drop a pin of the slot whose word is `state` (from a sighting of
+    /// this cache), taken to store into the frame: the page is dirty after
+    /// (see `Core::release_stored`).
+    pub(crate) fn release_stored(&self, state: &M::W) {
+        self.core.release_stored(state)
+    }
+
     /// The pinned page of `pin` (see [`PageRef::into_raw`]) as a guard again.
     ///
     /// # Safety
@@ -558,7 +572,8 @@ impl<M: Model> PageCache<M> {
 
     /// Install a write-back flusher's hook: after a write leaves `at` or more
     /// dirty pages in a set, `hook(set)` runs once (on the writer's thread,
-    /// with the set locked: it must only queue the set somewhere) until the
+    /// with the set locked, or unlocked after a store into a pinned frame: it
+    /// must only queue the set somewhere) until the
     /// flusher calls [`PageCache::flushed`] for that set. Returns false if a
     /// hook is installed already. For the crate's flusher only.
     pub(crate) fn set_flush_hook(
@@ -1020,6 +1035,24 @@ pub(crate) struct RawPin {
 impl<M: Model> PageRef<'_, M> {
     /// The pin without its guard; `None` (the guard dropped) for a page in a
     /// frame of its own, which has no pin to carry.
+    /// The frame's address, for a pin holder's atomic stores into it (see
+    /// [`PageRef::release_stored`]).
+    pub(crate) fn frame_ptr(&self) -> *mut u8 {
+        self.at.frame()
+    }
+
+    /// Let the page go after storing into its frame through
+    /// [`PageRef::frame_ptr`]: it is dirty (and warm) after, in the same step
+    /// as the pin goes (see `Core::release_stored`).
+    pub(crate) fn release_stored(self) {
+        debug_assert!(self.at.in_cache(), "a store into a page without a slot");
+        if self.at.in_cache() {
+            let this = std::mem::ManuallyDrop::new(self);
+            let core = this.at.core;
+            core.release_stored(core.state(this.at.set, this.at.slot));
+        }
+    }
+
     pub(crate) fn into_raw(self) -> Option<RawPin> {
         if !self.at.in_cache() {
             return None;
@@ -1037,7 +1070,8 @@ impl<M: Model> std::ops::Deref for PageRef<'_, M> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         // SAFETY: the pin keeps the page in this frame and excludes writers
-        // (a writer needs zero pins), so the bytes are stable while borrowed.
+        // (a writer needs zero pins), so the bytes are stable while borrowed
+        // (but for a paged array's atomic word stores, see `PageGuard`).
         unsafe { self.at.bytes() }
     }
 }
@@ -1164,8 +1198,14 @@ pub struct WriteBack<'a, M: Model = Os> {
 impl<'a, M: Model> WriteBack<'a, M> {
     /// The bytes to write.
     pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the write-back pin keeps the page here and excludes writers.
+        // SAFETY: the write-back pin keeps the page here and excludes writers (a paged array's atomic word stores aside: see `PageGuard`).
         unsafe { self.at.bytes() }
+    }
+
+    /// The frame's address (for a test that reads stored words atomically).
+    #[cfg(test)]
+    pub(crate) fn frame_ptr(&self) -> *mut u8 {
+        self.at.frame()
     }
 
     /// Report the write: on success the page is clean (unless a writer came

@@ -93,7 +93,8 @@ impl Flusher {
             writes: AtomicU64::new(0),
         });
         let st = state.clone();
-        // The hook runs under a set lock on a writer's thread: queue and wake.
+        // The hook runs on a writer's thread, under a set lock (or after a
+        // store into a pinned frame, without one): queue and wake.
         let installed = shared.cache.set_flush_hook(at, move |set| {
             st.due.lock().unwrap_or_else(|p| p.into_inner()).push(set);
             st.cv.notify_one();

@@ -256,7 +256,10 @@ pub struct Guarded<G> {
 /// moved or written back half-changed) while the guard lives. Any number of
 /// shared guards of a page may live at once, in any threads; a writer of the
 /// page ([`CachedFile::write_at`], [`CachedFile::page_mut`]) waits for them,
-/// up to the cache's pin wait ([`Error::Busy`] after it).
+/// up to the cache's pin wait ([`Error::Busy`] after it). The one exception:
+/// element stores of a [`crate::PagedArray`] of word elements change a
+/// page's words under shared pins (atomically); read such a file through the
+/// array, not through page guards, while another thread may store.
 pub type PageGuard<'a> = Guarded<PageRef<'a>>;
 
 /// A page held exclusively for writing: while it lives no other guard of the
@@ -281,6 +284,23 @@ impl<G> Guarded<G> {
     /// The file offset of the page's first byte.
     pub fn offset(&self) -> u64 {
         self.offset
+    }
+}
+
+impl Guarded<PageRef<'_>> {
+    /// The address of the page's first byte in its frame, without a borrow
+    /// of the bytes (which another thread may store into, atomically, for a
+    /// paged array's word elements).
+    pub(crate) fn frame_ptr(&self) -> *mut u8 {
+        self.g.frame_ptr()
+    }
+
+    /// Let the page go after its holder stored into the frame: it is dirty
+    /// after, in the same step as the pin goes.
+    fn release_stored(self) {
+        let Guarded { g, _hold, .. } = self;
+        g.release_stored();
+        drop(_hold);
     }
 }
 
@@ -814,6 +834,27 @@ impl CachedFile {
         Hold::check(self.store_key(), self.id, pages, writes, || {
             self.entry.file.name()
         })
+    }
+
+    /// Store into the page holding byte `offset` in place, under a shared
+    /// pin, not the page's exclusive hold: `store` gets the address of that
+    /// byte in the frame and must change the bytes there only by atomic
+    /// stores (other pin holders may read them meanwhile). The page is dirty
+    /// after, in the same step as the pin goes; a store that lands during the
+    /// page's write-back leaves it dirty for the next one. Errors as
+    /// [`CachedFile::page`], and [`Error::ReadOnly`].
+    pub(crate) fn store_in_place(&self, offset: u64, store: impl FnOnce(*mut u8)) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        let g = self
+            .page_as(offset, Mode::Keep)
+            .map_err(|e| self.gone_or(e))?;
+        let at = (offset - g.offset()) as usize;
+        // `at` is inside the page (the guard's span holds `offset`).
+        store(g.frame_ptr().wrapping_add(at));
+        g.release_stored();
+        Ok(())
     }
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).

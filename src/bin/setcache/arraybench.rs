@@ -15,8 +15,9 @@
 //!   a time through `ArrayReader::get_many` (the vector reads them as before:
 //!   its loads overlap anyway, the indices being known);
 //! * `updates`: writes of element `i` (its own value again) at uniformly
-//!   random indices (`PagedArray::set`; the vector's elements as atomic
-//!   words, stored with relaxed order, so that threads may share them).
+//!   random indices (`ArrayReader::set`: an atomic store through the
+//!   reader's translation entry; the vector's elements as atomic words,
+//!   stored with relaxed order, so that threads may share them).
 //!
 //! Indices are drawn before the timed part, the same for both. The array's
 //! cache holds the whole array with room to spare unless `--cache-size`
@@ -277,7 +278,7 @@ fn rounds(
                         gate.wait();
                         gate.wait();
                         if failed.is_none() {
-                            if let Err(e) = run_array(w, arr, &mut r, share(n, t, k), idx) {
+                            if let Err(e) = run_array(w, &mut r, share(n, t, k), idx) {
                                 failed = Some(e);
                             }
                         }
@@ -361,7 +362,6 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
 /// The same on the array, through this thread's reader `r`.
 fn run_array(
     w: &str,
-    arr: &PagedArray<u64>,
     r: &mut ArrayReader<'_, u64>,
     part: std::ops::Range<u64>,
     idx: &[u64],
@@ -382,7 +382,7 @@ fn run_array(
         }
         "updates" => {
             for &i in idx {
-                arr.set(i, i)?;
+                r.set(i, i)?;
             }
         }
         w if w.ends_with("-batch") => {
