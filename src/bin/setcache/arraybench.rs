@@ -14,6 +14,10 @@
 //! * `zipf-batch`, `uniform-batch`: the reads of `zipf` and `uniform`, 64 at
 //!   a time through `ArrayReader::get_many` (the vector reads them as before:
 //!   its loads overlap anyway, the indices being known);
+//! * `scattered`: no array at all, the floor for any cache whose 4 KiB
+//!   frames lie anywhere in memory: the vector summed in order (the vector
+//!   column) and in pieces of 512 elements taken in a shuffled order, the
+//!   next piece's first lines prefetched (the array column);
 //! * `updates`: writes of element `i` (its own value again) at uniformly
 //!   random indices (`ArrayReader::set`: an atomic store through the
 //!   reader's translation entry; the vector's elements as atomic words,
@@ -55,12 +59,13 @@ pub(crate) struct ArrayArgs {
     /// cached, with room for the sets that draw more than their share]
     #[arg(long)]
     cache_size: Option<String>,
-    /// Workloads (comma-separated): seq, zipf, uniform, pages, zipf-batch,
-    /// uniform-batch (the reads of zipf and uniform, 64 at a time through
-    /// `ArrayReader::get_many`), updates
+    /// Workloads (comma-separated): seq, scattered (the floor of a sum over
+    /// frames that lie anywhere: no array), zipf, uniform, pages,
+    /// zipf-batch, uniform-batch (the reads of zipf and uniform, 64 at a time
+    /// through `ArrayReader::get_many`), updates
     #[arg(
         long,
-        default_value = "seq,zipf,uniform,pages,zipf-batch,uniform-batch,updates",
+        default_value = "seq,scattered,zipf,uniform,pages,zipf-batch,uniform-batch,updates",
         value_delimiter = ','
     )]
     workload: Vec<String>,
@@ -76,7 +81,7 @@ pub(crate) struct ArrayArgs {
     threads: usize,
 }
 
-const WORKLOADS: [&str; 7] = [
+const WORKLOADS: [&str; 8] = [
     "seq",
     "zipf",
     "uniform",
@@ -84,7 +89,30 @@ const WORKLOADS: [&str; 7] = [
     "zipf-batch",
     "uniform-batch",
     "updates",
+    "scattered",
 ];
+
+/// The first elements of the pieces of 512 in `part`, in a shuffled order.
+fn shuffled_pieces(part: std::ops::Range<u64>, seed: u64) -> Vec<u64> {
+    let mut p: Vec<u64> = part.step_by(512).collect();
+    let mut rng = Rng::new(seed);
+    for i in (1..p.len()).rev() {
+        p.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    p
+}
+
+/// Ask for the cache line at `p`.
+#[inline]
+fn prefetch(p: *const u64) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and reads nothing into the program.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
 
 /// One workload's indices (for `pages`, first elements of pages).
 fn indices(w: &str, n: u64, ops: usize, seed: u64) -> Vec<u64> {
@@ -114,7 +142,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch, uniform-batch or updates"
+                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
             ));
         }
     }
@@ -189,7 +217,14 @@ fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<
     for w in &a.workload {
         let t = a.threads;
         let idx: Vec<Vec<u64>> = (0..t)
-            .map(|k| indices(w, n, a.ops, 0x5eed ^ n ^ ((k as u64) << 32)))
+            .map(|k| {
+                let seed = 0x5eed ^ n ^ ((k as u64) << 32);
+                if w == "scattered" {
+                    shuffled_pieces(share(n, t, k), seed)
+                } else {
+                    indices(w, n, a.ops, seed)
+                }
+            })
             .collect();
         let misses = cs.cache().stats().misses;
         let (times, stats) = rounds(&arr, &v, w, &idx, a.rounds).map_err(err)?;
@@ -235,7 +270,7 @@ fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<
 /// Element operations thread `k` of `t` does in a round of `w`.
 fn ops_of(w: &str, n: u64, t: usize, k: usize, idx: &[u64]) -> u64 {
     match w {
-        "seq" => share(n, t, k).count() as u64,
+        "seq" | "scattered" => share(n, t, k).count() as u64,
         "pages" => idx.len() as u64 * 512,
         _ => idx.len() as u64,
     }
@@ -278,7 +313,7 @@ fn rounds(
                         gate.wait();
                         gate.wait();
                         if failed.is_none() {
-                            if let Err(e) = run_array(w, &mut r, share(n, t, k), idx) {
+                            if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx) {
                                 failed = Some(e);
                             }
                         }
@@ -339,7 +374,7 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
     let v = words(atomics);
     let mut s = 0u64;
     match w {
-        "seq" => {
+        "seq" | "scattered" => {
             let part = &v[part.start as usize..part.end as usize];
             s = part.iter().fold(0u64, |s, &x| s.wrapping_add(x));
         }
@@ -363,11 +398,25 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
 fn run_array(
     w: &str,
     r: &mut ArrayReader<'_, u64>,
+    v: &[AtomicU64],
     part: std::ops::Range<u64>,
     idx: &[u64],
 ) -> setcache::Result<()> {
     let mut s = 0u64;
     match w {
+        "scattered" => {
+            let v = words(v);
+            for (k, &p) in idx.iter().enumerate() {
+                if let Some(&q) = idx.get(k + 1) {
+                    for line in 0..8 {
+                        prefetch(v[q as usize + line * 8..].as_ptr());
+                    }
+                }
+                s = v[p as usize..p as usize + 512]
+                    .iter()
+                    .fold(s, |s, &x| s.wrapping_add(x));
+            }
+        }
         "seq" => {
             r.for_each_chunk(part, |_, xs| {
                 s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
