@@ -10,6 +10,7 @@ use std::time::Duration;
 use common::{Rng, TempDir};
 use setcache::{
     CacheOptions, CachedStore, Error, LayoutKind, PagedArray, PolicyKind, Store, StoreOptions,
+    TranslationStats,
 };
 
 fn store(tmp: &TempDir, pages: usize, max_pages: usize) -> CachedStore {
@@ -149,6 +150,41 @@ fn misuse_gets_clear_errors() {
     ));
 }
 
+/// A thread reading `reads` elements of `a` (element `i` holds `i << 24`
+/// and a version), half on the first 4,096, each checked against the model:
+/// its own index (no torn element, no other page's bytes) and a version no
+/// older than `done[i]`, the last write of it that completed before the
+/// read began.
+fn model_reader(
+    a: &Arc<PagedArray<u64>>,
+    done: &Arc<Vec<AtomicU64>>,
+    seed: u64,
+    reads: u64,
+) -> std::thread::JoinHandle<TranslationStats> {
+    let (a, done) = (a.clone(), done.clone());
+    std::thread::spawn(move || {
+        let n = a.len();
+        let mut r = a.reader();
+        let mut rng = Rng(seed);
+        for k in 0..reads {
+            let i = if k % 2 == 0 {
+                rng.below(4096)
+            } else {
+                rng.below(n)
+            };
+            let before = done[i as usize].load(Ordering::Acquire);
+            let x = r.get(i).unwrap();
+            assert_eq!(x >> 24, i, "element {i} read {x:#x}: not its own");
+            assert!(
+                x & 0xff_ffff >= before,
+                "element {i}: version {} after {before} completed",
+                x & 0xff_ffff
+            );
+        }
+        r.stats()
+    })
+}
+
 /// Two threads update and read one array through a cache of 32 pages (the
 /// array has 512) that is resized meanwhile: every element read holds its
 /// own index (no torn element, no other page's bytes) and a version no
@@ -192,29 +228,7 @@ fn updates_and_reads_under_eviction_and_resize_match_a_model() {
             }
         })
     };
-    let reader = {
-        let (a, done) = (a.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut r = a.reader();
-            let mut rng = Rng(9);
-            for k in 0..150_000u64 {
-                let i = if k % 2 == 0 {
-                    rng.below(4096)
-                } else {
-                    rng.below(n)
-                };
-                let before = done[i as usize].load(Ordering::Acquire);
-                let x = r.get(i).unwrap();
-                assert_eq!(x >> 24, i, "element {i} read {x:#x}: not its own");
-                assert!(
-                    x & 0xff_ffff >= before,
-                    "element {i}: version {} after {before} completed",
-                    x & 0xff_ffff
-                );
-            }
-            r.stats()
-        })
-    };
+    let reader = model_reader(&a, &done, 9, 150_000);
     // Grow and shrink the cache meanwhile. A shrink that would drop dirty
     // pages stops with `ResizeBusy`: write them back and try again.
     let mut shrunk = 0;
@@ -285,28 +299,7 @@ fn reader_stores_survive_write_backs_eviction_resize_and_reopen() {
             (last, w.stats())
         })
     };
-    let reader = {
-        let (a, done) = (a.clone(), done.clone());
-        std::thread::spawn(move || {
-            let mut r = a.reader();
-            let mut rng = Rng(13);
-            for k in 0..100_000u64 {
-                let i = if k % 2 == 0 {
-                    rng.below(4096)
-                } else {
-                    rng.below(n)
-                };
-                let before = done[i as usize].load(Ordering::Acquire);
-                let x = r.get(i).unwrap();
-                assert_eq!(x >> 24, i, "element {i} read {x:#x}: not its own");
-                assert!(
-                    x & 0xff_ffff >= before,
-                    "element {i}: version {} after {before} completed",
-                    x & 0xff_ffff
-                );
-            }
-        })
-    };
+    let reader = model_reader(&a, &done, 13, 100_000);
     let syncer = {
         let (a, stop) = (a.clone(), stop.clone());
         std::thread::spawn(move || {

@@ -890,6 +890,15 @@ fn shuttle_sightings() {
     shuttle::check_pct(sightings, 1000, 3);
 }
 
+/// Bring page `q` of file 0 in and let it go (every page pinned: nothing).
+fn bring_in(c: &PageCache<Shuttle>, disk: &Disk, q: u64) {
+    match c.get_with(0, q, load_from(disk), store_to(disk)) {
+        Ok(g) => drop(g),
+        Err(Error::AllPinned { .. }) => {}
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn sightings() {
     const P: u64 = 0;
     let c = one_set_under_shuttle();
@@ -945,11 +954,7 @@ fn sightings() {
                     w.finish(Ok(())).unwrap();
                 }
                 let _ = c.evict(0, P);
-                match c.get_with(0, q, load_from(&disk), store_to(&disk)) {
-                    Ok(g) => drop(g),
-                    Err(Error::AllPinned { .. }) => {}
-                    Err(e) => panic!("{e}"),
-                }
+                bring_in(&c, &disk, q);
             }
         })
     };
@@ -1261,11 +1266,7 @@ fn stores_into_pinned_frames() {
                     w.finish(Ok(())).unwrap();
                 }
                 let _ = c.evict(0, P);
-                match c.get_with(0, q, load_from(&disk), store_to(&disk)) {
-                    Ok(g) => drop(g),
-                    Err(Error::AllPinned { .. }) => {}
-                    Err(e) => panic!("{e}"),
-                }
+                bring_in(&c, &disk, q);
             }
         })
     };
