@@ -342,3 +342,75 @@ fn reader_stores_survive_write_backs_eviction_resize_and_reopen() {
         assert_eq!(x, want, "element {i} after reopening");
     }
 }
+
+/// Stores of every word size and of a larger element, through the array and
+/// through a reader, read back before and after a reopen; a store refused
+/// on a read-only view and by a thread that holds the page mutably (an
+/// error, not a hang).
+#[test]
+fn stores_of_each_size_and_their_refusals() {
+    let tmp = TempDir::new("array-sizes");
+    {
+        let cs = store(&tmp, 64, 64);
+        let a8 = PagedArray::<u8>::create(&cs, "u8", 10_000, LayoutKind::Stripe).unwrap();
+        let a16 = PagedArray::<i16>::create(&cs, "i16", 10_000, LayoutKind::Stripe).unwrap();
+        let a32 = PagedArray::<f32>::create(&cs, "f32", 10_000, LayoutKind::Stripe).unwrap();
+        let a3 = PagedArray::<[u64; 3]>::create(&cs, "x3", 3_000, LayoutKind::Stripe).unwrap();
+        let (mut r8, mut r16, mut r32, mut r3) =
+            (a8.reader(), a16.reader(), a32.reader(), a3.reader());
+        // Every element, from the last down (a store wider than its element
+        // would clobber the one above, written already), and every seventh.
+        for i in (0..10_000u64).rev() {
+            a8.set(i, i as u8).unwrap();
+            r16.set(i, -(i as i16)).unwrap();
+            if i % 7 == 0 {
+                r32.set(i, i as f32 * 0.5).unwrap();
+            }
+        }
+        for i in (0..3_000u64).step_by(5) {
+            r3.set(i, [i, !i, i * 3]).unwrap();
+        }
+        for i in 0..10_000u64 {
+            assert_eq!(r8.get(i).unwrap(), i as u8);
+            assert_eq!(a16.get(i).unwrap(), -(i as i16));
+        }
+        for i in (0..10_000u64).step_by(7) {
+            assert_eq!(r32.get(i).unwrap(), i as f32 * 0.5);
+        }
+        assert_eq!(r3.get(5).unwrap(), [5, !5, 15]);
+        // A thread holding the page mutably gets an error from a store.
+        let g = a16.file().page_mut(0).unwrap();
+        assert!(matches!(r16.set(1, 9), Err(Error::HeldByCaller { .. })));
+        assert!(matches!(a16.set(1, 9), Err(Error::HeldByCaller { .. })));
+        drop(g);
+        r16.set(1, 9).unwrap();
+        for a in [a8.file(), a16.file(), a32.file(), a3.file()] {
+            a.sync().unwrap();
+        }
+        let ro = PagedArray::<f32>::open_read_only(&cs, "f32").unwrap();
+        let mut rr = ro.reader();
+        assert_eq!(rr.get(7).unwrap(), 3.5);
+        assert!(matches!(rr.set(7, 1.0), Err(Error::ReadOnly(_))));
+        assert!(matches!(ro.set(7, 1.0), Err(Error::ReadOnly(_))));
+    }
+    let cs = store(&tmp, 64, 64);
+    let a8 = PagedArray::<u8>::open(&cs, "u8").unwrap();
+    let a16 = PagedArray::<i16>::open(&cs, "i16").unwrap();
+    let a32 = PagedArray::<f32>::open(&cs, "f32").unwrap();
+    let a3 = PagedArray::<[u64; 3]>::open(&cs, "x3").unwrap();
+    for i in 0..10_000u64 {
+        let hit = i % 7 == 0;
+        assert_eq!(a8.get(i).unwrap(), i as u8, "u8 {i}");
+        let want16 = if i == 1 { 9 } else { -(i as i16) };
+        assert_eq!(a16.get(i).unwrap(), want16, "i16 {i}");
+        assert_eq!(
+            a32.get(i).unwrap(),
+            if hit { i as f32 * 0.5 } else { 0.0 },
+            "f32 {i}"
+        );
+    }
+    for i in 0..3_000u64 {
+        let want = if i % 5 == 0 { [i, !i, i * 3] } else { [0; 3] };
+        assert_eq!(a3.get(i).unwrap(), want, "[u64; 3] {i}");
+    }
+}
