@@ -300,6 +300,22 @@ fn reader_stores_survive_write_backs_eviction_resize_and_reopen() {
         })
     };
     let reader = model_reader(&a, &done, 13, 100_000);
+    // A scan of the whole array in chunks meanwhile: each element its own.
+    let scanner = {
+        let a = a.clone();
+        std::thread::spawn(move || {
+            let mut r = a.reader();
+            for _ in 0..3 {
+                r.for_each_chunk(0..a.len(), |first, xs| {
+                    for (k, &x) in xs.iter().enumerate() {
+                        let i = first + k as u64;
+                        assert_eq!(x >> 24, i, "chunk element {i} read {x:#x}: not its own");
+                    }
+                })
+                .unwrap();
+            }
+        })
+    };
     let syncer = {
         let (a, stop) = (a.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -325,6 +341,7 @@ fn reader_stores_survive_write_backs_eviction_resize_and_reopen() {
     }
     let (last, st) = writer.join().unwrap();
     reader.join().unwrap();
+    scanner.join().unwrap();
     stop.store(true, Ordering::Relaxed);
     assert!(syncer.join().unwrap() > 0);
     assert!(st.direct + st.private > 0, "{st:?}");

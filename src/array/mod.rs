@@ -137,6 +137,9 @@ const L1: usize = 512;
 const L2_WAYS: usize = 2;
 /// Most sets of the second table (2^17 sets of two: 10 MiB of entries).
 const L2_MAX_SETS: usize = 1 << 17;
+/// Pages a chunked scan reads through the pinning path after it found a
+/// page's entry stale.
+const CHUNK_SKIP: u32 = 64;
 /// Hits through the tables between two reports to the cache's policy.
 const RENEW: u32 = 1024;
 const EMPTY: u64 = u64::MAX;
@@ -229,6 +232,8 @@ pub struct ArrayReader<'a, T: Element> {
     shift: u32,
     /// Word elements copied out of a frame for `for_each_chunk`.
     buf: Vec<T>,
+    /// Pages `for_each_chunk` still reads without trying the tables.
+    chunk_skip: u32,
     /// A zero element.
     zero: T,
     _thread: PhantomData<*const ()>,
@@ -317,6 +322,7 @@ impl<T: Element> PagedArray<T> {
             until_renew: RENEW,
             shift: self.file.shared.cache.page_size().trailing_zeros(),
             buf: Vec::new(),
+            chunk_skip: 0,
             // SAFETY: `T` is plain old data: all zero bytes are a value.
             zero: unsafe { std::mem::zeroed() },
             _thread: PhantomData,
@@ -600,6 +606,17 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         Ok(got)
     }
 
+    /// The entry of `page` in either table, if any (not yet checked).
+    #[inline]
+    fn find(&self, page: u64) -> Option<&Entry<'a>> {
+        let l1 = &self.l1[page as usize % L1];
+        if l1.page == page {
+            return Some(l1);
+        }
+        let set = self.l2_set(page);
+        self.l2[set..set + L2_WAYS].iter().find(|e| e.page == page)
+    }
+
     /// The first entry of page `page`'s set in the second table.
     #[inline]
     fn l2_set(&self, page: u64) -> usize {
@@ -630,7 +647,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         }
         let size = size_of::<T>() as u64;
         let ps = 1u64 << self.shift;
-        let file = &self.arr.file;
+        let file: &'a CachedFile = &self.arr.file;
         let sh = &*file.shared;
         let mut i = range.start;
         let mut one = Vec::new();
@@ -649,10 +666,43 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 continue;
             }
             let stream = readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
+            let page = off / ps;
+            if is_word::<T>() && self.chunk_skip > 0 {
+                self.chunk_skip -= 1;
+            } else if is_word::<T>() {
+                // A page this reader has an entry for: copied out without a
+                // pin, kept if the check after the copy holds (as `get`),
+                // the next pages' frames asked for through their entries.
+                // An entry found stale (a scan larger than the cache evicts
+                // its pages before the next pass) sends the next
+                // `CHUNK_SKIP` pages straight to the pinning path.
+                let e = self.find(page).copied();
+                let live = e.filter(|e| still(e.state, e.seq, e.v, e.sq));
+                if e.is_some() && live.is_none() {
+                    self.chunk_skip = CHUNK_SKIP;
+                }
+                if let Some(e) = live {
+                    for ahead in [page + 1, page + 2] {
+                        if let Some(x) = self.find(ahead) {
+                            for line in (0..512).step_by(64) {
+                                crate::cache::prefetch(x.frame.wrapping_add(line));
+                            }
+                        }
+                    }
+                    let at = (off & (ps - 1)) as usize;
+                    self.buf.resize(n as usize, self.zero);
+                    // SAFETY: frames stay mapped for the cache's life, the `n` elements from `at` lie in this one, aligned; values read while the page changed are dropped by the check below.
+                    unsafe { copy_words(e.frame.add(at), &mut self.buf[..n as usize]) };
+                    if still(e.state, e.seq, e.v, e.sq) {
+                        f(i, &self.buf[..n as usize]);
+                        i += n;
+                        continue;
+                    }
+                }
+            }
             // Frames of consecutive pages lie anywhere in the cache's memory,
             // where the CPU's own prefetcher cannot follow: ask for the next
             // page's frame, and for the metadata of the set of the one after.
-            let page = off / ps;
             sh.cache.prefetch(file.id, page + 4, false);
             sh.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
             let mode = if stream { Mode::Stream } else { Mode::Keep };
@@ -664,6 +714,10 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
+                // The next pass finds the page through the tables.
+                if let Some(s) = g.sighting() {
+                    self.install(page, entry(page, &s));
+                }
                 drop(g);
                 f(i, &self.buf[..n as usize]);
             } else {

@@ -526,6 +526,20 @@ impl<M: Model> Core<M> {
         found
     }
 
+    /// A sighting of the page in slot `i` of set `s`, which the caller holds
+    /// pinned (so readable, with no writer): where it is now, as
+    /// [`Core::sight`] would say, without a lookup or a word to the policy.
+    pub(crate) fn sighting_of(&self, s: usize, i: usize) -> Sighting<'_, M> {
+        let w = self.state(s, i);
+        Sighting {
+            frame: self.frame(s, i),
+            state: w,
+            seq: self.seq(s),
+            v: w.load(Acquire) & SIGHT_MASK,
+            sq: self.seq(s).load(Acquire),
+        }
+    }
+
     /// [`Core::sight`] in set `s`: `None` if `s` does not hold the page.
     fn sight_in(&self, s: usize, tag: u64) -> Option<Option<Sighting<'_, M>>> {
         let sq = self.seq(s).load(Acquire);

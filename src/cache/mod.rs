@@ -1009,6 +1009,17 @@ pub struct PageRef<'a, M: Model = Os> {
     at: At<'a, M>,
 }
 
+impl<'c, M: Model> PageRef<'c, M> {
+    /// Where the pinned page is, as a sighting (see `Core::sighting_of`);
+    /// `None` for a page in a frame of its own.
+    pub(crate) fn sighting(&self) -> Option<Sighting<'c, M>> {
+        let core: &'c Core<M> = self.at.core;
+        self.at
+            .in_cache()
+            .then(|| core.sighting_of(self.at.set, self.at.slot))
+    }
+}
+
 impl<M: Model> PageRef<'_, M> {
     /// Whether the page is cold (read ahead, or read only by a stream, and
     /// not used by anyone else since).
@@ -1033,8 +1044,6 @@ pub(crate) struct RawPin {
 }
 
 impl<M: Model> PageRef<'_, M> {
-    /// The pin without its guard; `None` (the guard dropped) for a page in a
-    /// frame of its own, which has no pin to carry.
     /// The frame's address, for a pin holder's atomic stores into it (see
     /// [`PageRef::release_stored`]).
     pub(crate) fn frame_ptr(&self) -> *mut u8 {
@@ -1053,6 +1062,8 @@ impl<M: Model> PageRef<'_, M> {
         }
     }
 
+    /// The pin without its guard; `None` (the guard dropped) for a page in a
+    /// frame of its own, which has no pin to carry.
     pub(crate) fn into_raw(self) -> Option<RawPin> {
         if !self.at.in_cache() {
             return None;

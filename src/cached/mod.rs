@@ -287,12 +287,18 @@ impl<G> Guarded<G> {
     }
 }
 
-impl Guarded<PageRef<'_>> {
+impl<'c> Guarded<PageRef<'c>> {
     /// The address of the page's first byte in its frame, without a borrow
     /// of the bytes (which another thread may store into, atomically, for a
     /// paged array's word elements).
     pub(crate) fn frame_ptr(&self) -> *mut u8 {
         self.g.frame_ptr()
+    }
+
+    /// Where the pinned page is, as a sighting (`None` for a page in a
+    /// frame of its own).
+    pub(crate) fn sighting(&self) -> Option<crate::cache::Sighting<'c, crate::cache::sync::Os>> {
+        self.g.sighting()
     }
 
     /// Let the page go after its holder stored into the frame: it is dirty
