@@ -694,6 +694,15 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                     // SAFETY: frames stay mapped for the cache's life, the `n` elements from `at` lie in this one, aligned; values read while the page changed are dropped by the check below.
                     unsafe { copy_words(e.frame.add(at), &mut self.buf[..n as usize]) };
                     if still(e.state, e.seq, e.v, e.sq) {
+                        // Reads that are no stream tell the policy of the
+                        // page's use now and then, as `get`'s do (a stream's
+                        // leave its pages as they are).
+                        if !stream {
+                            self.until_renew -= 1;
+                            if self.until_renew == 0 {
+                                self.renew(page);
+                            }
+                        }
                         f(i, &self.buf[..n as usize]);
                         i += n;
                         continue;
