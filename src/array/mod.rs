@@ -140,6 +140,9 @@ const L2_MAX_SETS: usize = 1 << 17;
 /// Pages a chunked scan reads through the pinning path after it found a
 /// page's entry stale.
 const CHUNK_SKIP: u32 = 64;
+/// Pages a chunked scan that is no stream reads through the tables between
+/// two reports to the cache's policy.
+const CHUNK_RENEW: u32 = 16;
 /// Hits through the tables between two reports to the cache's policy.
 const RENEW: u32 = 1024;
 const EMPTY: u64 = u64::MAX;
@@ -234,6 +237,9 @@ pub struct ArrayReader<'a, T: Element> {
     buf: Vec<T>,
     /// Pages `for_each_chunk` still reads without trying the tables.
     chunk_skip: u32,
+    /// Pages `for_each_chunk` reads through the tables before its next
+    /// report to the policy.
+    chunk_renew: u32,
     /// A zero element.
     zero: T,
     _thread: PhantomData<*const ()>,
@@ -323,6 +329,7 @@ impl<T: Element> PagedArray<T> {
             shift: self.file.shared.cache.page_size().trailing_zeros(),
             buf: Vec::new(),
             chunk_skip: 0,
+            chunk_renew: CHUNK_RENEW,
             // SAFETY: `T` is plain old data: all zero bytes are a value.
             zero: unsafe { std::mem::zeroed() },
             _thread: PhantomData,
@@ -695,11 +702,13 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                     unsafe { copy_words(e.frame.add(at), &mut self.buf[..n as usize]) };
                     if still(e.state, e.seq, e.v, e.sq) {
                         // Reads that are no stream tell the policy of the
-                        // page's use now and then, as `get`'s do (a stream's
-                        // leave its pages as they are).
+                        // page's use now and then, as `get`'s do, every
+                        // `CHUNK_RENEW`th page (a page is 512 of `get`'s
+                        // reads); a stream's leave its pages as they are.
                         if !stream {
-                            self.until_renew -= 1;
-                            if self.until_renew == 0 {
+                            self.chunk_renew -= 1;
+                            if self.chunk_renew == 0 {
+                                self.chunk_renew = CHUNK_RENEW;
                                 self.renew(page);
                             }
                         }
@@ -731,9 +740,9 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 f(i, &self.buf[..n as usize]);
             } else {
                 let bytes = &g[at..at + (n * size) as usize];
+                let first = bytes.as_ptr().cast::<T>();
                 // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
-                let elems =
-                    unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<T>(), n as usize) };
+                let elems = unsafe { std::slice::from_raw_parts(first, n as usize) };
                 f(i, elems);
                 drop(g);
             }
