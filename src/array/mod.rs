@@ -165,7 +165,7 @@ impl Entry<'_> {
     /// The `T` at byte `at` of page `page` if this entry is that page's and
     /// the check after the read proves the page was there, readable and
     /// unchanged, while it was read (`ps`: the page size).
-    #[inline]
+    #[inline(always)]
     fn read<T: Element>(&self, page: u64, at: usize, ps: usize) -> Option<T> {
         if self.page != page || at + size_of::<T>() > ps {
             return None;
@@ -443,7 +443,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     }
 
     /// Element `i`. An index past the end is an error ([`Error::OutOfRange`]).
-    #[inline]
+    #[inline(always)]
     pub fn get(&mut self, i: u64) -> Result<T> {
         if i >= self.arr.len {
             return Err(self.out_of_range(i));
@@ -546,10 +546,17 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 }
             }
             for (&i, o) in ids.iter().zip(outs.iter_mut()) {
-                *o = self.get(i)?;
+                *o = self.get_outlined(i)?;
             }
         }
         Ok(())
+    }
+
+    /// [`ArrayReader::get`] as a call of its own (`get_many`'s loop runs
+    /// faster with it out of line).
+    #[inline(never)]
+    fn get_outlined(&mut self, i: u64) -> Result<T> {
+        self.get(i)
     }
 
     #[cold]
@@ -574,6 +581,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
 
     /// An element the direct-mapped table did not serve: the private table,
     /// then the shared cache, then the cache's pinning path.
+    #[inline(never)]
     fn get_slow(&mut self, i: u64, page: u64, at: usize) -> Result<T> {
         if at + size_of::<T>() > 1 << self.shift {
             // The element spans two pages.
