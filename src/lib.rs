@@ -70,7 +70,7 @@ pub mod hitsim;
 #[cfg(test)]
 mod test_alloc;
 
-pub use array::{ArrayReader, Element, PagedArray, TranslationStats};
+pub use array::{ArrayIter, ArrayReader, Element, PagedArray, TranslationStats};
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageMut,
     PageRef, PolicyKind, SetMetadataBytes, WriteBack,

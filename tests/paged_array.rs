@@ -431,3 +431,27 @@ fn stores_of_each_size_and_their_refusals() {
         assert_eq!(a3.get(i).unwrap(), want, "[u64; 3] {i}");
     }
 }
+
+/// In-order iteration, element by element: every element of a range that
+/// starts and ends inside pages, of word elements and of elements that span
+/// pages; a range past the end refused at once.
+#[test]
+fn iteration_in_order_matches_the_elements() {
+    let tmp = TempDir::new("array-iter");
+    let cs = store(&tmp, 64, 64);
+    let n = 5 * 512 + 77;
+    let a = PagedArray::<u64>::create(&cs, "w", n, LayoutKind::Stripe).unwrap();
+    let v: Vec<u64> = (0..n).map(|i| i * 3 + 1).collect();
+    a.write_from(0, &v).unwrap();
+    let mut r = a.reader();
+    let got: Vec<u64> = r.iter(300..n - 5).unwrap().map(|x| x.unwrap()).collect();
+    assert_eq!(got, v[300..(n - 5) as usize]);
+    assert_eq!(r.iter(7..7).unwrap().count(), 0);
+    assert!(matches!(r.iter(0..n + 1), Err(Error::OutOfRange { .. })));
+    let b = PagedArray::<[u64; 3]>::create(&cs, "x", 1000, LayoutKind::Stripe).unwrap();
+    let w: Vec<[u64; 3]> = (0..1000u64).map(|i| [i, i + 1, !i]).collect();
+    b.write_from(0, &w).unwrap();
+    let mut rb = b.reader();
+    let got: Vec<[u64; 3]> = rb.iter(1..999).unwrap().map(|x| x.unwrap()).collect();
+    assert_eq!(got, w[1..999]);
+}

@@ -646,6 +646,24 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         self.l2[set * L2_WAYS + w] = e;
     }
 
+    /// The elements `range` in order, one by one, read a page's worth at a
+    /// time as [`ArrayReader::for_each_chunk`] reads them (copied; the reads
+    /// count as a sequential stream for readahead). A range past the end is
+    /// an error now; a read that fails later is the iterator's last item.
+    pub fn iter(&mut self, range: Range<u64>) -> Result<ArrayIter<'_, 'a, T>> {
+        if range.start > range.end || range.end > self.arr.len {
+            return Err(self.out_of_range(range.end.max(range.start)));
+        }
+        Ok(ArrayIter {
+            reader: self,
+            next: range.start,
+            end: range.end,
+            page: Vec::new(),
+            at: 0,
+            failed: false,
+        })
+    }
+
     /// Run `f` on the elements `range` in order, a page's worth at a time:
     /// `f(first index, elements)`. Word elements (which other threads may
     /// store into meanwhile) are copied out of the pinned frame with atomic
@@ -757,6 +775,48 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             i += n;
         }
         Ok(())
+    }
+}
+
+/// The elements of a range in order, one by one (see [`ArrayReader::iter`]).
+pub struct ArrayIter<'r, 'a, T: Element> {
+    reader: &'r mut ArrayReader<'a, T>,
+    next: u64,
+    end: u64,
+    /// The rest of the page being read.
+    page: Vec<T>,
+    at: usize,
+    failed: bool,
+}
+
+impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
+    type Item = Result<T>;
+
+    fn next(&mut self) -> Option<Result<T>> {
+        if self.at == self.page.len() {
+            if self.next >= self.end || self.failed {
+                return None;
+            }
+            // The next page's worth (the rest of this page from `next`).
+            let ps = 1u64 << self.reader.shift;
+            let size = size_of::<T>() as u64;
+            let stop = ((self.next * size / ps + 1) * ps).div_ceil(size);
+            let stop = stop.clamp(self.next + 1, self.end);
+            self.page.clear();
+            self.at = 0;
+            let page = &mut self.page;
+            if let Err(e) = self
+                .reader
+                .for_each_chunk(self.next..stop, |_, xs| page.extend_from_slice(xs))
+            {
+                self.failed = true;
+                return Some(Err(e));
+            }
+            self.next = stop;
+        }
+        let v = self.page[self.at];
+        self.at += 1;
+        Some(Ok(v))
     }
 }
 
