@@ -531,16 +531,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             for &i in ids {
                 let off = i.min(self.arr.len) * size_of::<T>() as u64;
                 let page = off >> self.shift;
-                let set = self.l2_set(page);
-                let l1 = &self.l1[page as usize % L1];
-                let e = if l1.page == page {
-                    l1
-                } else if self.l2[set].page == page {
-                    &self.l2[set]
-                } else {
-                    &self.l2[set + 1]
-                };
-                if e.page == page {
+                if let Some(e) = self.find(page) {
                     crate::cache::prefetch(e.frame.wrapping_add((off & ps_mask) as usize));
                     crate::cache::prefetch(e.state);
                 }

@@ -907,11 +907,7 @@ impl<M: Model> Core<M> {
     /// After a transition whose old value was `old`: wake sleepers if any.
     #[inline]
     pub(super) fn wake_if(&self, s: usize, i: usize, old: u32) {
-        if old & WAITERS != 0 {
-            let w = self.state(s, i);
-            w.fetch_and(!WAITERS, AcqRel);
-            M::wake_all(w);
-        }
+        wake_word::<M>(self.state(s, i), old);
     }
 
     /// Drop a pin (and the writer bit with `writer`).
@@ -943,10 +939,7 @@ impl<M: Model> Core<M> {
             return true;
         }
         let old = state.fetch_sub(PIN, AcqRel);
-        if old & WAITERS != 0 {
-            state.fetch_and(!WAITERS, AcqRel);
-            M::wake_all(state);
-        }
+        wake_word::<M>(state, old);
         false
     }
 
@@ -972,10 +965,7 @@ impl<M: Model> Core<M> {
         // Every store, as every write hit: a set the flusher passed while the
         // page was pinned is queued again.
         self.note_dirty(s);
-        if old & WAITERS != 0 {
-            state.fetch_and(!WAITERS, AcqRel);
-            M::wake_all(state);
-        }
+        wake_word::<M>(state, old);
     }
 
     /// Find `tag`, pinning it, or claim a frame for it, on behalf of `mode`'s
@@ -1753,6 +1743,15 @@ impl<M: Model> Core<M> {
         self.wake_if(set, i, v);
         self.stats.bump(Stat::Evictions);
         true
+    }
+}
+
+/// Wake everyone sleeping on the state word `w` if its value before a
+/// transition, `old`, says someone does (`WAITERS`).
+fn wake_word<M: Model>(w: &M::W, old: u32) {
+    if old & WAITERS != 0 {
+        w.fetch_and(!WAITERS, AcqRel);
+        M::wake_all(w);
     }
 }
 

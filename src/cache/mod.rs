@@ -1080,9 +1080,7 @@ impl<M: Model> PageRef<'_, M> {
 impl<M: Model> std::ops::Deref for PageRef<'_, M> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: the pin keeps the page in this frame and excludes writers
-        // (a writer needs zero pins), so the bytes are stable while borrowed
-        // (but for a paged array's atomic word stores, see `PageGuard`).
+        // SAFETY: the pin keeps the page in this frame and excludes writers (a writer needs zero pins), so the bytes are stable while borrowed, but for a paged array's atomic word stores (see `PageGuard`).
         unsafe { self.at.bytes() }
     }
 }
