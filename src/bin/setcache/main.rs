@@ -1,6 +1,7 @@
 //! The `setcache` command: `setcache bench ...` benchmarks the storage layer,
 //! `setcache hitbench` the page cache's hit path, `setcache sim` the hit ratio
-//! of replacement policies on a trace.
+//! of replacement policies on a trace, `setcache graph` graph analytics over
+//! setcache, mmap and memory.
 //! Without arguments it runs a short demo bench.
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.
@@ -33,6 +34,7 @@ mod arraybench;
 mod bench;
 #[cfg(test)]
 mod cli_tests;
+mod graph;
 mod hitbench;
 mod simcmd;
 #[cfg(test)]
@@ -66,11 +68,17 @@ enum Command {
     Hitbench(hitbench::HitArgs),
     /// Measure a paged array beside a vector in memory
     Arraybench(arraybench::ArrayArgs),
+    /// Breadth-first search and PageRank on an R-MAT graph over setcache,
+    /// mmap and memory
+    Graph(graph::GraphArgs),
     /// Simulate the hit ratio of replacement policies on a trace
     Sim(simcmd::SimArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
     #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
     BenchChild,
+    /// Internal: runs an mmap backing for `graph` (job on stdin, result on stdout)
+    #[command(name = graph::CHILD_SUBCOMMAND, hide = true)]
+    GraphChild,
 }
 
 fn main() -> ExitCode {
@@ -82,8 +90,10 @@ fn main() -> ExitCode {
         Some(Command::Bench(args)) => bench::run(*args),
         Some(Command::Hitbench(args)) => hitbench::run(args),
         Some(Command::Arraybench(args)) => arraybench::run(args),
+        Some(Command::Graph(args)) => graph::run(args),
         Some(Command::Sim(args)) => simcmd::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
+        Some(Command::GraphChild) => return ExitCode::from(graph::child_main() as u8),
         None => {
             let argv = ["setcache", "bench"].iter().chain(bench::DEMO_ARGS);
             let demo = Cli::parse_from(argv);

@@ -40,6 +40,21 @@ impl Mapping {
         })
     }
 
+    /// Give the kernel `advice` (`MADV_NORMAL`, `MADV_RANDOM`, ...) for the
+    /// whole mapping.
+    pub(crate) fn advise(&self, advice: libc::c_int) -> Result<(), String> {
+        // SAFETY: the range is exactly the live mapping; advice changes no contents.
+        if unsafe { libc::madvise(self.ptr.cast(), self.len, advice) } != 0 {
+            return Err(format!("madvise: {}", std::io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// The mapping's first byte and its length.
+    pub(crate) fn span(&self) -> (*const u8, usize) {
+        (self.ptr, self.len)
+    }
+
     fn check(&self, pos: u64, len: usize) -> Result<usize, String> {
         let start = usize::try_from(pos).map_err(|_| "mmap offset overflows".to_string())?;
         match start.checked_add(len) {

@@ -10,7 +10,7 @@
 
 mod args;
 mod cached;
-mod cgroup;
+pub(crate) mod cgroup;
 mod child;
 mod config;
 mod direct;
@@ -21,11 +21,11 @@ pub(crate) mod fsize;
 mod futures;
 mod jobs;
 mod linux;
-mod mmap;
+pub(crate) mod mmap;
 mod outcome;
 mod pattern;
 mod plot;
-mod prep;
+pub(crate) mod prep;
 mod progress;
 mod report;
 pub(crate) mod rng;

@@ -1,0 +1,454 @@
+//! Breadth-first search and PageRank on any [`Graph`], and their checks.
+//!
+//! Both run on `threads` threads, each with its own [`Access`], taking
+//! chunks of work from a shared cursor; levels and iterations end at a
+//! barrier. The code is the same for every backing: only how a list is
+//! fetched differs.
+//!
+//! * BFS is level-synchronous and top-down: the frontier's vertices are
+//!   expanded in chunks of [`BFS_CHUNK`]; a neighbour whose parent slot is
+//!   still empty is claimed by compare-and-swap and joins the next
+//!   frontier. The parent a vertex gets depends on timing; its depth does
+//!   not.
+//! * PageRank (damping 0.85) pulls: each iteration first sets every
+//!   vertex's contribution (rank over degree; the ranks of vertices without
+//!   edges are spread over all), then sums each vertex's neighbours'
+//!   contributions in list order, so that the ranks are the same bits for
+//!   every backing and thread count.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Barrier, Mutex};
+use std::time::Instant;
+
+use super::csr::{Access, Graph};
+
+/// Words of the frontier's bitmap a thread takes at a time (64 vertices
+/// each).
+const BFS_WORDS: usize = 64;
+/// Vertices a thread takes at a time in PageRank.
+const PR_CHUNK: u32 = 1 << 15;
+/// PageRank's damping factor.
+pub(crate) const DAMPING: f64 = 0.85;
+/// A parent slot not claimed yet.
+pub(crate) const NONE: u32 = u32::MAX;
+
+/// Bytes of per-vertex memory each algorithm needs: BFS the parents and
+/// two frontier bitmaps; PageRank ranks and contributions.
+pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
+    match algo {
+        "bfs" => 4 * n + n.div_ceil(64) * 16,
+        _ => 16 * n,
+    }
+}
+
+/// Run `body(thread, access)` on `threads` threads; the first error wins,
+/// and `stop` tells the others to finish their rounds without work.
+fn on_threads<G: Graph>(
+    g: &G,
+    threads: usize,
+    body: impl Fn(usize, Option<&mut G::Access<'_>>, &Fail) + Sync,
+) -> Result<(), String> {
+    let fail = Fail::default();
+    std::thread::scope(|s| {
+        for k in 0..threads {
+            let (fail, body) = (&fail, &body);
+            s.spawn(move || match g.access() {
+                Ok(mut a) => body(k, Some(&mut a), fail),
+                Err(e) => {
+                    fail.set(e);
+                    body(k, None, fail)
+                }
+            });
+        }
+    });
+    match fail.first.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// The first error of a run, and whether there was one.
+#[derive(Default)]
+struct Fail {
+    failed: AtomicBool,
+    first: Mutex<Option<String>>,
+}
+
+impl Fail {
+    fn set(&self, e: String) {
+        self.failed.store(true, Relaxed);
+        let mut f = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        f.get_or_insert(e);
+    }
+
+    fn any(&self) -> bool {
+        self.failed.load(Relaxed)
+    }
+}
+
+/// Search from each of `roots` in turn; `parents` ends with the last
+/// search's tree. Returns each search's seconds.
+pub(crate) fn bfs<G: Graph>(
+    g: &G,
+    roots: &[u32],
+    threads: usize,
+    parents: &[AtomicU32],
+) -> Result<Vec<f64>, String> {
+    let n = parents.len();
+    let words = n.div_ceil(64);
+    // The frontier of level `l` is `maps[l % 2]`; each thread clears the
+    // words it took, so the map is empty again when it is next filled.
+    let maps: [Vec<AtomicU64>; 2] =
+        std::array::from_fn(|_| (0..words).map(|_| AtomicU64::new(0)).collect());
+    let cursor = AtomicUsize::new(0);
+    let found = AtomicU64::new(0);
+    let level = AtomicUsize::new(0);
+    let finished = AtomicBool::new(false);
+    let times = Mutex::new(Vec::new());
+    let start = Mutex::new(Instant::now());
+    let barrier = Barrier::new(threads);
+    on_threads(g, threads, |k, mut acc, fail| {
+        let mut vs = Vec::new();
+        for &root in roots {
+            for p in &parents[n * k / threads..n * (k + 1) / threads] {
+                p.store(NONE, Relaxed);
+            }
+            if barrier.wait().is_leader() {
+                parents[root as usize].store(root, Relaxed);
+                maps[0][root as usize / 64].store(1 << (root % 64), Relaxed);
+                level.store(0, Relaxed);
+                cursor.store(0, Relaxed);
+                finished.store(false, Relaxed);
+                *start.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            }
+            loop {
+                barrier.wait();
+                if finished.load(Relaxed) {
+                    break;
+                }
+                let l = level.load(Relaxed);
+                let (cur, next) = (&maps[l % 2], &maps[(l + 1) % 2]);
+                let mut claimed = 0u64;
+                loop {
+                    let w = cursor.fetch_add(BFS_WORDS, Relaxed);
+                    if w >= words {
+                        break;
+                    }
+                    vs.clear();
+                    for (i, word) in cur[w..(w + BFS_WORDS).min(words)].iter().enumerate() {
+                        let mut bits = word.swap(0, Relaxed);
+                        while bits != 0 {
+                            vs.push(((w + i) * 64) as u32 + bits.trailing_zeros());
+                            bits &= bits - 1;
+                        }
+                    }
+                    let Some(a) = acc.as_deref_mut().filter(|_| !fail.any() && !vs.is_empty())
+                    else {
+                        continue;
+                    };
+                    let r = a.expand(&vs, |u, list| {
+                        for &t in list {
+                            let slot = &parents[t as usize];
+                            if slot.load(Relaxed) == NONE
+                                && slot.compare_exchange(NONE, u, Relaxed, Relaxed).is_ok()
+                            {
+                                next[t as usize / 64].fetch_or(1 << (t % 64), Relaxed);
+                                claimed += 1;
+                            }
+                        }
+                    });
+                    if let Err(e) = r {
+                        fail.set(e);
+                    }
+                }
+                found.fetch_add(claimed, Relaxed);
+                if barrier.wait().is_leader() {
+                    cursor.store(0, Relaxed);
+                    level.store(l + 1, Relaxed);
+                    if found.swap(0, Relaxed) == 0 || fail.any() {
+                        finished.store(true, Relaxed);
+                        let t = start.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+                        times
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .push(t.as_secs_f64());
+                        // A failed search may leave bits behind.
+                        for m in &maps {
+                            m.iter().for_each(|w| w.store(0, Relaxed));
+                        }
+                    }
+                }
+            }
+        }
+    })?;
+    Ok(times.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// `iterations` of PageRank from the uniform vector; `rank` ends with the
+/// ranks (as `f64` bits) and `contrib` is scratch. Returns each iteration's
+/// seconds.
+pub(crate) fn pagerank<G: Graph>(
+    g: &G,
+    iterations: usize,
+    threads: usize,
+    rank: &[AtomicU64],
+    contrib: &[AtomicU64],
+) -> Result<Vec<f64>, String> {
+    let n = rank.len() as u32;
+    let chunks = n.div_ceil(PR_CHUNK) as usize;
+    let dangling: Vec<AtomicU64> = (0..chunks).map(|_| AtomicU64::new(0)).collect();
+    let (spread, gather) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let base = AtomicU64::new(0);
+    let times = Mutex::new(Vec::new());
+    let start = Mutex::new(Instant::now());
+    let barrier = Barrier::new(threads);
+    let range = |c: usize| c as u32 * PR_CHUNK..((c as u32 + 1) * PR_CHUNK).min(n);
+    for r in rank {
+        r.store((1.0 / n as f64).to_bits(), Relaxed);
+    }
+    on_threads(g, threads, |_, mut acc, fail| {
+        let mut offs = Vec::new();
+        for _ in 0..iterations {
+            if barrier.wait().is_leader() {
+                *start.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            }
+            // Contributions, and the rank of vertices without edges per chunk.
+            while let Some(a) = acc.as_deref_mut().filter(|_| !fail.any()) {
+                let c = spread.fetch_add(1, Relaxed);
+                if c >= chunks {
+                    break;
+                }
+                let r = range(c);
+                if let Err(e) = a.offsets(r.clone(), &mut offs) {
+                    fail.set(e);
+                    break;
+                }
+                let mut lost = 0.0;
+                for v in r.clone() {
+                    let i = (v - r.start) as usize;
+                    let deg = offs[i + 1] - offs[i];
+                    let x = f64::from_bits(rank[v as usize].load(Relaxed));
+                    let share = if deg == 0 {
+                        lost += x;
+                        0.0
+                    } else {
+                        x / deg as f64
+                    };
+                    contrib[v as usize].store(share.to_bits(), Relaxed);
+                }
+                dangling[c].store(lost.to_bits(), Relaxed);
+            }
+            if barrier.wait().is_leader() {
+                let lost: f64 = dangling
+                    .iter()
+                    .map(|d| f64::from_bits(d.load(Relaxed)))
+                    .sum();
+                let b = (1.0 - DAMPING) / n as f64 + DAMPING * lost / n as f64;
+                base.store(b.to_bits(), Relaxed);
+                spread.store(0, Relaxed);
+            }
+            barrier.wait();
+            let b = f64::from_bits(base.load(Relaxed));
+            while let Some(a) = acc.as_deref_mut().filter(|_| !fail.any()) {
+                let c = gather.fetch_add(1, Relaxed);
+                if c >= chunks {
+                    break;
+                }
+                let r = a.sweep(range(c), |v, list| {
+                    let s: f64 = list
+                        .iter()
+                        .map(|&t| f64::from_bits(contrib[t as usize].load(Relaxed)))
+                        .sum();
+                    rank[v as usize].store((b + DAMPING * s).to_bits(), Relaxed);
+                });
+                if let Err(e) = r {
+                    fail.set(e);
+                }
+            }
+            if barrier.wait().is_leader() {
+                gather.store(0, Relaxed);
+                let t = start.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
+                times
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(t.as_secs_f64());
+            }
+        }
+    })?;
+    Ok(times.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// What a checked search found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct BfsCheck {
+    /// A hash of every vertex's depth (the same for every valid search from
+    /// the root).
+    pub(crate) depth_hash: u64,
+    /// Vertices reached.
+    pub(crate) reached: u64,
+    /// List entries of the reached vertices (each undirected edge twice).
+    pub(crate) entries: u64,
+}
+
+/// Check `parents` as Graph500 checks a search tree from `root`: the root
+/// is its own parent; following parents from any reached vertex ends at the
+/// root; each vertex's parent is one of its neighbours; the two ends of
+/// every edge are both reached or both not, and their depths differ by at
+/// most one. Reads the graph through `a`.
+pub(crate) fn check_bfs(
+    a: &mut impl Access,
+    n: u32,
+    root: u32,
+    parents: &[AtomicU32],
+) -> Result<BfsCheck, String> {
+    let p = |v: u32| parents[v as usize].load(Relaxed);
+    if p(root) != root {
+        return Err(format!(
+            "the root {root} has parent {}, not itself",
+            p(root)
+        ));
+    }
+    let mut depth = vec![NONE; n as usize];
+    depth[root as usize] = 0;
+    let mut path = Vec::new();
+    for v in 0..n {
+        if p(v) == NONE || depth[v as usize] != NONE {
+            continue;
+        }
+        // Up to a vertex of known depth, then back down.
+        let mut u = v;
+        while depth[u as usize] == NONE {
+            path.push(u);
+            if path.len() > n as usize {
+                return Err(format!("the parents of vertex {v} form a cycle"));
+            }
+            u = p(u);
+            if u >= n || p(u) == NONE {
+                return Err(format!(
+                    "vertex {} has parent {u}, which was not reached",
+                    path[path.len() - 1]
+                ));
+            }
+        }
+        let mut d = depth[u as usize];
+        while let Some(w) = path.pop() {
+            d += 1;
+            depth[w as usize] = d;
+        }
+    }
+    let mut bad = None;
+    let mut check = BfsCheck {
+        depth_hash: 0,
+        reached: 0,
+        entries: 0,
+    };
+    a.sweep(0..n, |v, list| {
+        let dv = depth[v as usize];
+        let mut has_parent = v == root;
+        for &t in list {
+            let dt = depth[t as usize];
+            if (dv == NONE) != (dt == NONE) {
+                bad.get_or_insert(format!(
+                    "edge {v}-{t} joins a reached and an unreached vertex"
+                ));
+            } else if dv != NONE && dv.abs_diff(dt) > 1 {
+                bad.get_or_insert(format!("edge {v}-{t} joins depths {dv} and {dt}"));
+            }
+            has_parent |= t == p(v);
+        }
+        if dv != NONE {
+            if !has_parent {
+                bad.get_or_insert(format!("vertex {v}'s parent {} is not a neighbour", p(v)));
+            }
+            check.reached += 1;
+            check.entries += list.len() as u64;
+        }
+        check.depth_hash =
+            crate::bench::rng::mix64(check.depth_hash ^ (dv as u64) << 32 ^ v as u64);
+    })?;
+    match bad {
+        Some(e) => Err(format!("search from {root}: {e}")),
+        None => Ok(check),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::csr::Slices;
+
+    fn path_and_star() -> (Vec<u64>, Vec<u32>) {
+        // 0-1-2-3 a path, 4 joined to 0 and 3 (a cycle of five), 5 alone.
+        let lists: [&[u32]; 6] = [&[1, 4], &[0, 2], &[1, 3], &[2, 4], &[0, 3], &[]];
+        let mut off = vec![0u64];
+        let mut t = Vec::new();
+        for l in lists {
+            t.extend_from_slice(l);
+            off.push(t.len() as u64);
+        }
+        (off, t)
+    }
+
+    #[test]
+    fn searches_are_checked_and_bad_trees_refused() {
+        let (off, t) = path_and_star();
+        let g = Slices {
+            offsets: &off,
+            targets: &t,
+        };
+        let parents: Vec<AtomicU32> = (0..6).map(|_| AtomicU32::new(0)).collect();
+        for threads in [1, 3] {
+            let times = bfs(&g, &[0, 2], threads, &parents).unwrap();
+            assert_eq!(times.len(), 2);
+            let mut a = g.access().unwrap();
+            let c = check_bfs(&mut a, 6, 2, &parents).unwrap();
+            assert_eq!((c.reached, c.entries), (5, 10));
+            assert_eq!(parents[5].load(Relaxed), NONE);
+        }
+        let good = check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap();
+        // Depths from 2: 1 and 3 at one, 0 and 4 at two.
+        let set = |v: &[u32]| {
+            for (i, &p) in v.iter().enumerate() {
+                parents[i].store(p, Relaxed);
+            }
+        };
+        set(&[1, 2, 2, 2, 3, NONE]);
+        assert_eq!(
+            check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap(),
+            good
+        );
+        let refused = |v: &[u32], what: &str| {
+            set(v);
+            let e = check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap_err();
+            assert!(e.contains(what), "{e}");
+        };
+        refused(&[3, 2, 2, 2, 3, NONE], "not a neighbour");
+        refused(&[1, 2, 2, 2, NONE, NONE], "reached and an unreached");
+        refused(&[4, 2, 2, 2, 0, NONE], "cycle");
+        refused(&[1, 2, 1, 2, 3, NONE], "root");
+        refused(&[1, 2, 2, 2, 0, NONE], "depths");
+    }
+
+    #[test]
+    fn pagerank_sums_to_one_and_is_the_same_on_any_threads() {
+        let (off, t) = path_and_star();
+        let g = Slices {
+            offsets: &off,
+            targets: &t,
+        };
+        let run = |threads| {
+            let rank: Vec<AtomicU64> = (0..6).map(|_| AtomicU64::new(0)).collect();
+            let contrib: Vec<AtomicU64> = (0..6).map(|_| AtomicU64::new(0)).collect();
+            pagerank(&g, 20, threads, &rank, &contrib).unwrap();
+            rank.iter()
+                .map(|r| f64::from_bits(r.load(Relaxed)))
+                .collect::<Vec<_>>()
+        };
+        let one = run(1);
+        assert_eq!(one, run(2));
+        assert!((one.iter().sum::<f64>() - 1.0).abs() < 1e-12);
+        // A cycle of five: equal ranks; the lone vertex gets only the base.
+        assert!(one[..5].iter().all(|&r| (r - one[0]).abs() < 1e-12));
+        assert!(one[5] < one[0]);
+    }
+}

@@ -1,0 +1,305 @@
+//! The mmap runs, each in a child process inside a memory cgroup.
+//!
+//! The parent drops the kernel's cached pages of the graph's backing files,
+//! starts `/proc/self/exe` with the hidden subcommand [`CHILD_SUBCOMMAND`],
+//! moves it into a fresh memory cgroup and writes the job (one line of
+//! JSON). The child maps the two files (the data starts after the store's
+//! header, a page in), answers `ready`; the parent limits the cgroup to the
+//! child's memory at that moment plus the budget, and writes `go`. The
+//! child then allocates its per-vertex arrays (inside the budget), runs,
+//! checks, writes the ranks to a file beside the graph and answers one line
+//! of JSON, as the bench's Linux-engine child does.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use setcache::{HEADER_BYTES, Store, StoreOptions};
+
+use super::Measured;
+use super::algo::BfsCheck;
+use super::csr::{Access, Graph, Slices};
+use crate::bench::cgroup::{self, MemCgroup};
+use crate::bench::mmap::Mapping;
+
+/// The hidden subcommand of the child.
+pub(crate) const CHILD_SUBCOMMAND: &str = "__graph-child";
+
+/// One mmap run.
+pub(crate) struct Job {
+    pub(crate) dir: PathBuf,
+    pub(crate) name: String,
+    pub(crate) n: u64,
+    pub(crate) entries: u64,
+    pub(crate) algo: String,
+    pub(crate) roots: Vec<u32>,
+    pub(crate) iterations: usize,
+    pub(crate) threads: usize,
+    /// `MADV_RANDOM` instead of the default readahead.
+    pub(crate) random: bool,
+    /// Read everything once before the timed part.
+    pub(crate) warm: bool,
+}
+
+/// Run `job` in a child process, in a cgroup of `budget` bytes if given.
+pub(crate) fn run(job: &Job, budget: Option<u64>) -> Result<Measured, String> {
+    let store =
+        Store::open(&[&job.dir], StoreOptions::default()).map_err(|e| format!("graph: {e}"))?;
+    if store.devices() != 1 {
+        return Err("the mmap backing needs a store of one device directory".into());
+    }
+    let path = |ext: &str| {
+        store
+            .backing_paths(&format!("{}.{ext}", job.name))
+            .remove(0)
+    };
+    let (offsets, targets) = (path("offsets"), path("targets"));
+    drop(store);
+    crate::bench::prep::cold(&[offsets.clone(), targets.clone()])?;
+    let ranks = job.dir.join(format!(".graph-ranks-{}", std::process::id()));
+    let text = json!({
+        "offsets": offsets.to_str(), "targets": targets.to_str(), "n": job.n,
+        "entries": job.entries, "algo": job.algo, "roots": job.roots,
+        "iterations": job.iterations, "threads": job.threads, "random": job.random,
+        "warm": job.warm, "ranks": ranks.to_str(),
+    })
+    .to_string();
+    let cg = match budget {
+        None => None,
+        Some(_) => {
+            let h = cgroup::detect().map_err(|why| {
+                format!("mmap needs a memory cgroup to hold its page cache to the budget: {why}")
+            })?;
+            Some(MemCgroup::create(&h)?)
+        }
+    };
+    let mut child = Command::new("/proc/self/exe")
+        .arg(CHILD_SUBCOMMAND)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start the mmap child process: {e}"))?;
+    let mut talk = || -> Result<String, String> {
+        let mut stdin = child.stdin.take().ok_or("child stdin")?;
+        let mut stdout = BufReader::new(child.stdout.take().ok_or("child stdout")?);
+        if let Some(cg) = &cg {
+            cg.add_pid(child.id())?;
+        }
+        let _ = writeln!(stdin, "{text}");
+        let mut first = String::new();
+        let _ = stdout.read_line(&mut first);
+        if first.trim() != "ready" {
+            return Ok(first);
+        }
+        if let (Some(cg), Some(b)) = (&cg, budget) {
+            cg.set_limit(cg.usage()? + b + cgroup::slack(job.threads))?;
+        }
+        let _ = writeln!(stdin, "go");
+        drop(stdin);
+        let mut rest = String::new();
+        let _ = stdout.read_to_string(&mut rest);
+        Ok(rest)
+    };
+    let out = talk();
+    if out.is_err() {
+        let _ = child.kill();
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for the mmap child: {e}"))?;
+    let out = out?;
+    let answer: Option<Value> = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
+    let result = match answer {
+        Some(a) if a.get("ok").is_some() => {
+            from_json(&a["ok"]).ok_or("mmap child: malformed result".to_string())
+        }
+        Some(a) => Err(a
+            .get("error")
+            .and_then(Value::as_str)
+            .unwrap_or("mmap child failed")
+            .to_string()),
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            Err(match status.signal() {
+                Some(libc::SIGKILL) => {
+                    "the mmap child was killed (SIGKILL), most likely out of memory in its cgroup"
+                        .into()
+                }
+                _ => format!("the mmap child failed ({status}) without an answer"),
+            })
+        }
+    };
+    let result = result.and_then(|mut m| {
+        if job.algo == "pagerank" {
+            let bytes = std::fs::read(&ranks).map_err(|e| format!("mmap child's ranks: {e}"))?;
+            m.ranks = bytes
+                .chunks_exact(8)
+                .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+                .collect();
+        }
+        Ok(m)
+    });
+    let _ = std::fs::remove_file(&ranks);
+    drop(cg);
+    result
+}
+
+fn to_json(m: &Measured) -> Value {
+    json!({
+        "secs": m.secs,
+        "checks": m.checks.iter().map(|c| [c.depth_hash, c.reached, c.entries]).collect::<Vec<_>>(),
+        "device_bytes": m.device_bytes,
+    })
+}
+
+fn from_json(v: &Value) -> Option<Measured> {
+    let secs = v
+        .get("secs")?
+        .as_array()?
+        .iter()
+        .map(Value::as_f64)
+        .collect::<Option<Vec<_>>>()?;
+    let checks = v
+        .get("checks")?
+        .as_array()?
+        .iter()
+        .map(|c| {
+            let c = c.as_array()?;
+            Some(BfsCheck {
+                depth_hash: c.first()?.as_u64()?,
+                reached: c.get(1)?.as_u64()?,
+                entries: c.get(2)?.as_u64()?,
+            })
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some(Measured {
+        secs,
+        checks,
+        device_bytes: v.get("device_bytes").and_then(Value::as_u64),
+        ..Measured::default()
+    })
+}
+
+/// Bytes this process has had read from storage (`/proc/self/io`).
+fn read_bytes() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/io").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("read_bytes:"))
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Entry point of the child; returns the exit code.
+pub(crate) fn child_main() -> i32 {
+    let answer = (|| -> Result<Measured, String> {
+        let stdin = std::io::stdin();
+        let mut lines = stdin.lock().lines();
+        let text = match lines.next() {
+            Some(Ok(t)) => t,
+            _ => return Err("no job on stdin".into()),
+        };
+        let v: Value = serde_json::from_str(&text).map_err(|e| format!("bad job: {e}"))?;
+        let s = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_str)
+                .ok_or(format!("job: missing {k}"))
+        };
+        let u = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_u64)
+                .ok_or(format!("job: missing {k}"))
+        };
+        let b = |k: &str| {
+            v.get(k)
+                .and_then(Value::as_bool)
+                .ok_or(format!("job: missing {k}"))
+        };
+        let (n, entries) = (u("n")?, u("entries")?);
+        let roots = v
+            .get("roots")
+            .and_then(Value::as_array)
+            .and_then(|r| {
+                r.iter()
+                    .map(|x| x.as_u64().map(|x| x as u32))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .ok_or("job: missing roots")?;
+        let advice = if b("random")? {
+            libc::MADV_RANDOM
+        } else {
+            libc::MADV_NORMAL
+        };
+        let map = |path: &str, bytes: u64| -> Result<Mapping, String> {
+            let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+            let m = Mapping::new(&f, false, false)?;
+            m.advise(advice)?;
+            if (m.span().1 as u64) < HEADER_BYTES + bytes {
+                return Err(format!(
+                    "{path} is shorter than its header and {bytes} bytes"
+                ));
+            }
+            Ok(m)
+        };
+        let om = map(s("offsets")?, (n + 1) * 8)?;
+        let tm = map(s("targets")?, entries * 4)?;
+        // SAFETY: both mappings are read-only, live until the end of this
+        // closure, and hold the header (a page, so the data is aligned) and
+        // then at least this many elements (checked in `map`); nothing in
+        // this process writes the files.
+        let g = unsafe {
+            Slices {
+                offsets: std::slice::from_raw_parts(
+                    om.span().0.add(HEADER_BYTES as usize).cast(),
+                    n as usize + 1,
+                ),
+                targets: std::slice::from_raw_parts(
+                    tm.span().0.add(HEADER_BYTES as usize).cast(),
+                    entries as usize,
+                ),
+            }
+        };
+        out!("ready");
+        match lines.next() {
+            Some(Ok(l)) if l.trim() == "go" => {}
+            _ => return Err("the parent went away before the run started".into()),
+        }
+        if b("warm")? {
+            let mut sum = 0u64;
+            g.access()?
+                .sweep(0..n as u32, |_, l| sum += l.len() as u64)?;
+            std::hint::black_box(sum);
+        }
+        let mut read = 0u64;
+        let algo = s("algo")?;
+        let iterations = u("iterations")? as usize;
+        let threads = u("threads")? as usize;
+        let mut m = super::run_algo(
+            &g,
+            algo,
+            &roots,
+            iterations,
+            threads,
+            |from| read += read_bytes() - from,
+            read_bytes,
+        )?;
+        m.device_bytes = Some(read);
+        if algo == "pagerank" {
+            let err = |e: std::io::Error| format!("writing the ranks: {e}");
+            let mut w = std::io::BufWriter::new(File::create(s("ranks")?).map_err(err)?);
+            for r in &m.ranks {
+                w.write_all(&r.to_le_bytes()).map_err(err)?;
+            }
+            w.flush().map_err(err)?;
+        }
+        Ok(m)
+    })();
+    let (doc, code) = match answer {
+        Ok(m) => (json!({"ok": to_json(&m)}), 0),
+        Err(e) => (json!({"error": e}), 1),
+    };
+    out!("{doc}");
+    code
+}

@@ -1,0 +1,392 @@
+//! The three backings of a CSR graph, behind one interface.
+//!
+//! A [`Graph`] gives each thread an [`Access`], through which the algorithms
+//! read adjacency lists: in-memory vectors and an mmap of the files are
+//! [`Slices`] (a list is a slice; a page fault is the kernel's business);
+//! [`Paged`] reads the same bytes through setcache: `expand` reads the
+//! offsets of its vertices in order, then their lists in spans of nearby
+//! lists (one read each, up to [`MAX_SPAN`] entries), keeping up to `depth`
+//! reads in flight on the thread's own queue; `sweep` reads the arrays in
+//! order through `ArrayReader::for_each_chunk`, so that readahead runs
+//! ahead of it.
+
+use std::ops::Range;
+
+use setcache::{
+    ArrayReader, CachedCompletion, CachedQueue, CachedRequest, CachedStore, OpKind, PagedArray,
+};
+
+/// A graph the algorithms can run on from several threads.
+pub(crate) trait Graph: Sync {
+    type Access<'a>: Access
+    where
+        Self: 'a;
+    /// A reader for the calling thread.
+    fn access(&self) -> Result<Self::Access<'_>, String>;
+    /// The number of vertices.
+    fn vertices(&self) -> u64;
+}
+
+/// One thread's way to a graph's lists.
+pub(crate) trait Access {
+    /// Call `f(u, neighbours of u)` for every `u` of `vs` (increasing), in
+    /// any order.
+    fn expand(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String>;
+    /// Call `f(v, neighbours of v)` for every `v` of `vs`, in order.
+    fn sweep(&mut self, vs: Range<u32>, f: impl FnMut(u32, &[u32])) -> Result<(), String>;
+    /// Put the offsets `vs.start..=vs.end` into `out` (replacing its contents).
+    fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String>;
+}
+
+/// A CSR whose arrays are slices: vectors, or a mapping of the files.
+#[derive(Clone, Copy)]
+pub(crate) struct Slices<'a> {
+    pub(crate) offsets: &'a [u64],
+    pub(crate) targets: &'a [u32],
+}
+
+impl Slices<'_> {
+    #[inline]
+    fn list(&self, v: u32) -> &[u32] {
+        let (s, e) = (self.offsets[v as usize], self.offsets[v as usize + 1]);
+        &self.targets[s as usize..e as usize]
+    }
+}
+
+impl Graph for Slices<'_> {
+    type Access<'b>
+        = Slices<'b>
+    where
+        Self: 'b;
+
+    fn access(&self) -> Result<Slices<'_>, String> {
+        Ok(*self)
+    }
+
+    fn vertices(&self) -> u64 {
+        self.offsets.len() as u64 - 1
+    }
+}
+
+impl Access for Slices<'_> {
+    fn expand(&mut self, vs: &[u32], mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        for &u in vs {
+            f(u, self.list(u));
+        }
+        Ok(())
+    }
+
+    fn sweep(&mut self, vs: Range<u32>, mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        for v in vs {
+            f(v, self.list(v));
+        }
+        Ok(())
+    }
+
+    fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String> {
+        out.clear();
+        out.extend_from_slice(&self.offsets[vs.start as usize..=vs.end as usize]);
+        Ok(())
+    }
+}
+
+/// The CSR in setcache files, through a cached store.
+pub(crate) struct Paged {
+    pub(crate) cs: CachedStore,
+    pub(crate) offsets: PagedArray<u64>,
+    pub(crate) targets: PagedArray<u32>,
+    /// Reads a thread keeps in flight in `expand`.
+    pub(crate) depth: usize,
+}
+
+/// A thread's access to a [`Paged`] graph.
+pub(crate) struct PagedAccess<'a> {
+    g: &'a Paged,
+    offsets: ArrayReader<'a, u64>,
+    targets: ArrayReader<'a, u32>,
+    q: CachedQueue<'a>,
+    reqs: Vec<CachedRequest<'a>>,
+    done: Vec<(u64, CachedCompletion)>,
+    spare: Vec<Vec<u8>>,
+    list: Vec<u32>,
+    offs: Vec<u64>,
+}
+
+impl Graph for Paged {
+    type Access<'a> = PagedAccess<'a>;
+
+    fn access(&self) -> Result<PagedAccess<'_>, String> {
+        Ok(PagedAccess {
+            g: self,
+            offsets: self.offsets.reader(),
+            targets: self.targets.reader(),
+            q: self.cs.queue(self.depth),
+            reqs: Vec::new(),
+            done: Vec::new(),
+            spare: Vec::new(),
+            list: Vec::new(),
+            offs: Vec::new(),
+        })
+    }
+
+    fn vertices(&self) -> u64 {
+        self.offsets.len() - 1
+    }
+}
+
+/// List entries between two lists that one read still spans.
+const GAP: u64 = 1024;
+/// Most list entries one read spans (a longer list is read alone).
+pub(crate) const MAX_SPAN: u64 = 16 << 10;
+
+impl PagedAccess<'_> {
+    /// Read the lists of `vs` (increasing; `offs` their offsets from
+    /// `vs[0]` on) in spans of nearby lists, up to the depth in flight.
+    fn read_spans(
+        &mut self,
+        vs: &[u32],
+        offs: &[u64],
+        f: &mut impl FnMut(u32, &[u32]),
+    ) -> Result<(), String> {
+        let lo = vs[0];
+        let at = |u: u32| (offs[(u - lo) as usize], offs[(u - lo) as usize + 1]);
+        // (first vertex, end vertex) as indices of `vs`, first entry.
+        let mut spans: Vec<(usize, usize, u64)> = Vec::new();
+        let mut i = 0;
+        while i < vs.len() {
+            let (s, e) = at(vs[i]);
+            if s == e {
+                f(vs[i], &[]);
+                i += 1;
+                continue;
+            }
+            let (mut j, mut end) = (i + 1, e);
+            while let Some(&u) = vs.get(j) {
+                let (s2, e2) = at(u);
+                if s2 > end + GAP || e2 - s > MAX_SPAN {
+                    break;
+                }
+                end = end.max(e2);
+                j += 1;
+            }
+            spans.push((i, j, s));
+            i = j;
+        }
+        let file = self.g.targets.file();
+        let (q, reqs, done, spare, list) = (
+            &mut self.q,
+            &mut self.reqs,
+            &mut self.done,
+            &mut self.spare,
+            &mut self.list,
+        );
+        let mut next = 0usize;
+        let mut failed = None;
+        loop {
+            while failed.is_none()
+                && next < spans.len()
+                && q.outstanding() + reqs.len() < self.g.depth
+            {
+                let (_, b, s) = spans[next];
+                let end = at(vs[b - 1]).1;
+                let buf = buffer(spare, ((end - s) * 4) as usize);
+                reqs.push(CachedRequest::tagged(
+                    OpKind::Read,
+                    file,
+                    s * 4,
+                    buf,
+                    next as u64,
+                ));
+                next += 1;
+            }
+            if !reqs.is_empty() {
+                q.submit_from(reqs);
+            }
+            q.take_completions(done);
+            if done.is_empty() {
+                if q.outstanding() == 0 && (next >= spans.len() || failed.is_some()) {
+                    break;
+                }
+                q.wait(1);
+                continue;
+            }
+            for (tag, c) in done.drain(..) {
+                if let Err(e) = c.result {
+                    failed.get_or_insert(format!("graph: reading lists at byte {}: {e}", c.offset));
+                    continue;
+                }
+                let (a, b, s) = spans[tag as usize];
+                for &u in &vs[a..b] {
+                    let (ls, le) = at(u);
+                    let bytes = &c.buf[((ls - s) * 4) as usize..((le - s) * 4) as usize];
+                    list.clear();
+                    list.extend(
+                        bytes
+                            .chunks_exact(4)
+                            .map(|w| u32::from_ne_bytes(w.try_into().unwrap())),
+                    );
+                    f(u, list);
+                }
+                spare.push(c.buf);
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A buffer of `len` bytes, from `spare` if it has one.
+fn buffer(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    let mut b = spare.pop().unwrap_or_default();
+    b.clear();
+    b.resize(len, 0);
+    b
+}
+
+impl<'a> Access for PagedAccess<'a> {
+    fn expand(&mut self, vs: &[u32], mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        let (Some(&lo), Some(&hi)) = (vs.first(), vs.last()) else {
+            return Ok(());
+        };
+        let mut offs = std::mem::take(&mut self.offs);
+        let r = self.offsets(lo..hi + 1, &mut offs);
+        let r = r.and_then(|()| self.read_spans(vs, &offs, &mut f));
+        self.offs = offs;
+        r
+    }
+
+    fn sweep(&mut self, vs: Range<u32>, mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        let mut offs = std::mem::take(&mut self.offs);
+        self.offsets(vs.clone(), &mut offs)?;
+        let (first, last) = (offs[0], offs[offs.len() - 1]);
+        let mut v = vs.start;
+        // A list that spans chunks, gathered.
+        let carry = &mut self.list;
+        carry.clear();
+        let end_of = |v: u32| offs[(v - vs.start) as usize + 1];
+        self.targets
+            .for_each_chunk(first..last, |at, xs| {
+                let end = at + xs.len() as u64;
+                while v < vs.end {
+                    let (s, e) = (offs[(v - vs.start) as usize], end_of(v));
+                    if carry.is_empty() && s >= at && e <= end {
+                        f(v, &xs[(s - at) as usize..(e - at) as usize]);
+                        v += 1;
+                        continue;
+                    }
+                    let from = s.max(at);
+                    let to = e.min(end);
+                    carry.extend_from_slice(&xs[(from - at) as usize..(to - at) as usize]);
+                    if e > end {
+                        break;
+                    }
+                    f(v, carry);
+                    carry.clear();
+                    v += 1;
+                }
+            })
+            .map_err(|e| format!("graph: reading lists: {e}"))?;
+        // Vertices without neighbours after the last list.
+        while v < vs.end {
+            f(v, &[]);
+            v += 1;
+        }
+        self.offs = offs;
+        Ok(())
+    }
+
+    fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String> {
+        out.clear();
+        self.offsets
+            .for_each_chunk(vs.start as u64..vs.end as u64 + 1, |_, xs| {
+                out.extend_from_slice(xs)
+            })
+            .map_err(|e| format!("graph: reading offsets: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::graph::rmat::{Spec, generate, store};
+    use setcache::{CacheOptions, Store, StoreOptions};
+
+    /// Every access of the paged backing gives the lists the vectors hold,
+    /// with a cache far smaller than the graph (reads in flight, evictions).
+    #[test]
+    fn paged_lists_are_the_vectors_lists() {
+        let dir = std::env::temp_dir().join(format!("setcache-graph-csr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = Spec {
+            scale: 11,
+            edge_factor: 16,
+            seed: 9,
+        };
+        let csr = generate(&spec, 2, false).unwrap();
+        let opts = |size| CacheOptions {
+            size,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(
+            Store::open(&[&dir], StoreOptions::default()).unwrap(),
+            opts(8 << 20),
+        )
+        .unwrap();
+        store(&cs, &spec, &csr, false).unwrap();
+        drop(cs);
+        let cs = CachedStore::new(
+            Store::open(&[&dir], StoreOptions::default()).unwrap(),
+            opts(1 << 20),
+        )
+        .unwrap();
+        let name = spec.name();
+        let g = Paged {
+            offsets: PagedArray::open_read_only(&cs, &format!("{name}.offsets")).unwrap(),
+            targets: PagedArray::open_read_only(&cs, &format!("{name}.targets")).unwrap(),
+            cs,
+            depth: 8,
+        };
+        let mem = Slices {
+            offsets: &csr.offsets,
+            targets: &csr.targets,
+        };
+        let n = mem.vertices() as u32;
+        assert_eq!(g.vertices(), n as u64);
+        let mut a = g.access().unwrap();
+        // Two vertices of three expanded once, in increasing runs whose
+        // spans of lists are cut by the gap and by the longest span.
+        let all: Vec<u32> = (0..n).collect();
+        let mut seen = vec![0u32; n as usize];
+        for run in all.chunks(700) {
+            let picked: Vec<u32> = run.iter().copied().filter(|v| v % 3 != 1).collect();
+            a.expand(&picked, |u, l| {
+                assert_eq!(l, mem.list(u), "vertex {u}");
+                seen[u as usize] += 1;
+            })
+            .unwrap();
+        }
+        assert!(
+            (0..n).all(|v| seen[v as usize] == (v % 3 != 1) as u32),
+            "each picked vertex once"
+        );
+        // Sweeps of ranges that start and end anywhere.
+        for r in [0..n, 0..1, 5..900, n - 3..n, 17..17] {
+            let mut next = r.start;
+            a.sweep(r.clone(), |v, l| {
+                assert_eq!(v, next);
+                assert_eq!(l, mem.list(v), "vertex {v}");
+                next += 1;
+            })
+            .unwrap();
+            assert_eq!(next, r.end);
+            let mut o = Vec::new();
+            a.offsets(r.clone(), &mut o).unwrap();
+            assert_eq!(o, &csr.offsets[r.start as usize..=r.end as usize]);
+        }
+        drop(a);
+        drop(g);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,639 @@
+//! `setcache graph`: breadth-first search and PageRank on an R-MAT graph,
+//! over in-memory vectors, over `PagedArray`s on setcache, and over an
+//! mmap of the same files under the kernel's page cache held to the same
+//! memory.
+//!
+//! The graph (see `rmat`) lives in a store whose one device directory is
+//! `--dir`; it is generated once and reused. Each run of an algorithm on a
+//! backing starts cold, with `--budget` bytes for everything it keeps: the
+//! per-vertex arrays (`algo::vertex_bytes`) and, for setcache, the cache
+//! (the budget less the arrays); for mmap, the process runs in a memory
+//! cgroup limited to the budget (plus its own memory before the run), so
+//! that its arrays and the page cache share it. Without `--budget` the
+//! graph is read once before the timed part (everything cached). Every run
+//! is checked: each search as Graph500 checks one, and its depths against
+//! the in-memory run's; the ranks against the in-memory ranks (L1 distance
+//! at most 1e-6).
+
+mod algo;
+mod child;
+mod csr;
+mod rmat;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+
+use clap::Args;
+use serde_json::{Value, json};
+use setcache::{CacheOptions, CachedStore, PagedArray, Store, StoreOptions};
+
+use crate::bench::rng::Rng;
+use crate::bench::size::{format_size, parse_size};
+use algo::{BfsCheck, check_bfs, vertex_bytes};
+use csr::{Access, Graph, Paged, Slices};
+use rmat::{Csr, Spec};
+
+pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
+
+/// Graph analytics over setcache, mmap and memory.
+#[derive(Args, Debug)]
+pub(crate) struct GraphArgs {
+    /// Directory of the graph's store (one device directory; the graph is
+    /// generated there once and reused)
+    #[arg(long)]
+    dir: PathBuf,
+    /// log2 of the number of vertices
+    #[arg(long, default_value_t = 16)]
+    scale: u32,
+    /// Generated edges per vertex (each stored in both directions)
+    #[arg(long, default_value_t = 16)]
+    edge_factor: u32,
+    /// Seed of the graph and of the roots
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Threads of each run (and of the generator)
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Memory for each run: per-vertex arrays plus cache or page cache
+    /// [default: no limit, everything cached before the timed part]
+    #[arg(long)]
+    budget: Option<String>,
+    /// Backings (comma-separated): memory, setcache, mmap (default
+    /// readahead), mmap-random (MADV_RANDOM)
+    #[arg(
+        long,
+        default_value = "memory,setcache,mmap,mmap-random",
+        value_delimiter = ','
+    )]
+    backing: Vec<String>,
+    /// Algorithms (comma-separated): bfs, pagerank
+    #[arg(long, default_value = "bfs,pagerank", value_delimiter = ',')]
+    algo: Vec<String>,
+    /// Searches, from random roots with at least one edge
+    #[arg(long, default_value_t = 4)]
+    roots: usize,
+    /// PageRank iterations
+    #[arg(long, default_value_t = 10)]
+    iterations: usize,
+    /// Reads each setcache thread keeps in flight while it expands a frontier
+    #[arg(long, default_value_t = 32)]
+    depth: usize,
+    /// Generate the graph again even if its files exist
+    #[arg(long)]
+    regen: bool,
+    /// Also write the results as JSON to this file
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// No progress line while generating
+    #[arg(long)]
+    no_progress: bool,
+}
+
+const BACKINGS: [&str; 4] = ["memory", "setcache", "mmap", "mmap-random"];
+
+/// What one run measured and found.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Measured {
+    /// Seconds of each search or iteration.
+    pub(crate) secs: Vec<f64>,
+    /// Each search's check.
+    pub(crate) checks: Vec<BfsCheck>,
+    /// The ranks (PageRank).
+    pub(crate) ranks: Vec<f64>,
+    /// Shared-cache hits and misses during the timed parts (setcache).
+    pub(crate) hits: Option<(u64, u64)>,
+    /// Bytes read from the devices during the timed parts.
+    pub(crate) device_bytes: Option<u64>,
+}
+
+/// One line of the report.
+struct Row {
+    algo: String,
+    backing: String,
+    memory: String,
+    m: Measured,
+    /// List entries a search scanned, summed (BFS); entries times
+    /// iterations (PageRank).
+    work: u64,
+    check: Result<String, String>,
+}
+
+impl Row {
+    fn secs(&self) -> f64 {
+        self.m.secs.iter().sum()
+    }
+
+    /// Searches: traversed edges per second (Graph500: undirected edges of
+    /// the reached component); PageRank: list entries per second.
+    fn rate(&self) -> f64 {
+        let w = if self.algo == "bfs" {
+            self.work / 2
+        } else {
+            self.work
+        };
+        w as f64 / self.secs().max(1e-9)
+    }
+}
+
+pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
+    for b in &a.backing {
+        if !BACKINGS.contains(&b.as_str()) {
+            return Err(format!(
+                "unknown --backing {b:?}: expected memory, setcache, mmap or mmap-random"
+            ));
+        }
+    }
+    for al in &a.algo {
+        if al != "bfs" && al != "pagerank" {
+            return Err(format!("unknown --algo {al:?}: expected bfs or pagerank"));
+        }
+    }
+    if a.threads == 0 || a.threads > 1024 {
+        return Err(format!("--threads {}: give 1 to 1024", a.threads));
+    }
+    if a.roots == 0 || a.iterations == 0 || a.depth == 0 {
+        return Err("--roots, --iterations and --depth must be at least 1".into());
+    }
+    let spec = Spec {
+        scale: a.scale,
+        edge_factor: a.edge_factor,
+        seed: a.seed,
+    };
+    if spec.scale == 0 || spec.scale > 31 || spec.edge_factor == 0 || spec.edge_factor > 1024 {
+        return Err(format!(
+            "--scale {} --edge-factor {}: give a scale of 1 to 31 and an edge factor of 1 to 1024",
+            a.scale, a.edge_factor
+        ));
+    }
+    let budget = a.budget.as_deref().map(parse_size).transpose()?;
+    std::fs::create_dir_all(&a.dir).map_err(|e| format!("--dir {}: {e}", a.dir.display()))?;
+    let n = spec.vertices();
+    let progress = !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let want_memory = a.backing.iter().any(|b| b == "memory");
+    let csr = prepare(&a, &spec, want_memory, progress)?;
+    let entries = match &csr {
+        Some(c) => c.targets.len() as u64,
+        None => with_paged(&a.dir, 16 << 20, 1, &spec, |g| Ok(g.targets.len()))?,
+    };
+    say!(
+        "graph {}: {n} vertices, {entries} list entries ({} of CSR), {} threads, budget {}",
+        spec.name(),
+        format_size((n + 1) * 8 + entries * 4),
+        a.threads,
+        budget.map_or("none (everything cached)".into(), format_size)
+    );
+    let roots = pick_roots(&a, &spec, csr.as_ref())?;
+    let mut rows = Vec::new();
+    out!(
+        "{:<9} {:<12} {:<16} {:>9} {:>14} {:>7} {:>9}  check",
+        "algo",
+        "backing",
+        "memory",
+        "seconds",
+        "rate",
+        "hits",
+        "read MiB"
+    );
+    for algo in &a.algo {
+        let mut reference: Option<Measured> = None;
+        for backing in BACKINGS
+            .iter()
+            .filter(|b| a.backing.iter().any(|x| x == *b))
+        {
+            let per_vertex = vertex_bytes(algo, n);
+            let (memory, m) = match *backing {
+                "memory" => {
+                    let Some(c) = &csr else { continue };
+                    let g = Slices {
+                        offsets: &c.offsets,
+                        targets: &c.targets,
+                    };
+                    ("all".to_string(), measure(&g, algo, &roots, &a, None))
+                }
+                "setcache" => {
+                    // The read buffers of the threads' spans come out of the
+                    // budget too.
+                    let per_vertex = per_vertex + (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
+                    let cache = match budget {
+                        Some(b) if b < per_vertex + (1 << 20) => {
+                            return Err(format!(
+                                "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers, and a cache of 1 MiB at least",
+                                format_size(b),
+                                format_size(per_vertex)
+                            ));
+                        }
+                        Some(b) => b - per_vertex,
+                        None => (n + 1) * 8 + entries * 4 + (entries * 4) / 4 + (64 << 20),
+                    };
+                    let m = with_paged(&a.dir, cache, a.depth, &spec, |g| {
+                        Ok(measure(g, algo, &roots, &a, Some(&g.cs)))
+                    })?;
+                    (format!("cache {}", format_size(cache)), m)
+                }
+                mmap => {
+                    let job = child::Job {
+                        dir: a.dir.clone(),
+                        name: spec.name(),
+                        n,
+                        entries,
+                        algo: algo.clone(),
+                        roots: roots.clone(),
+                        iterations: a.iterations,
+                        threads: a.threads,
+                        random: mmap == "mmap-random",
+                        warm: budget.is_none(),
+                    };
+                    let m = child::run(&job, budget);
+                    (
+                        budget.map_or("unlimited".into(), |b| format!("cgroup {}", format_size(b))),
+                        m,
+                    )
+                }
+            };
+            let row = conclude(algo, backing, memory, m, &mut reference, csr.is_some());
+            report_row(&row);
+            rows.push(row);
+        }
+    }
+    summary(&a, &spec, n, entries, budget, &rows)
+}
+
+/// Open the graph's files (generating them if absent, wrong or `--regen`);
+/// the CSR in memory if `memory` and it fits.
+fn prepare(
+    a: &GraphArgs,
+    spec: &Spec,
+    memory: bool,
+    progress: bool,
+) -> Result<Option<Csr>, String> {
+    let n = spec.vertices();
+    let present = !a.regen
+        && with_paged(&a.dir, 16 << 20, 1, spec, |g| {
+            let last = g.offsets.get(n).map_err(|e| e.to_string())?;
+            Ok(g.offsets.len() == n + 1 && g.targets.len() == last)
+        })
+        .unwrap_or(false);
+    if !present {
+        say!(
+            "graph: generating {} (scale {}, edge factor {})",
+            spec.name(),
+            spec.scale,
+            spec.edge_factor
+        );
+        let t0 = std::time::Instant::now();
+        let csr = rmat::generate(spec, a.threads, progress)?;
+        let store =
+            Store::open(&[&a.dir], StoreOptions::default()).map_err(|e| format!("graph: {e}"))?;
+        let cs = CachedStore::new(
+            store,
+            CacheOptions {
+                size: 64 << 20,
+                ..CacheOptions::default()
+            },
+        )
+        .map_err(|e| format!("graph: {e}"))?;
+        rmat::store(&cs, spec, &csr, progress)?;
+        say!(
+            "graph: generated and stored in {:.1} s",
+            t0.elapsed().as_secs_f64()
+        );
+        return Ok(memory.then_some(csr));
+    }
+    if !memory {
+        return Ok(None);
+    }
+    let need = (n + 1) * 8 + with_paged(&a.dir, 16 << 20, 1, spec, |g| Ok(g.targets.len()))? * 4;
+    if need > available_memory() / 2 {
+        say!(
+            "graph: the CSR ({}) does not fit in memory: no in-memory run",
+            format_size(need)
+        );
+        return Ok(None);
+    }
+    with_paged(&a.dir, 64 << 20, 1, spec, |g| {
+        let err = |e: setcache::Error| format!("graph: loading: {e}");
+        let mut offsets = Vec::with_capacity(n as usize + 1);
+        g.offsets
+            .reader()
+            .for_each_chunk(0..n + 1, |_, xs| offsets.extend_from_slice(xs))
+            .map_err(err)?;
+        let mut targets = Vec::with_capacity(g.targets.len() as usize);
+        g.targets
+            .reader()
+            .for_each_chunk(0..g.targets.len(), |_, xs| targets.extend_from_slice(xs))
+            .map_err(err)?;
+        Ok(Some(Csr { offsets, targets }))
+    })
+}
+
+/// `MemAvailable` from `/proc/meminfo` (0 if unreadable).
+fn available_memory() -> u64 {
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb << 10)
+}
+
+/// Run `f` on the graph's files through a cached store of `cache` bytes.
+fn with_paged<R>(
+    dir: &Path,
+    cache: u64,
+    depth: usize,
+    spec: &Spec,
+    f: impl FnOnce(&Paged) -> Result<R, String>,
+) -> Result<R, String> {
+    let err = |e: setcache::Error| format!("graph: {e}");
+    let store = Store::open(&[dir], StoreOptions::default()).map_err(err)?;
+    let cs = CachedStore::new(
+        store,
+        CacheOptions {
+            size: cache as usize,
+            ..CacheOptions::default()
+        },
+    )
+    .map_err(err)?;
+    let name = spec.name();
+    let g = Paged {
+        offsets: PagedArray::open_read_only(&cs, &format!("{name}.offsets")).map_err(err)?,
+        targets: PagedArray::open_read_only(&cs, &format!("{name}.targets")).map_err(err)?,
+        cs,
+        depth,
+    };
+    f(&g)
+}
+
+/// `--roots` vertices with at least one edge, drawn from the seed.
+fn pick_roots(a: &GraphArgs, spec: &Spec, csr: Option<&Csr>) -> Result<Vec<u32>, String> {
+    let n = spec.vertices();
+    let degree_of = |g: Option<&Paged>, v: u64| -> Result<u64, String> {
+        Ok(match (csr, g) {
+            (Some(c), _) => c.offsets[v as usize + 1] - c.offsets[v as usize],
+            (None, Some(g)) => {
+                let e = |e: setcache::Error| e.to_string();
+                g.offsets.get(v + 1).map_err(e)? - g.offsets.get(v).map_err(e)?
+            }
+            (None, None) => 0,
+        })
+    };
+    let draw = |g: Option<&Paged>| -> Result<Vec<u32>, String> {
+        let mut rng = Rng::new(a.seed ^ 0x0b0f_5eed);
+        let mut roots = Vec::new();
+        for _ in 0..a.roots * 1000 {
+            if roots.len() == a.roots {
+                break;
+            }
+            let v = rng.below(n);
+            if degree_of(g, v)? > 0 {
+                roots.push(v as u32);
+            }
+        }
+        if roots.len() < a.roots {
+            return Err("graph: too few vertices with edges to draw roots from".into());
+        }
+        Ok(roots)
+    };
+    match csr {
+        Some(_) => draw(None),
+        None => with_paged(&a.dir, 16 << 20, 1, spec, |g| draw(Some(g))),
+    }
+}
+
+/// Run `algo` on `g` in this process (after a warming read without a
+/// budget), checking what it can without the reference.
+fn measure<G: Graph>(
+    g: &G,
+    algo: &str,
+    roots: &[u32],
+    a: &GraphArgs,
+    cs: Option<&CachedStore>,
+) -> Result<Measured, String> {
+    let counters = || {
+        cs.map(|c| {
+            let s = c.cache().stats();
+            (s.hits, s.misses, s.fills * c.cache().page_size() as u64)
+        })
+    };
+    if a.budget.is_none() {
+        let mut acc = g.access()?;
+        let mut sum = 0u64;
+        acc.sweep(0..g.vertices() as u32, |_, l| sum += l.len() as u64)?;
+        std::hint::black_box(sum);
+    }
+    let before = counters();
+    let mut during = (0u64, 0u64, 0u64);
+    let mut add = |from: Option<(u64, u64, u64)>| {
+        if let (Some(f), Some(t)) = (from, counters()) {
+            during = (
+                during.0 + t.0 - f.0,
+                during.1 + t.1 - f.1,
+                during.2 + t.2 - f.2,
+            );
+        }
+    };
+    let mut m = run_algo(g, algo, roots, a.iterations, a.threads, &mut add, counters)?;
+    if before.is_some() {
+        m.hits = Some((during.0, during.1));
+        m.device_bytes = Some(during.2);
+    }
+    Ok(m)
+}
+
+/// The timed runs of `algo` and their structural checks, shared with the
+/// mmap child: `timed(before)` is called after each timed part with what
+/// `mark()` gave before it.
+pub(crate) fn run_algo<G: Graph, C: Copy>(
+    g: &G,
+    algo: &str,
+    roots: &[u32],
+    iterations: usize,
+    threads: usize,
+    mut timed: impl FnMut(C),
+    mark: impl Fn() -> C,
+) -> Result<Measured, String> {
+    let n = g.vertices() as usize;
+    let mut m = Measured::default();
+    if algo == "bfs" {
+        let parents: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(algo::NONE)).collect();
+        for &root in roots {
+            let from = mark();
+            m.secs.extend(algo::bfs(g, &[root], threads, &parents)?);
+            timed(from);
+            m.checks
+                .push(check_bfs(&mut g.access()?, n as u32, root, &parents)?);
+        }
+    } else {
+        let rank: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let contrib: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let from = mark();
+        m.secs = algo::pagerank(g, iterations, threads, &rank, &contrib)?;
+        timed(from);
+        drop(contrib);
+        m.ranks = rank
+            .into_iter()
+            .map(|r| f64::from_bits(r.into_inner()))
+            .collect();
+    }
+    Ok(m)
+}
+
+/// The row of a run: its check against the in-memory run (which becomes
+/// the reference when it is the first).
+fn conclude(
+    algo: &str,
+    backing: &str,
+    memory: String,
+    m: Result<Measured, String>,
+    reference: &mut Option<Measured>,
+    have_memory: bool,
+) -> Row {
+    let (m, check) = match m {
+        Err(e) => (Measured::default(), Err(e)),
+        Ok(m) => {
+            let check = match (reference.as_ref(), algo) {
+                (None, _) if backing == "memory" => Ok("ok (reference)".to_string()),
+                (None, _) if !have_memory => Ok("ok (structure only: no in-memory run)".into()),
+                (None, _) => Err("no in-memory run to compare with".into()),
+                (Some(r), "bfs") => {
+                    match r.checks.iter().zip(&m.checks).position(|(x, y)| x != y) {
+                        None if r.checks.len() == m.checks.len() => Ok("ok".into()),
+                        Some(k) => Err(format!(
+                            "search {k}: depths differ from the in-memory run's"
+                        )),
+                        None => Err("searches missing".into()),
+                    }
+                }
+                (Some(r), _) => {
+                    let l1: f64 = r
+                        .ranks
+                        .iter()
+                        .zip(&m.ranks)
+                        .map(|(x, y)| (x - y).abs())
+                        .sum();
+                    if r.ranks.len() != m.ranks.len() {
+                        Err("ranks missing".into())
+                    } else if l1 <= 1e-6 {
+                        Ok(format!("ok (L1 {l1:.1e})"))
+                    } else {
+                        Err(format!(
+                            "L1 distance to the in-memory ranks {l1:.3e} > 1e-6"
+                        ))
+                    }
+                }
+            };
+            (m, check)
+        }
+    };
+    let work = if algo == "bfs" {
+        m.checks.iter().map(|c| c.entries).sum()
+    } else {
+        0
+    };
+    let row = Row {
+        algo: algo.into(),
+        backing: backing.into(),
+        memory,
+        work,
+        check,
+        m,
+    };
+    if backing == "memory" && row.check.is_ok() && reference.is_none() {
+        *reference = Some(row.m.clone());
+    }
+    row
+}
+
+fn report_row(r: &Row) {
+    let hit = r.m.hits.map_or("-".into(), |(h, mi)| {
+        format!("{:.1}%", 100.0 * h as f64 / (h + mi).max(1) as f64)
+    });
+    let read = r.m.device_bytes.map_or("-".into(), |b| {
+        format!("{:.0}", b as f64 / (1 << 20) as f64)
+    });
+    let rate = if r.algo == "bfs" {
+        format!("{:.2} MTEPS", r.rate() / 1e6)
+    } else {
+        format!("{:.2} it/s", r.m.secs.len() as f64 / r.secs().max(1e-9))
+    };
+    let check = match &r.check {
+        Ok(s) => s.clone(),
+        Err(e) => format!("FAILED: {e}"),
+    };
+    out!(
+        "{:<9} {:<12} {:<16} {:>9.3} {:>14} {:>7} {:>9}  {check}",
+        r.algo,
+        r.backing,
+        r.memory,
+        r.secs(),
+        rate,
+        hit,
+        read
+    );
+}
+
+/// Ratios, the JSON document, and the exit status (an error if any run
+/// failed its check).
+fn summary(
+    a: &GraphArgs,
+    spec: &Spec,
+    n: u64,
+    entries: u64,
+    budget: Option<u64>,
+    rows: &[Row],
+) -> Result<(), String> {
+    let speed = |algo: &str, backing: &str| {
+        rows.iter()
+            .find(|r| r.algo == algo && r.backing == backing && r.check.is_ok())
+            .map(|r| 1.0 / r.secs().max(1e-9))
+    };
+    let mut ratios = serde_json::Map::new();
+    for algo in &a.algo {
+        let Some(s) = speed(algo, "setcache") else {
+            continue;
+        };
+        let mmap = [speed(algo, "mmap"), speed(algo, "mmap-random")]
+            .into_iter()
+            .flatten()
+            .reduce(f64::max);
+        if let Some(m) = mmap {
+            out!("{algo}: setcache {:.2}x the better mmap run", s / m);
+            ratios.insert(format!("{algo}_vs_mmap"), json!(s / m));
+        }
+        if let Some(m) = speed(algo, "memory") {
+            out!("{algo}: setcache {:.2}x the in-memory run", s / m);
+            ratios.insert(format!("{algo}_vs_memory"), json!(s / m));
+        }
+    }
+    if let Some(path) = &a.json {
+        let runs: Vec<Value> = rows
+            .iter()
+            .map(|r| {
+                json!({
+                    "algo": r.algo, "backing": r.backing, "memory": r.memory,
+                    "seconds": r.m.secs, "total_seconds": r.secs(),
+                    "teps": (r.algo == "bfs").then(|| r.rate()),
+                    "iterations_per_second": (r.algo == "pagerank").then(|| r.m.secs.len() as f64 / r.secs().max(1e-9)),
+                    "hit_ratio": r.m.hits.map(|(h, m)| h as f64 / (h + m).max(1) as f64),
+                    "device_bytes": r.m.device_bytes,
+                    "check": match &r.check { Ok(s) => json!({"ok": s}), Err(e) => json!({"error": e}) },
+                })
+            })
+            .collect();
+        let doc = json!({
+            "graph": {"name": spec.name(), "scale": spec.scale, "edge_factor": spec.edge_factor,
+                      "seed": spec.seed, "vertices": n, "entries": entries},
+            "threads": a.threads, "budget": budget, "roots": a.roots, "iterations": a.iterations,
+            "runs": runs, "ratios": ratios,
+        });
+        std::fs::write(
+            path,
+            serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n",
+        )
+        .map_err(|e| format!("--json {}: {e}", path.display()))?;
+    }
+    let failed = rows.iter().filter(|r| r.check.is_err()).count();
+    if failed > 0 {
+        return Err(format!("{failed} run(s) failed their checks"));
+    }
+    Ok(())
+}
