@@ -24,9 +24,9 @@ use super::csr::{Access, Graph};
 
 /// Words of the frontier's bitmap a thread takes at a time (64 vertices
 /// each).
-const BFS_WORDS: usize = 64;
+const BFS_WORDS: usize = 1024;
 /// Vertices a thread takes at a time in PageRank.
-const PR_CHUNK: u32 = 1 << 15;
+const PR_CHUNK: u32 = 1 << 18;
 /// PageRank's damping factor.
 pub(crate) const DAMPING: f64 = 0.85;
 /// A parent slot not claimed yet.
@@ -108,7 +108,7 @@ pub(crate) fn bfs<G: Graph>(
     let start = Mutex::new(Instant::now());
     let barrier = Barrier::new(threads);
     on_threads(g, threads, |k, mut acc, fail| {
-        let mut vs = Vec::new();
+        let (mut vs, mut ahead) = (Vec::new(), Vec::new());
         for &root in roots {
             for p in &parents[n * k / threads..n * (k + 1) / threads] {
                 p.store(NONE, Relaxed);
@@ -129,23 +129,29 @@ pub(crate) fn bfs<G: Graph>(
                 let l = level.load(Relaxed);
                 let (cur, next) = (&maps[l % 2], &maps[(l + 1) % 2]);
                 let mut claimed = 0u64;
-                loop {
-                    let w = cursor.fetch_add(BFS_WORDS, Relaxed);
-                    if w >= words {
-                        break;
-                    }
+                // The vertices of the chunk taken next, taken before this
+                // one is expanded so that the access can start reading
+                // their offsets.
+                let take = |vs: &mut Vec<u32>| {
                     vs.clear();
-                    for (i, word) in cur[w..(w + BFS_WORDS).min(words)].iter().enumerate() {
+                    let w = cursor.fetch_add(BFS_WORDS, Relaxed);
+                    for (i, word) in cur.get(w..(w + BFS_WORDS).min(words))?.iter().enumerate() {
                         let mut bits = word.swap(0, Relaxed);
                         while bits != 0 {
                             vs.push(((w + i) * 64) as u32 + bits.trailing_zeros());
                             bits &= bits - 1;
                         }
                     }
-                    let Some(a) = acc.as_deref_mut().filter(|_| !fail.any() && !vs.is_empty())
-                    else {
+                    Some(())
+                };
+                let mut more = take(&mut vs).is_some();
+                while more {
+                    more = take(&mut ahead).is_some();
+                    let Some(a) = acc.as_deref_mut().filter(|_| !fail.any()) else {
+                        std::mem::swap(&mut vs, &mut ahead);
                         continue;
                     };
+                    a.prefetch(&ahead);
                     let r = a.expand(&vs, |u, list| {
                         for &t in list {
                             let slot = &parents[t as usize];
@@ -160,6 +166,7 @@ pub(crate) fn bfs<G: Graph>(
                     if let Err(e) = r {
                         fail.set(e);
                     }
+                    std::mem::swap(&mut vs, &mut ahead);
                 }
                 found.fetch_add(claimed, Relaxed);
                 if barrier.wait().is_leader() {

@@ -34,6 +34,10 @@ pub(crate) trait Access {
     fn expand(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String>;
     /// Call `f(v, neighbours of v)` for every `v` of `vs`, in order.
     fn sweep(&mut self, vs: Range<u32>, f: impl FnMut(u32, &[u32])) -> Result<(), String>;
+    /// Say that `expand(vs)` comes soon (`vs` increasing, maybe empty).
+    fn prefetch(&mut self, vs: &[u32]) {
+        let _ = vs;
+    }
     /// Put the offsets `vs.start..=vs.end` into `out` (replacing its contents).
     fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String>;
 }
@@ -110,6 +114,11 @@ pub(crate) struct PagedAccess<'a> {
     spare: Vec<Vec<u8>>,
     list: Vec<u32>,
     offs: Vec<u64>,
+    /// Offsets asked for by `prefetch`: (first vertex, last vertex, the
+    /// bytes once read); the newest last.
+    early: Vec<(u32, u32, Option<Vec<u8>>)>,
+    /// List reads in flight.
+    spans_out: usize,
 }
 
 impl Graph for Paged {
@@ -126,6 +135,8 @@ impl Graph for Paged {
             spare: Vec::new(),
             list: Vec::new(),
             offs: Vec::new(),
+            early: Vec::new(),
+            spans_out: 0,
         })
     }
 
@@ -138,8 +149,69 @@ impl Graph for Paged {
 const GAP: u64 = 1024;
 /// Most list entries one read spans (a longer list is read alone).
 pub(crate) const MAX_SPAN: u64 = 16 << 10;
+/// The tag bit of reads of offsets (the rest of the tag: the first vertex).
+const EARLY: u64 = 1 << 63;
+/// Reads of offsets a thread keeps asked for at most.
+const EARLY_MAX: usize = 2;
 
-impl PagedAccess<'_> {
+/// A buffer of `len` bytes, from `spare` if it has one.
+fn buffer(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    let mut b = spare.pop().unwrap_or_default();
+    b.clear();
+    b.resize(len, 0);
+    b
+}
+
+impl<'a> PagedAccess<'a> {
+    /// Keep a finished read of offsets for `offsets_of`.
+    fn keep_early(&mut self, tag: u64, c: CachedCompletion) {
+        let lo = (tag & !EARLY) as u32;
+        match self.early.iter_mut().find(|e| e.0 == lo && e.2.is_none()) {
+            Some(e) if c.result.is_ok() => e.2 = Some(c.buf),
+            // Asked for and forgotten, or failed: read again when needed.
+            Some(_) => self.early.retain(|e| e.0 != lo),
+            None => self.spare.push(c.buf),
+        }
+    }
+
+    /// The offsets of vertices `lo..=hi + 1` into `out`: those `prefetch`
+    /// asked for (waiting for them if they are still on their way), or
+    /// read now.
+    fn offsets_of(&mut self, lo: u32, hi: u32, out: &mut Vec<u64>) -> Result<(), String> {
+        if self.early.iter().any(|e| e.0 == lo && e.1 == hi) {
+            let mut done = std::mem::take(&mut self.done);
+            loop {
+                self.q.take_completions(&mut done);
+                for (tag, c) in done.drain(..) {
+                    // No list read is in flight between two expansions.
+                    debug_assert!(tag & EARLY != 0);
+                    self.keep_early(tag, c);
+                }
+                let ready = self
+                    .early
+                    .iter()
+                    .any(|e| e.0 == lo && e.1 == hi && e.2.is_some());
+                if ready || self.q.outstanding() == 0 {
+                    break;
+                }
+                self.q.wait(1);
+            }
+            self.done = done;
+            if let Some(k) = self.early.iter().position(|e| e.0 == lo && e.1 == hi) {
+                if let (_, _, Some(buf)) = self.early.remove(k) {
+                    out.clear();
+                    let words = buf
+                        .chunks_exact(8)
+                        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+                    out.extend(words);
+                    self.spare.push(buf);
+                    return Ok(());
+                }
+            }
+        }
+        self.offsets(lo..hi + 1, out)
+    }
+
     /// Read the lists of `vs` (increasing; `offs` their offsets from
     /// `vs[0]` on) in spans of nearby lists, up to the depth in flight.
     fn read_spans(
@@ -172,45 +244,38 @@ impl PagedAccess<'_> {
             spans.push((i, j, s));
             i = j;
         }
-        let file = self.g.targets.file();
-        let (q, reqs, done, spare, list) = (
-            &mut self.q,
-            &mut self.reqs,
-            &mut self.done,
-            &mut self.spare,
-            &mut self.list,
-        );
+        let file: &'a setcache::CachedFile = self.g.targets.file();
         let mut next = 0usize;
         let mut failed = None;
+        let mut done = std::mem::take(&mut self.done);
         loop {
-            while failed.is_none()
-                && next < spans.len()
-                && q.outstanding() + reqs.len() < self.g.depth
-            {
+            while failed.is_none() && next < spans.len() && self.spans_out < self.g.depth {
                 let (_, b, s) = spans[next];
                 let end = at(vs[b - 1]).1;
-                let buf = buffer(spare, ((end - s) * 4) as usize);
-                reqs.push(CachedRequest::tagged(
-                    OpKind::Read,
-                    file,
-                    s * 4,
-                    buf,
-                    next as u64,
-                ));
+                let buf = buffer(&mut self.spare, ((end - s) * 4) as usize);
+                let tag = next as u64;
+                self.reqs
+                    .push(CachedRequest::tagged(OpKind::Read, file, s * 4, buf, tag));
+                self.spans_out += 1;
                 next += 1;
             }
-            if !reqs.is_empty() {
-                q.submit_from(reqs);
+            if !self.reqs.is_empty() {
+                self.q.submit_from(&mut self.reqs);
             }
-            q.take_completions(done);
+            self.q.take_completions(&mut done);
             if done.is_empty() {
-                if q.outstanding() == 0 && (next >= spans.len() || failed.is_some()) {
+                if self.spans_out == 0 && (next >= spans.len() || failed.is_some()) {
                     break;
                 }
-                q.wait(1);
+                self.q.wait(1);
                 continue;
             }
             for (tag, c) in done.drain(..) {
+                if tag & EARLY != 0 {
+                    self.keep_early(tag, c);
+                    continue;
+                }
+                self.spans_out -= 1;
                 if let Err(e) = c.result {
                     failed.get_or_insert(format!("graph: reading lists at byte {}: {e}", c.offset));
                     continue;
@@ -219,17 +284,17 @@ impl PagedAccess<'_> {
                 for &u in &vs[a..b] {
                     let (ls, le) = at(u);
                     let bytes = &c.buf[((ls - s) * 4) as usize..((le - s) * 4) as usize];
-                    list.clear();
-                    list.extend(
-                        bytes
-                            .chunks_exact(4)
-                            .map(|w| u32::from_ne_bytes(w.try_into().unwrap())),
-                    );
-                    f(u, list);
+                    self.list.clear();
+                    let words = bytes
+                        .chunks_exact(4)
+                        .map(|w| u32::from_ne_bytes(w.try_into().unwrap()));
+                    self.list.extend(words);
+                    f(u, &self.list);
                 }
-                spare.push(c.buf);
+                self.spare.push(c.buf);
             }
         }
+        self.done = done;
         match failed {
             Some(e) => Err(e),
             None => Ok(()),
@@ -237,24 +302,34 @@ impl PagedAccess<'_> {
     }
 }
 
-/// A buffer of `len` bytes, from `spare` if it has one.
-fn buffer(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
-    let mut b = spare.pop().unwrap_or_default();
-    b.clear();
-    b.resize(len, 0);
-    b
-}
-
-impl<'a> Access for PagedAccess<'a> {
+impl Access for PagedAccess<'_> {
     fn expand(&mut self, vs: &[u32], mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
         let (Some(&lo), Some(&hi)) = (vs.first(), vs.last()) else {
             return Ok(());
         };
         let mut offs = std::mem::take(&mut self.offs);
-        let r = self.offsets(lo..hi + 1, &mut offs);
+        let r = self.offsets_of(lo, hi, &mut offs);
         let r = r.and_then(|()| self.read_spans(vs, &offs, &mut f));
         self.offs = offs;
         r
+    }
+
+    fn prefetch(&mut self, vs: &[u32]) {
+        // Their offsets are read on this thread's queue while it expands
+        // the vertices before them (a failure shows when they are needed:
+        // they are read again then).
+        let (Some(&lo), Some(&hi)) = (vs.first(), vs.last()) else {
+            return;
+        };
+        if self.early.len() >= EARLY_MAX {
+            self.early.remove(0);
+        }
+        let buf = buffer(&mut self.spare, (hi - lo) as usize * 8 + 16);
+        let tag = EARLY | lo as u64;
+        let r = CachedRequest::tagged(OpKind::Read, self.g.offsets.file(), lo as u64 * 8, buf, tag);
+        self.early.push((lo, hi, None));
+        self.reqs.push(r);
+        self.q.submit_from(&mut self.reqs);
     }
 
     fn sweep(&mut self, vs: Range<u32>, mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
