@@ -301,13 +301,14 @@ pub(crate) struct BfsCheck {
 /// is its own parent; following parents from any reached vertex ends at the
 /// root; each vertex's parent is one of its neighbours; the two ends of
 /// every edge are both reached or both not, and their depths differ by at
-/// most one. Reads the graph through `a`.
-pub(crate) fn check_bfs(
-    a: &mut impl Access,
-    n: u32,
+/// most one. Reads the graph through `g` on `threads` threads.
+pub(crate) fn check_bfs<G: Graph>(
+    g: &G,
+    threads: usize,
     root: u32,
     parents: &[AtomicU32],
 ) -> Result<BfsCheck, String> {
+    let n = g.vertices() as u32;
     let p = |v: u32| parents[v as usize].load(Relaxed);
     if p(root) != root {
         return Err(format!(
@@ -331,10 +332,8 @@ pub(crate) fn check_bfs(
             }
             u = p(u);
             if u >= n || p(u) == NONE {
-                return Err(format!(
-                    "vertex {} has parent {u}, which was not reached",
-                    path[path.len() - 1]
-                ));
+                let w = path[path.len() - 1];
+                return Err(format!("vertex {w} has parent {u}, which was not reached"));
             }
         }
         let mut d = depth[u as usize];
@@ -343,40 +342,126 @@ pub(crate) fn check_bfs(
             depth[w as usize] = d;
         }
     }
-    let mut bad = None;
-    let mut check = BfsCheck {
-        depth_hash: 0,
-        reached: 0,
-        entries: 0,
-    };
-    a.sweep(0..n, |v, list| {
-        let dv = depth[v as usize];
-        let mut has_parent = v == root;
-        for &t in list {
-            let dt = depth[t as usize];
-            if (dv == NONE) != (dt == NONE) {
-                bad.get_or_insert(format!(
-                    "edge {v}-{t} joins a reached and an unreached vertex"
-                ));
-            } else if dv != NONE && dv.abs_diff(dt) > 1 {
-                bad.get_or_insert(format!("edge {v}-{t} joins depths {dv} and {dt}"));
+    let total = Mutex::new((
+        BfsCheck {
+            depth_hash: 0,
+            reached: 0,
+            entries: 0,
+        },
+        None,
+    ));
+    let cursor = AtomicUsize::new(0);
+    let chunks = n.div_ceil(PR_CHUNK) as usize;
+    on_threads(g, threads, |_, acc, fail| {
+        let Some(a) = acc else { return };
+        let mut mine = BfsCheck {
+            depth_hash: 0,
+            reached: 0,
+            entries: 0,
+        };
+        let mut bad = None;
+        loop {
+            let c = cursor.fetch_add(1, Relaxed);
+            if c >= chunks || fail.any() {
+                break;
             }
-            has_parent |= t == p(v);
-        }
-        if dv != NONE {
-            if !has_parent {
-                bad.get_or_insert(format!("vertex {v}'s parent {} is not a neighbour", p(v)));
+            let range = c as u32 * PR_CHUNK..((c as u32 + 1) * PR_CHUNK).min(n);
+            let r = a.sweep(range, |v, list| {
+                let dv = depth[v as usize];
+                let mut has_parent = v == root;
+                for &t in list {
+                    let dt = depth[t as usize];
+                    if (dv == NONE) != (dt == NONE) {
+                        bad.get_or_insert(format!(
+                            "edge {v}-{t} joins a reached and an unreached vertex"
+                        ));
+                    } else if dv != NONE && dv.abs_diff(dt) > 1 {
+                        bad.get_or_insert(format!("edge {v}-{t} joins depths {dv} and {dt}"));
+                    }
+                    has_parent |= t == p(v);
+                }
+                if dv != NONE {
+                    if !has_parent {
+                        bad.get_or_insert(format!(
+                            "vertex {v}'s parent {} is not a neighbour",
+                            p(v)
+                        ));
+                    }
+                    mine.reached += 1;
+                    mine.entries += list.len() as u64;
+                }
+                // A sum, so that the order of the chunks does not matter.
+                let h = crate::bench::rng::mix64((dv as u64) << 32 ^ v as u64);
+                mine.depth_hash = mine.depth_hash.wrapping_add(h);
+            });
+            if let Err(e) = r {
+                fail.set(e);
             }
-            check.reached += 1;
-            check.entries += list.len() as u64;
         }
-        check.depth_hash =
-            crate::bench::rng::mix64(check.depth_hash ^ (dv as u64) << 32 ^ v as u64);
+        let mut t = total.lock().unwrap_or_else(|p| p.into_inner());
+        t.0.depth_hash = t.0.depth_hash.wrapping_add(mine.depth_hash);
+        t.0.reached += mine.reached;
+        t.0.entries += mine.entries;
+        if t.1.is_none() {
+            t.1 = bad;
+        }
     })?;
-    match bad {
-        Some(e) => Err(format!("search from {root}: {e}")),
-        None => Ok(check),
+    match total.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        (_, Some(e)) => Err(format!("search from {root}: {e}")),
+        (check, None) => Ok(check),
     }
+}
+
+/// What one run measured and found.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Measured {
+    /// Seconds of each search or iteration.
+    pub(crate) secs: Vec<f64>,
+    /// Each search's check.
+    pub(crate) checks: Vec<BfsCheck>,
+    /// The ranks (PageRank).
+    pub(crate) ranks: Vec<f64>,
+    /// Shared-cache hits and misses during the timed parts (setcache).
+    pub(crate) hits: Option<(u64, u64)>,
+    /// Bytes read from the devices during the timed parts.
+    pub(crate) device_bytes: Option<u64>,
+}
+
+/// The timed runs of `algo` and their structural checks, shared with the
+/// mmap child: `timed(before)` is called after each timed part with what
+/// `mark()` gave before it.
+pub(crate) fn run_algo<G: Graph, C: Copy>(
+    g: &G,
+    algo: &str,
+    roots: &[u32],
+    iterations: usize,
+    threads: usize,
+    mut timed: impl FnMut(C),
+    mark: impl Fn() -> C,
+) -> Result<Measured, String> {
+    let n = g.vertices() as usize;
+    let mut m = Measured::default();
+    if algo == "bfs" {
+        let parents: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(NONE)).collect();
+        for &root in roots {
+            let from = mark();
+            m.secs.extend(bfs(g, &[root], threads, &parents)?);
+            timed(from);
+            m.checks.push(check_bfs(g, threads, root, &parents)?);
+        }
+    } else {
+        let rank: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let contrib: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let from = mark();
+        m.secs = pagerank(g, iterations, threads, &rank, &contrib)?;
+        timed(from);
+        drop(contrib);
+        m.ranks = rank
+            .into_iter()
+            .map(|r| f64::from_bits(r.into_inner()))
+            .collect();
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
@@ -407,12 +492,11 @@ mod tests {
         for threads in [1, 3] {
             let times = bfs(&g, &[0, 2], threads, &parents).unwrap();
             assert_eq!(times.len(), 2);
-            let mut a = g.access().unwrap();
-            let c = check_bfs(&mut a, 6, 2, &parents).unwrap();
+            let c = check_bfs(&g, threads, 2, &parents).unwrap();
             assert_eq!((c.reached, c.entries), (5, 10));
             assert_eq!(parents[5].load(Relaxed), NONE);
         }
-        let good = check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap();
+        let good = check_bfs(&g, 2, 2, &parents).unwrap();
         // Depths from 2: 1 and 3 at one, 0 and 4 at two.
         let set = |v: &[u32]| {
             for (i, &p) in v.iter().enumerate() {
@@ -420,13 +504,10 @@ mod tests {
             }
         };
         set(&[1, 2, 2, 2, 3, NONE]);
-        assert_eq!(
-            check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap(),
-            good
-        );
+        assert_eq!(check_bfs(&g, 1, 2, &parents).unwrap(), good);
         let refused = |v: &[u32], what: &str| {
             set(v);
-            let e = check_bfs(&mut g.access().unwrap(), 6, 2, &parents).unwrap_err();
+            let e = check_bfs(&g, 2, 2, &parents).unwrap_err();
             assert!(e.contains(what), "{e}");
         };
         refused(&[3, 2, 2, 2, 3, NONE], "not a neighbour");

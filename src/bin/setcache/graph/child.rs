@@ -18,8 +18,7 @@ use std::process::{Command, Stdio};
 use serde_json::{Value, json};
 use setcache::{HEADER_BYTES, Store, StoreOptions};
 
-use super::Measured;
-use super::algo::BfsCheck;
+use super::algo::{BfsCheck, Measured, run_algo};
 use super::csr::{Access, Graph, Slices};
 use crate::bench::cgroup::{self, MemCgroup};
 use crate::bench::mmap::Mapping;
@@ -276,7 +275,7 @@ pub(crate) fn child_main() -> i32 {
         let algo = s("algo")?;
         let iterations = u("iterations")? as usize;
         let threads = u("threads")? as usize;
-        let mut m = super::run_algo(
+        let mut m = run_algo(
             &g,
             algo,
             &roots,

@@ -98,7 +98,10 @@ impl Access for Slices<'_> {
 pub(crate) struct Paged {
     pub(crate) cs: CachedStore,
     pub(crate) offsets: PagedArray<u64>,
-    pub(crate) targets: PagedArray<u32>,
+    /// The lists' entries in pairs (their number is even: every edge is
+    /// stored both ways), so that a sweep reads them in place, without a
+    /// copy (elements of two words are not read atomically).
+    pub(crate) targets: PagedArray<[u32; 2]>,
     /// Reads a thread keeps in flight in `expand`.
     pub(crate) depth: usize,
 }
@@ -107,7 +110,7 @@ pub(crate) struct Paged {
 pub(crate) struct PagedAccess<'a> {
     g: &'a Paged,
     offsets: ArrayReader<'a, u64>,
-    targets: ArrayReader<'a, u32>,
+    targets: ArrayReader<'a, [u32; 2]>,
     q: CachedQueue<'a>,
     reqs: Vec<CachedRequest<'a>>,
     done: Vec<(u64, CachedCompletion)>,
@@ -178,26 +181,10 @@ impl<'a> PagedAccess<'a> {
     /// asked for (waiting for them if they are still on their way), or
     /// read now.
     fn offsets_of(&mut self, lo: u32, hi: u32, out: &mut Vec<u64>) -> Result<(), String> {
-        if self.early.iter().any(|e| e.0 == lo && e.1 == hi) {
-            let mut done = std::mem::take(&mut self.done);
-            loop {
-                self.q.take_completions(&mut done);
-                for (tag, c) in done.drain(..) {
-                    // No list read is in flight between two expansions.
-                    debug_assert!(tag & EARLY != 0);
-                    self.keep_early(tag, c);
-                }
-                let ready = self
-                    .early
-                    .iter()
-                    .any(|e| e.0 == lo && e.1 == hi && e.2.is_some());
-                if ready || self.q.outstanding() == 0 {
-                    break;
-                }
-                self.q.wait(1);
-            }
-            self.done = done;
-            if let Some(k) = self.early.iter().position(|e| e.0 == lo && e.1 == hi) {
+        let wanted = |e: &(u32, u32, Option<Vec<u8>>)| e.0 == lo && e.1 == hi;
+        if self.early.iter().any(wanted) {
+            self.settle(|early| early.iter().any(|e| wanted(e) && e.2.is_some()));
+            if let Some(k) = self.early.iter().position(wanted) {
                 if let (_, _, Some(buf)) = self.early.remove(k) {
                     out.clear();
                     let words = buf
@@ -210,6 +197,26 @@ impl<'a> PagedAccess<'a> {
             }
         }
         self.offsets(lo..hi + 1, out)
+    }
+
+    /// Take this queue's finished reads of offsets until `enough` says so
+    /// or none is left in flight. Before any read through the readers: a
+    /// page this thread's queue is filling would wait for this thread.
+    fn settle(&mut self, enough: impl Fn(&[(u32, u32, Option<Vec<u8>>)]) -> bool) {
+        let mut done = std::mem::take(&mut self.done);
+        loop {
+            self.q.take_completions(&mut done);
+            for (tag, c) in done.drain(..) {
+                // No list read is in flight between two expansions.
+                debug_assert!(tag & EARLY != 0);
+                self.keep_early(tag, c);
+            }
+            if enough(&self.early) || self.q.outstanding() == 0 {
+                break;
+            }
+            self.q.wait(1);
+        }
+        self.done = done;
     }
 
     /// Read the lists of `vs` (increasing; `offs` their offsets from
@@ -342,7 +349,9 @@ impl Access for PagedAccess<'_> {
         carry.clear();
         let end_of = |v: u32| offs[(v - vs.start) as usize + 1];
         self.targets
-            .for_each_chunk(first..last, |at, xs| {
+            .for_each_chunk(first / 2..last.div_ceil(2), |pair, xs| {
+                let xs = xs.as_flattened();
+                let at = pair * 2;
                 let end = at + xs.len() as u64;
                 while v < vs.end {
                     let (s, e) = (offs[(v - vs.start) as usize], end_of(v));
@@ -373,6 +382,7 @@ impl Access for PagedAccess<'_> {
     }
 
     fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String> {
+        self.settle(|_| false);
         out.clear();
         self.offsets
             .for_each_chunk(vs.start as u64..vs.end as u64 + 1, |_, xs| {
@@ -432,11 +442,22 @@ mod tests {
         let mut a = g.access().unwrap();
         // Two vertices of three expanded once, in increasing runs whose
         // spans of lists are cut by the gap and by the longest span.
+        // The next run's offsets are asked for before each expansion, as
+        // a search does; every fifth run also asks for one never expanded.
         let all: Vec<u32> = (0..n).collect();
+        let runs: Vec<Vec<u32>> = all
+            .chunks(700)
+            .map(|run| run.iter().copied().filter(|v| v % 3 != 1).collect())
+            .collect();
         let mut seen = vec![0u32; n as usize];
-        for run in all.chunks(700) {
-            let picked: Vec<u32> = run.iter().copied().filter(|v| v % 3 != 1).collect();
-            a.expand(&picked, |u, l| {
+        for (k, run) in runs.iter().enumerate() {
+            if let Some(next) = runs.get(k + 1) {
+                a.prefetch(next);
+            }
+            if k % 5 == 0 {
+                a.prefetch(&[3, 4, 5]);
+            }
+            a.expand(run, |u, l| {
                 assert_eq!(l, mem.list(u), "vertex {u}");
                 seen[u as usize] += 1;
             })

@@ -21,7 +21,6 @@ mod csr;
 mod rmat;
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use clap::Args;
 use serde_json::{Value, json};
@@ -29,7 +28,7 @@ use setcache::{Advice, CacheOptions, CachedStore, PagedArray, Store, StoreOption
 
 use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
-use algo::{BfsCheck, check_bfs, vertex_bytes};
+use algo::{Measured, run_algo, vertex_bytes};
 use csr::{Access, Graph, Paged, Slices};
 use rmat::{Csr, Spec};
 
@@ -90,21 +89,6 @@ pub(crate) struct GraphArgs {
 }
 
 const BACKINGS: [&str; 4] = ["memory", "setcache", "mmap", "mmap-random"];
-
-/// What one run measured and found.
-#[derive(Clone, Debug, Default)]
-pub(crate) struct Measured {
-    /// Seconds of each search or iteration.
-    pub(crate) secs: Vec<f64>,
-    /// Each search's check.
-    pub(crate) checks: Vec<BfsCheck>,
-    /// The ranks (PageRank).
-    pub(crate) ranks: Vec<f64>,
-    /// Shared-cache hits and misses during the timed parts (setcache).
-    pub(crate) hits: Option<(u64, u64)>,
-    /// Bytes read from the devices during the timed parts.
-    pub(crate) device_bytes: Option<u64>,
-}
 
 /// One line of the report.
 struct Row {
@@ -173,7 +157,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     let csr = prepare(&a, &spec, want_memory, progress)?;
     let entries = match &csr {
         Some(c) => c.targets.len() as u64,
-        None => with_paged(&a.dir, 16 << 20, 1, &spec, |g| Ok(g.targets.len()))?,
+        None => with_paged(&a.dir, 16 << 20, 1, &spec, |g| Ok(g.targets.len() * 2))?,
     };
     say!(
         "graph {}: {n} vertices, {entries} list entries ({} of CSR), {} threads, budget {}",
@@ -277,7 +261,7 @@ fn prepare(
     let present = !a.regen
         && with_paged(&a.dir, 16 << 20, 1, spec, |g| {
             let last = g.offsets.get(n).map_err(|e| e.to_string())?;
-            Ok(g.offsets.len() == n + 1 && g.targets.len() == last)
+            Ok(g.offsets.len() == n + 1 && g.targets.len() * 2 == last)
         })
         .unwrap_or(false);
     if !present {
@@ -309,7 +293,7 @@ fn prepare(
     if !memory {
         return Ok(None);
     }
-    let need = (n + 1) * 8 + with_paged(&a.dir, 16 << 20, 1, spec, |g| Ok(g.targets.len()))? * 4;
+    let need = (n + 1) * 8 + with_paged(&a.dir, 16 << 20, 1, spec, |g| Ok(g.targets.len()))? * 8;
     if need > available_memory() / 2 {
         say!(
             "graph: the CSR ({}) does not fit in memory: no in-memory run",
@@ -324,10 +308,12 @@ fn prepare(
             .reader()
             .for_each_chunk(0..n + 1, |_, xs| offsets.extend_from_slice(xs))
             .map_err(err)?;
-        let mut targets = Vec::with_capacity(g.targets.len() as usize);
+        let mut targets = Vec::with_capacity(g.targets.len() as usize * 2);
         g.targets
             .reader()
-            .for_each_chunk(0..g.targets.len(), |_, xs| targets.extend_from_slice(xs))
+            .for_each_chunk(0..g.targets.len(), |_, xs| {
+                targets.extend_from_slice(xs.as_flattened())
+            })
             .map_err(err)?;
         Ok(Some(Csr { offsets, targets }))
     })
@@ -442,44 +428,6 @@ fn measure<G: Graph>(
     if before.is_some() {
         m.hits = Some((during.0, during.1));
         m.device_bytes = Some(during.2);
-    }
-    Ok(m)
-}
-
-/// The timed runs of `algo` and their structural checks, shared with the
-/// mmap child: `timed(before)` is called after each timed part with what
-/// `mark()` gave before it.
-pub(crate) fn run_algo<G: Graph, C: Copy>(
-    g: &G,
-    algo: &str,
-    roots: &[u32],
-    iterations: usize,
-    threads: usize,
-    mut timed: impl FnMut(C),
-    mark: impl Fn() -> C,
-) -> Result<Measured, String> {
-    let n = g.vertices() as usize;
-    let mut m = Measured::default();
-    if algo == "bfs" {
-        let parents: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(algo::NONE)).collect();
-        for &root in roots {
-            let from = mark();
-            m.secs.extend(algo::bfs(g, &[root], threads, &parents)?);
-            timed(from);
-            m.checks
-                .push(check_bfs(&mut g.access()?, n as u32, root, &parents)?);
-        }
-    } else {
-        let rank: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        let contrib: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        let from = mark();
-        m.secs = algo::pagerank(g, iterations, threads, &rank, &contrib)?;
-        timed(from);
-        drop(contrib);
-        m.ranks = rank
-            .into_iter()
-            .map(|r| f64::from_bits(r.into_inner()))
-            .collect();
     }
     Ok(m)
 }
