@@ -27,7 +27,7 @@ use serde_json::{Value, json};
 use setcache::{Advice, CacheOptions, CachedStore, PagedArray, Store, StoreOptions};
 
 use crate::bench::rng::Rng;
-use crate::bench::size::{format_size, parse_size};
+use crate::bench::size::parse_size;
 use algo::{Measured, run_algo, vertex_bytes};
 use csr::{Access, Graph, Paged, Slices};
 use rmat::{Csr, Spec};
@@ -162,10 +162,23 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     say!(
         "graph {}: {n} vertices, {entries} list entries ({} of CSR), {} threads, budget {}",
         spec.name(),
-        format_size((n + 1) * 8 + entries * 4),
+        mib((n + 1) * 8 + entries * 4),
         a.threads,
-        budget.map_or("none (everything cached)".into(), format_size)
+        budget.map_or("none (everything cached)".into(), mib)
     );
+    if let Some(b) = budget {
+        for algo in &a.algo {
+            let buffers = (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
+            let need = vertex_bytes(algo, n) + if algo == "bfs" { buffers } else { 0 };
+            if b < need + (1 << 20) {
+                return Err(format!(
+                    "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers, and a cache of 1 MiB at least",
+                    mib(b),
+                    mib(need)
+                ));
+            }
+        }
+    }
     let roots = pick_roots(&a, &spec, csr.as_ref())?;
     let mut rows = Vec::new();
     out!(
@@ -196,16 +209,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                 }
                 "setcache" => {
                     // The read buffers of the threads' spans come out of the
-                    // budget too.
-                    let per_vertex = per_vertex + (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
+                    // budget too (checked above to leave a cache).
+                    let buffers = (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
+                    let per_vertex = per_vertex + if algo == "bfs" { buffers } else { 0 };
                     let cache = match budget {
-                        Some(b) if b < per_vertex + (1 << 20) => {
-                            return Err(format!(
-                                "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers, and a cache of 1 MiB at least",
-                                format_size(b),
-                                format_size(per_vertex)
-                            ));
-                        }
                         Some(b) => b - per_vertex,
                         None => (n + 1) * 8 + entries * 4 + (entries * 4) / 4 + (64 << 20),
                     };
@@ -219,7 +226,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                         }
                         Ok(measure(g, algo, &roots, &a, Some(&g.cs)))
                     })?;
-                    (format!("cache {}", format_size(cache)), m)
+                    (format!("cache {}", mib(cache)), m)
                 }
                 mmap => {
                     let job = child::Job {
@@ -236,7 +243,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     };
                     let m = child::run(&job, budget);
                     (
-                        budget.map_or("unlimited".into(), |b| format!("cgroup {}", format_size(b))),
+                        budget.map_or("unlimited".into(), |b| format!("cgroup {}", mib(b))),
                         m,
                     )
                 }
@@ -297,7 +304,7 @@ fn prepare(
     if need > available_memory() / 2 {
         say!(
             "graph: the CSR ({}) does not fit in memory: no in-memory run",
-            format_size(need)
+            mib(need)
         );
         return Ok(None);
     }
@@ -317,6 +324,11 @@ fn prepare(
             .map_err(err)?;
         Ok(Some(Csr { offsets, targets }))
     })
+}
+
+/// Bytes in MiB, for the report.
+fn mib(bytes: u64) -> String {
+    format!("{:.0} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 /// `MemAvailable` from `/proc/meminfo` (0 if unreadable).
