@@ -25,21 +25,30 @@ use super::csr::{Access, Graph};
 /// Words of the frontier's bitmap a thread takes at a time (64 vertices
 /// each).
 const BFS_WORDS: usize = 1024;
+/// The vertices of those words.
+pub(crate) const BFS_VERTICES: u64 = BFS_WORDS as u64 * 64;
 /// Vertices a thread takes at a time in PageRank.
 const PR_CHUNK: u32 = 1 << 18;
+/// The same, as a count.
+pub(crate) const PR_VERTICES: u64 = PR_CHUNK as u64;
 /// PageRank's damping factor.
 pub(crate) const DAMPING: f64 = 0.85;
 /// A parent slot not claimed yet.
 pub(crate) const NONE: u32 = u32::MAX;
 
-/// Bytes of per-vertex memory each algorithm needs: BFS the parents and
-/// two frontier bitmaps; PageRank ranks and contributions.
+/// Bytes of per-vertex memory each algorithm needs while it runs: BFS the
+/// parents and two frontier bitmaps; PageRank ranks and contributions.
+/// (The check after each search needs [`CHECK_BYTES`] per vertex more.)
 pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
     match algo {
         "bfs" => 4 * n + n.div_ceil(64) * 16,
         _ => 16 * n,
     }
 }
+
+/// Bytes per vertex the check of a search adds to its per-vertex memory
+/// (the depths).
+pub(crate) const CHECK_BYTES: u64 = 4;
 
 /// Run `body(thread, access)` on `threads` threads; the first error wins,
 /// and `stop` tells the others to finish their rounds without work.
@@ -145,6 +154,9 @@ pub(crate) fn bfs<G: Graph>(
                     Some(())
                 };
                 let mut more = take(&mut vs).is_some();
+                if let Some(a) = acc.as_deref_mut() {
+                    a.prefetch(&vs);
+                }
                 while more {
                     more = take(&mut ahead).is_some();
                     let Some(a) = acc.as_deref_mut().filter(|_| !fail.any()) else {
@@ -154,7 +166,12 @@ pub(crate) fn bfs<G: Graph>(
                     a.prefetch(&ahead);
                     let r = a.expand(&vs, |u, list| {
                         for &t in list {
-                            let slot = &parents[t as usize];
+                            let Some(slot) = parents.get(t as usize) else {
+                                fail.set(format!(
+                                    "vertex {u} has a neighbour {t} past the last vertex"
+                                ));
+                                return;
+                            };
                             if slot.load(Relaxed) == NONE
                                 && slot.compare_exchange(NONE, u, Relaxed, Relaxed).is_ok()
                             {
@@ -169,6 +186,9 @@ pub(crate) fn bfs<G: Graph>(
                     std::mem::swap(&mut vs, &mut ahead);
                 }
                 found.fetch_add(claimed, Relaxed);
+                if let Some(a) = acc.as_deref_mut() {
+                    a.quiesce();
+                }
                 if barrier.wait().is_leader() {
                     cursor.store(0, Relaxed);
                     level.store(l + 1, Relaxed);
@@ -262,10 +282,16 @@ pub(crate) fn pagerank<G: Graph>(
                     break;
                 }
                 let r = a.sweep(range(c), |v, list| {
-                    let s: f64 = list
-                        .iter()
-                        .map(|&t| f64::from_bits(contrib[t as usize].load(Relaxed)))
-                        .sum();
+                    let mut s = 0.0;
+                    for &t in list {
+                        let Some(c) = contrib.get(t as usize) else {
+                            fail.set(format!(
+                                "vertex {v} has a neighbour {t} past the last vertex"
+                            ));
+                            return;
+                        };
+                        s += f64::from_bits(c.load(Relaxed));
+                    }
                     rank[v as usize].store((b + DAMPING * s).to_bits(), Relaxed);
                 });
                 if let Err(e) = r {
@@ -370,7 +396,12 @@ pub(crate) fn check_bfs<G: Graph>(
                 let dv = depth[v as usize];
                 let mut has_parent = v == root;
                 for &t in list {
-                    let dt = depth[t as usize];
+                    let Some(&dt) = depth.get(t as usize) else {
+                        bad.get_or_insert(format!(
+                            "vertex {v} has a neighbour {t} past the last vertex"
+                        ));
+                        continue;
+                    };
                     if (dv == NONE) != (dt == NONE) {
                         bad.get_or_insert(format!(
                             "edge {v}-{t} joins a reached and an unreached vertex"

@@ -12,6 +12,7 @@
 
 use std::ops::Range;
 
+use super::algo::{BFS_VERTICES, PR_VERTICES};
 use setcache::{
     ArrayReader, CachedCompletion, CachedQueue, CachedRequest, CachedStore, OpKind, PagedArray,
 };
@@ -38,6 +39,10 @@ pub(crate) trait Access {
     fn prefetch(&mut self, vs: &[u32]) {
         let _ = vs;
     }
+    /// Finish whatever this thread's reads still have in flight and
+    /// forget what `prefetch` asked for: before a thread waits for others
+    /// (a page its queue is filling would hold up any thread reading it).
+    fn quiesce(&mut self) {}
     /// Put the offsets `vs.start..=vs.end` into `out` (replacing its contents).
     fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String>;
 }
@@ -157,6 +162,27 @@ const EARLY: u64 = 1 << 63;
 /// Reads of offsets a thread keeps asked for at most.
 const EARLY_MAX: usize = 2;
 
+/// Give `buf` back to `spare`, unless it grew past the largest span (a
+/// long list's): the read buffers stay within `read_buffers`.
+fn give_back(spare: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
+    if buf.capacity() <= MAX_SPAN as usize * 4 {
+        spare.push(buf);
+    }
+}
+
+/// Bytes of read buffers a thread of `algo` keeps at most with `depth`
+/// reads in flight (a list longer than [`MAX_SPAN`] entries is read whole,
+/// in a buffer of its own while it is in flight): the spans', the offsets
+/// asked for early and those read now for BFS; a chunk's offsets and a
+/// list gathered across pages for PageRank.
+pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
+    if algo == "bfs" {
+        depth as u64 * MAX_SPAN * 4 + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
+    } else {
+        (PR_VERTICES + 1) * 8 + MAX_SPAN * 4
+    }
+}
+
 /// A buffer of `len` bytes, from `spare` if it has one.
 fn buffer(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
     let mut b = spare.pop().unwrap_or_default();
@@ -169,11 +195,21 @@ impl<'a> PagedAccess<'a> {
     /// Keep a finished read of offsets for `offsets_of`.
     fn keep_early(&mut self, tag: u64, c: CachedCompletion) {
         let lo = (tag & !EARLY) as u32;
-        match self.early.iter_mut().find(|e| e.0 == lo && e.2.is_none()) {
+        // The entry this read was for: its first vertex and its length (a
+        // later ask from the same vertex may be longer).
+        let len = c.buf.len();
+        let mine = |e: &(u32, u32, Option<Vec<u8>>)| {
+            e.0 == lo && e.2.is_none() && (e.1 - e.0) as usize * 8 + 16 == len
+        };
+        match self.early.iter_mut().find(|e| mine(e)) {
             Some(e) if c.result.is_ok() => e.2 = Some(c.buf),
-            // Asked for and forgotten, or failed: read again when needed.
-            Some(_) => self.early.retain(|e| e.0 != lo),
-            None => self.spare.push(c.buf),
+            // Failed: read again when needed.
+            Some(_) => {
+                self.early.retain(|e| !mine(e));
+                give_back(&mut self.spare, c.buf);
+            }
+            // Asked for and forgotten.
+            None => give_back(&mut self.spare, c.buf),
         }
     }
 
@@ -191,7 +227,7 @@ impl<'a> PagedAccess<'a> {
                         .chunks_exact(8)
                         .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
                     out.extend(words);
-                    self.spare.push(buf);
+                    give_back(&mut self.spare, buf);
                     return Ok(());
                 }
             }
@@ -298,7 +334,7 @@ impl<'a> PagedAccess<'a> {
                     self.list.extend(words);
                     f(u, &self.list);
                 }
-                self.spare.push(c.buf);
+                give_back(&mut self.spare, c.buf);
             }
         }
         self.done = done;
@@ -319,6 +355,15 @@ impl Access for PagedAccess<'_> {
         let r = r.and_then(|()| self.read_spans(vs, &offs, &mut f));
         self.offs = offs;
         r
+    }
+
+    fn quiesce(&mut self) {
+        self.settle(|_| false);
+        for (_, _, buf) in std::mem::take(&mut self.early) {
+            if let Some(b) = buf {
+                give_back(&mut self.spare, b);
+            }
+        }
     }
 
     fn prefetch(&mut self, vs: &[u32]) {

@@ -168,13 +168,19 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     );
     if let Some(b) = budget {
         for algo in &a.algo {
-            let buffers = (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
-            let need = vertex_bytes(algo, n) + if algo == "bfs" { buffers } else { 0 };
-            if b < need + (1 << 20) {
+            let need = vertex_bytes(algo, n) + a.threads as u64 * csr::read_buffers(algo, a.depth);
+            // The check after each search, in the mmap child's cgroup too.
+            let check = if algo == "bfs" {
+                algo::CHECK_BYTES * n
+            } else {
+                0
+            };
+            if b < need + (1 << 20) || b < vertex_bytes(algo, n) + check {
                 return Err(format!(
-                    "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers, and a cache of 1 MiB at least",
+                    "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least, and {} for its arrays and checks",
                     mib(b),
-                    mib(need)
+                    mib(need),
+                    mib(vertex_bytes(algo, n) + check)
                 ));
             }
         }
@@ -208,10 +214,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     ("all".to_string(), measure(&g, algo, &roots, &a, None))
                 }
                 "setcache" => {
-                    // The read buffers of the threads' spans come out of the
-                    // budget too (checked above to leave a cache).
-                    let buffers = (a.threads * a.depth) as u64 * csr::MAX_SPAN * 4;
-                    let per_vertex = per_vertex + if algo == "bfs" { buffers } else { 0 };
+                    // The threads' read buffers come out of the budget too
+                    // (checked above to leave a cache).
+                    let per_vertex =
+                        per_vertex + a.threads as u64 * csr::read_buffers(algo, a.depth);
                     let cache = match budget {
                         Some(b) => b - per_vertex,
                         None => (n + 1) * 8 + entries * 4 + (entries * 4) / 4 + (64 << 20),
