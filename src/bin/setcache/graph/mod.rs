@@ -610,3 +610,64 @@ fn summary(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use crate::{Cli, Command};
+
+    fn run_args(args: &[&str]) -> Result<(), String> {
+        let argv = ["setcache", "graph"].iter().chain(args);
+        match Cli::try_parse_from(argv)
+            .map_err(|e| e.to_string())?
+            .command
+        {
+            Some(Command::Graph(a)) => super::run(a),
+            _ => Err("not the graph command".into()),
+        }
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_by_name() {
+        let dir = std::env::temp_dir().join(format!("setcache-graph-args-{}", std::process::id()));
+        let d = dir.to_str().unwrap();
+        let refused = |args: &[&str], what: &str| {
+            let e = run_args(args).unwrap_err();
+            assert!(e.contains(what), "{args:?}: {e}");
+        };
+        refused(&["--dir", d, "--backing", "memory,swap"], "\"swap\"");
+        refused(&["--dir", d, "--algo", "sssp"], "\"sssp\"");
+        refused(&["--dir", d, "--threads", "0"], "--threads 0");
+        refused(&["--dir", d, "--scale", "40"], "--scale 40");
+        refused(&["--dir", d, "--edge-factor", "0"], "--edge-factor 0");
+        refused(&["--dir", d, "--roots", "0"], "--roots");
+        refused(&["--dir", d, "--budget", "12Q"], "12Q");
+        // Too small for the search's arrays and checks: refused before any run.
+        refused(
+            &["--dir", d, "--scale", "10", "--budget", "64k"],
+            "--budget",
+        );
+        // A small graph in a tight budget runs and checks in this process
+        // (the mmap runs start this executable as their child: the command's,
+        // not a test's; CI runs them through the command).
+        let args = [
+            "--dir",
+            d,
+            "--scale",
+            "10",
+            "--budget",
+            "6M",
+            "--roots",
+            "2",
+            "--iterations",
+            "2",
+            "--backing",
+            "memory,setcache",
+            "--depth",
+            "4",
+        ];
+        run_args(&args).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
