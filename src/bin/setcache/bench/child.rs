@@ -128,6 +128,25 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
 /// Returns the exit code.
 pub(crate) fn child_main() -> i32 {
     install_sigint();
+    // The prepared run borrows its job.
+    let job = std::cell::OnceCell::new();
+    serve(
+        |v| {
+            let parsed = job_from_json(v)?;
+            prepare(job.get_or_init(|| parsed))
+        },
+        |prepared| prepared.run().map(|out| out.to_json()),
+    )
+}
+
+/// The child's side of the protocol: the job (the first line of stdin) to
+/// `prepare`, `ready`, then on `go` the prepared job to `run`, and one line
+/// of JSON, `{"ok": <run's value>}` or `{"error": "<message>"}` (also in
+/// place of `ready` if preparing fails). Returns the exit code.
+pub(crate) fn serve<P>(
+    prepare: impl FnOnce(&Value) -> Result<P, String>,
+    run: impl FnOnce(P) -> Result<Value, String>,
+) -> i32 {
     let answer = (|| {
         let stdin = std::io::stdin();
         let mut lines = stdin.lock().lines();
@@ -136,16 +155,15 @@ pub(crate) fn child_main() -> i32 {
             _ => return Err("no job on stdin".to_string()),
         };
         let v: Value = serde_json::from_str(&text).map_err(|e| format!("bad job: {e}"))?;
-        let job = job_from_json(&v)?;
-        let prepared = prepare(&job)?;
+        let prepared = prepare(&v)?;
         out!("ready");
         match lines.next() {
-            Some(Ok(l)) if l.trim() == "go" => prepared.run(),
-            _ => Err("the bench went away before the run started".to_string()),
+            Some(Ok(l)) if l.trim() == "go" => run(prepared),
+            _ => Err("the parent went away before the run started".to_string()),
         }
     })();
     let (doc, code) = match answer {
-        Ok(out) => (json!({"ok": out.to_json()}), 0),
+        Ok(v) => (json!({"ok": v}), 0),
         Err(e) => (json!({"error": e}), 1),
     };
     out!("{doc}");
@@ -161,30 +179,45 @@ pub(crate) struct Cap<'a> {
 /// Run `job` in a child process, inside `cap`'s cgroup if given.
 pub(crate) fn run_in_child(job: &LinuxJob, cap: Option<Cap>) -> Result<Outcome, String> {
     let text = serde_json::to_string(&job_to_json(job)?).map_err(|e| e.to_string())?;
+    let cap = cap.map(|c| (c.cgroup, c.cache_bytes + cgroup::slack(job.threads)));
+    let ok = converse(CHILD_SUBCOMMAND, &text, cap, &job.engine.to_string())?;
+    Outcome::from_json(&ok).ok_or_else(|| "child process: malformed result".to_string())
+}
+
+/// The parent's side: start this executable with `subcommand`, move it into
+/// `cap`'s cgroup if given, write `job`, and once the child is `ready`
+/// limit the cgroup to the child's memory then plus `cap`'s bytes and say
+/// `go`. Returns the value of the child's `ok` answer, or its error; `what`
+/// names the child in messages.
+pub(crate) fn converse(
+    subcommand: &str,
+    job: &str,
+    cap: Option<(&MemCgroup, u64)>,
+    what: &str,
+) -> Result<Value, String> {
     let mut child = Command::new("/proc/self/exe")
-        .arg(CHILD_SUBCOMMAND)
+        .arg(subcommand)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .map_err(|e| format!("cannot start the Linux-engine child process: {e}"))?;
+        .map_err(|e| format!("cannot start the {what} child process: {e}"))?;
     let talk = |child: &mut Child| -> Result<String, String> {
         let mut stdin = child.stdin.take().ok_or("child stdin")?;
         let mut stdout = BufReader::new(child.stdout.take().ok_or("child stdout")?);
-        if let Some(cap) = &cap {
-            cap.cgroup.add_pid(child.id())?;
+        if let Some((cg, _)) = &cap {
+            cg.add_pid(child.id())?;
         }
         // A write error means the child died early; its status says more.
-        let _ = writeln!(stdin, "{text}");
+        let _ = writeln!(stdin, "{job}");
         let mut first = String::new();
         let _ = stdout.read_line(&mut first);
         if first.trim() != "ready" {
             return Ok(first);
         }
-        if let Some(cap) = &cap {
-            let own = cap.cgroup.usage()?;
-            let slack = cgroup::slack(job.threads);
-            cap.cgroup.set_limit(own + cap.cache_bytes + slack)?;
+        if let Some((cg, bytes)) = &cap {
+            let own = cg.usage()?;
+            cg.set_limit(own + bytes)?;
         }
         let _ = writeln!(stdin, "go");
         drop(stdin);
@@ -204,10 +237,9 @@ pub(crate) fn run_in_child(job: &LinuxJob, cap: Option<Cap>) -> Result<Outcome, 
         .wait()
         .map_err(|e| format!("waiting for the child process: {e}"))?;
     let answer: Option<Value> = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
-    if let Some(a) = &answer {
+    if let Some(a) = answer {
         if let Some(ok) = a.get("ok") {
-            return Outcome::from_json(ok)
-                .ok_or_else(|| "child process: malformed result".to_string());
+            return Ok(ok.clone());
         }
         if let Some(e) = a.get("error").and_then(Value::as_str) {
             return Err(e.to_string());
@@ -216,14 +248,10 @@ pub(crate) fn run_in_child(job: &LinuxJob, cap: Option<Cap>) -> Result<Outcome, 
     use std::os::unix::process::ExitStatusExt;
     Err(match status.signal() {
         Some(libc::SIGKILL) if cap.is_some() => format!(
-            "{} child process was killed (SIGKILL), most likely out of memory in its cgroup",
-            job.engine
+            "{what} child process was killed (SIGKILL), most likely out of memory in its cgroup"
         ),
-        Some(sig) => format!("{} child process died from signal {sig}", job.engine),
-        None => format!(
-            "{} child process failed ({status}) without an answer",
-            job.engine
-        ),
+        Some(sig) => format!("{what} child process died from signal {sig}"),
+        None => format!("{what} child process failed ({status}) without an answer"),
     })
 }
 

@@ -11,7 +11,7 @@
 mod args;
 mod cached;
 pub(crate) mod cgroup;
-mod child;
+pub(crate) mod child;
 mod config;
 mod direct;
 mod driver;

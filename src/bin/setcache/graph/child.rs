@@ -11,9 +11,8 @@
 //! of JSON, as the bench's Linux-engine child does.
 
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 use setcache::{HEADER_BYTES, Store, StoreOptions};
@@ -21,6 +20,7 @@ use setcache::{HEADER_BYTES, Store, StoreOptions};
 use super::algo::{BfsCheck, Measured, run_algo};
 use super::csr::{Access, Graph, Slices};
 use crate::bench::cgroup::{self, MemCgroup};
+use crate::bench::child::{converse, serve};
 use crate::bench::mmap::Mapping;
 
 /// The hidden subcommand of the child.
@@ -74,63 +74,12 @@ pub(crate) fn run(job: &Job, budget: Option<u64>) -> Result<Measured, String> {
             Some(MemCgroup::create(&h)?)
         }
     };
-    let mut child = Command::new("/proc/self/exe")
-        .arg(CHILD_SUBCOMMAND)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| format!("cannot start the mmap child process: {e}"))?;
-    let mut talk = || -> Result<String, String> {
-        let mut stdin = child.stdin.take().ok_or("child stdin")?;
-        let mut stdout = BufReader::new(child.stdout.take().ok_or("child stdout")?);
-        if let Some(cg) = &cg {
-            cg.add_pid(child.id())?;
-        }
-        let _ = writeln!(stdin, "{text}");
-        let mut first = String::new();
-        let _ = stdout.read_line(&mut first);
-        if first.trim() != "ready" {
-            return Ok(first);
-        }
-        if let (Some(cg), Some(b)) = (&cg, budget) {
-            cg.set_limit(cg.usage()? + b + cgroup::slack(job.threads))?;
-        }
-        let _ = writeln!(stdin, "go");
-        drop(stdin);
-        let mut rest = String::new();
-        let _ = stdout.read_to_string(&mut rest);
-        Ok(rest)
-    };
-    let out = talk();
-    if out.is_err() {
-        let _ = child.kill();
-    }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for the mmap child: {e}"))?;
-    let out = out?;
-    let answer: Option<Value> = out.lines().rev().find_map(|l| serde_json::from_str(l).ok());
-    let result = match answer {
-        Some(a) if a.get("ok").is_some() => {
-            from_json(&a["ok"]).ok_or("mmap child: malformed result".to_string())
-        }
-        Some(a) => Err(a
-            .get("error")
-            .and_then(Value::as_str)
-            .unwrap_or("mmap child failed")
-            .to_string()),
-        None => {
-            use std::os::unix::process::ExitStatusExt;
-            Err(match status.signal() {
-                Some(libc::SIGKILL) => {
-                    "the mmap child was killed (SIGKILL), most likely out of memory in its cgroup"
-                        .into()
-                }
-                _ => format!("the mmap child failed ({status}) without an answer"),
-            })
-        }
-    };
+    let cap = cg
+        .as_ref()
+        .zip(budget)
+        .map(|(cg, b)| (cg, b + cgroup::slack(job.threads)));
+    let result = converse(CHILD_SUBCOMMAND, &text, cap, "mmap")
+        .and_then(|ok| from_json(&ok).ok_or("mmap child process: malformed result".to_string()));
     let result = result.and_then(|mut m| {
         if job.algo == "pagerank" {
             let bytes = std::fs::read(&ranks).map_err(|e| format!("mmap child's ranks: {e}"))?;
@@ -191,114 +140,125 @@ fn read_bytes() -> u64 {
         .unwrap_or(0)
 }
 
+/// The child's mappings of the two files, and the graph's size.
+struct Mapped {
+    offsets: Mapping,
+    targets: Mapping,
+    n: u64,
+    entries: u64,
+}
+
 /// Entry point of the child; returns the exit code.
 pub(crate) fn child_main() -> i32 {
-    let answer = (|| -> Result<Measured, String> {
-        let stdin = std::io::stdin();
-        let mut lines = stdin.lock().lines();
-        let text = match lines.next() {
-            Some(Ok(t)) => t,
-            _ => return Err("no job on stdin".into()),
-        };
-        let v: Value = serde_json::from_str(&text).map_err(|e| format!("bad job: {e}"))?;
-        let s = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_str)
-                .ok_or(format!("job: missing {k}"))
-        };
-        let u = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_u64)
-                .ok_or(format!("job: missing {k}"))
-        };
-        let b = |k: &str| {
-            v.get(k)
-                .and_then(Value::as_bool)
-                .ok_or(format!("job: missing {k}"))
-        };
-        let (n, entries) = (u("n")?, u("entries")?);
-        let roots = v
-            .get("roots")
-            .and_then(Value::as_array)
-            .and_then(|r| {
-                r.iter()
-                    .map(|x| x.as_u64().map(|x| x as u32))
-                    .collect::<Option<Vec<_>>>()
-            })
-            .ok_or("job: missing roots")?;
-        let advice = if b("random")? {
-            libc::MADV_RANDOM
-        } else {
-            libc::MADV_NORMAL
-        };
-        let map = |path: &str, bytes: u64| -> Result<Mapping, String> {
-            let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
-            let m = Mapping::new(&f, false, false)?;
-            m.advise(advice)?;
-            if (m.span().1 as u64) < HEADER_BYTES + bytes {
-                return Err(format!(
-                    "{path} is shorter than its header and {bytes} bytes"
-                ));
-            }
-            Ok(m)
-        };
-        let om = map(s("offsets")?, (n + 1) * 8)?;
-        let tm = map(s("targets")?, entries * 4)?;
-        // SAFETY: both mappings are read-only, live until the end of this
-        // closure, and hold the header (a page, so the data is aligned) and
-        // then at least this many elements (checked in `map`); nothing in
-        // this process writes the files.
-        let g = unsafe {
-            Slices {
-                offsets: std::slice::from_raw_parts(
-                    om.span().0.add(HEADER_BYTES as usize).cast(),
-                    n as usize + 1,
-                ),
-                targets: std::slice::from_raw_parts(
-                    tm.span().0.add(HEADER_BYTES as usize).cast(),
-                    entries as usize,
-                ),
-            }
-        };
-        out!("ready");
-        match lines.next() {
-            Some(Ok(l)) if l.trim() == "go" => {}
-            _ => return Err("the parent went away before the run started".into()),
-        }
-        if b("warm")? {
-            let mut sum = 0u64;
-            g.access()?
-                .sweep(0..n as u32, |_, l| sum += l.len() as u64)?;
-            std::hint::black_box(sum);
-        }
-        let mut read = 0u64;
-        let algo = s("algo")?;
-        let iterations = u("iterations")? as usize;
-        let threads = u("threads")? as usize;
-        let mut m = run_algo(
-            &g,
-            algo,
-            &roots,
-            iterations,
-            threads,
-            |from| read += read_bytes() - from,
-            read_bytes,
-        )?;
-        m.device_bytes = Some(read);
-        if algo == "pagerank" {
-            let err = |e: std::io::Error| format!("writing the ranks: {e}");
-            let mut w = std::io::BufWriter::new(File::create(s("ranks")?).map_err(err)?);
-            for r in &m.ranks {
-                w.write_all(&r.to_le_bytes()).map_err(err)?;
-            }
-            w.flush().map_err(err)?;
+    let job = std::cell::OnceCell::new();
+    serve(
+        |v| map_files(job.get_or_init(|| v.clone())),
+        |m| run_mapped(job.get().unwrap_or(&Value::Null), m),
+    )
+}
+
+fn map_files(v: &Value) -> Result<Mapped, String> {
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let u = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let random = v
+        .get("random")
+        .and_then(Value::as_bool)
+        .ok_or("job: missing random")?;
+    let advice = if random {
+        libc::MADV_RANDOM
+    } else {
+        libc::MADV_NORMAL
+    };
+    let map = |path: &str, bytes: u64| -> Result<Mapping, String> {
+        let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+        let m = Mapping::new(&f, false, false)?;
+        m.advise(advice)?;
+        if (m.span().1 as u64) < HEADER_BYTES + bytes {
+            return Err(format!(
+                "{path} is shorter than its header and {bytes} bytes"
+            ));
         }
         Ok(m)
-    })();
-    let (doc, code) = match answer {
-        Ok(m) => (json!({"ok": to_json(&m)}), 0),
-        Err(e) => (json!({"error": e}), 1),
     };
-    out!("{doc}");
-    code
+    let (n, entries) = (u("n")?, u("entries")?);
+    Ok(Mapped {
+        offsets: map(s("offsets")?, (n + 1) * 8)?,
+        targets: map(s("targets")?, entries * 4)?,
+        n,
+        entries,
+    })
+}
+
+fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
+    let s = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let u = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_u64)
+            .ok_or(format!("job: missing {k}"))
+    };
+    let roots = v
+        .get("roots")
+        .and_then(Value::as_array)
+        .and_then(|r| {
+            r.iter()
+                .map(|x| x.as_u64().map(|x| x as u32))
+                .collect::<Option<Vec<_>>>()
+        })
+        .ok_or("job: missing roots")?;
+    let warm = v
+        .get("warm")
+        .and_then(Value::as_bool)
+        .ok_or("job: missing warm")?;
+    let (n, entries) = (m.n, m.entries);
+    // SAFETY: both mappings are read-only, live while `g` does (`m` is
+    // dropped at the end of this function), and hold the header (a page, so
+    // the data is aligned) and then at least this many elements (checked in
+    // `map_files`); nothing in this process writes the files.
+    let g = unsafe {
+        let at = |map: &Mapping| map.span().0.add(HEADER_BYTES as usize);
+        Slices {
+            offsets: std::slice::from_raw_parts(at(&m.offsets).cast(), n as usize + 1),
+            targets: std::slice::from_raw_parts(at(&m.targets).cast(), entries as usize),
+        }
+    };
+    if warm {
+        let mut sum = 0u64;
+        g.access()?
+            .sweep(0..n as u32, |_, l| sum += l.len() as u64)?;
+        std::hint::black_box(sum);
+    }
+    let mut read = 0u64;
+    let algo = s("algo")?;
+    let (iterations, threads) = (u("iterations")? as usize, u("threads")? as usize);
+    let mut out = run_algo(
+        &g,
+        algo,
+        &roots,
+        iterations,
+        threads,
+        |from| read += read_bytes() - from,
+        read_bytes,
+    )?;
+    out.device_bytes = Some(read);
+    if algo == "pagerank" {
+        let err = |e: std::io::Error| format!("writing the ranks: {e}");
+        let mut w = std::io::BufWriter::new(File::create(s("ranks")?).map_err(err)?);
+        for r in &out.ranks {
+            w.write_all(&r.to_le_bytes()).map_err(err)?;
+        }
+        w.flush().map_err(err)?;
+    }
+    Ok(to_json(&out))
 }
