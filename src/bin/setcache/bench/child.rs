@@ -51,6 +51,16 @@ pub(crate) fn job_to_json(job: &LinuxJob) -> Result<Value, String> {
     }))
 }
 
+/// Field `k` of a job, read by `get` (`Value::as_u64`, ...), or an error
+/// naming it.
+pub(crate) fn field<'v, T>(
+    v: &'v Value,
+    k: &str,
+    get: impl FnOnce(&'v Value) -> Option<T>,
+) -> Result<T, String> {
+    v.get(k).and_then(get).ok_or(format!("job: missing {k}"))
+}
+
 pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
     let s = |k: &str| {
         v.get(k)

@@ -20,7 +20,7 @@ use setcache::{HEADER_BYTES, Store, StoreOptions};
 use super::algo::{BfsCheck, Measured, run_algo};
 use super::csr::{Access, Graph, Slices};
 use crate::bench::cgroup::{self, MemCgroup};
-use crate::bench::child::{converse, serve};
+use crate::bench::child::{converse, field, serve};
 use crate::bench::mmap::Mapping;
 
 /// The hidden subcommand of the child.
@@ -158,20 +158,7 @@ pub(crate) fn child_main() -> i32 {
 }
 
 fn map_files(v: &Value) -> Result<Mapped, String> {
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .ok_or(format!("job: missing {k}"))
-    };
-    let u = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_u64)
-            .ok_or(format!("job: missing {k}"))
-    };
-    let random = v
-        .get("random")
-        .and_then(Value::as_bool)
-        .ok_or("job: missing random")?;
+    let random = field(v, "random", Value::as_bool)?;
     let advice = if random {
         libc::MADV_RANDOM
     } else {
@@ -188,39 +175,28 @@ fn map_files(v: &Value) -> Result<Mapped, String> {
         }
         Ok(m)
     };
-    let (n, entries) = (u("n")?, u("entries")?);
+    let (n, entries) = (
+        field(v, "n", Value::as_u64)?,
+        field(v, "entries", Value::as_u64)?,
+    );
     Ok(Mapped {
-        offsets: map(s("offsets")?, (n + 1) * 8)?,
-        targets: map(s("targets")?, entries * 4)?,
+        offsets: map(field(v, "offsets", Value::as_str)?, (n + 1) * 8)?,
+        targets: map(field(v, "targets", Value::as_str)?, entries * 4)?,
         n,
         entries,
     })
 }
 
 fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
-    let s = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_str)
-            .ok_or(format!("job: missing {k}"))
-    };
-    let u = |k: &str| {
-        v.get(k)
-            .and_then(Value::as_u64)
-            .ok_or(format!("job: missing {k}"))
-    };
-    let roots = v
-        .get("roots")
-        .and_then(Value::as_array)
+    let roots = field(v, "roots", Value::as_array)
+        .ok()
         .and_then(|r| {
             r.iter()
                 .map(|x| x.as_u64().map(|x| x as u32))
                 .collect::<Option<Vec<_>>>()
         })
         .ok_or("job: missing roots")?;
-    let warm = v
-        .get("warm")
-        .and_then(Value::as_bool)
-        .ok_or("job: missing warm")?;
+    let warm = field(v, "warm", Value::as_bool)?;
     let (n, entries) = (m.n, m.entries);
     // SAFETY: both mappings are read-only, live while `g` does (`m` is
     // dropped at the end of this function), and hold the header (a page, so
@@ -240,8 +216,11 @@ fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
         std::hint::black_box(sum);
     }
     let mut read = 0u64;
-    let algo = s("algo")?;
-    let (iterations, threads) = (u("iterations")? as usize, u("threads")? as usize);
+    let algo = field(v, "algo", Value::as_str)?;
+    let (iterations, threads) = (
+        field(v, "iterations", Value::as_u64)? as usize,
+        field(v, "threads", Value::as_u64)? as usize,
+    );
     let mut out = run_algo(
         &g,
         algo,
@@ -254,7 +233,8 @@ fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
     out.device_bytes = Some(read);
     if algo == "pagerank" {
         let err = |e: std::io::Error| format!("writing the ranks: {e}");
-        let mut w = std::io::BufWriter::new(File::create(s("ranks")?).map_err(err)?);
+        let mut w =
+            std::io::BufWriter::new(File::create(field(v, "ranks", Value::as_str)?).map_err(err)?);
         for r in &out.ranks {
             w.write_all(&r.to_le_bytes()).map_err(err)?;
         }
