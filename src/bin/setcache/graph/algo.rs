@@ -20,17 +20,17 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::{Barrier, Mutex};
 use std::time::Instant;
 
-use super::csr::{Access, Graph};
+use super::csr::{Access, EARLY_MAX, Graph, MAX_SPAN};
 
 /// Words of the frontier's bitmap a thread takes at a time (64 vertices
 /// each).
 const BFS_WORDS: usize = 1024;
 /// The vertices of those words.
-pub(crate) const BFS_VERTICES: u64 = BFS_WORDS as u64 * 64;
+const BFS_VERTICES: u64 = BFS_WORDS as u64 * 64;
 /// Vertices a thread takes at a time in PageRank.
 const PR_CHUNK: u32 = 1 << 18;
 /// The same, as a count.
-pub(crate) const PR_VERTICES: u64 = PR_CHUNK as u64;
+const PR_VERTICES: u64 = PR_CHUNK as u64;
 /// PageRank's damping factor.
 pub(crate) const DAMPING: f64 = 0.85;
 /// A parent slot not claimed yet.
@@ -43,6 +43,19 @@ pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
     match algo {
         "bfs" => 4 * n + n.div_ceil(64) * 16,
         _ => 16 * n,
+    }
+}
+
+/// Bytes of read buffers a thread of `algo` keeps at most with `depth`
+/// reads in flight (a list longer than [`MAX_SPAN`] entries is read whole,
+/// in a buffer of its own while it is in flight): the spans', the offsets
+/// asked for early and those read now for BFS; a chunk's offsets and a
+/// list gathered across pages for PageRank.
+pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
+    if algo == "bfs" {
+        depth as u64 * MAX_SPAN * 4 + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
+    } else {
+        (PR_VERTICES + 1) * 8 + MAX_SPAN * 4
     }
 }
 

@@ -12,7 +12,6 @@
 
 use std::ops::Range;
 
-use super::algo::{BFS_VERTICES, PR_VERTICES};
 use setcache::{
     ArrayReader, CachedCompletion, CachedQueue, CachedRequest, CachedStore, OpKind, PagedArray,
 };
@@ -160,26 +159,14 @@ pub(crate) const MAX_SPAN: u64 = 16 << 10;
 /// The tag bit of reads of offsets (the rest of the tag: the first vertex).
 const EARLY: u64 = 1 << 63;
 /// Reads of offsets a thread keeps asked for at most.
-const EARLY_MAX: usize = 2;
+pub(crate) const EARLY_MAX: usize = 2;
 
 /// Give `buf` back to `spare`, unless it grew past the largest span (a
-/// long list's): the read buffers stay within `read_buffers`.
+/// long list's), so that the read buffers stay within what the budget
+/// counts for them.
 fn give_back(spare: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
     if buf.capacity() <= MAX_SPAN as usize * 4 {
         spare.push(buf);
-    }
-}
-
-/// Bytes of read buffers a thread of `algo` keeps at most with `depth`
-/// reads in flight (a list longer than [`MAX_SPAN`] entries is read whole,
-/// in a buffer of its own while it is in flight): the spans', the offsets
-/// asked for early and those read now for BFS; a chunk's offsets and a
-/// list gathered across pages for PageRank.
-pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
-    if algo == "bfs" {
-        depth as u64 * MAX_SPAN * 4 + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
-    } else {
-        (PR_VERTICES + 1) * 8 + MAX_SPAN * 4
     }
 }
 

@@ -168,7 +168,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     );
     if let Some(b) = budget {
         for algo in &a.algo {
-            let need = vertex_bytes(algo, n) + a.threads as u64 * csr::read_buffers(algo, a.depth);
+            let need = vertex_bytes(algo, n) + a.threads as u64 * algo::read_buffers(algo, a.depth);
             // The check after each search, in the mmap child's cgroup too.
             let check = if algo == "bfs" {
                 algo::CHECK_BYTES * n
@@ -217,7 +217,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     // The threads' read buffers come out of the budget too
                     // (checked above to leave a cache).
                     let per_vertex =
-                        per_vertex + a.threads as u64 * csr::read_buffers(algo, a.depth);
+                        per_vertex + a.threads as u64 * algo::read_buffers(algo, a.depth);
                     let cache = match budget {
                         Some(b) => b - per_vertex,
                         None => (n + 1) * 8 + entries * 4 + (entries * 4) / 4 + (64 << 20),
