@@ -153,9 +153,9 @@ impl Graph for Paged {
 }
 
 /// List entries between two lists that one read still spans.
-const GAP: u64 = 1024;
+const GAP: u64 = 4096;
 /// Most list entries one read spans (a longer list is read alone).
-pub(crate) const MAX_SPAN: u64 = 16 << 10;
+pub(crate) const MAX_SPAN: u64 = 64 << 10;
 /// The tag bit of reads of offsets (the rest of the tag: the first vertex).
 const EARLY: u64 = 1 << 63;
 /// Reads of offsets a thread keeps asked for at most.
@@ -437,7 +437,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("setcache-graph-csr-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let spec = Spec {
-            scale: 11,
+            scale: 13,
             edge_factor: 16,
             seed: 9,
         };
@@ -478,7 +478,7 @@ mod tests {
         // a search does; every fifth run also asks for one never expanded.
         let all: Vec<u32> = (0..n).collect();
         let runs: Vec<Vec<u32>> = all
-            .chunks(700)
+            .chunks(3000)
             .map(|run| run.iter().copied().filter(|v| v % 3 != 1).collect())
             .collect();
         let mut seen = vec![0u32; n as usize];

@@ -657,7 +657,7 @@ mod tests {
             "--scale",
             "10",
             "--budget",
-            "6M",
+            "8M",
             "--roots",
             "2",
             "--iterations",
