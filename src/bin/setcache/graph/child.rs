@@ -198,10 +198,9 @@ fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
         .ok_or("job: missing roots")?;
     let warm = field(v, "warm", Value::as_bool)?;
     let (n, entries) = (m.n, m.entries);
-    // SAFETY: both mappings are read-only, live while `g` does (`m` is
-    // dropped at the end of this function), and hold the header (a page, so
-    // the data is aligned) and then at least this many elements (checked in
-    // `map_files`); nothing in this process writes the files.
+    // The mappings are read-only and outlive `g` (`m` is dropped at the end
+    // of this function); nothing in this process writes the files.
+    // SAFETY: each mapping holds the page-sized header (so the data is aligned) and then at least these elements (checked in `map_files`), and stays mapped while `g` lives.
     let g = unsafe {
         let at = |map: &Mapping| map.span().0.add(HEADER_BYTES as usize);
         Slices {
