@@ -106,10 +106,10 @@ fn shuffled_pieces(part: std::ops::Range<u64>, seed: u64) -> Vec<u64> {
 #[inline]
 fn prefetch(p: *const u64) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch never faults and reads nothing into the program.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0)
-    };
+    {
+        // SAFETY: a prefetch never faults and reads nothing into the program.
+        unsafe { std::arch::x86_64::_mm_prefetch(p.cast::<i8>(), std::arch::x86_64::_MM_HINT_T0) };
+    }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
