@@ -226,6 +226,38 @@ impl Error {
         }
     }
 
+    /// The `errno` value that best names this error for a POSIX caller (the C
+    /// interface and the preload library return it negated or set it): the
+    /// OS error number when there is one, else the nearest standard one, e.g.
+    /// `ENOENT` for [`Error::FileNotFound`], `EEXIST` for
+    /// [`Error::FileExists`], `EBUSY` for [`Error::StoreLocked`], `ESTALE`
+    /// for [`Error::FileGone`], `ENOMEM` for [`Error::NotEnoughMemory`].
+    pub fn posix_errno(&self) -> i32 {
+        if let Some(e) = self.errno() {
+            return e;
+        }
+        match self {
+            Error::NoDevices | Error::InvalidArgument(_) | Error::Misaligned { .. } => libc::EINVAL,
+            Error::InvalidName { name, .. } if name.len() > 200 => libc::ENAMETOOLONG,
+            Error::InvalidName { .. } => libc::EINVAL,
+            Error::BadDevice { .. } => libc::ENOTDIR,
+            Error::BadHeader { .. } => libc::EUCLEAN,
+            Error::FileExists(_) => libc::EEXIST,
+            Error::FileNotFound(_) => libc::ENOENT,
+            Error::ReadOnly(_) => libc::EBADF,
+            Error::HeldByCaller(_) => libc::EDEADLK,
+            Error::TooManyPins { .. } => libc::EMFILE,
+            Error::Busy(_) | Error::AllPinned { .. } | Error::ResizeBusy(_) => libc::EBUSY,
+            Error::OutOfRange { .. } => libc::EFBIG,
+            Error::StoreLocked { .. } => libc::EBUSY,
+            Error::FileGone(_) | Error::BackingGone { .. } => libc::ESTALE,
+            Error::Closed => libc::ESHUTDOWN,
+            Error::NotEnoughMemory { .. } => libc::ENOMEM,
+            Error::Engine(_) => libc::ENOSYS,
+            _ => libc::EIO,
+        }
+    }
+
     /// The OS error number behind this error, if there is one.
     pub fn errno(&self) -> Option<i32> {
         match self {

@@ -117,7 +117,7 @@ impl StatsHub {
 
     #[cold]
     fn add_slow(&self, s: Stat, n: u64) {
-        LOCAL.with(|l| {
+        let counted = LOCAL.try_with(|l| {
             let mut l = l.borrow_mut();
             let b = match l.iter().position(|(id, _)| *id == self.id) {
                 Some(p) => &l[p].1,
@@ -131,6 +131,13 @@ impl StatsHub {
             // Only this thread writes this block: no read-modify-write needed.
             c.store(c.load(Ordering::Relaxed) + n, Ordering::Relaxed);
         });
+        if counted.is_err() {
+            // The thread's locals are gone (it is exiting, or running the
+            // process's exit handlers): the event goes to a block of its own.
+            let mut own = Vec::new();
+            let b = self.register(&mut own);
+            own[b].1.v[s as usize].store(n, Ordering::Relaxed);
+        }
     }
 
     #[cold]

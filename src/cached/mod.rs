@@ -158,7 +158,7 @@ impl Hold {
         mutable: bool,
         name: impl FnOnce() -> String,
     ) -> Result<Hold> {
-        HELD.with(|h| {
+        let taken = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
             let clash = h
                 .iter()
@@ -176,6 +176,12 @@ impl Hold {
             let key = (store, id, page, mutable);
             h.push(key);
             Ok(Hold { key })
+        });
+        // This thread's locals are gone (it is exiting): no guard outlives them.
+        taken.unwrap_or_else(|_| {
+            Err(Error::InvalidArgument(
+                "a page guard taken while the thread exits (after its locals are gone)".into(),
+            ))
         })
     }
 
@@ -189,7 +195,9 @@ impl Hold {
         writes: bool,
         name: impl FnOnce() -> String,
     ) -> Result<()> {
-        HELD.with(|h| {
+        // A thread whose locals are gone (it is exiting, or running the
+        // process's exit handlers) holds no guard.
+        HELD.try_with(|h| {
             let h = h.borrow();
             if h.is_empty() {
                 return Ok(());
@@ -208,6 +216,7 @@ impl Hold {
                 None => Ok(()),
             }
         })
+        .unwrap_or(Ok(()))
     }
 }
 
@@ -220,18 +229,20 @@ impl Hold {
     /// Refuses a sync of the whole store `store` while this thread holds a
     /// guard of one of its pages (the sync would wait for it if dirty).
     fn check_store(store: usize) -> Result<()> {
-        HELD.with(|h| match h.borrow().iter().find(|&&(s, ..)| s == store) {
+        HELD.try_with(|h| match h.borrow().iter().find(|&&(s, ..)| s == store) {
             Some(&(_, f, p, _)) => Err(Error::HeldByCaller(format!(
                 "a sync of the store while holding a guard of page {p} of cache file {f}"
             ))),
             None => Ok(()),
         })
+        .unwrap_or(Ok(()))
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        HELD.with(|h| {
+        // After the thread's locals are gone there is no list to leave.
+        let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
             if let Some(i) = h.iter().rposition(|&k| k == self.key) {
                 h.swap_remove(i);

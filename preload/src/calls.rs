@@ -1,0 +1,1658 @@
+//! The functions that stand in for the C library's. Each one's contract is
+//! that of the C function of its name: the caller passes what that function
+//! requires (valid C strings, buffers of the given lengths). A call on a path
+//! outside `SETCACHE_DIR`, or on a descriptor that is no placeholder, goes to
+//! the C library's function unchanged.
+
+#![allow(clippy::missing_safety_doc)]
+#![allow(unreachable_pub)]
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use libc::{iovec, off_t, off64_t, size_t, ssize_t};
+use setcache::{Advice, Error};
+
+use crate::path::{Place, classify};
+use crate::real;
+use crate::state::{self, Desc, State};
+use crate::{fail, set_errno, warn_once};
+
+fn int_ret(r: Result<c_int, i32>) -> c_int {
+    match r {
+        Ok(v) => v,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn size_ret(r: Result<usize, i32>) -> ssize_t {
+    match r {
+        Ok(v) => v as ssize_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+fn off_ret(r: Result<u64, i32>) -> off64_t {
+    match r {
+        Ok(v) => v as off64_t,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// An error on a call that the store cannot support: its errno, and a
+/// message on stderr once.
+fn unsupported(what: &str, errno: i32) -> i32 {
+    warn_once(
+        what,
+        &format!("{what}: not supported on a file of the store"),
+    );
+    errno
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// O_DIRECT on a local file system wants offset, length and buffer address
+/// aligned to the logical block (512 bytes here).
+fn check_direct(d: &Desc, addr: usize, len: usize, off: u64) -> Result<(), i32> {
+    if d.direct() && (addr % 512 != 0 || len % 512 != 0 || off % 512 != 0) {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
+fn offset(off: i64) -> Result<u64, i32> {
+    u64::try_from(off).map_err(|_| libc::EINVAL)
+}
+
+// ---- data --------------------------------------------------------------
+
+fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
+    if !d.readable {
+        return Err(libc::EBADF);
+    }
+    check_direct(d, buf.as_ptr() as usize, buf.len(), off)?;
+    if buf.is_empty() || off >= d.node.file.len() {
+        return Ok(0);
+    }
+    match d.node.file.read_at(off, buf) {
+        Ok(n) => Ok(n),
+        // Shortened meanwhile: a read at or past the end reads nothing.
+        Err(Error::OutOfRange { .. }) => Ok(0),
+        Err(e) => Err(fail("read", &e)),
+    }
+}
+
+/// Grow the file to at least `end` bytes.
+fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
+    let f = &d.node.file;
+    if end > f.len() {
+        let _g = lock(&d.node.grow);
+        if end > f.len() {
+            f.set_len(end).map_err(|e| fail("write past the end", &e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Write `data` at `off`, or at the end when `off` is `None` or the file is
+/// open for appending; returns where the write ended.
+fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
+    if !d.writable {
+        return Err(libc::EBADF);
+    }
+    check_direct(d, data.as_ptr() as usize, data.len(), off.unwrap_or(0))?;
+    let f = &d.node.file;
+    let n = data.len() as u64;
+    if d.append() || off.is_none() {
+        let _g = lock(&d.node.grow);
+        let at = f.len();
+        let end = at.checked_add(n).ok_or(libc::EFBIG)?;
+        if n == 0 {
+            return Ok(at);
+        }
+        f.set_len(end).map_err(|e| fail("append", &e))?;
+        f.write_at(at, data).map_err(|e| fail("append", &e))?;
+        return Ok(end);
+    }
+    let at = off.unwrap_or(0);
+    let end = at
+        .checked_add(n)
+        .filter(|&e| e <= i64::MAX as u64)
+        .ok_or(libc::EFBIG)?;
+    if n == 0 {
+        return Ok(at);
+    }
+    grow_to(d, end)?;
+    f.write_at(at, data).map_err(|e| fail("write", &e))?;
+    Ok(end)
+}
+
+/// The buffers of an iovec array.
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
+    if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
+        return Err(libc::EINVAL);
+    }
+    if cnt == 0 {
+        return Ok(&[]);
+    }
+    // SAFETY: the caller passes `cnt` iovecs at `iov`.
+    Ok(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+}
+
+unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
+    let mut done = 0usize;
+    for v in iov {
+        if v.iov_len == 0 {
+            continue;
+        }
+        // SAFETY: each iovec describes a writable buffer of the caller.
+        let buf = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
+        let n = read_at(d, buf, off + done as u64)?;
+        done += n;
+        if n < v.iov_len {
+            break;
+        }
+    }
+    Ok(done)
+}
+
+unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize, u64), i32> {
+    let total: usize = iov.iter().map(|v| v.iov_len).sum();
+    let one;
+    let joined: &[u8] = match iov.iter().filter(|v| v.iov_len > 0).count() {
+        0 => &[],
+        1 => {
+            let v = iov.iter().find(|v| v.iov_len > 0).expect("one buffer");
+            // SAFETY: the iovec describes a readable buffer of the caller.
+            unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) }
+        }
+        _ => {
+            let mut all = Vec::with_capacity(total);
+            for v in iov {
+                // SAFETY: each iovec describes a readable buffer of the caller.
+                all.extend_from_slice(unsafe {
+                    std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
+                });
+            }
+            one = all;
+            &one
+        }
+    };
+    let end = write_at(d, joined, off)?;
+    Ok((total, end))
+}
+
+fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, i32> {
+    let off = offset(off)?;
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: the caller passes a writable buffer of `n` bytes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    read_at(d, buf, off)
+}
+
+fn pwrite_desc(d: &Desc, buf: *const c_void, n: size_t, off: i64) -> Result<usize, i32> {
+    let off = offset(off)?;
+    if n == 0 {
+        return write_at(d, &[], Some(off)).map(|_| 0);
+    }
+    // SAFETY: the caller passes a readable buffer of `n` bytes.
+    let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+    write_at(d, data, Some(off)).map(|_| n)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::pread64()(fd, buf, n, off) },
+        Some(d) => size_ret(pread_desc(&d, buf, n, off)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::pread()(fd, buf, n, off) },
+        Some(d) => size_ret(pread_desc(&d, buf, n, off)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __pread64_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off64_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        crate::fatal("buffer overflow detected in pread64");
+    }
+    // SAFETY: the caller's arguments, checked as the fortified function does.
+    unsafe { pread64(fd, buf, n, off) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __pread_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        crate::fatal("buffer overflow detected in pread");
+    }
+    // SAFETY: the caller's arguments, checked as the fortified function does.
+    unsafe { pread(fd, buf, n, off) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite64(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    off: off64_t,
+) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::pwrite64()(fd, buf, n, off) },
+        Some(d) => size_ret(pwrite_desc(&d, buf, n, off)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::pwrite()(fd, buf, n, off) },
+        Some(d) => size_ret(pwrite_desc(&d, buf, n, off)),
+    }
+}
+
+fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
+    let mut pos = lock(&d.pos);
+    if n == 0 {
+        return Ok(0);
+    }
+    // SAFETY: the caller passes a writable buffer of `n` bytes.
+    let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+    let got = read_at(d, buf, *pos)?;
+    *pos += got as u64;
+    Ok(got)
+}
+
+fn write_pos(d: &Desc, data: &[u8]) -> Result<usize, i32> {
+    let mut pos = lock(&d.pos);
+    let at = if d.append() { None } else { Some(*pos) };
+    let end = write_at(d, data, at)?;
+    *pos = end;
+    Ok(data.len())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::read()(fd, buf, n) },
+        Some(d) => size_ret(read_pos(&d, buf, n)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __read_chk(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    buflen: size_t,
+) -> ssize_t {
+    if n > buflen {
+        crate::fatal("buffer overflow detected in read");
+    }
+    // SAFETY: the caller's arguments, checked as the fortified function does.
+    unsafe { read(fd, buf, n) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::write()(fd, buf, n) },
+        Some(d) => {
+            let data: &[u8] = if n == 0 {
+                &[]
+            } else {
+                // SAFETY: the caller passes a readable buffer of `n` bytes.
+                unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) }
+            };
+            size_ret(write_pos(&d, data))
+        }
+    }
+}
+
+unsafe fn readv_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
+    // SAFETY: the caller's iovec array.
+    let r = unsafe { iovs(iov, cnt) }.and_then(|v| match off {
+        // SAFETY: the caller's buffers.
+        Some(o) => offset(o).and_then(|o| unsafe { read_iov(d, v, o) }),
+        None => {
+            let mut pos = lock(&d.pos);
+            // SAFETY: the caller's buffers.
+            let n = unsafe { read_iov(d, v, *pos) }?;
+            *pos += n as u64;
+            Ok(n)
+        }
+    });
+    size_ret(r)
+}
+
+unsafe fn writev_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
+    // SAFETY: the caller's iovec array.
+    let r = unsafe { iovs(iov, cnt) }.and_then(|v| match off {
+        // SAFETY: the caller's buffers.
+        Some(o) => offset(o).and_then(|o| unsafe { write_iov(d, v, Some(o)) }.map(|r| r.0)),
+        None => {
+            let mut pos = lock(&d.pos);
+            let at = if d.append() { None } else { Some(*pos) };
+            // SAFETY: the caller's buffers.
+            let (n, end) = unsafe { write_iov(d, v, at) }?;
+            *pos = end;
+            Ok(n)
+        }
+    });
+    size_ret(r)
+}
+
+/// The `preadv2`/`pwritev2` flags the store honours: a write with
+/// `RWF_DSYNC` or `RWF_SYNC` is synced; `RWF_HIPRI` is a hint; `RWF_APPEND`
+/// appends. Others (`RWF_NOWAIT`) are refused as a file system without them does.
+fn rwf(d: &Desc, flags: c_int, write: bool) -> Result<(bool, bool), i32> {
+    let known = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND;
+    if flags & !known != 0 {
+        return Err(unsupported(
+            "preadv2/pwritev2 with RWF_NOWAIT",
+            libc::EOPNOTSUPP,
+        ));
+    }
+    let _ = d;
+    let sync = write && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0;
+    Ok((sync, write && flags & libc::RWF_APPEND != 0))
+}
+
+macro_rules! vector_calls {
+    ($($read:ident, $write:ident, $off:ty, $real_read:ident, $real_write:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $read(fd: c_int, iov: *const iovec, cnt: c_int, off: $off) -> ssize_t {
+            match state::desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$real_read()(fd, iov, cnt, off) },
+                // SAFETY: the caller's iovecs.
+                Some(d) => unsafe { readv_desc(&d, iov, cnt, Some(off as i64)) },
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $write(fd: c_int, iov: *const iovec, cnt: c_int, off: $off) -> ssize_t {
+            match state::desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$real_write()(fd, iov, cnt, off) },
+                // SAFETY: the caller's iovecs.
+                Some(d) => unsafe { writev_desc(&d, iov, cnt, Some(off as i64)) },
+            }
+        }
+    )*};
+}
+
+vector_calls! {
+    preadv, pwritev, off_t, preadv, pwritev;
+    preadv64, pwritev64, off64_t, preadv64, pwritev64;
+}
+
+macro_rules! vector2_calls {
+    ($($read:ident, $write:ident, $off:ty;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $read(fd: c_int, iov: *const iovec, cnt: c_int, off: $off, flags: c_int) -> ssize_t {
+            match state::desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$read()(fd, iov, cnt, off, flags) },
+                Some(d) => match rwf(&d, flags, false) {
+                    Err(e) => size_ret(Err(e)),
+                    // SAFETY: the caller's iovecs.
+                    Ok(_) => unsafe { readv_desc(&d, iov, cnt, (off != -1).then_some(off as i64)) },
+                },
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $write(fd: c_int, iov: *const iovec, cnt: c_int, off: $off, flags: c_int) -> ssize_t {
+            match state::desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$write()(fd, iov, cnt, off, flags) },
+                Some(d) => match rwf(&d, flags, true) {
+                    Err(e) => size_ret(Err(e)),
+                    Ok((sync, append)) => {
+                        let at = if append || off == -1 { None } else { Some(off as i64) };
+                        let n = if at.is_none() && append {
+                            // SAFETY: the caller's iovecs.
+                            match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None) }) {
+                                Ok((n, _)) => n as ssize_t,
+                                Err(e) => size_ret(Err(e)),
+                            }
+                        } else {
+                            // SAFETY: the caller's iovecs.
+                            unsafe { writev_desc(&d, iov, cnt, at) }
+                        };
+                        if n >= 0 && sync {
+                            if let Err(e) = d.node.file.sync() {
+                                return size_ret(Err(fail("pwritev2 (RWF_SYNC)", &e)));
+                            }
+                        }
+                        n
+                    }
+                },
+            }
+        }
+    )*};
+}
+
+vector2_calls! {
+    preadv2, pwritev2, off_t;
+    preadv64v2, pwritev64v2, off64_t;
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::readv()(fd, iov, cnt) },
+        // SAFETY: the caller's iovecs.
+        Some(d) => unsafe { readv_desc(&d, iov, cnt, None) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::writev()(fd, iov, cnt) },
+        // SAFETY: the caller's iovecs.
+        Some(d) => unsafe { writev_desc(&d, iov, cnt, None) },
+    }
+}
+
+fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
+    let mut pos = lock(&d.pos);
+    let len = d.node.file.len() as i64;
+    let new = match whence {
+        libc::SEEK_SET => off,
+        libc::SEEK_CUR => (*pos as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
+        libc::SEEK_END => len.checked_add(off).ok_or(libc::EOVERFLOW)?,
+        libc::SEEK_DATA if off >= len => return Err(libc::ENXIO),
+        libc::SEEK_DATA => off,
+        libc::SEEK_HOLE if off >= len => return Err(libc::ENXIO),
+        libc::SEEK_HOLE => len,
+        _ => return Err(libc::EINVAL),
+    };
+    if new < 0 {
+        return Err(libc::EINVAL);
+    }
+    *pos = new as u64;
+    Ok(*pos)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::lseek64()(fd, off, whence) },
+        Some(d) => off_ret(seek(&d, off, whence)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::lseek()(fd, off, whence) },
+        Some(d) => off_ret(seek(&d, off, whence)),
+    }
+}
+
+// ---- durability, length, hints ----------------------------------------
+
+fn sync_desc(d: &Desc) -> c_int {
+    int_ret(d.node.file.sync().map(|_| 0).map_err(|e| fail("fsync", &e)))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fsync()(fd) },
+        Some(d) => sync_desc(&d),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fdatasync()(fd) },
+        Some(d) => sync_desc(&d),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sync_file_range(
+    fd: c_int,
+    off: off64_t,
+    n: off64_t,
+    flags: c_uint,
+) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::sync_file_range()(fd, off, n, flags) },
+        Some(_) if off < 0 || n < 0 => int_ret(Err(libc::EINVAL)),
+        // Waiting for the range's write-back: the whole file is synced.
+        Some(d) if flags & libc::SYNC_FILE_RANGE_WAIT_AFTER != 0 => sync_desc(&d),
+        // Starting write-back: the flusher does that on its own.
+        Some(_) => 0,
+    }
+}
+
+fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
+    let len = offset(len)?;
+    if !d.writable {
+        return Err(libc::EINVAL);
+    }
+    let _g = lock(&d.node.grow);
+    d.node
+        .file
+        .set_len(len)
+        .map_err(|e| fail("ftruncate", &e))?;
+    Ok(0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::ftruncate64()(fd, len) },
+        Some(d) => int_ret(set_len(&d, len)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::ftruncate()(fd, len) },
+        Some(d) => int_ret(set_len(&d, len)),
+    }
+}
+
+fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
+    let len = offset(len)?;
+    let n = state::node(s, name, false, false).map_err(|e| fail("truncate", &e))?;
+    let _g = lock(&n.grow);
+    n.file.set_len(len).map_err(|e| fail("truncate", &e))?;
+    Ok(0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
+        Place::Root => int_ret(Err(libc::EISDIR)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::truncate()(path, len) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
+        Place::Root => int_ret(Err(libc::EISDIR)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::truncate64()(path, len) },
+    }
+}
+
+/// `fallocate`: mode 0 grows the file to cover the range (the store
+/// allocates nothing ahead); `FALLOC_FL_KEEP_SIZE` does nothing; holes and
+/// ranges (punch, zero, collapse, insert) are refused.
+fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
+    if off < 0 || len <= 0 {
+        return Err(libc::EINVAL);
+    }
+    if !d.writable {
+        return Err(libc::EBADF);
+    }
+    if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+        return Err(unsupported(
+            "fallocate with punch, zero, collapse or insert ranges",
+            libc::EOPNOTSUPP,
+        ));
+    }
+    if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
+        return Ok(0);
+    }
+    let end = (off as u64).checked_add(len as u64).ok_or(libc::EFBIG)?;
+    grow_to(d, end)?;
+    Ok(0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fallocate64()(fd, mode, off, len) },
+        Some(d) => int_ret(allocate(&d, mode, off, len)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fallocate()(fd, mode, off, len) },
+        Some(d) => int_ret(allocate(&d, mode, off, len)),
+    }
+}
+
+/// `posix_fallocate` returns the error instead of setting errno.
+fn allocate_posix(d: &Desc, off: i64, len: i64) -> c_int {
+    match allocate(d, 0, off, len) {
+        Ok(_) => 0,
+        Err(e) => e,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::posix_fallocate64()(fd, off, len) },
+        Some(d) => allocate_posix(&d, off, len),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::posix_fallocate()(fd, off, len) },
+        Some(d) => allocate_posix(&d, off, len),
+    }
+}
+
+/// `posix_fadvise` on a file of the store: the hints of
+/// [`setcache::CachedFile::advise`]; returns the error number.
+fn fadvise(d: &Desc, off: i64, len: i64, advice: c_int) -> c_int {
+    if off < 0 || len < 0 {
+        return libc::EINVAL;
+    }
+    let a = match advice {
+        libc::POSIX_FADV_NORMAL => Advice::Normal,
+        libc::POSIX_FADV_SEQUENTIAL => Advice::Sequential,
+        libc::POSIX_FADV_RANDOM => Advice::Random,
+        libc::POSIX_FADV_WILLNEED => Advice::WillNeed,
+        libc::POSIX_FADV_DONTNEED => Advice::DontNeed,
+        libc::POSIX_FADV_NOREUSE => return 0,
+        _ => return libc::EINVAL,
+    };
+    let f = &d.node.file;
+    let file_len = f.len();
+    let (off, len) = (off as u64, len as u64);
+    if off >= file_len && !matches!(a, Advice::Normal | Advice::Sequential | Advice::Random) {
+        return 0;
+    }
+    let off = off.min(file_len);
+    let len = if len == 0 { 0 } else { len.min(file_len - off) };
+    let len = if len == 0 && off < file_len {
+        file_len - off
+    } else {
+        len
+    };
+    match f.advise(off, len, a) {
+        Ok(()) => 0,
+        Err(e) => fail("posix_fadvise", &e),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_fadvise64(
+    fd: c_int,
+    off: off64_t,
+    len: off64_t,
+    advice: c_int,
+) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::posix_fadvise64()(fd, off, len, advice) },
+        Some(d) => fadvise(&d, off, len, advice),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::posix_fadvise()(fd, off, len, advice) },
+        Some(d) => fadvise(&d, off, len, advice),
+    }
+}
+
+// ---- open and close ----------------------------------------------------
+
+/// Open file `name` of the store with `flags`: a placeholder descriptor.
+pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
+    let s = state::state()?;
+    if flags & libc::O_TMPFILE == libc::O_TMPFILE {
+        return Err(unsupported("O_TMPFILE in SETCACHE_DIR", libc::EOPNOTSUPP));
+    }
+    if flags & libc::O_DIRECTORY != 0 {
+        return Err(libc::ENOTDIR);
+    }
+    let path_only = flags & libc::O_PATH != 0;
+    let acc = flags & libc::O_ACCMODE;
+    let create = flags & libc::O_CREAT != 0 && !path_only;
+    let excl = flags & libc::O_EXCL != 0;
+    let node = state::node(s, name, create, excl).map_err(|e| match e {
+        Error::FileNotFound(_) | Error::FileExists(_) => e.posix_errno(),
+        e => fail("open", &e),
+    })?;
+    let writable = !path_only && (acc == libc::O_WRONLY || acc == libc::O_RDWR);
+    let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
+    if flags & libc::O_TRUNC != 0 && writable && !node.file.is_empty() {
+        let _g = lock(&node.grow);
+        node.file
+            .set_len(0)
+            .map_err(|e| fail("open with O_TRUNC", &e))?;
+    }
+    let cfg = state::config().ok_or(libc::EINVAL)?;
+    // SAFETY: opens the store's directory by its C string.
+    let fd = unsafe {
+        real::openat()(
+            libc::AT_FDCWD,
+            cfg.dir_c.as_ptr(),
+            libc::O_PATH | (flags & libc::O_CLOEXEC),
+        )
+    };
+    if fd < 0 {
+        // SAFETY: reads this thread's errno.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    let status = acc
+        | (flags
+            & (libc::O_APPEND
+                | libc::O_NONBLOCK
+                | libc::O_DIRECT
+                | libc::O_SYNC
+                | libc::O_DSYNC
+                | libc::O_NOATIME));
+    let d = Arc::new(Desc {
+        node,
+        readable,
+        writable,
+        status: std::sync::atomic::AtomicI32::new(if path_only { libc::O_PATH } else { status }),
+        pos: Mutex::new(0),
+    });
+    if let Err(e) = state::insert(fd, d) {
+        // SAFETY: closes the placeholder just made.
+        unsafe { real::close()(fd) };
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// `open`-like calls: inside the store, a placeholder; else `pass()`.
+fn open_via(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    pass: impl FnOnce() -> c_int,
+) -> c_int {
+    match classify(dirfd, path) {
+        Place::Inside(name) => int_ret(open_inside(&name, flags)),
+        // The directory itself is a real one (listing is served by opendir).
+        Place::Root | Place::Outside => pass(),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, flags, || unsafe {
+        real::open()(path, flags, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, flags, || unsafe {
+        real::open64()(path, flags, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(dirfd, path, flags, || unsafe {
+        real::openat()(dirfd, path, flags, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn openat64(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: c_uint,
+) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(dirfd, path, flags, || unsafe {
+        real::openat64()(dirfd, path, flags, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, flags, || unsafe {
+        real::__open_2()(path, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, flags, || unsafe {
+        real::__open64_2()(path, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(dirfd, path, flags, || unsafe {
+        real::__openat_2()(dirfd, path, flags)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(dirfd, path, flags, || unsafe {
+        real::__openat64_2()(dirfd, path, flags)
+    })
+}
+
+const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn creat(path: *const c_char, mode: libc::mode_t) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, CREAT, || unsafe {
+        real::creat()(path, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn creat64(path: *const c_char, mode: libc::mode_t) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    open_via(libc::AT_FDCWD, path, CREAT, || unsafe {
+        real::creat64()(path, mode)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    let gone = state::remove(fd);
+    // SAFETY: passed through with the caller's arguments (a placeholder is a real descriptor).
+    let rc = unsafe { real::close()(fd) };
+    if let Some(d) = gone {
+        return last_close(d, rc);
+    }
+    rc
+}
+
+/// The file's last descriptor closed: its data goes to the devices now
+/// (close-to-open: another process that opens it next reads what was
+/// written, even if this one ends with `_exit`). An error is `close`'s.
+fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
+    let node = Arc::clone(&d.node);
+    drop(d);
+    // The table holds descriptions; names hold weak references: only this
+    // one is left when the count is one.
+    if rc == 0 && Arc::strong_count(&node) == 1 && !state::forked() {
+        let r = node.file.sync();
+        node.closed_clean.store(true, Ordering::Relaxed);
+        if let Err(e) = r
+            && !matches!(e, Error::FileGone(_))
+        {
+            set_errno(fail("close (writing the file's data)", &e));
+            return -1;
+        }
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    let rc = unsafe { real::close_range()(first, last, flags) };
+    if rc == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        let end = (last as usize).min(state::MAX_FD - 1);
+        for fd in first as usize..=end {
+            state::remove(fd as c_int);
+        }
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn closefrom(first: c_int) {
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::closefrom()(first) };
+    for fd in first.max(0) as usize..state::MAX_FD {
+        state::remove(fd as c_int);
+    }
+}
+
+/// After the kernel made `new` a copy of `old`: the table follows.
+fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
+    if new < 0 {
+        return new;
+    }
+    state::remove(new);
+    if let Some(d) = old
+        && let Err(e) = state::insert(new, d)
+    {
+        // SAFETY: closes the copy just made.
+        unsafe { real::close()(new) };
+        set_errno(e);
+        return -1;
+    }
+    new
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+    let d = state::desc(fd);
+    // SAFETY: passed through with the caller's arguments.
+    let new = unsafe { real::dup()(fd) };
+    dup_follow(d, new)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+    if fd == new {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::dup2()(fd, new) };
+    }
+    let d = state::desc(fd);
+    // SAFETY: passed through with the caller's arguments.
+    let rc = unsafe { real::dup2()(fd, new) };
+    dup_follow(d, rc)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+    let d = state::desc(fd);
+    // SAFETY: passed through with the caller's arguments.
+    let rc = unsafe { real::dup3()(fd, new, flags) };
+    dup_follow(d, rc)
+}
+
+/// `fcntl` on a placeholder.
+fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
+    match cmd {
+        libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
+            // SAFETY: duplicates the placeholder, as asked.
+            let new = unsafe { real::fcntl()(fd, cmd, arg) };
+            dup_follow(Some(d), new)
+        }
+        // SAFETY: the descriptor flags (close-on-exec) are the placeholder's own.
+        libc::F_GETFD | libc::F_SETFD => unsafe { real::fcntl()(fd, cmd, arg) },
+        libc::F_GETFL => d.status.load(Ordering::Relaxed),
+        libc::F_SETFL => {
+            let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
+            let new = arg as c_int & changeable;
+            let _ = d
+                .status
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some((s & !changeable) | new)
+                });
+            0
+        }
+        // One store belongs to one process, and a process never conflicts
+        // with its own record locks: every lock is granted, and none is
+        // found in the way.
+        libc::F_SETLK | libc::F_SETLKW => 0,
+        libc::F_GETLK => {
+            let p = arg as *mut libc::flock;
+            if p.is_null() {
+                return int_ret(Err(libc::EFAULT));
+            }
+            // SAFETY: F_GETLK passes a struct flock to fill.
+            unsafe { (*p).l_type = libc::F_UNLCK as libc::c_short };
+            0
+        }
+        libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK => int_ret(Err(unsupported(
+            "open file description locks (F_OFD_*)",
+            libc::EINVAL,
+        ))),
+        _ => int_ret(Err(unsupported(
+            &format!("fcntl command {cmd}"),
+            libc::EINVAL,
+        ))),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fcntl()(fd, cmd, arg) },
+        Some(d) => fcntl_desc(fd, d, cmd, arg),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fcntl64()(fd, cmd, arg) },
+        Some(d) => fcntl_desc(fd, d, cmd, arg),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::ioctl()(fd, req, arg) },
+        Some(_) => int_ret(Err(libc::ENOTTY)),
+    }
+}
+
+// ---- mapping: refused ----------------------------------------------------
+
+fn refuse_map() -> *mut c_void {
+    set_errno(unsupported(
+        "mmap of a file in SETCACHE_DIR (its pages live in the setcache cache, not the kernel's)",
+        libc::ENODEV,
+    ));
+    libc::MAP_FAILED
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && state::desc(fd).is_some() {
+        return refuse_map();
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::mmap()(addr, len, prot, flags, fd, off) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mmap64(
+    addr: *mut c_void,
+    len: size_t,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: off64_t,
+) -> *mut c_void {
+    if flags & libc::MAP_ANONYMOUS == 0 && state::desc(fd).is_some() {
+        return refuse_map();
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::mmap64()(addr, len, prot, flags, fd, off) }
+}
+
+// ---- names -----------------------------------------------------------------
+
+/// The store, or why not; for calls on names.
+fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, i32> {
+    f(state::state()?)
+}
+
+fn unlink_name(name: &str) -> Result<c_int, i32> {
+    with_state(|s| {
+        s.cs.delete(name).map_err(|e| match e {
+            Error::FileNotFound(_) => libc::ENOENT,
+            e => fail("unlink", &e),
+        })?;
+        state::forget(s, name);
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(unlink_name(&name)),
+        Place::Root => int_ret(Err(libc::EISDIR)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::unlink()(path) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    match classify(dirfd, path) {
+        Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
+        Place::Inside(name) => int_ret(unlink_name(&name)),
+        Place::Root => int_ret(Err(if flags & libc::AT_REMOVEDIR != 0 {
+            libc::EBUSY
+        } else {
+            libc::EISDIR
+        })),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::unlinkat()(dirfd, path, flags) },
+    }
+}
+
+fn rename_names(from: &str, to: &str) -> Result<c_int, i32> {
+    with_state(|s| {
+        if from == to {
+            return state::len_of(s, from)
+                .map(|_| 0)
+                .map_err(|e| e.posix_errno());
+        }
+        // The source must exist before the target is replaced.
+        state::len_of(s, from).map_err(|e| e.posix_errno())?;
+        match s.cs.delete(to) {
+            Ok(()) => state::forget(s, to),
+            Err(Error::FileNotFound(_)) => {}
+            Err(e) => return Err(fail("rename (replacing the target)", &e)),
+        }
+        s.cs.rename(from, to).map_err(|e| fail("rename", &e))?;
+        state::renamed(s, from, to);
+        Ok(0)
+    })
+}
+
+fn rename_at(
+    dir1: c_int,
+    from: *const c_char,
+    dir2: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> Option<c_int> {
+    match (classify(dir1, from), classify(dir2, to)) {
+        (Place::Outside, Place::Outside) => None,
+        (Place::Inside(a), Place::Inside(b)) => {
+            if flags & libc::RENAME_EXCHANGE != 0 {
+                return Some(int_ret(Err(unsupported(
+                    "renameat2 with RENAME_EXCHANGE",
+                    libc::EINVAL,
+                ))));
+            }
+            if flags & libc::RENAME_NOREPLACE != 0
+                && let Ok(s) = state::state()
+                && state::len_of(s, &b).is_ok()
+            {
+                return Some(int_ret(Err(libc::EEXIST)));
+            }
+            Some(int_ret(rename_names(&a, &b)))
+        }
+        (Place::Root, _) | (_, Place::Root) => Some(int_ret(Err(libc::EBUSY))),
+        _ => Some(int_ret(Err(libc::EXDEV))),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
+    rename_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::rename()(from, to) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn renameat(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+) -> c_int {
+    rename_at(d1, from, d2, to, 0)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::renameat()(d1, from, d2, to) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn renameat2(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+    flags: c_uint,
+) -> c_int {
+    rename_at(d1, from, d2, to, flags)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::renameat2()(d1, from, d2, to, flags) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(_) => int_ret(Err(unsupported(
+            "mkdir in SETCACHE_DIR (the store holds files, not directories)",
+            libc::EPERM,
+        ))),
+        Place::Root => int_ret(Err(libc::EEXIST)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::mkdir()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(with_state(|s| {
+            state::len_of(s, &name).map_err(|e| e.posix_errno())?;
+            Err(libc::ENOTDIR)
+        })),
+        Place::Root => int_ret(Err(libc::EBUSY)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::rmdir()(path) },
+    }
+}
+
+// ---- attributes ---------------------------------------------------------
+
+/// An inode number for a name: stable while the name is.
+fn ino_of(name: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= b as u64;
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h | 1
+}
+
+fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<c_int, i32> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    let cfg = state::config().ok_or(libc::EINVAL)?;
+    // SAFETY: a zeroed stat64 is valid.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    st.st_dev = cfg.dev_ino.0;
+    st.st_ino = ino_of(name);
+    st.st_nlink = 1;
+    st.st_mode = libc::S_IFREG | 0o644;
+    // SAFETY: plain getters.
+    (st.st_uid, st.st_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    st.st_size = len as i64;
+    st.st_blksize = s.cs.cache().page_size() as i64;
+    st.st_blocks = len.div_ceil(512) as i64;
+    st.st_atime = s.opened;
+    st.st_mtime = s.opened;
+    st.st_ctime = s.opened;
+    // SAFETY: the caller passes a stat buffer.
+    unsafe { out.write(st) };
+    Ok(0)
+}
+
+fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
+    let s = state::state()?;
+    let name = lock(&d.node.name).clone();
+    fill_stat(s, &name, d.node.file.len(), out)
+}
+
+fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {
+    let s = state::state()?;
+    let len = state::len_of(s, name).map_err(|e| match e {
+        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+        e => fail("stat", &e),
+    })?;
+    fill_stat(s, name, len, out)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fstat64()(fd, out) },
+        Some(d) => int_ret(stat_desc(&d, out)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat64) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fstat()(fd, out) },
+        Some(d) => int_ret(stat_desc(&d, out)),
+    }
+}
+
+macro_rules! path_stat {
+    ($($name:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, out: *mut libc::stat64) -> c_int {
+            match classify(libc::AT_FDCWD, path) {
+                Place::Inside(name) => int_ret(stat_name(&name, out)),
+                // SAFETY: passed through with the caller's arguments.
+                _ => unsafe { real::$name()(path, out) },
+            }
+        }
+    )*};
+}
+
+path_stat! {
+    stat;
+    stat64;
+    lstat;
+    lstat64;
+}
+
+fn empty(path: *const c_char) -> bool {
+    // SAFETY: a non-null path is a C string.
+    !path.is_null() && unsafe { *path } == 0
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstatat64(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
+        if let Some(d) = state::desc(dirfd) {
+            return int_ret(stat_desc(&d, out));
+        }
+    } else if let Place::Inside(name) = classify(dirfd, path) {
+        return int_ret(stat_name(&name, out));
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fstatat64()(dirfd, path, out, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fstatat(
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the same function (stat and stat64 are one layout here).
+    unsafe { fstatat64(dirfd, path, out, flags) }
+}
+
+fn statx_of(st: &libc::stat64, out: *mut libc::statx) -> Result<c_int, i32> {
+    if out.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: a zeroed statx is valid.
+    let mut x: libc::statx = unsafe { std::mem::zeroed() };
+    x.stx_mask = libc::STATX_BASIC_STATS;
+    x.stx_blksize = st.st_blksize as u32;
+    x.stx_nlink = st.st_nlink as u32;
+    x.stx_uid = st.st_uid;
+    x.stx_gid = st.st_gid;
+    x.stx_mode = st.st_mode as u16;
+    x.stx_ino = st.st_ino;
+    x.stx_size = st.st_size as u64;
+    x.stx_blocks = st.st_blocks as u64;
+    // SAFETY: a zeroed statx_timestamp is valid.
+    let mut t: libc::statx_timestamp = unsafe { std::mem::zeroed() };
+    t.tv_sec = st.st_mtime;
+    (x.stx_atime, x.stx_mtime, x.stx_ctime, x.stx_btime) = (t, t, t, t);
+    x.stx_dev_major = libc::major(st.st_dev);
+    x.stx_dev_minor = libc::minor(st.st_dev);
+    // SAFETY: the caller passes a statx buffer.
+    unsafe { out.write(x) };
+    Ok(0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn statx(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mask: c_uint,
+    out: *mut libc::statx,
+) -> c_int {
+    // SAFETY: a zeroed stat64 is valid.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    let r = if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
+        match state::desc(dirfd) {
+            Some(d) => stat_desc(&d, &mut st),
+            // SAFETY: passed through with the caller's arguments.
+            None => return unsafe { real::statx()(dirfd, path, flags, mask, out) },
+        }
+    } else {
+        match classify(dirfd, path) {
+            Place::Inside(name) => stat_name(&name, &mut st),
+            // SAFETY: passed through with the caller's arguments.
+            _ => return unsafe { real::statx()(dirfd, path, flags, mask, out) },
+        }
+    };
+    int_ret(r.and_then(|_| statx_of(&st, out)))
+}
+
+fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
+    with_state(|s| {
+        state::len_of(s, name).map_err(|e| match e {
+            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+            e => fail("access", &e),
+        })?;
+        if mode & libc::X_OK != 0 {
+            return Err(libc::EACCES);
+        }
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(access_name(&name, mode)),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::access()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    match classify(dirfd, path) {
+        Place::Inside(name) => int_ret(access_name(&name, mode)),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::faccessat()(dirfd, path, mode, flags) },
+    }
+}
+
+/// A file of the store is no symbolic link.
+fn readlink_name(name: &str) -> ssize_t {
+    size_ret(with_state(|s| {
+        state::len_of(s, name).map_err(|e| e.posix_errno())?;
+        Err(libc::EINVAL)
+    }))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => readlink_name(&name),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::readlink()(path, buf, n) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readlinkat(
+    dirfd: c_int,
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
+    match classify(dirfd, path) {
+        Place::Inside(name) => readlink_name(&name),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::readlinkat()(dirfd, path, buf, n) },
+    }
+}
+
+// Owners, modes and times are not kept by the store: changing them on a
+// file of the store succeeds and changes nothing.
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fchmod()(fd, mode) },
+        Some(_) => 0,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fchown()(fd, uid, gid) },
+        Some(_) => 0,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::futimens()(fd, times) },
+        Some(_) => 0,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(access_name(&name, 0)),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::chmod()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => int_ret(access_name(&name, 0)),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::utime()(path, times) },
+    }
+}
+
+// ---- extended attributes: a file of the store has none ------------------
+
+fn no_xattr(name: &str, list: bool) -> ssize_t {
+    size_ret(with_state(|s| {
+        state::len_of(s, name).map_err(|e| match e {
+            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+            e => fail("getxattr", &e),
+        })?;
+        if list { Ok(0) } else { Err(libc::ENODATA) }
+    }))
+}
+
+macro_rules! path_xattr {
+    ($($name:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            attr: *const c_char,
+            value: *mut c_void,
+            size: size_t,
+        ) -> ssize_t {
+            match classify(libc::AT_FDCWD, path) {
+                Place::Inside(name) => no_xattr(&name, false),
+                // SAFETY: passed through with the caller's arguments.
+                _ => unsafe { real::$name()(path, attr, value, size) },
+            }
+        }
+    )*};
+}
+
+path_xattr! {
+    getxattr;
+    lgetxattr;
+}
+
+macro_rules! path_listxattr {
+    ($($name:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, size: size_t) -> ssize_t {
+            match classify(libc::AT_FDCWD, path) {
+                Place::Inside(name) => no_xattr(&name, true),
+                // SAFETY: passed through with the caller's arguments.
+                _ => unsafe { real::$name()(path, list, size) },
+            }
+        }
+    )*};
+}
+
+path_listxattr! {
+    listxattr;
+    llistxattr;
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fgetxattr(
+    fd: c_int,
+    attr: *const c_char,
+    value: *mut c_void,
+    size: size_t,
+) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fgetxattr()(fd, attr, value, size) },
+        Some(_) => size_ret(Err(libc::ENODATA)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::flistxattr()(fd, list, size) },
+        Some(_) => 0,
+    }
+}

@@ -1,0 +1,128 @@
+//! Which paths belong to the store: those under `SETCACHE_DIR`.
+
+use std::ffi::{CStr, c_char, c_int};
+
+use crate::state::{self, Config};
+
+/// Where a path points.
+pub(crate) enum Place {
+    /// Anywhere else: the kernel serves it.
+    Outside,
+    /// `SETCACHE_DIR` itself.
+    Root,
+    /// A file of the store, by name (which may still be one the store refuses).
+    Inside(String),
+}
+
+/// `path` made absolute on `base` (when relative) and cleaned lexically:
+/// no `.`, `..` or repeated `/`, no trailing `/`.
+pub(crate) fn normalise(base: &[u8], path: &[u8]) -> Vec<u8> {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let joined = if path.first() == Some(&b'/') {
+        [path].to_vec()
+    } else {
+        vec![base, path]
+    };
+    for piece in joined {
+        for c in piece.split(|&b| b == b'/') {
+            match c {
+                b"" | b"." => {}
+                b".." => {
+                    parts.pop();
+                }
+                c => parts.push(c),
+            }
+        }
+    }
+    let mut out = Vec::with_capacity(path.len() + base.len() + 1);
+    for p in parts {
+        out.push(b'/');
+        out.extend_from_slice(p);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    out
+}
+
+/// Whether normalised `path` is `dir` or under it.
+pub(crate) fn under(path: &[u8], dir: &[u8]) -> bool {
+    path.starts_with(dir) && (path.len() == dir.len() || dir == b"/" || path[dir.len()] == b'/')
+}
+
+fn relative_to(path: &[u8], dir: &[u8]) -> Option<Place> {
+    if !under(path, dir) {
+        return None;
+    }
+    if path.len() == dir.len() {
+        return Some(Place::Root);
+    }
+    let rest = &path[dir.len() + 1..];
+    Some(Place::Inside(String::from_utf8_lossy(rest).into_owned()))
+}
+
+/// The directory `dirfd` names, for a path relative to it.
+fn base_of(dirfd: c_int) -> Option<Vec<u8>> {
+    if dirfd == libc::AT_FDCWD {
+        return std::env::current_dir()
+            .ok()
+            .map(|p| p.into_os_string().into_encoded_bytes());
+    }
+    if state::desc(dirfd).is_some() {
+        // A file of the store is no directory: let the kernel refuse it
+        // (the placeholder is the store's directory, so refuse here).
+        return None;
+    }
+    std::fs::read_link(format!("/proc/self/fd/{dirfd}"))
+        .ok()
+        .map(|p| p.into_os_string().into_encoded_bytes())
+}
+
+/// Where `path` (relative to `dirfd` when it is relative) points.
+pub(crate) fn classify(dirfd: c_int, path: *const c_char) -> Place {
+    let Some(cfg) = state::config() else {
+        return Place::Outside;
+    };
+    if path.is_null() || state::in_setup() {
+        return Place::Outside;
+    }
+    // SAFETY: the caller passes a C string, as the function it stands in for requires.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    place_of(cfg, dirfd, p)
+}
+
+fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
+    let full = if p.first() == Some(&b'/') {
+        normalise(b"", p)
+    } else {
+        match base_of(dirfd) {
+            Some(b) => normalise(&b, p),
+            None => return Place::Outside,
+        }
+    };
+    if let Some(place) = relative_to(&full, &cfg.dir) {
+        return place;
+    }
+    if let Some(c) = &cfg.canonical
+        && let Some(place) = relative_to(&full, c)
+    {
+        return place;
+    }
+    Place::Outside
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_cleaned_lexically() {
+        assert_eq!(normalise(b"", b"/a//b/./c/"), b"/a/b/c");
+        assert_eq!(normalise(b"/x/y", b"../z"), b"/x/z");
+        assert_eq!(normalise(b"/x", b"/../.."), b"/");
+        assert!(under(b"/d/f", b"/d"));
+        assert!(under(b"/d", b"/d"));
+        assert!(!under(b"/dd/f", b"/d"));
+        assert!(under(b"/anything", b"/"));
+    }
+}

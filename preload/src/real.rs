@@ -1,0 +1,154 @@
+//! The functions this library stands in for, as the next object in the
+//! lookup order (the C library) defines them: resolved once with
+//! `dlsym(RTLD_NEXT, ..)` and kept.
+
+use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use libc::{off64_t, size_t, ssize_t};
+
+/// The address of `name` (NUL-terminated) in the next object, cached in
+/// `slot`. Exits the process when the C library lacks it: nothing can be
+/// passed through then.
+fn resolve(slot: &AtomicUsize, name: &'static [u8]) -> usize {
+    let p = slot.load(Ordering::Relaxed);
+    if p != 0 {
+        return p;
+    }
+    // SAFETY: `name` is a NUL-terminated literal; RTLD_NEXT asks for the next definition.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr().cast()) } as usize;
+    if p == 0 {
+        let n = String::from_utf8_lossy(&name[..name.len() - 1]).into_owned();
+        crate::fatal(&format!("the C library does not define {n}"));
+    }
+    slot.store(p, Ordering::Relaxed);
+    p
+}
+
+macro_rules! real {
+    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        $(
+            #[allow(dead_code)]
+            pub(crate) fn $name() -> unsafe extern "C" fn($($arg),*) -> $ret {
+                static SLOT: AtomicUsize = AtomicUsize::new(0);
+                let p = resolve(&SLOT, concat!(stringify!($name), "\0").as_bytes());
+                // SAFETY: the C library's symbol of this name has this C signature.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+            }
+        )*
+    };
+}
+
+/// As `real!`, for functions whose last argument is variadic.
+macro_rules! real_variadic {
+    ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
+        $(
+            pub(crate) fn $name() -> unsafe extern "C" fn($($arg),*, ...) -> $ret {
+                static SLOT: AtomicUsize = AtomicUsize::new(0);
+                let p = resolve(&SLOT, concat!(stringify!($name), "\0").as_bytes());
+                // SAFETY: the C library's symbol of this name has this C signature.
+                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*, ...) -> $ret>(p) }
+            }
+        )*
+    };
+}
+
+real_variadic! {
+    open: fn(*const c_char, c_int) -> c_int;
+    open64: fn(*const c_char, c_int) -> c_int;
+    openat: fn(c_int, *const c_char, c_int) -> c_int;
+    openat64: fn(c_int, *const c_char, c_int) -> c_int;
+    fcntl: fn(c_int, c_int) -> c_int;
+    fcntl64: fn(c_int, c_int) -> c_int;
+    ioctl: fn(c_int, c_ulong) -> c_int;
+}
+
+real! {
+    __open_2: fn(*const c_char, c_int) -> c_int;
+    __open64_2: fn(*const c_char, c_int) -> c_int;
+    __openat_2: fn(c_int, *const c_char, c_int) -> c_int;
+    __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
+    creat: fn(*const c_char, libc::mode_t) -> c_int;
+    creat64: fn(*const c_char, libc::mode_t) -> c_int;
+    close: fn(c_int) -> c_int;
+    close_range: fn(c_uint, c_uint, c_int) -> c_int;
+    closefrom: fn(c_int) -> ();
+    read: fn(c_int, *mut c_void, size_t) -> ssize_t;
+    write: fn(c_int, *const c_void, size_t) -> ssize_t;
+    pread: fn(c_int, *mut c_void, size_t, libc::off_t) -> ssize_t;
+    pread64: fn(c_int, *mut c_void, size_t, off64_t) -> ssize_t;
+    pwrite: fn(c_int, *const c_void, size_t, libc::off_t) -> ssize_t;
+    pwrite64: fn(c_int, *const c_void, size_t, off64_t) -> ssize_t;
+    readv: fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    writev: fn(c_int, *const libc::iovec, c_int) -> ssize_t;
+    preadv: fn(c_int, *const libc::iovec, c_int, libc::off_t) -> ssize_t;
+    preadv64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t;
+    pwritev: fn(c_int, *const libc::iovec, c_int, libc::off_t) -> ssize_t;
+    pwritev64: fn(c_int, *const libc::iovec, c_int, off64_t) -> ssize_t;
+    preadv2: fn(c_int, *const libc::iovec, c_int, libc::off_t, c_int) -> ssize_t;
+    preadv64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t;
+    pwritev2: fn(c_int, *const libc::iovec, c_int, libc::off_t, c_int) -> ssize_t;
+    pwritev64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t;
+    lseek: fn(c_int, libc::off_t, c_int) -> libc::off_t;
+    lseek64: fn(c_int, off64_t, c_int) -> off64_t;
+    fsync: fn(c_int) -> c_int;
+    fdatasync: fn(c_int) -> c_int;
+    sync_file_range: fn(c_int, off64_t, off64_t, c_uint) -> c_int;
+    ftruncate: fn(c_int, libc::off_t) -> c_int;
+    ftruncate64: fn(c_int, off64_t) -> c_int;
+    truncate: fn(*const c_char, libc::off_t) -> c_int;
+    truncate64: fn(*const c_char, off64_t) -> c_int;
+    fallocate: fn(c_int, c_int, libc::off_t, libc::off_t) -> c_int;
+    fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int;
+    posix_fallocate: fn(c_int, libc::off_t, libc::off_t) -> c_int;
+    posix_fallocate64: fn(c_int, off64_t, off64_t) -> c_int;
+    posix_fadvise: fn(c_int, libc::off_t, libc::off_t, c_int) -> c_int;
+    posix_fadvise64: fn(c_int, off64_t, off64_t, c_int) -> c_int;
+    fstat: fn(c_int, *mut libc::stat64) -> c_int;
+    fstat64: fn(c_int, *mut libc::stat64) -> c_int;
+    stat: fn(*const c_char, *mut libc::stat64) -> c_int;
+    stat64: fn(*const c_char, *mut libc::stat64) -> c_int;
+    lstat: fn(*const c_char, *mut libc::stat64) -> c_int;
+    lstat64: fn(*const c_char, *mut libc::stat64) -> c_int;
+    fstatat: fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
+    fstatat64: fn(c_int, *const c_char, *mut libc::stat64, c_int) -> c_int;
+    statx: fn(c_int, *const c_char, c_int, c_uint, *mut libc::statx) -> c_int;
+    access: fn(*const c_char, c_int) -> c_int;
+    faccessat: fn(c_int, *const c_char, c_int, c_int) -> c_int;
+    readlink: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+    readlinkat: fn(c_int, *const c_char, *mut c_char, size_t) -> ssize_t;
+    fchmod: fn(c_int, libc::mode_t) -> c_int;
+    fchown: fn(c_int, libc::uid_t, libc::gid_t) -> c_int;
+    chmod: fn(*const c_char, libc::mode_t) -> c_int;
+    utime: fn(*const c_char, *const libc::utimbuf) -> c_int;
+    futimens: fn(c_int, *const libc::timespec) -> c_int;
+    unlink: fn(*const c_char) -> c_int;
+    unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
+    rename: fn(*const c_char, *const c_char) -> c_int;
+    renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
+    renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
+    mkdir: fn(*const c_char, libc::mode_t) -> c_int;
+    rmdir: fn(*const c_char) -> c_int;
+    dup: fn(c_int) -> c_int;
+    dup2: fn(c_int, c_int) -> c_int;
+    dup3: fn(c_int, c_int, c_int) -> c_int;
+    mmap: fn(*mut c_void, size_t, c_int, c_int, c_int, libc::off_t) -> *mut c_void;
+    mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
+    opendir: fn(*const c_char) -> *mut libc::DIR;
+    fdopendir: fn(c_int) -> *mut libc::DIR;
+    readdir: fn(*mut libc::DIR) -> *mut libc::dirent;
+    readdir64: fn(*mut libc::DIR) -> *mut libc::dirent64;
+    closedir: fn(*mut libc::DIR) -> c_int;
+    rewinddir: fn(*mut libc::DIR) -> ();
+    dirfd: fn(*mut libc::DIR) -> c_int;
+    fopen: fn(*const c_char, *const c_char) -> *mut libc::FILE;
+    fopen64: fn(*const c_char, *const c_char) -> *mut libc::FILE;
+    fdopen: fn(c_int, *const c_char) -> *mut libc::FILE;
+    getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+    lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
+    fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t;
+    listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+    llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
+    flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t;
+    syncfs: fn(c_int) -> c_int;
+}

@@ -1,0 +1,441 @@
+//! The process's store, the files open through it, and the table from
+//! placeholder descriptors to them.
+
+use std::collections::HashMap;
+use std::ffi::{CString, c_int};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+
+use setcache::{CacheOptions, CachedFile, CachedStore, Error, LayoutKind, Store, StoreOptions};
+
+/// What the environment asks for, read once.
+pub(crate) struct Config {
+    /// `SETCACHE_DIR`, normalised (absolute, no `.`, `..` or repeated `/`).
+    pub(crate) dir: Vec<u8>,
+    /// The same directory resolved through symbolic links, when it differs.
+    pub(crate) canonical: Option<Vec<u8>>,
+    /// `dir` as a C string, for the placeholders.
+    pub(crate) dir_c: CString,
+    /// Device number and inode of the directory.
+    pub(crate) dev_ino: (u64, u64),
+}
+
+/// The store and what is open in it.
+pub(crate) struct State {
+    pub(crate) cs: CachedStore,
+    /// Open files by name: every descriptor of a name shares one node.
+    pub(crate) nodes: Mutex<HashMap<String, Weak<Node>>>,
+    /// When the store was opened (seconds since the epoch): the times `stat` reports.
+    pub(crate) opened: i64,
+}
+
+/// One file of the store, open through one or more descriptors.
+pub(crate) struct Node {
+    pub(crate) file: CachedFile,
+    /// Its name now (a rename changes it).
+    pub(crate) name: Mutex<String>,
+    /// Held while the file's length changes, so that two writers past the end
+    /// grow it once each, in order.
+    pub(crate) grow: Mutex<()>,
+    /// `close` of the last descriptor wrote the file's data already.
+    pub(crate) closed_clean: AtomicBool,
+}
+
+impl Drop for Node {
+    /// The last descriptor is gone (closed, or replaced by `dup2`): the
+    /// file's data goes to the devices now, so that it outlives a process
+    /// that ends with `_exit`, as it would on a local file system.
+    fn drop(&mut self) {
+        if self.closed_clean.load(Ordering::Relaxed) || forked() {
+            return;
+        }
+        if let Err(e) = self.file.sync()
+            && !matches!(e, Error::FileGone(_))
+        {
+            crate::fail("writing a closed file's data", &e);
+        }
+    }
+}
+
+/// An open file description: what `open` made and `dup` shares.
+pub(crate) struct Desc {
+    pub(crate) node: Arc<Node>,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    /// The status flags `F_GETFL` reports and `F_SETFL` changes (O_APPEND,
+    /// O_NONBLOCK, O_DIRECT, ...), with the access mode.
+    pub(crate) status: AtomicI32,
+    /// The file position of `read`, `write` and `lseek`.
+    pub(crate) pos: Mutex<u64>,
+}
+
+impl Desc {
+    pub(crate) fn append(&self) -> bool {
+        self.status.load(Ordering::Relaxed) & libc::O_APPEND != 0
+    }
+
+    pub(crate) fn direct(&self) -> bool {
+        self.status.load(Ordering::Relaxed) & libc::O_DIRECT != 0
+    }
+}
+
+thread_local! {
+    /// This thread is opening the store or reading the configuration: every
+    /// call it makes meanwhile goes to the kernel.
+    static INSIDE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside the library's own set-up.
+pub(crate) fn in_setup() -> bool {
+    INSIDE.with(|c| c.get())
+}
+
+struct SetupGuard;
+
+impl SetupGuard {
+    fn enter() -> SetupGuard {
+        INSIDE.with(|c| c.set(true));
+        SetupGuard
+    }
+}
+
+impl Drop for SetupGuard {
+    fn drop(&mut self) {
+        INSIDE.with(|c| c.set(false));
+    }
+}
+
+static CONFIG: OnceLock<Option<Config>> = OnceLock::new();
+
+/// The configuration, or `None` when `SETCACHE_DIR` is unset (then the
+/// library passes everything through).
+pub(crate) fn config() -> Option<&'static Config> {
+    if let Some(c) = CONFIG.get() {
+        return c.as_ref();
+    }
+    if in_setup() {
+        return None;
+    }
+    let _g = SetupGuard::enter();
+    CONFIG.get_or_init(read_config).as_ref()
+}
+
+fn read_config() -> Option<Config> {
+    let raw = std::env::var_os("SETCACHE_DIR")?;
+    let raw = raw.as_encoded_bytes();
+    if raw.is_empty() {
+        return None;
+    }
+    let mut base = Vec::new();
+    if raw[0] != b'/' {
+        base = std::env::current_dir()
+            .map(|p| p.into_os_string().into_encoded_bytes())
+            .unwrap_or_default();
+    }
+    let dir = crate::path::normalise(&base, raw);
+    let Ok(dir_c) = CString::new(dir.clone()) else {
+        crate::fatal("SETCACHE_DIR contains a NUL byte");
+    };
+    let canonical =
+        std::fs::canonicalize(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&dir))
+            .ok()
+            .map(|p| p.into_os_string().into_encoded_bytes())
+            .filter(|c| *c != dir);
+    // SAFETY: a zeroed stat is a valid out-parameter.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `dir_c` is a C string and `st` a stat buffer.
+    let rc = unsafe { crate::real::stat64()(dir_c.as_ptr(), &mut st) };
+    if rc != 0 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        crate::fatal(&format!(
+            "SETCACHE_DIR {} is not a directory: create it first (it stays empty: its files live in the store)",
+            String::from_utf8_lossy(&dir)
+        ));
+    }
+    Some(Config {
+        dir,
+        canonical,
+        dir_c,
+        dev_ino: (st.st_dev, st.st_ino),
+    })
+}
+
+/// The store, opened on first use; `Err` (an errno and why) when it cannot be.
+static STATE: OnceLock<Result<State, (i32, String)>> = OnceLock::new();
+
+/// Set in a child process after `fork`: the store belongs to the parent.
+static FORKED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn forked() -> bool {
+    FORKED.load(Ordering::Relaxed)
+}
+
+/// The store, opened from the environment at the first call that needs it.
+pub(crate) fn state() -> Result<&'static State, i32> {
+    if forked() {
+        crate::warn_once(
+            "fork",
+            "the store belongs to the parent process: a child made by fork cannot use it (run fio with --thread)",
+        );
+        return Err(libc::EBADF);
+    }
+    let r = match STATE.get() {
+        Some(r) => r,
+        None => {
+            let _g = SetupGuard::enter();
+            STATE.get_or_init(open_state)
+        }
+    };
+    match r {
+        Ok(s) => Ok(s),
+        Err((errno, why)) => {
+            crate::warn_once("open", why);
+            Err(*errno)
+        }
+    }
+}
+
+/// Bytes from a size like `512M`, `4G`, `65536`.
+pub(crate) fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 1u64 << 10),
+        (i, 'm' | 'M') => (&s[..i], 1 << 20),
+        (i, 'g' | 'G') => (&s[..i], 1 << 30),
+        (i, 't' | 'T') => (&s[..i], 1 << 40),
+        _ => (s, 1),
+    };
+    num.trim().parse::<u64>().ok()?.checked_mul(mult)
+}
+
+fn env_size(name: &str, default: u64) -> Result<u64, (i32, String)> {
+    match std::env::var(name) {
+        Err(_) => Ok(default),
+        Ok(v) => parse_size(&v).filter(|&n| n > 0).ok_or_else(|| {
+            (
+                libc::EINVAL,
+                format!("{name}={v:?} is not a size (bytes, or a number with K, M, G or T)"),
+            )
+        }),
+    }
+}
+
+fn open_state() -> Result<State, (i32, String)> {
+    let cfg = config().ok_or((libc::EINVAL, "SETCACHE_DIR is not set".to_string()))?;
+    let devices = std::env::var("SETCACHE_DEVICES").map_err(|_| {
+        (
+            libc::EINVAL,
+            "SETCACHE_DEVICES is not set: give the store's device directories, separated by commas"
+                .to_string(),
+        )
+    })?;
+    let roots: Vec<PathBuf> = devices
+        .split(',')
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .collect();
+    for r in &roots {
+        let abs = std::path::absolute(r).unwrap_or_else(|_| r.clone());
+        let n = crate::path::normalise(b"", abs.as_os_str().as_encoded_bytes());
+        if crate::path::under(&n, &cfg.dir) || crate::path::under(&cfg.dir, &n) {
+            return Err((
+                libc::EINVAL,
+                format!(
+                    "device directory {} and SETCACHE_DIR {} must not contain one another",
+                    r.display(),
+                    String::from_utf8_lossy(&cfg.dir)
+                ),
+            ));
+        }
+    }
+    let cache = env_size("SETCACHE_CACHE_SIZE", 256 << 20)?;
+    let page = env_size("SETCACHE_PAGE_SIZE", 4096)?;
+    let fail = |e: Error| (e.posix_errno(), format!("cannot open the store: {e}"));
+    let store_opts = StoreOptions {
+        page_size: page as u32,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&roots, store_opts).map_err(fail)?;
+    let opts = CacheOptions {
+        size: cache as usize,
+        page_size: page as usize,
+        ..CacheOptions::default()
+    };
+    let cs = CachedStore::new(store, opts).map_err(fail)?;
+    // SAFETY: registers plain `extern "C"` functions with no arguments.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+        libc::atexit(sync_at_exit);
+    }
+    let opened = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    Ok(State {
+        cs,
+        nodes: Mutex::new(HashMap::new()),
+        opened,
+    })
+}
+
+extern "C" fn after_fork_child() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// What a program wrote and did not sync survives its exit on a local file
+/// system (the kernel keeps it): here the store's dirty pages are written and
+/// synced when the process exits normally.
+extern "C" fn sync_at_exit() {
+    if forked() {
+        return;
+    }
+    if let Some(Ok(s)) = STATE.get()
+        && let Err(e) = s.cs.sync()
+    {
+        eprintln!("setcache preload: writing the store's dirty pages at exit failed: {e}");
+    }
+}
+
+/// The layout of files the library creates.
+pub(crate) const LAYOUT: LayoutKind = LayoutKind::Stripe;
+
+// The descriptor table: placeholders (real O_PATH descriptors) to their
+// descriptions, in chunks allocated as descriptor numbers grow.
+
+const CHUNK: usize = 1024;
+const CHUNKS: usize = 1024;
+/// The largest descriptor number the library can stand in for, plus one.
+pub(crate) const MAX_FD: usize = CHUNK * CHUNKS;
+
+type Slot = RwLock<Option<Arc<Desc>>>;
+
+static TABLE: [AtomicPtr<[Slot; CHUNK]>; CHUNKS] =
+    [const { AtomicPtr::new(std::ptr::null_mut()) }; CHUNKS];
+/// Descriptors in the table: none, and every descriptor call passes through
+/// at the cost of one load.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+fn slot(fd: c_int, make: bool) -> Option<&'static Slot> {
+    let fd = usize::try_from(fd).ok().filter(|&f| f < MAX_FD)?;
+    let chunk = &TABLE[fd / CHUNK];
+    let mut p = chunk.load(Ordering::Acquire);
+    if p.is_null() {
+        if !make {
+            return None;
+        }
+        let fresh: Box<[Slot; CHUNK]> = Box::new(std::array::from_fn(|_| RwLock::new(None)));
+        let fresh = Box::into_raw(fresh);
+        match chunk.compare_exchange(
+            std::ptr::null_mut(),
+            fresh,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => p = fresh,
+            Err(other) => {
+                // SAFETY: `fresh` came from Box::into_raw above and was not published.
+                drop(unsafe { Box::from_raw(fresh) });
+                p = other;
+            }
+        }
+    }
+    // SAFETY: a published chunk is never freed.
+    Some(unsafe { &(*p)[fd % CHUNK] })
+}
+
+/// The description behind placeholder `fd`, if it is one.
+#[inline]
+pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    slot(fd, false)?
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
+/// Make `fd` stand for `d` (replacing what it stood for).
+pub(crate) fn insert(fd: c_int, d: Arc<Desc>) -> Result<(), i32> {
+    let s = slot(fd, true).ok_or(libc::EMFILE)?;
+    let old = s.write().unwrap_or_else(|p| p.into_inner()).replace(d);
+    if old.is_none() {
+        LIVE.fetch_add(1, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// `fd` no longer stands for anything; what it stood for.
+pub(crate) fn remove(fd: c_int) -> Option<Arc<Desc>> {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let old = slot(fd, false)?
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if old.is_some() {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+    old
+}
+
+/// The node of `name`, opening the file (or, with `create`, creating it
+/// empty) when no descriptor has it open. `excl` refuses an existing file.
+pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Arc<Node>, Error> {
+    let mut nodes = s.nodes.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(n) = nodes.get(name).and_then(Weak::upgrade) {
+        if create && excl {
+            return Err(Error::FileExists(name.to_string()));
+        }
+        return Ok(n);
+    }
+    let file = match s.cs.open_file(name) {
+        Ok(_) if create && excl => return Err(Error::FileExists(name.to_string())),
+        Ok(f) => f,
+        Err(Error::FileNotFound(_)) if create => s.cs.create(name, 0, LAYOUT)?,
+        Err(e) => return Err(e),
+    };
+    let n = Arc::new(Node {
+        file,
+        name: Mutex::new(name.to_string()),
+        grow: Mutex::new(()),
+        closed_clean: AtomicBool::new(false),
+    });
+    nodes.retain(|_, w| w.strong_count() > 0);
+    nodes.insert(name.to_string(), Arc::downgrade(&n));
+    Ok(n)
+}
+
+/// The length of `name`: from its node when it is open, else from the store.
+pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
+    let open = s
+        .nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(name)
+        .and_then(Weak::upgrade);
+    match open {
+        Some(n) => Ok(n.file.len()),
+        None => s.cs.store().info(name).map(|i| i.len),
+    }
+}
+
+/// `name` was deleted: a later open finds the store's file, not the node.
+pub(crate) fn forget(s: &State, name: &str) {
+    lock_nodes(s).remove(name);
+}
+
+/// `from` is now `to`: the open node follows.
+pub(crate) fn renamed(s: &State, from: &str, to: &str) {
+    let mut nodes = lock_nodes(s);
+    if let Some(w) = nodes.remove(from) {
+        if let Some(n) = w.upgrade() {
+            *n.name.lock().unwrap_or_else(|p| p.into_inner()) = to.to_string();
+        }
+        nodes.insert(to.to_string(), w);
+    }
+}
+
+fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Node>>> {
+    s.nodes.lock().unwrap_or_else(|p| p.into_inner())
+}

@@ -1,0 +1,148 @@
+//! `fopen` of a file of the store: stdio opens files inside the C library,
+//! out of this library's reach, so the stream is made with `fopencookie`
+//! over a placeholder descriptor and this library's `read`, `write`,
+//! `lseek64` and `close`. (`fileno` of such a stream is -1.)
+
+#![allow(clippy::missing_safety_doc)]
+#![allow(unreachable_pub)]
+
+use std::ffi::{CStr, c_char, c_int, c_void};
+
+use libc::{off64_t, size_t, ssize_t};
+
+use crate::path::{Place, classify};
+use crate::{calls, real, set_errno};
+
+type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t;
+type WriteFn = unsafe extern "C" fn(*mut c_void, *const c_char, size_t) -> ssize_t;
+type SeekFn = unsafe extern "C" fn(*mut c_void, *mut off64_t, c_int) -> c_int;
+type CloseFn = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `cookie_io_functions_t`.
+#[repr(C)]
+struct CookieIo {
+    read: Option<ReadFn>,
+    write: Option<WriteFn>,
+    seek: Option<SeekFn>,
+    close: Option<CloseFn>,
+}
+
+unsafe extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, io: CookieIo) -> *mut libc::FILE;
+}
+
+fn fd_of(cookie: *mut c_void) -> c_int {
+    cookie as usize as c_int
+}
+
+unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio passes its buffer of `n` bytes.
+    unsafe { calls::read(fd_of(cookie), buf.cast(), n) }
+}
+
+unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
+    // SAFETY: stdio passes its buffer of `n` bytes.
+    unsafe { calls::write(fd_of(cookie), buf.cast(), n) }
+}
+
+unsafe extern "C" fn cookie_seek(cookie: *mut c_void, pos: *mut off64_t, whence: c_int) -> c_int {
+    // SAFETY: stdio passes the position to move by and to update.
+    let r = unsafe { calls::lseek64(fd_of(cookie), *pos, whence) };
+    if r < 0 {
+        return -1;
+    }
+    // SAFETY: as above.
+    unsafe { *pos = r };
+    0
+}
+
+unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
+    // SAFETY: the stream's own placeholder.
+    unsafe { calls::close(fd_of(cookie)) }
+}
+
+/// `open` flags of an `fopen` mode; `None` for a mode `fopen` refuses.
+fn flags_of(mode: &[u8]) -> Option<c_int> {
+    let plus = mode.contains(&b'+');
+    let mut f = match (mode.first()?, plus) {
+        (b'r', false) => libc::O_RDONLY,
+        (b'r', true) => libc::O_RDWR,
+        (b'w', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC,
+        (b'w', true) => libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+        (b'a', false) => libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND,
+        (b'a', true) => libc::O_RDWR | libc::O_CREAT | libc::O_APPEND,
+        _ => return None,
+    };
+    if mode.contains(&b'x') {
+        f |= libc::O_EXCL;
+    }
+    if mode.contains(&b'e') {
+        f |= libc::O_CLOEXEC;
+    }
+    Some(f)
+}
+
+fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: fopen's mode is a C string.
+    let m = unsafe { CStr::from_ptr(mode) }.to_bytes();
+    let Some(flags) = flags_of(m) else {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    };
+    match calls::open_inside(name, flags) {
+        Ok(fd) => stream_of(fd, mode),
+        Err(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// A stream over placeholder `fd`; `fclose` closes `fd`. On failure `fd` is closed.
+fn stream_of(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    let io = CookieIo {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(cookie_close),
+    };
+    // SAFETY: the cookie is the descriptor's number; the functions match glibc's types.
+    let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
+    if f.is_null() {
+        // SAFETY: closes the placeholder just made.
+        unsafe { calls::close(fd) };
+    }
+    f
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => open_stream(&name, mode),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::fopen()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => open_stream(&name, mode),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::fopen64()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+    if crate::state::desc(fd).is_none() {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::fdopen()(fd, mode) };
+    }
+    // SAFETY: fdopen's mode is a C string.
+    if flags_of(unsafe { CStr::from_ptr(mode) }.to_bytes()).is_none() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    stream_of(fd, mode)
+}
