@@ -51,7 +51,7 @@ fn off_ret(r: Result<u64, i32>) -> off64_t {
 
 /// An error on a call that the store cannot support: its errno, and a
 /// message on stderr once.
-fn unsupported(what: &str, errno: i32) -> i32 {
+pub(crate) fn unsupported(what: &str, errno: i32) -> i32 {
     warn_once(
         what,
         &format!("{what}: not supported on a file of the store"),
@@ -1655,4 +1655,70 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) 
         None => unsafe { real::flistxattr()(fd, list, size) },
         Some(_) => 0,
     }
+}
+
+// ---- realpath: a file of the store is at its lexical path ----------------
+
+/// `realpath` of file `name` of the store: `SETCACHE_DIR/name` when it exists.
+fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
+    let r = with_state(|s| {
+        state::len_of(s, name).map_err(|e| match e {
+            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+            e => fail("realpath", &e),
+        })?;
+        let cfg = state::config().ok_or(libc::EINVAL)?;
+        let mut full = cfg.dir.clone();
+        full.push(b'/');
+        full.extend_from_slice(name.as_bytes());
+        if full.len() >= libc::PATH_MAX as usize {
+            return Err(libc::ENAMETOOLONG);
+        }
+        Ok(full)
+    });
+    let full = match r {
+        Ok(f) => f,
+        Err(e) => {
+            set_errno(e);
+            return std::ptr::null_mut();
+        }
+    };
+    let out = if resolved.is_null() {
+        // SAFETY: a fresh allocation the caller frees, as realpath's is.
+        let p = unsafe { libc::malloc(full.len() + 1) }.cast::<c_char>();
+        if p.is_null() {
+            set_errno(libc::ENOMEM);
+            return p;
+        }
+        p
+    } else {
+        resolved
+    };
+    // SAFETY: `out` holds PATH_MAX bytes (the caller's) or full.len() + 1 (ours).
+    unsafe {
+        std::ptr::copy_nonoverlapping(full.as_ptr().cast::<c_char>(), out, full.len());
+        *out.add(full.len()) = 0;
+    }
+    out
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => realpath_name(&name, resolved),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::realpath()(path, resolved) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __realpath_chk(
+    path: *const c_char,
+    resolved: *mut c_char,
+    len: size_t,
+) -> *mut c_char {
+    if !resolved.is_null() && len < libc::PATH_MAX as usize {
+        crate::fatal("buffer overflow detected in realpath");
+    }
+    // SAFETY: the caller's arguments, checked as the fortified function does.
+    unsafe { realpath(path, resolved) }
 }

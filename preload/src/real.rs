@@ -144,6 +144,9 @@ real! {
     fopen: fn(*const c_char, *const c_char) -> *mut libc::FILE;
     fopen64: fn(*const c_char, *const c_char) -> *mut libc::FILE;
     fdopen: fn(c_int, *const c_char) -> *mut libc::FILE;
+    freopen: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
+    freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
+    realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
     lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
     fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t;

@@ -348,10 +348,20 @@ pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    slot(fd, false)?
+    let d = slot(fd, false)?
         .read()
         .unwrap_or_else(|p| p.into_inner())
-        .clone()
+        .clone()?;
+    if forked() {
+        // The kernel refuses the placeholder itself (EBADF): the store is
+        // the parent's.
+        crate::warn_once(
+            "fork",
+            "the store belongs to the parent process: a child made by fork cannot use it (run fio with --thread)",
+        );
+        return None;
+    }
+    Some(d)
 }
 
 /// Make `fd` stand for `d` (replacing what it stood for).

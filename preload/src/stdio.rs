@@ -146,3 +146,37 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
     }
     stream_of(fd, mode)
 }
+
+fn refuse_freopen() -> *mut libc::FILE {
+    set_errno(crate::calls::unsupported(
+        "freopen of a file in SETCACHE_DIR (the stream is reopened inside the C library)",
+        libc::EOPNOTSUPP,
+    ));
+    std::ptr::null_mut()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn freopen(
+    path: *const c_char,
+    mode: *const c_char,
+    stream: *mut libc::FILE,
+) -> *mut libc::FILE {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(_) => refuse_freopen(),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::freopen()(path, mode, stream) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn freopen64(
+    path: *const c_char,
+    mode: *const c_char,
+    stream: *mut libc::FILE,
+) -> *mut libc::FILE {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(_) => refuse_freopen(),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::freopen64()(path, mode, stream) },
+    }
+}

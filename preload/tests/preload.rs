@@ -1,0 +1,201 @@
+//! The preload library under a real C program (`tests/probe.c`, compiled
+//! here with the system's C compiler, with and without 64-bit file offsets):
+//! files outside `SETCACHE_DIR` behave exactly as without the library, files
+//! inside it give the same transcript as files of a local file system, calls
+//! the store cannot support fail with a clear errno and a message, a second
+//! process gets the store's lock error, and a child after `fork` gets errors
+//! on its inherited descriptors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The library cargo built for this test, beside it in target/<profile>/deps
+/// (`cargo test` builds it there, and copies it up only on `cargo build`).
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable");
+    let lib = exe.with_file_name("libsetcache_preload.so");
+    assert!(lib.exists(), "{} is missing", lib.display());
+    lib
+}
+
+/// The probe compiled into `dir`, with `-D_FILE_OFFSET_BITS=64` when `wide`.
+fn probe(dir: &Path, wide: bool) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/probe.c");
+    let out = dir.join(if wide { "probe64" } else { "probe" });
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-Wall", "-Werror"]);
+    if wide {
+        cc.arg("-D_FILE_OFFSET_BITS=64");
+    }
+    let st = cc.arg(&src).arg("-o").arg(&out).status().expect("run cc");
+    assert!(st.success(), "cc failed on {}", src.display());
+    out
+}
+
+struct Setup {
+    root: PathBuf,
+    lib: PathBuf,
+}
+
+impl Setup {
+    fn new(tag: &str) -> Setup {
+        let root =
+            std::env::temp_dir().join(format!("setcache-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for d in ["plain", "outside", "store", "dev0", "dev1", "bin"] {
+            std::fs::create_dir_all(root.join(d)).unwrap();
+        }
+        Setup {
+            root,
+            lib: library(),
+        }
+    }
+
+    fn p(&self, d: &str) -> PathBuf {
+        self.root.join(d)
+    }
+
+    /// `cmd` with the library preloaded on this setup's store.
+    fn preloaded(&self, prog: &Path) -> Command {
+        let mut c = Command::new(prog);
+        c.env("LD_PRELOAD", &self.lib)
+            .env("SETCACHE_DIR", self.p("store"))
+            .env(
+                "SETCACHE_DEVICES",
+                format!("{},{}", self.p("dev0").display(), self.p("dev1").display()),
+            )
+            .env("SETCACHE_CACHE_SIZE", "4M");
+        c
+    }
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+fn run(mut c: Command) -> Output {
+    let out = c.output().expect("run the probe");
+    assert!(
+        out.status.success(),
+        "probe failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn files_inside_and_outside_behave_as_on_a_local_file_system() {
+    let s = Setup::new("same");
+    for wide in [true, false] {
+        let prog = probe(&s.p("bin"), wide);
+        let mut plain = Command::new(&prog);
+        plain.arg(s.p("plain"));
+        let plain = text(&run(plain).stdout);
+        assert!(
+            plain.lines().count() > 80,
+            "the probe printed too little:\n{plain}"
+        );
+        let mut outside = s.preloaded(&prog);
+        outside.arg(s.p("outside"));
+        let outside = run(outside);
+        assert_eq!(
+            text(&outside.stdout),
+            plain,
+            "outside SETCACHE_DIR, with the library"
+        );
+        assert!(outside.stderr.is_empty(), "{}", text(&outside.stderr));
+        let mut inside = s.preloaded(&prog);
+        inside.arg(s.p("store"));
+        let inside = run(inside);
+        assert_eq!(
+            text(&inside.stdout),
+            plain,
+            "inside SETCACHE_DIR (64-bit offsets: {wide})"
+        );
+        // The store's directory stays empty: the files are in the store.
+        assert_eq!(std::fs::read_dir(s.p("store")).unwrap().count(), 0);
+        assert!(std::fs::read_dir(s.p("dev0")).unwrap().count() > 0);
+    }
+}
+
+#[test]
+fn unsupported_calls_fail_with_a_clear_errno_and_message() {
+    let s = Setup::new("refused");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("refused");
+    let out = run(c);
+    let t = text(&out.stdout);
+    let line = |what: &str| {
+        t.lines()
+            .find(|l| l.starts_with(what))
+            .unwrap_or_else(|| panic!("no line {what:?} in\n{t}"))
+            .split_whitespace()
+            .skip(what.split_whitespace().count())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(line("mmap"), "-1 ENODEV");
+    assert_eq!(line("mkdir inside"), "-1 EPERM");
+    // The refused mapping did not disturb the file.
+    assert_eq!(line("read after refused mmap"), "1");
+    let err = text(&out.stderr);
+    assert!(err.contains("mmap of a file in SETCACHE_DIR"), "{err}");
+    assert!(err.contains("mkdir in SETCACHE_DIR"), "{err}");
+    // The same calls on a plain directory succeed (the probe is not wrong).
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("plain")).arg("refused");
+    let t = text(&run(plain).stdout);
+    assert!(
+        t.contains("mmap                                     0"),
+        "{t}"
+    );
+}
+
+#[test]
+fn a_second_process_gets_the_lock_error_and_a_forked_child_gets_errors() {
+    let s = Setup::new("lock");
+    let prog = probe(&s.p("bin"), true);
+    // A shell holding the store (a descriptor of one of its files) runs the
+    // probe as its child: two processes, one store.
+    let mut sh = s.preloaded(Path::new("/bin/sh"));
+    sh.arg("-c").arg(format!(
+        "exec 3>{}/held; {} {}",
+        s.p("store").display(),
+        prog.display(),
+        s.p("store").display()
+    ));
+    let out = sh.output().unwrap();
+    let t = text(&out.stdout);
+    assert!(
+        t.starts_with("open O_CREAT|O_EXCL                      -1 EBUSY"),
+        "{t}"
+    );
+    let err = text(&out.stderr);
+    assert!(err.contains("in use by another open store"), "{err}");
+
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("fork");
+    let out = run(c);
+    let t = text(&out.stdout);
+    assert!(
+        t.contains("child: pread                             -1 EBADF"),
+        "{t}"
+    );
+    assert!(
+        t.contains("child: open                              -1 EBADF"),
+        "{t}"
+    );
+    assert!(
+        t.contains("parent: pread                            4"),
+        "{t}"
+    );
+    assert!(text(&out.stderr).contains("a child made by fork cannot use it"));
+}

@@ -1,0 +1,288 @@
+/* A program that uses files the way ordinary programs do and prints what each
+ * call returned, one line per call: the test runs it without the preload
+ * library on a plain directory, with it on a plain directory, and with it on
+ * SETCACHE_DIR, and compares the transcripts. It prints nothing that differs
+ * between file systems for reasons of their own (inode numbers, times,
+ * allocated blocks).
+ *
+ *   probe DIR            the common transcript
+ *   probe DIR refused    calls a file of the store must refuse (mmap, mkdir)
+ *   probe DIR fork       descriptors used by a child after fork
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char dir[4096];
+
+static const char *path(const char *name) {
+    static char buf[2][4200];
+    static int which;
+    which ^= 1;
+    snprintf(buf[which], sizeof buf[which], "%s/%s", dir, name);
+    return buf[which];
+}
+
+static void show(const char *what, long long rc) {
+    if (rc < 0)
+        printf("%-40s -1 %s\n", what, strerrorname_np(errno));
+    else
+        printf("%-40s %lld\n", what, rc);
+}
+
+static unsigned sum(const unsigned char *p, size_t n) {
+    unsigned h = 2166136261u;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
+static void show_size(const char *what, const char *name) {
+    struct stat st;
+    int rc = stat(path(name), &st);
+    if (rc < 0)
+        show(what, rc);
+    else
+        printf("%-40s size %lld regular %d mode %o\n", what, (long long)st.st_size,
+               S_ISREG(st.st_mode), st.st_mode & 0777);
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void list(const char *what) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        show(what, -1);
+        return;
+    }
+    char *names[64];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 64)
+        names[n++] = strdup(e->d_name);
+    closedir(d);
+    qsort(names, n, sizeof names[0], by_name);
+    printf("%-40s", what);
+    for (int i = 0; i < n; i++) {
+        printf(" %s", names[i]);
+        free(names[i]);
+    }
+    printf("\n");
+}
+
+static void common(void) {
+    unsigned char buf[20000], back[20000];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 7 + 3);
+
+    int fd = open(path("p1"), O_CREAT | O_RDWR | O_EXCL, 0644);
+    show("open O_CREAT|O_EXCL", fd >= 0 ? 0 : -1);
+    show("open O_CREAT|O_EXCL again", open(path("p1"), O_CREAT | O_RDWR | O_EXCL, 0644));
+    show("pwrite 10000 at 100", pwrite(fd, buf, 10000, 100));
+    struct stat st;
+    fstat(fd, &st);
+    show("fstat size", st.st_size);
+    memset(back, 0xee, sizeof back);
+    show("pread 200 at 0", pread(fd, back, 200, 0));
+    printf("%-40s %u %u\n", "  zeros then data", sum(back, 100), sum(back + 100, 100) == sum(buf, 100));
+    show("pread at the end", pread(fd, back, 10, 10100));
+    show("pread past the end", pread(fd, back, 10, 20000));
+    show("lseek end", lseek(fd, 0, SEEK_END));
+    show("write 4 at the end", write(fd, "tail", 4));
+    show("lseek cur", lseek(fd, 0, SEEK_CUR));
+    show("lseek negative", lseek(fd, -1, SEEK_SET));
+
+    struct iovec v[3] = {{buf, 100}, {buf + 1000, 3000}, {buf + 5000, 1}};
+    show("pwritev 3 buffers at 20000", pwritev(fd, v, 3, 20000));
+    memset(back, 0, sizeof back);
+    struct iovec r[2] = {{back, 50}, {back + 50, 4000}};
+    show("preadv 2 buffers at 20000", preadv(fd, r, 2, 20000));
+    printf("%-40s %d %d\n", "  same bytes", memcmp(back, buf, 100) == 0,
+           memcmp(back + 100, buf + 1000, 3000) == 0);
+    show("lseek 0", lseek(fd, 0, SEEK_SET));
+    show("writev 2 buffers", writev(fd, v, 2));
+    show("lseek cur after writev", lseek(fd, 0, SEEK_CUR));
+    show("lseek 0", lseek(fd, 0, SEEK_SET));
+    show("readv", readv(fd, r, 2));
+    show("read 10", read(fd, back, 10));
+    show("lseek cur after reads", lseek(fd, 0, SEEK_CUR));
+
+    show("ftruncate 5000", ftruncate(fd, 5000));
+    fstat(fd, &st);
+    show("fstat size", st.st_size);
+    show("pread 100 at 4990", pread(fd, back, 100, 4990));
+    show("ftruncate 6000", ftruncate(fd, 6000));
+    show("pread 20 at 4990", pread(fd, back, 20, 4990));
+    printf("%-40s %u\n", "  zeros past the old end", sum(back + 10, 10));
+
+    int d2 = dup(fd);
+    show("dup", d2 >= 0 ? 0 : -1);
+    lseek(fd, 123, SEEK_SET);
+    show("dup shares the position", lseek(d2, 0, SEEK_CUR));
+    int d3 = fcntl(fd, F_DUPFD_CLOEXEC, 50);
+    show("F_DUPFD_CLOEXEC >= 50", d3 >= 50);
+    show("F_GETFD of it", fcntl(d3, F_GETFD));
+    show("F_GETFL access mode", fcntl(fd, F_GETFL) & O_ACCMODE);
+    show("F_SETFL O_APPEND", fcntl(fd, F_SETFL, O_APPEND));
+    show("F_GETFL has O_APPEND", (fcntl(fd, F_GETFL) & O_APPEND) != 0);
+    show("pwrite with O_APPEND (appends)", pwrite(fd, "xy", 2, 0));
+    fstat(fd, &st);
+    show("fstat size", st.st_size);
+    struct flock lk = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 100};
+    show("F_SETLK write lock", fcntl(fd, F_SETLK, &lk));
+    lk.l_type = F_WRLCK;
+    show("F_GETLK", fcntl(fd, F_GETLK, &lk));
+    show("  lock type found", lk.l_type == F_UNLCK);
+    show("fsync", fsync(fd));
+    show("fdatasync", fdatasync(fd));
+    show("close dup", close(d2));
+    show("close dup", close(d3));
+    show("close", close(fd));
+    show("close again", close(fd));
+
+    show_size("stat p1", "p1");
+    show("access F_OK", access(path("p1"), F_OK));
+    show("access R_OK|W_OK", access(path("p1"), R_OK | W_OK));
+    show("access missing", access(path("nothing"), F_OK));
+    show("rename p1 p2", rename(path("p1"), path("p2")));
+    show_size("stat p1", "p1");
+    show_size("stat p2", "p2");
+    fd = open(path("p3"), O_CREAT | O_WRONLY, 0644);
+    show("write p3", write(fd, buf, 3000));
+    close(fd);
+    show("rename p2 over p3", rename(path("p2"), path("p3")));
+    show_size("stat p3", "p3");
+    list("list");
+
+    fd = open(path("p3"), O_RDWR | O_TRUNC);
+    fstat(fd, &st);
+    show("O_TRUNC size", st.st_size);
+    show("posix_fallocate 8192", posix_fallocate(fd, 0, 8192));
+    fstat(fd, &st);
+    show("size", st.st_size);
+    show("fallocate KEEP_SIZE", fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, 100000));
+    fstat(fd, &st);
+    show("size", st.st_size);
+    show("posix_fadvise SEQUENTIAL", posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL));
+    show("posix_fadvise DONTNEED", posix_fadvise(fd, 0, 4096, POSIX_FADV_DONTNEED));
+    close(fd);
+
+    fd = open(path("a"), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    show("append 5", write(fd, "hello", 5));
+    show("append 6", write(fd, " world", 6));
+    close(fd);
+    fd = open(path("a"), O_RDONLY);
+    memset(back, 0, 32);
+    show("read appended", read(fd, back, 32));
+    printf("%-40s %s\n", "  bytes", back);
+    show("write on O_RDONLY", write(fd, "x", 1));
+    show("ftruncate on O_RDONLY", ftruncate(fd, 0));
+    close(fd);
+    fd = open(path("a"), O_WRONLY);
+    show("read on O_WRONLY", read(fd, back, 1));
+    close(fd);
+    fd = creat(path("c"), 0644);
+    show("creat then write", write(fd, "abc", 3));
+    close(fd);
+    show_size("stat c", "c");
+
+    fd = open(path("d"), O_CREAT | O_RDWR | O_DIRECT, 0644);
+    void *al = NULL;
+    if (posix_memalign(&al, 4096, 8192) != 0)
+        abort();
+    memcpy(al, buf, 8192);
+    show("O_DIRECT aligned pwrite", pwrite(fd, al, 8192, 0));
+    show("O_DIRECT misaligned pwrite", pwrite(fd, al, 100, 0));
+    show("O_DIRECT misaligned offset", pread(fd, al, 4096, 100));
+    show("O_DIRECT aligned pread", pread(fd, al, 4096, 4096));
+    printf("%-40s %d\n", "  same bytes", memcmp(al, buf + 4096, 4096) == 0);
+    free(al);
+    close(fd);
+
+    FILE *f = fopen(path("s"), "w");
+    show("fopen w", f ? 0 : -1);
+    if (f) {
+        fprintf(f, "line one\nline two\n");
+        show("fclose", fclose(f));
+    }
+    f = fopen(path("s"), "r");
+    show("fopen r", f ? 0 : -1);
+    if (f) {
+        char line[64] = "";
+        char *got = fgets(line, sizeof line, f);
+        got = fgets(line, sizeof line, f);
+        printf("%-40s %s", "  second line", got ? line : "(none)\n");
+        fclose(f);
+    }
+
+    show("open missing", open(path("missing"), O_RDONLY));
+    show("unlink p3", unlink(path("p3")));
+    show("unlink p3 again", unlink(path("p3")));
+    show_size("stat p3", "p3");
+    list("list");
+    const char *names[] = {"a", "c", "d", "s"};
+    for (int i = 0; i < 4; i++)
+        unlink(path(names[i]));
+    list("list after unlinking all");
+}
+
+static void refused(void) {
+    int fd = open(path("m"), O_CREAT | O_RDWR, 0644);
+    show("write", write(fd, "data", 4));
+    void *p = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0);
+    show("mmap", p == MAP_FAILED ? -1 : 0);
+    char c;
+    show("read after refused mmap", pread(fd, &c, 1, 0));
+    show("mkdir inside", mkdir(path("sub"), 0755));
+    close(fd);
+    unlink(path("m"));
+}
+
+/* After fork, the child's descriptors of the store's files fail: the store
+ * (its cache and its I/O threads) lives in the parent. */
+static void after_fork(void) {
+    int fd = open(path("f"), O_CREAT | O_RDWR, 0644);
+    show("write", write(fd, "data", 4));
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        char c;
+        show("child: pread", pread(fd, &c, 1, 0));
+        show("child: open", open(path("f"), O_RDONLY));
+        fflush(stdout);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    char back[4];
+    show("parent: pread", pread(fd, back, 4, 0));
+    close(fd);
+    unlink(path("f"));
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fprintf(stderr, "usage: probe DIR [refused]\n");
+        return 2;
+    }
+    snprintf(dir, sizeof dir, "%s", argv[1]);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 2 && strcmp(argv[2], "refused") == 0)
+        refused();
+    else if (argc > 2 && strcmp(argv[2], "fork") == 0)
+        after_fork();
+    else
+        common();
+    return 0;
+}
