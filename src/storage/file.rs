@@ -222,8 +222,22 @@ impl File {
             Sink::Thread(std::thread::current()),
         );
         let mut batches = Vec::new();
-        if self.prepare(kind, offset, ptr, len, None, &joiner, &mut batches)? == 0 {
+        let n = self.prepare(kind, offset, ptr, len, None, &joiner, &mut batches)?;
+        if n == 0 {
             return Ok(());
+        }
+        if n == 1 {
+            // One device operation: on an engine over real files the caller
+            // performs it itself and waits in the kernel.
+            let op = batches.into_iter().flatten().next().expect("one operation");
+            if op.backing.engine.blocking_in_caller() {
+                let res = crate::storage::io::psync::execute(&op);
+                op.finish(res);
+            } else {
+                let engine = op.backing.engine.clone();
+                engine.submit(vec![op]);
+            }
+            return joiner.wait_sync();
         }
         for ops in batches {
             if let Some(first) = ops.first() {

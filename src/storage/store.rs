@@ -724,6 +724,18 @@ impl Store {
         self.inner.engine_name
     }
 
+    /// Bytes read from and written to all devices since the store opened
+    /// by reads and writes of files' data (not headers or metadata), counted as
+    /// device operations end.
+    pub fn device_bytes(&self) -> (u64, u64) {
+        self.inner.states.iter().fold((0, 0), |(r, w), s| {
+            (
+                r + s.read_bytes.load(Ordering::Relaxed),
+                w + s.written_bytes.load(Ordering::Relaxed),
+            )
+        })
+    }
+
     /// Number of devices.
     pub fn devices(&self) -> usize {
         self.inner.roots.len()

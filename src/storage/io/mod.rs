@@ -14,7 +14,7 @@
 pub(crate) mod fixed;
 mod joiner;
 mod mailbox;
-mod psync;
+pub(crate) mod psync;
 mod sim;
 mod thread_ring;
 mod uring;
@@ -84,6 +84,9 @@ impl DevOpKind {
 pub(crate) struct DeviceState {
     pub(crate) device: usize,
     failed: OnceLock<Error>,
+    /// Bytes read from and written to the device (counted as operations end).
+    pub(crate) read_bytes: std::sync::atomic::AtomicU64,
+    pub(crate) written_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl DeviceState {
@@ -91,6 +94,8 @@ impl DeviceState {
         DeviceState {
             device,
             failed: OnceLock::new(),
+            read_bytes: Default::default(),
+            written_bytes: Default::default(),
         }
     }
 
@@ -196,6 +201,16 @@ impl DevOp {
     /// ([`error_can_pass`]) also fails the device for good. A short transfer fails
     /// only the request.
     pub(crate) fn finish(self, res: OpResult) {
+        if let OpResult::Done(n) = res {
+            let counter = match self.kind {
+                DevOpKind::Read => Some(&self.backing.state.read_bytes),
+                DevOpKind::Write => Some(&self.backing.state.written_bytes),
+                DevOpKind::Fsync => None,
+            };
+            if let Some(c) = counter {
+                c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
         let err = match res {
             OpResult::Done(n) if n == self.len || self.kind == DevOpKind::Fsync => None,
             OpResult::Done(n) => {
@@ -252,6 +267,14 @@ pub(crate) trait DeviceEngine: Send + Sync {
     /// its own ([`ThreadRing`]) instead of this engine.
     fn queue_rings(&self) -> Option<QueueRings> {
         None
+    }
+    /// Whether a synchronous call's single operation may run on the calling
+    /// thread as a blocking system call ([`psync::execute`]) instead of going
+    /// through the engine's thread: true for engines over real files. The
+    /// caller then waits in the kernel, as `pread` on an O_DIRECT file does,
+    /// with no hand-off to the device thread and back (two wake-ups).
+    fn blocking_in_caller(&self) -> bool {
+        false
     }
     /// Finish queued and in-flight work and stop the engine's threads.
     fn shutdown(&self);

@@ -77,6 +77,9 @@ pub(crate) fn execute(op: &DevOp) -> OpResult {
 }
 
 impl DeviceEngine for PsyncEngine {
+    fn blocking_in_caller(&self) -> bool {
+        true
+    }
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
     }

@@ -135,6 +135,9 @@ fn build_ring(depth: u32) -> std::io::Result<IoUring> {
 }
 
 impl DeviceEngine for UringEngine {
+    fn blocking_in_caller(&self) -> bool {
+        true
+    }
     fn submit(&self, ops: Vec<DevOp>) {
         self.mailbox.push(ops);
     }

@@ -1,0 +1,758 @@
+//! The C interface of setcache (`include/setcache.h`): opaque handles over
+//! [`setcache::CachedStore`], [`setcache::CachedFile`], a
+//! [`setcache::CachedQueue`] and page guards, every call returning 0 or a
+//! negative errno and leaving its message for `setcache_last_error`.
+//!
+//! Each function's contract is the one its declaration in the header states:
+//! pointers are valid for what they describe, handles come from this library
+//! and are not used after being freed.
+
+#![allow(clippy::missing_safety_doc)]
+// The types carry the names the header gives them.
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::ThreadId;
+
+use setcache::{
+    CacheOptions, CachedFile, CachedQueue, CachedRequest, CachedStore, Error, LayoutKind, OpKind,
+    PageGuard, PageGuardMut, Store, StoreOptions,
+};
+
+thread_local! {
+    static LAST: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_message(msg: &str) {
+    let c = CString::new(msg.replace('\0', " ")).unwrap_or_default();
+    let _ = LAST.try_with(|l| *l.borrow_mut() = c);
+}
+
+/// A failure: its errno and its message.
+struct Fail(i32, String);
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Fail {
+        Fail(e.posix_errno(), e.to_string())
+    }
+}
+
+fn einval(msg: impl Into<String>) -> Fail {
+    Fail(libc::EINVAL, msg.into())
+}
+
+/// Run `f`; its error (or panic) becomes a negative errno and this thread's message.
+fn call(f: impl FnOnce() -> Result<i64, Fail>) -> i64 {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => v,
+        Ok(Err(Fail(errno, msg))) => {
+            set_message(&msg);
+            -(errno as i64)
+        }
+        Err(_) => {
+            set_message("internal error: a panic in the setcache library (a bug)");
+            -(libc::EIO as i64)
+        }
+    }
+}
+
+fn call_int(f: impl FnOnce() -> Result<i64, Fail>) -> c_int {
+    call(f) as c_int
+}
+
+unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
+    if p.is_null() {
+        return Err(einval(format!("{what} is NULL")));
+    }
+    // SAFETY: the caller passes a C string.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .map_err(|_| einval(format!("{what} is not UTF-8")))
+}
+
+unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Fail> {
+    // SAFETY: a non-null handle comes from this library and is live (the header's contract).
+    unsafe { p.as_mut() }.ok_or_else(|| einval(format!("{what} is NULL")))
+}
+
+fn out<T>(o: *mut *mut T, v: T) -> Result<i64, Fail> {
+    if o.is_null() {
+        return Err(einval("the output pointer is NULL"));
+    }
+    // SAFETY: the caller passes a place for the handle.
+    unsafe { *o = Box::into_raw(Box::new(v)) };
+    Ok(0)
+}
+
+/// Options as the header describes them.
+#[repr(C)]
+pub struct setcache_options {
+    pub cache_bytes: u64,
+    pub page_size: u32,
+    pub set_pages: u32,
+    pub readahead_bytes: u64,
+}
+
+#[repr(C)]
+pub struct setcache_completion {
+    pub tag: u64,
+    pub result: i64,
+}
+
+#[repr(C)]
+pub struct setcache_stats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub dirty_evictions: u64,
+    pub readahead_pages: u64,
+    pub dirty_pages: u64,
+    pub cached_pages: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+}
+
+pub struct setcache_store {
+    cs: Arc<CachedStore>,
+    /// Files and queues open on it.
+    users: Arc<AtomicUsize>,
+}
+
+pub struct setcache_file {
+    file: Arc<CachedFile>,
+    users: Arc<AtomicUsize>,
+}
+
+impl Drop for setcache_file {
+    fn drop(&mut self) {
+        self.users.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+pub struct setcache_queue {
+    /// Declared first: dropped (drained) before the store it borrows.
+    q: CachedQueue<'static>,
+    owner: ThreadId,
+    /// Live requests by internal tag: the caller's tag, its buffer and length.
+    slots: Vec<Option<(u64, *mut u8, usize)>>,
+    free: Vec<u64>,
+    /// Finished, not yet handed to the caller.
+    pending: std::collections::VecDeque<(u64, setcache::CachedCompletion)>,
+    _cs: Arc<CachedStore>,
+    users: Arc<AtomicUsize>,
+}
+
+impl Drop for setcache_queue {
+    fn drop(&mut self) {
+        self.q.drain();
+        self.users.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The guard a pin holds (never read: it is held, then dropped).
+#[allow(dead_code)]
+enum Guard {
+    Shared(PageGuard<'static>),
+    Mut(PageGuardMut<'static>),
+}
+
+pub struct setcache_page {
+    /// Declared first: the page goes before the file it borrows.
+    #[allow(dead_code)]
+    g: Guard,
+    owner: ThreadId,
+    _file: Arc<CachedFile>,
+}
+
+fn mine(owner: ThreadId, what: &str) -> Result<(), Fail> {
+    if owner != std::thread::current().id() {
+        return Err(Fail(
+            libc::EPERM,
+            format!("{what} belongs to another thread (it was made there)"),
+        ));
+    }
+    Ok(())
+}
+
+#[unsafe(no_mangle)]
+pub extern "C" fn setcache_last_error() -> *const c_char {
+    LAST.try_with(|l| l.borrow().as_ptr())
+        .unwrap_or(c"".as_ptr())
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_store_open(
+    devices: *const *const c_char,
+    ndevices: usize,
+    opts: *const setcache_options,
+    out_store: *mut *mut setcache_store,
+) -> c_int {
+    call_int(|| {
+        if devices.is_null() || ndevices == 0 {
+            return Err(einval("no device directories given"));
+        }
+        let mut roots = Vec::with_capacity(ndevices);
+        for i in 0..ndevices {
+            // SAFETY: the caller passes `ndevices` C strings.
+            let p = unsafe { *devices.add(i) };
+            // SAFETY: as above.
+            roots.push(unsafe { text(p, &format!("device {i}")) }?.to_string());
+        }
+        // SAFETY: NULL or the caller's options.
+        let o = unsafe { opts.as_ref() };
+        let page = o.map_or(0, |o| o.page_size);
+        let page = if page == 0 { 4096 } else { page };
+        let mut copts = CacheOptions {
+            page_size: page as usize,
+            size: 256 << 20,
+            ..CacheOptions::default()
+        };
+        if let Some(o) = o {
+            if o.cache_bytes != 0 {
+                copts.size = usize::try_from(o.cache_bytes)
+                    .map_err(|_| einval("cache_bytes is too large"))?;
+            }
+            if o.set_pages != 0 {
+                copts.assoc = o.set_pages as usize;
+            }
+        }
+        let store = Store::open(
+            &roots,
+            StoreOptions {
+                page_size: page,
+                ..StoreOptions::default()
+            },
+        )?;
+        let cs = CachedStore::new(store, copts)?;
+        if let Some(o) = o {
+            match o.readahead_bytes {
+                0 => {}
+                u64::MAX => cs.set_readahead(0),
+                n => cs.set_readahead(usize::try_from(n).unwrap_or(usize::MAX)),
+            }
+        }
+        out(
+            out_store,
+            setcache_store {
+                cs: Arc::new(cs),
+                users: Arc::new(AtomicUsize::new(0)),
+            },
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        let open = s.users.load(Ordering::Relaxed);
+        if open != 0 {
+            return Err(Fail(
+                libc::EBUSY,
+                format!("{open} files or queues of the store are still open: close them first"),
+            ));
+        }
+        let r = s.cs.sync();
+        // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
+        drop(unsafe { Box::from_raw(store) });
+        r?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_store_sync(store: *mut setcache_store) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        s.cs.sync()?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_stats_get(
+    store: *mut setcache_store,
+    out_stats: *mut setcache_stats,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        // SAFETY: the caller's stats buffer.
+        let o = unsafe { handle(out_stats, "the stats buffer") }?;
+        let c = s.cs.cache().stats();
+        let (read, written) = s.cs.store().device_bytes();
+        *o = setcache_stats {
+            hits: c.hits,
+            misses: c.misses,
+            evictions: c.evictions,
+            dirty_evictions: c.dirty_evictions,
+            readahead_pages: c.readahead,
+            dirty_pages: s.cs.cache().dirty_pages().len() as u64,
+            cached_pages: s.cs.cache().capacity_pages() as u64,
+            bytes_read: read,
+            bytes_written: written,
+        };
+        Ok(0)
+    })
+}
+
+fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Result<i64, Fail> {
+    s.users.fetch_add(1, Ordering::Relaxed);
+    out(
+        o,
+        setcache_file {
+            file: Arc::new(f),
+            users: s.users.clone(),
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_create(
+    store: *mut setcache_store,
+    name: *const c_char,
+    len: u64,
+    out_file: *mut *mut setcache_file,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle and C string.
+        let (s, name) = unsafe { (handle(store, "the store")?, text(name, "the name")?) };
+        if out_file.is_null() {
+            return Err(einval("the output pointer is NULL"));
+        }
+        let f = s.cs.create(name, len, LayoutKind::Stripe)?;
+        new_file(s, f, out_file)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_open(
+    store: *mut setcache_store,
+    name: *const c_char,
+    out_file: *mut *mut setcache_file,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle and C string.
+        let (s, name) = unsafe { (handle(store, "the store")?, text(name, "the name")?) };
+        if out_file.is_null() {
+            return Err(einval("the output pointer is NULL"));
+        }
+        let f = s.cs.open_file(name)?;
+        new_file(s, f, out_file)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_close(file: *mut setcache_file) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        let pins = Arc::strong_count(&f.file) - 1;
+        if pins != 0 {
+            return Err(Fail(
+                libc::EBUSY,
+                format!("{pins} pins of the file are held: unpin them first"),
+            ));
+        }
+        // SAFETY: made by Box::into_raw in new_file; not used after this.
+        drop(unsafe { Box::from_raw(file) });
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_delete(store: *mut setcache_store, name: *const c_char) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle and C string.
+        let (s, name) = unsafe { (handle(store, "the store")?, text(name, "the name")?) };
+        s.cs.delete(name)?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_rename(
+    store: *mut setcache_store,
+    from: *const c_char,
+    to: *const c_char,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle and C strings.
+        let (s, from, to) = unsafe {
+            (
+                handle(store, "the store")?,
+                text(from, "the old name")?,
+                text(to, "the new name")?,
+            )
+        };
+        s.cs.rename(from, to)?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_list(
+    store: *mut setcache_store,
+    each: Option<unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int>,
+    ctx: *mut c_void,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        let each = each.ok_or_else(|| einval("the callback is NULL"))?;
+        let names = s.cs.store().list()?;
+        for n in &names {
+            let c = CString::new(n.as_str()).map_err(|_| einval("a name holds NUL"))?;
+            // SAFETY: the caller's callback, given a C string valid for the call.
+            let r = unsafe { each(c.as_ptr(), ctx) };
+            if r != 0 {
+                return Ok(r as i64);
+            }
+        }
+        Ok(names.len() as i64)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_pread(
+    file: *mut setcache_file,
+    buf: *mut c_void,
+    len: usize,
+    offset: u64,
+) -> i64 {
+    call(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        if buf.is_null() && len > 0 {
+            return Err(einval("the buffer is NULL"));
+        }
+        let mut none = [0u8; 0];
+        let b = if len == 0 {
+            &mut none[..]
+        } else {
+            // SAFETY: the caller's buffer of `len` bytes.
+            unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+        };
+        match f.file.read_at(offset, b) {
+            Ok(n) => Ok(n as i64),
+            // At or past the end, as pread: nothing read.
+            Err(Error::OutOfRange { .. }) => Ok(0),
+            Err(e) => Err(e.into()),
+        }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_pwrite(
+    file: *mut setcache_file,
+    buf: *const c_void,
+    len: usize,
+    offset: u64,
+) -> i64 {
+    call(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        if len == 0 {
+            return Ok(0);
+        }
+        if buf.is_null() {
+            return Err(einval("the buffer is NULL"));
+        }
+        let end = offset
+            .checked_add(len as u64)
+            .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
+        if end > f.file.len() {
+            f.file.set_len(end)?;
+        }
+        // SAFETY: the caller's buffer of `len` bytes.
+        let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        f.file.write_at(offset, b)?;
+        Ok(len as i64)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_len(file: *mut setcache_file) -> i64 {
+    // SAFETY: the caller's live handle.
+    call(|| Ok(unsafe { handle(file, "the file") }?.file.len() as i64))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        unsafe { handle(file, "the file") }?.file.set_len(len)?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_sync(file: *mut setcache_file) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        unsafe { handle(file, "the file") }?.file.sync()?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_queue_new(
+    store: *mut setcache_store,
+    depth: u32,
+    out_queue: *mut *mut setcache_queue,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        if depth == 0 || depth > 65536 {
+            return Err(einval(format!("queue depth {depth} is outside 1..=65536")));
+        }
+        if out_queue.is_null() {
+            return Err(einval("the output pointer is NULL"));
+        }
+        let cs = s.cs.clone();
+        // SAFETY: the queue borrows the store, which `_cs` keeps alive (at a
+        // fixed address, in its Arc) for longer than the queue: the queue is
+        // declared first and so dropped first.
+        let q: CachedQueue<'static> = unsafe { std::mem::transmute(cs.queue(depth as usize)) };
+        s.users.fetch_add(1, Ordering::Relaxed);
+        out(
+            out_queue,
+            setcache_queue {
+                q,
+                owner: std::thread::current().id(),
+                slots: Vec::new(),
+                free: Vec::new(),
+                pending: std::collections::VecDeque::new(),
+                _cs: cs,
+                users: s.users.clone(),
+            },
+        )
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_queue_free(queue: *mut setcache_queue) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let q = unsafe { handle(queue, "the queue") }?;
+        mine(q.owner, "the queue")?;
+        // SAFETY: made by Box::into_raw in setcache_queue_new; not used after this.
+        drop(unsafe { Box::from_raw(queue) });
+        Ok(0)
+    })
+}
+
+fn submit(
+    q: &mut setcache_queue,
+    f: &setcache_file,
+    kind: OpKind,
+    buf: *mut u8,
+    len: usize,
+    offset: u64,
+    tag: u64,
+) -> Result<i64, Fail> {
+    mine(q.owner, "the queue")?;
+    if buf.is_null() || len == 0 {
+        return Err(einval("the buffer is NULL or empty"));
+    }
+    let file_len = f.file.len();
+    if offset.checked_add(len as u64).is_none_or(|e| e > file_len) {
+        return Err(Fail(
+            libc::EINVAL,
+            format!(
+                "a request of {len} bytes at {offset} reaches past the end of the file ({file_len} bytes)"
+            ),
+        ));
+    }
+    let data = match kind {
+        OpKind::Read => vec![0u8; len],
+        // SAFETY: the caller's buffer of `len` bytes.
+        _ => unsafe { std::slice::from_raw_parts(buf, len) }.to_vec(),
+    };
+    let slot = match q.free.pop() {
+        Some(i) => i,
+        None => {
+            q.slots.push(None);
+            (q.slots.len() - 1) as u64
+        }
+    };
+    q.slots[slot as usize] = Some((tag, buf, len));
+    let r = CachedRequest::tagged(kind, &f.file, offset, data, slot);
+    q.q.submit(vec![r]);
+    Ok(0)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_submit_read(
+    queue: *mut setcache_queue,
+    file: *mut setcache_file,
+    buf: *mut c_void,
+    len: usize,
+    offset: u64,
+    tag: u64,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handles.
+        let (q, f) = unsafe { (handle(queue, "the queue")?, handle(file, "the file")?) };
+        submit(q, f, OpKind::Read, buf.cast(), len, offset, tag)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_submit_write(
+    queue: *mut setcache_queue,
+    file: *mut setcache_file,
+    buf: *const c_void,
+    len: usize,
+    offset: u64,
+    tag: u64,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handles.
+        let (q, f) = unsafe { (handle(queue, "the queue")?, handle(file, "the file")?) };
+        submit(q, f, OpKind::Write, buf.cast_mut().cast(), len, offset, tag)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_poll(
+    queue: *mut setcache_queue,
+    out_done: *mut setcache_completion,
+    max: usize,
+    min: usize,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let q = unsafe { handle(queue, "the queue") }?;
+        mine(q.owner, "the queue")?;
+        if out_done.is_null() && max > 0 {
+            return Err(einval("the completion array is NULL"));
+        }
+        if min > max {
+            return Err(einval(format!("min {min} is above max {max}")));
+        }
+        let mut done = Vec::new();
+        q.q.poll();
+        q.q.take_completions(&mut done);
+        q.pending.extend(done.drain(..));
+        while q.pending.len() < min && q.q.outstanding() > 0 {
+            q.q.wait(1);
+            q.q.take_completions(&mut done);
+            q.pending.extend(done.drain(..));
+        }
+        let mut n = 0usize;
+        let mut last_err = None;
+        while n < max {
+            let Some((slot, c)) = q.pending.pop_front() else {
+                break;
+            };
+            let (tag, buf, len) = q.slots[slot as usize]
+                .take()
+                .expect("a live request's slot");
+            q.free.push(slot);
+            let result = match &c.result {
+                Ok(()) => {
+                    if c.kind == OpKind::Read {
+                        // SAFETY: the caller keeps the read's buffer of `len` bytes valid until now.
+                        unsafe { std::ptr::copy_nonoverlapping(c.buf.as_ptr(), buf, len) };
+                    }
+                    len as i64
+                }
+                Err(e) => {
+                    last_err = Some(e.to_string());
+                    -(e.posix_errno() as i64)
+                }
+            };
+            // SAFETY: `out_done` holds `max` completions and `n < max`.
+            unsafe { out_done.add(n).write(setcache_completion { tag, result }) };
+            n += 1;
+        }
+        if let Some(e) = last_err {
+            set_message(&e);
+        }
+        Ok(n as i64)
+    })
+}
+
+fn pin_common(
+    file: *mut setcache_file,
+    offset: u64,
+    mutable: bool,
+    data: *mut *mut u8,
+    len: *mut usize,
+    out_pin: *mut *mut setcache_page,
+) -> Result<i64, Fail> {
+    // SAFETY: the caller's live handle.
+    let f = unsafe { handle(file, "the file") }?;
+    if data.is_null() || len.is_null() || out_pin.is_null() {
+        return Err(einval("an output pointer is NULL"));
+    }
+    let file = f.file.clone();
+    // SAFETY: the guard borrows the file that `_file` keeps alive (at a fixed
+    // address, in its Arc) for longer than the guard: the guard is declared
+    // first in the pin and so dropped first.
+    let fref: &'static CachedFile = unsafe { &*Arc::as_ptr(&file) };
+    let (g, p, n) = if mutable {
+        let mut g = fref.page_mut(offset)?;
+        let (p, n) = (g.as_mut_ptr(), g.len());
+        (Guard::Mut(g), p, n)
+    } else {
+        let g = fref.page(offset)?;
+        let (p, n) = (g.as_ptr().cast_mut(), g.len());
+        (Guard::Shared(g), p, n)
+    };
+    // SAFETY: the caller's output places.
+    unsafe {
+        *data = p;
+        *len = n;
+    }
+    out(
+        out_pin,
+        setcache_page {
+            g,
+            owner: std::thread::current().id(),
+            _file: file,
+        },
+    )
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_pin(
+    file: *mut setcache_file,
+    offset: u64,
+    data: *mut *const c_void,
+    len: *mut usize,
+    out_pin: *mut *mut setcache_page,
+) -> c_int {
+    call_int(|| pin_common(file, offset, false, data.cast(), len, out_pin))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_pin_mut(
+    file: *mut setcache_file,
+    offset: u64,
+    data: *mut *mut c_void,
+    len: *mut usize,
+    out_pin: *mut *mut setcache_page,
+) -> c_int {
+    call_int(|| pin_common(file, offset, true, data.cast(), len, out_pin))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_unpin(pin: *mut setcache_page) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let p = unsafe { handle(pin, "the pin") }?;
+        mine(p.owner, "the pin")?;
+        // SAFETY: made by Box::into_raw in pin_common; not used after this.
+        drop(unsafe { Box::from_raw(pin) });
+        Ok(0)
+    })
+}

@@ -1,0 +1,108 @@
+//! The C interface from C: `examples/c/example.c` and `tests/errors.c` (every
+//! call's error paths), compiled with the system's C compiler against the
+//! shared and the static library that cargo built for this test, and run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Where cargo put the libraries for this test: beside it, in target/<profile>/deps.
+fn deps() -> PathBuf {
+    std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn scratch(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("setcache-capi-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    for sub in ["d0", "d1"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    d
+}
+
+/// Compile `src` against the library: shared (with an rpath) or static.
+fn compile(src: &Path, out: &Path, shared: bool) {
+    let deps = deps();
+    let mut cc = Command::new("cc");
+    cc.args(["-O1", "-Wall", "-Wextra", "-Werror", "-std=c11"])
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg(src)
+        .arg("-o")
+        .arg(out);
+    if shared {
+        assert!(deps.join("libsetcache_c.so").exists());
+        cc.arg(format!("-L{}", deps.display()))
+            .arg("-lsetcache_c")
+            .arg(format!("-Wl,-rpath,{}", deps.display()))
+            .arg("-lpthread");
+    } else {
+        cc.arg(deps.join("libsetcache_c.a"))
+            .args(["-lpthread", "-ldl", "-lm"]);
+    }
+    let st = cc.status().expect("run cc");
+    assert!(st.success(), "cc failed on {}", src.display());
+}
+
+fn run(prog: &Path, dir: &Path) -> String {
+    let out = Command::new(prog)
+        .arg(dir.join("d0"))
+        .arg(dir.join("d1"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{} failed:\n{text}\n{}",
+        prog.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn the_example_runs_on_the_shared_and_the_static_library() {
+    for shared in [true, false] {
+        let d = scratch(if shared { "example-so" } else { "example-a" });
+        let prog = d.join("example");
+        compile(&root().join("examples/c/example.c"), &prog, shared);
+        let out = run(&prog, &d);
+        assert!(out.contains("read back: hello from C"), "{out}");
+        assert!(out.contains("length: 10051"), "{out}");
+        assert!(out.contains("queue: 8 reads done"), "{out}");
+        assert!(
+            out.contains("pinned page: 1859 bytes; at 10000: hello"),
+            "{out}"
+        );
+        assert!(out.contains("file greetings"), "{out}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
+#[test]
+fn every_call_reports_its_errors() {
+    let d = scratch("errors");
+    let prog = d.join("errors");
+    compile(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/errors.c"),
+        &prog,
+        true,
+    );
+    let out = run(&prog, &d);
+    assert!(out.ends_with("0 failures\n"), "{out}");
+    assert!(
+        out.lines().filter(|l| l.starts_with("ok ")).count() >= 50,
+        "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -1,0 +1,148 @@
+/* Every call of the C interface on its error paths: each returns the errno
+ * the header promises and leaves a message naming what was wrong. Prints one
+ * line per check and exits non-zero if any fails.
+ *
+ *   errors DEVICE_DIR_0 DEVICE_DIR_1
+ */
+#define _GNU_SOURCE
+#include <setcache.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+
+static void expect(const char *what, long long rc, int err, const char *word) {
+    const char *msg = setcache_last_error();
+    int ok = rc == -err && (word == NULL || strstr(msg, word) != NULL);
+    printf("%-4s %-44s rc %lld (want -%s) message: %s\n", ok ? "ok" : "FAIL", what, rc,
+           strerrorname_np(err), msg);
+    if (!ok)
+        failures++;
+}
+
+static void expect_ok(const char *what, long long rc) {
+    printf("%-4s %-44s rc %lld\n", rc >= 0 ? "ok" : "FAIL", what, rc);
+    if (rc < 0) {
+        printf("     message: %s\n", setcache_last_error());
+        failures++;
+    }
+}
+
+static int stop_at_first(const char *name, void *ctx) {
+    (void)name;
+    (void)ctx;
+    return 7;
+}
+
+struct other {
+    setcache_queue *q;
+    setcache_page *pin;
+    int queue_rc, pin_rc;
+    char queue_msg[256], pin_msg[256];
+};
+
+static void *from_other_thread(void *p) {
+    struct other *o = p;
+    o->queue_rc = setcache_queue_free(o->q);
+    snprintf(o->queue_msg, sizeof o->queue_msg, "%s", setcache_last_error());
+    o->pin_rc = setcache_unpin(o->pin);
+    snprintf(o->pin_msg, sizeof o->pin_msg, "%s", setcache_last_error());
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: %s DEVICE_DIR_0 DEVICE_DIR_1\n", argv[0]);
+        return 2;
+    }
+    const char *devices[] = {argv[1], argv[2]};
+    const char *missing[] = {"/nonexistent/setcache-device"};
+    setcache_store *store = NULL, *second = NULL;
+    setcache_file *file = NULL, *other = NULL;
+    setcache_queue *q = NULL;
+    setcache_page *pin = NULL;
+
+    expect("store_open: no devices", setcache_store_open(devices, 0, NULL, &store), EINVAL,
+           "no device");
+    expect("store_open: missing directory", setcache_store_open(missing, 1, NULL, &store),
+           ENOTDIR, "does not exist");
+    struct setcache_options bad = {.page_size = 3000};
+    expect("store_open: bad page size", setcache_store_open(devices, 2, &bad, &store), EINVAL,
+           "page size");
+    struct setcache_options small = {.cache_bytes = 8 << 20};
+    expect_ok("store_open", setcache_store_open(devices, 2, &small, &store));
+    expect("store_open: the same directories again", setcache_store_open(devices, 2, NULL, &second),
+           EBUSY, "in use");
+
+    expect("create: NULL name", setcache_create(store, NULL, 0, &file), EINVAL, "NULL");
+    expect("create: bad name", setcache_create(store, ".hidden", 0, &file), EINVAL, "starts with");
+    expect_ok("create", setcache_create(store, "f", 10000, &file));
+    expect("create: existing name", setcache_create(store, "f", 0, &other), EEXIST, "exists");
+    expect("open: missing file", setcache_open(store, "nothing", &other), ENOENT, "not found");
+    expect("delete: missing file", setcache_delete(store, "nothing"), ENOENT, "not found");
+    expect("rename: missing file", setcache_rename(store, "nothing", "x"), ENOENT, "not found");
+    expect_ok("create g", setcache_create(store, "g", 100, &other));
+    expect("rename: onto an existing file", setcache_rename(store, "f", "g"), EEXIST, "exists");
+    expect("list: NULL callback", setcache_list(store, NULL, NULL), EINVAL, "callback");
+    expect_ok("list: stopped by the callback (7)",
+              setcache_list(store, stop_at_first, NULL) == 7 ? 0 : -1);
+
+    char buf[64];
+    expect("pread: NULL buffer", setcache_pread(file, NULL, 10, 0), EINVAL, "NULL");
+    expect_ok("pread: past the end reads 0", setcache_pread(file, buf, 10, 20000) == 0 ? 0 : -1);
+    expect("pwrite: NULL buffer", setcache_pwrite(file, NULL, 10, 0), EINVAL, "NULL");
+    expect("pwrite: offset overflows", setcache_pwrite(file, buf, 10, UINT64_MAX - 3), EFBIG,
+           "overflow");
+    expect("pread: NULL file", setcache_pread(NULL, buf, 10, 0), EINVAL, "NULL");
+    expect("len: NULL file", setcache_len(NULL), EINVAL, "NULL");
+    expect("set_len: NULL file", setcache_set_len(NULL, 0), EINVAL, "NULL");
+    expect("sync: NULL file", setcache_sync(NULL), EINVAL, "NULL");
+    expect("stats: NULL buffer", setcache_stats_get(store, NULL), EINVAL, "NULL");
+
+    expect("queue_new: depth 0", setcache_queue_new(store, 0, &q), EINVAL, "depth");
+    expect_ok("queue_new", setcache_queue_new(store, 4, &q));
+    expect("submit_read: past the end", setcache_submit_read(q, file, buf, 64, 9990, 1), EINVAL,
+           "past the end");
+    expect("submit_write: NULL buffer", setcache_submit_write(q, file, NULL, 64, 0, 1), EINVAL,
+           "NULL");
+    struct setcache_completion c[2];
+    expect("poll: min above max", setcache_poll(q, c, 1, 2), EINVAL, "above");
+    expect("poll: NULL array", setcache_poll(q, NULL, 2, 0), EINVAL, "NULL");
+
+    const void *data;
+    size_t len;
+    expect("pin: past the end", setcache_pin(file, 10000, &data, &len, &pin), EFBIG, "past the end");
+    expect_ok("pin_mut", setcache_pin_mut(file, 0, (void **)&data, &len, &pin));
+    setcache_page *again = NULL;
+    expect("pin: a page this thread holds mutably", setcache_pin(file, 0, &data, &len, &again),
+           EDEADLK, "guard");
+    expect("close: a file with a pin held", setcache_close(file), EBUSY, "pins");
+    expect("store_close: files open", setcache_store_close(store), EBUSY, "still open");
+
+    struct other o = {.q = q, .pin = pin};
+    pthread_t t;
+    pthread_create(&t, NULL, from_other_thread, &o);
+    pthread_join(t, NULL);
+    expect("queue_free from another thread", o.queue_rc, EPERM, NULL);
+    expect_ok("  its message names the other thread", strstr(o.queue_msg, "another thread") ? 0 : -1);
+    expect("unpin from another thread", o.pin_rc, EPERM, NULL);
+    expect_ok("  its message names the other thread", strstr(o.pin_msg, "another thread") ? 0 : -1);
+
+    expect_ok("unpin", setcache_unpin(pin));
+    expect_ok("queue_free", setcache_queue_free(q));
+    expect_ok("delete g", setcache_delete(store, "g"));
+    expect("pread: a deleted file's handle", setcache_pread(other, buf, 1, 0), ESTALE, "deleted");
+    expect_ok("close g", setcache_close(other));
+    expect_ok("close f", setcache_close(file));
+    expect_ok("delete f", setcache_delete(store, "f"));
+    expect("unpin: NULL", setcache_unpin(NULL), EINVAL, "NULL");
+    expect("queue_free: NULL", setcache_queue_free(NULL), EINVAL, "NULL");
+    expect("close: NULL", setcache_close(NULL), EINVAL, "NULL");
+    expect_ok("store_close", setcache_store_close(store));
+    expect("store_close: NULL", setcache_store_close(NULL), EINVAL, "NULL");
+    printf("%d failures\n", failures);
+    return failures != 0;
+}

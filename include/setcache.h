@@ -1,0 +1,148 @@
+/*
+ * setcache: a user-space, set-associative, parallel page cache over files
+ * striped across device directories. The C interface (libsetcache_c.so and
+ * libsetcache_c.a; Linux only; link with -lsetcache_c, and -lpthread -ldl -lm
+ * for the static library).
+ *
+ * Every call is safe to make from any thread (queues and pins belong to the
+ * thread that made them, and refuse others with -EPERM), returns 0 (or a count
+ * of bytes or items) on success and a negative errno on failure, and leaves a
+ * message naming what was wrong that setcache_last_error() returns on the
+ * same thread. Offsets and lengths are in bytes and need no alignment.
+ *
+ * This header is checked against the library's Rust source by its tests.
+ */
+#ifndef SETCACHE_H
+#define SETCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* An open store: one directory per device, and a page cache in front. */
+typedef struct setcache_store setcache_store;
+/* An open file of a store. */
+typedef struct setcache_file setcache_file;
+/* A queue of asynchronous reads and writes, owned by the thread that made it. */
+typedef struct setcache_queue setcache_queue;
+/* A cached page held in memory (not evicted, not written) until unpinned. */
+typedef struct setcache_page setcache_page;
+
+/* How a store is opened. Zeroed fields take the defaults. */
+struct setcache_options {
+    /* Bytes of page cache (default 256 MiB). */
+    uint64_t cache_bytes;
+    /* Page size: a power of two from 512 to 1 MiB (default 4096). */
+    uint32_t page_size;
+    /* Pages per cache set, 4 to 32 (default 12). */
+    uint32_t set_pages;
+    /* Largest readahead window in bytes (default 8 MiB); UINT64_MAX: off. */
+    uint64_t readahead_bytes;
+};
+
+/* One finished asynchronous request. */
+struct setcache_completion {
+    /* The tag it was submitted with. */
+    uint64_t tag;
+    /* Bytes transferred, or a negative errno (see setcache_last_error on the
+     * polling thread for the message of the last failed one). */
+    int64_t result;
+};
+
+/* A snapshot of a store's counters. */
+struct setcache_stats {
+    uint64_t hits;            /* lookups that found their page cached */
+    uint64_t misses;          /* lookups that had to read their page */
+    uint64_t evictions;       /* clean pages evicted to make room */
+    uint64_t dirty_evictions; /* dirty pages written back to make room */
+    uint64_t readahead_pages; /* pages read ahead of sequential readers */
+    uint64_t dirty_pages;     /* pages written and not yet written back (a walk of the cache) */
+    uint64_t cached_pages;    /* page frames of the cache */
+    uint64_t bytes_read;      /* bytes read from the devices */
+    uint64_t bytes_written;   /* bytes written to the devices */
+};
+
+/* This thread's message for its last failed call ("" if none). Valid until
+ * this thread's next call into the library. */
+const char *setcache_last_error(void);
+
+/* Open the store on `ndevices` device directories (each must exist). `opts`
+ * may be NULL. A directory in use by another open store, in this process or
+ * another, is refused with -EBUSY. */
+int setcache_store_open(const char *const *devices, size_t ndevices,
+                        const struct setcache_options *opts, setcache_store **out);
+/* Write every dirty page and close the store. -EBUSY (and nothing closed)
+ * while files or queues of it are open. */
+int setcache_store_close(setcache_store *store);
+/* Write every dirty page of every file and make it durable. */
+int setcache_store_sync(setcache_store *store);
+/* Counters of the store. */
+int setcache_stats_get(setcache_store *store, struct setcache_stats *out);
+
+/* Create a file of `len` bytes (zeros); -EEXIST if the name is taken. */
+int setcache_create(setcache_store *store, const char *name, uint64_t len,
+                    setcache_file **out);
+/* Open an existing file; -ENOENT if there is none. */
+int setcache_open(setcache_store *store, const char *name, setcache_file **out);
+/* Close a file (its dirty pages stay cached and are written back later).
+ * -EBUSY while pins of it are held. */
+int setcache_close(setcache_file *file);
+/* Delete a file; open handles of it fail with -ESTALE afterwards. */
+int setcache_delete(setcache_store *store, const char *name);
+/* Rename a file; -EEXIST if `to` exists. Open handles follow it. */
+int setcache_rename(setcache_store *store, const char *from, const char *to);
+/* Call `each(name, ctx)` for every file of the store, in name order; stops
+ * early (returning what `each` returned) when `each` returns non-zero.
+ * Returns the number of files otherwise. */
+int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx), void *ctx);
+
+/* Read up to `len` bytes at `offset`: the bytes read (fewer at the end of the
+ * file, 0 at or past it). */
+int64_t setcache_pread(setcache_file *file, void *buf, size_t len, uint64_t offset);
+/* Write `len` bytes at `offset`, growing the file if they reach past its end. */
+int64_t setcache_pwrite(setcache_file *file, const void *buf, size_t len, uint64_t offset);
+/* The file's length in bytes. */
+int64_t setcache_len(setcache_file *file);
+/* Set the file's length (growing adds zeros). */
+int setcache_set_len(setcache_file *file, uint64_t len);
+/* Write the file's dirty pages and make them durable. */
+int setcache_sync(setcache_file *file);
+
+/* A queue keeping up to `depth` requests in flight, for this thread. */
+int setcache_queue_new(setcache_store *store, uint32_t depth, setcache_queue **out);
+/* Wait for the queue's requests (their completions are dropped) and free it. */
+int setcache_queue_free(setcache_queue *queue);
+/* Queue a read of `len` bytes at `offset` into `buf` (which must stay valid
+ * until its completion is polled); the read must lie inside the file. */
+int setcache_submit_read(setcache_queue *queue, setcache_file *file, void *buf, size_t len,
+                         uint64_t offset, uint64_t tag);
+/* Queue a write of `len` bytes from `buf` (copied at once) at `offset`,
+ * inside the file. */
+int setcache_submit_write(setcache_queue *queue, setcache_file *file, const void *buf,
+                          size_t len, uint64_t offset, uint64_t tag);
+/* Collect up to `max` completions, waiting until at least `min` are there
+ * (or none is in flight). Returns how many were written to `out`. */
+int setcache_poll(setcache_queue *queue, struct setcache_completion *out, size_t max,
+                  size_t min);
+
+/* Pin the page holding byte `offset`: `*data` points at its cached bytes (the
+ * page starts at offset - offset % page_size) and `*len` says how many (a
+ * file's last page is shorter). Reads it first on a
+ * miss. A pin belongs to this thread; a thread holds at most 64. */
+int setcache_pin(setcache_file *file, uint64_t offset, const void **data, size_t *len,
+                 setcache_page **out);
+/* As setcache_pin, for writing in place: exclusive while held, and the page
+ * is dirty once unpinned. */
+int setcache_pin_mut(setcache_file *file, uint64_t offset, void **data, size_t *len,
+                     setcache_page **out);
+/* Let the page go. */
+int setcache_unpin(setcache_page *pin);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
