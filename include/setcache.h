@@ -75,7 +75,8 @@ const char *setcache_last_error(void);
 int setcache_store_open(const char *const *devices, size_t ndevices,
                         const struct setcache_options *opts, setcache_store **out);
 /* Write every dirty page and close the store. -EBUSY (and nothing closed)
- * while files or queues of it are open. */
+ * while files or queues of it are open. Any other error is the final write's:
+ * the store is closed even then (the handle is gone). */
 int setcache_store_close(setcache_store *store);
 /* Write every dirty page of every file and make it durable. */
 int setcache_store_sync(setcache_store *store);

@@ -33,8 +33,14 @@ need() {
 need fio
 [ "$trace" = 1 ] && need strace
 
-cargo build --quiet --release -p setcache-preload
-lib=$PWD/target/release/libsetcache_preload.so
+# SETCACHE_PRELOAD_LIB names a library built already (CI passes its debug build).
+lib=${SETCACHE_PRELOAD_LIB:-}
+if [ -z "$lib" ]; then
+    cargo build --quiet --release -p setcache-preload
+    lib=$PWD/target/release/libsetcache_preload.so
+fi
+[ -f "$lib" ] || { echo "no library at $lib" >&2; exit 1; }
+lib=$(realpath "$lib")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

@@ -74,9 +74,25 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
         .map_err(|_| einval(format!("{what} is not UTF-8")))
 }
 
-unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a mut T, Fail> {
+/// A shared reference to a handle: calls on one handle may come from several
+/// threads at once, so no `&mut` is made of a store, file or page handle.
+unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
     // SAFETY: a non-null handle comes from this library and is live (the header's contract).
-    unsafe { p.as_mut() }.ok_or_else(|| einval(format!("{what} is NULL")))
+    unsafe { p.as_ref() }.ok_or_else(|| einval(format!("{what} is NULL")))
+}
+
+/// The queue behind `p`, mutably, once its owner is this thread: only the
+/// owner ever makes a `&mut` of it.
+unsafe fn own_queue<'a>(p: *mut setcache_queue) -> Result<&'a mut setcache_queue, Fail> {
+    if p.is_null() {
+        return Err(einval("the queue is NULL"));
+    }
+    // SAFETY: a live queue handle; `owner` is written once, when it is made.
+    let owner = unsafe { std::ptr::addr_of!((*p).owner).read() };
+    mine(owner, "the queue")?;
+    // SAFETY: this thread owns the queue, and no other thread makes a reference to it
+    // past the owner check.
+    Ok(unsafe { &mut *p })
 }
 
 fn out<T>(o: *mut *mut T, v: T) -> Result<i64, Fail> {
@@ -120,11 +136,15 @@ pub struct setcache_store {
     cs: Arc<CachedStore>,
     /// Files and queues open on it.
     users: Arc<AtomicUsize>,
+    /// Held while a file of the store grows, so that two writers past the
+    /// end never shrink it back (the longer growth wins).
+    grow: Arc<std::sync::Mutex<()>>,
 }
 
 pub struct setcache_file {
     file: Arc<CachedFile>,
     users: Arc<AtomicUsize>,
+    grow: Arc<std::sync::Mutex<()>>,
 }
 
 impl Drop for setcache_file {
@@ -240,6 +260,7 @@ pub unsafe extern "C" fn setcache_store_open(
             setcache_store {
                 cs: Arc::new(cs),
                 users: Arc::new(AtomicUsize::new(0)),
+                grow: Arc::new(std::sync::Mutex::new(())),
             },
         )
     })
@@ -283,11 +304,12 @@ pub unsafe extern "C" fn setcache_stats_get(
     call_int(|| {
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
-        // SAFETY: the caller's stats buffer.
-        let o = unsafe { handle(out_stats, "the stats buffer") }?;
+        if out_stats.is_null() {
+            return Err(einval("the stats buffer is NULL"));
+        }
         let c = s.cs.cache().stats();
         let (read, written) = s.cs.store().device_bytes();
-        *o = setcache_stats {
+        let st = setcache_stats {
             hits: c.hits,
             misses: c.misses,
             evictions: c.evictions,
@@ -298,6 +320,8 @@ pub unsafe extern "C" fn setcache_stats_get(
             bytes_read: read,
             bytes_written: written,
         };
+        // SAFETY: the caller's stats buffer.
+        unsafe { out_stats.write(st) };
         Ok(0)
     })
 }
@@ -309,6 +333,7 @@ fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Re
         setcache_file {
             file: Arc::new(f),
             users: s.users.clone(),
+            grow: s.grow.clone(),
         },
     )
 }
@@ -468,7 +493,10 @@ pub unsafe extern "C" fn setcache_pwrite(
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
         if end > f.file.len() {
-            f.file.set_len(end)?;
+            let _g = f.grow.lock().unwrap_or_else(|p| p.into_inner());
+            if end > f.file.len() {
+                f.file.set_len(end)?;
+            }
         }
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
@@ -487,7 +515,9 @@ pub unsafe extern "C" fn setcache_len(file: *mut setcache_file) -> i64 {
 pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
-        unsafe { handle(file, "the file") }?.file.set_len(len)?;
+        let f = unsafe { handle(file, "the file") }?;
+        let _g = f.grow.lock().unwrap_or_else(|p| p.into_inner());
+        f.file.set_len(len)?;
         Ok(0)
     })
 }
@@ -541,8 +571,7 @@ pub unsafe extern "C" fn setcache_queue_new(
 pub unsafe extern "C" fn setcache_queue_free(queue: *mut setcache_queue) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
-        let q = unsafe { handle(queue, "the queue") }?;
-        mine(q.owner, "the queue")?;
+        unsafe { own_queue(queue) }?;
         // SAFETY: made by Box::into_raw in setcache_queue_new; not used after this.
         drop(unsafe { Box::from_raw(queue) });
         Ok(0)
@@ -558,7 +587,6 @@ fn submit(
     offset: u64,
     tag: u64,
 ) -> Result<i64, Fail> {
-    mine(q.owner, "the queue")?;
     if buf.is_null() || len == 0 {
         return Err(einval("the buffer is NULL or empty"));
     }
@@ -600,7 +628,7 @@ pub unsafe extern "C" fn setcache_submit_read(
 ) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handles.
-        let (q, f) = unsafe { (handle(queue, "the queue")?, handle(file, "the file")?) };
+        let (q, f) = unsafe { (own_queue(queue)?, handle(file, "the file")?) };
         submit(q, f, OpKind::Read, buf.cast(), len, offset, tag)
     })
 }
@@ -616,7 +644,7 @@ pub unsafe extern "C" fn setcache_submit_write(
 ) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handles.
-        let (q, f) = unsafe { (handle(queue, "the queue")?, handle(file, "the file")?) };
+        let (q, f) = unsafe { (own_queue(queue)?, handle(file, "the file")?) };
         submit(q, f, OpKind::Write, buf.cast_mut().cast(), len, offset, tag)
     })
 }
@@ -630,8 +658,7 @@ pub unsafe extern "C" fn setcache_poll(
 ) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
-        let q = unsafe { handle(queue, "the queue") }?;
-        mine(q.owner, "the queue")?;
+        let q = unsafe { own_queue(queue) }?;
         if out_done.is_null() && max > 0 {
             return Err(einval("the completion array is NULL"));
         }
@@ -751,6 +778,7 @@ pub unsafe extern "C" fn setcache_unpin(pin: *mut setcache_page) -> c_int {
         // SAFETY: the caller's live handle.
         let p = unsafe { handle(pin, "the pin") }?;
         mine(p.owner, "the pin")?;
+        let _ = p;
         // SAFETY: made by Box::into_raw in pin_common; not used after this.
         drop(unsafe { Box::from_raw(pin) });
         Ok(0)

@@ -100,6 +100,7 @@ fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
     if end > f.len() {
         let _g = lock(&d.node.grow);
         if end > f.len() {
+            d.node.note_written();
             f.set_len(end).map_err(|e| fail("write past the end", &e))?;
         }
     }
@@ -109,6 +110,18 @@ fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
 /// Write `data` at `off`, or at the end when `off` is `None` or the file is
 /// open for appending; returns where the write ended.
 fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
+    let end = write_unsynced(d, data, off)?;
+    if !data.is_empty() {
+        d.node.note_written();
+        if d.status.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
+            // O_SYNC and O_DSYNC: the write is durable when it returns.
+            d.node.file.sync().map_err(|e| fail("write (O_SYNC)", &e))?;
+        }
+    }
+    Ok(end)
+}
+
+fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     if !d.writable {
         return Err(libc::EBADF);
     }
@@ -225,11 +238,8 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: of
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::pread()(fd, buf, n, off) },
-        Some(d) => size_ret(pread_desc(&d, buf, n, off)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { pread64(fd, buf, n, off) }
 }
 
 #[unsafe(no_mangle)]
@@ -255,11 +265,8 @@ pub unsafe extern "C" fn __pread_chk(
     off: off_t,
     buflen: size_t,
 ) -> ssize_t {
-    if n > buflen {
-        crate::fatal("buffer overflow detected in pread");
-    }
-    // SAFETY: the caller's arguments, checked as the fortified function does.
-    unsafe { pread(fd, buf, n, off) }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { __pread64_chk(fd, buf, n, off, buflen) }
 }
 
 #[unsafe(no_mangle)]
@@ -278,11 +285,8 @@ pub unsafe extern "C" fn pwrite64(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::pwrite()(fd, buf, n, off) },
-        Some(d) => size_ret(pwrite_desc(&d, buf, n, off)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { pwrite64(fd, buf, n, off) }
 }
 
 fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
@@ -526,11 +530,8 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off6
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::lseek()(fd, off, whence) },
-        Some(d) => off_ret(seek(&d, off, whence)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { lseek64(fd, off, whence) }
 }
 
 // ---- durability, length, hints ----------------------------------------
@@ -581,6 +582,7 @@ fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
         return Err(libc::EINVAL);
     }
     let _g = lock(&d.node.grow);
+    d.node.note_written();
     d.node
         .file
         .set_len(len)
@@ -599,34 +601,29 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::ftruncate()(fd, len) },
-        Some(d) => int_ret(set_len(&d, len)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { ftruncate64(fd, len) }
 }
 
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
     let n = state::node(s, name, false, false).map_err(|e| fail("truncate", &e))?;
     let _g = lock(&n.grow);
+    n.note_written();
     n.file.set_len(len).map_err(|e| fail("truncate", &e))?;
     Ok(0)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
-        Place::Root => int_ret(Err(libc::EISDIR)),
-        // SAFETY: passed through with the caller's arguments.
-        Place::Outside => unsafe { real::truncate()(path, len) },
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { truncate64(path, len) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
         Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
@@ -669,11 +666,8 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::fallocate()(fd, mode, off, len) },
-        Some(d) => int_ret(allocate(&d, mode, off, len)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { fallocate64(fd, mode, off, len) }
 }
 
 /// `posix_fallocate` returns the error instead of setting errno.
@@ -695,11 +689,8 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::posix_fallocate()(fd, off, len) },
-        Some(d) => allocate_posix(&d, off, len),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { posix_fallocate64(fd, off, len) }
 }
 
 /// `posix_fadvise` on a file of the store: the hints of
@@ -752,11 +743,8 @@ pub unsafe extern "C" fn posix_fadvise64(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::posix_fadvise()(fd, off, len, advice) },
-        Some(d) => fadvise(&d, off, len, advice),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { posix_fadvise64(fd, off, len, advice) }
 }
 
 // ---- open and close ----------------------------------------------------
@@ -782,6 +770,7 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
     if flags & libc::O_TRUNC != 0 && writable && !node.file.is_empty() {
         let _g = lock(&node.grow);
+        node.note_written();
         node.file
             .set_len(0)
             .map_err(|e| fail("open with O_TRUNC", &e))?;
@@ -830,6 +819,7 @@ fn open_via(
     pass: impl FnOnce() -> c_int,
 ) -> c_int {
     match classify(dirfd, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(open_inside(&name, flags)),
         // The directory itself is a real one (listing is served by opendir).
         Place::Root | Place::Outside => pass(),
@@ -962,24 +952,28 @@ fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    let rc = unsafe { real::close_range()(first, last, flags) };
-    if rc == 0 && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+    // The table first, as `close` does: once the kernel frees a number,
+    // another thread may get it back for a new file. With
+    // CLOSE_RANGE_UNSHARE the range closes in a private copy of the
+    // descriptor table only; with CLOSE_RANGE_CLOEXEC nothing closes now.
+    let closes = flags & (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int == 0;
+    if closes {
         let end = (last as usize).min(state::MAX_FD - 1);
         for fd in first as usize..=end {
             state::remove(fd as c_int);
         }
     }
-    rc
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::close_range()(first, last, flags) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(first: c_int) {
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::closefrom()(first) };
     for fd in first.max(0) as usize..state::MAX_FD {
         state::remove(fd as c_int);
     }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::closefrom()(first) };
 }
 
 /// After the kernel made `new` a copy of `old`: the table follows.
@@ -1032,11 +1026,11 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
             // SAFETY: duplicates the placeholder, as asked.
-            let new = unsafe { real::fcntl()(fd, cmd, arg) };
+            let new = unsafe { real::fcntl64()(fd, cmd, arg) };
             dup_follow(Some(d), new)
         }
         // SAFETY: the descriptor flags (close-on-exec) are the placeholder's own.
-        libc::F_GETFD | libc::F_SETFD => unsafe { real::fcntl()(fd, cmd, arg) },
+        libc::F_GETFD | libc::F_SETFD => unsafe { real::fcntl64()(fd, cmd, arg) },
         libc::F_GETFL => d.status.load(Ordering::Relaxed),
         libc::F_SETFL => {
             let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
@@ -1074,11 +1068,8 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::fcntl()(fd, cmd, arg) },
-        Some(d) => fcntl_desc(fd, d, cmd, arg),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { fcntl64(fd, cmd, arg) }
 }
 
 #[unsafe(no_mangle)]
@@ -1118,11 +1109,8 @@ pub unsafe extern "C" fn mmap(
     fd: c_int,
     off: off_t,
 ) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && state::desc(fd).is_some() {
-        return refuse_map();
-    }
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::mmap()(addr, len, prot, flags, fd, off) }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { mmap64(addr, len, prot, flags, fd, off) }
 }
 
 #[unsafe(no_mangle)]
@@ -1162,6 +1150,7 @@ fn unlink_name(name: &str) -> Result<c_int, i32> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
         Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
@@ -1172,6 +1161,7 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     match classify(dirfd, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
         Place::Root => int_ret(Err(if flags & libc::AT_REMOVEDIR != 0 {
@@ -1228,6 +1218,7 @@ fn rename_at(
             }
             Some(int_ret(rename_names(&a, &b)))
         }
+        (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
         (Place::Root, _) | (_, Place::Root) => Some(int_ret(Err(libc::EBUSY))),
         _ => Some(int_ret(Err(libc::EXDEV))),
     }
@@ -1268,6 +1259,7 @@ pub unsafe extern "C" fn renameat2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(_) => int_ret(Err(unsupported(
             "mkdir in SETCACHE_DIR (the store holds files, not directories)",
             libc::EPERM,
@@ -1281,6 +1273,7 @@ pub unsafe extern "C" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(with_state(|s| {
             state::len_of(s, &name).map_err(|e| e.posix_errno())?;
             Err(libc::ENOTDIR)
@@ -1353,11 +1346,8 @@ pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat64) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::fstat()(fd, out) },
-        Some(d) => int_ret(stat_desc(&d, out)),
-    }
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { fstat64(fd, out) }
 }
 
 macro_rules! path_stat {
@@ -1365,6 +1355,7 @@ macro_rules! path_stat {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, out: *mut libc::stat64) -> c_int {
             match classify(libc::AT_FDCWD, path) {
+                Place::Bad(e) => int_ret(Err(e)),
                 Place::Inside(name) => int_ret(stat_name(&name, out)),
                 // SAFETY: passed through with the caller's arguments.
                 _ => unsafe { real::$name()(path, out) },
@@ -1396,8 +1387,12 @@ pub unsafe extern "C" fn fstatat64(
         if let Some(d) = state::desc(dirfd) {
             return int_ret(stat_desc(&d, out));
         }
-    } else if let Place::Inside(name) = classify(dirfd, path) {
-        return int_ret(stat_name(&name, out));
+    } else {
+        match classify(dirfd, path) {
+            Place::Inside(name) => return int_ret(stat_name(&name, out)),
+            Place::Bad(e) => return int_ret(Err(e)),
+            Place::Root | Place::Outside => {}
+        }
     }
     // SAFETY: passed through with the caller's arguments.
     unsafe { real::fstatat64()(dirfd, path, out, flags) }
@@ -1410,7 +1405,7 @@ pub unsafe extern "C" fn fstatat(
     out: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
-    // SAFETY: the same function (stat and stat64 are one layout here).
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { fstatat64(dirfd, path, out, flags) }
 }
 
@@ -1458,6 +1453,7 @@ pub unsafe extern "C" fn statx(
         }
     } else {
         match classify(dirfd, path) {
+            Place::Bad(e) => Err(e),
             Place::Inside(name) => stat_name(&name, &mut st),
             // SAFETY: passed through with the caller's arguments.
             _ => return unsafe { real::statx()(dirfd, path, flags, mask, out) },
@@ -1482,6 +1478,7 @@ fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::access()(path, mode) },
@@ -1496,6 +1493,7 @@ pub unsafe extern "C" fn faccessat(
     flags: c_int,
 ) -> c_int {
     match classify(dirfd, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::faccessat()(dirfd, path, mode, flags) },
@@ -1513,6 +1511,7 @@ fn readlink_name(name: &str) -> ssize_t {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => size_ret(Err(e)),
         Place::Inside(name) => readlink_name(&name),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::readlink()(path, buf, n) },
@@ -1527,6 +1526,7 @@ pub unsafe extern "C" fn readlinkat(
     n: size_t,
 ) -> ssize_t {
     match classify(dirfd, path) {
+        Place::Bad(e) => size_ret(Err(e)),
         Place::Inside(name) => readlink_name(&name),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::readlinkat()(dirfd, path, buf, n) },
@@ -1566,6 +1566,7 @@ pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, 0)),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::chmod()(path, mode) },
@@ -1575,6 +1576,7 @@ pub unsafe extern "C" fn chmod(path: *const c_char, mode: libc::mode_t) -> c_int
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, 0)),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::utime()(path, times) },
@@ -1603,6 +1605,7 @@ macro_rules! path_xattr {
             size: size_t,
         ) -> ssize_t {
             match classify(libc::AT_FDCWD, path) {
+                Place::Bad(e) => size_ret(Err(e)),
                 Place::Inside(name) => no_xattr(&name, false),
                 // SAFETY: passed through with the caller's arguments.
                 _ => unsafe { real::$name()(path, attr, value, size) },
@@ -1621,6 +1624,7 @@ macro_rules! path_listxattr {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, size: size_t) -> ssize_t {
             match classify(libc::AT_FDCWD, path) {
+                Place::Bad(e) => size_ret(Err(e)),
                 Place::Inside(name) => no_xattr(&name, true),
                 // SAFETY: passed through with the caller's arguments.
                 _ => unsafe { real::$name()(path, list, size) },
@@ -1704,6 +1708,10 @@ fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
         Place::Inside(name) => realpath_name(&name, resolved),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::realpath()(path, resolved) },

@@ -1,6 +1,7 @@
 //! Listing `SETCACHE_DIR`: `opendir` of it returns a stream of the store's
-//! file names (with `.` and `..`); `readdir`, `readdir64`, `rewinddir`,
-//! `dirfd` and `closedir` know such streams from the C library's.
+//! file names (with `.` and `..`); `readdir`, `readdir64`, their `_r` forms,
+//! `rewinddir`, `telldir`, `seekdir`, `dirfd` and `closedir` know such streams
+//! from the C library's.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
@@ -73,6 +74,10 @@ fn open_listing() -> Result<*mut libc::DIR, i32> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
         Place::Root => match open_listing() {
             Ok(d) => d,
             Err(e) => {
@@ -166,4 +171,72 @@ pub unsafe extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
     }
     // SAFETY: passed through with the caller's arguments.
     unsafe { real::closedir()(dir) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn telldir(dir: *mut libc::DIR) -> libc::c_long {
+    match ours(dir) {
+        // SAFETY: a live listing made by open_listing.
+        Some(l) => unsafe { (*l).next as libc::c_long },
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::telldir()(dir) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn seekdir(dir: *mut libc::DIR, pos: libc::c_long) {
+    match ours(dir) {
+        // SAFETY: a live listing made by open_listing.
+        Some(l) => unsafe { (*l).next = usize::try_from(pos).unwrap_or(usize::MAX) },
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::seekdir()(dir, pos) },
+    }
+}
+
+/// `readdir_r` on a listing: the next entry copied to `entry`.
+unsafe fn next_into(
+    l: *mut Listing,
+    entry: *mut libc::dirent64,
+    result: *mut *mut libc::dirent64,
+) -> c_int {
+    // SAFETY: a live listing made by open_listing.
+    let e = next(unsafe { &mut *l });
+    // SAFETY: the caller passes an entry to fill and a place for the result.
+    unsafe {
+        if e.is_null() {
+            *result = std::ptr::null_mut();
+        } else {
+            entry.write(e.read());
+            *result = entry;
+        }
+    }
+    0
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readdir64_r(
+    dir: *mut libc::DIR,
+    entry: *mut libc::dirent64,
+    result: *mut *mut libc::dirent64,
+) -> c_int {
+    match ours(dir) {
+        // SAFETY: the caller's arguments, on a listing of ours.
+        Some(l) => unsafe { next_into(l, entry, result) },
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::readdir64_r()(dir, entry, result) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readdir_r(
+    dir: *mut libc::DIR,
+    entry: *mut libc::dirent,
+    result: *mut *mut libc::dirent,
+) -> c_int {
+    match ours(dir) {
+        // SAFETY: the caller's arguments; dirent and dirent64 are one layout on 64-bit Linux.
+        Some(l) => unsafe { next_into(l, entry.cast(), result.cast()) },
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::readdir_r()(dir, entry, result) },
+    }
 }

@@ -12,6 +12,9 @@ pub(crate) enum Place {
     Root,
     /// A file of the store, by name (which may still be one the store refuses).
     Inside(String),
+    /// Refused with this errno: a name that is not UTF-8 (the store's names
+    /// are), or a path relative to a descriptor of a file of the store.
+    Bad(i32),
 }
 
 /// `path` made absolute on `base` (when relative) and cleaned lexically:
@@ -58,7 +61,10 @@ fn relative_to(path: &[u8], dir: &[u8]) -> Option<Place> {
         return Some(Place::Root);
     }
     let rest = &path[dir.len() + 1..];
-    Some(Place::Inside(String::from_utf8_lossy(rest).into_owned()))
+    Some(match std::str::from_utf8(rest) {
+        Ok(name) => Place::Inside(name.to_string()),
+        Err(_) => Place::Bad(libc::EINVAL),
+    })
 }
 
 /// The directory `dirfd` names, for a path relative to it.
@@ -69,9 +75,9 @@ fn base_of(dirfd: c_int) -> Option<Vec<u8>> {
             .map(|p| p.into_os_string().into_encoded_bytes());
     }
     if state::desc(dirfd).is_some() {
-        // A file of the store is no directory: let the kernel refuse it
-        // (the placeholder is the store's directory, so refuse here).
-        return None;
+        // A file of the store is no directory (its placeholder is the
+        // store's directory, so the kernel would not refuse it: refuse here).
+        return Some(b"\0".to_vec());
     }
     std::fs::read_link(format!("/proc/self/fd/{dirfd}"))
         .ok()
@@ -96,6 +102,7 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         normalise(b"", p)
     } else {
         match base_of(dirfd) {
+            Some(b) if b == b"\0" => return Place::Bad(libc::ENOTDIR),
             Some(b) => normalise(&b, p),
             None => return Place::Outside,
         }

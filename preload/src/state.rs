@@ -40,6 +40,18 @@ pub(crate) struct Node {
     pub(crate) grow: Mutex<()>,
     /// `close` of the last descriptor wrote the file's data already.
     pub(crate) closed_clean: AtomicBool,
+    /// Written (or its length changed) through this node: its last close syncs.
+    pub(crate) written: AtomicBool,
+}
+
+impl Node {
+    /// Note a change; read first, so that only the first write of many writes
+    /// the shared flag.
+    pub(crate) fn note_written(&self) {
+        if !self.written.load(Ordering::Relaxed) {
+            self.written.store(true, Ordering::Relaxed);
+        }
+    }
 }
 
 impl Drop for Node {
@@ -47,7 +59,10 @@ impl Drop for Node {
     /// file's data goes to the devices now, so that it outlives a process
     /// that ends with `_exit`, as it would on a local file system.
     fn drop(&mut self) {
-        if self.closed_clean.load(Ordering::Relaxed) || forked() {
+        if self.closed_clean.load(Ordering::Relaxed)
+            || !self.written.load(Ordering::Relaxed)
+            || forked()
+        {
             return;
         }
         if let Err(e) = self.file.sync()
@@ -234,9 +249,13 @@ fn open_state() -> Result<State, (i32, String)> {
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
         .collect();
+    // Absolute: the program may change its working directory later.
+    let roots: Vec<PathBuf> = roots
+        .iter()
+        .map(|r| std::path::absolute(r).unwrap_or_else(|_| r.clone()))
+        .collect();
     for r in &roots {
-        let abs = std::path::absolute(r).unwrap_or_else(|_| r.clone());
-        let n = crate::path::normalise(b"", abs.as_os_str().as_encoded_bytes());
+        let n = crate::path::normalise(b"", r.as_os_str().as_encoded_bytes());
         if crate::path::under(&n, &cfg.dir) || crate::path::under(&cfg.dir, &n) {
             return Err((
                 libc::EINVAL,
@@ -288,6 +307,10 @@ extern "C" fn sync_at_exit() {
     if forked() {
         return;
     }
+    // The C library flushes its streams after the exit handlers: flush them
+    // first, so that what a stream of a store file buffered is synced too.
+    // SAFETY: fflush(NULL) flushes every output stream.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
     if let Some(Ok(s)) = STATE.get()
         && let Err(e) = s.cs.sync()
     {
@@ -410,6 +433,7 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
         name: Mutex::new(name.to_string()),
         grow: Mutex::new(()),
         closed_clean: AtomicBool::new(false),
+        written: AtomicBool::new(false),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

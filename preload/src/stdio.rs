@@ -90,7 +90,7 @@ fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
         return std::ptr::null_mut();
     };
     match calls::open_inside(name, flags) {
-        Ok(fd) => stream_of(fd, mode),
+        Ok(fd) => stream_of(fd, mode, true),
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -98,8 +98,9 @@ fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
     }
 }
 
-/// A stream over placeholder `fd`; `fclose` closes `fd`. On failure `fd` is closed.
-fn stream_of(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+/// A stream over placeholder `fd`; `fclose` closes `fd`. On failure `fd` is
+/// closed if `own`, left open otherwise (`fdopen`'s caller keeps it).
+fn stream_of(fd: c_int, mode: *const c_char, own: bool) -> *mut libc::FILE {
     let io = CookieIo {
         read: Some(cookie_read),
         write: Some(cookie_write),
@@ -108,7 +109,7 @@ fn stream_of(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     };
     // SAFETY: the cookie is the descriptor's number; the functions match glibc's types.
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
-    if f.is_null() {
+    if f.is_null() && own {
         // SAFETY: closes the placeholder just made.
         unsafe { calls::close(fd) };
     }
@@ -117,16 +118,17 @@ fn stream_of(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Inside(name) => open_stream(&name, mode),
-        // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::fopen()(path, mode) },
-    }
+    // SAFETY: the same function on 64-bit Linux.
+    unsafe { fopen64(path, mode) }
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
         Place::Inside(name) => open_stream(&name, mode),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::fopen64()(path, mode) },
@@ -144,7 +146,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    stream_of(fd, mode)
+    stream_of(fd, mode, false)
 }
 
 fn refuse_freopen() -> *mut libc::FILE {
@@ -161,11 +163,8 @@ pub unsafe extern "C" fn freopen(
     mode: *const c_char,
     stream: *mut libc::FILE,
 ) -> *mut libc::FILE {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Inside(_) => refuse_freopen(),
-        // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::freopen()(path, mode, stream) },
-    }
+    // SAFETY: the same function on 64-bit Linux.
+    unsafe { freopen64(path, mode, stream) }
 }
 
 #[unsafe(no_mangle)]
@@ -175,6 +174,10 @@ pub unsafe extern "C" fn freopen64(
     stream: *mut libc::FILE,
 ) -> *mut libc::FILE {
     match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
         Place::Inside(_) => refuse_freopen(),
         // SAFETY: passed through with the caller's arguments.
         _ => unsafe { real::freopen64()(path, mode, stream) },

@@ -76,6 +76,9 @@ struct Block {
 pub(crate) struct StatsHub {
     id: u64,
     blocks: Mutex<Vec<Arc<Block>>>,
+    /// Events of threads whose locals are gone (exiting, or running the
+    /// process's exit handlers), counted with atomic adds.
+    orphan: Block,
 }
 
 thread_local! {
@@ -92,6 +95,7 @@ impl StatsHub {
         StatsHub {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
             blocks: Mutex::new(Vec::new()),
+            orphan: Block::default(),
         }
     }
 
@@ -133,10 +137,8 @@ impl StatsHub {
         });
         if counted.is_err() {
             // The thread's locals are gone (it is exiting, or running the
-            // process's exit handlers): the event goes to a block of its own.
-            let mut own = Vec::new();
-            let b = self.register(&mut own);
-            own[b].1.v[s as usize].store(n, Ordering::Relaxed);
+            // process's exit handlers): the event goes to the shared block.
+            self.orphan.v[s as usize].fetch_add(n, Ordering::Relaxed);
         }
     }
 
@@ -155,6 +157,9 @@ impl StatsHub {
 
     pub(crate) fn snapshot(&self) -> CacheStats {
         let mut sum = [0u64; N];
+        for (s, c) in sum.iter_mut().zip(self.orphan.v.iter()) {
+            *s += c.load(Ordering::Relaxed);
+        }
         for b in self.blocks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
             for (s, c) in sum.iter_mut().zip(b.v.iter()) {
                 *s += c.load(Ordering::Relaxed);

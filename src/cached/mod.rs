@@ -959,13 +959,16 @@ impl CachedFile {
     /// call leaves the file's bytes inside its old length as they were; once
     /// committed, the change completes even if this returns an error. Writes
     /// racing a shrink may be lost, never shown past the end after a later
-    /// growth. The file must not be in use on this thread (a page guard held,
-    /// or a queue not drained).
+    /// growth. The file must not be in use on this thread (a queue not
+    /// drained); a thread holding a page guard of the file gets
+    /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
+        let name = || self.entry.file.name();
+        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
         // No sync of the file runs meanwhile: its writes are never cut by a

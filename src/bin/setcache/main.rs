@@ -1,7 +1,8 @@
 //! The `setcache` command: `setcache bench ...` benchmarks the storage layer,
 //! `setcache hitbench` the page cache's hit path, `setcache sim` the hit ratio
 //! of replacement policies on a trace, `setcache graph` graph analytics over
-//! setcache, mmap and memory.
+//! setcache, mmap and memory, `setcache cp` copies files into and out of a
+//! store.
 //! Without arguments it runs a short demo bench.
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.
@@ -34,6 +35,7 @@ mod arraybench;
 mod bench;
 #[cfg(test)]
 mod cli_tests;
+mod cp;
 mod graph;
 mod hitbench;
 mod simcmd;
@@ -73,6 +75,9 @@ enum Command {
     Graph(graph::GraphArgs),
     /// Simulate the hit ratio of replacement policies on a trace
     Sim(simcmd::SimArgs),
+    /// Copy a file into a store, out of it, or within it (store:NAME names a
+    /// file of the store)
+    Cp(cp::CpArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
     #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
     BenchChild,
@@ -92,6 +97,7 @@ fn main() -> ExitCode {
         Some(Command::Arraybench(args)) => arraybench::run(args),
         Some(Command::Graph(args)) => graph::run(args),
         Some(Command::Sim(args)) => simcmd::run(args),
+        Some(Command::Cp(args)) => cp::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
         Some(Command::GraphChild) => return ExitCode::from(graph::child_main() as u8),
         None => {

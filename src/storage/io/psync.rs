@@ -48,6 +48,12 @@ impl PsyncEngine {
     }
 }
 
+// `execute` passes a file offset in one register (64-bit Linux).
+const _: () = assert!(
+    std::mem::size_of::<libc::c_long>() == 8,
+    "setcache needs 64-bit Linux"
+);
+
 /// Run one operation with blocking system calls. Interrupted calls are retried;
 /// a partial transfer is reported as such.
 pub(crate) fn execute(op: &DevOp) -> OpResult {
@@ -55,15 +61,30 @@ pub(crate) fn execute(op: &DevOp) -> OpResult {
     loop {
         // SAFETY: the iovecs describe memory the request owner keeps alive and
         // exclusive until completion; `fd` is open for the life of `op.backing`.
+        // The system calls themselves, not the C library's wrappers: those are
+        // thread cancellation points, and this runs on application threads too
+        // (a synchronous request in place), where a cancellation must not
+        // unwind through an operation in flight. The offset goes as the low
+        // word, the high word 0 (64-bit Linux).
         let rc = unsafe {
             match op.kind {
-                DevOpKind::Read => {
-                    libc::preadv(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64)
-                }
-                DevOpKind::Write => {
-                    libc::pwritev(fd, op.iov.as_ptr(), op.iov.len() as i32, op.offset as i64)
-                }
-                DevOpKind::Fsync => libc::fsync(fd) as isize,
+                DevOpKind::Read => libc::syscall(
+                    libc::SYS_preadv,
+                    fd,
+                    op.iov.as_ptr(),
+                    op.iov.len() as libc::c_long,
+                    op.offset as libc::c_long,
+                    0 as libc::c_long,
+                ) as isize,
+                DevOpKind::Write => libc::syscall(
+                    libc::SYS_pwritev,
+                    fd,
+                    op.iov.as_ptr(),
+                    op.iov.len() as libc::c_long,
+                    op.offset as libc::c_long,
+                    0 as libc::c_long,
+                ) as isize,
+                DevOpKind::Fsync => libc::syscall(libc::SYS_fsync, fd) as isize,
             }
         };
         if rc >= 0 {
