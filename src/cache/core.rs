@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU8, AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use super::dirty::{DirtySets, file_of};
 use super::place::{self, Clock};
 use super::policy::{Admit, Duel, NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
@@ -199,6 +200,8 @@ pub(crate) struct Core<M: Model> {
     pub(crate) pin_wait: Duration,
     /// The write-back flusher's hook, if one is installed.
     flusher: OnceLock<FlushHook>,
+    /// Per file, the sets that hold its dirty pages.
+    pub(crate) dirty: DirtySets,
     _m: PhantomData<M>,
 }
 
@@ -248,6 +251,7 @@ impl<M: Model> Core<M> {
             stats: StatsHub::new(),
             pin_wait,
             flusher: OnceLock::new(),
+            dirty: DirtySets::new(max_sets),
             _m: PhantomData,
         };
         for s in 0..sets {
@@ -962,6 +966,14 @@ impl<M: Model> Core<M> {
                 Err(now) => x = now,
             }
         };
+        if old & DIRTY == 0 {
+            // The slot's tag is stable while its pin (ours, until the CAS
+            // above) was held, and after it while no claim reuses the slot:
+            // a stale tag only marks a set that a sync then finds clean.
+            if let Some(i) = (0..self.lay.assoc).find(|&i| std::ptr::eq(self.state(s, i), state)) {
+                self.dirty.mark(file_of(self.tags(s)[i].load(Relaxed)), s);
+            }
+        }
         // Every store, as every write hit: a set the flusher passed while the
         // page was pinned is queued again.
         self.note_dirty(s);
@@ -1133,6 +1145,7 @@ impl<M: Model> Core<M> {
         self.policy.on_hit_tag(&mut st, i, tag, valid);
         self.touch(s, i);
         if write {
+            self.dirty.mark(file_of(tag), s);
             self.note_dirty(s);
         }
         self.unlock(s);
@@ -1185,6 +1198,7 @@ impl<M: Model> Core<M> {
                 self.touch(s, i);
                 self.clock.tick();
                 if write {
+                    self.dirty.mark(file_of(tag), s);
                     self.note_dirty(s);
                 }
                 self.unlock(s);
@@ -1552,6 +1566,8 @@ impl<M: Model> Core<M> {
     pub(crate) fn writeback_done(&self, s: usize, i: usize, ok: bool) {
         let w = self.state(s, i);
         if !ok {
+            // Pinned under write-back: the tag is stable.
+            self.dirty.mark(file_of(self.tags(s)[i].load(Relaxed)), s);
             w.fetch_or(DIRTY, AcqRel);
         }
         let old = w.fetch_and(!WRITEBACK, AcqRel);
@@ -1602,6 +1618,7 @@ impl<M: Model> Core<M> {
         // more.
         let marked = w.load(Acquire) & PENDING == 0;
         if marked {
+            self.dirty.mark(file_of(tag), s);
             w.fetch_or(DIRTY, AcqRel);
         }
         self.unlock(s);
@@ -1660,6 +1677,25 @@ impl<M: Model> Core<M> {
     }
 
     /// Visit every valid page: `(tag, state, frame)`, each set under its lock.
+    /// Call `f(tag, state)` for each valid page of set `s` (nothing if the
+    /// set is gone in a shrink), under the set's lock.
+    pub(crate) fn for_set(&self, s: usize, mut f: impl FnMut(u64, u32)) {
+        if s >= self.n_sets() {
+            return;
+        }
+        self.lock(s);
+        if s < self.n_sets() {
+            // SAFETY: set `s` is locked.
+            let g = unsafe { self.locked(s) };
+            for i in 0..self.lay.assoc {
+                if *g.valid & (1 << i) != 0 {
+                    f(g.tags[i].load(Relaxed), self.state(s, i).load(Acquire));
+                }
+            }
+        }
+        self.unlock(s);
+    }
+
     pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u32, *const u8)) {
         let mut s = 0;
         while s < self.n_sets() {

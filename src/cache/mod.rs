@@ -13,6 +13,7 @@
 //! two closures for callers that just want the page.
 
 mod core;
+mod dirty;
 mod place;
 pub mod policy;
 mod region;
@@ -149,11 +150,11 @@ fn tag_of(file: u32, page: u64) -> Result<u64> {
             "cache page number {page} is above the largest, {MAX_PAGE}"
         )));
     }
-    Ok(((file as u64) << 40) | page)
+    Ok(((file as u64) << dirty::FILE_SHIFT) | page)
 }
 
 fn untag(tag: u64) -> (u32, u64) {
-    ((tag >> 40) as u32, tag & MAX_PAGE)
+    (dirty::file_of(tag), tag & MAX_PAGE)
 }
 
 impl<M: Model> PageCache<M> {
@@ -773,6 +774,37 @@ impl<M: Model> PageCache<M> {
 
     /// Every cached page whose data is not yet on the device (dirty, or its
     /// write-back in flight), as `(file, page)`.
+    /// The pages of `file` that are dirty or under write-back, sorted, found
+    /// by visiting only the sets where its pages turned dirty since the last
+    /// call (their marks are taken); with those sets, to give back through
+    /// [`PageCache::remark`] if the caller cannot write every page. Pages
+    /// that turn dirty meanwhile mark their sets again.
+    pub(crate) fn take_pending_of(&self, file: u32) -> (Vec<u64>, Vec<usize>) {
+        let sets = self.core.dirty.take(file);
+        let mut pages = Vec::new();
+        for &s in &sets {
+            self.core.for_set(s, |tag, st| {
+                let (f, p) = untag(tag);
+                if f == file && st & (core::DIRTY | core::WRITEBACK) != 0 {
+                    pages.push(p);
+                }
+            });
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        (pages, sets)
+    }
+
+    /// Mark `sets` again for `file` (a sync that took them failed part way).
+    pub(crate) fn remark(&self, file: u32, sets: &[usize]) {
+        for &s in sets {
+            self.core.dirty.mark(file, s);
+        }
+    }
+
+    /// Every page dirty or under write-back, by a walk of the whole cache
+    /// (the reference the tests hold [`PageCache::take_pending_of`] to).
+    #[cfg(test)]
     pub(crate) fn pending_pages(&self) -> Vec<(u32, u64)> {
         let mut out = Vec::new();
         self.core.for_each(|tag, st, _| {

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 use super::core::{
     Busy, Core, DIRTY, Locked, PENDING, VALID, WRITEBACK, WRITER, next_gen, pack, pins,
 };
+use super::dirty::file_of;
 use super::policy::{NO_TAG, Policy};
 use super::sync::{Model, Word};
 use crate::util::mix::mix64;
@@ -197,6 +198,9 @@ impl<M: Model> Core<M> {
             gt.tags[j].store(tag, Relaxed);
             *gt.valid |= 1 << j;
             let dst = self.state(to, j);
+            if src & DIRTY != 0 {
+                self.dirty.mark(file_of(tag), to);
+            }
             dst.store(src & (VALID | DIRTY) | next_gen(dst.load(Relaxed)), Release);
             self.policy.on_insert(&mut gt.st, j, tag, before);
             let valid = *gf.valid;

@@ -1279,3 +1279,91 @@ fn stores_into_pinned_frames() {
     drop(g);
     assert_quiescent(&c);
 }
+
+/// A sync finds a file's dirty pages through the sets they marked: after any
+/// mix of writes, stores in place, write-backs that pass or fail, re-dirtying
+/// and resizes, the pages `take_pending_of` returns for a file include every
+/// page of it a walk of the whole cache finds dirty or under write-back.
+#[test]
+fn a_sync_finds_every_dirty_page_through_the_marked_sets() {
+    use proptest::prelude::*;
+    let cfg = ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    };
+    let step = prop_oneof![
+        (0u32..3, 0u64..200).prop_map(|(f, p)| (0u8, f, p)),
+        (0u32..3, 0u64..200).prop_map(|(f, p)| (1u8, f, p)),
+        (0u32..3, 0u64..200).prop_map(|(f, p)| (2u8, f, p)),
+        (0u32..3, 0u64..200).prop_map(|(f, p)| (3u8, f, p)),
+        (0u32..3, 0u64..4).prop_map(|(f, p)| (4u8, f, p)),
+        (0u32..3, 0u64..2).prop_map(|(f, p)| (5u8, f, p)),
+    ];
+    proptest!(cfg, |(steps in proptest::collection::vec(step, 1..300))| {
+        let cache = PageCache::<Os>::new(opts(96, 384, 4, PolicyKind::Lru)).unwrap();
+        let disk: Disk = Mutex::new(HashMap::new());
+        for (op, f, p) in steps {
+            match op {
+                // A write through a write guard.
+                0 => {
+                    let mut g = cache.get_mut_with(f, p, load_from(&disk), store_to(&disk)).unwrap();
+                    g[0] = g[0].wrapping_add(1);
+                }
+                // A write-back that passes, or one that fails (the page is dirty again).
+                1 | 2 => {
+                    if let Some(w) = cache.write_back(f, p).unwrap() {
+                        let r = if op == 1 {
+                            Ok(())
+                        } else {
+                            Err(Error::InvalidArgument("a failed write".into()))
+                        };
+                        let _ = w.finish(r);
+                    }
+                }
+                // Written again after a failed fsync.
+                3 => {
+                    let _ = cache.mark_dirty(f, p);
+                }
+                // Grow or shrink by a few sets (pages move with their state).
+                4 => {
+                    let pages = cache.capacity_pages();
+                    let to = if p % 2 == 0 { pages + 8 * p as usize } else { pages.saturating_sub(8 * p as usize) };
+                    let _ = cache.resize(to.clamp(96, 384) * 512);
+                }
+                // A sync of file `f`: everything dirty of it is found.
+                _ => {
+                    let mut want: Vec<u64> = cache
+                        .pending_pages()
+                        .into_iter()
+                        .filter(|&(x, _)| x == f)
+                        .map(|(_, q)| q)
+                        .collect();
+                    want.sort_unstable();
+                    let (found, _) = cache.take_pending_of(f);
+                    for q in &want {
+                        prop_assert!(found.binary_search(q).is_ok(), "page {q} of file {f} dirty but not found");
+                    }
+                    // Written back: clean until written again; or the
+                    // writes fail, and the pages must be found again.
+                    for q in found {
+                        if let Some(w) = cache.write_back(f, q).unwrap() {
+                            let _ = w.finish(if p == 0 {
+                                Ok(())
+                            } else {
+                                Err(Error::InvalidArgument("a failed write".into()))
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        // At the end, each file's marks still lead to all of its dirty pages.
+        for f in 0..3 {
+            let want: Vec<u64> = cache.pending_pages().into_iter().filter(|&(x, _)| x == f).map(|(_, q)| q).collect();
+            let (found, _) = cache.take_pending_of(f);
+            for q in &want {
+                prop_assert!(found.binary_search(q).is_ok(), "page {q} of file {f} dirty but not found at the end");
+            }
+        }
+    });
+}

@@ -938,7 +938,11 @@ impl CachedFile {
 
     /// Write every dirty page of this file and make it durable. Returns the
     /// first write-back failure since the last `sync`, if any (the pages stay
-    /// dirty, so a later `sync` tries again). A thread holding a page guard
+    /// dirty, so a later `sync` tries again). Its cost follows the pages
+    /// dirtied since the last sync, not the size of the cache; with nothing
+    /// written since the last good fsync it does no I/O (bytes written around
+    /// the cache, through [`CachedFile::file`], are made durable by
+    /// [`File::sync`]). A thread holding a page guard
     /// of this file gets [`Error::HeldByCaller`] (the sync would wait for
     /// the guard).
     pub fn sync(&self) -> Result<()> {

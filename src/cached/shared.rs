@@ -115,6 +115,11 @@ impl PageSet {
         c[(i / 64) as usize] |= 1 << (i % 64);
     }
 
+    /// Whether no page is in the set.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.chunks.values().all(|c| c.iter().all(|&w| w == 0))
+    }
+
     /// Drop the pages from `from` on.
     pub(crate) fn truncate(&mut self, from: u64) {
         let first = from / PAGESET_PAGES;

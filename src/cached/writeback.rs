@@ -269,14 +269,20 @@ impl Shared {
         // pages dirty again before the next one starts writing, so the next
         // one's good fsync (the kernel reports a failure once) covers them.
         let _one = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pending: Vec<u64> = self
-            .cache
-            .pending_pages()
-            .into_iter()
-            .filter(|&(f, _)| f == id)
-            .map(|(_, p)| p)
-            .collect();
-        pending.sort_unstable();
+        // Only the sets where the file's pages turned dirty since the last
+        // sync: the cost follows what is dirty, not the cache.
+        let (pending, sets) = self.cache.take_pending_of(id);
+        let r = self.write_and_fsync(id, &e, pending);
+        if r.is_err() {
+            // Whatever this sync left dirty is found again by the next.
+            self.cache.remark(id, &sets);
+        }
+        r
+    }
+
+    /// `sync_file`'s work once the file's dirty pages are known: write them,
+    /// then fsync if anything was written since the last good fsync.
+    fn write_and_fsync(&self, id: u32, e: &Entry, mut pending: Vec<u64>) -> Result<()> {
         let mut w = Writer::new(self, SYNC_DEPTH, SYNC_MERGE, false);
         let mut pause = 1u64;
         while !pending.is_empty() {
@@ -321,6 +327,11 @@ impl Shared {
             }
             std::mem::take(&mut d.written)
         };
+        if covered.is_empty() {
+            // Nothing written since the last good fsync, and no fsync has
+            // failed since (a failure leaves its pages here): no I/O.
+            return Ok(());
+        }
         match e.file.sync() {
             Ok(()) => Ok(()),
             Err(err) => {

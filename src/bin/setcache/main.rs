@@ -39,6 +39,7 @@ mod cp;
 mod graph;
 mod hitbench;
 mod simcmd;
+mod syncbench;
 #[cfg(test)]
 #[path = "../../test_alloc.rs"]
 mod test_alloc;
@@ -78,6 +79,8 @@ enum Command {
     /// Copy a file into a store, out of it, or within it (store:NAME names a
     /// file of the store)
     Cp(cp::CpArgs),
+    /// Time `sync` of a cached file against its dirty pages and the cache size
+    Syncbench(syncbench::SyncArgs),
     /// Internal: runs a Linux engine for `bench` (job on stdin, result on stdout)
     #[command(name = bench::CHILD_SUBCOMMAND, hide = true)]
     BenchChild,
@@ -98,6 +101,7 @@ fn main() -> ExitCode {
         Some(Command::Graph(args)) => graph::run(args),
         Some(Command::Sim(args)) => simcmd::run(args),
         Some(Command::Cp(args)) => cp::run(args),
+        Some(Command::Syncbench(args)) => syncbench::run(args),
         Some(Command::BenchChild) => return ExitCode::from(bench::child_main() as u8),
         Some(Command::GraphChild) => return ExitCode::from(graph::child_main() as u8),
         None => {

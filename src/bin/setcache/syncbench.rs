@@ -1,0 +1,114 @@
+//! `setcache syncbench`: what a `sync` of a cached file costs, against the
+//! pages it finds dirty and the size of the cache. For each cache size a
+//! store is made in `--dir` (one device) with a cache of that size and no
+//! flusher (so the pages written stay dirty until the sync); then, for each
+//! count of dirty pages, `--rounds` times: write that many distinct random
+//! 4 KiB pages of a file, and time `CachedFile::sync`. A sync of 0 dirty
+//! pages is a sync of a clean file.
+
+use std::time::Instant;
+
+use clap::Args;
+use setcache::{CacheOptions, CachedStore, FlushOptions, LayoutKind, Store, StoreOptions};
+
+use crate::bench::size::{format_size, parse_size};
+
+/// Time `sync` of a cached file against its dirty pages and the cache size.
+#[derive(Args, Debug)]
+pub(crate) struct SyncArgs {
+    /// Directory for the store (one device); emptied of the bench's file after.
+    #[arg(long)]
+    dir: std::path::PathBuf,
+    /// Cache sizes (comma-separated).
+    #[arg(long, default_value = "64M,6G", value_delimiter = ',')]
+    cache_size: Vec<String>,
+    /// Dirty pages before each sync (comma-separated), each at most 65536.
+    #[arg(long, default_value = "0,1,16,256,4096", value_delimiter = ',')]
+    dirty: Vec<usize>,
+    /// The file's size; it must hold the largest dirty count in pages.
+    #[arg(long, default_value = "1G")]
+    file_size: String,
+    /// Syncs timed per row (1 to 100000); the median and the 90th percentile
+    /// are reported.
+    #[arg(long, default_value_t = 21)]
+    rounds: usize,
+}
+
+pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
+    let file_size = parse_size(&a.file_size).map_err(|e| format!("--file-size: {e}"))?;
+    let pages = file_size / 4096;
+    if !(1..=100_000).contains(&a.rounds) {
+        return Err(format!("--rounds {} is outside 1..=100000", a.rounds));
+    }
+    if let Some(&d) = a.dirty.iter().find(|&&d| d > 65536 || d as u64 > pages) {
+        return Err(format!(
+            "--dirty {d} is above 65536 or the file's {pages} pages (--file-size {})",
+            a.file_size
+        ));
+    }
+    let mut sizes = Vec::new();
+    for c in &a.cache_size {
+        sizes.push(parse_size(c).map_err(|e| format!("--cache-size: {e}"))?);
+    }
+    if !a.dir.is_dir() {
+        return Err(format!("--dir {} is not a directory", a.dir.display()));
+    }
+    out!("| cache | dirty pages | median sync | p90 sync | per dirty page |");
+    out!("|---|---|---|---|---|");
+    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let page = vec![0x5au8; 4096];
+    for &size in &sizes {
+        let store = Store::open(std::slice::from_ref(&a.dir), StoreOptions::default())
+            .map_err(|e| e.to_string())?;
+        let opts = CacheOptions {
+            size: usize::try_from(size).map_err(|_| "cache size too large")?,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>)
+            .map_err(|e| e.to_string())?;
+        let name = "syncbench";
+        let _ = cs.delete(name);
+        let f = cs
+            .create(name, file_size, LayoutKind::Stripe)
+            .map_err(|e| e.to_string())?;
+        f.sync().map_err(|e| e.to_string())?;
+        for &d in &a.dirty {
+            let mut times = Vec::with_capacity(a.rounds);
+            for _ in 0..a.rounds {
+                let mut chosen = std::collections::HashSet::new();
+                while chosen.len() < d {
+                    chosen.insert(next() % pages);
+                }
+                for p in chosen {
+                    f.write_at(p * 4096, &page).map_err(|e| e.to_string())?;
+                }
+                let t = Instant::now();
+                f.sync().map_err(|e| e.to_string())?;
+                times.push(t.elapsed().as_secs_f64());
+            }
+            times.sort_by(f64::total_cmp);
+            let med = times[times.len() / 2];
+            let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
+            let per = if d == 0 {
+                "-".to_string()
+            } else {
+                format!("{:.1} us", med * 1e6 / d as f64)
+            };
+            out!(
+                "| {} | {d} | {:.1} us | {:.1} us | {per} |",
+                format_size(size),
+                med * 1e6,
+                p90 * 1e6
+            );
+        }
+        drop(f);
+        cs.delete(name).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
