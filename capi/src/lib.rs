@@ -494,9 +494,8 @@ pub unsafe extern "C" fn setcache_pwrite(
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
         if end > f.file.len() {
             let _g = f.grow.lock().unwrap_or_else(|p| p.into_inner());
-            if end > f.file.len() {
-                f.file.set_len(end)?;
-            }
+            // Durable with the next sync, as the bytes written are.
+            f.file.grow(end)?;
         }
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };

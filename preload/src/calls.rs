@@ -101,7 +101,7 @@ fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
         let _g = lock(&d.node.grow);
         if end > f.len() {
             d.node.note_written();
-            f.set_len(end).map_err(|e| fail("write past the end", &e))?;
+            f.grow(end).map_err(|e| fail("write past the end", &e))?;
         }
     }
     Ok(())
@@ -135,7 +135,7 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
         if n == 0 {
             return Ok(at);
         }
-        f.set_len(end).map_err(|e| fail("append", &e))?;
+        f.grow(end).map_err(|e| fail("append", &e))?;
         f.write_at(at, data).map_err(|e| fail("append", &e))?;
         return Ok(end);
     }
@@ -583,10 +583,14 @@ fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
     }
     let _g = lock(&d.node.grow);
     d.node.note_written();
-    d.node
-        .file
-        .set_len(len)
-        .map_err(|e| fail("ftruncate", &e))?;
+    let f = &d.node.file;
+    // Growing needs no logged operation: the next fsync makes it durable.
+    let r = if len > f.len() {
+        f.grow(len)
+    } else {
+        f.set_len(len)
+    };
+    r.map_err(|e| fail("ftruncate", &e))?;
     Ok(0)
 }
 

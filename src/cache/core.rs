@@ -971,7 +971,8 @@ impl<M: Model> Core<M> {
             // above) was held, and after it while no claim reuses the slot:
             // a stale tag only marks a set that a sync then finds clean.
             if let Some(i) = (0..self.lay.assoc).find(|&i| std::ptr::eq(self.state(s, i), state)) {
-                self.dirty.mark(file_of(self.tags(s)[i].load(Relaxed)), s);
+                self.dirty
+                    .mark_unlocked(file_of(self.tags(s)[i].load(Relaxed)), s);
             }
         }
         // Every store, as every write hit: a set the flusher passed while the

@@ -64,14 +64,30 @@ impl DirtySets {
             .clone()
     }
 
-    /// A page of `file` is dirty in set `set`. A leaf: called under set locks.
+    /// A page of `file` turned dirty in set `set`, under the set's lock (a
+    /// sync visits the set under that lock after taking the bit, so seeing
+    /// the bit set spares the write). A leaf: called under set locks.
     #[inline]
     pub(crate) fn mark(&self, file: u32, set: usize) {
+        self.mark_as(file, set, true);
+    }
+
+    /// As [`DirtySets::mark`], for a page that turned dirty without its set's
+    /// lock (a store into a pinned frame): always a read-modify-write, so
+    /// that either a sync's take comes after it (and, synchronising with it,
+    /// sees the page dirty) or the bit stays set for the next sync.
+    #[inline]
+    pub(crate) fn mark_unlocked(&self, file: u32, set: usize) {
+        self.mark_as(file, set, false);
+    }
+
+    fn mark_as(&self, file: u32, set: usize, locked: bool) {
         let (w, bit) = (set / 64, 1u64 << (set % 64));
         let put = |b: &Bits| {
-            // Read first: a set already marked costs no shared write.
-            if b.0[w].load(Ordering::Relaxed) & bit == 0 {
-                b.0[w].fetch_or(bit, Ordering::Release);
+            // Under the set's lock, read first: a set already marked costs no
+            // shared write.
+            if !locked || b.0[w].load(Ordering::Relaxed) & bit == 0 {
+                b.0[w].fetch_or(bit, Ordering::AcqRel);
             }
         };
         let done = LAST

@@ -780,6 +780,9 @@ impl<M: Model> PageCache<M> {
     /// [`PageCache::remark`] if the caller cannot write every page. Pages
     /// that turn dirty meanwhile mark their sets again.
     pub(crate) fn take_pending_of(&self, file: u32) -> (Vec<u64>, Vec<usize>) {
+        // No resize step between the take and the visits: a page moved out
+        // of a taken set meanwhile would mark a set this visit never sees.
+        let _no_resize = self.core.inited.lock().unwrap_or_else(|p| p.into_inner());
         let sets = self.core.dirty.take(file);
         let mut pages = Vec::new();
         for &s in &sets {

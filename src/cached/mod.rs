@@ -536,8 +536,10 @@ impl CachedStore {
         self.inner.store.rename(from, to)
     }
 
-    /// Write every dirty page of every file and make the devices durable. A
-    /// thread holding a page guard of this store gets [`Error::HeldByCaller`].
+    /// Write every dirty page of every file and make it durable (as
+    /// [`CachedFile::sync`] of each: a file with nothing written since its
+    /// last good fsync needs none). A thread holding a page guard of this
+    /// store gets [`Error::HeldByCaller`].
     pub fn sync(&self) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
         let files: Vec<u32> = self
@@ -967,6 +969,42 @@ impl CachedFile {
     /// drained); a thread holding a page guard of the file gets
     /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
+        self.resize_to(len, false)
+    }
+
+    /// Make the file at least `len` bytes long (the new bytes read as zeros)
+    /// without a logged metadata operation: the growth becomes durable with
+    /// the next [`CachedFile::sync`] (one header write per device), and a
+    /// crash before that finds the file at its last durable length, as it
+    /// finds the bytes written meanwhile. For writes past the end (appends);
+    /// a file `len` bytes long or longer is left as it is. Errors as
+    /// [`CachedFile::set_len`].
+    pub fn grow(&self, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        self.entry.check()?;
+        let e = &*self.entry;
+        {
+            let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+            if len <= self.len() {
+                return Ok(());
+            }
+            if !e.shrunk.load(Ordering::Acquire) {
+                return self
+                    .entry
+                    .file
+                    .grow_lazily(len)
+                    .map_err(|x| self.gone_or(x));
+            }
+        }
+        // Pages that a write racing the last shrink may have left past the
+        // end must go before the file is longer: the logged path clears them.
+        self.resize_to(len, true)
+    }
+
+    /// `set_len`, or with `grow_only` a growth that leaves a longer file alone.
+    fn resize_to(&self, len: u64, grow_only: bool) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -975,6 +1013,9 @@ impl CachedFile {
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        if grow_only && len <= self.len() {
+            return Ok(());
+        }
         // No sync of the file runs meanwhile: its writes are never cut by a
         // shrink between their preparation and their submission.
         let _no_sync = e.syncing.lock().unwrap_or_else(|p| p.into_inner());

@@ -272,11 +272,29 @@ impl Shared {
         // Only the sets where the file's pages turned dirty since the last
         // sync: the cost follows what is dirty, not the cache.
         let (pending, sets) = self.cache.take_pending_of(id);
-        let r = self.write_and_fsync(id, &e, pending);
-        if r.is_err() {
-            // Whatever this sync left dirty is found again by the next.
-            self.cache.remark(id, &sets);
+        // Unless this sync ends well (an error or a panic on the way), the
+        // sets go back, so that the next sync finds what it left dirty.
+        struct Remark<'a> {
+            sh: &'a Shared,
+            id: u32,
+            sets: Vec<usize>,
+            done: bool,
         }
+        impl Drop for Remark<'_> {
+            fn drop(&mut self) {
+                if !self.done {
+                    self.sh.cache.remark(self.id, &self.sets);
+                }
+            }
+        }
+        let mut remark = Remark {
+            sh: self,
+            id,
+            sets,
+            done: false,
+        };
+        let r = self.write_and_fsync(id, &e, pending);
+        remark.done = r.is_ok();
         r
     }
 
@@ -327,10 +345,12 @@ impl Shared {
             }
             std::mem::take(&mut d.written)
         };
-        if covered.is_empty() {
-            // Nothing written since the last good fsync, and no fsync has
-            // failed since (a failure leaves its pages here): no I/O.
-            return Ok(());
+        if covered.is_empty() && !e.file.header_stale() {
+            // Nothing written since the last good fsync, no fsync failed
+            // since (a failure leaves its pages here), and no growth waits
+            // for its headers: no I/O, but the same checks of the devices
+            // and the backing files as after an fsync.
+            return e.file.check_live();
         }
         match e.file.sync() {
             Ok(()) => Ok(()),

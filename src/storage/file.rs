@@ -35,6 +35,9 @@ pub(crate) struct FileInner {
     /// must keep right: only `CachedFile::set_len` may change it.
     /// (A count: the caches that hold it.)
     pub(crate) cached: AtomicUsize,
+    /// A lazy growth ([`File::grow_lazily`]) changed the length since the
+    /// headers were last written: the next [`File::sync`] writes them.
+    pub(crate) header_stale: std::sync::atomic::AtomicBool,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -127,6 +130,32 @@ impl File {
     /// Change the length under the cache that holds the file's pages:
     /// `before_cut(old length)` runs once the change is committed and I/O past
     /// a shorter end is refused, before any device changes.
+    /// Grow the file to `len` bytes (nothing if it is that long already)
+    /// without a metadata operation: the backing files are extended (the new
+    /// bytes read as zeros) and the length changes at once; the headers, which
+    /// hold the length on the devices, are written by the next [`File::sync`],
+    /// which makes the growth durable. A crash before that finds the file at
+    /// its last durable length. For a page cache's writes past the end.
+    pub(crate) fn grow_lazily(&self, len: u64) -> Result<()> {
+        self.inner.store.grow_lazily(&self.inner, len)
+    }
+
+    /// The checks `sync` ends with, without its fsync: no device of the
+    /// file failed, and each backing file is still the one at its path.
+    pub(crate) fn check_live(&self) -> Result<()> {
+        for b in &self.inner.backings {
+            b.state.check()?;
+        }
+        self.check_backings()
+    }
+
+    /// Whether a lazy growth waits for its headers to be written.
+    pub(crate) fn header_stale(&self) -> bool {
+        self.inner
+            .header_stale
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn set_len_cached(
         &self,
         len: u64,
@@ -153,6 +182,22 @@ impl File {
     /// if not, the data is not in the store, and the error
     /// ([`Error::BackingGone`]) names the file and the device.
     pub fn sync(&self) -> Result<()> {
+        // A length grown lazily becomes durable with this fsync: one header
+        // write per device first.
+        let headers = self.inner.store.write_stale_headers(&self.inner)?;
+        let r = self.fsync_all();
+        if r.is_err() && headers {
+            // The headers may not be durable: the next sync writes them again.
+            self.inner
+                .header_stale
+                .store(true, std::sync::atomic::Ordering::Release);
+        }
+        r
+    }
+
+    /// An fsync of every backing file, then the check that each is still the
+    /// file at its path.
+    fn fsync_all(&self) -> Result<()> {
         let joiner = Joiner::new(self.name_arc(), 0, Sink::Thread(std::thread::current()));
         for b in &self.inner.backings {
             b.state.check()?;

@@ -836,6 +836,7 @@ impl Store {
                 backings,
                 store: inner.clone(),
                 cached: AtomicUsize::new(0),
+                header_stale: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }
@@ -1480,6 +1481,73 @@ impl StoreInner {
         write_header(fd, &h).map_err(io)?;
         crash_point()?;
         fsync_fd(fd).map_err(io)
+    }
+
+    /// Grow `f` to `len` bytes lazily (see `File::grow_lazily`): each backing
+    /// file given the size of the new length, with the bytes past the old
+    /// length reading as zeros (a longer backing file left by a crash is
+    /// cleared there), and the length in memory changed; the headers are left
+    /// to `write_stale_headers`.
+    pub(crate) fn grow_lazily(&self, f: &FileInner, len: u64) -> Result<()> {
+        check_len("file length", len)?;
+        let _meta = self.begin_meta()?;
+        let old = f.len.load(Ordering::Acquire);
+        if len <= old {
+            return Ok(());
+        }
+        let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let paths = self.backing_paths(&name);
+        for (i, b) in f.backings.iter().enumerate() {
+            let io = |e| Error::os(format!("device {i}: grow"), &paths[i], e);
+            let end = HEADER_BYTES + f.layout.device_end(i, old);
+            let size = HEADER_BYTES + f.layout.device_bytes(len);
+            let have = fstat(&b.fd).map_err(io)?.st_size as u64;
+            if end < have.min(size) {
+                zero_range(&b.fd, end, have.min(size)).map_err(io)?;
+            }
+            b.engine.discard(b.ino, end - HEADER_BYTES);
+            if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
+                truncate(&b.fd, size).map_err(io)?;
+            }
+        }
+        f.len.store(len, Ordering::Release);
+        f.header_stale.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// If a lazy growth left `f`'s headers behind its length, write them (the
+    /// caller's fsync follows). Under the metadata lock, so that no length
+    /// change writes its header in between.
+    /// Returns whether it wrote them.
+    pub(crate) fn write_stale_headers(&self, f: &FileInner) -> Result<bool> {
+        if !f.header_stale.load(Ordering::Acquire) {
+            return Ok(false);
+        }
+        let _meta = self.begin_meta()?;
+        if !f.header_stale.swap(false, Ordering::AcqRel) {
+            return Ok(false);
+        }
+        let len = f.len.load(Ordering::Acquire);
+        let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+        for (i, b) in f.backings.iter().enumerate() {
+            let h = Header {
+                layout: f.layout.kind(),
+                block_bytes: f.layout.block_bytes(),
+                len,
+                devices: self.roots.len() as u32,
+                device_index: i as u32,
+                file_uid: f.uid,
+            };
+            if let Err(e) = write_header(&b.fd, &h) {
+                f.header_stale.store(true, Ordering::Release);
+                return Err(Error::os(
+                    format!("device {i}: write the header of"),
+                    self.backing_path(i, &name),
+                    e,
+                ));
+            }
+        }
+        Ok(true)
     }
 
     /// Change a file's length (any number of bytes): headers and backing sizes on

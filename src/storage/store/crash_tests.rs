@@ -240,3 +240,44 @@ fn grow_after_shrink_is_whole_or_absent() {
         |s| s.open_file("b")?.set_len(65_000),
     );
 }
+
+/// A lazy growth is durable only once a sync wrote the headers: a store
+/// dropped before that (as a crash would leave it) opens the file at its old
+/// length, with the bytes past it reading as zeros when it grows again; after
+/// a sync it opens at the new length with the bytes written.
+#[test]
+fn a_lazy_growth_lasts_from_the_next_sync_on() {
+    let d = Dir::new("grow");
+    {
+        let s = d.open().unwrap();
+        let f = s.create("g", 1000, LayoutKind::Stripe).unwrap();
+        f.grow_lazily(300_000).unwrap();
+        assert_eq!(f.len(), 300_000);
+        let mut b = AlignedBuf::new(4096);
+        b.fill(7);
+        f.write_at(200_704, &b).unwrap();
+        // No sync: the headers still say 1000.
+    }
+    {
+        let s = d.open().unwrap();
+        let f = s.open_file("g").unwrap();
+        assert_eq!(f.len(), 1000, "a growth never synced outlived the store");
+        // Growing again (lazily or not) shows zeros, not the unsynced bytes.
+        f.grow_lazily(300_000).unwrap();
+        let mut b = AlignedBuf::new(4096);
+        f.read_at(200_704, &mut b).unwrap();
+        assert!(
+            b.iter().all(|&x| x == 0),
+            "bytes past the durable length came back"
+        );
+        b.fill(9);
+        f.write_at(200_704, &b).unwrap();
+        f.sync().unwrap();
+    }
+    let s = d.open().unwrap();
+    let f = s.open_file("g").unwrap();
+    assert_eq!(f.len(), 300_000);
+    let mut b = AlignedBuf::new(4096);
+    f.read_at(200_704, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 9));
+}
