@@ -942,13 +942,18 @@ fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
     // The table holds descriptions; names hold weak references: only this
     // one is left when the count is one.
     if rc == 0 && Arc::strong_count(&node) == 1 && !state::forked() {
-        let r = node.file.sync();
-        node.closed_clean.store(true, Ordering::Relaxed);
-        if let Err(e) = r
-            && !matches!(e, Error::FileGone(_))
-        {
-            set_errno(fail("close (writing the file's data)", &e));
-            return -1;
+        if node.written.swap(false, Ordering::Relaxed) {
+            let r = node.file.sync();
+            if let Err(e) = r
+                && !matches!(e, Error::FileGone(_))
+            {
+                node.written.store(true, Ordering::Relaxed);
+                set_errno(fail("close (writing the file's data)", &e));
+                return -1;
+            }
+        }
+        if let Ok(s) = state::state() {
+            state::keep(s, node);
         }
     }
     rc
@@ -1311,8 +1316,7 @@ fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<
     st.st_ino = ino_of(name);
     st.st_nlink = 1;
     st.st_mode = libc::S_IFREG | 0o644;
-    // SAFETY: plain getters.
-    (st.st_uid, st.st_gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    (st.st_uid, st.st_gid) = s.owner;
     st.st_size = len as i64;
     st.st_blksize = s.cs.cache().page_size() as i64;
     st.st_blocks = len.div_ceil(512) as i64;

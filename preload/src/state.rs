@@ -28,6 +28,25 @@ pub(crate) struct State {
     pub(crate) nodes: Mutex<HashMap<String, Weak<Node>>>,
     /// When the store was opened (seconds since the epoch): the times `stat` reports.
     pub(crate) opened: i64,
+    /// The owner `stat` reports: this process's effective ids.
+    pub(crate) owner: (u32, u32),
+    /// Files whose last descriptor closed lately, kept open: a program that
+    /// opens the same few files again and again (a database's journal) finds
+    /// them without opening their backing files again.
+    pub(crate) kept: Mutex<std::collections::VecDeque<Arc<Node>>>,
+}
+
+/// Files kept open after their last close.
+const KEPT: usize = 32;
+
+/// Keep `n` open for a while after its last descriptor closed.
+pub(crate) fn keep(s: &State, n: Arc<Node>) {
+    let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+    k.retain(|x| !Arc::ptr_eq(x, &n));
+    k.push_back(n);
+    if k.len() > KEPT {
+        k.pop_front();
+    }
 }
 
 /// One file of the store, open through one or more descriptors.
@@ -38,9 +57,8 @@ pub(crate) struct Node {
     /// Held while the file's length changes, so that two writers past the end
     /// grow it once each, in order.
     pub(crate) grow: Mutex<()>,
-    /// `close` of the last descriptor wrote the file's data already.
-    pub(crate) closed_clean: AtomicBool,
-    /// Written (or its length changed) through this node: its last close syncs.
+    /// Written (or its length changed) through this node since the last sync
+    /// its last close made: the next last close (or the drop) syncs.
     pub(crate) written: AtomicBool,
 }
 
@@ -59,10 +77,7 @@ impl Drop for Node {
     /// file's data goes to the devices now, so that it outlives a process
     /// that ends with `_exit`, as it would on a local file system.
     fn drop(&mut self) {
-        if self.closed_clean.load(Ordering::Relaxed)
-            || !self.written.load(Ordering::Relaxed)
-            || forked()
-        {
+        if !self.written.load(Ordering::Relaxed) || forked() {
             return;
         }
         if let Err(e) = self.file.sync()
@@ -289,10 +304,14 @@ fn open_state() -> Result<State, (i32, String)> {
     let opened = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
+    // SAFETY: plain getters.
+    let owner = unsafe { (libc::geteuid(), libc::getegid()) };
     Ok(State {
         cs,
         nodes: Mutex::new(HashMap::new()),
         opened,
+        owner,
+        kept: Mutex::new(std::collections::VecDeque::new()),
     })
 }
 
@@ -432,7 +451,6 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
         file,
         name: Mutex::new(name.to_string()),
         grow: Mutex::new(()),
-        closed_clean: AtomicBool::new(false),
         written: AtomicBool::new(false),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
@@ -456,7 +474,12 @@ pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
 
 /// `name` was deleted: a later open finds the store's file, not the node.
 pub(crate) fn forget(s: &State, name: &str) {
-    lock_nodes(s).remove(name);
+    if let Some(n) = lock_nodes(s).remove(name).and_then(|w| w.upgrade()) {
+        s.kept
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|x| !Arc::ptr_eq(x, &n));
+    }
 }
 
 /// `from` is now `to`: the open node follows.

@@ -91,7 +91,16 @@ impl<'a> Writer<'a> {
         max_merge: usize,
         register: bool,
     ) -> Writer<'a> {
-        let mut q = Queue::new(depth);
+        Writer::with_queue(shared, Queue::new(depth), max_merge, register)
+    }
+
+    /// A writer on queue `q` (see [`Writer::into_queue`]).
+    pub(crate) fn with_queue(
+        shared: &'a Shared,
+        mut q: Queue,
+        max_merge: usize,
+        register: bool,
+    ) -> Writer<'a> {
         if register {
             // SAFETY: the frames stay mapped while the cache lives, the cache
             // outlives this writer, and it gives frames back to the kernel
@@ -119,6 +128,12 @@ impl<'a> Writer<'a> {
 
     /// Start writing `page` of `file` back, with its dirty neighbours, if it is
     /// cached, dirty and idle. Returns whether a write was started.
+    /// The queue back, for another writer: the caller drained this one.
+    pub(crate) fn into_queue(self) -> Queue {
+        debug_assert_eq!(self.in_flight(), 0);
+        self.q
+    }
+
     pub(crate) fn write(&mut self, file: u32, page: u64) -> bool {
         let cache = &self.shared.cache;
         let ps = cache.page_size() as u64;
@@ -301,7 +316,14 @@ impl Shared {
     /// `sync_file`'s work once the file's dirty pages are known: write them,
     /// then fsync if anything was written since the last good fsync.
     fn write_and_fsync(&self, id: u32, e: &Entry, mut pending: Vec<u64>) -> Result<()> {
-        let mut w = Writer::new(self, SYNC_DEPTH, SYNC_MERGE, false);
+        // This thread's sync queue, kept from its last sync: its ring is set
+        // up once, not for every sync (a database syncs at every commit).
+        let q = SYNC_QUEUE
+            .try_with(|c| c.borrow_mut().take())
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| Queue::new(SYNC_DEPTH));
+        let mut w = Writer::with_queue(self, q, SYNC_MERGE, false);
         let mut pause = 1u64;
         while !pending.is_empty() {
             let mut busy = Vec::new();
@@ -325,12 +347,15 @@ impl Shared {
             }
         }
         w.drain();
+        let failed = w.failed.take();
+        let q = w.into_queue();
+        let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
         // Failures of this sync's writes were remembered for the file too. An
         // earlier failure that can pass (out of space, say) left its page
         // dirty, and this sync wrote that page again: only this sync's own
         // failures count for it. Any other earlier failure is reported.
         let earlier = e.failed.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(err) = w.failed.take().or(earlier.filter(|x| !x.can_pass())) {
+        if let Some(err) = failed.or(earlier.filter(|x| !x.can_pass())) {
             return Err(err);
         }
         // The pages written since the last good fsync, up to now: the fsync
@@ -379,5 +404,10 @@ impl Shared {
 
 /// Writes in flight during `sync`.
 const SYNC_DEPTH: usize = 32;
+
+thread_local! {
+    /// The queue of this thread's last sync, idle, for its next.
+    static SYNC_QUEUE: std::cell::RefCell<Option<Queue>> = const { std::cell::RefCell::new(None) };
+}
 /// Most pages `sync` merges into one write.
 const SYNC_MERGE: usize = 32;

@@ -203,6 +203,10 @@ impl File {
             b.state.check()?;
         }
         joiner.expect(self.inner.backings.len());
+        // One device: the caller syncs it itself, as `sync_io` reads (no
+        // hand-off to the device thread); several: the engines sync them in
+        // parallel.
+        let here = self.inner.backings.len() == 1;
         for b in &self.inner.backings {
             let op = DevOp {
                 kind: DevOpKind::Fsync,
@@ -213,7 +217,12 @@ impl File {
                 fixed: None,
                 done: joiner.clone(),
             };
-            b.engine.submit(vec![op]);
+            if here && b.engine.blocking_in_caller() {
+                let res = crate::storage::io::psync::execute(&op);
+                op.finish(res);
+            } else {
+                b.engine.submit(vec![op]);
+            }
         }
         joiner.wait_sync()?;
         self.check_backings()

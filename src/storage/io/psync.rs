@@ -84,7 +84,7 @@ pub(crate) fn execute(op: &DevOp) -> OpResult {
                     op.offset as libc::c_long,
                     0 as libc::c_long,
                 ) as isize,
-                DevOpKind::Fsync => libc::syscall(libc::SYS_fsync, fd) as isize,
+                DevOpKind::Fsync => libc::syscall(libc::SYS_fdatasync, fd) as isize,
             }
         };
         if rc >= 0 {

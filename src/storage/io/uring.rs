@@ -408,7 +408,11 @@ pub(super) fn build_entry(
                 iov_len: 0,
             });
             match (op.kind, fixed_buf, op.iov.len()) {
-                (DevOpKind::Fsync, _, _) => opcode::Fsync::new(fd).build(),
+                // Data and the length (the metadata needed to read them
+                // back), not timestamps: what a sync promises.
+                (DevOpKind::Fsync, _, _) => opcode::Fsync::new(fd)
+                    .flags(io_uring::types::FsyncFlags::DATASYNC)
+                    .build(),
                 (DevOpKind::Read, Some(b), _) => {
                     opcode::ReadFixed::new(fd, iov0.iov_base.cast(), iov0.iov_len as u32, b)
                         .offset(op.offset)
