@@ -857,6 +857,7 @@ impl Store {
         let mut fds = Vec::with_capacity(paths.len());
         let mut first: Option<Header> = None;
         let mut old = Vec::new();
+        let mut lens = Vec::with_capacity(paths.len());
         for (i, p) in paths.iter().enumerate() {
             let bad = |problem: String| Error::BadHeader {
                 device: i,
@@ -892,9 +893,6 @@ impl Store {
                 if f.file_uid != h.file_uid {
                     diffs.push("file identity");
                 }
-                if f.len != h.len {
-                    diffs.push("length");
-                }
                 if f.layout != h.layout {
                     diffs.push("layout");
                 }
@@ -920,13 +918,27 @@ impl Store {
             if version == V1 {
                 old.push(i);
             }
+            lens.push(h.len);
             first.get_or_insert(h);
             fds.push(fd);
         }
-        let h = first.expect("at least one device");
+        let mut h = first.expect("at least one device");
+        // Headers that disagree on the length alone: a lazy growth was writing
+        // them when the process died, before the fdatasync that would have
+        // confirmed it (a logged length change is finished or undone by the
+        // recovery before any file opens). The growth never happened: the
+        // shortest length stands, and the other headers are put back to it.
+        let shortest = lens.iter().copied().min().unwrap_or(h.len);
+        h.len = shortest;
+        for (i, &len) in lens.iter().enumerate() {
+            if len != shortest && !old.contains(&i) {
+                old.push(i);
+            }
+        }
         // Migrate: the fields mean the same in both versions (a version 1 length is
         // whole sectors), so only the version changes. Pieces of mixed versions are
-        // fine should this be interrupted.
+        // fine should this be interrupted. Headers ahead of the shortest length are
+        // rewritten the same way.
         for &i in &old {
             let io = |e| {
                 Error::os(
@@ -1529,6 +1541,22 @@ impl StoreInner {
         }
         let len = f.len.load(Ordering::Acquire);
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+        // The backing files' new sizes first: a header must never be durable
+        // ahead of the size it needs (the store would find the file truncated).
+        for (i, b) in f.backings.iter().enumerate() {
+            if let Err(e) = crash_point() {
+                f.header_stale.store(true, Ordering::Release);
+                return Err(e);
+            }
+            if let Err(e) = fsync_fd(&b.fd) {
+                f.header_stale.store(true, Ordering::Release);
+                return Err(Error::os(
+                    format!("device {i}: sync the size of"),
+                    self.backing_path(i, &name),
+                    e,
+                ));
+            }
+        }
         for (i, b) in f.backings.iter().enumerate() {
             let h = Header {
                 layout: f.layout.kind(),
@@ -1538,13 +1566,17 @@ impl StoreInner {
                 device_index: i as u32,
                 file_uid: f.uid,
             };
-            if let Err(e) = write_header(&b.fd, &h) {
+            if let Err(e) = crash_point().and_then(|()| {
+                write_header(&b.fd, &h).map_err(|e| {
+                    Error::os(
+                        format!("device {i}: write the header of"),
+                        self.backing_path(i, &name),
+                        e,
+                    )
+                })
+            }) {
                 f.header_stale.store(true, Ordering::Release);
-                return Err(Error::os(
-                    format!("device {i}: write the header of"),
-                    self.backing_path(i, &name),
-                    e,
-                ));
+                return Err(e);
             }
         }
         Ok(true)

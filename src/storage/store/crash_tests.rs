@@ -281,3 +281,39 @@ fn a_lazy_growth_lasts_from_the_next_sync_on() {
     f.read_at(200_704, &mut b).unwrap();
     assert!(b.iter().all(|&x| x == 9));
 }
+
+/// A sync stopped at each step of writing a lazy growth's headers (the sizes
+/// made durable, then one header per device): the store opens the file at
+/// the old length or the new one, never refuses it, and the bytes inside
+/// the old length are intact.
+#[test]
+fn a_lazy_growth_stopped_at_any_step_of_its_headers_opens() {
+    for k in 0..8 {
+        let d = Dir::new("grow-crash");
+        {
+            let s = d.open().unwrap();
+            let f = s.create("g", 4096, LayoutKind::Stripe).unwrap();
+            let mut b = AlignedBuf::new(4096);
+            b.fill(3);
+            f.write_at(0, &b).unwrap();
+            f.sync().unwrap();
+            f.grow_lazily(1_000_000).unwrap();
+            crash_after(Some(k));
+            let r = f.sync();
+            crash_after(None);
+            if let Err(e) = &r {
+                assert!(is_simulated(e), "step {k}: {e}");
+            }
+        }
+        let s = d.open().unwrap();
+        let f = s.open_file("g").unwrap_or_else(|e| panic!("step {k}: {e}"));
+        assert!(
+            f.len() == 4096 || f.len() == 1_000_000,
+            "step {k}: length {}",
+            f.len()
+        );
+        let mut b = AlignedBuf::new(4096);
+        f.read_at(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 3), "step {k}: the old bytes changed");
+    }
+}
