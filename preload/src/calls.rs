@@ -782,7 +782,7 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     let cfg = state::config().ok_or(libc::EINVAL)?;
     // SAFETY: opens the store's directory by its C string.
     let fd = unsafe {
-        real::openat()(
+        real::openat64()(
             libc::AT_FDCWD,
             cfg.dir_c.as_ptr(),
             libc::O_PATH | (flags & libc::O_CLOEXEC),
@@ -832,10 +832,8 @@ fn open_via(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    open_via(libc::AT_FDCWD, path, flags, || unsafe {
-        real::open()(path, flags, mode)
-    })
+    // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
+    unsafe { open64(path, flags, mode) }
 }
 
 #[unsafe(no_mangle)]
@@ -853,10 +851,8 @@ pub unsafe extern "C" fn openat(
     flags: c_int,
     mode: c_uint,
 ) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    open_via(dirfd, path, flags, || unsafe {
-        real::openat()(dirfd, path, flags, mode)
-    })
+    // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
+    unsafe { openat64(dirfd, path, flags, mode) }
 }
 
 #[unsafe(no_mangle)]
@@ -874,10 +870,8 @@ pub unsafe extern "C" fn openat64(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    open_via(libc::AT_FDCWD, path, flags, || unsafe {
-        real::__open_2()(path, flags)
-    })
+    // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
+    unsafe { __open64_2(path, flags) }
 }
 
 #[unsafe(no_mangle)]
@@ -890,10 +884,8 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    open_via(dirfd, path, flags, || unsafe {
-        real::__openat_2()(dirfd, path, flags)
-    })
+    // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
+    unsafe { __openat64_2(dirfd, path, flags) }
 }
 
 #[unsafe(no_mangle)]
@@ -908,10 +900,8 @@ const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: libc::mode_t) -> c_int {
-    // SAFETY: passed through with the caller's arguments.
-    open_via(libc::AT_FDCWD, path, CREAT, || unsafe {
-        real::creat()(path, mode)
-    })
+    // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
+    unsafe { creat64(path, mode) }
 }
 
 #[unsafe(no_mangle)]

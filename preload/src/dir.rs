@@ -46,7 +46,7 @@ fn open_listing() -> Result<*mut libc::DIR, i32> {
     all.extend(names.into_iter().map(String::into_bytes));
     // SAFETY: opens the store's directory by its C string.
     let fd = unsafe {
-        real::openat()(
+        real::openat64()(
             libc::AT_FDCWD,
             cfg.dir_c.as_ptr(),
             libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,

@@ -54,20 +54,15 @@ macro_rules! real_variadic {
 }
 
 real_variadic! {
-    open: fn(*const c_char, c_int) -> c_int;
     open64: fn(*const c_char, c_int) -> c_int;
-    openat: fn(c_int, *const c_char, c_int) -> c_int;
     openat64: fn(c_int, *const c_char, c_int) -> c_int;
     fcntl64: fn(c_int, c_int) -> c_int;
     ioctl: fn(c_int, c_ulong) -> c_int;
 }
 
 real! {
-    __open_2: fn(*const c_char, c_int) -> c_int;
     __open64_2: fn(*const c_char, c_int) -> c_int;
-    __openat_2: fn(c_int, *const c_char, c_int) -> c_int;
     __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
-    creat: fn(*const c_char, libc::mode_t) -> c_int;
     creat64: fn(*const c_char, libc::mode_t) -> c_int;
     close: fn(c_int) -> c_int;
     close_range: fn(c_uint, c_uint, c_int) -> c_int;

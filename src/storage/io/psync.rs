@@ -59,13 +59,13 @@ const _: () = assert!(
 pub(crate) fn execute(op: &DevOp) -> OpResult {
     let fd: std::os::fd::RawFd = op.backing.raw_fd();
     loop {
-        // SAFETY: the iovecs describe memory the request owner keeps alive and
-        // exclusive until completion; `fd` is open for the life of `op.backing`.
         // The system calls themselves, not the C library's wrappers: those are
         // thread cancellation points, and this runs on application threads too
         // (a synchronous request in place), where a cancellation must not
         // unwind through an operation in flight. The offset goes as the low
         // word, the high word 0 (64-bit Linux).
+        // SAFETY: the iovecs describe memory the request owner keeps alive and
+        // exclusive until completion; `fd` is open for the life of `op.backing`.
         let rc = unsafe {
             match op.kind {
                 DevOpKind::Read => libc::syscall(
