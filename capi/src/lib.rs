@@ -90,8 +90,8 @@ unsafe fn own_queue<'a>(p: *mut setcache_queue) -> Result<&'a mut setcache_queue
     // SAFETY: a live queue handle; `owner` is written once, when it is made.
     let owner = unsafe { std::ptr::addr_of!((*p).owner).read() };
     mine(owner, "the queue")?;
-    // SAFETY: this thread owns the queue, and no other thread makes a reference to it
-    // past the owner check.
+    // Only the owner gets past the check above, and it makes one reference at a time.
+    // SAFETY: a live handle owned by this thread; no other reference to it exists.
     Ok(unsafe { &mut *p })
 }
 
@@ -136,15 +136,11 @@ pub struct setcache_store {
     cs: Arc<CachedStore>,
     /// Files and queues open on it.
     users: Arc<AtomicUsize>,
-    /// Held while a file of the store grows, so that two writers past the
-    /// end never shrink it back (the longer growth wins).
-    grow: Arc<std::sync::Mutex<()>>,
 }
 
 pub struct setcache_file {
     file: Arc<CachedFile>,
     users: Arc<AtomicUsize>,
-    grow: Arc<std::sync::Mutex<()>>,
 }
 
 impl Drop for setcache_file {
@@ -260,7 +256,6 @@ pub unsafe extern "C" fn setcache_store_open(
             setcache_store {
                 cs: Arc::new(cs),
                 users: Arc::new(AtomicUsize::new(0)),
-                grow: Arc::new(std::sync::Mutex::new(())),
             },
         )
     })
@@ -333,7 +328,6 @@ fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Re
         setcache_file {
             file: Arc::new(f),
             users: s.users.clone(),
-            grow: s.grow.clone(),
         },
     )
 }
@@ -492,11 +486,9 @@ pub unsafe extern "C" fn setcache_pwrite(
         let end = offset
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
-        if end > f.file.len() {
-            let _g = f.grow.lock().unwrap_or_else(|p| p.into_inner());
-            // Durable with the next sync, as the bytes written are.
-            f.file.grow(end)?;
-        }
+        // Only ever grows (two writers past the end: the longer wins); durable
+        // with the next sync, as the bytes written are.
+        f.file.grow(end)?;
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
         f.file.write_at(offset, b)?;
@@ -514,9 +506,7 @@ pub unsafe extern "C" fn setcache_len(file: *mut setcache_file) -> i64 {
 pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
-        let f = unsafe { handle(file, "the file") }?;
-        let _g = f.grow.lock().unwrap_or_else(|p| p.into_inner());
-        f.file.set_len(len)?;
+        unsafe { handle(file, "the file") }?.file.set_len(len)?;
         Ok(0)
     })
 }
@@ -546,9 +536,10 @@ pub unsafe extern "C" fn setcache_queue_new(
             return Err(einval("the output pointer is NULL"));
         }
         let cs = s.cs.clone();
-        // SAFETY: the queue borrows the store, which `_cs` keeps alive (at a
-        // fixed address, in its Arc) for longer than the queue: the queue is
-        // declared first and so dropped first.
+        // The queue borrows the store, which `_cs` keeps alive (at a fixed
+        // address, in its Arc) for longer than the queue: the queue is
+        // declared first in the handle and so dropped first.
+        // SAFETY: the borrowed store outlives the queue (above).
         let q: CachedQueue<'static> = unsafe { std::mem::transmute(cs.queue(depth as usize)) };
         s.users.fetch_add(1, Ordering::Relaxed);
         out(
@@ -721,9 +712,10 @@ fn pin_common(
         return Err(einval("an output pointer is NULL"));
     }
     let file = f.file.clone();
-    // SAFETY: the guard borrows the file that `_file` keeps alive (at a fixed
+    // The guard borrows the file that `_file` keeps alive (at a fixed
     // address, in its Arc) for longer than the guard: the guard is declared
     // first in the pin and so dropped first.
+    // SAFETY: the borrowed file outlives the guard (above).
     let fref: &'static CachedFile = unsafe { &*Arc::as_ptr(&file) };
     let (g, p, n) = if mutable {
         let mut g = fref.page_mut(offset)?;

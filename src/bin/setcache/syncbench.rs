@@ -11,6 +11,7 @@ use std::time::Instant;
 use clap::Args;
 use setcache::{CacheOptions, CachedStore, FlushOptions, LayoutKind, Store, StoreOptions};
 
+use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
 
 /// Time `sync` of a cached file against its dirty pages and the cache size.
@@ -55,13 +56,7 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     }
     out!("| cache | dirty pages | median sync | p90 sync | per dirty page |");
     out!("|---|---|---|---|---|");
-    let mut rng = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        rng ^= rng << 13;
-        rng ^= rng >> 7;
-        rng ^= rng << 17;
-        rng
-    };
+    let mut rng = Rng::new(1);
     let page = vec![0x5au8; 4096];
     for &size in &sizes {
         let store = Store::open(std::slice::from_ref(&a.dir), StoreOptions::default())
@@ -83,7 +78,7 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
             for _ in 0..a.rounds {
                 let mut chosen = std::collections::HashSet::new();
                 while chosen.len() < d {
-                    chosen.insert(next() % pages);
+                    chosen.insert(rng.below(pages));
                 }
                 for p in chosen {
                     f.write_at(p * 4096, &page).map_err(|e| e.to_string())?;

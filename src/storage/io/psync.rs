@@ -64,29 +64,27 @@ pub(crate) fn execute(op: &DevOp) -> OpResult {
         // (a synchronous request in place), where a cancellation must not
         // unwind through an operation in flight. The offset goes as the low
         // word, the high word 0 (64-bit Linux).
-        // SAFETY: the iovecs describe memory the request owner keeps alive and
-        // exclusive until completion; `fd` is open for the life of `op.backing`.
-        let rc = unsafe {
-            match op.kind {
-                DevOpKind::Read => libc::syscall(
-                    libc::SYS_preadv,
-                    fd,
-                    op.iov.as_ptr(),
-                    op.iov.len() as libc::c_long,
-                    op.offset as libc::c_long,
-                    0 as libc::c_long,
-                ) as isize,
-                DevOpKind::Write => libc::syscall(
-                    libc::SYS_pwritev,
-                    fd,
-                    op.iov.as_ptr(),
-                    op.iov.len() as libc::c_long,
-                    op.offset as libc::c_long,
-                    0 as libc::c_long,
-                ) as isize,
-                DevOpKind::Fsync => libc::syscall(libc::SYS_fdatasync, fd) as isize,
-            }
+        let call = match op.kind {
+            DevOpKind::Read => Some(libc::SYS_preadv),
+            DevOpKind::Write => Some(libc::SYS_pwritev),
+            DevOpKind::Fsync => None,
         };
+        // The iovecs describe memory the request owner keeps alive and
+        // exclusive until completion; `fd` is open for the life of `op.backing`.
+        // SAFETY: the memory and the descriptor are valid for the call (above).
+        let rc = unsafe {
+            match call {
+                Some(nr) => libc::syscall(
+                    nr,
+                    fd,
+                    op.iov.as_ptr(),
+                    op.iov.len() as libc::c_long,
+                    op.offset as libc::c_long,
+                    0 as libc::c_long,
+                ),
+                None => libc::syscall(libc::SYS_fdatasync, fd),
+            }
+        } as isize;
         if rc >= 0 {
             return OpResult::Done(rc as usize);
         }
