@@ -62,6 +62,7 @@ for engine in psync pvsync sync; do
             mkdir -p "$work/dir" "$work/d0" "$work/d1"
             common=(--thread --directory="$work/dir" --ioengine="$engine" --bs="$bs"
                 --numjobs="$jobs" --size=4m --verify=crc32c --verify_fatal=1
+                --verify_state_save=0
                 --filename_format='f.$jobnum' --group_reporting)
             case $pattern in
                 read | randread)
