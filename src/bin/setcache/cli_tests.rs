@@ -63,6 +63,21 @@ pub(crate) const BENCH_FLAGS: &[Flag] = &[
     ("--io-engine", &["auto", "uring", "psync", "x"]),
     ("--seed", &["1", "18446744073709551615", "-1"]),
     ("--no-progress", &[]),
+    ("--readahead", &["off", "8M", "0", "4k", "1T", "x"]),
+    ("--api", &["queue", "sync", "async", "callback"]),
+    ("--access", &["copy", "ref", "mmap"]),
+    ("--touch", &["1", "64", "4096", "4097", "0"]),
+    (
+        "--job",
+        &[
+            "rw=read",
+            "name=hot,rw=randread,size=64M",
+            "rw=read,offset=2G",
+            "bs=4k",
+            "rw=read,threads=0",
+            "rw=read,delay=5",
+        ],
+    ),
 ];
 
 /// The flags of `setcache hitbench`.

@@ -237,4 +237,71 @@ mod tests {
         assert_eq!((ok[0].bs, ok[0].size, ok[0].iodepth), (100, 768 << 10, 32));
         assert_eq!(ok[0].name, "job1");
     }
+
+    use crate::test_alloc::{input_bound, largest_alloc};
+    use proptest::prelude::*;
+
+    /// Pieces a spec is made of: each key with values in and around its
+    /// bounds, unknown keys, and junk.
+    fn part() -> impl Strategy<Value = String> {
+        let kv = |k: &'static str, vs: &'static [&'static str]| {
+            proptest::sample::select(vs).prop_map(move |v| format!("{k}={v}"))
+        };
+        prop_oneof![
+            kv("name", &["scan", "", "a=b"]),
+            kv("rw", &["read", "randrw", "trim", ""]),
+            kv("bs", &["0", "1", "4k", "3000", "1M", "x"]),
+            kv(
+                "threads",
+                &["0", "1", "2", "1024", "1025", "-1", "18446744073709551616"]
+            ),
+            kv("iodepth", &["0", "1", "4096", "4097", "1.5"]),
+            kv("offset", &["0", "512M", "1G", "2G", "1T"]),
+            kv("size", &["0", "4k", "64M", "1G", "20000000T"]),
+            kv(
+                "delay",
+                &["0", "2.5s", "86400", "86401s", "-1", "nan", "inf"]
+            ),
+            kv("speed", &["9"]),
+            ".{0,16}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any spec is a job within the documented bounds or an error that
+        /// names the job; no input allocates beyond its own size.
+        #[test]
+        fn any_spec_is_a_job_or_refused(
+            parts in proptest::collection::vec(part(), 0..8),
+            junk in ".{0,40}",
+            use_junk in any::<bool>(),
+            with_rw in any::<bool>(),
+        ) {
+            // Half the specs name a pattern first, so that many parse.
+            let lead = if with_rw { "rw=randread," } else { "" };
+            let text = if use_junk { junk } else { format!("{lead}{}", parts.join(",")) };
+            let (r, largest) = largest_alloc(|| job_arg(&text));
+            prop_assert!(largest <= input_bound(text.len()));
+            match r {
+                Ok(j) => {
+                    prop_assert!((1..=1024).contains(&j.threads));
+                    prop_assert!(j.iodepth.is_none_or(|d| (1..=4096).contains(&d)));
+                    prop_assert!(j.bs != Some(0));
+                    prop_assert!((0.0..=86_400.0).contains(&j.delay));
+                    // A job that parses resolves against a file or says why.
+                    let file = 1u64 << 30;
+                    if let Err(e) = resolve(&[j], 4096, 32, file) {
+                        prop_assert!(e.starts_with("job "), "{e}");
+                    }
+                }
+                // Every refusal says what was wrong: a job part, a size or a pattern.
+                Err(e) => prop_assert!(
+                    e.starts_with("job ") || e.contains("invalid size") || e.contains("unknown --rw"),
+                    "{e}"
+                ),
+            }
+        }
+    }
 }
