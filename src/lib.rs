@@ -25,10 +25,16 @@
 //!   its [`CachedFile`]s read and write any offset and length through the cache,
 //!   synchronously or through a per-thread [`CachedQueue`]; dirty pages are
 //!   written back by a background flusher ([`FlushOptions`]) or when their set
-//!   needs room, and [`CachedFile::sync`] makes them durable (fsync).
+//!   needs room, and [`CachedFile::sync`] makes them durable (it writes them
+//!   back, then calls `fdatasync` on the file's backing files). Sequential
+//!   streams are read ahead ([`Advice`]); [`CachedFile::page`] hands out the
+//!   cached page itself, and [`CachedFile::read_at_async`] a future.
 //!
-//! [`hitsim`] replays traces through the cache's policies and global ones to
-//! compare hit ratios; [`cache`] holds the cache's lower-level pieces (its
+//! On top of cached files, a [`PagedArray`] is an array of fixed-size
+//! elements far larger than memory, read through per-thread translation caches.
+//! With the default `tools` feature, `hitsim` replays traces through the
+//! cache's policies and global ones to compare hit ratios (the `setcache sim`
+//! command); [`cache`] holds the cache's lower-level pieces (its
 //! policies, memory checks and the synchronisation model). Each of the types
 //! above has an example that runs as a test; the one below shows the shape of
 //! a program on two SSDs.
@@ -65,6 +71,7 @@ pub mod cache;
 mod array;
 mod cached;
 
+#[cfg(feature = "tools")]
 pub mod hitsim;
 
 #[cfg(test)]
@@ -72,8 +79,8 @@ mod test_alloc;
 
 pub use array::{ArrayIter, ArrayReader, Element, PagedArray, TranslationStats};
 pub use cache::{
-    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageMut,
-    PageRef, PolicyKind, SetMetadataBytes, WriteBack,
+    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageId,
+    PageMut, PageRef, PolicyKind, SetMetadataBytes, WriteBack,
 };
 pub use cached::{
     Advice, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
@@ -83,7 +90,7 @@ pub use cached::{
 pub use error::{Error, Result};
 pub use storage::layout;
 pub use storage::{
-    AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, EngineKind, File, FileInfo,
-    HEADER_BYTES, Layout, LayoutKind, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia,
-    SimSwitches, Store, StoreOptions,
+    AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, DeviceBlock, DeviceBytes,
+    DeviceOffset, EngineKind, File, FileInfo, HEADER_BYTES, Layout, LayoutKind, OpKind, PowerCut,
+    Queue, Request, SimConfig, SimMedia, SimSwitches, Store, StoreOptions,
 };

@@ -505,7 +505,7 @@ fn victim_writes_take_dirty_neighbours() {
         }
         assert_eq!(cs.cache().dirty_pages().len(), 4);
         let _q = queued_page_write(&cs, &cf, 10, 11, ename);
-        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
+        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.page).collect();
         assert_eq!(
             dirty,
             vec![10],
@@ -543,7 +543,7 @@ fn victim_writes_take_their_region_along() {
         }
         assert_eq!(cs.cache().dirty_pages().len(), 4);
         let _q = queued_page_write(&cs, &cf, 100, 101, ename);
-        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.1).collect();
+        let dirty: Vec<u64> = cs.cache().dirty_pages().iter().map(|d| d.page).collect();
         assert_eq!(
             dirty,
             vec![100],

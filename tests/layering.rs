@@ -22,7 +22,15 @@
 //!
 //! Test code (`#[cfg(test)]` modules and test-only files) may reach across
 //! layers to cross-check them.
-//! References are `crate::` and `super::` paths outside comments.
+//! References are `crate::`, `super::` and `self::` paths, and paths into a
+//! module's own child modules (`aio::stop` in `cached`), outside comments. A
+//! facade's re-exports of its children (`pub use queue::CachedQueue;`) are not
+//! references: they name a child's types for users, and use nothing of them.
+//! No files may form a cycle of imports, however long (`a` uses `b` uses `c`
+//! uses `a`), save the one pair listed and a child module's use of its
+//! parent's items when the child is not public (`mod core;` in `cache` uses
+//! `cache`'s helpers while `cache` uses `core`'s types: a type and the owner
+//! it is private to).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -133,17 +141,65 @@ fn code_of(text: &str) -> String {
     out
 }
 
-/// Modules named by `crate::` and `super::` paths in `code`, resolved to the
+/// `code` without its re-exports of child modules: `pub use x::...;` and
+/// `pub(crate) use x::...;` where `x` is not `crate`, `super` or `self`.
+fn without_child_reexports(code: &str) -> String {
+    let mut out = String::new();
+    let mut rest = code;
+    loop {
+        let found = ["pub use ", "pub(crate) use "]
+            .iter()
+            .filter_map(|k| rest.find(k).map(|i| (i, k.len())))
+            .min();
+        let Some((i, k)) = found else {
+            out.push_str(rest);
+            return out;
+        };
+        out.push_str(&rest[..i]);
+        let path = rest[i + k..].trim_start();
+        let end = rest[i..].find(';').map_or(rest.len(), |e| i + e + 1);
+        if ["crate::", "super::", "self::"]
+            .iter()
+            .any(|p| path.starts_with(p))
+        {
+            out.push_str(&rest[i..end]);
+        }
+        rest = &rest[end..];
+    }
+}
+
+/// Modules named by `crate::`, `super::`, `self::` and child paths in `code`, resolved to the
 /// longest module that has a file.
 fn references(module: &str, code: &str, files: &BTreeSet<String>) -> BTreeSet<String> {
+    let code = &without_child_reexports(code);
     let mut out = BTreeSet::new();
     let bytes = code.as_bytes();
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
-    for (start, prefix) in code
+    // Paths that start with the name of one of this module's child files.
+    let children: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let rest = if module.is_empty() {
+                Some(f.as_str())
+            } else {
+                f.strip_prefix(module)?.strip_prefix("::")
+            };
+            rest.filter(|r| !r.is_empty() && !r.contains("::"))
+                .map(|r| format!("{r}::"))
+        })
+        .collect();
+    let starts = code
         .match_indices("crate::")
         .map(|(i, _)| (i, "crate::"))
         .chain(code.match_indices("super::").map(|(i, _)| (i, "super::")))
-    {
+        .chain(code.match_indices("self::").map(|(i, _)| (i, "self::")))
+        .chain(
+            children
+                .iter()
+                .flat_map(|c| code.match_indices(c.as_str()).map(|(i, _)| (i, ""))),
+        )
+        .collect::<Vec<_>>();
+    for (start, prefix) in starts {
         if start > 0 && (is_ident(bytes[start - 1]) || bytes[start - 1] == b':') {
             continue; // part of a longer path (`setcache::super`, `self::super`)
         }
@@ -154,10 +210,17 @@ fn references(module: &str, code: &str, files: &BTreeSet<String>) -> BTreeSet<St
             } else {
                 Vec::new()
             }
-        } else {
+        } else if prefix == "super::" {
             let mut m: Vec<String> = module.split("::").map(String::from).collect();
             m.pop();
             m
+        } else {
+            // `self::` and child paths start at this module.
+            module
+                .split("::")
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
         };
         let mut rest = &code[start + prefix.len()..];
         while let Some(r) = rest.strip_prefix("super::") {
@@ -221,14 +284,40 @@ fn no_layer_imports_from_a_higher_one_and_no_two_files_import_each_other() {
         }
         edges.insert(m.clone(), refs);
     }
-    for (a, refs) in &edges {
-        for b in refs {
-            let mutual = a < b && edges.get(b).is_some_and(|r| r.contains(a));
-            let allowed = MUTUAL_OK.contains(&(a.as_str(), b.as_str()));
-            if mutual && !allowed {
-                wrong.push(format!("`{a}` and `{b}` import each other"));
+    // A private child module may use its parent's items, as the parent uses
+    // the child's (a type and the owner it is private to): that edge back to
+    // the owner is dropped, as is the listed pair's one way; then any cycle
+    // is wrong.
+    for m in modules.keys() {
+        let Some((parent, child)) = m.rsplit_once("::") else {
+            continue;
+        };
+        let Some(parent_rel) = modules.get(parent) else {
+            continue;
+        };
+        let text = code_of(&std::fs::read_to_string(src.join(parent_rel)).unwrap());
+        // Not part of the public API: `mod x;`, `pub(crate) mod x;` or `pub(super) mod x;`.
+        let private = text.lines().any(|l| {
+            ["", "pub(crate) ", "pub(super) "]
+                .iter()
+                .any(|v| l.trim() == format!("{v}mod {child};"))
+        });
+        if private {
+            if let Some(r) = edges.get_mut(m) {
+                r.remove(parent);
             }
         }
+    }
+    for (a, b) in MUTUAL_OK {
+        if let Some(r) = edges.get_mut(*b) {
+            r.remove(*a);
+        }
+    }
+    for cycle in cycles(&edges) {
+        wrong.push(format!(
+            "these files import each other in a circle: {}",
+            cycle.join(" -> ")
+        ));
     }
     assert!(
         modules.len() > 30 && edges.values().map(BTreeSet::len).sum::<usize>() > 50,
@@ -236,4 +325,61 @@ fn no_layer_imports_from_a_higher_one_and_no_two_files_import_each_other() {
         modules.len()
     );
     assert!(wrong.is_empty(), "layering broken:\n{}", wrong.join("\n"));
+}
+
+/// One cycle (as a path that ends where it starts) through each group of
+/// modules that reach each other (each strongly connected component of more
+/// than one module).
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reach = |from: &str| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.to_string()];
+        while let Some(m) = todo.pop() {
+            for t in edges.get(&m).into_iter().flatten() {
+                if seen.insert(t.clone()) {
+                    todo.push(t.clone());
+                }
+            }
+        }
+        seen
+    };
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for a in edges.keys() {
+        if done.contains(a) || !reach(a).contains(a) {
+            continue;
+        }
+        // The shortest way back to `a`, by breadth-first search.
+        let mut prev: BTreeMap<String, String> = BTreeMap::new();
+        let mut queue = std::collections::VecDeque::from([a.clone()]);
+        'search: while let Some(m) = queue.pop_front() {
+            for t in edges.get(&m).into_iter().flatten() {
+                if t == a {
+                    let mut path = vec![a.clone()];
+                    let mut at = m.clone();
+                    while at != *a {
+                        path.push(at.clone());
+                        at = prev[&at].clone();
+                    }
+                    path[1..].reverse();
+                    path.push(a.clone());
+                    out.push(path);
+                    break 'search;
+                }
+                if !prev.contains_key(t) && t != a {
+                    prev.insert(t.clone(), m.clone());
+                    queue.push_back(t.clone());
+                }
+            }
+        }
+        // Every module in this group is reported with it.
+        let back = reach(a);
+        for m in back {
+            if reach(&m).contains(a) {
+                done.insert(m);
+            }
+        }
+        done.insert(a.clone());
+    }
+    out
 }

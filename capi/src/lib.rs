@@ -303,7 +303,7 @@ pub unsafe extern "C" fn setcache_stats_get(
             return Err(einval("the stats buffer is NULL"));
         }
         let c = s.cs.cache().stats();
-        let (read, written) = s.cs.store().device_bytes();
+        let moved = s.cs.store().device_bytes();
         let st = setcache_stats {
             hits: c.hits,
             misses: c.misses,
@@ -312,8 +312,8 @@ pub unsafe extern "C" fn setcache_stats_get(
             readahead_pages: c.readahead,
             dirty_pages: s.cs.cache().dirty_pages().len() as u64,
             cached_pages: s.cs.cache().capacity_pages() as u64,
-            bytes_read: read,
-            bytes_written: written,
+            bytes_read: moved.read,
+            bytes_written: moved.written,
         };
         // SAFETY: the caller's stats buffer.
         unsafe { out_stats.write(st) };

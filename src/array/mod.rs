@@ -127,6 +127,29 @@ unsafe fn copy_words<T: Element>(p: *const u8, out: &mut [T]) {
 
 /// An array of `T` in a cached file (`len` elements, the file's length
 /// divided by the element's size).
+///
+/// ```
+/// use setcache::{CacheOptions, CachedStore, LayoutKind, PagedArray, Store, StoreOptions};
+///
+/// let dir = std::env::temp_dir().join(format!("setcache-doc-array-{}", std::process::id()));
+/// let roots = [dir.join("ssd0"), dir.join("ssd1")];
+/// for r in &roots {
+///     std::fs::create_dir_all(r)?;
+/// }
+/// let store = Store::open(&roots, StoreOptions::default())?;
+/// let cs = CachedStore::new(store, CacheOptions { size: 16 << 20, ..CacheOptions::default() })?;
+/// // Four million u64s (32 MiB) through a 16 MiB cache.
+/// let ranks: PagedArray<u64> = PagedArray::create(&cs, "ranks", 4 << 20, LayoutKind::Stripe)?;
+/// ranks.set(3_000_000, 42)?;
+/// let mut r = ranks.reader(); // this thread's translation caches
+/// assert_eq!(r.get(3_000_000)?, 42);
+/// assert_eq!(r.get(0)?, 0);
+/// ranks.sync()?;
+/// drop(r);
+/// drop((ranks, cs));
+/// std::fs::remove_dir_all(&dir)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct PagedArray<T: Element> {
     file: CachedFile,
     len: u64,

@@ -122,7 +122,7 @@ impl Default for CacheOptions {
 /// page[..5].copy_from_slice(b"hello");
 /// drop(page);
 /// assert_eq!(&cache.get_with(0, 3, load, store_back)?[..5], b"hello"); // a hit
-/// for (f, p) in cache.dirty_pages() {
+/// for setcache::PageId { file: f, page: p } in cache.dirty_pages() {
 ///     let w = cache.write_back(f, p)?.expect("dirty and idle");
 ///     let written = store_back(f, p, w.bytes());
 ///     w.finish(written)?; // clean now
@@ -151,6 +151,16 @@ fn tag_of(file: u32, page: u64) -> Result<u64> {
         )));
     }
     Ok(((file as u64) << dirty::FILE_SHIFT) | page)
+}
+
+/// A page of a file, as the cache names it: the file's cache id and the
+/// page's index in the file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PageId {
+    /// The file's id in the cache.
+    pub file: u32,
+    /// The page's index in the file.
+    pub page: u64,
 }
 
 fn untag(tag: u64) -> (u32, u64) {
@@ -761,12 +771,13 @@ impl<M: Model> PageCache<M> {
         }
     }
 
-    /// Every cached page that is dirty, as `(file, page)`.
-    pub fn dirty_pages(&self) -> Vec<(u32, u64)> {
+    /// Every cached page that is dirty.
+    pub fn dirty_pages(&self) -> Vec<PageId> {
         let mut out = Vec::new();
         self.core.for_each(|tag, st, _| {
             if st & core::DIRTY != 0 {
-                out.push(untag(tag));
+                let (file, page) = untag(tag);
+                out.push(PageId { file, page });
             }
         });
         out

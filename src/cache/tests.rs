@@ -271,7 +271,7 @@ fn resize_moves_pages_with_their_data_and_dirt() {
     // evicts), or was handed back for write-back (not possible here).
     let mut dirty = c.dirty_pages();
     dirty.sort();
-    let have: Vec<u64> = dirty.iter().map(|d| d.1).collect();
+    let have: Vec<u64> = dirty.iter().map(|d| d.page).collect();
     let mut all: Vec<u64> = (0..8).collect();
     all.retain(|p| !disk.lock().unwrap().contains_key(&(2, *p)));
     assert_eq!(have, all);
@@ -290,7 +290,7 @@ fn resize_moves_pages_with_their_data_and_dirt() {
     drop(pinned);
     // Shrinking with dirty pages that do not fit fails cleanly; after a
     // write-back it completes.
-    for (f, p) in c.dirty_pages() {
+    for PageId { file: f, page: p } in c.dirty_pages() {
         if let Some(w) = c.write_back(f, p).unwrap() {
             let b = w.bytes().to_vec();
             disk.lock().unwrap().insert((f, p), b);
@@ -395,7 +395,7 @@ fn run_model(policy: PolicyKind, ops: &[Op]) {
                 Err(e) => panic!("resize: {e}"),
             },
             Op::Flush => {
-                for (f, p) in c.dirty_pages() {
+                for PageId { file: f, page: p } in c.dirty_pages() {
                     if let Some(w) = c.write_back(f, p).unwrap() {
                         let b = w.bytes().to_vec();
                         disk.lock().unwrap().insert((f, p), b);
@@ -417,7 +417,7 @@ fn run_model(policy: PolicyKind, ops: &[Op]) {
     }
     held.clear();
     // Nothing dirty was lost: flush, then the device holds every write.
-    for (f, p) in c.dirty_pages() {
+    for PageId { file: f, page: p } in c.dirty_pages() {
         let w = c.write_back(f, p).unwrap().unwrap();
         let b = w.bytes().to_vec();
         disk.lock().unwrap().insert((f, p), b);
@@ -530,7 +530,7 @@ fn stress_32_threads_on_a_few_sets() {
     held.sort_unstable();
     held.dedup();
     assert_eq!(held.len(), n_held, "a page is cached twice");
-    for (f, p) in c.dirty_pages() {
+    for PageId { file: f, page: p } in c.dirty_pages() {
         let w = c.write_back(f, p).unwrap().unwrap();
         let b = w.bytes().to_vec();
         disk.lock().unwrap().insert((f, p), b);
@@ -591,7 +591,7 @@ fn optimistic_reads_never_return_torn_or_foreign_bytes() {
             let mut k = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 k += 1;
-                for (f, p) in c.dirty_pages().into_iter().take(4) {
+                for PageId { file: f, page: p } in c.dirty_pages().into_iter().take(4) {
                     if let Some(w) = c.write_back(f, p).unwrap() {
                         let b = w.bytes().to_vec();
                         disk.lock().unwrap().insert((f, p), b);

@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use crate::cache::{Got, RawPin};
 use crate::cached::queue::{CachedQueue, CachedRequest};
 use crate::cached::readahead;
-use crate::cached::shared::Shared;
+use crate::cached::shared::{Shared, Workers};
 use crate::cached::{CachedFile, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
@@ -167,17 +167,23 @@ thread_local! {
     static THREAD_NO: usize = NEXT_THREAD.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The store's driver (made on first use).
-fn driver(sh: &Shared) -> &Driver {
+/// The store's driver (made on first use); `None` once the store closed
+/// before any was made.
+fn driver(sh: &Shared) -> Option<&Driver> {
     sh.aio
         .get_or_init(|| Box::new(Driver::new()))
+        .as_any()
         .downcast_ref()
-        .expect("the store's futures state is a driver")
 }
 
-/// Stop the store's I/O workers (see [`Driver::stop`]), if it has any.
-pub(crate) fn stop(sh: &Shared) {
-    driver(sh).stop();
+impl Workers for Driver {
+    fn stop(&self) {
+        Driver::stop(self);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 impl Driver {
@@ -427,7 +433,10 @@ fn send(
     n: usize,
 ) -> std::result::Result<Stage, (Error, Vec<u8>)> {
     let slot = op.slot.clone();
-    match driver(&file.shared).send(&file.shared, op) {
+    let Some(driver) = driver(&file.shared) else {
+        return Err((Error::Closed, op.buf));
+    };
+    match driver.send(&file.shared, op) {
         Ok(()) => Ok(Stage::Sent(slot, want, n)),
         Err(refused) => Err(refused),
     }

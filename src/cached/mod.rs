@@ -567,7 +567,7 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
-        aio::stop(&self.inner);
+        self.inner.stop_workers();
         if let Some(r) = self.ahead.take() {
             r.stop();
         }

@@ -24,8 +24,30 @@ pub(crate) struct Shared {
     pub(crate) ahead: Ahead,
     /// Where reads of runs of pages land before their frames.
     pub(crate) staging: Staging,
-    /// The futures' I/O workers: state of the layer above, opaque here.
-    pub(crate) aio: std::sync::OnceLock<Box<dyn std::any::Any + Send + Sync>>,
+    /// The futures' I/O workers: state of the layer above, which this layer
+    /// only stops.
+    pub(crate) aio: std::sync::OnceLock<Box<dyn Workers>>,
+}
+
+/// Threads a layer above keeps for the store (the futures' I/O workers):
+/// stopped with the store, otherwise opaque here.
+pub(crate) trait Workers: Send + Sync {
+    /// Stop the threads once the requests they hold are done; later requests
+    /// fail with [`Error::Closed`].
+    fn stop(&self);
+    /// The concrete type, for its owner.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
+/// In place of workers that were never started when the store closes: its
+/// presence refuses a later start.
+struct NoWorkers;
+
+impl Workers for NoWorkers {
+    fn stop(&self) {}
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
 }
 
 /// Pages to read ahead: `pages` pages of cache file `id` from `first`.
@@ -213,6 +235,12 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    /// Stop the workers a layer above started for this store, and refuse
+    /// their start from now on if none were started.
+    pub(crate) fn stop_workers(&self) {
+        self.aio.get_or_init(|| Box::new(NoWorkers)).stop();
+    }
+
     /// Retire a file's cache id (its entry already left the table): handles
     /// fail from now on, and its pages are dropped. Pages still in use are
     /// left; should one of them be dirty, its write-back finds no file and

@@ -23,39 +23,39 @@ pub use trace::{Trace, load};
 
 /// A policy to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SimPolicy {
+pub enum HitPolicy {
     /// A set-associative cache whose sets run the cache's policy.
     Sa(PolicyKind),
     /// A global policy.
     Global(GlobalKind),
 }
 
-impl SimPolicy {
+impl HitPolicy {
     /// Every policy: the set-associative ones, then the global ones.
-    pub fn all() -> Vec<SimPolicy> {
+    pub fn all() -> Vec<HitPolicy> {
         PolicyKind::ALL
             .into_iter()
-            .map(SimPolicy::Sa)
-            .chain(GlobalKind::ALL.into_iter().map(SimPolicy::Global))
+            .map(HitPolicy::Sa)
+            .chain(GlobalKind::ALL.into_iter().map(HitPolicy::Global))
             .collect()
     }
 
     /// Whether the policy is set-associative.
     pub fn is_sa(self) -> bool {
-        matches!(self, SimPolicy::Sa(_))
+        matches!(self, HitPolicy::Sa(_))
     }
 }
 
-impl fmt::Display for SimPolicy {
+impl fmt::Display for HitPolicy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SimPolicy::Sa(k) => write!(f, "sa-{}", k.name()),
-            SimPolicy::Global(k) => f.write_str(k.name()),
+            HitPolicy::Sa(k) => write!(f, "sa-{}", k.name()),
+            HitPolicy::Global(k) => f.write_str(k.name()),
         }
     }
 }
 
-impl FromStr for SimPolicy {
+impl FromStr for HitPolicy {
     type Err = String;
 
     /// `sa-NAME` for a set-associative policy, `NAME` for a global one.
@@ -64,12 +64,12 @@ impl FromStr for SimPolicy {
         if lower.starts_with("sa-") {
             return lower
                 .parse::<PolicyKind>()
-                .map(SimPolicy::Sa)
+                .map(HitPolicy::Sa)
                 .map_err(|e| e.to_string());
         }
         lower
             .parse::<GlobalKind>()
-            .map(SimPolicy::Global)
+            .map(HitPolicy::Global)
             .map_err(|_| {
                 let sa: Vec<String> = PolicyKind::ALL.iter().map(|k| format!("sa-{k}")).collect();
                 let gl: Vec<&str> = GlobalKind::ALL.iter().map(|k| k.name()).collect();
@@ -83,13 +83,13 @@ impl FromStr for SimPolicy {
 }
 
 /// Parses a comma-separated policy list (`all`, `sa`, `global` expand).
-pub fn parse_policies(list: &str) -> Result<Vec<SimPolicy>, String> {
-    let mut out: Vec<SimPolicy> = Vec::new();
+pub fn parse_policies(list: &str) -> Result<Vec<HitPolicy>, String> {
+    let mut out: Vec<HitPolicy> = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let add: Vec<SimPolicy> = match item.to_ascii_lowercase().as_str() {
-            "all" => SimPolicy::all(),
-            "sa" | "sa-all" => PolicyKind::ALL.into_iter().map(SimPolicy::Sa).collect(),
-            "global" => GlobalKind::ALL.into_iter().map(SimPolicy::Global).collect(),
+        let add: Vec<HitPolicy> = match item.to_ascii_lowercase().as_str() {
+            "all" => HitPolicy::all(),
+            "sa" | "sa-all" => PolicyKind::ALL.into_iter().map(HitPolicy::Sa).collect(),
+            "global" => GlobalKind::ALL.into_iter().map(HitPolicy::Global).collect(),
             _ => vec![item.parse()?],
         };
         for p in add {
@@ -106,9 +106,9 @@ pub fn parse_policies(list: &str) -> Result<Vec<SimPolicy>, String> {
 
 /// The outcome of one simulation.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SimResult {
+pub struct HitResult {
     /// The policy.
-    pub policy: SimPolicy,
+    pub policy: HitPolicy,
     /// Pages per set (set-associative policies only).
     pub set_size: Option<usize>,
     /// The cache size asked for, in pages. A set-associative cache has
@@ -126,7 +126,7 @@ pub struct SimResult {
     pub seconds: f64,
 }
 
-impl SimResult {
+impl HitResult {
     /// Hits over counted requests.
     pub fn hit_ratio(&self) -> f64 {
         ratio(self.hits, self.counted)
@@ -230,14 +230,14 @@ pub fn show_bytes(bytes: u64) -> String {
 /// policies), a trace of `requests` requests over `universe` pages. An
 /// estimate from above; saturates instead of overflowing.
 pub fn model_bytes(
-    policy: SimPolicy,
+    policy: HitPolicy,
     cache_pages: usize,
     set_size: usize,
     universe: usize,
     requests: usize,
 ) -> u64 {
     match policy {
-        SimPolicy::Sa(kind) => {
+        HitPolicy::Sa(kind) => {
             let set_size = set_size.max(1);
             let slots = set_size + kind.ghosts(set_size);
             // SaModel: a tag per slot and ghost, and a metadata record
@@ -245,7 +245,7 @@ pub fn model_bytes(
             let per_set = slots as u64 * 8 + (8 + slots as u64).next_power_of_two();
             ((cache_pages / set_size) as u64).saturating_mul(per_set)
         }
-        SimPolicy::Global(kind) => global::bytes(kind, cache_pages, universe, requests),
+        HitPolicy::Global(kind) => global::bytes(kind, cache_pages, universe, requests),
     }
 }
 
@@ -261,7 +261,7 @@ pub fn model_bytes(
 /// this machine allows.
 pub fn check(
     trace: &Trace,
-    policy: SimPolicy,
+    policy: HitPolicy,
     cache_pages: usize,
     set_size: usize,
 ) -> Result<(), String> {
@@ -312,17 +312,17 @@ pub fn check(
 /// that needs more memory than this machine allows.
 pub fn simulate(
     trace: &Trace,
-    policy: SimPolicy,
+    policy: HitPolicy,
     cache_pages: usize,
     set_size: usize,
     page_size: u64,
     warmup: f64,
-) -> Result<SimResult, String> {
+) -> Result<HitResult, String> {
     check(trace, policy, cache_pages, set_size)?;
     let warm = warm_requests(trace.len(), warmup);
     let start = Instant::now();
     let (hits, hits_full, set) = match policy {
-        SimPolicy::Sa(kind) => {
+        HitPolicy::Sa(kind) => {
             let n_sets = cache_pages / set_size;
             let mut m = SaModel::new(kind, set_size, n_sets);
             let (a, b) = trace.pages.split_at(warm);
@@ -330,7 +330,7 @@ pub fn simulate(
             let late = m.replay(b.iter().map(|&p| u64::from(p)));
             (late, early + late, Some(set_size))
         }
-        SimPolicy::Global(kind) => {
+        HitPolicy::Global(kind) => {
             let (late, full) = global::run(
                 kind,
                 cache_pages,
@@ -342,7 +342,7 @@ pub fn simulate(
             (late, full, None)
         }
     };
-    Ok(SimResult {
+    Ok(HitResult {
         policy,
         set_size: set,
         cache_pages,
@@ -355,7 +355,7 @@ pub fn simulate(
 }
 
 /// The `--json` document: the trace, its size, and one object per run.
-pub fn to_json(trace: &Trace, results: &[SimResult]) -> serde_json::Value {
+pub fn to_json(trace: &Trace, results: &[HitResult]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {

@@ -290,9 +290,9 @@ fn policy_lists() {
     assert_eq!(
         parse_policies("sa-lfu, lru,2q").unwrap(),
         [
-            SimPolicy::Sa(PolicyKind::Lfu),
-            SimPolicy::Global(GlobalKind::Lru),
-            SimPolicy::Global(GlobalKind::TwoQ)
+            HitPolicy::Sa(PolicyKind::Lfu),
+            HitPolicy::Global(GlobalKind::Lru),
+            HitPolicy::Global(GlobalKind::TwoQ)
         ]
     );
     let e = parse_policies("lru,mru").unwrap_err();
@@ -301,8 +301,8 @@ fn policy_lists() {
         "{e}"
     );
     assert!(parse_policies("").is_err());
-    for p in SimPolicy::all() {
-        assert_eq!(p.to_string().parse::<SimPolicy>(), Ok(p));
+    for p in HitPolicy::all() {
+        assert_eq!(p.to_string().parse::<HitPolicy>(), Ok(p));
     }
 }
 
@@ -467,10 +467,10 @@ mod names {
                 prop_assert!(!list.is_empty());
                 for (i, p) in list.iter().enumerate() {
                     prop_assert!(!list[..i].contains(p), "{p} twice");
-                    prop_assert_eq!(p.to_string().parse::<SimPolicy>(), Ok(*p));
+                    prop_assert_eq!(p.to_string().parse::<HitPolicy>(), Ok(*p));
                     match p {
-                        SimPolicy::Sa(k) => prop_assert_eq!(k.name().parse::<PolicyKind>(), Ok(*k)),
-                        SimPolicy::Global(k) => {
+                        HitPolicy::Sa(k) => prop_assert_eq!(k.name().parse::<PolicyKind>(), Ok(*k)),
+                        HitPolicy::Global(k) => {
                             prop_assert_eq!(k.name().parse::<GlobalKind>(), Ok(*k))
                         }
                     }

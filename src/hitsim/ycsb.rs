@@ -16,10 +16,7 @@ impl Rng {
         let mut x = seed;
         let mut next = || {
             x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            z ^ (z >> 31)
+            crate::util::mix::mix64(x)
         };
         Rng {
             s: [next(), next(), next(), next()],

@@ -126,6 +126,25 @@ impl fmt::Debug for Layout {
     }
 }
 
+/// Where a logical byte of a file lives: a device, and an offset in that
+/// device's data area (after its header).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceOffset {
+    /// The device's index in the store.
+    pub device: usize,
+    /// Bytes from the start of the device's data area.
+    pub offset: u64,
+}
+
+/// Where a logical block of a file lives: a device, and a block index on it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceBlock {
+    /// The device's index in the store.
+    pub device: usize,
+    /// The block's index among the file's blocks on that device.
+    pub block: u64,
+}
+
 impl Layout {
     /// A layout over `devices` devices with a stripe unit of `block_bytes`.
     pub fn new(kind: LayoutKind, devices: usize, block_bytes: u64) -> Result<Self> {
@@ -197,7 +216,7 @@ impl Layout {
 
     /// The device and the block index within that device of logical block `block`.
     #[inline]
-    pub fn locate_block(&self, block: u64) -> (usize, u64) {
+    pub fn locate_block(&self, block: u64) -> DeviceBlock {
         let n = self.devices as u64;
         let stripe = block / n;
         let pos = block % n;
@@ -209,7 +228,10 @@ impl Layout {
                 (self.units[i] as u64 * pos + c) % n
             }
         };
-        (dev as usize, stripe)
+        DeviceBlock {
+            device: dev as usize,
+            block: stripe,
+        }
     }
 
     /// The logical block stored at block `dev_block` of device `device` (inverse of
@@ -231,11 +253,14 @@ impl Layout {
 
     /// Device and offset within that device's data area of logical byte `offset`.
     #[inline]
-    pub fn map(&self, offset: u64) -> (usize, u64) {
+    pub fn map(&self, offset: u64) -> DeviceOffset {
         let block = offset / self.block_bytes;
         let within = offset % self.block_bytes;
-        let (dev, dev_block) = self.locate_block(block);
-        (dev, dev_block * self.block_bytes + within)
+        let at = self.locate_block(block);
+        DeviceOffset {
+            device: at.device,
+            offset: at.block * self.block_bytes + within,
+        }
     }
 
     /// Bytes of data each device holds for a file of `len` bytes.
@@ -271,7 +296,10 @@ impl Layout {
             let off = offset + done as u64;
             let within = off % self.block_bytes;
             let take = ((self.block_bytes - within) as usize).min(len - done);
-            let (device, dev_offset) = self.map(off);
+            let DeviceOffset {
+                device,
+                offset: dev_offset,
+            } = self.map(off);
             f(Segment {
                 device,
                 dev_offset,
@@ -325,7 +353,7 @@ mod tests {
                 let size = crate::storage::header::HEADER_BYTES.checked_add(l.device_bytes(len));
                 prop_assert!(size.is_some());
                 if len > 0 {
-                    let (d, off) = l.map(len - 1);
+                    let DeviceOffset { device: d, offset: off } = l.map(len - 1);
                     prop_assert!(d < devices && off < l.device_bytes(len));
                     prop_assert!(l.device_end(d, len) <= l.device_bytes(len));
                 }
@@ -338,7 +366,7 @@ mod tests {
             let blocks = stripes * n as u64;
             let mut seen = std::collections::HashSet::new();
             for b in 0..blocks {
-                let (d, db) = l.locate_block(b);
+                let DeviceBlock { device: d, block: db } = l.locate_block(b);
                 prop_assert!(d < n);
                 prop_assert!(db < stripes, "device block {db} beyond {stripes} stripes");
                 prop_assert!(seen.insert((d, db)), "two blocks at ({d}, {db})");
@@ -351,7 +379,7 @@ mod tests {
         fn byte_mapping_round_trips(kind in kinds(), n in 1usize..=9, bpages in 1u64..8, off in 0u64..(1 << 30)) {
             let bb = bpages * 512;
             let l = Layout::new(kind, n, bb).unwrap();
-            let (d, doff) = l.map(off);
+            let DeviceOffset { device: d, offset: doff } = l.map(off);
             let back = l.logical_block(d, doff / bb) * bb + doff % bb;
             prop_assert_eq!(back, off);
         }
@@ -379,7 +407,7 @@ mod tests {
                 assert!(s.len > 0);
                 // A piece never crosses a block of its device.
                 assert!(s.dev_offset % 4096 + s.len as u64 <= 4096);
-                assert_eq!(l.map(off + s.buf_offset as u64), (s.device, s.dev_offset));
+                assert_eq!(l.map(off + s.buf_offset as u64), DeviceOffset { device: s.device, offset: s.dev_offset });
                 next += s.len;
             });
             prop_assert_eq!(next, len);
@@ -389,7 +417,7 @@ mod tests {
     #[test]
     fn rotated_moves_first_device() {
         let l = Layout::new(LayoutKind::Rotated, 4, 4096).unwrap();
-        let firsts: Vec<usize> = (0..4).map(|s| l.locate_block(s * 4).0).collect();
+        let firsts: Vec<usize> = (0..4).map(|s| l.locate_block(s * 4).device).collect();
         assert_eq!(firsts, vec![0, 1, 2, 3]);
     }
 
@@ -400,7 +428,7 @@ mod tests {
         let l = Layout::new(LayoutKind::Hash, 4, 4096).unwrap();
         let mut per = [0u32; 4];
         for s in 0..4000 {
-            per[l.locate_block(s * 4).0] += 1;
+            per[l.locate_block(s * 4).device] += 1;
         }
         for c in per {
             assert!((700..1300).contains(&c), "uneven hash placement: {per:?}");

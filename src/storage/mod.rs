@@ -14,6 +14,6 @@ pub use buf::{AlignedBuf, BUF_ALIGN};
 pub use file::{DIRECT_ALIGN, File, OpKind};
 pub use header::HEADER_BYTES;
 pub use io::{EngineKind, PowerCut, SimConfig, SimMedia, SimSwitches};
-pub use layout::{Layout, LayoutKind};
+pub use layout::{DeviceBlock, DeviceOffset, Layout, LayoutKind};
 pub use queue::{Completion, DEFAULT_POLL, Queue, Request};
-pub use store::{FileInfo, Store, StoreOptions};
+pub use store::{DeviceBytes, FileInfo, Store, StoreOptions};

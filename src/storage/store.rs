@@ -591,6 +591,16 @@ fn check_cpus(cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
+/// Bytes of files' data moved to and from a store's devices
+/// ([`Store::device_bytes`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceBytes {
+    /// Bytes read from the devices.
+    pub read: u64,
+    /// Bytes written to the devices.
+    pub written: u64,
+}
+
 impl Store {
     /// Open a store on `roots`, one directory per device.
     ///
@@ -727,13 +737,14 @@ impl Store {
     /// Bytes read from and written to all devices since the store opened
     /// by reads and writes of files' data (not headers or metadata), counted as
     /// device operations end.
-    pub fn device_bytes(&self) -> (u64, u64) {
-        self.inner.states.iter().fold((0, 0), |(r, w), s| {
-            (
-                r + s.read_bytes.load(Ordering::Relaxed),
-                w + s.written_bytes.load(Ordering::Relaxed),
-            )
-        })
+    pub fn device_bytes(&self) -> DeviceBytes {
+        self.inner
+            .states
+            .iter()
+            .fold(DeviceBytes::default(), |t, s| DeviceBytes {
+                read: t.read + s.read_bytes.load(Ordering::Relaxed),
+                written: t.written + s.written_bytes.load(Ordering::Relaxed),
+            })
     }
 
     /// Number of devices.

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use clap::Args;
-use setcache::hitsim::{self as sim, SimPolicy, SimResult, Trace};
+use setcache::hitsim::{self as sim, HitPolicy, HitResult, Trace};
 
 use crate::bench::fsize::explain;
 use crate::bench::size::{format_size, parse_size};
@@ -87,7 +87,7 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
 /// The flags that need no trace, checked.
 struct Settings {
     page_size: u64,
-    policies: Vec<SimPolicy>,
+    policies: Vec<HitPolicy>,
     /// `None`: replay every request; `Some(writes)`: only the writes, or only
     /// the reads.
     only: Option<bool>,
@@ -185,7 +185,7 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         "Mreq/s",
         "seconds"
     );
-    let mut results: Vec<SimResult> = Vec::new();
+    let mut results: Vec<HitResult> = Vec::new();
     for &size in &sizes {
         for &p in &policies {
             let set_sizes: Vec<usize> = if p.is_sa() {
@@ -240,7 +240,7 @@ const DASHES: [&str; 3] = ["", "8 4", "3 3"];
 
 /// The miss-ratio curves: miss ratio (after the warm-up) against the cache
 /// size in pages, one line per policy and set size.
-pub(crate) fn plot(trace: &Trace, results: &[SimResult]) -> String {
+pub(crate) fn plot(trace: &Trace, results: &[HitResult]) -> String {
     const W: f64 = 860.0;
     const H: f64 = 520.0;
     const LEFT: f64 = 70.0;
@@ -358,7 +358,7 @@ mod tests {
         let mut results = Vec::new();
         for p in ["lru", "sa-lru", "opt"] {
             for size in [8, 16, 32] {
-                let p: SimPolicy = p.parse().unwrap();
+                let p: HitPolicy = p.parse().unwrap();
                 results.push(sim::simulate(&trace, p, size, 4, 4096, 0.5).unwrap());
             }
         }

@@ -254,7 +254,7 @@ impl SetModel {
 }
 
 /// A model of a whole set-associative cache: `n_sets` sets of `assoc` slots,
-/// page `tag` living in one of its two candidate sets ([`SaModel::sets_of`]),
+/// page `tag` living in one of its two candidate sets,
 /// placed as the cache places it, each set managed by the same policy. No
 /// pins, no dirty pages: every resident page is eligible.
 ///
@@ -391,7 +391,7 @@ impl SaModel {
 
     /// The two sets page `tag` may live in (equal now and then).
     #[inline]
-    pub fn sets_of(&self, tag: u64) -> (usize, usize) {
+    pub(crate) fn sets_of(&self, tag: u64) -> (usize, usize) {
         let h = mix64(tag);
         let n = self.n_sets as u64;
         let first = (h % n) as usize;

@@ -18,17 +18,13 @@ use setcache::{
     FlusherCounts, OpKind, PolicyKind, Store,
 };
 
+use super::config::cache_bytes;
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
 use super::size::format_size;
 use super::workload::{OpGen, Rng, Workload, mix64};
-
-/// The cache size a run uses: `--cache-size`, else a quarter of the file.
-pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
-    cache_size.unwrap_or((file_len / 4).max(16 << 20))
-}
 
 /// The engine's cached store (a cache of `cache_size`, else a quarter of
 /// the file of `file_len` bytes) and its bench file.

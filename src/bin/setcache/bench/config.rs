@@ -99,6 +99,11 @@ pub(crate) fn check_outputs<'a>(outs: impl IntoIterator<Item = &'a Path>) -> Res
     Ok(())
 }
 
+/// The cache size a run uses: `--cache-size`, else a quarter of the file.
+pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
+    cache_size.unwrap_or((file_len / 4).max(16 << 20))
+}
+
 /// Refuse a cache that the in-process engines (setcache's cache, direct-copy's
 /// frame pool) could not hold, before anything runs: the memory is reserved
 /// up front and touched as the run goes, so it would fail only once the
@@ -113,7 +118,7 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
     if holders.is_empty() {
         return Ok(());
     }
-    let bytes = super::cached::cache_bytes(a.cache_size, a.file_size);
+    let bytes = cache_bytes(a.cache_size, a.file_size);
     let origin = match a.cache_size {
         Some(_) => "--cache-size",
         None => "a quarter of --file-size, no --cache-size given",

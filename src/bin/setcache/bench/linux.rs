@@ -88,8 +88,8 @@ pub(crate) fn for_each_piece(
     while done < len {
         let off = offset + done as u64;
         let take = ((unit - off % unit) as usize).min(len - done);
-        let (dev, dev_off) = layout.map(off);
-        f(dev, HEADER_BYTES + dev_off, done..done + take)?;
+        let at = layout.map(off);
+        f(at.device, HEADER_BYTES + at.offset, done..done + take)?;
         done += take;
     }
     Ok(())
@@ -285,8 +285,8 @@ mod tests {
             assert!(dev < 3);
             assert_eq!(range.start, next);
             assert!(pos >= HEADER_BYTES);
-            let (d, o) = layout.map(4096 + range.start as u64);
-            assert_eq!((d, HEADER_BYTES + o), (dev, pos));
+            let at = layout.map(4096 + range.start as u64);
+            assert_eq!((at.device, HEADER_BYTES + at.offset), (dev, pos));
             assert!((pos - HEADER_BYTES) % 8192 + range.len() as u64 <= 8192);
             next = range.end;
             Ok(())

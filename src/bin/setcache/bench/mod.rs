@@ -299,7 +299,7 @@ fn run_one(
             threads,
             a.iodepth,
             std::time::Duration::from_micros(a.poll_us),
-            (engine == Engine::DirectCopy).then(|| cached::cache_bytes(a.cache_size, b.file.len())),
+            (engine == Engine::DirectCopy).then(|| config::cache_bytes(a.cache_size, b.file.len())),
             b.cfg.touch(),
             &timing,
         )?,
