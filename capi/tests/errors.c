@@ -115,6 +115,13 @@ int main(int argc, char **argv) {
     const void *data;
     size_t len;
     expect("pin: past the end", setcache_pin(file, 10000, &data, &len, &pin), EFBIG, "past the end");
+    expect("pin_mut: past the end", setcache_pin_mut(file, 10000, (void **)&data, &len, &pin),
+           EFBIG, "past the end");
+    expect("pin_mut: NULL output", setcache_pin_mut(file, 0, NULL, &len, &pin), EINVAL, "NULL");
+    expect("pin_mut: NULL file", setcache_pin_mut(NULL, 0, (void **)&data, &len, &pin), EINVAL,
+           "NULL");
+    expect("store_sync: NULL", setcache_store_sync(NULL), EINVAL, "NULL");
+    expect_ok("store_sync", setcache_store_sync(store));
     expect_ok("pin_mut", setcache_pin_mut(file, 0, (void **)&data, &len, &pin));
     setcache_page *again = NULL;
     expect("pin: a page this thread holds mutably", setcache_pin(file, 0, &data, &len, &again),
