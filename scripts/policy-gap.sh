@@ -42,6 +42,8 @@ fi
 python3 - "$OUT" "$SA" <<'PY'
 import json, glob, os, sys
 out, sa = sys.argv[1], sys.argv[2].split(',')
+# `sa-default` runs the cache's default policy, which the results name by itself.
+sa = ['sa-adaptive' if p == 'sa-default' else p for p in sa]
 fails = {p: 0 for p in sa}
 print(f"{'trace':18} {'pages':>6} {'best global':>18} " + " ".join(f"{p:>12}" for p in sa))
 for f in sorted(glob.glob(out + '/*.json')):
