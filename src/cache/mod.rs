@@ -45,9 +45,8 @@ pub(crate) use crate::util::human_size;
 #[inline(always)]
 pub(crate) fn prefetch<T>(p: *const T) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch is only a hint: it never faults, whatever the address,
-    // and has no effect visible to the program. SSE, which provides it, is part
-    // of the x86-64 baseline.
+    // SSE, which provides the prefetch, is part of the x86-64 baseline.
+    // SAFETY: a prefetch is only a hint that never faults, whatever the address.
     unsafe {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         _mm_prefetch::<_MM_HINT_T0>(p.cast());
