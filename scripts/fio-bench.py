@@ -12,14 +12,18 @@ beside the kernel, in three cases (medians of alternating runs, one call):
 The kernel runs in a memory cgroup (v1) whose limit is the setcache cache
 size plus fio's own memory (its peak resident size in a direct-I/O run, which
 holds no page cache). Page caches are dropped before every kernel run; every
-setcache run is a new process with a cold cache.
+setcache run is a new process with a cold cache. The runs alternate, and the
+engine that goes first changes every round, so a disk whose speed drifts
+favours neither. In miss0 the kernel reads the store's own backing file (past
+its 4 KiB header), so both engines read the same blocks of the disk; the other
+cases read a file of their own through the page cache.
 
   scripts/fio-bench.py --dir /data/fio [--repeat 5] [--runtime 10] [--cases hit100,hot90,miss0]
 
 Installs fio from the distribution's packages if missing; builds the preload
 library. Prints a table (and --json FILE writes the runs).
 """
-import argparse, json, os, resource, shutil, statistics, subprocess, sys, time
+import argparse, json, os, shutil, statistics, subprocess, sys, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIB = os.path.join(ROOT, "target/release/libsetcache_preload.so")
@@ -30,15 +34,19 @@ CASES = {
     "hot90": dict(size="4g", cache=256 << 20, jobs=8, dist="zoned:90/4:10/96", warm="time", direct=False),
     "miss0": dict(size="8g", cache=64 << 20, jobs=16, dist=None, warm=None, direct=True),
 }
+# Where data begins in a backing file of the store (its header's size).
+HEADER_BYTES = 4096
 
 
 def sh(cmd, **kw):
     return subprocess.run(cmd, check=True, **kw)
 
 
-def fio_args(path, c, runtime, direct):
+def fio_args(path, c, runtime, direct, offset=0):
     common = ["--thread", f"--filename={path}", f"--size={c['size']}", "--ioengine=psync",
               "--output-format=json", "--percentile_list=50:99:99.9"]
+    if offset:
+        common.append(f"--offset={offset}")
     warm = []
     if c["warm"] == "read":
         warm = ["--name=warm", "--rw=read", "--bs=1m"]
@@ -87,7 +95,11 @@ def kernel_run(work, c, runtime, limit):
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3")
     cgroup(limit)
-    args = fio_args(f"{work}/kernel/data", c, runtime, c["direct"])
+    if c["direct"]:
+        # The same blocks setcache reads: its backing file on the one device.
+        args = fio_args(f"{work}/dev0/data.scf", c, runtime, True, HEADER_BYTES)
+    else:
+        args = fio_args(f"{work}/kernel/data", c, runtime, False)
     enter = f"echo $$ > {CG}/tasks && exec " + " ".join(f"'{a}'" for a in args)
     out = sh(["sh", "-c", enter], capture_output=True, text=True).stdout
     return result(out)
@@ -95,11 +107,17 @@ def kernel_run(work, c, runtime, limit):
 
 def fio_memory(work):
     """Peak resident bytes of fio with 16 jobs and O_DIRECT (no page cache)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     c = dict(CASES["miss0"], size="64m")
-    sh(fio_args(f"{work}/kernel/probe", c, 2, True), capture_output=True)
+    # The probe's own peak (wait4), not the largest of every child so far
+    # (cargo and apt-get run before it).
+    p = subprocess.Popen(fio_args(f"{work}/kernel/probe", c, 2, True),
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    p.returncode = os.waitstatus_to_exitcode(status)
     os.unlink(f"{work}/kernel/probe")
-    return max(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, before) * 1024
+    if p.returncode:
+        raise SystemExit(f"fio's memory probe failed (exit {p.returncode})")
+    return usage.ru_maxrss * 1024
 
 
 def lay(work, c):
@@ -112,7 +130,8 @@ def lay(work, c):
     os.makedirs(f"{work}/dev0")
     lay_args = ["fio", "--thread", "--name=lay", "--rw=write", "--bs=1m", "--ioengine=psync",
                 f"--size={c['size']}"]
-    sh(lay_args + [f"--filename={work}/kernel/data"], capture_output=True)
+    if not c["direct"]:
+        sh(lay_args + [f"--filename={work}/kernel/data"], capture_output=True)
     env = dict(os.environ, SETCACHE_DIR=f"{work}/store", SETCACHE_DEVICES=f"{work}/dev0",
                SETCACHE_CACHE_SIZE="64M", LD_PRELOAD=LIB)
     sh(lay_args + [f"--filename={work}/store/data"], env=env, capture_output=True)
@@ -151,8 +170,12 @@ def main():
             limit = c["cache"] + own
             rs = {"setcache": [], "kernel": []}
             for i in range(a.repeat):
-                rs["setcache"].append(setcache_run(work, c, a.runtime))
-                rs["kernel"].append(kernel_run(work, c, a.runtime, limit))
+                order = ["setcache", "kernel"] if i % 2 == 0 else ["kernel", "setcache"]
+                for engine in order:
+                    if engine == "setcache":
+                        rs["setcache"].append(setcache_run(work, c, a.runtime))
+                    else:
+                        rs["kernel"].append(kernel_run(work, c, a.runtime, limit))
                 print(f"  {name} run {i + 1}: setcache {rs['setcache'][-1][0]:,.0f} IOPS p99.9 "
                       f"{rs['setcache'][-1][1]:.1f} us; kernel {rs['kernel'][-1][0]:,.0f} IOPS "
                       f"p99.9 {rs['kernel'][-1][1]:.1f} us", flush=True)

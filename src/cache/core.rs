@@ -1749,6 +1749,37 @@ impl<M: Model> Core<M> {
         ok
     }
 
+    /// [`Core::make_cold`] for every page whose tag `which` accepts, by a
+    /// walk of every set (each under its lock): the number made cold. A page
+    /// a resize moves into a set already visited is missed, as a page cached
+    /// just after the walk is.
+    pub(crate) fn make_cold_where(&self, which: impl Fn(u64) -> bool) -> usize {
+        let mut made = 0;
+        let mut s = 0;
+        while s < self.n_sets() {
+            self.lock(s);
+            if s < self.n_sets() {
+                // SAFETY: set `s` is locked.
+                let g = unsafe { self.locked(s) };
+                for i in 0..self.lay.assoc {
+                    if *g.valid & (1 << i) == 0 || !which(g.tags[i].load(Relaxed)) {
+                        continue;
+                    }
+                    let w = self.state(s, i);
+                    let v = w.load(Acquire);
+                    if v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
+                        && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok()
+                    {
+                        made += 1;
+                    }
+                }
+            }
+            self.unlock(s);
+            s += 1;
+        }
+        made
+    }
+
     pub(super) fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
         self.drop_page_as(set, g, i, false)
     }

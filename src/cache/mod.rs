@@ -574,6 +574,26 @@ impl<M: Model> PageCache<M> {
         Ok(self.core.make_cold(tag_of(file, page)?))
     }
 
+    /// [`PageCache::make_cold`] for pages `first..last` of `file`: how many
+    /// turned cold. A range longer than the cache holds pages is done by one
+    /// walk of the sets, so the cost is bounded by the cache, not by the range
+    /// (advice over a whole large file, as fio gives at every job's start).
+    pub(crate) fn make_cold_range(&self, file: u32, first: u64, last: u64) -> Result<usize> {
+        if first >= last {
+            return Ok(0);
+        }
+        if last - first <= self.capacity_pages() as u64 {
+            let mut made = 0;
+            for p in first..last {
+                made += usize::from(self.make_cold(file, p)?);
+            }
+            return Ok(made);
+        }
+        let lo = tag_of(file, first)?;
+        let hi = tag_of(file, (last - 1).min(MAX_PAGE))?;
+        Ok(self.core.make_cold_where(|t| (lo..=hi).contains(&t)))
+    }
+
     /// As [`PageCache::get_mut`], but `Ok(None)` instead of waiting while the
     /// page is filled, pinned or written back.
     pub fn try_get_mut(&self, file: u32, page: u64) -> Result<Option<LookupMut<'_, M>>> {

@@ -1202,6 +1202,61 @@ fn cold_pages_go_first_and_a_plain_read_warms_them() {
     );
 }
 
+/// Advice over a range longer than the cache holds walks the sets instead
+/// of looking up every page of the range: the same pages turn cold as page
+/// by page, only those of the file and the range, and never a dirty one.
+#[test]
+fn a_range_made_cold_by_a_walk_matches_page_by_page() {
+    let disk = Disk::default();
+    let build = || {
+        let c = PageCache::<Os>::new(opts(96, 96, 12, PolicyKind::Lru)).unwrap();
+        for p in 0..40 {
+            drop(c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap());
+        }
+        for p in 0..20 {
+            drop(c.get_with(1, p, load_from(&disk), store_to(&disk)).unwrap());
+        }
+        let mut w = c
+            .get_mut_with(0, 30, load_from(&disk), store_to(&disk))
+            .unwrap();
+        w[0] ^= 1;
+        drop(w);
+        c
+    };
+    let cold_of = |c: &PageCache<Os>| -> std::collections::BTreeSet<(u32, u64)> {
+        c.pages()
+            .into_iter()
+            .filter(|p| {
+                c.core
+                    .state_of(tag_of(p.file, p.page).unwrap())
+                    .is_some_and(|v| v & core::COLD != 0)
+            })
+            .map(|p| (p.file, p.page))
+            .collect()
+    };
+    // Longer than the cache's 96 pages: the walk.
+    let walked = build();
+    let n_walked = walked.make_cold_range(0, 10, 1 << 30).unwrap();
+    // Within it: page by page.
+    let looked = build();
+    let n_looked = looked.make_cold_range(0, 10, 40).unwrap();
+    let want: std::collections::BTreeSet<(u32, u64)> = walked
+        .pages()
+        .into_iter()
+        .filter(|p| p.file == 0 && (10..40).contains(&p.page) && !p.dirty)
+        .map(|p| (p.file, p.page))
+        .collect();
+    assert!(want.len() >= 20, "most of pages 10..40 cached: {want:?}");
+    assert_eq!(cold_of(&walked), want);
+    assert_eq!(cold_of(&looked), want);
+    assert_eq!((n_walked, n_looked), (want.len(), want.len()));
+    assert_eq!(
+        walked.make_cold_range(0, 7, 7).unwrap(),
+        0,
+        "an empty range"
+    );
+}
+
 /// Model check of stores into pinned frames under Shuttle's random
 /// scheduler, on one set of four pages: a thread stores three versions of a
 /// word of page 0, each under a pin taken on a sighting (`pin_seen`), or by

@@ -700,7 +700,9 @@ impl CachedFile {
     /// * [`Advice::WillNeed`] starts reading the range's absent pages into the
     ///   cache now, in the background, as readahead does (they enter cold).
     /// * [`Advice::DontNeed`] lets the range's clean cached pages go first
-    ///   when their sets need room (dirty pages are left as they are).
+    ///   when their sets need room (dirty pages are left as they are). It
+    ///   costs at most one visit of every set, however long the range (fio,
+    ///   for one, advises a whole file away as each job starts).
     ///
     /// A range past the end of the file is an error ([`Error::OutOfRange`]).
     pub fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<()> {
@@ -742,9 +744,7 @@ impl CachedFile {
                 }
             }
             Advice::DontNeed => {
-                for p in first..last {
-                    sh.cache.make_cold(self.id, p)?;
-                }
+                sh.cache.make_cold_range(self.id, first, last)?;
             }
         }
         Ok(())
