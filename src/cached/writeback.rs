@@ -152,38 +152,33 @@ impl<'a> Writer<'a> {
         let file_len = entry.file.len();
         let (start, pages) = with_neighbours(cache, first, file_len, self.max_merge);
         let off = start * ps;
-        let len = file_len.saturating_sub(off).min(pages.len() as u64 * ps) as usize;
-        if len as u64 % DIRECT_ALIGN != 0 {
-            // The file ends inside a sector: write through the cache's own
-            // path, which handles the tail.
-            let r = pages
-                .iter()
-                .try_for_each(|w| self.shared.store_page(file, w.page(), w.bytes()));
-            let slot = self.runs.insert(Run {
-                entry: entry.clone(),
-                pages,
-            });
-            self.done.push((slot, r));
+        // A run that reaches a file ending inside a sector covers that sector
+        // whole (the file takes writes up to its length rounded up to the
+        // sector; past the end the frame holds zeros), as a page written
+        // alone does: one vectored write, not a write per page.
+        let len = file_len
+            .saturating_sub(off)
+            .min(pages.len() as u64 * ps)
+            .next_multiple_of(DIRECT_ALIGN)
+            .min(pages.len() as u64 * ps) as usize;
+        self.frames.clear();
+        self.frames
+            .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
+        let mem = if pages.len() == 1 {
+            Mem::One(self.frames[0])
         } else {
-            self.frames.clear();
-            self.frames
-                .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
-            let mem = if pages.len() == 1 {
-                Mem::One(self.frames[0])
-            } else {
-                Mem::Pieces(&self.frames, ps as usize)
-            };
-            let slot = self.runs.insert(Run {
-                entry: entry.clone(),
-                pages,
-            });
-            // SAFETY: the write-back guards in `runs` under `slot` keep every
-            // page in its frame and keep writers out until the write's tag
-            // comes back; the device only reads the frames.
-            unsafe {
-                self.q
-                    .submit_raw(OpKind::Write, &entry.file, off, mem, len, slot);
-            }
+            Mem::Pieces(&self.frames, ps as usize)
+        };
+        let slot = self.runs.insert(Run {
+            entry: entry.clone(),
+            pages,
+        });
+        // SAFETY: the write-back guards in `runs` under `slot` keep every
+        // page in its frame and keep writers out until the write's tag
+        // comes back; the device only reads the frames.
+        unsafe {
+            self.q
+                .submit_raw(OpKind::Write, &entry.file, off, mem, len, slot);
         }
         self.settle();
         true
@@ -324,11 +319,15 @@ impl Shared {
             .flatten()
             .unwrap_or_else(|| Queue::new(SYNC_DEPTH));
         let mut w = Writer::with_queue(self, q, SYNC_MERGE, false);
+        w.q.set_lone_in_caller();
         let mut pause = 1u64;
         while !pending.is_empty() {
             let mut busy = Vec::new();
+            let mut started = false;
             for p in pending {
-                if !w.write(id, p) && self.cache.write_pending(id, p)? {
+                if w.write(id, p) {
+                    started = true;
+                } else if self.cache.write_pending(id, p)? {
                     // Busy (a writer holds it, or a write-back is in flight,
                     // perhaps our own): wait for it, so that the fsync below
                     // covers the bytes.
@@ -340,6 +339,10 @@ impl Shared {
             if !pending.is_empty() {
                 if w.in_flight() > 0 {
                     w.wait_one();
+                } else if started {
+                    // This round's writes are done (a lone one runs in
+                    // `poll`): the pages they covered are clean now, so
+                    // look again at once.
                 } else {
                     std::thread::sleep(Duration::from_micros(pause));
                     pause = (pause * 2).min(1000);

@@ -230,6 +230,9 @@ pub struct Queue {
     tagged: Vec<(usize, Result<()>)>,
     /// A doorbell that ends `wait` early when rung.
     bell: Option<Arc<Bell>>,
+    /// A flush of one operation with nothing else in flight performs it on
+    /// the calling thread (see [`Queue::set_lone_in_caller`]).
+    lone_in_caller: bool,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -257,6 +260,7 @@ impl Queue {
             batched: false,
             tagged: Vec::new(),
             bell: None,
+            lone_in_caller: false,
             _not_send: PhantomData,
         }
     }
@@ -398,6 +402,15 @@ impl Queue {
         self.batched = true;
     }
 
+    /// Perform a flush's only operation on the calling thread, as a system
+    /// call, when nothing else is in flight and the device's engine allows
+    /// it: a latency-bound caller that waits for it anyway (a `sync` writing
+    /// one run) then makes one system call and no hand-off to the kernel's
+    /// workers and back. More operations still go together through the ring.
+    pub(crate) fn set_lone_in_caller(&mut self) {
+        self.lone_in_caller = true;
+    }
+
     /// Let `bell` end [`Queue::wait_as`] early: its rings (those made from
     /// now on) wake when it rings, and such a wait returns once it has.
     pub(crate) fn set_bell(&mut self, bell: Arc<Bell>) {
@@ -417,6 +430,23 @@ impl Queue {
     /// Send the assembled per-device batches: to the queue's own ring of the
     /// device where it drives the device itself, else to the device's engine.
     fn flush(&mut self) {
+        if self.lone_in_caller && self.in_flight == 1 {
+            let mut ops = self.batches.iter().filter(|b| !b.is_empty());
+            if let (Some(b), None) = (ops.next(), ops.next()) {
+                if b.len() == 1 && b[0].backing.engine.blocking_in_caller() {
+                    let i = self
+                        .batches
+                        .iter()
+                        .position(|b| !b.is_empty())
+                        .expect("a batch");
+                    let op = self.batches[i].pop().expect("one operation");
+                    let res = crate::storage::io::psync::execute(&op);
+                    // Delivered to this queue's list, as from a device thread.
+                    op.finish(res);
+                    return;
+                }
+            }
+        }
         let mut pushed = false;
         for i in 0..self.batches.len() {
             let Some(first) = self.batches[i].first() else {
@@ -604,5 +634,65 @@ impl Drop for Queue {
         // Buffers of requests in flight are owned here: they must outlive the I/O.
         self.flush();
         self.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{EngineKind, LayoutKind, Store, StoreOptions};
+
+    /// With `set_lone_in_caller`, a flush of one write with nothing else in
+    /// flight performs it there and then (its tag is ready without a wait,
+    /// and the queue made no ring); two writes still go through the ring.
+    #[test]
+    fn a_lone_operation_runs_in_the_caller_and_more_go_through_the_ring() {
+        let dir = std::env::temp_dir().join(format!("setcache-lone-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StoreOptions {
+            engine: EngineKind::Uring,
+            queue_rings: true,
+            direct_io: false,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
+        let file = store.create("f", 1 << 16, LayoutKind::Stripe).unwrap();
+        let mut buf = AlignedBuf::new(3 * 4096);
+        buf.fill(9);
+        let mut q = Queue::new(8);
+        q.set_lone_in_caller();
+        let mut got = Vec::new();
+        // SAFETY: `buf` outlives the writes (the queue is drained below) and
+        // is not written meanwhile.
+        unsafe { q.submit_raw(OpKind::Write, &file, 0, Mem::One(buf.as_mut_ptr()), 4096, 7) };
+        q.flush_now();
+        q.run_ready();
+        q.take_tagged(&mut got);
+        assert_eq!(got.len(), 1, "done in the flush, without a wait");
+        assert!(got[0].0 == 7 && got[0].1.is_ok());
+        assert!(q.rings.is_empty(), "no ring made for a lone write");
+        got.clear();
+        for (i, tag) in [(1u64, 8usize), (2, 9)] {
+            // SAFETY: as above.
+            unsafe {
+                q.submit_raw(
+                    OpKind::Write,
+                    &file,
+                    i * 4096,
+                    Mem::One(buf.as_mut_ptr()),
+                    4096,
+                    tag,
+                )
+            };
+        }
+        q.drain();
+        q.take_tagged(&mut got);
+        got.sort_by_key(|g| g.0);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [8, 9]);
+        assert!(got.iter().all(|g| g.1.is_ok()));
+        assert_eq!(q.rings.len(), 1, "two writes go through the queue's ring");
+        drop((q, file, store));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -591,14 +591,18 @@ fn check_cpus(cpus: &[usize]) -> Result<()> {
     Ok(())
 }
 
-/// Bytes of files' data moved to and from a store's devices
-/// ([`Store::device_bytes`]).
+/// Bytes of files' data moved to and from a store's devices, and the device
+/// operations that moved them ([`Store::device_bytes`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DeviceBytes {
     /// Bytes read from the devices.
     pub read: u64,
     /// Bytes written to the devices.
     pub written: u64,
+    /// Read operations that ended well (one system call or ring entry each).
+    pub reads: u64,
+    /// Write operations that ended well.
+    pub writes: u64,
 }
 
 impl Store {
@@ -735,8 +739,8 @@ impl Store {
     }
 
     /// Bytes read from and written to all devices since the store opened
-    /// by reads and writes of files' data (not headers or metadata), counted as
-    /// device operations end.
+    /// by reads and writes of files' data (not headers or metadata), and the
+    /// device operations that did it, counted as they end.
     pub fn device_bytes(&self) -> DeviceBytes {
         self.inner
             .states
@@ -744,6 +748,8 @@ impl Store {
             .fold(DeviceBytes::default(), |t, s| DeviceBytes {
                 read: t.read + s.read_bytes.load(Ordering::Relaxed),
                 written: t.written + s.written_bytes.load(Ordering::Relaxed),
+                reads: t.reads + s.read_ops.load(Ordering::Relaxed),
+                writes: t.writes + s.write_ops.load(Ordering::Relaxed),
             })
     }
 

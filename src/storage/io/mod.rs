@@ -84,9 +84,12 @@ impl DevOpKind {
 pub(crate) struct DeviceState {
     pub(crate) device: usize,
     failed: OnceLock<Error>,
-    /// Bytes read from and written to the device (counted as operations end).
+    /// Bytes read from and written to the device, and the operations that
+    /// did it (counted as operations end).
     pub(crate) read_bytes: std::sync::atomic::AtomicU64,
     pub(crate) written_bytes: std::sync::atomic::AtomicU64,
+    pub(crate) read_ops: std::sync::atomic::AtomicU64,
+    pub(crate) write_ops: std::sync::atomic::AtomicU64,
 }
 
 impl DeviceState {
@@ -96,6 +99,8 @@ impl DeviceState {
             failed: OnceLock::new(),
             read_bytes: Default::default(),
             written_bytes: Default::default(),
+            read_ops: Default::default(),
+            write_ops: Default::default(),
         }
     }
 
@@ -202,13 +207,15 @@ impl DevOp {
     /// only the request.
     pub(crate) fn finish(self, res: OpResult) {
         if let OpResult::Done(n) = res {
-            let counter = match self.kind {
-                DevOpKind::Read => Some(&self.backing.state.read_bytes),
-                DevOpKind::Write => Some(&self.backing.state.written_bytes),
+            let st = &self.backing.state;
+            let counters = match self.kind {
+                DevOpKind::Read => Some((&st.read_bytes, &st.read_ops)),
+                DevOpKind::Write => Some((&st.written_bytes, &st.write_ops)),
                 DevOpKind::Fsync => None,
             };
-            if let Some(c) = counter {
-                c.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+            if let Some((bytes, ops)) = counters {
+                bytes.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+                ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
         let err = match res {
