@@ -458,7 +458,11 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
     Ok(n)
 }
 
-/// The length of `name`: from its node when it is open, else from the store.
+/// The length of `name`: from its node when it is open, else by opening it
+/// and keeping it open (as after a last close). A program that asks again
+/// and again about a file it does not open (a database checking for a hot
+/// journal before every read) then costs no header read from the device
+/// each time.
 pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
     let open = s
         .nodes
@@ -468,7 +472,12 @@ pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
         .and_then(Weak::upgrade);
     match open {
         Some(n) => Ok(n.file.len()),
-        None => s.cs.store().info(name).map(|i| i.len),
+        None => {
+            let n = node(s, name, false, false)?;
+            let len = n.file.len();
+            keep(s, n);
+            Ok(len)
+        }
     }
 }
 
@@ -495,4 +504,47 @@ pub(crate) fn renamed(s: &State, from: &str, to: &str) {
 
 fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Node>>> {
     s.nodes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use setcache::{CacheOptions, StoreOptions};
+
+    /// Asking for the length of a file no descriptor has open opens it once
+    /// and keeps it: the next ask finds it open (no header read from the
+    /// devices again), and a missing name is still not found.
+    #[test]
+    fn the_length_of_an_unopened_file_keeps_it_open() {
+        let dir = std::env::temp_dir().join(format!("setcache-preload-len-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StoreOptions {
+            direct_io: false,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
+        store.create("j", 8720, LAYOUT).unwrap();
+        let cache = CacheOptions {
+            size: 1 << 20,
+            ..CacheOptions::default()
+        };
+        let s = State {
+            cs: CachedStore::new(store, cache).unwrap(),
+            nodes: Mutex::new(HashMap::new()),
+            opened: 0,
+            owner: (0, 0),
+            kept: Mutex::new(std::collections::VecDeque::new()),
+        };
+        assert_eq!(len_of(&s, "j").unwrap(), 8720);
+        let open = s.nodes.lock().unwrap().get("j").and_then(Weak::upgrade);
+        assert!(open.is_some(), "open after the first ask");
+        assert_eq!(s.kept.lock().unwrap().len(), 1, "and kept");
+        assert_eq!(len_of(&s, "j").unwrap(), 8720);
+        assert_eq!(s.kept.lock().unwrap().len(), 1, "kept once");
+        assert!(matches!(len_of(&s, "none"), Err(Error::FileNotFound(_))));
+        drop(open);
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
