@@ -9,7 +9,10 @@ the whole table and index once (SQLBENCH_WARM), then is timed.
 The kernel runs in a memory cgroup (v1) whose limit is the setcache cache size
 plus the driver's own memory (its peak resident size, measured in a short run
 on the kernel: a pread leaves nothing resident). setcache and kernel runs
-alternate; medians of --repeat.
+alternate, the engine that goes first changing every round; the table gives
+the medians of --repeat and the median of the per-round ratios (each round's
+two runs minutes closer together than the medians' on a disk and a machine
+whose speed drifts).
 
   scripts/sqlite-bench.py --dir /data/sql [--rows 1100000] [--repeat 3] [--runtime 10]
 
@@ -106,18 +109,23 @@ def main():
             for i in range(a.repeat):
                 sargs = [args[0], sdb] + args[2:]
                 kargs = [args[0], kdb] + args[2:]
-                sc.append(on_setcache(work, cache, sargs))
-                kn.append(on_kernel(work, cache + own, kargs))
+                if i % 2 == 0:
+                    sc.append(on_setcache(work, cache, sargs))
+                    kn.append(on_kernel(work, cache + own, kargs))
+                else:
+                    kn.append(on_kernel(work, cache + own, kargs))
+                    sc.append(on_setcache(work, cache, sargs))
                 print(f"  {label} run {i + 1}: setcache {sc[-1]:,.1f}/s, kernel {kn[-1]:,.1f}/s", flush=True)
-            rows.append((label, cache, statistics.median(sc), statistics.median(kn)))
+            pairs = statistics.median(x / y for x, y in zip(sc, kn))
+            rows.append((label, cache, statistics.median(sc), statistics.median(kn), pairs))
     finally:
         if os.path.isdir(CG):
             os.rmdir(CG)
     print()
-    print("| run | setcache cache (kernel limit: + driver) | setcache per s | kernel per s | x kernel |")
-    print("|---|---|---|---|---|")
-    for label, cache, s, k in rows:
-        print(f"| {label} | {cache / 2**20:.0f} MiB | {s:,.1f} | {k:,.1f} | {s / k:.2f} |")
+    print("| run | setcache cache (kernel limit: + driver) | setcache per s | kernel per s | x kernel | per round |")
+    print("|---|---|---|---|---|---|")
+    for label, cache, s, k, pairs in rows:
+        print(f"| {label} | {cache / 2**20:.0f} MiB | {s:,.1f} | {k:,.1f} | {s / k:.2f} | {pairs:.2f} |")
 
 
 if __name__ == "__main__":
