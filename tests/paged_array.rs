@@ -455,3 +455,115 @@ fn iteration_in_order_matches_the_elements() {
     let got: Vec<[u64; 3]> = rb.iter(1..999).unwrap().map(|x| x.unwrap()).collect();
     assert_eq!(got, w[1..999]);
 }
+
+/// Poll `f` to its end on this thread (the futures' workers wake nothing
+/// that this loop needs: it polls again after a short sleep).
+fn poll_to_end<F: std::future::Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+}
+
+/// A writable array of word elements stores into its frames in place under
+/// shared pins, so it and a shared page reference (a `&[u8]` of a frame)
+/// never meet: the array waits for references taken before it (and is
+/// refused if one outlives the pin wait, or is this thread's own), and once
+/// it is made, `page`, page requests and page futures on its file are
+/// refused with a clear error while the array reads and writes on. A
+/// read-only array leaves references alone.
+#[test]
+fn shared_page_references_and_in_place_stores_never_meet() {
+    let tmp = TempDir::new("array-refs");
+    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(
+        s,
+        CacheOptions {
+            size: 256 * 4096,
+            max_size: Some(256 * 4096),
+            page_size: 4096,
+            assoc: 8,
+            policy: PolicyKind::Clock,
+            pin_wait: Duration::from_millis(300),
+        },
+    )
+    .unwrap();
+    cs.create("a", 64 * 4096, LayoutKind::Stripe).unwrap();
+    cs.create("b", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let f = cs.open_file("a").unwrap();
+    // A reference another thread holds past the pin wait: refused, and
+    // references stay allowed.
+    std::thread::scope(|sc| {
+        let (held, got_held) = std::sync::mpsc::channel();
+        let (free, go) = std::sync::mpsc::channel::<()>();
+        let f = &f;
+        sc.spawn(move || {
+            let g = f.page(4096).unwrap();
+            held.send(()).unwrap();
+            go.recv().unwrap();
+            drop(g);
+        });
+        got_held.recv().unwrap();
+        let e = PagedArray::<u64>::open(&cs, "a").err().expect("refused");
+        assert!(
+            matches!(&e, Error::Busy(m) if m.contains("page guards")),
+            "{e:?}"
+        );
+        free.send(()).unwrap();
+    });
+    drop(f.page(0).expect("references allowed after the refusal"));
+    // This thread's own reference: refused at once.
+    let g = f.page(0).unwrap();
+    assert!(matches!(
+        PagedArray::<u64>::open(&cs, "a"),
+        Err(Error::HeldByCaller(_))
+    ));
+    drop(g);
+    // A reference let go while the array waits: the array is made.
+    let a = std::thread::scope(|sc| {
+        let (held, got_held) = std::sync::mpsc::channel();
+        let f = &f;
+        sc.spawn(move || {
+            let g = f.page(8192).unwrap();
+            held.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            drop(g);
+        });
+        got_held.recv().unwrap();
+        PagedArray::<u64>::open(&cs, "a").expect("made once the reference is gone")
+    });
+    a.set(3, 7).unwrap();
+    let refused = |r: Result<setcache::PageGuard<'_>, Error>| {
+        let e = r.err().expect("refused");
+        assert!(
+            matches!(&e, Error::InvalidArgument(m) if m.contains("paged array")),
+            "{e:?}"
+        );
+    };
+    refused(f.page(0));
+    refused(a.file().page(0));
+    refused(poll_to_end(f.page_async(0)));
+    refused(poll_to_end(f.page_async(40 * 4096)));
+    let mut q = cs.queue(4);
+    let mut reqs = vec![setcache::CachedRequest::page(&f, 0, 1)];
+    q.submit_from(&mut reqs);
+    q.drain();
+    let mut got = Vec::new();
+    q.take_pages(&mut got);
+    assert_eq!(got.len(), 1);
+    refused(got.pop().unwrap().1);
+    assert_eq!(a.get(3).unwrap(), 7, "the array reads and writes on");
+    let mut r = a.reader();
+    r.set(5, 9).unwrap();
+    assert_eq!(r.get(5).unwrap(), 9);
+    // A read-only array stores nothing: references to its file stay.
+    let fb = cs.open_file("b").unwrap();
+    let ro = PagedArray::<u64>::open_read_only(&cs, "b").unwrap();
+    let gb = fb.page(0).expect("allowed beside a read-only array");
+    assert_eq!(ro.get(0).unwrap(), 0);
+    drop(gb);
+}

@@ -289,7 +289,11 @@ impl<T: Element> PagedArray<T> {
     }
 
     /// The array over a cached file whose length is a whole number of
-    /// elements.
+    /// elements. A writable array of word elements stores into the file's
+    /// frames in place, so shared page references to the file are refused
+    /// from then on, and it waits for those taken before it (up to the
+    /// cache's pin wait: [`Error::Busy`]; [`Error::HeldByCaller`] if this
+    /// thread holds one).
     pub fn from_file(file: CachedFile) -> Result<Self> {
         let size = size_of::<T>() as u64;
         if size == 0 {
@@ -309,6 +313,11 @@ impl<T: Element> PagedArray<T> {
                 file.file().name(),
                 file.len()
             )));
+        }
+        if is_word::<T>() && !file.read_only {
+            // Its stores change frames in place under shared pins: no shared
+            // page reference of the file may meet them.
+            file.begin_word_stores()?;
         }
         Ok(PagedArray {
             len: file.len() / size,
@@ -405,7 +414,9 @@ impl<T: Element> PagedArray<T> {
             while done < out.len() {
                 let pos = off + (done * size_of::<T>()) as u64;
                 let n = (((ps - pos % ps) / size_of::<T>() as u64) as usize).min(out.len() - done);
-                let g = self.file.page(pos)?;
+                // The array's own pin, not a shared reference: the words
+                // are read with atomic loads.
+                let g = self.file.page_as(pos, Mode::Keep)?;
                 let at = (pos - g.offset()) as usize;
                 // SAFETY: the guard pins the page; the `n` elements from `at` lie in the frame, aligned.
                 unsafe { copy_words(g.frame_ptr().add(at), &mut out[done..done + n]) };

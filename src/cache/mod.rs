@@ -574,6 +574,26 @@ impl<M: Model> PageCache<M> {
         Ok(self.core.make_cold(tag_of(file, page)?))
     }
 
+    /// The cached pages of `file` pinned now (by guards or in-flight work).
+    pub(crate) fn pinned_pages(&self, file: u32) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.core.for_each(|tag, st, _| {
+            let (f, p) = untag(tag);
+            if f == file && core::pins(st) > 0 {
+                out.push(p);
+            }
+        });
+        out
+    }
+
+    /// Whether page `page` of `file` is cached and pinned now.
+    pub(crate) fn is_pinned(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page)
+            .ok()
+            .and_then(|t| self.core.state_of(t))
+            .is_some_and(|v| core::pins(v) > 0)
+    }
+
     /// [`PageCache::make_cold`] for pages `first..last` of `file`: how many
     /// turned cold. A range longer than the cache holds pages is done by one
     /// walk of the sets, so the cost is bounded by the cache, not by the range

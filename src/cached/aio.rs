@@ -631,6 +631,8 @@ impl<'f> PageAt<'f> {
             Ok(Some(g)) => {
                 let name = || f.entry.file.name();
                 let hold = Hold::take(f.store_key(), f.id, page, false, name).map_err(Err)?;
+                // Pinned: now the check that no array stores into it in place.
+                f.entry.refs_allowed().map_err(Err)?;
                 return Err(Ok(Guarded::new(g, len, start, hold)));
             }
             Ok(None) => {}
@@ -657,6 +659,8 @@ fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_
     let raw = p.pin.take().expect("a pin not yet taken");
     // SAFETY: the pin came from `into_raw` of a guard of this file's cache and is used once: taken out of `p` above.
     let g = unsafe { f.shared.cache.restore_pin(raw) };
+    // Pinned: now the check that no array stores into it in place.
+    f.entry.refs_allowed()?;
     Ok(Guarded::new(g, len, start, hold))
 }
 

@@ -755,13 +755,53 @@ impl CachedFile {
     /// frame. A miss reads the page first. Errors: an offset at or past the
     /// end ([`Error::OutOfRange`]); this thread holding the page mutably, or
     /// [`MAX_GUARDS_PER_THREAD`] guards ([`Error::HeldByCaller`],
-    /// [`Error::TooManyPins`]).
+    /// [`Error::TooManyPins`]); a file with a writable [`PagedArray`] of word
+    /// elements, whose stores change its bytes in place
+    /// ([`Error::InvalidArgument`]).
+    ///
+    /// [`PagedArray`]: crate::PagedArray
     pub fn page(&self, offset: u64) -> Result<PageGuard<'_>> {
         self.page_inner(offset).map_err(|e| self.gone_or(e))
     }
 
     fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
-        self.page_as(offset, Mode::Keep)
+        let g = self.page_as(offset, Mode::Keep)?;
+        // Pinned: now the check that no array stores into it in place.
+        self.entry.refs_allowed()?;
+        Ok(g)
+    }
+
+    /// Make way for a writable paged array of word elements over this file:
+    /// count it (shared page references are refused from now on), then wait
+    /// until every page of the file pinned now has been let go once, so that
+    /// no reference taken before the count outlives it. Errors: this thread
+    /// holds a guard of the file ([`Error::HeldByCaller`]); a page stayed
+    /// pinned for the cache's pin wait ([`Error::Busy`]; the count is taken
+    /// back).
+    pub(crate) fn begin_word_stores(&self) -> Result<()> {
+        let e = &self.entry;
+        let name = || e.file.name();
+        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
+        e.word_arrays.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence in `Entry::refs_allowed`.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        let cache = &self.shared.cache;
+        let deadline = std::time::Instant::now() + cache.pin_wait();
+        for page in cache.pinned_pages(self.id) {
+            while cache.is_pinned(self.id, page) {
+                if std::time::Instant::now() >= deadline {
+                    e.word_arrays.fetch_sub(1, Ordering::SeqCst);
+                    return Err(Error::Busy(format!(
+                        "page {page} of file {:?} stayed referenced for {:?}: drop the \
+                         file's page guards before making a writable paged array of it",
+                        e.file.name(),
+                        cache.pin_wait()
+                    )));
+                }
+                std::thread::sleep(std::time::Duration::from_micros(100));
+            }
+        }
+        Ok(())
     }
 
     /// [`CachedFile::page`] for a reader of kind `mode`: `Keep`, or `Stream`

@@ -1261,7 +1261,10 @@ impl<'a> CachedQueue<'a> {
                 let ps = self.sh.cache.page_size() as u64;
                 let start = r.offset / ps * ps;
                 let len = r.file.len().saturating_sub(start).min(ps) as usize;
-                let g = got.map(|g| Guarded::new(g, len, start, hold));
+                // Pinned: now the check that no array stores into it in place.
+                let g = got
+                    .and_then(|g| r.file.entry.refs_allowed().map(|()| g))
+                    .map(|g| Guarded::new(g, len, start, hold));
                 self.guards.push((tag, g));
             }
             PageWant::Pin => {

@@ -105,6 +105,12 @@ pub(crate) struct Entry {
     pub(crate) syncing: Mutex<()>,
     /// How the file will be read (`readahead::Advice` as a number).
     pub(crate) advice: AtomicU8,
+    /// Writable paged arrays of word elements made (or being made) over the
+    /// file. Such an array stores elements into the frames in place under
+    /// shared pins, which no shared page reference (a `&[u8]` of a frame) may
+    /// outlive or meet: while this is above zero, shared references are
+    /// refused ([`Entry::refs_allowed`]). It never falls once an array is made.
+    pub(crate) word_arrays: AtomicUsize,
 }
 
 /// The pages of a file written back since its last good fsync, and whether a
@@ -189,7 +195,26 @@ impl Entry {
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
             advice: AtomicU8::new(0),
+            word_arrays: AtomicUsize::new(0),
         }
+    }
+
+    /// `Ok` unless a writable paged array of word elements lives on the file,
+    /// for a caller that has just pinned one of its pages to hand out a shared
+    /// reference. The fence pairs with the one in
+    /// `CachedFile::begin_word_stores`: either that call's wait sees the
+    /// caller's pin, or this sees its count.
+    pub(crate) fn refs_allowed(&self) -> Result<()> {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.word_arrays.load(Ordering::Relaxed) > 0 {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?} holds a writable paged array of word elements, whose \
+                 stores change its pages in place: shared page references to it \
+                 are refused (read it through the array, or open the array read-only)",
+                self.file.name()
+            )));
+        }
+        Ok(())
     }
 
     /// `Err` if the file is gone.
