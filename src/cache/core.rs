@@ -1698,6 +1698,12 @@ impl<M: Model> Core<M> {
     }
 
     pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u32, *const u8)) {
+        self.walk_slots(|s, i, tag| f(tag, self.state(s, i).load(Acquire), self.frame(s, i)));
+    }
+
+    /// Call `f(set, slot, tag)` for every valid slot, set by set, each under
+    /// its lock. A page a resize moves into a set already visited is missed.
+    fn walk_slots(&self, mut f: impl FnMut(usize, usize, u64)) {
         let mut s = 0;
         while s < self.n_sets() {
             self.lock(s);
@@ -1706,11 +1712,7 @@ impl<M: Model> Core<M> {
                 let g = unsafe { self.locked(s) };
                 for i in 0..self.lay.assoc {
                     if *g.valid & (1 << i) != 0 {
-                        f(
-                            g.tags[i].load(Relaxed),
-                            self.state(s, i).load(Acquire),
-                            self.frame(s, i),
-                        );
+                        f(s, i, g.tags[i].load(Relaxed));
                     }
                 }
             }
@@ -1739,14 +1741,19 @@ impl<M: Model> Core<M> {
         let Some((s, i)) = self.lock_holder(h, tag) else {
             return false;
         };
+        let ok = self.cool(s, i);
+        self.unlock(s);
+        ok
+    }
+
+    /// Mark slot `(s, i)` of a locked set cold if its page is clean and idle.
+    fn cool(&self, s: usize, i: usize) -> bool {
         let w = self.state(s, i);
         let v = w.load(Acquire);
         // A CAS from the clean state: a pin holder that stores meanwhile (and
         // so warms the page as it lets go) wins, and the page stays warm.
-        let ok = v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
-            && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok();
-        self.unlock(s);
-        ok
+        v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
+            && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok()
     }
 
     /// [`Core::make_cold`] for every page whose tag `which` accepts, by a
@@ -1755,28 +1762,11 @@ impl<M: Model> Core<M> {
     /// just after the walk is.
     pub(crate) fn make_cold_where(&self, which: impl Fn(u64) -> bool) -> usize {
         let mut made = 0;
-        let mut s = 0;
-        while s < self.n_sets() {
-            self.lock(s);
-            if s < self.n_sets() {
-                // SAFETY: set `s` is locked.
-                let g = unsafe { self.locked(s) };
-                for i in 0..self.lay.assoc {
-                    if *g.valid & (1 << i) == 0 || !which(g.tags[i].load(Relaxed)) {
-                        continue;
-                    }
-                    let w = self.state(s, i);
-                    let v = w.load(Acquire);
-                    if v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
-                        && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok()
-                    {
-                        made += 1;
-                    }
-                }
+        self.walk_slots(|s, i, tag| {
+            if which(tag) && self.cool(s, i) {
+                made += 1;
             }
-            self.unlock(s);
-            s += 1;
-        }
+        });
         made
     }
 

@@ -173,9 +173,9 @@ impl<'a> Writer<'a> {
             entry: entry.clone(),
             pages,
         });
-        // SAFETY: the write-back guards in `runs` under `slot` keep every
-        // page in its frame and keep writers out until the write's tag
-        // comes back; the device only reads the frames.
+        // The write-back guards in `runs` under `slot` keep every page in its
+        // frame and keep writers out until the write's tag comes back.
+        // SAFETY: the frames stay valid and unwritten for the write (above).
         unsafe {
             self.q
                 .submit_raw(OpKind::Write, &entry.file, off, mem, len, slot);

@@ -663,8 +663,7 @@ mod tests {
         let mut q = Queue::new(8);
         q.set_lone_in_caller();
         let mut got = Vec::new();
-        // SAFETY: `buf` outlives the writes (the queue is drained below) and
-        // is not written meanwhile.
+        // SAFETY: `buf` outlives the writes (drained below), unwritten meanwhile.
         unsafe { q.submit_raw(OpKind::Write, &file, 0, Mem::One(buf.as_mut_ptr()), 4096, 7) };
         q.flush_now();
         q.run_ready();
