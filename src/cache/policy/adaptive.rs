@@ -38,17 +38,17 @@
 //! next miss applies the deferred hits in the order of the pages' ranks before
 //! choosing a victim. Later hits on a page whose bit 7 is set change nothing
 //! and take no lock, as with SIEVE's visited bit and a GCLOCK counter at its
-//! top. A sampled set never sets bit 7, so that its shadows see every hit.
+//! top. Sampled sets defer and skip hits as the others do: their shadows
+//! are fed by the accesses themselves, not by the set's policy.
 //!
 //! # State
 //!
 //! The set word: the candidate that the set's state belongs to in bits 28..30,
-//! bit 30 set in a sampled set, its sample number in bits 6..28, and the
-//! candidate's own word in the low 6 bits (the SIEVE or GCLOCK hand). The
+//! and the candidate's own word in the low 6 bits (the SIEVE or GCLOCK hand). The
 //! slot bytes are
 //! the candidate's in bits 0..7 (SIEVE's visited bit moved from bit 7 to bit
 //! 6), and bit 7 means "a hit changes nothing" (a deferred hit, a visited page
-//! or a GCLOCK counter at 3, outside a sampled set), so that
+//! or a GCLOCK counter at 3), so that
 //! [`Policy::hit_changes`] can answer
 //! from the byte alone. The ghost entries are LIRS's.
 
@@ -85,8 +85,8 @@ const MARGIN: u64 = 2;
 const ADMIT_MARGIN: u64 = 3;
 /// One set in this many is sampled. The candidates' shadows see the same
 /// accesses, so a few sampled sets tell them apart (the gap table changes by
-/// a row or two between one set in 4 and one in 64), while every hit in a
-/// sampled set takes its lock and replays through the shadows.
+/// a row or two between one set in 4 and one in 64), while every access of
+/// a sampled set's pages replays through the shadows.
 const SPACING: usize = 64;
 /// Sampled accesses between two reports of a sample's counts to the duel.
 const REPORT_EVERY: u32 = 64;
@@ -106,13 +106,8 @@ static ADMITTING: Duel = Duel::admitting();
 /// GCLOCK's candidate number.
 const GCLOCK: usize = 3;
 const ARM_SHIFT: u32 = 28;
-/// Set word flag: the set is sampled.
-const SAMPLED: u32 = 1 << 30;
 /// The candidate's own word: SIEVE's hand, at most 32 + 1.
-const OWN_MASK: u32 = (1 << SAMPLE_SHIFT) - 1;
-/// A sampled set's sample number, in bits 6..28.
-const SAMPLE_SHIFT: u32 = 6;
-const SAMPLE_MAX: u32 = (1 << (ARM_SHIFT - SAMPLE_SHIFT)) - 1;
+const OWN_MASK: u32 = (1 << 6) - 1;
 /// Ghosts a shadow set can hold (LIRS keeps `assoc / 2`).
 const SHADOW_GHOSTS: usize = MAX_ASSOC;
 
@@ -280,9 +275,7 @@ impl Duel {
             spacing,
             assoc,
             ghosts: Lirs.ghosts(assoc).min(SHADOW_GHOSTS),
-            samples: (0..sets.div_ceil(spacing).min(SAMPLE_MAX as usize + 1))
-                .map(|_| Sample::new())
-                .collect(),
+            samples: (0..sets.div_ceil(spacing)).map(|_| Sample::new()).collect(),
             misses: [const { AtomicU32::new(0) }; CANDIDATES],
             admitting_misses: AtomicU32::new(0),
             accesses: AtomicU32::new(0),
@@ -469,18 +462,11 @@ fn arm(w: u32) -> usize {
     ((w >> ARM_SHIFT) & 3) as usize
 }
 
-/// The sample number of set word `w`, if its set is sampled.
-#[inline]
-fn sample(w: u32) -> Option<usize> {
-    (w & SAMPLED != 0).then_some(((w >> SAMPLE_SHIFT) & SAMPLE_MAX) as usize)
-}
-
 /// Runs `f` on candidate `k`'s view of the set: its own word, and its
 /// bytes without bit 7 (SIEVE's visited bit, kept in bit 6, moved to bit 7
 /// where SIEVE keeps it); then restores the adaptive layout. For SIEVE in a
 /// follower, bit 7 is then set on the visited pages of `valid` (the pages
-/// resident afterwards), whose hits change nothing (not in a sampled set,
-/// which must see every hit).
+/// resident afterwards), whose hits change nothing.
 #[inline]
 fn as_arm<R>(
     st: &mut SetState<'_>,
@@ -508,10 +494,9 @@ fn as_arm<R>(
     };
     *st.word = (*st.word & !OWN_MASK) | (own & OWN_MASK);
     if k == SIEVE || k == GCLOCK {
-        let unsampled = sample(*st.word).is_none();
         dispatch!(CANDIDATE_KINDS[k], p => {
             for (i, b) in st.bytes.iter_mut().enumerate() {
-                let hot = unsampled && valid & (1 << i) != 0 && !p.hit_changes(*b);
+                let hot = valid & (1 << i) != 0 && !p.hit_changes(*b);
                 if k == SIEVE {
                     *b = (*b & 0x3f) | ((*b & 0x80) >> 1);
                 }
@@ -582,13 +567,9 @@ impl Policy for Adaptive {
         Lirs.ghosts(assoc)
     }
 
-    fn reset_set(&self, st: &mut SetState<'_>, set: usize) {
+    fn reset_set(&self, st: &mut SetState<'_>, _set: usize) {
         self.reset(st);
-        let arm = st.duel.winner() as u32;
-        *st.word = match st.duel.sample_of(set) {
-            Some(i) => SAMPLED | ((i as u32) << SAMPLE_SHIFT) | (arm << ARM_SHIFT),
-            None => arm << ARM_SHIFT,
-        };
+        *st.word = (st.duel.winner() as u32) << ARM_SHIFT;
     }
 
     #[inline]
@@ -601,9 +582,8 @@ impl Policy for Adaptive {
         if st.bytes[slot] & HOT != 0 {
             return;
         }
-        let w = *st.word;
-        let k = arm(w);
-        if defers(k) && sample(w).is_none() {
+        let k = arm(*st.word);
+        if defers(k) {
             // A set running LRU or LIRS defers the hit to its next miss:
             // later hits on the page are then free.
             st.bytes[slot] |= HOT;
