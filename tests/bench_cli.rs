@@ -156,3 +156,127 @@ fn a_cache_larger_than_memory_is_refused_before_anything_runs() {
     assert!(ok, "{err}\n{out}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A field of the first run of `engine` in a bench or sim JSON report.
+fn json_field(path: &std::path::Path, engine: &str, field: &str) -> f64 {
+    let text = std::fs::read_to_string(path).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let runs = doc
+        .get("runs")
+        .or_else(|| doc.get("results"))
+        .and_then(|r| r.as_array())
+        .unwrap_or_else(|| panic!("no runs in {text}"));
+    runs.iter()
+        .find(|r| {
+            r.get("engine")
+                .or_else(|| r.get("policy"))
+                .and_then(|e| e.as_str())
+                == Some(engine)
+        })
+        .and_then(|r| r.get(field))
+        .and_then(|v| v.as_f64())
+        .unwrap_or_else(|| panic!("no {field} for {engine} in {text}"))
+}
+
+#[test]
+fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-trace-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // 30,000 accesses over 3,000 pages: a skewed random part and a loop; in
+    // a second trace, the same with one access in 16 a write.
+    let trace = dir.join("t.trace");
+    let mixed = dir.join("mixed.trace");
+    let (mut text, mut text_mixed) = (String::new(), String::new());
+    let mut x = 12345u64;
+    for i in 0..30_000u64 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let page = if i % 3 == 0 {
+            i / 3 % 1500
+        } else {
+            (x % 3000) * (x % 7 + 1) / 7
+        };
+        let rw = if x % 16 == 0 { " W" } else { "" };
+        text.push_str(&format!("{page}\n"));
+        text_mixed.push_str(&format!("{page}{rw}\n"));
+    }
+    std::fs::write(&trace, text).unwrap();
+    std::fs::write(&mixed, text_mixed).unwrap();
+    let spec = format!("text:{}", trace.display());
+    let sim_json = dir.join("sim.json");
+    let sim = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["sim", "--trace", &spec, "--policy", "sa-default"])
+        .args([
+            "--cache-size",
+            "2M",
+            "--set-size",
+            "12",
+            "--warmup",
+            "0",
+            "--json",
+        ])
+        .arg(&sim_json)
+        .output()
+        .unwrap();
+    assert!(
+        sim.status.success(),
+        "{}",
+        String::from_utf8_lossy(&sim.stderr)
+    );
+    let replay = |spec: &str, json: &std::path::Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(["bench", "--dir"])
+            .arg(dir.join("b"))
+            .args(["--trace", spec, "--trace-passes", "1", "--cache-size", "2M"])
+            .args(["--engine", "setcache,linux-buffered", "--threads", "1"])
+            .args(["--iodepth", "1", "--readahead", "off", "--runtime", "60"])
+            .args(["--no-progress", "--json"])
+            .arg(json)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "bench failed: {stderr}\n{stdout}");
+        // Every access replayed once, by each engine, and then the run ended.
+        for engine in ["setcache", "linux-buffered"] {
+            let ops = json_field(json, engine, "ops");
+            assert_eq!(ops, 30_000.0, "{engine}\n{stdout}");
+        }
+        stdout
+    };
+    let bench_json = dir.join("bench.json");
+    let stdout = replay(&spec, &bench_json);
+    // The real cache, one thread, no readahead: the simulator's hits exactly.
+    let sim_hits = json_field(&sim_json, "sa-adaptive", "hit_ratio");
+    let real_hits = json_field(&bench_json, "setcache", "hit_ratio");
+    assert!(
+        (sim_hits - real_hits).abs() < 1e-9,
+        "simulator {sim_hits} against the cache {real_hits}\n{stdout}"
+    );
+    // Writes replay too (the run's closing sync counts in its time).
+    replay(
+        &format!("text:{}", mixed.display()),
+        &dir.join("mixed.json"),
+    );
+    // Flags that describe generated requests are refused beside --trace.
+    for extra in [
+        &["--rw", "read"][..],
+        &["--file-size", "64M"],
+        &["--hit-ratio", "50"],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(["bench", "--dir"])
+            .arg(dir.join("b"))
+            .args(["--trace", &spec, "--cache-size", "2M", "--runtime", "0.2"])
+            .args(extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(extra[0]),
+            "{extra:?}: {err}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

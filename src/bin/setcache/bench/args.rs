@@ -132,6 +132,17 @@ pub(crate) struct BenchArgs {
     /// Distribution of random offsets: uniform or zipf:THETA (THETA > 0, e.g. zipf:0.99)
     #[arg(long, value_name = "DIST", default_value = "uniform", value_parser = Dist::parse)]
     pub(crate) dist: Dist,
+    /// Replay a trace instead of generating requests: KIND:ARGS as `setcache sim
+    /// --trace` takes it (msr, systor, cbs, oracle, csv, text files; ycsb, zipf,
+    /// uniform, scan generators). Its pages of --bs bytes are numbered densely in
+    /// the order first seen and the file holds exactly them; reads and writes as
+    /// the trace says; the threads share the trace in chunks of 64 accesses
+    #[arg(long, value_name = "KIND:ARGS")]
+    pub(crate) trace: Option<String>,
+    /// With --trace: each thread replays its share this many times, and the run
+    /// ends when all have (or --runtime ends); 0 loops until --runtime ends
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) trace_passes: u32,
     /// Measured seconds per run
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = runtime_arg)]
     pub(crate) runtime: f64,

@@ -181,18 +181,26 @@ fn page_body(
     let epoch = Instant::now();
     let mut free = depth;
     let mut error = None;
-    while error.is_none() && !ctl.stopped() {
+    let mut ended = false;
+    while error.is_none() && !ctl.stopped() && !ended {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if free > 0 {
             let submitted = (epoch.elapsed().as_nanos() as u64) << 12;
-            for _ in 0..free {
-                let at = me.base + ops.next_op().offset;
+            while free > 0 {
+                let Some(op) = ops.next_op() else {
+                    ended = true;
+                    break;
+                };
+                let at = me.base + op.offset;
                 reqs.push(CachedRequest::page(file, at, submitted | (at & 4095)));
+                free -= 1;
             }
-            free = 0;
             queue.submit_from(&mut reqs);
             queue.take_pages(&mut done);
+        }
+        if ended {
+            break;
         }
         if done.is_empty() {
             queue.wait(1);
@@ -263,19 +271,27 @@ fn thread_body(
     while Instant::now() < start && !ctl.stopped() {
         std::thread::sleep(Duration::from_millis(5));
     }
-    while error.is_none() && !ctl.stopped() {
+    let mut ended = false;
+    while error.is_none() && !ctl.stopped() && !ended {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if !free.is_empty() {
             let submitted = epoch.elapsed().as_nanos() as u64;
-            for buf in free.drain(..) {
-                let op = ops.next_op();
+            while let Some(buf) = free.pop() {
+                let Some(op) = ops.next_op() else {
+                    free.push(buf);
+                    ended = true;
+                    break;
+                };
                 let kind = if op.read { OpKind::Read } else { OpKind::Write };
                 let at = me.base + op.offset;
                 reqs.push(CachedRequest::tagged(kind, file, at, buf, submitted));
             }
             queue.submit_from(&mut reqs);
             queue.take_completions(&mut done);
+        }
+        if ended {
+            break;
         }
         if done.is_empty() {
             queue.wait(1);
@@ -323,7 +339,9 @@ fn sync_body(
     let fail = |e: setcache::Error| format!("setcache engine: {e}");
     while !ctl.stopped() {
         measuring = phase(me, ctl, cs, edges, measuring);
-        let op = ops.next_op();
+        let Some(op) = ops.next_op() else {
+            break;
+        };
         let at = me.base + op.offset;
         let start = Instant::now();
         match (op.read, touch) {
@@ -403,6 +421,7 @@ pub(crate) fn run_jobs(
             dist: super::workload::Dist::Uniform,
             hot: None,
             seed: seed ^ mix64(i as u64 + 0x10b),
+            replay: None,
         })
         .collect();
     // Thread `t` of the run is thread `t - first[j]` of job `j`.

@@ -24,7 +24,22 @@ use super::driver::{Timing, install_sigint};
 use super::engine::Engine;
 use super::linux::{LinuxJob, prepare};
 use super::report::Outcome;
-use super::workload::{Dist, HotSpot, Pattern, Workload};
+use super::workload::{Dist, HotSpot, Pattern, Replay, Workload};
+
+/// Drop the page cache of the trace file a spec names, if it names one: the
+/// child read it inside its memory cgroup, and its pages would count against
+/// the data's share of the limit (set from the child's usage once ready).
+fn forget_trace_file(spec: &str) {
+    let Some((_, path)) = spec.split_once(':') else {
+        return;
+    };
+    let path = path.split(',').next().unwrap_or(path);
+    if let Ok(f) = std::fs::File::open(path) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: plain system call on an open descriptor; advice only.
+        unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    }
+}
 
 /// The hidden subcommand of the child.
 pub(crate) const CHILD_SUBCOMMAND: &str = "__bench-child";
@@ -48,6 +63,7 @@ pub(crate) fn job_to_json(job: &LinuxJob) -> Result<Value, String> {
         "runtime": job.timing.runtime, "ramp": job.timing.ramp, "progress": job.timing.progress,
         "layout": job.layout.kind().to_string(), "devices": job.layout.devices(),
         "block_bytes": job.layout.block_bytes(), "paths": paths, "touch": job.touch,
+        "trace": w.replay.as_ref().map(|r| json!({"spec": r.spec, "passes": r.passes})),
     }))
 }
 
@@ -91,6 +107,26 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
         }),
         _ => None,
     };
+    let replay = match v.get("trace") {
+        Some(Value::Object(t)) => {
+            let spec = t
+                .get("spec")
+                .and_then(Value::as_str)
+                .ok_or("job: bad trace")?;
+            let passes = t
+                .get("passes")
+                .and_then(Value::as_u64)
+                .ok_or("job: bad trace")?;
+            let trace = setcache::hitsim::load(spec, u("bs")?)?;
+            forget_trace_file(spec);
+            Some(std::sync::Arc::new(Replay {
+                spec: spec.to_string(),
+                trace,
+                passes: u32::try_from(passes).map_err(|_| "job: bad trace passes")?,
+            }))
+        }
+        _ => None,
+    };
     let workload = Workload {
         rw: Pattern::parse(s("rw")?)?,
         rwmix_read: u("rwmix_read")?.min(100) as u8,
@@ -99,6 +135,7 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
         dist: Dist::parse(s("dist")?)?,
         hot,
         seed: u("seed")?,
+        replay,
     };
     let kind: LayoutKind = s("layout")?.parse().map_err(|e| format!("job: {e}"))?;
     let layout = Layout::new(kind, u("devices")? as usize, u("block_bytes")?)
@@ -284,6 +321,7 @@ mod tests {
                     hot_blocks: 1000,
                 }),
                 seed: 99,
+                replay: None,
             },
             threads: 3,
             timing: Timing {
@@ -323,6 +361,7 @@ mod tests {
                 dist: Dist::Uniform,
                 hot: None,
                 seed: 1,
+                replay: None,
             },
             threads: 2,
             timing: Timing {

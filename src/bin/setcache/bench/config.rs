@@ -1,6 +1,7 @@
 //! Validation of the bench flags, all together, into a [`Config`].
 
 use std::path::Path;
+use std::sync::Arc;
 
 use setcache::EngineKind;
 
@@ -8,7 +9,7 @@ use super::args::{AccessArg, ApiArg, BenchArgs, IoEngineArg};
 use super::engine::Engine;
 use super::jobs::{Job, resolve};
 use super::size::format_size;
-use super::workload::{Dist, HotSpot, Pattern};
+use super::workload::{Dist, HotSpot, Pattern, Replay};
 
 /// Page size the block size is checked against.
 const PAGE: u64 = 4096;
@@ -24,6 +25,8 @@ pub(crate) struct Config {
     pub(crate) rwmix_read: u8,
     /// `--job` runs, defaults filled in (empty without `--job`).
     pub(crate) jobs: Vec<Job>,
+    /// The trace of `--trace`, loaded.
+    pub(crate) replay: Option<Arc<Replay>>,
 }
 
 impl Config {
@@ -134,7 +137,71 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
 }
 
 /// Check the flags together.
-pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
+/// The file's default size (`--file-size`), which `--trace` replaces.
+const DEFAULT_FILE_SIZE: u64 = 1 << 30;
+
+/// Load the trace of `--trace` and size the file to it; refuse the flags
+/// that describe generated requests.
+fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
+    let Some(spec) = a.trace.clone() else {
+        if a.trace_passes > 0 {
+            return Err("--trace-passes applies to --trace runs only".to_string());
+        }
+        return Ok(None);
+    };
+    let clash = [
+        (a.rw != Pattern::RandRead, "--rw"),
+        (a.rwmix_read.is_some(), "--rwmix-read"),
+        (a.dist != Dist::Uniform, "--dist"),
+        (!a.hit_ratio.is_empty(), "--hit-ratio"),
+        (a.hot_size.is_some(), "--hot-size"),
+        (!a.job.is_empty(), "--job"),
+        (a.compare_fio, "--compare-fio"),
+        (a.access == AccessArg::Ref, "--access ref"),
+        (a.file_size != DEFAULT_FILE_SIZE, "--file-size"),
+    ];
+    if let Some((_, flag)) = clash.iter().find(|c| c.0) {
+        return Err(format!(
+            "--trace replays the trace's own requests over a file sized to its footprint: drop {flag}"
+        ));
+    }
+    if a.trace_passes > 0 && a.ramp > 0.0 {
+        return Err(
+            "--trace-passes counts every access from the start: drop --ramp (or --trace-passes)"
+                .to_string(),
+        );
+    }
+    let trace = setcache::hitsim::load(&spec, a.bs).map_err(|e| format!("--trace: {e}"))?;
+    let bytes = (trace.footprint as u64)
+        .checked_mul(a.bs)
+        .map(|b| b.div_ceil(PAGE) * PAGE)
+        .ok_or_else(|| {
+            format!(
+                "--trace: {} pages of {} bytes overflow",
+                trace.footprint, a.bs
+            )
+        })?;
+    a.file_size = bytes;
+    if trace.n_writes > 0 {
+        // The engines fill write buffers for patterns that write.
+        a.rw = Pattern::RandRw;
+    }
+    say!(
+        "trace {spec}: {} accesses ({} writes) to {} pages of {} bytes; file {}",
+        trace.len(),
+        trace.n_writes,
+        trace.footprint,
+        a.bs,
+        format_size(bytes)
+    );
+    Ok(Some(Arc::new(Replay {
+        spec,
+        trace,
+        passes: a.trace_passes,
+    })))
+}
+
+pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     // The cached engines take requests of any size; the others need whole
     // sectors (and whole pages, or a part of one).
     let uncached: Vec<&str> = a
@@ -159,6 +226,7 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
             )
         })?;
     }
+    let replay = load_trace(&mut a)?;
     if a.file_size == 0 || a.file_size % PAGE != 0 {
         return Err(format!(
             "--file-size {} is not a positive multiple of 4k",
@@ -278,6 +346,7 @@ pub(crate) fn validate(a: BenchArgs) -> Result<Config, String> {
         hit_targets,
         rwmix_read,
         jobs,
+        replay,
     })
 }
 

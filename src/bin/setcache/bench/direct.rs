@@ -14,7 +14,7 @@ use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::report::Outcome;
-use super::workload::{OpGen, Rng, Workload, mix64};
+use super::workload::{Op, OpGen, Rng, Workload, mix64};
 
 /// State a thread shares with its own callbacks.
 struct Local {
@@ -123,16 +123,21 @@ fn thread_body(
     queue.set_poll(poll);
     let mut ops = OpGen::new(w, t, threads);
     let mut batch: Vec<AlignedBuf> = Vec::with_capacity(depth);
+    let mut next: Vec<Op> = Vec::with_capacity(depth);
+    let mut ended = false;
     loop {
         {
             let mut l = local.borrow_mut();
-            if l.error.is_some() || ctl.stopped() {
+            if l.error.is_some() || ctl.stopped() || ended {
                 break;
             }
             l.measuring = ctl.measuring();
             ctl.publish(t, l.stats.ops);
             let room = depth - l.in_flight;
-            let take = room.min(l.free.len());
+            let want = room.min(l.free.len());
+            next.extend((0..want).map_while(|_| ops.next_op()));
+            ended = next.len() < want;
+            let take = next.len();
             batch.extend(l.free.drain(..take));
             l.in_flight += take;
         }
@@ -140,8 +145,8 @@ fn thread_body(
             let submitted = Instant::now();
             let reqs: Vec<Request> = batch
                 .drain(..)
-                .map(|buf| {
-                    let op = ops.next_op();
+                .zip(next.drain(..))
+                .map(|(buf, op)| {
                     let l = Rc::clone(&local);
                     let cb = move |c: Completion| on_complete(&l, c, submitted);
                     if op.read {
@@ -158,6 +163,9 @@ fn thread_body(
                 })
                 .collect();
             queue.submit(reqs);
+        }
+        if ended {
+            break;
         }
         queue.wait(1);
     }

@@ -8,7 +8,7 @@
 //! touches are the phase (read) and its own cache-line-padded progress counter.
 
 use std::io::IsTerminal;
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -85,6 +85,9 @@ struct Slot {
 pub(crate) struct Ctl {
     phase: AtomicU8,
     slots: Vec<Slot>,
+    /// Threads whose body returned; the last one ends the run (a replay
+    /// that made its passes ends before `--runtime`).
+    finished: AtomicUsize,
 }
 
 impl Ctl {
@@ -166,6 +169,7 @@ where
     let ctl = Ctl {
         phase: AtomicU8::new(RAMP),
         slots: (0..threads).map(|_| Slot::default()).collect(),
+        finished: AtomicUsize::new(0),
     };
     let barrier = Barrier::new(threads + 1);
     let results: Mutex<Vec<Result<ThreadStats, String>>> = Mutex::new(Vec::new());
@@ -176,14 +180,22 @@ where
             s.spawn(move || {
                 barrier.wait();
                 let r = body(t, ctl);
-                if r.is_err() {
+                let last = ctl.finished.fetch_add(1, Ordering::AcqRel) + 1 == threads;
+                if r.is_err() || last {
                     ctl.stop();
                 }
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(r);
             });
         }
+        // Without a ramp, measuring starts before the threads do, so that
+        // their first requests count (a replay's passes count every access).
+        let started = (timing.ramp <= 0.0).then(|| {
+            let start = (cpu_times(), proc_read_bytes(), Instant::now());
+            ctl.phase.store(MEASURE, Ordering::SeqCst);
+            start
+        });
         barrier.wait();
-        edges = Some(coordinate(&ctl, timing));
+        edges = Some(coordinate(&ctl, timing, started));
     });
     let (secs, (u0, s0), (u1, s1), rb0, rb1) = edges.expect("coordinator ran");
     let mut stats = ThreadStats::new();
@@ -203,27 +215,37 @@ where
 type Edges = (f64, (f64, f64), (f64, f64), Option<u64>, Option<u64>);
 
 /// The coordinator's part: ramp, measure, stop; returns the measured period's edges.
-fn coordinate(ctl: &Ctl, timing: &Timing) -> Edges {
+/// `started`: the CPU times, bytes read and time at which measuring started,
+/// if it started before the threads did.
+fn coordinate(
+    ctl: &Ctl,
+    timing: &Timing,
+    started: Option<((f64, f64), Option<u64>, Instant)>,
+) -> Edges {
     let mut progress = timing
         .progress
         .as_ref()
         .filter(|_| std::io::stderr().is_terminal())
         .map(|label| Progress::new(label, timing.runtime, timing.bs));
     let tick = Duration::from_millis(50);
-    let ramp_end = Instant::now() + Duration::from_secs_f64(timing.ramp);
-    while Instant::now() < ramp_end && !ctl.stopped() && !interrupted() {
-        if let Some(p) = progress.as_mut() {
-            p.update(|| ctl.total_ops(), None);
+    let (cpu0, rb0, t0) = match started {
+        Some(s) => s,
+        None => {
+            let ramp_end = Instant::now() + Duration::from_secs_f64(timing.ramp);
+            while Instant::now() < ramp_end && !ctl.stopped() && !interrupted() {
+                if let Some(p) = progress.as_mut() {
+                    p.update(|| ctl.total_ops(), None);
+                }
+                std::thread::sleep(tick.min(ramp_end.saturating_duration_since(Instant::now())));
+            }
+            let start = (cpu_times(), proc_read_bytes(), Instant::now());
+            // Nobody else writes the phase except `stop`, which must win.
+            let _ = ctl
+                .phase
+                .compare_exchange(RAMP, MEASURE, Ordering::SeqCst, Ordering::SeqCst);
+            start
         }
-        std::thread::sleep(tick.min(ramp_end.saturating_duration_since(Instant::now())));
-    }
-    let cpu0 = cpu_times();
-    let rb0 = proc_read_bytes();
-    let t0 = Instant::now();
-    // Nobody else writes the phase except `stop`, which must win.
-    let _ = ctl
-        .phase
-        .compare_exchange(RAMP, MEASURE, Ordering::SeqCst, Ordering::SeqCst);
+    };
     if let Some(p) = progress.as_mut() {
         // The first measured figure after a second of measuring, not at once.
         p.restart(t0);

@@ -120,10 +120,11 @@ pub(crate) fn body(
     let mut error: Option<String> = None;
     let mut live = 0usize;
     let mut start_new = true;
+    let mut ended = false;
     loop {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
-        if start_new && (ctl.stopped() || error.is_some()) {
+        if start_new && (ctl.stopped() || error.is_some() || ended) {
             start_new = false;
             if me.slot == 0 {
                 edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
@@ -154,7 +155,10 @@ pub(crate) fn body(
                     if !start_new {
                         break;
                     }
-                    let op = ops.next_op();
+                    let Some(op) = ops.next_op() else {
+                        ended = true;
+                        break;
+                    };
                     let at = me.base + op.offset;
                     let fut = match (op.read, touch) {
                         (true, Some(_)) => Fut::Page(file.page_async(at), (at % 4096) as usize),

@@ -183,7 +183,9 @@ fn thread_body(p: &Prepared, t: usize, ctl: &Ctl) -> Result<ThreadStats, String>
         _ => buf.len(),
     };
     while !ctl.stopped() {
-        let op = ops.next_op();
+        let Some(op) = ops.next_op() else {
+            break;
+        };
         let start = Instant::now();
         for_each_piece(&job.layout, op.offset, len, |dev, pos, range| {
             p.target.access(op.read, dev, pos, &mut buf[range])

@@ -277,10 +277,15 @@ fn run_one(
         dist: a.dist,
         hot: b.cfg.hot_spot(hit)?,
         seed: a.seed ^ mix64(threads as u64),
+        replay: b.cfg.replay.clone(),
     };
     let label = format!(
         "{engine} {} {} x{threads}{}",
-        a.rw,
+        if b.cfg.replay.is_some() {
+            "trace".to_string()
+        } else {
+            a.rw.to_string()
+        },
         format_size(a.bs),
         hit.map_or(String::new(), |h| format!(" hit {:.0}%", h * 100.0))
     );

@@ -2,6 +2,16 @@
 //!
 //! Everything here is pure and seeded, so a run is reproducible and the generators
 //! are unit-tested. Offsets are always multiples of `bs` and `offset + bs <= len`.
+//!
+//! With `--trace` a thread replays its share of a trace instead: the trace's
+//! page accesses cut into chunks of up to [`REPLAY_CHUNK`], chunk `c` replayed
+//! by thread `c mod threads`, in trace order within each thread, so that the
+//! threads together walk the trace about in its order and the accesses of one
+//! chunk (the pages of a request) stay in order on one thread.
+
+use std::sync::Arc;
+
+use setcache::hitsim::Trace;
 
 pub(crate) use super::pattern::{Dist, Pattern};
 pub(crate) use super::rng::{Rng, mix64};
@@ -65,6 +75,28 @@ impl HotSpot {
     }
 }
 
+/// Page accesses a thread replays in order, at most, before the next thread's.
+pub(crate) const REPLAY_CHUNK: usize = 64;
+
+/// A trace replayed instead of generated operations.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    /// The trace's spec, as `setcache sim --trace` takes it.
+    pub(crate) spec: String,
+    /// The trace, its pages numbered densely (page `p` is block `p` of the file).
+    pub(crate) trace: Trace,
+    /// Times each thread replays its share; 0: until the run ends.
+    pub(crate) passes: u32,
+}
+
+impl Replay {
+    /// Accesses per chunk for `threads` threads: every thread gets at least one
+    /// chunk (a trace has at least one access per thread).
+    fn chunk(&self, threads: usize) -> usize {
+        (self.trace.len() / threads.max(1)).clamp(1, REPLAY_CHUNK)
+    }
+}
+
 /// Everything a thread needs to generate its operations.
 #[derive(Clone, Debug)]
 pub(crate) struct Workload {
@@ -76,6 +108,8 @@ pub(crate) struct Workload {
     pub(crate) dist: Dist,
     pub(crate) hot: Option<HotSpot>,
     pub(crate) seed: u64,
+    /// The trace to replay, if any (then `rw`, `dist` and `hot` are unused).
+    pub(crate) replay: Option<Arc<Replay>>,
 }
 
 impl Workload {
@@ -92,9 +126,47 @@ pub(crate) struct Op {
     pub(crate) offset: u64,
 }
 
+/// Where a thread is in its share of a trace.
+struct Cursor {
+    r: Arc<Replay>,
+    chunk_len: usize,
+    /// The thread's first chunk, and the distance to its next.
+    first: usize,
+    stride: usize,
+    chunk: usize,
+    pos: usize,
+    pass: u32,
+}
+
+impl Cursor {
+    fn next(&mut self, bs: u64) -> Option<Op> {
+        let trace = &self.r.trace;
+        loop {
+            let i = self.chunk * self.chunk_len + self.pos;
+            if self.pos < self.chunk_len && i < trace.len() {
+                self.pos += 1;
+                return Some(Op {
+                    read: !trace.is_write(i),
+                    offset: u64::from(trace.pages[i]) * bs,
+                });
+            }
+            self.chunk += self.stride;
+            self.pos = 0;
+            if self.chunk * self.chunk_len >= trace.len() {
+                self.pass += 1;
+                if self.r.passes > 0 && self.pass >= self.r.passes {
+                    return None;
+                }
+                self.chunk = self.first;
+            }
+        }
+    }
+}
+
 /// The operation stream of one thread.
 pub(crate) struct OpGen {
     w: Workload,
+    replay: Option<Cursor>,
     rng: Rng,
     zipf: Option<Zipf>,
     /// Sequential runs: this thread's block range and cursor.
@@ -114,7 +186,17 @@ impl OpGen {
             (Dist::Zipf(theta), None) => Some(Zipf::new(blocks, theta)),
             _ => None,
         };
+        let replay = w.replay.as_ref().map(|r| Cursor {
+            r: Arc::clone(r),
+            chunk_len: r.chunk(threads),
+            first: thread,
+            stride: threads.max(1),
+            chunk: thread,
+            pos: 0,
+            pass: 0,
+        });
         OpGen {
+            replay,
             rng: Rng::new(w.seed ^ mix64(t.wrapping_add(0x7e57))),
             w: w.clone(),
             zipf,
@@ -124,8 +206,17 @@ impl OpGen {
         }
     }
 
+    /// The next operation; `None` when a replay has made its passes.
     #[inline]
-    pub(crate) fn next_op(&mut self) -> Op {
+    pub(crate) fn next_op(&mut self) -> Option<Op> {
+        match &mut self.replay {
+            Some(c) => c.next(self.w.bs),
+            None => Some(self.generate()),
+        }
+    }
+
+    #[inline]
+    fn generate(&mut self) -> Op {
         let read = match self.w.rw {
             Pattern::RandRead | Pattern::Read => true,
             Pattern::RandWrite | Pattern::Write => false,
@@ -174,7 +265,67 @@ mod tests {
             dist,
             hot,
             seed: 42,
+            replay: None,
         }
+    }
+
+    fn replayed(pages: &[u64], writes: &[usize], passes: u32) -> Workload {
+        let mut b = setcache::hitsim::trace::Builder::new("test".to_string());
+        for (i, &p) in pages.iter().enumerate() {
+            b.push(p, writes.contains(&i)).unwrap();
+        }
+        let mut w = wl(Pattern::RandRead, Dist::Uniform, None);
+        w.replay = Some(Arc::new(Replay {
+            spec: "text:test".to_string(),
+            trace: b.finish("test").unwrap(),
+            passes,
+        }));
+        w
+    }
+
+    #[test]
+    fn threads_replay_the_trace_once_per_pass_in_order_within_each() {
+        // Distinct pages, so an access's page id is its index in the trace.
+        let pages: Vec<u64> = (0..1000u64).map(|i| i * 7 + 3).collect();
+        let writes = [3, 64, 65, 999];
+        for threads in [1, 2, 3, 7, 16] {
+            let w = replayed(&pages, &writes, 2);
+            let mut seen = vec![0u32; pages.len()];
+            for t in 0..threads {
+                let mut g = OpGen::new(&w, t, threads);
+                let mut order = Vec::new();
+                while let Some(op) = g.next_op() {
+                    let i = (op.offset / 4096) as usize;
+                    assert_eq!(op.read, !writes.contains(&i), "access {i}");
+                    seen[i] += 1;
+                    order.push(i);
+                }
+                // Two passes over the same accesses, each in trace order.
+                let (a, b) = order.split_at(order.len() / 2);
+                assert_eq!(a, b, "{threads} threads, thread {t}");
+                assert!(
+                    a.windows(2).all(|p| p[0] < p[1]),
+                    "{threads} threads, thread {t}"
+                );
+            }
+            assert!(
+                seen.iter().all(|&n| n == 2),
+                "{threads} threads: every access twice"
+            );
+        }
+    }
+
+    #[test]
+    fn a_replay_without_passes_loops_and_chunks_alternate() {
+        let pages: Vec<u64> = (0..200).collect();
+        let w = replayed(&pages, &[], 0);
+        let mut g = OpGen::new(&w, 1, 2);
+        let got: Vec<u64> = (0..250)
+            .map(|_| g.next_op().unwrap().offset / 4096)
+            .collect();
+        // Thread 1 of 2 with chunks of 64: 64..128, then 192..200, then again.
+        let want: Vec<u64> = (64..128).chain(192..200).cycle().take(250).collect();
+        assert_eq!(got, want);
     }
 
     #[test]
@@ -191,7 +342,7 @@ mod tests {
                 for t in 0..3 {
                     let mut g = OpGen::new(&w, t, 3);
                     for _ in 0..20_000 {
-                        let op = g.next_op();
+                        let op = g.next_op().unwrap();
                         assert_eq!(op.offset % w.bs, 0);
                         assert!(op.offset + w.bs <= w.file_len, "{rw} {dist} {op:?}");
                         assert!(rw.reads() || !op.read, "{rw} read");
@@ -208,12 +359,16 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for t in 0..4 {
             let mut g = OpGen::new(&w, t, 4);
-            let first = g.next_op().offset;
+            let first = g.next_op().unwrap().offset;
             assert_eq!(first, 250 * 4096 * t as u64);
             for i in 1..250u64 {
-                assert_eq!(g.next_op().offset, first + i * 4096);
+                assert_eq!(g.next_op().unwrap().offset, first + i * 4096);
             }
-            assert_eq!(g.next_op().offset, first, "wraps to its region start");
+            assert_eq!(
+                g.next_op().unwrap().offset,
+                first,
+                "wraps to its region start"
+            );
             assert!(seen.insert(first));
         }
     }
@@ -221,7 +376,7 @@ mod tests {
     #[test]
     fn rwmix_is_respected() {
         let mut g = OpGen::new(&wl(Pattern::RandRw, Dist::Uniform, None), 0, 1);
-        let reads = (0..100_000).filter(|_| g.next_op().read).count();
+        let reads = (0..100_000).filter(|_| g.next_op().unwrap().read).count();
         assert!((69_000..71_000).contains(&reads), "{reads}");
     }
 
@@ -232,7 +387,7 @@ mod tests {
         let mut g = OpGen::new(&wl(Pattern::RandRead, Dist::Uniform, Some(hot)), 1, 2);
         let n = 100_000;
         let in_hot = (0..n)
-            .filter(|_| g.next_op().offset < hot.hot_blocks * 4096)
+            .filter(|_| g.next_op().unwrap().offset < hot.hot_blocks * 4096)
             .count();
         let share = in_hot as f64 / n as f64;
         assert!((share - 0.9).abs() < 0.01, "{share}");
