@@ -5,9 +5,15 @@
 //! reading ([`STREAMS`] of them; a new entry replaces the next one round the
 //! table that is not a stream in recent use): file,
 //! where its last read ended, how many reads in a row continued it. A read
-//! continues a stream when it starts less than a page before or after where
-//! the stream's last read ended and goes past it; any other read starts a
-//! new entry. So several threads scanning their own regions of one file, or
+//! continues a stream when it starts less than a page before where the
+//! stream's last read ended, or after it by less than a page and no more
+//! than its own length, and goes past it; any other read starts a new entry
+//! (small reads wandering about a page skip more than they read). A read
+//! that continues a stream counts only if it reaches a page past the one
+//! the stream's last read ended in (small reads in order count once a page),
+//! and the count starts again when the entry was last used more than
+//! [`STREAMS`] reads before: a reader coming back near where it read long
+//! ago is not scanning. So several threads scanning their own regions of one file, or
 //! one thread interleaving a few scans, each keep their own stream, and
 //! detecting costs a random reader a look at a thread-local table, with no
 //! write to shared memory. The second read in a row makes a stream
@@ -177,14 +183,30 @@ pub(crate) fn note_read(
     let (stream, want) = TABLE.with(|t| {
         let t = &mut *t.borrow_mut();
         t.clock += 1;
-        // A read continues a stream if it starts less than a page before or
-        // after where the stream's last read ended, and goes past it.
-        let near =
-            |next: u64| offset.wrapping_add(ps).wrapping_sub(next).wrapping_sub(1) < 2 * ps - 1;
+        // A read continues a stream if it starts less than a page before
+        // where the stream's last read ended, or after it by less than a page
+        // and at most its own length, and goes past it: a reader that skips
+        // more than it reads is not scanning (small reads wandering about a
+        // page, as a walk over a graph's records does, would be).
+        let skip = len.min(ps - 1);
+        let near = |next: u64| {
+            offset.wrapping_add(ps).wrapping_sub(next).wrapping_sub(1) < ps + skip
+        };
         let hit = (0..STREAMS).find(|&k| near(t.next[k]) && end > t.next[k] && t.key[k] == key);
         let k = match hit {
             Some(k) => {
-                t.st[k].seen = t.st[k].seen.saturating_add(1);
+                // Reads in a row that reach a page past the one the stream's
+                // last read ended in (small reads in order count once a
+                // page; reads wandering about a page, hardly ever). An entry
+                // left alone for more reads than the table holds starts
+                // counting again: a reader coming back near where it read
+                // long ago is not scanning.
+                let s = &mut t.st[k];
+                if t.clock - s.used > STREAMS as u64 {
+                    s.seen = 1;
+                } else if (end - 1) / ps > (t.next[k] - 1) / ps {
+                    s.seen = s.seen.saturating_add(1);
+                }
                 k
             }
             None => {

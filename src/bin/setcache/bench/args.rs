@@ -92,7 +92,10 @@ pub(crate) struct BenchArgs {
           default_value = "direct,linux-buffered,linux-direct,mmap", value_parser = engine_arg)]
     pub(crate) engine: Vec<Engine>,
     /// I/O pattern: randread, randwrite, randrw, read or write (sequential: each
-    /// thread walks its own region)
+    /// thread walks its own region), or graphwalk: a graph store's small reads
+    /// (16-80 bytes, a few of 640; mean about 57) of 64-byte node records along
+    /// a walk, three steps in four to a record stored nearby, the fourth to a
+    /// Zipf-drawn hub (cached engines; --bs at least 640)
     #[arg(long, value_name = "PATTERN", default_value = "randread", value_parser = Pattern::parse)]
     pub(crate) rw: Pattern,
     /// Percentage of reads in a randrw workload

@@ -285,6 +285,10 @@ fn thread_body(
                 };
                 let kind = if op.read { OpKind::Read } else { OpKind::Write };
                 let at = me.base + op.offset;
+                // A graph walk's reads are shorter than `bs`; the buffer keeps
+                // its capacity.
+                let mut buf = buf;
+                buf.resize(op.len as usize, 0);
                 reqs.push(CachedRequest::tagged(kind, file, at, buf, submitted));
             }
             queue.submit_from(&mut reqs);
@@ -351,8 +355,11 @@ fn sync_body(
                 buf[..n].copy_from_slice(&g[i..i + n]);
                 std::hint::black_box(&buf);
             }
-            (true, None) => drop(file.read_at(at, &mut buf).map_err(fail)?),
-            (false, _) => file.write_at(at, &buf).map_err(fail)?,
+            (true, None) => drop(
+                file.read_at(at, &mut buf[..op.len as usize])
+                    .map_err(fail)?,
+            ),
+            (false, _) => file.write_at(at, &buf[..op.len as usize]).map_err(fail)?,
         }
         if measuring {
             stats.record(start.elapsed(), op.read);

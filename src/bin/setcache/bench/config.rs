@@ -9,7 +9,7 @@ use super::args::{AccessArg, ApiArg, BenchArgs, IoEngineArg};
 use super::engine::Engine;
 use super::jobs::{Job, resolve};
 use super::size::format_size;
-use super::workload::{Dist, HotSpot, Pattern, Replay};
+use super::workload::{Dist, HotSpot, Pattern, Replay, WALK_MAX_READ};
 
 /// Page size the block size is checked against.
 const PAGE: u64 = 4096;
@@ -225,6 +225,24 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 uncached.join(", ")
             )
         })?;
+    }
+    if a.rw == Pattern::GraphWalk {
+        if !uncached.is_empty() {
+            return Err(format!(
+                "--rw graphwalk reads 16 to {WALK_MAX_READ} bytes anywhere: the cached engines \
+                 (setcache, linux-buffered, mmap) only, not {}",
+                uncached.join(", ")
+            ));
+        }
+        if a.bs < WALK_MAX_READ {
+            return Err(format!(
+                "--rw graphwalk needs --bs of at least {WALK_MAX_READ} (its longest read), not {}",
+                a.bs
+            ));
+        }
+        if a.access == AccessArg::Ref {
+            return Err("--rw graphwalk copies its reads: drop --access ref".to_string());
+        }
     }
     let replay = load_trace(&mut a)?;
     if a.file_size == 0 || a.file_size % PAGE != 0 {

@@ -163,7 +163,9 @@ pub(crate) fn body(
                     let fut = match (op.read, touch) {
                         (true, Some(_)) => Fut::Page(file.page_async(at), (at % 4096) as usize),
                         (true, None) => {
-                            Fut::Read(file.read_at_async(at, spare.pop().expect("a buffer")))
+                            let mut buf = spare.pop().expect("a buffer");
+                            buf.resize(op.len as usize, 0);
+                            Fut::Read(file.read_at_async(at, buf))
                         }
                         (false, _) => {
                             Fut::Write(file.write_at_async(at, spare.pop().expect("a buffer")))

@@ -187,6 +187,7 @@ fn thread_body(p: &Prepared, t: usize, ctl: &Ctl) -> Result<ThreadStats, String>
             break;
         };
         let start = Instant::now();
+        let len = len.min(op.len as usize);
         for_each_piece(&job.layout, op.offset, len, |dev, pos, range| {
             p.target.access(op.read, dev, pos, &mut buf[range])
         })

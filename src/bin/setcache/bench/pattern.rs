@@ -10,6 +10,9 @@ pub(crate) enum Pattern {
     RandRw,
     Read,
     Write,
+    /// Small reads of a graph database's records along a walk (see
+    /// `workload::Walk`).
+    GraphWalk,
 }
 
 impl Pattern {
@@ -20,9 +23,10 @@ impl Pattern {
             "randrw" => Pattern::RandRw,
             "read" => Pattern::Read,
             "write" => Pattern::Write,
+            "graphwalk" => Pattern::GraphWalk,
             _ => {
                 return Err(format!(
-                    "unknown --rw {s:?}: expected randread, randwrite, randrw, read or write"
+                    "unknown --rw {s:?}: expected randread, randwrite, randrw, read, write or graphwalk"
                 ));
             }
         })
@@ -36,7 +40,7 @@ impl Pattern {
     }
 
     pub(crate) fn writes(self) -> bool {
-        !matches!(self, Pattern::RandRead | Pattern::Read)
+        !matches!(self, Pattern::RandRead | Pattern::Read | Pattern::GraphWalk)
     }
 
     #[cfg(test)]
@@ -53,6 +57,7 @@ impl fmt::Display for Pattern {
             Pattern::RandRw => "randrw",
             Pattern::Read => "read",
             Pattern::Write => "write",
+            Pattern::GraphWalk => "graphwalk",
         })
     }
 }

@@ -119,11 +119,64 @@ impl Workload {
     }
 }
 
-/// One operation: read or write `bs` bytes at `offset`.
+/// One operation: read or write `len` bytes at `offset` (`len` is `bs`
+/// except in a graph walk).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Op {
     pub(crate) read: bool,
     pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+/// Bytes per node record of a graph walk.
+pub(crate) const WALK_RECORD: u64 = 64;
+/// The largest read of a graph walk (a node with its long property chain).
+pub(crate) const WALK_MAX_READ: u64 = 640;
+
+/// A walk over a graph database's node records (`--rw graphwalk`), shaped
+/// like the small reads of a graph query: records of [`WALK_RECORD`] bytes,
+/// node `n` at `n * 64`. Three steps in four go to a neighbour stored near
+/// the current node (within 48 records, as a graph laid out by locality
+/// keeps most edges); the fourth jumps to a node drawn from a Zipf
+/// distribution (theta 0.99, ranks scrambled over the file): the hubs many
+/// paths go through. A read is 16 to 80 bytes (uniform) of the record, and
+/// one in 66 a 640-byte one (the record and those after it): mean about 57
+/// bytes, most under 100, a few large, as a graph store's reads are.
+struct Walk {
+    nodes: u64,
+    hubs: Zipf,
+    cur: u64,
+}
+
+impl Walk {
+    fn new(file_len: u64, rng: &mut Rng) -> Walk {
+        let nodes = (file_len / WALK_RECORD).max(1);
+        Walk {
+            nodes,
+            hubs: Zipf::new(nodes, 0.99),
+            cur: rng.below(nodes),
+        }
+    }
+
+    fn step(&mut self, rng: &mut Rng, file_len: u64) -> Op {
+        self.cur = if rng.below(4) < 3 {
+            let d = rng.below(97) as i64 - 48;
+            (self.cur as i64 + d).rem_euclid(self.nodes as i64) as u64
+        } else {
+            mix64(self.hubs.sample(rng) ^ 0x9e37_79b9_7f4a_7c15) % self.nodes
+        };
+        let len = if rng.below(66) == 0 {
+            WALK_MAX_READ
+        } else {
+            16 + rng.below(65)
+        };
+        let offset = (self.cur * WALK_RECORD).min(file_len.saturating_sub(len));
+        Op {
+            read: true,
+            offset,
+            len: len.min(file_len),
+        }
+    }
 }
 
 /// Where a thread is in its share of a trace.
@@ -148,6 +201,7 @@ impl Cursor {
                 return Some(Op {
                     read: !trace.is_write(i),
                     offset: u64::from(trace.pages[i]) * bs,
+                    len: bs,
                 });
             }
             self.chunk += self.stride;
@@ -167,6 +221,7 @@ impl Cursor {
 pub(crate) struct OpGen {
     w: Workload,
     replay: Option<Cursor>,
+    walk: Option<Walk>,
     rng: Rng,
     zipf: Option<Zipf>,
     /// Sequential runs: this thread's block range and cursor.
@@ -195,9 +250,12 @@ impl OpGen {
             pos: 0,
             pass: 0,
         });
+        let mut rng = Rng::new(w.seed ^ mix64(t.wrapping_add(0x7e57)));
+        let walk = (w.rw == Pattern::GraphWalk).then(|| Walk::new(w.file_len, &mut rng));
         OpGen {
             replay,
-            rng: Rng::new(w.seed ^ mix64(t.wrapping_add(0x7e57))),
+            walk,
+            rng,
             w: w.clone(),
             zipf,
             seq_start,
@@ -217,8 +275,11 @@ impl OpGen {
 
     #[inline]
     fn generate(&mut self) -> Op {
+        if let Some(walk) = &mut self.walk {
+            return walk.step(&mut self.rng, self.w.file_len);
+        }
         let read = match self.w.rw {
-            Pattern::RandRead | Pattern::Read => true,
+            Pattern::RandRead | Pattern::Read | Pattern::GraphWalk => true,
             Pattern::RandWrite | Pattern::Write => false,
             Pattern::RandRw => self.rng.below(100) < self.w.rwmix_read as u64,
         };
@@ -232,6 +293,7 @@ impl OpGen {
         Op {
             read,
             offset: block * self.w.bs,
+            len: self.w.bs,
         }
     }
 
@@ -371,6 +433,35 @@ mod tests {
             );
             assert!(seen.insert(first));
         }
+    }
+
+    #[test]
+    fn a_graph_walk_reads_small_records_near_each_other_and_sometimes_far() {
+        let w = wl(Pattern::GraphWalk, Dist::Uniform, None);
+        let mut g = OpGen::new(&w, 0, 1);
+        let n = 200_000;
+        let (mut bytes, mut small, mut large, mut near) = (0u64, 0, 0, 0);
+        let mut last = g.next_op().unwrap();
+        for _ in 0..n {
+            let op = g.next_op().unwrap();
+            assert!(
+                op.read && op.len >= 16 && op.offset + op.len <= w.file_len,
+                "{op:?}"
+            );
+            bytes += op.len;
+            small += usize::from(op.len < 100);
+            large += usize::from(op.len == WALK_MAX_READ);
+            near += usize::from(op.offset.abs_diff(last.offset) <= 48 * WALK_RECORD);
+            last = op;
+        }
+        let mean = bytes as f64 / n as f64;
+        assert!((54.0..60.0).contains(&mean), "mean read {mean}");
+        assert!(
+            small > n * 97 / 100 && large > n / 100,
+            "{small} small, {large} large"
+        );
+        // Three steps in four stay near (a jump may land near too).
+        assert!((n * 73 / 100..n * 80 / 100).contains(&near), "{near} near");
     }
 
     #[test]
