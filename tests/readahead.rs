@@ -190,7 +190,10 @@ fn small_reads_wandering_about_a_page_never_read_ahead_and_small_records_in_orde
     // Rarely, two steps in a row still look like a scan: at most one first
     // window in 3,000 reads (the detection before this rule read 47 pages).
     let st = cs.cache().stats();
-    assert!(st.readahead <= 16, "a wandering reader is no stream: {st:?}");
+    assert!(
+        st.readahead <= 16,
+        "a wandering reader is no stream: {st:?}"
+    );
     // 64-byte records read in order, the first from a page boundary: a stream.
     let base = 100 * PAGE as u64;
     for r in 0..128 {

@@ -189,9 +189,8 @@ pub(crate) fn note_read(
         // more than it reads is not scanning (small reads wandering about a
         // page, as a walk over a graph's records does, would be).
         let skip = len.min(ps - 1);
-        let near = |next: u64| {
-            offset.wrapping_add(ps).wrapping_sub(next).wrapping_sub(1) < ps + skip
-        };
+        let near =
+            |next: u64| offset.wrapping_add(ps).wrapping_sub(next).wrapping_sub(1) < ps + skip;
         let hit = (0..STREAMS).find(|&k| near(t.next[k]) && end > t.next[k] && t.key[k] == key);
         let k = match hit {
             Some(k) => {
