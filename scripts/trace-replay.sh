@@ -4,9 +4,10 @@
 # trace's footprint, and prints per trace: the simulator's hit ratio for the
 # cache's default policy, the real cache's on one pass with one thread and no
 # readahead (the two should agree), and then IOPS, hit ratio and p99 of both
-# engines replaying the trace in a loop for --runtime seconds.
+# engines replaying the trace in a loop for RUNTIME seconds, REPEAT rounds in
+# turns (the median round of each, and linux / setcache per round, median).
 #
-#   scripts/trace-replay.sh DIR [THREADS] [RUNTIME]   # defaults: 1, 10
+#   scripts/trace-replay.sh DIR [THREADS] [RUNTIME] [REPEAT]  # defaults: 1, 10, 3
 #
 # DIR is a scratch directory for the bench files. Traces come from
 # $SETCACHE_TRACES (default ../shared/data/traces), the binary from
@@ -16,6 +17,7 @@ cd "$(dirname "$0")/.."
 DIR=${1:?usage: scripts/trace-replay.sh DIR [THREADS] [RUNTIME]}
 THREADS=${2:-1}
 RUNTIME=${3:-10}
+REPEAT=${4:-3}
 T=${SETCACHE_TRACES:-../shared/data/traces}
 BIN=${SETCACHE_BIN:-target/release/setcache}
 [ -d "$T/snia" ] || { echo "no traces in $T (set SETCACHE_TRACES)" >&2; exit 1; }
@@ -29,8 +31,8 @@ r=[r for r in rs if r.get("engine", r.get("policy"))==sys.argv[2]][0]
 v=r[sys.argv[3]]
 print(v["p99"] if sys.argv[3]=="lat_us" else v)' "$@"
 }
-printf '%-18s %8s %8s %9s %9s | %10s %7s %8s | %10s %7s %8s\n' trace pages cache \
-    sim-hit% real-hit% setcache hit% p99us linux hit% p99us
+printf '%-18s %8s %8s %9s %9s | %10s %7s %8s | %10s %7s %8s %6s\n' trace pages cache \
+    sim-hit% real-hit% setcache hit% p99us linux hit% p99us l/s
 for spec in "msr:$T/snia/msr-cambridge1-sample.csv" \
     "systor:$T/snia/systor17-traces-sample.csv.gz" \
     "cbs:$T/snia/cloud_storage-sample.bz2" \
@@ -49,10 +51,11 @@ for spec in "msr:$T/snia/msr-cambridge1-sample.csv" \
         { cat "$OUT/once.log" >&2; exit 1; }
     "$BIN" bench --dir "$DIR" --trace "$spec" --cache-size "$cache" \
         --engine setcache,linux-buffered --threads "$THREADS" --runtime "$RUNTIME" \
+        --repeat "$REPEAT" \
         --no-progress --json "$OUT/loop.json" > "$OUT/loop.log" 2>&1 ||
         { cat "$OUT/loop.log" >&2; exit 1; }
     pct() { python3 -c 'import sys; print("%.2f" % (100*float(sys.argv[1])))' "$1"; }
-    printf '%-18s %8s %8s %9s %9s | %10.0f %7s %8.1f | %10.0f %7s %8.1f\n' "$name" \
+    printf '%-18s %8s %8s %9s %9s | %10.0f %7s %8.1f | %10.0f %7s %8.1f %6.3f\n' "$name" \
         "$footprint" "$pages" \
         "$(pct "$(field "$OUT/sim.json" sa-adaptive hit_ratio)")" \
         "$(pct "$(field "$OUT/once.json" setcache hit_ratio)")" \
@@ -61,5 +64,6 @@ for spec in "msr:$T/snia/msr-cambridge1-sample.csv" \
         "$(field "$OUT/loop.json" setcache lat_us)" \
         "$(field "$OUT/loop.json" linux-buffered iops)" \
         "$(pct "$(field "$OUT/loop.json" linux-buffered hit_ratio)")" \
-        "$(field "$OUT/loop.json" linux-buffered lat_us)"
+        "$(field "$OUT/loop.json" linux-buffered lat_us)" \
+        "$(field "$OUT/loop.json" linux-buffered vs_first_engine)"
 done
