@@ -280,3 +280,93 @@ fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn a_block_trace_replays_at_its_own_timing_scaled() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-speed-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // An MSR trace of 101 requests of 8 KiB over 0.6 s (FILETIME: 100 ns ticks).
+    let trace = dir.join("msr.csv");
+    let mut text = String::new();
+    for r in 0..=100u64 {
+        let ticks = 128_000_000_000_000_000 + r * 60_000;
+        let rw = if r % 4 == 0 { "Write" } else { "Read" };
+        text.push_str(&format!(
+            "{ticks},hm,0,{rw},{},8192,100\n",
+            (r * 7919 % 400) * 8192
+        ));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let spec = format!("msr:{}", trace.display());
+    let run = |speed: &str| {
+        let json = dir.join(format!("speed-{speed}.json"));
+        let t0 = std::time::Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(["bench", "--dir"])
+            .arg(dir.join("b"))
+            .args([
+                "--trace",
+                &spec,
+                "--trace-passes",
+                "1",
+                "--replay-speed",
+                speed,
+            ])
+            .args([
+                "--cache-size",
+                "1M",
+                "--engine",
+                "setcache",
+                "--threads",
+                "2",
+            ])
+            .args(["--runtime", "60", "--no-progress", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        let elapsed = t0.elapsed().as_secs_f64();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ops = json_field(&json, "setcache", "ops");
+        let secs = ops / json_field(&json, "setcache", "iops");
+        (ops, secs, elapsed)
+    };
+    // 202 accesses (two pages a request), at the trace's pace: about 0.6 s.
+    let (ops, secs, _) = run("1");
+    assert_eq!(ops, 202.0);
+    assert!((0.55..5.0).contains(&secs), "replayed at 1x in {secs} s");
+    // Ten times faster: about 0.06 s.
+    let (ops, fast, _) = run("10");
+    assert_eq!(ops, 202.0);
+    assert!(
+        fast < secs / 3.0,
+        "10x took {fast} s against {secs} s at 1x"
+    );
+    // A trace without timestamps cannot be paced.
+    let text = dir.join("t.trace");
+    std::fs::write(&text, "1\n2\n3\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["bench", "--dir"])
+        .arg(dir.join("b"))
+        .arg("--trace")
+        .arg(format!("text:{}", text.display()))
+        .args([
+            "--replay-speed",
+            "1",
+            "--cache-size",
+            "1M",
+            "--runtime",
+            "0.2",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("no timestamps"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -26,6 +26,12 @@ pub struct Trace {
     pub n_writes: u64,
     /// Number of distinct pages.
     pub footprint: usize,
+    /// Bit `i` set when access `i` is the first page of a request of a
+    /// block trace (empty: every access is a request of its own).
+    starts: Vec<u64>,
+    /// For a block trace, each access's time: microseconds since the first
+    /// request (empty when the trace has no times).
+    pub times: Vec<u64>,
 }
 
 impl Trace {
@@ -44,6 +50,16 @@ impl Trace {
         self.writes
             .get(i / 64)
             .is_some_and(|w| w >> (i % 64) & 1 != 0)
+    }
+
+    /// Whether access `i` starts a request (the first page of a block
+    /// trace's request; any access of other traces).
+    pub fn starts_request(&self, i: usize) -> bool {
+        self.starts.is_empty()
+            || self
+                .starts
+                .get(i / 64)
+                .is_some_and(|w| w >> (i % 64) & 1 != 0)
     }
 
     /// The bytes the trace holds (its page ids and its write bits).
@@ -219,6 +235,11 @@ pub struct Builder {
     expected: u64,
     /// The memory the trace may take.
     limit: u64,
+    /// A request begun with [`Builder::begin_request`] whose first page is
+    /// not pushed yet, and its time.
+    request: Option<Option<u64>>,
+    /// The first request's time, in microseconds.
+    t0: Option<u64>,
 }
 
 const NO_ID: u32 = u32::MAX;
@@ -250,7 +271,17 @@ impl Builder {
             direct: None,
             expected: 0,
             limit,
+            request: None,
+            t0: None,
         }
+    }
+
+    /// The next page pushed starts a request of a block trace, made at
+    /// `time_us` microseconds on the trace's clock if it has one; the pages
+    /// pushed until the next call belong to it. A trace whose requests all
+    /// have times gets [`Trace::times`].
+    pub fn begin_request(&mut self, time_us: Option<u64>) {
+        self.request = Some(time_us);
     }
 
     /// Makes room for `requests` requests up front.
@@ -352,6 +383,53 @@ impl Builder {
             self.trace.n_writes += 1;
         }
         self.trace.pages.push(id);
+        self.note_request(i)
+    }
+
+    /// Records where requests start and, while every request has one, the
+    /// time of access `i`.
+    fn note_request(&mut self, i: usize) -> Result<(), String> {
+        let cannot = |e| format!("cannot allocate the trace's request marks: {e}");
+        let begun = self.request.take();
+        if begun.is_some() || !self.trace.starts.is_empty() {
+            if self.trace.starts.len() <= i / 64 {
+                // Accesses before the first request began were requests each.
+                let fill = if self.trace.starts.is_empty() {
+                    u64::MAX
+                } else {
+                    0
+                };
+                let words = i / 64 + 1 - self.trace.starts.len();
+                self.trace.starts.try_reserve(words).map_err(cannot)?;
+                self.trace.starts.resize(i / 64 + 1, fill);
+                if fill == u64::MAX {
+                    // Bits from `i` on are set below as requests begin.
+                    self.trace.starts[i / 64] &= (1 << (i % 64)) - 1;
+                }
+            }
+            if begun.is_some() {
+                self.trace.starts[i / 64] |= 1 << (i % 64);
+            }
+        }
+        match begun {
+            Some(Some(t)) if self.trace.times.len() == i => {
+                let t0 = *self.t0.get_or_insert(t);
+                self.trace.times.try_reserve(1).map_err(cannot)?;
+                self.trace.times.push(t.saturating_sub(t0));
+            }
+            None if !self.trace.times.is_empty() && self.trace.times.len() == i => {
+                let last = self.trace.times[i - 1];
+                self.trace.times.try_reserve(1).map_err(cannot)?;
+                self.trace.times.push(last);
+            }
+            // A request without a time (or accesses before the first one
+            // with a time): the trace has no times.
+            _ => {
+                if !self.trace.times.is_empty() {
+                    self.trace.times = Vec::new();
+                }
+            }
+        }
         Ok(())
     }
 
@@ -384,6 +462,9 @@ impl Builder {
     fn finish_unchecked(mut self) -> Trace {
         self.trace.pages.shrink_to_fit();
         self.trace.writes.shrink_to_fit();
+        if self.trace.times.len() != self.trace.pages.len() {
+            self.trace.times = Vec::new();
+        }
         self.trace
     }
 }
@@ -799,6 +880,7 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
             write,
             offset: field_u64(path, n, "Offset", f[4])?,
             size: field_u64(path, n, "Size", f[5])?,
+            time_us: f[0].trim().parse::<u64>().ok().map(|ticks| ticks / 10),
         })
     })
 }
@@ -810,6 +892,9 @@ struct BlockRequest {
     write: bool,
     offset: u64,
     size: u64,
+    /// When it was made, in microseconds on the trace's clock, if the
+    /// timestamp parses.
+    time_us: Option<u64>,
 }
 
 /// Reads a block trace of comma-separated lines (blank lines skipped, and a
@@ -850,6 +935,7 @@ fn block_trace(
             write,
             offset,
             size,
+            time_us,
         } = parse(path, n, &f)?;
         if size > MSR_MAX_SIZE {
             return Err(format!(
@@ -859,6 +945,7 @@ fn block_trace(
         let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
             format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
         })?;
+        b.begin_request(time_us);
         for p in offset / page_size..=end / page_size {
             b.push(dev << 48 ^ p, write)
                 .map_err(|e| format!("{path}: line {n}: {e}"))?;
@@ -895,9 +982,16 @@ fn systor(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
                 write,
                 offset: field_u64(path, n, "Offset", f[4])?,
                 size: field_u64(path, n, "Size", f[5])?,
+                time_us: seconds_us(f[0]),
             })
         },
     )
+}
+
+/// A timestamp in seconds (an integer or a decimal) as microseconds.
+fn seconds_us(text: &str) -> Option<u64> {
+    let s: f64 = text.trim().parse().ok()?;
+    (s.is_finite() && s >= 0.0).then(|| (s * 1e6).round() as u64)
 }
 
 /// The Tencent CBS traces (often `.bz2`): no header, then
@@ -925,6 +1019,7 @@ fn cbs(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
             write,
             offset: sectors("Offset", f[1])?,
             size: sectors("Size", f[2])?,
+            time_us: seconds_us(f[0]),
         })
     })
 }

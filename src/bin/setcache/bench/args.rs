@@ -146,6 +146,10 @@ pub(crate) struct BenchArgs {
     /// ends when all have (or --runtime ends); 0 loops until --runtime ends
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub(crate) trace_passes: u32,
+    /// With --trace: replay at X times the trace's own timing (a block trace's
+    /// timestamps; each access waits for its time) instead of as fast as possible
+    #[arg(long, value_name = "X")]
+    pub(crate) replay_speed: Option<f64>,
     /// Measured seconds per run
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = runtime_arg)]
     pub(crate) runtime: f64,

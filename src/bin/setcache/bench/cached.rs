@@ -124,6 +124,11 @@ pub(crate) fn run(
             }
         }
     })?;
+    if w.replay.as_ref().is_some_and(|r| r.passes > 0) {
+        // A replay's passes end thread by thread: its counters end when the
+        // last thread's last request did.
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
     if w.rw.writes() {
         // Durability is part of the work: the sync counts in the run's time.
         let t0 = Instant::now();
@@ -310,8 +315,10 @@ fn thread_body(
     }
     queue.drain();
     queue.take_completions(&mut done);
+    // A replay that made its passes counts its last requests too.
+    let last = ended && measuring && !ctl.stopped();
     account(
-        &mut done, &mut free, &mut stats, &mut hit, false, &mut error, epoch,
+        &mut done, &mut free, &mut stats, &mut hit, last, &mut error, epoch,
     );
     hits.fetch_add(hit, Ordering::Relaxed);
     match error {

@@ -63,7 +63,7 @@ pub(crate) fn job_to_json(job: &LinuxJob) -> Result<Value, String> {
         "runtime": job.timing.runtime, "ramp": job.timing.ramp, "progress": job.timing.progress,
         "layout": job.layout.kind().to_string(), "devices": job.layout.devices(),
         "block_bytes": job.layout.block_bytes(), "paths": paths, "touch": job.touch,
-        "trace": w.replay.as_ref().map(|r| json!({"spec": r.spec, "passes": r.passes})),
+        "trace": w.replay.as_ref().map(|r| json!({"spec": r.spec, "passes": r.passes, "speed": r.speed})),
     }))
 }
 
@@ -117,13 +117,16 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
                 .get("passes")
                 .and_then(Value::as_u64)
                 .ok_or("job: bad trace")?;
+            let speed = t.get("speed").and_then(Value::as_f64);
             let trace = setcache::hitsim::load(spec, u("bs")?)?;
             forget_trace_file(spec);
-            Some(std::sync::Arc::new(Replay {
-                spec: spec.to_string(),
+            let passes = u32::try_from(passes).map_err(|_| "job: bad trace passes")?;
+            Some(std::sync::Arc::new(Replay::new(
+                spec.to_string(),
                 trace,
-                passes: u32::try_from(passes).map_err(|_| "job: bad trace passes")?,
-            }))
+                passes,
+                speed,
+            )))
         }
         _ => None,
     };

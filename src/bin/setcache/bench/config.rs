@@ -144,8 +144,8 @@ const DEFAULT_FILE_SIZE: u64 = 1 << 30;
 /// that describe generated requests.
 fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
     let Some(spec) = a.trace.clone() else {
-        if a.trace_passes > 0 {
-            return Err("--trace-passes applies to --trace runs only".to_string());
+        if a.trace_passes > 0 || a.replay_speed.is_some() {
+            return Err("--trace-passes and --replay-speed apply to --trace runs only".to_string());
         }
         return Ok(None);
     };
@@ -171,7 +171,19 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
                 .to_string(),
         );
     }
+    if let Some(x) = a.replay_speed
+        && !(x.is_finite() && x > 0.0)
+    {
+        return Err(format!(
+            "--replay-speed {x}: give a positive multiple of the trace's timing"
+        ));
+    }
     let trace = setcache::hitsim::load(&spec, a.bs).map_err(|e| format!("--trace: {e}"))?;
+    if a.replay_speed.is_some() && trace.times.is_empty() {
+        return Err(format!(
+            "--replay-speed: trace {spec} has no timestamps (only msr, systor and cbs traces do)"
+        ));
+    }
     let bytes = (trace.footprint as u64)
         .checked_mul(a.bs)
         .map(|b| b.div_ceil(PAGE) * PAGE)
@@ -194,11 +206,12 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
         a.bs,
         format_size(bytes)
     );
-    Ok(Some(Arc::new(Replay {
+    Ok(Some(Arc::new(Replay::new(
         spec,
         trace,
-        passes: a.trace_passes,
-    })))
+        a.trace_passes,
+        a.replay_speed,
+    ))))
 }
 
 pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {

@@ -169,7 +169,10 @@ fn thread_body(
         }
         queue.wait(1);
     }
-    local.borrow_mut().measuring = false;
+    // A replay that made its passes counts its last requests too.
+    if !(ended && ctl.measuring()) {
+        local.borrow_mut().measuring = false;
+    }
     queue.drain();
     let mut l = local.borrow_mut();
     if let Some(e) = l.error.take() {

@@ -4,12 +4,14 @@
 //! are unit-tested. Offsets are always multiples of `bs` and `offset + bs <= len`.
 //!
 //! With `--trace` a thread replays its share of a trace instead: the trace's
-//! page accesses cut into chunks of up to [`REPLAY_CHUNK`], chunk `c` replayed
-//! by thread `c mod threads`, in trace order within each thread, so that the
-//! threads together walk the trace about in its order and the accesses of one
-//! chunk (the pages of a request) stay in order on one thread.
+//! page accesses cut into chunks of [`REPLAY_CHUNK`] or a few more (a chunk
+//! ends where a request starts, so a request's pages stay together), chunk `c`
+//! replayed by thread `c mod threads`, in trace order within each thread, so
+//! that the threads together walk the trace about in its order. At a replay
+//! speed, each access waits for its time on the trace's clock (scaled).
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use setcache::hitsim::Trace;
 
@@ -87,13 +89,40 @@ pub(crate) struct Replay {
     pub(crate) trace: Trace,
     /// Times each thread replays its share; 0: until the run ends.
     pub(crate) passes: u32,
+    /// Replay at this multiple of the trace's own timing (`None`: as fast
+    /// as possible).
+    pub(crate) speed: Option<f64>,
+    /// Where each chunk starts (then the trace's length).
+    chunks: Vec<usize>,
 }
 
 impl Replay {
-    /// Accesses per chunk for `threads` threads: every thread gets at least one
-    /// chunk (a trace has at least one access per thread).
-    fn chunk(&self, threads: usize) -> usize {
-        (self.trace.len() / threads.max(1)).clamp(1, REPLAY_CHUNK)
+    pub(crate) fn new(spec: String, trace: Trace, passes: u32, speed: Option<f64>) -> Replay {
+        let mut chunks = vec![0];
+        for i in 1..trace.len() {
+            if i - chunks[chunks.len() - 1] >= REPLAY_CHUNK && trace.starts_request(i) {
+                chunks.push(i);
+            }
+        }
+        chunks.push(trace.len());
+        Replay {
+            spec,
+            trace,
+            passes,
+            speed,
+            chunks,
+        }
+    }
+
+    /// Number of chunks.
+    fn n_chunks(&self) -> usize {
+        self.chunks.len() - 1
+    }
+
+    /// The trace's length in microseconds of its clock, and a little: a
+    /// looped replay's next pass starts this much later.
+    fn span_us(&self) -> u64 {
+        self.trace.times.last().map_or(0, |&t| t + 1)
     }
 }
 
@@ -182,38 +211,63 @@ impl Walk {
 /// Where a thread is in its share of a trace.
 struct Cursor {
     r: Arc<Replay>,
-    chunk_len: usize,
     /// The thread's first chunk, and the distance to its next.
     first: usize,
     stride: usize,
     chunk: usize,
-    pos: usize,
+    /// The next access.
+    i: usize,
     pass: u32,
+    /// When the thread's replay started (at a replay speed).
+    start: Option<Instant>,
 }
 
 impl Cursor {
+    fn new(r: &Arc<Replay>, thread: usize, threads: usize) -> Cursor {
+        Cursor {
+            r: Arc::clone(r),
+            first: thread,
+            stride: threads.max(1),
+            chunk: thread,
+            i: r.chunks.get(thread).copied().unwrap_or(0),
+            pass: 0,
+            start: None,
+        }
+    }
+
     fn next(&mut self, bs: u64) -> Option<Op> {
-        let trace = &self.r.trace;
-        loop {
-            let i = self.chunk * self.chunk_len + self.pos;
-            if self.pos < self.chunk_len && i < trace.len() {
-                self.pos += 1;
-                return Some(Op {
-                    read: !trace.is_write(i),
-                    offset: u64::from(trace.pages[i]) * bs,
-                    len: bs,
-                });
-            }
+        let r = &*self.r;
+        if self.first >= r.n_chunks() {
+            // More threads than chunks: this one has none.
+            return None;
+        }
+        if self.i >= r.chunks[self.chunk + 1] {
             self.chunk += self.stride;
-            self.pos = 0;
-            if self.chunk * self.chunk_len >= trace.len() {
+            if self.chunk >= r.n_chunks() {
                 self.pass += 1;
-                if self.r.passes > 0 && self.pass >= self.r.passes {
+                if r.passes > 0 && self.pass >= r.passes {
                     return None;
                 }
                 self.chunk = self.first;
             }
+            self.i = r.chunks[self.chunk];
         }
+        let i = self.i;
+        self.i += 1;
+        if let (Some(speed), Some(&t)) = (r.speed, r.trace.times.get(i)) {
+            let start = *self.start.get_or_insert_with(Instant::now);
+            let at_us = (t + u64::from(self.pass) * r.span_us()) as f64 / speed;
+            let due = Duration::from_secs_f64(at_us / 1e6);
+            let now = start.elapsed();
+            if due > now {
+                std::thread::sleep(due - now);
+            }
+        }
+        Some(Op {
+            read: !r.trace.is_write(i),
+            offset: u64::from(r.trace.pages[i]) * bs,
+            len: bs,
+        })
     }
 }
 
@@ -241,15 +295,7 @@ impl OpGen {
             (Dist::Zipf(theta), None) => Some(Zipf::new(blocks, theta)),
             _ => None,
         };
-        let replay = w.replay.as_ref().map(|r| Cursor {
-            r: Arc::clone(r),
-            chunk_len: r.chunk(threads),
-            first: thread,
-            stride: threads.max(1),
-            chunk: thread,
-            pos: 0,
-            pass: 0,
-        });
+        let replay = w.replay.as_ref().map(|r| Cursor::new(r, thread, threads));
         let mut rng = Rng::new(w.seed ^ mix64(t.wrapping_add(0x7e57)));
         let walk = (w.rw == Pattern::GraphWalk).then(|| Walk::new(w.file_len, &mut rng));
         OpGen {
@@ -337,11 +383,12 @@ mod tests {
             b.push(p, writes.contains(&i)).unwrap();
         }
         let mut w = wl(Pattern::RandRead, Dist::Uniform, None);
-        w.replay = Some(Arc::new(Replay {
-            spec: "text:test".to_string(),
-            trace: b.finish("test").unwrap(),
+        w.replay = Some(Arc::new(Replay::new(
+            "text:test".to_string(),
+            b.finish("test").unwrap(),
             passes,
-        }));
+            None,
+        )));
         w
     }
 
@@ -374,6 +421,41 @@ mod tests {
                 seen.iter().all(|&n| n == 2),
                 "{threads} threads: every access twice"
             );
+        }
+    }
+
+    #[test]
+    fn a_requests_pages_stay_together_on_one_thread() {
+        // Requests of 50 pages (distinct pages, so a page id is its index):
+        // chunks end where a request starts, after 64 accesses or more.
+        let mut b = setcache::hitsim::trace::Builder::new("blocks".to_string());
+        for r in 0..20u64 {
+            b.begin_request(Some(r * 1000));
+            for p in 0..50 {
+                b.push(r * 50 + p, r % 3 == 0).unwrap();
+            }
+        }
+        let trace = b.finish("blocks").unwrap();
+        assert_eq!(trace.times[..3], [0, 0, 0]);
+        assert_eq!(trace.times[50], 1000);
+        let mut w = wl(Pattern::RandRead, Dist::Uniform, None);
+        w.replay = Some(Arc::new(Replay::new("blocks".to_string(), trace, 1, None)));
+        for threads in [1, 3, 4] {
+            let mut seen = 0;
+            for t in 0..threads {
+                let mut g = OpGen::new(&w, t, threads);
+                let pages: Vec<u64> = std::iter::from_fn(|| g.next_op())
+                    .map(|op| op.offset / 4096)
+                    .collect();
+                seen += pages.len();
+                // Whole requests, each in order, two per chunk.
+                assert_eq!(pages.len() % 100, 0, "{threads} threads, thread {t}");
+                for req in pages.chunks(50) {
+                    assert_eq!(req[0] % 50, 0);
+                    assert!(req.windows(2).all(|p| p[1] == p[0] + 1));
+                }
+            }
+            assert_eq!(seen, 1000);
         }
     }
 
