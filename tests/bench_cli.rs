@@ -243,7 +243,7 @@ fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
             let ops = json_field(json, engine, "ops");
             assert_eq!(ops, 30_000.0, "{engine}\n{stdout}");
         }
-        stdout
+        format!("{stdout}{stderr}")
     };
     let bench_json = dir.join("bench.json");
     let stdout = replay(&spec, &bench_json);
@@ -254,11 +254,25 @@ fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
         (sim_hits - real_hits).abs() < 1e-9,
         "simulator {sim_hits} against the cache {real_hits}\n{stdout}"
     );
-    // Writes replay too (the run's closing sync counts in its time).
-    replay(
+    // Writes replay too (the run's closing sync counts in its time), and
+    // every block the trace writes then holds what the replay wrote there.
+    let out = replay(
         &format!("text:{}", mixed.display()),
         &dir.join("mixed.json"),
     );
+    for engine in ["setcache", "linux-buffered"] {
+        let line = format!("{engine}: ");
+        let said = out
+            .lines()
+            .find(|l| l.starts_with(&line) && l.contains("read back"));
+        let said = said.unwrap_or_else(|| panic!("no check by {engine}\n{out}"));
+        let n: Vec<&str> = said.split_whitespace().collect();
+        // "<engine>: N of the N blocks the trace writes read back as written"
+        assert!(
+            n[1] == n[4] && n[1].parse::<u32>().unwrap() > 1000,
+            "{said}"
+        );
+    }
     // Flags that describe generated requests are refused beside --trace.
     for extra in [
         &["--rw", "read"][..],

@@ -24,7 +24,7 @@ use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
 use super::size::format_size;
-use super::workload::{OpGen, Rng, Workload, mix64};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
 /// The engine's cached store (a cache of `cache_size`, else a quarter of
 /// the file of `file_len` bytes) and its bench file.
@@ -294,6 +294,9 @@ fn thread_body(
                 // its capacity.
                 let mut buf = buf;
                 buf.resize(op.len as usize, 0);
+                if !op.read && w.replay.is_some() {
+                    fill_block(op.offset / w.bs, &mut buf);
+                }
                 reqs.push(CachedRequest::tagged(kind, file, at, buf, submitted));
             }
             queue.submit_from(&mut reqs);
@@ -366,7 +369,12 @@ fn sync_body(
                 file.read_at(at, &mut buf[..op.len as usize])
                     .map_err(fail)?,
             ),
-            (false, _) => file.write_at(at, &buf[..op.len as usize]).map_err(fail)?,
+            (false, _) => {
+                if w.replay.is_some() {
+                    fill_block(op.offset / w.bs, &mut buf[..op.len as usize]);
+                }
+                file.write_at(at, &buf[..op.len as usize]).map_err(fail)?
+            }
         }
         if measuring {
             stats.record(start.elapsed(), op.read);

@@ -14,7 +14,7 @@ use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::report::Outcome;
-use super::workload::{Op, OpGen, Rng, Workload, mix64};
+use super::workload::{Op, OpGen, Rng, Workload, fill_block, mix64};
 
 /// State a thread shares with its own callbacks.
 struct Local {
@@ -153,7 +153,13 @@ fn thread_body(
                         Request::read(file, op.offset, buf, cb)
                     } else {
                         let mut buf = buf;
-                        if let Some(out) = local.borrow().copy_out.as_ref() {
+                        if w.replay.is_some() {
+                            fill_block(op.offset / w.bs, &mut buf);
+                        }
+                        if let Some(out) = local.borrow_mut().copy_out.as_mut() {
+                            if w.replay.is_some() {
+                                fill_block(op.offset / w.bs, out);
+                            }
                             // A copying cache's write: caller's bytes into the frame.
                             let n = out.len().min(buf.len());
                             buf[..n].copy_from_slice(&out[..n]);

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, phase};
-use super::workload::{OpGen, Rng, Workload, mix64};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
 /// The futures a slot may hold (none is boxed).
 enum Fut<'f> {
@@ -168,7 +168,11 @@ pub(crate) fn body(
                             Fut::Read(file.read_at_async(at, buf))
                         }
                         (false, _) => {
-                            Fut::Write(file.write_at_async(at, spare.pop().expect("a buffer")))
+                            let mut buf = spare.pop().expect("a buffer");
+                            if w.replay.is_some() {
+                                fill_block(op.offset / w.bs, &mut buf);
+                            }
+                            Fut::Write(file.write_at_async(at, buf))
                         }
                     };
                     slots[k] = Some((fut, Instant::now(), op.read));

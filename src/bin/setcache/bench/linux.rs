@@ -18,7 +18,7 @@ use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::engine::Engine;
 use super::mmap::Mapping;
 use super::outcome::{Outcome, hit_from_read_bytes};
-use super::workload::{OpGen, Rng, Workload, mix64};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
 /// A run of a Linux engine, as the child receives it.
 #[derive(Clone, Debug)]
@@ -188,6 +188,9 @@ fn thread_body(p: &Prepared, t: usize, ctl: &Ctl) -> Result<ThreadStats, String>
         };
         let start = Instant::now();
         let len = len.min(op.len as usize);
+        if !op.read && job.workload.replay.is_some() {
+            fill_block(op.offset / job.workload.bs, &mut buf[..len]);
+        }
         for_each_piece(&job.layout, op.offset, len, |dev, pos, range| {
             p.target.access(op.read, dev, pos, &mut buf[range])
         })

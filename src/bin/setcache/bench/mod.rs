@@ -355,6 +355,9 @@ fn run_one(
             out
         }
     };
+    if let Some(r) = b.cfg.replay.as_ref().filter(|r| r.trace.n_writes > 0) {
+        check_replay_writes(b, engine, r, a.bs)?;
+    }
     Ok(RunResult {
         engine: engine.name().to_string(),
         rw: a.rw,
@@ -374,6 +377,49 @@ fn run_one(
         vs_first: None,
         readahead,
     })
+}
+
+/// Most written blocks a replay's check reads back.
+const CHECKED_BLOCKS: usize = 4096;
+
+/// After a replay that wrote (and made its writes durable), read back from
+/// the device a spread of the blocks the trace writes (every one, up to
+/// [`CHECKED_BLOCKS`]) and check each holds what every write of it wrote.
+fn check_replay_writes(
+    b: &Bench,
+    engine: Engine,
+    r: &workload::Replay,
+    bs: u64,
+) -> Result<(), String> {
+    let blocks = workload::written_blocks(r);
+    let step = blocks.len().div_ceil(CHECKED_BLOCKS).max(1);
+    let mut want = vec![0u8; bs as usize];
+    let mut checked = 0;
+    for &block in blocks.iter().step_by(step) {
+        let at = block * bs;
+        // Whole 4 KiB pages around the block, for the uncached read.
+        let from = at / 4096 * 4096;
+        let to = (at + bs).div_ceil(4096) * 4096;
+        let mut got = setcache::AlignedBuf::new((to - from) as usize);
+        b.file
+            .read_at(from, &mut got)
+            .map_err(|e| format!("replay check: read of block {block}: {e}"))?;
+        workload::fill_block(block, &mut want);
+        let i = (at - from) as usize;
+        if got[i..i + bs as usize] != want[..] {
+            return Err(format!(
+                "replay check ({engine}): block {block} (bytes {at}..{}) does not hold what the \
+                 replay wrote there",
+                at + bs
+            ));
+        }
+        checked += 1;
+    }
+    say!(
+        "{engine}: {checked} of the {} blocks the trace writes read back as written",
+        blocks.len()
+    );
+    Ok(())
 }
 
 fn run_fio(b: &Bench, fio: &Path, threads: usize) -> Result<RunResult, String> {

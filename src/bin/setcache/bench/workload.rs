@@ -77,6 +77,31 @@ impl HotSpot {
     }
 }
 
+/// The bytes a replay writes to block `block` (of `buf.len()` bytes): the
+/// same whoever writes it and whenever, so that after a run every block the
+/// trace wrote can be checked ([`written_blocks`]).
+pub(crate) fn fill_block(block: u64, buf: &mut [u8]) {
+    let base = mix64(block ^ 0x7265_706c_6179_0000);
+    for (j, word) in buf.chunks_mut(8).enumerate() {
+        let v = mix64(base ^ j as u64).to_le_bytes();
+        word.copy_from_slice(&v[..word.len()]);
+    }
+}
+
+/// The blocks a replay's trace writes, in block order.
+pub(crate) fn written_blocks(r: &Replay) -> Vec<u64> {
+    let t = &r.trace;
+    let mut mark = vec![false; t.footprint];
+    for (i, &p) in t.pages.iter().enumerate() {
+        if t.is_write(i) {
+            mark[p as usize] = true;
+        }
+    }
+    (0..t.footprint as u64)
+        .filter(|&b| mark[b as usize])
+        .collect()
+}
+
 /// Page accesses a thread replays in order, at most, before the next thread's.
 pub(crate) const REPLAY_CHUNK: usize = 64;
 
