@@ -203,7 +203,8 @@ pub(crate) fn note_read(
                 let s = &mut t.st[k];
                 if t.clock - s.used > STREAMS as u64 {
                     s.seen = 1;
-                } else if (end - 1) / ps > (t.next[k] - 1) / ps {
+                } else if (end - 1) & !(ps - 1) != (t.next[k] - 1) & !(ps - 1) {
+                    // (`end > next` here, and pages are a power of two.)
                     s.seen = s.seen.saturating_add(1);
                 }
                 k
