@@ -14,7 +14,7 @@ the medians of --repeat and the median of the per-round ratios (each round's
 two runs minutes closer together than the medians' on a disk and a machine
 whose speed drifts).
 
-  scripts/sqlite-bench.py --dir /data/sql [--rows 1100000] [--repeat 3] [--runtime 10]
+  scripts/sqlite-bench.py --dir /data/sql [--rows 1100000] [--repeat 3] [--runtime 10] [--only PERSIST]
 
 Builds the driver (sqlite/sqlbench.c) and the preload library; installs sqlite3
 and libsqlite3-dev from the distribution's packages if missing.
@@ -67,6 +67,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--runtime", type=float, default=10)
     ap.add_argument("--fit-cache", default=str(1536 << 20), help="bytes: the cache that holds the database")
+    ap.add_argument("--only", default="", help="run only the cases whose label holds this text (e.g. PERSIST)")
     a = ap.parse_args()
     if a.rows < 1000 or a.repeat < 1 or a.runtime <= 0:
         raise SystemExit("--rows at least 1000, --repeat at least 1, --runtime above 0")
@@ -102,6 +103,9 @@ def main():
             cases.append((f"lookups, {dist}, database {label}", cache, ["lookup", None, str(a.runtime), dist]))
     for mode in ("PERSIST", "DELETE", "TRUNCATE"):
         cases.append((f"commits, journal {mode}", fit, ["commit", None, str(a.runtime), mode]))
+    cases = [c for c in cases if a.only in c[0]]
+    if not cases:
+        raise SystemExit(f"--only {a.only!r} matches no case")
     rows = []
     try:
         for label, cache, args in cases:

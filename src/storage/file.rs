@@ -231,9 +231,28 @@ impl File {
     /// Whether every backing file is still linked and still the file at its path.
     /// Holds the name's read lock, so a rename (which holds its write lock while
     /// it renames the backing files) is seen whole or not at all.
+    ///
+    /// The store's watch of its directories says which backing files may have
+    /// left their paths since they were last found there: only those are
+    /// looked up (all of them where the roots are not watched).
     fn check_backings(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
         let name = self.inner.name.read().unwrap_or_else(|p| p.into_inner());
-        for b in &self.inner.backings {
+        let entry = std::ffi::OsString::from(crate::storage::store::backing_name(&name));
+        let mut unchanged = Vec::new();
+        let now = self.inner.store.watch.unchanged(
+            self.inner
+                .backings
+                .iter()
+                .map(|b| (b.device, entry.as_os_str(), b.seen.load(Ordering::Acquire))),
+            &mut unchanged,
+        );
+        for (i, b) in self.inner.backings.iter().enumerate() {
+            if unchanged.get(i) == Some(&true) {
+                continue;
+            }
+            #[cfg(test)]
+            self.inner.store.lookups.fetch_add(1, Ordering::Relaxed);
             let path = self.inner.store.backing_path(b.device, &name);
             let gone = |problem: &str| Error::BackingGone {
                 file: name.to_string(),
@@ -264,6 +283,10 @@ impl File {
                 } else {
                     "was removed (it is linked in no directory)"
                 }));
+            }
+            if let Some(now) = now {
+                // Found at its path after the watch's drain at `now`.
+                b.seen.fetch_max(now, Ordering::AcqRel);
             }
         }
         Ok(())

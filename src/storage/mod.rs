@@ -9,6 +9,7 @@ pub(crate) mod io;
 pub mod layout;
 pub(crate) mod queue;
 pub(crate) mod store;
+pub(crate) mod watch;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};
 pub use file::{DIRECT_ALIGN, File, OpKind};

@@ -41,6 +41,11 @@ use crate::storage::io::{
 use crate::storage::layout::{Layout, LayoutKind, MAX_DEVICES, mix64};
 use intent::{Decoded, INTENT_FILE, Intent, Op};
 
+/// The entry of `name`'s backing file in each device root.
+pub(crate) fn backing_name(name: &str) -> String {
+    format!("{name}{SUFFIX}")
+}
+
 /// Suffix of backing files in a device root.
 const SUFFIX: &str = ".scf";
 /// Suffix of a backing file being made by `create`, before it gets its name. The
@@ -129,6 +134,11 @@ pub(crate) struct StoreInner {
     /// A page cache (`CachedStore`) holds this store's files: a second one would
     /// cache pages the first one changes.
     cached: std::sync::atomic::AtomicBool,
+    /// Tells `sync` which backing files may have left their paths.
+    pub(crate) watch: crate::storage::watch::PathWatch,
+    /// Path lookups of backing files by `sync` (tests count them).
+    #[cfg(test)]
+    pub(crate) lookups: AtomicU64,
 }
 
 /// What the metadata lock protects.
@@ -683,6 +693,7 @@ impl Store {
             })
             .collect();
         let (engines, engine_name) = start_engines(&opts.engine, &params)?;
+        let watch = crate::storage::watch::PathWatch::new(&paths);
         let store = Store {
             inner: Arc::new(StoreInner {
                 roots: paths,
@@ -699,6 +710,9 @@ impl Store {
                 }),
                 _locks: locks,
                 cached: std::sync::atomic::AtomicBool::new(false),
+                watch,
+                #[cfg(test)]
+                lookups: AtomicU64::new(0),
             }),
         };
         store.inner.recover()?;
@@ -1168,7 +1182,7 @@ impl StoreInner {
 
     /// The backing file of `name` on device `device`.
     pub(crate) fn backing_path(&self, device: usize, name: &str) -> PathBuf {
-        self.roots[device].join(format!("{name}{SUFFIX}"))
+        self.roots[device].join(backing_name(name))
     }
 
     fn new_path(&self, device: usize, name: &str) -> PathBuf {

@@ -132,6 +132,9 @@ pub(crate) struct Backing {
     pub(crate) fs_id: (u64, u64),
     /// Registered-file slot in the device's engine, if any.
     pub(crate) slot: Option<u32>,
+    /// The store's path-watch sequence number when `sync` last found this file
+    /// at its path (0: not yet).
+    pub(crate) seen: std::sync::atomic::AtomicU64,
     pub(crate) state: Arc<DeviceState>,
     /// The device's engine; operations on this file are sent to it.
     pub(crate) engine: Arc<dyn DeviceEngine>,
@@ -152,6 +155,7 @@ impl Backing {
             ino,
             fs_id,
             slot,
+            seen: std::sync::atomic::AtomicU64::new(0),
             state,
             engine: engine.clone(),
         }
