@@ -132,6 +132,16 @@ pub enum Error {
     Engine(String),
     /// The store is shutting down.
     Closed,
+    /// A task sent to run on a cached page panicked; the partition that ran it
+    /// goes on serving.
+    TaskPanicked {
+        /// The file.
+        file: String,
+        /// The offset the task was sent for.
+        offset: u64,
+        /// The panic's message.
+        message: String,
+    },
     /// Every page of a cache set stayed pinned (or under I/O) for the whole
     /// bounded wait, so no frame could be found for a new page.
     AllPinned {
@@ -344,6 +354,14 @@ impl fmt::Display for Error {
             }
             Error::Engine(s) => write!(f, "I/O engine: {s}"),
             Error::Closed => write!(f, "the store is closed"),
+            Error::TaskPanicked {
+                file,
+                offset,
+                message,
+            } => write!(
+                f,
+                "a task on file {file:?} at offset {offset} panicked in the cache: {message}"
+            ),
             Error::HeldByCaller(s) => write!(
                 f,
                 "{s}: this thread holds a guard of that page, and the call would wait for it to drop"

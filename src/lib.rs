@@ -70,6 +70,7 @@ pub mod cache;
 
 mod array;
 mod cached;
+mod numa;
 
 #[cfg(feature = "tools")]
 pub mod hitsim;
@@ -88,6 +89,9 @@ pub use cached::{
     PageGuard, PageGuardMut, ReadAt, WriteAt,
 };
 pub use error::{Error, Result};
+pub use numa::{
+    MAX_PARTITIONS, Node, PartCompletion, PartQueue, PartitionOptions, Partitions, Task, nodes,
+};
 pub use storage::layout;
 pub use storage::{
     AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, DeviceBlock, DeviceBytes,

@@ -13,8 +13,9 @@
 //!    7. `cached::flusher`,
 //!    8. `cached` (the cached store and files), 9. `cached::queue` and
 //!    `cached::aio` (the futures, on queues of their own);
-//! 10. `array` (paged arrays and their translation caches) and
-//!     `hitsim` — the hit-ratio simulator;
+//! 10. `array` (paged arrays and their translation caches), `numa` (the
+//!     partitions and their message passing) and `hitsim` — the hit-ratio
+//!     simulator;
 //! 11. the crate root;
 //! 12. the binary (`src/bin/setcache/`), which uses the library from above
 //!     (its `crate::` is its own root); the rule on mutual imports holds in it
@@ -64,6 +65,7 @@ fn rank(module: &str) -> Option<u32> {
         ("cached::queue", 9),
         ("cached::aio", 9),
         ("array", 10),
+        ("numa", 10),
         ("cached", 8),
         ("hitsim", 10),
         ("bin", 12),

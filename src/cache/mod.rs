@@ -162,6 +162,14 @@ pub struct PageId {
     pub page: u64,
 }
 
+/// The partition, of `parts`, that owns page `page` of cache file `file`: the
+/// low half of the page's hash scaled to `parts` (the candidate sets use the
+/// hash modulo the table and its high half, see `place`).
+pub(crate) fn partition_of(file: u32, page: u64, parts: usize) -> usize {
+    let h = crate::util::mix::mix64(((file as u64) << dirty::FILE_SHIFT) | page);
+    (((h & 0xFFFF_FFFF) * parts as u64) >> 32) as usize
+}
+
 fn untag(tag: u64) -> (u32, u64) {
     (dirty::file_of(tag), tag & MAX_PAGE)
 }

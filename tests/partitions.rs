@@ -1,0 +1,279 @@
+//! The partitioned mode (NUMA-SA): requests sent in bundles to partitions'
+//! workers, against a plain byte array across syncs, evictions, resizes and
+//! reopens with 1, 2 and 3 partitions; tasks run in the cache; bad input.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{Rng, TempDir, engines, pattern};
+use setcache::{
+    AlignedBuf, CacheOptions, CachedStore, Error, FlushOptions, LayoutKind, PartCompletion,
+    PartitionOptions, Partitions, PolicyKind, Store,
+};
+
+fn cache(pages: usize, max_pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        max_size: Some(max_pages * 4096),
+        page_size: 4096,
+        assoc: 4,
+        policy: PolicyKind::Gclock,
+        pin_wait: Duration::from_secs(5),
+    }
+}
+
+fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
+    let f = store.open_file(name).unwrap();
+    let mut b = AlignedBuf::new(len);
+    f.read_at(0, &mut b).unwrap();
+    b.to_vec()
+}
+
+/// The sum of the page's bytes from `at` to the end, plus `arg`.
+fn sum_from(page: &[u8], at: usize, arg: u64) -> u64 {
+    page[at..].iter().map(|&b| b as u64).sum::<u64>() + arg
+}
+
+fn with(n: usize) -> PartitionOptions {
+    PartitionOptions {
+        partitions: Some(n),
+        ..PartitionOptions::default()
+    }
+}
+
+/// Random synchronous reads and writes, and batches of partitioned reads,
+/// writes and tasks, syncs, cache resizes (a cache of 16 to 32 pages over a
+/// file of 97: evictions all along) and store reopens, against a plain byte
+/// array, with 1, 2 and 3 partitions. Every read and task sees the array's
+/// bytes; after each reopen the devices hold every write.
+#[test]
+fn partitions_against_a_byte_array() {
+    let (_, opts) = engines()
+        .into_iter()
+        .find(|e| e.0 == "uring")
+        .expect("the io_uring engine");
+    for parts in [1, 2, 3] {
+        let tmp = TempDir::new("parts-diff");
+        let roots = tmp.devices(2);
+        const LEN: usize = 96 * 4096 + 1536;
+        let mut truth = pattern(13, 0, LEN);
+        {
+            let store = common::open(&roots, opts.clone(), 2);
+            let f = store.create("d", LEN as u64, LayoutKind::Rotated).unwrap();
+            let mut b = AlignedBuf::new(LEN);
+            b.copy_from_slice(&truth);
+            f.write_at(0, &b).unwrap();
+        }
+        let mut rng = Rng(parts as u64 + 5);
+        let mut served = vec![0usize; parts];
+        for epoch in 0..3 {
+            let store = common::open(&roots, opts.clone(), 2);
+            assert!(
+                read_all(&store, "d", LEN) == truth,
+                "{parts} partitions: epoch {epoch}: the devices lost a write"
+            );
+            let flush = FlushOptions {
+                dirty_at: Some(2),
+                ..FlushOptions::default()
+            };
+            let cs = CachedStore::with_flusher(store, cache(16, 32), Some(flush)).unwrap();
+            let cf = cs.open_file("d").unwrap();
+            let p = Partitions::new(&cs, with(parts)).unwrap();
+            assert_eq!(p.count(), parts);
+            assert!(p.emulated(), "one node here: emulated");
+            let mut q = p.queue(8).unwrap();
+            for step in 0..200 {
+                match rng.below(10) {
+                    0..=1 => {
+                        let off = rng.below(LEN as u64) as usize;
+                        let n = (1 + rng.below(2 * 4096) as usize).min(LEN - off);
+                        let data: Vec<u8> = (0..n).map(|i| (step * 13 + i + epoch) as u8).collect();
+                        cf.write_at(off as u64, &data).unwrap();
+                        truth[off..off + n].copy_from_slice(&data);
+                    }
+                    2 => {
+                        let off = rng.below(LEN as u64) as usize;
+                        let n = (1 + rng.below(3 * 4096) as usize).min(LEN - off);
+                        let mut buf = vec![0u8; n];
+                        assert_eq!(cf.read_at(off as u64, &mut buf).unwrap(), n);
+                        assert!(buf == truth[off..off + n], "sync read {off}+{n}");
+                    }
+                    3..=7 => {
+                        // A batch on disjoint ranges: reads, writes and tasks.
+                        let mut taken: Vec<(usize, usize)> = Vec::new();
+                        // tag -> what its completion must show.
+                        let mut want: Vec<(u64, Want)> = Vec::new();
+                        for k in 0..1 + rng.below(12) as usize {
+                            let off = rng.below(LEN as u64) as usize;
+                            let kind = rng.below(3);
+                            let n = (1 + rng.below(2 * 4096) as usize).min(LEN - off);
+                            // A task reads the rest of its page.
+                            let page_end = ((off / 4096 + 1) * 4096).min(LEN);
+                            let end = if kind == 2 { page_end } else { off + n };
+                            if taken.iter().any(|&(a, b)| off < b && a < end) {
+                                continue;
+                            }
+                            taken.push((off, end));
+                            let tag = (step * 100 + k) as u64;
+                            served[p.partition_of(&cf, off as u64)] += 1;
+                            match kind {
+                                0 => {
+                                    q.read(&cf, off as u64, vec![0; n], tag);
+                                    want.push((tag, Want::Bytes(truth[off..off + n].to_vec())));
+                                }
+                                1 => {
+                                    let data: Vec<u8> =
+                                        (0..n).map(|i| (step * 3 + i * 7 + k) as u8).collect();
+                                    truth[off..off + n].copy_from_slice(&data);
+                                    q.write(&cf, off as u64, data, tag);
+                                    want.push((tag, Want::Written));
+                                }
+                                _ => {
+                                    // Past the file's end the page reads as zeros.
+                                    let sum: u64 =
+                                        truth[off..page_end].iter().map(|&b| b as u64).sum();
+                                    q.task(&cf, off as u64, sum_from, tag, tag);
+                                    want.push((tag, Want::Value(sum + tag)));
+                                }
+                            }
+                        }
+                        q.wait(want.len());
+                        assert_eq!(q.outstanding(), 0);
+                        let mut done: Vec<PartCompletion> = Vec::new();
+                        q.take_completions(&mut done);
+                        done.sort_by_key(|d| d.tag);
+                        want.sort_by_key(|w| w.0);
+                        assert_eq!(
+                            done.iter().map(|d| d.tag).collect::<Vec<_>>(),
+                            want.iter().map(|w| w.0).collect::<Vec<_>>(),
+                            "{parts} partitions: step {step}: every request completes once"
+                        );
+                        for (c, (tag, w)) in done.iter().zip(&want) {
+                            assert!(c.result.is_ok(), "tag {tag}: {:?}", c.result);
+                            match w {
+                                Want::Bytes(b) => assert!(c.buf == *b, "tag {tag}: wrong bytes"),
+                                Want::Written => {}
+                                Want::Value(v) => assert_eq!(c.value, *v, "tag {tag}: task"),
+                            }
+                        }
+                    }
+                    8 => cf.sync().unwrap(),
+                    _ => {
+                        let pages = [16, 32, 20, 24][rng.below(4) as usize];
+                        match cs.cache().resize(pages * 4096) {
+                            Ok(()) | Err(Error::ResizeBusy(_)) => {}
+                            Err(e) => panic!("resize: {e}"),
+                        }
+                    }
+                }
+            }
+            drop(q);
+            drop(p);
+            cf.close().unwrap();
+            assert!(cs.cache().dirty_pages().is_empty(), "dirty after close");
+        }
+        assert!(
+            served.iter().all(|&n| n > 0),
+            "{parts} partitions: each served some requests: {served:?}"
+        );
+    }
+}
+
+enum Want {
+    Bytes(Vec<u8>),
+    Written,
+    Value(u64),
+}
+
+fn panics_on_odd(page: &[u8], _: usize, arg: u64) -> u64 {
+    if arg % 2 == 1 {
+        panic!("odd argument {arg}");
+    }
+    page[0] as u64 + arg
+}
+
+/// A task that panics fails its own request, naming file, offset and the
+/// panic; the partition goes on serving; many threads' queues share the
+/// workers, with queues deeper than the requests and as shallow as one.
+#[test]
+fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
+    let tmp = TempDir::new("parts-panic");
+    let roots = tmp.devices(1);
+    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let store = common::open(&roots, opts, 1);
+    let f = store.create("t", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8;
+    }
+    f.write_at(0, &b).unwrap();
+    let cs = CachedStore::new(store, cache(32, 32)).unwrap();
+    let cf = cs.open_file("t").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (p, cf) = (&p, &cf);
+            s.spawn(move || {
+                let mut q = p.queue([1, 2, 7, 64][t as usize]).unwrap();
+                for round in 0..20u64 {
+                    for page in 0..64u64 {
+                        q.task(cf, page * 4096, panics_on_odd, page + round * 2, page);
+                    }
+                    q.wait(64);
+                    let mut done = Vec::new();
+                    q.take_completions(&mut done);
+                    assert_eq!(done.len(), 64);
+                    for c in done {
+                        let page = c.tag;
+                        if page % 2 == 1 {
+                            let e = c.result.unwrap_err();
+                            assert!(matches!(e, Error::TaskPanicked { .. }), "{e:?}");
+                            let text = e.to_string();
+                            assert!(
+                                text.contains("\"t\"")
+                                    && text.contains(&format!("{}", page * 4096))
+                                    && text.contains("odd argument"),
+                                "{text}"
+                            );
+                        } else {
+                            assert!(c.result.is_ok(), "{:?}", c.result);
+                            assert_eq!(c.value, page + page + round * 2);
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// Partition counts, cache nodes and queue depths out of range are refused,
+/// naming what was wrong.
+#[test]
+fn bad_partition_options_are_refused() {
+    let tmp = TempDir::new("parts-bad");
+    let roots = tmp.devices(1);
+    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let store = common::open(&roots, opts, 1);
+    let cs = CachedStore::new(store, cache(16, 16)).unwrap();
+    for n in [0, 65] {
+        let e = Partitions::new(&cs, with(n)).err().expect("refused");
+        assert!(e.to_string().contains(&format!("{n} partitions")), "{e}");
+    }
+    let e = Partitions::new(
+        &cs,
+        PartitionOptions {
+            cache_nodes: Some(vec![999]),
+            ..PartitionOptions::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("cache node 999"), "{e}");
+    let p = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+    assert_eq!(p.count(), setcache::nodes().len().max(1));
+    for d in [0, 1 << 17] {
+        let e = p.queue(d).err().expect("refused");
+        assert!(e.to_string().contains(&format!("depth {d}")), "{e}");
+    }
+}
