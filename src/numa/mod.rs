@@ -28,7 +28,7 @@
 pub(crate) mod link;
 pub(crate) mod ring;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
@@ -126,10 +126,19 @@ fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
 /// A request on its way to a worker.
 struct Req {
     what: What,
-    file: CachedFile,
+    /// The file's number in its link (see [`Bundle::files`]).
+    file: u32,
     offset: u64,
     buf: Vec<u8>,
     tag: u64,
+}
+
+/// One message of requests: the files the link has not named before (a
+/// handle each, numbered on from the link's last), then the requests.
+#[derive(Default)]
+struct Bundle {
+    files: Vec<CachedFile>,
+    reqs: Vec<Req>,
 }
 
 #[derive(Clone, Copy)]
@@ -147,7 +156,7 @@ struct Reply {
     result: Result<()>,
 }
 
-type PartLink = Link<Vec<Req>, Vec<Reply>>;
+type PartLink = Link<Bundle, Vec<Reply>>;
 
 /// An application thread as its workers see it: its links' rings, and how to
 /// wake it.
@@ -172,6 +181,8 @@ impl App {
 /// One partition's shared state.
 struct Part {
     bell: Arc<Bell>,
+    /// True while the worker may block: a sender rings the bell only then.
+    sleeping: AtomicBool,
     /// Applications that joined since the worker last looked, and their
     /// count so far (the worker compares it with its own).
     joining: Mutex<Vec<Arc<App>>>,
@@ -280,6 +291,7 @@ impl<'cs> Partitions<'cs> {
         for p in 0..n {
             let part = Arc::new(Part {
                 bell: Arc::new(Bell::new()?),
+                sleeping: AtomicBool::new(false),
                 joining: Mutex::new(Vec::new()),
                 joined: AtomicU64::new(0),
                 closing: AtomicBool::new(false),
@@ -341,7 +353,8 @@ impl<'cs> Partitions<'cs> {
         Ok(PartQueue {
             parts: self,
             app,
-            bundles: (0..self.parts.len()).map(|_| Vec::new()).collect(),
+            bundles: (0..self.parts.len()).map(|_| Bundle::default()).collect(),
+            named: (0..self.parts.len()).map(|_| HashMap::new()).collect(),
             outstanding: 0,
             depth,
             done: Vec::new(),
@@ -362,6 +375,10 @@ impl Drop for Partitions<'_> {
     }
 }
 
+/// Times a thread with nothing to do yields the CPU before it sleeps: a
+/// reply or a bundle arriving meanwhile costs no wake-up.
+const YIELDS: u32 = 32;
+
 /// Most requests in one bundle before it is sent without waiting for
 /// [`PartQueue::flush`].
 const MAX_BUNDLE: usize = 64;
@@ -373,7 +390,10 @@ const MAX_BUNDLE: usize = 64;
 pub struct PartQueue<'p> {
     parts: &'p Partitions<'p>,
     app: Arc<App>,
-    bundles: Vec<Vec<Req>>,
+    bundles: Vec<Bundle>,
+    /// Per partition: the files named to its worker (by the address of
+    /// their entry, which the worker's handle keeps alive) and their numbers.
+    named: Vec<HashMap<usize, u32>>,
     outstanding: usize,
     depth: usize,
     done: Vec<PartCompletion>,
@@ -404,38 +424,49 @@ impl PartQueue<'_> {
             self.wait(1);
         }
         let p = self.parts.partition_of(file, offset);
-        self.bundles[p].push(Req {
+        let key = Arc::as_ptr(&file.entry) as usize;
+        let named = &mut self.named[p];
+        let n = named.len() as u32;
+        let no = *named.entry(key).or_insert_with(|| {
+            self.bundles[p].files.push(file.clone());
+            n
+        });
+        self.bundles[p].reqs.push(Req {
             what,
-            file: file.clone(),
+            file: no,
             offset,
             buf,
             tag,
         });
         self.outstanding += 1;
-        if self.bundles[p].len() >= MAX_BUNDLE {
+        if self.bundles[p].reqs.len() >= MAX_BUNDLE {
             self.send(p);
         }
     }
 
     /// Send partition `p`'s bundle.
     fn send(&mut self, p: usize) {
-        let b = std::mem::take(&mut self.bundles[p]);
-        if b.is_empty() {
+        if self.bundles[p].reqs.is_empty() {
             return;
         }
+        let b = std::mem::take(&mut self.bundles[p]);
         let link = self.app.links[p].clone();
         let done = &mut self.done;
         let outstanding = &mut self.outstanding;
-        let bell = &self.parts.parts[p].bell;
+        let part = &self.parts.parts[p];
         link.send(
             b,
             |r| take_replies(r, done, outstanding),
             || {
-                bell.ring();
+                part.bell.ring();
                 std::thread::yield_now();
             },
         );
-        bell.ring();
+        // The worker looks at its rings before it sleeps, after saying so.
+        fence(SeqCst);
+        if part.sleeping.load(Relaxed) {
+            part.bell.ring();
+        }
     }
 
     /// Send every bundle gathered.
@@ -466,6 +497,20 @@ impl PartQueue<'_> {
     pub fn wait(&mut self, n: usize) -> usize {
         self.flush();
         let mut got = self.poll();
+        // While a worker holding some of them is at work (not waiting for the
+        // devices or for bundles), its replies come soon: give the CPU to
+        // whoever is ready (that worker, on a machine with few cores) rather
+        // than sleep and be woken.
+        let mut turns = 0;
+        while got < n
+            && self.outstanding > 0
+            && turns < YIELDS
+            && self.parts.parts.iter().any(|p| !p.sleeping.load(Relaxed))
+        {
+            std::thread::yield_now();
+            got += self.poll();
+            turns += 1;
+        }
         while got < n && self.outstanding > 0 {
             self.app.sleeping.store(true, Relaxed);
             fence(SeqCst);
@@ -512,6 +557,8 @@ impl Drop for PartQueue<'_> {
 /// An application as one worker serves it.
 struct Served {
     app: Arc<App>,
+    /// The files its link named, by number.
+    files: Vec<CachedFile>,
     /// Requests of it in flight here.
     in_flight: usize,
     /// Replies gathered for its next bundle.
@@ -527,6 +574,61 @@ struct Flight {
     offset: u64,
     /// A task's file, for its error.
     file: Option<CachedFile>,
+}
+
+/// Run `task` on `page` (holding byte `offset` of `file`, at `at`), catching
+/// a panic as the request's error.
+fn run_task(
+    file: &CachedFile,
+    offset: u64,
+    page: &[u8],
+    at: usize,
+    task: Task,
+    arg: u64,
+) -> (u64, Result<()>) {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| task(page, at, arg))) {
+        Ok(v) => (v, Ok(())),
+        Err(e) => {
+            let message = e
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| e.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "(no message)".into());
+            let err = Error::TaskPanicked {
+                file: file.entry.file.name(),
+                offset,
+                message,
+            };
+            (0, Err(err))
+        }
+    }
+}
+
+/// A task on a page that is cached now, run at once: `None` when the page
+/// is not cached (or the request must take the queue's way, which reports
+/// its errors: out of range, file gone, page references refused).
+fn task_on_present(
+    sh: &Shared,
+    file: &CachedFile,
+    offset: u64,
+    ps: u64,
+    task: Task,
+    arg: u64,
+) -> Option<(u64, Result<()>)> {
+    if offset >= file.len() || file.entry.check().is_err() {
+        return None;
+    }
+    let page = sh.cache.try_pin_present(file.id, offset / ps).ok()??;
+    // After the pin, as the queue's page requests check.
+    file.entry.refs_allowed().ok()?;
+    Some(run_task(
+        file,
+        offset,
+        &page,
+        (offset % ps) as usize,
+        task,
+        arg,
+    ))
 }
 
 /// Bind the calling thread to `cpus`.
@@ -558,9 +660,12 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
     let mut joined = 0u64;
     let mut flights: Slab<Flight> = Slab::new();
     let mut batch: Vec<(usize, Req)> = Vec::new();
+    let mut quick: Vec<(usize, u64, (u64, Result<()>))> = Vec::new();
     let mut done: Vec<(u64, CachedCompletion)> = Vec::new();
     let mut pins: Vec<(u64, Result<RawPin>)> = Vec::new();
     let mut woken: VecDeque<usize> = VecDeque::new();
+    // Looks in a row that found nothing to do.
+    let mut idle = 0;
     loop {
         part.bell.take();
         if part.joined.load(Acquire) != joined {
@@ -569,6 +674,7 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
             for app in j.drain(..) {
                 keys.push(served.insert(Served {
                     app,
+                    files: Vec::new(),
                     in_flight: 0,
                     out: Vec::new(),
                     outbox: Outbox::new(),
@@ -577,14 +683,34 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
         }
         // Take every bundle waiting.
         for &k in &keys {
-            let s = served.get(k).expect("served");
+            let s = served.get_mut(k).expect("served");
             while let Some(b) = s.app.links[index].requests.pop() {
-                batch.extend(b.into_iter().map(|r| (k, r)));
+                s.files.extend(b.files);
+                s.in_flight += b.reqs.len();
+                batch.extend(b.reqs.into_iter().map(|r| (k, r)));
             }
         }
         if !batch.is_empty() {
+            idle = 0;
+            // Hints first, as a queue's batch does: the sets' metadata of
+            // every page, then the first lines of the frames of those cached,
+            // so that the batch's memory misses overlap.
+            for frame in [false, true] {
+                for (k, r) in &batch {
+                    let id = served.get(*k).expect("served").files[r.file as usize].id;
+                    sh.cache.prefetch(id, r.offset / ps, frame);
+                }
+            }
             let mut reqs = Vec::with_capacity(batch.len());
             for (k, r) in batch.iter_mut() {
+                let file = &served.get(*k).expect("served").files[r.file as usize];
+                if let What::Task(task, arg) = r.what {
+                    // A cached page: run the task at once, no queue.
+                    if let Some(out) = task_on_present(&sh, file, r.offset, ps, task, arg) {
+                        quick.push((*k, r.tag, out));
+                        continue;
+                    }
+                }
                 let f = flights.insert(Flight {
                     served: *k,
                     tag: r.tag,
@@ -592,31 +718,40 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                     offset: r.offset,
                     file: None,
                 });
-                served.get_mut(*k).expect("served").in_flight += 1;
                 reqs.push(match r.what {
                     What::Read => CachedRequest::tagged(
                         OpKind::Read,
-                        &r.file,
+                        file,
                         r.offset,
                         std::mem::take(&mut r.buf),
                         f as u64,
                     ),
                     What::Write => CachedRequest::tagged(
                         OpKind::Write,
-                        &r.file,
+                        file,
                         r.offset,
                         std::mem::take(&mut r.buf),
                         f as u64,
                     ),
                     What::Task(..) => {
-                        flights.get_mut(f).expect("flight").file = Some(r.file.clone());
-                        CachedRequest::pin(&r.file, r.offset, f as u64)
+                        flights.get_mut(f).expect("flight").file = Some(file.clone());
+                        CachedRequest::pin(file, r.offset, f as u64)
                     }
                 });
             }
             q.submit_from(&mut reqs);
             drop(reqs);
             batch.clear();
+            for (k, tag, (value, result)) in quick.drain(..) {
+                let s = served.get_mut(k).expect("served");
+                s.in_flight -= 1;
+                s.out.push(Reply {
+                    tag,
+                    buf: Vec::new(),
+                    value,
+                    result,
+                });
+            }
         }
         // Finished requests become replies.
         q.take_completions(&mut done);
@@ -638,32 +773,8 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                 (Ok(pin), What::Task(task, arg)) => {
                     // SAFETY: the pin came from this cache's queue, once.
                     let page = unsafe { sh.cache.restore_pin(pin) };
-                    let at = (fl.offset % ps) as usize;
-                    let r = std::panic::catch_unwind(AssertUnwindSafe(|| task(&page, at, arg)));
-                    drop(page);
-                    match r {
-                        Ok(v) => (v, Ok(())),
-                        Err(e) => {
-                            let message = e
-                                .downcast_ref::<&str>()
-                                .map(|s| s.to_string())
-                                .or_else(|| e.downcast_ref::<String>().cloned())
-                                .unwrap_or_else(|| "(no message)".into());
-                            let file = fl
-                                .file
-                                .as_ref()
-                                .map_or(String::new(), |f| f.entry.file.name());
-                            let offset = fl.offset;
-                            (
-                                0,
-                                Err(Error::TaskPanicked {
-                                    file,
-                                    offset,
-                                    message,
-                                }),
-                            )
-                        }
-                    }
+                    let file = fl.file.as_ref().expect("a task's file");
+                    run_task(file, fl.offset, &page, (fl.offset % ps) as usize, task, arg)
                 }
                 (Err(e), _) => (0, Err(e)),
                 (Ok(pin), _) => {
@@ -709,12 +820,7 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                 s.app.wake();
             }
         }
-        if q.outstanding() > 0 {
-            // Returns early when the bell rings (new bundles).
-            q.wait_as(1, true);
-            continue;
-        }
-        if part.closing.load(Acquire) && keys.is_empty() {
+        if part.closing.load(Acquire) && keys.is_empty() && q.outstanding() == 0 {
             break;
         }
         if stuck {
@@ -722,8 +828,34 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
             std::thread::sleep(Duration::from_micros(20));
             continue;
         }
-        while !part.bell.rang() && !part.closing.load(Acquire) {
-            std::thread::park();
+        if idle < YIELDS && q.outstanding() == 0 {
+            // Nothing for the devices: the next bundle comes from a thread
+            // at work; give it the CPU rather than sleep and be woken.
+            idle += 1;
+            std::thread::yield_now();
+            continue;
         }
+        idle = 0;
+        // Say so before the last look at the rings: a sender that pushes
+        // after the look sees it and rings the bell.
+        part.sleeping.store(true, Relaxed);
+        fence(SeqCst);
+        let waiting = part.joined.load(Acquire) != joined
+            || keys.iter().any(|&k| {
+                !served.get(k).expect("served").app.links[index]
+                    .requests
+                    .is_empty()
+            });
+        if !waiting {
+            if q.outstanding() > 0 {
+                // Returns early when the bell rings (new bundles).
+                q.wait_as(1, true);
+            } else {
+                while !part.bell.rang() && !part.closing.load(Acquire) {
+                    std::thread::park();
+                }
+            }
+        }
+        part.sleeping.store(false, Relaxed);
     }
 }

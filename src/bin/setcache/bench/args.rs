@@ -181,6 +181,16 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 64,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) touch: u64,
+    /// Partitions of the setcache-numa engine [default: one per NUMA node]
+    #[arg(long, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..=setcache::MAX_PARTITIONS as u64))]
+    pub(crate) partitions: Option<u64>,
+    /// Each block read is summed as 64-bit words (8 bytes of result per
+    /// block): by setcache-numa as a task in the partition that holds the
+    /// page, by setcache on the copy (or with --access ref on the page
+    /// reference). Needs a --bs dividing 4k, a multiple of 8
+    #[arg(long)]
+    pub(crate) compute: bool,
     /// A job of a run of several at once on the setcache engine, sharing
     /// its cache (repeat the flag): comma-separated key=value of name, rw,
     /// bs, threads, iodepth, offset, size (its region of the file), delay

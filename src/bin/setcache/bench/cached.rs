@@ -70,6 +70,17 @@ pub(crate) struct Calls {
     pub(crate) api: Api,
     /// Reads take a page reference and read this many bytes of it.
     pub(crate) touch: Option<usize>,
+    /// Each block read is summed ([`block_sum`]): on the copy, or with
+    /// `touch`, on the page reference (the whole block, not `touch` bytes).
+    pub(crate) compute: bool,
+}
+
+/// The computation `--compute` runs on each block read: the sum of its
+/// 64-bit little-endian words (a column's sum), 8 bytes from a block.
+pub(crate) fn block_sum(b: &[u8]) -> u64 {
+    b.chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .fold(0u64, u64::wrapping_add)
 }
 
 /// Which API a thread uses.
@@ -117,8 +128,13 @@ pub(crate) fn run(
         let depth = iodepth as usize;
         match (calls.api, calls.touch) {
             (Api::Sync, touch) => sync_body(&cs, &file, w, me, touch, ctl, &edges),
-            (Api::Queue, None) => thread_body(&cs, &file, w, me, depth, ctl, &edges, &hits),
-            (Api::Queue, Some(n)) => page_body(&cs, &file, w, me, depth, n, ctl, &edges),
+            (Api::Queue, None) => {
+                thread_body(&cs, &file, w, me, depth, calls.compute, ctl, &edges, &hits)
+            }
+            (Api::Queue, Some(n)) => {
+                let n = if calls.compute { None } else { Some(n) };
+                page_body(&cs, &file, w, me, depth, n, ctl, &edges)
+            }
             (Api::Async, touch) => {
                 super::futures::body(&cs, &file, w, me, depth, touch, ctl, &edges)
             }
@@ -162,7 +178,8 @@ pub(crate) fn run(
 }
 
 /// A queue thread of `--access ref`: `depth` page requests in flight, each
-/// completing with a guard of which `touch` bytes are read.
+/// completing with a guard of which `touch` bytes are read (`None`: the
+/// block is summed in place, `--compute`).
 #[allow(clippy::too_many_arguments)]
 fn page_body(
     cs: &CachedStore,
@@ -170,7 +187,7 @@ fn page_body(
     w: &Workload,
     me: Me,
     depth: usize,
-    touch: usize,
+    touch: Option<usize>,
     ctl: &Ctl,
     edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
@@ -180,7 +197,8 @@ fn page_body(
     let mut ops = OpGen::new(w, me.t, me.threads);
     let mut reqs: Vec<CachedRequest<'_>> = Vec::with_capacity(depth);
     let mut done = Vec::with_capacity(depth);
-    let mut buf = vec![0u8; touch];
+    let mut buf = vec![0u8; touch.unwrap_or(0)];
+    let bs = w.bs as usize;
     // Each request's tag is its submission time in ns since `epoch`, plus
     // the byte it reads in the page (below 4 KiB) in the low 12 bits.
     let epoch = Instant::now();
@@ -217,8 +235,15 @@ fn page_body(
             match g {
                 Ok(g) => {
                     let i = (tag & 4095) as usize;
-                    buf.copy_from_slice(&g[i..i + touch]);
-                    std::hint::black_box(&buf);
+                    match touch {
+                        Some(n) => {
+                            buf.copy_from_slice(&g[i..i + n]);
+                            std::hint::black_box(&buf);
+                        }
+                        None => {
+                            std::hint::black_box(block_sum(&g[i..i + bs]));
+                        }
+                    }
                     if measuring {
                         let lat = Duration::from_nanos(now.saturating_sub(tag >> 12));
                         stats.record(lat, true);
@@ -247,6 +272,7 @@ fn thread_body(
     w: &Workload,
     me: Me,
     depth: usize,
+    compute: bool,
     ctl: &Ctl,
     edges: &StatEdges,
     hits: &AtomicU64,
@@ -308,6 +334,11 @@ fn thread_body(
         if done.is_empty() {
             queue.wait(1);
             queue.take_completions(&mut done);
+        }
+        if compute {
+            for (_, c) in &done {
+                std::hint::black_box(block_sum(&c.buf));
+            }
         }
         account(
             &mut done, &mut free, &mut stats, &mut hit, measuring, &mut error, epoch,
@@ -469,7 +500,9 @@ pub(crate) fn run_jobs(
             delay: jobs[j].delay,
         };
         let depth = jobs[j].iodepth as usize;
-        let st = thread_body(&cs, &file, &loads[j], me, depth, ctl, &edges, &hits[j])?;
+        let st = thread_body(
+            &cs, &file, &loads[j], me, depth, false, ctl, &edges, &hits[j],
+        )?;
         per_job[j]
             .lock()
             .unwrap_or_else(|p| p.into_inner())

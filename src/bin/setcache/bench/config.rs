@@ -115,7 +115,12 @@ pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
 fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
     let holders: Vec<&str> = engines
         .iter()
-        .filter(|e| matches!(e, Engine::Setcache | Engine::DirectCopy))
+        .filter(|e| {
+            matches!(
+                e,
+                Engine::Setcache | Engine::SetcacheNuma | Engine::DirectCopy
+            )
+        })
         .map(|e| e.name())
         .collect();
     if holders.is_empty() {
@@ -345,6 +350,29 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 a.touch, a.bs
             ));
         }
+    }
+    if a.compute {
+        if a.bs > PAGE || PAGE % a.bs != 0 || a.bs % 8 != 0 {
+            return Err(format!(
+                "--compute sums each --bs {} block inside one 4k page as 64-bit words: --bs must divide 4k and be a multiple of 8",
+                a.bs
+            ));
+        }
+        if let Some(e) = engines
+            .iter()
+            .find(|e| !matches!(e, Engine::Setcache | Engine::SetcacheNuma))
+        {
+            return Err(format!(
+                "--compute runs on the setcache and setcache-numa engines, not {}",
+                e.name()
+            ));
+        }
+    }
+    if a.partitions.is_some() && !engines.contains(&Engine::SetcacheNuma) {
+        return Err(
+            "--partitions sets the setcache-numa engine's partitions: give --engine setcache-numa"
+                .to_string(),
+        );
     }
     if a.api != ApiArg::Queue && !a.job.is_empty() {
         return Err(format!(

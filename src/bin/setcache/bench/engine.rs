@@ -23,16 +23,20 @@ pub(crate) enum Engine {
     Mmap,
     /// The set-associative page cache over the store.
     Setcache,
+    /// The same cache divided among partitions, each served by a worker
+    /// thread that the bench threads send bundles of requests to.
+    SetcacheNuma,
 }
 
 /// Every engine name, in the order `--help` lists them.
-pub(crate) const ALL: [Engine; 6] = [
+pub(crate) const ALL: [Engine; 7] = [
     Engine::Direct,
     Engine::DirectCopy,
     Engine::LinuxBuffered,
     Engine::LinuxDirect,
     Engine::Mmap,
     Engine::Setcache,
+    Engine::SetcacheNuma,
 ];
 
 impl Engine {
@@ -44,6 +48,7 @@ impl Engine {
             Engine::LinuxDirect => "linux-direct",
             Engine::Mmap => "mmap",
             Engine::Setcache => "setcache",
+            Engine::SetcacheNuma => "setcache-numa",
         }
     }
 
@@ -65,12 +70,15 @@ impl Engine {
     pub(crate) fn is_cached(self) -> bool {
         matches!(
             self,
-            Engine::Setcache | Engine::LinuxBuffered | Engine::Mmap
+            Engine::Setcache | Engine::SetcacheNuma | Engine::LinuxBuffered | Engine::Mmap
         )
     }
 
     pub(crate) fn is_async(self) -> bool {
-        matches!(self, Engine::Direct | Engine::DirectCopy | Engine::Setcache)
+        matches!(
+            self,
+            Engine::Direct | Engine::DirectCopy | Engine::Setcache | Engine::SetcacheNuma
+        )
     }
 
     /// Whether the engine can run in this build.

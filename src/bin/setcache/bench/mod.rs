@@ -22,6 +22,7 @@ mod futures;
 mod jobs;
 mod linux;
 pub(crate) mod mmap;
+mod numa;
 mod outcome;
 mod pattern;
 mod plot;
@@ -339,6 +340,7 @@ fn run_one(
                     args::ApiArg::Async => cached::Api::Async,
                 },
                 touch: b.cfg.touch().map(|n| n as usize),
+                compute: a.compute,
             };
             let (out, ra) = cached::run(
                 b.store,
@@ -354,6 +356,17 @@ fn run_one(
             readahead = Some(ra);
             out
         }
+        Engine::SetcacheNuma => numa::run(
+            b.store,
+            &w,
+            threads,
+            a.iodepth,
+            a.cache_size,
+            a.policy,
+            a.partitions.map(|n| n as usize),
+            a.compute,
+            &timing,
+        )?,
     };
     if let Some(r) = b.cfg.replay.as_ref().filter(|r| r.trace.n_writes > 0) {
         check_replay_writes(b, engine, r, a.bs)?;

@@ -1,0 +1,202 @@
+//! The `setcache-numa` engine: the cache's pages divided among
+//! `--partitions` partitions, each served by a worker thread; every bench
+//! thread sends its requests to the workers in bundles through a
+//! `PartQueue`, keeping `--iodepth` outstanding. With `--compute`, each read
+//! is a task summing the block in the partition that holds its page (8 bytes
+//! come back instead of the block). The hit ratio is the cache's, as for the
+//! `setcache` engine.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use setcache::{
+    CacheOptions, CacheStats, CachedFile, CachedStore, PartCompletion, PartitionOptions,
+    Partitions, PolicyKind, Store,
+};
+
+use super::cached::block_sum;
+use super::config::cache_bytes;
+use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
+use super::outcome::Outcome;
+use super::prep::FILE_NAME;
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+
+/// The task of `--compute`: the block of `arg` bytes at `at` summed.
+fn sum_task(page: &[u8], at: usize, arg: u64) -> u64 {
+    block_sum(&page[at..at + arg as usize])
+}
+
+/// Run the workload on `threads` threads with `iodepth` requests outstanding
+/// each, over `partitions` partitions (None: one per node).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run(
+    store: &Store,
+    w: &Workload,
+    threads: usize,
+    iodepth: u32,
+    cache_size: Option<u64>,
+    policy: Option<PolicyKind>,
+    partitions: Option<usize>,
+    compute: bool,
+    timing: &Timing,
+) -> Result<Outcome, String> {
+    let defaults = CacheOptions::default();
+    let cs = CachedStore::new(
+        store.clone(),
+        CacheOptions {
+            size: cache_bytes(cache_size, w.file_len) as usize,
+            policy: policy.unwrap_or(defaults.policy),
+            ..defaults
+        },
+    )
+    .map_err(|e| format!("setcache-numa engine: {e}"))?;
+    let file = cs
+        .open_file(FILE_NAME)
+        .map_err(|e| format!("setcache-numa engine: {e}"))?;
+    let parts = Partitions::new(
+        &cs,
+        PartitionOptions {
+            partitions,
+            ..PartitionOptions::default()
+        },
+    )
+    .map_err(|e| format!("setcache-numa engine: {e}"))?;
+    say!(
+        "setcache-numa: {} partitions{}",
+        parts.count(),
+        if parts.emulated() {
+            " (emulated: workers not bound to nodes)"
+        } else {
+            ", one per node, workers bound to their nodes"
+        }
+    );
+    let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
+    let mut m = run_threads(threads, timing, |t, ctl| {
+        let me = Me {
+            t,
+            threads,
+            slot: t,
+            base: 0,
+            delay: 0.0,
+        };
+        body(
+            &cs,
+            &parts,
+            &file,
+            w,
+            me,
+            iodepth as usize,
+            compute,
+            ctl,
+            &edges,
+        )
+    })?;
+    drop(parts);
+    if w.rw.writes() {
+        let t0 = Instant::now();
+        file.sync()
+            .map_err(|e| format!("setcache-numa engine: sync: {e}"))?;
+        m.secs += t0.elapsed().as_secs_f64();
+    }
+    let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
+    let hit_ratio = a.zip(b).and_then(|(a, b)| {
+        let hits = b.hits.saturating_sub(a.hits);
+        let misses = b.misses.saturating_sub(a.misses);
+        (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
+    });
+    Ok(Outcome::from_measured(&m, hit_ratio))
+}
+
+#[allow(clippy::too_many_arguments)]
+fn body(
+    cs: &CachedStore,
+    parts: &Partitions<'_>,
+    file: &CachedFile,
+    w: &Workload,
+    me: Me,
+    depth: usize,
+    compute: bool,
+    ctl: &Ctl,
+    edges: &StatEdges,
+) -> Result<ThreadStats, String> {
+    let bs = w.bs as usize;
+    let mut free: Vec<Vec<u8>> = (0..depth).map(|_| vec![0u8; bs]).collect();
+    if w.rw.writes() {
+        let mut rng = Rng::new(w.seed ^ mix64(me.t as u64 + 1));
+        for b in &mut free {
+            rng.fill_nonzero(b);
+        }
+    }
+    let mut q = parts
+        .queue(depth)
+        .map_err(|e| format!("setcache-numa engine: {e}"))?;
+    let mut stats = ThreadStats::new();
+    let mut measuring = false;
+    let mut error: Option<String> = None;
+    let mut ops = OpGen::new(w, me.t, me.threads);
+    let mut done: Vec<PartCompletion> = Vec::with_capacity(depth);
+    // Each request's tag is its submission time in ns since `epoch`, shifted
+    // left by one, and 1 for a read.
+    let epoch = Instant::now();
+    let mut slots = depth;
+    let mut ended = false;
+    while error.is_none() && !ctl.stopped() && !ended {
+        measuring = phase(me, ctl, cs, edges, measuring);
+        ctl.publish(me.slot, stats.ops);
+        let submitted = epoch.elapsed().as_nanos() as u64;
+        while slots > 0 {
+            let Some(op) = ops.next_op() else {
+                ended = true;
+                break;
+            };
+            slots -= 1;
+            let at = me.base + op.offset;
+            let tag = submitted << 1 | op.read as u64;
+            if op.read && compute {
+                q.task(file, at, sum_task, op.len, tag);
+                continue;
+            }
+            let mut buf = free.pop().unwrap_or_default();
+            buf.resize(op.len as usize, 0);
+            if op.read {
+                q.read(file, at, buf, tag);
+            } else {
+                if w.replay.is_some() {
+                    fill_block(op.offset / w.bs, &mut buf);
+                }
+                q.write(file, at, buf, tag);
+            }
+        }
+        if ended {
+            break;
+        }
+        q.wait(1);
+        q.take_completions(&mut done);
+        let now = epoch.elapsed().as_nanos() as u64;
+        for c in done.drain(..) {
+            slots += 1;
+            match c.result {
+                Ok(()) if measuring => {
+                    let lat = Duration::from_nanos(now.saturating_sub(c.tag >> 1));
+                    stats.record(lat, c.tag & 1 == 1);
+                }
+                Ok(()) => {}
+                Err(e) => {
+                    error.get_or_insert_with(|| format!("setcache-numa engine: {e}"));
+                }
+            }
+            std::hint::black_box(c.value);
+            if c.buf.capacity() > 0 {
+                free.push(c.buf);
+            }
+        }
+    }
+    if me.slot == 0 {
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
+    drop(q);
+    match error {
+        Some(e) => Err(e),
+        None => Ok(stats),
+    }
+}
