@@ -777,3 +777,63 @@ fn bench_page_references_and_the_sync_api() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The setcache-numa engine and `--compute`: refused where they do not
+/// apply, naming the flag; run where they do (real runs over two emulated
+/// partitions, reads, writes and tasks).
+#[test]
+fn bench_partitions_and_compute() {
+    let dir = scratch("bench-numa");
+    for (extra, words) in [
+        (
+            &["--engine", "setcache", "--partitions", "2"][..],
+            &["--partitions", "setcache-numa"][..],
+        ),
+        (
+            &["--engine", "setcache-numa", "--compute", "--bs", "8k"],
+            &["--compute", "--bs 8192"],
+        ),
+        (
+            &["--engine", "direct", "--compute"],
+            &["--compute", "not direct"],
+        ),
+    ] {
+        assert_refused(&bench(&dir, extra, None), &extra.join(" "), words);
+    }
+    // The argument parser's own refusal (its exit code is 2).
+    let r = bench(
+        &dir,
+        &["--engine", "setcache-numa", "--partitions", "65"],
+        None,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--partitions") && r.stderr.contains("1..=64"),
+        "{}",
+        r.stderr
+    );
+    for extra in [
+        &[
+            "--engine",
+            "setcache-numa",
+            "--partitions",
+            "2",
+            "--rw",
+            "randrw",
+        ][..],
+        &[
+            "--engine",
+            "setcache-numa,setcache",
+            "--partitions",
+            "3",
+            "--compute",
+            "--bs",
+            "512",
+        ],
+    ] {
+        let r = bench(&dir, extra, None);
+        assert_ok(&r, &extra.join(" "));
+        assert!(r.stdout.contains("setcache-numa"), "{}", r.stdout);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
