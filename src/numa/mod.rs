@@ -214,9 +214,12 @@ struct Part {
 /// done.sort_by_key(|c| c.tag);
 /// assert_eq!(done[0].buf[10..13], [7, 7, 7]);
 /// assert_eq!(done[1].value, 21);
-/// drop((q, parts, f, cs));
+/// drop(q);
+/// drop(parts); // its workers stop
+/// drop(f);
+/// drop(cs);
 /// std::fs::remove_dir_all(&dir)?;
-/// # Ok::<(), setcache::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct Partitions<'cs> {
     sh: Arc<Shared>,
