@@ -722,20 +722,14 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                     file: None,
                 });
                 reqs.push(match r.what {
-                    What::Read => CachedRequest::tagged(
-                        OpKind::Read,
-                        file,
-                        r.offset,
-                        std::mem::take(&mut r.buf),
-                        f as u64,
-                    ),
-                    What::Write => CachedRequest::tagged(
-                        OpKind::Write,
-                        file,
-                        r.offset,
-                        std::mem::take(&mut r.buf),
-                        f as u64,
-                    ),
+                    What::Read | What::Write => {
+                        let kind = match r.what {
+                            What::Read => OpKind::Read,
+                            _ => OpKind::Write,
+                        };
+                        let buf = std::mem::take(&mut r.buf);
+                        CachedRequest::tagged(kind, file, r.offset, buf, f as u64)
+                    }
                     What::Task(..) => {
                         flights.get_mut(f).expect("flight").file = Some(file.clone());
                         CachedRequest::pin(file, r.offset, f as u64)

@@ -54,6 +54,15 @@ fn open(
     Ok((cs, file))
 }
 
+/// The cache's hit ratio between two snapshots of its counters.
+pub(crate) fn hit_ratio(a: Option<CacheStats>, b: Option<CacheStats>) -> Option<f64> {
+    a.zip(b).and_then(|(a, b)| {
+        let hits = b.hits.saturating_sub(a.hits);
+        let misses = b.misses.saturating_sub(a.misses);
+        (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
+    })
+}
+
 /// Pages read ahead, and of them read by a stream, between two snapshots.
 fn ahead(a: Option<CacheStats>, b: Option<CacheStats>) -> (u64, u64) {
     a.zip(b).map_or((0, 0), |(a, b)| {
@@ -153,11 +162,7 @@ pub(crate) fn run(
         m.secs += t0.elapsed().as_secs_f64();
     }
     let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
-    let hit_ratio = a.zip(b).and_then(|(a, b)| {
-        let hits = b.hits.saturating_sub(a.hits);
-        let misses = b.misses.saturating_sub(a.misses);
-        (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
-    });
+    let hit_ratio = hit_ratio(a, b);
     let ra = ahead(a, b);
     if ra.0 > 0 {
         say!(

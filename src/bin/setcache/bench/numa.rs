@@ -14,7 +14,7 @@ use setcache::{
     Partitions, PolicyKind, Store,
 };
 
-use super::cached::block_sum;
+use super::cached::{block_sum, hit_ratio};
 use super::config::cache_bytes;
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::outcome::Outcome;
@@ -99,11 +99,7 @@ pub(crate) fn run(
         m.secs += t0.elapsed().as_secs_f64();
     }
     let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
-    let hit_ratio = a.zip(b).and_then(|(a, b)| {
-        let hits = b.hits.saturating_sub(a.hits);
-        let misses = b.misses.saturating_sub(a.misses);
-        (hits + misses > 0).then(|| hits as f64 / (hits + misses) as f64)
-    });
+    let hit_ratio = hit_ratio(a, b);
     Ok(Outcome::from_measured(&m, hit_ratio))
 }
 
