@@ -30,12 +30,11 @@ pub(crate) struct Ring<T, M: Model = Os> {
     pub(crate) skip_full_check: bool,
 }
 
-// SAFETY: a slot is written by the producer before the `tail` store that
-// publishes it (Release) and read by the consumer after the `tail` load that
-// sees it (Acquire), and reused by the producer only after the `head` store
-// (Release) that the consumer makes once it has moved the value out; so no
-// slot is ever reached by both threads at once, and values cross threads
-// whole (T: Send).
+// A slot is written by the producer before the `tail` store that publishes
+// it (Release) and read by the consumer after the `tail` load that sees it
+// (Acquire), and reused by the producer only after the `head` store (Release)
+// that the consumer makes once it has moved the value out.
+// SAFETY: so no slot is reached by both threads at once; values cross whole (T: Send).
 unsafe impl<T: Send, M: Model> Send for Ring<T, M> {}
 // SAFETY: as for Send; shared references only push (one producer) and pop
 // (one consumer), as the callers promise.
@@ -72,9 +71,9 @@ impl<T, M: Model> Ring<T, M> {
         if check && t.wrapping_sub(h) > self.mask {
             return Err(v);
         }
-        // SAFETY: slot `t` is free: the consumer moved its last value out
-        // before the `head` store seen above (or it was never used), and only
-        // this producer writes slots.
+        // The consumer moved slot `t`'s last value out before the `head`
+        // store seen above (or it was never used); only this producer writes.
+        // SAFETY: slot `t` is free.
         unsafe { (*self.slots[(t & self.mask) as usize].get()).write(v) };
         self.tail.0.store(t.wrapping_add(1), Release);
         Ok(())

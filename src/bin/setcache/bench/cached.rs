@@ -26,9 +26,10 @@ use super::prep::FILE_NAME;
 use super::size::format_size;
 use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
-/// The engine's cached store (a cache of `cache_size`, else a quarter of
-/// the file of `file_len` bytes) and its bench file.
-fn open(
+/// An engine's cached store (a cache of `cache_size`, else a quarter of
+/// the file of `file_len` bytes) and its bench file; errors name `engine`.
+pub(crate) fn open(
+    engine: &str,
     store: &Store,
     file_len: u64,
     cache_size: Option<u64>,
@@ -44,13 +45,13 @@ fn open(
             ..defaults
         },
     )
-    .map_err(|e| format!("setcache engine: {e}"))?;
+    .map_err(|e| format!("{engine} engine: {e}"))?;
     if let Some(bytes) = readahead {
         cs.set_readahead(usize::try_from(bytes).unwrap_or(usize::MAX));
     }
     let file = cs
         .open_file(FILE_NAME)
-        .map_err(|e| format!("setcache engine: {e}"))?;
+        .map_err(|e| format!("{engine} engine: {e}"))?;
     Ok((cs, file))
 }
 
@@ -123,7 +124,7 @@ pub(crate) fn run(
             format_size(cache_bytes(cache_size, w.file_len))
         );
     }
-    let (cs, file) = open(store, w.file_len, cache_size, policy, readahead)?;
+    let (cs, file) = open("setcache", store, w.file_len, cache_size, policy, readahead)?;
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let hits = AtomicU64::new(0);
     let mut m = run_threads(threads, timing, |t, ctl| {
@@ -467,7 +468,7 @@ pub(crate) fn run_jobs(
     seed: u64,
     timing: &Timing,
 ) -> Result<(Vec<JobResult>, (u64, u64)), String> {
-    let (cs, file) = open(store, file_len, cache_size, policy, readahead)?;
+    let (cs, file) = open("setcache", store, file_len, cache_size, policy, readahead)?;
     let loads: Vec<Workload> = jobs
         .iter()
         .enumerate()

@@ -10,15 +10,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use setcache::{
-    CacheOptions, CacheStats, CachedFile, CachedStore, PartCompletion, PartitionOptions,
-    Partitions, PolicyKind, Store,
+    CacheStats, CachedFile, CachedStore, PartCompletion, PartitionOptions, Partitions, PolicyKind,
+    Store,
 };
 
-use super::cached::{block_sum, hit_ratio};
-use super::config::cache_bytes;
+use super::cached::{block_sum, hit_ratio, open};
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::outcome::Outcome;
-use super::prep::FILE_NAME;
 use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
 /// The task of `--compute`: the block of `arg` bytes at `at` summed.
@@ -40,19 +38,7 @@ pub(crate) fn run(
     compute: bool,
     timing: &Timing,
 ) -> Result<Outcome, String> {
-    let defaults = CacheOptions::default();
-    let cs = CachedStore::new(
-        store.clone(),
-        CacheOptions {
-            size: cache_bytes(cache_size, w.file_len) as usize,
-            policy: policy.unwrap_or(defaults.policy),
-            ..defaults
-        },
-    )
-    .map_err(|e| format!("setcache-numa engine: {e}"))?;
-    let file = cs
-        .open_file(FILE_NAME)
-        .map_err(|e| format!("setcache-numa engine: {e}"))?;
+    let (cs, file) = open("setcache-numa", store, w.file_len, cache_size, policy, None)?;
     let parts = Partitions::new(
         &cs,
         PartitionOptions {
