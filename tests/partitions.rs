@@ -12,8 +12,9 @@ use setcache::{
     PartitionOptions, Partitions, PolicyKind, Store,
 };
 
-fn cache(pages: usize, max_pages: usize) -> CacheOptions {
+fn cache(pages: usize, max_pages: usize, partitions: usize) -> CacheOptions {
     CacheOptions {
+        partitions,
         size: pages * 4096,
         max_size: Some(max_pages * 4096),
         page_size: 4096,
@@ -77,7 +78,7 @@ fn partitions_against_a_byte_array() {
                 dirty_at: Some(2),
                 ..FlushOptions::default()
             };
-            let cs = CachedStore::with_flusher(store, cache(16, 32), Some(flush)).unwrap();
+            let cs = CachedStore::with_flusher(store, cache(16, 32, parts), Some(flush)).unwrap();
             let cf = cs.open_file("d").unwrap();
             let p = Partitions::new(&cs, with(parts)).unwrap();
             assert_eq!(p.count(), parts);
@@ -208,7 +209,7 @@ fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
         *x = (i / 4096) as u8;
     }
     f.write_at(0, &b).unwrap();
-    let cs = CachedStore::new(store, cache(32, 32)).unwrap();
+    let cs = CachedStore::new(store, cache(32, 32, 2)).unwrap();
     let cf = cs.open_file("t").unwrap();
     let p = Partitions::new(&cs, with(2)).unwrap();
     std::thread::scope(|s| {
@@ -255,7 +256,8 @@ fn bad_partition_options_are_refused() {
     let roots = tmp.devices(1);
     let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
     let store = common::open(&roots, opts, 1);
-    let cs = CachedStore::new(store, cache(16, 16)).unwrap();
+    // Sets divided one per node, as the partitioned mode's default.
+    let cs = CachedStore::new(store.clone(), cache(16, 16, 0)).unwrap();
     for n in [0, 65] {
         let e = Partitions::new(&cs, with(n)).err().expect("refused");
         assert!(e.to_string().contains(&format!("{n} partitions")), "{e}");
@@ -275,5 +277,19 @@ fn bad_partition_options_are_refused() {
     for d in [0, 1 << 17] {
         let e = p.queue(d).err().expect("refused");
         assert!(e.to_string().contains(&format!("depth {d}")), "{e}");
+    }
+    drop(p);
+    drop(cs);
+    // Partitions other than the cache's division, and divisions the cache
+    // cannot make.
+    let cs = CachedStore::new(store.clone(), cache(16, 16, 1)).unwrap();
+    let e = Partitions::new(&cs, with(2)).err().expect("refused");
+    assert!(e.to_string().contains("divided into 1"), "{e}");
+    drop(cs);
+    for (pages, n, what) in [(16, 65, "65 partitions"), (8, 3, "one set per partition")] {
+        let e = CachedStore::new(store.clone(), cache(pages, pages, n))
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains(what), "{e}");
     }
 }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use super::dirty::{DirtySets, file_of};
-use super::place::{self, Clock};
+use super::place::{self, Clock, Parts};
 use super::policy::{Admit, Duel, NO_TAG, Policy, PolicyKind, SetState};
 use super::region::Region;
 use super::setmem::{LINE, SetLayout};
@@ -180,6 +180,9 @@ pub(crate) struct Core<M: Model> {
     /// filling 3/4 of a 29,127-set cache).
     pub(super) base: usize,
     pub(crate) max_sets: usize,
+    /// How the sets divide among partitions (one unless the cache is made for
+    /// partitioned mode): which sets a page may use, and where each set lies.
+    pub(crate) parts: Parts,
     /// The table now: the level `L` in the high 32 bits, the number of sets `n`
     /// in the low 32, one word so that readers never see one without the other.
     /// Written under the resize mutex.
@@ -218,6 +221,7 @@ impl<M: Model> Core<M> {
     pub(crate) fn new(
         sets: usize,
         max_sets: usize,
+        parts: usize,
         assoc: usize,
         page_size: usize,
         policy: PolicyKind,
@@ -238,6 +242,7 @@ impl<M: Model> Core<M> {
             page_size,
             base: sets,
             max_sets,
+            parts: Parts::new(parts, max_sets),
             table: AtomicU64::new(pack(sets, sets)),
             inited: Mutex::new(sets),
             policy,
@@ -291,10 +296,19 @@ impl<M: Model> Core<M> {
         self.table.load(Acquire)
     }
 
+    /// The hash of the second candidate set of a page of hash `h`: with
+    /// partitions, one of the sets of the first's partition (see [`Parts`]).
+    #[inline]
+    pub(crate) fn second(&self, h: u64) -> u64 {
+        let x = place::second(h);
+        let p = self.parts.n as u64;
+        if p == 1 { x } else { x - x % p + h % p }
+    }
+
     /// The two candidate sets of hash `h` in the table `t` (see [`place`]).
     #[inline]
     pub(crate) fn sets_at(&self, h: u64, t: u64) -> (usize, usize) {
-        (self.index(h, t), self.index(place::second(h), t))
+        (self.index(h, t), self.index(self.second(h), t))
     }
 
     /// The candidate sets of hash `h` in the table now.
@@ -317,7 +331,7 @@ impl<M: Model> Core<M> {
 
     /// Where `tag` is now, read without locks: `(set, slot)`.
     #[inline]
-    fn find(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
+    pub(super) fn find(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
         let t = self.table.load(Acquire);
         let s1 = self.index(h, t);
         if let Some(i) = self.slot_of(s1, tag) {
@@ -325,7 +339,7 @@ impl<M: Model> Core<M> {
         }
         // The second set only now: most lookups of a page in its first set
         // never pay for its index (a division).
-        let s2 = self.index(place::second(h), t);
+        let s2 = self.index(self.second(h), t);
         if s2 == s1 {
             return None;
         }
@@ -343,7 +357,10 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {
         debug_assert!(s < self.max_sets && i < self.lay.assoc);
-        let at = self.stamps.ptr().wrapping_add(s * self.lay.assoc + i);
+        let at = self
+            .stamps
+            .ptr()
+            .wrapping_add(self.parts.pos(s) * self.lay.assoc + i);
         // SAFETY: `at` is one of the region's `max_sets * assoc` bytes, each used only atomically.
         unsafe { &*at.cast::<AtomicU8>() }
     }
@@ -361,8 +378,9 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(super) fn set_ptr(&self, s: usize) -> *mut u8 {
         debug_assert!(s < self.max_sets);
-        // SAFETY: `s < max_sets`, so the offset stays inside the region.
-        unsafe { self.sets.ptr().add(s * self.lay.stride) }
+        // SAFETY: `s < max_sets`, so its position is below `max_sets` and the
+        // offset stays inside the region.
+        unsafe { self.sets.ptr().add(self.parts.pos(s) * self.lay.stride) }
     }
 
     #[inline]
@@ -418,7 +436,7 @@ impl<M: Model> Core<M> {
         let got = match self.try_read_in(s1, tag, offset, dst, stream) {
             Some(got) => got,
             None => {
-                let s2 = self.index(place::second(h), t);
+                let s2 = self.index(self.second(h), t);
                 if s2 == s1 {
                     Got::Miss
                 } else {
@@ -517,7 +535,7 @@ impl<M: Model> Core<M> {
         let found = match self.sight_in(s1, tag) {
             Some(found) => found,
             None => {
-                let s2 = self.index(place::second(h), t);
+                let s2 = self.index(self.second(h), t);
                 if s2 == s1 {
                     return None;
                 }
@@ -600,7 +618,7 @@ impl<M: Model> Core<M> {
         let (s, i) = match self.slot_of(s1, tag) {
             Some(i) => (s1, i),
             None => {
-                let s2 = self.index(place::second(h), t);
+                let s2 = self.index(self.second(h), t);
                 if s2 == s1 {
                     return None;
                 }
@@ -686,6 +704,19 @@ impl<M: Model> Core<M> {
         super::prefetch(unsafe { f.add(LINE) });
     }
 
+    /// Prefer NUMA node `node` for partition `p`'s spans of the set table,
+    /// the frames and the stamps (see [`Parts`]).
+    pub(crate) fn prefer_node(&self, p: usize, node: usize) -> Result<()> {
+        let at = self.parts.span(p);
+        let (a, n) = (self.lay.assoc, at.len());
+        self.sets
+            .prefer_node(at.start * self.lay.stride, n * self.lay.stride, node)?;
+        let frame_set = a * self.page_size;
+        self.frames
+            .prefer_node(at.start * frame_set, n * frame_set, node)?;
+        self.stamps.prefer_node(at.start * a, n * a, node)
+    }
+
     /// The frame region cut into chunks for I/O rings to register as fixed
     /// buffers when they first use them; a shrink gives back only the frames
     /// of chunks that no ring holds.
@@ -696,11 +727,12 @@ impl<M: Model> Core<M> {
     /// The frame of slot `i` of set `s`.
     #[inline]
     pub(crate) fn frame(&self, s: usize, i: usize) -> *mut u8 {
-        // SAFETY: inside the frame region (`s < max_sets`, `i < assoc`).
+        // SAFETY: inside the frame region (`s < max_sets`, so its position
+        // is too; `i < assoc`).
         unsafe {
             self.frames
                 .ptr()
-                .add((s * self.lay.assoc + i) * self.page_size)
+                .add((self.parts.pos(s) * self.lay.assoc + i) * self.page_size)
         }
     }
 
@@ -956,7 +988,7 @@ impl<M: Model> Core<M> {
     pub(crate) fn release_stored(&self, state: &M::W) {
         // The set whose memory holds the word: sets lie in one region.
         let at = state as *const M::W as usize - self.sets.ptr() as usize;
-        let s = at / self.lay.stride;
+        let s = self.parts.set_at(at / self.lay.stride);
         debug_assert!(s < self.max_sets);
         let mut x = state.load(Relaxed);
         let old = loop {

@@ -80,6 +80,15 @@ pub struct CacheOptions {
     /// How long a lookup backs off while every page of its set is pinned
     /// before it fails with [`Error::AllPinned`].
     pub pin_wait: Duration,
+    /// Partitions the sets are divided into, for partitioned mode
+    /// ([`Partitions`](crate::Partitions)): 1 (the default) for the shared
+    /// cache, 0 for one per NUMA node of the machine (one on a machine of
+    /// one node), or a number from 1 to 64. A page's two candidate sets are
+    /// in the partition its hash names, and each partition's sets and frames
+    /// lie together in memory. Any partition count serves every interface;
+    /// only partitioned mode's workers use the division. The number of sets
+    /// is rounded down to a multiple of it.
+    pub partitions: usize,
 }
 
 impl Default for CacheOptions {
@@ -91,6 +100,7 @@ impl Default for CacheOptions {
             assoc: 12,
             policy: PolicyKind::DEFAULT,
             pin_wait: Duration::from_secs(1),
+            partitions: 1,
         }
     }
 }
@@ -162,13 +172,8 @@ pub struct PageId {
     pub page: u64,
 }
 
-/// The partition, of `parts`, that owns page `page` of cache file `file`: the
-/// low half of the page's hash scaled to `parts` (the candidate sets use the
-/// hash modulo the table and its high half, see `place`).
-pub(crate) fn partition_of(file: u32, page: u64, parts: usize) -> usize {
-    let h = crate::util::mix::mix64(((file as u64) << dirty::FILE_SHIFT) | page);
-    (((h & 0xFFFF_FFFF) * parts as u64) >> 32) as usize
-}
+/// The most partitions a cache's sets may be divided into.
+pub const MAX_PARTITIONS: usize = 64;
 
 fn untag(tag: u64) -> (u32, u64) {
     (dirty::file_of(tag), tag & MAX_PAGE)
@@ -187,6 +192,7 @@ impl<M: Model> PageCache<M> {
         let core = Core::new(
             sets,
             max_sets,
+            Self::partitions_of(&opts),
             opts.assoc,
             opts.page_size,
             opts.policy,
@@ -220,14 +226,27 @@ impl<M: Model> PageCache<M> {
                 policy::MAX_ASSOC
             ));
         }
+        if opts.partitions > MAX_PARTITIONS {
+            return bad(format!(
+                "cache of {} partitions: give 0 (one per NUMA node) or 1 to {MAX_PARTITIONS}",
+                opts.partitions
+            ));
+        }
+        let parts = Self::partitions_of(opts);
         let set_bytes = opts.assoc * opts.page_size;
-        if opts.size < set_bytes {
+        if opts.size < set_bytes * parts {
+            if parts > 1 {
+                return bad(format!(
+                    "cache size {} bytes is smaller than one set per partition ({parts} x {} pages of {} bytes)",
+                    opts.size, opts.assoc, opts.page_size
+                ));
+            }
             return bad(format!(
                 "cache size {} bytes is smaller than one set ({} pages of {} bytes = {set_bytes} bytes)",
                 opts.size, opts.assoc, opts.page_size
             ));
         }
-        let sets = (opts.size / set_bytes).max(1);
+        let sets = (opts.size / set_bytes / parts * parts).max(1);
         let meta = setmem::SetLayout::new::<M>(opts.assoc, opts.policy.ghosts(opts.assoc)).stride;
         let need = (sets as u64).saturating_mul((set_bytes + meta) as u64);
         check_memory(need, || {
@@ -239,16 +258,45 @@ impl<M: Model> PageCache<M> {
             }
         })?;
         let max = opts.max_size.unwrap_or(opts.size).max(opts.size);
-        let max_sets = (max / set_bytes).max(sets);
+        let max_sets = (max / set_bytes).max(sets) / parts * parts;
         if max_sets > u32::MAX as usize / 2 {
             return bad(format!("cache size {max} bytes needs too many sets"));
         }
         Ok((sets, max_sets))
     }
 
+    /// The partitions `opts` ask for, 0 resolved to the machine's nodes.
+    fn partitions_of(opts: &CacheOptions) -> usize {
+        match opts.partitions {
+            0 => crate::util::nodes::nodes().len().clamp(1, MAX_PARTITIONS),
+            p => p,
+        }
+    }
+
     /// Bytes per page.
     pub fn page_size(&self) -> usize {
         self.core.page_size
+    }
+
+    /// How many partitions the sets are divided into
+    /// ([`CacheOptions::partitions`]).
+    pub fn partitions(&self) -> usize {
+        self.core.parts.n
+    }
+
+    /// The partition whose sets may hold page `page` of cache file `file`:
+    /// its hash modulo the partitions (see `place::Parts`).
+    pub(crate) fn partition_of(&self, file: u32, page: u64) -> usize {
+        let tag = ((file as u64) << dirty::FILE_SHIFT) | page;
+        (crate::util::mix::mix64(tag) % self.core.parts.n as u64) as usize
+    }
+
+    /// Ask the kernel to place partition `p`'s set metadata, frames and
+    /// stamps on NUMA node `node` (a preference: a full node spills to the
+    /// others rather than failing). Pages already in memory stay where
+    /// they are; the rest go to `node` when first touched.
+    pub(crate) fn prefer_node(&self, p: usize, node: usize) -> Result<()> {
+        self.core.prefer_node(p, node)
     }
 
     /// The frames, cut into chunks that a queue's rings register as fixed

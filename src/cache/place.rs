@@ -47,6 +47,67 @@ pub(crate) fn second(h: u64) -> u64 {
     h >> 32
 }
 
+/// How a cache's sets divide among `n` partitions, and where each set lies in
+/// memory.
+///
+/// Set `s` belongs to partition `s mod n`. The table starts at a multiple of
+/// `n` sets, so every table that linear hashing makes sends hash `h` to a set
+/// of partition `h mod n` (its level is a multiple of `n`, and so are twice
+/// it); the second candidate's hash is taken in the same class
+/// (`Core::second`). Both candidate sets of a page are then in the partition
+/// its hash names, at every table size, and a resize moves pages only within
+/// a partition.
+///
+/// In memory the sets are grouped by partition: set `s` lies at position
+/// `(s mod n) * per + s / n` of the set table, the frames and the stamps
+/// (`per = max_sets / n`), so each partition's sets, frames and stamps are one
+/// span each, which can be bound to a node's memory. With one partition the
+/// position is the set.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Parts {
+    pub(crate) n: usize,
+    per: usize,
+}
+
+impl Parts {
+    /// `n` partitions of a table of at most `max_sets` sets, a multiple of `n`.
+    pub(crate) fn new(n: usize, max_sets: usize) -> Parts {
+        assert!(
+            n >= 1 && max_sets % n == 0,
+            "{max_sets} sets, {n} partitions"
+        );
+        Parts {
+            n,
+            per: max_sets / n,
+        }
+    }
+
+    /// The position in memory of set `s`.
+    #[inline]
+    pub(crate) fn pos(&self, s: usize) -> usize {
+        if self.n == 1 {
+            s
+        } else {
+            (s % self.n) * self.per + s / self.n
+        }
+    }
+
+    /// The set at position `pos` (the inverse of [`Parts::pos`]).
+    #[inline]
+    pub(crate) fn set_at(&self, pos: usize) -> usize {
+        if self.n == 1 {
+            pos
+        } else {
+            (pos % self.per) * self.n + pos / self.per
+        }
+    }
+
+    /// The positions of partition `p`'s sets.
+    pub(crate) fn span(&self, p: usize) -> std::ops::Range<usize> {
+        p * self.per..(p + 1) * self.per
+    }
+}
+
 /// Whether a miss should evict the second set's victim, stamped `s2`, rather
 /// than the first set's, stamped `s1`, at epoch `now`: only when it is
 /// strictly older (ties keep pages in their first set, where a lookup looks
@@ -209,6 +270,21 @@ mod tests {
                 same < 2.0 * chance + 50.0,
                 "{m} sets: {same} of {n} pages have one set (chance {chance})"
             );
+        }
+    }
+
+    #[test]
+    fn partitions_group_their_sets_and_positions_invert() {
+        for (n, max) in [(1, 10), (2, 10), (3, 12), (5, 35)] {
+            let parts = Parts::new(n, max);
+            let mut seen = vec![false; max];
+            for s in 0..max {
+                let at = parts.pos(s);
+                assert!(parts.span(s % n).contains(&at), "set {s} of {n}");
+                assert_eq!(parts.set_at(at), s);
+                assert!(!seen[at]);
+                seen[at] = true;
+            }
         }
     }
 

@@ -88,6 +88,50 @@ impl Region {
     }
 }
 
+impl Region {
+    /// Prefer NUMA node `node` for the pages of `[off, off + len)`, widened
+    /// to whole pages, that are not yet in memory (`mbind` with
+    /// `MPOL_PREFERRED`).
+    pub(crate) fn prefer_node(&self, off: usize, len: usize, node: usize) -> Result<()> {
+        let page = 4096;
+        let start = off / page * page;
+        let end = (off + len).min(self.len).div_ceil(page) * page;
+        if end <= start {
+            return Ok(());
+        }
+        let mut mask = [0u64; 16];
+        if node >= mask.len() * 64 {
+            return Err(Error::InvalidArgument(format!(
+                "NUMA node {node} is beyond the {} this build can name",
+                mask.len() * 64
+            )));
+        }
+        mask[node / 64] |= 1 << (node % 64);
+        const MPOL_PREFERRED: libc::c_long = 1;
+        // SAFETY: the range lies inside our own mapping and the mask holds
+        // `16 * 64` bits, the count passed; mbind changes only the policy.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_mbind,
+                self.ptr.add(start),
+                end - start,
+                MPOL_PREFERRED,
+                mask.as_ptr(),
+                (mask.len() * 64) as libc::c_ulong,
+                0 as libc::c_uint,
+            )
+        };
+        if r != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "cannot prefer NUMA node {node} for {} bytes of the cache: {}",
+                end - start,
+                std::io::Error::last_os_error()
+            )));
+        }
+        Ok(())
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: the mapping was created by `new` with this length and nothing

@@ -146,7 +146,9 @@ impl<M: Model> Core<M> {
         self.unlock(s);
         let stride = self.lay.assoc * self.page_size;
         self.chunks
-            .release(t * stride, stride, |off, len| self.frames.release(off, len));
+            .release(self.parts.pos(t) * stride, stride, |off, len| {
+                self.frames.release(off, len)
+            });
         Ok(true)
     }
 

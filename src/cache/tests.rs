@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::sync::shuttle_model::Shuttle;
 use super::sync::{Model, Os};
 use super::*;
+use crate::util::mix::mix64;
 
 fn opts(size_pages: usize, max_pages: usize, assoc: usize, policy: PolicyKind) -> CacheOptions {
     CacheOptions {
@@ -18,6 +19,7 @@ fn opts(size_pages: usize, max_pages: usize, assoc: usize, policy: PolicyKind) -
         assoc,
         policy,
         pin_wait: Duration::from_millis(200),
+        partitions: 1,
     }
 }
 
@@ -333,7 +335,42 @@ fn op() -> impl proptest::strategy::Strategy<Value = Op> {
 }
 
 fn run_model(policy: PolicyKind, ops: &[Op]) {
+    run_model_in(policy, 1, ops)
+}
+
+/// Each cached page is in a set of the partition its hash names, and that
+/// set's metadata, frames and stamps lie in the partition's spans.
+fn assert_in_their_partitions<M: Model>(c: &PageCache<M>) {
+    let core = &c.core;
+    let parts = core.parts;
+    for CachedPage { file, page, .. } in c.pages() {
+        let tag = tag_of(file, page).unwrap();
+        let (s, i) = core.find(mix64(tag), tag).expect("a listed page is found");
+        let p = c.partition_of(file, page);
+        assert_eq!(
+            s % parts.n,
+            p,
+            "page {page} in set {s}, not of partition {p}"
+        );
+        let at = parts.pos(s);
+        assert!(
+            parts.span(p).contains(&at),
+            "set {s} at {at} outside partition {p}"
+        );
+        let frames = core.frames.ptr() as usize;
+        let span = parts.span(p);
+        let per_set = core.lay.assoc * core.page_size;
+        let f = core.frame(s, i) as usize - frames;
+        assert!(
+            (span.start * per_set..span.end * per_set).contains(&f),
+            "frame of page {page} outside partition {p}'s frames"
+        );
+    }
+}
+
+fn run_model_in(policy: PolicyKind, partitions: usize, ops: &[Op]) {
     let c = PageCache::<Os>::new(CacheOptions {
+        partitions,
         pin_wait: Duration::from_millis(5),
         // Three sets: a level that is not a power of two (modulo, not mask).
         ..opts(12, 32, 4, policy)
@@ -414,6 +451,7 @@ fn run_model(policy: PolicyKind, ops: &[Op]) {
         pages.sort();
         pages.dedup();
         assert_eq!(pages.len(), n, "a page is cached twice");
+        assert_in_their_partitions(&c);
     }
     held.clear();
     // Nothing dirty was lost: flush, then the device holds every write.
@@ -440,6 +478,17 @@ proptest::proptest! {
         ops in proptest::collection::vec(op(), 1..160),
     ) {
         run_model(policy, &ops);
+    }
+
+    /// The same with the sets divided among two or three partitions (two
+    /// or three sets at the start, up to eight).
+    #[test]
+    fn a_partitioned_cache_matches_the_reference_model(
+        policy in proptest::sample::select(PolicyKind::ALL.to_vec()),
+        partitions in 2..4usize,
+        ops in proptest::collection::vec(op(), 1..160),
+    ) {
+        run_model_in(policy, partitions, &ops);
     }
 }
 
@@ -1421,4 +1470,53 @@ fn a_sync_finds_every_dirty_page_through_the_marked_sets() {
             }
         }
     });
+}
+
+/// A partition's memory can be placed on a node: here the only node, 0. The
+/// kernel then reports the preference for an address inside the partition's
+/// frames and none for the other partition's.
+#[test]
+fn a_partitions_memory_prefers_its_node() {
+    let nodes = crate::util::nodes::nodes();
+    if nodes.is_empty() {
+        eprintln!("skipped: no /sys/devices/system/node");
+        return;
+    }
+    let c = PageCache::<Os>::new(CacheOptions {
+        partitions: 2,
+        ..opts(8 * 64, 8 * 64, 8, PolicyKind::Gclock)
+    })
+    .unwrap();
+    let node = nodes[0].id;
+    c.prefer_node(1, node).unwrap();
+    let core = &c.core;
+    let policy_at = |set: usize| {
+        let (mut mode, mut mask) = (0i32, [0u64; 16]);
+        const MPOL_F_ADDR: libc::c_ulong = 2;
+        // SAFETY: `mode` and a mask of 1024 bits are ours to write; the
+        // address is one of the cache's frames.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_get_mempolicy,
+                &mut mode as *mut i32,
+                mask.as_mut_ptr(),
+                1024 as libc::c_ulong,
+                core.frame(set, 3),
+                MPOL_F_ADDR,
+            )
+        };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+        (mode, mask[node / 64] >> (node % 64) & 1)
+    };
+    const MPOL_DEFAULT: i32 = 0;
+    const MPOL_PREFERRED: i32 = 1;
+    // Sets 1, 3, 5, ... are partition 1's; 0, 2, ... partition 0's.
+    for s in [1, 33, 63] {
+        assert_eq!(policy_at(s), (MPOL_PREFERRED, 1), "set {s}");
+    }
+    for s in [0, 32, 62] {
+        assert_eq!(policy_at(s).0, MPOL_DEFAULT, "set {s}");
+    }
+    let e = c.prefer_node(0, 5000).unwrap_err();
+    assert!(e.to_string().contains("node 5000"), "{e}");
 }

@@ -752,6 +752,7 @@ mod tests {
                 assoc: 4,
                 policy: PolicyKind::Clock,
                 pin_wait: Duration::from_millis(1),
+                partitions: 1,
             })
             .unwrap(),
         );

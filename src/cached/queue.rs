@@ -1392,6 +1392,7 @@ mod tests {
                 assoc: 4,
                 policy: PolicyKind::Gclock,
                 pin_wait: Duration::from_secs(5),
+                partitions: 1,
             },
             None,
         )

@@ -3,7 +3,11 @@
 //! reach a partition's pages by messages to its workers instead of touching
 //! them.
 //!
-//! A page belongs to the partition its hash names ([`Partitions::partition_of`]).
+//! The cache's sets are divided among the partitions when it is made
+//! ([`CacheOptions::partitions`](crate::CacheOptions::partitions)): a page
+//! belongs to the partition its hash names ([`Partitions::partition_of`]),
+//! both its candidate sets are that partition's at every table size, and each
+//! partition's set metadata and frames lie together in memory.
 //! An application thread's [`PartQueue`] gathers its requests per partition
 //! and sends each partition one bundle per batch over a bounded
 //! single-producer single-consumer ring ([`link`]); the partition's worker
@@ -17,11 +21,11 @@
 //! [`Error::TaskPanicked`] and the worker goes on.
 //!
 //! On a machine with several nodes each partition's worker is bound to its
-//! node's CPUs (the frames the worker touches then stay in its node's caches;
-//! the set-associative cache itself is shared, and every other interface of
-//! the cached store goes on reaching pages directly). Partitions given in a
-//! number other than the machine's nodes are *emulated*: their workers are not
-//! bound. Which nodes cache and which do I/O is a setting: the partitions'
+//! node's CPUs and the partition's memory prefers that node, so the frames a
+//! worker touches are local. Every other interface of the cached store goes
+//! on reaching pages directly, through the same sets (remote accesses, where
+//! the page is another node's). Partitions in a number other than the
+//! machine's nodes are *emulated*: neither workers nor memory are bound. Which nodes cache and which do I/O is a setting: the partitions'
 //! workers run on [`PartitionOptions::cache_nodes`], the devices' I/O threads
 //! where the store's `cpu_affinity` puts them.
 
@@ -43,6 +47,7 @@ use crate::cached::{CachedCompletion, CachedFile, CachedQueue, CachedRequest, Ca
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::queue::Bell;
+pub use crate::util::nodes::{Node, nodes};
 use crate::util::slab::Slab;
 use link::{Link, Outbox};
 
@@ -54,10 +59,11 @@ pub type Task = fn(&[u8], usize, u64) -> u64;
 /// How to divide a cached store's pages among partitions.
 #[derive(Clone, Debug, Default)]
 pub struct PartitionOptions {
-    /// Partitions: `None` for one per NUMA node of `/sys/devices/system/node`
-    /// (one on a machine of one node, or where that directory is missing).
-    /// A number other than the nodes' is emulated: the workers are not bound
-    /// to CPUs.
+    /// Partitions: `None` for as many as the cache's sets are divided into
+    /// ([`CacheOptions::partitions`](crate::CacheOptions::partitions), which
+    /// is one per NUMA node when given as 0); a number must be that one.
+    /// A number other than the machine's nodes is emulated: the workers are
+    /// not bound to CPUs, nor the partitions' memory to nodes.
     pub partitions: Option<usize>,
     /// The nodes whose CPUs run the partitions' workers (partition `p` on the
     /// `p`-th of them, modulo their number); `None` for every node. The
@@ -68,60 +74,7 @@ pub struct PartitionOptions {
     pub worker_depth: usize,
 }
 
-/// The most partitions.
-pub const MAX_PARTITIONS: usize = 64;
-
-/// A node of the machine and its CPUs.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Node {
-    /// The node's number.
-    pub id: usize,
-    /// Its CPUs.
-    pub cpus: Vec<usize>,
-}
-
-/// The machine's NUMA nodes from `/sys/devices/system/node` (empty where the
-/// directory is missing or unreadable).
-pub fn nodes() -> Vec<Node> {
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
-        return Vec::new();
-    };
-    let mut out: Vec<Node> = dir
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().into_string().ok()?;
-            let id: usize = name.strip_prefix("node")?.parse().ok()?;
-            let list = std::fs::read_to_string(e.path().join("cpulist")).ok()?;
-            Some(Node {
-                id,
-                cpus: parse_cpulist(list.trim())?,
-            })
-        })
-        .collect();
-    out.sort_by_key(|n| n.id);
-    out
-}
-
-/// `0-3,8,10-11` as a list of CPUs; None if malformed.
-fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
-    let mut out = Vec::new();
-    if s.is_empty() {
-        return Some(out);
-    }
-    for part in s.split(',') {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 1 << 16 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
-}
+pub use crate::cache::MAX_PARTITIONS;
 
 /// A request on its way to a worker.
 struct Req {
@@ -200,7 +153,9 @@ struct Part {
 /// std::fs::create_dir_all(&dir)?;
 /// let store = Store::open(&[&dir], StoreOptions::default())?;
 /// store.create("f", 1 << 20, LayoutKind::Stripe)?;
-/// let cs = CachedStore::new(store, CacheOptions { size: 4 << 20, ..CacheOptions::default() })?;
+/// // The cache's sets divided in two, each half served by a worker.
+/// let opts = CacheOptions { size: 4 << 20, partitions: 2, ..CacheOptions::default() };
+/// let cs = CachedStore::new(store, opts)?;
 /// let f = cs.open_file("f")?;
 /// f.write_at(4096 + 10, &[7u8; 3])?;
 /// let parts = Partitions::new(&cs, PartitionOptions { partitions: Some(2), ..Default::default() })?;
@@ -253,8 +208,13 @@ impl<'cs> Partitions<'cs> {
                     "{p} partitions: give 1 to {MAX_PARTITIONS}"
                 )));
             }
-            Some(p) => p,
-            None => found.len().max(1),
+            Some(p) if p != cs.inner.cache.partitions() => {
+                return Err(Error::InvalidArgument(format!(
+                    "{p} partitions, but the cache's sets are divided into {} (CacheOptions::partitions)",
+                    cs.inner.cache.partitions()
+                )));
+            }
+            _ => cs.inner.cache.partitions(),
         };
         let cache_nodes: Vec<&Node> = match &opts.cache_nodes {
             None => found.iter().collect(),
@@ -284,6 +244,13 @@ impl<'cs> Partitions<'cs> {
         } else {
             opts.worker_depth
         };
+        if !emulated {
+            for p in 0..n {
+                cs.inner
+                    .cache
+                    .prefer_node(p, cache_nodes[p % cache_nodes.len()].id)?;
+            }
+        }
         let mut me = Partitions {
             sh: cs.inner.clone(),
             parts: Vec::new(),
@@ -325,7 +292,7 @@ impl<'cs> Partitions<'cs> {
     /// The partition that owns the page holding byte `offset` of `file`.
     pub fn partition_of(&self, file: &CachedFile, offset: u64) -> usize {
         let page = offset / self.sh.cache.page_size() as u64;
-        crate::cache::partition_of(file.id, page, self.parts.len())
+        self.sh.cache.partition_of(file.id, page)
     }
 
     /// A queue for the calling thread, keeping at most `depth` requests

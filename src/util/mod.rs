@@ -1,6 +1,7 @@
 //! Small pieces every layer shares.
 
 pub(crate) mod mix;
+pub(crate) mod nodes;
 pub(crate) mod size;
 pub(crate) mod slab;
 

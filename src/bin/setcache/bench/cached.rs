@@ -35,6 +35,7 @@ pub(crate) fn open(
     cache_size: Option<u64>,
     policy: Option<PolicyKind>,
     readahead: Option<u64>,
+    partitions: usize,
 ) -> Result<(CachedStore, CachedFile), String> {
     let defaults = CacheOptions::default();
     let cs = CachedStore::new(
@@ -42,6 +43,7 @@ pub(crate) fn open(
         CacheOptions {
             size: cache_bytes(cache_size, file_len) as usize,
             policy: policy.unwrap_or(defaults.policy),
+            partitions,
             ..defaults
         },
     )
@@ -124,7 +126,9 @@ pub(crate) fn run(
             format_size(cache_bytes(cache_size, w.file_len))
         );
     }
-    let (cs, file) = open("setcache", store, w.file_len, cache_size, policy, readahead)?;
+    let (cs, file) = open(
+        "setcache", store, w.file_len, cache_size, policy, readahead, 1,
+    )?;
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let hits = AtomicU64::new(0);
     let mut m = run_threads(threads, timing, |t, ctl| {
@@ -468,7 +472,9 @@ pub(crate) fn run_jobs(
     seed: u64,
     timing: &Timing,
 ) -> Result<(Vec<JobResult>, (u64, u64)), String> {
-    let (cs, file) = open("setcache", store, file_len, cache_size, policy, readahead)?;
+    let (cs, file) = open(
+        "setcache", store, file_len, cache_size, policy, readahead, 1,
+    )?;
     let loads: Vec<Workload> = jobs
         .iter()
         .enumerate()

@@ -38,7 +38,16 @@ pub(crate) fn run(
     compute: bool,
     timing: &Timing,
 ) -> Result<Outcome, String> {
-    let (cs, file) = open("setcache-numa", store, w.file_len, cache_size, policy, None)?;
+    // The cache's sets divided as the partitions (0: one per node).
+    let (cs, file) = open(
+        "setcache-numa",
+        store,
+        w.file_len,
+        cache_size,
+        policy,
+        None,
+        partitions.unwrap_or(0),
+    )?;
     let parts = Partitions::new(
         &cs,
         PartitionOptions {

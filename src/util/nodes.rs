@@ -1,0 +1,53 @@
+//! The machine's NUMA nodes, as the kernel lists them.
+
+/// A node of the machine and its CPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    /// The node's number.
+    pub id: usize,
+    /// Its CPUs.
+    pub cpus: Vec<usize>,
+}
+
+/// The machine's NUMA nodes from `/sys/devices/system/node` (empty where the
+/// directory is missing or unreadable).
+pub fn nodes() -> Vec<Node> {
+    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Node> = dir
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let name = e.file_name().into_string().ok()?;
+            let id: usize = name.strip_prefix("node")?.parse().ok()?;
+            let list = std::fs::read_to_string(e.path().join("cpulist")).ok()?;
+            Some(Node {
+                id,
+                cpus: parse_cpulist(list.trim())?,
+            })
+        })
+        .collect();
+    out.sort_by_key(|n| n.id);
+    out
+}
+
+/// `0-3,8,10-11` as a list of CPUs; None if malformed.
+fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
+    let mut out = Vec::new();
+    if s.is_empty() {
+        return Some(out);
+    }
+    for part in s.split(',') {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
+                if b < a || b - a > 1 << 16 {
+                    return None;
+                }
+                out.extend(a..=b);
+            }
+            None => out.push(part.parse().ok()?),
+        }
+    }
+    Some(out)
+}
