@@ -686,3 +686,65 @@ fn concurrent_queues_through_a_small_cache() {
         }
     }
 }
+
+/// A queue whose batches keep hitting never waits, yet its fills finish:
+/// each submit reaps the fills that have completed. So another thread reading
+/// a page the queue is filling gets it rather than failing after the pin
+/// wait, and the queue's own miss completes.
+#[test]
+fn a_queue_that_only_hits_still_finishes_its_fills() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let tmp = TempDir::new("cached-lazy-reap");
+    let roots = tmp.devices(1);
+    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let store = common::open(&roots, opts, 1);
+    let f = store.create("r", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    b.copy_from_slice(&pattern(3, 0, 64 * 4096));
+    f.write_at(0, &b).unwrap();
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(300),
+        ..cache(32, 32)
+    };
+    let cs = CachedStore::new(store, opts).unwrap();
+    let cf = cs.open_file("r").unwrap();
+    let mut page = vec![0u8; 4096];
+    cf.read_at(0, &mut page).unwrap();
+    let (sent, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let hitter = s.spawn(|| {
+            let mut q = cs.queue(8);
+            let read = |page: u64| {
+                CachedRequest::tagged(OpKind::Read, &cf, page * 4096, vec![0u8; 4096], page)
+            };
+            q.submit(vec![read(9)]);
+            sent.store(true, Ordering::Release);
+            let (mut done, mut filled) = (Vec::new(), None);
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(3) {
+                // Hits of page 0 only; never a wait or a poll.
+                q.submit(vec![read(0)]);
+                q.take_completions(&mut done);
+                if let Some(c) = done.iter().find(|c| c.0 == 9) {
+                    filled = Some(c.1.buf.clone());
+                }
+                done.clear();
+                if filled.is_some() && stop.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+            let filled = filled.expect("the queue's miss of page 9 never finished");
+            assert!(filled[..] == pattern(3, 9 * 4096, 4096)[..]);
+            q.drain();
+        });
+        while !sent.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        let mut page = vec![0u8; 4096];
+        let r = cf.read_at(9 * 4096, &mut page);
+        stop.store(true, Ordering::Release);
+        r.expect("page 9, filled by the other thread's queue");
+        assert!(page[..] == pattern(3, 9 * 4096, 4096)[..]);
+        hitter.join().unwrap();
+    });
+}

@@ -538,6 +538,13 @@ impl<'a> CachedQueue<'a> {
         }
         drop(it);
         self.q.flush_now();
+        // A page this queue fills stays busy for every other thread until the
+        // queue reaps the fill: reap what has finished now, so that a caller
+        // whose batches keep hitting (and so never waits) does not hold other
+        // threads' readers of those pages, nor its own misses, unanswered.
+        if self.q.in_flight() > 0 {
+            self.q.poll();
+        }
         self.collect();
     }
 
