@@ -662,11 +662,11 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
         }
         if !batch.is_empty() {
             idle = 0;
-            // Hints first, as a queue's batch does: the sets' metadata of
-            // every page, then the first lines of the frames of those cached,
-            // so that the batch's memory misses overlap.
+            // Hints for the tasks first, as the queue gives its batches: the
+            // sets' metadata of every page, then the first lines of the
+            // frames of those cached, so that the memory misses overlap.
             for frame in [false, true] {
-                for (k, r) in &batch {
+                for (k, r) in batch.iter().filter(|(_, r)| matches!(r.what, What::Task(..))) {
                     let id = served.get(*k).expect("served").files[r.file as usize].id;
                     sh.cache.prefetch(id, r.offset / ps, frame);
                 }
