@@ -24,7 +24,7 @@ fn cache(pages: usize, max_pages: usize) -> CacheOptions {
         assoc: 4,
         policy: PolicyKind::Gclock,
         pin_wait: Duration::from_secs(5),
-        partitions: 1,
+        partitions: common::partitions_upto(pages / 4),
     }
 }
 

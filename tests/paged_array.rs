@@ -24,7 +24,7 @@ fn store(tmp: &TempDir, pages: usize, max_pages: usize) -> CachedStore {
             assoc: 8,
             policy: PolicyKind::Clock,
             pin_wait: Duration::from_secs(5),
-            partitions: 1,
+            partitions: common::partitions_upto(pages / 8),
         },
     )
     .unwrap()
@@ -490,7 +490,7 @@ fn shared_page_references_and_in_place_stores_never_meet() {
             assoc: 8,
             policy: PolicyKind::Clock,
             pin_wait: Duration::from_millis(300),
-            partitions: 1,
+            partitions: common::partitions_upto(256 / 8),
         },
     )
     .unwrap();

@@ -666,7 +666,10 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
             // sets' metadata of every page, then the first lines of the
             // frames of those cached, so that the memory misses overlap.
             for frame in [false, true] {
-                for (k, r) in batch.iter().filter(|(_, r)| matches!(r.what, What::Task(..))) {
+                for (k, r) in batch
+                    .iter()
+                    .filter(|(_, r)| matches!(r.what, What::Task(..)))
+                {
                     let id = served.get(*k).expect("served").files[r.file as usize].id;
                     sh.cache.prefetch(id, r.offset / ps, frame);
                 }

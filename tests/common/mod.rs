@@ -102,10 +102,29 @@ impl Rng {
     }
 }
 
+/// The partitions the tests' caches divide their sets into:
+/// `SETCACHE_TEST_PARTITIONS` (1 when unset), so that the suites of the
+/// cached interfaces can run again over a partitioned table.
+pub fn partitions() -> usize {
+    match std::env::var("SETCACHE_TEST_PARTITIONS") {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("SETCACHE_TEST_PARTITIONS={v:?} is not a number")),
+        Err(_) => 1,
+    }
+}
+
+/// [`partitions`], but no more than a cache of `sets` sets can have (a test
+/// built on one set keeps its one set).
+pub fn partitions_upto(sets: usize) -> usize {
+    partitions().clamp(1, sets.max(1))
+}
+
 /// A small cache of `pages` 4 KiB pages, 4-way, CLOCK, with a 5 s pin wait: far
 /// smaller than the test files, so pages are evicted and written back all the time.
 pub fn small_cache(pages: usize) -> CacheOptions {
     CacheOptions {
+        partitions: partitions_upto(pages / 4),
         size: pages * 4096,
         page_size: 4096,
         assoc: 4,
@@ -142,6 +161,7 @@ pub fn cached_rig(
             assoc,
             policy: PolicyKind::Clock,
             pin_wait,
+            partitions: partitions_upto(pages / assoc),
             ..CacheOptions::default()
         },
     )
