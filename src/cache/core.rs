@@ -378,8 +378,7 @@ impl<M: Model> Core<M> {
     #[inline]
     pub(super) fn set_ptr(&self, s: usize) -> *mut u8 {
         debug_assert!(s < self.max_sets);
-        // SAFETY: `s < max_sets`, so its position is below `max_sets` and the
-        // offset stays inside the region.
+        // SAFETY: `s < max_sets`, so its position is too: inside the region.
         unsafe { self.sets.ptr().add(self.parts.pos(s) * self.lay.stride) }
     }
 
@@ -727,8 +726,7 @@ impl<M: Model> Core<M> {
     /// The frame of slot `i` of set `s`.
     #[inline]
     pub(crate) fn frame(&self, s: usize, i: usize) -> *mut u8 {
-        // SAFETY: inside the frame region (`s < max_sets`, so its position
-        // is too; `i < assoc`).
+        // SAFETY: inside the frames (`s < max_sets`, so its position is; `i < assoc`).
         unsafe {
             self.frames
                 .ptr()

@@ -287,8 +287,10 @@ impl<M: Model> PageCache<M> {
     /// The partition whose sets may hold page `page` of cache file `file`:
     /// its hash modulo the partitions (see `place::Parts`).
     pub(crate) fn partition_of(&self, file: u32, page: u64) -> usize {
-        let tag = ((file as u64) << dirty::FILE_SHIFT) | page;
-        (crate::util::mix::mix64(tag) % self.core.parts.n as u64) as usize
+        // A page the cache would refuse lives nowhere: partition 0 serves its error.
+        tag_of(file, page).map_or(0, |tag| {
+            (crate::util::mix::mix64(tag) % self.core.parts.n as u64) as usize
+        })
     }
 
     /// Ask the kernel to place partition `p`'s set metadata, frames and
