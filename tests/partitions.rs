@@ -83,7 +83,12 @@ fn partitions_against_a_byte_array() {
             let p = Partitions::new(&cs, with(parts)).unwrap();
             assert_eq!(p.count(), parts);
             assert!(p.emulated(), "one node here: emulated");
-            let mut q = p.queue(8).unwrap();
+            // Every request by message, then a thread at home in the first
+            // partition, then one at home in the last (its pages served by
+            // the thread itself, the rest by message).
+            let home = [None, Some(0), Some(parts - 1)][epoch];
+            let mut q = p.queue_on(8, home).unwrap();
+            assert_eq!(q.home(), home);
             for step in 0..200 {
                 match rng.below(10) {
                     0..=1 => {
@@ -196,7 +201,8 @@ fn panics_on_odd(page: &[u8], _: usize, arg: u64) -> u64 {
 
 /// A task that panics fails its own request, naming file, offset and the
 /// panic; the partition goes on serving; many threads' queues share the
-/// workers, with queues deeper than the requests and as shallow as one.
+/// workers, with queues deeper than the requests and as shallow as one, at
+/// home in either partition (panics caught on the thread itself) or none.
 #[test]
 fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
     let tmp = TempDir::new("parts-panic");
@@ -216,7 +222,8 @@ fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
         for t in 0..4u64 {
             let (p, cf) = (&p, &cf);
             s.spawn(move || {
-                let mut q = p.queue([1, 2, 7, 64][t as usize]).unwrap();
+                let home = [None, Some(1), Some(0), None][t as usize];
+                let mut q = p.queue_on([1, 2, 7, 64][t as usize], home).unwrap();
                 for round in 0..20u64 {
                     for page in 0..64u64 {
                         q.task(cf, page * 4096, panics_on_odd, page + round * 2, page);
@@ -278,6 +285,12 @@ fn bad_partition_options_are_refused() {
         let e = p.queue(d).err().expect("refused");
         assert!(e.to_string().contains(&format!("depth {d}")), "{e}");
     }
+    let e = p.queue_on(4, Some(p.count())).err().expect("refused");
+    assert!(
+        e.to_string()
+            .contains(&format!("home partition {}", p.count())),
+        "{e}"
+    );
     drop(p);
     drop(cs);
     // Partitions other than the cache's division, and divisions the cache

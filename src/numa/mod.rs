@@ -31,25 +31,24 @@
 
 pub(crate) mod link;
 pub(crate) mod ring;
+mod serve;
 
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
-use std::sync::atomic::{AtomicBool, AtomicU64, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, fence};
 use std::sync::{Arc, Mutex};
-use std::thread::{JoinHandle, Thread};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::cache::RawPin;
 use crate::cached::shared::Shared;
-use crate::cached::{CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore};
+use crate::cached::{CachedFile, CachedStore};
 use crate::error::{Error, Result};
-use crate::storage::file::OpKind;
 use crate::storage::queue::Bell;
 pub use crate::util::nodes::{Node, nodes};
 use crate::util::slab::Slab;
 use link::{Link, Outbox};
+use serve::Server;
 
 /// A function run on a cached page inside the partition that owns it:
 /// `task(page, offset_in_page, arg)`, its result sent back in the reply.
@@ -116,9 +115,10 @@ type PartLink = Link<Bundle, Vec<Reply>>;
 struct App {
     /// One link per partition.
     links: Vec<Arc<PartLink>>,
-    /// True while the thread may be parked waiting for replies.
+    /// True while the thread may be asleep waiting for replies.
     sleeping: AtomicBool,
-    thread: Thread,
+    /// Wakes the thread, parked or waiting on its home partition's queue.
+    bell: Arc<Bell>,
 }
 
 impl App {
@@ -126,7 +126,7 @@ impl App {
     fn wake(&self) {
         fence(SeqCst);
         if self.sleeping.load(Relaxed) {
-            self.thread.unpark();
+            self.bell.ring();
         }
     }
 }
@@ -181,6 +181,11 @@ pub struct Partitions<'cs> {
     parts: Vec<Arc<Part>>,
     threads: Vec<JoinHandle<()>>,
     emulated: bool,
+    /// Each partition's node's CPUs, when partitions are real: a queue's
+    /// home is the partition whose node runs the thread that makes it.
+    part_cpus: Vec<Vec<usize>>,
+    /// The next emulated partition to be a queue's home.
+    next_home: AtomicUsize,
     _cs: PhantomData<&'cs CachedStore>,
 }
 
@@ -256,6 +261,8 @@ impl<'cs> Partitions<'cs> {
             parts: Vec::new(),
             threads: Vec::new(),
             emulated,
+            part_cpus: Vec::new(),
+            next_home: AtomicUsize::new(0),
             _cs: PhantomData,
         };
         for p in 0..n {
@@ -267,6 +274,9 @@ impl<'cs> Partitions<'cs> {
                 closing: AtomicBool::new(false),
             });
             let cpus = (!emulated).then(|| cache_nodes[p % cache_nodes.len()].cpus.clone());
+            if let Some(c) = &cpus {
+                me.part_cpus.push(c.clone());
+            }
             let (sh, pt) = (me.sh.clone(), part.clone());
             let t = std::thread::Builder::new()
                 .name(format!("setcache-part{p}"))
@@ -296,13 +306,40 @@ impl<'cs> Partitions<'cs> {
     }
 
     /// A queue for the calling thread, keeping at most `depth` requests
-    /// outstanding (1 to 65,536).
+    /// outstanding (1 to 65,536). Its home is the partition of the node the
+    /// thread runs on (bind the thread first), or with emulated partitions
+    /// the next one in turn: the queue serves its home's pages itself and
+    /// sends messages for the others'.
     pub fn queue(&self, depth: usize) -> Result<PartQueue<'_>> {
+        let home = if self.emulated {
+            Some(self.next_home.fetch_add(1, Relaxed) % self.parts.len())
+        } else {
+            // SAFETY: sched_getcpu has no preconditions.
+            let cpu = unsafe { libc::sched_getcpu() };
+            let cpu = usize::try_from(cpu).ok();
+            cpu.and_then(|c| self.part_cpus.iter().position(|cs| cs.contains(&c)))
+        };
+        self.queue_on(depth, home)
+    }
+
+    /// A queue for the calling thread whose home is partition `home` (its
+    /// pages served by the thread itself), or with `None` none: every request
+    /// goes by message to its partition's worker.
+    pub fn queue_on(&self, depth: usize, home: Option<usize>) -> Result<PartQueue<'_>> {
         if !(1..=1 << 16).contains(&depth) {
             return Err(Error::InvalidArgument(format!(
                 "queue depth {depth} is outside 1..=65536"
             )));
         }
+        if let Some(h) = home.filter(|&h| h >= self.parts.len()) {
+            return Err(Error::InvalidArgument(format!(
+                "home partition {h}, but there are {} partitions (0 to {})",
+                self.parts.len(),
+                self.parts.len() - 1
+            )));
+        }
+        let bell = Arc::new(Bell::new()?);
+        bell.set_owner();
         // Rings as deep as the requests outstanding: never full.
         let bundles = depth.next_power_of_two().max(2);
         let app = Arc::new(App {
@@ -310,7 +347,7 @@ impl<'cs> Partitions<'cs> {
                 .map(|_| Arc::new(Link::new(bundles)))
                 .collect(),
             sleeping: AtomicBool::new(false),
-            thread: std::thread::current(),
+            bell: bell.clone(),
         });
         for p in &self.parts {
             p.joining
@@ -320,6 +357,15 @@ impl<'cs> Partitions<'cs> {
             p.joined.fetch_add(1, Release);
             p.bell.ring();
         }
+        let local = home.map(|_| {
+            let mut server = Server::new(&self.sh, depth);
+            server.q.set_bell(bell);
+            Local {
+                server,
+                files: Vec::new(),
+                batch: Vec::new(),
+            }
+        });
         Ok(PartQueue {
             parts: self,
             app,
@@ -328,6 +374,8 @@ impl<'cs> Partitions<'cs> {
             outstanding: 0,
             depth,
             done: Vec::new(),
+            home,
+            local,
             _not_send: PhantomData,
         })
     }
@@ -353,10 +401,16 @@ const YIELDS: u32 = 32;
 /// [`PartQueue::flush`].
 const MAX_BUNDLE: usize = 64;
 
+/// Fewest requests in a bundle that [`PartQueue::wait`] sends while the
+/// thread's own requests keep it busy.
+const SEND_AT: usize = 8;
+
 /// An application thread's queue of requests to the partitions. Requests
 /// gather per partition until [`PartQueue::flush`], [`PartQueue::wait`], or a
-/// bundle of 64, and go as one message per partition. Not `Send`: it belongs
-/// to the thread that made it.
+/// bundle of 64, and go as one message per partition; those for the queue's
+/// home partition are served by the thread itself, on a queue of its own, as
+/// the shared cache serves them. Not `Send`: it belongs to the thread that
+/// made it.
 pub struct PartQueue<'p> {
     parts: &'p Partitions<'p>,
     app: Arc<App>,
@@ -367,7 +421,18 @@ pub struct PartQueue<'p> {
     outstanding: usize,
     depth: usize,
     done: Vec<PartCompletion>,
+    home: Option<usize>,
+    local: Option<Local<'p>>,
     _not_send: PhantomData<*const ()>,
+}
+
+/// What a queue serves itself: its home partition's requests.
+struct Local<'p> {
+    server: Server<'p, ()>,
+    /// The files named in them, by number (as `PartQueue::named` numbers).
+    files: Vec<CachedFile>,
+    /// Requests gathered and not yet started.
+    batch: Vec<((), Req)>,
 }
 
 impl PartQueue<'_> {
@@ -397,6 +462,25 @@ impl PartQueue<'_> {
         let key = Arc::as_ptr(&file.entry) as usize;
         let named = &mut self.named[p];
         let n = named.len() as u32;
+        self.outstanding += 1;
+        if let Some(l) = self.local.as_mut().filter(|_| self.home == Some(p)) {
+            let no = *named.entry(key).or_insert_with(|| {
+                l.files.push(file.clone());
+                n
+            });
+            let req = Req {
+                what,
+                file: no,
+                offset,
+                buf,
+                tag,
+            };
+            l.batch.push(((), req));
+            if l.batch.len() >= MAX_BUNDLE {
+                self.start_local();
+            }
+            return;
+        }
         let no = *named.entry(key).or_insert_with(|| {
             self.bundles[p].files.push(file.clone());
             n
@@ -408,10 +492,48 @@ impl PartQueue<'_> {
             buf,
             tag,
         });
-        self.outstanding += 1;
         if self.bundles[p].reqs.len() >= MAX_BUNDLE {
             self.send(p);
         }
+    }
+
+    /// Start the home partition's requests gathered, and take those that
+    /// finished at once (hits).
+    fn start_local(&mut self) {
+        if let Some(l) = self.local.as_mut() {
+            if !l.batch.is_empty() {
+                let files = &l.files;
+                l.server.start(&mut l.batch, |_, no| &files[no as usize]);
+            }
+        }
+        self.take_local();
+    }
+
+    /// Take the home partition's finished requests; how many.
+    fn take_local(&mut self) -> usize {
+        let Some(l) = self.local.as_mut() else {
+            return 0;
+        };
+        let (done, outstanding) = (&mut self.done, &mut self.outstanding);
+        l.server.finish(|(), r| {
+            *outstanding -= 1;
+            done.push(PartCompletion {
+                tag: r.tag,
+                buf: r.buf,
+                value: r.value,
+                result: r.result,
+            });
+        })
+    }
+
+    /// Requests of the home partition started and not yet finished.
+    fn local_outstanding(&self) -> usize {
+        self.local.as_ref().map_or(0, |l| l.server.q.outstanding())
+    }
+
+    /// The partition whose pages this queue serves itself, if any.
+    pub fn home(&self) -> Option<usize> {
+        self.home
     }
 
     /// Send partition `p`'s bundle.
@@ -439,11 +561,12 @@ impl PartQueue<'_> {
         }
     }
 
-    /// Send every bundle gathered.
+    /// Send every bundle gathered, and start the home partition's requests.
     pub fn flush(&mut self) {
         for p in 0..self.bundles.len() {
             self.send(p);
         }
+        self.start_local();
     }
 
     /// Requests sent or gathered and not yet finished.
@@ -459,21 +582,37 @@ impl PartQueue<'_> {
                 take_replies(r, &mut self.done, &mut self.outstanding);
             }
         }
+        if self.local_outstanding() > 0 {
+            if let Some(l) = self.local.as_mut() {
+                l.server.q.poll();
+            }
+        }
+        self.take_local();
         before - self.outstanding
     }
 
     /// Send what is gathered, then block until `n` requests have finished
-    /// (or nothing is outstanding); how many finished.
+    /// (or nothing is outstanding); how many finished. When the home
+    /// partition's requests alone finish `n` at once (hits), bundles smaller
+    /// than [`SEND_AT`] wait for more requests or for a wait that would block.
     pub fn wait(&mut self, n: usize) -> usize {
-        self.flush();
+        self.start_local();
         let mut got = self.poll();
+        for p in 0..self.bundles.len() {
+            if got < n || self.bundles[p].reqs.len() >= SEND_AT {
+                self.send(p);
+            }
+        }
+        if got >= n {
+            return got;
+        }
         // While a worker holding some of them is at work (not waiting for the
         // devices or for bundles), its replies come soon: give the CPU to
         // whoever is ready (that worker, on a machine with few cores) rather
         // than sleep and be woken.
         let mut turns = 0;
         while got < n
-            && self.outstanding > 0
+            && self.outstanding > self.local_outstanding()
             && turns < YIELDS
             && self.parts.parts.iter().any(|p| !p.sleeping.load(Relaxed))
         {
@@ -482,11 +621,20 @@ impl PartQueue<'_> {
             turns += 1;
         }
         while got < n && self.outstanding > 0 {
+            // Silenced before the flag is set: a worker that pushes after the
+            // look below sees the flag and rings again.
+            self.app.bell.take();
             self.app.sleeping.store(true, Relaxed);
             fence(SeqCst);
             let more = self.poll();
             if more == 0 {
-                std::thread::park_timeout(Duration::from_millis(10));
+                match self.local.as_mut() {
+                    // Its devices' completions or the bell, whichever first.
+                    Some(l) if l.server.q.outstanding() > 0 => {
+                        l.server.q.wait_as(1, true);
+                    }
+                    _ => std::thread::park_timeout(Duration::from_millis(10)),
+                }
             }
             self.app.sleeping.store(false, Relaxed);
             got += more + self.poll();
@@ -536,71 +684,6 @@ struct Served {
     outbox: Outbox<Vec<Reply>>,
 }
 
-/// A request in flight on a worker's queue.
-struct Flight {
-    served: usize,
-    tag: u64,
-    what: What,
-    offset: u64,
-    /// A task's file, for its error.
-    file: Option<CachedFile>,
-}
-
-/// Run `task` on `page` (holding byte `offset` of `file`, at `at`), catching
-/// a panic as the request's error.
-fn run_task(
-    file: &CachedFile,
-    offset: u64,
-    page: &[u8],
-    at: usize,
-    task: Task,
-    arg: u64,
-) -> (u64, Result<()>) {
-    match std::panic::catch_unwind(AssertUnwindSafe(|| task(page, at, arg))) {
-        Ok(v) => (v, Ok(())),
-        Err(e) => {
-            let message = e
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| e.downcast_ref::<String>().cloned())
-                .unwrap_or_else(|| "(no message)".into());
-            let err = Error::TaskPanicked {
-                file: file.entry.file.name(),
-                offset,
-                message,
-            };
-            (0, Err(err))
-        }
-    }
-}
-
-/// A task on a page that is cached now, run at once: `None` when the page
-/// is not cached (or the request must take the queue's way, which reports
-/// its errors: out of range, file gone, page references refused).
-fn task_on_present(
-    sh: &Shared,
-    file: &CachedFile,
-    offset: u64,
-    ps: u64,
-    task: Task,
-    arg: u64,
-) -> Option<(u64, Result<()>)> {
-    if offset >= file.len() || file.entry.check().is_err() {
-        return None;
-    }
-    let page = sh.cache.try_pin_present(file.id, offset / ps).ok()??;
-    // After the pin, as the queue's page requests check.
-    file.entry.refs_allowed().ok()?;
-    Some(run_task(
-        file,
-        offset,
-        &page,
-        (offset % ps) as usize,
-        task,
-        arg,
-    ))
-}
-
 /// Bind the calling thread to `cpus`.
 fn bind(cpus: &[usize]) {
     // SAFETY: `cpu_set_t` is plain data; zeroed is empty.
@@ -622,17 +705,12 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
         bind(c);
     }
     part.bell.set_owner();
-    let mut q = CachedQueue::on(&sh, depth);
-    q.set_bell(part.bell.clone());
-    let ps = sh.cache.page_size() as u64;
+    let mut server: Server<'_, usize> = Server::new(&sh, depth);
+    server.q.set_bell(part.bell.clone());
     let mut served: Slab<Served> = Slab::new();
     let mut keys: Vec<usize> = Vec::new();
     let mut joined = 0u64;
-    let mut flights: Slab<Flight> = Slab::new();
     let mut batch: Vec<(usize, Req)> = Vec::new();
-    let mut quick: Vec<(usize, u64, (u64, Result<()>))> = Vec::new();
-    let mut done: Vec<(u64, CachedCompletion)> = Vec::new();
-    let mut pins: Vec<(u64, Result<RawPin>)> = Vec::new();
     let mut woken: VecDeque<usize> = VecDeque::new();
     // Looks in a row that found nothing to do.
     let mut idle = 0;
@@ -662,103 +740,16 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
         }
         if !batch.is_empty() {
             idle = 0;
-            // Hints for the tasks first, as the queue gives its batches: the
-            // sets' metadata of every page, then the first lines of the
-            // frames of those cached, so that the memory misses overlap.
-            for frame in [false, true] {
-                for (k, r) in batch
-                    .iter()
-                    .filter(|(_, r)| matches!(r.what, What::Task(..)))
-                {
-                    let id = served.get(*k).expect("served").files[r.file as usize].id;
-                    sh.cache.prefetch(id, r.offset / ps, frame);
-                }
-            }
-            let mut reqs = Vec::with_capacity(batch.len());
-            for (k, r) in batch.iter_mut() {
-                let file = &served.get(*k).expect("served").files[r.file as usize];
-                if let What::Task(task, arg) = r.what {
-                    // A cached page: run the task at once, no queue.
-                    if let Some(out) = task_on_present(&sh, file, r.offset, ps, task, arg) {
-                        quick.push((*k, r.tag, out));
-                        continue;
-                    }
-                }
-                let f = flights.insert(Flight {
-                    served: *k,
-                    tag: r.tag,
-                    what: r.what,
-                    offset: r.offset,
-                    file: None,
-                });
-                reqs.push(match r.what {
-                    What::Read | What::Write => {
-                        let kind = match r.what {
-                            What::Read => OpKind::Read,
-                            _ => OpKind::Write,
-                        };
-                        let buf = std::mem::take(&mut r.buf);
-                        CachedRequest::tagged(kind, file, r.offset, buf, f as u64)
-                    }
-                    What::Task(..) => {
-                        flights.get_mut(f).expect("flight").file = Some(file.clone());
-                        CachedRequest::pin(file, r.offset, f as u64)
-                    }
-                });
-            }
-            q.submit_from(&mut reqs);
-            drop(reqs);
-            batch.clear();
-            for (k, tag, (value, result)) in quick.drain(..) {
-                let s = served.get_mut(k).expect("served");
-                s.in_flight -= 1;
-                s.out.push(Reply {
-                    tag,
-                    buf: Vec::new(),
-                    value,
-                    result,
-                });
-            }
+            server.start(&mut batch, |k, no| {
+                &served.get(k).expect("served").files[no as usize]
+            });
         }
         // Finished requests become replies.
-        q.take_completions(&mut done);
-        for (f, c) in done.drain(..) {
-            let fl = flights.remove(f as usize).expect("a request in flight");
-            let s = served.get_mut(fl.served).expect("served");
+        server.finish(|k, reply| {
+            let s = served.get_mut(k).expect("served");
             s.in_flight -= 1;
-            s.out.push(Reply {
-                tag: fl.tag,
-                buf: c.buf,
-                value: 0,
-                result: c.result,
-            });
-        }
-        q.take_pins(&mut pins);
-        for (f, p) in pins.drain(..) {
-            let fl = flights.remove(f as usize).expect("a request in flight");
-            let (value, result) = match (p, fl.what) {
-                (Ok(pin), What::Task(task, arg)) => {
-                    // SAFETY: the pin came from this cache's queue, once.
-                    let page = unsafe { sh.cache.restore_pin(pin) };
-                    let file = fl.file.as_ref().expect("a task's file");
-                    run_task(file, fl.offset, &page, (fl.offset % ps) as usize, task, arg)
-                }
-                (Err(e), _) => (0, Err(e)),
-                (Ok(pin), _) => {
-                    // SAFETY: as above; only tasks ask for pins.
-                    drop(unsafe { sh.cache.restore_pin(pin) });
-                    (0, Ok(()))
-                }
-            };
-            let s = served.get_mut(fl.served).expect("served");
-            s.in_flight -= 1;
-            s.out.push(Reply {
-                tag: fl.tag,
-                buf: Vec::new(),
-                value,
-                result,
-            });
-        }
+            s.out.push(reply);
+        });
         // One bundle of replies per application.
         let mut stuck = false;
         keys.retain(|&k| {
@@ -787,7 +778,7 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                 s.app.wake();
             }
         }
-        if part.closing.load(Acquire) && keys.is_empty() && q.outstanding() == 0 {
+        if part.closing.load(Acquire) && keys.is_empty() && server.q.outstanding() == 0 {
             break;
         }
         if stuck {
@@ -795,7 +786,7 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
             std::thread::sleep(Duration::from_micros(20));
             continue;
         }
-        if idle < YIELDS && q.outstanding() == 0 {
+        if idle < YIELDS && server.q.outstanding() == 0 {
             // Nothing for the devices: the next bundle comes from a thread
             // at work; give it the CPU rather than sleep and be woken.
             idle += 1;
@@ -814,9 +805,9 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
                     .is_empty()
             });
         if !waiting {
-            if q.outstanding() > 0 {
+            if server.q.outstanding() > 0 {
                 // Returns early when the bell rings (new bundles).
-                q.wait_as(1, true);
+                server.q.wait_as(1, true);
             } else {
                 while !part.bell.rang() && !part.closing.load(Acquire) {
                     std::thread::park();

@@ -1,7 +1,8 @@
 //! The `setcache-numa` engine: the cache's pages divided among
 //! `--partitions` partitions, each served by a worker thread; every bench
-//! thread sends its requests to the workers in bundles through a
-//! `PartQueue`, keeping `--iodepth` outstanding. With `--compute`, each read
+//! thread serves its home partition's requests itself and sends the others'
+//! to their workers in bundles through a `PartQueue`, keeping `--iodepth`
+//! outstanding. With `--compute`, each read
 //! is a task summing the block in the partition that holds its page (8 bytes
 //! come back instead of the block). The hit ratio is the cache's, as for the
 //! `setcache` engine.
@@ -57,10 +58,10 @@ pub(crate) fn run(
     )
     .map_err(|e| format!("setcache-numa engine: {e}"))?;
     say!(
-        "setcache-numa: {} partitions{}",
+        "setcache-numa: {} partitions{}; each thread serves its home partition's pages itself, the others' by message",
         parts.count(),
         if parts.emulated() {
-            " (emulated: workers not bound to nodes)"
+            " (emulated: workers not bound to nodes, threads' homes taken in turn)"
         } else {
             ", one per node, workers bound to their nodes"
         }
