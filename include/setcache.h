@@ -41,7 +41,17 @@ struct setcache_options {
     uint32_t set_pages;
     /* Largest readahead window in bytes (default 8 MiB); UINT64_MAX: off. */
     uint64_t readahead_bytes;
+    /* The partitions the cache's sets are divided into (partitioned mode: a
+       page's candidate sets all in one partition, each partition's memory
+       together): 0 or 1 for none (default), 2 to 64, or
+       SETCACHE_PARTITIONS_PER_NODE for one per NUMA node. */
+    uint32_t partitions;
+    /* Zero. */
+    uint32_t reserved;
 };
+
+/* setcache_options.partitions: one partition per NUMA node. */
+#define SETCACHE_PARTITIONS_PER_NODE UINT32_MAX
 
 /* One finished asynchronous request. */
 struct setcache_completion {

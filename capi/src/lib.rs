@@ -111,6 +111,8 @@ pub struct setcache_options {
     pub page_size: u32,
     pub set_pages: u32,
     pub readahead_bytes: u64,
+    pub partitions: u32,
+    pub reserved: u32,
 }
 
 #[repr(C)]
@@ -234,6 +236,14 @@ pub unsafe extern "C" fn setcache_store_open(
             }
             if o.set_pages != 0 {
                 copts.assoc = o.set_pages as usize;
+            }
+            copts.partitions = match o.partitions {
+                0 => 1,
+                u32::MAX => 0,
+                n => n as usize,
+            };
+            if o.reserved != 0 {
+                return Err(einval("reserved must be zero"));
             }
         }
         let store = Store::open(

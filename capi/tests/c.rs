@@ -55,7 +55,10 @@ fn compile(src: &Path, out: &Path, shared: bool) {
 }
 
 fn run(prog: &Path, dir: &Path) -> String {
+    // Cargo's LD_LIBRARY_PATH names target/<profile> first, where a library
+    // of an earlier `cargo build` may lie: this test's own comes first.
     let out = Command::new(prog)
+        .env("LD_LIBRARY_PATH", deps())
         .arg(dir.join("d0"))
         .arg(dir.join("d1"))
         .output()

@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int failures;
@@ -72,7 +73,16 @@ int main(int argc, char **argv) {
     struct setcache_options bad = {.page_size = 3000};
     expect("store_open: bad page size", setcache_store_open(devices, 2, &bad, &store), EINVAL,
            "page size");
-    struct setcache_options small = {.cache_bytes = 8 << 20};
+    struct setcache_options many = {.partitions = 65};
+    expect("store_open: 65 partitions", setcache_store_open(devices, 2, &many, &store), EINVAL,
+           "65 partitions");
+    struct setcache_options odd = {.reserved = 1};
+    expect("store_open: reserved field set", setcache_store_open(devices, 2, &odd, &store), EINVAL,
+           "reserved");
+    /* SETCACHE_TEST_PARTITIONS divides the cache's sets (CI runs it with 3). */
+    const char *parts = getenv("SETCACHE_TEST_PARTITIONS");
+    struct setcache_options small = {.cache_bytes = 8 << 20,
+                                     .partitions = parts ? (uint32_t)atoi(parts) : 0};
     expect_ok("store_open", setcache_store_open(devices, 2, &small, &store));
     expect("store_open: the same directories again", setcache_store_open(devices, 2, NULL, &second),
            EBUSY, "in use");

@@ -2,7 +2,9 @@
 //! file of one setcache store, opened in the process at the first call that
 //! needs it, on the device directories of `SETCACHE_DEVICES` (comma
 //! separated), with a page cache of `SETCACHE_CACHE_SIZE` bytes (default
-//! 256M) and pages of `SETCACHE_PAGE_SIZE` (default 4096). Every other path
+//! 256M) and pages of `SETCACHE_PAGE_SIZE` (default 4096), its sets divided
+//! among `SETCACHE_PARTITIONS` partitions (default 1, the shared cache; 0 for
+//! one per NUMA node). Every other path
 //! and descriptor goes to the C library untouched.
 //!
 //! An intercepted `open` returns a real descriptor as a placeholder: the

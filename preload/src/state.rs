@@ -290,9 +290,21 @@ fn open_state() -> Result<State, (i32, String)> {
         ..StoreOptions::default()
     };
     let store = Store::open(&roots, store_opts).map_err(fail)?;
+    let partitions = match std::env::var("SETCACHE_PARTITIONS") {
+        Err(_) => 1,
+        Ok(v) => v.parse::<usize>().map_err(|_| {
+            (
+                libc::EINVAL,
+                format!(
+                    "SETCACHE_PARTITIONS={v:?} is not a number (0 for one per NUMA node, 1 to 64)"
+                ),
+            )
+        })?,
+    };
     let opts = CacheOptions {
         size: cache as usize,
         page_size: page as usize,
+        partitions,
         ..CacheOptions::default()
     };
     let cs = CachedStore::new(store, opts).map_err(fail)?;

@@ -64,7 +64,12 @@ impl Setup {
                 "SETCACHE_DEVICES",
                 format!("{},{}", self.p("dev0").display(), self.p("dev1").display()),
             )
-            .env("SETCACHE_CACHE_SIZE", "4M");
+            .env("SETCACHE_CACHE_SIZE", "4M")
+            // CI runs the suite again over a cache divided in three.
+            .env(
+                "SETCACHE_PARTITIONS",
+                std::env::var("SETCACHE_TEST_PARTITIONS").unwrap_or_else(|_| "1".into()),
+            );
         c
     }
 }
@@ -157,6 +162,28 @@ fn unsupported_calls_fail_with_a_clear_errno_and_message() {
         t.contains("mmap                                     0"),
         "{t}"
     );
+}
+
+/// A partition count the cache cannot take fails the first call into the
+/// store, naming the variable's value, and leaves the store free to open.
+#[test]
+fn a_bad_partition_count_is_a_clear_error() {
+    let s = Setup::new("parts");
+    let prog = probe(&s.p("bin"), true);
+    for (v, want) in [
+        ("65", "65 partitions"),
+        ("two", "SETCACHE_PARTITIONS=\"two\""),
+    ] {
+        let mut c = s.preloaded(&prog);
+        c.env("SETCACHE_PARTITIONS", v).arg(s.p("store"));
+        let out = c.output().expect("run the probe");
+        let err = text(&out.stderr);
+        assert!(err.contains(want), "{v}: {err}");
+    }
+    // The failed opens left no lock behind: a good count works.
+    let mut c = s.preloaded(&prog);
+    c.env("SETCACHE_PARTITIONS", "2").arg(s.p("store"));
+    run(c);
 }
 
 #[test]

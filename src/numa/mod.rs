@@ -8,8 +8,10 @@
 //! belongs to the partition its hash names ([`Partitions::partition_of`]),
 //! both its candidate sets are that partition's at every table size, and each
 //! partition's set metadata and frames lie together in memory.
-//! An application thread's [`PartQueue`] gathers its requests per partition
-//! and sends each partition one bundle per batch over a bounded
+//! An application thread's [`PartQueue`] has a home partition, the one of
+//! the node it runs on, whose pages it serves itself as the shared cache does
+//! (they are local to it). It gathers its requests for every other partition
+//! and sends each one bundle per batch over a bounded
 //! single-producer single-consumer ring ([`link`]); the partition's worker
 //! serves the bundle on a [`CachedQueue`] of its own (a hit is copied by the
 //! worker straight into the buffer the request carries; a miss goes to the
