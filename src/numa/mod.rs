@@ -596,7 +596,7 @@ impl PartQueue<'_> {
     /// Send what is gathered, then block until `n` requests have finished
     /// (or nothing is outstanding); how many finished. When the home
     /// partition's requests alone finish `n` at once (hits), bundles smaller
-    /// than [`SEND_AT`] wait for more requests or for a wait that would block.
+    /// than 8 requests wait for more requests or for a wait that would block.
     pub fn wait(&mut self, n: usize) -> usize {
         self.start_local();
         let mut got = self.poll();
