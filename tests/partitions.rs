@@ -255,6 +255,56 @@ fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
     });
 }
 
+/// A wait that the home partition's hits satisfy may leave a small bundle
+/// for another partition unsent; a caller that then only polls still sees
+/// every request finish (a poll sends what is gathered).
+#[test]
+fn polling_after_a_wait_finishes_every_request() {
+    let tmp = TempDir::new("parts-poll");
+    let roots = tmp.devices(1);
+    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let store = common::open(&roots, opts, 1);
+    let f = store.create("p", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8;
+    }
+    f.write_at(0, &b).unwrap();
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let cf = cs.open_file("p").unwrap();
+    // Every page cached: the home's requests finish at once.
+    let mut page = vec![0u8; 4096];
+    for i in 0..64u64 {
+        cf.read_at(i * 4096, &mut page).unwrap();
+    }
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let home: Vec<u64> = (0..64).filter(|&i| p.partition_of(&cf, i * 4096) == 0).collect();
+    let away: Vec<u64> = (0..64).filter(|&i| p.partition_of(&cf, i * 4096) == 1).collect();
+    assert!(home.len() >= 4 && away.len() >= 2, "{home:?} {away:?}");
+    let mut q = p.queue_on(16, Some(0)).unwrap();
+    for &i in home.iter().take(4).chain(away.iter().take(2)) {
+        q.read(&cf, i * 4096, vec![0; 4096], i);
+    }
+    // The home's four hits, at once: the other two may wait unsent.
+    assert_eq!(q.wait(1), 4);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while q.outstanding() > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} requests never finished",
+            q.outstanding()
+        );
+        q.poll();
+    }
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 6);
+    for c in done {
+        assert!(c.result.is_ok(), "{:?}", c.result);
+        assert!(c.buf.iter().all(|&x| x as u64 == c.tag), "page {}", c.tag);
+    }
+}
+
 /// Partition counts, cache nodes and queue depths out of range are refused,
 /// naming what was wrong.
 #[test]

@@ -500,15 +500,15 @@ impl PartQueue<'_> {
     }
 
     /// Start the home partition's requests gathered, and take those that
-    /// finished at once (hits).
-    fn start_local(&mut self) {
+    /// finished at once (hits); how many.
+    fn start_local(&mut self) -> usize {
         if let Some(l) = self.local.as_mut() {
             if !l.batch.is_empty() {
                 let files = &l.files;
                 l.server.start(&mut l.batch, |_, no| &files[no as usize]);
             }
         }
-        self.take_local();
+        self.take_local()
     }
 
     /// Take the home partition's finished requests; how many.
@@ -576,8 +576,18 @@ impl PartQueue<'_> {
         self.outstanding
     }
 
-    /// Take the replies that came back, without blocking; how many.
+    /// Send what is gathered, then take the replies that came back and the
+    /// home partition's requests that finished, without blocking; how many.
     pub fn poll(&mut self) -> usize {
+        let before = self.outstanding;
+        self.flush();
+        self.reap();
+        before - self.outstanding
+    }
+
+    /// Take the replies that came back and the home partition's requests
+    /// that finished, without blocking or sending; how many.
+    fn reap(&mut self) -> usize {
         let before = self.outstanding;
         for l in &self.app.links {
             while let Some(r) = l.replies.pop() {
@@ -598,8 +608,8 @@ impl PartQueue<'_> {
     /// partition's requests alone finish `n` at once (hits), bundles smaller
     /// than 8 requests wait for more requests or for a wait that would block.
     pub fn wait(&mut self, n: usize) -> usize {
-        self.start_local();
-        let mut got = self.poll();
+        let mut got = self.start_local();
+        got += self.reap();
         for p in 0..self.bundles.len() {
             if got < n || self.bundles[p].reqs.len() >= SEND_AT {
                 self.send(p);
@@ -619,7 +629,7 @@ impl PartQueue<'_> {
             && self.parts.parts.iter().any(|p| !p.sleeping.load(Relaxed))
         {
             std::thread::yield_now();
-            got += self.poll();
+            got += self.reap();
             turns += 1;
         }
         while got < n && self.outstanding > 0 {
@@ -628,7 +638,7 @@ impl PartQueue<'_> {
             self.app.bell.take();
             self.app.sleeping.store(true, Relaxed);
             fence(SeqCst);
-            let more = self.poll();
+            let more = self.reap();
             if more == 0 {
                 match self.local.as_mut() {
                     // Its devices' completions or the bell, whichever first.
@@ -639,7 +649,7 @@ impl PartQueue<'_> {
                 }
             }
             self.app.sleeping.store(false, Relaxed);
-            got += more + self.poll();
+            got += more + self.reap();
         }
         got
     }
