@@ -278,8 +278,12 @@ fn polling_after_a_wait_finishes_every_request() {
         cf.read_at(i * 4096, &mut page).unwrap();
     }
     let p = Partitions::new(&cs, with(2)).unwrap();
-    let home: Vec<u64> = (0..64).filter(|&i| p.partition_of(&cf, i * 4096) == 0).collect();
-    let away: Vec<u64> = (0..64).filter(|&i| p.partition_of(&cf, i * 4096) == 1).collect();
+    let home: Vec<u64> = (0..64)
+        .filter(|&i| p.partition_of(&cf, i * 4096) == 0)
+        .collect();
+    let away: Vec<u64> = (0..64)
+        .filter(|&i| p.partition_of(&cf, i * 4096) == 1)
+        .collect();
     assert!(home.len() >= 4 && away.len() >= 2, "{home:?} {away:?}");
     let mut q = p.queue_on(16, Some(0)).unwrap();
     for &i in home.iter().take(4).chain(away.iter().take(2)) {
