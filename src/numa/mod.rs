@@ -519,12 +519,7 @@ impl PartQueue<'_> {
         let (done, outstanding) = (&mut self.done, &mut self.outstanding);
         l.server.finish(|(), r| {
             *outstanding -= 1;
-            done.push(PartCompletion {
-                tag: r.tag,
-                buf: r.buf,
-                value: r.value,
-                result: r.result,
-            });
+            done.push(r.into());
         })
     }
 
@@ -662,12 +657,18 @@ impl PartQueue<'_> {
 
 fn take_replies(r: Vec<Reply>, done: &mut Vec<PartCompletion>, outstanding: &mut usize) {
     *outstanding -= r.len();
-    done.extend(r.into_iter().map(|r| PartCompletion {
-        tag: r.tag,
-        buf: r.buf,
-        value: r.value,
-        result: r.result,
-    }));
+    done.extend(r.into_iter().map(PartCompletion::from));
+}
+
+impl From<Reply> for PartCompletion {
+    fn from(r: Reply) -> PartCompletion {
+        PartCompletion {
+            tag: r.tag,
+            buf: r.buf,
+            value: r.value,
+            result: r.result,
+        }
+    }
 }
 
 impl Drop for PartQueue<'_> {
