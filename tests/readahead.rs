@@ -411,7 +411,7 @@ fn readahead_can_be_turned_off() {
 #[test]
 fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
     use std::sync::atomic::Ordering;
-    // 1024 pages: room for a staging area of one slot.
+    // 1024 pages: room for a staging area of two slots.
     let (_t, cs, f, sw) = sim_rig("ra-fail", 256, 1024);
     // EAGAIN fails a request and leaves the device usable.
     sw.read_errno.store(libc::EAGAIN, Ordering::Release);
@@ -439,8 +439,8 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
 #[test]
 fn a_failed_staged_queue_read_publishes_nothing() {
     use std::sync::atomic::Ordering;
-    // A 16 MiB cache: a staging area of four slots.
-    let (_t, cs, f, sw) = sim_rig("ra-qfail", 2048, 4096);
+    // An 8 MiB cache: a staging area of four slots.
+    let (_t, cs, f, sw) = sim_rig("ra-qfail", 2048, 2048);
     cs.set_readahead(0);
     let read = |q: &mut setcache::CachedQueue<'_>, first: usize, pages: usize| {
         let reqs = (0..8)

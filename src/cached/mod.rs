@@ -390,6 +390,16 @@ impl CachedStore {
         })
     }
 
+    /// The most memory the staging area of a cached store whose cache holds
+    /// `cache_bytes` maps beside the cache, at its first read of a long run
+    /// of pages: reads of runs land there before their pages are copied to
+    /// their frames (a quarter of the cache, at most 64 MiB, in whole 2 MiB
+    /// huge pages; none for a cache under 2 MiB). A memory budget that must
+    /// hold the whole store counts it.
+    pub fn staging_bytes(cache_bytes: usize) -> usize {
+        staging::bytes_for(cache_bytes)
+    }
+
     /// Set the largest readahead window (rounded down to whole pages; 0
     /// turns readahead off for every file of the store). The default is
     /// [`DEFAULT_READAHEAD_BYTES`]. See [`CachedFile::advise`] for hints per

@@ -9,10 +9,12 @@
 //! queues read runs of [`MIN_PAGES`] pages or more into a slot of this area
 //! and copy them out when the read is done. The area belongs to the cached
 //! store, is mapped at the first use (a random reader never makes it), holds
-//! at most an eighth of the cache's size and at most [`MAX_BYTES`] (none at
-//! all when less than twice that is free in the machine or the memory
-//! cgroup), and a run that finds no free slot is read straight into its
-//! frames as before.
+//! at most a quarter of the cache's size ([`SHARE`]) and at most
+//! [`MAX_BYTES`] (none at all when less than twice that is free in the
+//! machine or the memory cgroup), and a run that finds no free slot is read
+//! straight into its frames as before. Its size bounds the bytes of runs in
+//! flight that land in it: a quarter of a 256 MiB cache is 64 MiB, the 16
+//! reads of 1 MiB in flight of each of four scanning threads.
 
 use std::sync::Mutex;
 
@@ -22,6 +24,8 @@ pub(crate) const SLOT_BYTES: usize = 512 << 10;
 pub(crate) const MIN_PAGES: usize = 8;
 /// The most memory the area takes, whatever the cache's size.
 pub(crate) const MAX_BYTES: usize = 64 << 20;
+/// The area holds at most this fraction of the cache (one in four).
+pub(crate) const SHARE: usize = 4;
 /// The huge page size slots are aligned to.
 const HUGE: usize = 2 << 20;
 
@@ -75,11 +79,22 @@ impl Slot {
     }
 }
 
+/// The slots of the area of a cache of `cache_bytes`.
+fn slots_for(cache_bytes: usize) -> usize {
+    (cache_bytes / SHARE).min(MAX_BYTES) / SLOT_BYTES
+}
+
+/// The most memory the area of a cache of `cache_bytes` maps (whole huge
+/// pages).
+pub(crate) fn bytes_for(cache_bytes: usize) -> usize {
+    (slots_for(cache_bytes) * SLOT_BYTES).div_ceil(HUGE) * HUGE
+}
+
 impl Staging {
     /// An area for a cache of `cache_bytes` (no memory yet).
     pub(crate) fn new(cache_bytes: usize) -> Staging {
         Staging {
-            slots: (cache_bytes / 8).min(MAX_BYTES) / SLOT_BYTES,
+            slots: slots_for(cache_bytes),
             pool: Mutex::new(Pool {
                 map: std::ptr::null_mut(),
                 map_len: 0,
@@ -172,7 +187,7 @@ mod tests {
 
     #[test]
     fn slots_are_apart_and_come_back() {
-        let st = Staging::new(64 << 20);
+        let st = Staging::new(32 << 20);
         assert_eq!(st.slots, 16);
         let mut all: Vec<Slot> = std::iter::from_fn(|| st.take()).collect();
         assert_eq!(all.len(), 16);
@@ -194,5 +209,19 @@ mod tests {
         assert!(st.take().is_none());
         // A small cache gets no area at all.
         assert!(Staging::new(1 << 20).take().is_none());
+    }
+
+    #[test]
+    fn the_area_is_a_quarter_of_the_cache_in_whole_huge_pages_up_to_its_cap() {
+        assert_eq!(bytes_for(256 << 20), 64 << 20);
+        assert_eq!(bytes_for(1 << 30), MAX_BYTES);
+        assert_eq!(bytes_for(1 << 20), 0);
+        // Five slots of 512 KiB, in two huge pages.
+        assert_eq!(bytes_for(10 << 20), 4 << 20);
+        for cache in [(3 << 20) + 5, 100 << 20, 300 << 20] {
+            let st = Staging::new(cache);
+            assert!(st.slots * SLOT_BYTES <= bytes_for(cache));
+            assert!(bytes_for(cache) <= cache / SHARE + HUGE);
+        }
     }
 }

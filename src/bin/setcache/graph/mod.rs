@@ -213,8 +213,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     // (checked above to leave a cache).
                     let per_vertex =
                         per_vertex + a.threads as u64 * algo::read_buffers(algo, a.depth);
+                    // So does the store's staging area (the sweeps' runs
+                    // land there): the cache is what is left.
                     let cache = match budget {
-                        Some(b) => b - per_vertex,
+                        Some(b) => cache_within(b - per_vertex),
                         None => (n + 1) * 8 + entries * 4 + (entries * 4) / 4 + (64 << 20),
                     };
                     let m = with_paged(&a.dir, cache, a.depth, &spec, |g| {
@@ -395,6 +397,14 @@ fn pick_roots(a: &GraphArgs, spec: &Spec, csr: Option<&Csr>) -> Result<Vec<u32>,
         Some(_) => draw(None),
         None => with_paged(&a.dir, 16 << 20, 1, spec, |g| draw(Some(g))),
     }
+}
+
+/// The largest cache whose store fits `bytes` with its staging area
+/// (`CachedStore::staging_bytes`), at least `bytes` or 1 MiB, whichever is
+/// less (a cache under 2 MiB has no staging area).
+fn cache_within(bytes: u64) -> u64 {
+    let staged = bytes - CachedStore::staging_bytes(bytes as usize) as u64;
+    staged.max(bytes.min((2 << 20) - 4096))
 }
 
 /// Run `algo` on `g` in this process (after a warming read without a
@@ -601,8 +611,26 @@ fn summary(
 #[cfg(test)]
 mod tests {
     use clap::Parser as _;
+    use setcache::CachedStore;
 
     use crate::{Cli, Command};
+
+    /// The setcache backing's cache and its staging area together stay
+    /// within what the budget leaves, and the cache takes most of it.
+    #[test]
+    fn the_cache_and_its_staging_area_fit_the_budget() {
+        for mib in [1u64, 2, 3, 5, 10, 100, 128, 218, 256, 300, 1024] {
+            let avail = mib << 20;
+            let cache = super::cache_within(avail);
+            let staging = CachedStore::staging_bytes(cache as usize) as u64;
+            assert!(cache + staging <= avail, "{mib} MiB: {cache} + {staging}");
+            assert!(cache >= avail.min(1 << 20), "{mib} MiB: a cache of {cache}");
+            assert!(
+                cache * 5 >= avail * 3,
+                "{mib} MiB: only {cache} for the cache"
+            );
+        }
+    }
 
     fn run_args(args: &[&str]) -> Result<(), String> {
         let argv = ["setcache", "graph"].iter().chain(args);
