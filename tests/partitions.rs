@@ -31,6 +31,23 @@ fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
     b.to_vec()
 }
 
+/// A store on one io_uring device holding file `name` of 64 pages, page `i`
+/// all bytes `i`.
+fn numbered_store(tag: &str, name: &str) -> (TempDir, Store) {
+    let tmp = TempDir::new(tag);
+    let roots = tmp.devices(1);
+    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let store = common::open(&roots, opts, 1);
+    let f = store.create(name, 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8;
+    }
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    (tmp, store)
+}
+
 /// The sum of the page's bytes from `at` to the end, plus `arg`.
 fn sum_from(page: &[u8], at: usize, arg: u64) -> u64 {
     page[at..].iter().map(|&b| b as u64).sum::<u64>() + arg
@@ -205,16 +222,7 @@ fn panics_on_odd(page: &[u8], _: usize, arg: u64) -> u64 {
 /// home in either partition (panics caught on the thread itself) or none.
 #[test]
 fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
-    let tmp = TempDir::new("parts-panic");
-    let roots = tmp.devices(1);
-    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
-    let store = common::open(&roots, opts, 1);
-    let f = store.create("t", 64 * 4096, LayoutKind::Stripe).unwrap();
-    let mut b = AlignedBuf::new(64 * 4096);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (i / 4096) as u8;
-    }
-    f.write_at(0, &b).unwrap();
+    let (_tmp, store) = numbered_store("parts-panic", "t");
     let cs = CachedStore::new(store, cache(32, 32, 2)).unwrap();
     let cf = cs.open_file("t").unwrap();
     let p = Partitions::new(&cs, with(2)).unwrap();
@@ -260,16 +268,7 @@ fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
 /// every request finish (a poll sends what is gathered).
 #[test]
 fn polling_after_a_wait_finishes_every_request() {
-    let tmp = TempDir::new("parts-poll");
-    let roots = tmp.devices(1);
-    let (_, opts) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
-    let store = common::open(&roots, opts, 1);
-    let f = store.create("p", 64 * 4096, LayoutKind::Stripe).unwrap();
-    let mut b = AlignedBuf::new(64 * 4096);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (i / 4096) as u8;
-    }
-    f.write_at(0, &b).unwrap();
+    let (_tmp, store) = numbered_store("parts-poll", "p");
     let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
     let cf = cs.open_file("p").unwrap();
     // Every page cached: the home's requests finish at once.
