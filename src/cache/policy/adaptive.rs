@@ -14,12 +14,17 @@
 //!
 //! - Some sets are *sampled* ([`Duel::sample_of`]: one in 64, and set 0
 //!   in a smaller cache). Every access to a
-//!   sampled set is also replayed through three *shadow* sets, tags and
+//!   sampled set is also replayed through a *shadow* set, tags and
 //!   policy state only, one per candidate, kept in the cache's [`Duel`]. The
-//!   shadows count their misses; every 64 sampled accesses the counts go to
+//!   accesses wait in the sample in batches of 16 and replay a batch at a
+//!   time, one shadow after the other, so that each shadow's lines and its
+//!   policy's code stay in the CPU's caches through the batch. The
+//!   shadows count their misses; every 64 sampled accesses (four batches)
+//!   the counts go to
 //!   the duel's totals, which halve when the accesses reach [`DECAY_AT`], so
 //!   the choice follows the recent past. All candidates see the same
-//!   accesses, so their misses compare directly.
+//!   accesses, so their misses compare directly. The batches change nothing
+//!   that anyone sees: nothing reads a shadow between two reports.
 //! - The candidate with the fewest misses is the winner, with hysteresis: a
 //!   challenger takes over only with misses 0.8 points (2/256 of the
 //!   accesses) below the holder's. LIRS holds at the start.
@@ -90,6 +95,11 @@ const ADMIT_MARGIN: u64 = 3;
 const SPACING: usize = 64;
 /// Sampled accesses between two reports of a sample's counts to the duel.
 const REPORT_EVERY: u32 = 64;
+/// Sampled accesses that wait in a sample to be replayed together (a
+/// divisor of [`REPORT_EVERY`], so that reports come at the same accesses
+/// as with a replay of each access at once).
+const BATCH: usize = 16;
+const _: () = assert!(REPORT_EVERY as usize % BATCH == 0);
 
 /// The access count at which all counts halve.
 pub const DECAY_AT: u32 = 1 << 16;
@@ -180,6 +190,9 @@ struct SampleState {
     admitting: Shadow,
     admitting_misses: u32,
     accesses: u32,
+    /// Accesses not yet replayed, in order (the first `waiting`).
+    batch: [u64; BATCH],
+    waiting: usize,
 }
 
 /// A sampled set's shadows, behind a flag that makes their user exclusive.
@@ -199,6 +212,8 @@ impl Sample {
                 admitting: Shadow::EMPTY,
                 admitting_misses: 0,
                 accesses: 0,
+                batch: [NO_TAG; BATCH],
+                waiting: 0,
             }),
         }
     }
@@ -357,23 +372,38 @@ impl Duel {
         }
     }
 
-    /// Replays an access of `tag` in sample `i` through its shadows.
+    /// Adds an access of `tag` to sample `i`'s batch, and replays the batch
+    /// through the sample's shadows once it is full.
     fn observe(&self, i: usize, tag: u64) {
         let Some(sample) = self.samples.get(i) else {
             return;
         };
         let report = sample.with(|st| {
-            for (k, sh) in st.shadows.iter_mut().enumerate() {
-                let hit = dispatch!(CANDIDATE_KINDS[k], p => {
-                    sh.access(&p, &IDLE_DUEL, self.assoc, self.ghosts, tag)
-                });
-                st.misses[k] += u32::from(!hit);
+            st.batch[st.waiting] = tag;
+            st.waiting += 1;
+            if st.waiting < BATCH {
+                return None;
             }
-            let hit = st
-                .admitting
-                .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, tag);
-            st.admitting_misses += u32::from(!hit);
-            st.accesses += 1;
+            st.waiting = 0;
+            let batch = &st.batch;
+            for (k, sh) in st.shadows.iter_mut().enumerate() {
+                let hits = dispatch!(CANDIDATE_KINDS[k], p => {
+                    batch
+                        .iter()
+                        .filter(|&&t| sh.access(&p, &IDLE_DUEL, self.assoc, self.ghosts, t))
+                        .count()
+                });
+                st.misses[k] += (BATCH - hits) as u32;
+            }
+            let hits = batch
+                .iter()
+                .filter(|&&t| {
+                    st.admitting
+                        .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, t)
+                })
+                .count();
+            st.admitting_misses += (BATCH - hits) as u32;
+            st.accesses += BATCH as u32;
             (st.accesses >= REPORT_EVERY).then(|| {
                 let r = (st.misses, st.admitting_misses, st.accesses);
                 st.misses = [0; CANDIDATES];
@@ -760,6 +790,31 @@ mod tests {
         d.tally([0; CANDIDATES], DECAY_AT);
         assert_eq!(d.misses(), [407, 900, 460, 900]);
         assert_eq!(d.accesses(), (2000 + DECAY_AT) / 2);
+    }
+
+    #[test]
+    fn a_sample_reports_after_every_64th_access_with_its_misses() {
+        let d = Duel::new(64, 12);
+        // 63 accesses of distinct pages: nothing reported yet (three whole
+        // batches replayed, the fourth waiting).
+        for t in 0..63 {
+            d.observe_access(0, t);
+        }
+        assert_eq!(d.accesses(), 0);
+        // The 64th: one report of 64 accesses, all of them misses in every
+        // shadow (each page seen once).
+        d.observe_access(0, 63);
+        assert_eq!(d.accesses(), 64);
+        assert_eq!(d.misses(), [64; CANDIDATES]);
+        // The same 8 pages again and again: LRU, SIEVE and GCLOCK hold them
+        // after their first access, so their next report adds 8 misses.
+        // (LIRS keeps its first 11 pages as LIR pages and cycles the 8
+        // through its one HIR slot: they come back too late for its ghosts.)
+        for t in 0..64 {
+            d.observe_access(0, 100 + t % 8);
+        }
+        assert_eq!(d.accesses(), 128);
+        assert_eq!(d.misses(), [64 + 8, 64 + 8, 128, 64 + 8]);
     }
 
     #[test]
