@@ -387,22 +387,19 @@ impl Duel {
             st.waiting = 0;
             let batch = &st.batch;
             for (k, sh) in st.shadows.iter_mut().enumerate() {
-                let hits = dispatch!(CANDIDATE_KINDS[k], p => {
-                    batch
-                        .iter()
-                        .filter(|&&t| sh.access(&p, &IDLE_DUEL, self.assoc, self.ghosts, t))
-                        .count()
+                dispatch!(CANDIDATE_KINDS[k], p => {
+                    for &t in batch {
+                        let hit = sh.access(&p, &IDLE_DUEL, self.assoc, self.ghosts, t);
+                        st.misses[k] += u32::from(!hit);
+                    }
                 });
-                st.misses[k] += (BATCH - hits) as u32;
             }
-            let hits = batch
-                .iter()
-                .filter(|&&t| {
-                    st.admitting
-                        .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, t)
-                })
-                .count();
-            st.admitting_misses += (BATCH - hits) as u32;
+            for &t in batch {
+                let hit = st
+                    .admitting
+                    .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, t);
+                st.admitting_misses += u32::from(!hit);
+            }
             st.accesses += BATCH as u32;
             (st.accesses >= REPORT_EVERY).then(|| {
                 let r = (st.misses, st.admitting_misses, st.accesses);
