@@ -292,6 +292,10 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
     inbox.bell.set_owner();
     let mut q = CachedQueue::on(&sh, WORKER_DEPTH);
     q.set_bell(inbox.bell.clone());
+    // One system call per batch of requests taken from the inbox, not one
+    // per request: the worker serves many futures and is the busiest thread
+    // of their I/O, and the kernel's entry is most of its time.
+    q.set_batched();
     let mut slots: Slab<Arc<Slot>> = Slab::new();
     let mut batch: Vec<Op> = Vec::new();
     let mut done = Vec::new();
