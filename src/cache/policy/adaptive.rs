@@ -189,10 +189,10 @@ struct SampleState {
     /// LIRS with admission (see [`Duel::admission`]).
     admitting: Shadow,
     admitting_misses: u32,
+    /// Accesses since the last report, replayed or waiting in `batch`.
     accesses: u32,
-    /// Accesses not yet replayed, in order (the first `waiting`).
+    /// Accesses not yet replayed, in order (the first `accesses % BATCH`).
     batch: [u64; BATCH],
-    waiting: usize,
 }
 
 /// A sampled set's shadows, behind a flag that makes their user exclusive.
@@ -213,7 +213,6 @@ impl Sample {
                 admitting_misses: 0,
                 accesses: 0,
                 batch: [NO_TAG; BATCH],
-                waiting: 0,
             }),
         }
     }
@@ -379,12 +378,11 @@ impl Duel {
             return;
         };
         let report = sample.with(|st| {
-            st.batch[st.waiting] = tag;
-            st.waiting += 1;
-            if st.waiting < BATCH {
+            st.batch[st.accesses as usize % BATCH] = tag;
+            st.accesses += 1;
+            if st.accesses as usize % BATCH != 0 {
                 return None;
             }
-            st.waiting = 0;
             let batch = &st.batch;
             for (k, sh) in st.shadows.iter_mut().enumerate() {
                 dispatch!(CANDIDATE_KINDS[k], p => {
@@ -400,7 +398,6 @@ impl Duel {
                     .access(&Lirs, &ADMITTING, self.assoc, self.ghosts, t);
                 st.admitting_misses += u32::from(!hit);
             }
-            st.accesses += BATCH as u32;
             (st.accesses >= REPORT_EVERY).then(|| {
                 let r = (st.misses, st.admitting_misses, st.accesses);
                 st.misses = [0; CANDIDATES];
