@@ -133,6 +133,27 @@ fn a_sequential_reader_finds_the_pages_ahead_of_it_read() {
 }
 
 #[test]
+fn a_stream_at_its_largest_windows_keeps_two_ahead() {
+    let (_t, cs, f) = rig("ra-lead", 2048, 1024);
+    // Windows of at most 16 pages: the first is already the largest.
+    cs.set_readahead(16 * PAGE);
+    for p in 0..2 {
+        read_page(&f, p);
+    }
+    wait_cached(&cs, &f, 2..18);
+    // Page 2 is in the only window: the next is asked for. Page 3 is in the
+    // last two: the one after that too, so two whole windows are ahead.
+    read_page(&f, 2);
+    read_page(&f, 3);
+    wait_cached(&cs, &f, 18..50);
+    // Page 4 is not in the last two (34..50 and 18..34 are ahead of it).
+    read_page(&f, 4);
+    idle();
+    assert_eq!(cs.cache().stats().readahead, 48);
+    assert!(!cached(&cs, &f).contains(&50), "a fourth window too early");
+}
+
+#[test]
 fn interleaved_streams_each_get_their_windows() {
     let (_t, cs, f) = rig("ra-interleaved", 4096, 2048);
     for i in 0..3 {

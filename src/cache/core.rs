@@ -663,6 +663,8 @@ impl<M: Model> Core<M> {
         for s in [s1, s2] {
             super::prefetch(self.set_ptr(s));
             self.prefetch_set(s);
+            // A miss compares the slots' stamps to choose its victim.
+            super::prefetch(self.stamp(s, 0));
         }
     }
 

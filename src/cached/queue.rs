@@ -59,6 +59,7 @@ use crate::storage::file::OpKind;
 use crate::storage::file::{DIRECT_ALIGN, File, Mem};
 use crate::storage::queue::{Bell, Queue};
 use crate::util::slab::Slab;
+use crate::util::stream::{copy_streaming, fence};
 
 /// The outcome of a [`CachedRequest`].
 #[derive(Debug)]
@@ -363,8 +364,10 @@ fn copy_out(fills: &mut Slab<Waiting<'_>>, s: &Slots, slot: &Slot, len: usize, p
     let all = std::iter::once(&s.first).chain(s.more.iter());
     for (&k, src) in all.zip(slot.pages(len, ps)) {
         let w = fills.get_mut(k).expect("a fill in flight");
-        w.job.frame()[..src.len()].copy_from_slice(src);
+        copy_streaming(&mut w.job.frame()[..src.len()], src);
     }
+    // The pages are published after this returns, after the streamed stores.
+    fence();
 }
 
 /// What became of one page of a request.

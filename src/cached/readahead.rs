@@ -23,10 +23,10 @@
 //! four times the read, at least [`MIN_WINDOW`] pages. When a read enters the
 //! last window asked for (the kernel's asynchronous readahead marker sits at
 //! its start), the next window is asked for, twice as large, up to the
-//! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at
-//! most a sixteenth of the cache): between
-//! one and two windows stay ahead of the reader, so it finds its pages read
-//! when it gets there. A reader that outruns the windows (a long read, or a
+//! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at most
+//! a twenty-fourth of the cache): between one and two windows stay ahead of
+//! the reader, and between two and three once they are the largest, so it
+//! finds its pages read when it gets there. A reader that outruns the windows (a long read, or a
 //! device slower than the reader) restarts them from where it is, with the
 //! larger size. A stream that turns random stops asking: its table entry
 //! ages out. Windows end at the end of the file.
@@ -35,7 +35,8 @@
 //! the windows as they come and reads them in turn, one run of each window
 //! per turn, so that the front of a stream's new window goes out right
 //! after the reads in flight rather than behind other streams' whole
-//! windows. Each page that is absent and whose sets have a free
+//! windows; a window that continues one being read joins its end, so a
+//! stream's runs reach the device in file order. Each page that is absent and whose sets have a free
 //! slot or a cold clean idle page to give is claimed cold, as a fill (a page
 //! present, being filled, or in sets with no such room is skipped: readahead
 //! never waits, never writes a victim back, and never evicts a page that
@@ -47,7 +48,8 @@
 //! pages or more is read into a slot of the store's staging area (see
 //! `cached::staging`) and each page then copied to its frame; a shorter run,
 //! or one that finds no free slot, is a vectored read straight into the
-//! frames. A reader that gets to a page still being read waits for that
+//! frames; the copy streams (`util::stream`), so it neither reads the frames
+//! first nor fills the thread's caches with them. A reader that gets to a page still being read waits for that
 //! fill, as for any other requester's.
 //!
 //! **Cold pages.** A page read ahead enters the cache *cold*: among the clean
@@ -70,6 +72,7 @@ use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, Mem, OpKind};
 use crate::storage::queue::Queue;
 use crate::util::slab::Slab;
+use crate::util::stream::{copy_streaming, fence};
 
 /// How a file will be read, after `posix_fadvise`; see
 /// [`CachedFile::advise`](crate::CachedFile::advise).
@@ -141,6 +144,19 @@ struct Table {
     /// Where the next new entry goes.
     hand: usize,
 }
+
+/// How many of a stream's largest windows stay ahead of its reader, at
+/// least: once its windows are the largest, the next one is asked for when a
+/// read enters the last `LEAD` of them (smaller windows, growing, keep one
+/// ahead: a stream that stops early reads no more than before). One was too
+/// few: a window of 8 MiB takes the readahead thread a few milliseconds to
+/// claim and send, and a fast reader crossed the one ahead of it before the
+/// next one's pages were all read.
+const LEAD: u64 = 2;
+
+/// How many pages ahead of its claim the readahead thread asks for a page's
+/// sets.
+const PREFETCH_AHEAD: u64 = 4;
 
 /// An entry used within this many reads is not replaced while others are.
 const RECENT: u64 = 4 * STREAMS as u64;
@@ -236,8 +252,9 @@ pub(crate) fn note_read(
         if in_flight >= max * ps {
             return (true, None);
         }
-        // At most two windows are ahead of a stream: an eighth of the cache.
-        let max = max.min((sh.cache.capacity_pages() / 16).max(1) as u64);
+        // At most `LEAD + 1` windows are ahead of a stream: an eighth of
+        // the cache.
+        let max = max.min((sh.cache.capacity_pages() as u64 / (8 * (LEAD + 1))).max(1));
         let after = end.div_ceil(ps);
         let start = if s.ahead == 0 || after > s.ahead {
             // A new stream, or a reader past every window: start from here.
@@ -252,8 +269,9 @@ pub(crate) fn note_read(
                 (s.window * 2).min(max)
             };
             after
-        } else if after + s.window > s.ahead {
-            // The read entered the last window: ask for the next one.
+        } else if after + s.window * if s.window >= max { LEAD } else { 1 } > s.ahead {
+            // The read entered the last window (the last `LEAD` once they
+            // are the largest): ask for the next one.
             s.window = (s.window * 2).min(max);
             s.ahead
         } else {
@@ -379,7 +397,9 @@ fn run(sh: &Shared) {
             if g.1 {
                 break;
             }
-            active.extend(g.0.drain(..));
+            for win in g.0.drain(..) {
+                join_window(&mut active, win);
+            }
         }
         // Up to the queue's depth, one run of the next window at a time.
         while w.q.in_flight() < w.q.depth() {
@@ -414,6 +434,19 @@ fn run(sh: &Shared) {
     w.finish();
 }
 
+/// Add `win` to the windows being read: to the end of the one it continues
+/// (a stream's next window), so that a stream's runs reach the device in
+/// file order, or as a window of its own.
+fn join_window(active: &mut VecDeque<Window>, win: Window) {
+    let prev = active.iter_mut().find(|a| {
+        a.id == win.id && Arc::ptr_eq(&a.entry, &win.entry) && a.first + a.pages == win.first
+    });
+    match prev {
+        Some(a) => a.pages += win.pages,
+        None => active.push_back(win),
+    }
+}
+
 impl<'a> Worker<'a> {
     /// Claim the absent pages among the first `turn` pages of window `win`
     /// and send their reads; `win` keeps the rest. Returns whether pages
@@ -427,6 +460,11 @@ impl<'a> Worker<'a> {
         let len = win.entry.file.len();
         let end = win.first + win.pages.min(turn);
         for page in win.first..end {
+            // The claims' sets are scattered over the cache: ask for a later
+            // page's lines while this one is claimed.
+            if page + PREFETCH_AHEAD < end {
+                cache.prefetch(win.id, page + PREFETCH_AHEAD, false);
+            }
             let off = page * ps;
             if off >= len {
                 return false;
@@ -529,8 +567,10 @@ impl<'a> Worker<'a> {
             if let Some(slot) = op.slot {
                 if r.is_ok() {
                     for (f, src) in op.fills.iter_mut().zip(slot.pages(op.len, ps)) {
-                        f.frame_mut()[..src.len()].copy_from_slice(src);
+                        copy_streaming(&mut f.frame_mut()[..src.len()], src);
                     }
+                    // The pages are published below, after the streamed stores.
+                    fence();
                 }
                 self.sh.staging.give(slot);
             }

@@ -1,0 +1,133 @@
+//! Copies into memory that the copying thread does not read again: pages
+//! moved from the staging area to their frames.
+//!
+//! An ordinary copy reads each destination line into the processor's
+//! caches before it overwrites it, so a page costs three passes over memory
+//! (source, destination, write-back). Streaming stores write whole lines
+//! without reading them: two passes, and the copying thread's caches keep
+//! what it does use. Streaming stores are weakly ordered, so a thread that
+//! streams pages calls [`fence`] before it publishes them.
+
+/// Copy `src` into `dst` (the same length) with streaming stores where the
+/// processor has them and the destination's alignment allows; an ordinary
+/// copy otherwise. Call [`fence`] before another thread may read `dst`.
+pub(crate) fn copy_streaming(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "a streaming copy between unequal lengths");
+    #[cfg(target_arch = "x86_64")]
+    if dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0 {
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: the processor has AVX2, both slices are `dst.len()` bytes
+            // long (a multiple of 64) and `dst` is 32-byte aligned.
+            unsafe { x86::stream_avx2(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+        } else {
+            // SAFETY: every x86-64 processor has SSE2; the lengths are equal, a
+            // multiple of 64, and `dst` is 16-byte aligned.
+            unsafe { x86::stream_sse2(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+        }
+        return;
+    }
+    dst.copy_from_slice(src);
+}
+
+/// Order every streaming store this thread made before its later stores (a
+/// page's publication among them).
+pub(crate) fn fence() {
+    #[cfg(target_arch = "x86_64")]
+    x86::sfence();
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::{
+        __m128i, __m256i, _mm256_loadu_si256, _mm256_stream_si256, _mm_loadu_si128, _mm_sfence,
+        _mm_stream_si128,
+    };
+
+    /// Copy `n` bytes (a multiple of 64) from `src` to the 32-byte aligned
+    /// `dst` with 32-byte streaming stores.
+    ///
+    /// # Safety
+    /// The processor has AVX2; both ranges are valid for `n` bytes and do not
+    /// overlap.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn stream_avx2(dst: *mut u8, src: *const u8, n: usize) {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i + 64 <= n`, inside both ranges; `dst + i` is
+            // 32-byte aligned as `dst` is and `i` a multiple of 64.
+            unsafe {
+                let a = _mm256_loadu_si256(src.add(i).cast::<__m256i>());
+                let b = _mm256_loadu_si256(src.add(i + 32).cast::<__m256i>());
+                _mm256_stream_si256(dst.add(i).cast::<__m256i>(), a);
+                _mm256_stream_si256(dst.add(i + 32).cast::<__m256i>(), b);
+            }
+            i += 64;
+        }
+    }
+
+    /// Copy `n` bytes (a multiple of 64) from `src` to the 16-byte aligned
+    /// `dst` with 16-byte streaming stores.
+    ///
+    /// # Safety
+    /// Both ranges are valid for `n` bytes and do not overlap.
+    pub(super) unsafe fn stream_sse2(dst: *mut u8, src: *const u8, n: usize) {
+        let mut i = 0;
+        while i < n {
+            // SAFETY: `i + 64 <= n`, inside both ranges; `dst + i` is
+            // 16-byte aligned as `dst` is and `i` a multiple of 64.
+            unsafe {
+                for k in (0..64).step_by(16) {
+                    let v = _mm_loadu_si128(src.add(i + k).cast::<__m128i>());
+                    _mm_stream_si128(dst.add(i + k).cast::<__m128i>(), v);
+                }
+            }
+            i += 64;
+        }
+    }
+
+    pub(super) fn sfence() {
+        // SAFETY: SSE is part of every x86-64 processor.
+        unsafe { _mm_sfence() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_copies_equal_ordinary_ones() {
+        let src: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 + 3) as u8).collect();
+        let mut buf = vec![0u8; 5 * 4096];
+        let off = buf.as_ptr().align_offset(4096);
+        let dst = &mut buf[off..off + 3 * 4096 + 100];
+        // Whole pages (streamed), a short tail, and a misaligned start.
+        copy_streaming(&mut dst[..4096], &src[..4096]);
+        copy_streaming(&mut dst[4096..8192], &src[4096..8192]);
+        copy_streaming(&mut dst[8192..], &src[8192..]);
+        fence();
+        assert_eq!(&dst[..], &src[..]);
+        copy_streaming(&mut dst[1..129], &src[..128]);
+        assert_eq!(&dst[1..129], &src[..128]);
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn both_streaming_forms_copy_every_byte() {
+        let src: Vec<u8> = (0..8192).map(|i| (i * 13 + 1) as u8).collect();
+        let mut buf = vec![0u8; 4 * 4096];
+        let off = buf.as_ptr().align_offset(4096);
+        let dst = &mut buf[off..off + 8192];
+        // SAFETY: equal lengths, a multiple of 64, `dst` page-aligned.
+        unsafe { x86::stream_sse2(dst.as_mut_ptr(), src.as_ptr(), 8192) };
+        x86::sfence();
+        assert_eq!(&dst[..], &src[..]);
+        dst.fill(0);
+        if std::is_x86_feature_detected!("avx2") {
+            // SAFETY: as above, and the processor has AVX2.
+            unsafe { x86::stream_avx2(dst.as_mut_ptr(), src.as_ptr(), 8192) };
+            x86::sfence();
+            assert_eq!(&dst[..], &src[..]);
+        }
+    }
+}
