@@ -1284,6 +1284,14 @@ impl<'a, M: Model> Fill<'a, M> {
         self.at.frame()
     }
 
+    /// A hint that the fill is about to finish: start loading the line of
+    /// its state word, which `finish` updates. Changes nothing.
+    pub(crate) fn prefetch_state(&self) {
+        if self.at.in_cache() {
+            prefetch(self.at.core.state(self.at.set, self.at.slot));
+        }
+    }
+
     fn end(&mut self, ok: bool) {
         self.done = true;
         if self.at.in_cache() {

@@ -564,6 +564,10 @@ impl<'a> Worker<'a> {
             let Some(mut op) = self.ops.remove(tag) else {
                 continue;
             };
+            // The state words' lines arrive while the pages are copied.
+            for f in &op.fills {
+                f.prefetch_state();
+            }
             if let Some(slot) = op.slot {
                 if r.is_ok() {
                     for (f, src) in op.fills.iter_mut().zip(slot.pages(op.len, ps)) {
