@@ -12,7 +12,11 @@
 /// processor has them and the destination's alignment allows; an ordinary
 /// copy otherwise. Call [`fence`] before another thread may read `dst`.
 pub(crate) fn copy_streaming(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "a streaming copy between unequal lengths");
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "a streaming copy between unequal lengths"
+    );
     #[cfg(target_arch = "x86_64")]
     if dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0 {
         if std::is_x86_feature_detected!("avx2") {
@@ -39,8 +43,8 @@ pub(crate) fn fence() {
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use std::arch::x86_64::{
-        __m128i, __m256i, _mm256_loadu_si256, _mm256_stream_si256, _mm_loadu_si128, _mm_sfence,
-        _mm_stream_si128,
+        __m128i, __m256i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128, _mm256_loadu_si256,
+        _mm256_stream_si256,
     };
 
     /// Copy `n` bytes (a multiple of 64) from `src` to the 32-byte aligned
