@@ -26,9 +26,9 @@
 //! largest window (`max_pages`, [`DEFAULT_MAX_BYTES`] by default, and at most
 //! a twenty-fourth of the cache): between one and two windows stay ahead of
 //! the reader, and between two and three once they are the largest, so it
-//! finds its pages read when it gets there. A reader that outruns the windows (a long read, or a
-//! device slower than the reader) restarts them from where it is, with the
-//! larger size. A stream that turns random stops asking: its table entry
+//! finds its pages read when it gets there. A reader that outruns the
+//! windows (a long read, or a device slower than the reader) restarts them
+//! from where it is, with the larger size. A stream that turns random stops asking: its table entry
 //! ages out. Windows end at the end of the file.
 //!
 //! **The readahead thread** (`setcache-ahead`, one per cached store) takes
@@ -36,8 +36,9 @@
 //! per turn, so that the front of a stream's new window goes out right
 //! after the reads in flight rather than behind other streams' whole
 //! windows; a window that continues one being read joins its end, so a
-//! stream's runs reach the device in file order. Each page that is absent and whose sets have a free
-//! slot or a cold clean idle page to give is claimed cold, as a fill (a page
+//! stream's runs reach the device in file order. Each page that is absent
+//! and whose sets have a free slot or a cold clean idle page to give is
+//! claimed cold, as a fill (a page
 //! present, being filled, or in sets with no such room is skipped: readahead
 //! never waits, never writes a victim back, and never evicts a page that
 //! somebody used). Claimed pages that follow
@@ -49,8 +50,8 @@
 //! `cached::staging`) and each page then copied to its frame; a shorter run,
 //! or one that finds no free slot, is a vectored read straight into the
 //! frames; the copy streams (`util::stream`), so it neither reads the frames
-//! first nor fills the thread's caches with them. A reader that gets to a page still being read waits for that
-//! fill, as for any other requester's.
+//! first nor fills the thread's caches with them. A reader that gets to a
+//! page still being read waits for that fill, as for any other requester's.
 //!
 //! **Cold pages.** A page read ahead enters the cache *cold*: among the clean
 //! idle pages of its sets it is evicted first. A stream's reads leave it cold
