@@ -20,13 +20,11 @@ pub(crate) fn copy_streaming(dst: &mut [u8], src: &[u8]) {
     #[cfg(target_arch = "x86_64")]
     if dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0 {
         if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: the processor has AVX2, both slices are `dst.len()` bytes
-            // long (a multiple of 64) and `dst` is 32-byte aligned.
-            unsafe { x86::stream_avx2(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+            // SAFETY: the processor has AVX2, which is all the function's
+            // target feature asks beyond what it checks itself.
+            unsafe { x86::stream_avx2(dst, src) };
         } else {
-            // SAFETY: every x86-64 processor has SSE2; the lengths are equal, a
-            // multiple of 64, and `dst` is 16-byte aligned.
-            unsafe { x86::stream_sse2(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+            x86::stream_sse2(dst, src);
         }
         return;
     }
@@ -47,45 +45,45 @@ mod x86 {
         _mm256_stream_si256,
     };
 
-    /// Copy `n` bytes (a multiple of 64) from `src` to the 32-byte aligned
-    /// `dst` with 32-byte streaming stores.
-    ///
-    /// # Safety
-    /// The processor has AVX2; both ranges are valid for `n` bytes and do not
-    /// overlap.
+    /// The checks both copies rely on: equal lengths, a multiple of 64, and
+    /// `dst` 32-byte aligned.
+    fn check(dst: &[u8], src: &[u8]) {
+        assert!(
+            dst.len() == src.len() && dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0,
+            "a streaming copy needs equal lengths in 64-byte lines and an aligned destination"
+        );
+    }
+
+    /// Copy `src` to `dst` with 32-byte streaming stores (the processor
+    /// must have AVX2: calling this is unsafe for that alone).
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn stream_avx2(dst: *mut u8, src: *const u8, n: usize) {
-        let mut i = 0;
-        while i < n {
-            // SAFETY: `i + 64 <= n`, inside both ranges; `dst + i` is
-            // 32-byte aligned as `dst` is and `i` a multiple of 64.
+    pub(super) fn stream_avx2(dst: &mut [u8], src: &[u8]) {
+        check(dst, src);
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        for i in (0..dst.len()).step_by(64) {
+            // SAFETY: `i + 64 <= len`, inside both slices (checked above);
+            // `d + i` is 32-byte aligned as `d` is and `i` a multiple of 64.
             unsafe {
-                let a = _mm256_loadu_si256(src.add(i).cast::<__m256i>());
-                let b = _mm256_loadu_si256(src.add(i + 32).cast::<__m256i>());
-                _mm256_stream_si256(dst.add(i).cast::<__m256i>(), a);
-                _mm256_stream_si256(dst.add(i + 32).cast::<__m256i>(), b);
+                let a = _mm256_loadu_si256(s.add(i).cast::<__m256i>());
+                let b = _mm256_loadu_si256(s.add(i + 32).cast::<__m256i>());
+                _mm256_stream_si256(d.add(i).cast::<__m256i>(), a);
+                _mm256_stream_si256(d.add(i + 32).cast::<__m256i>(), b);
             }
-            i += 64;
         }
     }
 
-    /// Copy `n` bytes (a multiple of 64) from `src` to the 16-byte aligned
-    /// `dst` with 16-byte streaming stores.
-    ///
-    /// # Safety
-    /// Both ranges are valid for `n` bytes and do not overlap.
-    pub(super) unsafe fn stream_sse2(dst: *mut u8, src: *const u8, n: usize) {
-        let mut i = 0;
-        while i < n {
-            // SAFETY: `i + 64 <= n`, inside both ranges; `dst + i` is
-            // 16-byte aligned as `dst` is and `i` a multiple of 64.
+    /// Copy `src` to `dst` with 16-byte streaming stores (SSE2, which every
+    /// x86-64 processor has).
+    pub(super) fn stream_sse2(dst: &mut [u8], src: &[u8]) {
+        check(dst, src);
+        let (d, s) = (dst.as_mut_ptr(), src.as_ptr());
+        for i in (0..dst.len()).step_by(16) {
+            // SAFETY: `i + 16 <= len`, inside both slices (checked above);
+            // `d + i` is 16-byte aligned as `d` is and `i` a multiple of 16.
             unsafe {
-                for k in (0..64).step_by(16) {
-                    let v = _mm_loadu_si128(src.add(i + k).cast::<__m128i>());
-                    _mm_stream_si128(dst.add(i + k).cast::<__m128i>(), v);
-                }
+                let v = _mm_loadu_si128(s.add(i).cast::<__m128i>());
+                _mm_stream_si128(d.add(i).cast::<__m128i>(), v);
             }
-            i += 64;
         }
     }
 
@@ -122,14 +120,13 @@ mod tests {
         let mut buf = vec![0u8; 4 * 4096];
         let off = buf.as_ptr().align_offset(4096);
         let dst = &mut buf[off..off + 8192];
-        // SAFETY: equal lengths, a multiple of 64, `dst` page-aligned.
-        unsafe { x86::stream_sse2(dst.as_mut_ptr(), src.as_ptr(), 8192) };
+        x86::stream_sse2(dst, &src);
         x86::sfence();
         assert_eq!(&dst[..], &src[..]);
         dst.fill(0);
         if std::is_x86_feature_detected!("avx2") {
-            // SAFETY: as above, and the processor has AVX2.
-            unsafe { x86::stream_avx2(dst.as_mut_ptr(), src.as_ptr(), 8192) };
+            // SAFETY: the processor has AVX2.
+            unsafe { x86::stream_avx2(dst, &src) };
             x86::sfence();
             assert_eq!(&dst[..], &src[..]);
         }
