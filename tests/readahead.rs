@@ -496,3 +496,116 @@ fn a_failed_staged_queue_read_publishes_nothing() {
     }
     assert_eq!(cs.cache().stats().fills, 3 * 256, "every page read once");
 }
+
+/// Run `fut` to its end on this thread, parking between polls (the
+/// futures need no runtime: their worker wakes this thread).
+fn block_on<F: std::future::Future>(fut: F) -> F::Output {
+    use std::sync::Arc;
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = std::pin::pin!(fut);
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(Duration::from_millis(100));
+    }
+}
+
+/// The three ways of taking a page reference.
+#[derive(Clone, Copy, Debug)]
+enum RefWay {
+    Sync,
+    Queue,
+    Future,
+}
+
+/// Take a reference to the page holding byte `off` of `f` the way `way`
+/// says, and check the page's bytes.
+fn ref_page(cs: &CachedStore, f: &CachedFile, way: RefWay, off: u64) {
+    let p = off / PAGE as u64;
+    let want = pattern(3, p * PAGE as u64, PAGE);
+    match way {
+        RefWay::Sync => assert!(*f.page(off).unwrap() == want[..], "page {p}"),
+        RefWay::Future => assert!(
+            *block_on(f.page_async(off)).unwrap() == want[..],
+            "page {p}"
+        ),
+        RefWay::Queue => {
+            let mut q = cs.queue(2);
+            q.submit(vec![CachedRequest::page(f, off, 7)]);
+            q.drain();
+            let mut got = Vec::new();
+            q.take_pages(&mut got);
+            let (tag, g) = got.pop().expect("a page request completes");
+            assert_eq!(tag, 7);
+            assert!(*g.unwrap() == want[..], "page {p}");
+        }
+    }
+}
+
+#[test]
+fn page_references_taken_in_order_are_a_stream_in_every_form() {
+    for way in [RefWay::Sync, RefWay::Queue, RefWay::Future] {
+        let (_t, cs, f) = rig("ra-refs", 2048, 1024);
+        ref_page(&cs, &f, way, 0);
+        assert_eq!(
+            cs.cache().stats().readahead,
+            0,
+            "{way:?}: one page is no stream"
+        );
+        // A parser walking page 1's records, a reference to each: the
+        // second page makes the stream, and the repeats leave it as it is.
+        for k in 0..64 {
+            ref_page(&cs, &f, way, (PAGE + 64 * k) as u64);
+        }
+        wait_cached(&cs, &f, 2..18);
+        let st = cs.cache().stats();
+        assert!(st.readahead >= 16, "{way:?}: {st:?}");
+        let misses = st.misses;
+        for p in 2..400 {
+            ref_page(&cs, &f, way, (p * PAGE) as u64);
+        }
+        let st = cs.cache().stats();
+        assert!(st.readahead > 300, "{way:?}: {st:?}");
+        assert!(st.readahead_used > 300, "{way:?}: {st:?}");
+        assert!(
+            st.misses - misses < 40,
+            "{way:?}: the references waited for the device: {st:?}"
+        );
+    }
+}
+
+#[test]
+fn a_scan_through_page_references_leaves_a_hot_set_in_every_form() {
+    for way in [RefWay::Sync, RefWay::Queue, RefWay::Future] {
+        let (_t, cs, f) = rig("ra-refs-hot", 8192, 1024);
+        // The hot set of `pages_read_ahead_go_before_a_hot_set`, read the
+        // same way.
+        for i in 0..768 {
+            read_page(&f, i * 229 % 384);
+        }
+        let hot: HashSet<u64> = (0..384).collect();
+        assert!(hot.is_subset(&cached(&cs, &f)));
+        // A scan of four times the cache through references.
+        for p in 1000..5096u64 {
+            ref_page(&cs, &f, way, p * PAGE as u64);
+        }
+        idle();
+        let have = cached(&cs, &f);
+        let kept = hot.iter().filter(|p| have.contains(p)).count();
+        assert!(
+            kept >= 380,
+            "{way:?}: the scan pushed out {} hot pages",
+            384 - kept
+        );
+        assert!(cs.cache().stats().readahead > 3000, "{way:?}");
+    }
+}

@@ -96,12 +96,20 @@ pub(crate) enum Mode {
     /// poll, which may not block): as `Keep`, but a page absent is left
     /// alone (`Busy`), uncounted.
     Present,
+    /// As `Present`, for a sequential stream's reader: a cold page it finds
+    /// stays cold.
+    PresentStream,
 }
 
 impl Mode {
     /// Whether a page this lookup touches or brings in is warm.
     fn warms(self) -> bool {
         matches!(self, Mode::Normal | Mode::Keep | Mode::Present)
+    }
+
+    /// Whether the caller wants the page only if it is cached now.
+    fn present_only(self) -> bool {
+        matches!(self, Mode::Present | Mode::PresentStream)
     }
 }
 
@@ -1031,7 +1039,7 @@ impl<M: Model> Core<M> {
         let ahead = mode == Mode::Ahead;
         // A caller that does not wait has just tried the optimistic path
         // (but one that wants only a page present has not).
-        if !write && (!nowait || mode == Mode::Present) {
+        if !write && (!nowait || mode.present_only()) {
             if let Some((s, i)) = self.fast_hit(tag, h) {
                 if mode.warms() {
                     self.warm(s, i);
@@ -1074,7 +1082,7 @@ impl<M: Model> Core<M> {
                         // SAFETY: set `s` is locked; `lookup_cached` unlocks it.
                         self.lookup_cached(s, i, unsafe { self.locked(s) }, write, nowait, mode)
                     }
-                    None if mode == Mode::Present => {
+                    None if mode.present_only() => {
                         self.unlock_pair(s1, s2);
                         return Ok(Found::Busy);
                     }
@@ -1110,7 +1118,7 @@ impl<M: Model> Core<M> {
         let v = w.load(Acquire);
         if v & PENDING != 0 && nowait {
             self.unlock(s);
-            if mode != Mode::Present {
+            if !mode.present_only() {
                 self.stats.bump(Stat::CoalescedWaits);
             }
             return Step::Done(Found::Busy);

@@ -517,9 +517,20 @@ impl<M: Model> PageCache<M> {
     }
 
     /// The page pinned for reading if it is cached and readable now; else
-    /// `None`, with nothing claimed, waited for or counted.
-    pub(crate) fn try_pin_present(&self, file: u32, page: u64) -> Result<Option<PageRef<'_, M>>> {
-        match self.lookup_read(file, page, true, Mode::Present)? {
+    /// `None`, with nothing claimed, waited for or counted. For a sequential
+    /// stream's reader (`stream`), a cold page stays cold.
+    pub(crate) fn try_pin_present(
+        &self,
+        file: u32,
+        page: u64,
+        stream: bool,
+    ) -> Result<Option<PageRef<'_, M>>> {
+        let mode = if stream {
+            Mode::PresentStream
+        } else {
+            Mode::Present
+        };
+        match self.lookup_read(file, page, true, mode)? {
             Some(Lookup::Hit(p)) => Ok(Some(p)),
             None => Ok(None),
             Some(_) => unreachable!("a lookup of a present page claims nothing"),

@@ -631,8 +631,14 @@ impl<'f> PageAt<'f> {
         let (page, start, len) = f.page_span(offset).map_err(Err)?;
         // A page this thread holds mutably would be waited for.
         f.check_held(start, start + 1, false).map_err(Err)?;
-        match f.shared.cache.try_pin_present(f.id, page) {
+        // Noted here, on the task's thread, where its stream is.
+        let sh = &*f.shared;
+        let stream = readahead::note_page(sh, &f.entry, f.id, page, 0);
+        match sh.cache.try_pin_present(f.id, page, stream) {
             Ok(Some(g)) => {
+                if stream && g.is_cold() {
+                    readahead::note_used(sh, f.id, page);
+                }
                 let name = || f.entry.file.name();
                 let hold = Hold::take(f.store_key(), f.id, page, false, name).map_err(Err)?;
                 // Pinned: now the check that no array stores into it in place.
@@ -647,7 +653,7 @@ impl<'f> PageAt<'f> {
             file: f.clone(),
             offset,
             buf: Vec::new(),
-            stream: None,
+            stream: Some(stream),
             slot: Slot::new(cx.waker()),
         };
         send(f, op, 0, 0).map_err(|(e, _)| Err(e))

@@ -775,7 +775,23 @@ impl CachedFile {
     }
 
     fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
-        let g = self.page_as(offset, Mode::Keep)?;
+        let sh = &*self.shared;
+        // References taken page after page are a stream as reads are: read
+        // ahead, and their pages left cold.
+        let g = self.guard(offset, false, |page| {
+            let stream = readahead::note_page(sh, &self.entry, self.id, page, 0);
+            let g = sh.cache.get_with_as(
+                self.id,
+                page,
+                if stream { Mode::Stream } else { Mode::Keep },
+                |f, p, frame| self.load(f, p, frame),
+                |f, p, bytes| self.store_page(f, p, bytes),
+            )?;
+            if stream && g.is_cold() {
+                readahead::note_used(sh, self.id, page);
+            }
+            Ok(g)
+        })?;
         // Pinned: now the check that no array stores into it in place.
         self.entry.refs_allowed()?;
         Ok(g)

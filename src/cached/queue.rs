@@ -789,6 +789,13 @@ impl<'a> CachedQueue<'a> {
             }
             _ => PageWant::Pin,
         };
+        // Page references in order are a stream as reads are (a future's
+        // was noted on its own thread).
+        let ps = self.sh.cache.page_size() as u64;
+        let in_flight = self.outstanding as u64 * ps;
+        let stream = r
+            .noted
+            .unwrap_or_else(|| readahead::note_page(self.sh, &f.entry, f.id, page, in_flight));
         let id = self.live.insert(Live {
             req: Req {
                 kind: r.kind,
@@ -798,7 +805,7 @@ impl<'a> CachedQueue<'a> {
                 notify: r.notify,
             },
             page: Some((want, None)),
-            stream: false,
+            stream,
             left: 1,
             hit: true,
             err: None,
@@ -850,9 +857,13 @@ impl<'a> CachedQueue<'a> {
             if cache.is_filling(fid, page) {
                 return Ok(Step::Busy);
             }
-            return match cache.try_get_as(fid, page, Mode::Keep)? {
+            let mode = if l.stream { Mode::Stream } else { Mode::Keep };
+            return match cache.try_get_as(fid, page, mode)? {
                 None => Ok(Step::Busy),
                 Some(Lookup::Hit(g)) => {
+                    if l.stream && g.is_cold() {
+                        readahead::note_used(self.sh, fid, page);
+                    }
                     *pin = Some(g);
                     Ok(Step::Done)
                 }

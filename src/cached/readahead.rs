@@ -174,6 +174,9 @@ thread_local! {
     };
     /// The last cold page counted as used: (store, file, page + 1).
     static LAST_USED: Cell<(usize, u32, u64)> = const { Cell::new((0, 0, 0)) };
+    /// The last page taken as a whole by a page reference, and whether it
+    /// belonged to a stream: (store, file, page + 1, stream).
+    static LAST_PAGE: Cell<(usize, u32, u64, bool)> = const { Cell::new((0, 0, 0, false)) };
 }
 
 /// Note a read of `len` bytes at `offset` of cache file `id` (entry `entry`)
@@ -293,6 +296,33 @@ pub(crate) fn note_read(
             });
         }
     }
+    stream
+}
+
+/// Note a page reference to `page` of cache file `id` (entry `entry`) by
+/// this thread, as a read of the whole page: returns whether it belongs to
+/// a sequential stream, as [`note_read`] (`in_flight` as there). A guard
+/// gives its holder the whole page, wherever in it the asked offset lies, so
+/// a reader that takes the same page again (a parser walking the records of
+/// a page through one reference each) notes it once: the repeats answer as
+/// the first did, and change no stream.
+pub(crate) fn note_page(
+    sh: &Shared,
+    entry: &Arc<Entry>,
+    id: u32,
+    page: u64,
+    in_flight: u64,
+) -> bool {
+    let key = (sh as *const Shared as usize, id, page + 1);
+    let (s, f, p, stream) = LAST_PAGE.with(Cell::get);
+    if (s, f, p) == key {
+        return stream;
+    }
+    let ps = sh.cache.page_size() as u64;
+    let off = page.saturating_mul(ps);
+    let len = entry.file.len().saturating_sub(off).min(ps);
+    let stream = note_read(sh, entry, id, off, len, in_flight);
+    LAST_PAGE.with(|c| c.set((key.0, key.1, key.2, stream)));
     stream
 }
 

@@ -227,7 +227,10 @@ fn task_on_present(
     if offset >= file.len() || file.entry.check().is_err() {
         return None;
     }
-    let page = sh.cache.try_pin_present(file.id, offset / ps).ok()??;
+    let page = sh
+        .cache
+        .try_pin_present(file.id, offset / ps, false)
+        .ok()??;
     // After the pin, as the queue's page requests check.
     file.entry.refs_allowed().ok()?;
     Some(run_task(
