@@ -609,3 +609,87 @@ fn a_scan_through_page_references_leaves_a_hot_set_in_every_form() {
         assert!(cs.cache().stats().readahead > 3000, "{way:?}");
     }
 }
+
+/// The ways of reading a paged array's elements in order.
+#[derive(Clone, Copy, Debug)]
+enum ArrayWay {
+    /// `ArrayReader::get`, element by element.
+    ReaderGet,
+    /// `PagedArray::get`, element by element.
+    ArrayGet,
+    /// `PagedArray::read_into`, a page's elements at a time.
+    Copy,
+}
+
+/// Read the elements of pages `pages` of `a` (of `u64`, over the rig's
+/// file) in order the way `way` says, and check them.
+fn read_elements(
+    a: &setcache::PagedArray<u64>,
+    r: &mut setcache::ArrayReader<'_, u64>,
+    way: ArrayWay,
+    pages: std::ops::Range<u64>,
+) {
+    let per = (PAGE / 8) as u64;
+    for p in pages {
+        let want = pattern(3, p * PAGE as u64, PAGE);
+        let want: Vec<u64> = want
+            .chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let got: Vec<u64> = match way {
+            ArrayWay::ReaderGet => (0..per).map(|k| r.get(p * per + k).unwrap()).collect(),
+            ArrayWay::ArrayGet => (0..per).map(|k| a.get(p * per + k).unwrap()).collect(),
+            ArrayWay::Copy => {
+                let mut out = vec![0u64; per as usize];
+                a.read_into(p * per, &mut out).unwrap();
+                out
+            }
+        };
+        assert!(got == want, "{way:?}: page {p}");
+    }
+}
+
+#[test]
+fn a_paged_array_read_in_order_is_read_ahead_in_every_form() {
+    for way in [ArrayWay::ReaderGet, ArrayWay::ArrayGet, ArrayWay::Copy] {
+        let (_t, cs, _f) = rig("ra-array", 2048, 1024);
+        let a = setcache::PagedArray::<u64>::open(&cs, "f").unwrap();
+        let mut r = a.reader();
+        read_elements(&a, &mut r, way, 0..3);
+        wait_cached(&cs, &_f, 3..19);
+        let misses = cs.cache().stats().misses;
+        read_elements(&a, &mut r, way, 3..400);
+        let st = cs.cache().stats();
+        assert!(st.readahead > 300, "{way:?}: {st:?}");
+        assert!(
+            st.misses - misses < 40,
+            "{way:?}: the reads waited for the device: {st:?}"
+        );
+    }
+}
+
+#[test]
+fn a_scan_of_a_paged_array_leaves_a_hot_set_in_every_form() {
+    for way in [ArrayWay::ReaderGet, ArrayWay::ArrayGet, ArrayWay::Copy] {
+        let (_t, cs, f) = rig("ra-array-hot", 8192, 1024);
+        // The hot set of `pages_read_ahead_go_before_a_hot_set`.
+        for i in 0..768 {
+            read_page(&f, i * 229 % 384);
+        }
+        let hot: HashSet<u64> = (0..384).collect();
+        assert!(hot.is_subset(&cached(&cs, &f)));
+        let a = setcache::PagedArray::<u64>::open(&cs, "f").unwrap();
+        let mut r = a.reader();
+        // A scan of four times the cache through the array.
+        read_elements(&a, &mut r, way, 1000..5096);
+        idle();
+        let have = cached(&cs, &f);
+        let kept = hot.iter().filter(|p| have.contains(p)).count();
+        assert!(
+            kept >= 380,
+            "{way:?}: the scan pushed out {} hot pages",
+            384 - kept
+        );
+        assert!(cs.cache().stats().readahead > 3000, "{way:?}");
+    }
+}

@@ -265,6 +265,11 @@ pub struct ArrayReader<'a, T: Element> {
     chunk_renew: u32,
     /// A zero element.
     zero: T,
+    /// The page after the last one `get` found in neither table (0: none).
+    after_slow: u64,
+    /// That page continued a sequential stream: the pages this reader
+    /// sights stay cold, as a stream's reads leave them.
+    streaming: bool,
     _thread: PhantomData<*const ()>,
 }
 
@@ -364,6 +369,8 @@ impl<T: Element> PagedArray<T> {
             chunk_renew: CHUNK_RENEW,
             // SAFETY: `T` is plain old data: all zero bytes are a value.
             zero: unsafe { std::mem::zeroed() },
+            after_slow: 0,
+            streaming: false,
             _thread: PhantomData,
         }
     }
@@ -403,10 +410,24 @@ impl<T: Element> PagedArray<T> {
         })
     }
 
-    /// Copy elements `start..start + out.len()` into `out`.
+    /// Copy elements `start..start + out.len()` into `out`. Copies in
+    /// order are read ahead, as reads of the file are.
     pub fn read_into(&self, start: u64, out: &mut [T]) -> Result<()> {
+        self.read_into_as(start, out, None)
+    }
+
+    /// [`PagedArray::read_into`]; `noted`: readahead has seen the read
+    /// already (word elements only), and whether it continues a stream.
+    fn read_into_as(&self, start: u64, out: &mut [T], noted: Option<bool>) -> Result<()> {
         let off = self.check(start, out.len() as u64)?;
         if is_word::<T>() {
+            let f = &self.file;
+            let sh = &*f.shared;
+            let len = size_of_val(out) as u64;
+            let stream =
+                noted.unwrap_or_else(|| readahead::note_read(sh, &f.entry, f.id, off, len, 0));
+            // A stream's pages stay cold, as the file's reads leave them.
+            let mode = if stream { Mode::Stream } else { Mode::Keep };
             // Word elements may be stored into meanwhile: atomic loads, a
             // page at a time, each page pinned while it is copied.
             let ps = self.file.shared.cache.page_size() as u64;
@@ -416,7 +437,7 @@ impl<T: Element> PagedArray<T> {
                 let n = (((ps - pos % ps) / size_of::<T>() as u64) as usize).min(out.len() - done);
                 // The array's own pin, not a shared reference: the words
                 // are read with atomic loads.
-                let g = self.file.page_as(pos, Mode::Keep)?;
+                let g = self.file.page_as(pos, mode)?;
                 let at = (pos - g.offset()) as usize;
                 // SAFETY: the guard pins the page; the `n` elements from `at` lie in the frame, aligned.
                 unsafe { copy_words(g.frame_ptr().add(at), &mut out[done..done + n]) };
@@ -599,7 +620,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     fn renew(&mut self, page: u64) {
         self.until_renew = RENEW;
         let f = &self.arr.file;
-        if let Ok(Some(s)) = f.shared.cache.sight(f.id, page) {
+        if let Ok(Some(s)) = f.shared.cache.sight_as(f.id, page, self.streaming) {
             self.l1[page as usize % L1] = entry(page, &s);
         }
     }
@@ -614,6 +635,15 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             return self.arr.get(i);
         }
         let ps = 1 << self.shift;
+        // Gets in order find each page in neither table once: the page
+        // after the last one so found is noted for readahead, as a read of
+        // the whole page (random gets seldom are, and pay nothing).
+        let follows = self.after_slow != 0 && page == self.after_slow;
+        self.after_slow = page + 1;
+        let f = &self.arr.file;
+        let stream =
+            follows && is_word::<T>() && readahead::note_page(&f.shared, &f.entry, f.id, page, 0);
+        self.streaming = stream;
         let set = self.l2_set(page);
         for w in set..set + L2_WAYS {
             let e = self.l2[w];
@@ -629,7 +659,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         }
         let f = &self.arr.file;
         let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
-        if let Some(s) = cache.sight(f.id, page)? {
+        if let Some(s) = cache.sight_as(f.id, page, stream)? {
             let e = entry(page, &s);
             if let Some(v) = e.read(page, at, ps) {
                 self.stats.shared += 1;
@@ -638,9 +668,16 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             }
         }
         self.stats.slow += 1;
-        let got = self.arr.get(i)?;
+        let got = if follows && is_word::<T>() {
+            // SAFETY: `T` is plain old data: all zero bytes are a value.
+            let mut v = [unsafe { std::mem::zeroed::<T>() }];
+            self.arr.read_into_as(i, &mut v, Some(stream))?;
+            v[0]
+        } else {
+            self.arr.get(i)?
+        };
         // The page is cached now (unless evicted already): note where.
-        if let Some(s) = cache.sight(f.id, page)? {
+        if let Some(s) = cache.sight_as(f.id, page, stream)? {
             self.install(page, entry(page, &s));
         }
         Ok(got)

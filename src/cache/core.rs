@@ -535,18 +535,19 @@ impl<M: Model> Core<M> {
     /// reader that keeps the address and checks them after each use (see
     /// `cache::still`). Takes no pin and no lock; the hit is told to the
     /// policy as an optimistic read's is.
-    pub(crate) fn sight(&self, tag: u64) -> Option<Sighting<'_, M>> {
+    /// A sequential stream's reader (`stream`) leaves a cold page cold.
+    pub(crate) fn sight(&self, tag: u64, stream: bool) -> Option<Sighting<'_, M>> {
         let h = mix64(tag);
         let t = self.table.load(Acquire);
         let s1 = self.index(h, t);
-        let found = match self.sight_in(s1, tag) {
+        let found = match self.sight_in(s1, tag, stream) {
             Some(found) => found,
             None => {
                 let s2 = self.index(self.second(h), t);
                 if s2 == s1 {
                     return None;
                 }
-                self.sight_in(s2, tag)?
+                self.sight_in(s2, tag, stream)?
             }
         };
         if found.is_some() {
@@ -570,7 +571,7 @@ impl<M: Model> Core<M> {
     }
 
     /// [`Core::sight`] in set `s`: `None` if `s` does not hold the page.
-    fn sight_in(&self, s: usize, tag: u64) -> Option<Option<Sighting<'_, M>>> {
+    fn sight_in(&self, s: usize, tag: u64, stream: bool) -> Option<Option<Sighting<'_, M>>> {
         let sq = self.seq(s).load(Acquire);
         let tags = self.tags(s);
         let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
@@ -582,7 +583,9 @@ impl<M: Model> Core<M> {
         if self.seq(s).load(Acquire) != sq {
             return Some(None);
         }
-        self.note_hit(s, i, tag, v);
+        if v & COLD == 0 || !stream {
+            self.note_hit(s, i, tag, v);
+        }
         Some(Some(Sighting {
             frame: self.frame(s, i),
             state: w,

@@ -556,7 +556,19 @@ impl<M: Model> PageCache<M> {
     /// translation cache's entry). Counts a hit; takes no pin.
     #[inline]
     pub(crate) fn sight(&self, file: u32, page: u64) -> Result<Option<Sighting<'_, M>>> {
-        let found = self.core.sight(tag_of(file, page)?);
+        self.sight_as(file, page, false)
+    }
+
+    /// [`PageCache::sight`]; a sequential stream's reader (`stream`) leaves
+    /// a cold page cold.
+    #[inline]
+    pub(crate) fn sight_as(
+        &self,
+        file: u32,
+        page: u64,
+        stream: bool,
+    ) -> Result<Option<Sighting<'_, M>>> {
+        let found = self.core.sight(tag_of(file, page)?, stream);
         if found.is_some() {
             self.core.stats.bump(stats::Stat::Hits);
         }

@@ -7,6 +7,8 @@
 //! * `seq`: the sum of every element in order, each thread its share of the
 //!   array (the array through `ArrayReader::for_each_chunk`, page slices in
 //!   place);
+//! * `seq-get`: the same sum through `ArrayReader::get`, element by element
+//!   (not in the default list);
 //! * `zipf`: reads at Zipf 0.99 ranks, scrambled over the array as `bench
 //!   --dist zipf` scrambles them (`ArrayReader::get` per element);
 //! * `uniform`: reads at uniformly random indices;
@@ -59,7 +61,8 @@ pub(crate) struct ArrayArgs {
     /// cached, with room for the sets that draw more than their share]
     #[arg(long)]
     cache_size: Option<String>,
-    /// Workloads (comma-separated): seq, scattered (the floor of a sum over
+    /// Workloads (comma-separated): seq, seq-get (the sum element by element
+    /// through `ArrayReader::get`), scattered (the floor of a sum over
     /// frames that lie anywhere: no array), zipf, uniform, pages,
     /// zipf-batch, uniform-batch (the reads of zipf and uniform, 64 at a time
     /// through `ArrayReader::get_many`), updates
@@ -81,8 +84,9 @@ pub(crate) struct ArrayArgs {
     threads: usize,
 }
 
-const WORKLOADS: [&str; 8] = [
+const WORKLOADS: [&str; 9] = [
     "seq",
+    "seq-get",
     "zipf",
     "uniform",
     "pages",
@@ -142,7 +146,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
+                "unknown --workload {w:?}: expected seq, seq-get, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
             ));
         }
     }
@@ -270,7 +274,7 @@ fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<
 /// Element operations thread `k` of `t` does in a round of `w`.
 fn ops_of(w: &str, n: u64, t: usize, k: usize, idx: &[u64]) -> u64 {
     match w {
-        "seq" | "scattered" => share(n, t, k).count() as u64,
+        "seq" | "seq-get" | "scattered" => share(n, t, k).count() as u64,
         "pages" => idx.len() as u64 * 512,
         _ => idx.len() as u64,
     }
@@ -374,7 +378,7 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
     let v = words(atomics);
     let mut s = 0u64;
     match w {
-        "seq" | "scattered" => {
+        "seq" | "seq-get" | "scattered" => {
             let part = &v[part.start as usize..part.end as usize];
             s = part.iter().fold(0u64, |s, &x| s.wrapping_add(x));
         }
@@ -421,6 +425,11 @@ fn run_array(
             r.for_each_chunk(part, |_, xs| {
                 s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
             })?;
+        }
+        "seq-get" => {
+            for i in part {
+                s = s.wrapping_add(r.get(i)?);
+            }
         }
         "pages" => {
             for &p in idx {
