@@ -573,40 +573,53 @@ fn page_references_taken_in_order_are_a_stream_in_every_form() {
         for p in 2..400 {
             ref_page(&cs, &f, way, (p * PAGE) as u64);
         }
+        assert_read_ahead(&cs, misses, &format!("{way:?}"));
         let st = cs.cache().stats();
-        assert!(st.readahead > 300, "{way:?}: {st:?}");
         assert!(st.readahead_used > 300, "{way:?}: {st:?}");
-        assert!(
-            st.misses - misses < 40,
-            "{way:?}: the references waited for the device: {st:?}"
-        );
     }
+}
+
+/// A cache of 1,024 pages holding a hot set of 384 (the hot set of
+/// `pages_read_ahead_go_before_a_hot_set`, read the same way), then `scan`
+/// of four times the cache: the scan, read ahead, leaves the hot set.
+fn scan_leaves_the_hot_set(what: &str, scan: impl FnOnce(&CachedStore, &CachedFile)) {
+    let (_t, cs, f) = rig("ra-hot-scan", 8192, 1024);
+    for i in 0..768 {
+        read_page(&f, i * 229 % 384);
+    }
+    let hot: HashSet<u64> = (0..384).collect();
+    assert!(hot.is_subset(&cached(&cs, &f)));
+    scan(&cs, &f);
+    idle();
+    let have = cached(&cs, &f);
+    let kept = hot.iter().filter(|p| have.contains(p)).count();
+    assert!(
+        kept >= 380,
+        "{what}: the scan pushed out {} hot pages",
+        384 - kept
+    );
+    assert!(cs.cache().stats().readahead > 3000, "{what}");
+}
+
+/// After `misses` misses counted before some 400 pages were read in order:
+/// those pages were read ahead, and their reads hardly ever waited.
+fn assert_read_ahead(cs: &CachedStore, misses: u64, what: &str) {
+    let st = cs.cache().stats();
+    assert!(st.readahead > 300, "{what}: {st:?}");
+    assert!(
+        st.misses - misses < 40,
+        "{what}: the reads waited for the device: {st:?}"
+    );
 }
 
 #[test]
 fn a_scan_through_page_references_leaves_a_hot_set_in_every_form() {
     for way in [RefWay::Sync, RefWay::Queue, RefWay::Future] {
-        let (_t, cs, f) = rig("ra-refs-hot", 8192, 1024);
-        // The hot set of `pages_read_ahead_go_before_a_hot_set`, read the
-        // same way.
-        for i in 0..768 {
-            read_page(&f, i * 229 % 384);
-        }
-        let hot: HashSet<u64> = (0..384).collect();
-        assert!(hot.is_subset(&cached(&cs, &f)));
-        // A scan of four times the cache through references.
-        for p in 1000..5096u64 {
-            ref_page(&cs, &f, way, p * PAGE as u64);
-        }
-        idle();
-        let have = cached(&cs, &f);
-        let kept = hot.iter().filter(|p| have.contains(p)).count();
-        assert!(
-            kept >= 380,
-            "{way:?}: the scan pushed out {} hot pages",
-            384 - kept
-        );
-        assert!(cs.cache().stats().readahead > 3000, "{way:?}");
+        scan_leaves_the_hot_set(&format!("{way:?}"), |cs, f| {
+            for p in 1000..5096u64 {
+                ref_page(cs, f, way, p * PAGE as u64);
+            }
+        });
     }
 }
 
@@ -652,44 +665,24 @@ fn read_elements(
 #[test]
 fn a_paged_array_read_in_order_is_read_ahead_in_every_form() {
     for way in [ArrayWay::ReaderGet, ArrayWay::ArrayGet, ArrayWay::Copy] {
-        let (_t, cs, _f) = rig("ra-array", 2048, 1024);
+        let (_t, cs, f) = rig("ra-array", 2048, 1024);
         let a = setcache::PagedArray::<u64>::open(&cs, "f").unwrap();
         let mut r = a.reader();
         read_elements(&a, &mut r, way, 0..3);
-        wait_cached(&cs, &_f, 3..19);
+        wait_cached(&cs, &f, 3..19);
         let misses = cs.cache().stats().misses;
         read_elements(&a, &mut r, way, 3..400);
-        let st = cs.cache().stats();
-        assert!(st.readahead > 300, "{way:?}: {st:?}");
-        assert!(
-            st.misses - misses < 40,
-            "{way:?}: the reads waited for the device: {st:?}"
-        );
+        assert_read_ahead(&cs, misses, &format!("{way:?}"));
     }
 }
 
 #[test]
 fn a_scan_of_a_paged_array_leaves_a_hot_set_in_every_form() {
     for way in [ArrayWay::ReaderGet, ArrayWay::ArrayGet, ArrayWay::Copy] {
-        let (_t, cs, f) = rig("ra-array-hot", 8192, 1024);
-        // The hot set of `pages_read_ahead_go_before_a_hot_set`.
-        for i in 0..768 {
-            read_page(&f, i * 229 % 384);
-        }
-        let hot: HashSet<u64> = (0..384).collect();
-        assert!(hot.is_subset(&cached(&cs, &f)));
-        let a = setcache::PagedArray::<u64>::open(&cs, "f").unwrap();
-        let mut r = a.reader();
-        // A scan of four times the cache through the array.
-        read_elements(&a, &mut r, way, 1000..5096);
-        idle();
-        let have = cached(&cs, &f);
-        let kept = hot.iter().filter(|p| have.contains(p)).count();
-        assert!(
-            kept >= 380,
-            "{way:?}: the scan pushed out {} hot pages",
-            384 - kept
-        );
-        assert!(cs.cache().stats().readahead > 3000, "{way:?}");
+        scan_leaves_the_hot_set(&format!("{way:?}"), |cs, _| {
+            let a = setcache::PagedArray::<u64>::open(cs, "f").unwrap();
+            let mut r = a.reader();
+            read_elements(&a, &mut r, way, 1000..5096);
+        });
     }
 }
