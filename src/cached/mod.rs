@@ -778,19 +778,12 @@ impl CachedFile {
         let sh = &*self.shared;
         // References taken page after page are a stream as reads are: read
         // ahead, and their pages left cold.
-        let g = self.guard(offset, false, |page| {
-            let stream = readahead::note_page(sh, &self.entry, self.id, page, 0);
-            let g = sh.cache.get_with_as(
-                self.id,
-                page,
-                if stream { Mode::Stream } else { Mode::Keep },
-                |f, p, frame| self.load(f, p, frame),
-                |f, p, bytes| self.store_page(f, p, bytes),
-            )?;
-            if stream && g.is_cold() {
-                readahead::note_used(sh, self.id, page);
+        let g = self.page_with(offset, |page| {
+            if readahead::note_page(sh, &self.entry, self.id, page, 0) {
+                Mode::Stream
+            } else {
+                Mode::Keep
             }
-            Ok(g)
         })?;
         // Pinned: now the check that no array stores into it in place.
         self.entry.refs_allowed()?;
@@ -835,15 +828,28 @@ impl CachedFile {
     /// readahead and later misses may take it first). Never `Normal`, whose
     /// misses may be served without a slot.
     pub(crate) fn page_as(&self, offset: u64, mode: Mode) -> Result<PageGuard<'_>> {
-        debug_assert!(matches!(mode, Mode::Keep | Mode::Stream));
+        self.page_with(offset, |_| mode)
+    }
+
+    /// [`CachedFile::page_as`], the mode chosen by `mode_of(page)` once the
+    /// span is checked and the hold taken. A stream's page found cold counts
+    /// as read ahead and used.
+    fn page_with(&self, offset: u64, mode_of: impl FnOnce(u64) -> Mode) -> Result<PageGuard<'_>> {
+        let sh = &*self.shared;
         self.guard(offset, false, |page| {
-            self.shared.cache.get_with_as(
+            let mode = mode_of(page);
+            debug_assert!(matches!(mode, Mode::Keep | Mode::Stream));
+            let g = sh.cache.get_with_as(
                 self.id,
                 page,
                 mode,
                 |f, p, frame| self.load(f, p, frame),
                 |f, p, bytes| self.store_page(f, p, bytes),
-            )
+            )?;
+            if mode == Mode::Stream && g.is_cold() {
+                readahead::note_used(sh, self.id, page);
+            }
+            Ok(g)
         })
     }
 

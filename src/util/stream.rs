@@ -54,8 +54,8 @@ mod x86 {
         );
     }
 
-    /// Copy `src` to `dst` with 32-byte streaming stores (the processor
-    /// must have AVX2: calling this is unsafe for that alone).
+    /// Copy `src` to `dst` with 32-byte streaming stores. Callers make sure
+    /// the processor has AVX2 (the target feature requires it of them).
     #[target_feature(enable = "avx2")]
     pub(super) fn stream_avx2(dst: &mut [u8], src: &[u8]) {
         check(dst, src);
