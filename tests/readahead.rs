@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use common::{TempDir, pattern};
 use setcache::{
-    Advice, CacheOptions, CachedFile, CachedRequest, CachedStore, Error, LayoutKind, OpKind, Store,
-    StoreOptions,
+    Advice, CacheOptions, CachedFile, CachedRequest, CachedStore, Error, LayoutKind, OpKind,
+    PartQueue, PartitionOptions, Partitions, Store, StoreOptions,
 };
 
 const PAGE: usize = 4096;
@@ -27,6 +27,32 @@ fn rig_on(
     cache_pages: usize,
     opts: StoreOptions,
 ) -> (TempDir, CachedStore, CachedFile) {
+    rig_parts_on(tag, file_pages, cache_pages, 1, opts)
+}
+
+/// [`rig`] with the cache's sets divided into `partitions`.
+fn rig_parts(
+    tag: &str,
+    file_pages: usize,
+    cache_pages: usize,
+    partitions: usize,
+) -> (TempDir, CachedStore, CachedFile) {
+    rig_parts_on(
+        tag,
+        file_pages,
+        cache_pages,
+        partitions,
+        StoreOptions::default(),
+    )
+}
+
+fn rig_parts_on(
+    tag: &str,
+    file_pages: usize,
+    cache_pages: usize,
+    partitions: usize,
+    opts: StoreOptions,
+) -> (TempDir, CachedStore, CachedFile) {
     let tmp = TempDir::new(tag);
     let store = Store::open(&tmp.devices(2), opts).unwrap();
     let len = file_pages * PAGE;
@@ -38,6 +64,7 @@ fn rig_on(
         store,
         CacheOptions {
             size: cache_pages * PAGE,
+            partitions,
             ..CacheOptions::default()
         },
     )
@@ -583,7 +610,17 @@ fn page_references_taken_in_order_are_a_stream_in_every_form() {
 /// `pages_read_ahead_go_before_a_hot_set`, read the same way), then `scan`
 /// of four times the cache: the scan, read ahead, leaves the hot set.
 fn scan_leaves_the_hot_set(what: &str, scan: impl FnOnce(&CachedStore, &CachedFile)) {
-    let (_t, cs, f) = rig("ra-hot-scan", 8192, 1024);
+    scan_leaves_the_hot_set_of(what, 1, scan);
+}
+
+/// [`scan_leaves_the_hot_set`] with the cache's sets divided into
+/// `partitions`.
+fn scan_leaves_the_hot_set_of(
+    what: &str,
+    partitions: usize,
+    scan: impl FnOnce(&CachedStore, &CachedFile),
+) {
+    let (_t, cs, f) = rig_parts("ra-hot-scan", 8192, 1024, partitions);
     for i in 0..768 {
         read_page(&f, i * 229 % 384);
     }
@@ -683,6 +720,88 @@ fn a_scan_of_a_paged_array_leaves_a_hot_set_in_every_form() {
             let a = setcache::PagedArray::<u64>::open(cs, "f").unwrap();
             let mut r = a.reader();
             read_elements(&a, &mut r, way, 1000..5096);
+        });
+    }
+}
+
+/// The ways of taking a page through a partition queue.
+#[derive(Clone, Copy, Debug)]
+enum PartWay {
+    /// `PartQueue::read` of the whole page.
+    Read,
+    /// `PartQueue::task` summing the page's bytes.
+    Task,
+}
+
+/// The sum of the page's bytes from `at` on, plus `arg`.
+fn byte_sum(page: &[u8], at: usize, arg: u64) -> u64 {
+    page[at..].iter().map(|&b| u64::from(b)).sum::<u64>() + arg
+}
+
+/// Take page `p` of `f` through `q` as `way`, wait for it, and check what
+/// came back against the file's bytes.
+fn part_page(q: &mut PartQueue<'_>, f: &CachedFile, way: PartWay, p: usize) {
+    let at = (p * PAGE) as u64;
+    match way {
+        PartWay::Read => q.read(f, at, vec![0; PAGE], p as u64),
+        PartWay::Task => q.task(f, at, byte_sum, 0, p as u64),
+    }
+    assert_eq!(q.wait(1), 1, "{way:?}: page {p} never finished");
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 1);
+    let c = &done[0];
+    assert!(c.result.is_ok(), "{way:?}: page {p}: {:?}", c.result);
+    let want = pattern(3, at, PAGE);
+    match way {
+        PartWay::Read => assert!(c.buf == want, "{way:?}: page {p}"),
+        PartWay::Task => assert_eq!(c.value, byte_sum(&want, 0, 0), "{way:?}: page {p}"),
+    }
+}
+
+fn two_partitions() -> PartitionOptions {
+    PartitionOptions {
+        partitions: Some(2),
+        ..PartitionOptions::default()
+    }
+}
+
+/// With the cache's pages divided between two partitions, consecutive pages
+/// belong to either: a scan through a partition queue is a stream all the
+/// same, seen where its requests are made, not where they are served.
+#[test]
+fn reads_and_tasks_in_order_through_partitions_are_a_stream() {
+    for way in [PartWay::Read, PartWay::Task] {
+        let (_t, cs, f) = rig_parts("ra-parts", 2048, 1024, 2);
+        let parts = Partitions::new(&cs, two_partitions()).unwrap();
+        let mut q = parts.queue(8).unwrap();
+        part_page(&mut q, &f, way, 0);
+        assert_eq!(
+            cs.cache().stats().readahead,
+            0,
+            "{way:?}: one page is no stream"
+        );
+        part_page(&mut q, &f, way, 1);
+        wait_cached(&cs, &f, 2..18);
+        let misses = cs.cache().stats().misses;
+        for p in 2..400 {
+            part_page(&mut q, &f, way, p);
+        }
+        assert_read_ahead(&cs, misses, &format!("{way:?}"));
+        let st = cs.cache().stats();
+        assert!(st.readahead_used > 300, "{way:?}: {st:?}");
+    }
+}
+
+#[test]
+fn a_scan_through_partitions_leaves_a_hot_set() {
+    for way in [PartWay::Read, PartWay::Task] {
+        scan_leaves_the_hot_set_of(&format!("{way:?}"), 2, |cs, f| {
+            let parts = Partitions::new(cs, two_partitions()).unwrap();
+            let mut q = parts.queue(8).unwrap();
+            for p in 1000..5096 {
+                part_page(&mut q, f, way, p);
+            }
         });
     }
 }

@@ -43,6 +43,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::cached::readahead;
 use crate::cached::shared::Shared;
 use crate::cached::{CachedFile, CachedStore};
 use crate::error::{Error, Result};
@@ -85,6 +86,10 @@ struct Req {
     offset: u64,
     buf: Vec<u8>,
     tag: u64,
+    /// Whether the application thread's readahead took it for part of a
+    /// sequential stream (reads and tasks): the partition reads its pages
+    /// as a stream's, and notes nothing itself.
+    stream: bool,
 }
 
 /// One message of requests: the files the link has not named before (a
@@ -460,6 +465,28 @@ impl PartQueue<'_> {
         while self.outstanding >= self.depth {
             self.wait(1);
         }
+        // Streams are detected here, where the whole sequence of a thread's
+        // requests is seen: a partition sees only the pages its hash names,
+        // which a scan does not reach in order.
+        let sh = &*self.parts.sh;
+        let stream = match what {
+            What::Read => {
+                let in_flight = self.outstanding as u64 * buf.len() as u64;
+                readahead::note_read(
+                    sh,
+                    &file.entry,
+                    file.id,
+                    offset,
+                    buf.len() as u64,
+                    in_flight,
+                )
+            }
+            What::Task(..) => {
+                let ps = sh.cache.page_size() as u64;
+                readahead::note_page(sh, &file.entry, file.id, offset / ps, 0)
+            }
+            What::Write => false,
+        };
         let p = self.parts.partition_of(file, offset);
         let key = Arc::as_ptr(&file.entry) as usize;
         let named = &mut self.named[p];
@@ -476,6 +503,7 @@ impl PartQueue<'_> {
                 offset,
                 buf,
                 tag,
+                stream,
             };
             l.batch.push(((), req));
             if l.batch.len() >= MAX_BUNDLE {
@@ -493,6 +521,7 @@ impl PartQueue<'_> {
             offset,
             buf,
             tag,
+            stream,
         });
         if self.bundles[p].reqs.len() >= MAX_BUNDLE {
             self.send(p);

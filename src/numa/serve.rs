@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use super::{Reply, Req, Task, What};
 use crate::cache::RawPin;
+use crate::cached::readahead;
 use crate::cached::shared::Shared;
 use crate::cached::{CachedCompletion, CachedFile, CachedQueue, CachedRequest};
 use crate::error::{Error, Result};
@@ -87,7 +88,9 @@ impl<'a, K: Copy> Server<'a, K> {
                         .prefetch_bytes(id, nr.offset / ps, 512, ps as usize);
                 }
                 // A cached page: run the task at once, no queue.
-                if let Some((value, result)) = task_on_present(sh, file, r.offset, ps, task, arg) {
+                if let Some((value, result)) =
+                    task_on_present(sh, file, r.offset, ps, task, arg, r.stream)
+                {
                     let reply = Reply {
                         tag: r.tag,
                         buf: Vec::new(),
@@ -113,7 +116,8 @@ impl<'a, K: Copy> Server<'a, K> {
                     r.offset,
                     std::mem::take(&mut r.buf),
                     f as u64,
-                ),
+                )
+                .noted(r.stream),
                 What::Write => CachedRequest::tagged(
                     OpKind::Write,
                     file,
@@ -121,7 +125,7 @@ impl<'a, K: Copy> Server<'a, K> {
                     std::mem::take(&mut r.buf),
                     f as u64,
                 ),
-                What::Task(..) => CachedRequest::pin(file, r.offset, f as u64),
+                What::Task(..) => CachedRequest::pin(file, r.offset, f as u64).noted(r.stream),
             });
         }
         if !reqs.is_empty() {
@@ -223,14 +227,18 @@ fn task_on_present(
     ps: u64,
     task: Task,
     arg: u64,
+    stream: bool,
 ) -> Option<(u64, Result<()>)> {
     if offset >= file.len() || file.entry.check().is_err() {
         return None;
     }
     let page = sh
         .cache
-        .try_pin_present(file.id, offset / ps, false)
+        .try_pin_present(file.id, offset / ps, stream)
         .ok()??;
+    if stream && page.is_cold() {
+        readahead::note_used(sh, file.id, offset / ps);
+    }
     // After the pin, as the queue's page requests check.
     file.entry.refs_allowed().ok()?;
     Some(run_task(
