@@ -621,7 +621,10 @@ impl<M: Model> Core<M> {
     /// the generation rules out a change and back). The policy learns of the
     /// hit only if the set's lock is free right now: a reader never waits.
     #[inline]
-    fn fast_hit(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
+    /// `WARMS`: the lookup's mode warms the pages it touches (see
+    /// [`Mode::warms`]); a constant, so that the plain readers' hit path has no
+    /// test of it.
+    fn fast_hit<const WARMS: bool>(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
         let t = self.table.load(Acquire);
         let s1 = self.index(h, t);
         self.prefetch_set(s1);
@@ -647,7 +650,10 @@ impl<M: Model> Core<M> {
         }
         self.prefetch_frame(s, i);
         w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
-        if self.try_lock(s) {
+        // A stream's pin leaves a cold page as it came in (its stamp orders
+        // the cold pages' eviction: the first in goes first), as its
+        // optimistic reads do.
+        if (WARMS || v & COLD == 0) && self.try_lock(s) {
             // SAFETY: set `s` is locked until the unlock below.
             let g = unsafe { self.locked(s) };
             let valid = *g.valid;
@@ -1043,7 +1049,12 @@ impl<M: Model> Core<M> {
         // A caller that does not wait has just tried the optimistic path
         // (but one that wants only a page present has not).
         if !write && (!nowait || mode.present_only()) {
-            if let Some((s, i)) = self.fast_hit(tag, h) {
+            let hit = if mode.warms() {
+                self.fast_hit::<true>(tag, h)
+            } else {
+                self.fast_hit::<false>(tag, h)
+            };
+            if let Some((s, i)) = hit {
                 if mode.warms() {
                     self.warm(s, i);
                 }
@@ -1183,11 +1194,15 @@ impl<M: Model> Core<M> {
                 self.warm(s, i);
             }
         }
-        let valid = *g.valid;
+        // A stream's read leaves a cold page as it came in: its stamp (the
+        // cold pages' eviction order) and its policy state untouched.
         let tag = g.tags[i].load(Relaxed);
-        let mut st = g.st;
-        self.policy.on_hit_tag(&mut st, i, tag, valid);
-        self.touch(s, i);
+        if write || mode.warms() || v & COLD == 0 {
+            let valid = *g.valid;
+            let mut st = g.st;
+            self.policy.on_hit_tag(&mut st, i, tag, valid);
+            self.touch(s, i);
+        }
         if write {
             self.dirty.mark(file_of(tag), s);
             self.note_dirty(s);

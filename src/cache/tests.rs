@@ -1251,6 +1251,53 @@ fn cold_pages_go_first_and_a_plain_read_warms_them() {
     );
 }
 
+/// A stream's pin of a cold page (a page guard, a paged array's chunk in a
+/// scan) leaves the page as it came in: cold, with the stamp of its claim,
+/// which orders the cold pages' eviction (the first in goes first); a plain
+/// pin warms the page and renews its stamp. Renewed by the stream's pins,
+/// the stamps of the pages a scan had just read were younger than those of
+/// the pages read ahead of it, which readahead's next claims then evicted.
+#[test]
+fn a_streams_pin_leaves_a_cold_page_as_it_came_in() {
+    let c = PageCache::<Os>::new(opts(960, 960, 12, PolicyKind::Lru)).unwrap();
+    let disk = Disk::default();
+    for p in [1000, 1001] {
+        let mut f = c.claim_ahead(0, p).unwrap().expect("absent, room");
+        f.frame_mut().copy_from_slice(&initial(0, p));
+        drop(f.finish(Ok(())).unwrap());
+    }
+    let stamp = |p: u64| {
+        let tag = tag_of(0, p).unwrap();
+        let (s, i) = c.core.find(mix64(tag), tag).expect("cached");
+        c.core.stamp(s, i).load(Ordering::Relaxed)
+    };
+    let cold = |p: u64| {
+        c.core
+            .state_of(tag_of(0, p).unwrap())
+            .is_some_and(|v| v & core::COLD != 0)
+    };
+    let claimed = stamp(1000);
+    assert_eq!(stamp(1001), claimed);
+    // Misses move the clock on by a few epochs (no page is evicted).
+    for p in 0..200 {
+        drop(c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap());
+    }
+    for (p, mode) in [(1000, Mode::Stream), (1001, Mode::Normal)] {
+        let g = c
+            .get_with_as(0, p, mode, load_from(&disk), store_to(&disk))
+            .unwrap();
+        assert_eq!(&g[..], &initial(0, p)[..]);
+    }
+    assert!(
+        cold(1000) && stamp(1000) == claimed,
+        "the stream's pin changed the page"
+    );
+    assert!(
+        !cold(1001) && stamp(1001) != claimed,
+        "a plain pin renews the page"
+    );
+}
+
 /// Advice over a range longer than the cache holds walks the sets instead
 /// of looking up every page of the range: the same pages turn cold as page
 /// by page, only those of the file and the range, and never a dirty one.
