@@ -620,10 +620,10 @@ impl<M: Model> Core<M> {
     /// word, which fails if the slot changed in between (page, flags or pins;
     /// the generation rules out a change and back). The policy learns of the
     /// hit only if the set's lock is free right now: a reader never waits.
-    #[inline]
     /// `WARMS`: the lookup's mode warms the pages it touches (see
     /// [`Mode::warms`]); a constant, so that the plain readers' hit path has no
     /// test of it.
+    #[inline]
     fn fast_hit<const WARMS: bool>(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
         let t = self.table.load(Acquire);
         let s1 = self.index(h, t);
