@@ -379,3 +379,38 @@ pub fn to_json(trace: &Trace, results: &[HitResult]) -> serde_json::Value {
 
 #[cfg(test)]
 mod tests;
+
+/// Trace files for the tests: a temporary file, removed when dropped.
+#[cfg(test)]
+pub(crate) struct TempFile(pub(crate) std::path::PathBuf);
+
+#[cfg(test)]
+impl TempFile {
+    /// A fresh file holding `bytes` straight in the temporary directory (so
+    /// that nothing is left once it is gone), its name ending in `name`,
+    /// whose extension the trace readers go by.
+    pub(crate) fn with(name: &str, bytes: &[u8]) -> TempFile {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static N: AtomicU32 = AtomicU32::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("setcache-sim-{}-{n}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        TempFile(path)
+    }
+}
+
+#[cfg(test)]
+impl std::ops::Deref for TempFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+#[cfg(test)]
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}

@@ -29,36 +29,9 @@ fn traces(file: &str) -> Option<String> {
     None
 }
 
-/// A temporary file, removed when dropped.
-struct TempFile(PathBuf);
-
-impl std::ops::Deref for TempFile {
-    type Target = std::path::Path;
-    fn deref(&self) -> &std::path::Path {
-        &self.0
-    }
-}
-
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-/// A fresh temporary file holding `bytes`, its name ending in `name` (whose
-/// extension the trace readers go by).
+/// A fresh temporary file holding `bytes`, its name ending in `name`.
 fn temp_file(name: &str, bytes: &[u8]) -> TempFile {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    // Straight in the temporary directory, so that nothing is left once the
-    // file is gone.
-    let path = std::env::temp_dir().join(format!("setcache-sim-{}-{n}-{name}", std::process::id()));
-    std::fs::File::create(&path)
-        .unwrap()
-        .write_all(bytes)
-        .unwrap();
-    TempFile(path)
+    TempFile::with(name, bytes)
 }
 
 fn spec(kind: &str, path: &std::path::Path) -> String {

@@ -3,41 +3,22 @@
 //! more memory at once than the input justifies.
 
 use std::io::Write as _;
-use std::path::PathBuf;
 
 use proptest::prelude::*;
 
 use super::{MSR_MAX_SIZE, Opts, field_u64, load, path_and_opts};
+use crate::hitsim::TempFile;
 use crate::test_alloc::{input_bound, largest_alloc};
 
-/// A file for one case, removed on drop.
-struct TempTrace(PathBuf);
-
-impl TempTrace {
-    /// Writes `bytes`, gzip-compressed when `gz` (the name then ends in `.gz`).
-    fn new(bytes: &[u8], gz: bool) -> TempTrace {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        // Straight in the temporary directory, so that nothing is left once
-        // the file is gone.
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let name = format!("setcache-trace-prop-{}-{n}", std::process::id());
-        let path = std::env::temp_dir().join(if gz { format!("{name}.gz") } else { name });
-        let data = if gz {
-            let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            enc.write_all(bytes).unwrap();
-            enc.finish().unwrap()
-        } else {
-            bytes.to_vec()
-        };
-        std::fs::write(&path, data).unwrap();
-        TempTrace(path)
-    }
-}
-
-impl Drop for TempTrace {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+/// A file for one case, removed on drop: `bytes`, gzip-compressed when `gz`
+/// (the name then ends in `.gz`).
+fn temp_trace(bytes: &[u8], gz: bool) -> TempFile {
+    if gz {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(bytes).unwrap();
+        TempFile::with("prop.gz", &enc.finish().unwrap())
+    } else {
+        TempFile::with("prop", bytes)
     }
 }
 
@@ -69,7 +50,7 @@ fn load_checked(
     options: &str,
     page_size: u64,
 ) -> Result<Result<super::Trace, String>, TestCaseError> {
-    let file = TempTrace::new(bytes, gz);
+    let file = temp_trace(bytes, gz);
     let spec = format!("{kind}:{}{options}", file.0.display());
     let (r, largest) = largest_alloc(|| load(&spec, page_size));
     let file_len = std::fs::metadata(&file.0).unwrap().len() as usize;
@@ -619,10 +600,10 @@ proptest! {
         let _ = load_checked(kind, &bytes, gz, "", page_size)?;
         if gz {
             // The same bytes where gzip data is expected.
-            let file = TempTrace::new(&bytes, false);
+            let file = temp_trace(&bytes, false);
             let gz_name = file.0.with_extension("gz");
             std::fs::rename(&file.0, &gz_name).unwrap();
-            let renamed = TempTrace(gz_name);
+            let renamed = TempFile(gz_name);
             let spec = format!("{kind}:{}", renamed.0.display());
             let (r, largest) = largest_alloc(|| load(&spec, page_size));
             prop_assert!(largest <= input_bound(bytes.len() + spec.len()));
@@ -642,10 +623,10 @@ proptest! {
     ) {
         let mut data = if header { b"BZh9".to_vec() } else { Vec::new() };
         data.extend_from_slice(&bytes);
-        let file = TempTrace::new(&data, false);
+        let file = temp_trace(&data, false);
         let bz = file.0.with_extension("bz2");
         std::fs::rename(&file.0, &bz).unwrap();
-        let renamed = TempTrace(bz);
+        let renamed = TempFile(bz);
         let spec = format!("cbs:{}", renamed.0.display());
         let (r, largest) = largest_alloc(|| load(&spec, 4096));
         // A 900k block's tables: 4 bytes per byte of the block, and more.
@@ -708,7 +689,7 @@ proptest! {
 /// A csv header after blank lines is the header (a blank first line used to panic).
 #[test]
 fn csv_header_may_follow_blank_lines() {
-    let f = TempTrace::new(b"\n  \npage,op\n5,R\n6,W\n5,R\n", false);
+    let f = temp_trace(b"\n  \npage,op\n5,R\n6,W\n5,R\n", false);
     let t = load(&format!("csv:{},col=page,rw=op", f.0.display()), 4096).unwrap();
     assert_eq!(t.pages, [0, 1, 0]);
     assert_eq!(t.n_writes, 1);
@@ -719,7 +700,7 @@ fn csv_header_may_follow_blank_lines() {
 /// An MSR Size past 16 MiB is refused at once; one at the bound loads.
 #[test]
 fn msr_sizes_past_the_bound_are_refused() {
-    let f = TempTrace::new(b"1,hm,0,Read,0,9223372036854775808,1\n", false);
+    let f = temp_trace(b"1,hm,0,Read,0,9223372036854775808,1\n", false);
     let spec = format!("msr:{}", f.0.display());
     let (r, largest) = largest_alloc(|| load(&spec, 4096));
     let e = r.unwrap_err();
@@ -728,7 +709,7 @@ fn msr_sizes_past_the_bound_are_refused() {
         "{e}"
     );
     assert!(largest <= 1 << 20, "{largest}");
-    let f = TempTrace::new(
+    let f = temp_trace(
         format!("1,hm,0,Write,0,{MSR_MAX_SIZE},1\n").as_bytes(),
         false,
     );
@@ -740,7 +721,7 @@ fn msr_sizes_past_the_bound_are_refused() {
 /// An MSR trace with a page size of 0 is refused, not divided by.
 #[test]
 fn msr_page_size_zero_is_refused() {
-    let f = TempTrace::new(b"1,hm,0,Read,0,4096,1\n", false);
+    let f = temp_trace(b"1,hm,0,Read,0,4096,1\n", false);
     let e = load(&format!("msr:{}", f.0.display()), 0).unwrap_err();
     assert!(e.contains("page size"), "{e}");
 }
