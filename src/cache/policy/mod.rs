@@ -227,7 +227,7 @@ pub use lirs::Lirs;
 pub use lru::Lru;
 pub use model::{Access, SaModel, SetModel};
 pub use nrlfu::NrLfu;
-pub use s3fifo::S3Fifo;
+pub use s3fifo::{S3Fifo, S3FifoReset};
 pub use sieve::Sieve;
 
 use std::fmt;
@@ -256,7 +256,7 @@ pub enum PolicyKind {
     S3Fifo,
     /// LIRS ([`Lirs`]).
     Lirs,
-    /// LRU, SIEVE, LIRS or GCLOCK, whichever sampled sets show the workload
+    /// LRU, SIEVE, LIRS or S3-FIFO, whichever sampled sets show the workload
     /// rewards ([`Adaptive`]): the default.
     Adaptive,
 }
