@@ -64,7 +64,7 @@
 //! the candidate's in bits 0..7 (SIEVE's visited bit moved from bit 7 to bit
 //! 6), and bit 7 means "a hit changes nothing" (a deferred hit, a visited page
 //! or an S3-FIFO frequency at its top, 2: S3-FIFO runs as
-//! [`S3FifoReset`](super::S3FifoReset), whose frequencies are bits 6 and 7 and
+//! [`S3FifoReset`], whose frequencies are bits 6 and 7 and
 //! saturate at 2), so that
 //! [`Policy::hit_changes`] can answer
 //! from the byte alone.
