@@ -6,8 +6,8 @@
 //! on loops that change direction, SIEVE where popularity is skewed and
 //! one-hit wonders abound, LIRS on loops and scans larger than the cache,
 //! S3-FIFO where pages used twice soon come back and pages used once do not
-//! (a skewed key-value load; the cache2k traces of an ORM and a web
-//! server). The
+//! (the YCSB generator's skewed key-value load; the cache2k trace of an
+//! ORM). The
 //! adaptive policy learns which one the workload rewards by set sampling with
 //! shadow tags, as processor caches measure a policy's worth on a few sets
 //! (Qureshi and Patt, "Utility-based cache partitioning", MICRO 2006; the set
@@ -69,7 +69,9 @@
 //! [`Policy::hit_changes`] can answer
 //! from the byte alone.
 //!
-//! The ghost entries are LIRS's, two ghosts to an entry: each half of the
+//! The ghost entries are LIRS's or S3-FIFO's, as many as LIRS asks for
+//! (`assoc / 2`, 6 in a 12-slot set). S3-FIFO keeps one whole tag in each,
+//! as its shadow does. LIRS keeps two ghosts to an entry: each half of the
 //! 64-bit entry holds a 27-bit fingerprint of the page (a hash; all ones means
 //! no ghost) and the ghost's 5-bit rank in the stack; the ghost bytes are
 //! unused. A 12-slot set so remembers 12 pages it no longer holds where LIRS
@@ -149,8 +151,8 @@ const _: () = assert!(REPORT_EVERY as usize % BATCH == 0);
 /// The access count at which all counts halve.
 pub const DECAY_AT: u32 = 1 << 16;
 
-/// A slot byte's "a hit changes nothing" flag: a deferred hit, or a visited
-/// page in a SIEVE set that is not sampled.
+/// A slot byte's "a hit changes nothing" flag: a deferred hit, a visited
+/// page in a SIEVE set, or an S3-FIFO page at frequency 2, its top.
 const HOT: u8 = 0x80;
 /// LRU's candidate number.
 const LRU: usize = 0;
@@ -544,10 +546,10 @@ fn arm(w: u32) -> usize {
 }
 
 /// Runs `f` on candidate `k`'s view of the set: its own word, and its
-/// bytes without bit 7 (SIEVE's visited bit, kept in bit 6, moved to bit 7
-/// where SIEVE keeps it; S3-FIFO's bytes as they are, bit 7 set exactly
-/// when a page's frequency is at its top); then restores the adaptive
-/// layout. For SIEVE, bit 7 is then set on the visited pages of `valid`
+/// bytes as the candidate keeps them (LRU's and LIRS's without bit 7;
+/// SIEVE's with its visited bit, kept in bit 6, moved to bit 7; S3-FIFO's as
+/// they are, bit 7 set exactly when a page's frequency is at its top); then
+/// restores the adaptive layout. For SIEVE, bit 7 is then set on the visited pages of `valid`
 /// (the pages resident afterwards), whose hits change nothing.
 #[inline]
 fn as_arm<R>(
@@ -925,6 +927,64 @@ mod tests {
         assert_eq!(kept(S3FIFO), 11);
         // LRU gives up all twelve.
         assert_eq!(kept(LRU), 0);
+    }
+
+    #[test]
+    fn hits_called_no_ops_change_nothing_under_every_candidate() {
+        for k in 0..CANDIDATES {
+            // A lone set whose duel holds candidate `k` (no access is
+            // observed here, so it keeps it).
+            let duel = Duel::new(1, 8);
+            let mut misses = [1_000_000; CANDIDATES];
+            misses[k] = 0;
+            duel.tally(misses, 1_000_000);
+            assert_eq!(duel.winner(), k);
+            let assoc = 8;
+            let ghosts = Adaptive.ghosts(assoc);
+            let (mut bytes, mut word) = (vec![0u8; assoc], 0u32);
+            let (mut gtags, mut gbytes) = (vec![NO_TAG; ghosts], vec![0u8; ghosts]);
+            let mut tags = vec![NO_TAG; assoc];
+            let (mut valid, mut noops) = (0u32, 0);
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            for _ in 0..20_000 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let tag = x % 24;
+                let mut st = SetState {
+                    bytes: &mut bytes,
+                    word: &mut word,
+                    ghost_tags: &mut gtags,
+                    ghost_bytes: &mut gbytes,
+                    duel: &duel,
+                };
+                if let Some(i) = tags.iter().position(|&t| t == tag) {
+                    let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                    let noop = !Adaptive.hit_changes(st.bytes[i]);
+                    Adaptive.on_hit(&mut st, i, valid);
+                    if noop {
+                        noops += 1;
+                        let after = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                        assert_eq!(before, after, "candidate {k}: a no-op hit changed the set");
+                    }
+                    continue;
+                }
+                let i = match (0..assoc).find(|&i| valid & (1 << i) == 0) {
+                    Some(i) => i,
+                    None => {
+                        let v = Adaptive.victim(&mut st, valid, valid);
+                        Adaptive.on_evict(&mut st, v, tags[v], valid);
+                        valid &= !(1 << v);
+                        v
+                    }
+                };
+                Adaptive.on_insert(&mut st, i, tag, valid);
+                valid |= 1 << i;
+                tags[i] = tag;
+            }
+            assert_eq!(arm(word), k);
+            assert!(noops > 100, "candidate {k}: {noops} no-op hits");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! (saturating at 3). A missing page found in the ghost queue goes straight to
 //! main; any other goes to small. To evict: while the small queue holds at
 //! least its share, its oldest page is examined: if it was accessed again
-//! (frequency >= 1) it moves to the head of main (keeping its frequency),
+//! (frequency >= 1; the paper and the global policy ask for two accesses) it
+//! moves to the head of main (keeping its frequency, in this set policy),
 //! otherwise it is evicted and remembered as a ghost. Otherwise the oldest main
 //! page is examined: if its frequency is non-zero it is decremented and the
 //! page reinserted at the head of main, otherwise it is evicted (no ghost).
@@ -39,8 +40,8 @@
 //!   ghost.
 //!
 //! [`S3FifoReset`] is the adaptive policy's variant: a page moving from small
-//! to main starts there with frequency 0, as in the paper and the global
-//! policy, so that the hits that promoted it do not also buy it
+//! to main (after one access, as above) starts there with frequency 0, as in
+//! the paper and the global policy, so that the hits that promoted it do not also buy it
 //! reinsertions in main; and frequencies saturate at 2, so that a page whose
 //! hits change nothing is the one with bit 7 set (the adaptive policy's
 //! flag for such pages). As the adaptive policy's candidate in place of
@@ -497,6 +498,26 @@ mod tests {
         assert_eq!(2u8 << FREQ_SHIFT, 0x80);
         assert!(!S3FifoReset.hit_changes(2 << FREQ_SHIFT));
         assert!(S3Fifo.hit_changes(2 << FREQ_SHIFT));
+        let hit_at_two = |p: &dyn Fn(&mut SetState<'_>)| {
+            let mut bytes = [MAIN | 2 << FREQ_SHIFT];
+            let mut word = 0;
+            p(&mut SetState {
+                bytes: &mut bytes,
+                word: &mut word,
+                ghost_tags: &mut [],
+                ghost_bytes: &mut [],
+                duel: &super::super::IDLE_DUEL,
+            });
+            bytes[0]
+        };
+        assert_eq!(
+            hit_at_two(&|st| S3FifoReset.on_hit(st, 0, 1)),
+            MAIN | 2 << FREQ_SHIFT
+        );
+        assert_eq!(
+            hit_at_two(&|st| S3Fifo.on_hit(st, 0, 1)),
+            MAIN | 3 << FREQ_SHIFT
+        );
     }
 
     testing::property_tests!(consistent_with_reference, small: (12, 400), |assoc, ops| {
