@@ -933,55 +933,14 @@ mod tests {
     fn hits_called_no_ops_change_nothing_under_every_candidate() {
         for k in 0..CANDIDATES {
             // A lone set whose duel holds candidate `k` (no access is
-            // observed here, so it keeps it).
+            // observed in this run, so it keeps it).
             let duel = Duel::new(1, 8);
             let mut misses = [1_000_000; CANDIDATES];
             misses[k] = 0;
             duel.tally(misses, 1_000_000);
             assert_eq!(duel.winner(), k);
-            let assoc = 8;
-            let ghosts = Adaptive.ghosts(assoc);
-            let (mut bytes, mut word) = (vec![0u8; assoc], 0u32);
-            let (mut gtags, mut gbytes) = (vec![NO_TAG; ghosts], vec![0u8; ghosts]);
-            let mut tags = vec![NO_TAG; assoc];
-            let (mut valid, mut noops) = (0u32, 0);
-            let mut x = 0x2545_f491_4f6c_dd1du64;
-            for _ in 0..20_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let tag = x % 24;
-                let mut st = SetState {
-                    bytes: &mut bytes,
-                    word: &mut word,
-                    ghost_tags: &mut gtags,
-                    ghost_bytes: &mut gbytes,
-                    duel: &duel,
-                };
-                if let Some(i) = tags.iter().position(|&t| t == tag) {
-                    let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
-                    let noop = !Adaptive.hit_changes(st.bytes[i]);
-                    Adaptive.on_hit(&mut st, i, valid);
-                    if noop {
-                        noops += 1;
-                        let after = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
-                        assert_eq!(before, after, "candidate {k}: a no-op hit changed the set");
-                    }
-                    continue;
-                }
-                let i = match (0..assoc).find(|&i| valid & (1 << i) == 0) {
-                    Some(i) => i,
-                    None => {
-                        let v = Adaptive.victim(&mut st, valid, valid);
-                        Adaptive.on_evict(&mut st, v, tags[v], valid);
-                        valid &= !(1 << v);
-                        v
-                    }
-                };
-                Adaptive.on_insert(&mut st, i, tag, valid);
-                valid |= 1 << i;
-                tags[i] = tag;
-            }
+            let (word, noops) =
+                super::super::tests::no_op_hits(&Adaptive, &duel, &format!("candidate {k}"));
             assert_eq!(arm(word), k);
             assert!(noops > 100, "candidate {k}: {noops} no-op hits");
         }

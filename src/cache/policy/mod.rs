@@ -461,58 +461,67 @@ mod tests {
         assert_eq!(PolicyKind::NrLfu.ghosts(12), 6);
     }
 
+    /// Runs 20,000 random accesses of 24 pages through one set of 8 slots
+    /// under `p` and `duel`, and checks that every hit `hit_changes` calls
+    /// a no-op leaves every byte, the word and the ghosts as they were.
+    /// Returns the set word at the end and the number of such hits.
+    pub(super) fn no_op_hits<P: Policy>(p: &P, duel: &Duel, what: &str) -> (u32, usize) {
+        let assoc = 8;
+        let ghosts = p.ghosts(assoc);
+        let (mut bytes, mut word) = (vec![0u8; assoc], 0u32);
+        let (mut gtags, mut gbytes) = (vec![NO_TAG; ghosts], vec![0u8; ghosts]);
+        let mut tags = vec![NO_TAG; assoc];
+        let mut valid = 0u32;
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut noops = 0;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let tag = x % 24;
+            let mut st = SetState {
+                bytes: &mut bytes,
+                word: &mut word,
+                ghost_tags: &mut gtags,
+                ghost_bytes: &mut gbytes,
+                duel,
+            };
+            if let Some(i) = tags.iter().position(|&t| t == tag) {
+                let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                let noop = !p.hit_changes(st.bytes[i]);
+                p.on_hit(&mut st, i, valid);
+                if noop {
+                    noops += 1;
+                    let after = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
+                    assert_eq!(
+                        before, after,
+                        "{what}: a hit called a no-op changed the set"
+                    );
+                }
+                continue;
+            }
+            let i = match (0..assoc).find(|&i| valid & (1 << i) == 0) {
+                Some(i) => i,
+                None => {
+                    let v = p.victim(&mut st, valid, valid);
+                    p.on_evict(&mut st, v, tags[v], valid);
+                    valid &= !(1 << v);
+                    v
+                }
+            };
+            p.on_insert(&mut st, i, tag, valid);
+            valid |= 1 << i;
+            tags[i] = tag;
+        }
+        (word, noops)
+    }
+
     /// A hit that `hit_changes` calls a no-op leaves every byte, the word and
     /// the ghosts as they were, in every state a random run reaches.
     #[test]
     fn hits_called_no_ops_change_nothing() {
         for kind in PolicyKind::ALL {
-            let assoc = 8;
-            let ghosts = kind.ghosts(assoc);
-            let (mut bytes, mut word) = (vec![0u8; assoc], 0u32);
-            let (mut gtags, mut gbytes) = (vec![NO_TAG; ghosts], vec![0u8; ghosts]);
-            let mut tags = vec![NO_TAG; assoc];
-            let mut valid = 0u32;
-            let mut x = 0x2545_f491_4f6c_dd1du64;
-            let mut noops = 0;
-            for _ in 0..20_000 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let tag = x % 24;
-                let mut st = SetState {
-                    bytes: &mut bytes,
-                    word: &mut word,
-                    ghost_tags: &mut gtags,
-                    ghost_bytes: &mut gbytes,
-                    duel: &IDLE_DUEL,
-                };
-                if let Some(i) = tags.iter().position(|&t| t == tag) {
-                    let before = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
-                    let noop = !kind.hit_changes(st.bytes[i]);
-                    kind.on_hit(&mut st, i, valid);
-                    if noop {
-                        noops += 1;
-                        let after = (st.bytes.to_vec(), *st.word, st.ghost_tags.to_vec());
-                        assert_eq!(
-                            before, after,
-                            "{kind}: a hit called a no-op changed the set"
-                        );
-                    }
-                    continue;
-                }
-                let i = match (0..assoc).find(|&i| valid & (1 << i) == 0) {
-                    Some(i) => i,
-                    None => {
-                        let v = kind.victim(&mut st, valid, valid);
-                        kind.on_evict(&mut st, v, tags[v], valid);
-                        valid &= !(1 << v);
-                        v
-                    }
-                };
-                kind.on_insert(&mut st, i, tag, valid);
-                valid |= 1 << i;
-                tags[i] = tag;
-            }
+            let (_, noops) = no_op_hits(&kind, &IDLE_DUEL, kind.name());
             if kind != PolicyKind::Lfu && kind != PolicyKind::NrLfu {
                 assert!(noops > 0, "{kind}: no hit was ever a no-op");
             }
