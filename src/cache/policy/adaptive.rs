@@ -549,8 +549,9 @@ fn arm(w: u32) -> usize {
 /// bytes as the candidate keeps them (LRU's and LIRS's without bit 7;
 /// SIEVE's with its visited bit, kept in bit 6, moved to bit 7; S3-FIFO's as
 /// they are, bit 7 set exactly when a page's frequency is at its top); then
-/// restores the adaptive layout. For SIEVE, bit 7 is then set on the visited pages of `valid`
-/// (the pages resident afterwards), whose hits change nothing.
+/// restores the adaptive layout. For SIEVE, bit 7 is then set on the visited
+/// pages of `valid` (the pages resident afterwards), whose hits change
+/// nothing.
 #[inline]
 fn as_arm<R>(
     st: &mut SetState<'_>,

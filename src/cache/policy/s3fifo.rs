@@ -41,10 +41,10 @@
 //!
 //! [`S3FifoReset`] is the adaptive policy's variant: a page moving from small
 //! to main (after one access, as above) starts there with frequency 0, as in
-//! the paper and the global policy, so that the hits that promoted it do not also buy it
-//! reinsertions in main; and frequencies saturate at 2, so that a page whose
-//! hits change nothing is the one with bit 7 set (the adaptive policy's
-//! flag for such pages). As the adaptive policy's candidate in place of
+//! the paper and the global policy, so that the hits that promoted it do not
+//! also buy it reinsertions in main; and frequencies saturate at 2, so that a
+//! page whose hits change nothing is the one with bit 7 set (the adaptive
+//! policy's flag for such pages). As the adaptive policy's candidate in place of
 //! GCLOCK it took the gap table's cache2k-orm-busy rows at 5% and 10% of the
 //! footprint from 1.29 and 1.17 points below the best global policy to 0.73
 //! and 0.62, and the YCSB generator's at 1% from 1.50 to 0.27 (the
