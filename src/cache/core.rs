@@ -205,6 +205,11 @@ pub(crate) struct Core<M: Model> {
     /// page's last use (see [`place`]). Hints: written under the set's lock,
     /// read by misses of either candidate set.
     stamps: Region,
+    /// Per set, the fingerprint ([`place::print_of`]) of each slot's page,
+    /// eight to a word: hints, written under the set's lock before the tag,
+    /// read by lookups without locks to pick the slots worth a tag compare
+    /// in both candidate sets at once.
+    prints: Region,
     /// The miss clock the stamps are read from.
     clock: Clock,
     pub(crate) stats: StatsHub,
@@ -242,6 +247,10 @@ impl<M: Model> Core<M> {
         let frames = Region::new(frames_len, "page frames")?;
         let chunks = Arc::new(FixedChunks::new(frames.ptr(), frames_len));
         let stamps = Region::new(max_sets * assoc, "page stamps")?;
+        let prints = Region::new(
+            max_sets * assoc.div_ceil(place::PRINTS_PER_WORD) * 8,
+            "page fingerprints",
+        )?;
         let core = Core {
             lay,
             sets: sets_mem,
@@ -260,6 +269,7 @@ impl<M: Model> Core<M> {
                 Duel::idle()
             },
             stamps,
+            prints,
             clock: Clock::new(sets * assoc),
             stats: StatsHub::new(),
             pin_wait,
@@ -337,21 +347,94 @@ impl<M: Model> Core<M> {
         self.tags(s).iter().position(|t| t.load(Relaxed) == tag)
     }
 
+    /// The fingerprint words of set `s`.
+    #[inline]
+    fn prints(&self, s: usize) -> &[AtomicU64] {
+        let words = self.lay.assoc.div_ceil(place::PRINTS_PER_WORD);
+        // SAFETY: the region holds `words` aligned u64 words for each of the
+        // `max_sets` positions, accessed only atomically; `s < max_sets`.
+        unsafe {
+            std::slice::from_raw_parts(
+                self.prints
+                    .ptr()
+                    .cast::<AtomicU64>()
+                    .add(self.parts.pos(s) * words),
+                words,
+            )
+        }
+    }
+
+    /// Record that slot `i` of set `s` is taking page `tag` (under the set's
+    /// lock, before the tag is stored).
+    #[inline]
+    pub(super) fn print(&self, s: usize, i: usize, tag: u64) {
+        let w = &self.prints(s)[i / place::PRINTS_PER_WORD];
+        let shift = 8 * (i % place::PRINTS_PER_WORD);
+        let p = u64::from(place::print_of(mix64(tag)));
+        w.store(w.load(Relaxed) & !(0xff << shift) | p << shift, Relaxed);
+    }
+
+    /// The slots of set `s` whose fingerprint is `p`, as a mask: those that
+    /// may hold the page (the tag decides), a hint read without the lock.
+    #[inline]
+    fn maybe(&self, s: usize, p: u8) -> u32 {
+        let words = self.prints(s);
+        if let [lo, hi] = words {
+            return place::print_matches16(lo.load(Relaxed), hi.load(Relaxed), p)
+                & ((1 << self.lay.assoc) - 1);
+        }
+        let mut m = 0;
+        for (k, w) in words.iter().enumerate() {
+            m |= place::print_matches(w.load(Relaxed), p) << (8 * k);
+        }
+        if self.lay.assoc >= 32 {
+            m
+        } else {
+            m & ((1 << self.lay.assoc) - 1)
+        }
+    }
+
+    /// The candidate slots of page `tag` (hash `h`) in both its sets, as
+    /// `(first set, second set, mask)`: bit `i` of the mask for slot `i` of
+    /// the first set, bit `32 + i` for slot `i` of the second.
+    #[inline]
+    fn candidates(&self, h: u64, t: u64) -> (usize, usize, u64) {
+        let (s1, s2) = self.sets_at(h, t);
+        let p = place::print_of(h);
+        let mut m = u64::from(self.maybe(s1, p));
+        if s2 != s1 {
+            m |= u64::from(self.maybe(s2, p)) << 32;
+        }
+        (s1, s2, m)
+    }
+
+    /// The slot named by the lowest bit of candidate mask `m` (see
+    /// [`Core::candidates`]), whose bit is cleared.
+    #[inline]
+    fn next_candidate(s1: usize, s2: usize, m: &mut u64) -> (usize, usize) {
+        let b = m.trailing_zeros() as usize;
+        *m &= *m - 1;
+        if b < 32 { (s1, b) } else { (s2, b - 32) }
+    }
+
+    /// Where `tag` (hash `h`) is now, read without locks: its first
+    /// candidate set, and `(set, slot)` if either set holds it.
+    #[inline]
+    fn locate(&self, h: u64, tag: u64) -> (usize, Option<(usize, usize)>) {
+        let (s1, s2, mut m) = self.candidates(h, self.table.load(Acquire));
+        while m != 0 {
+            let (s, i) = Self::next_candidate(s1, s2, &mut m);
+            if self.tags(s)[i].load(Relaxed) == tag {
+                return (s1, Some((s, i)));
+            }
+        }
+        (s1, None)
+    }
+
     /// Where `tag` is now, read without locks: `(set, slot)`.
     #[inline]
     pub(super) fn find(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
-        let t = self.table.load(Acquire);
-        let s1 = self.index(h, t);
-        if let Some(i) = self.slot_of(s1, tag) {
-            return Some((s1, i));
-        }
-        // The second set only now: most lookups of a page in its first set
-        // never pay for its index (a division).
-        let s2 = self.index(self.second(h), t);
-        if s2 == s1 {
-            return None;
-        }
-        self.slot_of(s2, tag).map(|i| (s2, i))
+        self.locate(h, tag).1
     }
 
     /// Whether page `tag` is being filled right now, by a look without locks
@@ -438,44 +521,40 @@ impl<M: Model> Core<M> {
     pub(crate) fn try_read_as(&self, tag: u64, offset: usize, dst: &mut [u8], stream: bool) -> Got {
         debug_assert!(offset + dst.len() <= self.page_size);
         let h = mix64(tag);
-        let t = self.table.load(Acquire);
-        let s1 = self.index(h, t);
-        let got = match self.try_read_in(s1, tag, offset, dst, stream) {
-            Some(got) => got,
-            None => {
-                let s2 = self.index(self.second(h), t);
-                if s2 == s1 {
-                    Got::Miss
-                } else {
-                    self.try_read_in(s2, tag, offset, dst, stream)
-                        .unwrap_or(Got::Miss)
-                }
+        let (s1, s2, mut m) = self.candidates(h, self.table.load(Acquire));
+        let mut got = Got::Miss;
+        while m != 0 {
+            let (s, i) = Self::next_candidate(s1, s2, &mut m);
+            if let Some(g) = self.try_read_in(s, i, tag, offset, dst, stream) {
+                got = g;
+                break;
             }
-        };
+        }
         if got != Got::Miss {
             self.duel.observe_access(s1, tag);
         }
         got
     }
 
-    /// [`Core::try_read_as`] in set `s`: `None` if `s` does not hold the page.
+    /// [`Core::try_read_as`] in slot `i` of set `s`: `None` if the slot does
+    /// not hold the page.
     #[inline]
     fn try_read_in(
         &self,
         s: usize,
+        i: usize,
         tag: u64,
         offset: usize,
         dst: &mut [u8],
         stream: bool,
     ) -> Option<Got> {
-        // No prefetch of the set's other lines here (unlike the pinning
-        // paths): measured with `hitbench`, it bought nothing on a 1 GiB cache
-        // (3.10 vs 3.02 M/s for 128 B) and cost two threads about 7% on a
-        // 16 MiB one (1.90x instead of 1.80x one thread).
+        // The frame's first lines start loading while the tag is checked.
+        self.prefetch_frame(s, i);
         let seq = self.seq(s).load(Acquire);
         let tags = self.tags(s);
-        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
-        self.prefetch_frame(s, i);
+        if tags[i].load(Relaxed) != tag {
+            return None;
+        }
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
@@ -508,7 +587,7 @@ impl<M: Model> Core<M> {
     /// `v` as last seen) made without a pin: warm a cold page, and record the
     /// hit under the set's lock if the policy's state would change (or the
     /// slot's stamp is stale) and the lock is free.
-    #[inline]
+    #[inline(always)]
     fn note_hit(&self, s: usize, i: usize, tag: u64, v: u32) {
         if v & COLD != 0 {
             self.warm(s, i);
@@ -517,7 +596,15 @@ impl<M: Model> Core<M> {
         // the lock, re-examined by the policy under it).
         let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
         let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
-        if (stale || self.policy.hit_changes(byte)) && self.try_lock(s) {
+        if stale || self.policy.hit_changes(byte) {
+            self.record_hit(s, i, tag);
+        }
+    }
+
+    /// [`Core::note_hit`]'s update, if the set's lock is free.
+    #[inline(never)]
+    fn record_hit(&self, s: usize, i: usize, tag: u64) {
+        if self.try_lock(s) {
             if self.tags(s)[i].load(Relaxed) == tag {
                 // SAFETY: set `s` is locked until the unlock below.
                 let g = unsafe { self.locked(s) };
@@ -537,23 +624,11 @@ impl<M: Model> Core<M> {
     /// policy as an optimistic read's is.
     /// A sequential stream's reader (`stream`) leaves a cold page cold.
     pub(crate) fn sight(&self, tag: u64, stream: bool) -> Option<Sighting<'_, M>> {
-        let h = mix64(tag);
-        let t = self.table.load(Acquire);
-        let s1 = self.index(h, t);
-        let found = match self.sight_in(s1, tag, stream) {
-            Some(found) => found,
-            None => {
-                let s2 = self.index(self.second(h), t);
-                if s2 == s1 {
-                    return None;
-                }
-                self.sight_in(s2, tag, stream)?
-            }
-        };
-        if found.is_some() {
-            self.duel.observe_access(s1, tag);
-        }
-        found
+        let (s1, at) = self.locate(mix64(tag), tag);
+        let (s, i) = at?;
+        let found = self.sight_in(s, i, tag, stream)?;
+        self.duel.observe_access(s1, tag);
+        Some(found)
     }
 
     /// A sighting of the page in slot `i` of set `s`, which the caller holds
@@ -570,29 +645,28 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// [`Core::sight`] in set `s`: `None` if `s` does not hold the page.
-    fn sight_in(&self, s: usize, tag: u64, stream: bool) -> Option<Option<Sighting<'_, M>>> {
+    /// [`Core::sight`] of slot `i` of set `s`, which held the page a moment
+    /// ago: `None` if it is not readable now.
+    fn sight_in(&self, s: usize, i: usize, tag: u64, stream: bool) -> Option<Sighting<'_, M>> {
         let sq = self.seq(s).load(Acquire);
-        let tags = self.tags(s);
-        let i = tags.iter().position(|t| t.load(Relaxed) == tag)?;
         let w = self.state(s, i);
         let v = w.load(Acquire);
-        if v & (VALID | PENDING | WRITER) != VALID || tags[i].load(Acquire) != tag {
-            return Some(None);
+        if v & (VALID | PENDING | WRITER) != VALID || self.tags(s)[i].load(Acquire) != tag {
+            return None;
         }
         if self.seq(s).load(Acquire) != sq {
-            return Some(None);
+            return None;
         }
         if v & COLD == 0 || !stream {
             self.note_hit(s, i, tag, v);
         }
-        Some(Some(Sighting {
+        Some(Sighting {
             frame: self.frame(s, i),
             state: w,
             seq: self.seq(s),
             v: v & SIGHT_MASK,
             sq,
-        }))
+        })
     }
 
     /// The tags of set `s`, readable without its lock (written under it).
@@ -625,20 +699,8 @@ impl<M: Model> Core<M> {
     /// test of it.
     #[inline]
     fn fast_hit<const WARMS: bool>(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
-        let t = self.table.load(Acquire);
-        let s1 = self.index(h, t);
-        self.prefetch_set(s1);
-        let (s, i) = match self.slot_of(s1, tag) {
-            Some(i) => (s1, i),
-            None => {
-                let s2 = self.index(self.second(h), t);
-                if s2 == s1 {
-                    return None;
-                }
-                self.prefetch_set(s2);
-                (s2, self.slot_of(s2, tag)?)
-            }
-        };
+        let (s, i) = self.find(h, tag)?;
+        self.prefetch_set(s);
         let tags = self.tags(s);
         let w = self.state(s, i);
         let v = w.load(Acquire);
@@ -679,6 +741,7 @@ impl<M: Model> Core<M> {
         let (s1, s2) = self.sets_now(mix64(tag));
         for s in [s1, s2] {
             super::prefetch(self.set_ptr(s));
+            super::prefetch(self.prints(s).as_ptr());
             self.prefetch_set(s);
             // A miss compares the slots' stamps to choose its victim.
             super::prefetch(self.stamp(s, 0));
@@ -723,7 +786,7 @@ impl<M: Model> Core<M> {
     }
 
     /// Prefer NUMA node `node` for partition `p`'s spans of the set table,
-    /// the frames and the stamps (see [`Parts`]).
+    /// the frames, the stamps and the fingerprints (see [`Parts`]).
     pub(crate) fn prefer_node(&self, p: usize, node: usize) -> Result<()> {
         let at = self.parts.span(p);
         let (a, n) = (self.lay.assoc, at.len());
@@ -732,7 +795,9 @@ impl<M: Model> Core<M> {
         let frame_set = a * self.page_size;
         self.frames
             .prefer_node(at.start * frame_set, n * frame_set, node)?;
-        self.stamps.prefer_node(at.start * a, n * a, node)
+        self.stamps.prefer_node(at.start * a, n * a, node)?;
+        let pw = 8 * a.div_ceil(place::PRINTS_PER_WORD);
+        self.prints.prefer_node(at.start * pw, n * pw, node)
     }
 
     /// The frame region cut into chunks for I/O rings to register as fixed
@@ -1237,6 +1302,7 @@ impl<M: Model> Core<M> {
                 // SAFETY: still under the lock of set `s`.
                 let g = unsafe { self.locked(s) };
                 let before = *g.valid;
+                self.print(s, i, tag);
                 g.tags[i].store(tag, Relaxed);
                 *g.valid |= 1 << i;
                 let w = self.state(s, i);

@@ -148,18 +148,23 @@ pub struct PageCache<M: Model = Os> {
     core: Core<M>,
 }
 
+#[inline]
 fn tag_of(file: u32, page: u64) -> Result<u64> {
-    if file > MAX_FILE_ID {
-        return Err(Error::InvalidArgument(format!(
-            "cache file id {file} is above the largest, {MAX_FILE_ID}"
-        )));
-    }
-    if page > MAX_PAGE {
-        return Err(Error::InvalidArgument(format!(
-            "cache page number {page} is above the largest, {MAX_PAGE}"
-        )));
+    if file > MAX_FILE_ID || page > MAX_PAGE {
+        return Err(bad_tag(file, page));
     }
     Ok(((file as u64) << dirty::FILE_SHIFT) | page)
+}
+
+/// Why `(file, page)` names no page of the cache.
+#[cold]
+#[inline(never)]
+fn bad_tag(file: u32, page: u64) -> Error {
+    Error::InvalidArgument(if file > MAX_FILE_ID {
+        format!("cache file id {file} is above the largest, {MAX_FILE_ID}")
+    } else {
+        format!("cache page number {page} is above the largest, {MAX_PAGE}")
+    })
 }
 
 /// A page of a file, as the cache names it: the file's cache id and the

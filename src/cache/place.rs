@@ -47,6 +47,55 @@ pub(crate) fn second(h: u64) -> u64 {
     h >> 32
 }
 
+/// The fingerprint of a page whose hash is `h`: one byte, kept per slot
+/// beside the sets (`Core::prints`) so that a lookup without locks can tell
+/// which slots of both candidate sets may hold the page before it reads any
+/// tag. Bits 24..31 of `h`: neither candidate set depends on them alone (the
+/// first is `h` modulo the table, the second is taken from the high half), so
+/// the pages of one set spread over all 256 values.
+#[inline]
+pub(crate) fn print_of(h: u64) -> u8 {
+    (h >> 24) as u8
+}
+
+/// Eight fingerprints a word, slot `8k + j` in byte `j` of word `k`.
+pub(crate) const PRINTS_PER_WORD: usize = 8;
+
+/// [`print_matches`] of the sixteen bytes of `lo` then `hi`, as a 16-bit mask:
+/// one compare of a vector register on x86-64 (the fingerprints of a set of
+/// 9 to 16 slots).
+#[inline]
+pub(crate) fn print_matches16(lo: u64, hi: u64, print: u8) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set_epi64x, _mm_set1_epi8};
+        // SAFETY: the intrinsics need SSE2, which every x86-64 processor has
+        // (it is part of the architecture's baseline); they touch no memory.
+        unsafe {
+            let v = _mm_set_epi64x(hi as i64, lo as i64);
+            _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(print as i8))) as u32
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        print_matches(lo, print) | print_matches(hi, print) << 8
+    }
+}
+
+/// The bytes of `word` equal to `print`, as a mask (bit `j` for byte `j`),
+/// without a branch: a byte is zero in `x` exactly when adding `0x7f` to its
+/// low seven bits leaves the high bit clear and its own high bit is clear.
+#[inline]
+pub(crate) fn print_matches(word: u64, print: u8) -> u32 {
+    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
+    // Moves bit `8j` to bit `56 + j` for every `j` at once: the partial
+    // products land on distinct bits, so no carry disturbs the top byte.
+    const GATHER: u64 = 0x0102_0408_1020_4080;
+    let x = word ^ (u64::from(print) * 0x0101_0101_0101_0101);
+    let zero = !(((x & LOW7) + LOW7) | x | LOW7);
+    ((zero >> 7).wrapping_mul(GATHER) >> 56) as u32
+}
+
 /// How a cache's sets divide among `n` partitions, and where each set lies in
 /// memory.
 ///
@@ -286,6 +335,45 @@ mod tests {
                 seen[at] = true;
             }
         }
+    }
+
+    #[test]
+    fn print_matches_finds_every_equal_byte_and_no_other() {
+        let mut rng = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            rng = crate::util::mix::mix64(rng);
+            // Words with repeated bytes and bytes next to the probe's value.
+            let p = (rng >> 56) as u8;
+            let mut word = 0u64;
+            for j in 0..8 {
+                let r = (rng >> (j * 7)) & 7;
+                let b = match r {
+                    0 | 1 => p,
+                    2 => p.wrapping_add(1),
+                    3 => p.wrapping_sub(1),
+                    4 => p ^ 0x80,
+                    _ => (rng >> (j * 5 + 3)) as u8,
+                };
+                word |= u64::from(b) << (8 * j);
+            }
+            let want = (0..8)
+                .filter(|&j| (word >> (8 * j)) as u8 == p)
+                .fold(0u32, |m, j| m | 1 << j);
+            assert_eq!(print_matches(word, p), want, "{word:#x} {p:#x}");
+        }
+        for k in 0..20_000u64 {
+            let (lo, hi) = (crate::util::mix::mix64(k), crate::util::mix::mix64(!k));
+            // A probe that occurs, at least in one byte.
+            let p = (lo >> (8 * (k % 8))) as u8;
+            assert_eq!(
+                print_matches16(lo, hi, p),
+                print_matches(lo, p) | print_matches(hi, p) << 8
+            );
+        }
+        assert_eq!(print_matches16(0, u64::MAX, 0xff), 0xff00);
+        assert_eq!(print_matches(0, 0), 0xff);
+        assert_eq!(print_matches(u64::MAX, 0xff), 0xff);
+        assert_eq!(print_matches(0x8000_0000_0000_0080, 0x80), 0x81);
     }
 
     #[test]

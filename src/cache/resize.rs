@@ -197,6 +197,7 @@ impl<M: Model> Core<M> {
             self.stamp(to, j)
                 .store(self.stamp(from, i).load(Relaxed), Relaxed);
             let tag = gf.tags[i].load(Relaxed);
+            self.print(to, j, tag);
             gt.tags[j].store(tag, Relaxed);
             *gt.valid |= 1 << j;
             let dst = self.state(to, j);

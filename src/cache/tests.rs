@@ -122,6 +122,37 @@ fn miss_fill_hit_and_failed_fill() {
 }
 
 #[test]
+fn every_resident_page_is_read_without_locks_at_every_associativity() {
+    // Fingerprints take one word per eight slots: one to four words, and the
+    // vector compare of two. Pages of many files and pages far apart share
+    // fingerprints within a set; each is still read, with its own bytes.
+    for assoc in [4, 8, 9, 12, 16, 17, 24, 32] {
+        let c = PageCache::<Os>::new(opts(assoc * 40, assoc * 40, assoc, PolicyKind::Lru)).unwrap();
+        let mut resident = Vec::new();
+        for k in 0..(assoc as u64 * 60) {
+            let (file, page) = ((k % 5) as u32, k * 1_000_003 % 4_000_037);
+            if let Lookup::Miss(mut f) = c.get(file, page).unwrap() {
+                f.frame_mut().fill((k % 251) as u8);
+                drop(f.finish(Ok(())).unwrap());
+            }
+            resident.push((file, page, (k % 251) as u8));
+        }
+        let mut read = 0;
+        let mut buf = [0u8; 8];
+        for &(file, page, b) in &resident {
+            let cached = c.pages().iter().any(|p| p.file == file && p.page == page);
+            let got = c.try_read(file, page, 100, &mut buf).unwrap();
+            assert_eq!(got, cached, "assoc {assoc}: page {page} of file {file}");
+            if got {
+                assert_eq!(buf, [b; 8], "assoc {assoc}: page {page} of file {file}");
+                read += 1;
+            }
+        }
+        assert!(read >= assoc * 30, "assoc {assoc}: only {read} pages read");
+    }
+}
+
+#[test]
 fn clean_pages_go_before_dirty_and_dirty_victims_come_back() {
     // One set of four pages.
     let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap();
