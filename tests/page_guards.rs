@@ -203,7 +203,12 @@ fn bad_guard_requests_get_clear_errors() {
 fn guards_copies_writes_and_syncs_match_a_model() {
     let tmp = TempDir::new("guards-model");
     let len = 96 * PS - 300;
-    let cs = rig(&tmp, len, 64, Duration::from_secs(5));
+    // Sets of 8: the test holds up to 6 guards at once, and a page whose two
+    // candidate sets are the same set (in a table of a few sets, as each
+    // partition of a partitioned one is) has that set's slots only. With 4,
+    // the test's own guards could fill them, and a write of that page would
+    // rightly wait for them until the pin wait ran out.
+    let cs = common::cached_rig(&tmp, len, 64, 8, Duration::from_secs(5));
     let cf = cs.open_file("data").unwrap();
     let mut model = pattern(1, 0, len);
     let mut rng = Rng(11);
