@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use super::dirty::{DirtySets, file_of};
 use super::place::{self, Clock, Parts};
-use super::policy::{Admit, Duel, NO_TAG, Policy, PolicyKind, SetState};
+use super::policy::{Admit, Duel, NO_TAG, Policy, PolicyKind, SetState, low_mask};
 use super::region::Region;
 use super::setmem::{LINE, SetLayout};
 use super::stats::{Stat, StatsHub};
@@ -379,19 +379,16 @@ impl<M: Model> Core<M> {
     #[inline]
     fn maybe(&self, s: usize, p: u8) -> u32 {
         let words = self.prints(s);
-        if let [lo, hi] = words {
-            return place::print_matches16(lo.load(Relaxed), hi.load(Relaxed), p)
-                & ((1 << self.lay.assoc) - 1);
-        }
-        let mut m = 0;
-        for (k, w) in words.iter().enumerate() {
-            m |= place::print_matches(w.load(Relaxed), p) << (8 * k);
-        }
-        if self.lay.assoc >= 32 {
-            m
+        let m = if let [lo, hi] = words {
+            place::print_matches16(lo.load(Relaxed), hi.load(Relaxed), p)
         } else {
-            m & ((1 << self.lay.assoc) - 1)
-        }
+            let mut m = 0;
+            for (k, w) in words.iter().enumerate() {
+                m |= place::print_matches(w.load(Relaxed), p) << (8 * k);
+            }
+            m
+        };
+        m & low_mask(self.lay.assoc)
     }
 
     /// The candidate slots of page `tag` (hash `h`) in both its sets, as

@@ -220,6 +220,7 @@ pub mod sieve;
 
 pub use adaptive::{Adaptive, Duel};
 pub use clock::Clock;
+pub(crate) use common::low_mask;
 pub use fifo::Fifo;
 pub use gclock::{GCLOCK_MAX, Gclock};
 pub use lfu::Lfu;
