@@ -76,19 +76,21 @@
 //!
 //! The ghost entries are LIRS's or S3-FIFO's, as many as LIRS asks for
 //! (`assoc / 2`, 6 in a 12-slot set). S3-FIFO keeps one whole tag in each,
-//! as its shadow does. LIRS keeps two ghosts to an entry: each half of the
-//! 64-bit entry holds a 27-bit fingerprint of the page (a hash; all ones means
-//! no ghost) and the ghost's 5-bit rank in the stack; the ghost bytes are
-//! unused. A 12-slot set so remembers 12 pages it no longer holds where LIRS
-//! on its own keeps 6 (at most `32 - assoc`, for the ranks), in the same
-//! bytes: LIRS then tells more pages whose reuse is only somewhat longer than
-//! the set apart from pages never seen again (measured, 2 rows fewer beyond
-//! target in the gap table: lirs-multi2 at 10% -5.37 to -2.18; YCSB at 1% and
-//! two traces that LRU wins, lirs-backf and lirs-zigzag at half their
-//! footprint, lost 0.2 to 2.8 points). A fingerprint
-//! shared by two pages makes the second one's miss look like a ghost hit:
-//! with 12 ghosts, one miss in about 11 million. The shadows keep LIRS's 6
-//! ghosts, with whole tags.
+//! as its shadow does. LIRS keeps three ghosts to an entry: each 21-bit
+//! third of the 64-bit entry holds a 16-bit fingerprint of the page (a hash;
+//! all ones means no ghost) and the ghost's 5-bit rank in the stack; the
+//! ghost bytes are unused. A 12-slot set so remembers 18 pages it no longer
+//! holds where LIRS on its own keeps 6 (at most `32 - assoc`, for the ranks),
+//! in the same bytes: LIRS then tells more pages whose reuse is only somewhat
+//! longer than the set apart from pages never seen again. Measured in the gap
+//! table: two to an entry (12 ghosts of 27-bit fingerprints) left 2 rows
+//! fewer beyond target than LIRS's own 6 (lirs-multi2 at 10% -5.37 to -2.18;
+//! YCSB at 1% and two traces that LRU wins, lirs-backf and lirs-zigzag at
+//! half their footprint, lost 0.2 to 2.8 points); three to an entry, one row
+//! fewer again (lirs-gli at 25% -3.28 to -2.93). A fingerprint shared by two
+//! pages makes the second one's miss look like a ghost hit (it comes in as
+//! a LIR page): with 18 ghosts of 16 bits, about one miss in 3,600. The
+//! shadows keep LIRS's 6 ghosts, with whole tags.
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{
@@ -593,12 +595,13 @@ fn as_arm<R>(
         }
     }
     let r = if k == LIRS {
-        // LIRS's ghosts, two to a ghost entry (see the module documentation).
+        // LIRS's ghosts, three to a ghost entry (see the module
+        // documentation).
         let n = packed_ghosts(st.bytes.len(), st.ghost_tags.len());
         let mut tags = [NO_TAG; MAX_ASSOC];
         let mut ranks = [0u8; MAX_ASSOC];
         for j in 0..n {
-            (tags[j], ranks[j]) = unpack_ghost(st.ghost_tags[j / 2], j % 2);
+            (tags[j], ranks[j]) = unpack_ghost(st.ghost_tags[j / PER_ENTRY], j % PER_ENTRY);
         }
         let r = f(&mut SetState {
             bytes: &mut *st.bytes,
@@ -608,7 +611,8 @@ fn as_arm<R>(
             duel: st.duel,
         });
         for (e, g) in st.ghost_tags.iter_mut().enumerate() {
-            *g = pack_ghosts([2 * e, 2 * e + 1].map(|j| {
+            *g = pack_ghosts(std::array::from_fn::<_, PER_ENTRY, _>(|h| {
+                let j = PER_ENTRY * e + h;
                 if j < n {
                     (tags[j], ranks[j])
                 } else {
@@ -639,19 +643,24 @@ fn as_arm<R>(
     r
 }
 
-/// LIRS ghosts a set of `assoc` slots and `entries` ghost entries keeps: two
-/// to an entry, as long as the stack's ranks fit in five bits.
+/// LIRS ghosts a set of `assoc` slots and `entries` ghost entries keeps:
+/// three to an entry, as long as the stack's ranks fit in five bits.
 #[inline]
 fn packed_ghosts(assoc: usize, entries: usize) -> usize {
-    (2 * entries).min(32 - assoc).min(MAX_ASSOC)
+    (PER_ENTRY * entries).min(32 - assoc).min(MAX_ASSOC)
 }
 
+/// LIRS ghosts to a ghost entry.
+const PER_ENTRY: usize = 3;
+/// Bits of a packed ghost: its fingerprint, then its 5-bit rank.
+const GHOST_BITS: u32 = 21;
+const _: () = assert!(PER_ENTRY as u32 * GHOST_BITS <= 64);
 /// A packed ghost that is none.
-const NO_GHOST: u32 = u32::MAX;
+const NO_GHOST: u64 = (1 << GHOST_BITS) - 1;
 /// Bits of a ghost's fingerprint.
-const PRINT_BITS: u32 = 27;
+const PRINT_BITS: u32 = GHOST_BITS - 5;
 
-/// What stands for page `tag` among a LIRS set's ghosts: 27 bits of a hash
+/// What stands for page `tag` among a LIRS set's ghosts: 16 bits of a hash
 /// of it, never all ones (so that a packed ghost is never [`NO_GHOST`]).
 #[inline]
 fn fingerprint(tag: u64) -> u64 {
@@ -666,29 +675,33 @@ fn key(k: usize, tag: u64) -> u64 {
     if k == LIRS { fingerprint(tag) } else { tag }
 }
 
-/// Ghost `half` (0 or 1) of ghost entry `e`: its fingerprint and rank, or
-/// ([`NO_TAG`], 0).
+/// Ghost `i` (below [`PER_ENTRY`]) of ghost entry `e`: its fingerprint and
+/// rank, or ([`NO_TAG`], 0).
 #[inline]
-fn unpack_ghost(e: u64, half: usize) -> (u64, u8) {
-    let g = (e >> (32 * half)) as u32;
+fn unpack_ghost(e: u64, i: usize) -> (u64, u8) {
+    let g = (e >> (GHOST_BITS as usize * i)) & NO_GHOST;
     if g == NO_GHOST {
         (NO_TAG, 0)
     } else {
-        (u64::from(g >> 5), (g & 0x1f) as u8)
+        (g >> 5, (g & 0x1f) as u8)
     }
 }
 
-/// A ghost entry holding the two ghosts `g` (as [`unpack_ghost`] gives them).
+/// A ghost entry holding the ghosts `g` (as [`unpack_ghost`] gives them) in
+/// its first `N` places, none in the others: a whole entry of none is
+/// [`NO_TAG`].
 #[inline]
-fn pack_ghosts(g: [(u64, u8); 2]) -> u64 {
-    let one = |(t, r): (u64, u8)| {
-        if t == NO_TAG {
-            NO_GHOST
-        } else {
-            ((t as u32) << 5) | u32::from(r & 0x1f)
+fn pack_ghosts<const N: usize>(g: [(u64, u8); N]) -> u64 {
+    const { assert!(N <= PER_ENTRY) };
+    let mut e = u64::MAX;
+    for (i, (t, r)) in g.into_iter().enumerate() {
+        if t != NO_TAG {
+            let at = GHOST_BITS as usize * i;
+            e &= !(NO_GHOST << at);
+            e |= ((t << 5) | u64::from(r & 0x1f)) << at;
         }
-    };
-    u64::from(one(g[0])) | u64::from(one(g[1])) << 32
+    }
+    e
 }
 
 /// Enters `slot`, just hit for the first time since the set's last miss, in
@@ -884,7 +897,7 @@ mod tests {
     }
 
     #[test]
-    fn a_set_running_lirs_remembers_twice_the_ghosts_of_lirs() {
+    fn a_set_running_lirs_remembers_more_ghosts_than_lirs() {
         // One set of 12 running LIRS (the start; 22 accesses are too few for
         // the duel to report): 0..11 fill it, 11 of them LIR pages, and each
         // of 100..109 then takes the HIR slot and leaves as a ghost.
@@ -893,7 +906,7 @@ mod tests {
         assert_eq!(m.duel().winner(), LIRS);
         assert_eq!(m.ghost_hits(), 0);
         // 100 left eight misses ago: LIRS alone (6 ghosts) has forgotten it,
-        // the adaptive set still has it among its 12.
+        // the adaptive set still has it among its 18.
         assert_eq!(replay(&mut m, &[100]), 0);
         assert_eq!(m.ghost_hits(), 1);
         let mut lirs = SaModel::new(PolicyKind::Lirs, 12, 1);
@@ -908,6 +921,26 @@ mod tests {
         assert_eq!([unpack_ghost(e, 0), unpack_ghost(e, 1)], g);
         assert_eq!(pack_ghosts([(NO_TAG, 0); 2]), NO_TAG);
         assert!((0..100_000).all(|t| fingerprint(t) < (1 << PRINT_BITS) - 1));
+    }
+
+    #[test]
+    fn a_set_running_lirs_remembers_three_ghosts_to_an_entry() {
+        // Twelve pages fill a set of 12 (11 LIR, one HIR); then seventeen
+        // new pages pass through the HIR slot, each leaving as a ghost: the
+        // HIR page and 100..116 are 17 ghosts of the set's 6 entries.
+        let mut m = SaModel::new(PolicyKind::Adaptive, 12, 1);
+        replay(&mut m, &(0..12).chain(100..117).collect::<Vec<_>>());
+        assert_eq!(m.duel().winner(), LIRS);
+        assert_eq!(m.ghost_hits(), 0);
+        // 100 left sixteen misses ago, which two ghosts to an entry (12)
+        // would have forgotten.
+        assert_eq!(replay(&mut m, &[100]), 0);
+        assert_eq!(m.ghost_hits(), 1);
+        // Three to an entry, each kept.
+        let g = [(fingerprint(7), 3), (NO_TAG, 0), (fingerprint(9), 31)];
+        let e = pack_ghosts(g);
+        assert_eq!([0, 1, 2].map(|i| unpack_ghost(e, i)), g);
+        assert_eq!(packed_ghosts(12, 6), 18);
     }
 
     #[test]
