@@ -29,8 +29,9 @@
 //! - The candidate with the fewest misses is the winner, with hysteresis: a
 //!   challenger takes over only with misses 0.8 points (2/256 of the
 //!   accesses) below the holder's. LIRS holds at the start. The winner is
-//!   chosen again at every report, from the totals, and after every other
-//!   batch, from the totals and the sample's own counts since its last
+//!   chosen again at every report, from the totals, and, while the totals
+//!   hold fewer than `DECAY_AT / 2` accesses, after every batch that ends no
+//!   report, from the totals and the sample's own counts since its last
 //!   report: only a report writes the shared counts, but a small cache,
 //!   whose one sampled set reaches its first report only after some
 //!   thousands of accesses, leaves a wrong start sooner (measured, 2 rows
@@ -42,7 +43,9 @@
 //! - Every set, sampled or not, runs the winner. A set notices a new winner at
 //!   its next miss and then rebuilds its state for it: the state is reset and
 //!   its resident pages are entered in slot order, as if just inserted.
-//!   Switches are rare (hysteresis), so the lost order costs little.
+//!   Switches are rare (hysteresis; in a new cache's first 128 sampled
+//!   accesses the margin is below one miss, and a lead of one miss switches),
+//!   so the lost order costs little.
 //!
 //! Only accesses to sampled sets touch the duel, and only every 64th of them
 //! writes its shared counts. A set running LRU or LIRS defers its hits: a hit
@@ -477,13 +480,22 @@ impl Duel {
             return;
         };
         if full {
-            self.tally_with(misses, Some(admitting), accesses);
+            self.tally_with(misses, admitting, accesses);
         } else {
-            // Between reports: the winner as the totals would make it with
-            // this sample's counts added, which stay the sample's.
-            let m = std::array::from_fn(|k| u64::from(self.misses[k].load(Relaxed) + misses[k]));
-            let a = u64::from(self.admitting_misses.load(Relaxed) + admitting);
-            self.choose(m, Some(a), u64::from(self.accesses() + accesses));
+            let total = self.accesses();
+            if total < DECAY_AT / 2 {
+                // Between reports of a young duel: the winner as the totals
+                // would make it with this sample's counts added, which stay
+                // the sample's. Once the totals have half the accesses at
+                // which they halve, a sample's own counts change little, and
+                // no halving (which stores the counts one after another) is
+                // ever under way while they are read here.
+                let m = std::array::from_fn(|k| {
+                    u64::from(self.misses[k].load(Relaxed) + misses[k])
+                });
+                let a = u64::from(self.admitting_misses.load(Relaxed) + admitting);
+                self.choose(m, a, u64::from(total + accesses));
+            }
         }
     }
 
@@ -492,18 +504,16 @@ impl Duel {
     /// made-up counts: a real report always has that shadow's count too).
     #[cfg(test)]
     fn tally(&self, misses: [u32; CANDIDATES], accesses: u32) {
-        self.tally_with(misses, Some(misses[LIRS]), accesses);
+        self.tally_with(misses, misses[LIRS], accesses);
     }
 
-    /// Adds a sample's report (with the misses of LIRS with admission, if
-    /// that shadow ran) and chooses the winner and LIRS's admission.
-    fn tally_with(&self, misses: [u32; CANDIDATES], admitting: Option<u32>, accesses: u32) {
+    /// Adds a sample's report (with the misses of LIRS with admission) and
+    /// chooses the winner and LIRS's admission.
+    fn tally_with(&self, misses: [u32; CANDIDATES], admitting: u32, accesses: u32) {
         for (m, add) in self.misses.iter().zip(misses) {
             m.fetch_add(add, Relaxed);
         }
-        if let Some(a) = admitting {
-            self.admitting_misses.fetch_add(a, Relaxed);
-        }
+        self.admitting_misses.fetch_add(admitting, Relaxed);
         let n = self.accesses.fetch_add(accesses, Relaxed) + accesses;
         if n >= DECAY_AT {
             // Concurrent reports may be lost here; the counts are a trend.
@@ -515,32 +525,29 @@ impl Duel {
                 c.store(c.load(Relaxed) / 2, Relaxed);
             }
         }
-        let a = admitting.map(|_| u64::from(self.admitting_misses.load(Relaxed)));
+        let a = u64::from(self.admitting_misses.load(Relaxed));
         self.choose(self.misses().map(u64::from), a, u64::from(self.accesses()));
     }
 
     /// Chooses the winner and LIRS's admission from the candidates' misses
-    /// `m`, LIRS with admission's `admitting` (if that shadow ran) and the
-    /// accesses they are of.
-    fn choose(&self, mut m: [u64; CANDIDATES], admitting: Option<u64>, accesses: u64) {
+    /// `m`, LIRS with admission's `a` and the accesses they are of.
+    fn choose(&self, mut m: [u64; CANDIDATES], a: u64, accesses: u64) {
         let margin = MARGIN * accesses / 256;
-        if let Some(a) = admitting {
-            // LIRS runs with admission once that misses less by
-            // ADMIT_MARGIN, and until it misses less by less than the
-            // margin; it competes with the misses of the way it runs.
-            let on = self.admission();
-            let start = ADMIT_MARGIN * accesses / 256;
-            let now = if on {
-                a + margin < m[LIRS]
-            } else {
-                a + start < m[LIRS]
-            };
-            if now != on {
-                self.admission.store(now, Relaxed);
-            }
-            if now {
-                m[LIRS] = a;
-            }
+        // LIRS runs with admission once that misses less by ADMIT_MARGIN,
+        // and until it misses less by less than the margin; it competes with
+        // the misses of the way it runs.
+        let on = self.admission();
+        let start = ADMIT_MARGIN * accesses / 256;
+        let now = if on {
+            a + margin < m[LIRS]
+        } else {
+            a + start < m[LIRS]
+        };
+        if now != on {
+            self.admission.store(now, Relaxed);
+        }
+        if now {
+            m[LIRS] = a;
         }
         let holder = self.winner();
         let best = (0..CANDIDATES)
@@ -696,6 +703,7 @@ fn pack_ghosts<const N: usize>(g: [(u64, u8); N]) -> u64 {
     let mut e = u64::MAX;
     for (i, (t, r)) in g.into_iter().enumerate() {
         if t != NO_TAG {
+            debug_assert!(t < (1 << PRINT_BITS) - 1, "not a fingerprint: {t:#x}");
             let at = GHOST_BITS as usize * i;
             e &= !(NO_GHOST << at);
             e |= ((t << 5) | u64::from(r & 0x1f)) << at;
@@ -1058,20 +1066,20 @@ mod tests {
         let d = Duel::new(100, 12);
         assert!(!d.admission());
         // LIRS with admission misses 0.5 points less: within the margin.
-        d.tally_with([900, 900, 420, 900], Some(415), 1000);
+        d.tally_with([900, 900, 420, 900], 415, 1000);
         assert!(!d.admission());
         // 5 points less over both reports: on, and LIRS competes with its
         // misses with admission.
-        d.tally_with([900, 900, 500, 900], Some(400), 1000);
+        d.tally_with([900, 900, 500, 900], 400, 1000);
         assert!(d.admission());
         assert_eq!(d.winner(), LIRS);
         // LRU below LIRS without admission (1,900 against 2,420), not below
         // LIRS with it (1,815): LIRS stays.
-        d.tally_with([100, 900, 1500, 900], Some(1000), 2000);
+        d.tally_with([100, 900, 1500, 900], 1000, 2000);
         assert!(d.admission());
         assert_eq!(d.winner(), LIRS, "{:?}", d.misses());
         // Without admission by the margin again: off.
-        d.tally_with([900, 900, 100, 900], Some(900), 4000);
+        d.tally_with([900, 900, 100, 900], 900, 4000);
         assert!(!d.admission());
     }
 
