@@ -490,9 +490,8 @@ impl Duel {
                 // which they halve, a sample's own counts change little, and
                 // no halving (which stores the counts one after another) is
                 // ever under way while they are read here.
-                let m = std::array::from_fn(|k| {
-                    u64::from(self.misses[k].load(Relaxed) + misses[k])
-                });
+                let m =
+                    std::array::from_fn(|k| u64::from(self.misses[k].load(Relaxed) + misses[k]));
                 let a = u64::from(self.admitting_misses.load(Relaxed) + admitting);
                 self.choose(m, a, u64::from(total + accesses));
             }
