@@ -228,7 +228,7 @@ pub use lirs::Lirs;
 pub use lru::Lru;
 pub use model::{Access, SaModel, SetModel};
 pub use nrlfu::NrLfu;
-pub use s3fifo::{S3Fifo, S3FifoReset};
+pub use s3fifo::{S3Fifo, S3FifoDuel, S3FifoReset};
 pub use sieve::Sieve;
 
 use std::fmt;

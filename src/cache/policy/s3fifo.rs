@@ -39,7 +39,7 @@
 //! - A page that leaves without eviction ([`Policy::on_remove`]) leaves no
 //!   ghost.
 //!
-//! [`S3FifoReset`] is the adaptive policy's variant: a page moving from small
+//! [`S3FifoReset`] was the adaptive policy's variant: a page moving from small
 //! to main (after one access, as above) starts there with frequency 0, as in
 //! the paper and the global policy, so that the hits that promoted it do not
 //! also buy it reinsertions in main; and frequencies saturate at 2, so that a
@@ -48,10 +48,15 @@
 //! GCLOCK it took the gap table's cache2k-orm-busy rows at 5% and 10% of the
 //! footprint from 1.29 and 1.17 points below the best global policy to 0.73
 //! and 0.62, and the YCSB generator's at 1% from 1.50 to 0.27 (the
-//! project's performance notes, "S3-FIFO in place of GCLOCK").
+//! project's performance notes, "S3-FIFO in place of GCLOCK"). The adaptive
+//! policy now runs [`S3FifoDuel`], which is [`S3FifoReset`] in its first
+//! form, and in its second promotes a small page only after two hits, in a
+//! small queue of a fifth of the set; its duel chooses the form. In both, a
+//! page a set remembers as a ghost must come into that set
+//! ([`Admit::Here`]).
 
 use super::common::{RANK_MASK, ghost_push, ghost_take, move_to_front, oldest, push_front, unlink};
-use super::{Policy, SetState};
+use super::{Admit, Policy, SetState};
 
 /// The main-queue bit of a slot byte.
 const MAIN: u8 = 0x20;
@@ -66,18 +71,62 @@ struct Rules {
     max: u8,
     /// A page moving from small to main starts with frequency 0.
     reset: bool,
+    /// The frequency at which a small page moves to main when examined.
+    promote: u8,
+    /// Slots the small queue holds before it is evicted from, in a set of
+    /// `assoc` slots.
+    small: fn(usize) -> usize,
+    /// A page whose ghost the set keeps must come into this set.
+    ghost_here: bool,
 }
 
 /// The rules of [`S3Fifo`].
 const KEEP: Rules = Rules {
     max: FREQ_MAX,
     reset: false,
+    promote: 1,
+    small: small_target,
+    ghost_here: false,
 };
 /// The rules of [`S3FifoReset`].
 const RESET: Rules = Rules {
     max: 2,
     reset: true,
+    promote: 1,
+    small: small_target,
+    ghost_here: false,
 };
+/// The rules of [`S3FifoDuel`] in its first form: as [`RESET`], and a page
+/// a set remembers comes into that set.
+const ONCE: Rules = Rules {
+    max: 2,
+    reset: true,
+    promote: 1,
+    small: small_target,
+    ghost_here: true,
+};
+/// The rules of [`S3FifoDuel`] in its second form: a small page moves to
+/// main after two hits, as in the paper, and the small queue is a fifth of
+/// the set, so that a page has time for them.
+const TWICE: Rules = Rules {
+    max: 2,
+    reset: true,
+    promote: 2,
+    small: small_fifth,
+    ghost_here: true,
+};
+
+/// A fifth of `assoc`, at least 1: the small queue of [`S3FifoDuel`]'s
+/// second form.
+fn small_fifth(assoc: usize) -> usize {
+    (assoc / 5).max(1)
+}
+
+/// The rules [`S3FifoDuel`] runs under in the set `st`.
+#[inline]
+fn duel_rules(st: &SetState<'_>) -> &'static Rules {
+    if st.duel.s3_twice() { &TWICE } else { &ONCE }
+}
 
 /// The number of slots the small queue may hold before it is evicted from:
 /// about 10% of `assoc`, at least 1.
@@ -110,10 +159,20 @@ fn main_mask(bytes: &[u8], valid: u32) -> u32 {
 pub struct S3Fifo;
 
 /// S3-FIFO whose pages enter main with frequency 0 and whose frequencies
-/// saturate at 2: the adaptive policy's candidate (see the [module
+/// saturate at 2: the first form of the adaptive policy's candidate,
+/// [`S3FifoDuel`], but for where a remembered page comes in (see the [module
 /// documentation](self)).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct S3FifoReset;
+
+/// S3-FIFO as [`S3FifoReset`], in one of two forms that the cache's duel
+/// chooses between ([`Duel::s3_twice`](super::Duel::s3_twice)): small pages
+/// move to main after one hit (the first form) or after two in a small queue
+/// of a fifth of the set (the second); in both, a page whose ghost a set
+/// keeps comes into that set. The adaptive policy's candidate (see the
+/// [module documentation](self)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct S3FifoDuel;
 
 /// The hit of `slot` under rules `r`.
 #[inline]
@@ -137,7 +196,7 @@ fn insert(st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
 #[inline]
 fn victim(r: &Rules, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
     debug_assert_ne!(eligible, 0);
-    let target = small_target(st.bytes.len()) as u32;
+    let target = (r.small)(st.bytes.len()) as u32;
     let mut main = main_mask(st.bytes, valid);
     loop {
         let small = valid & !main;
@@ -146,7 +205,7 @@ fn victim(r: &Rules, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize 
         if small_eligible != 0 && (small.count_ones() >= target || main_eligible == 0) {
             let s = oldest(st.bytes, small_eligible);
             let b = st.bytes[s];
-            if freq(b) == 0 {
+            if freq(b) < r.promote {
                 return s;
             }
             st.bytes[s] = if r.reset { with_freq(b, 0) } else { b } | MAIN;
@@ -179,7 +238,16 @@ macro_rules! s3fifo_policy {
         impl Policy for $name {
             #[inline]
             fn ghosts(&self, assoc: usize) -> usize {
-                assoc - small_target(assoc)
+                assoc - ($rules.small)(assoc)
+            }
+
+            #[inline]
+            fn admits(&self, st: &mut SetState<'_>, tag: u64, _valid: u32) -> Admit {
+                if $rules.ghost_here && st.ghost_tags.contains(&tag) {
+                    Admit::Here
+                } else {
+                    Admit::Yes
+                }
             }
 
             #[inline]
@@ -217,6 +285,54 @@ macro_rules! s3fifo_policy {
 
 s3fifo_policy!(S3Fifo, KEEP);
 s3fifo_policy!(S3FifoReset, RESET);
+
+impl Policy for S3FifoDuel {
+    /// The more ghosts of the two forms' (the first form's small queue is
+    /// the smaller).
+    #[inline]
+    fn ghosts(&self, assoc: usize) -> usize {
+        assoc - small_target(assoc).min(small_fifth(assoc))
+    }
+
+    #[inline]
+    fn hit_changes(&self, byte: u8) -> bool {
+        freq(byte) < ONCE.max.min(TWICE.max)
+    }
+
+    #[inline]
+    fn admits(&self, st: &mut SetState<'_>, tag: u64, _valid: u32) -> Admit {
+        if duel_rules(st).ghost_here && st.ghost_tags.contains(&tag) {
+            Admit::Here
+        } else {
+            Admit::Yes
+        }
+    }
+
+    #[inline]
+    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
+        hit(duel_rules(st), st, slot);
+    }
+
+    #[inline]
+    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
+        insert(st, slot, tag, valid)
+    }
+
+    #[inline]
+    fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
+        victim(duel_rules(st), st, eligible, valid)
+    }
+
+    #[inline]
+    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
+        unlink(st.bytes, slot, valid);
+    }
+
+    #[inline]
+    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
+        evict(st, slot, tag, valid);
+    }
+}
 
 #[cfg(test)]
 mod tests {
