@@ -35,7 +35,8 @@
 //!   examined. Each step either evicts, moves a page from small to main for
 //!   good, or lowers a frequency, so a search ends after at most `4 * assoc`
 //!   steps. The victim itself is not moved: a small page returned as the
-//!   victim has frequency 0 and becomes a ghost when evicted.
+//!   victim has a frequency below the promotion's (0, or 1 in
+//!   [`S3FifoDuel`]'s second form) and becomes a ghost when evicted.
 //! - A page that leaves without eviction ([`Policy::on_remove`]) leaves no
 //!   ghost.
 //!
@@ -310,7 +311,10 @@ impl Policy for S3FifoDuel {
 
     #[inline]
     fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
-        hit(duel_rules(st), st, slot);
+        // Both forms count hits alike (their frequencies top out at 2), so
+        // a hit need not ask the duel which one runs.
+        const { assert!(ONCE.max == TWICE.max) };
+        hit(&ONCE, st, slot);
     }
 
     #[inline]
