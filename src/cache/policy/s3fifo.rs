@@ -233,18 +233,25 @@ fn evict(st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
     unlink(st.bytes, slot, valid);
 }
 
-/// The two variants' `Policy` implementations, alike but for their rules.
+/// The variants' `Policy` implementations, alike but for their rules:
+/// `$rules` gives the rules a set runs under, `$hit` those its hits count
+/// by and its ghosts are sized by (the same for every form of a variant).
 macro_rules! s3fifo_policy {
-    ($name:ident, $rules:expr) => {
+    ($name:ident, $rules:path, $hit:ident) => {
         impl Policy for $name {
             #[inline]
             fn ghosts(&self, assoc: usize) -> usize {
-                assoc - ($rules.small)(assoc)
+                assoc - ($hit.small)(assoc)
+            }
+
+            #[inline]
+            fn hit_changes(&self, byte: u8) -> bool {
+                freq(byte) < $hit.max
             }
 
             #[inline]
             fn admits(&self, st: &mut SetState<'_>, tag: u64, _valid: u32) -> Admit {
-                if $rules.ghost_here && st.ghost_tags.contains(&tag) {
+                if $rules(st).ghost_here && st.ghost_tags.contains(&tag) {
                     Admit::Here
                 } else {
                     Admit::Yes
@@ -252,13 +259,8 @@ macro_rules! s3fifo_policy {
             }
 
             #[inline]
-            fn hit_changes(&self, byte: u8) -> bool {
-                freq(byte) < $rules.max
-            }
-
-            #[inline]
             fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
-                hit(&$rules, st, slot);
+                hit(&$hit, st, slot);
             }
 
             #[inline]
@@ -268,7 +270,7 @@ macro_rules! s3fifo_policy {
 
             #[inline]
             fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
-                victim(&$rules, st, eligible, valid)
+                victim($rules(st), st, eligible, valid)
             }
 
             #[inline]
@@ -284,59 +286,25 @@ macro_rules! s3fifo_policy {
     };
 }
 
-s3fifo_policy!(S3Fifo, KEEP);
-s3fifo_policy!(S3FifoReset, RESET);
-
-impl Policy for S3FifoDuel {
-    /// The more ghosts of the two forms' (the first form's small queue is
-    /// the smaller).
-    #[inline]
-    fn ghosts(&self, assoc: usize) -> usize {
-        assoc - small_target(assoc).min(small_fifth(assoc))
-    }
-
-    #[inline]
-    fn hit_changes(&self, byte: u8) -> bool {
-        freq(byte) < ONCE.max.min(TWICE.max)
-    }
-
-    #[inline]
-    fn admits(&self, st: &mut SetState<'_>, tag: u64, _valid: u32) -> Admit {
-        if duel_rules(st).ghost_here && st.ghost_tags.contains(&tag) {
-            Admit::Here
-        } else {
-            Admit::Yes
-        }
-    }
-
-    #[inline]
-    fn on_hit(&self, st: &mut SetState<'_>, slot: usize, _valid: u32) {
-        // Both forms count hits alike (their frequencies top out at 2), so
-        // a hit need not ask the duel which one runs.
-        const { assert!(ONCE.max == TWICE.max) };
-        hit(&ONCE, st, slot);
-    }
-
-    #[inline]
-    fn on_insert(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) -> bool {
-        insert(st, slot, tag, valid)
-    }
-
-    #[inline]
-    fn victim(&self, st: &mut SetState<'_>, eligible: u32, valid: u32) -> usize {
-        victim(duel_rules(st), st, eligible, valid)
-    }
-
-    #[inline]
-    fn on_remove(&self, st: &mut SetState<'_>, slot: usize, valid: u32) {
-        unlink(st.bytes, slot, valid);
-    }
-
-    #[inline]
-    fn on_evict(&self, st: &mut SetState<'_>, slot: usize, tag: u64, valid: u32) {
-        evict(st, slot, tag, valid);
-    }
+/// The rules of [`S3Fifo`], in every set.
+fn keep_rules(_: &SetState<'_>) -> &'static Rules {
+    &KEEP
 }
+
+/// The rules of [`S3FifoReset`], in every set.
+fn reset_rules(_: &SetState<'_>) -> &'static Rules {
+    &RESET
+}
+
+// Both of `S3FifoDuel`'s forms count hits alike (frequencies top out at 2),
+// so a hit need not ask the duel which form runs; its ghosts are sized by the
+// first form's small queue, a tenth of the set, which is never larger than
+// the second's fifth, so they are as many as the larger main.
+const _: () = assert!(ONCE.max == TWICE.max && ONCE.reset == TWICE.reset);
+
+s3fifo_policy!(S3Fifo, keep_rules, KEEP);
+s3fifo_policy!(S3FifoReset, reset_rules, RESET);
+s3fifo_policy!(S3FifoDuel, duel_rules, ONCE);
 
 #[cfg(test)]
 mod tests {
