@@ -798,6 +798,15 @@ fn s3_ghosts(assoc: usize) -> usize {
     (assoc * 2 / 3).min(S3FifoDuel.ghosts(assoc))
 }
 
+/// Whether a set running candidate `k` (LIRS or S3-FIFO) keeps page `tag`
+/// among its packed ghosts, read in place.
+#[inline]
+fn remembers(st: &SetState<'_>, k: usize, tag: u64) -> bool {
+    let n = arm_ghosts(k, st.bytes.len(), st.ghost_tags.len());
+    let f = key(k, tag);
+    (0..n).any(|j| unpack_ghost(st.ghost_tags[j / PER_ENTRY], j % PER_ENTRY).0 == f)
+}
+
 /// LIRS or S3-FIFO ghosts to a ghost entry.
 const PER_ENTRY: usize = 3;
 /// Bits of a packed ghost: its fingerprint, then its 5-bit rank.
@@ -1011,7 +1020,12 @@ impl Policy for Adaptive {
     fn admits(&self, st: &mut SetState<'_>, tag: u64, valid: u32) -> Admit {
         let k = arm(*st.word);
         if k == S3FIFO && st.duel.winner() == S3FIFO {
-            return as_arm(st, k, valid, |v| S3FifoDuel.admits(v, key(k, tag), valid));
+            // Both of S3-FIFO's forms take back a page they remember.
+            return if remembers(st, k, tag) {
+                Admit::Here
+            } else {
+                Admit::Yes
+            };
         }
         if k != LIRS || st.duel.winner() != LIRS {
             return Admit::Yes;
