@@ -1291,8 +1291,11 @@ impl<M: Model> Core<M> {
     ) -> Result<Step> {
         let admit = (!write && mode == Mode::Normal).then_some(tag);
         let stale_ok = matches!(mode, Mode::Ahead | Mode::Stream);
-        match self.choose(s1, s2, mode != Mode::Ahead, admit, stale_ok) {
-            Choice::Slot(s, i) => {
+        // A page that comes in cold may take a cold page's place in the
+        // policy's state (`Choice::Swap`).
+        let quiet = !write && !mode.warms();
+        match self.choose(s1, s2, mode != Mode::Ahead, admit, stale_ok, quiet) {
+            c @ (Choice::Slot(s, i) | Choice::Swap(s, i)) => {
                 if s1 != s2 {
                     self.unlock(if s == s1 { s2 } else { s1 });
                 }
@@ -1316,7 +1319,8 @@ impl<M: Model> Core<M> {
                     };
                 let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                 let mut st = g.st;
-                let ghost = self.policy.on_insert(&mut st, i, tag, before);
+                let ghost = !matches!(c, Choice::Swap(..))
+                    && self.policy.on_insert(&mut st, i, tag, before);
                 self.touch(s, i);
                 self.clock.tick();
                 if write {
@@ -1493,6 +1497,7 @@ impl<M: Model> Core<M> {
         write_back: bool,
         admit: Option<u64>,
         stale_ok: bool,
+        quiet: bool,
     ) -> Choice {
         let sets = if s1 == s2 { &[s1][..] } else { &[s1, s2][..] };
         let now = self.clock.now();
@@ -1619,10 +1624,15 @@ impl<M: Model> Core<M> {
         if let Some((s, i)) = pick {
             // SAFETY: set `s` is locked.
             let mut g = unsafe { self.locked(s) };
-            return if self.drop_page(s, &mut g, i) {
-                Choice::Slot(s, i)
-            } else {
-                Choice::Retry
+            // A cold page (one that came in cold and nobody used since) that
+            // gives its slot to a page coming in cold leaves the policy
+            // untold: neither page was used, so the policy would learn
+            // nothing from either, and readahead's claims skip its work.
+            let swap = quiet && self.state(s, i).load(Relaxed) & COLD != 0;
+            return match self.drop_page_quietly(s, &mut g, i, false, swap) {
+                false => Choice::Retry,
+                true if swap => Choice::Swap(s, i),
+                true => Choice::Slot(s, i),
             };
         }
         let Some(k) = (0..sets.len()).find(|&k| dirty[k] != 0 && write_back) else {
@@ -1905,6 +1915,20 @@ impl<M: Model> Core<M> {
         i: usize,
         dirty_ok: bool,
     ) -> bool {
+        self.drop_page_quietly(set, g, i, dirty_ok, false)
+    }
+
+    /// [`Core::drop_page_as`], without a word to the policy with `quiet`
+    /// (the caller puts a page in the slot at once, under the same lock, and
+    /// does not tell the policy of that either).
+    fn drop_page_quietly(
+        &self,
+        set: usize,
+        g: &mut Locked<'_>,
+        i: usize,
+        dirty_ok: bool,
+        quiet: bool,
+    ) -> bool {
         let w = self.state(set, i);
         let v = w.load(Acquire);
         if pins(v) > 0
@@ -1914,9 +1938,11 @@ impl<M: Model> Core<M> {
             return false;
         }
         self.seq(set).fetch_add(1, Release);
-        let valid = *g.valid;
-        self.policy
-            .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
+        if !quiet {
+            let valid = *g.valid;
+            self.policy
+                .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
+        }
         g.tags[i].store(NO_TAG, Relaxed);
         *g.valid &= !(1 << i);
         self.wake_if(set, i, v);
@@ -2010,6 +2036,9 @@ impl Default for Backoff {
 
 enum Choice {
     Slot(usize, usize),
+    /// As `Slot`, the slot's cold page dropped without a word to the policy:
+    /// the new page, cold too, takes its place in the policy's state.
+    Swap(usize, usize),
     WriteBack(usize, usize, u64),
     /// A lock-free reader pinned the chosen victim: look again.
     Retry,

@@ -1282,6 +1282,57 @@ fn cold_pages_go_first_and_a_plain_read_warms_them() {
     );
 }
 
+/// A page coming in cold (read ahead, a stream's miss) that takes the slot
+/// of a cold page nobody used leaves the set's policy state as it was: the
+/// policy is told neither of the eviction nor of the insertion (so keeps no
+/// ghost of the page that left). A page that comes in warm goes through the
+/// policy as before.
+#[test]
+fn a_cold_page_taking_a_cold_pages_slot_leaves_the_policy_untold() {
+    // One set of 12 slots, under LIRS, which keeps ghosts.
+    let c = PageCache::<Os>::new(opts(12, 12, 12, PolicyKind::Lirs)).unwrap();
+    let disk = Disk::default();
+    let ahead = |p: u64| {
+        let mut f = c.claim_ahead(0, p).unwrap().expect("absent, room");
+        f.frame_mut().copy_from_slice(&initial(0, p));
+        drop(f.finish(Ok(())).unwrap());
+    };
+    let policy = || {
+        c.core.lock(0);
+        // SAFETY: set 0 is locked until the unlock below.
+        let g = unsafe { c.core.locked(0) };
+        let state = (
+            g.st.bytes.to_vec(),
+            *g.st.word,
+            g.st.ghost_tags.to_vec(),
+            g.st.ghost_bytes.to_vec(),
+        );
+        drop(g);
+        c.core.unlock(0);
+        state
+    };
+    let cached = |p: u64| c.core.state_of(tag_of(0, p).unwrap()).is_some();
+    for p in 0..12 {
+        ahead(p);
+    }
+    let before = policy();
+    // Six pages read ahead into the full set of cold pages: each takes a
+    // cold page's slot (the oldest), and the policy hears of none of it
+    // (told, LIRS would have moved the six to the top of its stack).
+    for p in 100..106 {
+        ahead(p);
+    }
+    assert!((100..106).all(cached) && !(0..6).any(cached));
+    assert_eq!(
+        policy(),
+        before,
+        "a cold page for a cold page changed the policy"
+    );
+    // A plain miss takes a cold page's slot as a warm page: told.
+    drop(c.get_with(0, 0, load_from(&disk), store_to(&disk)).unwrap());
+    assert_ne!(policy(), before, "a warm page came in untold");
+}
+
 /// A stream's pin of a cold page (a page guard, a paged array's chunk in a
 /// scan) leaves the page as it came in: cold, with the stamp of its claim,
 /// which orders the cold pages' eviction (the first in goes first); a plain

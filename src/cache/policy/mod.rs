@@ -82,6 +82,9 @@ pub const NO_TAG: u64 = u64::MAX;
 /// for a page placed into a slot, [`Policy::on_insert`] (after the slot's
 /// previous page, if any, went through [`Policy::on_evict`]); and to choose a
 /// victim, [`Policy::victim`] with a non-empty mask of eligible, valid slots.
+/// One exception: a page that comes into the cache cold (read ahead, or a
+/// stream's miss) in place of a cold page nobody used is a swap the policy
+/// is not told of; the new page takes the old one's state as it stands.
 /// A slot that becomes empty without eviction (a page dropped by a file
 /// truncation, or moved out by a resize) goes through [`Policy::on_remove`].
 pub trait Policy {
