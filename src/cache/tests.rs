@@ -1300,14 +1300,15 @@ fn a_cold_page_taking_a_cold_pages_slot_leaves_the_policy_untold() {
     let policy = || {
         c.core.lock(0);
         // SAFETY: set 0 is locked until the unlock below.
-        let g = unsafe { c.core.locked(0) };
-        let state = (
-            g.st.bytes.to_vec(),
-            *g.st.word,
-            g.st.ghost_tags.to_vec(),
-            g.st.ghost_bytes.to_vec(),
-        );
-        drop(g);
+        let state = {
+            let g = unsafe { c.core.locked(0) };
+            (
+                g.st.bytes.to_vec(),
+                *g.st.word,
+                g.st.ghost_tags.to_vec(),
+                g.st.ghost_bytes.to_vec(),
+            )
+        };
         c.core.unlock(0);
         state
     };
