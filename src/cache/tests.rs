@@ -1299,8 +1299,8 @@ fn a_cold_page_taking_a_cold_pages_slot_leaves_the_policy_untold() {
     };
     let policy = || {
         c.core.lock(0);
-        // SAFETY: set 0 is locked until the unlock below.
         let state = {
+            // SAFETY: set 0 is locked until the unlock below.
             let g = unsafe { c.core.locked(0) };
             (
                 g.st.bytes.to_vec(),
