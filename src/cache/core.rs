@@ -1628,11 +1628,12 @@ impl<M: Model> Core<M> {
             // gives its slot to a page coming in cold leaves the policy
             // untold: neither page was used, so the policy would learn
             // nothing from either, and readahead's claims skip its work.
-            let swap = quiet && self.state(s, i).load(Relaxed) & COLD != 0;
-            return match self.drop_page_quietly(s, &mut g, i, false, swap) {
-                false => Choice::Retry,
-                true if swap => Choice::Swap(s, i),
-                true => Choice::Slot(s, i),
+            // The word the eviction replaced decides, so a reader that
+            // warmed the page just before is not overlooked.
+            return match self.drop_page_quietly(s, &mut g, i, false, quiet) {
+                None => Choice::Retry,
+                Some(true) => Choice::Swap(s, i),
+                Some(false) => Choice::Slot(s, i),
             };
         }
         let Some(k) = (0..sets.len()).find(|&k| dirty[k] != 0 && write_back) else {
@@ -1915,29 +1916,32 @@ impl<M: Model> Core<M> {
         i: usize,
         dirty_ok: bool,
     ) -> bool {
-        self.drop_page_quietly(set, g, i, dirty_ok, false)
+        self.drop_page_quietly(set, g, i, dirty_ok, false).is_some()
     }
 
-    /// [`Core::drop_page_as`], without a word to the policy with `quiet`
-    /// (the caller puts a page in the slot at once, under the same lock, and
-    /// does not tell the policy of that either).
+    /// [`Core::drop_page_as`]; with `quiet_if_cold`, a page found `COLD` as
+    /// it is dropped leaves without a word to the policy (the caller puts a
+    /// cold page in the slot at once, under the same lock, and does not tell
+    /// the policy of that either). `None` if the page stays, else whether it
+    /// left quietly.
     fn drop_page_quietly(
         &self,
         set: usize,
         g: &mut Locked<'_>,
         i: usize,
         dirty_ok: bool,
-        quiet: bool,
-    ) -> bool {
+        quiet_if_cold: bool,
+    ) -> Option<bool> {
         let w = self.state(set, i);
         let v = w.load(Acquire);
         if pins(v) > 0
             || (v & DIRTY != 0 && !dirty_ok)
             || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err()
         {
-            return false;
+            return None;
         }
         self.seq(set).fetch_add(1, Release);
+        let quiet = quiet_if_cold && v & COLD != 0;
         if !quiet {
             let valid = *g.valid;
             self.policy
@@ -1947,7 +1951,7 @@ impl<M: Model> Core<M> {
         *g.valid &= !(1 << i);
         self.wake_if(set, i, v);
         self.stats.bump(Stat::Evictions);
-        true
+        Some(quiet)
     }
 }
 
