@@ -95,6 +95,34 @@ fn elements_read_back_through_readers_copies_and_chunks() {
     a.sync().unwrap();
 }
 
+/// Two cached pages whose entries collide in the direct-mapped table are
+/// both served by the tables: the one displaced from the first by the
+/// second, 2-way table (whichever of its ways holds it).
+#[test]
+fn pages_colliding_in_the_direct_table_are_served_by_the_second() {
+    let tmp = TempDir::new("array-collide");
+    // 512 frames: a direct-mapped table of 512 entries, and pages 512
+    // apart share an entry.
+    let cs = store(&tmp, 512, 512);
+    let n = 2048 * 512u64;
+    let a = PagedArray::<u64>::create(&cs, "a", n, LayoutKind::Stripe).unwrap();
+    let vals: Vec<u64> = (0..n).map(|i| i ^ 0x5a5a).collect();
+    a.write_from(0, &vals).unwrap();
+    let mut r = a.reader();
+    for p in [3u64, 7, 100] {
+        let (x, y) = (p * 512 + 5, (p + 512) * 512 + 9);
+        for _ in 0..50 {
+            assert_eq!(r.get(x).unwrap(), x ^ 0x5a5a);
+            assert_eq!(r.get(y).unwrap(), y ^ 0x5a5a);
+        }
+    }
+    let st = r.stats();
+    // Each pair's first two reads look the pages up; the rest alternate
+    // between the tables.
+    assert!(st.private >= 3 * 90, "{st:?}");
+    assert!(st.shared + st.slow <= 3 * 4, "{st:?}");
+}
+
 /// Elements of sizes that do not divide the page span two pages.
 #[test]
 fn elements_spanning_pages_read_whole() {

@@ -3,10 +3,11 @@
 //! its own translation caches of (page → frame) in front of the shared page
 //! cache, as TriCache's software address translation caches do.
 //!
-//! A reader has two levels: a direct-mapped table of 512 entries (a hit costs
-//! a tag compare, the element's load and two loads that check it) and behind
-//! it a 2-way set-associative table with as many entries as the cache has
-//! frames (or the array pages, if fewer; at most 262,144). An entry holds no pin:
+//! A reader has two levels: a direct-mapped table with as many entries as the
+//! cache has frames (or the array pages, if fewer; a power of two from 512 to
+//! 262,144; a hit costs a tag compare, the element's load and two loads that
+//! check it) and behind it a 2-way set-associative table of half as many
+//! entries (at most 8,192) for pages that collide in the first. An entry holds no pin:
 //! it is where the page was seen ([`PageCache::sight`]), with the slot's state
 //! and the set's change count as they were then, and every read through it
 //! checks them after loading the element. A page the cache evicts, moves in a
@@ -156,10 +157,13 @@ pub struct PagedArray<T: Element> {
     _t: PhantomData<fn() -> T>,
 }
 
-const L1: usize = 512;
+/// Most entries of the direct-mapped table (2^18: 10 MiB of entries).
+const L1_MAX: usize = 1 << 18;
+/// Fewest entries of the direct-mapped table.
+const L1_MIN: usize = 512;
 const L2_WAYS: usize = 2;
-/// Most sets of the second table (2^17 sets of two: 10 MiB of entries).
-const L2_MAX_SETS: usize = 1 << 17;
+/// Most sets of the second table (2^12 sets of two: 320 KiB of entries).
+const L2_MAX_SETS: usize = 1 << 12;
 /// Pages a chunked scan reads through the pinning path after it found a
 /// page's entry stale.
 const CHUNK_SKIP: u32 = 64;
@@ -247,6 +251,8 @@ impl TranslationStats {
 pub struct ArrayReader<'a, T: Element> {
     arr: &'a PagedArray<T>,
     l1: Box<[Entry<'a>]>,
+    /// Entries of `l1` less one (a power of two less one).
+    l1_mask: usize,
     l2: Box<[Entry<'a>]>,
     /// Sets of `l2`, a power of two.
     l2_sets: usize,
@@ -354,11 +360,13 @@ impl<T: Element> PagedArray<T> {
         let cache = &self.file.shared.cache;
         let pages = (self.len * size_of::<T>() as u64).div_ceil(cache.page_size() as u64);
         let want = (cache.capacity_pages() as u64).min(pages).max(1) as usize;
-        let l2_sets = want.div_ceil(L2_WAYS).next_power_of_two().min(L2_MAX_SETS);
+        let l1_len = want.next_power_of_two().clamp(L1_MIN, L1_MAX);
+        let l2_sets = (l1_len / L2_WAYS).min(L2_MAX_SETS);
         ArrayReader {
             arr: self,
-            l1: vec![Entry::empty(); L1].into_boxed_slice(),
-            l2: vec![Entry::empty(); l2_sets * L2_WAYS].into_boxed_slice(),
+            l1: table(l1_len),
+            l1_mask: l1_len - 1,
+            l2: table(l2_sets * L2_WAYS),
             l2_sets,
             next: vec![0u8; l2_sets].into_boxed_slice(),
             stats: TranslationStats::default(),
@@ -506,13 +514,34 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         let off = i * size_of::<T>() as u64;
         let page = off >> self.shift;
         let at = (off & ((1 << self.shift) - 1)) as usize;
-        if let Some(v) = self.l1[page as usize % L1].read(page, at, 1 << self.shift) {
+        if let Some(v) = self.l1[page as usize & self.l1_mask].read(page, at, 1 << self.shift) {
             self.stats.direct += 1;
             self.until_renew -= 1;
             if self.until_renew == 0 {
                 self.renew(page);
             }
             return Ok(v);
+        }
+        self.get_private(i, page, at)
+    }
+
+    /// An element the direct-mapped table did not serve: the private table
+    /// inline (unless the read may continue a run in order, which readahead
+    /// is told of), the rest out of line.
+    #[inline(always)]
+    fn get_private(&mut self, i: u64, page: u64, at: usize) -> Result<T> {
+        if self.after_slow != page && at + size_of::<T>() <= 1 << self.shift {
+            let set = self.l2_set(page);
+            // The way is picked without a branch: which of the two holds a
+            // page read at random is a coin toss the CPU cannot predict.
+            let w = set + (self.l2[set + 1].page == page) as usize;
+            let e = self.l2[w];
+            if let Some(v) = e.read(page, at, 1 << self.shift) {
+                self.stats.private += 1;
+                self.after_slow = page + 1;
+                self.l1[page as usize & self.l1_mask] = e;
+                return Ok(v);
+            }
         }
         self.get_slow(i, page, at)
     }
@@ -531,7 +560,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         let off = i * size_of::<T>() as u64;
         let page = off >> self.shift;
         let at = (off & ((1 << self.shift) - 1)) as usize;
-        let l1 = self.l1[page as usize % L1];
+        let l1 = self.l1[page as usize & self.l1_mask];
         let set = self.l2_set(page);
         let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
         let e = if l1.page == page {
@@ -580,7 +609,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             for &i in ids {
                 let page = (i.min(self.arr.len) * size_of::<T>() as u64) >> self.shift;
                 let set = self.l2_set(page);
-                crate::cache::prefetch(&self.l1[page as usize % L1]);
+                crate::cache::prefetch(&self.l1[page as usize & self.l1_mask]);
                 crate::cache::prefetch(&self.l2[set]);
             }
             for &i in ids {
@@ -621,7 +650,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         self.until_renew = RENEW;
         let f = &self.arr.file;
         if let Ok(Some(s)) = f.shared.cache.sight_as(f.id, page, self.streaming) {
-            self.l1[page as usize % L1] = entry(page, &s);
+            self.l1[page as usize & self.l1_mask] = entry(page, &s);
         }
     }
 
@@ -650,10 +679,13 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             if e.page != page {
                 continue;
             }
-            if let Some(v) = e.read(page, at, ps) {
-                self.stats.private += 1;
-                self.l1[page as usize % L1] = e;
-                return Ok(v);
+            // `get_private` tried the entry already unless `follows`.
+            if follows {
+                if let Some(v) = e.read(page, at, ps) {
+                    self.stats.private += 1;
+                    self.l1[page as usize & self.l1_mask] = e;
+                    return Ok(v);
+                }
             }
             self.l2[w] = Entry::empty();
         }
@@ -686,7 +718,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// The entry of `page` in either table, if any (not yet checked).
     #[inline]
     fn find(&self, page: u64) -> Option<&Entry<'a>> {
-        let l1 = &self.l1[page as usize % L1];
+        let l1 = &self.l1[page as usize & self.l1_mask];
         if l1.page == page {
             return Some(l1);
         }
@@ -701,7 +733,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     }
 
     fn install(&mut self, page: u64, e: Entry<'a>) {
-        self.l1[page as usize % L1] = e;
+        self.l1[page as usize & self.l1_mask] = e;
         let set = page as usize & (self.l2_sets - 1);
         let w = self.next[set] as usize % L2_WAYS;
         self.next[set] = self.next[set].wrapping_add(1);
@@ -880,6 +912,24 @@ impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
         self.at += 1;
         Some(Ok(v))
     }
+}
+
+/// A table of `n` empty entries, in huge pages where the kernel gives them:
+/// a large table's probes at random then seldom miss the TLB.
+fn table<'a>(n: usize) -> Box<[Entry<'a>]> {
+    const HUGE: usize = 2 << 20;
+    let mut v: Vec<Entry<'a>> = Vec::with_capacity(n);
+    let start = v.as_ptr() as usize;
+    let (lo, hi) = (
+        start.next_multiple_of(HUGE),
+        (start + n * size_of::<Entry<'a>>()) / HUGE * HUGE,
+    );
+    if hi > lo {
+        // SAFETY: advice on memory this vector owns and has not touched yet; failure only means small pages.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_HUGEPAGE) };
+    }
+    v.resize(n, Entry::empty());
+    v.into_boxed_slice()
 }
 
 /// A translation entry for `page` from where it was seen.
