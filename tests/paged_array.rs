@@ -123,6 +123,26 @@ fn pages_colliding_in_the_direct_table_are_served_by_the_second() {
     assert!(st.shared + st.slow <= 3 * 4, "{st:?}");
 }
 
+/// Every read the direct-mapped table serves is counted, across the
+/// reader's reports to the cache's policy (one per 1,024 such reads).
+#[test]
+fn direct_hits_are_counted_exactly() {
+    let tmp = TempDir::new("array-count");
+    let cs = store(&tmp, 64, 64);
+    let a = PagedArray::<u32>::create(&cs, "a", 4096, LayoutKind::Stripe).unwrap();
+    a.set(7, 70).unwrap();
+    let mut r = a.reader();
+    assert_eq!(r.get(7).unwrap(), 70);
+    let first = r.stats();
+    assert_eq!(first.direct + first.private, 0, "{first:?}");
+    for k in 0..3000u64 {
+        assert_eq!(r.get(7 + (k % 5) * 9).unwrap(), if k % 5 == 0 { 70 } else { 0 });
+    }
+    let st = r.stats();
+    assert_eq!(st.direct, 3000, "{st:?}");
+    assert_eq!((st.shared + st.slow), (first.shared + first.slow), "{st:?}");
+}
+
 /// Elements of sizes that do not divide the page span two pages.
 #[test]
 fn elements_spanning_pages_read_whole() {

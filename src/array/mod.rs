@@ -194,7 +194,9 @@ impl Entry<'_> {
     /// unchanged, while it was read (`ps`: the page size).
     #[inline(always)]
     fn read<T: Element>(&self, page: u64, at: usize, ps: usize) -> Option<T> {
-        if self.page != page || at + size_of::<T>() > ps {
+        // A word element never spans two pages: its size, a power of two
+        // below the page's, divides the page, and `at` is a multiple of it.
+        if self.page != page || (!is_word::<T>() && at + size_of::<T>() > ps) {
             return None;
         }
         let p = self.frame.wrapping_add(at);
@@ -258,8 +260,15 @@ pub struct ArrayReader<'a, T: Element> {
     l2_sets: usize,
     /// Next way to replace, per set of `l2`.
     next: Box<[u8]>,
+    /// `direct` counts only the gets of whole countdowns (see `stats`).
     stats: TranslationStats,
+    /// Gets served by the direct-mapped table until the next report to the
+    /// cache's policy.
     until_renew: u32,
+    /// The same for stores through the tables.
+    stores_until_renew: u32,
+    /// The array's length in elements.
+    len: u64,
     /// log2 of the page size.
     shift: u32,
     /// Word elements copied out of a frame for `for_each_chunk`.
@@ -371,6 +380,8 @@ impl<T: Element> PagedArray<T> {
             next: vec![0u8; l2_sets].into_boxed_slice(),
             stats: TranslationStats::default(),
             until_renew: RENEW,
+            stores_until_renew: RENEW,
+            len: self.len,
             shift: self.file.shared.cache.page_size().trailing_zeros(),
             buf: Vec::new(),
             chunk_skip: 0,
@@ -502,22 +513,29 @@ impl<T: Element> PagedArray<T> {
 impl<'a, T: Element> ArrayReader<'a, T> {
     /// How this reader's reads were served so far.
     pub fn stats(&self) -> TranslationStats {
-        self.stats
+        let mut s = self.stats;
+        // A get served by the direct-mapped table counts down, not up: one
+        // store a read fewer.
+        s.direct += u64::from(RENEW - self.until_renew);
+        s
     }
 
     /// Element `i`. An index past the end is an error ([`Error::OutOfRange`]).
     #[inline(always)]
     pub fn get(&mut self, i: u64) -> Result<T> {
-        if i >= self.arr.len {
+        if i >= self.len {
             return Err(self.out_of_range(i));
         }
         let off = i * size_of::<T>() as u64;
         let page = off >> self.shift;
         let at = (off & ((1 << self.shift) - 1)) as usize;
-        if let Some(v) = self.l1[page as usize & self.l1_mask].read(page, at, 1 << self.shift) {
-            self.stats.direct += 1;
+        // SAFETY: `l1` has `l1_mask + 1` entries.
+        let e = unsafe { self.l1.get_unchecked(page as usize & self.l1_mask) };
+        if let Some(v) = e.read(page, at, 1 << self.shift) {
             self.until_renew -= 1;
             if self.until_renew == 0 {
+                self.stats.direct += u64::from(RENEW);
+                self.until_renew = RENEW;
                 self.renew(page);
             }
             return Ok(v);
@@ -581,8 +599,9 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
                 cache.release_stored(e.state);
                 // Stores tell the policy of the page's use as reads do.
-                self.until_renew -= 1;
-                if self.until_renew == 0 {
+                self.stores_until_renew -= 1;
+                if self.stores_until_renew == 0 {
+                    self.stores_until_renew = RENEW;
                     self.renew(page);
                 }
                 return Ok(());
@@ -647,7 +666,6 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// Tell the cache's policy the page is in use, and refresh its entry.
     #[cold]
     fn renew(&mut self, page: u64) {
-        self.until_renew = RENEW;
         let f = &self.arr.file;
         if let Ok(Some(s)) = f.shared.cache.sight_as(f.id, page, self.streaming) {
             self.l1[page as usize & self.l1_mask] = entry(page, &s);
