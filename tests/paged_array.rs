@@ -136,7 +136,10 @@ fn direct_hits_are_counted_exactly() {
     let first = r.stats();
     assert_eq!(first.direct + first.private, 0, "{first:?}");
     for k in 0..3000u64 {
-        assert_eq!(r.get(7 + (k % 5) * 9).unwrap(), if k % 5 == 0 { 70 } else { 0 });
+        assert_eq!(
+            r.get(7 + (k % 5) * 9).unwrap(),
+            if k % 5 == 0 { 70 } else { 0 }
+        );
     }
     let st = r.stats();
     assert_eq!(st.direct, 3000, "{st:?}");

@@ -5,12 +5,13 @@
 //!
 //! A reader has two levels: a direct-mapped table with as many entries as the
 //! cache has frames (or the array pages, if fewer; a power of two from 512 to
-//! 262,144; a hit costs a tag compare, the element's load and two loads that
-//! check it) and behind it a 2-way set-associative table of half as many
+//! 262,144; a hit costs a tag compare, the element's load and one load that
+//! checks it) and behind it a 2-way set-associative table of half as many
 //! entries (at most 8,192) for pages that collide in the first. An entry holds no pin:
-//! it is where the page was seen ([`PageCache::sight`]), with the slot's state
-//! and the set's change count as they were then, and every read through it
-//! checks them after loading the element. A page the cache evicts, moves in a
+//! it is where the page was seen ([`PageCache::sight`]), with the set's epoch
+//! (a word the cache bumps before any page of the set changes or leaves its
+//! frame) as it was then, and every read through it checks the epoch after
+//! loading the element. A page the cache evicts, moves in a
 //! resize, or hands to a writer fails the check, and the reader looks it up
 //! again. So the cache never waits for a reader, an idle reader holds nothing,
 //! and a translation cache can be as large as is useful.
@@ -46,7 +47,7 @@ use std::ops::Range;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicU8, AtomicU16, AtomicU32, AtomicU64};
 
-use crate::cache::{Mode, Sighting, still};
+use crate::cache::{Mode, Sighting, still_at};
 use crate::cached::{CachedFile, CachedStore, readahead};
 use crate::error::{Error, Result};
 use crate::storage::layout::LayoutKind;
@@ -182,13 +183,22 @@ static NOWHERE: AtomicU32 = AtomicU32::new(0);
 struct Entry<'a> {
     page: u64,
     frame: *const u8,
+    /// The slot's state word and its bits in `SIGHT_MASK` when seen (for a
+    /// pin taken on the entry).
     state: &'a AtomicU32,
-    seq: &'a AtomicU32,
     v: u32,
-    sq: u32,
+    /// The set's epoch word and its value when seen: the check after a read.
+    epoch: &'a AtomicU32,
+    ep: u32,
 }
 
 impl Entry<'_> {
+    /// The check after a read through this entry (see [`still_at`]).
+    #[inline(always)]
+    fn still(&self) -> bool {
+        still_at(self.epoch, self.ep)
+    }
+
     /// The `T` at byte `at` of page `page` if this entry is that page's and
     /// the check after the read proves the page was there, readable and
     /// unchanged, while it was read (`ps`: the page size).
@@ -207,7 +217,7 @@ impl Entry<'_> {
             // SAFETY: as above; `T` is plain old data, read as bytes.
             unsafe { p.cast::<T>().read_unaligned() }
         };
-        still(self.state, self.seq, self.v, self.sq).then_some(v)
+        self.still().then_some(v)
     }
 
     const fn empty() -> Entry<'static> {
@@ -215,9 +225,10 @@ impl Entry<'_> {
             page: EMPTY,
             frame: std::ptr::null(),
             state: &NOWHERE,
-            seq: &NOWHERE,
             v: u32::MAX,
-            sq: 0,
+            epoch: &NOWHERE,
+            // No epoch matches: `NOWHERE` stays 0.
+            ep: u32::MAX,
         }
     }
 }
@@ -594,7 +605,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             None
         };
         if let Some(e) = e {
-            if cache.pin_seen(e.state, e.seq, e.v, e.sq) {
+            if cache.pin_seen(e.state, e.epoch, e.v, e.ep) {
                 // SAFETY: the pin keeps the page in this frame; `at` is element `i`'s offset in it, aligned.
                 unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
                 cache.release_stored(e.state);
@@ -822,7 +833,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 // its pages before the next pass) sends the next
                 // `CHUNK_SKIP` pages straight to the pinning path.
                 let e = self.find(page).copied();
-                let live = e.filter(|e| still(e.state, e.seq, e.v, e.sq));
+                let live = e.filter(|e| e.still());
                 if e.is_some() && live.is_none() {
                     self.chunk_skip = CHUNK_SKIP;
                 }
@@ -838,7 +849,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                     self.buf.resize(n as usize, self.zero);
                     // SAFETY: frames stay mapped for the cache's life, the `n` elements from `at` lie in this one, aligned; values read while the page changed are dropped by the check below.
                     unsafe { copy_words(e.frame.add(at), &mut self.buf[..n as usize]) };
-                    if still(e.state, e.seq, e.v, e.sq) {
+                    if e.still() {
                         // Reads that are no stream tell the policy of the
                         // page's use now and then, as `get`'s do, every
                         // `CHUNK_RENEW`th page (a page is 512 of `get`'s
@@ -956,8 +967,8 @@ fn entry<'a>(page: u64, s: &Sighting<'a, crate::cache::sync::Os>) -> Entry<'a> {
         page,
         frame: s.frame,
         state: s.state,
-        seq: s.seq,
         v: s.v,
-        sq: s.sq,
+        epoch: s.epoch,
+        ep: s.ep,
     }
 }

@@ -16,7 +16,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU8, AtomicU64, fence};
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -121,19 +121,22 @@ pub(crate) const SIGHT_MASK: u32 = VALID | PENDING | WRITER | GEN_MASK;
 pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) frame: *const u8,
     pub(crate) state: &'a M::W,
-    pub(crate) seq: &'a M::W,
     pub(crate) v: u32,
-    pub(crate) sq: u32,
+    /// The set's epoch word (see `Core::epoch`) and its value then.
+    pub(crate) epoch: &'a AtomicU32,
+    pub(crate) ep: u32,
 }
 
-/// Whether a page sighted with state `v` (of its slot's word `state`) and
-/// change count `sq` (of its set's word `seq`) is still where it was seen,
-/// readable, with nobody writing it: bytes read from its frame before this
-/// returns true (and after the sighting) are the page's. Two loads, no write.
-#[inline]
-pub(crate) fn still<W: Word>(state: &W, seq: &W, v: u32, sq: u32) -> bool {
+/// Whether a page sighted when its set's epoch word `epoch` read `ep` is
+/// still where it was seen, readable, with nobody writing it: bytes read from
+/// its frame before this returns true (and after the sighting) are the
+/// page's. One load, no write. The epoch is bumped before any byte of a
+/// page of the set changes under a writer and before a frame of the set
+/// takes another page (see `Core::epochs`).
+#[inline(always)]
+pub(crate) fn still_at(epoch: &AtomicU32, ep: u32) -> bool {
     fence(Acquire);
-    state.load(Acquire) & SIGHT_MASK == v && seq.load(Relaxed) == sq
+    epoch.load(Relaxed) == ep
 }
 
 /// What an optimistic read found.
@@ -210,6 +213,12 @@ pub(crate) struct Core<M: Model> {
     /// read by lookups without locks to pick the slots worth a tag compare
     /// in both candidate sets at once.
     prints: Region,
+    /// Per set, its epoch: a word bumped whenever one of the set's pages may
+    /// change its bytes or leave its slot (wherever `seq` is bumped, and when
+    /// a writer takes a page), kept apart from the sets, four bytes each, so
+    /// that a reader checking many sightings (the paged arrays' translation
+    /// tables) finds them in its own caches, not in each set's first line.
+    epochs: Region,
     /// The miss clock the stamps are read from.
     clock: Clock,
     pub(crate) stats: StatsHub,
@@ -251,6 +260,7 @@ impl<M: Model> Core<M> {
             max_sets * assoc.div_ceil(place::PRINTS_PER_WORD) * 8,
             "page fingerprints",
         )?;
+        let epochs = Region::new(max_sets * size_of::<AtomicU32>(), "set epochs")?;
         let core = Core {
             lay,
             sets: sets_mem,
@@ -270,6 +280,7 @@ impl<M: Model> Core<M> {
             },
             stamps,
             prints,
+            epochs,
             clock: Clock::new(sets * assoc),
             stats: StatsHub::new(),
             pin_wait,
@@ -493,6 +504,21 @@ impl<M: Model> Core<M> {
     /// changed its bytes (a writer leaving) or left its slot (an eviction, a
     /// move), so that an optimistic reader can tell that what it copied was
     /// stable.
+    /// Set `s`'s epoch (see `Core::epochs`).
+    #[inline]
+    pub(crate) fn epoch(&self, s: usize) -> &AtomicU32 {
+        debug_assert!(s < self.max_sets);
+        // SAFETY: the region holds `max_sets` aligned words, zero-filled (a valid `AtomicU32`), accessed only atomically, for the core's life.
+        unsafe { AtomicU32::from_ptr(self.epochs.ptr().cast::<u32>().add(s)) }
+    }
+
+    /// Bump set `s`'s epoch: before the change it announces (a writer's
+    /// bytes, a frame's next page), as `seq` is bumped.
+    #[inline]
+    pub(super) fn bump_epoch(&self, s: usize) {
+        self.epoch(s).fetch_add(1, AcqRel);
+    }
+
     #[inline]
     pub(super) fn seq(&self, s: usize) -> &M::W {
         // SAFETY: as for the lock word; the change count is initialised with it.
@@ -636,22 +662,22 @@ impl<M: Model> Core<M> {
         Sighting {
             frame: self.frame(s, i),
             state: w,
-            seq: self.seq(s),
             v: w.load(Acquire) & SIGHT_MASK,
-            sq: self.seq(s).load(Acquire),
+            epoch: self.epoch(s),
+            ep: self.epoch(s).load(Acquire),
         }
     }
 
     /// [`Core::sight`] of slot `i` of set `s`, which held the page a moment
     /// ago: `None` if it is not readable now.
     fn sight_in(&self, s: usize, i: usize, tag: u64, stream: bool) -> Option<Sighting<'_, M>> {
-        let sq = self.seq(s).load(Acquire);
+        let ep = self.epoch(s).load(Acquire);
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || self.tags(s)[i].load(Acquire) != tag {
             return None;
         }
-        if self.seq(s).load(Acquire) != sq {
+        if self.epoch(s).load(Acquire) != ep {
             return None;
         }
         if v & COLD == 0 || !stream {
@@ -660,9 +686,9 @@ impl<M: Model> Core<M> {
         Some(Sighting {
             frame: self.frame(s, i),
             state: w,
-            seq: self.seq(s),
             v: v & SIGHT_MASK,
-            sq,
+            epoch: self.epoch(s),
+            ep,
         })
     }
 
@@ -1030,6 +1056,7 @@ impl<M: Model> Core<M> {
         if writer {
             // Optimistic readers that overlapped the writer must see a change.
             self.seq(s).fetch_add(1, Release);
+            self.bump_epoch(s);
         }
         let dec = PIN + if writer { WRITER } else { 0 };
         let old = self.state(s, i).fetch_sub(dec, AcqRel);
@@ -1042,7 +1069,7 @@ impl<M: Model> Core<M> {
     /// there, readable and with no writer: returns whether it is pinned. A
     /// pin taken while the set's count moved is given back (an eviction, a
     /// move or a writer may have come between the sighting and the pin).
-    pub(crate) fn pin_seen(&self, state: &M::W, seq: &M::W, v: u32, sq: u32) -> bool {
+    pub(crate) fn pin_seen(&self, state: &M::W, epoch: &AtomicU32, v: u32, ep: u32) -> bool {
         let x = state.load(Acquire);
         if x & SIGHT_MASK != v || pins(x) >= MAX_PINS {
             return false;
@@ -1050,7 +1077,7 @@ impl<M: Model> Core<M> {
         if state.compare_exchange(x, x + PIN, AcqRel, Relaxed).is_err() {
             return false;
         }
-        if seq.load(Acquire) == sq {
+        if epoch.load(Acquire) == ep {
             return true;
         }
         let old = state.fetch_sub(PIN, AcqRel);
@@ -1248,7 +1275,9 @@ impl<M: Model> Core<M> {
                 self.unlock(s);
                 return Step::Again;
             }
-            // The writer bit is visible before any byte it writes.
+            // Sightings of the set's pages go stale before any byte it
+            // writes, and the writer bit is visible before them.
+            self.bump_epoch(s);
             fence(Release);
         } else {
             w.fetch_add(PIN, AcqRel);
@@ -1941,6 +1970,7 @@ impl<M: Model> Core<M> {
             return None;
         }
         self.seq(set).fetch_add(1, Release);
+        self.bump_epoch(set);
         let quiet = quiet_if_cold && v & COLD != 0;
         if !quiet {
             let valid = *g.valid;

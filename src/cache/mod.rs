@@ -27,7 +27,7 @@ use std::time::Duration;
 
 pub(crate) use self::core::Mode;
 use self::core::{Core, Found};
-pub(crate) use self::core::{Got, Sighting, still};
+pub(crate) use self::core::{Got, Sighting, still_at};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -583,8 +583,14 @@ impl<M: Model> PageCache<M> {
     /// Pin the page `s` saw if it is still there, readable and with no
     /// writer (see `Core::pin_seen`): returns whether it is pinned; the pin
     /// goes back through [`PageCache::release_stored`].
-    pub(crate) fn pin_seen(&self, state: &M::W, seq: &M::W, v: u32, sq: u32) -> bool {
-        self.core.pin_seen(state, seq, v, sq)
+    pub(crate) fn pin_seen(
+        &self,
+        state: &M::W,
+        epoch: &std::sync::atomic::AtomicU32,
+        v: u32,
+        ep: u32,
+    ) -> bool {
+        self.core.pin_seen(state, epoch, v, ep)
     }
 
     /// Drop a pin of the slot whose word is `state` (from a sighting of

@@ -211,6 +211,7 @@ impl<M: Model> Core<M> {
             gf.tags[i].store(NO_TAG, Relaxed);
             *gf.valid &= !(1 << i);
             self.seq(from).fetch_add(1, Release);
+            self.bump_epoch(from);
             let old = self.state(from, i).swap(next_gen(src), AcqRel);
             self.wake_if(from, i, old);
         }

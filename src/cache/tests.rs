@@ -1002,7 +1002,7 @@ fn sightings() {
                         };
                         shuttle::thread::yield_now();
                     }
-                    if core::still(s.state, s.seq, s.v, s.sq) {
+                    if core::still_at(s.epoch, s.ep) {
                         assert!(whole(&b), "a sighting kept bytes of no version of page {P}");
                     }
                 }
@@ -1464,7 +1464,7 @@ fn stores_into_pinned_frames() {
             for k in 1..=3u64 {
                 let seen = c.sight(0, P).unwrap();
                 match seen {
-                    Some(s) if c.pin_seen(s.state, s.seq, s.v, s.sq) => {
+                    Some(s) if c.pin_seen(s.state, s.epoch, s.v, s.ep) => {
                         word(s.frame.cast_mut()).store(k, Ordering::Relaxed);
                         shuttle::thread::yield_now();
                         c.release_stored(s.state);
