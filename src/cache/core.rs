@@ -213,12 +213,6 @@ pub(crate) struct Core<M: Model> {
     /// read by lookups without locks to pick the slots worth a tag compare
     /// in both candidate sets at once.
     prints: Region,
-    /// Per set, its epoch: a word bumped whenever one of the set's pages may
-    /// change its bytes or leave its slot (wherever `seq` is bumped, and when
-    /// a writer takes a page), kept apart from the sets, four bytes each, so
-    /// that a reader checking many sightings (the paged arrays' translation
-    /// tables) finds them in its own caches, not in each set's first line.
-    epochs: Region,
     /// The miss clock the stamps are read from.
     clock: Clock,
     pub(crate) stats: StatsHub,
@@ -227,6 +221,12 @@ pub(crate) struct Core<M: Model> {
     flusher: OnceLock<FlushHook>,
     /// Per file, the sets that hold its dirty pages.
     pub(crate) dirty: DirtySets,
+    /// Per set, its epoch: a word bumped whenever one of the set's pages may
+    /// change its bytes or leave its slot (where an eviction or a move bumps
+    /// `seq`, and when a writer takes a page), kept apart from the sets, four bytes each, so
+    /// that a reader checking many sightings (the paged arrays' translation
+    /// tables) finds them in its own caches, not in each set's first line.
+    epochs: Region,
     _m: PhantomData<M>,
 }
 
@@ -1055,8 +1055,9 @@ impl<M: Model> Core<M> {
     pub(crate) fn release(&self, s: usize, i: usize, writer: bool) {
         if writer {
             // Optimistic readers that overlapped the writer must see a change.
+            // (The epoch moved when the writer took the page, and no sighting
+            // is made while the writer bit is set.)
             self.seq(s).fetch_add(1, Release);
-            self.bump_epoch(s);
         }
         let dec = PIN + if writer { WRITER } else { 0 };
         let old = self.state(s, i).fetch_sub(dec, AcqRel);
