@@ -500,10 +500,6 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// The set's change count: bumped whenever a page of the set may have
-    /// changed its bytes (a writer leaving) or left its slot (an eviction, a
-    /// move), so that an optimistic reader can tell that what it copied was
-    /// stable.
     /// Set `s`'s epoch (see `Core::epochs`).
     #[inline]
     pub(crate) fn epoch(&self, s: usize) -> &AtomicU32 {
@@ -519,6 +515,10 @@ impl<M: Model> Core<M> {
         self.epoch(s).fetch_add(1, AcqRel);
     }
 
+    /// The set's change count: bumped whenever a page of the set may have
+    /// changed its bytes (a writer leaving) or left its slot (an eviction, a
+    /// move), so that an optimistic reader can tell that what it copied was
+    /// stable.
     #[inline]
     pub(super) fn seq(&self, s: usize) -> &M::W {
         // SAFETY: as for the lock word; the change count is initialised with it.
@@ -1065,11 +1065,11 @@ impl<M: Model> Core<M> {
         self.wake_if(s, i, old);
     }
 
-    /// Pin the page a sighting saw (its slot's word `state`, its set's change
-    /// count `seq`, as `v` and `sq` then), without a lock, if it is still
-    /// there, readable and with no writer: returns whether it is pinned. A
-    /// pin taken while the set's count moved is given back (an eviction, a
-    /// move or a writer may have come between the sighting and the pin).
+    /// Pin the page a sighting saw (its slot's word `state`, its set's epoch
+    /// `epoch`, as `v` and `ep` then), without a lock, if it is still there,
+    /// readable and with no writer: returns whether it is pinned. A pin taken
+    /// while the set's epoch moved is given back (an eviction, a move or a
+    /// writer may have come between the sighting and the pin).
     pub(crate) fn pin_seen(&self, state: &M::W, epoch: &AtomicU32, v: u32, ep: u32) -> bool {
         let x = state.load(Acquire);
         if x & SIGHT_MASK != v || pins(x) >= MAX_PINS {
