@@ -262,6 +262,23 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount").arg(&self.0).status();
+        // A descriptor closed late (a store's thread ending) keeps the mount
+        // busy for a moment: try again, then detach it, so that no test
+        // leaves a file system mounted.
+        for _ in 0..50 {
+            let done = std::process::Command::new("umount")
+                .arg(&self.0)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if done {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
     }
 }
