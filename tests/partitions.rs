@@ -308,6 +308,61 @@ fn polling_after_a_wait_finishes_every_request() {
     }
 }
 
+/// One queue's requests alternating between two files, to its home
+/// partition and to the other: each completes with its own file's bytes (a
+/// queue numbers the files it names to each partition, and remembers the last
+/// one it named there).
+#[test]
+fn requests_alternating_between_two_files_read_each_its_own() {
+    let (_tmp, store) = numbered_store("parts-two-files", "a");
+    let f = store.create("b", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = 100 + (i / 4096) as u8;
+    }
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let (fa, fb) = (cs.open_file("a").unwrap(), cs.open_file("b").unwrap());
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let mut q = p.queue_on(16, Some(0)).unwrap();
+    let mut rng = Rng(7);
+    let mut done = Vec::new();
+    let mut second = false;
+    for k in 0..512u64 {
+        // Runs of requests to one file, of one or more, then the other's.
+        if rng.below(2) == 0 {
+            second = !second;
+        }
+        let page = rng.below(64);
+        let (file, tag) = if second {
+            (&fb, 100 + page)
+        } else {
+            (&fa, page)
+        };
+        q.read(file, page * 4096, vec![0; 4096], tag);
+        if k % 8 == 7 {
+            q.wait(1);
+            q.take_completions(&mut done);
+        }
+    }
+    while q.outstanding() > 0 {
+        q.wait(q.outstanding());
+    }
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 512);
+    let seconds = done.iter().filter(|c| c.tag >= 100).count();
+    assert!(seconds > 100 && seconds < 412, "{seconds} of 512 to b");
+    for c in done {
+        assert!(c.result.is_ok(), "{:?}", c.result);
+        assert!(
+            c.buf.iter().all(|&x| u64::from(x) == c.tag),
+            "request {} read another file's page",
+            c.tag
+        );
+    }
+}
+
 /// Partition counts, cache nodes and queue depths out of range are refused,
 /// naming what was wrong.
 #[test]

@@ -378,6 +378,7 @@ impl<'cs> Partitions<'cs> {
             app,
             bundles: (0..self.parts.len()).map(|_| Bundle::default()).collect(),
             named: (0..self.parts.len()).map(|_| HashMap::new()).collect(),
+            last: vec![(0, 0); self.parts.len()],
             outstanding: 0,
             depth,
             done: Vec::new(),
@@ -425,6 +426,9 @@ pub struct PartQueue<'p> {
     /// Per partition: the files named to its worker (by the address of
     /// their entry, which the worker's handle keeps alive) and their numbers.
     named: Vec<HashMap<usize, u32>>,
+    /// Per partition: the last file named in a request to it and its number
+    /// (address 0: none yet).
+    last: Vec<(usize, u32)>,
     outstanding: usize,
     depth: usize,
     done: Vec<PartCompletion>,
@@ -489,14 +493,21 @@ impl PartQueue<'_> {
         };
         let p = self.parts.partition_of(file, offset);
         let key = Arc::as_ptr(&file.entry) as usize;
+        // The file of the partition's last request first: a thread mostly
+        // reads one file, and this spares it a hash per request.
+        let (last_key, last_no) = self.last[p];
+        let known = (last_key == key).then_some(last_no);
         let named = &mut self.named[p];
         let n = named.len() as u32;
         self.outstanding += 1;
         if let Some(l) = self.local.as_mut().filter(|_| self.home == Some(p)) {
-            let no = *named.entry(key).or_insert_with(|| {
-                l.files.push(file.clone());
-                n
+            let no = known.unwrap_or_else(|| {
+                *named.entry(key).or_insert_with(|| {
+                    l.files.push(file.clone());
+                    n
+                })
             });
+            self.last[p] = (key, no);
             let req = Req {
                 what,
                 file: no,
@@ -511,10 +522,14 @@ impl PartQueue<'_> {
             }
             return;
         }
-        let no = *named.entry(key).or_insert_with(|| {
-            self.bundles[p].files.push(file.clone());
-            n
+        let bundle = &mut self.bundles[p];
+        let no = known.unwrap_or_else(|| {
+            *named.entry(key).or_insert_with(|| {
+                bundle.files.push(file.clone());
+                n
+            })
         });
+        self.last[p] = (key, no);
         self.bundles[p].reqs.push(Req {
             what,
             file: no,
