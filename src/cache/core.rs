@@ -352,10 +352,21 @@ impl<M: Model> Core<M> {
         self.index(h, self.table.load(Acquire))
     }
 
-    /// The slot of set `s` that holds `tag`, read without the lock.
+    /// The slot of set `s` that holds `tag` (hash `h`), under the set's
+    /// lock: a slot's fingerprint is written under the lock before its tag
+    /// ([`Core::print`]), so only the slots whose fingerprint matches have
+    /// their tag read (none, mostly, for a page the set does not hold).
     #[inline]
-    fn slot_of(&self, s: usize, tag: u64) -> Option<usize> {
-        self.tags(s).iter().position(|t| t.load(Relaxed) == tag)
+    fn slot_locked(&self, s: usize, h: u64, tag: u64) -> Option<usize> {
+        let mut m = self.maybe(s, place::print_of(h));
+        while m != 0 {
+            let i = m.trailing_zeros() as usize;
+            if self.tags(s)[i].load(Relaxed) == tag {
+                return Some(i);
+            }
+            m &= m - 1;
+        }
+        None
     }
 
     /// The fingerprint words of set `s`.
@@ -943,7 +954,7 @@ impl<M: Model> Core<M> {
                     self.unlock(s);
                     continue 'again;
                 }
-                if let Some(i) = self.slot_of(s, tag) {
+                if let Some(i) = self.slot_locked(s, h, tag) {
                     return Some((s, i));
                 }
                 self.unlock(s);
@@ -1173,8 +1184,8 @@ impl<M: Model> Core<M> {
                 // Absent a moment ago: lock both sets to place it, unless it
                 // came in meanwhile.
                 let (s1, s2) = self.lock_pair(h);
-                let here = self.slot_of(s1, tag).map(|i| (s1, i));
-                match here.or_else(|| self.slot_of(s2, tag).map(|i| (s2, i))) {
+                let here = self.slot_locked(s1, h, tag).map(|i| (s1, i));
+                match here.or_else(|| self.slot_locked(s2, h, tag).map(|i| (s2, i))) {
                     Some((s, i)) => {
                         if s1 != s2 {
                             self.unlock(if s == s1 { s2 } else { s1 });
