@@ -123,6 +123,30 @@ fn pages_colliding_in_the_direct_table_are_served_by_the_second() {
     assert!(st.shared + st.slow <= 3 * 4, "{st:?}");
 }
 
+/// A fresh reader's first read of page 0 is served by the second table when
+/// a store through the reader put the page's entry there and another page
+/// then took its place in the first (no page was found by a lookup yet, so
+/// the read cannot be one in order).
+#[test]
+fn a_fresh_readers_page_zero_is_served_by_the_second_table() {
+    let tmp = TempDir::new("array-zero");
+    let cs = store(&tmp, 512, 512);
+    let n = 1024 * 512u64;
+    let a = PagedArray::<u64>::create(&cs, "a", n, LayoutKind::Stripe).unwrap();
+    // Page 0 and page 512 share an entry of the 512-entry first table.
+    let (x, y) = (5u64, 512 * 512 + 9);
+    a.set(x, 50).unwrap();
+    a.set(y, 90).unwrap();
+    let mut r = a.reader();
+    r.set(x, 51).unwrap();
+    r.set(y, 91).unwrap();
+    let before = r.stats();
+    assert_eq!(r.get(x).unwrap(), 51);
+    let st = r.stats();
+    assert_eq!(st.private, before.private + 1, "{st:?}");
+    assert_eq!(st.shared + st.slow, before.shared + before.slow, "{st:?}");
+}
+
 /// Every read the direct-mapped table serves is counted, across the
 /// reader's reports to the cache's policy (one per 1,024 such reads).
 #[test]

@@ -559,7 +559,9 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// is told of), the rest out of line.
     #[inline(always)]
     fn get_private(&mut self, i: u64, page: u64, at: usize) -> Result<T> {
-        if self.after_slow != page && at + size_of::<T>() <= 1 << self.shift {
+        // As `get_slow`'s `follows`: 0 means no page was found there yet.
+        let follows = self.after_slow != 0 && self.after_slow == page;
+        if !follows && at + size_of::<T>() <= 1 << self.shift {
             let set = self.l2_set(page);
             // The way is picked without a branch: which of the two holds a
             // page read at random is a coin toss the CPU cannot predict.
@@ -568,6 +570,10 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             if let Some(v) = e.read(page, at, 1 << self.shift) {
                 self.stats.private += 1;
                 self.after_slow = page + 1;
+                // Not a read in order: the next reports to the policy are
+                // of pages read at random, which warm a page that came in
+                // cold.
+                self.streaming = false;
                 self.l1[page as usize & self.l1_mask] = e;
                 return Ok(v);
             }
