@@ -158,7 +158,7 @@ pub struct PagedArray<T: Element> {
     _t: PhantomData<fn() -> T>,
 }
 
-/// Most entries of the direct-mapped table (2^18: 10 MiB of entries).
+/// Most entries of the direct-mapped table (2^18: 12 MiB of 48-byte entries).
 const L1_MAX: usize = 1 << 18;
 /// Fewest entries of the direct-mapped table.
 const L1_MIN: usize = 512;
@@ -175,8 +175,9 @@ const CHUNK_RENEW: u32 = 16;
 const RENEW: u32 = 1024;
 const EMPTY: u64 = u64::MAX;
 
-/// The word empty entries point at.
+/// The words empty entries point at.
 static NOWHERE: AtomicU32 = AtomicU32::new(0);
+static NO_EPOCH: AtomicU64 = AtomicU64::new(0);
 
 /// One translation: page → frame, and what to check after a read.
 #[derive(Clone, Copy)]
@@ -188,8 +189,8 @@ struct Entry<'a> {
     state: &'a AtomicU32,
     v: u32,
     /// The set's epoch word and its value when seen: the check after a read.
-    epoch: &'a AtomicU32,
-    ep: u32,
+    epoch: &'a AtomicU64,
+    ep: u64,
 }
 
 impl Entry<'_> {
@@ -226,9 +227,9 @@ impl Entry<'_> {
             frame: std::ptr::null(),
             state: &NOWHERE,
             v: u32::MAX,
-            epoch: &NOWHERE,
-            // No epoch matches: `NOWHERE` stays 0.
-            ep: u32::MAX,
+            epoch: &NO_EPOCH,
+            // No epoch matches: `NO_EPOCH` stays 0.
+            ep: u64::MAX,
         }
     }
 }

@@ -16,7 +16,7 @@
 
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, fence};
+use std::sync::atomic::{AtomicU8, AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -123,8 +123,8 @@ pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) state: &'a M::W,
     pub(crate) v: u32,
     /// The set's epoch word (see `Core::epoch`) and its value then.
-    pub(crate) epoch: &'a AtomicU32,
-    pub(crate) ep: u32,
+    pub(crate) epoch: &'a AtomicU64,
+    pub(crate) ep: u64,
 }
 
 /// Whether a page sighted when its set's epoch word `epoch` read `ep` is
@@ -134,7 +134,7 @@ pub(crate) struct Sighting<'a, M: Model> {
 /// page of the set changes under a writer and before a frame of the set
 /// takes another page (see `Core::epochs`).
 #[inline(always)]
-pub(crate) fn still_at(epoch: &AtomicU32, ep: u32) -> bool {
+pub(crate) fn still_at(epoch: &AtomicU64, ep: u64) -> bool {
     fence(Acquire);
     epoch.load(Relaxed) == ep
 }
@@ -223,9 +223,12 @@ pub(crate) struct Core<M: Model> {
     pub(crate) dirty: DirtySets,
     /// Per set, its epoch: a word bumped whenever one of the set's pages may
     /// change its bytes or leave its slot (where an eviction or a move bumps
-    /// `seq`, and when a writer takes a page), kept apart from the sets, four bytes each, so
+    /// `seq`, and when a writer takes a page), kept apart from the sets, eight bytes each, so
     /// that a reader checking many sightings (the paged arrays' translation
     /// tables) finds them in its own caches, not in each set's first line.
+    /// Sixty-four bits, so that no count of bumps between a sighting and
+    /// its check brings the word back to the value seen (with 32, about
+    /// 10 million writes a second to one set's pages would, in 7 minutes).
     epochs: Region,
     _m: PhantomData<M>,
 }
@@ -260,7 +263,7 @@ impl<M: Model> Core<M> {
             max_sets * assoc.div_ceil(place::PRINTS_PER_WORD) * 8,
             "page fingerprints",
         )?;
-        let epochs = Region::new(max_sets * size_of::<AtomicU32>(), "set epochs")?;
+        let epochs = Region::new(max_sets * size_of::<AtomicU64>(), "set epochs")?;
         let core = Core {
             lay,
             sets: sets_mem,
@@ -513,10 +516,10 @@ impl<M: Model> Core<M> {
 
     /// Set `s`'s epoch (see `Core::epochs`).
     #[inline]
-    pub(crate) fn epoch(&self, s: usize) -> &AtomicU32 {
+    pub(crate) fn epoch(&self, s: usize) -> &AtomicU64 {
         debug_assert!(s < self.max_sets);
-        // SAFETY: the region holds `max_sets` aligned words, zero-filled (a valid `AtomicU32`), accessed only atomically, for the core's life.
-        unsafe { AtomicU32::from_ptr(self.epochs.ptr().cast::<u32>().add(s)) }
+        // SAFETY: the region holds `max_sets` aligned 8-byte words, zero-filled (a valid `AtomicU64`), accessed only atomically, for the core's life.
+        unsafe { AtomicU64::from_ptr(self.epochs.ptr().cast::<u64>().add(s)) }
     }
 
     /// Bump set `s`'s epoch: before the change it announces (a writer's
@@ -1081,7 +1084,7 @@ impl<M: Model> Core<M> {
     /// readable and with no writer: returns whether it is pinned. A pin taken
     /// while the set's epoch moved is given back (an eviction, a move or a
     /// writer may have come between the sighting and the pin).
-    pub(crate) fn pin_seen(&self, state: &M::W, epoch: &AtomicU32, v: u32, ep: u32) -> bool {
+    pub(crate) fn pin_seen(&self, state: &M::W, epoch: &AtomicU64, v: u32, ep: u64) -> bool {
         let x = state.load(Acquire);
         if x & SIGHT_MASK != v || pins(x) >= MAX_PINS {
             return false;

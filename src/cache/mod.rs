@@ -586,9 +586,9 @@ impl<M: Model> PageCache<M> {
     pub(crate) fn pin_seen(
         &self,
         state: &M::W,
-        epoch: &std::sync::atomic::AtomicU32,
+        epoch: &std::sync::atomic::AtomicU64,
         v: u32,
-        ep: u32,
+        ep: u64,
     ) -> bool {
         self.core.pin_seen(state, epoch, v, ep)
     }
