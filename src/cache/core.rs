@@ -526,6 +526,10 @@ impl<M: Model> Core<M> {
     /// bytes, a frame's next page), as `seq` is bumped.
     #[inline]
     pub(super) fn bump_epoch(&self, s: usize) {
+        // Under the model checker, other threads may run between the change
+        // that comes before the bump (a writer's take, an eviction's choice)
+        // and the bump itself.
+        M::preempt();
         self.epoch(s).fetch_add(1, AcqRel);
     }
 
@@ -686,6 +690,9 @@ impl<M: Model> Core<M> {
     /// ago: `None` if it is not readable now.
     fn sight_in(&self, s: usize, i: usize, tag: u64, stream: bool) -> Option<Sighting<'_, M>> {
         let ep = self.epoch(s).load(Acquire);
+        // The epochs are plain atomics, no scheduling points of the model
+        // checker's: let other threads run between the epoch and the state.
+        M::preempt();
         let w = self.state(s, i);
         let v = w.load(Acquire);
         if v & (VALID | PENDING | WRITER) != VALID || self.tags(s)[i].load(Acquire) != tag {
