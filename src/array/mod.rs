@@ -979,3 +979,62 @@ fn entry<'a>(page: u64, s: &Sighting<'a, crate::cache::sync::Os>) -> Entry<'a> {
         ep: s.ep,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::cache::{CacheOptions, PolicyKind};
+    use crate::{EngineKind, Store, StoreOptions};
+
+    /// A read the second table serves is not a read in order: it ends the
+    /// reader's stream, so that the reader's next reports to the policy warm
+    /// the pages they name (a stream's reports leave cold pages cold).
+    #[test]
+    fn a_read_from_the_second_table_ends_the_stream() {
+        let dir = std::env::temp_dir().join(format!("setcache-array-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StoreOptions {
+            engine: EngineKind::Uring,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+        // 512 frames: a direct-mapped table of 512 entries, a 2-way table of
+        // 256 sets; pages 100 and 612 share an entry of the first and a set
+        // of the second.
+        let cs = CachedStore::with_flusher(
+            store,
+            CacheOptions {
+                size: 512 * 4096,
+                max_size: None,
+                page_size: 4096,
+                assoc: 4,
+                policy: PolicyKind::Gclock,
+                pin_wait: Duration::from_secs(5),
+                partitions: 1,
+            },
+            None,
+        )
+        .unwrap();
+        let a = PagedArray::<u64>::create(&cs, "a", 2048 * 512, LayoutKind::Stripe).unwrap();
+        let mut r = a.reader();
+        assert_eq!(r.get(612 * 512).unwrap(), 0);
+        for page in 0..=100u64 {
+            assert_eq!(r.get(page * 512 + 3).unwrap(), 0);
+        }
+        assert!(r.streaming, "a scan of 101 pages in order is a stream");
+        let before = r.stats();
+        assert_eq!(r.get(612 * 512 + 1).unwrap(), 0);
+        assert_eq!(r.stats().private, before.private + 1);
+        assert!(
+            !r.streaming,
+            "a read the second table served kept the stream"
+        );
+        drop(r);
+        drop(a);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
