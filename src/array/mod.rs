@@ -982,25 +982,15 @@ fn entry<'a>(page: u64, s: &Sighting<'a, crate::cache::sync::Os>) -> Entry<'a> {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-    use crate::cache::{CacheOptions, PolicyKind};
-    use crate::{EngineKind, Store, StoreOptions};
+    use crate::cache::CacheOptions;
 
     /// A read the second table serves is not a read in order: it ends the
     /// reader's stream, so that the reader's next reports to the policy warm
     /// the pages they name (a stream's reports leave cold pages cold).
     #[test]
     fn a_read_from_the_second_table_ends_the_stream() {
-        let dir = std::env::temp_dir().join(format!("setcache-array-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let opts = StoreOptions {
-            engine: EngineKind::Uring,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+        let (dir, store) = crate::storage::uring_store_for_tests("array-stream");
         // 512 frames: a direct-mapped table of 512 entries, a 2-way table of
         // 256 sets; pages 100 and 612 share an entry of the first and a set
         // of the second.
@@ -1008,12 +998,8 @@ mod tests {
             store,
             CacheOptions {
                 size: 512 * 4096,
-                max_size: None,
-                page_size: 4096,
                 assoc: 4,
-                policy: PolicyKind::Gclock,
-                pin_wait: Duration::from_secs(5),
-                partitions: 1,
+                ..CacheOptions::default()
             },
             None,
         )

@@ -1347,7 +1347,7 @@ mod tests {
 
     use super::*;
     use crate::cache::{CacheOptions, PolicyKind};
-    use crate::{AlignedBuf, EngineKind, LayoutKind, Store, StoreOptions};
+    use crate::{AlignedBuf, LayoutKind, Store};
 
     const PAGES: u64 = 8192;
 
@@ -1398,14 +1398,7 @@ mod tests {
     /// process no longer maps).
     #[test]
     fn frames_of_grown_sets_are_fixed_buffers_and_held_chunks_survive_a_shrink() {
-        let dir = std::env::temp_dir().join(format!("setcache-chunks-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let opts = StoreOptions {
-            engine: EngineKind::Uring,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+        let (dir, store) = crate::storage::uring_store_for_tests("chunks");
         store.create("f", PAGES * 4096, LayoutKind::Stripe).unwrap();
         write_version(&store, 1);
         // The starting sets fill chunk 0 exactly; growth adds chunks 1 and 2.
