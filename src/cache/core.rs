@@ -355,23 +355,6 @@ impl<M: Model> Core<M> {
         self.index(h, self.table.load(Acquire))
     }
 
-    /// The slot of set `s` that holds `tag` (hash `h`), under the set's
-    /// lock: a slot's fingerprint is written under the lock before its tag
-    /// ([`Core::print`]), so only the slots whose fingerprint matches have
-    /// their tag read (none, mostly, for a page the set does not hold).
-    #[inline]
-    fn slot_locked(&self, s: usize, h: u64, tag: u64) -> Option<usize> {
-        let mut m = self.maybe(s, place::print_of(h));
-        while m != 0 {
-            let i = m.trailing_zeros() as usize;
-            if self.tags(s)[i].load(Relaxed) == tag {
-                return Some(i);
-            }
-            m &= m - 1;
-        }
-        None
-    }
-
     /// The fingerprint words of set `s`.
     #[inline]
     fn prints(&self, s: usize) -> &[AtomicU64] {
@@ -422,12 +405,18 @@ impl<M: Model> Core<M> {
     #[inline]
     fn candidates(&self, h: u64, t: u64) -> (usize, usize, u64) {
         let (s1, s2) = self.sets_at(h, t);
+        (s1, s2, self.candidates_in(s1, s2, h))
+    }
+
+    /// The candidate mask of [`Core::candidates`] for sets `s1` and `s2`.
+    #[inline]
+    fn candidates_in(&self, s1: usize, s2: usize, h: u64) -> u64 {
         let p = place::print_of(h);
         let mut m = u64::from(self.maybe(s1, p));
         if s2 != s1 {
             m |= u64::from(self.maybe(s2, p)) << 32;
         }
-        (s1, s2, m)
+        m
     }
 
     /// The slot named by the lowest bit of candidate mask `m` (see
@@ -443,14 +432,25 @@ impl<M: Model> Core<M> {
     /// candidate set, and `(set, slot)` if either set holds it.
     #[inline]
     fn locate(&self, h: u64, tag: u64) -> (usize, Option<(usize, usize)>) {
-        let (s1, s2, mut m) = self.candidates(h, self.table.load(Acquire));
+        let (s1, s2) = self.sets_at(h, self.table.load(Acquire));
+        (s1, self.find_in(s1, s2, h, tag))
+    }
+
+    /// The `(set, slot)` of sets `s1` and `s2` (the same set twice for one)
+    /// that holds `tag` (hash `h`): only the slots whose fingerprint matches
+    /// have their tag read. Without the locks a hint; under both sets' locks
+    /// exact, as a slot's fingerprint is written under the lock before its
+    /// tag ([`Core::print`]).
+    #[inline]
+    fn find_in(&self, s1: usize, s2: usize, h: u64, tag: u64) -> Option<(usize, usize)> {
+        let mut m = self.candidates_in(s1, s2, h);
         while m != 0 {
             let (s, i) = Self::next_candidate(s1, s2, &mut m);
             if self.tags(s)[i].load(Relaxed) == tag {
-                return (s1, Some((s, i)));
+                return Some((s, i));
             }
         }
-        (s1, None)
+        None
     }
 
     /// Where `tag` is now, read without locks: `(set, slot)`.
@@ -964,8 +964,8 @@ impl<M: Model> Core<M> {
                     self.unlock(s);
                     continue 'again;
                 }
-                if let Some(i) = self.slot_locked(s, h, tag) {
-                    return Some((s, i));
+                if let Some(found) = self.find_in(s, s, h, tag) {
+                    return Some(found);
                 }
                 self.unlock(s);
             }
@@ -1194,8 +1194,7 @@ impl<M: Model> Core<M> {
                 // Absent a moment ago: lock both sets to place it, unless it
                 // came in meanwhile.
                 let (s1, s2) = self.lock_pair(h);
-                let here = self.slot_locked(s1, h, tag).map(|i| (s1, i));
-                match here.or_else(|| self.slot_locked(s2, h, tag).map(|i| (s2, i))) {
+                match self.find_in(s1, s2, h, tag) {
                     Some((s, i)) => {
                         if s1 != s2 {
                             self.unlock(if s == s1 { s2 } else { s1 });
