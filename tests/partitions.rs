@@ -414,3 +414,59 @@ fn bad_partition_options_are_refused() {
         assert!(e.to_string().contains(what), "{e}");
     }
 }
+
+/// A read-only handle and a writable one of the same file on one queue, to
+/// the home partition and to the other, named in either order: writes
+/// through the read-only handle are refused, naming the file, and writes
+/// through the writable one land (the queue numbers the two handles apart).
+#[test]
+fn a_read_only_handle_stays_read_only_beside_a_writable_one() {
+    let (_tmp, store) = numbered_store("parts-read-only", "a");
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    for writable_first in [true, false] {
+        let rw = cs.open_file("a").unwrap();
+        let ro = cs.open_file_read_only("a").unwrap();
+        let mut q = p.queue_on(16, Some(0)).unwrap();
+        let (first, second) = if writable_first {
+            (&rw, &ro)
+        } else {
+            (&ro, &rw)
+        };
+        // Name the first handle to both partitions with reads.
+        for page in 0..16u64 {
+            q.read(first, page * 4096, vec![0; 4096], page);
+        }
+        // Then writes through both handles to every page.
+        for page in 0..16u64 {
+            q.write(second, page * 4096, vec![0xee; 4096], 100 + page);
+            q.write(first, page * 4096, vec![0xdd; 4096], 200 + page);
+        }
+        let mut done = Vec::new();
+        while q.outstanding() > 0 {
+            q.wait(q.outstanding());
+        }
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 48);
+        let ro_tags = if writable_first { 100..116 } else { 200..216 };
+        for c in &done {
+            if ro_tags.contains(&c.tag) {
+                match &c.result {
+                    Err(Error::ReadOnly(name)) => assert_eq!(name, "a"),
+                    other => panic!("write {} through the read-only handle: {other:?}", c.tag),
+                }
+            } else {
+                assert!(c.result.is_ok(), "request {}: {:?}", c.tag, c.result);
+            }
+        }
+        drop(q);
+        // Every page holds what the writable handle wrote.
+        let want = if writable_first { 0xdd } else { 0xee };
+        let mut b = vec![0; 16 * 4096];
+        rw.read_at(0, &mut b).unwrap();
+        assert!(
+            b.iter().all(|&x| x == want),
+            "a page not written by the writable handle"
+        );
+    }
+}

@@ -424,7 +424,8 @@ pub struct PartQueue<'p> {
     app: Arc<App>,
     bundles: Vec<Bundle>,
     /// Per partition: the files named to its worker (by the address of
-    /// their entry, which the worker's handle keeps alive) and their numbers.
+    /// their entry, which the worker's handle keeps alive, with the low bit
+    /// set for a read-only handle) and their numbers.
     named: Vec<HashMap<usize, u32>>,
     /// Per partition: the last file named in a request to it and its number
     /// (address 0: none yet).
@@ -492,7 +493,11 @@ impl PartQueue<'_> {
             What::Write => false,
         };
         let p = self.parts.partition_of(file, offset);
-        let key = Arc::as_ptr(&file.entry) as usize;
+        // A file's entry, and whether this handle may write: a read-only
+        // handle and a writable one of one file are numbered apart, since
+        // the server checks each request against the handle it was named by.
+        // (An entry's address is aligned, so its low bit is free.)
+        let key = Arc::as_ptr(&file.entry) as usize | usize::from(file.read_only);
         // The file of the partition's last request first: a thread mostly
         // reads one file, and this spares it a hash per request.
         let (last_key, last_no) = self.last[p];
