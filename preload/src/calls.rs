@@ -111,8 +111,10 @@ fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     let end = write_unsynced(d, data, off)?;
     if !data.is_empty() {
         d.node.note_written();
-        if d.status.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 {
-            // O_SYNC and O_DSYNC: the write is durable when it returns.
+        if d.status.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 || state::exited()
+        {
+            // O_SYNC and O_DSYNC: the write is durable when it returns (and
+            // so is any write after the exit handler's sync).
             d.node.file.sync().map_err(|e| fail("write (O_SYNC)", &e))?;
         }
     }
@@ -179,6 +181,51 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     Ok(done)
 }
 
+/// Bytes in whole, 512-byte-aligned sectors: the buffers of a vectored write
+/// joined into one, which an `O_DIRECT` descriptor's alignment check accepts
+/// when each of the caller's buffers was aligned.
+struct Sectors {
+    buf: Vec<Sector>,
+    len: usize,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C, align(512))]
+struct Sector([u8; 512]);
+
+impl Sectors {
+    /// The `total` bytes of the buffers of `iov`, in order.
+    ///
+    /// # Safety
+    /// Each iovec describes a readable buffer of the caller.
+    unsafe fn join(iov: &[iovec], total: usize) -> Sectors {
+        let mut s = Sectors {
+            buf: vec![Sector([0; 512]); total.div_ceil(512)],
+            len: 0,
+        };
+        for v in iov {
+            // SAFETY: the caller's promise.
+            let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+            let at = s.len;
+            s.bytes_mut()[at..at + src.len()].copy_from_slice(src);
+            s.len += src.len();
+        }
+        s
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let n = self.buf.len() * 512;
+        // SAFETY: a `Sector` is 512 plain bytes with no padding; the vector
+        // holds `buf.len()` of them.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), n) }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: as in `all`; `len` is at most the vector's bytes.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
 unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize, u64), i32> {
     let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let one;
@@ -190,15 +237,14 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
             unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) }
         }
         _ => {
-            let mut all = Vec::with_capacity(total);
+            // O_DIRECT's rule holds for each of the caller's buffers (the
+            // copy that joins them is aligned by `Sectors`).
             for v in iov {
-                // SAFETY: each iovec describes a readable buffer of the caller.
-                all.extend_from_slice(unsafe {
-                    std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len)
-                });
+                check_direct(d, v.iov_base as usize, v.iov_len, 0)?;
             }
-            one = all;
-            &one
+            // SAFETY: each iovec describes a readable buffer of the caller.
+            one = unsafe { Sectors::join(iov, total) };
+            one.bytes()
         }
     };
     let end = write_at(d, joined, off)?;
@@ -927,9 +973,11 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
     let node = Arc::clone(&d.node);
     drop(d);
-    // The table holds descriptions; names hold weak references: only this
-    // one is left when the count is one.
-    if rc == 0 && Arc::strong_count(&node) == 1 && !state::forked() {
+    // The table holds descriptions; names hold weak references; the list of
+    // files kept open holds one more: only this one (and that one) are left
+    // after the last descriptor's close.
+    let last = state::state().is_ok_and(|s| state::only_kept(s, &node));
+    if rc == 0 && last && !state::forked() {
         if node.written.swap(false, Ordering::Relaxed) {
             let r = node.file.sync();
             if let Err(e) = r

@@ -49,6 +49,24 @@ pub(crate) fn keep(s: &State, n: Arc<Node>) {
     }
 }
 
+/// Whether `n` is held by nothing but the caller's reference and, if it is
+/// there, the list of files kept open: its last descriptor just closed.
+pub(crate) fn only_kept(s: &State, n: &Arc<Node>) -> bool {
+    let k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+    let kept = k.iter().any(|x| Arc::ptr_eq(x, n));
+    Arc::strong_count(n) == 1 + usize::from(kept)
+}
+
+/// Set once the exit handler has synced the store: exit handlers that run
+/// after it (registered before the store opened) and the C library's last
+/// flush of its streams may still write, and each such write syncs itself.
+static EXITED: AtomicBool = AtomicBool::new(false);
+
+/// Whether the exit handler has run (see [`EXITED`]).
+pub(crate) fn exited() -> bool {
+    EXITED.load(Ordering::Acquire)
+}
+
 /// One file of the store, open through one or more descriptors.
 pub(crate) struct Node {
     pub(crate) file: CachedFile,
@@ -338,6 +356,9 @@ extern "C" fn sync_at_exit() {
     if forked() {
         return;
     }
+    // From here on every write syncs itself: a write that comes after the
+    // sync below (from an exit handler that runs after this one) is not lost.
+    EXITED.store(true, Ordering::Release);
     // The C library flushes its streams after the exit handlers: flush them
     // first, so that what a stream of a store file buffered is synced too.
     // SAFETY: fflush(NULL) flushes every output stream.

@@ -226,3 +226,20 @@ fn a_second_process_gets_the_lock_error_and_a_forked_child_gets_errors() {
     );
     assert!(text(&out.stderr).contains("a child made by fork cannot use it"));
 }
+
+#[test]
+fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
+    let s = Setup::new("durable");
+    let prog = probe(&s.p("bin"), true);
+    for mode in ["reopen", "exit-writes"] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).arg(mode);
+        run(c);
+    }
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "r", "j", "x"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("r: 5 again"), "{t}");
+    assert!(t.contains("j: 7 journal"), "{t}");
+    assert!(t.contains("x: 6 onetwo"), "{t}");
+}

@@ -8,6 +8,9 @@
  *   probe DIR            the common transcript
  *   probe DIR refused    calls a file of the store must refuse (mmap, mkdir)
  *   probe DIR fork       descriptors used by a child after fork
+ *   probe DIR reopen     files closed, opened again, written, then _exit
+ *   probe DIR exit-writes  a write from an exit handler that runs late
+ *   probe DIR cat NAME.. the bytes of each file named
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -207,6 +210,10 @@ static void common(void) {
     show("O_DIRECT misaligned offset", pread(fd, al, 4096, 100));
     show("O_DIRECT aligned pread", pread(fd, al, 4096, 4096));
     printf("%-40s %d\n", "  same bytes", memcmp(al, buf + 4096, 4096) == 0);
+    struct iovec halves[2] = {{al, 4096}, {(char *)al + 4096, 4096}};
+    show("O_DIRECT pwritev of two buffers", pwritev(fd, halves, 2, 0));
+    struct iovec odd[2] = {{al, 4096}, {(char *)al + 4096, 100}};
+    show("O_DIRECT pwritev, one misaligned", pwritev(fd, odd, 2, 0));
     free(al);
     close(fd);
 
@@ -271,6 +278,53 @@ static void after_fork(void) {
     unlink(path("f"));
 }
 
+/* A file written, closed, opened again, written and closed; a file looked
+ * up by name before it is opened and written; then an exit that runs no exit
+ * handler: what the last closes synced is all that is left. */
+static void reopen(void) {
+    int fd = open(path("r"), O_CREAT | O_RDWR, 0644);
+    show("write first", write(fd, "first", 5));
+    show("close", close(fd));
+    fd = open(path("r"), O_RDWR);
+    show("pwrite again", pwrite(fd, "again", 5, 0));
+    show("close again", close(fd));
+    fd = open(path("j"), O_CREAT | O_RDWR, 0644);
+    show("close j", close(fd));
+    show("access j", access(path("j"), F_OK));
+    fd = open(path("j"), O_RDWR);
+    show("write j", write(fd, "journal", 7));
+    show("close j again", close(fd));
+    fflush(stdout);
+    _exit(0);
+}
+
+static int late_fd = -1;
+
+static void late_write(void) {
+    if (pwrite(late_fd, "two", 3, 3) != 3)
+        abort();
+}
+
+/* An exit handler registered before the store is first used runs after the
+ * library's own, which syncs: its write must not be lost. */
+static void exit_writes(void) {
+    atexit(late_write);
+    late_fd = open(path("x"), O_CREAT | O_RDWR, 0644);
+    show("write one", write(late_fd, "one", 3));
+}
+
+/* The bytes of each file named. */
+static void cat(int argc, char **argv) {
+    for (int i = 3; i < argc; i++) {
+        char b[64] = "";
+        int fd = open(path(argv[i]), O_RDONLY);
+        long long n = fd < 0 ? -1 : read(fd, b, sizeof b - 1);
+        printf("%s: %lld %s\n", argv[i], n, n > 0 ? b : "");
+        if (fd >= 0)
+            close(fd);
+    }
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -282,6 +336,12 @@ int main(int argc, char **argv) {
         refused();
     else if (argc > 2 && strcmp(argv[2], "fork") == 0)
         after_fork();
+    else if (argc > 2 && strcmp(argv[2], "reopen") == 0)
+        reopen();
+    else if (argc > 2 && strcmp(argv[2], "exit-writes") == 0)
+        exit_writes();
+    else if (argc > 2 && strcmp(argv[2], "cat") == 0)
+        cat(argc, argv);
     else
         common();
     return 0;
