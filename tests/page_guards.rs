@@ -6,7 +6,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir, pattern};
-use setcache::{CachedStore, Error, MAX_GUARDS_PER_THREAD, Store, StoreOptions};
+use setcache::{
+    CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, OpKind, Store, StoreOptions,
+};
 
 const PS: usize = 4096;
 
@@ -413,4 +415,95 @@ fn guards_of_many_threads_see_whole_pages_only() {
         cf.read_at((p * PS) as u64, &mut b).unwrap();
         assert!(uniform(&b), "page {p} torn at the end");
     }
+}
+
+/// A queue's write to a page another thread holds a guard on gives up with
+/// `Busy`, naming the page and file, after the pin wait, even while the
+/// queue's other reads keep finishing (each `wait(1)` returns after one).
+#[test]
+fn a_parked_write_gives_up_after_the_pin_wait_while_other_requests_finish() {
+    let tmp = TempDir::new("guards-queue-wait");
+    let cs = rig(&tmp, 256 * PS, 16, Duration::from_millis(200));
+    let cf = cs.open_file("data").unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let cf2 = &cf;
+        s.spawn(move || {
+            let g = cf2.page(0).unwrap();
+            held_tx.send(()).unwrap();
+            // Held until the queue's write has given up (or 20 s).
+            let _ = done_rx.recv_timeout(Duration::from_secs(20));
+            drop(g);
+        });
+        held_rx.recv().unwrap();
+        let mut q = cs.queue(8);
+        q.submit(vec![CachedRequest::tagged(
+            OpKind::Write,
+            &cf,
+            10,
+            b"late".to_vec(),
+            u64::MAX,
+        )]);
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        let mut page = 1u64;
+        let failed = loop {
+            // Reads of pages not cached keep the queue's I/O in flight.
+            while q.outstanding() < 4 {
+                let r =
+                    CachedRequest::tagged(OpKind::Read, &cf, page * PS as u64, vec![0; 16], page);
+                q.submit(vec![r]);
+                page = 1 + page % 255;
+            }
+            q.wait(1);
+            q.take_completions(&mut out);
+            if let Some(i) = out.iter().position(|(tag, _)| *tag == u64::MAX) {
+                break out.swap_remove(i).1.result;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the write is still waiting after 10 s"
+            );
+        };
+        let waited = t0.elapsed();
+        done_tx.send(()).unwrap();
+        match failed {
+            Err(Error::Busy(m)) => {
+                assert!(m.contains("page 0") && m.contains("data"), "{m}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(waited >= Duration::from_millis(150), "{waited:?}");
+        q.drain();
+    });
+}
+
+/// Requests of no bytes complete at once, at any offset, without reading or
+/// dirtying a page; a request whose end does not fit in 64 bits is refused.
+#[test]
+fn empty_and_overflowing_queue_requests_move_nothing() {
+    let tmp = TempDir::new("guards-queue-empty");
+    let cs = rig(&tmp, 64 * PS, 16, Duration::from_millis(200));
+    let cf = cs.open_file("data").unwrap();
+    let before = cs.cache().stats();
+    let mut q = cs.queue(8);
+    q.submit(vec![
+        CachedRequest::tagged(OpKind::Write, &cf, 100, Vec::new(), 1),
+        CachedRequest::tagged(OpKind::Read, &cf, 4196, Vec::new(), 2),
+        CachedRequest::tagged(OpKind::Read, &cf, u64::MAX - 10, vec![0; 100], 3),
+    ]);
+    q.drain();
+    let mut out = Vec::new();
+    q.take_completions(&mut out);
+    out.sort_by_key(|(t, _)| *t);
+    assert_eq!(out.len(), 3);
+    assert!(
+        out[0].1.result.is_ok() && out[1].1.result.is_ok(),
+        "{out:?}"
+    );
+    assert!(out[2].1.result.is_err(), "{:?}", out[2].1.result);
+    let after = cs.cache().stats();
+    assert_eq!(after.misses, before.misses, "a page was read");
+    assert!(cs.cache().dirty_pages().is_empty(), "a page was dirtied");
 }

@@ -436,7 +436,10 @@ pub struct CachedQueue<'a> {
     /// Fills whose device operation finished: (slot, result).
     finished: Vec<(usize, Result<()>)>,
     /// Pages that were busy: (request, page).
-    parked: Vec<(usize, u64)>,
+    /// Pages of live requests that were busy: (request, page, when it was
+    /// first found busy), retried as other requests finish; each gives up
+    /// after the cache's pin wait.
+    parked: Vec<(usize, u64, Instant)>,
     /// Missing pages being gathered into one read.
     run: Option<MissRun>,
     /// Requests submitted and not yet completed.
@@ -526,7 +529,11 @@ impl<'a> CachedQueue<'a> {
         for pass in [false, true] {
             for r in reqs.iter() {
                 let first = r.offset / ps;
-                let end = (r.offset + r.buf.len() as u64).div_ceil(ps).min(first + 4);
+                // Out-of-range requests are refused later; the hint only must
+                // not overflow.
+                let end = (r.offset.saturating_add(r.buf.len() as u64))
+                    .div_ceil(ps)
+                    .min(first + 4);
                 for page in first..end {
                     cache.prefetch(r.file.id, page, pass);
                 }
@@ -586,22 +593,21 @@ impl<'a> CachedQueue<'a> {
     pub(crate) fn wait_as(&mut self, n: usize, bell: bool) -> usize {
         self.ran = 0;
         self.collect();
-        let mut stuck_since: Option<Instant> = None;
+        let limit = self.sh.cache.pin_wait();
         while self.ran < n && self.outstanding > 0 && !(bell && self.q.bell_rang()) {
-            if self.q.in_flight() > 0 {
-                stuck_since = None;
+            // A page busy for longer than the pin wait gives up, whether or
+            // not the queue's other requests keep finishing meanwhile.
+            let oldest = self.parked.iter().map(|p| p.2).min();
+            let waited = oldest.map_or(Duration::ZERO, |t| t.elapsed());
+            if waited > limit {
+                self.fail_parked(limit);
+            } else if self.q.in_flight() > 0 {
                 self.q.wait_as(1, bell);
             } else if !self.parked.is_empty() {
                 // Every page left is being filled or written by another thread,
                 // or its set is pinned by others; this queue owns no fill, so
                 // waiting cannot deadlock, but it is bounded.
-                let since = *stuck_since.get_or_insert_with(Instant::now);
-                let waited = since.elapsed();
-                let limit = self.sh.cache.pin_wait();
-                if waited > limit {
-                    self.fail_parked(waited);
-                    stuck_since = None;
-                } else if let Some(&(req, page)) = self.parked.first() {
+                if let Some(&(req, page, _)) = self.parked.first() {
                     // Most often another thread's fill (readahead): sleep
                     // until it ends rather than poll.
                     let fid = self.live.get(req).map(|l| l.req.file.id);
@@ -682,7 +688,9 @@ impl<'a> CachedQueue<'a> {
         let ps = self.sh.cache.page_size() as u64;
         let (first, end) = (r.offset / ps, (r.offset + r.buf.len() as u64).div_ceil(ps));
         let pages = (end - first) as usize;
-        if pages == 0 {
+        if r.buf.is_empty() {
+            // Nothing to move (at any offset, aligned or not): no page is
+            // looked up, read or dirtied.
             self.complete(r.into(), true, None);
             return;
         }
@@ -829,7 +837,7 @@ impl<'a> CachedQueue<'a> {
                     l.hit = false;
                 }
             }
-            Ok(Step::Busy) => self.parked.push((id, page)),
+            Ok(Step::Busy) => self.parked.push((id, page, Instant::now())),
             Err(e) => self.page_done(id, Some(e)),
         }
     }
@@ -1043,7 +1051,7 @@ impl<'a> CachedQueue<'a> {
             // shrink is dropping it): nothing to write.
             _ => {
                 wb.finish(Ok(()))?;
-                self.parked.push((req, page));
+                self.parked.push((req, page, Instant::now()));
                 return Ok(Step::Pending);
             }
         };
@@ -1052,7 +1060,7 @@ impl<'a> CachedQueue<'a> {
         if n as u64 % DIRECT_ALIGN != 0 {
             let r = self.sh.store_page(vf, vp, wb.bytes());
             wb.finish(r)?;
-            self.parked.push((req, page));
+            self.parked.push((req, page, Instant::now()));
             return Ok(Step::Pending);
         }
         // The victim takes its dirty neighbours along, as the flusher does:
@@ -1193,15 +1201,23 @@ impl<'a> CachedQueue<'a> {
                 let w = self.fills.remove(slot).expect("a fill in flight");
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
-                    Ok(Step::Busy) => self.parked.push((w.req, w.page)),
+                    Ok(Step::Busy) => self.parked.push((w.req, w.page, Instant::now())),
                     res => self.page_done(w.req, res.err()),
                 }
             }
             self.finished = done;
             let parked = std::mem::take(&mut self.parked);
             let had = parked.len();
-            for (id, page) in parked {
+            for (id, page, since) in parked {
+                let n = self.parked.len();
                 self.run_page(id, page);
+                // Still busy: it keeps the time it was first found busy.
+                if self.parked.len() == n + 1
+                    && let Some(p) = self.parked.last_mut()
+                    && (p.0, p.1) == (id, page)
+                {
+                    p.2 = since;
+                }
             }
             self.send_run();
             self.q.flush_now();
@@ -1238,12 +1254,19 @@ impl<'a> CachedQueue<'a> {
         }
     }
 
-    /// Give up on the parked pages: they stayed busy for `waited`.
-    fn fail_parked(&mut self, waited: Duration) {
-        for (id, page) in std::mem::take(&mut self.parked) {
+    /// Give up on the parked pages busy for longer than `limit`.
+    fn fail_parked(&mut self, limit: Duration) {
+        let (late, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.2.elapsed() > limit);
+        self.parked = wait;
+        for (id, page, since) in late {
+            let name = self.live.get(id).map(|l| l.req.file.entry.file.name());
             let e = Error::Busy(format!(
-                "page {page} stayed busy (being filled, written or its set pinned) for {} ms",
-                waited.as_millis()
+                "page {page} of file {:?} stayed busy (being filled, written or its set \
+                 pinned) for {} ms",
+                name.unwrap_or_default(),
+                since.elapsed().as_millis()
             ));
             self.page_done(id, Some(e));
         }
