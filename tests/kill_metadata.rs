@@ -1,8 +1,8 @@
 //! Metadata operations killed with SIGKILL at random moments.
 //!
 //! The test re-executes its own binary as a child that opens a store of three
-//! devices and runs random creates, deletes, renames, length changes and whole-file
-//! writes in a loop, printing `begin <op>` before each and `done` after. The parent
+//! devices and runs random creates, deletes, renames (plain and replacing), length
+//! changes and whole-file writes in a loop, printing `begin <op>` before each and `done` after. The parent
 //! kills it after a random few milliseconds, reopens the store (which finishes or
 //! undoes the interrupted operation), and checks the files against a model of what
 //! the child did: every name listed opens, and the store is exactly the model, or
@@ -99,7 +99,7 @@ fn child(dir: &Path, seed: u64, direct: bool) {
             .collect();
         let pick = |rng: &mut Rng, v: &[&str]| v[rng.below(v.len() as u64) as usize].to_string();
         let len = LENS[rng.below(LENS.len() as u64) as usize];
-        match rng.below(10) {
+        match rng.below(11) {
             0..=2 if !absent.is_empty() => {
                 let n = pick(&mut rng, &absent);
                 let layout = LAYOUTS[rng.below(3) as usize];
@@ -132,6 +132,15 @@ fn child(dir: &Path, seed: u64, direct: bool) {
                 say(format!("begin fill {n} {s}"));
                 fill(&store.open_file(&n).unwrap(), s);
             }
+            10 if present.len() >= 2 => {
+                let from = pick(&mut rng, &present);
+                let others: Vec<&str> = present.iter().copied().filter(|n| *n != from).collect();
+                let to = pick(&mut rng, &others);
+                say(format!("begin replace {from} {to}"));
+                store.replace(&from, &to).unwrap();
+                let l = files.remove(&from).unwrap();
+                files.insert(to, l);
+            }
             _ => continue,
         }
         say("done".to_string());
@@ -154,6 +163,7 @@ enum Op {
     Create(String, u64),
     Delete(String),
     Rename(String, String),
+    Replace(String, String),
     SetLen(String, u64),
     Fill(String, u64),
 }
@@ -165,6 +175,7 @@ fn parse(line: &str) -> Op {
         ["begin", "create", n, l] => Op::Create(n.into(), num(l)),
         ["begin", "delete", n] => Op::Delete(n.into()),
         ["begin", "rename", a, b] => Op::Rename(a.into(), b.into()),
+        ["begin", "replace", a, b] => Op::Replace(a.into(), b.into()),
         ["begin", "setlen", n, l] => Op::SetLen(n.into(), num(l)),
         ["begin", "fill", n, s] => Op::Fill(n.into(), num(s)),
         _ => panic!("child said {line:?}"),
@@ -193,6 +204,10 @@ fn apply(m: &Model, op: &Op) -> Model {
         Op::Rename(a, b) => {
             let f = m.remove(a).unwrap();
             assert!(m.insert(b.clone(), f).is_none());
+        }
+        Op::Replace(a, b) => {
+            let f = m.remove(a).unwrap();
+            assert!(m.insert(b.clone(), f).is_some());
         }
         Op::SetLen(n, len) => {
             let f = m.get_mut(n).unwrap();
@@ -380,6 +395,7 @@ fn kill_loop(dir: &Path, cycles: u32, direct: bool, max_delay_ms: u64) -> Tally 
             Some(Op::Create(..)) => "create",
             Some(Op::Delete(..)) => "delete",
             Some(Op::Rename(..)) => "rename",
+            Some(Op::Replace(..)) => "replace",
             Some(Op::SetLen(..)) => "set_len",
             Some(Op::Fill(..)) => "fill",
             None => "nothing",
@@ -448,7 +464,7 @@ fn kill_loop(dir: &Path, cycles: u32, direct: bool, max_delay_ms: u64) -> Tally 
 }
 
 fn report(t: &Tally) -> u32 {
-    let meta: u32 = ["create", "delete", "rename", "set_len"]
+    let meta: u32 = ["create", "delete", "rename", "replace", "set_len"]
         .iter()
         .map(|k| t.in_flight.get(k).copied().unwrap_or(0))
         .sum();

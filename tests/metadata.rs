@@ -499,3 +499,74 @@ fn impossible_lengths_are_refused() {
     assert_eq!(f.len(), 5000);
     assert_eq!(store.info("f").unwrap().len, 5000);
 }
+
+/// `intent` with the record's uid field set (bytes 24..32) and its checksum
+/// made again.
+fn with_uid(mut rec: Vec<u8>, uid: u64) -> Vec<u8> {
+    rec[24..32].copy_from_slice(&uid.to_le_bytes());
+    let n = rec.len() - 4;
+    let crc = crc32c(&rec[..n]);
+    rec[n..].copy_from_slice(&crc.to_le_bytes());
+    rec
+}
+
+/// `replace` renames a file over another: the name shows the new bytes, a
+/// handle of the old file finds it gone, the source name is gone; with no
+/// file to replace it is a rename; a missing source is refused. A recorded
+/// replacement cut short (one device renamed, the others not) is finished
+/// at open.
+#[test]
+fn replace_renames_over_a_file_and_is_finished_at_open() {
+    let tmp = TempDir::new("replace");
+    let (roots, data) = make(&tmp);
+    let store = Store::open(&roots, opts()).unwrap();
+    let mut b = AlignedBuf::new(1 << 20);
+    b.copy_from_slice(&pattern(5, 0, 1 << 20));
+    let old = store.create("old", 1 << 20, LayoutKind::Stripe).unwrap();
+    old.write_at(0, &b).unwrap();
+    old.sync().unwrap();
+    store.replace("data", "old").unwrap();
+    assert_eq!(store.list().unwrap(), vec!["old"]);
+    let mut back = AlignedBuf::new(1 << 20);
+    store
+        .open_file("old")
+        .unwrap()
+        .read_at(0, &mut back)
+        .unwrap();
+    assert!(
+        back[..] == data[..],
+        "the replaced name does not show the new bytes"
+    );
+    old.write_at(0, &b).unwrap();
+    let e = old.sync().unwrap_err();
+    assert!(matches!(e, Error::BackingGone { .. }), "{e:?}");
+    store.replace("old", "fresh").unwrap();
+    assert_eq!(store.list().unwrap(), vec!["fresh"]);
+    let e = store.replace("nope", "fresh").unwrap_err();
+    assert!(matches!(&e, Error::FileNotFound(n) if n == "nope"), "{e:?}");
+    let other = store.create("other", 1 << 20, LayoutKind::Rotated).unwrap();
+    other.write_at(0, &b).unwrap();
+    other.sync().unwrap();
+    drop((old, other, store));
+    // Cut short: device 1 renamed "fresh" over "other", devices 0 and 2 not.
+    let uid = u64::from_le_bytes(
+        std::fs::read(roots[0].join("fresh.scf")).unwrap()[40..48]
+            .try_into()
+            .unwrap(),
+    );
+    std::fs::rename(roots[1].join("fresh.scf"), roots[1].join("other.scf")).unwrap();
+    let record = roots[0].join(".setcache-intent");
+    std::fs::write(&record, with_uid(intent(5, 3, "fresh", "other", 2), uid)).unwrap();
+    let store = Store::open(&roots, opts()).unwrap();
+    assert!(!record.exists());
+    assert_eq!(store.list().unwrap(), vec!["other"]);
+    store
+        .open_file("other")
+        .unwrap()
+        .read_at(0, &mut back)
+        .unwrap();
+    assert!(
+        back[..] == data[..],
+        "the finished replacement does not show the new bytes"
+    );
+}

@@ -1226,14 +1226,12 @@ fn rename_names(from: &str, to: &str) -> Result<c_int, i32> {
                 .map(|_| 0)
                 .map_err(|e| e.posix_errno());
         }
-        // The source must exist before the target is replaced.
+        // The source must exist before the target is replaced; the target
+        // names the old file or the new one at every moment (the store's
+        // replacement is one logged operation).
         state::len_of(s, from).map_err(|e| e.posix_errno())?;
-        match s.cs.delete(to) {
-            Ok(()) => state::forget(s, to),
-            Err(Error::FileNotFound(_)) => {}
-            Err(e) => return Err(fail("rename (replacing the target)", &e)),
-        }
-        s.cs.rename(from, to).map_err(|e| fail("rename", &e))?;
+        s.cs.replace(from, to).map_err(|e| fail("rename", &e))?;
+        state::forget(s, to);
         state::renamed(s, from, to);
         Ok(0)
     })

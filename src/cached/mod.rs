@@ -546,6 +546,19 @@ impl CachedStore {
         self.inner.store.rename(from, to)
     }
 
+    /// Rename a file over the file `to`, if there is one (as
+    /// [`Store::replace`]: `to` names the old file or the new one at every
+    /// moment, also after a crash). Handles of `from` follow it with its
+    /// cached pages; handles of the replaced file fail as after
+    /// [`CachedStore::delete`], and its pages are dropped unwritten.
+    pub fn replace(&self, from: &str, to: &str) -> Result<()> {
+        let r = self.inner.store.replace(from, to);
+        // Even after a failure: a replacement the store has begun (and will
+        // finish) no longer names the old file.
+        self.retire_stale(to);
+        r
+    }
+
     /// Write every dirty page of every file and make it durable (as
     /// [`CachedFile::sync`] of each: a file with nothing written since its
     /// last good fsync needs none). A thread holding a page guard of this

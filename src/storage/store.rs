@@ -1085,6 +1085,42 @@ impl Store {
         Ok(())
     }
 
+    /// Rename a file on every device, replacing the file `to` if there is one
+    /// (as POSIX `rename` does): at every moment, and after an error or a
+    /// crash, `to` names either the old file or the new one, whole, and the
+    /// replacement, once begun, is finished. Handles open on the replaced file
+    /// see it as deleted.
+    pub fn replace(&self, from: &str, to: &str) -> Result<()> {
+        validate_name(from)?;
+        validate_name(to)?;
+        let inner = &self.inner;
+        let mut meta = inner.begin_meta()?;
+        let src = inner.backing_paths(from);
+        if src.iter().all(|p| !exists(p)) {
+            return Err(Error::FileNotFound(from.to_string()));
+        }
+        if from == to {
+            return Ok(());
+        }
+        let uid = inner.uid_of(from)?;
+        let intent = inner.intent(Op::Replace {
+            from: from.to_string(),
+            to: to.to_string(),
+            uid,
+        });
+        inner.write_intent(&intent)?;
+        if let Err(e) = inner.redo_replace(&mut meta, from, to, uid) {
+            // Begun: it is finished later (at the next operation or open).
+            meta.pending = Some(intent);
+            return Err(e);
+        }
+        if let Err(e) = inner.remove_intent() {
+            meta.pending = Some(intent);
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// Allocate `count` buffers of `len` bytes from one arena registered with the
     /// engines (io_uring fixed buffers) where the engine supports it.
     pub fn alloc_registered(&self, count: usize, len: usize) -> Result<Vec<AlignedBuf>> {
@@ -1309,6 +1345,7 @@ impl StoreInner {
                 meta.rename_open(from, to);
                 self.sync_dirs()
             }
+            Op::Replace { from, to, uid } => self.redo_replace(meta, from, to, *uid),
             Op::SetLen {
                 name,
                 uid,
@@ -1437,6 +1474,68 @@ impl StoreInner {
         for i in 0..self.roots.len() {
             remove_if_present(i, &self.backing_path(i, name))?;
         }
+        self.sync_dirs()
+    }
+
+    /// The identity of file `name`, from the header of its first piece.
+    fn uid_of(&self, name: &str) -> Result<u64> {
+        for (i, p) in self.backing_paths(name).iter().enumerate() {
+            let fd = match open_raw(p, libc::O_RDONLY) {
+                Ok(fd) => fd,
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                Err(e) => return Err(Error::os(format!("device {i}: open"), p, e)),
+            };
+            let (h, _) = read_header(&fd)
+                .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?
+                .map_err(|problem| Error::BadHeader {
+                    device: i,
+                    path: p.clone(),
+                    problem,
+                })?;
+            return Ok(h.file_uid);
+        }
+        Err(Error::FileNotFound(name.to_string()))
+    }
+
+    /// Move `from`'s pieces (identity `uid`) over `to`'s, device by device
+    /// (each rename replaces atomically on its device), and remove the pieces
+    /// of the replaced file on devices where `from` has none; the replaced
+    /// file's open handles are forgotten, `from`'s follow the name.
+    /// Idempotent: a device already done has no piece of `from` and its piece
+    /// of `to` carries `uid`.
+    fn redo_replace(&self, meta: &mut Meta, from: &str, to: &str, uid: u64) -> Result<()> {
+        let open = meta.files.get(from).and_then(Weak::upgrade);
+        let mut name = open
+            .as_deref()
+            .map(|f| f.name.write().unwrap_or_else(|p| p.into_inner()));
+        for i in 0..self.roots.len() {
+            let (src, dst) = (self.backing_path(i, from), self.backing_path(i, to));
+            if exists(&src) {
+                crash_point()?;
+                fs::rename(&src, &dst)
+                    .map_err(|e| Error::os(format!("device {i}: rename"), &src, e))?;
+            } else if exists(&dst) {
+                let theirs = match open_raw(&dst, libc::O_RDONLY) {
+                    Ok(fd) => read_header(&fd)
+                        .map_err(|e| Error::os(format!("device {i}: read header of"), &dst, e))?
+                        .map(|(h, _)| h.file_uid)
+                        .ok(),
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
+                    Err(e) => return Err(Error::os(format!("device {i}: open"), &dst, e)),
+                };
+                // A piece of the replaced file (or one too damaged to tell,
+                // which no file of `uid` left there): not the new file's.
+                if theirs != Some(uid) {
+                    remove_if_present(i, &dst)?;
+                }
+            }
+        }
+        if let Some(n) = name.as_mut() {
+            **n = Arc::from(to);
+        }
+        drop(name);
+        meta.files.remove(to);
+        meta.rename_open(from, to);
         self.sync_dirs()
     }
 

@@ -44,6 +44,10 @@ pub(crate) enum Op {
     Delete { name: String },
     /// Renaming the backing files of `from` to `to`. Rolled forward.
     Rename { from: String, to: String },
+    /// Renaming the backing files of `from` (identity `uid`) to `to` over
+    /// those of the file `to` named, whose pieces on devices where `from` has
+    /// none are removed. Rolled forward.
+    Replace { from: String, to: String, uid: u64 },
     /// Changing the length of `name` (identity `uid`) from `old_len` to `new_len`.
     /// Rolled forward.
     SetLen {
@@ -81,6 +85,9 @@ impl std::fmt::Display for Op {
             Op::Create { name, .. } => write!(f, "create of {name:?}"),
             Op::Delete { name } => write!(f, "delete of {name:?}"),
             Op::Rename { from, to } => write!(f, "rename of {from:?} to {to:?}"),
+            Op::Replace { from, to, .. } => {
+                write!(f, "rename of {from:?} to {to:?} replacing it")
+            }
             Op::SetLen {
                 name,
                 old_len,
@@ -100,6 +107,7 @@ impl Intent {
             Op::Create { name, uid } => (1u32, name, "", 0, *uid, 0, 0, 0),
             Op::Delete { name } => (2, name, "", 0, 0, 0, 0, 0),
             Op::Rename { from, to } => (3, from, to.as_str(), 0, 0, 0, 0, 0),
+            Op::Replace { from, to, uid } => (5, from, to.as_str(), 0, *uid, 0, 0, 0),
             Op::SetLen {
                 name,
                 uid,
@@ -172,6 +180,11 @@ impl Intent {
                 from: name,
                 to: second,
             },
+            5 => Op::Replace {
+                from: name,
+                to: second,
+                uid,
+            },
             4 => match LayoutKind::from_code(u32_at(20)) {
                 Some(layout) => Op::SetLen {
                     name,
@@ -188,7 +201,7 @@ impl Intent {
         // A whole record names only valid files and lengths (a record from a
         // broken writer must not reach outside the roots).
         let names: &[&str] = match &op {
-            Op::Rename { from, to } => &[from, to],
+            Op::Rename { from, to } | Op::Replace { from, to, .. } => &[from, to],
             Op::Create { name, .. } | Op::Delete { name } | Op::SetLen { name, .. } => &[name],
         };
         for n in names {
@@ -236,6 +249,11 @@ pub(in crate::storage::store) mod tests {
             Op::Rename {
                 from: "from".into(),
                 to: "to-\u{e9}".into(),
+            },
+            Op::Replace {
+                from: "new".into(),
+                to: "old".into(),
+                uid: u64::MAX - 3,
             },
             Op::SetLen {
                 name: "n".into(),
@@ -345,6 +363,11 @@ pub(in crate::storage::store) mod tests {
             (names(), any::<u64>()).prop_map(|(name, uid)| Op::Create { name, uid }),
             names().prop_map(|name| Op::Delete { name }),
             (names(), names()).prop_map(|(from, to)| Op::Rename { from, to }),
+            (names(), names(), any::<u64>()).prop_map(|(from, to, uid)| Op::Replace {
+                from,
+                to,
+                uid
+            }),
             (
                 names(),
                 any::<u64>(),
@@ -379,7 +402,7 @@ pub(in crate::storage::store) mod tests {
         match &d {
             Decoded::Whole(i) => {
                 let names: Vec<&String> = match &i.op {
-                    Op::Rename { from, to } => vec![from, to],
+                    Op::Rename { from, to } | Op::Replace { from, to, .. } => vec![from, to],
                     Op::Create { name, .. } | Op::Delete { name } | Op::SetLen { name, .. } => {
                         vec![name]
                     }
@@ -479,7 +502,7 @@ pub(in crate::storage::store) mod tests {
         #[test]
         fn any_checksummed_record_is_whole_or_unknown(
             version in prop_oneof![4 => Just(FORMAT_VERSION), 1 => any::<u32>()],
-            code in prop_oneof![4 => 0u32..6, 1 => any::<u32>()],
+            code in prop_oneof![4 => 0u32..7, 1 => any::<u32>()],
             devices in any::<u32>(),
             layout in prop_oneof![4 => 0u32..5, 1 => any::<u32>()],
             fields in prop_oneof![
@@ -505,6 +528,7 @@ pub(in crate::storage::store) mod tests {
                         1 => Op::Create { name: n1, uid },
                         2 => Op::Delete { name: n1 },
                         3 => Op::Rename { from: n1, to: n2 },
+                        5 => Op::Replace { from: n1, to: n2, uid },
                         _ => Op::SetLen {
                             name: n1,
                             uid,
