@@ -72,6 +72,19 @@ fn check_direct(d: &Desc, addr: usize, len: usize, off: u64) -> Result<(), i32> 
     Ok(())
 }
 
+/// A caller's buffer of `n` bytes at `p` can be made a slice: `EFAULT` for a
+/// null pointer with bytes to move, `EINVAL` for a length no slice can have
+/// (the kernel's answers).
+fn user_buf<T>(p: *const T, n: usize) -> Result<(), i32> {
+    if n > isize::MAX as usize {
+        return Err(libc::EINVAL);
+    }
+    if n > 0 && p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    Ok(())
+}
+
 fn offset(off: i64) -> Result<u64, i32> {
     u64::try_from(off).map_err(|_| libc::EINVAL)
 }
@@ -160,8 +173,18 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
     if cnt == 0 {
         return Ok(&[]);
     }
+    user_buf(iov, cnt as usize)?;
     // SAFETY: the caller passes `cnt` iovecs at `iov`.
-    Ok(unsafe { std::slice::from_raw_parts(iov, cnt as usize) })
+    let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let mut total = 0usize;
+    for x in v {
+        user_buf(x.iov_base, x.iov_len)?;
+        total = total
+            .checked_add(x.iov_len)
+            .filter(|&t| t <= isize::MAX as usize)
+            .ok_or(libc::EINVAL)?;
+    }
+    Ok(v)
 }
 
 unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
@@ -172,7 +195,13 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
         }
         // SAFETY: each iovec describes a writable buffer of the caller.
         let buf = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
-        let n = read_at(d, buf, off + done as u64)?;
+        let n = match read_at(d, buf, off + done as u64) {
+            Ok(n) => n,
+            // What the earlier buffers got is the call's result, as the
+            // kernel's short read.
+            Err(_) if done > 0 => break,
+            Err(e) => return Err(e),
+        };
         done += n;
         if n < v.iov_len {
             break;
@@ -253,6 +282,7 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
 
 fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, i32> {
     let off = offset(off)?;
+    user_buf(buf, n)?;
     if n == 0 {
         return Ok(0);
     }
@@ -263,6 +293,7 @@ fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, 
 
 fn pwrite_desc(d: &Desc, buf: *const c_void, n: size_t, off: i64) -> Result<usize, i32> {
     let off = offset(off)?;
+    user_buf(buf, n)?;
     if n == 0 {
         return write_at(d, &[], Some(off)).map(|_| 0);
     }
@@ -334,6 +365,7 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
 }
 
 fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
+    user_buf(buf, n)?;
     let mut pos = lock(&d.pos);
     if n == 0 {
         return Ok(0);
@@ -382,6 +414,9 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::write()(fd, buf, n) },
         Some(d) => {
+            if let Err(e) = user_buf(buf, n) {
+                return size_ret(Err(e));
+            }
             let data: &[u8] = if n == 0 {
                 &[]
             } else {

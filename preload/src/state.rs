@@ -41,12 +41,15 @@ const KEPT: usize = 32;
 
 /// Keep `n` open for a while after its last descriptor closed.
 pub(crate) fn keep(s: &State, n: Arc<Node>) {
-    let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
-    k.retain(|x| !Arc::ptr_eq(x, &n));
-    k.push_back(n);
-    if k.len() > KEPT {
-        k.pop_front();
-    }
+    let out = {
+        let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+        k.retain(|x| !Arc::ptr_eq(x, &n));
+        k.push_back(n);
+        if k.len() > KEPT { k.pop_front() } else { None }
+    };
+    // Dropped outside the lock: the last reference syncs the file, and other
+    // threads' closes and `stat`s wait on this lock.
+    drop(out);
 }
 
 /// Whether `n` is held by nothing but the caller's reference and, if it is

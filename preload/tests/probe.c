@@ -101,6 +101,14 @@ static void common(void) {
     printf("%-40s %u %u\n", "  zeros then data", sum(back, 100), sum(back + 100, 100) == sum(buf, 100));
     show("pread at the end", pread(fd, back, 10, 10100));
     show("pread past the end", pread(fd, back, 10, 20000));
+    {
+        /* Hidden from the compiler's non-null checks. */
+        char *volatile nul = NULL;
+        show("pread into NULL", pread(fd, nul, 10, 0));
+        show("write from NULL", write(fd, nul, 10));
+        struct iovec bad[1] = {{nul, 10}};
+        show("preadv into NULL", preadv(fd, bad, 1, 0));
+    }
     show("lseek end", lseek(fd, 0, SEEK_END));
     show("write 4 at the end", write(fd, "tail", 4));
     show("lseek cur", lseek(fd, 0, SEEK_CUR));
