@@ -694,7 +694,9 @@ impl CachedFile {
     /// blocking the task: the future gives back `(the outcome, data)`. A
     /// write within one cached page completes in its first poll. A future
     /// dropped before it completes may or may not have written (once sent
-    /// to a worker, the write is made).
+    /// to a worker, the write is made), and its write is ordered with no
+    /// later one: it may land after a write to the same bytes made later,
+    /// even by the same task. Await a write before writing its bytes again.
     pub fn write_at_async(&self, offset: u64, data: Vec<u8>) -> WriteAt<'_> {
         WriteAt {
             file: self,
