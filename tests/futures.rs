@@ -479,3 +479,55 @@ fn more_misses_than_a_worker_queue_holds() {
         }
     });
 }
+
+/// A waker that panics when woken.
+struct Bomb;
+
+impl Wake for Bomb {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker that panics, on purpose");
+    }
+}
+
+/// A task whose waker panics takes the futures' I/O worker down when the
+/// worker wakes it: every request the worker held or had yet to take fails
+/// (with the panic's message), later ones fail at once, and none waits
+/// forever.
+#[test]
+fn a_worker_that_panics_fails_its_requests_instead_of_leaving_them_waiting() {
+    let tmp = TempDir::new("futures-bomb");
+    let cs = rig(&tmp, 256 * PS, 64);
+    let (tx, rx) = std::sync::mpsc::channel();
+    // On a thread of its own, so that a hang fails the test instead of
+    // stopping it.
+    std::thread::spawn(move || {
+        let f = cs.open_file("data").unwrap();
+        let mut bomb = Box::pin(f.read_at_async(0, vec![0; 100]));
+        let w = Waker::from(Arc::new(Bomb));
+        assert!(
+            bomb.as_mut()
+                .poll(&mut Context::from_waker(&w))
+                .is_pending()
+        );
+        let futs: Vec<_> = (1..33)
+            .map(|k| f.read_at_async(k * PS as u64, vec![0; 100]))
+            .collect();
+        let (outs, _) = run_all(futs);
+        for (r, _) in &outs {
+            if let Err(e) = r {
+                let m = e.to_string();
+                assert!(m.contains("panicked") || matches!(e, Error::Closed), "{m}");
+            }
+        }
+        // The bomb's own outcome was left before its wake panicked.
+        let (r, _) = block_on(bomb);
+        assert!(r.is_ok(), "{r:?}");
+        // The worker is gone: a miss now fails, at once or from the inbox.
+        let (r, _) = block_on(f.read_at_async(100 * PS as u64, vec![0; 100]));
+        tx.send(r.map(drop)).unwrap();
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the futures still wait after 30 s");
+    assert!(r.is_err(), "{r:?}");
+}

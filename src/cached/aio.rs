@@ -19,6 +19,7 @@
 //! then, and a page pin that nobody takes is released.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -287,29 +288,69 @@ impl Driver {
 }
 
 /// A worker: take requests from the inbox in batches, run them on its own
-/// queue, hand each outcome to its slot.
+/// queue, hand each outcome to its slot. Should it panic (a task's waker
+/// that panics when woken, say), the inbox closes and every request it held
+/// or had yet to take fails with the panic's message: no future waits for a
+/// worker that is gone.
 fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
+    let mut slots: Slab<(Arc<Slot>, What)> = Slab::new();
+    let mut batch: Vec<Op> = Vec::new();
+    let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        serve(&sh, &inbox, &mut slots, &mut batch)
+    }));
+    let Err(p) = served else {
+        return;
+    };
+    let message = p
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into());
+    let waiting = {
+        let mut g = inbox.ops.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = true;
+        std::mem::take(&mut g.0)
+    };
+    let failed = |what: What| {
+        let e = Error::Engine(format!("the futures' I/O worker panicked: {message}"));
+        match what {
+            What::Pin => Outcome::Pin(Err(e)),
+            What::Read | What::Write => Outcome::Bytes(Err(e), Vec::new()),
+        }
+    };
+    let ops = batch.drain(..).chain(waiting).map(|op| (op.slot, op.what));
+    for (slot, what) in slots.take_all().into_iter().chain(ops) {
+        // A waker that panics again is this slot's task's own trouble.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| slot.complete(failed(what))));
+    }
+}
+
+/// The worker's loop (see [`run`]).
+fn serve(
+    sh: &Arc<Shared>,
+    inbox: &Arc<Inbox>,
+    slots: &mut Slab<(Arc<Slot>, What)>,
+    batch: &mut Vec<Op>,
+) {
     inbox.bell.set_owner();
-    let mut q = CachedQueue::on(&sh, WORKER_DEPTH);
+    let mut q = CachedQueue::on(sh, WORKER_DEPTH);
     q.set_bell(inbox.bell.clone());
     // One system call per batch of requests taken from the inbox, not one
     // per request: the worker serves many futures and is the busiest thread
     // of their I/O, and the kernel's entry is most of its time.
     q.set_batched();
-    let mut slots: Slab<Arc<Slot>> = Slab::new();
-    let mut batch: Vec<Op> = Vec::new();
     let mut done = Vec::new();
     let mut pins = Vec::new();
     loop {
         inbox.bell.take();
         std::mem::swap(
             &mut inbox.ops.lock().unwrap_or_else(|p| p.into_inner()).0,
-            &mut batch,
+            batch,
         );
         if !batch.is_empty() {
             let mut reqs = Vec::with_capacity(batch.len());
             for op in batch.iter_mut() {
-                let tag = slots.insert(op.slot.clone()) as u64;
+                let tag = slots.insert((op.slot.clone(), op.what)) as u64;
                 let r = match op.what {
                     What::Read | What::Write => {
                         let kind = match op.what {
@@ -330,11 +371,11 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
             drop(reqs);
             batch.clear();
         }
-        deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
+        deliver(&mut q, sh, slots, &mut done, &mut pins);
         if q.outstanding() > 0 {
             // Returns early when the bell rings (new requests).
             q.wait_as(1, true);
-            deliver(&mut q, &sh, &mut slots, &mut done, &mut pins);
+            deliver(&mut q, sh, slots, &mut done, &mut pins);
             continue;
         }
         if inbox.closing.load(Ordering::Acquire) {
@@ -355,18 +396,18 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
 fn deliver(
     q: &mut CachedQueue<'_>,
     sh: &Arc<Shared>,
-    slots: &mut Slab<Arc<Slot>>,
+    slots: &mut Slab<(Arc<Slot>, What)>,
     done: &mut Vec<(u64, crate::cached::CachedCompletion)>,
     pins: &mut Vec<(u64, Result<RawPin>)>,
 ) {
     q.take_completions(done);
     for (tag, c) in done.drain(..) {
-        let slot = slots.remove(tag as usize).expect("a request in flight");
+        let (slot, _) = slots.remove(tag as usize).expect("a request in flight");
         slot.complete(Outcome::Bytes(c.result, c.buf));
     }
     q.take_pins(pins);
     for (tag, p) in pins.drain(..) {
-        let slot = slots.remove(tag as usize).expect("a request in flight");
+        let (slot, _) = slots.remove(tag as usize).expect("a request in flight");
         let p = p.map(|pin| OwnedPin {
             home: sh.clone(),
             pin: Some(pin),

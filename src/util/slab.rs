@@ -43,6 +43,15 @@ impl<T> Slab<T> {
         self.free.push(k);
         Some(v)
     }
+
+    /// Take every value out, leaving the slab empty.
+    pub(crate) fn take_all(&mut self) -> Vec<T> {
+        self.free.clear();
+        std::mem::take(&mut self.items)
+            .into_iter()
+            .flatten()
+            .collect()
+    }
 }
 
 #[cfg(test)]
