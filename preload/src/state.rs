@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::ffi::{CString, c_int};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError, Weak};
 
 use setcache::{CacheOptions, CachedFile, CachedStore, Error, LayoutKind, Store, StoreOptions};
 
@@ -426,11 +426,19 @@ pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let d = slot(fd, false)?
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .clone()?;
+    let slot = slot(fd, false)?;
     if forked() {
+        // The parent's table, copied at the fork: a lock one of its other
+        // threads held then stays held here, so none is waited for (a slot
+        // held then was most likely a descriptor of the store).
+        let store = match slot.try_read() {
+            Ok(g) => g.is_some(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().is_some(),
+            Err(TryLockError::WouldBlock) => true,
+        };
+        if !store {
+            return None;
+        }
         // The kernel refuses the placeholder itself (EBADF): the store is
         // the parent's.
         crate::warn_once(
@@ -439,7 +447,7 @@ pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
         );
         return None;
     }
-    Some(d)
+    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
 }
 
 /// Make `fd` stand for `d` (replacing what it stood for).
@@ -457,10 +465,23 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let old = slot(fd, false)?
-        .write()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
+    let slot = slot(fd, false)?;
+    if forked() {
+        // As in `desc`: no lock is waited for in a child; and the child runs
+        // no destructor of the parent's store (whose locks may be held as
+        // well): what the slot held is forgotten.
+        let g = match slot.try_write() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        };
+        if let Some(d) = g.and_then(|mut g| g.take()) {
+            std::mem::forget(d);
+            LIVE.fetch_sub(1, Ordering::Relaxed);
+        }
+        return None;
+    }
+    let old = slot.write().unwrap_or_else(|p| p.into_inner()).take();
     if old.is_some() {
         LIVE.fetch_sub(1, Ordering::Relaxed);
     }

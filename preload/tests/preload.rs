@@ -225,6 +225,16 @@ fn a_second_process_gets_the_lock_error_and_a_forked_child_gets_errors() {
         "{t}"
     );
     assert!(text(&out.stderr).contains("a child made by fork cannot use it"));
+
+    // Children forked while another thread reads a store descriptor: none
+    // hangs on a lock that thread held at the fork.
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("fork-race");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("children hung                            0"),
+        "{t}"
+    );
 }
 
 #[test]

@@ -8,6 +8,7 @@
  *   probe DIR            the common transcript
  *   probe DIR refused    calls a file of the store must refuse (mmap, mkdir)
  *   probe DIR fork       descriptors used by a child after fork
+ *   probe DIR fork-race  children forked while a thread reads, closing
  *   probe DIR reopen     files closed, opened again, written, then _exit
  *   probe DIR exit-writes  a write from an exit handler that runs late
  *   probe DIR cat NAME.. the bytes of each file named
@@ -16,6 +17,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -333,6 +336,53 @@ static void cat(int argc, char **argv) {
     }
 }
 
+static int race_fd = -1;
+static volatile int race_stop;
+
+static void *hammer(void *arg) {
+    char b[64];
+    (void)arg;
+    while (!race_stop)
+        if (pread(race_fd, b, sizeof b, 0) < 0)
+            abort();
+    return NULL;
+}
+
+/* Children forked while another thread reads a store descriptor, each
+ * closing that descriptor: none may hang on a lock the reader held at the
+ * fork. */
+static void fork_race(void) {
+    race_fd = open(path("f"), O_CREAT | O_RDWR, 0644);
+    show("write", write(race_fd, "data", 4));
+    fflush(stdout);
+    pthread_t t;
+    if (pthread_create(&t, NULL, hammer, NULL) != 0)
+        abort();
+    int hung = 0;
+    for (int i = 0; i < 300; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            close(race_fd);
+            _exit(0);
+        }
+        int st, waited = 0;
+        while (waitpid(pid, &st, WNOHANG) == 0) {
+            if (++waited > 2000) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &st, 0);
+                hung++;
+                break;
+            }
+            usleep(1000);
+        }
+    }
+    race_stop = 1;
+    pthread_join(t, NULL);
+    printf("%-40s %d\n", "children hung", hung);
+    close(race_fd);
+    unlink(path("f"));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -344,6 +394,8 @@ int main(int argc, char **argv) {
         refused();
     else if (argc > 2 && strcmp(argv[2], "fork") == 0)
         after_fork();
+    else if (argc > 2 && strcmp(argv[2], "fork-race") == 0)
+        fork_race();
     else if (argc > 2 && strcmp(argv[2], "reopen") == 0)
         reopen();
     else if (argc > 2 && strcmp(argv[2], "exit-writes") == 0)
