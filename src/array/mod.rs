@@ -939,7 +939,11 @@ impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
                 .reader
                 .for_each_chunk(self.next..stop, |_, xs| page.extend_from_slice(xs))
             {
+                // The error is the last item: no element read before it in
+                // this range comes after it.
                 self.failed = true;
+                self.page.clear();
+                self.at = 0;
                 return Some(Err(e));
             }
             self.next = stop;

@@ -274,12 +274,18 @@ impl Shared {
         e.gone.store(true, Ordering::Release);
         // The id may name another file once no page of it is left and no
         // handle could still use it (this is the last reference: the entry
-        // left the table, so nobody can take a new one).
+        // left the table, so nobody can take a new one). A handle's whole-page
+        // write that passed its check before `gone` may have brought a page
+        // in after the first pass; once no handle is left nothing more can,
+        // so a second pass then finds what did, before the id is freed.
         if self.cache.discard(id, 0).is_ok() && Arc::strong_count(&e) == 1 {
-            self.free_ids
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(id);
+            std::sync::atomic::fence(Ordering::Acquire);
+            if self.cache.discard(id, 0).is_ok() {
+                self.free_ids
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(id);
+            }
         }
     }
 

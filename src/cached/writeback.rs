@@ -362,7 +362,9 @@ impl Shared {
             return Err(err);
         }
         // The pages written since the last good fsync, up to now: the fsync
-        // below must cover them. Pages written from here on belong to the next.
+        // below must cover them. Pages written from here on belong to the next
+        // (should the fsync fail, those written before it are written again
+        // too: see below).
         let covered = {
             let mut d = e.durable();
             if let Some(lost) = &d.lost {
@@ -385,9 +387,13 @@ impl Shared {
             Err(err) => {
                 // The kernel may have dropped what it could not write: every
                 // page written since the last good fsync is written again
-                // before the next one can pass.
+                // before the next one can pass. That includes pages whose
+                // writes finished after `covered` was taken but before this
+                // fsync (the flusher's, a victim's): the kernel reports its
+                // failure once, so the next fsync would pass without them.
+                let since: Vec<_> = e.durable().written.iter().collect();
                 let mut left = false;
-                for p in covered.iter() {
+                for p in covered.iter().chain(since) {
                     if !self.cache.mark_dirty(id, p).unwrap_or(false) {
                         left = true;
                     }
