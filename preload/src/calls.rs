@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use libc::{iovec, off_t, off64_t, size_t, ssize_t};
-use setcache::{Advice, Error};
+use setcache::{Advice, AlignedBuf, Error};
 
 use crate::path::{Place, classify};
 use crate::real;
@@ -210,51 +210,6 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     Ok(done)
 }
 
-/// Bytes in whole, 512-byte-aligned sectors: the buffers of a vectored write
-/// joined into one, which an `O_DIRECT` descriptor's alignment check accepts
-/// when each of the caller's buffers was aligned.
-struct Sectors {
-    buf: Vec<Sector>,
-    len: usize,
-}
-
-#[derive(Clone, Copy)]
-#[repr(C, align(512))]
-struct Sector([u8; 512]);
-
-impl Sectors {
-    /// The `total` bytes of the buffers of `iov`, in order.
-    ///
-    /// # Safety
-    /// Each iovec describes a readable buffer of the caller.
-    unsafe fn join(iov: &[iovec], total: usize) -> Sectors {
-        let mut s = Sectors {
-            buf: vec![Sector([0; 512]); total.div_ceil(512)],
-            len: 0,
-        };
-        for v in iov {
-            // SAFETY: the caller's promise.
-            let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
-            let at = s.len;
-            s.bytes_mut()[at..at + src.len()].copy_from_slice(src);
-            s.len += src.len();
-        }
-        s
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        let n = self.buf.len() * 512;
-        // SAFETY: a `Sector` is 512 plain bytes with no padding; the vector
-        // holds `buf.len()` of them.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast::<u8>(), n) }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: as in `all`; `len` is at most the vector's bytes.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast::<u8>(), self.len) }
-    }
-}
-
 unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize, u64), i32> {
     let total: usize = iov.iter().map(|v| v.iov_len).sum();
     let one;
@@ -266,14 +221,22 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
             unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) }
         }
         _ => {
-            // O_DIRECT's rule holds for each of the caller's buffers (the
-            // copy that joins them is aligned by `Sectors`).
+            // O_DIRECT's rule holds for each of the caller's buffers.
             for v in iov {
                 check_direct(d, v.iov_base as usize, v.iov_len, 0)?;
             }
-            // SAFETY: each iovec describes a readable buffer of the caller.
-            one = unsafe { Sectors::join(iov, total) };
-            one.bytes()
+            // The copy that joins them is aligned (an `AlignedBuf`), so an
+            // `O_DIRECT` descriptor's check of the joined bytes passes too.
+            let mut all = AlignedBuf::new(total);
+            let mut at = 0;
+            for v in iov {
+                // SAFETY: each iovec describes a readable buffer of the caller.
+                let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
+                all[at..at + src.len()].copy_from_slice(src);
+                at += src.len();
+            }
+            one = all;
+            &one[..]
         }
     };
     let end = write_at(d, joined, off)?;

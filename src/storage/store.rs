@@ -1477,22 +1477,30 @@ impl StoreInner {
         self.sync_dirs()
     }
 
+    /// The identity in the header of the piece at `p` on device `i`; `None`
+    /// when there is no piece.
+    fn piece_uid(&self, i: usize, p: &Path) -> Result<Option<u64>> {
+        let fd = match open_raw(p, libc::O_RDONLY) {
+            Ok(fd) => fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
+            Err(e) => return Err(Error::os(format!("device {i}: open"), p, e)),
+        };
+        let (h, _) = read_header(&fd)
+            .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?
+            .map_err(|problem| Error::BadHeader {
+                device: i,
+                path: p.to_path_buf(),
+                problem,
+            })?;
+        Ok(Some(h.file_uid))
+    }
+
     /// The identity of file `name`, from the header of its first piece.
     fn uid_of(&self, name: &str) -> Result<u64> {
         for (i, p) in self.backing_paths(name).iter().enumerate() {
-            let fd = match open_raw(p, libc::O_RDONLY) {
-                Ok(fd) => fd,
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                Err(e) => return Err(Error::os(format!("device {i}: open"), p, e)),
-            };
-            let (h, _) = read_header(&fd)
-                .map_err(|e| Error::os(format!("device {i}: read header of"), p, e))?
-                .map_err(|problem| Error::BadHeader {
-                    device: i,
-                    path: p.clone(),
-                    problem,
-                })?;
-            return Ok(h.file_uid);
+            if let Some(uid) = self.piece_uid(i, p)? {
+                return Ok(uid);
+            }
         }
         Err(Error::FileNotFound(name.to_string()))
     }
@@ -1514,19 +1522,16 @@ impl StoreInner {
                 crash_point()?;
                 fs::rename(&src, &dst)
                     .map_err(|e| Error::os(format!("device {i}: rename"), &src, e))?;
-            } else if exists(&dst) {
-                let theirs = match open_raw(&dst, libc::O_RDONLY) {
-                    Ok(fd) => read_header(&fd)
-                        .map_err(|e| Error::os(format!("device {i}: read header of"), &dst, e))?
-                        .map(|(h, _)| h.file_uid)
-                        .ok(),
-                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => continue,
-                    Err(e) => return Err(Error::os(format!("device {i}: open"), &dst, e)),
-                };
+            } else {
                 // A piece of the replaced file (or one too damaged to tell,
                 // which no file of `uid` left there): not the new file's.
-                if theirs != Some(uid) {
-                    remove_if_present(i, &dst)?;
+                match self.piece_uid(i, &dst) {
+                    Ok(None) => {}
+                    Ok(Some(theirs)) if theirs == uid => {}
+                    Ok(Some(_)) | Err(Error::BadHeader { .. }) => {
+                        remove_if_present(i, &dst)?;
+                    }
+                    Err(e) => return Err(e),
                 }
             }
         }
