@@ -615,7 +615,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             if cache.pin_seen(e.state, e.epoch, e.v, e.ep) {
                 // SAFETY: the pin keeps the page in this frame; `at` is element `i`'s offset in it, aligned.
                 unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
-                cache.release_stored(e.state);
+                cache.release_stored(e.state, self.arr.file.id);
                 // Stores tell the policy of the page's use as reads do.
                 self.stores_until_renew -= 1;
                 if self.stores_until_renew == 0 {

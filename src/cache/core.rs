@@ -1112,12 +1112,18 @@ impl<M: Model> Core<M> {
     /// becomes dirty (and warm) and the pin goes. Only a pin holder sets
     /// `DIRTY` without the set's lock; a write-back that cleared `DIRTY`
     /// before this step wrote the bytes stored before it, and one that
-    /// clears it after leaves the page to be written again.
-    pub(crate) fn release_stored(&self, state: &M::W) {
+    /// clears it after leaves the page to be written again. `file` is the
+    /// page's file (the caller knows it: reading the slot's tag would cost
+    /// a store another cache line).
+    pub(crate) fn release_stored(&self, state: &M::W, file: u32) {
         // The set whose memory holds the word: sets lie in one region.
         let at = state as *const M::W as usize - self.sets.ptr() as usize;
         let s = self.parts.set_at(at / self.lay.stride);
         debug_assert!(s < self.max_sets);
+        debug_assert!({
+            let i = (at % self.lay.stride - self.lay.off_states) / std::mem::size_of::<M::W>();
+            std::ptr::eq(self.state(s, i), state) && file_of(self.tags(s)[i].load(Relaxed)) == file
+        });
         let mut x = state.load(Relaxed);
         let old = loop {
             debug_assert!(pins(x) > 0);
@@ -1127,13 +1133,16 @@ impl<M: Model> Core<M> {
             }
         };
         if old & DIRTY == 0 {
-            // The slot's tag is stable while its pin (ours, until the CAS
-            // above) was held, and after it while no claim reuses the slot:
-            // a stale tag only marks a set that a sync then finds clean.
-            if let Some(i) = (0..self.lay.assoc).find(|&i| std::ptr::eq(self.state(s, i), state)) {
-                self.dirty
-                    .mark_unlocked(file_of(self.tags(s)[i].load(Relaxed)), s);
-            }
+            self.dirty.mark_unlocked(file, s);
+        } else {
+            // Dirty already, perhaps by a store whose thread has not marked
+            // the set yet: a sync that follows this store must still find
+            // the set. Reading the bit first is enough: a bit seen set is
+            // taken by a later sync, which then finds the page dirty with
+            // this store in it, or written back after it (a write-back that
+            // cleared the flag before the exchange above would have made it
+            // find the page clean).
+            self.dirty.mark(file, s);
         }
         // Every store, as every write hit: a set the flusher passed while the
         // page was pinned is queued again.

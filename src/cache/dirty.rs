@@ -66,7 +66,8 @@ impl DirtySets {
 
     /// A page of `file` turned dirty in set `set`, under the set's lock (a
     /// sync visits the set under that lock after taking the bit, so seeing
-    /// the bit set spares the write). A leaf: called under set locks.
+    /// the bit set spares the write), or a store went into a page already
+    /// dirty (see `Core::release_stored`). A leaf: called under set locks.
     #[inline]
     pub(crate) fn mark(&self, file: u32, set: usize) {
         self.mark_as(file, set, true);

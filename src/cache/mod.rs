@@ -596,8 +596,8 @@ impl<M: Model> PageCache<M> {
     /// Drop a pin of the slot whose word is `state` (from a sighting of
     /// this cache), taken to store into the frame: the page is dirty after
     /// (see `Core::release_stored`).
-    pub(crate) fn release_stored(&self, state: &M::W) {
-        self.core.release_stored(state)
+    pub(crate) fn release_stored(&self, state: &M::W, file: u32) {
+        self.core.release_stored(state, file)
     }
 
     /// The pinned page of `pin` (see [`PageRef::into_raw`]) as a guard again.
@@ -1235,7 +1235,7 @@ impl<M: Model> PageRef<'_, M> {
         if self.at.in_cache() {
             let this = std::mem::ManuallyDrop::new(self);
             let core = this.at.core;
-            core.release_stored(core.state(this.at.set, this.at.slot));
+            core.release_stored(core.state(this.at.set, this.at.slot), untag(this.at.tag).0);
         }
     }
 

@@ -1467,7 +1467,7 @@ fn stores_into_pinned_frames() {
                     Some(s) if c.pin_seen(s.state, s.epoch, s.v, s.ep) => {
                         word(s.frame.cast_mut()).store(k, Ordering::Relaxed);
                         shuttle::thread::yield_now();
-                        c.release_stored(s.state);
+                        c.release_stored(s.state, 0);
                     }
                     _ => loop {
                         match c.get_with(0, P, load_from(&disk), store_to(&disk)) {
@@ -1511,6 +1511,54 @@ fn stores_into_pinned_frames() {
     let v = u64::from_le_bytes(g[..8].try_into().unwrap());
     assert_eq!(v, 3, "the last store of page {P} was lost");
     drop(g);
+    assert_quiescent(&c);
+}
+
+/// Model check of two stores into one pinned page racing a sync under
+/// Shuttle's random scheduler: each of two threads pins page 0, stores a
+/// word and lets go with `release_stored`, then looks for the file's pending
+/// pages as a sync does. Whichever store comes second finds the page dirty
+/// already; its thread's look must still find the page, even while the
+/// first store has not yet marked the set (a sync that follows a store must
+/// cover it).
+#[test]
+fn shuttle_a_sync_after_a_store_finds_the_page_while_an_earlier_store_is_marking() {
+    shuttle::check_random(second_store_then_sync, 2000);
+    shuttle::check_pct(second_store_then_sync, 1000, 3);
+}
+
+fn second_store_then_sync() {
+    const P: u64 = 0;
+    let c = one_set_under_shuttle();
+    let disk: Arc<Disk> = Arc::default();
+    drop(c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap());
+    // One look at a time, as syncs of a file go, and through a lock the
+    // scheduler sees (the look's own lock is not one of the model's).
+    let looks = Arc::new(shuttle::sync::Mutex::new(()));
+    let storers: Vec<_> = (1..=2u64)
+        .map(|k| {
+            let (c, disk, looks) = (c.clone(), disk.clone(), looks.clone());
+            shuttle::thread::spawn(move || {
+                let g = c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap();
+                // SAFETY: the frame is page-aligned and stays mapped; the word is changed only by atomic stores while pinned.
+                unsafe { AtomicU64::from_ptr(g.frame_ptr().cast()) }.store(k, Ordering::Relaxed);
+                g.release_stored();
+                let one = looks.lock().unwrap();
+                let (pages, sets) = c.take_pending_of(0);
+                // A look takes the marks it finds: give them back for the
+                // other thread's look.
+                c.remark(0, &sets);
+                drop(one);
+                assert!(
+                    pages.contains(&P),
+                    "a sync after store {k} missed page {P}, dirty since"
+                );
+            })
+        })
+        .collect();
+    for h in storers {
+        h.join().unwrap();
+    }
     assert_quiescent(&c);
 }
 
