@@ -1113,8 +1113,7 @@ impl<M: Model> Core<M> {
     /// `DIRTY` without the set's lock; a write-back that cleared `DIRTY`
     /// before this step wrote the bytes stored before it, and one that
     /// clears it after leaves the page to be written again. `file` is the
-    /// page's file (the caller knows it: reading the slot's tag would cost
-    /// a store another cache line).
+    /// page's file (the caller knows it, so a store reads no tag).
     pub(crate) fn release_stored(&self, state: &M::W, file: u32) {
         // The set whose memory holds the word: sets lie in one region.
         let at = state as *const M::W as usize - self.sets.ptr() as usize;
@@ -1124,26 +1123,25 @@ impl<M: Model> Core<M> {
             let i = (at % self.lay.stride - self.lay.off_states) / std::mem::size_of::<M::W>();
             std::ptr::eq(self.state(s, i), state) && file_of(self.tags(s)[i].load(Relaxed)) == file
         });
+        // The set is marked before the exchange that makes the page dirty,
+        // never after: a later store finds the page dirty and marks nothing,
+        // so the mark must already be there for any sync that follows that
+        // store. A sync that takes the mark between this one and the
+        // exchange finds the page pinned (it synchronises with this mark),
+        // and leaves the set marked (`PageCache::take_pending_of`).
+        let mut marked = false;
         let mut x = state.load(Relaxed);
         let old = loop {
             debug_assert!(pins(x) > 0);
+            if x & DIRTY == 0 && !marked {
+                self.dirty.mark_unlocked(file, s);
+                marked = true;
+            }
             match state.compare_exchange(x, ((x - PIN) | DIRTY) & !COLD, AcqRel, Relaxed) {
                 Ok(old) => break old,
                 Err(now) => x = now,
             }
         };
-        if old & DIRTY == 0 {
-            self.dirty.mark_unlocked(file, s);
-        } else {
-            // Dirty already, perhaps by a store whose thread has not marked
-            // the set yet: a sync that follows this store must still find
-            // the set. Reading the bit first is enough: a bit seen set is
-            // taken by a later sync, which then finds the page dirty with
-            // this store in it, or written back after it (a write-back that
-            // cleared the flag before the exchange above would have made it
-            // find the page clean).
-            self.dirty.mark(file, s);
-        }
         // Every store, as every write hit: a set the flusher passed while the
         // page was pinned is queued again.
         self.note_dirty(s);

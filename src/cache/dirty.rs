@@ -66,17 +66,17 @@ impl DirtySets {
 
     /// A page of `file` turned dirty in set `set`, under the set's lock (a
     /// sync visits the set under that lock after taking the bit, so seeing
-    /// the bit set spares the write), or a store went into a page already
-    /// dirty (see `Core::release_stored`). A leaf: called under set locks.
+    /// the bit set spares the write). A leaf: called under set locks.
     #[inline]
     pub(crate) fn mark(&self, file: u32, set: usize) {
         self.mark_as(file, set, true);
     }
 
-    /// As [`DirtySets::mark`], for a page that turned dirty without its set's
-    /// lock (a store into a pinned frame): always a read-modify-write, so
-    /// that either a sync's take comes after it (and, synchronising with it,
-    /// sees the page dirty) or the bit stays set for the next sync.
+    /// As [`DirtySets::mark`], for a page about to turn dirty without its
+    /// set's lock (a store into a pinned frame, marked before the page's
+    /// state says dirty): always a read-modify-write, so that either a
+    /// sync's take comes after it (and, synchronising with it, sees the page
+    /// pinned or dirty) or the bit stays set for the next sync.
     #[inline]
     pub(crate) fn mark_unlocked(&self, file: u32, set: usize) {
         self.mark_as(file, set, false);

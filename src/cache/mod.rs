@@ -914,13 +914,13 @@ impl<M: Model> PageCache<M> {
         out
     }
 
-    /// Every cached page whose data is not yet on the device (dirty, or its
-    /// write-back in flight), as `(file, page)`.
     /// The pages of `file` that are dirty or under write-back, sorted, found
     /// by visiting only the sets where its pages turned dirty since the last
     /// call (their marks are taken); with those sets, to give back through
     /// [`PageCache::remark`] if the caller cannot write every page. Pages
-    /// that turn dirty meanwhile mark their sets again.
+    /// that turn dirty meanwhile mark their sets again; a set where a page
+    /// of the file is pinned keeps its mark (its pin holder may be storing
+    /// into it).
     pub(crate) fn take_pending_of(&self, file: u32) -> (Vec<u64>, Vec<usize>) {
         // No resize step between the take and the visits: a page moved out
         // of a taken set meanwhile would mark a set this visit never sees.
@@ -928,12 +928,24 @@ impl<M: Model> PageCache<M> {
         let sets = self.core.dirty.take(file);
         let mut pages = Vec::new();
         for &s in &sets {
+            let mut pinned = false;
             self.core.for_set(s, |tag, st| {
                 let (f, p) = untag(tag);
-                if f == file && st & (core::DIRTY | core::WRITEBACK) != 0 {
+                if f != file {
+                    return;
+                }
+                if st & (core::DIRTY | core::WRITEBACK) != 0 {
                     pages.push(p);
                 }
+                pinned |= core::pins(st) > 0;
             });
+            if pinned {
+                // A pin holder may be storing into the page: it marked the
+                // set before its store makes the page dirty, and a store
+                // after that one finds the page dirty and marks nothing (see
+                // `Core::release_stored`). The mark stays for the next sync.
+                self.core.dirty.mark(file, s);
+            }
         }
         pages.sort_unstable();
         pages.dedup();
