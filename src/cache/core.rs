@@ -201,6 +201,9 @@ pub(crate) struct Core<M: Model> {
     /// Sets ever initialised (grows only): a set below this mark may be locked
     /// by a lookup that raced with a shrink, so it is never re-initialised.
     pub(super) inited: Mutex<usize>,
+    /// Held for the whole of a resize: two with different targets would
+    /// otherwise undo each other's steps for ever.
+    pub(super) resizing: Mutex<()>,
     pub(crate) policy: PolicyKind,
     /// The adaptive policy's duel among its candidates (idle for the others).
     pub(crate) duel: Duel,
@@ -275,6 +278,7 @@ impl<M: Model> Core<M> {
             parts: Parts::new(parts, max_sets),
             table: AtomicU64::new(pack(sets, sets)),
             inited: Mutex::new(sets),
+            resizing: Mutex::new(()),
             policy,
             duel: if policy == PolicyKind::Adaptive {
                 Duel::new(sets, assoc)

@@ -918,9 +918,9 @@ impl<M: Model> PageCache<M> {
     /// by visiting only the sets where its pages turned dirty since the last
     /// call (their marks are taken); with those sets, to give back through
     /// [`PageCache::remark`] if the caller cannot write every page. Pages
-    /// that turn dirty meanwhile mark their sets again; a set where a page
-    /// of the file is pinned keeps its mark (its pin holder may be storing
-    /// into it).
+    /// that turn dirty meanwhile mark their sets again; a set where a clean
+    /// page of the file is pinned keeps its mark (its pin holder may be
+    /// storing into it).
     pub(crate) fn take_pending_of(&self, file: u32) -> (Vec<u64>, Vec<usize>) {
         // No resize step between the take and the visits: a page moved out
         // of a taken set meanwhile would mark a set this visit never sees.
@@ -937,14 +937,15 @@ impl<M: Model> PageCache<M> {
                 if st & (core::DIRTY | core::WRITEBACK) != 0 {
                     pages.push(p);
                 }
-                pinned |= core::pins(st) > 0;
+                // (A dirty page is written back only once no pin is left.)
+                pinned |= core::pins(st) > 0 && st & core::DIRTY == 0;
             });
             if pinned {
                 // A pin holder may be storing into the page: it marked the
                 // set before its store makes the page dirty, and a store
                 // after that one finds the page dirty and marks nothing (see
                 // `Core::release_stored`). The mark stays for the next sync.
-                self.core.dirty.mark(file, s);
+                self.core.dirty.mark_unlocked(file, s);
             }
         }
         pages.sort_unstable();
@@ -955,7 +956,7 @@ impl<M: Model> PageCache<M> {
     /// Mark `sets` again for `file` (a sync that took them failed part way).
     pub(crate) fn remark(&self, file: u32, sets: &[usize]) {
         for &s in sets {
-            self.core.dirty.mark(file, s);
+            self.core.dirty.mark_unlocked(file, s);
         }
     }
 
@@ -996,7 +997,8 @@ impl<M: Model> PageCache<M> {
     ///
     /// Growing by more than the machine (or the process's memory cgroup) can
     /// give now is refused at once with [`Error::NotEnoughMemory`]; the memory
-    /// the cache already holds is not counted again.
+    /// the cache already holds is not counted again. Resizes from several
+    /// threads run one after another.
     pub fn resize(&self, bytes: usize) -> Result<()> {
         let set_bytes = self.assoc() * self.page_size();
         let target = (bytes / set_bytes).clamp(1, self.core.max_sets);
@@ -1015,6 +1017,15 @@ impl<M: Model> PageCache<M> {
         }
         let mut waited = Duration::ZERO;
         let mut pause = 1u64;
+        // One resize at a time, each to its own target in turn (a model
+        // checker's thread yields while it waits rather than block).
+        let _one = loop {
+            match self.core.resizing.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => M::backoff(100),
+            }
+        };
         loop {
             let n = self.sets();
             let step = if n < target {

@@ -8,7 +8,8 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::core::{
-    Busy, Core, DIRTY, Locked, PENDING, VALID, WRITEBACK, WRITER, next_gen, pack, pins,
+    Busy, Core, DIRTY, GEN_MASK, Locked, PENDING, VALID, WAITERS, WRITEBACK, WRITER, next_gen,
+    pack, pins,
 };
 use super::dirty::file_of;
 use super::policy::{NO_TAG, Policy};
@@ -52,7 +53,11 @@ impl<M: Model> Core<M> {
                 !((a == s && na == s) || (b == s && nb == s))
             })
             .fold(0u32, |m, i| m | 1 << i);
-        if !self.freeze(s, moving) {
+        // A slot of `t` without a page may still hold a pin (a waiter for a
+        // fill that failed before the set was removed): not room.
+        if self.free_slots(t, *gt.valid).count_ones() < moving.count_ones()
+            || !self.freeze(s, moving)
+        {
             self.unlock(t);
             self.unlock(s);
             return Err(Busy::Pinned);
@@ -85,14 +90,21 @@ impl<M: Model> Core<M> {
             pins(v) > 0 || v & (PENDING | WRITEBACK | WRITER) != 0
         };
         let is_dirty = |set: usize, i: usize| self.state(set, i).load(Acquire) & DIRTY != 0;
-        if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i)) {
+        // Pages of `t` in use, or a slot of it without a page that still
+        // holds a pin (a waiter for a fill that failed): wait.
+        let all = (1u32 << self.lay.assoc) - 1;
+        if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i))
+            || self.free_slots(t, *gt.valid) != all & !*gt.valid
+        {
             self.unlock(t);
             self.unlock(s);
             return Err(Busy::Pinned);
         }
         let frozen = *gt.valid;
         let count = |m: u32| m.count_ones() as usize;
-        let mut over = (count(*gs.valid) + count(*gt.valid)).saturating_sub(self.lay.assoc);
+        // Room in `s`: its slots without a page and without a pin.
+        let room_s = count(self.free_slots(s, *gs.valid));
+        let mut over = count(*gt.valid).saturating_sub(room_s);
         // Room comes from clean idle pages: first those of the vanishing set,
         // then those of its buddy, each in its policy's order.
         let clean_t: u32 = (0..self.lay.assoc)
@@ -172,12 +184,26 @@ impl<M: Model> Core<M> {
         true
     }
 
+    /// The slots of locked set `set` (whose valid bits are `valid`) that a
+    /// page can move into: no page, and nothing else in the state word but
+    /// the generation and waiters (a slot whose fill failed keeps the pins
+    /// of the threads that waited for it until they let go).
+    fn free_slots(&self, set: usize, valid: u32) -> u32 {
+        (0..self.lay.assoc)
+            .filter(|&j| {
+                valid & (1 << j) == 0
+                    && self.state(set, j).load(Acquire) & !(WAITERS | GEN_MASK) == 0
+            })
+            .fold(0, |m, j| m | 1 << j)
+    }
+
     /// Move the frozen pages in `mask` from locked set `from` to free slots of
-    /// locked set `to` (frames copied, state kept, policy history restarted).
+    /// locked set `to` (frames copied, state kept, policy history restarted);
+    /// the caller checked there are enough ([`Core::free_slots`]).
     fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
         let (mut gf, mut gt) = (gf, gt);
-        let occupied = *gt.valid;
-        let mut free = (0..self.lay.assoc).filter(move |&j| occupied & (1 << j) == 0);
+        let room = self.free_slots(to, *gt.valid);
+        let mut free = (0..self.lay.assoc).filter(move |&j| room & (1 << j) != 0);
         for i in 0..self.lay.assoc {
             if mask & (1 << i) == 0 {
                 continue;
@@ -204,14 +230,27 @@ impl<M: Model> Core<M> {
             if src & DIRTY != 0 {
                 self.dirty.mark(file_of(tag), to);
             }
-            dst.store(src & (VALID | DIRTY) | next_gen(dst.load(Relaxed)), Release);
+            // Announced in `from` before the page can be found in `to`: a
+            // reader that sighted it in `from` must not keep bytes that a
+            // store into the new copy has since replaced.
+            self.seq(from).fetch_add(1, Release);
+            self.bump_epoch(from);
+            // A free slot holds no pin, so nothing else changes its word but
+            // a waiter's flag: kept.
+            let mut d = dst.load(Relaxed);
+            while let Err(now) = dst.compare_exchange(
+                d,
+                src & (VALID | DIRTY) | d & WAITERS | next_gen(d),
+                Release,
+                Relaxed,
+            ) {
+                d = now;
+            }
             self.policy.on_insert(&mut gt.st, j, tag, before);
             let valid = *gf.valid;
             self.policy.on_remove(&mut gf.st, i, valid);
             gf.tags[i].store(NO_TAG, Relaxed);
             *gf.valid &= !(1 << i);
-            self.seq(from).fetch_add(1, Release);
-            self.bump_epoch(from);
             let old = self.state(from, i).swap(next_gen(src), AcqRel);
             self.wake_if(from, i, old);
         }

@@ -341,6 +341,75 @@ fn resize_moves_pages_with_their_data_and_dirt() {
     }
 }
 
+/// A slot without a page can still hold pins: those of threads that waited
+/// for a fill that failed, until they let go. A shrink must not move a page
+/// into it (the move's new state would erase the pins, and the waiters'
+/// release would then leave the page pinned for ever, never written back).
+#[test]
+fn a_shrink_moves_no_page_into_a_slot_that_waiters_still_pin() {
+    let c = PageCache::<Os>::new(opts(8, 64, 4, PolicyKind::Gclock)).unwrap();
+    c.resize(64 * 512).unwrap();
+    let disk = Disk::default();
+    let n = c.core.n_sets();
+    let t = n - 1;
+    let s = t - c.core.level_of(t);
+    let in_set = |set: usize| {
+        (0..4)
+            .filter(|&i| c.core.state(set, i).load(Ordering::Relaxed) & core::VALID != 0)
+            .map(|i| untag(c.core.tags(set)[i].load(Ordering::Relaxed)).1)
+            .collect::<Vec<u64>>()
+    };
+    // Dirty pages until one lands in the vanishing set `t`.
+    let mut p = 0;
+    while in_set(t).is_empty() {
+        let mut g = c
+            .get_mut_with(2, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(7);
+        p += 1;
+    }
+    let moving = in_set(t);
+    // Every slot of `s` without a page: pinned, as by a failed fill's waiter.
+    let empty: Vec<usize> = (0..4)
+        .filter(|&i| c.core.state(s, i).load(Ordering::Relaxed) & core::VALID == 0)
+        .collect();
+    assert!(!empty.is_empty(), "set {s} has room for the test");
+    for &i in &empty {
+        c.core.state(s, i).fetch_add(core::PIN, Ordering::AcqRel);
+    }
+    // No room for a dirty page: the shrink stops, moving nothing.
+    assert!(matches!(
+        c.resize((n - 1) * 4 * 512),
+        Err(Error::ResizeBusy(_))
+    ));
+    for &i in &empty {
+        let st = c.core.state(s, i).load(Ordering::Relaxed);
+        assert_eq!(
+            core::pins(st),
+            1,
+            "a waiter's pin on slot {i} of set {s} was lost"
+        );
+        assert_eq!(
+            st & core::VALID,
+            0,
+            "a page moved into slot {i}, still pinned"
+        );
+    }
+    // The waiters let go: the shrink goes through, the pages as they were.
+    for &i in &empty {
+        c.core.state(s, i).fetch_sub(core::PIN, Ordering::AcqRel);
+    }
+    c.resize((n - 1) * 4 * 512).unwrap();
+    assert_eq!(c.sets(), n - 1);
+    let dirty: Vec<u64> = c.dirty_pages().iter().map(|d| d.page).collect();
+    for q in moving {
+        assert!(dirty.contains(&q), "page {q} stayed dirty");
+        let g = c.get_with(2, q, load_from(&disk), store_to(&disk)).unwrap();
+        assert!(g.iter().all(|&b| b == 7), "page {q} kept its bytes");
+    }
+    assert_quiescent(&c);
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Read(u64),
