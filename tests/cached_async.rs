@@ -748,3 +748,84 @@ fn a_queue_that_only_hits_still_finishes_its_fills() {
         hitter.join().unwrap();
     });
 }
+
+/// A sync that would wait for pages that a request queue of the same thread
+/// is writing back (only that thread, polling its queue, can finish them)
+/// fails after the pin wait with `HeldByCaller` instead of waiting for ever;
+/// once the queue is drained, the sync writes everything.
+#[test]
+fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
+    let tmp = TempDir::new("sync-own-queue");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    let cf = cs.open_file("f").unwrap();
+    // Every page dirty; the cache, a quarter of the file, full of them.
+    for p in 0..64u64 {
+        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    // Reads that must evict dirty victims: the queue writes them back, and
+    // nothing here polls it.
+    let mut q = cs.queue(16);
+    let reqs = (0..64u64)
+        .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+        .collect();
+    q.submit(reqs);
+    // A watchdog: a sync that waits for ever fails the test rather than
+    // hanging it.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("a sync waited 60 s for its own queue's write-backs");
+                std::process::exit(3);
+            }
+        });
+    }
+    let t = Instant::now();
+    let r = cf.sync();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    match r {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("expected HeldByCaller, got {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(10));
+    q.drain();
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 64);
+    for (p, c) in done {
+        // A read parked behind a victim for longer than the pin wait (the
+        // thread was in the sync meanwhile) gives up; none reads wrong bytes.
+        match c.result {
+            Ok(_) => assert!(
+                c.buf.iter().all(|&b| b == p as u8 + 1),
+                "page {p} read back"
+            ),
+            Err(Error::Busy(_)) => {}
+            Err(e) => panic!("page {p}: {e}"),
+        }
+    }
+    drop(q);
+    cf.sync().unwrap();
+    drop(cf);
+    drop(cs);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.open_file("f").unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    f.read_at(0, &mut b).unwrap();
+    for p in 0..64usize {
+        assert!(
+            b[p * 4096..(p + 1) * 4096]
+                .iter()
+                .all(|&x| x == p as u8 + 1),
+            "page {p} on the devices"
+        );
+    }
+}

@@ -1031,7 +1031,9 @@ impl CachedFile {
     /// the cache, through [`CachedFile::file`], are made durable by
     /// [`File::sync`]). A thread holding a page guard
     /// of this file gets [`Error::HeldByCaller`] (the sync would wait for
-    /// the guard).
+    /// the guard), as does one whose sync has waited the pin wait for pages
+    /// under write-back while a [`CachedQueue`] of the same thread holds
+    /// write-backs it has not finished (poll, wait for or drain it first).
     pub fn sync(&self) -> Result<()> {
         self.entry.check()?;
         // A dirty page under any guard of this thread would be waited for.

@@ -52,7 +52,7 @@ use crate::cache::{
 use crate::cached::readahead;
 use crate::cached::shared::Shared;
 use crate::cached::staging::{MIN_PAGES, Slot, run_pages};
-use crate::cached::writeback::{dirty_in_region, with_neighbours};
+use crate::cached::writeback::{Owed, dirty_in_region, with_neighbours};
 use crate::cached::{CachedFile, CachedStore, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
@@ -264,10 +264,10 @@ enum Job<'a> {
     /// The dirty victim a page of the request must wait for: once written,
     /// the page is looked up again.
     /// It is written with its dirty neighbours in the file, first page first.
-    Victim(Vec<WriteBack<'a>>),
+    Victim(Owed<'a>),
     /// Dirty pages of the victim's region, written along with it; the request
     /// that met the victim completes once they are written.
-    Near(Vec<WriteBack<'a>>),
+    Near(Owed<'a>),
 }
 
 impl Job<'_> {
@@ -1121,9 +1121,9 @@ impl<'a> CachedQueue<'a> {
         self.victim_frames
             .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
         let job = if near {
-            Job::Near(pages)
+            Job::Near(Owed::new(pages))
         } else {
-            Job::Victim(pages)
+            Job::Victim(Owed::new(pages))
         };
         let slot = self.fills.insert(Waiting { job, req, page });
         let tag = self.ops.insert(Slots {
@@ -1148,13 +1148,15 @@ impl<'a> CachedQueue<'a> {
         r: Result<()>,
     ) -> Result<Step> {
         let fill = match job {
-            Job::Victim(pages) => {
-                written(self.sh, pages, r)?;
+            Job::Victim(mut pages) => {
+                written(self.sh, pages.take(), r)?;
                 return Ok(Step::Busy);
             }
             // A failure reaches the request that caused the write (and the
             // file's next sync); the pages stay dirty.
-            Job::Near(pages) => return written(self.sh, pages, r).map(|()| Step::Done),
+            Job::Near(mut pages) => {
+                return written(self.sh, pages.take(), r).map(|()| Step::Done);
+            }
             fill => fill,
         };
         let (in_page, in_buf, n) = self.span(req, page);

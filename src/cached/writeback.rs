@@ -8,7 +8,7 @@
 //! way, waits for the write-backs others have in flight, then fsyncs.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
 use crate::cached::shared::{Entry, Shared};
@@ -246,6 +246,39 @@ impl<'a> Writer<'a> {
     }
 }
 
+thread_local! {
+    /// Write-backs that this thread's queues started and have not yet
+    /// settled: only this thread can finish them, by polling its queue.
+    static OWED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Write-back guards a request queue holds until its write comes back,
+/// counted in `OWED` while it lives.
+pub(crate) struct Owed<'a>(Vec<WriteBack<'a>>);
+
+impl<'a> Owed<'a> {
+    pub(crate) fn new(pages: Vec<WriteBack<'a>>) -> Owed<'a> {
+        let _ = OWED.try_with(|c| c.set(c.get() + 1));
+        Owed(pages)
+    }
+
+    pub(crate) fn take(&mut self) -> Vec<WriteBack<'a>> {
+        std::mem::take(&mut self.0)
+    }
+}
+
+impl Drop for Owed<'_> {
+    fn drop(&mut self) {
+        let _ = OWED.try_with(|c| c.set(c.get().saturating_sub(1)));
+    }
+}
+
+/// Whether this thread's request queues hold write-backs they have not yet
+/// settled (a `sync` waiting for those pages would wait for itself).
+pub(crate) fn owes_write_backs() -> bool {
+    OWED.try_with(|c| c.get() > 0).unwrap_or(false)
+}
+
 /// Bytes of the file region whose dirty pages are written together.
 ///
 /// The disk here (and SSDs generally, whose mapping units and write buffers
@@ -321,9 +354,12 @@ impl Shared {
         let mut w = Writer::with_queue(self, q, SYNC_MERGE, false);
         w.q.set_lone_in_caller();
         let mut pause = 1u64;
+        // Since this sync last wrote a page or saw one come free.
+        let mut since = Instant::now();
         while !pending.is_empty() {
             let mut busy = Vec::new();
             let mut started = false;
+            let pending_len = pending.len();
             for p in pending {
                 if w.write(id, p) {
                     started = true;
@@ -335,8 +371,26 @@ impl Shared {
                 }
             }
             w.poll();
+            if started || busy.len() < pending_len {
+                since = Instant::now();
+            }
             pending = busy;
             if !pending.is_empty() {
+                if w.in_flight() == 0
+                    && since.elapsed() >= self.cache.pin_wait()
+                    && owes_write_backs()
+                {
+                    // Perhaps the write-backs of a request queue of this
+                    // thread, which only this thread can finish: waiting
+                    // would be for ever. The sets go back (see `Remark`).
+                    return Err(Error::HeldByCaller(format!(
+                        "a sync of {:?} waited {} ms for pages under write-back while a request \
+                         queue of this thread holds write-backs it has not yet finished: poll, \
+                         wait for or drain the queue first",
+                        e.file.name(),
+                        self.cache.pin_wait().as_millis()
+                    )));
+                }
                 if w.in_flight() > 0 {
                     w.wait_one();
                 } else if started {
