@@ -698,6 +698,19 @@ impl PartQueue<'_> {
         got
     }
 
+    /// Send what is gathered and block until no request is outstanding (the
+    /// completions stay for [`PartQueue::take_completions`]). Requests in
+    /// flight together are not ordered with one another, and a `sync` of a
+    /// file covers the writes whose completions came back before it: drain
+    /// first.
+    pub fn drain(&mut self) {
+        while self.outstanding > 0 {
+            if self.wait(self.outstanding) == 0 && self.outstanding > 0 {
+                std::thread::yield_now();
+            }
+        }
+    }
+
     /// Move the finished requests to the end of `out`.
     pub fn take_completions(&mut self, out: &mut Vec<PartCompletion>) {
         out.append(&mut self.done);
@@ -722,11 +735,7 @@ impl From<Reply> for PartCompletion {
 
 impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
-        while self.outstanding > 0 {
-            if self.wait(self.outstanding) == 0 && self.outstanding > 0 {
-                std::thread::yield_now();
-            }
-        }
+        self.drain();
         for (l, p) in self.app.links.iter().zip(&self.parts.parts) {
             l.close();
             p.bell.ring();

@@ -186,6 +186,12 @@ fn body(
     if me.slot == 0 {
         edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
     }
+    // The requests still out: a write that failed among them fails the run.
+    q.drain();
+    q.take_completions(&mut done);
+    if let Some(e) = done.drain(..).find_map(|c| c.result.err()) {
+        error.get_or_insert_with(|| format!("setcache-numa engine: {e}"));
+    }
     drop(q);
     match error {
         Some(e) => Err(e),
