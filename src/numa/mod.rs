@@ -148,6 +148,9 @@ struct Part {
     joining: Mutex<Vec<Arc<App>>>,
     joined: AtomicU64,
     closing: AtomicBool,
+    /// Set when the worker stopped on a panic: nothing it held will be
+    /// answered.
+    dead: AtomicBool,
 }
 
 /// A cached store's pages divided among partitions, each with a worker
@@ -279,6 +282,7 @@ impl<'cs> Partitions<'cs> {
                 joining: Mutex::new(Vec::new()),
                 joined: AtomicU64::new(0),
                 closing: AtomicBool::new(false),
+                dead: AtomicBool::new(false),
             });
             let cpus = (!emulated).then(|| cache_nodes[p % cache_nodes.len()].cpus.clone());
             if let Some(c) = &cpus {
@@ -380,6 +384,7 @@ impl<'cs> Partitions<'cs> {
             named: (0..self.parts.len()).map(|_| HashMap::new()).collect(),
             last: vec![(0, 0); self.parts.len()],
             outstanding: 0,
+            sent: vec![0; self.parts.len()],
             depth,
             done: Vec::new(),
             home,
@@ -431,6 +436,8 @@ pub struct PartQueue<'p> {
     /// (address 0: none yet).
     last: Vec<(usize, u32)>,
     outstanding: usize,
+    /// Per partition: requests sent to its worker and not yet answered.
+    sent: Vec<usize>,
     depth: usize,
     done: Vec<PartCompletion>,
     home: Option<usize>,
@@ -587,15 +594,21 @@ impl PartQueue<'_> {
         if self.bundles[p].reqs.is_empty() {
             return;
         }
+        self.check_workers();
         let b = std::mem::take(&mut self.bundles[p]);
+        self.sent[p] += b.reqs.len();
         let link = self.app.links[p].clone();
         let done = &mut self.done;
         let outstanding = &mut self.outstanding;
+        let sent = &mut self.sent[p];
         let part = &self.parts.parts[p];
         link.send(
             b,
-            |r| take_replies(r, done, outstanding),
+            |r| take_replies(r, done, outstanding, sent),
             || {
+                if part.dead.load(Acquire) {
+                    panic!("partition {p}'s worker stopped on a panic; a bundle to it cannot go");
+                }
                 part.bell.ring();
                 std::thread::yield_now();
             },
@@ -633,9 +646,9 @@ impl PartQueue<'_> {
     /// that finished, without blocking or sending; how many.
     fn reap(&mut self) -> usize {
         let before = self.outstanding;
-        for l in &self.app.links {
+        for (l, sent) in self.app.links.iter().zip(&mut self.sent) {
             while let Some(r) = l.replies.pop() {
-                take_replies(r, &mut self.done, &mut self.outstanding);
+                take_replies(r, &mut self.done, &mut self.outstanding, sent);
             }
         }
         if self.local_outstanding() > 0 {
@@ -677,6 +690,7 @@ impl PartQueue<'_> {
             turns += 1;
         }
         while got < n && self.outstanding > 0 {
+            self.check_workers();
             // Silenced before the flag is set: a worker that pushes after the
             // look below sees the flag and rings again.
             self.app.bell.take();
@@ -711,14 +725,34 @@ impl PartQueue<'_> {
         }
     }
 
+    /// Panics if a worker holding requests of this queue stopped on a panic
+    /// (an internal fault: no input makes one panic), rather than wait for
+    /// replies that cannot come.
+    fn check_workers(&self) {
+        for (p, part) in self.parts.parts.iter().enumerate() {
+            if self.sent[p] > 0 && part.dead.load(Acquire) {
+                panic!(
+                    "partition {p}'s worker stopped on a panic with {} requests of this queue unanswered",
+                    self.sent[p]
+                );
+            }
+        }
+    }
+
     /// Move the finished requests to the end of `out`.
     pub fn take_completions(&mut self, out: &mut Vec<PartCompletion>) {
         out.append(&mut self.done);
     }
 }
 
-fn take_replies(r: Vec<Reply>, done: &mut Vec<PartCompletion>, outstanding: &mut usize) {
+fn take_replies(
+    r: Vec<Reply>,
+    done: &mut Vec<PartCompletion>,
+    outstanding: &mut usize,
+    sent: &mut usize,
+) {
     *outstanding -= r.len();
+    *sent -= r.len();
     done.extend(r.into_iter().map(PartCompletion::from));
 }
 
@@ -735,7 +769,11 @@ impl From<Reply> for PartCompletion {
 
 impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
-        self.drain();
+        // Unwinding (a worker's stop, say): the requests still out are left
+        // to their workers, which own their buffers.
+        if !std::thread::panicking() {
+            self.drain();
+        }
         for (l, p) in self.app.links.iter().zip(&self.parts.parts) {
             l.close();
             p.bell.ring();
@@ -772,6 +810,26 @@ fn bind(cpus: &[usize]) {
 /// Partition `index`'s worker: take bundles from every application's link,
 /// serve them on a queue of its own, answer in bundles.
 fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Option<Vec<usize>>) {
+    let p = part.clone();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        serve_part(sh, part, index, depth, cpus)
+    }));
+    if let Err(e) = r {
+        // The application threads waiting for its replies see the flag and
+        // fail (their waits look at least every 10 ms).
+        p.dead.store(true, Release);
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// [`worker`]'s loop.
+fn serve_part(
+    sh: Arc<Shared>,
+    part: Arc<Part>,
+    index: usize,
+    depth: usize,
+    cpus: Option<Vec<usize>>,
+) {
     if let Some(c) = &cpus {
         bind(c);
     }
