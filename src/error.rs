@@ -382,7 +382,7 @@ impl fmt::Display for Error {
             ),
             Error::SyncLost { file, first } => write!(
                 f,
-                "file {file:?}: an earlier fsync failed ({first}) after pages that have since left the cache were written, so the kernel may have dropped them; its syncs fail until the file is opened again"
+                "file {file:?}: an earlier fsync failed ({first}), so the kernel may have dropped data written before it that cannot be written again from here; its syncs fail until the file is opened again"
             ),
             Error::NotEnoughMemory {
                 what,

@@ -395,6 +395,45 @@ fn failed_fsync_writes_pages_again() {
     );
 }
 
+/// A plain file (no cache) whose fsync failed cannot write again what the
+/// kernel may have dropped: the handle's later syncs fail, naming the first
+/// failure, instead of passing with the writes gone; a handle opened again
+/// starts afresh.
+#[test]
+fn a_plain_files_failed_fsync_fails_its_later_syncs() {
+    let tmp = TempDir::new("plainfsync");
+    let roots = tmp.devices(1);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    // An error a device survives (EIO would fail the device itself).
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let store = sim_store(&roots, &media, &sw);
+    let f = store.create("f", MIB, LayoutKind::Stripe).unwrap();
+    let mut a = setcache::AlignedBuf::new(64 * 1024);
+    a.fill(0xA1);
+    f.write_at(0, &a).unwrap();
+    f.sync().unwrap();
+    let mut b = setcache::AlignedBuf::new(64 * 1024);
+    b.fill(0xB2);
+    f.write_at(0, &b).unwrap();
+    sw.fsync_failures.store(1, Ordering::Release);
+    let first = f.sync().unwrap_err();
+    assert_eq!(first.errno(), Some(libc::ENOSPC), "{first}");
+    for _ in 0..2 {
+        let e = f.sync().unwrap_err();
+        assert!(matches!(e, Error::SyncLost { .. }), "{e}");
+        assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+    }
+    drop(f);
+    let f = store.open_file("f").unwrap();
+    f.write_at(0, &b).unwrap();
+    f.sync().unwrap();
+    let mut got = setcache::AlignedBuf::new(64 * 1024);
+    f.read_at(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 0xB2));
+}
+
 /// If a page written before a failed fsync has left the cache, it cannot be
 /// written again: the file's syncs fail until it is opened again.
 #[test]

@@ -507,3 +507,49 @@ fn empty_and_overflowing_queue_requests_move_nothing() {
     assert_eq!(after.misses, before.misses, "a page was read");
     assert!(cs.cache().dirty_pages().is_empty(), "a page was dirtied");
 }
+
+/// A shrink whose clearing of the new last page fails (another thread's
+/// guard outlasts the pin wait) leaves that page's old bytes past the end;
+/// a growth while they are still there fails without growing, and once the
+/// guard is gone the file grows with zeros there, never the old bytes.
+#[test]
+fn growing_after_a_shrink_that_could_not_clear_shows_zeros() {
+    let tmp = TempDir::new("guards-regrow");
+    let len = 5 * PS;
+    let cs = rig(&tmp, len, 16, Duration::from_millis(100));
+    let cf = cs.open_file("data").unwrap();
+    let truth = pattern(1, 0, len);
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (drop_tx, drop_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let cf = &cf;
+        s.spawn(move || {
+            let g = cf.page(2 * PS as u64).unwrap();
+            held_tx.send(()).unwrap();
+            drop_rx.recv().unwrap();
+            drop(g);
+        });
+        held_rx.recv().unwrap();
+        // The shrink is made; zeroing the rest of page 2 waits for the
+        // guard and gives up.
+        let cut = 2 * PS as u64 + 808;
+        assert!(cf.set_len(cut).is_err());
+        assert_eq!(cf.len(), cut);
+        let grown = 3 * PS as u64;
+        // Growing now would show page 2's old bytes past `cut`.
+        let r = cf.set_len(grown);
+        assert!(
+            r.is_err() || cf.len() == cut,
+            "a growth that could not clear went through: {r:?}"
+        );
+        drop_tx.send(()).unwrap();
+    });
+    cf.set_len(3 * PS as u64).unwrap();
+    let mut b = vec![0u8; PS];
+    cf.read_at(2 * PS as u64, &mut b).unwrap();
+    assert_eq!(&b[..808], &truth[2 * PS..2 * PS + 808]);
+    assert!(
+        b[808..].iter().all(|&x| x == 0),
+        "the old bytes past the cut show after growing"
+    );
+}

@@ -1124,6 +1124,14 @@ impl CachedFile {
             }
             Ok(())
         };
+        // Growing after a shrink whose clearing did not finish (a page
+        // guard outlasted the pin wait): what that shrink left past the end
+        // must go before the file is longer, or the growth does not happen.
+        let now = self.len();
+        if len > now && e.shrunk.load(Ordering::Acquire) {
+            clear_past(now)?;
+            e.shrunk.store(false, Ordering::Release);
+        }
         self.entry.file.set_len_cached(len, &mut |old| {
             if len < old {
                 // I/O past the new end is refused now; drop what the cache
@@ -1131,10 +1139,14 @@ impl CachedFile {
                 // (prepared with the old length) to end before the store cuts.
                 e.shrunk.store(true, Ordering::Release);
                 clear_past(len)
-            } else if e.shrunk.swap(false, Ordering::AcqRel) {
+            } else if e.shrunk.load(Ordering::Acquire) {
                 // A write that raced the last shrink may have left bytes past
                 // the end it made: they must not show once the file is longer.
-                clear_past(old)
+                // The flag goes only once they are gone (a page guard that
+                // outlasted the pin wait leaves it for the next growth).
+                clear_past(old)?;
+                e.shrunk.store(false, Ordering::Release);
+                Ok(())
             } else {
                 Ok(())
             }

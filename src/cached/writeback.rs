@@ -436,7 +436,7 @@ impl Shared {
             // and the backing files as after an fsync.
             return e.file.check_live();
         }
-        match e.file.sync() {
+        match e.file.sync_again() {
             Ok(()) => Ok(()),
             Err(err) => {
                 // The kernel may have dropped what it could not write: every

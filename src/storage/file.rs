@@ -38,6 +38,13 @@ pub(crate) struct FileInner {
     /// A lazy growth ([`File::grow_lazily`]) changed the length since the
     /// headers were last written: the next [`File::sync`] writes them.
     pub(crate) header_stale: std::sync::atomic::AtomicBool,
+    /// The first failed fsync through [`File::sync`]: the kernel may have
+    /// dropped the pages it could not write and reports that once, so every
+    /// later sync of this handle fails too.
+    pub(crate) sync_lost: std::sync::Mutex<Option<Error>>,
+    /// A write was prepared through this handle since its last
+    /// [`File::sync`] began: only then can a failed fsync have cost data.
+    pub(crate) written: std::sync::atomic::AtomicBool,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -181,7 +188,44 @@ impl File {
     /// backing file is still the one at the file's path (not removed, nor replaced):
     /// if not, the data is not in the store, and the error
     /// ([`Error::BackingGone`]) names the file and the device.
+    ///
+    /// A failed fsync after writes through this handle may have cost them
+    /// (the kernel can drop the pages it could not write, and reports that
+    /// once): this handle's later syncs fail with [`Error::SyncLost`] until
+    /// the file is opened again. (A failure the device does not survive, as
+    /// `EIO`, fails the device instead.)
     pub fn sync(&self) -> Result<()> {
+        if let Some(first) = &*self
+            .inner
+            .sync_lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            return Err(Error::SyncLost {
+                file: self.name(),
+                first: Box::new(first.clone()),
+            });
+        }
+        let written = self.inner.written.swap(false, Ordering::AcqRel);
+        let r = self.sync_again();
+        // (A failure the device does not survive fails it, and every later
+        // request with it; one it survives, out of space say, sticks here.)
+        if let Err(e) = &r
+            && e.can_pass()
+            && written
+        {
+            self.inner
+                .sync_lost
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| e.clone());
+        }
+        r
+    }
+
+    /// As [`File::sync`], for a caller that writes again whatever a failed
+    /// fsync may have cost (the page cache's `sync`): no failure sticks.
+    pub(crate) fn sync_again(&self) -> Result<()> {
         // A length grown lazily becomes durable with this fsync: one header
         // write per device first.
         let headers = self.inner.store.write_stale_headers(&self.inner)?;
@@ -381,7 +425,12 @@ impl File {
         }
         let dkind = match kind {
             OpKind::Read => DevOpKind::Read,
-            OpKind::Write => DevOpKind::Write,
+            OpKind::Write => {
+                if !inner.written.load(Ordering::Relaxed) {
+                    inner.written.store(true, Ordering::Release);
+                }
+                DevOpKind::Write
+            }
         };
         let mut count = 0usize;
         inner.layout.split(offset, len, |s| {
