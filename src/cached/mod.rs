@@ -962,6 +962,11 @@ impl CachedFile {
     }
 
     /// Write all of `data` at `offset` (any alignment; within the file's length).
+    ///
+    /// Pages are written one after another: if a page fails (its fill, the
+    /// write-back of a victim, a pin wait), the error comes back and the
+    /// pages before it keep the new bytes, as with a short `pwrite`. Write
+    /// the range again to be sure of it.
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.write_at_inner(offset, data)
             .map_err(|e| self.gone_or(e))
