@@ -602,3 +602,23 @@ fn exact_lengths_and_zeros_past_the_end() {
         check(&f, 700, "after reopen");
     }
 }
+
+/// A request longer than the kernel moves in one read or write is refused at
+/// once, naming the limit (on one device it came back short every time, an
+/// error that tells a caller to retry).
+#[test]
+fn a_request_past_the_kernels_limit_is_refused() {
+    let (_, engine) = engines().into_iter().find(|e| e.0 == "uring").unwrap();
+    let tmp = TempDir::new("huge");
+    let store = open(&tmp.devices(1), engine, 16);
+    let f = store.create("f", 3 << 30, LayoutKind::Stripe).unwrap();
+    // Memory the kernel gives only where touched: nothing is.
+    let mut b = AlignedBuf::new(setcache::MAX_REQUEST + 4096);
+    let e = f.read_at(0, &mut b).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("split it"), "{e}");
+    let e = f.write_at(0, &b).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(store.device_errors().iter().all(Option::is_none));
+    f.read_at(0, &mut b[..4096]).unwrap();
+}

@@ -24,6 +24,11 @@ pub const DIRECT_ALIGN: u64 = 512;
 /// At most this many memory pieces in one device operation (well under IOV_MAX).
 const MAX_IOV: usize = 64;
 
+/// The most bytes one request may move: Linux's limit on one read or write
+/// (`MAX_RW_COUNT`, 2 GiB less a page); a device operation of more would
+/// come back short every time.
+pub const MAX_REQUEST: usize = 0x7fff_f000;
+
 pub(crate) struct FileInner {
     pub(crate) name: RwLock<Arc<str>>,
     pub(crate) layout: Layout,
@@ -498,6 +503,13 @@ impl File {
             value,
             align: DIRECT_ALIGN,
         };
+        if len > MAX_REQUEST {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?}: a request of {len} bytes is longer than the {MAX_REQUEST} bytes \
+                 the kernel moves in one read or write: split it",
+                self.name()
+            )));
+        }
         if offset % DIRECT_ALIGN != 0 {
             return Err(misaligned("offset", offset));
         }

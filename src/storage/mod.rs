@@ -12,7 +12,7 @@ pub(crate) mod store;
 pub(crate) mod watch;
 
 pub use buf::{AlignedBuf, BUF_ALIGN};
-pub use file::{DIRECT_ALIGN, File, OpKind};
+pub use file::{DIRECT_ALIGN, File, MAX_REQUEST, OpKind};
 pub use header::HEADER_BYTES;
 pub use io::{EngineKind, PowerCut, SimConfig, SimMedia, SimSwitches};
 pub use layout::{DeviceBlock, DeviceOffset, Layout, LayoutKind};
