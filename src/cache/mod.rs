@@ -847,6 +847,25 @@ impl<M: Model> PageCache<M> {
             .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
     }
 
+    /// Drop every cached page of `file` without waiting: whether none is
+    /// left (a page in use stays, and the answer is no).
+    pub(crate) fn discard_idle(&self, file: u32) -> bool {
+        let Ok(first) = tag_of(file, 0) else {
+            return true;
+        };
+        let which = |t: u64| t >> 40 == first >> 40;
+        loop {
+            let (dropped, busy) = self.core.discard_where(which);
+            if busy > 0 {
+                return false;
+            }
+            // A resize may have moved a page into a set already visited.
+            if dropped == 0 {
+                return true;
+            }
+        }
+    }
+
     /// Mark `page` of `file` dirty if it is cached, so that it is written back
     /// again (after a failed fsync, whose pages the kernel may have dropped).
     /// Returns whether the page was cached.

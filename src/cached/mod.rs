@@ -366,6 +366,7 @@ impl CachedStore {
             files: RwLock::new(HashMap::new()),
             next_id: AtomicU32::new(0),
             free_ids: Mutex::new(Vec::new()),
+            retired: Mutex::new(Vec::new()),
             ahead,
             staging,
             aio: std::sync::OnceLock::new(),

@@ -20,6 +20,9 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicU32,
     /// Retired ids whose pages are all gone, for reuse.
     pub(crate) free_ids: Mutex<Vec<u32>>,
+    /// Retired ids that a handle (or a page in use) still held at their
+    /// retirement: freed by a later [`Shared::new_id`] once nothing does.
+    pub(crate) retired: Mutex<Vec<(u32, std::sync::Weak<Entry>)>>,
     /// Readahead windows on their way to the readahead thread.
     pub(crate) ahead: Ahead,
     /// Where reads of runs of pages land before their frames.
@@ -285,18 +288,62 @@ impl Shared {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .push(id);
+                return;
             }
         }
+        // Held still: a later `new_id` frees it once nothing holds it.
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, Arc::downgrade(&e)));
+    }
+
+    /// Free the retired ids that no handle holds any more and whose pages
+    /// are all gone (without waiting for pages in use); how many.
+    fn reclaim(&self) -> usize {
+        let held = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
+        if held.is_empty() {
+            return 0;
+        }
+        let (mut freed, mut kept) = (Vec::new(), Vec::new());
+        for (id, w) in held {
+            // No handle left: none can bring a page in any more (the
+            // argument of `retire`'s second pass).
+            if w.strong_count() == 0 && {
+                std::sync::atomic::fence(Ordering::Acquire);
+                self.cache.discard_idle(id)
+            } {
+                freed.push(id);
+            } else {
+                kept.push((id, w));
+            }
+        }
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(kept);
+        let n = freed.len();
+        self.free_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(freed);
+        n
     }
 
     /// A cache id for a newly opened file: a retired one whose pages are all
-    /// gone, or the next unused one.
+    /// gone (and that no handle holds), or the next unused one.
     pub(crate) fn new_id(&self) -> Result<u32> {
-        if let Some(id) = self
-            .free_ids
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop()
+        let pop = || {
+            self.free_ids
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop()
+        };
+        if let Some(id) = pop() {
+            return Ok(id);
+        }
+        if self.reclaim() > 0
+            && let Some(id) = pop()
         {
             return Ok(id);
         }
@@ -408,5 +455,42 @@ impl Shared {
         if let Ok(e) = self.entry(id) {
             e.remember(err);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::cache::{CacheOptions, PolicyKind};
+    use crate::{CachedStore, LayoutKind, Store, StoreOptions};
+
+    /// A file deleted while a handle holds it keeps its cache id only as
+    /// long as the handle: once the handle is gone, the next file opened
+    /// gets that id back (ids are few: 2^24 in a cache).
+    #[test]
+    fn a_deleted_files_id_comes_back_once_its_last_handle_is_gone() {
+        let dir = std::env::temp_dir().join(format!("setcache-ids-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let opts = CacheOptions {
+            size: 64 * 4096,
+            page_size: 4096,
+            assoc: 4,
+            policy: PolicyKind::Clock,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for k in 0..20 {
+            let name = format!("tmp{k}");
+            let f = cs.create(&name, 64 << 10, LayoutKind::Stripe).unwrap();
+            f.write_at(0, b"some bytes").unwrap();
+            seen.insert(f.id);
+            cs.delete(&name).unwrap();
+            drop(f);
+        }
+        assert!(seen.len() <= 2, "ids used for 20 files in turn: {seen:?}");
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
