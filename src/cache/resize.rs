@@ -116,7 +116,13 @@ impl<M: Model> Core<M> {
         if over > count(clean_t) + count(clean_s) {
             self.unlock(t);
             self.unlock(s);
-            return Err(Busy::Dirty);
+            // Only a waiter's pin on a slot without a page in the way: it
+            // goes soon, and writing back would not help.
+            return Err(if count(*gs.valid) + count(*gt.valid) <= self.lay.assoc {
+                Busy::Pinned
+            } else {
+                Busy::Dirty
+            });
         }
         if !self.freeze(t, frozen) {
             self.unlock(t);

@@ -1076,7 +1076,7 @@ impl<'a> CachedQueue<'a> {
         };
         let (start, pages) = with_neighbours(&self.sh.cache, wb, limit, VICTIM_RUN);
         let end = start + pages.len() as u64;
-        self.send_write_back(&entry.file, start, pages, false, req, page);
+        self.send_write_back(&entry.file, vf, start, pages, false, req, page);
         // The disk takes writes that land close together much faster than
         // scattered ones: the other dirty pages of the victim's region go now,
         // right behind it.
@@ -1091,17 +1091,20 @@ impl<'a> CachedQueue<'a> {
             let (s0, near) = with_neighbours(cache, wb, limit, VICTIM_RUN);
             // The request waits for this write as for one of its pages.
             self.live.get_mut(req).expect("live request").left += 1;
-            self.send_write_back(&entry.file, s0, near, true, req, q);
+            self.send_write_back(&entry.file, vf, s0, near, true, req, q);
         }
         Ok(Step::Pending)
     }
 
-    /// Send one write of the run `pages` (first page `start`) straight from
-    /// their frames: the victim run of page `page` of request `req`, or, with
-    /// `near`, a run of the victim's region that the request also waits for.
+    /// Send one write of the run `pages` (first page `start`, of cache file
+    /// `id`) straight from their frames: the victim run of page `page` of
+    /// request `req`, or, with `near`, a run of the victim's region that the
+    /// request also waits for.
+    #[allow(clippy::too_many_arguments)]
     fn send_write_back(
         &mut self,
         file: &File,
+        id: u32,
         start: u64,
         pages: Vec<WriteBack<'a>>,
         near: bool,
@@ -1121,9 +1124,9 @@ impl<'a> CachedQueue<'a> {
         self.victim_frames
             .extend(pages.iter().map(|w| w.bytes().as_ptr() as *mut u8));
         let job = if near {
-            Job::Near(Owed::new(pages))
+            Job::Near(Owed::new(self.sh, id, pages))
         } else {
-            Job::Victim(Owed::new(pages))
+            Job::Victim(Owed::new(self.sh, id, pages))
         };
         let slot = self.fills.insert(Waiting { job, req, page });
         let tag = self.ops.insert(Slots {

@@ -262,6 +262,10 @@ impl Drop for Shared {
     }
 }
 
+/// Retired ids still held at their retirement that gather before a
+/// [`Shared::new_id`] looks whether they can be freed.
+const RECLAIM_AT: usize = 32;
+
 impl Shared {
     /// Stop the workers a layer above started for this store, and refuse
     /// their start from now on if none were started.
@@ -299,12 +303,18 @@ impl Shared {
     }
 
     /// Free the retired ids that no handle holds any more and whose pages
-    /// are all gone (without waiting for pages in use); how many.
+    /// are all gone (without waiting for pages in use); how many. Each id
+    /// looked at costs a walk of the cache, under the file table's lock: so
+    /// only once `RECLAIM_AT` have gathered, or the ids run short.
     fn reclaim(&self) -> usize {
-        let held = std::mem::take(&mut *self.retired.lock().unwrap_or_else(|p| p.into_inner()));
-        if held.is_empty() {
-            return 0;
-        }
+        let held = {
+            let mut r = self.retired.lock().unwrap_or_else(|p| p.into_inner());
+            let short = self.next_id.load(Ordering::Relaxed) > MAX_FILE_ID / 2;
+            if r.is_empty() || (r.len() < RECLAIM_AT && !short) {
+                return 0;
+            }
+            std::mem::take(&mut *r)
+        };
         let (mut freed, mut kept) = (Vec::new(), Vec::new());
         for (id, w) in held {
             // No handle left: none can bring a page in any more (the
@@ -464,8 +474,8 @@ mod tests {
     use crate::{CachedStore, LayoutKind, Store, StoreOptions};
 
     /// A file deleted while a handle holds it keeps its cache id only as
-    /// long as the handle: once the handle is gone, the next file opened
-    /// gets that id back (ids are few: 2^24 in a cache).
+    /// long as the handle: once the handle is gone, a later open gets that
+    /// id back (ids are few: 2^24 in a cache).
     #[test]
     fn a_deleted_files_id_comes_back_once_its_last_handle_is_gone() {
         let dir = std::env::temp_dir().join(format!("setcache-ids-{}", std::process::id()));
@@ -481,7 +491,7 @@ mod tests {
         };
         let cs = CachedStore::new(store, opts).unwrap();
         let mut seen = std::collections::HashSet::new();
-        for k in 0..20 {
+        for k in 0..100 {
             let name = format!("tmp{k}");
             let f = cs.create(&name, 64 << 10, LayoutKind::Stripe).unwrap();
             f.write_at(0, b"some bytes").unwrap();
@@ -489,7 +499,12 @@ mod tests {
             cs.delete(&name).unwrap();
             drop(f);
         }
-        assert!(seen.len() <= 2, "ids used for 20 files in turn: {seen:?}");
+        // Retired ids are looked at once 32 have gathered.
+        assert!(
+            seen.len() <= 40,
+            "{} ids used for 100 files in turn",
+            seen.len()
+        );
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }

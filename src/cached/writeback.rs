@@ -246,37 +246,64 @@ impl<'a> Writer<'a> {
     }
 }
 
+/// A file of a store's cache, as `OWED` names it: the address of the
+/// store's shared state, and the file's cache id.
+type FileKey = (usize, u32);
+
 thread_local! {
     /// Write-backs that this thread's queues started and have not yet
-    /// settled: only this thread can finish them, by polling its queue.
-    static OWED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// settled, per file: only this thread can finish them, by polling its
+    /// queue.
+    static OWED: std::cell::RefCell<Vec<(FileKey, usize)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// Write-back guards a request queue holds until its write comes back,
-/// counted in `OWED` while it lives.
-pub(crate) struct Owed<'a>(Vec<WriteBack<'a>>);
+/// Write-back guards of one file that a request queue holds until its write
+/// comes back, counted in `OWED` while it lives.
+pub(crate) struct Owed<'a> {
+    key: FileKey,
+    pages: Vec<WriteBack<'a>>,
+}
 
 impl<'a> Owed<'a> {
-    pub(crate) fn new(pages: Vec<WriteBack<'a>>) -> Owed<'a> {
-        let _ = OWED.try_with(|c| c.set(c.get() + 1));
-        Owed(pages)
+    pub(crate) fn new(sh: &Shared, file: u32, pages: Vec<WriteBack<'a>>) -> Owed<'a> {
+        let key = (sh as *const Shared as usize, file);
+        let _ = OWED.try_with(|o| {
+            let mut o = o.borrow_mut();
+            match o.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, n)) => *n += 1,
+                None => o.push((key, 1)),
+            }
+        });
+        Owed { key, pages }
     }
 
     pub(crate) fn take(&mut self) -> Vec<WriteBack<'a>> {
-        std::mem::take(&mut self.0)
+        std::mem::take(&mut self.pages)
     }
 }
 
 impl Drop for Owed<'_> {
     fn drop(&mut self) {
-        let _ = OWED.try_with(|c| c.set(c.get().saturating_sub(1)));
+        let _ = OWED.try_with(|o| {
+            let mut o = o.borrow_mut();
+            if let Some(i) = o.iter().position(|(k, _)| *k == self.key) {
+                o[i].1 -= 1;
+                if o[i].1 == 0 {
+                    o.swap_remove(i);
+                }
+            }
+        });
     }
 }
 
-/// Whether this thread's request queues hold write-backs they have not yet
-/// settled (a `sync` waiting for those pages would wait for itself).
-pub(crate) fn owes_write_backs() -> bool {
-    OWED.try_with(|c| c.get() > 0).unwrap_or(false)
+/// Whether this thread's request queues hold write-backs of file `id` of
+/// `sh`'s cache they have not yet settled (a `sync` of it waiting for those
+/// pages would wait for itself).
+pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
+    let key = (sh as *const Shared as usize, id);
+    OWED.try_with(|o| o.borrow().iter().any(|(k, _)| *k == key))
+        .unwrap_or(false)
 }
 
 /// Bytes of the file region whose dirty pages are written together.
@@ -378,11 +405,13 @@ impl Shared {
             if !pending.is_empty() {
                 if w.in_flight() == 0
                     && since.elapsed() >= self.cache.pin_wait()
-                    && owes_write_backs()
+                    && owes_write_backs(self, id)
                 {
                     // Perhaps the write-backs of a request queue of this
                     // thread, which only this thread can finish: waiting
                     // would be for ever. The sets go back (see `Remark`).
+                    let q = w.into_queue();
+                    let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
                     return Err(Error::HeldByCaller(format!(
                         "a sync of {:?} waited {} ms for pages under write-back while a request \
                          queue of this thread holds write-backs it has not yet finished: poll, \
