@@ -318,6 +318,50 @@ fn registered_buffers_round_trip() {
     }
 }
 
+/// A buffer registered with one store's engines works in a request to another
+/// store's file: the other store's engines did not register it, so it must
+/// not travel with the first store's buffer index (the kernel would refuse
+/// the address, or use another buffer's).
+#[test]
+fn a_buffer_registered_with_one_store_works_with_another() {
+    for (ename, engine) in engines() {
+        let (ta, tb) = (TempDir::new("reg-a"), TempDir::new("reg-b"));
+        let a = open(&ta.devices(1), engine.clone(), 16);
+        let b = open(&tb.devices(1), engine, 16);
+        // Both stores' engines have a buffer at their first index.
+        let mut mine = a.alloc_registered(2, 65536).unwrap();
+        let _theirs = b.alloc_registered(2, 65536).unwrap();
+        let f = b.create("x", 1 << 20, LayoutKind::Stripe).unwrap();
+        let mut w = mine.pop().unwrap();
+        w.copy_from_slice(&pattern(9, 4096, 65536));
+        let mut r = mine.pop().unwrap();
+        let mut q = Queue::new(4);
+        q.submit(vec![Request::write(&f, 4096, w, |c| {
+            c.result
+                .expect("write with another store's registered buffer")
+        })]);
+        q.drain();
+        let ok = Rc::new(RefCell::new(None));
+        let o = ok.clone();
+        r.fill(0);
+        q.submit(vec![Request::read(&f, 4096, r, move |c| {
+            *o.borrow_mut() = Some(c.result.is_ok() && c.buf[..] == pattern(9, 4096, 65536)[..]);
+        })]);
+        q.drain();
+        assert_eq!(
+            *ok.borrow(),
+            Some(true),
+            "{ename}: read back differs or failed"
+        );
+        let mut plain = AlignedBuf::new(65536);
+        f.read_at(4096, &mut plain).unwrap();
+        assert!(
+            plain[..] == pattern(9, 4096, 65536)[..],
+            "{ename}: data differs"
+        );
+    }
+}
+
 /// Store options out of range are refused.
 #[test]
 fn bad_options_are_refused() {

@@ -60,8 +60,12 @@ impl Arena {
         }
     }
 
-    pub(crate) fn fixed_index(&self, device: usize) -> Option<u16> {
-        self.regs.get(device).and_then(|r| r.1)
+    /// The index `engine`, the engine of device `device` of the store a
+    /// request goes to, gave this arena: none if the arena was registered
+    /// with another store's engines (an index is the engine's own).
+    pub(crate) fn fixed_index(&self, device: usize, engine: &Arc<dyn DeviceEngine>) -> Option<u16> {
+        let (e, idx) = self.regs.get(device)?;
+        std::ptr::addr_eq(e.as_ptr(), Arc::as_ptr(engine)).then_some(*idx)?
     }
 }
 
@@ -127,9 +131,10 @@ impl AlignedBuf {
         self.len == 0
     }
 
-    /// The fixed-buffer index of this buffer's arena on `device`, if registered.
-    pub(crate) fn fixed_index(&self, device: usize) -> Option<u16> {
-        self.arena.fixed_index(device)
+    /// The fixed-buffer index of this buffer's arena on `device`, whose
+    /// engine is `engine`, if registered with that engine.
+    pub(crate) fn fixed_index(&self, device: usize, engine: &Arc<dyn DeviceEngine>) -> Option<u16> {
+        self.arena.fixed_index(device, engine)
     }
 
     pub(crate) fn as_mut_ptr(&mut self) -> *mut u8 {

@@ -464,7 +464,7 @@ impl File {
                             iov_len: n,
                         }],
                         len: n,
-                        fixed: buf.and_then(|b| b.fixed_index(s.device)),
+                        fixed: buf.and_then(|b| b.fixed_index(s.device, &backing.engine)),
                         done: joiner.clone(),
                     });
                     count += 1;
