@@ -49,6 +49,47 @@ fn bad_device_roots() {
     assert!(e.to_string().contains("same directory as device 0"), "{e}");
 }
 
+/// A device root on a file system whose direct I/O needs 4 KiB alignment is
+/// refused at open, naming the alignment (setcache's I/O is aligned to 512
+/// bytes, and the first request of a partial sector would fail the device);
+/// without direct I/O the same root works.
+#[test]
+fn a_root_whose_direct_io_needs_more_than_512_byte_alignment_is_refused() {
+    let tmp = TempDir::new("sector4k");
+    let Some(fs) = common::LoopFs::mount(&tmp.path().join("mnt"), 64, 4096) else {
+        return;
+    };
+    let root = fs.dir.join("dev0");
+    std::fs::create_dir(&root).unwrap();
+    let e = Store::open(std::slice::from_ref(&root), opts()).unwrap_err();
+    assert!(matches!(e, Error::BadDevice { device: 0, .. }), "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("aligned to 4096 bytes"), "{msg}");
+    assert!(msg.contains("direct_io = false"), "{msg}");
+    assert_eq!(
+        std::fs::read_dir(&root).unwrap().count(),
+        0,
+        "the probe stayed"
+    );
+    let store = Store::open(
+        std::slice::from_ref(&root),
+        StoreOptions {
+            direct_io: false,
+            ..opts()
+        },
+    )
+    .unwrap();
+    let f = store.create("odd", 10_000, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(512);
+    b.copy_from_slice(&pattern(3, 9728, 512));
+    f.write_at(9728, &b).unwrap();
+    f.sync().unwrap();
+    let mut back = AlignedBuf::new(512);
+    f.read_at(9728, &mut back).unwrap();
+    assert!(back[..272] == b[..272]);
+    drop((f, store));
+}
+
 fn make(tmp: &TempDir) -> (Vec<PathBuf>, Vec<u8>) {
     let roots = tmp.devices(3);
     let store = Store::open(&roots, opts()).unwrap();

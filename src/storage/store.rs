@@ -245,8 +245,15 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
     let probe = root.join(format!(".setcache-probe-{}", std::process::id()));
     let flags = if direct { libc::O_DIRECT } else { 0 };
     match open_raw(&probe, libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC | flags) {
-        Ok(_) => {
+        Ok(fd) => {
+            let aligned = if direct {
+                direct_alignment(&fd)
+            } else {
+                Ok(())
+            };
+            drop(fd);
             let _ = fs::remove_file(&probe);
+            aligned.map_err(bad)?;
         }
         Err(e) => {
             let _ = fs::remove_file(&probe);
@@ -260,6 +267,57 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
         }
     }
     Ok((md.dev(), md.ino()))
+}
+
+/// Whether direct I/O on `fd` (a file opened with `O_DIRECT`) takes the
+/// alignment setcache uses: [`DIRECT_ALIGN`] bytes in the file and in memory.
+/// A file system over a device of larger logical sectors refuses such I/O with
+/// `EINVAL`, which in use would fail the device at the first request of a
+/// partial sector; found here, it is refused at open, naming the alignment the
+/// file system asks for where it reports it (`statx`).
+fn direct_alignment(fd: &OwnedFd) -> std::result::Result<(), String> {
+    let a = DIRECT_ALIGN as usize;
+    let mut buf = AlignedBuf::new(2 * crate::storage::buf::BUF_ALIGN);
+    let probe = |buf: &mut AlignedBuf| -> std::io::Result<()> {
+        pwrite_all(fd, &buf[..crate::storage::buf::BUF_ALIGN], 0)?;
+        // A sector of the file's second, into memory aligned to a sector only.
+        pread_exact(fd, &mut buf[a..2 * a], a as u64)?;
+        Ok(())
+    };
+    match probe(&mut buf) {
+        Ok(()) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            let (file, mem) = dio_alignment(fd).unwrap_or((0, 0));
+            let asks = if file > 0 {
+                format!("{file} bytes in the file and {mem} in memory")
+            } else {
+                format!("more than {a} bytes")
+            };
+            Err(format!(
+                "its file system takes direct I/O aligned to {asks}, and setcache aligns it to {a} bytes (open the store with direct_io = false)"
+            ))
+        }
+        Err(e) => Err(format!("direct I/O on it fails: {e}")),
+    }
+}
+
+/// The direct-I/O alignment `statx` reports for `fd` (in the file, in
+/// memory), if the kernel and file system report it.
+fn dio_alignment(fd: &OwnedFd) -> Option<(u32, u32)> {
+    // SAFETY: `statx` is plain old data; all zeros is a valid value.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: an empty path with `AT_EMPTY_PATH` names `fd`, a live descriptor; `st` is valid for writes.
+    let r = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut st,
+        )
+    };
+    (r == 0 && st.stx_mask & libc::STATX_DIOALIGN != 0)
+        .then_some((st.stx_dio_offset_align, st.stx_dio_mem_align))
 }
 
 fn open_raw(path: &Path, flags: i32) -> std::io::Result<OwnedFd> {

@@ -282,3 +282,86 @@ impl Drop for Tmpfs {
             .status();
     }
 }
+
+/// An ext4 file system on a loop device of `sector`-byte logical sectors,
+/// mounted for one test and taken down when dropped.
+pub struct LoopFs {
+    pub dir: PathBuf,
+    dev: String,
+    image: PathBuf,
+}
+
+impl LoopFs {
+    /// A file system of `mib` MiB at `dir` over an image beside it; `None`
+    /// (and why) where this process may not make one, which fails the test
+    /// instead when `CI` is set.
+    pub fn mount(dir: &Path, mib: u64, sector: u32) -> Option<LoopFs> {
+        let image = dir.with_extension("img");
+        let run = |cmd: &str, args: &[&str]| -> Result<String, String> {
+            let out = std::process::Command::new(cmd)
+                .args(args)
+                .output()
+                .map_err(|e| format!("{cmd}: {e}"))?;
+            if out.status.success() {
+                Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+            } else {
+                Err(format!(
+                    "{cmd}: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        let made = (|| {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+            let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
+            f.set_len(mib << 20).map_err(|e| e.to_string())?;
+            let img = image.to_str().unwrap();
+            let dev = run(
+                "losetup",
+                &["--sector-size", &sector.to_string(), "-f", "--show", img],
+            )?;
+            let fs = LoopFs {
+                dir: dir.to_path_buf(),
+                dev: dev.clone(),
+                image: image.clone(),
+            };
+            run("mkfs.ext4", &["-q", &dev])?;
+            run("mount", &[&dev, dir.to_str().unwrap()])?;
+            Ok::<_, String>(fs)
+        })();
+        match made {
+            Ok(fs) => Some(fs),
+            Err(why) => {
+                let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+                assert!(
+                    !ci,
+                    "CI is set, but a loop file system cannot be made ({why})"
+                );
+                eprintln!("skipped: cannot make a loop file system ({why})");
+                let _ = std::fs::remove_file(&image);
+                None
+            }
+        }
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let done = std::process::Command::new("umount")
+                .arg(&self.dir)
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if done {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let _ = std::process::Command::new("losetup")
+            .args(["-d", &self.dev])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
