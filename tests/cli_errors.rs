@@ -837,3 +837,47 @@ fn bench_partitions_and_compute() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `arraybench --dir D` keeps its store in `D/arraydev0`: a file there that
+/// it did not make is refused and kept, a directory another run holds is
+/// left alone, and what it made itself is gone after a run.
+#[test]
+fn arraybench_leaves_files_it_did_not_make() {
+    let dir = scratch("arraybench-dir");
+    let args = [
+        "arraybench",
+        "--dir",
+        "d",
+        "--size",
+        "1M",
+        "--ops",
+        "512",
+        "--rounds",
+        "1",
+        "--workload",
+        "seq",
+    ];
+    let root = dir.join("d/arraydev0");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("precious.txt"), b"keep me").unwrap();
+    let r = run(&dir, &args, Limits::default());
+    assert_refused(&r, "a foreign file", &["precious.txt", "did not make"]);
+    assert_eq!(
+        std::fs::read(root.join("precious.txt")).unwrap(),
+        b"keep me"
+    );
+    std::fs::remove_file(root.join("precious.txt")).unwrap();
+    // A store another process holds: refused, and its files stay.
+    let held = setcache::Store::open(std::slice::from_ref(&root), Default::default()).unwrap();
+    let r = run(&dir, &args, Limits::default());
+    assert_refused(&r, "a held store", &["in use"]);
+    assert!(
+        root.join(".setcache-lock").exists(),
+        "the holder's lock went"
+    );
+    drop(held);
+    let r = run(&dir, &args, Limits::default());
+    assert_ok(&r, "a run over an earlier run's leftovers");
+    assert!(!root.exists(), "the run's own store stayed");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -170,18 +170,72 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         }
     };
     let root = dir.join("arraydev0");
-    std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-    let result = measure(&a, &root, n, cache);
-    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
+    // The store's directory holds only what an arraybench makes there (an
+    // earlier run's, killed before it cleared up): anything else is the
+    // user's, and is neither used nor removed.
+    let made = match std::fs::create_dir(&root) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let entries =
+                std::fs::read_dir(&root).map_err(|e| format!("{}: {e}", root.display()))?;
+            for entry in entries {
+                let name = entry
+                    .map_err(|e| format!("{}: {e}", root.display()))?
+                    .file_name();
+                if !ours(&name.to_string_lossy()) {
+                    return Err(format!(
+                        "--dir {}: {} holds {:?}, which arraybench did not make: remove it or choose another --dir",
+                        dir.display(),
+                        root.display(),
+                        name
+                    ));
+                }
+            }
+            false
+        }
+        Err(e) => return Err(format!("{}: {e}", root.display())),
+    };
+    let err = |e: setcache::Error| format!("arraybench: {e}");
+    let store = match Store::open(&[&root], StoreOptions::default()) {
+        Ok(s) => s,
+        Err(e) => {
+            // Another run may hold it: leave it as it is.
+            if made {
+                let _ = std::fs::remove_dir(&root);
+            }
+            return Err(err(e));
+        }
+    };
+    let result = measure(&a, store, n, cache);
+    // The store is closed: take away what it made, and the directory if
+    // nothing else is left in it.
+    if let Ok(entries) = std::fs::read_dir(&root) {
+        for entry in entries.flatten() {
+            if ours(&entry.file_name().to_string_lossy()) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
+    }
+    let _ = std::fs::remove_dir(&root);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
     result
 }
 
-fn measure(a: &ArrayArgs, root: &std::path::Path, n: u64, cache: u64) -> Result<(), String> {
+/// Whether a name in the store's directory is one an arraybench's store
+/// makes: the array's backing file (also while it is being made), the
+/// store's lock, intent record and probe.
+fn ours(name: &str) -> bool {
+    matches!(
+        name,
+        "array.scf" | ".array.scf.new" | ".setcache-lock" | ".setcache-intent"
+    ) || name.starts_with(".setcache-probe-")
+}
+
+fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String> {
     let err = |e: setcache::Error| format!("arraybench: {e}");
-    let store = Store::open(&[root], StoreOptions::default()).map_err(err)?;
     let _ = store.delete("array");
     let cs = CachedStore::new(
         store,
