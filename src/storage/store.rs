@@ -405,6 +405,23 @@ pub(crate) fn crash_after(steps: Option<u32>) {
     CRASH_AFTER.with(|c| c.set(steps));
 }
 
+/// In unit tests, the next thread to write stale headers tells this sender
+/// when it starts and waits 300 ms there (the headers not yet written).
+#[cfg(test)]
+pub(crate) static HEADERS_PAUSE: Mutex<Option<std::sync::mpsc::Sender<()>>> = Mutex::new(None);
+
+#[cfg(test)]
+fn pause_in_headers() {
+    let pause = HEADERS_PAUSE
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take();
+    if let Some(tx) = pause {
+        let _ = tx.send(());
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// Called before every step of a metadata operation that changes the disk.
 fn crash_point() -> Result<()> {
     #[cfg(test)]
@@ -1717,34 +1734,37 @@ impl StoreInner {
                 truncate(&b.fd, size).map_err(io)?;
             }
         }
-        f.len.store(len, Ordering::Release);
+        // The flag before the length: a thread that sees the new length (and
+        // may write past the old one, then sync) sees the headers stale.
         f.header_stale.store(true, Ordering::Release);
+        f.len.store(len, Ordering::Release);
         Ok(())
     }
 
     /// If a lazy growth left `f`'s headers behind its length, write them (the
     /// caller's fsync follows). Under the metadata lock, so that no length
-    /// change writes its header in between.
+    /// change writes its header in between. The flag is cleared only once
+    /// every header is written: a sync that comes meanwhile finds it set and
+    /// waits for the lock, so that no sync returns before the headers its
+    /// writes need are written (its own fsync then makes them durable).
     /// Returns whether it wrote them.
     pub(crate) fn write_stale_headers(&self, f: &FileInner) -> Result<bool> {
         if !f.header_stale.load(Ordering::Acquire) {
             return Ok(false);
         }
         let _meta = self.begin_meta()?;
-        if !f.header_stale.swap(false, Ordering::AcqRel) {
+        if !f.header_stale.load(Ordering::Acquire) {
             return Ok(false);
         }
+        #[cfg(test)]
+        pause_in_headers();
         let len = f.len.load(Ordering::Acquire);
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
         // The backing files' new sizes first: a header must never be durable
         // ahead of the size it needs (the store would find the file truncated).
         for (i, b) in f.backings.iter().enumerate() {
-            if let Err(e) = crash_point() {
-                f.header_stale.store(true, Ordering::Release);
-                return Err(e);
-            }
+            crash_point()?;
             if let Err(e) = fsync_fd(&b.fd) {
-                f.header_stale.store(true, Ordering::Release);
                 return Err(Error::os(
                     format!("device {i}: sync the size of"),
                     self.backing_path(i, &name),
@@ -1770,10 +1790,10 @@ impl StoreInner {
                     )
                 })
             }) {
-                f.header_stale.store(true, Ordering::Release);
                 return Err(e);
             }
         }
+        f.header_stale.store(false, Ordering::Release);
         Ok(true)
     }
 

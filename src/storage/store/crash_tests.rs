@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after};
+use super::{HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after};
 use crate::error::Error;
 use crate::storage::buf::AlignedBuf;
 use crate::storage::io::EngineKind;
@@ -316,4 +316,38 @@ fn a_lazy_growth_stopped_at_any_step_of_its_headers_opens() {
         f.read_at(0, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 3), "step {k}: the old bytes changed");
     }
+}
+
+/// A sync that comes while another thread writes the headers a lazy growth
+/// left behind returns only once they are written: else its caller, told
+/// that bytes past the old length are durable, could lose them to a crash
+/// before the other thread writes the headers (the file comes back at the
+/// old length).
+#[test]
+fn a_sync_during_anothers_header_write_waits_for_the_headers() {
+    let d = Dir::new("stale-headers");
+    let s = d.open().unwrap();
+    let f = s.create("g", 4096, LayoutKind::Stripe).unwrap();
+    f.grow_lazily(1 << 20).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    *HEADERS_PAUSE.lock().unwrap() = Some(tx);
+    std::thread::scope(|sc| {
+        let a = sc.spawn(|| f.sync());
+        rx.recv().unwrap();
+        // Thread A is writing the headers: this sync must not return before
+        // they are, whatever it finds.
+        f.sync().unwrap();
+        for (i, root) in d.roots().iter().enumerate() {
+            let bytes = std::fs::read(root.join("g.scf")).unwrap();
+            let h = crate::storage::header::Header::decode(&bytes[..4096])
+                .unwrap()
+                .0;
+            assert_eq!(
+                h.len,
+                1 << 20,
+                "device {i}: the header still has the old length"
+            );
+        }
+        a.join().unwrap().unwrap();
+    });
 }
