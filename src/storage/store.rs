@@ -1781,17 +1781,14 @@ impl StoreInner {
                 device_index: i as u32,
                 file_uid: f.uid,
             };
-            if let Err(e) = crash_point().and_then(|()| {
-                write_header(&b.fd, &h).map_err(|e| {
-                    Error::os(
-                        format!("device {i}: write the header of"),
-                        self.backing_path(i, &name),
-                        e,
-                    )
-                })
-            }) {
-                return Err(e);
-            }
+            crash_point()?;
+            write_header(&b.fd, &h).map_err(|e| {
+                Error::os(
+                    format!("device {i}: write the header of"),
+                    self.backing_path(i, &name),
+                    e,
+                )
+            })?;
         }
         f.header_stale.store(false, Ordering::Release);
         Ok(true)
