@@ -127,6 +127,29 @@ pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) ep: u64,
 }
 
+/// In unit tests: the cache (its `Core`'s address) and set after whose
+/// visit by a discard pass `f` runs, once, on the discarding thread.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) static AFTER_DISCARD_VISIT: Mutex<Option<(usize, usize, Box<dyn FnOnce() + Send>)>> =
+    Mutex::new(None);
+
+#[cfg(test)]
+fn after_discard_visit(core: usize, set: usize) {
+    let f = {
+        let mut hook = AFTER_DISCARD_VISIT
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match &*hook {
+            Some((c, s, _)) if *c == core && *s == set => hook.take().map(|h| h.2),
+            _ => None,
+        }
+    };
+    if let Some(f) = f {
+        f();
+    }
+}
+
 /// Whether a page sighted when its set's epoch word `epoch` read `ep` is
 /// still where it was seen, readable, with nobody writing it: bytes read from
 /// its frame before this returns true (and after the sighting) are the
@@ -1840,6 +1863,10 @@ impl<M: Model> Core<M> {
     /// `(dropped, busy)`: the pages dropped, and the matching pages left in
     /// place because they were pinned, being filled, written or written back.
     pub(crate) fn discard_where(&self, which: impl Fn(u64) -> bool) -> (usize, usize) {
+        // No resize step during the pass: a shrink moves the last set's
+        // pages into a set of lower index, maybe one already visited, and
+        // the pass would end without seeing them.
+        let _no_resize = self.inited.lock().unwrap_or_else(|p| p.into_inner());
         let (mut dropped, mut busy) = (0, 0);
         let mut s = 0;
         while s < self.n_sets() {
@@ -1865,6 +1892,8 @@ impl<M: Model> Core<M> {
                 }
             }
             self.unlock(s);
+            #[cfg(test)]
+            after_discard_visit(self as *const Self as usize, s);
             s += 1;
         }
         (dropped, busy)

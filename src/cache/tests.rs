@@ -1802,3 +1802,73 @@ fn a_partitions_memory_prefers_its_node() {
     let e = c.prefer_node(0, 5000).unwrap_err();
     assert!(e.to_string().contains("node 5000"), "{e}");
 }
+
+/// A discard pass that a shrink overtakes still finds every page: the shrink
+/// moves the last set's pages into a set of lower index, which the pass may
+/// have visited already. A page missed so stays cached under a file id the
+/// caller was told is free (`discard_idle`), and the id's next file would
+/// read it as its own.
+#[test]
+fn a_discard_pass_finds_the_pages_a_shrink_moves_behind_it() {
+    let c = Arc::new(PageCache::<Os>::new(opts(8, 64, 4, PolicyKind::Gclock)).unwrap());
+    c.resize(64 * 512).unwrap();
+    let n = c.sets();
+    let disk: Disk = Mutex::default();
+    // One page of file 7 in the last set (each other try dropped again).
+    let page = (0..10_000u64)
+        .find(|&p| {
+            drop(c.get_with(7, p, load_from(&disk), store_to(&disk)).unwrap());
+            let tag = tag_of(7, p).unwrap();
+            if c.core
+                .find(mix64(tag), tag)
+                .is_some_and(|(s, _)| s == n - 1)
+            {
+                return true;
+            }
+            c.discard(7, 0).unwrap();
+            false
+        })
+        .expect("a page of file 7 in the last set");
+    // Once the pass has visited the set before the last, a shrink by one set
+    // runs (waited for up to 300 ms: with the fix it waits for the pass).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let shrinker = {
+        let c = c.clone();
+        move || {
+            std::thread::spawn(move || {
+                c.resize((n - 1) * 4 * 512).unwrap();
+                let _ = tx.send(());
+            })
+        }
+    };
+    let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let h2 = handle.clone();
+    let core_addr = &c.core as *const _ as usize;
+    *core::AFTER_DISCARD_VISIT.lock().unwrap() = Some((
+        core_addr,
+        n - 2,
+        Box::new(move || {
+            *h2.lock().unwrap() = Some(shrinker());
+            let _ = rx.recv_timeout(Duration::from_millis(300));
+        }),
+    ));
+    let none_left = c.discard_idle(7);
+    handle
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the pass reached the hook")
+        .join()
+        .unwrap();
+    assert_eq!(c.sets(), n - 1);
+    let left: Vec<u64> = c
+        .pages()
+        .iter()
+        .filter(|p| p.file == 7)
+        .map(|p| p.page)
+        .collect();
+    assert!(
+        !none_left || left.is_empty(),
+        "discard_idle said file 7 has no page left, but page {page} is cached: {left:?}"
+    );
+}
