@@ -134,6 +134,35 @@ pub(crate) struct Sighting<'a, M: Model> {
 pub(crate) static AFTER_DISCARD_VISIT: Mutex<Option<(usize, usize, Box<dyn FnOnce() + Send>)>> =
     Mutex::new(None);
 
+/// In unit tests: the cache (its `Core`'s address) whose next lock-free hit
+/// runs `f(state, set, slot)` between its checks and its pin, once.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) static BEFORE_FAST_PIN: Mutex<
+    Option<(usize, Box<dyn FnOnce(u32, usize, usize) + Send>)>,
+> = Mutex::new(None);
+#[cfg(test)]
+pub(crate) static FAST_PIN_HOOKED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(test)]
+fn before_fast_pin(core: usize, v: u32, s: usize, i: usize) {
+    if !FAST_PIN_HOOKED.load(Acquire) {
+        return;
+    }
+    let f = {
+        let mut hook = BEFORE_FAST_PIN.lock().unwrap_or_else(|p| p.into_inner());
+        match &*hook {
+            Some((c, _)) if *c == core => hook.take().map(|h| h.1),
+            _ => None,
+        }
+    };
+    if let Some(f) = f {
+        FAST_PIN_HOOKED.store(false, Release);
+        f(v, s, i);
+    }
+}
+
 #[cfg(test)]
 fn after_discard_visit(core: usize, set: usize) {
     let f = {
@@ -782,7 +811,16 @@ impl<M: Model> Core<M> {
             return None;
         }
         self.prefetch_frame(s, i);
+        #[cfg(test)]
+        before_fast_pin(self as *const Self as usize, v, s, i);
         w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
+        // The slot may have changed page and come back to the same word (its
+        // generation wraps after 256 changes) between the check and the pin:
+        // the tag, written before a page turns valid, tells.
+        if tags[i].load(Acquire) != tag {
+            self.release(s, i, false);
+            return None;
+        }
         // A stream's pin leaves a cold page as it came in (its stamp orders
         // the cold pages' eviction: the first in goes first), as its
         // optimistic reads do.

@@ -1872,3 +1872,49 @@ fn a_discard_pass_finds_the_pages_a_shrink_moves_behind_it() {
         "discard_idle said file 7 has no page left, but page {page} is cached: {left:?}"
     );
 }
+
+/// A lock-free hit checks a slot's word and tag, then pins it with a
+/// compare-and-swap of the word. Between the two the slot may change page
+/// often enough for its generation to come back to the same value, with
+/// another page in it: the pin must not be handed out as the page asked for.
+#[test]
+fn a_hit_never_pins_a_slot_whose_generation_came_back_with_another_page() {
+    let c = Arc::new(PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap());
+    let disk: Disk = Mutex::default();
+    // Pages 1, 2 and 3 stay pinned: every miss takes the slot of page 0.
+    for p in 0..4 {
+        drop(c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap());
+    }
+    let held: Vec<_> = (1..4)
+        .map(|p| c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap())
+        .collect();
+    let cycler = c.clone();
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran2 = ran.clone();
+    *core::BEFORE_FAST_PIN.lock().unwrap() = Some((
+        &c.core as *const _ as usize,
+        Box::new(move |v, s, i| {
+            ran2.store(true, Ordering::Release);
+            let disk: Disk = Mutex::default();
+            for p in 100.. {
+                assert!(p < 5000, "the slot's word never came back");
+                drop(
+                    cycler
+                        .get_with(3, p, load_from(&disk), store_to(&disk))
+                        .unwrap(),
+                );
+                if cycler.core.state(s, i).load(Ordering::Acquire) == v {
+                    break;
+                }
+            }
+        }),
+    ));
+    core::FAST_PIN_HOOKED.store(true, Ordering::Release);
+    let g = c.get_with(3, 0, load_from(&disk), store_to(&disk)).unwrap();
+    assert!(ran.load(Ordering::Acquire), "the hit took another path");
+    assert!(
+        g[..] == initial(3, 0)[..],
+        "the guard of page 0 holds another page's bytes"
+    );
+    drop((g, held));
+}
