@@ -216,3 +216,73 @@ fn opens_racing_delete_and_create_never_retire_the_live_file() {
         }
     });
 }
+
+/// An open that races a delete of its file never hands out a handle to the
+/// deleted file, nor leaves one in the store's table: either the open comes
+/// first (and its handle fails with `FileGone` after the delete) or it fails.
+/// A table entry left for the deleted file would fail every later sync of
+/// the store (`BackingGone`) until the name was opened again.
+#[test]
+fn an_open_racing_a_delete_leaves_no_handle_to_the_deleted_file() {
+    let tmp = TempDir::new("opendel");
+    let roots = tmp.devices(1);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store, cache(256)).unwrap();
+    // Openers enough to be preempted between the store's open and the
+    // table's insertion while the delete runs.
+    const OPENERS: usize = 6;
+    let start = Barrier::new(OPENERS + 1);
+    let done = Barrier::new(OPENERS + 1);
+    let rounds = 200;
+    // Failures are gathered, not panicked on: a thread that stopped would
+    // leave the others waiting at the barriers.
+    let failures = std::sync::Mutex::new(Vec::<String>::new());
+    let fail = |m: String| failures.lock().unwrap().push(m);
+    std::thread::scope(|s| {
+        for _ in 0..OPENERS {
+            s.spawn(|| {
+                for i in 0..rounds {
+                    start.wait();
+                    let mut kept = Vec::new();
+                    for _ in 0..64 {
+                        match cs.open_file("y") {
+                            Ok(f) => kept.push(f),
+                            Err(Error::FileNotFound(_) | Error::FileGone(_)) => {}
+                            Err(e) => fail(format!("round {i}: open: {e}")),
+                        }
+                    }
+                    done.wait();
+                    // The delete has returned: every handle kept is of the
+                    // deleted file.
+                    for f in kept {
+                        let mut b = [0u8; 8];
+                        match f.read_at(0, &mut b) {
+                            Err(Error::FileGone(_)) => {}
+                            r => fail(format!(
+                                "round {i}: a handle of the deleted file read: {r:?}"
+                            )),
+                        }
+                    }
+                    done.wait();
+                }
+            });
+        }
+        for i in 0..rounds {
+            cs.create("y", 1 << 16, LayoutKind::Stripe).unwrap();
+            start.wait();
+            cs.delete("y").unwrap();
+            done.wait();
+            done.wait();
+            if let Err(e) = cs.sync() {
+                fail(format!("round {i}: the store's sync after the delete: {e}"));
+            }
+        }
+    });
+    let failures = failures.into_inner().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} failures, the first: {}",
+        failures.len(),
+        failures[0]
+    );
+}

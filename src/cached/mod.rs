@@ -436,37 +436,55 @@ impl CachedStore {
 
     /// Open an existing file through the cache.
     pub fn open_file(&self, name: &str) -> Result<CachedFile> {
-        let f = self.inner.store.open_file(name)?;
-        self.attach(f, false)
+        self.open_as(name, false)
     }
 
     /// Open an existing file through the cache for reading only: writes
     /// through this handle fail with [`Error::ReadOnly`].
     pub fn open_file_read_only(&self, name: &str) -> Result<CachedFile> {
-        let f = self.inner.store.open_file(name)?;
-        self.attach(f, true)
+        self.open_as(name, true)
+    }
+
+    /// Open `name`: if the file the store opened is deleted or replaced
+    /// before the cache takes it, open the name again (the store then finds
+    /// the new file, or none).
+    fn open_as(&self, name: &str, read_only: bool) -> Result<CachedFile> {
+        let mut tries = 0;
+        loop {
+            let f = self.inner.store.open_file(name)?;
+            match self.attach(f, read_only) {
+                Err(Error::FileGone(_)) if tries < 8 => tries += 1,
+                r => return r,
+            }
+        }
     }
 
     fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
         // A file opened twice shares its cache id: one copy of each page. The
         // table stays locked from the search to the insertion, so two threads
         // opening one file at once get one id. An entry of the same name that
-        // is another file (deleted or replaced through the store) is retired;
-        // only the file the store has open under the name now may retire
-        // others (a handle to a file deleted meanwhile retires nothing). The
+        // is another file (deleted or replaced through the store) is retired.
+        // A file the store no longer has under its name (deleted or replaced
+        // since the store opened it) gets no handle and retires nothing. The
         // store's metadata lock is held throughout (it comes before the table
         // in the lock order), so no delete or create runs in between.
         let name = file.name();
         let store = file.inner.store.clone();
         let (id, entry, dead) = store.with_current(|current| -> Result<_> {
             let current = current(&name, &file.inner);
+            if !current {
+                // Deleted or replaced since the store opened it: no handle,
+                // and no entry in the table (one would stay there, failing
+                // the store's syncs, until the name was opened again).
+                return Err(Error::FileGone(name.to_string()));
+            }
             let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
             let mut dead = Vec::new();
             let mut found = None;
             for (&id, e) in files.iter() {
                 if Arc::ptr_eq(&e.file.inner, &file.inner) {
                     found = Some((id, e.clone()));
-                } else if current && *e.file.name_arc() == *name {
+                } else if *e.file.name_arc() == *name {
                     dead.push(id);
                 }
             }
