@@ -148,10 +148,24 @@ struct Meta {
     /// An operation that failed part-way in this process and whose intent record is
     /// still on disk: finished (or undone) before the next metadata operation.
     pending: Option<Intent>,
+    /// An operation that failed before it began, whose intent record could not be
+    /// withdrawn: withdrawn before the next metadata operation (which fails while
+    /// it cannot be), so that no later open carries out what the caller was told
+    /// failed.
+    withdraw: Option<Intent>,
 }
 
 impl Drop for StoreInner {
     fn drop(&mut self) {
+        // A failed operation's record still whole on disk would be carried
+        // out by the next open: a last try to withdraw it.
+        let withdraw = self.meta.get_mut().map_or_else(
+            |p| p.into_inner().withdraw.is_some(),
+            |m| m.withdraw.is_some(),
+        );
+        if withdraw {
+            let _ = self.cancel_intent();
+        }
         for e in &self.engines {
             e.shutdown();
         }
@@ -782,6 +796,7 @@ impl Store {
                 meta: Mutex::new(Meta {
                     files: HashMap::new(),
                     pending: None,
+                    withdraw: None,
                 }),
                 _locks: locks,
                 cached: std::sync::atomic::AtomicBool::new(false),
@@ -878,7 +893,7 @@ impl Store {
             name: name.to_string(),
             uid,
         });
-        inner.write_intent(&intent)?;
+        inner.write_intent(&mut meta, &intent)?;
         let made = inner
             .make_backings(name, &l, size, uid)
             .and_then(|fds| inner.sync_dirs().map(|()| fds));
@@ -1112,7 +1127,7 @@ impl Store {
         let intent = inner.intent(Op::Delete {
             name: name.to_string(),
         });
-        inner.write_intent(&intent)?;
+        inner.write_intent(&mut meta, &intent)?;
         meta.files.remove(name);
         let done = inner.redo_delete(name).and_then(|()| inner.remove_intent());
         if let Err(e) = done {
@@ -1141,7 +1156,7 @@ impl Store {
             from: from.to_string(),
             to: to.to_string(),
         });
-        inner.write_intent(&intent)?;
+        inner.write_intent(&mut meta, &intent)?;
         let open = meta.files.get(from).and_then(Weak::upgrade);
         if let Err(e) = inner.move_backings(from, to, open.as_deref()) {
             // Put back what moved; should that fail, the rename is finished later.
@@ -1185,7 +1200,7 @@ impl Store {
             to: to.to_string(),
             uid,
         });
-        inner.write_intent(&intent)?;
+        inner.write_intent(&mut meta, &intent)?;
         if let Err(e) = inner.redo_replace(&mut meta, from, to, uid) {
             // Begun: it is finished later (at the next operation or open).
             meta.pending = Some(intent);
@@ -1269,6 +1284,14 @@ impl StoreInner {
     /// part-way earlier.
     fn begin_meta(&self) -> Result<MutexGuard<'_, Meta>> {
         let mut meta = self.lock_meta();
+        if let Some(intent) = meta.withdraw.clone() {
+            self.cancel_intent().map_err(|e| Error::Recovery {
+                path: self.intent_path(),
+                op: format!("withdrawal of the failed {}", intent.op),
+                problem: e.to_string(),
+            })?;
+            meta.withdraw = None;
+        }
         if let Some(intent) = meta.pending.clone() {
             self.finish(&mut meta, &intent)
                 .and_then(|()| self.remove_intent())
@@ -1321,7 +1344,7 @@ impl StoreInner {
     }
 
     /// Write the intent record and make it durable (file and directory).
-    fn write_intent(&self, intent: &Intent) -> Result<()> {
+    fn write_intent(&self, meta: &mut Meta, intent: &Intent) -> Result<()> {
         let path = self.intent_path();
         let io = |e| Error::os("device 0: write intent record", &path, e);
         let write = || -> Result<()> {
@@ -1334,8 +1357,10 @@ impl StoreInner {
             sync_dir(0, &self.roots[0])
         };
         write().inspect_err(|_| {
-            // The operation has not started.
-            let _ = self.cancel_intent();
+            // The operation has not started: its record must not stay whole.
+            if self.cancel_intent().is_err() {
+                meta.withdraw = Some(intent.clone());
+            }
         })
     }
 
@@ -1345,10 +1370,13 @@ impl StoreInner {
     /// so that no crash can bring it back whole, then removed.
     fn cancel_intent(&self) -> Result<()> {
         let path = self.intent_path();
-        let f = fs::OpenOptions::new()
-            .write(true)
-            .open(&path)
-            .map_err(|e| Error::os("device 0: withdraw intent record", &path, e))?;
+        crash_point()?;
+        let f = match fs::OpenOptions::new().write(true).open(&path) {
+            Ok(f) => f,
+            // Never made (its creation failed), or already removed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::os("device 0: withdraw intent record", &path, e)),
+        };
         f.set_len(0)
             .and_then(|()| f.sync_all())
             .map_err(|e| Error::os("device 0: withdraw intent record", &path, e))?;
@@ -1823,7 +1851,7 @@ impl StoreInner {
             old_len: old,
             new_len: len,
         });
-        self.write_intent(&intent)?;
+        self.write_intent(&mut meta, &intent)?;
         if len < old {
             // Refuse new I/O past the new end before the space goes.
             f.len.store(len, Ordering::Release);

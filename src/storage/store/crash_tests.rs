@@ -351,3 +351,37 @@ fn a_sync_during_anothers_header_write_waits_for_the_headers() {
         a.join().unwrap().unwrap();
     });
 }
+
+/// An operation whose intent record was written whole but which failed
+/// before it began, and whose record could not be withdrawn then, is not
+/// carried out later: the next metadata operation withdraws the record, or
+/// closing the store does, so that the next open finds none to replay.
+#[test]
+fn a_failed_operations_record_that_could_not_be_withdrawn_is_withdrawn_next() {
+    let d = Dir::new("withdraw");
+    let s = d.open().unwrap();
+    let f = s.create("keep", 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(4096);
+    b.fill(7);
+    f.write_at(0, &b).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    // The record is written, its fsync never comes, and the withdrawal fails
+    // as well.
+    crash_after(Some(2));
+    assert!(s.delete("keep").is_err());
+    crash_after(None);
+    assert!(
+        d.roots()[0].join(INTENT_FILE).exists(),
+        "the test needs a record left"
+    );
+    // No other operation comes: closing the store withdraws it.
+    drop(s);
+    let s = d.open().unwrap();
+    let f = s
+        .open_file("keep")
+        .expect("the failed delete was carried out at open");
+    let mut back = AlignedBuf::new(4096);
+    f.read_at(0, &mut back).unwrap();
+    assert!(back.iter().all(|&x| x == 7));
+}
