@@ -881,3 +881,81 @@ fn arraybench_leaves_files_it_did_not_make() {
     assert!(!root.exists(), "the run's own store stayed");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Inputs the simulator, graph, array and bench commands once took and then
+/// misread or died on: each is refused with an error naming what is wrong.
+#[test]
+fn sim_graph_and_arraybench_refuse_inputs_they_would_misread() {
+    let dir = scratch("misread");
+    let one = dir.join("one.txt");
+    std::fs::write(&one, "5\n").unwrap();
+    let spec = format!("text:{}", one.display());
+    // The default warm-up takes the trace's one request: nothing to count.
+    let r = sim(&["--trace", &spec, "--policy", "lru", "--cache-size", "1p"]);
+    assert_refused(
+        &r,
+        "warm-up of the whole trace",
+        &["--warmup", "leaving none"],
+    );
+    // Two devices whose pages would share numbers.
+    let msr = dir.join("dev.csv");
+    std::fs::write(&msr, "0,h,0,Read,0,4096\n1,h,65536,Read,0,4096\n").unwrap();
+    let spec = format!("msr:{}", msr.display());
+    let r = sim(&["--trace", &spec, "--policy", "lru", "--warmup", "0"]);
+    assert_refused(&r, "device 65536", &["line 2", "device 65536"]);
+    let msr = dir.join("far.csv");
+    std::fs::write(&msr, "0,h,1,Read,1152921504606846976,4096\n").unwrap();
+    let spec = format!("msr:{}", msr.display());
+    let r = sim(&["--trace", &spec, "--policy", "lru", "--warmup", "0"]);
+    assert_refused(&r, "page past 2^48", &["line 1", "2^48"]);
+    // A zstd-compressed file (its magic, then anything) is not read as records.
+    let zst = dir.join("t.oracleGeneral.zst");
+    let mut bytes = vec![0x28, 0xb5, 0x2f, 0xfd];
+    bytes.resize(48, 0);
+    std::fs::write(&zst, bytes).unwrap();
+    let spec = format!("oracle:{}", zst.display());
+    let r = sim(&["--trace", &spec, "--policy", "lru"]);
+    assert_refused(&r, "zstd", &["zstd-compressed", "decompress it first"]);
+    // Sizes a run could not hold, refused before anything is made.
+    let r = run(
+        &dir,
+        &[
+            "arraybench",
+            "--dir",
+            "a",
+            "--size",
+            "1M",
+            "--ops",
+            "18446744073709551615",
+        ],
+        Limits::default(),
+    );
+    assert_refused(&r, "arraybench --ops", &["--ops", "more than"]);
+    assert!(
+        !dir.join("a").exists(),
+        "arraybench made its directory first"
+    );
+    let r = run(
+        &dir,
+        &[
+            "graph",
+            "--dir",
+            "g",
+            "--scale",
+            "2",
+            "--edge-factor",
+            "1",
+            "--depth",
+            "1000000000000",
+        ],
+        Limits::default(),
+    );
+    assert_refused(&r, "graph --depth", &["--depth 1000000000000"]);
+    let r = run(
+        &dir,
+        &["graph", "--dir", "g", "--scale", "31"],
+        Limits::default(),
+    );
+    assert_refused(&r, "graph --scale 31", &["--scale 31", "more than"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

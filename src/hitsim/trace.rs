@@ -809,9 +809,29 @@ fn path_and_opts<'a>(
     Ok((path, Opts::parse(spec, opts, allowed)?))
 }
 
-/// Opens `path`, decompressing `.gz` files.
+/// Opens `path`, decompressing `.gz` files. A file in a compressed format
+/// the simulator does not read (zstd, xz) is refused, not read as records.
 fn open(path: &str) -> Result<Box<dyn Read>, String> {
     let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut head = [0u8; 6];
+    let got = (&f).read(&mut head).map_err(|e| format!("{path}: {e}"))?;
+    let f = {
+        use std::io::Seek;
+        let mut f = f;
+        f.seek(std::io::SeekFrom::Start(0))
+            .map_err(|e| format!("{path}: {e}"))?;
+        f
+    };
+    let format = match &head[..got] {
+        [0x28, 0xb5, 0x2f, 0xfd, ..] => Some(("zstd", "zstd -d")),
+        [0xfd, b'7', b'z', b'X', b'Z', 0] => Some(("xz", "xz -d")),
+        _ => None,
+    };
+    if let Some((name, how)) = format {
+        return Err(format!(
+            "{path}: the file is {name}-compressed, which the simulator does not read: decompress it first ({how}); .gz and .bz2 files are read as they are"
+        ));
+    }
     let ext = Path::new(path).extension();
     if ext.is_some_and(|e| e == "gz") {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
@@ -903,7 +923,8 @@ struct BlockRequest {
 /// and `parse(path, line_number, fields)` makes it a request, which becomes
 /// one page request for every page of `page_size` bytes it touches (a
 /// request of no bytes touches the page at its offset). Devices are kept
-/// apart by `dev << 48`.
+/// apart by `dev << 48` (devices below 2^16, pages below 2^48; others are
+/// refused).
 fn block_trace(
     spec: &str,
     rest: &str,
@@ -945,9 +966,23 @@ fn block_trace(
         let end = offset.checked_add(size.max(1) - 1).ok_or_else(|| {
             format!("{path}: line {n}: Offset {offset} + Size {size} is past 2^64 bytes")
         })?;
+        // A device's pages are told apart from another's by the high 16
+        // bits: past either bound two devices' pages would share numbers.
+        if dev >= 1 << 16 {
+            return Err(format!(
+                "{path}: line {n}: device {dev} is past the largest the simulator tells apart ({})",
+                (1u64 << 16) - 1
+            ));
+        }
+        if end / page_size >= 1 << 48 {
+            return Err(format!(
+                "{path}: line {n}: Offset {offset} + Size {size} reaches page {} of {page_size} bytes, past the 2^48 pages a device may have here",
+                end / page_size
+            ));
+        }
         b.begin_request(time_us);
         for p in offset / page_size..=end / page_size {
-            b.push(dev << 48 ^ p, write)
+            b.push(dev << 48 | p, write)
                 .map_err(|e| format!("{path}: line {n}: {e}"))?;
         }
         Ok(())

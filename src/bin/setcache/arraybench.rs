@@ -160,6 +160,26 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         Some(s) => parse_size(s)?,
         None => bytes + bytes / 2,
     };
+    // What the run holds at once: the vector, the cache, and one workload's
+    // indices for every thread (checked before anything is made).
+    let indices = (a.ops as u64)
+        .saturating_mul(8)
+        .saturating_mul(a.threads as u64);
+    let need = bytes.saturating_add(cache).saturating_add(indices);
+    let limit = setcache::hitsim::memory_limit();
+    if need > limit {
+        return Err(format!(
+            "--size {} (the vector, {}), a cache of {} and --ops {} indices for each of {} threads ({}) need {}, more than the {} this machine allows",
+            a.size,
+            format_size(bytes),
+            format_size(cache),
+            a.ops,
+            a.threads,
+            format_size(indices),
+            format_size(need),
+            format_size(limit)
+        ));
+    }
     let n = bytes / 8;
     let tmp;
     let dir = match &a.dir {

@@ -140,6 +140,15 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     if trace.is_empty() {
         return Err(format!("{}: no request left to replay", trace.name));
     }
+    if sim::warm_requests(trace.len(), args.warmup) == trace.len() {
+        // hit% would be 0 of 0, printed as a hit ratio of 0.
+        return Err(format!(
+            "{}: --warmup {} takes all {} requests of the trace, leaving none for hit% to count: lower --warmup (0 counts every request)",
+            trace.name,
+            args.warmup,
+            trace.len()
+        ));
+    }
     let load_s = start.elapsed().as_secs_f64();
     let writes = trace.n_writes;
     out!(

@@ -177,10 +177,10 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
         );
     }
     if let Some(x) = a.replay_speed
-        && !(x.is_finite() && x > 0.0)
+        && !(1e-6..=1e6).contains(&x)
     {
         return Err(format!(
-            "--replay-speed {x}: give a positive multiple of the trace's timing"
+            "--replay-speed {x}: give a multiple of the trace's timing from 0.000001 to 1000000"
         ));
     }
     let trace = setcache::hitsim::load(&spec, a.bs).map_err(|e| format!("--trace: {e}"))?;

@@ -282,7 +282,8 @@ impl Cursor {
         if let (Some(speed), Some(&t)) = (r.speed, r.trace.times.get(i)) {
             let start = *self.start.get_or_insert_with(Instant::now);
             let at_us = (t + u64::from(self.pass) * r.span_us()) as f64 / speed;
-            let due = Duration::from_secs_f64(at_us / 1e6);
+            // Due past what a Duration holds: never, so the replay ends.
+            let due = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
             let now = start.elapsed();
             if due > now {
                 std::thread::sleep(due - now);

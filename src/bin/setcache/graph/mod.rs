@@ -133,6 +133,12 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     if a.roots == 0 || a.iterations == 0 || a.depth == 0 {
         return Err("--roots, --iterations and --depth must be at least 1".into());
     }
+    if a.depth > 4096 {
+        return Err(format!(
+            "--depth {}: give 1 to 4096 reads in flight per thread",
+            a.depth
+        ));
+    }
     let spec = Spec {
         scale: a.scale,
         edge_factor: a.edge_factor,
@@ -144,9 +150,26 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             a.scale, a.edge_factor
         ));
     }
+    // The generator builds the CSR in memory (degrees, offsets, cursors, and
+    // four bytes for each end of every edge): a graph beyond that is refused
+    // before anything is made, not aborted on.
+    let n = spec.vertices();
+    let gen_bytes = n.saturating_mul(20).saturating_add(
+        n.saturating_mul(u64::from(spec.edge_factor))
+            .saturating_mul(8),
+    );
+    let limit = setcache::hitsim::memory_limit();
+    if gen_bytes > limit {
+        return Err(format!(
+            "--scale {} --edge-factor {}: generating the graph takes about {} of memory, more than the {} this machine allows",
+            a.scale,
+            a.edge_factor,
+            mib(gen_bytes),
+            mib(limit)
+        ));
+    }
     let budget = a.budget.as_deref().map(parse_size).transpose()?;
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("--dir {}: {e}", a.dir.display()))?;
-    let n = spec.vertices();
     let progress = !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let want_memory = a.backing.iter().any(|b| b == "memory");
     let csr = prepare(&a, &spec, want_memory, progress)?;
