@@ -1644,7 +1644,16 @@ impl StoreInner {
             **n = Arc::from(to);
         }
         drop(name);
-        meta.files.remove(to);
+        // The replaced file's handle goes; the moved file's, if an earlier
+        // pass of this replace already put it under `to`, stays.
+        let moved = meta
+            .files
+            .get(to)
+            .and_then(Weak::upgrade)
+            .is_some_and(|f| f.uid == uid);
+        if !moved {
+            meta.files.remove(to);
+        }
         meta.rename_open(from, to);
         self.sync_dirs()
     }

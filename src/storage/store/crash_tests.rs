@@ -385,3 +385,39 @@ fn a_failed_operations_record_that_could_not_be_withdrawn_is_withdrawn_next() {
     f.read_at(0, &mut back).unwrap();
     assert!(back.iter().all(|&x| x == 7));
 }
+
+/// A replace whose renames are done but whose end fails (a directory fsync,
+/// the record's removal) is finished again by the next metadata operation;
+/// that second pass must keep the moved file's open handle as the store's
+/// file of the new name (else a later open makes a second handle of it,
+/// whose length and name go their own way).
+#[test]
+fn a_replace_finished_again_keeps_the_moved_files_handle() {
+    let mut finished_again = 0;
+    for k in 0..40 {
+        let d = Dir::new("replace-again");
+        let s = d.open().unwrap();
+        let a = s.create("a", 4096, LayoutKind::Stripe).unwrap();
+        drop(s.create("b", 4096, LayoutKind::Stripe).unwrap());
+        crash_after(Some(k));
+        let r = s.replace("a", "b");
+        crash_after(None);
+        if r.is_ok() {
+            break;
+        }
+        // The next operation finishes it (or it never began).
+        s.list().unwrap();
+        if a.name() == "b" {
+            finished_again += 1;
+            let b = s.open_file("b").unwrap();
+            assert!(
+                std::sync::Arc::ptr_eq(&a.inner, &b.inner),
+                "step {k}: open_file(\"b\") made a second handle of the moved file"
+            );
+        }
+    }
+    assert!(
+        finished_again > 0,
+        "no step left the replace to be finished again"
+    );
+}
