@@ -516,9 +516,12 @@ fn write_header(fd: &OwnedFd, h: &Header) -> std::io::Result<()> {
 
 /// Make bytes `from..to` of a backing file read as zeros. Punches a hole where the
 /// file system can (atomic with respect to direct I/O, and frees the space); else
-/// zeroes the partial sector at `from` and cuts the file at the next sector
-/// boundary, which the caller then extends again.
-fn zero_range(fd: &OwnedFd, from: u64, to: u64) -> std::io::Result<()> {
+/// zeroes the partial sector at `from` and, with `may_cut`, cuts the file at the
+/// next sector boundary, which the caller then extends again (an operation with an
+/// intent record, which recovery finishes should it stop in between); without
+/// `may_cut`, writes zeros over the rest, so that the file is never shorter than
+/// its header needs (a lazy growth, which has no record).
+fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Result<()> {
     if from >= to {
         return Ok(());
     }
@@ -552,7 +555,19 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64) -> std::io::Result<()> {
     }
     let cut = from.next_multiple_of(DIRECT_ALIGN);
     if cut < to {
-        truncate(fd, cut)?;
+        if may_cut {
+            truncate(fd, cut)?;
+        } else {
+            // Aligned, since the descriptor may be a direct-I/O one (both ends
+            // are sector multiples: sizes of backing files are).
+            let zeros = AlignedBuf::new((to - cut).min(1 << 20) as usize);
+            let mut at = cut;
+            while at < to {
+                let n = (to - at).min(zeros.len() as u64) as usize;
+                pwrite_all(fd, &zeros[..n], at)?;
+                at += n as u64;
+            }
+        }
     }
     Ok(())
 }
@@ -1723,7 +1738,7 @@ impl StoreInner {
         let have = fstat(fd).map_err(io)?.st_size as u64;
         if end < have.min(size) {
             crash_point()?;
-            zero_range(fd, end, have.min(size)).map_err(io)?;
+            zero_range(fd, end, have.min(size), true).map_err(io)?;
         }
         p.engine.discard(p.media, end - HEADER_BYTES);
         if fstat(fd).map_err(io)?.st_size as u64 != size {
@@ -1764,7 +1779,7 @@ impl StoreInner {
             let size = HEADER_BYTES + f.layout.device_bytes(len);
             let have = fstat(&b.fd).map_err(io)?.st_size as u64;
             if end < have.min(size) {
-                zero_range(&b.fd, end, have.min(size)).map_err(io)?;
+                zero_range(&b.fd, end, have.min(size), false).map_err(io)?;
             }
             b.engine.discard(b.ino, end - HEADER_BYTES);
             if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
