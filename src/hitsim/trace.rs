@@ -6,6 +6,8 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
+mod bz2;
+
 use super::show_bytes;
 use super::ycsb::{Rng, YCSB_MAX_RECORDS, YCSB_THETA, YcsbKeys, Zipfian};
 
@@ -838,7 +840,7 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
             f,
         ))))
     } else if ext.is_some_and(|e| e == "bz2") {
-        Ok(Box::new(bzip2_rs::DecoderReader::new(BufReader::new(f))))
+        Ok(Box::new(bz2::MultiBz2::new(f)))
     } else {
         Ok(Box::new(f))
     }

@@ -1,0 +1,186 @@
+//! Reading a `.bz2` file of one or more bzip2 streams, one after another.
+//!
+//! Parallel compressors (pbzip2, lbzip2) write a file as many streams, each
+//! with its own header, as `bzip2` itself does for concatenated files. The
+//! decoder in use reads one stream and takes the bytes after it into its
+//! buffer, so each stream is handed to a decoder of its own, cut where the
+//! next stream's header begins: `BZh`, a level digit, then the magic of a
+//! block or of the end of an empty stream. (Those ten bytes could appear
+//! inside compressed data by chance, about once in 2^80 positions; a stream
+//! cut there fails to decode, with an error.)
+
+use std::cell::RefCell;
+use std::io::{self, Read};
+use std::rc::Rc;
+
+use bzip2_rs::DecoderReader;
+
+/// Bytes of a stream header the cut looks for.
+const HEADER: usize = 10;
+const BLOCK_MAGIC: [u8; 6] = [0x31, 0x41, 0x59, 0x26, 0x53, 0x59];
+const END_MAGIC: [u8; 6] = [0x17, 0x72, 0x45, 0x38, 0x50, 0x90];
+
+fn is_header(b: &[u8]) -> bool {
+    b.len() >= HEADER
+        && b[..3] == *b"BZh"
+        && (b'1'..=b'9').contains(&b[3])
+        && (b[4..10] == BLOCK_MAGIC || b[4..10] == END_MAGIC)
+}
+
+/// The compressed bytes, handed out one stream at a time: a read returns 0
+/// at the next stream's header until [`Streams::next_stream`].
+struct Streams<R> {
+    inner: R,
+    buf: Vec<u8>,
+    /// `buf[at..]` is not handed out yet.
+    at: usize,
+    eof: bool,
+    /// Bytes handed out of the current stream (a header at its start is its
+    /// own, not the next one's).
+    given: u64,
+}
+
+impl<R: Read> Streams<R> {
+    /// Keep at least `HEADER` bytes ahead, unless the input ends first.
+    fn fill(&mut self) -> io::Result<()> {
+        while !self.eof && self.buf.len() - self.at < HEADER.max(4096) {
+            self.buf.drain(..self.at);
+            self.at = 0;
+            let old = self.buf.len();
+            self.buf.resize(old + (64 << 10), 0);
+            let n = self.inner.read(&mut self.buf[old..])?;
+            self.buf.truncate(old + n);
+            if n == 0 {
+                self.eof = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// Start the next stream; false when the input has ended.
+    fn next_stream(&mut self) -> io::Result<bool> {
+        self.fill()?;
+        if self.at == self.buf.len() {
+            return Ok(false);
+        }
+        if !is_header(&self.buf[self.at..]) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "bytes after the end of a bzip2 stream that are not another stream",
+            ));
+        }
+        self.given = 0;
+        Ok(true)
+    }
+}
+
+impl<R: Read> Read for Streams<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.fill()?;
+        let avail = &self.buf[self.at..];
+        // Up to the next stream's header (not one at this stream's start).
+        let skip = usize::from(self.given == 0);
+        let end = (skip..avail.len())
+            .find(|&i| avail[i] == b'B' && is_header(&avail[i..]))
+            .unwrap_or(avail.len());
+        let n = end.min(out.len());
+        out[..n].copy_from_slice(&avail[..n]);
+        self.at += n;
+        self.given += n as u64;
+        Ok(n)
+    }
+}
+
+/// A `Read` over the shared stream cutter, for one decoder.
+struct Shared<R>(Rc<RefCell<Streams<R>>>);
+
+impl<R: Read> Read for Shared<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        self.0.borrow_mut().read(out)
+    }
+}
+
+/// The decompressed bytes of every stream of a `.bz2` input, in order.
+pub(super) struct MultiBz2<R> {
+    streams: Rc<RefCell<Streams<R>>>,
+    dec: DecoderReader<Shared<R>>,
+}
+
+impl<R: Read> MultiBz2<R> {
+    pub(super) fn new(inner: R) -> MultiBz2<R> {
+        let streams = Rc::new(RefCell::new(Streams {
+            inner,
+            buf: Vec::new(),
+            at: 0,
+            eof: false,
+            given: 0,
+        }));
+        let dec = DecoderReader::new(Shared(streams.clone()));
+        MultiBz2 { streams, dec }
+    }
+}
+
+impl<R: Read> Read for MultiBz2<R> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let n = self.dec.read(out)?;
+            if n > 0 || out.is_empty() {
+                return Ok(n);
+            }
+            if !self.streams.borrow_mut().next_stream()? {
+                return Ok(0);
+            }
+            self.dec = DecoderReader::new(Shared(self.streams.clone()));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `printf '1\n2\n3\n' | bzip2`
+    const ONE: [u8; 43] = [
+        0x42, 0x5a, 0x68, 0x39, 0x31, 0x41, 0x59, 0x26, 0x53, 0x59, 0x12, 0x5d, 0x9f, 0x8a, 0x00,
+        0x00, 0x01, 0xc8, 0x00, 0x00, 0x10, 0x38, 0x00, 0x20, 0x00, 0x21, 0x9a, 0x68, 0x33, 0x4d,
+        0x1c, 0xb7, 0x8b, 0xb9, 0x22, 0x9c, 0x28, 0x48, 0x09, 0x2e, 0xcf, 0xc5, 0x00,
+    ];
+    /// `printf '4\n5\n' | bzip2`
+    const TWO: [u8; 41] = [
+        0x42, 0x5a, 0x68, 0x39, 0x31, 0x41, 0x59, 0x26, 0x53, 0x59, 0xdc, 0xc2, 0xa3, 0x73, 0x00,
+        0x00, 0x01, 0x48, 0x00, 0x00, 0x10, 0x06, 0x00, 0x20, 0x00, 0x30, 0xcc, 0x0c, 0x7a, 0x82,
+        0x71, 0x77, 0x24, 0x53, 0x85, 0x09, 0x0d, 0xcc, 0x2a, 0x37, 0x30,
+    ];
+    /// `printf '' | bzip2`: a stream of no block.
+    const EMPTY: [u8; 14] = [
+        0x42, 0x5a, 0x68, 0x39, 0x17, 0x72, 0x45, 0x38, 0x50, 0x90, 0x00, 0x00, 0x00, 0x00,
+    ];
+
+    fn read_all(bytes: &[u8]) -> io::Result<String> {
+        let mut s = String::new();
+        MultiBz2::new(bytes).read_to_string(&mut s)?;
+        Ok(s)
+    }
+
+    #[test]
+    fn every_stream_of_a_file_is_read_in_order() {
+        assert_eq!(read_all(&ONE).unwrap(), "1\n2\n3\n");
+        let both: Vec<u8> = [&ONE[..], &EMPTY[..], &TWO[..]].concat();
+        assert_eq!(read_all(&both).unwrap(), "1\n2\n3\n4\n5\n");
+        let again: Vec<u8> = [&TWO[..], &ONE[..]].concat();
+        assert_eq!(read_all(&again).unwrap(), "4\n5\n1\n2\n3\n");
+        // The decoder alone stops after the first stream.
+        let mut s = String::new();
+        DecoderReader::new(&both[..])
+            .read_to_string(&mut s)
+            .unwrap();
+        assert_eq!(s, "1\n2\n3\n");
+    }
+
+    #[test]
+    fn a_cut_stream_is_an_error() {
+        assert!(read_all(&ONE[..30]).is_err());
+        let cut: Vec<u8> = [&ONE[..], &TWO[..20]].concat();
+        assert!(read_all(&cut).is_err());
+    }
+}
