@@ -814,16 +814,20 @@ fn path_and_opts<'a>(
 /// Opens `path`, decompressing `.gz` files. A file in a compressed format
 /// the simulator does not read (zstd, xz) is refused, not read as records.
 fn open(path: &str) -> Result<Box<dyn Read>, String> {
-    let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    let mut f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    // The first bytes, read ahead and put back in front (no seek: a pipe,
+    // `/dev/stdin`, a process substitution cannot).
     let mut head = [0u8; 6];
-    let got = (&f).read(&mut head).map_err(|e| format!("{path}: {e}"))?;
-    let f = {
-        use std::io::Seek;
-        let mut f = f;
-        f.seek(std::io::SeekFrom::Start(0))
-            .map_err(|e| format!("{path}: {e}"))?;
-        f
-    };
+    let mut got = 0;
+    while got < head.len() {
+        match f.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("{path}: {e}")),
+        }
+    }
+    let f = std::io::Cursor::new(head[..got].to_vec()).chain(f);
     let format = match &head[..got] {
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Some(("zstd", "zstd -d")),
         [0xfd, b'7', b'z', b'X', b'Z', 0] => Some(("xz", "xz -d")),

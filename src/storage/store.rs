@@ -311,7 +311,10 @@ fn direct_alignment(fd: &OwnedFd) -> std::result::Result<(), String> {
                 "its file system takes direct I/O aligned to {asks}, and setcache aligns it to {a} bytes (open the store with direct_io = false)"
             ))
         }
-        Err(e) => Err(format!("direct I/O on it fails: {e}")),
+        // Any other failure (no space left, a quota) tells nothing of the
+        // alignment, and the store may still be of use (reads, deletes):
+        // it opens, as before the probe.
+        Err(_) => Ok(()),
     }
 }
 
@@ -419,18 +422,24 @@ pub(crate) fn crash_after(steps: Option<u32>) {
     CRASH_AFTER.with(|c| c.set(steps));
 }
 
-/// In unit tests, the next thread to write stale headers tells this sender
-/// when it starts and waits 300 ms there (the headers not yet written).
+/// In unit tests, the next thread to write the stale headers of the file
+/// whose `FileInner` is at this address tells this sender when it starts and
+/// waits 300 ms there (the headers not yet written).
 #[cfg(test)]
-pub(crate) static HEADERS_PAUSE: Mutex<Option<std::sync::mpsc::Sender<()>>> = Mutex::new(None);
+#[allow(clippy::type_complexity)]
+pub(crate) static HEADERS_PAUSE: Mutex<Option<(usize, std::sync::mpsc::Sender<()>)>> =
+    Mutex::new(None);
 
 #[cfg(test)]
-fn pause_in_headers() {
-    let pause = HEADERS_PAUSE
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .take();
-    if let Some(tx) = pause {
+fn pause_in_headers(file: usize) {
+    let pause = {
+        let mut p = HEADERS_PAUSE.lock().unwrap_or_else(|p| p.into_inner());
+        match &*p {
+            Some((f, _)) if *f == file => p.take(),
+            _ => None,
+        }
+    };
+    if let Some((_, tx)) = pause {
         let _ = tx.send(());
         std::thread::sleep(Duration::from_millis(300));
     }
@@ -1809,7 +1818,7 @@ impl StoreInner {
             return Ok(false);
         }
         #[cfg(test)]
-        pause_in_headers();
+        pause_in_headers(f as *const FileInner as usize);
         let len = f.len.load(Ordering::Acquire);
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
         // The backing files' new sizes first: a header must never be durable

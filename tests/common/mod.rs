@@ -358,6 +358,12 @@ impl Drop for LoopFs {
             }
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        // Still busy: detach it, so that no test leaves it mounted.
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.dir)
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = std::process::Command::new("losetup")
             .args(["-d", &self.dev])
             .stderr(std::process::Stdio::null())

@@ -224,6 +224,9 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
             if made {
                 let _ = std::fs::remove_dir(&root);
             }
+            if a.dir.is_none() {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
             return Err(err(e));
         }
     };

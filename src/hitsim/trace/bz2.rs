@@ -17,6 +17,12 @@ use bzip2_rs::DecoderReader;
 
 /// Bytes of a stream header the cut looks for.
 const HEADER: usize = 10;
+/// The most bytes one read hands out (the decoder asks for 1 KiB at a time).
+const STEP: usize = 1024;
+/// Bytes `Streams::fill` keeps ahead: a header that starts within a read's
+/// `STEP` bytes lies whole in them.
+const AHEAD: usize = 4096;
+const _: () = assert!(STEP + HEADER <= AHEAD);
 const BLOCK_MAGIC: [u8; 6] = [0x31, 0x41, 0x59, 0x26, 0x53, 0x59];
 const END_MAGIC: [u8; 6] = [0x17, 0x72, 0x45, 0x38, 0x50, 0x90];
 
@@ -43,7 +49,7 @@ struct Streams<R> {
 impl<R: Read> Streams<R> {
     /// Keep at least `HEADER` bytes ahead, unless the input ends first.
     fn fill(&mut self) -> io::Result<()> {
-        while !self.eof && self.buf.len() - self.at < HEADER.max(4096) {
+        while !self.eof && self.buf.len() - self.at < AHEAD {
             self.buf.drain(..self.at);
             self.at = 0;
             let old = self.buf.len();
@@ -78,12 +84,14 @@ impl<R: Read> Read for Streams<R> {
     fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         self.fill()?;
         let avail = &self.buf[self.at..];
+        // At most `STEP` bytes a read, so that a header starting among them
+        // lies whole in the look-ahead `fill` keeps (unless the input ends).
+        let want = out.len().min(STEP).min(avail.len());
         // Up to the next stream's header (not one at this stream's start).
         let skip = usize::from(self.given == 0);
-        let end = (skip..avail.len())
+        let n = (skip..want)
             .find(|&i| avail[i] == b'B' && is_header(&avail[i..]))
-            .unwrap_or(avail.len());
-        let n = end.min(out.len());
+            .unwrap_or(want);
         out[..n].copy_from_slice(&avail[..n]);
         self.at += n;
         self.given += n as u64;

@@ -121,12 +121,10 @@ pub(crate) fn job_from_json(v: &Value) -> Result<LinuxJob, String> {
             let trace = setcache::hitsim::load(spec, u("bs")?)?;
             forget_trace_file(spec);
             let passes = u32::try_from(passes).map_err(|_| "job: bad trace passes")?;
-            Some(std::sync::Arc::new(Replay::new(
-                spec.to_string(),
-                trace,
-                passes,
-                speed,
-            )))
+            let until = f("ramp")? + f("runtime")?;
+            Some(std::sync::Arc::new(
+                Replay::new(spec.to_string(), trace, passes, speed).until(until),
+            ))
         }
         _ => None,
     };

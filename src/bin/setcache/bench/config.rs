@@ -180,7 +180,7 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
         && !(1e-6..=1e6).contains(&x)
     {
         return Err(format!(
-            "--replay-speed {x}: give a multiple of the trace's timing from 0.000001 to 1000000"
+            "--replay-speed {x:?}: give a multiple of the trace's timing from 0.000001 to 1000000"
         ));
     }
     let trace = setcache::hitsim::load(&spec, a.bs).map_err(|e| format!("--trace: {e}"))?;
@@ -211,12 +211,9 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
         a.bs,
         format_size(bytes)
     );
-    Ok(Some(Arc::new(Replay::new(
-        spec,
-        trace,
-        a.trace_passes,
-        a.replay_speed,
-    ))))
+    Ok(Some(Arc::new(
+        Replay::new(spec, trace, a.trace_passes, a.replay_speed).until(a.ramp + a.runtime),
+    )))
 }
 
 pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {

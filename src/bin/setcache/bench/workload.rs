@@ -119,6 +119,9 @@ pub(crate) struct Replay {
     pub(crate) speed: Option<f64>,
     /// Where each chunk starts (then the trace's length).
     chunks: Vec<usize>,
+    /// At a replay speed: accesses due this long after a thread's first are
+    /// not made (the run's ramp and runtime: the run has ended by then).
+    deadline: Option<Duration>,
 }
 
 impl Replay {
@@ -136,7 +139,16 @@ impl Replay {
             passes,
             speed,
             chunks,
+            deadline: None,
         }
+    }
+
+    /// The same replay, whose timed accesses stop `secs` seconds after each
+    /// thread's first (a run's ramp and runtime), instead of keeping a
+    /// thread asleep past the run's end until the next one is due.
+    pub(crate) fn until(mut self, secs: f64) -> Replay {
+        self.deadline = Duration::try_from_secs_f64(secs).ok();
+        self
     }
 
     /// Number of chunks.
@@ -282,8 +294,12 @@ impl Cursor {
         if let (Some(speed), Some(&t)) = (r.speed, r.trace.times.get(i)) {
             let start = *self.start.get_or_insert_with(Instant::now);
             let at_us = (t + u64::from(self.pass) * r.span_us()) as f64 / speed;
-            // Due past what a Duration holds: never, so the replay ends.
+            // Due past what a Duration holds, or after the run has ended:
+            // never, so the replay ends.
             let due = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
+            if r.deadline.is_some_and(|d| due > d) {
+                return None;
+            }
             let now = start.elapsed();
             if due > now {
                 std::thread::sleep(due - now);
