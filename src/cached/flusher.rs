@@ -38,7 +38,8 @@ pub struct FlushOptions {
     pub dirty_at: Option<usize>,
     /// Writes in flight at once.
     pub depth: usize,
-    /// Most pages merged into one write.
+    /// Most pages merged into one write (fewer if they would pass
+    /// [`MAX_REQUEST`](crate::MAX_REQUEST) bytes, what one request moves).
     pub max_merge: usize,
 }
 

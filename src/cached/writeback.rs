@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cache::{PageCache, WriteBack};
 use crate::cached::shared::{Entry, Shared};
 use crate::error::{Error, Result};
-use crate::storage::file::{DIRECT_ALIGN, Mem, OpKind};
+use crate::storage::file::{DIRECT_ALIGN, MAX_REQUEST, Mem, OpKind};
 use crate::storage::queue::Queue;
 use crate::util::slab::Slab;
 
@@ -59,6 +59,13 @@ struct Run<'a> {
     /// The file (its entry, so that finishing needs no table lookup).
     entry: Arc<Entry>,
     pages: Vec<WriteBack<'a>>,
+}
+
+/// The pages one write may merge: at least one, and no more than fit in one
+/// request (`MAX_REQUEST`, which the storage refuses past: a run that long
+/// would fail every time, and each sync after it).
+fn merge_limit(max_merge: usize, page_size: usize) -> usize {
+    max_merge.clamp(1, (MAX_REQUEST / page_size).max(1))
 }
 
 /// Writes dirty pages back through an asynchronous queue, each page merged
@@ -114,7 +121,7 @@ impl<'a> Writer<'a> {
             done: Vec::new(),
             frames: Vec::new(),
             runs: Slab::new(),
-            max_merge: max_merge.max(1),
+            max_merge: merge_limit(max_merge, shared.cache.page_size()),
             pages: 0,
             writes: 0,
             failed: None,
@@ -503,3 +510,18 @@ thread_local! {
 }
 /// Most pages `sync` merges into one write.
 const SYNC_MERGE: usize = 32;
+
+#[cfg(test)]
+mod merge_tests {
+    use super::*;
+
+    #[test]
+    fn a_merged_write_never_exceeds_one_request() {
+        // 2,048 pages of 1 MiB would be 2 GiB, past what one request moves.
+        assert_eq!(merge_limit(4096, 1 << 20), 2047);
+        assert!(merge_limit(4096, 1 << 20) * (1 << 20) <= MAX_REQUEST);
+        assert_eq!(merge_limit(1 << 20, 4096), MAX_REQUEST / 4096);
+        assert_eq!(merge_limit(32, 4096), 32);
+        assert_eq!(merge_limit(0, 4096), 1);
+    }
+}
