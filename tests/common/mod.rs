@@ -262,25 +262,29 @@ impl Tmpfs {
 
 impl Drop for Tmpfs {
     fn drop(&mut self) {
-        // A descriptor closed late (a store's thread ending) keeps the mount
-        // busy for a moment: try again, then detach it, so that no test
-        // leaves a file system mounted.
-        for _ in 0..50 {
-            let done = std::process::Command::new("umount")
-                .arg(&self.0)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if done {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
+        unmount(&self.0);
     }
+}
+
+/// Unmount `dir`. A descriptor closed late (a store's thread ending) keeps
+/// the mount busy for a moment: try again, then detach it, so that no test
+/// leaves a file system mounted.
+fn unmount(dir: &Path) {
+    for _ in 0..50 {
+        let done = std::process::Command::new("umount")
+            .arg(dir)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if done {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let _ = std::process::Command::new("umount")
+        .arg("-l")
+        .arg(dir)
+        .status();
 }
 
 /// An ext4 file system on a loop device of `sector`-byte logical sectors,
@@ -347,23 +351,7 @@ impl LoopFs {
 
 impl Drop for LoopFs {
     fn drop(&mut self) {
-        for _ in 0..50 {
-            let done = std::process::Command::new("umount")
-                .arg(&self.dir)
-                .stderr(std::process::Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if done {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        // Still busy: detach it, so that no test leaves it mounted.
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.dir)
-            .stderr(std::process::Stdio::null())
-            .status();
+        unmount(&self.dir);
         let _ = std::process::Command::new("losetup")
             .args(["-d", &self.dev])
             .stderr(std::process::Stdio::null())
