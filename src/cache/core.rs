@@ -127,57 +127,23 @@ pub(crate) struct Sighting<'a, M: Model> {
     pub(crate) ep: u64,
 }
 
-/// In unit tests: the cache (its `Core`'s address) and set after whose
-/// visit by a discard pass `f` runs, once, on the discarding thread.
+/// In unit tests: for a cache (its `Core`'s address) and a set, what a
+/// discard pass runs, once, on its thread after it has visited that set.
 #[cfg(test)]
 #[allow(clippy::type_complexity)]
-pub(crate) static AFTER_DISCARD_VISIT: Mutex<Option<(usize, usize, Box<dyn FnOnce() + Send>)>> =
-    Mutex::new(None);
+pub(crate) static AFTER_DISCARD_VISIT: crate::util::hook::TestHook<
+    (usize, usize),
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
 
-/// In unit tests: the cache (its `Core`'s address) whose next lock-free hit
-/// runs `f(state, set, slot)` between its checks and its pin, once.
+/// In unit tests: for a cache (its `Core`'s address), what its next
+/// lock-free hit runs (`f(state, set, slot)`) between its checks and its pin.
 #[cfg(test)]
 #[allow(clippy::type_complexity)]
-pub(crate) static BEFORE_FAST_PIN: Mutex<
-    Option<(usize, Box<dyn FnOnce(u32, usize, usize) + Send>)>,
-> = Mutex::new(None);
-#[cfg(test)]
-pub(crate) static FAST_PIN_HOOKED: std::sync::atomic::AtomicBool =
-    std::sync::atomic::AtomicBool::new(false);
-
-#[cfg(test)]
-fn before_fast_pin(core: usize, v: u32, s: usize, i: usize) {
-    if !FAST_PIN_HOOKED.load(Acquire) {
-        return;
-    }
-    let f = {
-        let mut hook = BEFORE_FAST_PIN.lock().unwrap_or_else(|p| p.into_inner());
-        match &*hook {
-            Some((c, _)) if *c == core => hook.take().map(|h| h.1),
-            _ => None,
-        }
-    };
-    if let Some(f) = f {
-        FAST_PIN_HOOKED.store(false, Release);
-        f(v, s, i);
-    }
-}
-
-#[cfg(test)]
-fn after_discard_visit(core: usize, set: usize) {
-    let f = {
-        let mut hook = AFTER_DISCARD_VISIT
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match &*hook {
-            Some((c, s, _)) if *c == core && *s == set => hook.take().map(|h| h.2),
-            _ => None,
-        }
-    };
-    if let Some(f) = f {
-        f();
-    }
-}
+pub(crate) static BEFORE_FAST_PIN: crate::util::hook::TestHook<
+    usize,
+    Box<dyn FnOnce(u32, usize, usize) + Send>,
+> = crate::util::hook::TestHook::new();
 
 /// Whether a page sighted when its set's epoch word `epoch` read `ep` is
 /// still where it was seen, readable, with nobody writing it: bytes read from
@@ -812,7 +778,9 @@ impl<M: Model> Core<M> {
         }
         self.prefetch_frame(s, i);
         #[cfg(test)]
-        before_fast_pin(self as *const Self as usize, v, s, i);
+        if let Some(f) = BEFORE_FAST_PIN.take(self as *const Self as usize) {
+            f(v, s, i);
+        }
         w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
         // The slot may have changed page and come back to the same word (its
         // generation wraps after 256 changes) between the check and the pin:
@@ -1931,7 +1899,9 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
             #[cfg(test)]
-            after_discard_visit(self as *const Self as usize, s);
+            if let Some(f) = AFTER_DISCARD_VISIT.take((self as *const Self as usize, s)) {
+                f();
+            }
             s += 1;
         }
         (dropped, busy)

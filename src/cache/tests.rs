@@ -1844,14 +1844,13 @@ fn a_discard_pass_finds_the_pages_a_shrink_moves_behind_it() {
     let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
     let h2 = handle.clone();
     let core_addr = &c.core as *const _ as usize;
-    *core::AFTER_DISCARD_VISIT.lock().unwrap() = Some((
-        core_addr,
-        n - 2,
+    core::AFTER_DISCARD_VISIT.arm(
+        (core_addr, n - 2),
         Box::new(move || {
             *h2.lock().unwrap() = Some(shrinker());
             let _ = rx.recv_timeout(Duration::from_millis(300));
         }),
-    ));
+    );
     let none_left = c.discard_idle(7);
     handle
         .lock()
@@ -1891,7 +1890,7 @@ fn a_hit_never_pins_a_slot_whose_generation_came_back_with_another_page() {
     let cycler = c.clone();
     let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ran2 = ran.clone();
-    *core::BEFORE_FAST_PIN.lock().unwrap() = Some((
+    core::BEFORE_FAST_PIN.arm(
         &c.core as *const _ as usize,
         Box::new(move |v, s, i| {
             ran2.store(true, Ordering::Release);
@@ -1908,8 +1907,7 @@ fn a_hit_never_pins_a_slot_whose_generation_came_back_with_another_page() {
                 }
             }
         }),
-    ));
-    core::FAST_PIN_HOOKED.store(true, Ordering::Release);
+    );
     let g = c.get_with(3, 0, load_from(&disk), store_to(&disk)).unwrap();
     assert!(ran.load(Ordering::Acquire), "the hit took another path");
     assert!(

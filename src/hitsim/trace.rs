@@ -817,18 +817,12 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
     let mut f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
     // The first bytes, read ahead and put back in front (no seek: a pipe,
     // `/dev/stdin`, a process substitution cannot).
-    let mut head = [0u8; 6];
-    let mut got = 0;
-    while got < head.len() {
-        match f.read(&mut head[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(format!("{path}: {e}")),
-        }
-    }
-    let f = std::io::Cursor::new(head[..got].to_vec()).chain(f);
-    let format = match &head[..got] {
+    let mut head = Vec::with_capacity(6);
+    (&mut f)
+        .take(6)
+        .read_to_end(&mut head)
+        .map_err(|e| format!("{path}: {e}"))?;
+    let format = match head[..] {
         [0x28, 0xb5, 0x2f, 0xfd, ..] => Some(("zstd", "zstd -d")),
         [0xfd, b'7', b'z', b'X', b'Z', 0] => Some(("xz", "xz -d")),
         _ => None,
@@ -838,6 +832,7 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
             "{path}: the file is {name}-compressed, which the simulator does not read: decompress it first ({how}); .gz and .bz2 files are read as they are"
         ));
     }
+    let f = std::io::Cursor::new(head).chain(f);
     let ext = Path::new(path).extension();
     if ext.is_some_and(|e| e == "gz") {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(

@@ -426,20 +426,12 @@ pub(crate) fn crash_after(steps: Option<u32>) {
 /// whose `FileInner` is at this address tells this sender when it starts and
 /// waits 300 ms there (the headers not yet written).
 #[cfg(test)]
-#[allow(clippy::type_complexity)]
-pub(crate) static HEADERS_PAUSE: Mutex<Option<(usize, std::sync::mpsc::Sender<()>)>> =
-    Mutex::new(None);
+pub(crate) static HEADERS_PAUSE: crate::util::hook::TestHook<usize, std::sync::mpsc::Sender<()>> =
+    crate::util::hook::TestHook::new();
 
 #[cfg(test)]
 fn pause_in_headers(file: usize) {
-    let pause = {
-        let mut p = HEADERS_PAUSE.lock().unwrap_or_else(|p| p.into_inner());
-        match &*p {
-            Some((f, _)) if *f == file => p.take(),
-            _ => None,
-        }
-    };
-    if let Some((_, tx)) = pause {
+    if let Some(tx) = HEADERS_PAUSE.take(file) {
         let _ = tx.send(());
         std::thread::sleep(Duration::from_millis(300));
     }

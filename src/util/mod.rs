@@ -1,5 +1,7 @@
 //! Small pieces every layer shares.
 
+#[cfg(test)]
+pub(crate) mod hook;
 pub(crate) mod mix;
 pub(crate) mod nodes;
 pub(crate) mod size;

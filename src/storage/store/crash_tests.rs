@@ -330,7 +330,7 @@ fn a_sync_during_anothers_header_write_waits_for_the_headers() {
     let f = s.create("g", 4096, LayoutKind::Stripe).unwrap();
     f.grow_lazily(1 << 20).unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
-    *HEADERS_PAUSE.lock().unwrap() = Some((&*f.inner as *const _ as usize, tx));
+    HEADERS_PAUSE.arm(&*f.inner as *const _ as usize, tx);
     std::thread::scope(|sc| {
         let a = sc.spawn(|| f.sync());
         rx.recv().unwrap();
