@@ -518,3 +518,118 @@ fn a_drained_queues_writes_are_durable_after_a_sync() {
         );
     }
 }
+
+/// A request naming a file of another cached store is refused at once:
+/// cache ids start at 0 in every store, so nothing of it may reach this
+/// store's cache. Reads in order that would start readahead leave this
+/// store's file of the same id as it was, and a task on a page this cache
+/// holds is refused rather than run on this store's page.
+#[test]
+fn a_file_of_another_store_is_refused_and_leaves_this_cache_alone() {
+    let (_ta, sa) = numbered_store("parts-foreign-a", "a");
+    let (_tb, sb) = numbered_store("parts-foreign-b", "b");
+    let mut ee = AlignedBuf::new(64 * 4096);
+    ee.fill(0xee);
+    sb.open_file("b").unwrap().write_at(0, &ee).unwrap();
+    let csa = CachedStore::new(sa, cache(512, 512, 1)).unwrap();
+    let csb = CachedStore::new(sb, cache(512, 512, 1)).unwrap();
+    let fa = csa.open_file("a").unwrap();
+    let fb = csb.open_file("b").unwrap();
+    let p = Partitions::new(&csa, with(1)).unwrap();
+    // Page 5 of this store's file is cached.
+    let mut one = [0u8; 1];
+    fa.read_at(5 * 4096, &mut one).unwrap();
+    assert_eq!(one[0], 5);
+    for home in [None, Some(0)] {
+        let mut q = p.queue_on(8, home).unwrap();
+        for page in 0..32u64 {
+            q.read(&fb, page * 4096, vec![0; 4096], page);
+        }
+        q.task(&fb, 5 * 4096, sum_from, 0, 100);
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 33, "home {home:?}");
+        for c in &done {
+            match &c.result {
+                Err(Error::InvalidArgument(m)) => {
+                    assert!(m.contains("another cached store"), "{m}")
+                }
+                other => panic!("request {} on the other store's file: {other:?}", c.tag),
+            }
+        }
+    }
+    // Whatever readahead would have done has had the time to.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut b = vec![0u8; 64 * 4096];
+    fa.read_at(0, &mut b).unwrap();
+    for (i, page) in b.chunks(4096).enumerate() {
+        assert!(
+            page.iter().all(|&x| x == i as u8),
+            "page {i} of this store's file holds the other store's bytes"
+        );
+    }
+}
+
+/// A task reads its page through a shared reference: on a file with a
+/// writable paged array of word elements, whose stores change pages in
+/// place, it is refused as `CachedFile::page` is, whether its page is cached
+/// or comes from the device.
+#[test]
+fn a_task_on_a_file_with_a_writable_word_array_is_refused() {
+    let (_tmp, store) = numbered_store("parts-task-array", "t");
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let cf = cs.open_file("t").unwrap();
+    // Page 1 is cached, page 40 is not.
+    let mut one = [0u8; 1];
+    cf.read_at(4096, &mut one).unwrap();
+    let _arr = setcache::PagedArray::<u64>::from_file(cs.open_file("t").unwrap()).unwrap();
+    assert!(matches!(cf.page(0), Err(Error::InvalidArgument(_))));
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    for home in [None, Some(0), Some(1)] {
+        let mut q = p.queue_on(8, home).unwrap();
+        q.task(&cf, 4096, sum_from, 0, 1);
+        q.task(&cf, 40 * 4096, sum_from, 0, 40);
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 2);
+        for c in &done {
+            match &c.result {
+                Err(Error::InvalidArgument(m)) => assert!(m.contains("page references"), "{m}"),
+                other => panic!("task {} (home {home:?}): {other:?}", c.tag),
+            }
+        }
+    }
+}
+
+/// A queue dropped while its thread unwinds, with a task's page still being
+/// read for its home partition, releases that page's pin: the page can be
+/// written afterwards.
+#[test]
+fn a_queue_dropped_while_unwinding_leaves_no_page_pinned() {
+    let (_tmp, store) = numbered_store("parts-unwind-pin", "u");
+    let mut opts = cache(512, 512, 2);
+    opts.pin_wait = Duration::from_millis(500);
+    let cs = CachedStore::new(store, opts).unwrap();
+    let cf = cs.open_file("u").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let offs: Vec<u64> = (0..64u64)
+        .map(|i| i * 4096)
+        .filter(|&o| p.partition_of(&cf, o) == 0)
+        .collect();
+    assert!(!offs.is_empty());
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut q = p.queue_on(64, Some(0)).unwrap();
+        for &o in &offs {
+            q.task(&cf, o, sum_from, 0, o);
+        }
+        q.flush();
+        panic!("the application's own fault");
+    }));
+    assert!(r.is_err());
+    for &o in &offs {
+        cf.write_at(o, &[0xab])
+            .unwrap_or_else(|e| panic!("page at {o} still pinned: {e}"));
+    }
+}

@@ -1366,6 +1366,15 @@ impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
         // Frames of fills in flight are claimed until their reads finish.
         self.drain();
+        // Pins of page requests nobody took (a queue dropped while its user
+        // unwinds): released, or their pages could never be evicted or
+        // written back again.
+        for (_, p) in self.pins.drain(..) {
+            if let Ok(pin) = p {
+                // SAFETY: the pin came from `into_raw` of a guard of this queue's cache and leaves `pins` here, once.
+                drop(unsafe { self.sh.cache.restore_pin(pin) });
+            }
+        }
     }
 }
 

@@ -387,6 +387,7 @@ impl<'cs> Partitions<'cs> {
             sent: vec![0; self.parts.len()],
             depth,
             done: Vec::new(),
+            refused: 0,
             home,
             local,
             _not_send: PhantomData,
@@ -440,6 +441,9 @@ pub struct PartQueue<'p> {
     sent: Vec<usize>,
     depth: usize,
     done: Vec<PartCompletion>,
+    /// Requests answered in `done` at once, without being sent (a file of
+    /// another store), not yet counted by a `reap`.
+    refused: usize,
     home: Option<usize>,
     local: Option<Local<'p>>,
     _not_send: PhantomData<*const ()>,
@@ -476,6 +480,22 @@ impl PartQueue<'_> {
     fn add(&mut self, what: What, file: &CachedFile, offset: u64, buf: Vec<u8>, tag: u64) {
         while self.outstanding >= self.depth {
             self.wait(1);
+        }
+        // A file of another cached store: its cache ids name other files
+        // here, so nothing of it may reach this store's cache, readahead or
+        // partitions. Answered at once, as a request the server refuses.
+        if !Arc::ptr_eq(&file.shared, &self.parts.sh) {
+            self.done.push(PartCompletion {
+                tag,
+                buf,
+                value: 0,
+                result: Err(Error::InvalidArgument(format!(
+                    "file {:?} belongs to another cached store than these partitions",
+                    file.entry.file.name()
+                ))),
+            });
+            self.refused += 1;
+            return;
         }
         // Streams are detected here, where the whole sequence of a thread's
         // requests is seen: a partition sees only the pages its hash names,
@@ -636,7 +656,7 @@ impl PartQueue<'_> {
     /// Send what is gathered, then take the replies that came back and the
     /// home partition's requests that finished, without blocking; how many.
     pub fn poll(&mut self) -> usize {
-        let before = self.outstanding;
+        let before = self.outstanding + self.refused;
         self.flush();
         self.reap();
         before - self.outstanding
@@ -645,7 +665,7 @@ impl PartQueue<'_> {
     /// Take the replies that came back and the home partition's requests
     /// that finished, without blocking or sending; how many.
     fn reap(&mut self) -> usize {
-        let before = self.outstanding;
+        let before = self.outstanding + std::mem::take(&mut self.refused);
         for (l, sent) in self.app.links.iter().zip(&mut self.sent) {
             while let Some(r) = l.replies.pop() {
                 take_replies(r, &mut self.done, &mut self.outstanding, sent);

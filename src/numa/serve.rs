@@ -168,7 +168,12 @@ impl<'a, K: Copy> Server<'a, K> {
                     let page = unsafe { self.sh.cache.restore_pin(pin) };
                     let file = fl.file.as_ref().expect("a task's file");
                     let at = (fl.offset % self.ps) as usize;
-                    run_task(file, fl.offset, &page, at, task, arg)
+                    // Pinned: now the check that no array stores into the
+                    // page in place while the task reads it.
+                    match file.entry.refs_allowed() {
+                        Ok(()) => run_task(file, fl.offset, &page, at, task, arg),
+                        Err(e) => (0, Err(e)),
+                    }
                 }
                 (Err(e), _) => (0, Err(e)),
                 (Ok(pin), _) => {
