@@ -531,3 +531,46 @@ fn a_worker_that_panics_fails_its_requests_instead_of_leaving_them_waiting() {
         .expect("the futures still wait after 30 s");
     assert!(r.is_err(), "{r:?}");
 }
+
+/// Page futures in flight on the worker when a task's waker takes it down:
+/// the pins their reads took are released (with the futures, or by the
+/// worker's queue as it goes), so every page can be written afterwards.
+#[test]
+fn a_worker_that_panics_leaves_no_page_pinned() {
+    let tmp = TempDir::new("futures-bomb-pins");
+    let cs = rig(&tmp, 256 * PS, 64);
+    cs.set_readahead(0);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let f = cs.open_file("data").unwrap();
+        let bomb_waker = Waker::from(Arc::new(Bomb));
+        let mut bomb = Box::pin(f.read_at_async(0, vec![0; 100]));
+        assert!(
+            bomb.as_mut()
+                .poll(&mut Context::from_waker(&bomb_waker))
+                .is_pending()
+        );
+        let mut pages: Vec<_> = (1..17u64)
+            .map(|k| Box::pin(f.page_async(k * PS as u64)))
+            .collect();
+        for p in &mut pages {
+            let _ = p.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+        }
+        // The worker takes them, the bomb's wake takes it down.
+        std::thread::sleep(Duration::from_millis(500));
+        drop(pages);
+        drop(bomb);
+        let r: Vec<_> = (1..17u64)
+            .map(|k| f.write_at(k * PS as u64, &[1]).map_err(|e| (k, e)))
+            .collect();
+        tx.send(r).unwrap();
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the writes still wait after 60 s");
+    for x in r {
+        if let Err((k, e)) = x {
+            panic!("page {k} stayed pinned: {e}");
+        }
+    }
+}

@@ -461,6 +461,9 @@ pub unsafe extern "C" fn setcache_pread(
         if buf.is_null() && len > 0 {
             return Err(einval("the buffer is NULL"));
         }
+        if len > isize::MAX as usize {
+            return Err(einval("the length is above the largest a buffer can have"));
+        }
         let mut none = [0u8; 0];
         let b = if len == 0 {
             &mut none[..]
@@ -492,6 +495,9 @@ pub unsafe extern "C" fn setcache_pwrite(
         }
         if buf.is_null() {
             return Err(einval("the buffer is NULL"));
+        }
+        if len > isize::MAX as usize {
+            return Err(einval("the length is above the largest a buffer can have"));
         }
         let end = offset
             .checked_add(len as u64)

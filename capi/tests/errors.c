@@ -104,6 +104,10 @@ int main(int argc, char **argv) {
     expect("pread: NULL buffer", setcache_pread(file, NULL, 10, 0), EINVAL, "NULL");
     expect_ok("pread: past the end reads 0", setcache_pread(file, buf, 10, 20000) == 0 ? 0 : -1);
     expect("pwrite: NULL buffer", setcache_pwrite(file, NULL, 10, 0), EINVAL, "NULL");
+    expect("pread: length past the largest buffer", setcache_pread(file, buf, SIZE_MAX, 0), EINVAL,
+           "largest");
+    expect("pwrite: length past the largest buffer", setcache_pwrite(file, buf, SIZE_MAX, 0),
+           EINVAL, "largest");
     expect("pwrite: offset overflows", setcache_pwrite(file, buf, 10, UINT64_MAX - 3), EFBIG,
            "overflow");
     expect("pread: NULL file", setcache_pread(NULL, buf, 10, 0), EINVAL, "NULL");

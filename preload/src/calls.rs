@@ -96,9 +96,14 @@ fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
         return Err(libc::EBADF);
     }
     check_direct(d, buf.as_ptr() as usize, buf.len(), off)?;
-    if buf.is_empty() || off >= d.node.file.len() {
+    let len = d.node.len();
+    if buf.is_empty() || off >= len {
         return Ok(0);
     }
+    // Not past the length writes have finished: a longer file's last part
+    // is a write's still on its way.
+    let n = buf.len().min((len - off).try_into().unwrap_or(usize::MAX));
+    let buf = &mut buf[..n];
     match d.node.file.read_at(off, buf) {
         Ok(n) => Ok(n),
         // Shortened meanwhile: a read at or past the end reads nothing.
@@ -107,11 +112,11 @@ fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
     }
 }
 
-/// Grow the file to at least `end` bytes.
+/// Grow the file to at least `end` bytes (with `grow` held), without
+/// showing readers the longer length.
 fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
     let f = &d.node.file;
     if end > f.len() {
-        // `grow` only ever grows: racing writers past the end need no lock.
         d.node.note_written();
         f.grow(end).map_err(|e| fail("write past the end", &e))?;
     }
@@ -141,28 +146,51 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     check_direct(d, data.as_ptr() as usize, data.len(), off.unwrap_or(0))?;
     let f = &d.node.file;
     let n = data.len() as u64;
-    if d.append() || off.is_none() {
-        let _g = lock(&d.node.grow);
-        let at = f.len();
-        let end = at.checked_add(n).ok_or(libc::EFBIG)?;
+    let append = d.append() || off.is_none();
+    let what = if append { "append" } else { "write" };
+    let end_of = |at: u64| {
+        at.checked_add(n)
+            .filter(|&e| e <= i64::MAX as u64)
+            .ok_or(libc::EFBIG)
+    };
+    if !append {
+        let at = off.unwrap_or(0);
+        let end = end_of(at)?;
         if n == 0 {
             return Ok(at);
         }
-        f.grow(end).map_err(|e| fail("append", &e))?;
-        f.write_at(at, data).map_err(|e| fail("append", &e))?;
-        return Ok(end);
+        if end <= d.node.len() {
+            // Inside the file: no length changes.
+            f.write_at(at, data).map_err(|e| fail(what, &e))?;
+            return Ok(end);
+        }
     }
-    let at = off.unwrap_or(0);
-    let end = at
-        .checked_add(n)
-        .filter(|&e| e <= i64::MAX as u64)
-        .ok_or(libc::EFBIG)?;
+    // Past the end: one such write at a time, as a local file system's
+    // writes take the file's lock, so that each grows the file once, in
+    // order, and shows the new length only with its bytes in.
+    let _g = lock(&d.node.grow);
+    let size = d.node.len();
+    let at = if append { size } else { off.unwrap_or(0) };
+    let end = end_of(at)?;
     if n == 0 {
         return Ok(at);
     }
     grow_to(d, end)?;
-    f.write_at(at, data).map_err(|e| fail("write", &e))?;
-    Ok(end)
+    match f.write_at(at, data) {
+        Ok(_) => {
+            d.node.publish_end(end);
+            Ok(end)
+        }
+        Err(e) => {
+            // A failed write leaves the file as long as it was: the growth
+            // goes, with whatever part of the write lay past the old end (a
+            // retried append then follows the last one whole, with no hole).
+            if f.len() > size && f.set_len(size).is_err() {
+                d.node.publish_len();
+            }
+            Err(fail(what, &e))
+        }
+    }
 }
 
 /// The buffers of an iovec array.
@@ -543,7 +571,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
 
 fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
     let mut pos = lock(&d.pos);
-    let len = d.node.file.len() as i64;
+    let len = d.node.len() as i64;
     let new = match whence {
         libc::SEEK_SET => off,
         libc::SEEK_CUR => (*pos as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
@@ -632,6 +660,7 @@ fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
     } else {
         f.set_len(len)
     };
+    d.node.publish_len();
     r.map_err(|e| fail("ftruncate", &e))?;
     Ok(0)
 }
@@ -656,7 +685,9 @@ fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let n = state::node(s, name, false, false).map_err(|e| fail("truncate", &e))?;
     let _g = lock(&n.grow);
     n.note_written();
-    n.file.set_len(len).map_err(|e| fail("truncate", &e))?;
+    let r = n.file.set_len(len);
+    n.publish_len();
+    r.map_err(|e| fail("truncate", &e))?;
     Ok(0)
 }
 
@@ -697,8 +728,10 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
         return Ok(0);
     }
     let end = (off as u64).checked_add(len as u64).ok_or(libc::EFBIG)?;
-    grow_to(d, end)?;
-    Ok(0)
+    let _g = lock(&d.node.grow);
+    let r = grow_to(d, end);
+    d.node.publish_len();
+    r.map(|()| 0)
 }
 
 #[unsafe(no_mangle)]
@@ -817,9 +850,9 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     if flags & libc::O_TRUNC != 0 && writable && !node.file.is_empty() {
         let _g = lock(&node.grow);
         node.note_written();
-        node.file
-            .set_len(0)
-            .map_err(|e| fail("open with O_TRUNC", &e))?;
+        let r = node.file.set_len(0);
+        node.publish_len();
+        r.map_err(|e| fail("open with O_TRUNC", &e))?;
     }
     let cfg = state::config().ok_or(libc::EINVAL)?;
     // SAFETY: opens the store's directory by its C string.
@@ -1363,7 +1396,7 @@ fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<
 fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
     let name = lock(&d.node.name).clone();
-    fill_stat(s, &name, d.node.file.len(), out)
+    fill_stat(s, &name, d.node.len(), out)
 }
 
 fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {

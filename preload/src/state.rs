@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::ffi::{CString, c_int};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError, Weak};
 
 use setcache::{CacheOptions, CachedFile, CachedStore, Error, LayoutKind, Store, StoreOptions};
@@ -81,9 +81,34 @@ pub(crate) struct Node {
     /// Written (or its length changed) through this node since the last sync
     /// its last close made: the next last close (or the drop) syncs.
     pub(crate) written: AtomicBool,
+    /// The length reads, `fstat` and `lseek` see. A write past the end makes
+    /// the file longer first (its pages must lie inside it) and moves this
+    /// only once its bytes are in, as a local file system moves a file's
+    /// size: a reader never sees zeros where a write in flight puts bytes,
+    /// and a write that fails makes the file no longer. Changed under `grow`,
+    /// after the file's length; at most the file's length, but for a shrink's
+    /// moment, where a read of the cut part reads nothing.
+    size: AtomicU64,
 }
 
 impl Node {
+    /// The file's length as this process's readers see it (see `size`).
+    pub(crate) fn len(&self) -> u64 {
+        self.size.load(Ordering::Acquire)
+    }
+
+    /// Make the length readers see the file's own, after a change made
+    /// under `grow`.
+    pub(crate) fn publish_len(&self) {
+        self.size.store(self.file.len(), Ordering::Release);
+    }
+
+    /// After a write's bytes are in: readers see the file `end` bytes long,
+    /// if it was shorter (under `grow`).
+    pub(crate) fn publish_end(&self, end: u64) {
+        self.size.fetch_max(end, Ordering::Release);
+    }
+
     /// Note a change; read first, so that only the first write of many writes
     /// the shared flag.
     pub(crate) fn note_written(&self) {
@@ -505,6 +530,7 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
         Err(e) => return Err(e),
     };
     let n = Arc::new(Node {
+        size: AtomicU64::new(file.len()),
         file,
         name: Mutex::new(name.to_string()),
         grow: Mutex::new(()),
@@ -528,10 +554,10 @@ pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
         .get(name)
         .and_then(Weak::upgrade);
     match open {
-        Some(n) => Ok(n.file.len()),
+        Some(n) => Ok(n.len()),
         None => {
             let n = node(s, name, false, false)?;
-            let len = n.file.len();
+            let len = n.len();
             keep(s, n);
             Ok(len)
         }

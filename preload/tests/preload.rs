@@ -253,3 +253,22 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("j: 7 journal"), "{t}");
     assert!(t.contains("x: 6 onetwo"), "{t}");
 }
+
+/// A reader following a file another thread appends to never finds zeros
+/// below the length `fstat` gives: an append shows its new length only once
+/// its bytes are in, as on a local file system.
+#[test]
+fn a_reader_never_sees_an_append_s_length_before_its_bytes() {
+    let s = Setup::new("tail");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("tail-race");
+    let t = text(&run(c).stdout);
+    let count = |what: &str| -> u64 {
+        t.lines()
+            .find_map(|l| l.strip_prefix(what).map(|v| v.trim().parse().unwrap()))
+            .unwrap_or_else(|| panic!("no {what:?} in:\n{t}"))
+    };
+    assert!(count("tail reads ") > 10, "{t}");
+    assert_eq!(count("tail reads with zeros"), 0, "{t}");
+}

@@ -383,6 +383,52 @@ static void fork_race(void) {
     unlink(path("f"));
 }
 
+static volatile int tail_done;
+
+static void *appender(void *arg) {
+    int fd = *(int *)arg;
+    static char rec[1 << 20];
+    memset(rec, 'x', sizeof rec);
+    for (int i = 0; i < 64; i++)
+        if (write(fd, rec, sizeof rec) != (ssize_t)sizeof rec)
+            abort();
+    tail_done = 1;
+    return NULL;
+}
+
+/* One thread appends records of 'x' while another reads the file's last
+ * bytes up to the length fstat gives: a length is shown only with the bytes
+ * before it in, so no read finds a zero. */
+static void tail_race(void) {
+    int wfd = open(path("t"), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    int rfd = open(path("t"), O_RDONLY);
+    if (wfd < 0 || rfd < 0)
+        abort();
+    pthread_t t;
+    if (pthread_create(&t, NULL, appender, &wfd) != 0)
+        abort();
+    static char b[1 << 16];
+    long reads = 0, zeros = 0;
+    while (!tail_done) {
+        struct stat st;
+        if (fstat(rfd, &st) != 0)
+            abort();
+        if (st.st_size < (off_t)sizeof b)
+            continue;
+        ssize_t n = pread(rfd, b, sizeof b, st.st_size - (off_t)sizeof b);
+        if (n != (ssize_t)sizeof b)
+            abort();
+        reads++;
+        if (memchr(b, 0, sizeof b) != NULL)
+            zeros++;
+    }
+    pthread_join(t, NULL);
+    printf("%-40s %ld\n", "tail reads", reads);
+    printf("%-40s %ld\n", "tail reads with zeros", zeros);
+    close(wfd);
+    close(rfd);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -400,6 +446,8 @@ int main(int argc, char **argv) {
         reopen();
     else if (argc > 2 && strcmp(argv[2], "exit-writes") == 0)
         exit_writes();
+    else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
+        tail_race();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
         cat(argc, argv);
     else

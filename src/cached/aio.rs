@@ -406,12 +406,23 @@ fn deliver(
         slot.complete(Outcome::Bytes(c.result, c.buf));
     }
     q.take_pins(pins);
-    for (tag, p) in pins.drain(..) {
+    if pins.is_empty() {
+        return;
+    }
+    // Every pin owned before any slot is completed: a waker that panics in
+    // `complete` then drops the pins not yet handed out, which releases them.
+    let owned: Vec<(u64, Result<OwnedPin>)> = pins
+        .drain(..)
+        .map(|(tag, p)| {
+            let p = p.map(|pin| OwnedPin {
+                home: sh.clone(),
+                pin: Some(pin),
+            });
+            (tag, p)
+        })
+        .collect();
+    for (tag, p) in owned {
         let (slot, _) = slots.remove(tag as usize).expect("a request in flight");
-        let p = p.map(|pin| OwnedPin {
-            home: sh.clone(),
-            pin: Some(pin),
-        });
         slot.complete(Outcome::Pin(p));
     }
 }
