@@ -619,6 +619,102 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     }
 }
 
+/// `sync`: the store's dirty pages and lengths too, as a local file
+/// system's would be.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sync() {
+    let _ = state::sync_store("sync");
+    // SAFETY: no arguments.
+    unsafe { real::sync()() };
+}
+
+/// `syncfs` of a store file's descriptor syncs the store; any other goes to
+/// the kernel.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::syncfs()(fd) },
+        Some(_) => int_ret(state::sync_store("syncfs").map(|()| 0)),
+    }
+}
+
+// ---- exec ----------------------------------------------------------------
+//
+// An `exec` ends this image without its exit handlers: the store's dirty
+// pages and lazy growths would go with it, where a local file system keeps
+// what a process wrote for the program it becomes. So each `exec` function
+// syncs the store first. (`execl`, `execle` and `execlp` take variadic
+// arguments a stable Rust function cannot define; glibc's implementations
+// call `execve` inside the library, so they are not caught: see the
+// design's limits.)
+
+/// Before the image is replaced: what this process wrote is synced. A
+/// failure is reported on stderr and does not stop the `exec`.
+fn before_exec() {
+    let _ = state::sync_store("exec (writing the store's data first)");
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execve(
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::execve()(path, argv, envp) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::execv()(path, argv) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::execvp()(file, argv) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execvpe(
+    file: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::execvpe()(file, argv, envp) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fexecve(
+    fd: c_int,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fexecve()(fd, argv, envp) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn execveat(
+    dirfd: c_int,
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    flags: c_int,
+) -> c_int {
+    before_exec();
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::execveat()(dirfd, path, argv, envp, flags) }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
     match state::desc(fd) {
@@ -1026,6 +1122,17 @@ fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
     rc
 }
 
+/// A descriptor closed as a side effect (`dup2` over it, `close_range`,
+/// `closefrom`): if it was its file's last, the file's data goes to the
+/// devices as at a `close`, but the call's own result and `errno` stand (a
+/// failure stays noted for the exit's sync, and is reported on stderr).
+fn implicit_close(d: Arc<Desc>) {
+    // SAFETY: __errno_location returns this thread's errno.
+    let saved = unsafe { *libc::__errno_location() };
+    last_close(d, 0);
+    crate::set_errno(saved);
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     // The table first, as `close` does: once the kernel frees a number,
@@ -1033,23 +1140,27 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     // CLOSE_RANGE_UNSHARE the range closes in a private copy of the
     // descriptor table only; with CLOSE_RANGE_CLOEXEC nothing closes now.
     let closes = flags & (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int == 0;
+    let mut gone = Vec::new();
     if closes {
         let end = (last as usize).min(state::MAX_FD - 1);
         for fd in first as usize..=end {
-            state::remove(fd as c_int);
+            gone.extend(state::remove(fd as c_int));
         }
     }
     // SAFETY: passed through with the caller's arguments.
-    unsafe { real::close_range()(first, last, flags) }
+    let rc = unsafe { real::close_range()(first, last, flags) };
+    gone.into_iter().for_each(implicit_close);
+    rc
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(first: c_int) {
-    for fd in first.max(0) as usize..state::MAX_FD {
-        state::remove(fd as c_int);
-    }
+    let gone: Vec<_> = (first.max(0) as usize..state::MAX_FD)
+        .filter_map(|fd| state::remove(fd as c_int))
+        .collect();
     // SAFETY: passed through with the caller's arguments.
     unsafe { real::closefrom()(first) };
+    gone.into_iter().for_each(implicit_close);
 }
 
 /// After the kernel made `new` a copy of `old`: the table follows.
@@ -1057,15 +1168,17 @@ fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
     if new < 0 {
         return new;
     }
-    state::remove(new);
+    let replaced = state::remove(new);
     if let Some(d) = old
         && let Err(e) = state::insert(new, d)
     {
         // SAFETY: closes the copy just made.
         unsafe { real::close()(new) };
+        replaced.into_iter().for_each(implicit_close);
         set_errno(e);
         return -1;
     }
+    replaced.into_iter().for_each(implicit_close);
     new
 }
 

@@ -83,6 +83,14 @@ real! {
     pwritev64v2: fn(c_int, *const libc::iovec, c_int, off64_t, c_int) -> ssize_t;
     lseek64: fn(c_int, off64_t, c_int) -> off64_t;
     fsync: fn(c_int) -> c_int;
+    sync: fn() -> ();
+    syncfs: fn(c_int) -> c_int;
+    execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    execv: fn(*const c_char, *const *const c_char) -> c_int;
+    execvp: fn(*const c_char, *const *const c_char) -> c_int;
+    execvpe: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
+    fexecve: fn(c_int, *const *const c_char, *const *const c_char) -> c_int;
+    execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
     fdatasync: fn(c_int) -> c_int;
     sync_file_range: fn(c_int, off64_t, off64_t, c_uint) -> c_int;
     ftruncate64: fn(c_int, off64_t) -> c_int;
@@ -138,5 +146,4 @@ real! {
     listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
     llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
     flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t;
-    syncfs: fn(c_int) -> c_int;
 }

@@ -398,6 +398,20 @@ extern "C" fn sync_at_exit() {
     }
 }
 
+/// Write and sync the store's dirty pages and lengths if it is open in this
+/// process (not a child made by `fork`): before an `exec` replaces the
+/// process, and for `sync` and `syncfs`. What the sync could not write is
+/// reported on stderr, naming `why`; `Err` holds its errno.
+pub(crate) fn sync_store(why: &str) -> Result<(), i32> {
+    if forked() {
+        return Ok(());
+    }
+    match STATE.get() {
+        Some(Ok(s)) => s.cs.sync().map_err(|e| crate::fail(why, &e)),
+        _ => Ok(()),
+    }
+}
+
 /// The layout of files the library creates.
 pub(crate) const LAYOUT: LayoutKind = LayoutKind::Stripe;
 

@@ -272,3 +272,26 @@ fn a_reader_never_sees_an_append_s_length_before_its_bytes() {
     assert!(count("tail reads ") > 10, "{t}");
     assert_eq!(count("tail reads with zeros"), 0, "{t}");
 }
+
+/// What a process wrote outlives it when it replaces itself by `exec`, and
+/// when it ends in `_exit` after `sync()`, after `syncfs` of a store file,
+/// or after `dup2` replaced a file's last descriptor: as on a local file
+/// system, where the kernel keeps it.
+#[test]
+fn exec_sync_syncfs_and_dup2_keep_what_was_written() {
+    let s = Setup::new("implicit");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("exec-write");
+    let t = text(&run(c).stdout);
+    assert!(t.contains("e: 4 data"), "the image after exec read:\n{t}");
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("implicit-syncs");
+    run(c);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "k", "s", "y"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("k: 4 dup2"), "{t}");
+    assert!(t.contains("s: 6 synced"), "{t}");
+    assert!(t.contains("y: 2 fs"), "{t}");
+}

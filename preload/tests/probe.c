@@ -383,6 +383,37 @@ static void fork_race(void) {
     unlink(path("f"));
 }
 
+/* Writes, then replaces itself with the probe printing the file: the new
+ * image reads what the old one wrote, as on a local file system. */
+static void exec_write(char **argv) {
+    int fd = open(path("e"), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    show("write e", write(fd, "data", 4));
+    fflush(stdout);
+    char *args[] = {argv[0], argv[1], "cat", "e", NULL};
+    execv(argv[0], args);
+    abort();
+}
+
+/* Files written and then left without a close or an fsync but by a
+ * descriptor replaced by dup2, by sync() and by syncfs(), before _exit. */
+static void implicit_syncs(void) {
+    int fd = open(path("k"), O_CREAT | O_RDWR, 0644);
+    show("write k", write(fd, "first", 5));
+    show("close k", close(fd));
+    fd = open(path("k"), O_RDWR | O_TRUNC);
+    show("write k again", write(fd, "dup2", 4));
+    int null = open("/dev/null", O_RDONLY);
+    show("dup2 over k", dup2(null, fd) == fd ? 0 : -1);
+    int s = open(path("s"), O_CREAT | O_RDWR, 0644);
+    show("write s", write(s, "synced", 6));
+    sync();
+    int y = open(path("y"), O_CREAT | O_RDWR, 0644);
+    show("write y", write(y, "fs", 2));
+    show("syncfs y", syncfs(y));
+    fflush(stdout);
+    _exit(0);
+}
+
 static volatile int tail_done;
 
 static void *appender(void *arg) {
@@ -446,6 +477,10 @@ int main(int argc, char **argv) {
         reopen();
     else if (argc > 2 && strcmp(argv[2], "exit-writes") == 0)
         exit_writes();
+    else if (argc > 2 && strcmp(argv[2], "exec-write") == 0)
+        exec_write(argv);
+    else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
+        implicit_syncs();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
         tail_race();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
