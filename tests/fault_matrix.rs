@@ -883,3 +883,48 @@ fn power_cut() {
         totals.kept, totals.dropped, totals.torn
     );
 }
+
+/// Queue requests on pages that readahead is reading while the device
+/// stalls for longer than the pin wait: they wait for those reads, as a
+/// synchronous read waits for another's fill, instead of giving up `Busy`.
+#[test]
+fn a_queue_waits_out_a_slow_readahead_read() {
+    const SPIKE: Duration = Duration::from_secs(2);
+    let rig = Rig::new("slow_readahead");
+    let opts = setcache::CacheOptions {
+        pin_wait: Duration::from_millis(300),
+        ..small_cache(256)
+    };
+    let cs = CachedStore::with_flusher(rig.store(), opts, None).unwrap();
+    let f = cs.open_file("f").unwrap();
+    rig.sw
+        .stall_us
+        .store(SPIKE.as_micros() as u64, Ordering::Release);
+    // Readahead claims pages 40-47 and its reads stall.
+    f.advise(
+        40 * PAGE as u64,
+        8 * PAGE as u64,
+        setcache::Advice::WillNeed,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let t = Instant::now();
+    let res = queued(&cs, vec![read_req(&f, 44, 0), write_req(&f, 45, 0x45, 1)]);
+    rig.sw.stall_us.store(0, Ordering::Release);
+    assert!(
+        res[0].1.is_ok() && res[0].2 == rig.page(44),
+        "read of a page being read ahead: {:?}",
+        res[0].1
+    );
+    assert!(
+        res[1].1.is_ok(),
+        "write to a page being read ahead: {:?}",
+        res[1].1
+    );
+    assert!(
+        t.elapsed() > Duration::from_millis(300),
+        "the requests did not meet the readahead's reads ({:?})",
+        t.elapsed()
+    );
+    assert_eq!(page(&f, 45), vec![0x45; PAGE]);
+}

@@ -488,6 +488,14 @@ impl<M: Model> Core<M> {
             .is_some_and(|(s, i)| self.state(s, i).load(Acquire) & PENDING != 0)
     }
 
+    /// Whether the page of `tag` is cached with a read or a write-back of
+    /// it in flight: busy for as long as a device takes, not for as long as
+    /// a user holds it.
+    pub(crate) fn is_in_io(&self, tag: u64) -> bool {
+        self.find(mix64(tag), tag)
+            .is_some_and(|(s, i)| self.state(s, i).load(Acquire) & (PENDING | WRITEBACK) != 0)
+    }
+
     /// The stamp of slot `i` of set `s`.
     #[inline]
     pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {

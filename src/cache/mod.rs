@@ -655,6 +655,12 @@ impl<M: Model> PageCache<M> {
         tag_of(file, page).is_ok_and(|tag| self.core.is_filling(tag))
     }
 
+    /// Whether `page` of `file` is cached with a read or a write-back of it
+    /// in flight.
+    pub(crate) fn is_in_io(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.is_in_io(tag))
+    }
+
     /// Count `n` pages read ahead that a sequential reader then read.
     pub(crate) fn count_readahead_used(&self, n: u64) {
         self.core.stats.add(stats::Stat::ReadaheadUsed, n);

@@ -1259,11 +1259,25 @@ impl<'a> CachedQueue<'a> {
         }
     }
 
-    /// Give up on the parked pages busy for longer than `limit`.
+    /// Give up on the parked pages busy for longer than `limit`, but for
+    /// those whose read or write-back is in flight: a device ends those, so
+    /// they are waited for as a synchronous read waits for another's fill
+    /// (their wait starts again).
     fn fail_parked(&mut self, limit: Duration) {
-        let (late, wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
+        let (late, mut wait): (Vec<_>, Vec<_>) = std::mem::take(&mut self.parked)
             .into_iter()
             .partition(|p| p.2.elapsed() > limit);
+        let cache = &self.sh.cache;
+        let mut given_up = Vec::with_capacity(late.len());
+        for (id, page, since) in late {
+            let fid = self.live.get(id).map(|l| l.req.file.id);
+            if fid.is_some_and(|fid| cache.is_in_io(fid, page)) {
+                wait.push((id, page, Instant::now()));
+            } else {
+                given_up.push((id, page, since));
+            }
+        }
+        let late = given_up;
         self.parked = wait;
         for (id, page, since) in late {
             let name = self.live.get(id).map(|l| l.req.file.entry.file.name());
