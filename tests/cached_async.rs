@@ -829,3 +829,83 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
         );
     }
 }
+
+/// A partial write of a page the cache does not hold reads the page first,
+/// and the page is held for writing (and dirty) until the queue reaps that
+/// read. A sync of the file on the same thread, before the queue is polled
+/// (other written pages lead the sync to that page's set),
+/// fails `HeldByCaller` after the pin wait instead of waiting for ever; the
+/// write lands once the queue is drained.
+#[test]
+fn a_sync_waiting_for_its_own_queues_partial_write_fails_instead_of_hanging() {
+    let tmp = TempDir::new("sync-own-write");
+    // A device slow enough that the reads are still in flight at the sync.
+    let slow = StoreOptions {
+        engine: setcache::EngineKind::Sim(setcache::SimConfig {
+            latency_us: (20_000, 30_000),
+            ..setcache::SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&tmp.devices(2), slow).unwrap();
+    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(64, 64)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    // Written pages in every set (16 sets of four; no page evicted), so
+    // that the sync visits the set of each page the queue claims.
+    for p in 1..33u64 {
+        cf.write_at(p * 4096, &[1; 4096]).unwrap();
+    }
+    // Partial writes of four pages not cached: each reads its page first
+    // (together in flight, not one run on the caller).
+    let mut q = cs.queue(4);
+    let w = [0u64, 40, 50, 60];
+    q.submit(
+        w.iter()
+            .map(|&p| CachedRequest::tagged(OpKind::Write, &cf, p * 4096 + 512, vec![7; 512], p))
+            .collect(),
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("a sync waited 60 s for its own queue's write");
+                std::process::exit(3);
+            }
+        });
+    }
+    assert!(q.outstanding() > 0, "the reads came back within submit");
+    let r = cf.sync();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    match r {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("expected HeldByCaller, got {other:?}"),
+    }
+    q.drain();
+    let mut c = Vec::new();
+    q.take_completions(&mut c);
+    assert_eq!(c.len(), 4);
+    for (p, x) in &c {
+        assert!(x.result.is_ok(), "page {p}: {:?}", x.result);
+    }
+    drop(q);
+    cf.sync().unwrap();
+    let mut b = vec![0u8; 4096];
+    for p in w {
+        cf.read_at(p * 4096, &mut b).unwrap();
+        assert!(b[512..1024].iter().all(|&x| x == 7), "page {p}");
+        assert!(
+            b[..512].iter().chain(&b[1024..]).all(|&x| x == 0),
+            "page {p}"
+        );
+    }
+    cf.read_at(4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 1));
+}

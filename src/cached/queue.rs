@@ -260,7 +260,10 @@ struct Live<'a> {
 /// A fill or victim write this queue owns, waiting for its device operation.
 enum Job<'a> {
     Read(Fill<'a>),
-    Write(FillMut<'a>),
+    /// A partial write's page, read first: dirty and held for writing until
+    /// this queue reaps the read (counted as owed, so that a sync on this
+    /// thread does not wait for it for ever).
+    Write(FillMut<'a>, Owed<'a>),
     /// The dirty victim a page of the request must wait for: once written,
     /// the page is looked up again.
     /// It is written with its dirty neighbours in the file, first page first.
@@ -274,7 +277,7 @@ impl Job<'_> {
     fn frame(&mut self) -> &mut [u8] {
         match self {
             Job::Read(f) => f.frame_mut(),
-            Job::Write(f) => f.frame_mut(),
+            Job::Write(f, _) => f.frame_mut(),
             Job::Victim(_) | Job::Near(_) => &mut [],
         }
     }
@@ -943,7 +946,8 @@ impl<'a> CachedQueue<'a> {
             Now::Later(Some(LookupMut::WriteBack(wb))) => self.write_back(wb, id, page),
             Now::Later(Some(LookupMut::Miss(f))) => {
                 let ptr = f.frame_ptr();
-                self.load(fid, page, Job::Write(f), ptr, id)
+                let owed = Owed::new(self.sh, fid, Vec::new());
+                self.load(fid, page, Job::Write(f, owed), ptr, id)
             }
             Now::Later(Some(LookupMut::Hit(_))) => unreachable!("write_now takes every hit"),
         }
@@ -1172,7 +1176,7 @@ impl<'a> CachedQueue<'a> {
                     None => l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]),
                 }
             }
-            Job::Write(f) => {
+            Job::Write(f, _owed) => {
                 let mut g = f.finish(r)?;
                 g[in_page..in_page + n].copy_from_slice(&l.req.buf[in_buf..in_buf + n]);
             }

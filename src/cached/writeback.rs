@@ -305,7 +305,8 @@ impl Drop for Owed<'_> {
 }
 
 /// Whether this thread's request queues hold write-backs of file `id` of
-/// `sh`'s cache they have not yet settled (a `sync` of it waiting for those
+/// `sh`'s cache they have not yet settled, or pages of it held for a write
+/// whose page is being read first (a `sync` of it waiting for those
 /// pages would wait for itself).
 pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
     let key = (sh as *const Shared as usize, id);
@@ -421,8 +422,8 @@ impl Shared {
                     let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
                     return Err(Error::HeldByCaller(format!(
                         "a sync of {:?} waited {} ms for pages under write-back while a request \
-                         queue of this thread holds write-backs it has not yet finished: poll, \
-                         wait for or drain the queue first",
+                         queue of this thread holds write-backs or writes it has not yet \
+                         finished: poll, wait for or drain the queue first",
                         e.file.name(),
                         self.cache.pin_wait().as_millis()
                     )));
