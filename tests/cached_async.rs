@@ -909,3 +909,64 @@ fn a_sync_waiting_for_its_own_queues_partial_write_fails_instead_of_hanging() {
     cf.read_at(4096, &mut b).unwrap();
     assert!(b.iter().all(|&x| x == 1));
 }
+
+/// Reads of eight missing pages, read as one run: the first callback that
+/// runs panics, and the queue's user catches it. The other seven still
+/// complete (once, with their bytes) at the next drain, and no page stays
+/// claimed: another thread reads every page.
+#[test]
+fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
+    let tmp = TempDir::new("callback-panic");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8 + 1;
+    }
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_secs(5),
+        ..cache(64, 64)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    type Got = Vec<(u64, setcache::Result<()>, u8)>;
+    let got: Rc<RefCell<Got>> = Rc::default();
+    let fired = Rc::new(std::cell::Cell::new(false));
+    let mut q = cs.queue(16);
+    let reqs = (0..8u64)
+        .map(|p| {
+            let (got, fired) = (got.clone(), fired.clone());
+            CachedRequest::read(&cf, p * 4096, vec![0; 4096], move |c| {
+                if !fired.replace(true) {
+                    panic!("the first callback panics, on purpose");
+                }
+                got.borrow_mut().push((p, c.result, c.buf[0]));
+            })
+        })
+        .collect();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        q.submit(reqs);
+        q.drain();
+    }));
+    assert!(r.is_err(), "no callback panicked");
+    q.drain();
+    assert_eq!(q.outstanding(), 0);
+    let got = got.borrow();
+    assert_eq!(got.len(), 7, "{got:?}");
+    for (p, r, byte) in got.iter() {
+        assert!(r.is_ok(), "page {p}: {r:?}");
+        assert_eq!(*byte, *p as u8 + 1, "page {p}");
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let mut one = [0u8; 1];
+            for p in 0..8u64 {
+                cf.read_at(p * 4096, &mut one).unwrap();
+                assert_eq!(one[0], p as u8 + 1);
+            }
+        });
+    });
+}

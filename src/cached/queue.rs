@@ -443,6 +443,10 @@ pub struct CachedQueue<'a> {
     /// first found busy), retried as other requests finish; each gives up
     /// after the cache's pin wait.
     parked: Vec<(usize, u64, Instant)>,
+    /// Parked pages being retried now, last first: kept here, not in a local,
+    /// so that a callback that panics (and is caught by the queue's user)
+    /// leaves the rest to be retried, never forgotten.
+    retrying: Vec<(usize, u64, Instant)>,
     /// Missing pages being gathered into one read.
     run: Option<MissRun>,
     /// Requests submitted and not yet completed.
@@ -487,6 +491,7 @@ impl<'a> CachedQueue<'a> {
             tagged: Vec::new(),
             finished: Vec::new(),
             parked: Vec::new(),
+            retrying: Vec::new(),
             run: None,
             outstanding: 0,
             ran: 0,
@@ -1117,7 +1122,12 @@ impl<'a> CachedQueue<'a> {
     ) {
         let ps = self.sh.cache.page_size() as u64;
         let off = start * ps;
-        let len = file.len().saturating_sub(off).min(pages.len() as u64 * ps) as usize;
+        let run = pages.len() as u64 * ps;
+        // A shrink since the run was built may have ended the file inside a
+        // sector: the run then covers that sector whole, as the flusher's
+        // runs do (a write of part of one is refused as misaligned).
+        let len = file.len().saturating_sub(off).min(run);
+        let len = (len.div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN).min(run) as usize;
         debug_assert_eq!(
             len as u64 % DIRECT_ALIGN,
             0,
@@ -1188,6 +1198,8 @@ impl<'a> CachedQueue<'a> {
     /// Finish the fills whose reads completed, retry parked pages, and run
     /// the callbacks of requests that are done.
     fn collect(&mut self) {
+        // Left by a callback that panicked in the last round.
+        self.parked.append(&mut self.retrying);
         loop {
             self.take_finished();
             let mut done = std::mem::take(&mut self.finished);
@@ -1206,7 +1218,11 @@ impl<'a> CachedQueue<'a> {
                     }
                 }
             }
-            for (slot, r) in done.drain(..) {
+            // Taken from the queue's own list one at a time (last first), so
+            // that a callback that panics leaves the others there.
+            done.reverse();
+            self.finished = done;
+            while let Some((slot, r)) = self.finished.pop() {
                 let w = self.fills.remove(slot).expect("a fill in flight");
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
@@ -1214,10 +1230,11 @@ impl<'a> CachedQueue<'a> {
                     res => self.page_done(w.req, res.err()),
                 }
             }
-            self.finished = done;
-            let parked = std::mem::take(&mut self.parked);
+            let mut parked = std::mem::take(&mut self.parked);
             let had = parked.len();
-            for (id, page, since) in parked {
+            parked.reverse();
+            self.retrying = parked;
+            while let Some((id, page, since)) = self.retrying.pop() {
                 let n = self.parked.len();
                 self.run_page(id, page);
                 // Still busy: it keeps the time it was first found busy.
