@@ -510,6 +510,14 @@ impl Queue {
             .iter()
             .filter(|r| r.ring.as_ref().is_some_and(|r| r.in_flight() > 0))
             .count();
+        // An idle ring with the doorbell's read posted may take a ring of the
+        // bell that the ring asleep below then never hears (this queue
+        // reaps only rings with I/O): sleep in short spells then, too.
+        let stray_bell = self.rings.iter().any(|r| {
+            r.ring
+                .as_ref()
+                .is_some_and(|r| r.in_flight() == 0 && r.bell_armed())
+        });
         let mut got = 0;
         for r in self.rings.iter_mut().filter_map(|r| r.ring.as_mut()) {
             if r.in_flight() == 0 {
@@ -518,7 +526,8 @@ impl Queue {
             got += if block && got == 0 {
                 // Sleep without a deadline only where every completion this queue
                 // waits for comes from this one ring.
-                let timeout = (busy > 1 || self.via_threads).then(|| Duration::from_micros(200));
+                let timeout = (busy > 1 || self.via_threads || stray_bell)
+                    .then(|| Duration::from_micros(200));
                 r.enter(true, timeout)
             } else {
                 r.enter(false, None)

@@ -208,6 +208,12 @@ impl ThreadRing {
         self.slab.len() - self.free.len() + self.backlog.len()
     }
 
+    /// Whether this ring has a read of the doorbell posted (which a ring of
+    /// the bell may take, so that another ring asleep never hears it).
+    pub(crate) fn bell_armed(&self) -> bool {
+        self.bell.as_ref().is_some_and(|b| b.armed)
+    }
+
     /// Queue operations; they go to the kernel at the next [`ThreadRing::enter`].
     pub(crate) fn push(&mut self, ops: Vec<DevOp>) {
         self.backlog.extend(ops);
