@@ -372,7 +372,10 @@ fn write_pos(d: &Desc, data: &[u8]) -> Result<usize, i32> {
     let mut pos = lock(&d.pos);
     let at = if d.append() { None } else { Some(*pos) };
     let end = write_at(d, data, at)?;
-    *pos = end;
+    // A write of nothing leaves the position, even when appending (as Linux).
+    if !data.is_empty() {
+        *pos = end;
+    }
     Ok(data.len())
 }
 
@@ -445,7 +448,9 @@ unsafe fn writev_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>)
             let at = if d.append() { None } else { Some(*pos) };
             // SAFETY: the caller's buffers.
             let (n, end) = unsafe { write_iov(d, v, at) }?;
-            *pos = end;
+            if n > 0 {
+                *pos = end;
+            }
             Ok(n)
         }
     });
@@ -1592,6 +1597,88 @@ pub unsafe extern "C" fn fstatat(
     flags: c_int,
 ) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { fstatat64(dirfd, path, out, flags) }
+}
+
+// The `stat` entry points of C libraries before 2.33, which programs built
+// against them still call (`stat` was a macro over these): the version
+// argument names the structure's layout, the one `stat64` has here, so it is
+// not looked at. Calls outside the store go to the functions that replaced
+// them.
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, out: *mut libc::stat64) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { fstat64(fd, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstat(_ver: c_int, fd: c_int, out: *mut libc::stat64) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { fstat64(fd, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __xstat64(
+    _ver: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { stat64(path, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __xstat(
+    _ver: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { stat64(path, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __lxstat64(
+    _ver: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { lstat64(path, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __lxstat(
+    _ver: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { lstat64(path, out) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstatat64(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
+    unsafe { fstatat64(dirfd, path, out, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __fxstatat(
+    _ver: c_int,
+    dirfd: c_int,
+    path: *const c_char,
+    out: *mut libc::stat64,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: passed on with the caller's arguments.
     unsafe { fstatat64(dirfd, path, out, flags) }
 }
 

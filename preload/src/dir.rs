@@ -35,7 +35,10 @@ fn ours(dir: *mut libc::DIR) -> Option<*mut Listing> {
     list.contains(&(dir as usize)).then_some(dir.cast())
 }
 
-fn open_listing() -> Result<*mut libc::DIR, i32> {
+/// A listing of the store, on a descriptor of its directory: `fd` (the
+/// caller's, which the listing then owns, as `fdopendir` takes it), or one
+/// opened here.
+fn open_listing(fd: Option<c_int>) -> Result<*mut libc::DIR, i32> {
     let s = state::state()?;
     let cfg = state::config().ok_or(libc::EINVAL)?;
     let names =
@@ -44,13 +47,16 @@ fn open_listing() -> Result<*mut libc::DIR, i32> {
             .map_err(|e| crate::fail("opendir", &e))?;
     let mut all: Vec<Vec<u8>> = vec![b".".to_vec(), b"..".to_vec()];
     all.extend(names.into_iter().map(String::into_bytes));
-    // SAFETY: opens the store's directory by its C string.
-    let fd = unsafe {
-        real::openat64()(
-            libc::AT_FDCWD,
-            cfg.dir_c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
-        )
+    let fd = match fd {
+        Some(fd) => fd,
+        // SAFETY: opens the store's directory by its C string.
+        None => unsafe {
+            real::openat64()(
+                libc::AT_FDCWD,
+                cfg.dir_c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        },
     };
     if fd < 0 {
         // SAFETY: reads this thread's errno.
@@ -78,7 +84,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
             set_errno(e);
             std::ptr::null_mut()
         }
-        Place::Root => match open_listing() {
+        Place::Root => match open_listing(None) {
             Ok(d) => d,
             Err(e) => {
                 set_errno(e);
@@ -92,6 +98,42 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::opendir()(path) },
     }
+}
+
+/// `fdopendir` of a descriptor of the store's directory (as `find`, `cp -r`
+/// and `fts` open it: `openat` of the directory, then this) lists the store;
+/// of a store file's descriptor, `ENOTDIR`; any other goes to the C library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
+    if state::desc(fd).is_some() {
+        set_errno(libc::ENOTDIR);
+        return std::ptr::null_mut();
+    }
+    if let Some(cfg) = state::config()
+        && !state::in_setup()
+    {
+        // SAFETY: a zeroed stat64 is valid, and fstat fills it.
+        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        // SAFETY: the caller's descriptor and a buffer of ours.
+        let ok = unsafe { real::fstat64()(fd, &mut st) } == 0;
+        // SAFETY: F_GETFL takes no argument.
+        let path_only = unsafe { real::fcntl64()(fd, libc::F_GETFL) } & libc::O_PATH != 0;
+        if ok
+            && !path_only
+            && st.st_mode & libc::S_IFMT == libc::S_IFDIR
+            && (st.st_dev, st.st_ino) == cfg.dev_ino
+        {
+            return match open_listing(Some(fd)) {
+                Ok(d) => d,
+                Err(e) => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
+            };
+        }
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fdopendir()(fd) }
 }
 
 fn next(l: &mut Listing) -> *mut libc::dirent64 {

@@ -138,6 +138,8 @@ real! {
     readdir64_r: fn(*mut libc::DIR, *mut libc::dirent64, *mut *mut libc::dirent64) -> c_int;
     fopen64: fn(*const c_char, *const c_char) -> *mut libc::FILE;
     fdopen: fn(c_int, *const c_char) -> *mut libc::FILE;
+    fileno: fn(*mut libc::FILE) -> c_int;
+    fileno_unlocked: fn(*mut libc::FILE) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;

@@ -1,12 +1,15 @@
 //! `fopen` of a file of the store: stdio opens files inside the C library,
 //! out of this library's reach, so the stream is made with `fopencookie`
 //! over a placeholder descriptor and this library's `read`, `write`,
-//! `lseek64` and `close`. (`fileno` of such a stream is -1.)
+//! `lseek64` and `close`. `fileno` of such a stream is its placeholder, so
+//! `fsync(fileno(f))` syncs the file.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
 
 use std::ffi::{CStr, c_char, c_int, c_void};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{off64_t, size_t, ssize_t};
 
@@ -56,9 +59,48 @@ unsafe extern "C" fn cookie_seek(cookie: *mut c_void, pos: *mut off64_t, whence:
     0
 }
 
+/// Streams made here and their placeholders, for `fileno`.
+static STREAMS: Mutex<Vec<(usize, c_int)>> = Mutex::new(Vec::new());
+/// `STREAMS`' length: none, and `fileno` costs one load.
+static STREAM_COUNT: AtomicUsize = AtomicUsize::new(0);
+
+fn forget_stream(fd: c_int) {
+    let mut s = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    s.retain(|&(_, d)| d != fd);
+    STREAM_COUNT.store(s.len(), Ordering::Relaxed);
+}
+
 unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {
+    forget_stream(fd_of(cookie));
     // SAFETY: the stream's own placeholder.
     unsafe { calls::close(fd_of(cookie)) }
+}
+
+/// The placeholder of a stream made here.
+fn placeholder_of(f: *mut libc::FILE) -> Option<c_int> {
+    if STREAM_COUNT.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let s = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    s.iter().find(|&&(p, _)| p == f as usize).map(|&(_, fd)| fd)
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fileno(f: *mut libc::FILE) -> c_int {
+    match placeholder_of(f) {
+        Some(fd) => fd,
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fileno()(f) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fileno_unlocked(f: *mut libc::FILE) -> c_int {
+    match placeholder_of(f) {
+        Some(fd) => fd,
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fileno_unlocked()(f) },
+    }
 }
 
 /// `open` flags of an `fopen` mode; `None` for a mode `fopen` refuses.
@@ -109,9 +151,15 @@ fn stream_of(fd: c_int, mode: *const c_char, own: bool) -> *mut libc::FILE {
     };
     // SAFETY: the cookie is the descriptor's number; the functions match glibc's types.
     let f = unsafe { fopencookie(fd as usize as *mut c_void, mode, io) };
-    if f.is_null() && own {
-        // SAFETY: closes the placeholder just made.
-        unsafe { calls::close(fd) };
+    if f.is_null() {
+        if own {
+            // SAFETY: closes the placeholder just made.
+            unsafe { calls::close(fd) };
+        }
+    } else {
+        let mut s = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+        s.push((f as usize, fd));
+        STREAM_COUNT.store(s.len(), Ordering::Relaxed);
     }
     f
 }

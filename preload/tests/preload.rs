@@ -295,3 +295,53 @@ fn exec_sync_syncfs_and_dup2_keep_what_was_written() {
     assert!(t.contains("s: 6 synced"), "{t}");
     assert!(t.contains("y: 2 fs"), "{t}");
 }
+
+/// Programs that list a directory through a descriptor (`openat`, then
+/// `fdopendir`, as `fts` does) see the store's files: `find` names them and
+/// `cp -r` copies them out whole.
+#[test]
+fn find_and_cp_list_the_store_through_fdopendir() {
+    let s = Setup::new("listing");
+    let store = s.p("store");
+    let mut c = s.preloaded(Path::new("/bin/sh"));
+    c.arg("-c").arg(format!(
+        "printf hello > {0}/h && printf world > {0}/k",
+        store.display()
+    ));
+    run(c);
+    let mut c = s.preloaded(Path::new("/usr/bin/find"));
+    c.arg(&store).args(["-type", "f"]);
+    let t = text(&run(c).stdout);
+    let mut found: Vec<&str> = t.lines().collect();
+    found.sort();
+    let want = [
+        format!("{}/h", store.display()),
+        format!("{}/k", store.display()),
+    ];
+    assert_eq!(found, want, "find listed:\n{t}");
+    let out = s.p("outside").join("copy");
+    let mut c = s.preloaded(Path::new("/bin/cp"));
+    c.arg("-r").arg(&store).arg(&out);
+    run(c);
+    assert_eq!(std::fs::read(out.join("h")).unwrap(), b"hello");
+    assert_eq!(std::fs::read(out.join("k")).unwrap(), b"world");
+}
+
+/// Programs built against a C library before 2.33 call `__fxstat64` and
+/// `__xstat64`: a store file is a regular file of the length written.
+#[test]
+fn the_stat_functions_of_older_c_libraries_see_store_files() {
+    let s = Setup::new("old-stat");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("old-stat");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("__fxstat64                               0 1 10000"),
+        "{t}"
+    );
+    assert!(
+        t.contains("__xstat64                                0 1 10000"),
+        "{t}"
+    );
+}

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -195,6 +196,9 @@ static void common(void) {
     fd = open(path("a"), O_CREAT | O_WRONLY | O_APPEND, 0644);
     show("append 5", write(fd, "hello", 5));
     show("append 6", write(fd, " world", 6));
+    show("seek to 2", lseek(fd, 2, SEEK_SET));
+    show("append nothing", write(fd, "", 0));
+    show("  position after it", lseek(fd, 0, SEEK_CUR));
     close(fd);
     fd = open(path("a"), O_RDONLY);
     memset(back, 0, 32);
@@ -232,6 +236,9 @@ static void common(void) {
     show("fopen w", f ? 0 : -1);
     if (f) {
         fprintf(f, "line one\nline two\n");
+        show("fflush", fflush(f));
+        show("fileno is a descriptor", fileno(f) >= 0);
+        show("fsync of fileno", fsync(fileno(f)));
         show("fclose", fclose(f));
     }
     f = fopen(path("s"), "r");
@@ -414,6 +421,29 @@ static void implicit_syncs(void) {
     _exit(0);
 }
 
+/* The stat entry points of C libraries before 2.33, as programs built
+ * against them call them (looked up by name: they cannot be linked now). */
+static void old_stat(void) {
+    typedef int (*fx_t)(int, int, struct stat *);
+    typedef int (*x_t)(int, const char *, struct stat *);
+    fx_t fx = (fx_t)dlsym(RTLD_DEFAULT, "__fxstat64");
+    x_t x = (x_t)dlsym(RTLD_DEFAULT, "__xstat64");
+    if (fx == NULL || x == NULL) {
+        printf("no old stat functions\n");
+        return;
+    }
+    int fd = open(path("o"), O_CREAT | O_RDWR, 0644);
+    static char b[10000];
+    memset(b, 'o', sizeof b);
+    show("write o", write(fd, b, sizeof b));
+    struct stat st;
+    int rc = fx(1, fd, &st);
+    printf("%-40s %d %d %lld\n", "__fxstat64", rc, S_ISREG(st.st_mode), (long long)st.st_size);
+    rc = x(1, path("o"), &st);
+    printf("%-40s %d %d %lld\n", "__xstat64", rc, S_ISREG(st.st_mode), (long long)st.st_size);
+    close(fd);
+}
+
 static volatile int tail_done;
 
 static void *appender(void *arg) {
@@ -481,6 +511,8 @@ int main(int argc, char **argv) {
         exec_write(argv);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
         implicit_syncs();
+    else if (argc > 2 && strcmp(argv[2], "old-stat") == 0)
+        old_stat();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
         tail_race();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
