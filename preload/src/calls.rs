@@ -654,8 +654,34 @@ pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
 // call `execve` inside the library, so they are not caught: see the
 // design's limits.)
 
+/// `vfork` is served as `fork`, which POSIX allows: a child of `vfork`
+/// shares this process's memory, so its calls before its `exec` (the
+/// `close_range` and `dup2` a subprocess module makes, the `exec` itself)
+/// would change the parent's descriptor table and store, and a sync there
+/// would run on the parent's rings. A child of `fork` has its own copy,
+/// which this library knows to leave alone.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfork() -> libc::pid_t {
+    // SAFETY: no arguments.
+    unsafe { real::fork()() }
+}
+
+/// `_Fork` runs no `atfork` handler: its child is marked here.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+    // SAFETY: no arguments.
+    let pid = unsafe { real::_Fork()() };
+    if pid == 0 {
+        state::mark_forked();
+    }
+    pid
+}
+
 /// Before the image is replaced: what this process wrote is synced. A
-/// failure is reported on stderr and does not stop the `exec`.
+/// failure is reported on stderr and does not stop the `exec`. (Not safe in
+/// a signal handler, which `execve` alone is: a handler that `exec`s while
+/// the thread it interrupted holds one of the locks a sync takes waits for
+/// ever.)
 fn before_exec() {
     let _ = state::sync_store("exec (writing the store's data first)");
 }

@@ -28,7 +28,7 @@ fn resolve(slot: &AtomicUsize, name: &'static [u8]) -> usize {
 macro_rules! real {
     ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
         $(
-            #[allow(dead_code)]
+            #[allow(dead_code, non_snake_case)]
             pub(crate) fn $name() -> unsafe extern "C" fn($($arg),*) -> $ret {
                 static SLOT: AtomicUsize = AtomicUsize::new(0);
                 let p = resolve(&SLOT, concat!(stringify!($name), "\0").as_bytes());
@@ -84,6 +84,8 @@ real! {
     lseek64: fn(c_int, off64_t, c_int) -> off64_t;
     fsync: fn(c_int) -> c_int;
     sync: fn() -> ();
+    fork: fn() -> libc::pid_t;
+    _Fork: fn() -> libc::pid_t;
     syncfs: fn(c_int) -> c_int;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;
     execv: fn(*const c_char, *const *const c_char) -> c_int;

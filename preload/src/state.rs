@@ -374,6 +374,12 @@ fn open_state() -> Result<State, (i32, String)> {
 }
 
 extern "C" fn after_fork_child() {
+    mark_forked();
+}
+
+/// This process is a child made by a fork (from `_Fork` too, which runs no
+/// `atfork` handler): the store is the parent's.
+pub(crate) fn mark_forked() {
     FORKED.store(true, Ordering::Relaxed);
 }
 

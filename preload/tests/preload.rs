@@ -345,3 +345,26 @@ fn the_stat_functions_of_older_c_libraries_see_store_files() {
         "{t}"
     );
 }
+
+/// A child made by `vfork` that closes a store descriptor and execs (as a
+/// subprocess module does) leaves the parent's descriptor and data alone.
+#[test]
+fn a_vfork_child_leaves_the_parents_store_alone() {
+    let s = Setup::new("vfork");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("vfork-exec");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("child exit status                        0"),
+        "{t}"
+    );
+    assert!(
+        t.contains("pread v in the parent                    6"),
+        "{t}"
+    );
+    assert!(
+        t.contains("  bytes                                  parent"),
+        "{t}"
+    );
+}

@@ -444,6 +444,28 @@ static void old_stat(void) {
     close(fd);
 }
 
+/* A child made by vfork closes a store descriptor and execs, as subprocess
+ * modules do: the parent's descriptor and data are untouched. */
+static void vfork_exec(void) {
+    int fd = open(path("v"), O_CREAT | O_RDWR, 0644);
+    show("write v", write(fd, "parent", 6));
+    fflush(stdout);
+    pid_t pid = vfork();
+    if (pid == 0) {
+        close(fd);
+        char *args[] = {"/bin/true", NULL};
+        execv(args[0], args);
+        _exit(127);
+    }
+    int st = 0;
+    show("waitpid", waitpid(pid, &st, 0) == pid ? 0 : -1);
+    show("child exit status", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    char b[16] = "";
+    show("pread v in the parent", pread(fd, b, sizeof b - 1, 0));
+    printf("%-40s %s\n", "  bytes", b);
+    show("close v", close(fd));
+}
+
 static volatile int tail_done;
 
 static void *appender(void *arg) {
@@ -511,6 +533,8 @@ int main(int argc, char **argv) {
         exec_write(argv);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
         implicit_syncs();
+    else if (argc > 2 && strcmp(argv[2], "vfork-exec") == 0)
+        vfork_exec();
     else if (argc > 2 && strcmp(argv[2], "old-stat") == 0)
         old_stat();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
