@@ -554,3 +554,38 @@ fn a_full_file_system_recovers_when_space_is_freed() {
         "writes made while the file system was full were lost"
     );
 }
+
+/// A write still in flight when another thread's sync began is not covered
+/// by that sync: if the next sync's fsync fails, the write may be gone, so
+/// that failure sticks (the syncs after it fail) as for any write the
+/// failed fsync should have covered.
+#[test]
+fn a_failed_fsync_after_a_write_that_outlived_anothers_sync_fails_later_syncs() {
+    let tmp = TempDir::new("fsync-inflight");
+    let roots = tmp.devices(1);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let store = sim_store(&roots, &media, &sw);
+    let f = store.create("f", MIB, LayoutKind::Stripe).unwrap();
+    f.sync().unwrap();
+    let mut x = setcache::AlignedBuf::new(64 * 1024);
+    x.fill(0xC3);
+    // The write waits 300 ms in the device; the sync that starts meanwhile
+    // does not.
+    sw.stall_us.store(300_000, Ordering::Release);
+    std::thread::scope(|s| {
+        let w = s.spawn(|| f.write_at(0, &x).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+        sw.stall_us.store(0, Ordering::Release);
+        f.sync().unwrap();
+        assert!(!w.is_finished(), "the write ended before the other sync");
+        w.join().unwrap();
+    });
+    sw.fsync_failures.store(1, Ordering::Release);
+    let first = f.sync().unwrap_err();
+    assert_eq!(first.errno(), Some(libc::ENOSPC), "{first}");
+    let e = f.sync().unwrap_err();
+    assert!(matches!(e, Error::SyncLost { .. }), "{e}");
+}

@@ -47,9 +47,6 @@ pub(crate) struct FileInner {
     /// dropped the pages it could not write and reports that once, so every
     /// later sync of this handle fails too.
     pub(crate) sync_lost: std::sync::Mutex<Option<Error>>,
-    /// A write was prepared through this handle since its last
-    /// [`File::sync`] began: only then can a failed fsync have cost data.
-    pub(crate) written: std::sync::atomic::AtomicBool,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -211,7 +208,13 @@ impl File {
                 first: Box::new(first.clone()),
             });
         }
-        let written = self.inner.written.swap(false, Ordering::AcqRel);
+        // Writes that completed since the last sync began (each backing
+        // file's flag taken, none left set by a short cut).
+        let written = self
+            .inner
+            .backings
+            .iter()
+            .fold(false, |w, b| b.written.swap(false, Ordering::AcqRel) | w);
         let r = self.sync_again();
         // (A failure the device does not survive fails it, and every later
         // request with it; one it survives, out of space say, sticks here.)
@@ -430,12 +433,7 @@ impl File {
         }
         let dkind = match kind {
             OpKind::Read => DevOpKind::Read,
-            OpKind::Write => {
-                if !inner.written.load(Ordering::Relaxed) {
-                    inner.written.store(true, Ordering::Release);
-                }
-                DevOpKind::Write
-            }
+            OpKind::Write => DevOpKind::Write,
         };
         let mut count = 0usize;
         inner.layout.split(offset, len, |s| {

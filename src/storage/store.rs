@@ -975,7 +975,6 @@ impl Store {
                 cached: AtomicUsize::new(0),
                 header_stale: std::sync::atomic::AtomicBool::new(false),
                 sync_lost: std::sync::Mutex::new(None),
-                written: std::sync::atomic::AtomicBool::new(false),
             }),
         })
     }

@@ -135,6 +135,12 @@ pub(crate) struct Backing {
     /// The store's path-watch sequence number when `sync` last found this file
     /// at its path (0: not yet).
     pub(crate) seen: std::sync::atomic::AtomicU64,
+    /// A write to this backing file completed since the last `File::sync`
+    /// began: only then can a failed fsync have cost data a caller was told
+    /// is written. Set at completion, not at preparation, so that a write
+    /// still in flight when another thread's sync began (which its fsync
+    /// may not cover) is counted for the next sync.
+    pub(crate) written: std::sync::atomic::AtomicBool,
     pub(crate) state: Arc<DeviceState>,
     /// The device's engine; operations on this file are sent to it.
     pub(crate) engine: Arc<dyn DeviceEngine>,
@@ -156,6 +162,7 @@ impl Backing {
             fs_id,
             slot,
             seen: std::sync::atomic::AtomicU64::new(0),
+            written: std::sync::atomic::AtomicBool::new(false),
             state,
             engine: engine.clone(),
         }
@@ -210,6 +217,12 @@ impl DevOp {
     /// ([`error_can_pass`]) also fails the device for good. A short transfer fails
     /// only the request.
     pub(crate) fn finish(self, res: OpResult) {
+        if self.kind == DevOpKind::Write {
+            let w = &self.backing.written;
+            if !w.load(std::sync::atomic::Ordering::Relaxed) {
+                w.store(true, std::sync::atomic::Ordering::Release);
+            }
+        }
         if let OpResult::Done(n) = res {
             let st = &self.backing.state;
             let counters = match self.kind {
