@@ -145,6 +145,15 @@ pub(crate) static BEFORE_FAST_PIN: crate::util::hook::TestHook<
     Box<dyn FnOnce(u32, usize, usize) + Send>,
 > = crate::util::hook::TestHook::new();
 
+/// In unit tests: for a cache (its `Core`'s address), what its next search
+/// of a page's holder runs between its visits of the two candidate sets.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) static BETWEEN_HOLDER_VISITS: crate::util::hook::TestHook<
+    usize,
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
+
 /// Whether a page sighted when its set's epoch word `epoch` read `ep` is
 /// still where it was seen, readable, with nobody writing it: bytes read from
 /// its frame before this returns true (and after the sighting) are the
@@ -216,6 +225,10 @@ pub(crate) struct Core<M: Model> {
     /// in the low 32, one word so that readers never see one without the other.
     /// Written under the resize mutex.
     pub(super) table: AtomicU64,
+    /// Resize steps done (a grow or a shrink of one set), bumped under the
+    /// locks of the sets the step moved pages between: a search that visits
+    /// the candidate sets one at a time sees whether a step ran meanwhile.
+    pub(super) steps: AtomicU64,
     /// Sets ever initialised (grows only): a set below this mark may be locked
     /// by a lookup that raced with a shrink, so it is never re-initialised.
     pub(super) inited: Mutex<usize>,
@@ -295,6 +308,7 @@ impl<M: Model> Core<M> {
             max_sets,
             parts: Parts::new(parts, max_sets),
             table: AtomicU64::new(pack(sets, sets)),
+            steps: AtomicU64::new(0),
             inited: Mutex::new(sets),
             resizing: Mutex::new(()),
             policy,
@@ -367,7 +381,7 @@ impl<M: Model> Core<M> {
 
     /// The candidate sets of hash `h` in the table now.
     #[inline]
-    fn sets_now(&self, h: u64) -> (usize, usize) {
+    pub(crate) fn sets_now(&self, h: u64) -> (usize, usize) {
         self.sets_at(h, self.table.load(Acquire))
     }
 
@@ -995,13 +1009,18 @@ impl<M: Model> Core<M> {
     /// found in neither was absent at some moment of the call.
     fn lock_holder(&self, h: u64, tag: u64) -> Option<(usize, usize)> {
         'again: loop {
+            // No resize step between the visits: comparing the sets would
+            // not do, since a shrink and a grow bring the table back to the
+            // same word, the page moved meanwhile from the set not yet
+            // visited into the one already visited.
+            let steps = self.steps.load(Acquire);
             let t = self.table.load(Acquire);
             let (s1, s2) = self.sets_at(h, t);
             let n = if s1 == s2 { 1 } else { 2 };
             for &s in &[s1, s2][..n] {
                 self.prefetch_set(s);
                 self.lock(s);
-                if self.sets_at(h, self.table.load(Acquire)) != (s1, s2) {
+                if self.steps.load(Acquire) != steps {
                     self.unlock(s);
                     continue 'again;
                 }
@@ -1009,8 +1028,15 @@ impl<M: Model> Core<M> {
                     return Some(found);
                 }
                 self.unlock(s);
+                #[cfg(test)]
+                if s == s1
+                    && n == 2
+                    && let Some(f) = BETWEEN_HOLDER_VISITS.take(self as *const Self as usize)
+                {
+                    f();
+                }
             }
-            if self.sets_at(h, self.table.load(Acquire)) == (s1, s2) {
+            if self.steps.load(Acquire) == steps {
                 return None;
             }
         }
@@ -1297,12 +1323,11 @@ impl<M: Model> Core<M> {
         }
         if v & PENDING != 0 {
             // Share the fill in flight: pin so the slot stays, then wait.
-            if pins(v) >= MAX_PINS {
+            if !add_pin::<M>(w) {
                 self.unlock(s);
                 M::backoff(0);
                 return Step::Again;
             }
-            w.fetch_add(PIN, AcqRel);
             self.unlock(s);
             self.stats.bump(Stat::CoalescedWaits);
             self.wait_slot(s, i, |v| v & PENDING == 0);
@@ -1331,6 +1356,9 @@ impl<M: Model> Core<M> {
                 if !free(v) && v & WRITEBACK == 0 && M::now() >= deadline {
                     return Step::Done(Found::Held);
                 }
+            } else if v & WRITER == 0 {
+                // Only the pin count at its top: let a holder run.
+                M::backoff(0);
             } else {
                 self.wait_slot(s, i, |v| v & WRITER == 0);
             }
@@ -1349,7 +1377,12 @@ impl<M: Model> Core<M> {
             self.bump_epoch(s);
             fence(Release);
         } else {
-            w.fetch_add(PIN, AcqRel);
+            if !add_pin::<M>(w) {
+                // Lock-free pinners took the count to its top since `v`.
+                self.unlock(s);
+                M::backoff(0);
+                return Step::Again;
+            }
             if mode.warms() {
                 self.warm(s, i);
             }
@@ -2096,6 +2129,24 @@ impl<M: Model> Drop for Core<M> {
 #[inline]
 pub(super) fn pack(n: usize, level: usize) -> u64 {
     ((level as u64) << 32) | n as u64
+}
+
+/// One more pin on the state word `w`, unless its count is at the top (the
+/// set lock does not keep lock-free pinners out, so a count read under it
+/// may have grown since): an add past the top would carry into the bits
+/// above and leave the page looking unpinned.
+#[inline]
+fn add_pin<M: Model>(w: &M::W) -> bool {
+    let mut cur = w.load(Acquire);
+    loop {
+        if pins(cur) >= MAX_PINS {
+            return false;
+        }
+        match w.compare_exchange(cur, cur + PIN, AcqRel, Acquire) {
+            Ok(_) => return true,
+            Err(now) => cur = now,
+        }
+    }
 }
 
 /// `(n, level)` of a packed table word.

@@ -64,6 +64,7 @@ impl<M: Model> Core<M> {
         }
         self.move_pages(s, gs, t, gt, moving);
         self.table.store(pack(n + 1, self.level_of(n + 1)), Release);
+        self.steps.fetch_add(1, Release);
         self.unlock(t);
         self.unlock(s);
         Ok(true)
@@ -160,6 +161,7 @@ impl<M: Model> Core<M> {
         self.move_pages(t, gt, s, gs, moving);
         self.reset_policy(t);
         self.table.store(pack(n2, level), Release);
+        self.steps.fetch_add(1, Release);
         self.unlock(t);
         self.unlock(s);
         let stride = self.lay.assoc * self.page_size;

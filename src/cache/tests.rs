@@ -1916,3 +1916,101 @@ fn a_hit_never_pins_a_slot_whose_generation_came_back_with_another_page() {
     );
     drop((g, held));
 }
+
+/// A dirty page in the second of its candidate sets, looked for (as a sync
+/// asks whether it is still to be written) while a shrink moves it into the
+/// first set, already visited, and a grow brings the table back to the same
+/// word: the search must still find it, or the sync returns with the page
+/// dirty in memory only.
+#[test]
+fn a_search_for_a_page_is_not_fooled_by_a_shrink_and_a_grow_between_its_visits() {
+    // Three sets of four after the grow: set 2 splits from set 0.
+    let c = Arc::new(PageCache::<Os>::new(opts(8, 12, 4, PolicyKind::Lru)).unwrap());
+    c.resize(12 * 512).unwrap();
+    let disk: Disk = Mutex::default();
+    let sets = |p: u64| {
+        let tag = tag_of(3, p).unwrap();
+        c.core.sets_now(crate::storage::layout::mix64(tag))
+    };
+    // Set 0 full of pages whose both candidates are set 0; then a page whose
+    // candidates are sets 0 and 2 lands in set 2.
+    let fill: Vec<u64> = (0..100_000)
+        .filter(|&p| sets(p) == (0, 0))
+        .take(4)
+        .collect();
+    let page = (0..100_000).find(|&p| sets(p) == (0, 2)).unwrap();
+    assert_eq!(fill.len(), 4);
+    for &p in &fill {
+        drop(c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap());
+    }
+    c.get_mut_with(3, page, load_from(&disk), store_to(&disk))
+        .unwrap()[0] = 0xAB;
+    // Room in set 0 for the shrink to move the page into.
+    assert!(c.evict(3, fill[0]).unwrap());
+    let resizer = c.clone();
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran2 = ran.clone();
+    core::BETWEEN_HOLDER_VISITS.arm(
+        &c.core as *const _ as usize,
+        Box::new(move || {
+            resizer.resize(8 * 512).unwrap();
+            resizer.resize(12 * 512).unwrap();
+            ran2.store(true, Ordering::Release);
+        }),
+    );
+    let pending = c.write_pending(3, page).unwrap();
+    assert!(ran.load(Ordering::Acquire), "the search took another path");
+    assert!(pending, "the dirty page was not found");
+}
+
+/// Model check of the top of a page's pin count under Shuttle's random
+/// scheduler: the page starts one pin below the top; one thread pins it
+/// through the locked path (`try_get`), another through the lock-free hit
+/// (`get_with`), each twice. A lock-free pin between the locked path's
+/// look at the count and its own add must not carry the count past its
+/// field: every pin comes back, the count ends where it began.
+#[test]
+fn shuttle_pins_never_wrap_at_the_top() {
+    shuttle::check_random(pins_at_the_top, 1000);
+    shuttle::check_pct(pins_at_the_top, 500, 3);
+}
+
+fn pins_at_the_top() {
+    const P: u64 = 0;
+    let c = one_set_under_shuttle();
+    let disk: Arc<Disk> = Arc::default();
+    drop(c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap());
+    let tag = tag_of(0, P).unwrap();
+    let (s, i) = c
+        .core
+        .find(crate::storage::layout::mix64(tag), tag)
+        .unwrap();
+    let start = core::MAX_PINS - 1;
+    c.core
+        .state(s, i)
+        .fetch_add(start * core::PIN, Ordering::AcqRel);
+    let locked = {
+        let c = c.clone();
+        shuttle::thread::spawn(move || {
+            for _ in 0..2 {
+                if let Some(Lookup::Hit(g)) = c.try_get(0, P).unwrap() {
+                    assert_eq!(g[..], initial(0, P)[..]);
+                }
+            }
+        })
+    };
+    let free = {
+        let (c, disk) = (c.clone(), disk.clone());
+        shuttle::thread::spawn(move || {
+            for _ in 0..2 {
+                let g = c.get_with(0, P, load_from(&disk), store_to(&disk)).unwrap();
+                assert_eq!(g[..], initial(0, P)[..]);
+            }
+        })
+    };
+    locked.join().unwrap();
+    free.join().unwrap();
+    let st = c.core.state(s, i).load(Ordering::Acquire);
+    assert_eq!(core::pins(st), start, "the pin count wrapped");
+    assert_ne!(st & core::VALID, 0);
+}
