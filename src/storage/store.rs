@@ -1174,13 +1174,16 @@ impl Store {
         inner.write_intent(&mut meta, &intent)?;
         let open = meta.files.get(from).and_then(Weak::upgrade);
         if let Err(e) = inner.move_backings(from, to, open.as_deref()) {
-            // Put back what moved; should that fail, the rename is finished later.
+            // Put back what moved; should that fail, the rename is finished
+            // later. Put back, its record is withdrawn (later, if not now):
+            // finishing it would rename the file after all.
             let back = inner
                 .move_backings(to, from, open.as_deref())
-                .and_then(|()| inner.sync_dirs())
-                .and_then(|()| inner.cancel_intent());
+                .and_then(|()| inner.sync_dirs());
             if back.is_err() {
                 meta.pending = Some(intent);
+            } else if inner.cancel_intent().is_err() {
+                meta.withdraw = Some(intent);
             }
             return Err(e);
         }
@@ -1898,9 +1901,10 @@ impl StoreInner {
             Ok(Resized::Done) => {}
             Ok(Resized::RolledBack(e)) => {
                 // The file is back at its old length: the record must not
-                // come back and grow it after all.
+                // come back and grow it after all (withdrawn later, not
+                // finished, if it cannot be withdrawn now).
                 if self.cancel_intent().is_err() {
-                    meta.pending = Some(intent);
+                    meta.withdraw = Some(intent);
                 }
                 return Err(e);
             }
