@@ -574,10 +574,10 @@ fn a_failed_fsync_after_a_write_that_outlived_anothers_sync_fails_later_syncs() 
     x.fill(0xC3);
     // The write waits 300 ms in the device; the sync that starts meanwhile
     // does not.
-    sw.stall_us.store(300_000, Ordering::Release);
+    sw.stall_us.store(800_000, Ordering::Release);
     std::thread::scope(|s| {
         let w = s.spawn(|| f.write_at(0, &x).unwrap());
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(150));
         sw.stall_us.store(0, Ordering::Release);
         f.sync().unwrap();
         assert!(!w.is_finished(), "the write ended before the other sync");

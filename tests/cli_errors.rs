@@ -959,3 +959,136 @@ fn sim_graph_and_arraybench_refuse_inputs_they_would_misread() {
     assert_refused(&r, "graph --scale 31", &["--scale 31", "more than"]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Store files the commands did not make are not deleted: a `bench` file
+/// in the bench's store without the bench's marker, a `syncbench` file in
+/// the sync bench's; and a copy into the store that fails leaves no file
+/// under the name it was to take, while one from a file whose length reads
+/// 0 (a /proc file) copies to its end.
+#[test]
+fn store_files_the_commands_did_not_make_are_left_alone() {
+    let dir = scratch("foreign-store-files");
+    std::fs::write(dir.join("precious"), b"the user's own bytes").unwrap();
+    let cp = |args: &[&str]| {
+        let mut a = vec!["cp"];
+        a.extend_from_slice(args);
+        run(&dir, &a, Limits::default())
+    };
+    // The bench's store: --dir data, one device, data/dev0.
+    std::fs::create_dir_all(dir.join("data/dev0")).unwrap();
+    assert_ok(
+        &cp(&["--devices", "data/dev0", "precious", "store:bench"]),
+        "a copy in",
+    );
+    let r = bench(&dir, &["--engine", "direct"], None);
+    assert_refused(&r, "a foreign bench file", &["\"bench\"", "did not make"]);
+    assert_ok(
+        &cp(&["--devices", "data/dev0", "store:bench", "back"]),
+        "a copy out",
+    );
+    assert_eq!(
+        std::fs::read(dir.join("back")).unwrap(),
+        b"the user's own bytes"
+    );
+    // The sync bench's store.
+    std::fs::create_dir_all(dir.join("sb")).unwrap();
+    assert_ok(
+        &cp(&["--devices", "sb", "precious", "store:syncbench"]),
+        "a copy in",
+    );
+    let sync = |d: &str, cache: &str, dirty: &str| {
+        let args = [
+            "syncbench",
+            "--dir",
+            d,
+            "--cache-size",
+            cache,
+            "--dirty",
+            dirty,
+            "--file-size",
+            "4M",
+            "--rounds",
+            "1",
+        ];
+        run(&dir, &args, Limits::default())
+    };
+    let r = sync("sb", "1M", "1");
+    assert_refused(
+        &r,
+        "a foreign syncbench file",
+        &["\"syncbench\"", "will not delete"],
+    );
+    assert_ok(
+        &cp(&["--devices", "sb", "store:syncbench", "back2"]),
+        "a copy out",
+    );
+    assert_eq!(
+        std::fs::read(dir.join("back2")).unwrap(),
+        b"the user's own bytes"
+    );
+    // More dirty pages than half the cache holds: refused before anything.
+    std::fs::create_dir_all(dir.join("sb2")).unwrap();
+    let r = sync("sb2", "1M", "200");
+    assert_refused(
+        &r,
+        "dirty pages past the cache",
+        &["--dirty 200", "half the pages"],
+    );
+    // A copy that fails (a directory as its source) leaves no file.
+    std::fs::create_dir_all(dir.join("cpd")).unwrap();
+    let r = cp(&["--devices", "cpd", "data", "store:z"]);
+    assert_refused(&r, "a directory copied in", &["is a directory"]);
+    let r = cp(&["--devices", "cpd", "store:z", "z-out"]);
+    assert_refused(&r, "the failed copy's file", &["not found"]);
+    // A /proc file reads as 0 bytes long: copied to its end all the same.
+    assert_ok(
+        &cp(&["--devices", "cpd", "/proc/self/status", "store:status"]),
+        "a /proc file copied in",
+    );
+    assert_ok(
+        &cp(&["--devices", "cpd", "store:status", "status-out"]),
+        "its copy out",
+    );
+    let text = std::fs::read_to_string(dir.join("status-out")).unwrap();
+    assert!(text.starts_with("Name:"), "{text}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A set-associative cache holds whole sets: the simulator says how many
+/// pages it simulated when that is fewer than asked. Counts of graph
+/// searches and iterations past reason are refused, not run for days.
+#[test]
+fn sim_names_the_pages_it_simulated_and_graph_bounds_its_counts() {
+    let r = sim(&[
+        "--trace",
+        "uniform:pages=100,ops=2000",
+        "--policy",
+        "sa-lru,lru",
+        "--cache-size",
+        "23p",
+        "--set-size",
+        "12",
+    ]);
+    assert_ok(&r, "a size that is not whole sets");
+    let sa = r.stdout.lines().find(|l| l.starts_with("sa-lru")).unwrap();
+    assert!(sa.contains("12 of 23"), "{}", r.stdout);
+    let lru = r.stdout.lines().find(|l| l.starts_with("lru ")).unwrap();
+    assert!(!lru.contains(" of "), "{}", r.stdout);
+    let dir = scratch("graph-counts");
+    for (flag, n) in [("--roots", "2000"), ("--iterations", "20000")] {
+        let args = [
+            "graph",
+            "--dir",
+            "g",
+            "--scale",
+            "8",
+            "--backing",
+            "memory",
+            flag,
+            n,
+        ];
+        let r = run(&dir, &args, Limits::default());
+        assert_refused(&r, flag, &[flag, "at most"]);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

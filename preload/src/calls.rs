@@ -1632,80 +1632,25 @@ pub unsafe extern "C" fn fstatat(
 // not looked at. Calls outside the store go to the functions that replaced
 // them.
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstat64(_ver: c_int, fd: c_int, out: *mut libc::stat64) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { fstat64(fd, out) }
+macro_rules! old_stat {
+    ($($name:ident($($arg:ident: $ty:ty),*) => $now:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(_ver: c_int, $($arg: $ty),*) -> c_int {
+            // SAFETY: passed on with the caller's arguments.
+            unsafe { $now($($arg),*) }
+        }
+    )*};
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstat(_ver: c_int, fd: c_int, out: *mut libc::stat64) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { fstat64(fd, out) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __xstat64(
-    _ver: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { stat64(path, out) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __xstat(
-    _ver: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { stat64(path, out) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __lxstat64(
-    _ver: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { lstat64(path, out) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __lxstat(
-    _ver: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { lstat64(path, out) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstatat64(
-    _ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { fstatat64(dirfd, path, out, flags) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __fxstatat(
-    _ver: c_int,
-    dirfd: c_int,
-    path: *const c_char,
-    out: *mut libc::stat64,
-    flags: c_int,
-) -> c_int {
-    // SAFETY: passed on with the caller's arguments.
-    unsafe { fstatat64(dirfd, path, out, flags) }
+old_stat! {
+    __fxstat64(fd: c_int, out: *mut libc::stat64) => fstat64;
+    __fxstat(fd: c_int, out: *mut libc::stat64) => fstat64;
+    __xstat64(path: *const c_char, out: *mut libc::stat64) => stat64;
+    __xstat(path: *const c_char, out: *mut libc::stat64) => stat64;
+    __lxstat64(path: *const c_char, out: *mut libc::stat64) => lstat64;
+    __lxstat(path: *const c_char, out: *mut libc::stat64) => lstat64;
+    __fxstatat64(dirfd: c_int, path: *const c_char, out: *mut libc::stat64, flags: c_int) => fstatat64;
+    __fxstatat(dirfd: c_int, path: *const c_char, out: *mut libc::stat64, flags: c_int) => fstatat64;
 }
 
 fn statx_of(st: &libc::stat64, out: *mut libc::statx) -> Result<c_int, i32> {

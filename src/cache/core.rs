@@ -1121,11 +1121,10 @@ impl<M: Model> Core<M> {
         };
         let w = self.state(s, i);
         let v = w.load(Acquire);
-        if v & PENDING == 0 || pins(v) >= MAX_PINS {
+        if v & PENDING == 0 || !add_pin::<M>(w) {
             self.unlock(s);
             return false;
         }
-        w.fetch_add(PIN, AcqRel);
         self.unlock(s);
         let deadline = M::now() + timeout;
         self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));

@@ -1995,6 +1995,8 @@ fn pins_at_the_top() {
             for _ in 0..2 {
                 if let Some(Lookup::Hit(g)) = c.try_get(0, P).unwrap() {
                     assert_eq!(g[..], initial(0, P)[..]);
+                    let st = c.core.state(s, i).load(Ordering::Acquire);
+                    assert!(core::pins(st) > 0, "a held page counts no pin");
                 }
             }
         })

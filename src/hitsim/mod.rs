@@ -127,6 +127,15 @@ pub struct HitResult {
 }
 
 impl HitResult {
+    /// The pages the cache really had: a set-associative cache holds whole
+    /// sets, `cache_pages` rounded down to a multiple of the set size.
+    pub fn pages_simulated(&self) -> usize {
+        match self.set_size {
+            Some(s) if s > 0 => self.cache_pages / s * s,
+            _ => self.cache_pages,
+        }
+    }
+
     /// Hits over counted requests.
     pub fn hit_ratio(&self) -> f64 {
         ratio(self.hits, self.counted)

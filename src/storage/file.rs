@@ -438,6 +438,12 @@ impl File {
         let mut count = 0usize;
         inner.layout.split(offset, len, |s| {
             let backing = &inner.backings[s.device];
+            if dkind == DevOpKind::Write && !backing.written.load(Ordering::Relaxed) {
+                // Marked when prepared too: a completion handled only when
+                // its queue is next polled may come after a sync began whose
+                // fsync covered the write.
+                backing.written.store(true, Ordering::Release);
+            }
             let batch = &mut batches[s.device];
             if let Some(first) = batch.first() {
                 // A queue may mix files of different stores: never mix their engines.

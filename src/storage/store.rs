@@ -148,10 +148,10 @@ struct Meta {
     /// An operation that failed part-way in this process and whose intent record is
     /// still on disk: finished (or undone) before the next metadata operation.
     pending: Option<Intent>,
-    /// An operation that failed before it began, whose intent record could not be
-    /// withdrawn: withdrawn before the next metadata operation (which fails while
-    /// it cannot be), so that no later open carries out what the caller was told
-    /// failed.
+    /// An operation that failed before it began, or was undone (a growth rolled
+    /// back, a rename put back), whose intent record could not be withdrawn:
+    /// withdrawn before the next metadata operation (which fails while it cannot
+    /// be), so that no later open carries out what the caller was told failed.
     withdraw: Option<Intent>,
 }
 

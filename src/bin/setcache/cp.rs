@@ -44,19 +44,55 @@ fn side(s: &str) -> Side {
     }
 }
 
-/// Create store file `name` of `len` bytes (replacing it with `force`).
-fn create(cs: &CachedStore, name: &str, len: u64, force: bool) -> Result<CachedFile, String> {
-    match cs.create(name, len, LayoutKind::Stripe) {
-        Err(Error::FileExists(_)) if force => {
-            cs.delete(name).map_err(|e| e.to_string())?;
-            cs.create(name, len, LayoutKind::Stripe)
-                .map_err(|e| e.to_string())
-        }
-        Err(Error::FileExists(_)) => {
-            Err(format!("store:{name} exists (give --force to replace it)"))
-        }
-        r => r.map_err(|e| e.to_string()),
+/// A copy into the store is written under a name of its own and renamed to
+/// `name` (over it, with `force`) only once it is whole and synced: a copy
+/// that fails or is stopped part way leaves no file under `name`, and an old
+/// file under it as it was. Returns the temporary name and its file.
+fn start_copy(
+    cs: &CachedStore,
+    name: &str,
+    len: u64,
+    force: bool,
+) -> Result<(String, CachedFile), String> {
+    if !force && cs.store().info(name).is_ok() {
+        return Err(format!("store:{name} exists (give --force to replace it)"));
     }
+    let tmp = format!("{name}.cp-{}", std::process::id());
+    // Left by a copy of this process number stopped part way.
+    let _ = cs.delete(&tmp);
+    let f = cs
+        .create(&tmp, len, LayoutKind::Stripe)
+        .map_err(|e| e.to_string())?;
+    Ok((tmp, f))
+}
+
+/// Finish a copy begun by `start_copy`: on success the temporary file,
+/// synced, takes `name`; on failure it is deleted.
+fn end_copy(
+    cs: &CachedStore,
+    tmp: &str,
+    f: CachedFile,
+    name: &str,
+    force: bool,
+    r: Result<u64, String>,
+) -> Result<u64, String> {
+    let r = r.and_then(|n| f.sync().map(|()| n).map_err(|e| e.to_string()));
+    drop(f);
+    let r = r.and_then(|n| {
+        let moved = if force {
+            cs.replace(tmp, name)
+        } else {
+            cs.rename(tmp, name)
+        };
+        moved.map(|()| n).map_err(|e| match e {
+            Error::FileExists(_) => format!("store:{name} exists (give --force to replace it)"),
+            e => e.to_string(),
+        })
+    });
+    if r.is_err() {
+        let _ = cs.delete(tmp);
+    }
+    r
 }
 
 pub(crate) fn run(a: CpArgs) -> Result<(), String> {
@@ -76,28 +112,49 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
         (Side::Plain(from), Side::Stored(to)) => {
             let mut f = std::fs::File::open(from)
                 .map_err(|e| format!("cannot open {}: {e}", from.display()))?;
-            let len = f
+            let meta = f
                 .metadata()
-                .map_err(|e| format!("cannot stat {}: {e}", from.display()))?
-                .len();
-            let out = create(&cs, to, len, a.force)?;
-            let mut at = 0u64;
-            while at < len {
-                let n = f
-                    .read(&mut buf)
-                    .map_err(|e| format!("read {} at {at}: {e}", from.display()))?;
-                if n == 0 {
+                .map_err(|e| format!("cannot stat {}: {e}", from.display()))?;
+            if meta.is_dir() {
+                return Err(format!("{} is a directory", from.display()));
+            }
+            // A regular file's length is known; a pipe's, a device's or a
+            // /proc file's is not (their length reads 0): those are copied
+            // to their end, the store file growing as bytes come.
+            let regular = meta.is_file() && meta.len() > 0;
+            let len = if regular { meta.len() } else { 0 };
+            let (tmp, out) = start_copy(&cs, to, len, a.force)?;
+            let mut copy = || -> Result<u64, String> {
+                let mut at = 0u64;
+                loop {
+                    let n = f
+                        .read(&mut buf)
+                        .map_err(|e| format!("read {} at {at}: {e}", from.display()))?;
+                    if n == 0 {
+                        break;
+                    }
+                    let n = if regular {
+                        n.min((len - at) as usize)
+                    } else {
+                        out.grow(at + n as u64).map_err(|e| e.to_string())?;
+                        n
+                    };
+                    out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
+                    at += n as u64;
+                    if regular && at == len {
+                        break;
+                    }
+                }
+                if regular && at < len {
                     return Err(format!(
                         "{} ended at {at} bytes, short of the {len} it had when the copy began",
                         from.display()
                     ));
                 }
-                let n = n.min((len - at) as usize);
-                out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
-                at += n as u64;
-            }
-            out.sync().map_err(|e| e.to_string())?;
-            len
+                Ok(at)
+            };
+            let r = copy();
+            end_copy(&cs, &tmp, out, to, a.force, r)?
         }
         (Side::Stored(from), Side::Plain(to)) => {
             let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
@@ -132,15 +189,18 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
             }
             let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
             let len = f.len();
-            let out = create(&cs, to, len, a.force)?;
-            let mut at = 0u64;
-            while at < len {
-                let n = f.read_at(at, &mut buf).map_err(|e| e.to_string())?;
-                out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
-                at += n as u64;
-            }
-            out.sync().map_err(|e| e.to_string())?;
-            len
+            let (tmp, out) = start_copy(&cs, to, len, a.force)?;
+            let mut copy = || -> Result<u64, String> {
+                let mut at = 0u64;
+                while at < len {
+                    let n = f.read_at(at, &mut buf).map_err(|e| e.to_string())?;
+                    out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
+                    at += n as u64;
+                }
+                Ok(len)
+            };
+            let r = copy();
+            end_copy(&cs, &tmp, out, to, a.force, r)?
         }
         (Side::Plain(_), Side::Plain(_)) => unreachable!("refused above"),
     };

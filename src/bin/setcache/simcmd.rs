@@ -204,11 +204,18 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
             };
             for set in set_sizes {
                 let r = sim::simulate(&trace, p, size, set, page_size, args.warmup)?;
+                // The pages simulated: a set-associative cache holds whole
+                // sets, so fewer than asked when the size is not a multiple.
+                let pages = if r.pages_simulated() == r.cache_pages {
+                    r.cache_pages.to_string()
+                } else {
+                    format!("{} of {}", r.pages_simulated(), r.cache_pages)
+                };
                 out!(
                     "{:<12} {:>4} {:>12} {:>9.3} {:>8.3} {:>9.1} {:>8.2}",
                     r.policy.to_string(),
                     r.set_size.map_or("-".to_string(), |s| s.to_string()),
-                    r.cache_pages,
+                    pages,
                     r.hit_ratio() * 100.0,
                     r.hit_ratio_full() * 100.0,
                     r.requests_per_second() / 1e6,

@@ -51,6 +51,20 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     for c in &a.cache_size {
         sizes.push(parse_size(c).map_err(|e| format!("--cache-size: {e}"))?);
     }
+    // The dirty pages must stay in the cache until the sync (there is no
+    // flusher): a count past half the cache's pages would have many of them
+    // written back as victims first, and the row would name a count the
+    // sync never saw.
+    let most = a.dirty.iter().copied().max().unwrap_or(0) as u64;
+    if let Some(&small) = sizes.iter().find(|&&s| most > s / 4096 / 2) {
+        return Err(format!(
+            "--dirty {most} is more than half the pages of --cache-size {} ({} pages): \
+             most would be written back before the sync; give a larger cache or fewer \
+             dirty pages",
+            format_size(small),
+            small / 4096
+        ));
+    }
     if !a.dir.is_dir() {
         return Err(format!("--dir {} is not a directory", a.dir.display()));
     }
@@ -68,11 +82,38 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
         let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>)
             .map_err(|e| e.to_string())?;
         let name = "syncbench";
-        let _ = cs.delete(name);
+        // Each size's file is deleted after its rows, whatever their outcome:
+        // one found here is not this run's, and not one to delete.
+        if cs.store().info(name).is_ok() {
+            return Err(format!(
+                "--dir {}: its store holds a file named {name:?} (left by a run that was \
+                 killed, or not the bench's): the bench will not delete it; remove it \
+                 yourself (its backing file is {name}.scf) or choose another --dir",
+                a.dir.display()
+            ));
+        }
         let f = cs
             .create(name, file_size, LayoutKind::Stripe)
             .map_err(|e| e.to_string())?;
-        f.sync().map_err(|e| e.to_string())?;
+        let rows = rows(&a, size, pages, &f, &mut rng, &page);
+        drop(f);
+        let deleted = cs.delete(name).map_err(|e| e.to_string());
+        rows.and(deleted)?;
+    }
+    Ok(())
+}
+
+/// The rows of one cache size: each dirty count's syncs timed.
+fn rows(
+    a: &SyncArgs,
+    size: u64,
+    pages: u64,
+    f: &setcache::CachedFile,
+    rng: &mut Rng,
+    page: &[u8],
+) -> Result<(), String> {
+    f.sync().map_err(|e| e.to_string())?;
+    {
         for &d in &a.dirty {
             let mut times = Vec::with_capacity(a.rounds);
             for _ in 0..a.rounds {
@@ -81,7 +122,7 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
                     chosen.insert(rng.below(pages));
                 }
                 for p in chosen {
-                    f.write_at(p * 4096, &page).map_err(|e| e.to_string())?;
+                    f.write_at(p * 4096, page).map_err(|e| e.to_string())?;
                 }
                 let t = Instant::now();
                 f.sync().map_err(|e| e.to_string())?;
@@ -102,8 +143,6 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
                 p90 * 1e6
             );
         }
-        drop(f);
-        cs.delete(name).map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -135,11 +135,12 @@ pub(crate) struct Backing {
     /// The store's path-watch sequence number when `sync` last found this file
     /// at its path (0: not yet).
     pub(crate) seen: std::sync::atomic::AtomicU64,
-    /// A write to this backing file completed since the last `File::sync`
-    /// began: only then can a failed fsync have cost data a caller was told
-    /// is written. Set at completion, not at preparation, so that a write
-    /// still in flight when another thread's sync began (which its fsync
-    /// may not cover) is counted for the next sync.
+    /// A write to this backing file was prepared or completed since the last
+    /// `File::sync` began: only then can a failed fsync have cost data a
+    /// caller was told is written. Set at completion as well as at
+    /// preparation, so that a write still in flight when another thread's
+    /// sync began (which its fsync may not cover) is counted for the next
+    /// sync too.
     pub(crate) written: std::sync::atomic::AtomicBool,
     pub(crate) state: Arc<DeviceState>,
     /// The device's engine; operations on this file are sent to it.

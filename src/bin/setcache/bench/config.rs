@@ -123,17 +123,28 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
         })
         .map(|e| e.name())
         .collect();
+    // Every engine's requests have buffers: threads x depth x block size.
+    let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
+    let buffers = threads
+        .saturating_mul(u64::from(a.iodepth))
+        .saturating_mul(a.bs);
+    let buffer_text = format!(
+        "request buffers of {} ({threads} threads x --iodepth {} x --bs {})",
+        format_size(buffers),
+        a.iodepth,
+        format_size(a.bs)
+    );
     if holders.is_empty() {
-        return Ok(());
+        return setcache::cache::check_memory(buffers, || buffer_text).map_err(|e| e.to_string());
     }
     let bytes = cache_bytes(a.cache_size, a.file_size);
     let origin = match a.cache_size {
         Some(_) => "--cache-size",
         None => "a quarter of --file-size, no --cache-size given",
     };
-    setcache::cache::check_memory(bytes, || {
+    setcache::cache::check_memory(bytes.saturating_add(buffers), || {
         format!(
-            "cache of {} ({origin}; held in this process by {})",
+            "cache of {} ({origin}; held in this process by {}) and {buffer_text}",
             format_size(bytes),
             holders.join(" and ")
         )

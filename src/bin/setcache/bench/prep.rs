@@ -20,6 +20,8 @@ use super::workload::{Rng, mix64};
 pub(crate) const FILE_NAME: &str = "bench";
 /// Marker of a completely prefilled bench file, beside the device roots.
 const MARKER: &str = "bench.filled";
+/// The marker's text while the bench file is being made and filled.
+const FILLING: &str = "being filled\n";
 /// Prefill write size.
 const CHUNK: usize = 1 << 20;
 
@@ -242,6 +244,19 @@ pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File
         // E.g. made for another number of devices.
         Err(e) => Some(format!("it cannot be opened: {e}")),
     };
+    if let Some(why) = &stale
+        && !marker.exists()
+    {
+        // No marker: not a file this bench made (it writes the marker before
+        // it creates the file), so not one to delete.
+        return Err(format!(
+            "--dir {}: its store holds a file named {FILE_NAME:?} that the bench did not make \
+             (no {MARKER} beside it; {why}): the bench will not delete it; remove it yourself \
+             (its backing files are {FILE_NAME}.scf in the device directories) or choose \
+             another --dir",
+            dir.display()
+        ));
+    }
     check_free_space(store, cfg)?;
     check_file_size_limit(store, cfg)?;
     if let Some(why) = stale {
@@ -251,7 +266,9 @@ pub(crate) fn bench_file(store: &Store, cfg: &Config, dir: &Path) -> Result<File
             .delete(FILE_NAME)
             .map_err(|e| format!("cannot delete the old bench file: {e}"))?;
     }
-    let _ = fs::remove_file(&marker);
+    // The marker first, saying the file is being filled: a run stopped
+    // before the end leaves a file the next run knows as its own.
+    fs::write(&marker, FILLING).map_err(|e| format!("cannot write {}: {e}", marker.display()))?;
     let file = store
         .create(FILE_NAME, cfg.a.file_size, cfg.a.layout)
         .map_err(|e| format!("cannot create the bench file: {e}"))?;

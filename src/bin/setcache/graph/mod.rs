@@ -133,6 +133,14 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     if a.roots == 0 || a.iterations == 0 || a.depth == 0 {
         return Err("--roots, --iterations and --depth must be at least 1".into());
     }
+    // Each root is a whole search and each iteration a sweep of the graph:
+    // a count past these is a slip, which would run for days.
+    if a.roots > 1024 || a.iterations > 10_000 {
+        return Err(format!(
+            "--roots {} / --iterations {}: give at most 1024 roots and 10000 iterations",
+            a.roots, a.iterations
+        ));
+    }
     if a.depth > 4096 {
         return Err(format!(
             "--depth {}: give 1 to 4096 reads in flight per thread",
