@@ -717,6 +717,21 @@ fn bench_page_references_and_the_sync_api() {
         ),
         (
             &[
+                "--engine",
+                "setcache",
+                "--job",
+                "name=a,rw=randrw",
+                "--dist",
+                "zipf:1.2",
+                "--rwmix-read",
+                "95",
+                "--threads",
+                "8",
+            ],
+            &["--job", "drop --dist, --rwmix-read, --threads"],
+        ),
+        (
+            &[
                 "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "8k",
             ],
             &["--bs", "divide 4k"],

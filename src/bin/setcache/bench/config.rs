@@ -288,7 +288,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     if a.cache_size == Some(0) {
         return Err("--cache-size must be above 0".to_string());
     }
-    if a.rwmix_read.is_some() && a.rw != Pattern::RandRw {
+    if a.rwmix_read.is_some() && a.rw != Pattern::RandRw && a.job.is_empty() {
         say!("note: --rwmix-read only applies to --rw randrw; ignored");
     }
     if !a.rw.is_random() && a.dist != Dist::Uniform {
@@ -404,6 +404,26 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             return Err(
                 "--job cannot be combined with --hit-ratio, --compare-fio or --plot".to_string(),
             );
+        }
+        // A job's workload is its own: uniform offsets, half reads for randrw,
+        // one thread, copies; flags for the generated workload would be
+        // ignored, and the figures would name what was not run.
+        let ignored: Vec<&str> = [
+            (a.dist != Dist::Uniform, "--dist"),
+            (a.rwmix_read.is_some(), "--rwmix-read"),
+            (a.threads != [1], "--threads"),
+            (a.access != AccessArg::Copy, "--access"),
+            (a.compute, "--compute"),
+        ]
+        .into_iter()
+        .filter_map(|(given, flag)| given.then_some(flag))
+        .collect();
+        if !ignored.is_empty() {
+            return Err(format!(
+                "--job runs have workloads of their own (uniform offsets, half reads for \
+                 randrw, copies; threads, depth and region from each job's keys): drop {}",
+                ignored.join(", ")
+            ));
         }
         resolve(&a.job, a.bs, a.iodepth, a.file_size)?
     };
