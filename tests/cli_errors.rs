@@ -731,6 +731,26 @@ fn bench_page_references_and_the_sync_api() {
             &["--job", "drop --dist, --rwmix-read, --threads"],
         ),
         (
+            &["--engine", "linux-buffered", "--policy", "lru"],
+            &["--policy", "give --engine setcache"],
+        ),
+        (
+            &["--engine", "direct", "--readahead", "64M"],
+            &["--readahead", "give --engine setcache"],
+        ),
+        (
+            &["--engine", "linux-buffered", "--api", "async"],
+            &["--api", "give --engine setcache"],
+        ),
+        (
+            &["--engine", "setcache", "--poll-us", "100"],
+            &["--poll-us", "give --engine direct"],
+        ),
+        (
+            &["--engine", "setcache", "--touch", "4096"],
+            &["--touch", "give --access ref"],
+        ),
+        (
             &[
                 "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "8k",
             ],

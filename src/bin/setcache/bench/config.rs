@@ -153,6 +153,9 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
 }
 
 /// Check the flags together.
+/// `--touch`'s default.
+const DEFAULT_TOUCH: u64 = 64;
+
 /// The file's default size (`--file-size`), which `--trace` replaces.
 const DEFAULT_FILE_SIZE: u64 = 1 << 30;
 
@@ -375,6 +378,39 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 e.name()
             ));
         }
+    }
+    // Flags of one kind of engine, in a call where none runs, would be taken
+    // and ignored: refused, as --partitions is.
+    let cached = engines
+        .iter()
+        .any(|e| matches!(e, Engine::Setcache | Engine::SetcacheNuma));
+    let unused = [
+        (
+            a.policy.is_some() && !cached,
+            "--policy sets the cache's policy of the setcache engines: give --engine setcache or setcache-numa",
+        ),
+        (
+            a.readahead.is_some() && !engines.contains(&Engine::Setcache),
+            "--readahead sets the setcache engine's readahead: give --engine setcache",
+        ),
+        (
+            a.api != ApiArg::Queue && !engines.contains(&Engine::Setcache),
+            "--api chooses how the setcache engine is called: give --engine setcache",
+        ),
+        (
+            a.poll_us > 0
+                && !engines
+                    .iter()
+                    .any(|e| matches!(e, Engine::Direct | Engine::DirectCopy)),
+            "--poll-us sets how long a direct engine's thread polls: give --engine direct or direct-copy",
+        ),
+        (
+            a.touch != DEFAULT_TOUCH && a.access != AccessArg::Ref,
+            "--touch is the bytes an --access ref read touches: give --access ref",
+        ),
+    ];
+    if let Some((_, why)) = unused.iter().find(|u| u.0) {
+        return Err((*why).to_string());
     }
     if a.partitions.is_some() && !engines.contains(&Engine::SetcacheNuma) {
         return Err(
