@@ -832,13 +832,18 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
             "{path}: the file is {name}-compressed, which the simulator does not read: decompress it first ({how}); .gz and .bz2 files are read as they are"
         ));
     }
+    // Known by their first bytes, as zstd and xz are, whatever the name:
+    // gzip's magic, and bzip2's `BZh` and a level digit (plain text that
+    // starts so is taken for bzip2, and its decoder refuses it).
+    let gzip = head.starts_with(&[0x1f, 0x8b]);
+    let bzip2 = head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]);
     let f = std::io::Cursor::new(head).chain(f);
     let ext = Path::new(path).extension();
-    if ext.is_some_and(|e| e == "gz") {
+    if gzip || ext.is_some_and(|e| e == "gz") {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
             f,
         ))))
-    } else if ext.is_some_and(|e| e == "bz2") {
+    } else if bzip2 || ext.is_some_and(|e| e == "bz2") {
         Ok(Box::new(bz2::MultiBz2::new(f)))
     } else {
         Ok(Box::new(f))
