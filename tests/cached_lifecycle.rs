@@ -589,3 +589,81 @@ fn a_failed_fsync_after_a_write_that_outlived_anothers_sync_fails_later_syncs() 
     let e = f.sync().unwrap_err();
     assert!(matches!(e, Error::SyncLost { .. }), "{e}");
 }
+
+/// A victim write-back a request queue sent before another thread's sync
+/// fsynced, and reaped only after that fsync failed, may have been dropped
+/// by it: its pages must stay dirty, so that the next sync writes them again
+/// before it can pass (the kernel reports a failure once: that next fsync
+/// passes either way).
+#[test]
+fn a_write_back_reaped_after_a_failed_fsync_is_written_again() {
+    let tmp = TempDir::new("fsync-reaped-late");
+    let roots = tmp.devices(1);
+    let media = SimMedia::new();
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let store = sim_store(&roots, &media, &sw);
+    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+    // One set of four pages, no flusher, nothing read ahead.
+    let opts = CacheOptions {
+        size: 4 * 4096,
+        max_size: Some(4 * 4096),
+        assoc: 4,
+        partitions: 1,
+        ..cache(4)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>).unwrap();
+    cs.set_readahead(0);
+    let f = cs.open_file("f").unwrap();
+    f.sync().unwrap();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        // V holds page 0 for writing, so that U's sync waits on it.
+        let f = &f;
+        s.spawn(move || {
+            let mut g = f.page_mut(0).unwrap();
+            g[0] = 0xAA;
+            held_tx.send(()).unwrap();
+            release_rx.recv().unwrap();
+        });
+        held_rx.recv().unwrap();
+        let u = s.spawn(|| f.sync());
+        std::thread::sleep(Duration::from_millis(50));
+        // Pages 1-3 dirty (the set full), then a read of page 10 that sends
+        // them to the device as victims; this thread does not poll.
+        for p in 1..4u64 {
+            f.write_at(p * 4096, &[0xBB; 4096]).unwrap();
+        }
+        let mut q = cs.queue(4);
+        q.submit(vec![setcache::CachedRequest::tagged(
+            setcache::OpKind::Read,
+            f,
+            10 * 4096,
+            vec![0; 4096],
+            1,
+        )]);
+        std::thread::sleep(Duration::from_millis(50));
+        // U's fsync fails; only then does the queue reap the victims' write.
+        sw.fsync_failures.store(1, Ordering::Release);
+        release_tx.send(()).unwrap();
+        let r = u.join().unwrap();
+        assert!(r.is_err(), "the sync's fsync did not fail: {r:?}");
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        drop(q);
+        f.sync().unwrap();
+    });
+    drop(f);
+    drop(cs);
+    let store = sim_store(&roots, &media, &sw);
+    let g = store.open_file("f").unwrap();
+    let mut b = setcache::AlignedBuf::new(4096);
+    g.read_at(4096, &mut b).unwrap();
+    assert!(
+        b.iter().all(|&x| x == 0xBB),
+        "page 1, written before a sync that returned Ok, is not on the device"
+    );
+}

@@ -292,7 +292,7 @@ struct Waiting<'a> {
 /// Settle the pages of a finished write-back: clean on success; on failure
 /// they stay dirty and the error is kept for the file's next `sync`. Every
 /// guard is finished, whatever the first one returns.
-fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> {
+fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, epoch: u64, r: Result<()>) -> Result<()> {
     if let Err(Error::OutOfRange { .. }) = &r {
         // The file shrank after the write was prepared: the pages stay dirty
         // (their next write-back writes what is still inside the file), and
@@ -305,7 +305,15 @@ fn written(sh: &Shared, pages: Vec<WriteBack<'_>>, r: Result<()>) -> Result<()> 
     if let Some(w) = pages.first() {
         match &r {
             Err(e) => sh.remember_failure(w.file(), e.clone()),
-            Ok(()) => sh.written(w.file(), pages.iter().map(|w| w.page())),
+            Ok(()) => {
+                let id = w.file();
+                if !sh.written_at(id, epoch, pages.iter().map(|w| w.page())) {
+                    // Written before an fsync of the file that failed since:
+                    // the pages stay dirty, to be written again.
+                    drop(pages);
+                    return Ok(());
+                }
+            }
         }
     }
     let all = pages.into_iter().map(|w| w.finish(r.clone()));
@@ -1175,13 +1183,15 @@ impl<'a> CachedQueue<'a> {
     ) -> Result<Step> {
         let fill = match job {
             Job::Victim(mut pages) => {
-                written(self.sh, pages.take(), r)?;
+                let epoch = pages.epoch;
+                written(self.sh, pages.take(), epoch, r)?;
                 return Ok(Step::Busy);
             }
             // A failure reaches the request that caused the write (and the
             // file's next sync); the pages stay dirty.
             Job::Near(mut pages) => {
-                return written(self.sh, pages.take(), r).map(|()| Step::Done);
+                let epoch = pages.epoch;
+                return written(self.sh, pages.take(), epoch, r).map(|()| Step::Done);
             }
             fill => fill,
         };

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, File};
 use crate::storage::store::Store;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 pub(crate) struct Shared {
@@ -98,6 +98,11 @@ pub(crate) struct Entry {
     pub(crate) gone: AtomicBool,
     /// What its fsyncs have covered.
     pub(crate) durable: Mutex<Durable>,
+    /// Failed fsyncs of the cache's syncs of the file. A write-back sent
+    /// before one and reaped after it may have been dropped by it, unseen by
+    /// that sync (which rewrites the pages reaped before it): such a page
+    /// stays dirty, to be written again.
+    pub(crate) fsync_failures: AtomicU64,
     /// Serialises length changes through the cache.
     pub(crate) resizing: Mutex<()>,
     /// Set by a shrink: writes that raced it may have left pages past the end,
@@ -194,6 +199,7 @@ impl Entry {
             failed: Mutex::new(None),
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
+            fsync_failures: AtomicU64::new(0),
             resizing: Mutex::new(()),
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
@@ -231,11 +237,26 @@ impl Entry {
 
     /// Remember that `pages` reached the devices (for the fsync that must
     /// cover them).
-    pub(crate) fn written(&self, pages: impl IntoIterator<Item = u64>) {
+    /// The count of failed fsyncs now, for a write-back being sent.
+    pub(crate) fn fsync_epoch(&self) -> u64 {
+        self.fsync_failures.load(Ordering::Acquire)
+    }
+
+    /// Note `pages`, written back by a write sent at fsync epoch `epoch`, as
+    /// written since the last good fsync; false, noting nothing, if an fsync
+    /// failed since it was sent: then it may have been dropped, and its pages
+    /// must stay dirty. (Checked under the lock a failed sync takes to look at
+    /// what was written: a write noted before its failure is written again
+    /// by it.)
+    pub(crate) fn written_at(&self, epoch: u64, pages: impl IntoIterator<Item = u64>) -> bool {
         let mut d = self.durable();
+        if self.fsync_failures.load(Ordering::Acquire) != epoch {
+            return false;
+        }
         for p in pages {
             d.written.insert(p);
         }
+        true
     }
 
     /// Remember a failed write-back for the next `sync`. A write refused
@@ -371,10 +392,20 @@ impl Shared {
 
     /// Remember that `pages` of file `id` reached the devices (for the fsync
     /// that must cover them).
-    pub(crate) fn written(&self, id: u32, pages: impl IntoIterator<Item = u64>) {
-        if let Ok(e) = self.entry(id) {
-            e.written(pages);
-        }
+    /// As [`Entry::written_at`] for the file of cache id `id` (true if the
+    /// file is no longer open).
+    pub(crate) fn written_at(
+        &self,
+        id: u32,
+        epoch: u64,
+        pages: impl IntoIterator<Item = u64>,
+    ) -> bool {
+        self.entry(id).map_or(true, |e| e.written_at(epoch, pages))
+    }
+
+    /// The fsync epoch of the file of cache id `id` (0 if not open).
+    pub(crate) fn fsync_epoch(&self, id: u32) -> u64 {
+        self.entry(id).map_or(0, |e| e.fsync_epoch())
     }
 
     pub(crate) fn entry(&self, id: u32) -> Result<Arc<Entry>> {

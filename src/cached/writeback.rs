@@ -8,6 +8,7 @@
 //! way, waits for the write-backs others have in flight, then fsyncs.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
@@ -59,6 +60,8 @@ struct Run<'a> {
     /// The file (its entry, so that finishing needs no table lookup).
     entry: Arc<Entry>,
     pages: Vec<WriteBack<'a>>,
+    /// The file's fsync epoch when the write was sent.
+    epoch: u64,
 }
 
 /// The pages one write may merge: at least one, and no more than fit in one
@@ -179,6 +182,7 @@ impl<'a> Writer<'a> {
         let slot = self.runs.insert(Run {
             entry: entry.clone(),
             pages,
+            epoch: entry.fsync_epoch(),
         });
         // The write-back guards in `runs` under `slot` keep every page in its
         // frame and keep writers out until the write's tag comes back.
@@ -196,6 +200,7 @@ impl<'a> Writer<'a> {
         self.q.take_tagged(&mut self.done);
         for (slot, r) in std::mem::take(&mut self.done) {
             let run = self.runs.remove(slot).expect("a write in flight");
+            let mut kept = false;
             let r = if let Err(Error::ShortTransfer { op: "write", .. }) = &r {
                 // Cut short: the file system ran out of room part way (or a
                 // signal came). Write the run again page by page: it passes,
@@ -221,14 +226,23 @@ impl<'a> Writer<'a> {
                         run.entry.remember(e.clone());
                         self.failed.get_or_insert_with(|| e.clone());
                     }
-                    Ok(()) => run.entry.written(run.pages.iter().map(|w| w.page())),
+                    Ok(()) => {
+                        kept = !run
+                            .entry
+                            .written_at(run.epoch, run.pages.iter().map(|w| w.page()));
+                    }
                 }
                 r
             };
             self.pages += run.pages.len() as u64;
             self.writes += 1;
             for wb in run.pages {
-                let _ = wb.finish(r.clone());
+                if kept {
+                    // Written before an fsync that failed since: dirty still.
+                    drop(wb);
+                } else {
+                    let _ = wb.finish(r.clone());
+                }
             }
         }
     }
@@ -270,10 +284,17 @@ thread_local! {
 pub(crate) struct Owed<'a> {
     key: FileKey,
     pages: Vec<WriteBack<'a>>,
+    /// The file's fsync epoch when the write was sent.
+    pub(crate) epoch: u64,
 }
 
 impl<'a> Owed<'a> {
     pub(crate) fn new(sh: &Shared, file: u32, pages: Vec<WriteBack<'a>>) -> Owed<'a> {
+        let epoch = if pages.is_empty() {
+            0
+        } else {
+            sh.fsync_epoch(file)
+        };
         let key = (sh as *const Shared as usize, file);
         let _ = OWED.try_with(|o| {
             let mut o = o.borrow_mut();
@@ -282,7 +303,7 @@ impl<'a> Owed<'a> {
                 None => o.push((key, 1)),
             }
         });
-        Owed { key, pages }
+        Owed { key, pages, epoch }
     }
 
     pub(crate) fn take(&mut self) -> Vec<WriteBack<'a>> {
@@ -476,6 +497,10 @@ impl Shared {
         match e.file.sync_again() {
             Ok(()) => Ok(()),
             Err(err) => {
+                // Write-backs sent before this and reaped after it keep their
+                // pages dirty (`Entry::written_at`); those reaped before it
+                // are in `written`, taken below.
+                e.fsync_failures.fetch_add(1, Ordering::AcqRel);
                 // The kernel may have dropped what it could not write: every
                 // page written since the last good fsync is written again
                 // before the next one can pass. That includes pages whose
