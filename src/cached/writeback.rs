@@ -494,9 +494,19 @@ impl Shared {
             // and the backing files as after an fsync.
             return e.file.check_live();
         }
-        match e.file.sync_again() {
+        match e.file.sync_again_told() {
             Ok(()) => Ok(()),
-            Err(err) => {
+            Err((err, false)) => {
+                // Failed before any fsync (the headers of a lazy growth): no
+                // page the kernel held was dropped; the pages taken stay to
+                // be covered by the next sync's fsync.
+                let mut d = e.durable();
+                for p in covered.iter() {
+                    d.written.insert(p);
+                }
+                Err(err)
+            }
+            Err((err, true)) => {
                 // Write-backs sent before this and reaped after it keep their
                 // pages dirty (`Entry::written_at`); those reaped before it
                 // are in `written`, taken below.

@@ -234,9 +234,21 @@ impl File {
     /// As [`File::sync`], for a caller that writes again whatever a failed
     /// fsync may have cost (the page cache's `sync`): no failure sticks.
     pub(crate) fn sync_again(&self) -> Result<()> {
+        self.sync_again_told().map_err(|(e, _)| e)
+    }
+
+    /// [`File::sync_again`], telling of a failure whether the fsyncs ran
+    /// (true: the kernel may have dropped what they were to cover) or the
+    /// sync failed before them, writing a lazy growth's headers (false:
+    /// nothing written was dropped).
+    pub(crate) fn sync_again_told(&self) -> std::result::Result<(), (Error, bool)> {
         // A length grown lazily becomes durable with this fsync: one header
         // write per device first.
-        let headers = self.inner.store.write_stale_headers(&self.inner)?;
+        let headers = self
+            .inner
+            .store
+            .write_stale_headers(&self.inner)
+            .map_err(|e| (e, false))?;
         let r = self.fsync_all();
         if r.is_err() && headers {
             // The headers may not be durable: the next sync writes them again.
@@ -244,7 +256,7 @@ impl File {
                 .header_stale
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        r
+        r.map_err(|e| (e, true))
     }
 
     /// An fsync of every backing file, then the check that each is still the
