@@ -1157,3 +1157,25 @@ fn compressed_traces_are_known_by_their_first_bytes() {
     assert_eq!(first(&plain), first(&packed));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The runtime's floor holds for each slice the phases take turns in: many
+/// rounds of a short runtime are refused, not timed in slices of 100 us.
+#[test]
+fn hitbench_refuses_slices_below_the_floor() {
+    let r = hitbench(&[
+        "--cache-size",
+        "1M",
+        "--read-size",
+        "128",
+        "--runtime",
+        "0.1",
+        "--rounds",
+        "1000",
+    ]);
+    assert_refused(
+        &r,
+        "hitbench --runtime 0.1 --rounds 1000",
+        &["--rounds 1000", "slices of 0.1 ms"],
+    );
+    assert!(r.stdout.is_empty(), "measured\n{}", r.stdout);
+}

@@ -229,6 +229,8 @@ pub(crate) const MAX_ROUNDS: usize = 1000;
 /// Shortest and longest `--runtime`, seconds: below a tenth of a second the
 /// threads' start and stop weigh on the rates.
 const RUNTIME_RANGE: (f64, f64) = (0.1, 86_400.0);
+/// The shortest slice of a phase, in seconds.
+const MIN_SLICE: f64 = 0.01;
 
 /// The options of a cache of `bytes` the run makes.
 fn cache_options(bytes: usize, assoc: usize, policy: PolicyKind) -> CacheOptions {
@@ -269,6 +271,19 @@ fn plan(a: &HitArgs) -> Result<Plan, String> {
         return Err(format!(
             "--rounds {}: must be from 1 to {MAX_ROUNDS} slices per phase",
             a.rounds
+        ));
+    }
+    // The floor holds for each slice the phases take turns in, not only for
+    // the whole: slices of 100 us measure the switches between phases.
+    let slice = a.runtime / a.rounds as f64;
+    if slice < MIN_SLICE {
+        return Err(format!(
+            "--runtime {} over --rounds {}: slices of {:.1} ms, under the {:.0} ms each \
+             needs to be timed; give fewer rounds or a longer runtime",
+            a.runtime,
+            a.rounds,
+            slice * 1e3,
+            MIN_SLICE * 1e3
         ));
     }
     let (min, max) = (
