@@ -686,64 +686,31 @@ fn before_exec() {
     let _ = state::sync_store("exec (writing the store's data first)");
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execve(
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::execve()(path, argv, envp) }
+/// The `exec` functions: the store synced, then the C library's own.
+macro_rules! exec_after_sync {
+    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            before_exec();
+            // SAFETY: passed through with the caller's arguments.
+            unsafe { real::$name()($($arg),*) }
+        }
+    )*};
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execv(path: *const c_char, argv: *const *const c_char) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::execv()(path, argv) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execvp(file: *const c_char, argv: *const *const c_char) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::execvp()(file, argv) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execvpe(
-    file: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::execvpe()(file, argv, envp) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fexecve(
-    fd: c_int,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::fexecve()(fd, argv, envp) }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn execveat(
-    dirfd: c_int,
-    path: *const c_char,
-    argv: *const *const c_char,
-    envp: *const *const c_char,
-    flags: c_int,
-) -> c_int {
-    before_exec();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::execveat()(dirfd, path, argv, envp, flags) }
+exec_after_sync! {
+    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char);
+    execv(path: *const c_char, argv: *const *const c_char);
+    execvp(file: *const c_char, argv: *const *const c_char);
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char);
+    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char);
+    execveat(
+        dirfd: c_int,
+        path: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        flags: c_int
+    );
 }
 
 #[unsafe(no_mangle)]

@@ -513,11 +513,15 @@ impl Queue {
         // An idle ring with the doorbell's read posted may take a ring of the
         // bell that the ring asleep below then never hears (this queue
         // reaps only rings with I/O): sleep in short spells then, too.
-        let stray_bell = self.rings.iter().any(|r| {
-            r.ring
-                .as_ref()
-                .is_some_and(|r| r.in_flight() == 0 && r.bell_armed())
-        });
+        // Looked at only where the sleep would have no deadline.
+        let stray_bell = block
+            && busy == 1
+            && !self.via_threads
+            && self.rings.iter().any(|r| {
+                r.ring
+                    .as_ref()
+                    .is_some_and(|r| r.in_flight() == 0 && r.bell_armed())
+            });
         let mut got = 0;
         for r in self.rings.iter_mut().filter_map(|r| r.ring.as_mut()) {
             if r.in_flight() == 0 {
