@@ -113,7 +113,9 @@ int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx
 /* Read up to `len` bytes at `offset`: the bytes read (fewer at the end of the
  * file, 0 at or past it). */
 int64_t setcache_pread(setcache_file *file, void *buf, size_t len, uint64_t offset);
-/* Write `len` bytes at `offset`, growing the file if they reach past its end. */
+/* Write `len` bytes at `offset`, growing the file if they reach past its end.
+ * Readers see the longer length only once the bytes are in; a write that fails
+ * leaves the length as it was. */
 int64_t setcache_pwrite(setcache_file *file, const void *buf, size_t len, uint64_t offset);
 /* The file's length in bytes. */
 int64_t setcache_len(setcache_file *file);

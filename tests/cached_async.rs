@@ -830,6 +830,109 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
     }
 }
 
+/// A synchronous write of a page whose write-back a request queue of the
+/// same thread started (a victim of the queue's reads of the file) waits
+/// for that write-back, which only this thread can finish by polling: it
+/// fails after the pin wait with `HeldByCaller` instead of waiting for
+/// ever, and changes nothing; once the queue is drained the write lands.
+#[test]
+fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
+    let tmp = TempDir::new("write-own-queue");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    for p in 0..64u64 {
+        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    // Reads that evict dirty victims: the queue writes them back, and
+    // nothing here polls it.
+    let mut q = cs.queue(16);
+    q.submit(
+        (0..64u64)
+            .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+            .collect(),
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !done.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("a write waited 60 s for its own queue's write-back");
+                std::process::exit(3);
+            }
+        });
+    }
+    // Every page written again, whole and in part: the ones under the
+    // queue's write-back are refused, the others land.
+    let t = Instant::now();
+    let mut refused = Vec::new();
+    let mut held = 0;
+    for p in 0..64u64 {
+        let r = if p % 2 == 0 {
+            cf.write_at(p * 4096, &[200; 4096])
+        } else {
+            cf.write_at(p * 4096 + 100, &[200; 100])
+        };
+        match r {
+            Ok(()) => {}
+            Err(Error::HeldByCaller(m)) => {
+                assert!(m.contains("drain the queue"), "{m}");
+                held += 1;
+                refused.push(p);
+            }
+            // A page not cached whose set the queue's fills and
+            // write-backs fill: refused after the pin wait, as it was.
+            Err(Error::AllPinned { .. }) => refused.push(p),
+            Err(e) => panic!("page {p}: {e}"),
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    assert!(held > 0, "no page was under the queue's write-back");
+    assert!(t.elapsed() < Duration::from_secs(30));
+    q.drain();
+    let mut c = Vec::new();
+    q.take_completions(&mut c);
+    assert_eq!(c.len(), 64);
+    drop(q);
+    // The refused writes again, now that nothing waits on this thread.
+    for &p in &refused {
+        if p % 2 == 0 {
+            cf.write_at(p * 4096, &[200; 4096]).unwrap();
+        } else {
+            cf.write_at(p * 4096 + 100, &[200; 100]).unwrap();
+        }
+    }
+    cf.sync().unwrap();
+    drop(cf);
+    drop(cs);
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.open_file("f").unwrap();
+    let mut b = AlignedBuf::new(64 * 4096);
+    f.read_at(0, &mut b).unwrap();
+    for p in 0..64usize {
+        let page = &b[p * 4096..(p + 1) * 4096];
+        let ok = if p % 2 == 0 {
+            page.iter().all(|&x| x == 200)
+        } else {
+            page.iter().enumerate().all(|(i, &x)| {
+                x == if (100..200).contains(&i) {
+                    200
+                } else {
+                    p as u8 + 1
+                }
+            })
+        };
+        assert!(ok, "page {p} on the devices");
+    }
+}
+
 /// A partial write of a page the cache does not hold reads the page first,
 /// and the page is held for writing (and dirty) until the queue reaps that
 /// read. A sync of the file on the same thread, before the queue is polled

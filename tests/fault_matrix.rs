@@ -928,3 +928,34 @@ fn a_queue_waits_out_a_slow_readahead_read() {
     );
     assert_eq!(page(&f, 45), vec![0x45; PAGE]);
 }
+
+/// An extending write whose first page must be read first, and whose read
+/// comes back short, fails and leaves the file as long as it was: the
+/// growth it made goes again, and readers never saw it. Once reads are
+/// whole again the same write lands and the file is longer by it.
+#[test]
+fn an_extending_write_that_fails_leaves_the_length() {
+    let rig = Rig::new("extending_fails");
+    let cs = rig.cached(64);
+    let f = cs.open_file("f").unwrap();
+    let old = f.len();
+    assert_eq!(old, (PAGES * PAGE) as u64);
+    rig.sw.short_reads.store(true, Ordering::Release);
+    // From 100 bytes before the end (a page not cached) to two pages on.
+    let run = vec![0x3C; 100 + 2 * PAGE];
+    let e = f.write_extending(old - 100, &run).unwrap_err();
+    assert!(matches!(e, Error::ShortTransfer { .. }), "{e}");
+    assert_eq!(f.len(), old, "the length after the failed write");
+    assert_eq!(f.file().len(), old, "the file's own length");
+    rig.sw.short_reads.store(false, Ordering::Release);
+    f.write_extending(old - 100, &run).unwrap();
+    assert_eq!(f.len(), old + 2 * PAGE as u64);
+    f.sync().unwrap();
+    let mut back = vec![0u8; 3 * PAGE];
+    assert_eq!(f.read_at(old - PAGE as u64, &mut back).unwrap(), 3 * PAGE);
+    assert_eq!(
+        back[..PAGE - 100],
+        rig.data[(PAGES - 1) * PAGE..PAGES * PAGE - 100]
+    );
+    assert!(back[PAGE - 100..].iter().all(|&b| b == 0x3C));
+}

@@ -499,15 +499,14 @@ pub unsafe extern "C" fn setcache_pwrite(
         if len > isize::MAX as usize {
             return Err(einval("the length is above the largest a buffer can have"));
         }
-        let end = offset
+        offset
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
-        // Only ever grows (two writers past the end: the longer wins); durable
-        // with the next sync, as the bytes written are.
-        f.file.grow(end)?;
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
-        f.file.write_at(offset, b)?;
+        // Past the end: the file grows (durable with the next sync, as the
+        // bytes are), and readers see its new length only with the bytes in.
+        f.file.write_extending(offset, b)?;
         Ok(len as i64)
     })
 }

@@ -853,6 +853,14 @@ impl<M: Model> PageCache<M> {
             .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
     }
 
+    /// Whether `page` of `file` is cached with its write-back in flight.
+    pub(crate) fn writing_back(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self
+            .core
+            .state_of(tag_of(file, page)?)
+            .is_some_and(|v| v & core::WRITEBACK != 0))
+    }
+
     /// Drop every cached page of `file` without waiting: whether none is
     /// left (a page in use stays, and the answer is no).
     pub(crate) fn discard_idle(&self, file: u32) -> bool {

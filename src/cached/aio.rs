@@ -618,7 +618,7 @@ impl WriteAt<'_> {
         cx: &Context<'_>,
     ) -> std::result::Result<Stage, (Result<()>, Vec<u8>)> {
         let (f, offset) = (self.file, self.offset);
-        if let Err(e) = f.write_check(offset, buf.len()) {
+        if let Err(e) = f.write_check(offset, buf.len(), f.len()) {
             return Err((Err(f.gone_or(e)), buf));
         }
         if buf.is_empty() {

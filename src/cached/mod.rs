@@ -647,8 +647,19 @@ impl CachedFile {
         &self.entry.file
     }
 
-    /// Its length in bytes.
+    /// Its length in bytes. While a [`CachedFile::write_extending`] is under
+    /// way, the length before it.
+    #[inline]
     pub fn len(&self) -> u64 {
+        // The file's length first: a length an extending write set comes
+        // after that write's hold on `shown`, which is let go only after
+        // its bytes are in.
+        let len = self.entry.file.len();
+        len.min(self.entry.shown.load(Ordering::Acquire))
+    }
+
+    /// The file's own length, whatever an extending write shows.
+    fn real_len(&self) -> u64 {
         self.entry.file.len()
     }
 
@@ -914,6 +925,7 @@ impl CachedFile {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.guard(offset, true, |page| {
+            self.shared.own_write_back(self.id, page)?;
             self.shared.cache.get_mut_with(
                 self.id,
                 page,
@@ -985,20 +997,65 @@ impl CachedFile {
     /// Pages are written one after another: if a page fails (its fill, the
     /// write-back of a victim, a pin wait), the error comes back and the
     /// pages before it keep the new bytes, as with a short `pwrite`. Write
-    /// the range again to be sure of it.
+    /// the range again to be sure of it. A page whose write-back a
+    /// [`CachedQueue`] of this thread started and has not finished gets
+    /// [`Error::HeldByCaller`] after the pin wait (poll or drain the queue
+    /// first).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.write_at_inner(offset, data)
+        self.write_at_inner(offset, data, self.len())
             .map_err(|e| self.gone_or(e))
+    }
+
+    /// Write all of `data` at `offset`, making the file `offset + data.len()`
+    /// bytes long first if it is shorter, as `pwrite` past the end does
+    /// (growing as [`CachedFile::grow`] does, durable with the next sync).
+    /// Readers see the longer length only once the bytes are in: a reader
+    /// that follows the file's end never reads zeros where such a write puts
+    /// bytes. A write that fails leaves the file as long as it was (unless
+    /// its length changed meanwhile through another call), with what
+    /// [`CachedFile::write_at`] leaves inside it. Extending writes of one
+    /// file run one at a time; a write inside the file is a `write_at`.
+    pub fn write_extending(&self, offset: u64, data: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or_else(|| Error::InvalidArgument("offset + length overflows".into()))?;
+        if end <= self.len() {
+            return self.write_at(offset, data);
+        }
+        let e = &*self.entry;
+        let _one = e.extending.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.len();
+        if end <= old {
+            return self.write_at(offset, data);
+        }
+        // Refusals that need no growth come before it.
+        self.entry.check()?;
+        let ps = self.shared.cache.page_size() as u64;
+        self.check_held(offset.min(old / ps * ps), end, true)?;
+        e.shown.store(old, Ordering::Release);
+        let r = self
+            .grow(end)
+            .and_then(|()| self.write_at_inner(offset, data, self.real_len()));
+        if r.is_err() && self.real_len() == end {
+            // What this write grew goes again (a failure of the cut leaves
+            // the longer file, as a failed `pwrite` past the end may).
+            let _ = self.resize_to(old, false, old / ps);
+        }
+        e.shown.store(u64::MAX, Ordering::Release);
+        r.map_err(|x| self.gone_or(x))
     }
 
     /// Refuses a write of `n` bytes at `offset`: on a read-only handle,
     /// past the end, or of a page this thread holds a guard of.
-    fn write_check(&self, offset: u64, n: usize) -> Result<()> {
+    /// `len`: the length the write must fit in.
+    fn write_check(&self, offset: u64, n: usize, len: u64) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
-        let len = self.len();
         if offset.checked_add(n as u64).is_none_or(|end| end > len) {
             return Err(Error::OutOfRange {
                 file: self.entry.file.name(),
@@ -1010,8 +1067,8 @@ impl CachedFile {
         self.check_held(offset, offset + n as u64, true)
     }
 
-    fn write_at_inner(&self, offset: u64, data: &[u8]) -> Result<()> {
-        self.write_check(offset, data.len())?;
+    fn write_at_inner(&self, offset: u64, data: &[u8], len: u64) -> Result<()> {
+        self.write_check(offset, data.len(), len)?;
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         let mut done = 0usize;
@@ -1021,6 +1078,7 @@ impl CachedFile {
             let in_page = (pos % ps) as usize;
             let take = (ps as usize - in_page).min(data.len() - done);
             let whole = in_page == 0 && take == ps as usize;
+            sh.own_write_back(self.id, page)?;
             // A whole-page write needs no read of the old bytes.
             let mut g = sh.cache.get_mut_with(
                 self.id,
@@ -1080,7 +1138,7 @@ impl CachedFile {
     /// drained); a thread holding a page guard of the file gets
     /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        self.resize_to(len, false)
+        self.resize_to(len, false, 0)
     }
 
     /// Make the file at least `len` bytes long (the new bytes read as zeros)
@@ -1098,7 +1156,7 @@ impl CachedFile {
         let e = &*self.entry;
         {
             let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
-            if len <= self.len() {
+            if len <= self.real_len() {
                 return Ok(());
             }
             if !e.shrunk.load(Ordering::Acquire) {
@@ -1111,20 +1169,28 @@ impl CachedFile {
         }
         // Pages that a write racing the last shrink may have left past the
         // end must go before the file is longer: the logged path clears them.
-        self.resize_to(len, true)
+        self.resize_to(len, true, 0)
     }
 
-    /// `set_len`, or with `grow_only` a growth that leaves a longer file alone.
-    fn resize_to(&self, len: u64, grow_only: bool) -> Result<()> {
+    /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;
+    /// refused while this thread holds a guard of page `held_from` of the
+    /// file or a later one (an extending write's cut back from its own pages).
+    fn resize_to(&self, len: u64, grow_only: bool, held_from: u64) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
         let name = || self.entry.file.name();
-        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
+        Hold::check(
+            self.store_key(),
+            self.id,
+            || held_from..u64::MAX,
+            true,
+            name,
+        )?;
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
-        if grow_only && len <= self.len() {
+        if grow_only && len <= self.real_len() {
             return Ok(());
         }
         // No sync of the file runs meanwhile: its writes are never cut by a
@@ -1138,6 +1204,7 @@ impl CachedFile {
             sh.cache.discard(self.id, end.div_ceil(ps))?;
             e.durable().written.truncate(end.div_ceil(ps));
             if end % ps != 0 {
+                sh.own_write_back(self.id, end / ps)?;
                 let mut g = sh.cache.get_mut_with(
                     self.id,
                     end / ps,
@@ -1151,7 +1218,7 @@ impl CachedFile {
         // Growing after a shrink whose clearing did not finish (a page
         // guard outlasted the pin wait): what that shrink left past the end
         // must go before the file is longer, or the growth does not happen.
-        let now = self.len();
+        let now = self.real_len();
         if len > now && e.shrunk.load(Ordering::Acquire) {
             clear_past(now)?;
             e.shrunk.store(false, Ordering::Release);

@@ -93,6 +93,13 @@ impl Ahead {
 /// write-back failure not yet reported.
 pub(crate) struct Entry {
     pub(crate) file: File,
+    /// The most the file's length shows through the cache (`u64::MAX`: its
+    /// own length). An extending write keeps it at the old length while it
+    /// grows the file and writes, so that readers see the new length only
+    /// with the bytes in ([`crate::CachedFile::write_extending`]).
+    pub(crate) shown: AtomicU64,
+    /// Serialises extending writes.
+    pub(crate) extending: Mutex<()>,
     pub(crate) failed: Mutex<Option<Error>>,
     /// The file was deleted or replaced: its cache id is retired.
     pub(crate) gone: AtomicBool,
@@ -196,6 +203,8 @@ impl Entry {
         file.inner.cached.fetch_add(1, Ordering::AcqRel);
         Entry {
             file,
+            shown: AtomicU64::new(u64::MAX),
+            extending: Mutex::new(()),
             failed: Mutex::new(None),
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),

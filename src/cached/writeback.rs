@@ -335,6 +335,37 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
         .unwrap_or(false)
 }
 
+impl Shared {
+    /// Refuses a synchronous write of `page` of file `id` whose write-back
+    /// a request queue of this thread started and has not reaped: the
+    /// write would wait for it, and only this thread, polling that queue,
+    /// can finish it. A thread whose queues owe no write-back of the file
+    /// pays one look at an empty list; one that does waits up to the pin
+    /// wait for the page's write-back (another thread's ends on its own)
+    /// before it gives up.
+    pub(crate) fn own_write_back(&self, id: u32, page: u64) -> Result<()> {
+        if !owes_write_backs(self, id) {
+            return Ok(());
+        }
+        let since = Instant::now();
+        let mut pause = 1u64;
+        while self.cache.writing_back(id, page)? {
+            if since.elapsed() >= self.cache.pin_wait() {
+                let name = self.entry(id).map(|e| e.file.name()).unwrap_or_default();
+                return Err(Error::HeldByCaller(format!(
+                    "a write of page {page} of {name:?} waited {} ms for its write-back, which \
+                     a request queue of this thread started and has not finished: poll, wait \
+                     for or drain the queue first",
+                    self.cache.pin_wait().as_millis()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(pause));
+            pause = (pause * 2).min(1000);
+        }
+        Ok(())
+    }
+}
+
 /// Bytes of the file region whose dirty pages are written together.
 ///
 /// The disk here (and SSDs generally, whose mapping units and write buffers
