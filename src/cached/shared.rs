@@ -110,6 +110,9 @@ pub(crate) struct Entry {
     /// that sync (which rewrites the pages reaped before it): such a page
     /// stays dirty, to be written again.
     pub(crate) fsync_failures: AtomicU64,
+    /// The file's count of failed metadata fsyncs its syncs have answered
+    /// (`File::meta_fsync_failures`).
+    pub(crate) meta_fsyncs_seen: AtomicU64,
     /// Serialises length changes through the cache.
     pub(crate) resizing: Mutex<()>,
     /// Set by a shrink: writes that raced it may have left pages past the end,
@@ -209,6 +212,7 @@ impl Entry {
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
             fsync_failures: AtomicU64::new(0),
+            meta_fsyncs_seen: AtomicU64::new(0),
             resizing: Mutex::new(()),
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
@@ -545,6 +549,57 @@ mod tests {
             "{} ids used for 100 files in turn",
             seen.len()
         );
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A failed fsync of a `set_len` after pages were written back and let
+    /// go of (the kernel may have dropped them, and reports it once) makes
+    /// the file's next cache sync fail `SyncLost` instead of passing; pages
+    /// still cached are written again.
+    #[test]
+    fn a_failed_fsync_of_a_length_change_counts_for_the_next_sync() {
+        use crate::storage::store::FSYNC_FD_ERRNO;
+        let dir = std::env::temp_dir().join(format!("setcache-metafs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let so = StoreOptions {
+            direct_io: false,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], so).unwrap();
+        let opts = CacheOptions {
+            size: 16 * 4096,
+            page_size: 4096,
+            assoc: 4,
+            policy: PolicyKind::Clock,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+        cs.set_readahead(0);
+        let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+        let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
+        f.sync().unwrap();
+        g.sync().unwrap();
+        // Pages of `f` written, then pushed out (written back, not fsynced)
+        // by writes of `g`.
+        for p in 0..8u64 {
+            f.write_at(p * 4096, &[7; 4096]).unwrap();
+        }
+        for p in 0..64u64 {
+            g.write_at(p * 4096, &[8; 4096]).unwrap();
+        }
+        FSYNC_FD_ERRNO.set(libc::ENOSPC);
+        let e = f.set_len(80 * 4096);
+        FSYNC_FD_ERRNO.set(0);
+        assert!(e.is_err(), "the set_len's fsync failed: {e:?}");
+        match f.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("the sync after the failed fsync: {other:?}"),
+        }
+        // The other file's syncs are untouched.
+        g.sync().unwrap();
+        drop((f, g));
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -399,6 +399,7 @@ impl Shared {
         // pages dirty again before the next one starts writing, so the next
         // one's good fsync (the kernel reports a failure once) covers them.
         let _one = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        self.answer_meta_fsyncs(&e, id);
         // Only the sets where the file's pages turned dirty since the last
         // sync: the cost follows what is dirty, not the cache.
         let (pending, sets) = self.cache.take_pending_of(id);
@@ -564,6 +565,34 @@ impl Shared {
                 }
                 Err(err)
             }
+        }
+    }
+}
+
+impl Shared {
+    /// A metadata step's fsync of the file failed since its last sync (a
+    /// `set_len`'s, a growth's headers'): in buffered mode it may have taken
+    /// the kernel's report of pages dropped, which this sync's fsync will
+    /// not see. As after a sync's own failed fsync, every page written since
+    /// the last good fsync is written again: marked dirty if still cached,
+    /// else the file's later syncs fail `SyncLost`. Under `syncing`.
+    fn answer_meta_fsyncs(&self, e: &Entry, id: u32) {
+        let failures = e.file.meta_fsync_failures();
+        if failures == e.meta_fsyncs_seen.load(Ordering::Acquire) {
+            return;
+        }
+        e.meta_fsyncs_seen.store(failures, Ordering::Release);
+        // Write-backs sent before this and reaped after it stay dirty.
+        e.fsync_failures.fetch_add(1, Ordering::AcqRel);
+        let since: Vec<_> = e.durable().written.iter().collect();
+        let mut left = false;
+        for p in since {
+            if !self.cache.mark_dirty(id, p).unwrap_or(false) {
+                left = true;
+            }
+        }
+        if left && let Some(err) = e.file.meta_fsync_error() {
+            e.durable().lost.get_or_insert(err);
         }
     }
 }

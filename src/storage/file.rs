@@ -47,6 +47,12 @@ pub(crate) struct FileInner {
     /// dropped the pages it could not write and reports that once, so every
     /// later sync of this handle fails too.
     pub(crate) sync_lost: std::sync::Mutex<Option<Error>>,
+    /// Failed fsyncs of the backing files in metadata steps (a `set_len`, a
+    /// lazy growth's headers): each may have taken the kernel's one report
+    /// of dropped pages, which the file's next fsync will not repeat. The
+    /// last one's error beside the count.
+    pub(crate) meta_fsync_failures: AtomicU64,
+    pub(crate) meta_fsync_error: std::sync::Mutex<Option<Error>>,
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -231,6 +237,20 @@ impl File {
         r
     }
 
+    /// How many fsyncs of metadata steps failed on this handle, and the last
+    /// one's error.
+    pub(crate) fn meta_fsync_failures(&self) -> u64 {
+        self.inner.meta_fsync_failures.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn meta_fsync_error(&self) -> Option<Error> {
+        self.inner
+            .meta_fsync_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// As [`File::sync`], for a caller that writes again whatever a failed
     /// fsync may have cost (the page cache's `sync`): no failure sticks.
     pub(crate) fn sync_again(&self) -> Result<()> {
@@ -243,12 +263,14 @@ impl File {
     /// nothing written was dropped).
     pub(crate) fn sync_again_told(&self) -> std::result::Result<(), (Error, bool)> {
         // A length grown lazily becomes durable with this fsync: one header
-        // write per device first.
+        // write per device first (a failure of the sizes' fsync there is
+        // one of the fsyncs).
+        let before = self.meta_fsync_failures();
         let headers = self
             .inner
             .store
             .write_stale_headers(&self.inner)
-            .map_err(|e| (e, false))?;
+            .map_err(|e| (e, self.meta_fsync_failures() != before))?;
         let r = self.fsync_all();
         if r.is_err() && headers {
             // The headers may not be durable: the next sync writes them again.

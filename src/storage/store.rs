@@ -379,12 +379,44 @@ fn pwrite_all(fd: &OwnedFd, buf: &[u8], off: u64) -> std::io::Result<()> {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// While nonzero, this thread's `fsync_fd` calls fail with this error
+    /// number (a test's failed fsync in a metadata path).
+    pub(crate) static FSYNC_FD_ERRNO: std::cell::Cell<i32> = const { std::cell::Cell::new(0) };
+}
+
 fn fsync_fd(fd: &OwnedFd) -> std::io::Result<()> {
+    #[cfg(test)]
+    if FSYNC_FD_ERRNO.get() != 0 {
+        return Err(std::io::Error::from_raw_os_error(FSYNC_FD_ERRNO.get()));
+    }
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::fsync(fd.as_raw_fd()) } == 0 {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A metadata path's fsync of backing file `i` of the open file `f` failed.
+/// In buffered mode that fsync took the kernel's one report of a failed
+/// background write-back of the file's data, which the file's own next
+/// fsync will not see again: the failure counts as the data path's would. One
+/// the device does not survive fails it; one that can pass makes the file's
+/// later `File::sync` calls fail (`SyncLost`) if it was written since its last
+/// sync began; a page cache over the file writes again at its next sync what
+/// it wrote since its last good fsync (`File::meta_fsync_failures`).
+fn fsync_failed(f: &FileInner, i: usize, e: &Error) {
+    *f.meta_fsync_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+    f.meta_fsync_failures.fetch_add(1, Ordering::AcqRel);
+    if !e.errno().is_some_and(crate::error::error_can_pass) {
+        f.backings[i].state.fail(e);
+    } else if f.backings.iter().any(|b| b.written.load(Ordering::Acquire)) {
+        f.sync_lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(|| e.clone());
     }
 }
 
@@ -975,6 +1007,8 @@ impl Store {
                 cached: AtomicUsize::new(0),
                 header_stale: std::sync::atomic::AtomicBool::new(false),
                 sync_lost: std::sync::Mutex::new(None),
+                meta_fsync_failures: AtomicU64::new(0),
+                meta_fsync_error: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -1249,6 +1283,9 @@ impl Store {
 
 /// One backing file of a file whose length changes.
 struct Piece<'a> {
+    /// The open file whose backing file this is, if it is open (not in a
+    /// recovery at open): a failed fsync counts against it.
+    file: Option<&'a FileInner>,
     device: usize,
     path: &'a Path,
     fd: &'a OwnedFd,
@@ -1509,6 +1546,7 @@ impl StoreInner {
                 let pieces: Vec<Piece<'_>> = fds
                     .iter()
                     .map(|(i, fd)| Piece {
+                        file: None,
                         device: *i,
                         path: &paths[*i],
                         fd,
@@ -1759,7 +1797,13 @@ impl StoreInner {
         crash_point()?;
         write_header(fd, &h).map_err(io)?;
         crash_point()?;
-        fsync_fd(fd).map_err(io)
+        fsync_fd(fd).map_err(|e| {
+            let e = io(e);
+            if let Some(f) = p.file {
+                fsync_failed(f, i, &e);
+            }
+            e
+        })
     }
 
     /// Grow `f` to `len` bytes lazily (see `File::grow_lazily`): each backing
@@ -1783,6 +1827,15 @@ impl StoreInner {
             let have = fstat(&b.fd).map_err(io)?.st_size as u64;
             if end < have.min(size) {
                 zero_range(&b.fd, end, have.min(size), false).map_err(io)?;
+                // Bytes a crash left past the durable length, cleared: durably
+                // so before any header (a sync's, or a `set_len` whose record
+                // a recovery rolls forward from this length) takes the range
+                // into the file. Only after such a crash: no cost otherwise.
+                fsync_fd(&b.fd).map_err(|e| {
+                    let e = io(e);
+                    fsync_failed(f, i, &e);
+                    e
+                })?;
             }
             b.engine.discard(b.ino, end - HEADER_BYTES);
             if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
@@ -1820,11 +1873,13 @@ impl StoreInner {
         for (i, b) in f.backings.iter().enumerate() {
             crash_point()?;
             if let Err(e) = fsync_fd(&b.fd) {
-                return Err(Error::os(
+                let e = Error::os(
                     format!("device {i}: sync the size of"),
                     self.backing_path(i, &name),
                     e,
-                ));
+                );
+                fsync_failed(f, i, &e);
+                return Err(e);
             }
         }
         for (i, b) in f.backings.iter().enumerate() {
@@ -1890,6 +1945,7 @@ impl StoreInner {
             .iter()
             .enumerate()
             .map(|(i, b)| Piece {
+                file: Some(f),
                 device: i,
                 path: &paths[i],
                 fd: &b.fd,

@@ -421,3 +421,57 @@ fn a_replace_finished_again_keeps_the_moved_files_handle() {
         "no step left the replace to be finished again"
     );
 }
+
+/// A metadata path's fsync of a backing file (a `set_len`'s, a lazy
+/// growth's headers') that fails after writes to the file took the kernel's
+/// one report of what a failed write-back lost, in buffered mode: the file's
+/// next `sync` must not pass as if nothing had. An error that can pass
+/// (ENOSPC) makes later syncs fail `SyncLost`; one the device does not
+/// survive (EIO) fails the device. A file not written since its last sync
+/// began keeps syncing.
+#[test]
+fn a_failed_fsync_of_a_metadata_step_fails_the_files_later_syncs() {
+    use super::FSYNC_FD_ERRNO;
+    let d = Dir::new("meta-fsync");
+    let s = d.open().unwrap();
+    make(&s, "a", 8192, 1);
+    make(&s, "b", 8192, 2);
+    make(&s, "c", 8192, 3);
+    let mut b = AlignedBuf::new(4096);
+    b.fill(5);
+    // A `set_len` after a write: ENOSPC.
+    let a = s.open_file("a").unwrap();
+    a.write_at(0, &b).unwrap();
+    FSYNC_FD_ERRNO.set(libc::ENOSPC);
+    let e = a.set_len(16384).unwrap_err();
+    FSYNC_FD_ERRNO.set(0);
+    assert!(e.to_string().contains("set length"), "{e}");
+    let e = a.sync().unwrap_err();
+    assert!(
+        matches!(e, Error::SyncLost { .. }),
+        "after the failed set_len: {e}"
+    );
+    // A lazy growth's headers after a write: EIO fails the device.
+    let bf = s.open_file("b").unwrap();
+    bf.grow_lazily(20_000).unwrap();
+    bf.write_at(4096, &b).unwrap();
+    FSYNC_FD_ERRNO.set(libc::EIO);
+    let e = bf.sync().unwrap_err();
+    FSYNC_FD_ERRNO.set(0);
+    assert!(e.to_string().contains("sync the size"), "{e}");
+    let e = bf.sync().unwrap_err();
+    assert!(
+        matches!(e, Error::DeviceFailed { .. }),
+        "after the failed header sync: {e}"
+    );
+    drop((a, bf));
+    drop(s);
+    // Nothing written since the last sync: a failed `set_len` fsync costs
+    // nothing, and later syncs pass.
+    let s = d.open().unwrap();
+    let c = s.open_file("c").unwrap();
+    FSYNC_FD_ERRNO.set(libc::ENOSPC);
+    assert!(c.set_len(16384).is_err());
+    FSYNC_FD_ERRNO.set(0);
+    c.sync().unwrap();
+}
