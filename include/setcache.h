@@ -115,7 +115,8 @@ int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx
 int64_t setcache_pread(setcache_file *file, void *buf, size_t len, uint64_t offset);
 /* Write `len` bytes at `offset`, growing the file if they reach past its end.
  * Readers see the longer length only once the bytes are in; a write that fails
- * leaves the length as it was. */
+ * leaves the length as it was (unless cutting it back fails too). Writes past
+ * the end of one file run one at a time. */
 int64_t setcache_pwrite(setcache_file *file, const void *buf, size_t len, uint64_t offset);
 /* The file's length in bytes. */
 int64_t setcache_len(setcache_file *file);

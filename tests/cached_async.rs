@@ -869,6 +869,15 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
             }
         });
     }
+    // The watchdog stands down however the writes below end (a failed
+    // assertion must not end the other tests of this binary).
+    struct StandDown(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for StandDown {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let stand_down = StandDown(done.clone());
     // Every page written again, whole and in part: the ones under the
     // queue's write-back are refused, the others land.
     let t = Instant::now();
@@ -893,7 +902,7 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
             Err(e) => panic!("page {p}: {e}"),
         }
     }
-    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(stand_down);
     assert!(held > 0, "no page was under the queue's write-back");
     assert!(t.elapsed() < Duration::from_secs(30));
     q.drain();

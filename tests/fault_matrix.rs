@@ -958,4 +958,22 @@ fn an_extending_write_that_fails_leaves_the_length() {
         rig.data[(PAGES - 1) * PAGE..PAGES * PAGE - 100]
     );
     assert!(back[PAGE - 100..].iter().all(|&b| b == 0x3C));
+    // A failure part way: the first page past the old end is written whole
+    // (no read), the next one in part needs a read, which comes back short.
+    // The cut takes the written page with it: grown again later, it reads
+    // as zeros.
+    let old = f.len();
+    rig.sw.short_reads.store(true, Ordering::Release);
+    let run = vec![0x5D; PAGE + 2000];
+    let e = f.write_extending(old, &run).unwrap_err();
+    rig.sw.short_reads.store(false, Ordering::Release);
+    assert!(matches!(e, Error::ShortTransfer { .. }), "{e}");
+    assert_eq!(f.len(), old, "the length after the failure part way");
+    f.grow(old + 2 * PAGE as u64).unwrap();
+    let mut back = vec![1u8; 2 * PAGE];
+    assert_eq!(f.read_at(old, &mut back).unwrap(), 2 * PAGE);
+    assert!(
+        back.iter().all(|&b| b == 0),
+        "the pages the failed write reached read as zeros after a growth"
+    );
 }

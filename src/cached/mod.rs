@@ -49,7 +49,7 @@ pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cache::{CacheOptions, Got, Mode, PageCache, PageMut, PageRef};
@@ -361,6 +361,7 @@ impl CachedStore {
         let ahead = Ahead::new(readahead::DEFAULT_MAX_BYTES / cache.page_size());
         let staging = staging::Staging::new(cache.capacity_pages() * cache.page_size());
         let inner = Arc::new(Shared {
+            finished_seen: AtomicU64::new(store.inner().finished_later()),
             store,
             cache,
             files: RwLock::new(HashMap::new()),
@@ -430,8 +431,9 @@ impl CachedStore {
 
     /// Create a file (as [`Store::create`]) and open it through the cache.
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
-        let f = self.inner.store.create(name, size, layout)?;
-        self.attach(f, false)
+        let f = self.inner.store.create(name, size, layout);
+        self.inner.retire_finished();
+        self.attach(f?, false)
     }
 
     /// Open an existing file through the cache.
@@ -451,8 +453,9 @@ impl CachedStore {
     fn open_as(&self, name: &str, read_only: bool) -> Result<CachedFile> {
         let mut tries = 0;
         loop {
-            let f = self.inner.store.open_file(name)?;
-            match self.attach(f, read_only) {
+            let f = self.inner.store.open_file(name);
+            self.inner.retire_finished();
+            match self.attach(f?, read_only) {
                 Err(Error::FileGone(_)) if tries < 8 => tries += 1,
                 r => return r,
             }
@@ -531,38 +534,17 @@ impl CachedStore {
         let r = self.inner.store.delete(name);
         // Even after a failure: a delete the store has committed (and will
         // finish) no longer names the file.
-        self.retire_stale(name);
+        self.inner.retire_stale(Some(name));
+        self.inner.retire_finished();
         r
-    }
-
-    /// Retire the entries named `name` that are no longer the store's file of
-    /// that name.
-    fn retire_stale(&self, name: &str) {
-        let dead = self.inner.store.inner().with_current(|current| {
-            let mut files = self.inner.files.write().unwrap_or_else(|p| p.into_inner());
-            let ids: Vec<u32> = files
-                .iter()
-                .filter(|(_, e)| *e.file.name_arc() == *name && !current(name, &e.file.inner))
-                .map(|(&id, _)| id)
-                .collect();
-            let dead: Vec<(u32, Arc<Entry>)> = ids
-                .into_iter()
-                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
-                .collect();
-            for (_, e) in &dead {
-                e.gone.store(true, Ordering::Release);
-            }
-            dead
-        });
-        for (id, e) in dead {
-            self.inner.retire(id, e);
-        }
     }
 
     /// Rename a file (as [`Store::rename`]); open handles follow it, and its
     /// cached pages stay.
     pub fn rename(&self, from: &str, to: &str) -> Result<()> {
-        self.inner.store.rename(from, to)
+        let r = self.inner.store.rename(from, to);
+        self.inner.retire_finished();
+        r
     }
 
     /// Rename a file over the file `to`, if there is one (as
@@ -574,7 +556,8 @@ impl CachedStore {
         let r = self.inner.store.replace(from, to);
         // Even after a failure: a replacement the store has begun (and will
         // finish) no longer names the old file.
-        self.retire_stale(to);
+        self.inner.retire_stale(Some(to));
+        self.inner.retire_finished();
         r
     }
 
@@ -584,6 +567,7 @@ impl CachedStore {
     /// store gets [`Error::HeldByCaller`].
     pub fn sync(&self) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
+        self.inner.retire_finished();
         let files: Vec<u32> = self
             .inner
             .files
@@ -1035,16 +1019,25 @@ impl CachedFile {
         self.entry.check()?;
         let ps = self.shared.cache.page_size() as u64;
         self.check_held(offset.min(old / ps * ps), end, true)?;
+        /// Lets the length show again however the write ends (a panic too).
+        struct Show<'a>(&'a AtomicU64);
+        impl Drop for Show<'_> {
+            fn drop(&mut self) {
+                self.0.store(u64::MAX, Ordering::Release);
+            }
+        }
         e.shown.store(old, Ordering::Release);
+        let _show = Show(&e.shown);
+        let before = self.real_len();
         let r = self
-            .grow(end)
+            .grow_to(end)
             .and_then(|()| self.write_at_inner(offset, data, self.real_len()));
-        if r.is_err() && self.real_len() == end {
+        if r.is_err() && before < end && self.real_len() == end {
             // What this write grew goes again (a failure of the cut leaves
             // the longer file, as a failed `pwrite` past the end may).
             let _ = self.resize_to(old, false, old / ps);
         }
-        e.shown.store(u64::MAX, Ordering::Release);
+        drop(_show);
         r.map_err(|x| self.gone_or(x))
     }
 
@@ -1138,7 +1131,13 @@ impl CachedFile {
     /// drained); a thread holding a page guard of the file gets
     /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        self.resize_to(len, false, 0)
+        let r = self.resize_to(len, false, 0);
+        if r.is_ok() {
+            // As in `grow`: a set length shows at once.
+            self.entry.shown.fetch_max(len, Ordering::AcqRel);
+        }
+        self.shared.retire_finished();
+        r
     }
 
     /// Make the file at least `len` bytes long (the new bytes read as zeros)
@@ -1149,6 +1148,19 @@ impl CachedFile {
     /// a file `len` bytes long or longer is left as it is. Errors as
     /// [`CachedFile::set_len`].
     pub fn grow(&self, len: u64) -> Result<()> {
+        let r = self.grow_to(len);
+        if r.is_ok() {
+            // Shown at once, even while an extending write holds the shown
+            // length at an older one.
+            self.entry.shown.fetch_max(len, Ordering::AcqRel);
+        }
+        self.shared.retire_finished();
+        r
+    }
+
+    /// [`CachedFile::grow`], the longer length not shown past an extending
+    /// write's hold.
+    fn grow_to(&self, len: u64) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -1223,7 +1235,7 @@ impl CachedFile {
             clear_past(now)?;
             e.shrunk.store(false, Ordering::Release);
         }
-        self.entry.file.set_len_cached(len, &mut |old| {
+        let changed = self.entry.file.set_len_cached(len, &mut |old| {
             if len < old {
                 // I/O past the new end is refused now; drop what the cache
                 // holds there, waiting for fills and write-backs in flight
@@ -1241,7 +1253,10 @@ impl CachedFile {
             } else {
                 Ok(())
             }
-        })?;
+        });
+        // A failed fsync of its steps is answered now, under `syncing`.
+        sh.answer_meta_fsyncs(e, self.id);
+        changed?;
         if e.shrunk.load(Ordering::Acquire) {
             // Pages a racing writer made past the end meanwhile; a page still
             // in use here is dropped by the next growth.

@@ -15,6 +15,10 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 pub(crate) struct Shared {
     pub(crate) store: Store,
+    /// The store's count of operations finished later
+    /// (`StoreInner::finished_later`) when this cache last looked for files
+    /// they took the name from.
+    pub(crate) finished_seen: AtomicU64,
     pub(crate) cache: PageCache,
     pub(crate) files: RwLock<HashMap<u32, Arc<Entry>>>,
     pub(crate) next_id: AtomicU32,
@@ -307,6 +311,48 @@ impl Shared {
         self.aio.get_or_init(|| Box::new(NoWorkers)).stop();
     }
 
+    /// Retire the entries that are no longer the store's file of their name
+    /// (a delete or a replace took it), of the name `name` or, with `None`,
+    /// of any name.
+    pub(crate) fn retire_stale(&self, name: Option<&str>) {
+        let dead = self.store.inner().with_current(|current| {
+            let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
+            let ids: Vec<u32> = files
+                .iter()
+                .filter(|(_, e)| {
+                    let n = e.file.name_arc();
+                    name.is_none_or(|name| *n == *name) && !current(&n, &e.file.inner)
+                })
+                .map(|(&id, _)| id)
+                .collect();
+            let dead: Vec<(u32, Arc<Entry>)> = ids
+                .into_iter()
+                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+                .collect();
+            for (_, e) in &dead {
+                e.gone.store(true, Ordering::Release);
+            }
+            dead
+        });
+        for (id, e) in dead {
+            self.retire(id, e);
+        }
+    }
+
+    /// If the store finished an operation that had failed part-way since
+    /// this cache last looked (a later operation finishes it), retire the
+    /// files it took the name from: a delete or replace finished that way
+    /// leaves no handle of the old file working on its unlinked pieces, and
+    /// no sync of the store failing on them. One atomic load otherwise.
+    pub(crate) fn retire_finished(&self) {
+        let n = self.store.inner().finished_later();
+        if n == self.finished_seen.load(Ordering::Acquire) {
+            return;
+        }
+        self.finished_seen.store(n, Ordering::Release);
+        self.retire_stale(None);
+    }
+
     /// Retire a file's cache id (its entry already left the table): handles
     /// fail from now on, and its pages are dropped. Pages still in use are
     /// left; should one of them be dirty, its write-back finds no file and
@@ -553,6 +599,75 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A `replace` through the cache that fails part way, and that a later
+    /// operation finishes, leaves no handle of the replaced file working (it
+    /// fails `FileGone`, as after a replace that ended well) and no sync of
+    /// the store failing on the replaced file's unlinked pieces.
+    #[test]
+    fn a_replace_finished_by_a_later_operation_retires_the_replaced_file() {
+        use crate::storage::store::crash_after;
+        let mut finished_later = 0;
+        for k in 0..40 {
+            let dir = std::env::temp_dir()
+                .join(format!("setcache-replace-later-{}-{k}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(dir.join("d0")).unwrap();
+            std::fs::create_dir_all(dir.join("d1")).unwrap();
+            let store =
+                Store::open(&[dir.join("d0"), dir.join("d1")], StoreOptions::default()).unwrap();
+            let opts = CacheOptions {
+                size: 64 * 4096,
+                page_size: 4096,
+                assoc: 4,
+                ..CacheOptions::default()
+            };
+            let cs = CachedStore::new(store, opts).unwrap();
+            let a = cs.create("a", 8192, LayoutKind::Stripe).unwrap();
+            let old = cs.create("b", 8192, LayoutKind::Stripe).unwrap();
+            a.write_at(0, &[1; 100]).unwrap();
+            old.write_at(0, &[2; 100]).unwrap();
+            cs.sync().unwrap();
+            crash_after(Some(k));
+            let r = cs.replace("a", "b");
+            crash_after(None);
+            let done = r.is_ok();
+            if !done {
+                // The next operation finishes it (or it never began).
+                drop(cs.create("c", 4096, LayoutKind::Stripe).unwrap());
+            }
+            let mut one = [0u8; 1];
+            if a.file().name() == "b" {
+                if !done {
+                    finished_later += 1;
+                }
+                match old.read_at(0, &mut one) {
+                    Err(crate::Error::FileGone(_)) => {}
+                    other => panic!("step {k}: the replaced file's handle read {other:?}"),
+                }
+                cs.sync()
+                    .unwrap_or_else(|e| panic!("step {k}: the store's sync: {e}"));
+                let b = cs.open_file("b").unwrap();
+                b.read_at(0, &mut one).unwrap();
+                assert_eq!(one[0], 1, "step {k}: b is a's bytes");
+            } else {
+                // Never began: the old file is still `b`.
+                old.read_at(0, &mut one).unwrap();
+                assert_eq!(one[0], 2, "step {k}");
+                cs.sync().unwrap();
+            }
+            drop((a, old));
+            drop(cs);
+            let _ = std::fs::remove_dir_all(&dir);
+            if done {
+                break;
+            }
+        }
+        assert!(
+            finished_later > 0,
+            "no step left the replace to be finished later"
+        );
+    }
+
     /// A failed fsync of a `set_len` after pages were written back and let
     /// go of (the kernel may have dropped them, and reports it once) makes
     /// the file's next cache sync fail `SyncLost` instead of passing; pages
@@ -599,6 +714,17 @@ mod tests {
         }
         // The other file's syncs are untouched.
         g.sync().unwrap();
+        // A file whose writes a good cache sync covered loses nothing to a
+        // failed fsync of a later `set_len`: its syncs, and its own file's,
+        // pass. (The next metadata operation first finishes `f`'s.)
+        drop(cs.create("x", 4096, LayoutKind::Stripe).unwrap());
+        g.write_at(0, &[9; 4096]).unwrap();
+        g.sync().unwrap();
+        FSYNC_FD_ERRNO.set(libc::ENOSPC);
+        assert!(g.set_len(80 * 4096).is_err());
+        FSYNC_FD_ERRNO.set(0);
+        g.sync().unwrap();
+        g.file().sync().unwrap();
         drop((f, g));
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);

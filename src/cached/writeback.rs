@@ -273,9 +273,9 @@ type FileKey = (usize, u32);
 
 thread_local! {
     /// Write-backs that this thread's queues started and have not yet
-    /// settled, per file: only this thread can finish them, by polling its
-    /// queue.
-    static OWED: std::cell::RefCell<Vec<(FileKey, usize)>> =
+    /// settled, per file (how many holds, and the pages under write-back):
+    /// only this thread can finish them, by polling its queue.
+    static OWED: std::cell::RefCell<Vec<(FileKey, usize, Vec<u64>)>> =
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
@@ -284,6 +284,8 @@ thread_local! {
 pub(crate) struct Owed<'a> {
     key: FileKey,
     pages: Vec<WriteBack<'a>>,
+    /// The pages' numbers, counted in `OWED` while this lives.
+    nums: Vec<u64>,
     /// The file's fsync epoch when the write was sent.
     pub(crate) epoch: u64,
 }
@@ -296,14 +298,23 @@ impl<'a> Owed<'a> {
             sh.fsync_epoch(file)
         };
         let key = (sh as *const Shared as usize, file);
+        let nums: Vec<u64> = pages.iter().map(|w| w.page()).collect();
         let _ = OWED.try_with(|o| {
             let mut o = o.borrow_mut();
-            match o.iter_mut().find(|(k, _)| *k == key) {
-                Some((_, n)) => *n += 1,
-                None => o.push((key, 1)),
+            match o.iter_mut().find(|(k, ..)| *k == key) {
+                Some((_, n, p)) => {
+                    *n += 1;
+                    p.extend_from_slice(&nums);
+                }
+                None => o.push((key, 1, nums.clone())),
             }
         });
-        Owed { key, pages, epoch }
+        Owed {
+            key,
+            pages,
+            nums,
+            epoch,
+        }
     }
 
     pub(crate) fn take(&mut self) -> Vec<WriteBack<'a>> {
@@ -315,10 +326,17 @@ impl Drop for Owed<'_> {
     fn drop(&mut self) {
         let _ = OWED.try_with(|o| {
             let mut o = o.borrow_mut();
-            if let Some(i) = o.iter().position(|(k, _)| *k == self.key) {
+            if let Some(i) = o.iter().position(|(k, ..)| *k == self.key) {
                 o[i].1 -= 1;
                 if o[i].1 == 0 {
                     o.swap_remove(i);
+                } else {
+                    let p = &mut o[i].2;
+                    for n in &self.nums {
+                        if let Some(j) = p.iter().position(|x| x == n) {
+                            p.swap_remove(j);
+                        }
+                    }
                 }
             }
         });
@@ -331,38 +349,38 @@ impl Drop for Owed<'_> {
 /// pages would wait for itself).
 pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
     let key = (sh as *const Shared as usize, id);
-    OWED.try_with(|o| o.borrow().iter().any(|(k, _)| *k == key))
+    OWED.try_with(|o| o.borrow().iter().any(|(k, ..)| *k == key))
         .unwrap_or(false)
+}
+
+/// Whether a request queue of this thread holds page `page` of file `id` of
+/// `sh`'s cache under a write-back it has not settled.
+fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
+    let key = (sh as *const Shared as usize, id);
+    OWED.try_with(|o| {
+        o.borrow()
+            .iter()
+            .any(|(k, _, p)| *k == key && p.contains(&page))
+    })
+    .unwrap_or(false)
 }
 
 impl Shared {
     /// Refuses a synchronous write of `page` of file `id` whose write-back
-    /// a request queue of this thread started and has not reaped: the
+    /// a request queue of this thread started and has not settled: the
     /// write would wait for it, and only this thread, polling that queue,
-    /// can finish it. A thread whose queues owe no write-back of the file
-    /// pays one look at an empty list; one that does waits up to the pin
-    /// wait for the page's write-back (another thread's ends on its own)
-    /// before it gives up.
+    /// can finish it. A thread whose queues owe no write-back pays one look
+    /// at an empty list; another thread's write-back (the flusher's, say)
+    /// is waited for as before.
     pub(crate) fn own_write_back(&self, id: u32, page: u64) -> Result<()> {
-        if !owes_write_backs(self, id) {
+        if !owes_page(self, id, page) || !self.cache.writing_back(id, page)? {
             return Ok(());
         }
-        let since = Instant::now();
-        let mut pause = 1u64;
-        while self.cache.writing_back(id, page)? {
-            if since.elapsed() >= self.cache.pin_wait() {
-                let name = self.entry(id).map(|e| e.file.name()).unwrap_or_default();
-                return Err(Error::HeldByCaller(format!(
-                    "a write of page {page} of {name:?} waited {} ms for its write-back, which \
-                     a request queue of this thread started and has not finished: poll, wait \
-                     for or drain the queue first",
-                    self.cache.pin_wait().as_millis()
-                )));
-            }
-            std::thread::sleep(Duration::from_micros(pause));
-            pause = (pause * 2).min(1000);
-        }
-        Ok(())
+        let name = self.entry(id).map(|e| e.file.name()).unwrap_or_default();
+        Err(Error::HeldByCaller(format!(
+            "a write of page {page} of {name:?}, whose write-back a request queue of this \
+             thread started and has not finished: poll, wait for or drain the queue first"
+        )))
     }
 }
 
@@ -394,6 +412,7 @@ impl Shared {
     /// neighbours merged into one write), waiting for pages that are busy (a
     /// writer holds them, or another write-back runs), then fsync.
     pub(crate) fn sync_file(&self, id: u32) -> Result<()> {
+        self.retire_finished();
         let e = self.entry(id)?;
         // One sync of a file at a time: a sync whose fsync failed has made its
         // pages dirty again before the next one starts writing, so the next
@@ -509,6 +528,10 @@ impl Shared {
         // below must cover them. Pages written from here on belong to the next
         // (should the fsync fail, those written before it are written again
         // too: see below).
+        // A metadata step's fsync that fails from here to the end of this
+        // sync's fsync (a growth on another thread) may have taken the report
+        // this fsync would give: this sync then fails as if its own had.
+        let meta_before = e.file.meta_fsync_failures();
         let covered = {
             let mut d = e.durable();
             if let Some(lost) = &d.lost {
@@ -526,7 +549,16 @@ impl Shared {
             // and the backing files as after an fsync.
             return e.file.check_live();
         }
-        match e.file.sync_again_told() {
+        let told = match e.file.sync_again_told() {
+            Ok(()) if e.file.meta_fsync_failures() != meta_before => {
+                let err = e.file.meta_fsync_error().unwrap_or_else(|| {
+                    Error::InvalidArgument("a metadata step's fsync failed".into())
+                });
+                Err((err, true))
+            }
+            r => r,
+        };
+        match told {
             Ok(()) => Ok(()),
             Err((err, false)) => {
                 // Failed before any fsync (the headers of a lazy growth): no
@@ -539,6 +571,11 @@ impl Shared {
                 Err(err)
             }
             Err((err, true)) => {
+                // This answers every failed metadata fsync so far too (the
+                // pages written before it are all written again below);
+                // later ones are answered by the next sync.
+                let now = e.file.meta_fsync_failures();
+                e.meta_fsyncs_seen.fetch_max(now, Ordering::AcqRel);
                 // Write-backs sent before this and reaped after it keep their
                 // pages dirty (`Entry::written_at`); those reaped before it
                 // are in `written`, taken below.
@@ -576,7 +613,7 @@ impl Shared {
     /// not see. As after a sync's own failed fsync, every page written since
     /// the last good fsync is written again: marked dirty if still cached,
     /// else the file's later syncs fail `SyncLost`. Under `syncing`.
-    fn answer_meta_fsyncs(&self, e: &Entry, id: u32) {
+    pub(crate) fn answer_meta_fsyncs(&self, e: &Entry, id: u32) {
         let failures = e.file.meta_fsync_failures();
         if failures == e.meta_fsyncs_seen.load(Ordering::Acquire) {
             return;

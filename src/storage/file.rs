@@ -266,12 +266,34 @@ impl File {
         // write per device first (a failure of the sizes' fsync there is
         // one of the fsyncs).
         let before = self.meta_fsync_failures();
+        // Writes this fsync covers, as `File::sync` takes them (which has
+        // taken them already when it is the caller): they count again for
+        // the next sync should this one fail.
+        let taken: Vec<bool> = self
+            .inner
+            .backings
+            .iter()
+            .map(|b| b.written.swap(false, Ordering::AcqRel))
+            .collect();
+        let put_back = || {
+            for (b, &w) in self.inner.backings.iter().zip(&taken) {
+                if w {
+                    b.written.store(true, Ordering::Release);
+                }
+            }
+        };
         let headers = self
             .inner
             .store
             .write_stale_headers(&self.inner)
-            .map_err(|e| (e, self.meta_fsync_failures() != before))?;
+            .map_err(|e| {
+                put_back();
+                (e, self.meta_fsync_failures() != before)
+            })?;
         let r = self.fsync_all();
+        if r.is_err() {
+            put_back();
+        }
         if r.is_err() && headers {
             // The headers may not be durable: the next sync writes them again.
             self.inner

@@ -136,6 +136,10 @@ pub(crate) struct StoreInner {
     cached: std::sync::atomic::AtomicBool,
     /// Tells `sync` which backing files may have left their paths.
     pub(crate) watch: crate::storage::watch::PathWatch,
+    /// Operations that failed part-way and were finished by a later one
+    /// (`begin_meta`), counted: a page cache then looks for its files that
+    /// a finished delete or replace took the name from.
+    finished_later: AtomicU64,
     /// Path lookups of backing files by `sync` (tests count them).
     #[cfg(test)]
     pub(crate) lookups: AtomicU64,
@@ -849,6 +853,7 @@ impl Store {
                 _locks: locks,
                 cached: std::sync::atomic::AtomicBool::new(false),
                 watch,
+                finished_later: AtomicU64::new(0),
                 #[cfg(test)]
                 lookups: AtomicU64::new(0),
             }),
@@ -1356,8 +1361,14 @@ impl StoreInner {
                     problem: e.to_string(),
                 })?;
             meta.pending = None;
+            self.finished_later.fetch_add(1, Ordering::AcqRel);
         }
         Ok(meta)
+    }
+
+    /// How many operations that failed part-way a later one has finished.
+    pub(crate) fn finished_later(&self) -> u64 {
+        self.finished_later.load(Ordering::Acquire)
     }
 
     fn direct_flag(&self) -> i32 {
