@@ -833,8 +833,8 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
 /// A synchronous write of a page whose write-back a request queue of the
 /// same thread started (a victim of the queue's reads of the file) waits
 /// for that write-back, which only this thread can finish by polling: it
-/// fails after the pin wait with `HeldByCaller` instead of waiting for
-/// ever, and changes nothing; once the queue is drained the write lands.
+/// fails at once with `HeldByCaller` instead of waiting for ever, and
+/// changes nothing; once the queue is drained the write lands.
 #[test]
 fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
     let tmp = TempDir::new("write-own-queue");

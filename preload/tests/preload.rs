@@ -296,6 +296,29 @@ fn exec_sync_syncfs_and_dup2_keep_what_was_written() {
     assert!(t.contains("y: 2 fs"), "{t}");
 }
 
+/// `execl`, `execlp` and `execle` (variadic: read from the calling
+/// convention's slots) sync the store as the other `exec` functions do,
+/// with a list long enough that part of it is on the stack.
+#[test]
+fn execl_execlp_and_execle_keep_what_was_written() {
+    let s = Setup::new("execl");
+    let prog = probe(&s.p("bin"), true);
+    for (mode, want) in [
+        ("execl-write", "l: 11 execl-write"),
+        ("execlp-write", "lp: 12 execlp-write"),
+        ("execle-write", "le: 12 execle-write"),
+    ] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).arg(mode);
+        let t = text(&run(c).stdout);
+        assert_eq!(
+            t.lines().filter(|l| *l == want).count(),
+            7,
+            "the image after {mode} read:\n{t}"
+        );
+    }
+}
+
 /// Programs that list a directory through a descriptor (`openat`, then
 /// `fdopendir`, as `fts` does) see the store's files: `find` names them and
 /// `cp -r` copies them out whole.

@@ -401,6 +401,27 @@ static void exec_write(char **argv) {
     abort();
 }
 
+extern char **environ;
+
+/* As exec_write, through execl, execlp or execle (`how`), with a list long
+ * enough that some of it travels on the stack. */
+static void execl_write(char **argv, const char *how) {
+    const char *name = how[5] == 'p' ? "lp" : how[5] == 'e' ? "le" : "l";
+    int fd = open(path(name), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    show("write", write(fd, how, strlen(how)));
+    fflush(stdout);
+    if (how[5] == 'p')
+        execlp(argv[0], argv[0], argv[1], "cat", name, name, name, name, name, name, name,
+               (char *)NULL);
+    else if (how[5] == 'e')
+        execle(argv[0], argv[0], argv[1], "cat", name, name, name, name, name, name, name,
+               (char *)NULL, environ);
+    else
+        execl(argv[0], argv[0], argv[1], "cat", name, name, name, name, name, name, name,
+              (char *)NULL);
+    abort();
+}
+
 /* Files written and then left without a close or an fsync but by a
  * descriptor replaced by dup2, by sync() and by syncfs(), before _exit. */
 static void implicit_syncs(void) {
@@ -531,6 +552,8 @@ int main(int argc, char **argv) {
         exit_writes();
     else if (argc > 2 && strcmp(argv[2], "exec-write") == 0)
         exec_write(argv);
+    else if (argc > 2 && strncmp(argv[2], "execl", 5) == 0)
+        execl_write(argv, argv[2]);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
         implicit_syncs();
     else if (argc > 2 && strcmp(argv[2], "vfork-exec") == 0)

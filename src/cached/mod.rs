@@ -983,8 +983,7 @@ impl CachedFile {
     /// pages before it keep the new bytes, as with a short `pwrite`. Write
     /// the range again to be sure of it. A page whose write-back a
     /// [`CachedQueue`] of this thread started and has not finished gets
-    /// [`Error::HeldByCaller`] after the pin wait (poll or drain the queue
-    /// first).
+    /// [`Error::HeldByCaller`] at once (poll or drain the queue first).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.write_at_inner(offset, data, self.len())
             .map_err(|e| self.gone_or(e))
@@ -1028,16 +1027,22 @@ impl CachedFile {
         }
         e.shown.store(old, Ordering::Release);
         let _show = Show(&e.shown);
+        // The length just before this write grows it, read after the hold:
+        // a growth by another call that ended before the hold shows (one
+        // after it raises the shown length itself), and a failure cuts back
+        // to this, not to what the hold began with.
         let before = self.real_len();
+        e.shown.fetch_max(before, Ordering::AcqRel);
         let r = self
             .grow_to(end)
             .and_then(|()| self.write_at_inner(offset, data, self.real_len()));
         if r.is_err() && before < end && self.real_len() == end {
             // What this write grew goes again (a failure of the cut leaves
             // the longer file, as a failed `pwrite` past the end may).
-            let _ = self.resize_to(old, false, old / ps);
+            let _ = self.resize_to(before, false, before / ps);
         }
         drop(_show);
+        self.shared.retire_finished();
         r.map_err(|x| self.gone_or(x))
     }
 
@@ -1148,10 +1153,12 @@ impl CachedFile {
     /// a file `len` bytes long or longer is left as it is. Errors as
     /// [`CachedFile::set_len`].
     pub fn grow(&self, len: u64) -> Result<()> {
+        let was = self.real_len();
         let r = self.grow_to(len);
-        if r.is_ok() {
+        if r.is_ok() && was < len {
             // Shown at once, even while an extending write holds the shown
-            // length at an older one.
+            // length at an older one. (A file already this long only
+            // through such a write's growth shows it with that write's bytes.)
             self.entry.shown.fetch_max(len, Ordering::AcqRel);
         }
         self.shared.retire_finished();

@@ -349,8 +349,10 @@ impl Shared {
         if n == self.finished_seen.load(Ordering::Acquire) {
             return;
         }
-        self.finished_seen.store(n, Ordering::Release);
+        // Counted as seen only after the sweep: a thread that finds it
+        // counted finds the files retired (two sweeps at once do no harm).
         self.retire_stale(None);
+        self.finished_seen.fetch_max(n, Ordering::AcqRel);
     }
 
     /// Retire a file's cache id (its entry already left the table): handles

@@ -528,10 +528,6 @@ impl Shared {
         // below must cover them. Pages written from here on belong to the next
         // (should the fsync fail, those written before it are written again
         // too: see below).
-        // A metadata step's fsync that fails from here to the end of this
-        // sync's fsync (a growth on another thread) may have taken the report
-        // this fsync would give: this sync then fails as if its own had.
-        let meta_before = e.file.meta_fsync_failures();
         let covered = {
             let mut d = e.durable();
             if let Some(lost) = &d.lost {
@@ -549,8 +545,14 @@ impl Shared {
             // and the backing files as after an fsync.
             return e.file.check_live();
         }
+        // A metadata step's fsync that failed since this sync answered the
+        // last ones (a growth on another thread, while this sync wrote) may
+        // have taken the report this fsync would give: this sync then fails
+        // as if its own had.
         let told = match e.file.sync_again_told() {
-            Ok(()) if e.file.meta_fsync_failures() != meta_before => {
+            Ok(())
+                if e.file.meta_fsync_failures() != e.meta_fsyncs_seen.load(Ordering::Acquire) =>
+            {
                 let err = e.file.meta_fsync_error().unwrap_or_else(|| {
                     Error::InvalidArgument("a metadata step's fsync failed".into())
                 });

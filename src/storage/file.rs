@@ -266,9 +266,15 @@ impl File {
         // write per device first (a failure of the sizes' fsync there is
         // one of the fsyncs).
         let before = self.meta_fsync_failures();
+        let headers = self
+            .inner
+            .store
+            .write_stale_headers(&self.inner)
+            .map_err(|e| (e, self.meta_fsync_failures() != before))?;
         // Writes this fsync covers, as `File::sync` takes them (which has
         // taken them already when it is the caller): they count again for
-        // the next sync should this one fail.
+        // the next sync should this one fail. (Taken after the headers, so
+        // that a failed fsync of their sizes finds them.)
         let taken: Vec<bool> = self
             .inner
             .backings
@@ -282,14 +288,6 @@ impl File {
                 }
             }
         };
-        let headers = self
-            .inner
-            .store
-            .write_stale_headers(&self.inner)
-            .map_err(|e| {
-                put_back();
-                (e, self.meta_fsync_failures() != before)
-            })?;
         let r = self.fsync_all();
         if r.is_err() {
             put_back();
