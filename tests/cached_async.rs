@@ -830,6 +830,32 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
     }
 }
 
+/// Ends the process (exit code 3) unless dropped within 60 s, so that a call
+/// that would wait for ever fails its test instead of hanging the run.
+/// Dropped, as unwinding from a failed assertion drops it, it stands down.
+struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Watchdog {
+    fn new(what: &'static str) -> Watchdog {
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !seen.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("{what}");
+                std::process::exit(3);
+            }
+        });
+        Watchdog(done)
+    }
+}
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A synchronous write of a page whose write-back a request queue of the
 /// same thread started (a victim of the queue's reads of the file) waits
 /// for that write-back, which only this thread can finish by polling: it
@@ -858,26 +884,7 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
             .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
             .collect(),
     );
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(60));
-            if !done.load(std::sync::atomic::Ordering::SeqCst) {
-                eprintln!("a write waited 60 s for its own queue's write-back");
-                std::process::exit(3);
-            }
-        });
-    }
-    // The watchdog stands down however the writes below end (a failed
-    // assertion must not end the other tests of this binary).
-    struct StandDown(std::sync::Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for StandDown {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-    let stand_down = StandDown(done.clone());
+    let watchdog = Watchdog::new("a write waited 60 s for its own queue's write-back");
     // Every page written again, whole and in part: the ones under the
     // queue's write-back are refused, the others land.
     let t = Instant::now();
@@ -902,7 +909,7 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
             Err(e) => panic!("page {p}: {e}"),
         }
     }
-    drop(stand_down);
+    drop(watchdog);
     assert!(held > 0, "no page was under the queue's write-back");
     assert!(t.elapsed() < Duration::from_secs(30));
     q.drain();

@@ -713,481 +713,136 @@ exec_after_sync! {
 // ---- execl, execle, execlp --------------------------------------------------
 //
 // These take their list as C variadic arguments, which a stable Rust function
-// cannot declare. The x86-64 and AArch64 Linux calling conventions pass
-// variadic pointer arguments as they pass named ones (the first ones in
-// registers, the rest in 8-byte stack slots, in order), as `open` relies on
-// above: a function of 128 named pointer parameters after the path receives
-// the list, read up to its null pointer (and, for `execle`, the environment
-// after it). Parameters past the end of a shorter list hold whatever the
-// caller's stack holds there and are never used. A list of more than 127
-// arguments (none of them null) fails with `E2BIG`. Each then goes to its
-// `v` form above, which syncs the store first.
+// cannot declare. Each is a naked function instead: it stores the argument
+// registers that may hold the list's first entries beside the address of the
+// caller's stack arguments (where the x86-64 and AArch64 Linux conventions
+// put the rest, in 8-byte slots, named or variadic alike) and calls
+// `exec_listed`, which reads the entries one by one up to the list's null end
+// (and, for `execle`, the environment after it), no further, and passes them
+// to the `v` form above, which syncs the store first.
 
-/// The list of an `execl`-style call: the arguments with their null end, and
-/// what follows it (`execle`'s environment), or `None` without a null.
-fn exec_list(all: &[*const c_char]) -> Option<(Vec<*const c_char>, *const c_char)> {
-    let n = all.iter().position(|p| p.is_null())?;
-    Some((
-        all[..=n].to_vec(),
-        all.get(n + 1).copied().unwrap_or(std::ptr::null()),
-    ))
+/// Which `execl` function a trampoline stands for.
+const EXECL: c_int = 0;
+const EXECLP: c_int = 1;
+const EXECLE: c_int = 2;
+
+/// The list entries that arrive in registers: x86-64 passes the path and the
+/// first five entries in registers, AArch64 the path and the first seven.
+#[cfg(target_arch = "x86_64")]
+const IN_REGISTERS: usize = 5;
+#[cfg(target_arch = "aarch64")]
+const IN_REGISTERS: usize = 7;
+
+/// Entry `i` of a list whose first `IN_REGISTERS` entries the trampoline
+/// stored at `regs` and whose others are at `stack`.
+///
+/// # Safety
+/// `i` is at most one past the list's null end (`execle`'s environment).
+unsafe fn list_entry(
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+    i: usize,
+) -> *const c_char {
+    // SAFETY: the caller's list reaches entry `i` (see above); each entry is
+    // read only once the ones before it were found not null.
+    unsafe {
+        if i < IN_REGISTERS {
+            regs.add(i).read()
+        } else {
+            stack.add(i - IN_REGISTERS).read()
+        }
+    }
 }
 
-/// `E2BIG`: a list longer than the parameters that carry it.
-fn too_long() -> c_int {
-    crate::set_errno(libc::E2BIG);
-    -1
-}
-
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn execl(
+/// The body of `execl`, `execlp` and `execle` (`which`): the list copied out
+/// up to and with its null end, then the `v` form.
+unsafe extern "C" fn exec_listed(
     path: *const c_char,
-    a0: *const c_char,
-    a1: *const c_char,
-    a2: *const c_char,
-    a3: *const c_char,
-    a4: *const c_char,
-    a5: *const c_char,
-    a6: *const c_char,
-    a7: *const c_char,
-    a8: *const c_char,
-    a9: *const c_char,
-    a10: *const c_char,
-    a11: *const c_char,
-    a12: *const c_char,
-    a13: *const c_char,
-    a14: *const c_char,
-    a15: *const c_char,
-    a16: *const c_char,
-    a17: *const c_char,
-    a18: *const c_char,
-    a19: *const c_char,
-    a20: *const c_char,
-    a21: *const c_char,
-    a22: *const c_char,
-    a23: *const c_char,
-    a24: *const c_char,
-    a25: *const c_char,
-    a26: *const c_char,
-    a27: *const c_char,
-    a28: *const c_char,
-    a29: *const c_char,
-    a30: *const c_char,
-    a31: *const c_char,
-    a32: *const c_char,
-    a33: *const c_char,
-    a34: *const c_char,
-    a35: *const c_char,
-    a36: *const c_char,
-    a37: *const c_char,
-    a38: *const c_char,
-    a39: *const c_char,
-    a40: *const c_char,
-    a41: *const c_char,
-    a42: *const c_char,
-    a43: *const c_char,
-    a44: *const c_char,
-    a45: *const c_char,
-    a46: *const c_char,
-    a47: *const c_char,
-    a48: *const c_char,
-    a49: *const c_char,
-    a50: *const c_char,
-    a51: *const c_char,
-    a52: *const c_char,
-    a53: *const c_char,
-    a54: *const c_char,
-    a55: *const c_char,
-    a56: *const c_char,
-    a57: *const c_char,
-    a58: *const c_char,
-    a59: *const c_char,
-    a60: *const c_char,
-    a61: *const c_char,
-    a62: *const c_char,
-    a63: *const c_char,
-    a64: *const c_char,
-    a65: *const c_char,
-    a66: *const c_char,
-    a67: *const c_char,
-    a68: *const c_char,
-    a69: *const c_char,
-    a70: *const c_char,
-    a71: *const c_char,
-    a72: *const c_char,
-    a73: *const c_char,
-    a74: *const c_char,
-    a75: *const c_char,
-    a76: *const c_char,
-    a77: *const c_char,
-    a78: *const c_char,
-    a79: *const c_char,
-    a80: *const c_char,
-    a81: *const c_char,
-    a82: *const c_char,
-    a83: *const c_char,
-    a84: *const c_char,
-    a85: *const c_char,
-    a86: *const c_char,
-    a87: *const c_char,
-    a88: *const c_char,
-    a89: *const c_char,
-    a90: *const c_char,
-    a91: *const c_char,
-    a92: *const c_char,
-    a93: *const c_char,
-    a94: *const c_char,
-    a95: *const c_char,
-    a96: *const c_char,
-    a97: *const c_char,
-    a98: *const c_char,
-    a99: *const c_char,
-    a100: *const c_char,
-    a101: *const c_char,
-    a102: *const c_char,
-    a103: *const c_char,
-    a104: *const c_char,
-    a105: *const c_char,
-    a106: *const c_char,
-    a107: *const c_char,
-    a108: *const c_char,
-    a109: *const c_char,
-    a110: *const c_char,
-    a111: *const c_char,
-    a112: *const c_char,
-    a113: *const c_char,
-    a114: *const c_char,
-    a115: *const c_char,
-    a116: *const c_char,
-    a117: *const c_char,
-    a118: *const c_char,
-    a119: *const c_char,
-    a120: *const c_char,
-    a121: *const c_char,
-    a122: *const c_char,
-    a123: *const c_char,
-    a124: *const c_char,
-    a125: *const c_char,
-    a126: *const c_char,
-    a127: *const c_char,
+    regs: *const *const c_char,
+    stack: *const *const c_char,
+    which: c_int,
 ) -> c_int {
-    let Some((argv, _)) = exec_list(&[
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
-        a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37,
-        a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55,
-        a56, a57, a58, a59, a60, a61, a62, a63, a64, a65, a66, a67, a68, a69, a70, a71, a72, a73,
-        a74, a75, a76, a77, a78, a79, a80, a81, a82, a83, a84, a85, a86, a87, a88, a89, a90, a91,
-        a92, a93, a94, a95, a96, a97, a98, a99, a100, a101, a102, a103, a104, a105, a106, a107,
-        a108, a109, a110, a111, a112, a113, a114, a115, a116, a117, a118, a119, a120, a121, a122,
-        a123, a124, a125, a126, a127,
-    ]) else {
-        return too_long();
-    };
-    // SAFETY: the caller's path and list, passed on with its null end.
-    unsafe { execv(path, argv.as_ptr()) }
+    let mut argv = Vec::with_capacity(16);
+    loop {
+        // SAFETY: entries up to the null end are the caller's.
+        let a = unsafe { list_entry(regs, stack, argv.len()) };
+        argv.push(a);
+        if a.is_null() {
+            break;
+        }
+    }
+    // SAFETY: the caller's path, its list with its null end, and for
+    // `execle` the environment that follows the null end.
+    unsafe {
+        match which {
+            EXECLP => execvp(path, argv.as_ptr()),
+            EXECLE => {
+                let envp = list_entry(regs, stack, argv.len()).cast::<*const c_char>();
+                execve(path, argv.as_ptr(), envp)
+            }
+            _ => execv(path, argv.as_ptr()),
+        }
+    }
 }
 
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn execlp(
-    file: *const c_char,
-    a0: *const c_char,
-    a1: *const c_char,
-    a2: *const c_char,
-    a3: *const c_char,
-    a4: *const c_char,
-    a5: *const c_char,
-    a6: *const c_char,
-    a7: *const c_char,
-    a8: *const c_char,
-    a9: *const c_char,
-    a10: *const c_char,
-    a11: *const c_char,
-    a12: *const c_char,
-    a13: *const c_char,
-    a14: *const c_char,
-    a15: *const c_char,
-    a16: *const c_char,
-    a17: *const c_char,
-    a18: *const c_char,
-    a19: *const c_char,
-    a20: *const c_char,
-    a21: *const c_char,
-    a22: *const c_char,
-    a23: *const c_char,
-    a24: *const c_char,
-    a25: *const c_char,
-    a26: *const c_char,
-    a27: *const c_char,
-    a28: *const c_char,
-    a29: *const c_char,
-    a30: *const c_char,
-    a31: *const c_char,
-    a32: *const c_char,
-    a33: *const c_char,
-    a34: *const c_char,
-    a35: *const c_char,
-    a36: *const c_char,
-    a37: *const c_char,
-    a38: *const c_char,
-    a39: *const c_char,
-    a40: *const c_char,
-    a41: *const c_char,
-    a42: *const c_char,
-    a43: *const c_char,
-    a44: *const c_char,
-    a45: *const c_char,
-    a46: *const c_char,
-    a47: *const c_char,
-    a48: *const c_char,
-    a49: *const c_char,
-    a50: *const c_char,
-    a51: *const c_char,
-    a52: *const c_char,
-    a53: *const c_char,
-    a54: *const c_char,
-    a55: *const c_char,
-    a56: *const c_char,
-    a57: *const c_char,
-    a58: *const c_char,
-    a59: *const c_char,
-    a60: *const c_char,
-    a61: *const c_char,
-    a62: *const c_char,
-    a63: *const c_char,
-    a64: *const c_char,
-    a65: *const c_char,
-    a66: *const c_char,
-    a67: *const c_char,
-    a68: *const c_char,
-    a69: *const c_char,
-    a70: *const c_char,
-    a71: *const c_char,
-    a72: *const c_char,
-    a73: *const c_char,
-    a74: *const c_char,
-    a75: *const c_char,
-    a76: *const c_char,
-    a77: *const c_char,
-    a78: *const c_char,
-    a79: *const c_char,
-    a80: *const c_char,
-    a81: *const c_char,
-    a82: *const c_char,
-    a83: *const c_char,
-    a84: *const c_char,
-    a85: *const c_char,
-    a86: *const c_char,
-    a87: *const c_char,
-    a88: *const c_char,
-    a89: *const c_char,
-    a90: *const c_char,
-    a91: *const c_char,
-    a92: *const c_char,
-    a93: *const c_char,
-    a94: *const c_char,
-    a95: *const c_char,
-    a96: *const c_char,
-    a97: *const c_char,
-    a98: *const c_char,
-    a99: *const c_char,
-    a100: *const c_char,
-    a101: *const c_char,
-    a102: *const c_char,
-    a103: *const c_char,
-    a104: *const c_char,
-    a105: *const c_char,
-    a106: *const c_char,
-    a107: *const c_char,
-    a108: *const c_char,
-    a109: *const c_char,
-    a110: *const c_char,
-    a111: *const c_char,
-    a112: *const c_char,
-    a113: *const c_char,
-    a114: *const c_char,
-    a115: *const c_char,
-    a116: *const c_char,
-    a117: *const c_char,
-    a118: *const c_char,
-    a119: *const c_char,
-    a120: *const c_char,
-    a121: *const c_char,
-    a122: *const c_char,
-    a123: *const c_char,
-    a124: *const c_char,
-    a125: *const c_char,
-    a126: *const c_char,
-    a127: *const c_char,
-) -> c_int {
-    let Some((argv, _)) = exec_list(&[
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
-        a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37,
-        a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55,
-        a56, a57, a58, a59, a60, a61, a62, a63, a64, a65, a66, a67, a68, a69, a70, a71, a72, a73,
-        a74, a75, a76, a77, a78, a79, a80, a81, a82, a83, a84, a85, a86, a87, a88, a89, a90, a91,
-        a92, a93, a94, a95, a96, a97, a98, a99, a100, a101, a102, a103, a104, a105, a106, a107,
-        a108, a109, a110, a111, a112, a113, a114, a115, a116, a117, a118, a119, a120, a121, a122,
-        a123, a124, a125, a126, a127,
-    ]) else {
-        return too_long();
+/// A trampoline: the list's register entries stored in a frame of its own,
+/// `exec_listed(path, frame, caller's stack arguments, which)` called.
+macro_rules! execl_trampoline {
+    ($name:ident, $which:expr) => {
+        #[cfg(target_arch = "x86_64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() -> c_int {
+            // At entry the stack pointer is 8 past a 16-byte boundary (the
+            // return address); 56 bytes keep the call below aligned. rdi
+            // (the path) stays as the first argument.
+            core::arch::naked_asm!(
+                "sub rsp, 56",
+                "mov [rsp], rsi",
+                "mov [rsp + 8], rdx",
+                "mov [rsp + 16], rcx",
+                "mov [rsp + 24], r8",
+                "mov [rsp + 32], r9",
+                "mov rsi, rsp",
+                "lea rdx, [rsp + 64]",
+                "mov ecx, {which}",
+                "call {body}",
+                "add rsp, 56",
+                "ret",
+                which = const $which,
+                body = sym exec_listed,
+            )
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        #[unsafe(naked)]
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() -> c_int {
+            // x1-x7 stored, the link register beside them; sp stays 16-byte
+            // aligned. x0 (the path) stays as the first argument.
+            core::arch::naked_asm!(
+                "sub sp, sp, #64",
+                "stp x1, x2, [sp]",
+                "stp x3, x4, [sp, #16]",
+                "stp x5, x6, [sp, #32]",
+                "stp x7, x30, [sp, #48]",
+                "mov x1, sp",
+                "add x2, sp, #64",
+                "mov w3, #{which}",
+                "bl {body}",
+                "ldr x30, [sp, #56]",
+                "add sp, sp, #64",
+                "ret",
+                which = const $which,
+                body = sym exec_listed,
+            )
+        }
     };
-    // SAFETY: as in `execl`.
-    unsafe { execvp(file, argv.as_ptr()) }
 }
 
-/// The environment follows the list's null end; a list that fills every
-/// parameter leaves no room for it (`E2BIG`).
-#[unsafe(no_mangle)]
-#[allow(clippy::too_many_arguments)]
-pub unsafe extern "C" fn execle(
-    path: *const c_char,
-    a0: *const c_char,
-    a1: *const c_char,
-    a2: *const c_char,
-    a3: *const c_char,
-    a4: *const c_char,
-    a5: *const c_char,
-    a6: *const c_char,
-    a7: *const c_char,
-    a8: *const c_char,
-    a9: *const c_char,
-    a10: *const c_char,
-    a11: *const c_char,
-    a12: *const c_char,
-    a13: *const c_char,
-    a14: *const c_char,
-    a15: *const c_char,
-    a16: *const c_char,
-    a17: *const c_char,
-    a18: *const c_char,
-    a19: *const c_char,
-    a20: *const c_char,
-    a21: *const c_char,
-    a22: *const c_char,
-    a23: *const c_char,
-    a24: *const c_char,
-    a25: *const c_char,
-    a26: *const c_char,
-    a27: *const c_char,
-    a28: *const c_char,
-    a29: *const c_char,
-    a30: *const c_char,
-    a31: *const c_char,
-    a32: *const c_char,
-    a33: *const c_char,
-    a34: *const c_char,
-    a35: *const c_char,
-    a36: *const c_char,
-    a37: *const c_char,
-    a38: *const c_char,
-    a39: *const c_char,
-    a40: *const c_char,
-    a41: *const c_char,
-    a42: *const c_char,
-    a43: *const c_char,
-    a44: *const c_char,
-    a45: *const c_char,
-    a46: *const c_char,
-    a47: *const c_char,
-    a48: *const c_char,
-    a49: *const c_char,
-    a50: *const c_char,
-    a51: *const c_char,
-    a52: *const c_char,
-    a53: *const c_char,
-    a54: *const c_char,
-    a55: *const c_char,
-    a56: *const c_char,
-    a57: *const c_char,
-    a58: *const c_char,
-    a59: *const c_char,
-    a60: *const c_char,
-    a61: *const c_char,
-    a62: *const c_char,
-    a63: *const c_char,
-    a64: *const c_char,
-    a65: *const c_char,
-    a66: *const c_char,
-    a67: *const c_char,
-    a68: *const c_char,
-    a69: *const c_char,
-    a70: *const c_char,
-    a71: *const c_char,
-    a72: *const c_char,
-    a73: *const c_char,
-    a74: *const c_char,
-    a75: *const c_char,
-    a76: *const c_char,
-    a77: *const c_char,
-    a78: *const c_char,
-    a79: *const c_char,
-    a80: *const c_char,
-    a81: *const c_char,
-    a82: *const c_char,
-    a83: *const c_char,
-    a84: *const c_char,
-    a85: *const c_char,
-    a86: *const c_char,
-    a87: *const c_char,
-    a88: *const c_char,
-    a89: *const c_char,
-    a90: *const c_char,
-    a91: *const c_char,
-    a92: *const c_char,
-    a93: *const c_char,
-    a94: *const c_char,
-    a95: *const c_char,
-    a96: *const c_char,
-    a97: *const c_char,
-    a98: *const c_char,
-    a99: *const c_char,
-    a100: *const c_char,
-    a101: *const c_char,
-    a102: *const c_char,
-    a103: *const c_char,
-    a104: *const c_char,
-    a105: *const c_char,
-    a106: *const c_char,
-    a107: *const c_char,
-    a108: *const c_char,
-    a109: *const c_char,
-    a110: *const c_char,
-    a111: *const c_char,
-    a112: *const c_char,
-    a113: *const c_char,
-    a114: *const c_char,
-    a115: *const c_char,
-    a116: *const c_char,
-    a117: *const c_char,
-    a118: *const c_char,
-    a119: *const c_char,
-    a120: *const c_char,
-    a121: *const c_char,
-    a122: *const c_char,
-    a123: *const c_char,
-    a124: *const c_char,
-    a125: *const c_char,
-    a126: *const c_char,
-    a127: *const c_char,
-) -> c_int {
-    let all = [
-        a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
-        a20, a21, a22, a23, a24, a25, a26, a27, a28, a29, a30, a31, a32, a33, a34, a35, a36, a37,
-        a38, a39, a40, a41, a42, a43, a44, a45, a46, a47, a48, a49, a50, a51, a52, a53, a54, a55,
-        a56, a57, a58, a59, a60, a61, a62, a63, a64, a65, a66, a67, a68, a69, a70, a71, a72, a73,
-        a74, a75, a76, a77, a78, a79, a80, a81, a82, a83, a84, a85, a86, a87, a88, a89, a90, a91,
-        a92, a93, a94, a95, a96, a97, a98, a99, a100, a101, a102, a103, a104, a105, a106, a107,
-        a108, a109, a110, a111, a112, a113, a114, a115, a116, a117, a118, a119, a120, a121, a122,
-        a123, a124, a125, a126, a127,
-    ];
-    let Some((argv, envp)) = exec_list(&all[..all.len() - 1]) else {
-        return too_long();
-    };
-    // SAFETY: as in `execl`; `envp` is the caller's environment array.
-    unsafe { execve(path, argv.as_ptr(), envp.cast::<*const c_char>()) }
-}
+execl_trampoline!(execl, EXECL);
+execl_trampoline!(execlp, EXECLP);
+execl_trampoline!(execle, EXECLE);
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {

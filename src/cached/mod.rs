@@ -1027,20 +1027,22 @@ impl CachedFile {
         }
         e.shown.store(old, Ordering::Release);
         let _show = Show(&e.shown);
-        // The length just before this write grows it, read after the hold:
-        // a growth by another call that ended before the hold shows (one
-        // after it raises the shown length itself), and a failure cuts back
-        // to this, not to what the hold began with.
-        let before = self.real_len();
-        e.shown.fetch_max(before, Ordering::AcqRel);
-        let r = self
-            .grow_to(end)
-            .and_then(|()| self.write_at_inner(offset, data, self.real_len()));
-        if r.is_err() && before < end && self.real_len() == end {
-            // What this write grew goes again (a failure of the cut leaves
-            // the longer file, as a failed `pwrite` past the end may).
-            let _ = self.resize_to(before, false, before / ps);
-        }
+        // A growth by another call that ended before the hold shows (one
+        // after it raises the shown length itself).
+        e.shown.fetch_max(self.real_len(), Ordering::AcqRel);
+        let r = self.grow_to(end).and_then(|from| {
+            let w = self.write_at_inner(offset, data, self.real_len());
+            // What this write grew (from the length it found under the
+            // resize lock) goes again, unless the length changed since; a
+            // failure of the cut leaves the longer file, as a failed
+            // `pwrite` past the end may.
+            if let (Err(_), Some(from)) = (&w, from)
+                && self.real_len() == end
+            {
+                let _ = self.resize_to(from, false, from / ps);
+            }
+            w
+        });
         drop(_show);
         self.shared.retire_finished();
         r.map_err(|x| self.gone_or(x))
@@ -1136,7 +1138,7 @@ impl CachedFile {
     /// drained); a thread holding a page guard of the file gets
     /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let r = self.resize_to(len, false, 0);
+        let r = self.resize_to(len, false, 0).map(drop);
         if r.is_ok() {
             // As in `grow`: a set length shows at once.
             self.entry.shown.fetch_max(len, Ordering::AcqRel);
@@ -1153,21 +1155,23 @@ impl CachedFile {
     /// a file `len` bytes long or longer is left as it is. Errors as
     /// [`CachedFile::set_len`].
     pub fn grow(&self, len: u64) -> Result<()> {
-        let was = self.real_len();
         let r = self.grow_to(len);
-        if r.is_ok() && was < len {
+        if let Ok(Some(_)) = r {
             // Shown at once, even while an extending write holds the shown
-            // length at an older one. (A file already this long only
-            // through such a write's growth shows it with that write's bytes.)
+            // length at an older one. (A file already this long, perhaps
+            // only through such a write's growth, is left to show as it
+            // does: with that write's bytes.)
             self.entry.shown.fetch_max(len, Ordering::AcqRel);
         }
         self.shared.retire_finished();
-        r
+        r.map(drop)
     }
 
     /// [`CachedFile::grow`], the longer length not shown past an extending
     /// write's hold.
-    fn grow_to(&self, len: u64) -> Result<()> {
+    /// Returns the length it grew the file from (read under the resize
+    /// lock), or `None` if the file was `len` bytes long already.
+    fn grow_to(&self, len: u64) -> Result<Option<u64>> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -1175,14 +1179,16 @@ impl CachedFile {
         let e = &*self.entry;
         {
             let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
-            if len <= self.real_len() {
-                return Ok(());
+            let from = self.real_len();
+            if len <= from {
+                return Ok(None);
             }
             if !e.shrunk.load(Ordering::Acquire) {
                 return self
                     .entry
                     .file
                     .grow_lazily(len)
+                    .map(|()| Some(from))
                     .map_err(|x| self.gone_or(x));
             }
         }
@@ -1194,7 +1200,9 @@ impl CachedFile {
     /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;
     /// refused while this thread holds a guard of page `held_from` of the
     /// file or a later one (an extending write's cut back from its own pages).
-    fn resize_to(&self, len: u64, grow_only: bool, held_from: u64) -> Result<()> {
+    /// Returns the length it changed the file from, or `None` if it left
+    /// it (a growth of a file long enough already).
+    fn resize_to(&self, len: u64, grow_only: bool, held_from: u64) -> Result<Option<u64>> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -1210,7 +1218,7 @@ impl CachedFile {
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
         if grow_only && len <= self.real_len() {
-            return Ok(());
+            return Ok(None);
         }
         // No sync of the file runs meanwhile: its writes are never cut by a
         // shrink between their preparation and their submission.
@@ -1242,7 +1250,9 @@ impl CachedFile {
             clear_past(now)?;
             e.shrunk.store(false, Ordering::Release);
         }
+        let mut from = None;
         let changed = self.entry.file.set_len_cached(len, &mut |old| {
+            from = Some(old);
             if len < old {
                 // I/O past the new end is refused now; drop what the cache
                 // holds there, waiting for fills and write-backs in flight
@@ -1269,6 +1279,6 @@ impl CachedFile {
             // in use here is dropped by the next growth.
             let _ = sh.cache.discard(self.id, len.div_ceil(ps));
         }
-        Ok(())
+        Ok(from)
     }
 }
