@@ -1179,16 +1179,17 @@ impl CachedFile {
         let e = &*self.entry;
         {
             let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
-            let from = self.real_len();
-            if len <= from {
+            if len <= self.real_len() {
                 return Ok(None);
             }
             if !e.shrunk.load(Ordering::Acquire) {
+                // The length it grows from is the store's, read under its
+                // metadata lock (which may first finish an operation that
+                // changes it).
                 return self
                     .entry
                     .file
                     .grow_lazily(len)
-                    .map(|()| Some(from))
                     .map_err(|x| self.gone_or(x));
             }
         }

@@ -151,7 +151,8 @@ impl File {
     /// hold the length on the devices, are written by the next [`File::sync`],
     /// which makes the growth durable. A crash before that finds the file at
     /// its last durable length. For a page cache's writes past the end.
-    pub(crate) fn grow_lazily(&self, len: u64) -> Result<()> {
+    /// Returns the length it grew the file from (`None`: long enough).
+    pub(crate) fn grow_lazily(&self, len: u64) -> Result<Option<u64>> {
         self.inner.store.grow_lazily(&self.inner, len)
     }
 

@@ -1821,13 +1821,15 @@ impl StoreInner {
     /// file given the size of the new length, with the bytes past the old
     /// length reading as zeros (a longer backing file left by a crash is
     /// cleared there), and the length in memory changed; the headers are left
-    /// to `write_stale_headers`.
-    pub(crate) fn grow_lazily(&self, f: &FileInner, len: u64) -> Result<()> {
+    /// to `write_stale_headers`. Returns the length it grew from, read under
+    /// the metadata lock (after any unfinished operation was finished), or
+    /// `None` if the file was `len` bytes long already.
+    pub(crate) fn grow_lazily(&self, f: &FileInner, len: u64) -> Result<Option<u64>> {
         check_len("file length", len)?;
         let _meta = self.begin_meta()?;
         let old = f.len.load(Ordering::Acquire);
         if len <= old {
-            return Ok(());
+            return Ok(None);
         }
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
         let paths = self.backing_paths(&name);
@@ -1857,7 +1859,7 @@ impl StoreInner {
         // may write past the old one, then sync) sees the headers stale.
         f.header_stale.store(true, Ordering::Release);
         f.len.store(len, Ordering::Release);
-        Ok(())
+        Ok(Some(old))
     }
 
     /// If a lazy growth left `f`'s headers behind its length, write them (the
