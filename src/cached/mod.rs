@@ -1030,16 +1030,17 @@ impl CachedFile {
         // A growth by another call that ended before the hold shows (one
         // after it raises the shown length itself).
         e.shown.fetch_max(self.real_len(), Ordering::AcqRel);
+        let changes = e.resizes.load(Ordering::Acquire);
         let r = self.grow_to(end).and_then(|from| {
             let w = self.write_at_inner(offset, data, self.real_len());
-            // What this write grew (from the length it found under the
-            // resize lock) goes again, unless the length changed since; a
-            // failure of the cut leaves the longer file, as a failed
-            // `pwrite` past the end may.
+            // What this write grew goes again (to the length it grew from),
+            // if no other length change came after the count read above
+            // (this growth is one); a failure of the cut leaves the longer
+            // file, as a failed `pwrite` past the end may.
             if let (Err(_), Some(from)) = (&w, from)
                 && self.real_len() == end
             {
-                let _ = self.resize_to(from, false, from / ps);
+                let _ = self.resize_to(from, false, from / ps, Some(changes + 1));
             }
             w
         });
@@ -1138,7 +1139,7 @@ impl CachedFile {
     /// drained); a thread holding a page guard of the file gets
     /// [`Error::HeldByCaller`] (the change would wait for the guard).
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let r = self.resize_to(len, false, 0).map(drop);
+        let r = self.resize_to(len, false, 0, None).map(drop);
         if r.is_ok() {
             // As in `grow`: a set length shows at once.
             self.entry.shown.fetch_max(len, Ordering::AcqRel);
@@ -1186,24 +1187,31 @@ impl CachedFile {
                 // The length it grows from is the store's, read under its
                 // metadata lock (which may first finish an operation that
                 // changes it).
-                return self
-                    .entry
-                    .file
-                    .grow_lazily(len)
-                    .map_err(|x| self.gone_or(x));
+                let r = self.entry.file.grow_lazily(len);
+                if let Ok(Some(_)) = r {
+                    e.resizes.fetch_add(1, Ordering::AcqRel);
+                }
+                return r.map_err(|x| self.gone_or(x));
             }
         }
         // Pages that a write racing the last shrink may have left past the
         // end must go before the file is longer: the logged path clears them.
-        self.resize_to(len, true, 0)
+        self.resize_to(len, true, 0, None)
     }
 
     /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;
     /// refused while this thread holds a guard of page `held_from` of the
     /// file or a later one (an extending write's cut back from its own pages).
     /// Returns the length it changed the file from, or `None` if it left
-    /// it (a growth of a file long enough already).
-    fn resize_to(&self, len: u64, grow_only: bool, held_from: u64) -> Result<Option<u64>> {
+    /// it (a growth of a file long enough already, or with `if_count`, a
+    /// count of length changes (`Entry::resizes`) other than that).
+    fn resize_to(
+        &self,
+        len: u64,
+        grow_only: bool,
+        held_from: u64,
+        if_count: Option<u64>,
+    ) -> Result<Option<u64>> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -1219,6 +1227,9 @@ impl CachedFile {
         let e = &*self.entry;
         let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
         if grow_only && len <= self.real_len() {
+            return Ok(None);
+        }
+        if if_count.is_some_and(|c| c != e.resizes.load(Ordering::Acquire)) {
             return Ok(None);
         }
         // No sync of the file runs meanwhile: its writes are never cut by a
@@ -1272,6 +1283,11 @@ impl CachedFile {
                 Ok(())
             }
         });
+        if from.is_some() {
+            // Committed (its record is durable): counted even if a later
+            // step failed and the store finishes it later.
+            e.resizes.fetch_add(1, Ordering::AcqRel);
+        }
         // A failed fsync of its steps is answered now, under `syncing`.
         sh.answer_meta_fsyncs(e, self.id);
         changed?;

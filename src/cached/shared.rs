@@ -104,6 +104,10 @@ pub(crate) struct Entry {
     pub(crate) shown: AtomicU64,
     /// Serialises extending writes.
     pub(crate) extending: Mutex<()>,
+    /// Length changes made through the cache, counted under `resizing`: a
+    /// failed extending write cuts back only what it grew, only if nothing
+    /// else changed the length since.
+    pub(crate) resizes: AtomicU64,
     pub(crate) failed: Mutex<Option<Error>>,
     /// The file was deleted or replaced: its cache id is retired.
     pub(crate) gone: AtomicBool,
@@ -212,6 +216,7 @@ impl Entry {
             file,
             shown: AtomicU64::new(u64::MAX),
             extending: Mutex::new(()),
+            resizes: AtomicU64::new(0),
             failed: Mutex::new(None),
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
