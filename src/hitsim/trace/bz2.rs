@@ -44,6 +44,27 @@ struct Streams<R> {
     /// Bytes handed out of the current stream (a header at its start is its
     /// own, not the next one's).
     given: u64,
+    /// The last bytes handed out of the current stream (up to `TAIL`), where
+    /// its end marker lies once the decoder has read it.
+    tail: Vec<u8>,
+}
+
+/// Bytes of a stream's last reads kept: the end marker and what follows it
+/// lie in the decoder's last read (at most `STEP` bytes) or straddle the one
+/// before.
+const TAIL: usize = 2 * STEP + HEADER;
+
+/// Where the stream whose last bytes are `tail` ends: the byte after its end
+/// marker (48 bits, at any bit offset), its 32-bit checksum and the padding
+/// to a whole byte, found from the end; `None` if no marker is there.
+fn stream_end(tail: &[u8]) -> Option<usize> {
+    let magic = END_MAGIC.iter().fold(0u64, |m, &b| m << 8 | u64::from(b));
+    let bits = tail.len() * 8;
+    let bit = |i: usize| u64::from(tail[i / 8] >> (7 - i % 8) & 1);
+    (0..bits.checked_sub(48 + 32)? + 1).rev().find_map(|start| {
+        let found = (start..start + 48).fold(0u64, |m, i| m << 1 | bit(i));
+        (found == magic).then(|| (start + 48 + 32).div_ceil(8))
+    })
 }
 
 impl<R: Read> Streams<R> {
@@ -63,8 +84,23 @@ impl<R: Read> Streams<R> {
         Ok(())
     }
 
-    /// Start the next stream; false when the input has ended.
+    /// Start the next stream; false when the input has ended. The stream
+    /// before must end where the bytes handed out of it end: bytes after its
+    /// end marker that the decoder took with it (up to a read's worth) are
+    /// not another stream.
     fn next_stream(&mut self) -> io::Result<bool> {
+        if let Some(end) = stream_end(&self.tail)
+            && end < self.tail.len()
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} bytes after the end of a bzip2 stream that are not another stream",
+                    self.tail.len() - end
+                ),
+            ));
+        }
+        self.tail.clear();
         self.fill()?;
         if self.at == self.buf.len() {
             return Ok(false);
@@ -93,6 +129,10 @@ impl<R: Read> Read for Streams<R> {
             .find(|&i| avail[i] == b'B' && is_header(&avail[i..]))
             .unwrap_or(want);
         out[..n].copy_from_slice(&avail[..n]);
+        self.tail.extend_from_slice(&avail[..n]);
+        if self.tail.len() > TAIL {
+            self.tail.drain(..self.tail.len() - TAIL);
+        }
         self.at += n;
         self.given += n as u64;
         Ok(n)
@@ -122,6 +162,7 @@ impl<R: Read> MultiBz2<R> {
             at: 0,
             eof: false,
             given: 0,
+            tail: Vec::new(),
         }));
         let dec = DecoderReader::new(Shared(streams.clone()));
         MultiBz2 { streams, dec }
@@ -183,6 +224,23 @@ mod tests {
             .read_to_string(&mut s)
             .unwrap();
         assert_eq!(s, "1\n2\n3\n");
+    }
+
+    /// Bytes after the last stream that are not a stream are refused, also
+    /// those the decoder takes in with the stream's end; a stream ending
+    /// in its last byte, and one followed by another, pass.
+    #[test]
+    fn bytes_after_the_last_stream_are_refused() {
+        for junk in [&b"x"[..], b"\n", b"garbage after it", &[0u8; 700]] {
+            for stream in [&ONE[..], &TWO[..], &EMPTY[..]] {
+                let with: Vec<u8> = [stream, junk].concat();
+                let e = read_all(&with).unwrap_err();
+                assert!(e.to_string().contains("not another stream"), "{e}");
+            }
+        }
+        let both: Vec<u8> = [&ONE[..], &TWO[..]].concat();
+        assert_eq!(read_all(&both).unwrap(), "1\n2\n3\n4\n5\n");
+        assert_eq!(read_all(&EMPTY).unwrap(), "");
     }
 
     #[test]
