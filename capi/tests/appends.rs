@@ -82,9 +82,9 @@ fn a_reader_following_the_end_never_reads_zeros() {
             // into pages not yet cached.
             let n = 1 + (i * 7919) % 12_000;
             let run = vec![(i % 255 + 1) as u8; n as usize];
+            let bytes = run.as_ptr().cast::<c_void>();
             // SAFETY: a live handle and a buffer of `n` bytes.
-            let put =
-                unsafe { setcache_pwrite(w.0, run.as_ptr().cast::<c_void>(), run.len(), off) };
+            let put = unsafe { setcache_pwrite(w.0, bytes, run.len(), off) };
             assert_eq!(put, n as i64, "append {i}");
             off += n;
         }

@@ -504,14 +504,7 @@ impl CachedStore {
                     (id, entry)
                 }
             };
-            let dead: Vec<(u32, Arc<Entry>)> = dead
-                .into_iter()
-                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
-                .collect();
-            for (_, e) in &dead {
-                e.gone.store(true, Ordering::Release);
-            }
-            Ok((id, entry, dead))
+            Ok((id, entry, shared::unlist(&mut files, dead)))
         })?;
         // Write-backs in flight take the table lock as they finish: drop the
         // retired files' pages only once it is let go.

@@ -309,6 +309,23 @@ impl Drop for Shared {
 /// [`Shared::new_id`] looks whether they can be freed.
 const RECLAIM_AT: usize = 32;
 
+/// Take the entries of `ids` out of the file table `files`, marked gone
+/// (their handles fail from now on), for [`Shared::retire`] once the table's
+/// lock is let go (write-backs in flight take it as they finish).
+pub(crate) fn unlist(
+    files: &mut HashMap<u32, Arc<Entry>>,
+    ids: Vec<u32>,
+) -> Vec<(u32, Arc<Entry>)> {
+    let dead: Vec<(u32, Arc<Entry>)> = ids
+        .into_iter()
+        .filter_map(|id| files.remove(&id).map(|e| (id, e)))
+        .collect();
+    for (_, e) in &dead {
+        e.gone.store(true, Ordering::Release);
+    }
+    dead
+}
+
 impl Shared {
     /// Stop the workers a layer above started for this store, and refuse
     /// their start from now on if none were started.
@@ -330,14 +347,7 @@ impl Shared {
                 })
                 .map(|(&id, _)| id)
                 .collect();
-            let dead: Vec<(u32, Arc<Entry>)> = ids
-                .into_iter()
-                .filter_map(|id| files.remove(&id).map(|e| (id, e)))
-                .collect();
-            for (_, e) in &dead {
-                e.gone.store(true, Ordering::Release);
-            }
-            dead
+            unlist(&mut files, ids)
         });
         for (id, e) in dead {
             self.retire(id, e);

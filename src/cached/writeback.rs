@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
-use crate::cached::shared::{Entry, Shared};
+use crate::cached::shared::{Entry, PageSet, Shared};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, MAX_REQUEST, Mem, OpKind};
 use crate::storage::queue::Queue;
@@ -578,30 +578,12 @@ impl Shared {
                 // later ones are answered by the next sync.
                 let now = e.file.meta_fsync_failures();
                 e.meta_fsyncs_seen.fetch_max(now, Ordering::AcqRel);
-                // Write-backs sent before this and reaped after it keep their
-                // pages dirty (`Entry::written_at`); those reaped before it
-                // are in `written`, taken below.
-                e.fsync_failures.fetch_add(1, Ordering::AcqRel);
-                // The kernel may have dropped what it could not write: every
-                // page written since the last good fsync is written again
-                // before the next one can pass. That includes pages whose
-                // writes finished after `covered` was taken but before this
-                // fsync (the flusher's, a victim's): the kernel reports its
-                // failure once, so the next fsync would pass without them.
-                let since: Vec<_> = e.durable().written.iter().collect();
-                let mut left = false;
-                for p in covered.iter().chain(since) {
-                    if !self.cache.mark_dirty(id, p).unwrap_or(false) {
-                        left = true;
-                    }
-                }
-                let mut d = e.durable();
-                for p in covered.iter() {
-                    d.written.insert(p);
-                }
-                if left {
-                    d.lost.get_or_insert_with(|| err.clone());
-                }
+                // The kernel may have dropped what it could not write. That
+                // includes pages whose writes finished after `covered` was
+                // taken but before this fsync (the flusher's, a victim's):
+                // the kernel reports its failure once, so the next fsync
+                // would pass without them.
+                self.rewrite_since_good_fsync(e, id, &covered, Some(err.clone()));
                 Err(err)
             }
         }
@@ -621,17 +603,31 @@ impl Shared {
             return;
         }
         e.meta_fsyncs_seen.store(failures, Ordering::Release);
-        // Write-backs sent before this and reaped after it stay dirty.
+        self.rewrite_since_good_fsync(e, id, &PageSet::default(), e.file.meta_fsync_error());
+    }
+
+    /// After an fsync that may have cost pages (the kernel reports a failed
+    /// write-back once): every page written since the last good fsync, those
+    /// of `covered` (which go back into `written`) and those in `written`,
+    /// is written again before the next fsync can pass (marked dirty); if
+    /// one has left the cache, the file's syncs fail with `err` from now on.
+    /// Write-backs sent before this and reaped after it keep their pages
+    /// dirty (`Entry::written_at`).
+    fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, covered: &PageSet, err: Option<Error>) {
         e.fsync_failures.fetch_add(1, Ordering::AcqRel);
         let since: Vec<_> = e.durable().written.iter().collect();
         let mut left = false;
-        for p in since {
+        for p in covered.iter().chain(since) {
             if !self.cache.mark_dirty(id, p).unwrap_or(false) {
                 left = true;
             }
         }
-        if left && let Some(err) = e.file.meta_fsync_error() {
-            e.durable().lost.get_or_insert(err);
+        let mut d = e.durable();
+        for p in covered.iter() {
+            d.written.insert(p);
+        }
+        if left && let Some(err) = err {
+            d.lost.get_or_insert(err);
         }
     }
 }
