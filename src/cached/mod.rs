@@ -33,7 +33,9 @@
 //! fsyncs, and only a good fsync after that clears the failure. If one of those
 //! pages has already left the cache, it cannot be written again: the file's
 //! syncs then fail ([`Error::SyncLost`]) until it is opened again through
-//! [`CachedStore::open_file`], which accepts the loss.
+//! [`CachedStore::open_file`], which accepts the loss. Without direct I/O, a page
+//! that left and was read back counts as left: it may hold the bytes the
+//! failure dropped.
 
 pub(crate) mod aio;
 mod flusher;
@@ -493,8 +495,13 @@ impl CachedStore {
             }
             let (id, entry) = match found {
                 Some((id, e)) => {
-                    // Opening again accepts the loss after a failed fsync.
-                    e.durable().lost = None;
+                    // Opening again accepts the loss after a failed fsync
+                    // (and what the pages read back since then hold).
+                    let mut d = e.durable();
+                    if d.lost.take().is_some() {
+                        d.refilled = Default::default();
+                    }
+                    drop(d);
                     (id, e)
                 }
                 None => {
@@ -1234,7 +1241,11 @@ impl CachedFile {
         // last page; the store's devices read as zeros there too.
         let clear_past = |end: u64| -> Result<()> {
             sh.cache.discard(self.id, end.div_ceil(ps))?;
-            e.durable().written.truncate(end.div_ceil(ps));
+            {
+                let mut d = e.durable();
+                d.written.truncate(end.div_ceil(ps));
+                d.refilled.truncate(end.div_ceil(ps));
+            }
             if end % ps != 0 {
                 sh.own_write_back(self.id, end / ps)?;
                 let mut g = sh.cache.get_mut_with(

@@ -1004,6 +1004,7 @@ impl<'a> CachedQueue<'a> {
             let r = self.sh.load(fid, page, f);
             return self.complete_fill(job, req, page, r);
         }
+        entry.note_fill(page);
         let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read (into
         // a staging slot or their frames); the run goes out at `send_run`.

@@ -528,6 +528,7 @@ impl<'a> Worker<'a> {
         if n < ps {
             fill.frame_mut()[n..].fill(0);
         }
+        win.entry.note_fill(page);
         let ptr = fill.frame_ptr();
         if let Some(run) = self.run.as_mut() {
             if Arc::ptr_eq(&run.entry, &win.entry)

@@ -113,6 +113,13 @@ pub(crate) struct Entry {
     pub(crate) gone: AtomicBool,
     /// What its fsyncs have covered.
     pub(crate) durable: Mutex<Durable>,
+    /// Set once `durable` holds a page written back, and cleared by a good
+    /// fsync that leaves none: a fill of the file looks at `durable` only
+    /// while it is set (`Entry::note_fill`). Never set in direct I/O, where
+    /// no kernel cache can drop a page between its write and the fsync.
+    pub(crate) tracked: AtomicBool,
+    /// The store's files are opened without `O_DIRECT`.
+    pub(crate) buffered: bool,
     /// Failed fsyncs of the cache's syncs of the file. A write-back sent
     /// before one and reaped after it may have been dropped by it, unseen by
     /// that sync (which rewrites the pages reaped before it): such a page
@@ -144,6 +151,15 @@ pub(crate) struct Entry {
 #[derive(Default)]
 pub(crate) struct Durable {
     pub(crate) written: PageSet,
+    /// The pages a sync took from `written` for its fsync, while that fsync
+    /// has not answered: back into `written` if it fails.
+    pub(crate) covering: PageSet,
+    /// Pages of `written` or `covering` read into the cache again since
+    /// (they had left it after their write-back). What the devices returned
+    /// may be what a failed write-back dropped: should an fsync fail before
+    /// a good one covers them, they count as lost, as pages that never came
+    /// back do.
+    pub(crate) refilled: PageSet,
     /// Set when an fsync failed after a page that has since left the cache
     /// was written: the file's syncs fail until it is opened again.
     pub(crate) lost: Option<Error>,
@@ -167,6 +183,26 @@ impl PageSet {
             .or_insert_with(|| Box::new([0; PAGESET_WORDS]));
         let i = page % PAGESET_PAGES;
         c[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    pub(crate) fn contains(&self, page: u64) -> bool {
+        let i = page % PAGESET_PAGES;
+        self.chunks
+            .get(&(page / PAGESET_PAGES))
+            .is_some_and(|c| c[(i / 64) as usize] & (1 << (i % 64)) != 0)
+    }
+
+    /// Keep only the pages that `other` holds too.
+    pub(crate) fn retain_in(&mut self, other: &PageSet) {
+        self.chunks.retain(|k, c| {
+            let Some(o) = other.chunks.get(k) else {
+                return false;
+            };
+            for (w, &ow) in c.iter_mut().zip(o.iter()) {
+                *w &= ow;
+            }
+            c.iter().any(|&w| w != 0)
+        });
     }
 
     /// Whether no page is in the set.
@@ -212,6 +248,7 @@ impl Drop for Entry {
 impl Entry {
     pub(crate) fn new(file: File) -> Entry {
         file.inner.cached.fetch_add(1, Ordering::AcqRel);
+        let buffered = !file.inner.store.direct_io();
         Entry {
             file,
             shown: AtomicU64::new(u64::MAX),
@@ -220,6 +257,8 @@ impl Entry {
             failed: Mutex::new(None),
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
+            tracked: AtomicBool::new(false),
+            buffered,
             fsync_failures: AtomicU64::new(0),
             meta_fsyncs_seen: AtomicU64::new(0),
             resizing: Mutex::new(()),
@@ -276,9 +315,39 @@ impl Entry {
             return false;
         }
         for p in pages {
-            d.written.insert(p);
+            self.note_written(&mut d, p);
         }
         true
+    }
+
+    /// Note page `p` written back since the last good fsync; `d` is this
+    /// entry's `durable`, locked.
+    pub(crate) fn note_written(&self, d: &mut Durable, p: u64) {
+        d.written.insert(p);
+        if self.buffered && !self.tracked.load(Ordering::Relaxed) {
+            self.tracked.store(true, Ordering::Release);
+        }
+    }
+
+    /// Page `page` is about to be read into the cache from the devices. If
+    /// it was written back since the last good fsync, it has left the cache
+    /// since: note it (`Durable::refilled`). One load when the file has no
+    /// such page, or is read with direct I/O: there the devices return what
+    /// was written (a failed fsync leaves it unknown whether it is durable,
+    /// and writing it again settles that).
+    #[inline]
+    pub(crate) fn note_fill(&self, page: u64) {
+        if self.tracked.load(Ordering::Acquire) {
+            self.note_refill(page);
+        }
+    }
+
+    #[cold]
+    fn note_refill(&self, page: u64) {
+        let mut d = self.durable();
+        if d.written.contains(page) || d.covering.contains(page) {
+            d.refilled.insert(page);
+        }
     }
 
     /// Remember a failed write-back for the next `sync`. A write refused
@@ -504,6 +573,7 @@ impl Shared {
     /// [`Shared::load`] for a file whose entry the caller holds (no table lookup).
     pub(crate) fn load_of(e: &Entry, page: u64, frame: &mut [u8]) -> Result<()> {
         e.check()?;
+        e.note_fill(page);
         let ps = frame.len() as u64;
         let off = page * ps;
         let len = e.file.len();
@@ -558,7 +628,7 @@ impl Shared {
                     .unwrap_or_else(|p| p.into_inner())
                     .get_or_insert_with(|| err.clone());
             }
-            Ok(()) if n > 0 => e.durable().written.insert(page),
+            Ok(()) if n > 0 => e.note_written(&mut e.durable(), page),
             Ok(()) => {}
         }
         r
@@ -742,6 +812,139 @@ mod tests {
         FSYNC_FD_ERRNO.set(0);
         g.sync().unwrap();
         g.file().sync().unwrap();
+        drop((f, g));
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Pages written back, pushed out and read into the cache again before
+    /// an fsync fails may hold what the failure dropped (the kernel can let
+    /// go of a page whose write-back failed long before an fsync reports
+    /// it): they count as lost, as pages that never came back do, though
+    /// the cache holds them. A good fsync in between clears them.
+    #[test]
+    fn pages_read_back_before_a_failed_fsync_count_as_lost() {
+        read_back_before_a_failed_fsync(false);
+    }
+
+    /// With direct I/O no kernel cache holds the pages between their
+    /// write and the fsync: pages read back hold what was written, and are
+    /// written again as pages that never left are.
+    #[test]
+    fn with_direct_io_pages_read_back_are_written_again() {
+        read_back_before_a_failed_fsync(true);
+    }
+
+    fn read_back_before_a_failed_fsync(direct_io: bool) {
+        use crate::storage::store::FSYNC_FD_ERRNO;
+        let dir = std::env::temp_dir().join(format!(
+            "setcache-refill-{}-{direct_io}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let so = StoreOptions {
+            direct_io,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], so).unwrap();
+        let opts = CacheOptions {
+            size: 16 * 4096,
+            page_size: 4096,
+            assoc: 4,
+            policy: PolicyKind::Clock,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+        cs.set_readahead(0);
+        let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+        let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
+        f.sync().unwrap();
+        g.sync().unwrap();
+        // `g`'s pages, synced so that they go without a write-back.
+        let push_out = |fill: u8| {
+            for p in 0..64u64 {
+                g.write_at(p * 4096, &[fill; 4096]).unwrap();
+            }
+            g.sync().unwrap();
+        };
+        // Pages 0-3 of `f` read back by synchronous reads, or through a queue.
+        let read_back = |f: &crate::CachedFile, queued: bool| {
+            if !queued {
+                let mut b = [0u8; 4096];
+                for p in 0..4u64 {
+                    f.read_at(p * 4096, &mut b).unwrap();
+                }
+                return;
+            }
+            let mut q = cs.queue(4);
+            q.submit(
+                (0..4u64)
+                    .map(|p| {
+                        let buf = vec![0; 4096];
+                        crate::CachedRequest::tagged(crate::OpKind::Read, f, p * 4096, buf, p)
+                    })
+                    .collect(),
+            );
+            q.drain();
+            let mut done = Vec::new();
+            q.take_completions(&mut done);
+            assert_eq!(done.len(), 4);
+            for (_, c) in done {
+                c.result.unwrap();
+                assert!(!c.hit, "page {} was still cached", c.offset / 4096);
+            }
+        };
+        let cached = |f: &crate::CachedFile| {
+            (0..4u64)
+                .filter(|&p| {
+                    cs.cache()
+                        .try_pin_present(f.id, p, false)
+                        .unwrap()
+                        .is_some()
+                })
+                .count()
+        };
+        let fail_set_len = |f: &crate::CachedFile, len: u64| {
+            FSYNC_FD_ERRNO.set(libc::ENOSPC);
+            let e = f.set_len(len);
+            FSYNC_FD_ERRNO.set(0);
+            assert!(e.is_err(), "the set_len's fsync failed: {e:?}");
+        };
+        let mut f = f;
+        for (round, queued) in [false, true].into_iter().enumerate() {
+            // Written, written back and pushed out by `g`'s writes, then
+            // read back: all four pages are in the cache when the fsync fails.
+            for p in 0..4u64 {
+                f.write_at(p * 4096, &[7; 4096]).unwrap();
+            }
+            push_out(8);
+            read_back(&f, queued);
+            assert_eq!(cached(&f), 4, "the pages were not read back");
+            fail_set_len(&f, (80 + 16 * round as u64) * 4096);
+            match f.sync() {
+                Err(crate::Error::SyncLost { .. }) if !direct_io => {}
+                Ok(()) if direct_io => {}
+                other => panic!(
+                    "the sync after the failed fsync (direct I/O {direct_io}, queued {queued}): \
+                     {other:?}"
+                ),
+            }
+            // Opening again accepts the loss.
+            f = cs.open_file("f").unwrap();
+            f.sync().unwrap();
+        }
+        // Pages read back before a good fsync covered their write-back are
+        // no loss after it.
+        for p in 0..4u64 {
+            f.write_at(p * 4096, &[9; 4096]).unwrap();
+        }
+        push_out(10);
+        read_back(&f, false);
+        assert_eq!(cached(&f), 4, "the pages were not read back");
+        f.sync().unwrap();
+        fail_set_len(&f, 128 * 4096);
+        f.sync().unwrap();
         drop((f, g));
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);

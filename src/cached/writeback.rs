@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
-use crate::cached::shared::{Entry, PageSet, Shared};
+use crate::cached::shared::{Durable, Entry, PageSet, Shared};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, MAX_REQUEST, Mem, OpKind};
 use crate::storage::queue::Queue;
@@ -528,7 +528,7 @@ impl Shared {
         // below must cover them. Pages written from here on belong to the next
         // (should the fsync fail, those written before it are written again
         // too: see below).
-        let covered = {
+        let nothing = {
             let mut d = e.durable();
             if let Some(lost) = &d.lost {
                 return Err(Error::SyncLost {
@@ -536,9 +536,19 @@ impl Shared {
                     first: Box::new(lost.clone()),
                 });
             }
-            std::mem::take(&mut d.written)
+            // (`covering` is empty here, as syncs of the file take turns,
+            // unless one was unwound part way.)
+            let taken = std::mem::take(&mut d.written);
+            if d.covering.is_empty() {
+                d.covering = taken;
+            } else {
+                for p in taken.iter() {
+                    d.covering.insert(p);
+                }
+            }
+            d.covering.is_empty()
         };
-        if covered.is_empty() && !e.file.header_stale() {
+        if nothing && !e.file.header_stale() {
             // Nothing written since the last good fsync, no fsync failed
             // since (a failure leaves its pages here), and no growth waits
             // for its headers: no I/O, but the same checks of the devices
@@ -561,12 +571,26 @@ impl Shared {
             r => r,
         };
         match told {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                // What this fsync covered is on the devices, and pages read
+                // back before it read what they hold.
+                let mut d = e.durable();
+                d.covering = PageSet::default();
+                let Durable {
+                    written, refilled, ..
+                } = &mut *d;
+                refilled.retain_in(written);
+                if written.is_empty() {
+                    e.tracked.store(false, Ordering::Release);
+                }
+                Ok(())
+            }
             Err((err, false)) => {
                 // Failed before any fsync (the headers of a lazy growth): no
                 // page the kernel held was dropped; the pages taken stay to
                 // be covered by the next sync's fsync.
                 let mut d = e.durable();
+                let covered = std::mem::take(&mut d.covering);
                 for p in covered.iter() {
                     d.written.insert(p);
                 }
@@ -583,7 +607,7 @@ impl Shared {
                 // taken but before this fsync (the flusher's, a victim's):
                 // the kernel reports its failure once, so the next fsync
                 // would pass without them.
-                self.rewrite_since_good_fsync(e, id, &covered, Some(err.clone()));
+                self.rewrite_since_good_fsync(e, id, Some(err.clone()));
                 Err(err)
             }
         }
@@ -603,31 +627,35 @@ impl Shared {
             return;
         }
         e.meta_fsyncs_seen.store(failures, Ordering::Release);
-        self.rewrite_since_good_fsync(e, id, &PageSet::default(), e.file.meta_fsync_error());
+        self.rewrite_since_good_fsync(e, id, e.file.meta_fsync_error());
     }
 
     /// After an fsync that may have cost pages (the kernel reports a failed
     /// write-back once): every page written since the last good fsync, those
-    /// of `covered` (which go back into `written`) and those in `written`,
-    /// is written again before the next fsync can pass (marked dirty); if
-    /// one has left the cache, the file's syncs fail with `err` from now on.
-    /// Write-backs sent before this and reaped after it keep their pages
-    /// dirty (`Entry::written_at`).
-    fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, covered: &PageSet, err: Option<Error>) {
+    /// a sync's fsync covered (which go back into `written`) and those in
+    /// `written`, is written again before the next fsync can pass (marked
+    /// dirty); if one has left the cache since, even if it was read back
+    /// (`Durable::refilled`: it may hold what the failure dropped), the
+    /// file's syncs fail with `err` from now on. Write-backs sent before this
+    /// and reaped after it keep their pages dirty (`Entry::written_at`).
+    fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, err: Option<Error>) {
         e.fsync_failures.fetch_add(1, Ordering::AcqRel);
-        let since: Vec<_> = e.durable().written.iter().collect();
-        let mut left = false;
-        for p in covered.iter().chain(since) {
+        let (since, mut left) = {
+            let mut d = e.durable();
+            let covered = std::mem::take(&mut d.covering);
+            for p in covered.iter() {
+                d.written.insert(p);
+            }
+            let since: Vec<_> = d.written.iter().collect();
+            (since, !d.refilled.is_empty())
+        };
+        for p in since {
             if !self.cache.mark_dirty(id, p).unwrap_or(false) {
                 left = true;
             }
         }
-        let mut d = e.durable();
-        for p in covered.iter() {
-            d.written.insert(p);
-        }
         if left && let Some(err) = err {
-            d.lost.get_or_insert(err);
+            e.durable().lost.get_or_insert(err);
         }
     }
 }

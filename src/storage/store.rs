@@ -1371,6 +1371,11 @@ impl StoreInner {
         self.finished_later.load(Ordering::Acquire)
     }
 
+    /// Whether the backing files are opened with `O_DIRECT`.
+    pub(crate) fn direct_io(&self) -> bool {
+        self.direct_io
+    }
+
     fn direct_flag(&self) -> i32 {
         if self.direct_io { libc::O_DIRECT } else { 0 }
     }
