@@ -384,3 +384,62 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A timed replay's requests are timed from when they go out: an engine
+/// that gathers a batch, or keeps requests in flight, submits what is due
+/// and waits for the next access's time without holding back, or counting
+/// that wait in, the requests it already has.
+#[test]
+fn a_timed_replay_counts_no_wait_for_later_accesses_in_latency() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-paced-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    // Nine reads of 4 KiB, 50 ms apart (FILETIME: 100 ns ticks).
+    let trace = dir.join("msr.csv");
+    let mut text = String::new();
+    for r in 0..9u64 {
+        let ticks = 128_000_000_000_000_000 + r * 500_000;
+        text.push_str(&format!("{ticks},hm,0,Read,{},4096,100\n", r * 3 * 4096));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let spec = format!("msr:{}", trace.display());
+    let cases: [&[&str]; 4] = [
+        &["--engine", "setcache"],
+        &["--engine", "setcache", "--api", "async"],
+        &["--engine", "setcache-numa"],
+        &["--engine", "direct"],
+    ];
+    for case in cases {
+        let json = dir.join("paced.json");
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(["bench", "--dir"])
+            .arg(dir.join("b"))
+            .args([
+                "--trace",
+                &spec,
+                "--trace-passes",
+                "1",
+                "--replay-speed",
+                "1",
+            ])
+            .args(["--cache-size", "1M", "--threads", "1", "--iodepth", "8"])
+            .args(case)
+            .args(["--runtime", "60", "--no-progress", "--json"])
+            .arg(&json)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{case:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = std::fs::read_to_string(&json).unwrap();
+        let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let run = &doc["runs"][0];
+        assert_eq!(run["ops"].as_f64(), Some(9.0), "{case:?}: {text}");
+        // Each read alone on an idle device takes well under a millisecond;
+        // one held back for the next access would wait 50 ms or more.
+        let max = run["lat_us"]["max"].as_f64().unwrap();
+        assert!(max < 25_000.0, "{case:?}: a read took {max} us: {text}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

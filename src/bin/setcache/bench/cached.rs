@@ -24,7 +24,7 @@ use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
 use super::size::format_size;
-use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// An engine's cached store (a cache of `cache_size`, else a quarter of
 /// the file of `file_len` bytes) and its bench file; errors name `engine`.
@@ -218,12 +218,20 @@ fn page_body(
     while error.is_none() && !ctl.stopped() && !ended {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
+        let mut later = None;
         if free > 0 {
             let submitted = (epoch.elapsed().as_nanos() as u64) << 12;
             while free > 0 {
-                let Some(op) = ops.next_op() else {
-                    ended = true;
-                    break;
+                let op = match ops.next_due() {
+                    Next::Op(op) => op,
+                    Next::Later(at) => {
+                        later = Some(at);
+                        break;
+                    }
+                    Next::End => {
+                        ended = true;
+                        break;
+                    }
                 };
                 let at = me.base + op.offset;
                 reqs.push(CachedRequest::page(file, at, submitted | (at & 4095)));
@@ -236,8 +244,17 @@ fn page_body(
             break;
         }
         if done.is_empty() {
-            queue.wait(1);
-            queue.take_pages(&mut done);
+            match later {
+                Some(at) => wait_until(at, || {
+                    queue.poll();
+                    queue.take_pages(&mut done);
+                    !done.is_empty()
+                }),
+                None => {
+                    queue.wait(1);
+                    queue.take_pages(&mut done);
+                }
+            }
         }
         let now = epoch.elapsed().as_nanos() as u64;
         for (tag, g) in done.drain(..) {
@@ -316,13 +333,22 @@ fn thread_body(
     while error.is_none() && !ctl.stopped() && !ended {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
+        let mut later = None;
         if !free.is_empty() {
             let submitted = epoch.elapsed().as_nanos() as u64;
             while let Some(buf) = free.pop() {
-                let Some(op) = ops.next_op() else {
-                    free.push(buf);
-                    ended = true;
-                    break;
+                let op = match ops.next_due() {
+                    Next::Op(op) => op,
+                    Next::Later(at) => {
+                        free.push(buf);
+                        later = Some(at);
+                        break;
+                    }
+                    Next::End => {
+                        free.push(buf);
+                        ended = true;
+                        break;
+                    }
                 };
                 let kind = if op.read { OpKind::Read } else { OpKind::Write };
                 let at = me.base + op.offset;
@@ -342,8 +368,17 @@ fn thread_body(
             break;
         }
         if done.is_empty() {
-            queue.wait(1);
-            queue.take_completions(&mut done);
+            match later {
+                Some(at) => wait_until(at, || {
+                    queue.poll();
+                    queue.take_completions(&mut done);
+                    !done.is_empty()
+                }),
+                None => {
+                    queue.wait(1);
+                    queue.take_completions(&mut done);
+                }
+            }
         }
         if compute {
             for (_, c) in &done {

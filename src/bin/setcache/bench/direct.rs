@@ -14,7 +14,7 @@ use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::report::Outcome;
-use super::workload::{Op, OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{Next, Op, OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// State a thread shares with its own callbacks.
 struct Local {
@@ -126,6 +126,7 @@ fn thread_body(
     let mut next: Vec<Op> = Vec::with_capacity(depth);
     let mut ended = false;
     loop {
+        let mut later = None;
         {
             let mut l = local.borrow_mut();
             if l.error.is_some() || ctl.stopped() || ended {
@@ -135,8 +136,19 @@ fn thread_body(
             ctl.publish(t, l.stats.ops);
             let room = depth - l.in_flight;
             let want = room.min(l.free.len());
-            next.extend((0..want).map_while(|_| ops.next_op()));
-            ended = next.len() < want;
+            while next.len() < want {
+                match ops.next_due() {
+                    Next::Op(op) => next.push(op),
+                    Next::Later(at) => {
+                        later = Some(at);
+                        break;
+                    }
+                    Next::End => {
+                        ended = true;
+                        break;
+                    }
+                }
+            }
             let take = next.len();
             batch.extend(l.free.drain(..take));
             l.in_flight += take;
@@ -173,7 +185,12 @@ fn thread_body(
         if ended {
             break;
         }
-        queue.wait(1);
+        match later {
+            Some(at) => wait_until(at, || queue.poll() > 0),
+            None => {
+                queue.wait(1);
+            }
+        }
     }
     // A replay that made its passes counts its last requests too.
     if !(ended && ctl.measuring()) {

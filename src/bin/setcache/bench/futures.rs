@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, phase};
-use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64};
 
 /// The futures a slot may hold (none is boxed).
 enum Fut<'f> {
@@ -121,6 +121,9 @@ pub(crate) fn body(
     let mut live = 0usize;
     let mut start_new = true;
     let mut ended = false;
+    // Slots left empty until a timed replay's next access is due.
+    let mut held: Vec<usize> = Vec::new();
+    let mut hold_until: Option<Instant> = None;
     loop {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
@@ -141,8 +144,16 @@ pub(crate) fn body(
             wakers[k].woken.store(false, Ordering::Release);
         }
         todo.extend(woken.drain(..));
+        if hold_until.is_some_and(|t| Instant::now() >= t) {
+            hold_until = None;
+            todo.extend(held.drain(..));
+        }
         if todo.is_empty() {
-            std::thread::park_timeout(Duration::from_millis(10));
+            let nap = Duration::from_millis(10);
+            let nap = hold_until.map_or(nap, |t| {
+                t.saturating_duration_since(Instant::now()).min(nap)
+            });
+            std::thread::park_timeout(nap);
             continue;
         }
         // Each slot in `todo` is polled, and while its future completes
@@ -155,9 +166,21 @@ pub(crate) fn body(
                     if !start_new {
                         break;
                     }
-                    let Some(op) = ops.next_op() else {
-                        ended = true;
+                    if hold_until.is_some() {
+                        held.push(k);
                         break;
+                    }
+                    let op = match ops.next_due() {
+                        Next::Op(op) => op,
+                        Next::Later(at) => {
+                            hold_until = Some(at);
+                            held.push(k);
+                            break;
+                        }
+                        Next::End => {
+                            ended = true;
+                            break;
+                        }
                     };
                     let at = me.base + op.offset;
                     let fut = match (op.read, touch) {
@@ -207,7 +230,7 @@ pub(crate) fn body(
                     break;
                 }
             }
-            if slots[k].is_none() && start_new {
+            if slots[k].is_none() && start_new && held.last() != Some(&k) {
                 todo.push_back(k);
                 break;
             }

@@ -18,7 +18,7 @@ use setcache::{
 use super::cached::{block_sum, hit_ratio, open};
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::outcome::Outcome;
-use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// The task of `--compute`: the block of `arg` bytes at `at` summed.
 fn sum_task(page: &[u8], at: usize, arg: u64) -> u64 {
@@ -136,10 +136,18 @@ fn body(
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         let submitted = epoch.elapsed().as_nanos() as u64;
+        let mut later = None;
         while slots > 0 {
-            let Some(op) = ops.next_op() else {
-                ended = true;
-                break;
+            let op = match ops.next_due() {
+                Next::Op(op) => op,
+                Next::Later(at) => {
+                    later = Some(at);
+                    break;
+                }
+                Next::End => {
+                    ended = true;
+                    break;
+                }
             };
             slots -= 1;
             let at = me.base + op.offset;
@@ -162,8 +170,17 @@ fn body(
         if ended {
             break;
         }
-        q.wait(1);
-        q.take_completions(&mut done);
+        match later {
+            Some(at) => wait_until(at, || {
+                q.poll();
+                q.take_completions(&mut done);
+                !done.is_empty()
+            }),
+            None => {
+                q.wait(1);
+                q.take_completions(&mut done);
+            }
+        }
         let now = epoch.elapsed().as_nanos() as u64;
         for c in done.drain(..) {
             slots += 1;
@@ -186,11 +203,23 @@ fn body(
     if me.slot == 0 {
         edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
     }
-    // The requests still out: a write that failed among them fails the run.
+    // The requests still out: a write that failed among them fails the run,
+    // and a replay that made its passes counts them too.
     q.drain();
     q.take_completions(&mut done);
-    if let Some(e) = done.drain(..).find_map(|c| c.result.err()) {
-        error.get_or_insert_with(|| format!("setcache-numa engine: {e}"));
+    let last = ended && measuring && !ctl.stopped();
+    let now = epoch.elapsed().as_nanos() as u64;
+    for c in done.drain(..) {
+        match c.result {
+            Ok(()) if last => {
+                let lat = Duration::from_nanos(now.saturating_sub(c.tag >> 1));
+                stats.record(lat, c.tag & 1 == 1);
+            }
+            Ok(()) => {}
+            Err(e) => {
+                error.get_or_insert_with(|| format!("setcache-numa engine: {e}"));
+            }
+        }
     }
     drop(q);
     match error {

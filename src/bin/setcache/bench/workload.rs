@@ -257,6 +257,17 @@ struct Cursor {
     pass: u32,
     /// When the thread's replay started (at a replay speed).
     start: Option<Instant>,
+    /// An access taken from the trace that is not due yet, and when it is.
+    held: Option<(Op, Instant)>,
+}
+
+/// What a thread does next ([`OpGen::next_due`]).
+pub(crate) enum Next {
+    Op(Op),
+    /// A timed replay's next access is due then, not yet.
+    Later(Instant),
+    /// The replay has made its passes.
+    End,
 }
 
 impl Cursor {
@@ -269,10 +280,34 @@ impl Cursor {
             i: r.chunks.get(thread).copied().unwrap_or(0),
             pass: 0,
             start: None,
+            held: None,
         }
     }
 
-    fn next(&mut self, bs: u64) -> Option<Op> {
+    /// The next access, at once if it is due, else (`wait`) after sleeping
+    /// until it is.
+    fn next(&mut self, bs: u64, wait: bool) -> Next {
+        let (op, due) = match self.held.take() {
+            Some(h) => h,
+            None => match self.take(bs) {
+                Some(h) => h,
+                None => return Next::End,
+            },
+        };
+        let now = Instant::now();
+        if due > now {
+            if !wait {
+                self.held = Some((op, due));
+                return Next::Later(due);
+            }
+            std::thread::sleep(due - now);
+        }
+        Next::Op(op)
+    }
+
+    /// The next access from the trace and when it is due (now for an
+    /// untimed replay); `None` when the passes are made.
+    fn take(&mut self, bs: u64) -> Option<(Op, Instant)> {
         let r = &*self.r;
         if self.first >= r.n_chunks() {
             // More threads than chunks: this one has none.
@@ -291,25 +326,24 @@ impl Cursor {
         }
         let i = self.i;
         self.i += 1;
+        let mut due = None;
         if let (Some(speed), Some(&t)) = (r.speed, r.trace.times.get(i)) {
             let start = *self.start.get_or_insert_with(Instant::now);
             let at_us = (t + u64::from(self.pass) * r.span_us()) as f64 / speed;
             // Due past what a Duration holds, or after the run has ended:
             // never, so the replay ends.
-            let due = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
-            if r.deadline.is_some_and(|d| due > d) {
+            let after = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
+            if r.deadline.is_some_and(|d| after > d) {
                 return None;
             }
-            let now = start.elapsed();
-            if due > now {
-                std::thread::sleep(due - now);
-            }
+            due = Some(start.checked_add(after)?);
         }
-        Some(Op {
+        let op = Op {
             read: !r.trace.is_write(i),
             offset: u64::from(r.trace.pages[i]) * bs,
             len: bs,
-        })
+        };
+        Some((op, due.unwrap_or_else(Instant::now)))
     }
 }
 
@@ -352,12 +386,30 @@ impl OpGen {
         }
     }
 
-    /// The next operation; `None` when a replay has made its passes.
+    /// The next operation; `None` when a replay has made its passes. A
+    /// timed replay sleeps until it is due: for engines that make one
+    /// request at a time and time it from here.
     #[inline]
     pub(crate) fn next_op(&mut self) -> Option<Op> {
         match &mut self.replay {
-            Some(c) => c.next(self.w.bs),
+            Some(c) => match c.next(self.w.bs, true) {
+                Next::Op(op) => Some(op),
+                _ => None,
+            },
             None => Some(self.generate()),
+        }
+    }
+
+    /// The next operation if it is due. For engines that gather a batch
+    /// before they submit it, or keep requests in flight: they submit what
+    /// they have and wait for completions until the time given
+    /// ([`wait_until`]), so that no request's latency counts a wait for a
+    /// later one's time.
+    #[inline]
+    pub(crate) fn next_due(&mut self) -> Next {
+        match &mut self.replay {
+            Some(c) => c.next(self.w.bs, false),
+            None => Next::Op(self.generate()),
         }
     }
 
@@ -399,6 +451,21 @@ impl OpGen {
             Some(z) => mix64(z.sample(&mut self.rng) ^ 0x005e_ed2a_110f_f5e7) % blocks,
             None => self.rng.below(blocks),
         }
+    }
+}
+
+/// Wait until `due`, or until `done` (a look at the engine's completions
+/// that does not block) finds some, sleeping in short spells between looks.
+pub(crate) fn wait_until(due: Instant, mut done: impl FnMut() -> bool) {
+    loop {
+        if done() {
+            return;
+        }
+        let now = Instant::now();
+        if now >= due {
+            return;
+        }
+        std::thread::sleep((due - now).min(Duration::from_micros(50)));
     }
 }
 
