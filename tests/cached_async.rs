@@ -1089,3 +1089,74 @@ fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
         });
     });
 }
+
+/// A synchronous read or write of a page that a request queue of the same
+/// thread is reading in waits for that read, which only this thread can
+/// finish by polling: it fails with `HeldByCaller` after the pin wait
+/// instead of waiting for ever, and once the queue is drained both land.
+#[test]
+fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
+    let tmp = TempDir::new("fill-own-queue");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    // Bytes on the devices, so that a read waits for them (a hole's read
+    // ends inside its submission).
+    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = setcache::AlignedBuf::new(64 * 4096);
+    bytes.fill(3);
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let mut q = cs.queue(4);
+    let mut done = Vec::new();
+    // A read the queue still has in flight when `submit` returns (it reaps
+    // what is done by then; a lone read runs on the caller): four apart.
+    let mut page = None;
+    for first in 0..16u64 {
+        let pages: Vec<u64> = (0..4).map(|k| first + 16 * k).collect();
+        q.submit(
+            pages
+                .iter()
+                .map(|&p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+                .collect(),
+        );
+        done.clear();
+        q.take_completions(&mut done);
+        page = pages
+            .into_iter()
+            .find(|&p| done.iter().all(|(t, _)| *t != p));
+        if page.is_some() {
+            break;
+        }
+    }
+    let page = page.expect("every read was done before its submit returned");
+    let outstanding = q.outstanding();
+    let watchdog = Watchdog::new("a call waited 60 s for its own queue's fill");
+    let t = Instant::now();
+    let mut b = vec![0u8; 4096];
+    match cf.read_at(page * 4096, &mut b) {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("a read of page {page} while the queue reads it: {other:?}"),
+    }
+    match cf.write_at(page * 4096 + 100, &[7; 100]) {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("a write of page {page} while the queue reads it: {other:?}"),
+    }
+    drop(watchdog);
+    assert!(t.elapsed() < Duration::from_secs(30));
+    q.drain();
+    done.clear();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), outstanding);
+    assert!(done.iter().all(|(_, c)| c.result.is_ok()));
+    drop(q);
+    cf.write_at(page * 4096 + 100, &[7; 100]).unwrap();
+    cf.read_at(page * 4096, &mut b).unwrap();
+    assert!(b[100..200].iter().all(|&x| x == 7) && b[..100].iter().all(|&x| x == 3));
+}

@@ -196,6 +196,30 @@ pub(crate) enum Found {
     /// A writer waited the pin wait for the readers' pins of this page to
     /// drop (page guards, most likely); nothing is held.
     Held,
+    /// The page stayed in a fill for the pin wait while request queues of
+    /// this thread hold fills in flight ([`note_queue_fills`]), which only
+    /// this thread finishes: it may be one of them. Nothing is held.
+    FillHeld,
+}
+
+thread_local! {
+    /// Fills that request queues of this thread hold in flight. Only this
+    /// thread finishes them (it reaps their reads when it polls a queue), so
+    /// a blocking lookup of its own that meets a page being filled waits at
+    /// most the pin wait while this is above zero.
+    static QUEUE_FILLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A request queue of this thread now holds `now` fills in flight, where it
+/// held `before`.
+pub(crate) fn note_queue_fills(before: usize, now: usize) {
+    if before != now {
+        let _ = QUEUE_FILLS.try_with(|c| c.set(c.get().saturating_sub(before) + now));
+    }
+}
+
+fn queue_fills() -> usize {
+    QUEUE_FILLS.try_with(|c| c.get()).unwrap_or(0)
 }
 
 /// The cache's shared state.
@@ -1329,7 +1353,18 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
             self.stats.bump(Stat::CoalescedWaits);
-            self.wait_slot(s, i, |v| v & PENDING == 0);
+            if queue_fills() == 0 {
+                self.wait_slot(s, i, |v| v & PENDING == 0);
+            } else {
+                // The fill may be one of this thread's queues', which would
+                // never end while the thread waits here.
+                let deadline = M::now() + self.pin_wait;
+                self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
+                if w.load(Acquire) & PENDING != 0 {
+                    self.release(s, i, false);
+                    return Step::Done(Found::FillHeld);
+                }
+            }
             self.release(s, i, false);
             return Step::Again; // now a hit (or, after a failed fill, a miss)
         }

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 pub(crate) use self::core::Mode;
 use self::core::{Core, Found};
-pub(crate) use self::core::{Got, Sighting, still_at};
+pub(crate) use self::core::{Got, Sighting, note_queue_fills, still_at};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -392,6 +392,7 @@ impl<M: Model> PageCache<M> {
                     done: false,
                 }),
                 Found::Held => unreachable!("only a writer waits for pins"),
+                Found::FillHeld => return Err(self.fill_held(file, page)),
             },
         ))
     }
@@ -426,7 +427,17 @@ impl<M: Model> PageCache<M> {
                         self.core.pin_wait.as_millis()
                     )));
                 }
+                Found::FillHeld => return Err(self.fill_held(file, page)),
             },
+        ))
+    }
+
+    fn fill_held(&self, file: u32, page: u64) -> Error {
+        Error::HeldByCaller(format!(
+            "page {page} of cache file {file} was still being read in after {} ms, while a \
+             request queue of this thread holds reads in flight that only this thread \
+             finishes: poll, wait for or drain the queue before a synchronous call",
+            self.core.pin_wait.as_millis()
         ))
     }
 

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{
     Fill, FillMut, Got, Lookup, LookupMut, Mode, PageCache, PageRef, RawPin, WriteBack,
+    note_queue_fills,
 };
 use crate::cached::readahead;
 use crate::cached::shared::Shared;
@@ -400,6 +401,10 @@ enum Step {
 /// read their missing pages from the devices, and finish (their callback
 /// runs, or their completion is kept under its tag) on this thread, in
 /// [`CachedQueue::poll`], [`CachedQueue::wait`] or [`CachedQueue::drain`].
+/// Poll or drain it before a synchronous call on a page it reads: only this
+/// thread finishes those reads. Such a call waits for a page being read in
+/// at most the cache's pin wait while a queue of the thread has reads in
+/// flight, then fails with [`crate::Error::HeldByCaller`].
 ///
 /// ```
 /// use setcache::{
@@ -438,6 +443,9 @@ pub struct CachedQueue<'a> {
     q: Queue,
     live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
+    /// `fills.len()` as last told to the cache (`note_queue_fills`): a
+    /// blocking lookup on this thread then waits for a fill a bounded time.
+    told_fills: usize,
     /// Device operations in flight: the fills each serves (its tag is the key).
     ops: Slab<Slots>,
     /// Emptied `Slots::more` vectors for reuse.
@@ -499,6 +507,7 @@ impl<'a> CachedQueue<'a> {
             q,
             live: Slab::new(),
             fills: Slab::new(),
+            told_fills: 0,
             ops: Slab::new(),
             spare: Vec::new(),
             frames: Vec::new(),
@@ -1218,6 +1227,19 @@ impl<'a> CachedQueue<'a> {
     /// Finish the fills whose reads completed, retry parked pages, and run
     /// the callbacks of requests that are done.
     fn collect(&mut self) {
+        // Told before and after: callbacks run inside.
+        self.tell_fills();
+        self.collect_finished();
+        self.tell_fills();
+    }
+
+    fn tell_fills(&mut self) {
+        let now = self.fills.len();
+        note_queue_fills(self.told_fills, now);
+        self.told_fills = now;
+    }
+
+    fn collect_finished(&mut self) {
         // Left by a callback that panicked in the last round.
         self.parked.append(&mut self.retrying);
         loop {
@@ -1435,6 +1457,7 @@ impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
         // Frames of fills in flight are claimed until their reads finish.
         self.drain();
+        note_queue_fills(self.told_fills, 0);
         // Pins of page requests nobody took (a queue dropped while its user
         // unwinds): released, or their pages could never be evicted or
         // written back again.
