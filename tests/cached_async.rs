@@ -1100,8 +1100,8 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
     // Bytes on the devices, so that a read waits for them (a hole's read
     // ends inside its submission).
-    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-    let mut bytes = setcache::AlignedBuf::new(64 * 4096);
+    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
     bytes.fill(3);
     f.write_at(0, &bytes).unwrap();
     f.sync().unwrap();
@@ -1148,13 +1148,30 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
         Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
         other => panic!("a write of page {page} while the queue reads it: {other:?}"),
     }
-    drop(watchdog);
-    assert!(t.elapsed() < Duration::from_secs(30));
     q.drain();
     done.clear();
     q.take_completions(&mut done);
     assert_eq!(done.len(), outstanding);
     assert!(done.iter().all(|(_, c)| c.result.is_ok()));
+    // A callback that runs inside `submit` (a hit's) and reads a page the
+    // same call sent for: refused too.
+    let seen = Rc::new(RefCell::new(None));
+    let (cf2, seen2) = (cf.clone(), seen.clone());
+    q.submit(vec![
+        CachedRequest::tagged(OpKind::Read, &cf, 100 * 4096, vec![0; 4096], 100),
+        CachedRequest::read(&cf, page * 4096, vec![0; 4096], move |c| {
+            assert!(c.hit, "page {page} was not cached");
+            let mut b = vec![0u8; 4096];
+            *seen2.borrow_mut() = Some(cf2.read_at(100 * 4096, &mut b));
+        }),
+    ]);
+    match seen.borrow_mut().take() {
+        Some(Err(Error::HeldByCaller(m))) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("a callback's read of a page its queue reads: {other:?}"),
+    }
+    drop(watchdog);
+    assert!(t.elapsed() < Duration::from_secs(30));
+    q.drain();
     drop(q);
     cf.write_at(page * 4096 + 100, &[7; 100]).unwrap();
     cf.read_at(page * 4096, &mut b).unwrap();

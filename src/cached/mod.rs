@@ -1244,6 +1244,7 @@ impl CachedFile {
             {
                 let mut d = e.durable();
                 d.written.truncate(end.div_ceil(ps));
+                d.covering.truncate(end.div_ceil(ps));
                 d.refilled.truncate(end.div_ceil(ps));
             }
             if end % ps != 0 {

@@ -443,9 +443,10 @@ pub struct CachedQueue<'a> {
     q: Queue,
     live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
-    /// `fills.len()` as last told to the cache (`note_queue_fills`): a
-    /// blocking lookup on this thread then waits for a fill a bounded time.
-    told_fills: usize,
+    /// The reads into frames among `fills`, each counted for the thread
+    /// (`note_queue_fills`) while it is in flight: a blocking lookup on this
+    /// thread then waits for a page being filled a bounded time.
+    reading: usize,
     /// Device operations in flight: the fills each serves (its tag is the key).
     ops: Slab<Slots>,
     /// Emptied `Slots::more` vectors for reuse.
@@ -507,7 +508,7 @@ impl<'a> CachedQueue<'a> {
             q,
             live: Slab::new(),
             fills: Slab::new(),
-            told_fills: 0,
+            reading: 0,
             ops: Slab::new(),
             spare: Vec::new(),
             frames: Vec::new(),
@@ -1014,6 +1015,10 @@ impl<'a> CachedQueue<'a> {
             return self.complete_fill(job, req, page, r);
         }
         entry.note_fill(page);
+        if matches!(job, Job::Read(_) | Job::Write(..)) {
+            self.reading += 1;
+            note_queue_fills(0, 1);
+        }
         let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read (into
         // a staging slot or their frames); the run goes out at `send_run`.
@@ -1227,19 +1232,6 @@ impl<'a> CachedQueue<'a> {
     /// Finish the fills whose reads completed, retry parked pages, and run
     /// the callbacks of requests that are done.
     fn collect(&mut self) {
-        // Told before and after: callbacks run inside.
-        self.tell_fills();
-        self.collect_finished();
-        self.tell_fills();
-    }
-
-    fn tell_fills(&mut self) {
-        let now = self.fills.len();
-        note_queue_fills(self.told_fills, now);
-        self.told_fills = now;
-    }
-
-    fn collect_finished(&mut self) {
         // Left by a callback that panicked in the last round.
         self.parked.append(&mut self.retrying);
         loop {
@@ -1266,6 +1258,10 @@ impl<'a> CachedQueue<'a> {
             self.finished = done;
             while let Some((slot, r)) = self.finished.pop() {
                 let w = self.fills.remove(slot).expect("a fill in flight");
+                if matches!(w.job, Job::Read(_) | Job::Write(..)) {
+                    self.reading -= 1;
+                    note_queue_fills(1, 0);
+                }
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page, Instant::now())),
@@ -1456,8 +1452,14 @@ impl<'a> CachedQueue<'a> {
 impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
         // Frames of fills in flight are claimed until their reads finish.
-        self.drain();
-        note_queue_fills(self.told_fills, 0);
+        // Should a callback panic in the drain, the fills left stop counting
+        // for the thread all the same.
+        let drained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain()));
+        note_queue_fills(self.reading, 0);
+        self.reading = 0;
+        if let Err(p) = drained {
+            std::panic::resume_unwind(p);
+        }
         // Pins of page requests nobody took (a queue dropped while its user
         // unwinds): released, or their pages could never be evicted or
         // written back again.

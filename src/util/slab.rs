@@ -29,11 +29,6 @@ impl<T> Slab<T> {
         }
     }
 
-    /// How many values it holds.
-    pub(crate) fn len(&self) -> usize {
-        self.items.len() - self.free.len()
-    }
-
     pub(crate) fn get(&self, k: usize) -> Option<&T> {
         self.items.get(k).and_then(Option::as_ref)
     }

@@ -121,6 +121,7 @@ pub(crate) fn body(
     let mut live = 0usize;
     let mut start_new = true;
     let mut ended = false;
+    let mut replayed = false;
     // Slots left empty until a timed replay's next access is due.
     let mut held: Vec<usize> = Vec::new();
     let mut hold_until: Option<Instant> = None;
@@ -128,6 +129,7 @@ pub(crate) fn body(
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if start_new && (ctl.stopped() || error.is_some() || ended) {
+            replayed = ended && error.is_none() && !ctl.stopped();
             start_new = false;
             if me.slot == 0 {
                 edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
@@ -220,7 +222,11 @@ pub(crate) fn body(
                     }),
                 };
                 match r {
-                    Ok(()) if measuring && start_new => stats.record(t0.elapsed(), read),
+                    // A replay that made its passes counts its last
+                    // requests too.
+                    Ok(()) if measuring && (start_new || replayed) => {
+                        stats.record(t0.elapsed(), read)
+                    }
                     Ok(()) => {}
                     Err(e) => {
                         error.get_or_insert_with(|| format!("setcache engine: {e}"));
