@@ -644,3 +644,77 @@ fn shared_page_references_and_in_place_stores_never_meet() {
     assert_eq!(ro.get(0).unwrap(), 0);
     drop(gb);
 }
+
+/// The file cut short under an array: a reader's gets and sets of elements
+/// past the new end fail `OutOfRange` (a set stores nothing that a later
+/// growth could show), and so do chunks and copies of elements that are not
+/// words reaching past it (no panic, no short copy taken as whole).
+#[test]
+fn an_array_whose_file_is_cut_short_refuses_elements_past_the_end() {
+    let tmp = TempDir::new("array-cut");
+    let cs = store(&tmp, 512, 512);
+    let n = 4096u64;
+    let a = PagedArray::<u64>::create(&cs, "w", n, LayoutKind::Stripe).unwrap();
+    let vals: Vec<u64> = (0..n).map(|i| i + 1).collect();
+    a.write_from(0, &vals).unwrap();
+    let mut r = a.reader();
+    for i in 0..n {
+        assert_eq!(r.get(i).unwrap(), i + 1);
+    }
+    // Cut inside the fourth page: elements from 1600 on are past the end.
+    a.file().set_len(1600 * 8).unwrap();
+    for i in [1600u64, 1700, 2047, 2048, 4095] {
+        assert!(
+            matches!(r.get(i), Err(Error::OutOfRange { .. })),
+            "get {i}: {:?}",
+            r.get(i)
+        );
+        assert!(
+            matches!(r.set(i, 77), Err(Error::OutOfRange { .. })),
+            "set {i}"
+        );
+    }
+    for i in [0u64, 1000, 1536, 1599] {
+        assert_eq!(r.get(i).unwrap(), i + 1);
+        r.set(i, 2 * i).unwrap();
+        assert_eq!(r.get(i).unwrap(), 2 * i);
+    }
+    drop(r);
+    // Grown back: what lies past the cut reads as zeros.
+    a.file().set_len(n * 8).unwrap();
+    let mut r = a.reader();
+    assert!((1600..n).all(|i| r.get(i).unwrap() == 0));
+    assert_eq!(r.get(1599).unwrap(), 2 * 1599);
+    drop(r);
+    // Elements that are not words, read in place by chunks and copied.
+    let b = PagedArray::<[u32; 2]>::create(&cs, "b", n, LayoutKind::Stripe).unwrap();
+    b.write_from(0, &vec![[1, 2]; n as usize]).unwrap();
+    b.file().set_len(1600 * 8).unwrap();
+    let mut rb = b.reader();
+    let mut seen = 0u64;
+    let got = rb.for_each_chunk(0..n, |_, c| seen += c.len() as u64);
+    assert!(matches!(got, Err(Error::OutOfRange { .. })), "{got:?}");
+    assert!(seen <= 1600, "{seen} elements seen");
+    let mut out = vec![[0u32; 2]; 100];
+    let got = b.read_into(1550, &mut out);
+    assert!(matches!(got, Err(Error::OutOfRange { .. })), "{got:?}");
+}
+
+/// A writable array of word elements stores into its file's frames in place:
+/// an array of other elements over the same file cannot borrow those frames
+/// for its chunks meanwhile (it gets an error, not a slice that changes).
+#[test]
+fn chunks_in_place_are_refused_beside_a_writable_word_array() {
+    let tmp = TempDir::new("array-beside");
+    let cs = store(&tmp, 512, 512);
+    let w = PagedArray::<u64>::create(&cs, "f", 1024, LayoutKind::Stripe).unwrap();
+    w.set(5, 9).unwrap();
+    let pairs = PagedArray::<[u32; 2]>::open(&cs, "f").unwrap();
+    let mut r = pairs.reader();
+    let got = r.for_each_chunk(0..1024, |_, _| {});
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    // Copies are still served.
+    let mut out = [[0u32; 2]; 8];
+    pairs.read_into(0, &mut out).unwrap();
+    assert_eq!(out[5], [9, 0]);
+}

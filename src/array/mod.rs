@@ -8,7 +8,7 @@
 //! 262,144; a hit costs a tag compare, the element's load and one load that
 //! checks it) and behind it a 2-way set-associative table of half as many
 //! entries (at most 8,192) for pages that collide in the first. An entry holds no pin:
-//! it is where the page was seen ([`PageCache::sight`]), with the set's epoch
+//! it is where the page was seen ([`PageCache::sight_as`]), with the set's epoch
 //! (a word the cache bumps before any page of the set changes or leaves its
 //! frame) as it was then, and every read through it checks the epoch after
 //! loading the element. A page the cache evicts, moves in a
@@ -40,7 +40,7 @@
 //! Elements larger than a word need the caller's synchronisation to be read
 //! whole while another thread writes them, as with a `Vec` behind a lock.
 //!
-//! [`PageCache::sight`]: crate::cache::PageCache
+//! [`PageCache::sight_as`]: crate::cache::PageCache
 
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -480,7 +480,18 @@ impl<T: Element> PagedArray<T> {
         let bytes = unsafe {
             std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<u8>(), size_of_val(out))
         };
-        self.file.read_at(off, bytes).map(drop)
+        let want = bytes.len();
+        let got = self.file.read_at(off, bytes)?;
+        if got < want {
+            // The file was cut short under the array.
+            return Err(Error::OutOfRange {
+                file: self.file.file().name(),
+                offset: off,
+                len: want as u64,
+                file_len: off + got as u64,
+            });
+        }
+        Ok(())
     }
 
     /// Write `src` over elements `start..start + src.len()`.
@@ -504,20 +515,38 @@ impl<T: Element> PagedArray<T> {
     where
         F: Fn(&mut ArrayReader<'_, T>, Range<u64>) -> Result<()> + Sync,
     {
-        let threads = threads.max(1) as u64;
         let per_page = (self.file.shared.cache.page_size() / size_of::<T>()).max(1) as u64;
+        // No more threads than pages: each has at least one.
+        let threads = (threads.max(1) as u64).min(self.len.div_ceil(per_page).max(1));
         let chunk = self.len.div_ceil(threads).div_ceil(per_page) * per_page;
         std::thread::scope(|s| {
-            let hs: Vec<_> = (0..threads)
-                .map(|k| {
-                    let (f, lo) = (&f, (k * chunk).min(self.len));
-                    let hi = (lo + chunk).min(self.len);
-                    s.spawn(move || f(&mut self.reader(), lo..hi))
-                })
-                .collect();
-            hs.into_iter()
+            let mut hs = Vec::new();
+            let mut refused = None;
+            for k in 0..threads {
+                let (f, lo) = (&f, (k * chunk).min(self.len));
+                let hi = (lo + chunk).min(self.len);
+                let run = move || f(&mut self.reader(), lo..hi);
+                match std::thread::Builder::new().spawn_scoped(s, run) {
+                    Ok(h) => hs.push(h),
+                    Err(e) => {
+                        // The threads started finish their shares; the call
+                        // fails.
+                        refused = Some(Error::Engine(format!(
+                            "par_chunks: thread {} of {threads} could not start: {e}",
+                            k + 1
+                        )));
+                        break;
+                    }
+                }
+            }
+            let ran = hs
+                .into_iter()
                 .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                .fold(Ok(()), Result::and)
+                .fold(Ok(()), Result::and);
+            match refused {
+                Some(e) => Err(e),
+                None => ran,
+            }
         })
     }
 }
@@ -603,7 +632,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             Some(l1)
         } else if let Some(e) = self.l2[set..set + L2_WAYS].iter().find(|e| e.page == page) {
             Some(*e)
-        } else if let Some(s) = cache.sight(self.arr.file.id, page)? {
+        } else if let Some(s) = self.sight(page, false)? {
             // Not in the tables: where the shared cache has it, noted.
             let e = entry(page, &s);
             self.install(page, e);
@@ -684,10 +713,29 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// Tell the cache's policy the page is in use, and refresh its entry.
     #[cold]
     fn renew(&mut self, page: u64) {
-        let f = &self.arr.file;
-        if let Ok(Some(s)) = f.shared.cache.sight_as(f.id, page, self.streaming) {
+        if let Ok(Some(s)) = self.sight(page, self.streaming) {
             self.l1[page as usize & self.l1_mask] = entry(page, &s);
         }
+    }
+
+    /// Where the shared cache has `page` ([`crate::cache::PageCache::sight_as`]),
+    /// if the page lies wholly inside the file now. A page the file ends in,
+    /// or was cut short of since the array was made, gets no entry: its
+    /// elements go through the array's own calls, which check them against
+    /// the file's length (an entry would let `get` and `set` reach bytes past
+    /// the end; a shrink makes the entries it overtakes stale).
+    #[inline]
+    fn sight(
+        &self,
+        page: u64,
+        stream: bool,
+    ) -> Result<Option<Sighting<'a, crate::cache::sync::Os>>> {
+        let f = &self.arr.file;
+        if (page + 1) << self.shift > f.len() {
+            return Ok(None);
+        }
+        let cache: &'a crate::cache::PageCache = &f.shared.cache;
+        cache.sight_as(f.id, page, stream)
     }
 
     /// An element the direct-mapped table did not serve: the private table,
@@ -725,9 +773,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             }
             self.l2[w] = Entry::empty();
         }
-        let f = &self.arr.file;
-        let cache: &'a crate::cache::PageCache = &self.arr.file.shared.cache;
-        if let Some(s) = cache.sight_as(f.id, page, stream)? {
+        if let Some(s) = self.sight(page, stream)? {
             let e = entry(page, &s);
             if let Some(v) = e.read(page, at, ps) {
                 self.stats.shared += 1;
@@ -745,7 +791,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             self.arr.get(i)?
         };
         // The page is cached now (unless evicted already): note where.
-        if let Some(s) = cache.sight_as(f.id, page, stream)? {
+        if let Some(s) = self.sight(page, stream)? {
             self.install(page, entry(page, &s));
         }
         Ok(got)
@@ -888,14 +934,30 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
-                // The next pass finds the page through the tables.
-                if let Some(s) = g.sighting() {
+                // The next pass finds the page through the tables (if it
+                // lies wholly inside the file: see `ArrayReader::sight`).
+                if let Some(s) = g.sighting()
+                    && (page + 1) * ps <= file.len()
+                {
                     self.install(page, entry(page, &s));
                 }
                 drop(g);
                 f(i, &self.buf[..n as usize]);
             } else {
-                let bytes = &g[at..at + (n * size) as usize];
+                // A writable array of word elements over the same file
+                // stores into its frames under shared pins: no slice of
+                // them may live meanwhile.
+                file.entry.refs_allowed()?;
+                // The guard shows the page's bytes inside the file: fewer
+                // if the file was cut short under the array.
+                let Some(bytes) = g.get(at..at + (n * size) as usize) else {
+                    return Err(Error::OutOfRange {
+                        file: file.file().name(),
+                        offset: off,
+                        len: n * size,
+                        file_len: file.len(),
+                    });
+                };
                 let first = bytes.as_ptr().cast::<T>();
                 // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
                 let elems = unsafe { std::slice::from_raw_parts(first, n as usize) };

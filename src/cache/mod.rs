@@ -570,13 +570,15 @@ impl<M: Model> PageCache<M> {
     /// Where `page` of `file` is, if it is cached and readable now, for a
     /// reader that checks `cache::still` after each use of its bytes (a
     /// translation cache's entry). Counts a hit; takes no pin.
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn sight(&self, file: u32, page: u64) -> Result<Option<Sighting<'_, M>>> {
         self.sight_as(file, page, false)
     }
 
-    /// [`PageCache::sight`]; a sequential stream's reader (`stream`) leaves
-    /// a cold page cold.
+    /// Where `page` of `file` is, if it is cached and readable now, for a
+    /// reader that checks `cache::still` after each use of its bytes (a
+    /// translation cache's entry). Counts a hit; takes no pin. A sequential
+    /// stream's reader (`stream`) leaves a cold page cold.
     #[inline]
     pub(crate) fn sight_as(
         &self,

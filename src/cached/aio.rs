@@ -311,17 +311,26 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
         g.1 = true;
         std::mem::take(&mut g.0)
     };
-    let failed = |what: What| {
+    // A request not yet handed to the queue gets its buffer back; one the
+    // queue had lost its buffer with the queue.
+    let failed = |what: What, buf: Vec<u8>| {
         let e = Error::Engine(format!("the futures' I/O worker panicked: {message}"));
         match what {
             What::Pin => Outcome::Pin(Err(e)),
-            What::Read | What::Write => Outcome::Bytes(Err(e), Vec::new()),
+            What::Read | What::Write => Outcome::Bytes(Err(e), buf),
         }
     };
-    let ops = batch.drain(..).chain(waiting).map(|op| (op.slot, op.what));
-    for (slot, what) in slots.take_all().into_iter().chain(ops) {
+    let sent = slots
+        .take_all()
+        .into_iter()
+        .map(|(slot, what)| (slot, what, Vec::new()));
+    let ops = batch
+        .drain(..)
+        .chain(waiting)
+        .map(|op| (op.slot, op.what, op.buf));
+    for (slot, what, buf) in sent.chain(ops) {
         // A waker that panics again is this slot's task's own trouble.
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| slot.complete(failed(what))));
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| slot.complete(failed(what, buf))));
     }
 }
 
@@ -635,6 +644,14 @@ impl WriteAt<'_> {
                 }
                 Ok(None) => {}
                 Err(e) => return Err((Err(f.gone_or(e)), buf)),
+            }
+        }
+        // A page whose write-back a request queue of this thread holds would
+        // keep the worker waiting for this thread: refused at once, as a
+        // synchronous write is.
+        for p in page..=(offset + buf.len() as u64 - 1) / ps {
+            if let Err(e) = sh.own_write_back(f.id, p) {
+                return Err((Err(e), buf));
             }
         }
         let n = buf.len();
