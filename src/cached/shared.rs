@@ -755,18 +755,15 @@ mod tests {
         );
     }
 
-    /// A failed fsync of a `set_len` after pages were written back and let
-    /// go of (the kernel may have dropped them, and reports it once) makes
-    /// the file's next cache sync fail `SyncLost` instead of passing; pages
-    /// still cached are written again.
-    #[test]
-    fn a_failed_fsync_of_a_length_change_counts_for_the_next_sync() {
-        use crate::storage::store::FSYNC_FD_ERRNO;
-        let dir = std::env::temp_dir().join(format!("setcache-metafs-{}", std::process::id()));
+    /// A store in a directory of its own (`setcache-<tag>-<pid>`, made
+    /// empty) and a cache of sixteen pages over it in four sets, without a
+    /// flusher or readahead.
+    fn sixteen_pages(tag: &str, direct_io: bool) -> (std::path::PathBuf, CachedStore) {
+        let dir = std::env::temp_dir().join(format!("setcache-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let so = StoreOptions {
-            direct_io: false,
+            direct_io,
             ..StoreOptions::default()
         };
         let store = Store::open(&[&dir], so).unwrap();
@@ -779,6 +776,17 @@ mod tests {
         };
         let cs = CachedStore::with_flusher(store, opts, None).unwrap();
         cs.set_readahead(0);
+        (dir, cs)
+    }
+
+    /// A failed fsync of a `set_len` after pages were written back and let
+    /// go of (the kernel may have dropped them, and reports it once) makes
+    /// the file's next cache sync fail `SyncLost` instead of passing; pages
+    /// still cached are written again.
+    #[test]
+    fn a_failed_fsync_of_a_length_change_counts_for_the_next_sync() {
+        use crate::storage::store::FSYNC_FD_ERRNO;
+        let (dir, cs) = sixteen_pages("metafs", false);
         let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
         let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
         f.sync().unwrap();
@@ -837,26 +845,7 @@ mod tests {
 
     fn read_back_before_a_failed_fsync(direct_io: bool) {
         use crate::storage::store::FSYNC_FD_ERRNO;
-        let dir = std::env::temp_dir().join(format!(
-            "setcache-refill-{}-{direct_io}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let so = StoreOptions {
-            direct_io,
-            ..StoreOptions::default()
-        };
-        let store = Store::open(&[&dir], so).unwrap();
-        let opts = CacheOptions {
-            size: 16 * 4096,
-            page_size: 4096,
-            assoc: 4,
-            policy: PolicyKind::Clock,
-            ..CacheOptions::default()
-        };
-        let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-        cs.set_readahead(0);
+        let (dir, cs) = sixteen_pages(&format!("refill-{direct_io}"), direct_io);
         let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
         let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
         f.sync().unwrap();

@@ -24,7 +24,7 @@ use super::jobs::{Job, JobResult};
 use super::outcome::{Lat, Outcome};
 use super::prep::FILE_NAME;
 use super::size::format_size;
-use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64, wait_until};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// An engine's cached store (a cache of `cache_size`, else a quarter of
 /// the file of `file_len` bytes) and its bench file; errors name `engine`.
@@ -222,16 +222,8 @@ fn page_body(
         if free > 0 {
             let submitted = (epoch.elapsed().as_nanos() as u64) << 12;
             while free > 0 {
-                let op = match ops.next_due() {
-                    Next::Op(op) => op,
-                    Next::Later(at) => {
-                        later = Some(at);
-                        break;
-                    }
-                    Next::End => {
-                        ended = true;
-                        break;
-                    }
+                let Some(op) = ops.next_in_batch(&mut later, &mut ended) else {
+                    break;
                 };
                 let at = me.base + op.offset;
                 reqs.push(CachedRequest::page(file, at, submitted | (at & 4095)));
@@ -337,18 +329,9 @@ fn thread_body(
         if !free.is_empty() {
             let submitted = epoch.elapsed().as_nanos() as u64;
             while let Some(buf) = free.pop() {
-                let op = match ops.next_due() {
-                    Next::Op(op) => op,
-                    Next::Later(at) => {
-                        free.push(buf);
-                        later = Some(at);
-                        break;
-                    }
-                    Next::End => {
-                        free.push(buf);
-                        ended = true;
-                        break;
-                    }
+                let Some(op) = ops.next_in_batch(&mut later, &mut ended) else {
+                    free.push(buf);
+                    break;
                 };
                 let kind = if op.read { OpKind::Read } else { OpKind::Write };
                 let at = me.base + op.offset;

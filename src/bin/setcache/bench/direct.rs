@@ -14,7 +14,7 @@ use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
 
 use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::report::Outcome;
-use super::workload::{Next, Op, OpGen, Rng, Workload, fill_block, mix64, wait_until};
+use super::workload::{Op, OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// State a thread shares with its own callbacks.
 struct Local {
@@ -137,17 +137,10 @@ fn thread_body(
             let room = depth - l.in_flight;
             let want = room.min(l.free.len());
             while next.len() < want {
-                match ops.next_due() {
-                    Next::Op(op) => next.push(op),
-                    Next::Later(at) => {
-                        later = Some(at);
-                        break;
-                    }
-                    Next::End => {
-                        ended = true;
-                        break;
-                    }
-                }
+                let Some(op) = ops.next_in_batch(&mut later, &mut ended) else {
+                    break;
+                };
+                next.push(op);
             }
             let take = next.len();
             batch.extend(l.free.drain(..take));

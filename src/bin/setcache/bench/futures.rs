@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, phase};
-use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
 
 /// The futures a slot may hold (none is boxed).
 enum Fut<'f> {
@@ -172,17 +172,11 @@ pub(crate) fn body(
                         held.push(k);
                         break;
                     }
-                    let op = match ops.next_due() {
-                        Next::Op(op) => op,
-                        Next::Later(at) => {
-                            hold_until = Some(at);
+                    let Some(op) = ops.next_in_batch(&mut hold_until, &mut ended) else {
+                        if hold_until.is_some() {
                             held.push(k);
-                            break;
                         }
-                        Next::End => {
-                            ended = true;
-                            break;
-                        }
+                        break;
                     };
                     let at = me.base + op.offset;
                     let fut = match (op.read, touch) {

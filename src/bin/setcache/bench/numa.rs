@@ -18,7 +18,7 @@ use setcache::{
 use super::cached::{block_sum, hit_ratio, open};
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::outcome::Outcome;
-use super::workload::{Next, OpGen, Rng, Workload, fill_block, mix64, wait_until};
+use super::workload::{OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
 /// The task of `--compute`: the block of `arg` bytes at `at` summed.
 fn sum_task(page: &[u8], at: usize, arg: u64) -> u64 {
@@ -138,16 +138,8 @@ fn body(
         let submitted = epoch.elapsed().as_nanos() as u64;
         let mut later = None;
         while slots > 0 {
-            let op = match ops.next_due() {
-                Next::Op(op) => op,
-                Next::Later(at) => {
-                    later = Some(at);
-                    break;
-                }
-                Next::End => {
-                    ended = true;
-                    break;
-                }
+            let Some(op) = ops.next_in_batch(&mut later, &mut ended) else {
+                break;
             };
             slots -= 1;
             let at = me.base + op.offset;

@@ -413,6 +413,28 @@ impl OpGen {
         }
     }
 
+    /// [`OpGen::next_due`] for a loop gathering a batch: the operation if
+    /// one is due; else `None`, with `later` set to when the next one is due,
+    /// or `ended` set when the replay has made its passes.
+    #[inline]
+    pub(crate) fn next_in_batch(
+        &mut self,
+        later: &mut Option<Instant>,
+        ended: &mut bool,
+    ) -> Option<Op> {
+        match self.next_due() {
+            Next::Op(op) => Some(op),
+            Next::Later(at) => {
+                *later = Some(at);
+                None
+            }
+            Next::End => {
+                *ended = true;
+                None
+            }
+        }
+    }
+
     #[inline]
     fn generate(&mut self) -> Op {
         if let Some(walk) = &mut self.walk {
