@@ -679,13 +679,44 @@ fn an_array_whose_file_is_cut_short_refuses_elements_past_the_end() {
         r.set(i, 2 * i).unwrap();
         assert_eq!(r.get(i).unwrap(), 2 * i);
     }
+    // Copies, chunks and iteration of word elements across the cut.
+    let mut out = vec![0u64; 512];
+    let got = a.read_into(1536, &mut out);
+    assert!(matches!(got, Err(Error::OutOfRange { .. })), "{got:?}");
+    let got = r.for_each_chunk(1536..2048, |_, _| {});
+    assert!(matches!(got, Err(Error::OutOfRange { .. })), "{got:?}");
+    let items: Vec<_> = r.iter(1590..1610).unwrap().collect();
+    assert!(
+        items
+            .iter()
+            .any(|x| matches!(x, Err(Error::OutOfRange { .. }))),
+        "{items:?}"
+    );
+    assert!(items.iter().all(|x| !matches!(x, Ok(0))), "{items:?}");
+    // A cut inside an element: that element is past the end too.
+    a.file().set_len(1599 * 8 + 4).unwrap();
+    assert!(matches!(r.get(1599), Err(Error::OutOfRange { .. })));
+    assert!(matches!(r.set(1599, 1), Err(Error::OutOfRange { .. })));
+    assert!(matches!(a.set(1599, 1), Err(Error::OutOfRange { .. })));
+    assert_eq!(r.get(1598).unwrap(), 1599);
     drop(r);
     // Grown back: what lies past the cut reads as zeros.
     a.file().set_len(n * 8).unwrap();
     let mut r = a.reader();
     assert!((1600..n).all(|i| r.get(i).unwrap() == 0));
+    // Element 1599 kept its low four bytes (the whole of 3198).
     assert_eq!(r.get(1599).unwrap(), 2 * 1599);
+    assert_eq!(r.get(1598).unwrap(), 1599);
     drop(r);
+    // An array whose last page is part full, never cut: its last page's
+    // elements are served by the tables as the others are.
+    let c = PagedArray::<u64>::create(&cs, "c", 1000, LayoutKind::Stripe).unwrap();
+    c.set(999, 5).unwrap();
+    let mut r = c.reader();
+    for _ in 0..10_000 {
+        assert_eq!(r.get(999).unwrap(), 5);
+    }
+    assert!(r.stats().direct > 9_000, "{:?}", r.stats());
     // Elements that are not words, read in place by chunks and copied.
     let b = PagedArray::<[u32; 2]>::create(&cs, "b", n, LayoutKind::Stripe).unwrap();
     b.write_from(0, &vec![[1, 2]; n as usize]).unwrap();

@@ -435,7 +435,7 @@ impl<T: Element> PagedArray<T> {
             return self.write_from(i, &[v]);
         }
         let off = self.check(i, 1)?;
-        self.file.store_in_place(off, |p| {
+        self.file.store_in_place(off, size_of::<T>(), |p| {
             // SAFETY: `p` is element `i`'s address in the frame pinned meanwhile, aligned (word elements never span pages).
             unsafe { store_word(p, v) }
         })
@@ -470,6 +470,7 @@ impl<T: Element> PagedArray<T> {
                 // are read with atomic loads.
                 let g = self.file.page_as(pos, mode)?;
                 let at = (pos - g.offset()) as usize;
+                check_inside(&self.file, &g, at, n * size_of::<T>())?;
                 // SAFETY: the guard pins the page; the `n` elements from `at` lie in the frame, aligned.
                 unsafe { copy_words(g.frame_ptr().add(at), &mut out[done..done + n]) };
                 done += n;
@@ -516,9 +517,10 @@ impl<T: Element> PagedArray<T> {
         F: Fn(&mut ArrayReader<'_, T>, Range<u64>) -> Result<()> + Sync,
     {
         let per_page = (self.file.shared.cache.page_size() / size_of::<T>()).max(1) as u64;
-        // No more threads than pages: each has at least one.
         let threads = (threads.max(1) as u64).min(self.len.div_ceil(per_page).max(1));
-        let chunk = self.len.div_ceil(threads).div_ceil(per_page) * per_page;
+        let chunk = (self.len.div_ceil(threads).div_ceil(per_page) * per_page).max(1);
+        // No thread without elements (the chunks are whole pages).
+        let threads = self.len.div_ceil(chunk).max(1);
         std::thread::scope(|s| {
             let mut hs = Vec::new();
             let mut refused = None;
@@ -731,11 +733,18 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         stream: bool,
     ) -> Result<Option<Sighting<'a, crate::cache::sync::Os>>> {
         let f = &self.arr.file;
-        if (page + 1) << self.shift > f.len() {
+        // The part of the page the array's elements take.
+        let end = ((page + 1) << self.shift).min(self.arr.len * size_of::<T>() as u64);
+        let cache: &'a crate::cache::PageCache = &f.shared.cache;
+        let seen = cache.sight_as(f.id, page, stream)?;
+        // Asked after the sighting: a shrink stores the new length before
+        // it makes the page's entries stale (evicting it, or clearing its
+        // tail under the writer bit), so a sighting from after that step
+        // sees the new length here.
+        if end > f.len() {
             return Ok(None);
         }
-        let cache: &'a crate::cache::PageCache = &f.shared.cache;
-        cache.sight_as(f.id, page, stream)
+        Ok(seen)
     }
 
     /// An element the direct-mapped table did not serve: the private table,
@@ -931,13 +940,14 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             // The frame is page-aligned and `at` a multiple of the size, which
             // `T`'s alignment divides (and the page size, as `ps % size == 0`).
             if is_word::<T>() {
+                check_inside(file, &g, at, (n * size) as usize)?;
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
                 // The next pass finds the page through the tables (if it
                 // lies wholly inside the file: see `ArrayReader::sight`).
                 if let Some(s) = g.sighting()
-                    && (page + 1) * ps <= file.len()
+                    && ((page + 1) * ps).min(self.arr.len * size) <= file.len()
                 {
                     self.install(page, entry(page, &s));
                 }
@@ -948,16 +958,8 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 // stores into its frames under shared pins: no slice of
                 // them may live meanwhile.
                 file.entry.refs_allowed()?;
-                // The guard shows the page's bytes inside the file: fewer
-                // if the file was cut short under the array.
-                let Some(bytes) = g.get(at..at + (n * size) as usize) else {
-                    return Err(Error::OutOfRange {
-                        file: file.file().name(),
-                        offset: off,
-                        len: n * size,
-                        file_len: file.len(),
-                    });
-                };
+                check_inside(file, &g, at, (n * size) as usize)?;
+                let bytes = &g[at..at + (n * size) as usize];
                 let first = bytes.as_ptr().cast::<T>();
                 // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
                 let elems = unsafe { std::slice::from_raw_parts(first, n as usize) };
@@ -1035,6 +1037,25 @@ fn table<'a>(n: usize) -> Box<[Entry<'a>]> {
 }
 
 /// A translation entry for `page` from where it was seen.
+/// `Ok` if the `len` bytes from `at` in the page of guard `g` lie inside
+/// the file: fewer show if the file was cut short under the array.
+fn check_inside(
+    file: &CachedFile,
+    g: &crate::cached::PageGuard<'_>,
+    at: usize,
+    len: usize,
+) -> Result<()> {
+    if at + len <= g.span() {
+        return Ok(());
+    }
+    Err(Error::OutOfRange {
+        file: file.file().name(),
+        offset: g.offset() + at as u64,
+        len: len as u64,
+        file_len: g.offset() + g.span() as u64,
+    })
+}
+
 fn entry<'a>(page: u64, s: &Sighting<'a, crate::cache::sync::Os>) -> Entry<'a> {
     Entry {
         page,

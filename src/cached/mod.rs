@@ -298,6 +298,12 @@ impl<G> Guarded<G> {
     pub fn offset(&self) -> u64 {
         self.offset
     }
+
+    /// How many of the page's bytes are inside the file (the guard's
+    /// length), without a borrow of them.
+    pub(crate) fn span(&self) -> usize {
+        self.len
+    }
 }
 
 impl<'c> Guarded<PageRef<'c>> {
@@ -962,7 +968,12 @@ impl CachedFile {
     /// after, in the same step as the pin goes; a store that lands during the
     /// page's write-back leaves it dirty for the next one. Errors as
     /// [`CachedFile::page`], and [`Error::ReadOnly`].
-    pub(crate) fn store_in_place(&self, offset: u64, store: impl FnOnce(*mut u8)) -> Result<()> {
+    pub(crate) fn store_in_place(
+        &self,
+        offset: u64,
+        len: usize,
+        store: impl FnOnce(*mut u8),
+    ) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
@@ -970,7 +981,16 @@ impl CachedFile {
             .page_as(offset, Mode::Keep)
             .map_err(|e| self.gone_or(e))?;
         let at = (offset - g.offset()) as usize;
-        // `at` is inside the page (the guard's span holds `offset`).
+        // `at` is inside the page (the guard's span holds `offset`); the
+        // `len` bytes from it must be inside the file too.
+        if at + len > g.span() {
+            return Err(Error::OutOfRange {
+                file: self.entry.file.name(),
+                offset,
+                len: len as u64,
+                file_len: g.offset() + g.span() as u64,
+            });
+        }
         store(g.frame_ptr().wrapping_add(at));
         g.release_stored();
         Ok(())
