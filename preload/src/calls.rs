@@ -756,6 +756,12 @@ unsafe fn list_entry(
 
 /// The body of `execl`, `execlp` and `execle` (`which`): the list copied out
 /// up to and with its null end, then the `v` form.
+///
+/// # Safety
+/// Called only by the trampolines below: `regs` holds the list's entries
+/// passed in registers, `stack` points at the caller's stack arguments.
+// SAFETY: the contract above is the trampolines' to keep; each read of the
+// list inside is its own unsafe block.
 unsafe extern "C" fn exec_listed(
     path: *const c_char,
     regs: *const *const c_char,
@@ -790,6 +796,8 @@ unsafe extern "C" fn exec_listed(
 macro_rules! execl_trampoline {
     ($name:ident, $which:expr) => {
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: a naked function of assembly only, which keeps the ABI's
+        // stack alignment and passes the C caller's arguments on unchanged.
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name() -> c_int {
@@ -815,6 +823,7 @@ macro_rules! execl_trampoline {
         }
 
         #[cfg(target_arch = "aarch64")]
+        // SAFETY: as for x86-64: assembly only, the stack kept aligned.
         #[unsafe(naked)]
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name() -> c_int {

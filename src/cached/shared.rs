@@ -118,8 +118,6 @@ pub(crate) struct Entry {
     /// while it is set (`Entry::note_fill`). Never set in direct I/O, where
     /// no kernel cache can drop a page between its write and the fsync.
     pub(crate) tracked: AtomicBool,
-    /// The store's files are opened without `O_DIRECT`.
-    pub(crate) buffered: bool,
     /// Failed fsyncs of the cache's syncs of the file. A write-back sent
     /// before one and reaped after it may have been dropped by it, unseen by
     /// that sync (which rewrites the pages reaped before it): such a page
@@ -248,7 +246,6 @@ impl Drop for Entry {
 impl Entry {
     pub(crate) fn new(file: File) -> Entry {
         file.inner.cached.fetch_add(1, Ordering::AcqRel);
-        let buffered = !file.inner.store.direct_io();
         Entry {
             file,
             shown: AtomicU64::new(u64::MAX),
@@ -258,7 +255,6 @@ impl Entry {
             gone: AtomicBool::new(false),
             durable: Mutex::new(Durable::default()),
             tracked: AtomicBool::new(false),
-            buffered,
             fsync_failures: AtomicU64::new(0),
             meta_fsyncs_seen: AtomicU64::new(0),
             resizing: Mutex::new(()),
@@ -324,7 +320,7 @@ impl Entry {
     /// entry's `durable`, locked.
     pub(crate) fn note_written(&self, d: &mut Durable, p: u64) {
         d.written.insert(p);
-        if self.buffered && !self.tracked.load(Ordering::Relaxed) {
+        if !self.tracked.load(Ordering::Relaxed) && !self.file.inner.store.direct_io() {
             self.tracked.store(true, Ordering::Release);
         }
     }
