@@ -1179,3 +1179,128 @@ fn hitbench_refuses_slices_below_the_floor() {
     );
     assert!(r.stdout.is_empty(), "measured\n{}", r.stdout);
 }
+
+/// Runs `setcache ARGS` in `dir`, sends it SIGINT once `ready` holds (looked
+/// at every 10 ms for up to a minute), and returns how it ended.
+fn interrupt_when(dir: &Path, args: &[&str], ready: impl Fn() -> bool) -> Run {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the setcache binary");
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    while !ready() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "setcache {args:?} ended before it was interrupted"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "setcache {args:?} never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    // SAFETY: plain system call; the child is ours and not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("setcache {args:?} did not stop after SIGINT");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: out_reader.join().unwrap(),
+        stderr: err_reader.join().unwrap(),
+    }
+}
+
+/// `arraybench` and `syncbench` stopped by Ctrl-C end with an error saying
+/// so, and leave no store file behind (nor the lock file of a store they
+/// made); a whole `syncbench` run leaves its directory as it found it.
+#[test]
+fn array_and_sync_benches_stopped_by_ctrl_c_leave_no_files() {
+    let dir = scratch("interrupted-benches");
+    let root = dir.join("a/arraydev0");
+    let args = [
+        "arraybench",
+        "--dir",
+        "a",
+        "--size",
+        "8M",
+        "--ops",
+        "100000",
+        "--rounds",
+        "100000",
+        "--workload",
+        "uniform",
+    ];
+    let array_file = root.join("array.scf");
+    let r = interrupt_when(&dir, &args, || array_file.exists());
+    assert_refused(&r, "arraybench stopped by SIGINT", &["interrupted"]);
+    assert!(
+        !root.exists(),
+        "arraybench left {:?}",
+        std::fs::read_dir(&root).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>())
+    );
+    let sb = dir.join("s");
+    std::fs::create_dir_all(&sb).unwrap();
+    let sync = |rounds: &str| {
+        vec![
+            "syncbench".to_string(),
+            "--dir".into(),
+            "s".into(),
+            "--cache-size".into(),
+            "1M".into(),
+            "--dirty".into(),
+            "0,1".into(),
+            "--file-size".into(),
+            "4M".into(),
+            "--rounds".into(),
+            rounds.into(),
+        ]
+    };
+    let listing = || {
+        let mut v: Vec<_> = std::fs::read_dir(&sb)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        v.sort();
+        v
+    };
+    let a = sync("100000");
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    let sync_file = sb.join("syncbench.scf");
+    let r = interrupt_when(&dir, &a, || sync_file.exists());
+    assert_refused(&r, "syncbench stopped by SIGINT", &["interrupted"]);
+    assert!(listing().is_empty(), "syncbench left {:?}", listing());
+    let a = sync("2");
+    let a: Vec<&str> = a.iter().map(|s| s.as_str()).collect();
+    assert_ok(&run(&dir, &a, Limits::default()), "a whole syncbench run");
+    assert!(listing().is_empty(), "syncbench left {:?}", listing());
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -237,6 +237,52 @@ fn a_second_store_in_this_process_is_refused() {
     Store::open(&[other], opts()).unwrap();
 }
 
+/// A tool may take away the lock file a store left (`Store::remove_lock_file`)
+/// while another thread opens a store on the same root: the removal happens
+/// under the lock, and an opener whose file was removed between its open and
+/// its lock opens the new one, so that two stores never hold one root. Three
+/// threads open and drop stores, a fourth removes the lock file, for a second.
+#[test]
+fn a_lock_file_removed_while_stores_open_never_lets_two_hold_a_root() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let tmp = TempDir::new("lock-remove");
+    let root = tmp.devices(1).remove(0);
+    let open_now = AtomicUsize::new(0);
+    let (opened, removed) = (AtomicUsize::new(0), AtomicUsize::new(0));
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    match Store::open(std::slice::from_ref(&root), opts()) {
+                        Ok(store) => {
+                            let before = open_now.fetch_add(1, Ordering::SeqCst);
+                            assert_eq!(before, 0, "two stores hold one root at once");
+                            opened.fetch_add(1, Ordering::Relaxed);
+                            std::thread::yield_now();
+                            open_now.fetch_sub(1, Ordering::SeqCst);
+                            drop(store);
+                        }
+                        Err(Error::StoreLocked { .. }) => {}
+                        Err(e) => panic!("open: {e}"),
+                    }
+                }
+            });
+        }
+        s.spawn(|| {
+            while !done.load(Ordering::Relaxed) {
+                if Store::remove_lock_file(&root).unwrap() {
+                    removed.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        std::thread::sleep(Duration::from_secs(1));
+        done.store(true, Ordering::Relaxed);
+    });
+    let (o, r) = (opened.into_inner(), removed.into_inner());
+    assert!(o > 10 && r > 10, "opened {o} times, removed {r} times");
+}
+
 const FORK_CHILD: &str = "SETCACHE_TEST_FORK_CHILD";
 
 /// A child forked while a store was open keeps copies of its descriptors,

@@ -678,11 +678,15 @@ impl Drop for RootLock {
 /// [`RELEASE_WAIT`].
 fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     let path = root.join(LOCK_FILE);
-    let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
-        .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
-    let id = fstat(&fd)
-        .map(|st| (st.st_dev, st.st_ino))
-        .map_err(|e| Error::os(format!("device {device}: examine"), &path, e))?;
+    let open = || -> Result<(OwnedFd, (u64, u64))> {
+        let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
+            .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
+        let id = fstat(&fd)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|e| Error::os(format!("device {device}: examine"), &path, e))?;
+        Ok((fd, id))
+    };
+    let (mut fd, mut id) = open()?;
     let start = Instant::now();
     let mut pause = Duration::from_micros(200);
     loop {
@@ -691,6 +695,15 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         // SAFETY: plain system call on an open descriptor.
         if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            // The lock file may have been removed (or replaced) between the
+            // open and the lock by its last holder: a lock on a file no
+            // longer in the directory locks nothing. Open it again.
+            let current = fs::metadata(&path).map(|m| (m.dev(), m.ino())).ok();
+            if current != Some(id) {
+                drop(held);
+                (fd, id) = open()?;
+                continue;
+            }
             held.push(id);
             drop(held);
             let lock = RootLock { fd, id };
@@ -757,6 +770,37 @@ pub struct DeviceBytes {
 }
 
 impl Store {
+    /// Remove the lock file a store leaves in a device root, if no store (of
+    /// this process or another) holds it: for a tool that made a store's
+    /// directory for a while and leaves it as it found it. Returns whether it
+    /// removed one. Safe against a store opening meanwhile: the file is
+    /// removed under its lock, and an opener that finds its lock file gone
+    /// from the directory once it holds it opens the new one.
+    pub fn remove_lock_file(root: &Path) -> Result<bool> {
+        let path = root.join(LOCK_FILE);
+        let fd = match open_raw(&path, libc::O_RDWR) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::os("open lock file", &path, e)),
+        };
+        // SAFETY: plain system call on an open descriptor.
+        if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                return Ok(false);
+            }
+            return Err(Error::os("lock", &path, e));
+        }
+        let id = fstat(&fd)
+            .map(|st| (st.st_dev, st.st_ino))
+            .map_err(|e| Error::os("examine", &path, e))?;
+        if fs::metadata(&path).map(|m| (m.dev(), m.ino())).ok() != Some(id) {
+            return Ok(false);
+        }
+        fs::remove_file(&path).map_err(|e| Error::os("remove lock file", &path, e))?;
+        Ok(true)
+    }
+
     /// Open a store on `roots`, one directory per device.
     ///
     /// Locks every root for this store (a root in use by another open store, in

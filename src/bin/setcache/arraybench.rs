@@ -34,7 +34,7 @@
 //! misses during the workload's array rounds.
 
 use std::sync::Barrier;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
 use clap::Args;
@@ -46,6 +46,7 @@ use setcache::{
 use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::zipf::Zipf;
+use crate::bench::{install_sigint, interrupted};
 
 /// A paged array beside a vector in memory.
 #[derive(Args, Debug)]
@@ -181,6 +182,9 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         ));
     }
     let n = bytes / 8;
+    // Ctrl-C ends the run between steps, and the files it made are taken
+    // away as after any other ending.
+    install_sigint();
     let tmp;
     let dir = match &a.dir {
         Some(d) => d.clone(),
@@ -235,11 +239,15 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     // nothing else is left in it.
     if let Ok(entries) = std::fs::read_dir(&root) {
         for entry in entries.flatten() {
-            if ours(&entry.file_name().to_string_lossy()) {
+            let name = entry.file_name();
+            if name != ".setcache-lock" && ours(&name.to_string_lossy()) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
     }
+    // The lock file under its lock: a store another run opened meanwhile
+    // keeps it.
+    let _ = Store::remove_lock_file(&root);
     let _ = std::fs::remove_dir(&root);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
@@ -273,6 +281,9 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
     // them; the other workloads read them as plain words (`words`).
     let v: Vec<AtomicU64> = (0..n).map(AtomicU64::new).collect();
     for (k, chunk) in words(&v).chunks(1 << 20).enumerate() {
+        if interrupted() {
+            return Err(STOPPED.into());
+        }
         arr.write_from((k << 20) as u64, chunk).map_err(err)?;
     }
     arr.sync().map_err(err)?;
@@ -285,17 +296,26 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
     );
     // Warm: every page read once, in order.
     let mut s = 0u64;
-    arr.reader()
-        .for_each_chunk(0..n, |_, xs| {
+    let mut r = arr.reader();
+    for from in (0..n).step_by(1 << 20) {
+        if interrupted() {
+            return Err(STOPPED.into());
+        }
+        r.for_each_chunk(from..n.min(from + (1 << 20)), |_, xs| {
             s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
         })
         .map_err(err)?;
+    }
+    drop(r);
     std::hint::black_box(s);
     println!(
         "{:<13} {:>14} {:>14} {:>9} {:>8} {:>9}  rounds (array / vector)",
         "workload", "vector /s", "array /s", "x vector", "tc hits", "misses"
     );
     for w in &a.workload {
+        if interrupted() {
+            return Err(STOPPED.into());
+        }
         let t = a.threads;
         let idx: Vec<Vec<u64>> = (0..t)
             .map(|k| {
@@ -309,6 +329,9 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
             .collect();
         let misses = cs.cache().stats().misses;
         let (times, stats) = rounds(&arr, &v, w, &idx, a.rounds).map_err(err)?;
+        if interrupted() {
+            return Err(STOPPED.into());
+        }
         let misses = cs.cache().stats().misses - misses;
         let ops: u64 = (0..t).map(|k| ops_of(w, n, t, k, &idx[k])).sum();
         let mut vr: Vec<f64> = times.iter().map(|&(vt, _)| ops as f64 / vt).collect();
@@ -378,18 +401,25 @@ fn rounds(
     let t = idx.len();
     let n = arr.len();
     let gate = Barrier::new(t + 1);
+    // Whether the round about to start is skipped (Ctrl-C): set by the
+    // timing thread before the round's first barrier, read by every thread
+    // after it, so that all leave at the same round and none waits alone.
+    let stop = AtomicBool::new(false);
     std::thread::scope(|sc| {
         let hs: Vec<_> = idx
             .iter()
             .enumerate()
             .map(|(k, idx)| {
-                let gate = &gate;
+                let (gate, stop) = (&gate, &stop);
                 sc.spawn(move || -> setcache::Result<TranslationStats> {
                     let mut r = arr.reader();
                     let before = r.stats();
                     let mut failed = None;
                     for _ in 0..rounds {
                         gate.wait();
+                        if stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                         run_vec(w, v, share(n, t, k), idx);
                         gate.wait();
                         gate.wait();
@@ -415,7 +445,11 @@ fn rounds(
             .collect();
         let mut times = Vec::new();
         for _ in 0..rounds {
+            stop.store(interrupted(), Ordering::Relaxed);
             gate.wait();
+            if stop.load(Ordering::Relaxed) {
+                break;
+            }
             let t0 = Instant::now();
             gate.wait();
             let vt = t0.elapsed().as_secs_f64();
@@ -431,6 +465,9 @@ fn rounds(
         Ok((times, stats))
     })
 }
+
+/// What a run stopped by Ctrl-C returns.
+const STOPPED: &str = "interrupted";
 
 fn median(x: &mut [f64]) -> f64 {
     x.sort_by(|a, b| a.total_cmp(b));

@@ -13,6 +13,7 @@ use setcache::{CacheOptions, CachedStore, FlushOptions, LayoutKind, Store, Store
 
 use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
+use crate::bench::{install_sigint, interrupted};
 
 /// Time `sync` of a cached file against its dirty pages and the cache size.
 #[derive(Args, Debug)]
@@ -68,11 +69,29 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     if !a.dir.is_dir() {
         return Err(format!("--dir {} is not a directory", a.dir.display()));
     }
+    // Ctrl-C ends the run between syncs; the file is deleted as after any
+    // other ending. The store's lock file goes too if this run made it.
+    install_sigint();
+    let made_lock = !a.dir.join(".setcache-lock").exists();
+    let result = sizes_rows(&a, &sizes, file_size, pages);
+    if made_lock {
+        // The store is closed: its lock file goes, unless a store opened
+        // meanwhile holds it.
+        let _ = Store::remove_lock_file(&a.dir);
+    }
+    result
+}
+
+/// Every cache size's rows, each size's store opened and closed in turn.
+fn sizes_rows(a: &SyncArgs, sizes: &[u64], file_size: u64, pages: u64) -> Result<(), String> {
     out!("| cache | dirty pages | median sync | p90 sync | per dirty page |");
     out!("|---|---|---|---|---|");
     let mut rng = Rng::new(1);
     let page = vec![0x5au8; 4096];
-    for &size in &sizes {
+    for &size in sizes {
+        if interrupted() {
+            return Err(STOPPED.into());
+        }
         let store = Store::open(std::slice::from_ref(&a.dir), StoreOptions::default())
             .map_err(|e| e.to_string())?;
         let opts = CacheOptions {
@@ -95,13 +114,16 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
         let f = cs
             .create(name, file_size, LayoutKind::Stripe)
             .map_err(|e| e.to_string())?;
-        let rows = rows(&a, size, pages, &f, &mut rng, &page);
+        let rows = rows(a, size, pages, &f, &mut rng, &page);
         drop(f);
         let deleted = cs.delete(name).map_err(|e| e.to_string());
         rows.and(deleted)?;
     }
     Ok(())
 }
+
+/// What a run stopped by Ctrl-C returns.
+const STOPPED: &str = "interrupted";
 
 /// The rows of one cache size: each dirty count's syncs timed.
 fn rows(
@@ -117,6 +139,9 @@ fn rows(
         for &d in &a.dirty {
             let mut times = Vec::with_capacity(a.rounds);
             for _ in 0..a.rounds {
+                if interrupted() {
+                    return Err(STOPPED.into());
+                }
                 let mut chosen = std::collections::HashSet::new();
                 while chosen.len() < d {
                     chosen.insert(rng.below(pages));

@@ -45,7 +45,8 @@ pub(crate) use config::{check_io_unit, check_outputs};
 
 use cgroup::{Hierarchy, MemCgroup};
 use config::Config;
-use driver::{Timing, interrupted};
+use driver::Timing;
+pub(crate) use driver::{install_sigint, interrupted};
 use engine::Engine;
 use linux::LinuxJob;
 use report::RunResult;
