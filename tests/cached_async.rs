@@ -1177,3 +1177,81 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     cf.read_at(page * 4096, &mut b).unwrap();
     assert!(b[100..200].iter().all(|&x| x == 7) && b[..100].iter().all(|&x| x == 3));
 }
+
+/// Submits reads of four pages `base + first + 16 k` for growing `first` until
+/// one of them is still in flight when `submit` returns; returns that page.
+fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> u64 {
+    let mut done = Vec::new();
+    for first in 0..16u64 {
+        let pages: Vec<u64> = (0..4).map(|k| base + first + 16 * k).collect();
+        q.submit(
+            pages
+                .iter()
+                .map(|&p| CachedRequest::tagged(OpKind::Read, cf, p * 4096, vec![0; 4096], p))
+                .collect(),
+        );
+        done.clear();
+        q.take_completions(&mut done);
+        if let Some(p) = pages
+            .into_iter()
+            .find(|&p| done.iter().all(|(t, _)| *t != p))
+        {
+            return p;
+        }
+    }
+    panic!("every read was done before its submit returned");
+}
+
+/// A synchronous read of a page that another thread's request queue is
+/// reading in waits for that read, longer than the pin wait if need be, even
+/// while a request queue of the reading thread holds fills of its own: only
+/// a page its own queues are filling fails it with `HeldByCaller`.
+#[test]
+fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
+    let tmp = TempDir::new("fill-other-queue");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
+    bytes.fill(3);
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let watchdog = Watchdog::new("a call waited 60 s for another thread's fill");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        // The other thread: a fill its queue holds for 600 ms.
+        s.spawn(|| {
+            let mut q = cs.queue(4);
+            tx.send(a_read_left_in_flight(&mut q, &cf, 0)).unwrap();
+            std::thread::sleep(Duration::from_millis(600));
+            q.drain();
+        });
+        let theirs = rx.recv().unwrap();
+        let mut q = cs.queue(4);
+        let ours = a_read_left_in_flight(&mut q, &cf, 64);
+        let mut b = vec![0u8; 4096];
+        let t = Instant::now();
+        match cf.read_at(theirs * 4096, &mut b) {
+            Ok(4096) => assert!(b.iter().all(|&x| x == 3)),
+            other => panic!(
+                "a read of page {theirs}, which another thread's queue reads, after {:?}: {other:?}",
+                t.elapsed()
+            ),
+        }
+        match cf.read_at(ours * 4096, &mut b) {
+            Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+            other => panic!("a read of page {ours} while this thread's queue reads it: {other:?}"),
+        }
+        q.drain();
+        cf.read_at(ours * 4096, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 3));
+    });
+    drop(watchdog);
+}

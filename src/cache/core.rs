@@ -196,30 +196,49 @@ pub(crate) enum Found {
     /// A writer waited the pin wait for the readers' pins of this page to
     /// drop (page guards, most likely); nothing is held.
     Held,
-    /// The page stayed in a fill for the pin wait while request queues of
-    /// this thread hold fills in flight ([`note_queue_fills`]), which only
-    /// this thread finishes: it may be one of them. Nothing is held.
+    /// The page is in a fill that a request queue of this thread holds in
+    /// flight ([`note_queue_fill`]), which only this thread finishes: waiting
+    /// for it would never end. Nothing is held.
     FillHeld,
 }
 
 thread_local! {
-    /// Fills that request queues of this thread hold in flight. Only this
-    /// thread finishes them (it reaps their reads when it polls a queue), so
-    /// a blocking lookup of its own that meets a page being filled waits at
-    /// most the pin wait while this is above zero.
-    static QUEUE_FILLS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// Fills that request queues of this thread hold in flight, by cache (its
+    /// core's address) and tag. Only this thread finishes them (it reaps their
+    /// reads when it polls a queue), so a blocking lookup of its own that
+    /// meets one of these pages being filled must not wait for it. At most a
+    /// queue's depth of entries each: looked through only when a lookup has
+    /// waited the pin wait for a fill.
+    static QUEUE_FILLS: std::cell::RefCell<Vec<(usize, u64)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// A request queue of this thread now holds `now` fills in flight, where it
-/// held `before`.
-pub(crate) fn note_queue_fills(before: usize, now: usize) {
-    if before != now {
-        let _ = QUEUE_FILLS.try_with(|c| c.set(c.get().saturating_sub(before) + now));
-    }
+/// A request queue of this thread has started (`started`) or taken back the
+/// fill of `tag` in the cache whose core is at `core`.
+pub(crate) fn note_queue_fill(core: usize, tag: u64, started: bool) {
+    let _ = QUEUE_FILLS.try_with(|v| {
+        let mut v = v.borrow_mut();
+        if started {
+            v.push((core, tag));
+        } else if let Some(k) = v.iter().rposition(|&x| x == (core, tag)) {
+            v.swap_remove(k);
+        }
+    });
 }
 
-fn queue_fills() -> usize {
-    QUEUE_FILLS.try_with(|c| c.get()).unwrap_or(0)
+/// Whether request queues of this thread hold any fill in flight.
+fn queue_fills() -> bool {
+    QUEUE_FILLS
+        .try_with(|v| !v.borrow().is_empty())
+        .unwrap_or(false)
+}
+
+/// Whether a request queue of this thread holds the fill of `tag` in the
+/// cache whose core is at `core`.
+fn own_queue_fill(core: usize, tag: u64) -> bool {
+    QUEUE_FILLS
+        .try_with(|v| v.borrow().contains(&(core, tag)))
+        .unwrap_or(false)
 }
 
 /// The cache's shared state.
@@ -1353,16 +1372,22 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
             self.stats.bump(Stat::CoalescedWaits);
-            if queue_fills() == 0 {
+            if !queue_fills() {
                 self.wait_slot(s, i, |v| v & PENDING == 0);
             } else {
                 // The fill may be one of this thread's queues', which would
-                // never end while the thread waits here.
+                // never end while the thread waits here: after the pin wait,
+                // it is looked for among them (another thread's slow fill is
+                // waited for as any other).
                 let deadline = M::now() + self.pin_wait;
                 self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
                 if w.load(Acquire) & PENDING != 0 {
-                    self.release(s, i, false);
-                    return Step::Done(Found::FillHeld);
+                    let tag = self.tags(s)[i].load(Relaxed);
+                    if own_queue_fill(self as *const Self as usize, tag) {
+                        self.release(s, i, false);
+                        return Step::Done(Found::FillHeld);
+                    }
+                    self.wait_slot(s, i, |v| v & PENDING == 0);
                 }
             }
             self.release(s, i, false);

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 pub(crate) use self::core::Mode;
 use self::core::{Core, Found};
-pub(crate) use self::core::{Got, Sighting, note_queue_fills, still_at};
+pub(crate) use self::core::{Got, Sighting, still_at};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -434,9 +434,9 @@ impl<M: Model> PageCache<M> {
 
     fn fill_held(&self, file: u32, page: u64) -> Error {
         Error::HeldByCaller(format!(
-            "page {page} of cache file {file} was still being read in after {} ms, while a \
-             request queue of this thread holds reads in flight that only this thread \
-             finishes: poll, wait for or drain the queue before a synchronous call",
+            "page {page} of cache file {file} was still being read in after {} ms by a \
+             request queue of this thread, whose reads only this thread finishes: poll, \
+             wait for or drain the queue before a synchronous call",
             self.core.pin_wait.as_millis()
         ))
     }
@@ -1387,6 +1387,14 @@ impl<'a, M: Model> Fill<'a, M> {
         self.at.frame()
     }
 
+    /// Count this fill among those a request queue of the calling thread
+    /// holds in flight (`held`), or stop counting it: a blocking lookup of
+    /// this thread that meets the page then fails instead of waiting for a
+    /// fill only this thread can finish.
+    pub(crate) fn note_queued(&self, held: bool) {
+        self::core::note_queue_fill(self.at.core as *const Core<M> as usize, self.at.tag, held);
+    }
+
     /// A hint that the fill is about to finish: start loading the line of
     /// its state word, which `finish` updates. Changes nothing.
     pub(crate) fn prefetch_state(&self) {
@@ -1438,6 +1446,11 @@ impl<'a, M: Model> FillMut<'a, M> {
     /// The address of the frame, for asynchronous I/O into it.
     pub fn frame_ptr(&self) -> *mut u8 {
         self.0.frame_ptr()
+    }
+
+    /// See [`Fill::note_queued`].
+    pub(crate) fn note_queued(&self, held: bool) {
+        self.0.note_queued(held);
     }
 
     /// Publish the page and keep it for writing (it is dirty); or drop it.

@@ -48,7 +48,6 @@ use std::time::{Duration, Instant};
 
 use crate::cache::{
     Fill, FillMut, Got, Lookup, LookupMut, Mode, PageCache, PageRef, RawPin, WriteBack,
-    note_queue_fills,
 };
 use crate::cached::readahead;
 use crate::cached::shared::Shared;
@@ -275,6 +274,17 @@ enum Job<'a> {
 }
 
 impl Job<'_> {
+    /// A read into a frame is counted for the thread while it is in flight
+    /// (`Fill::note_queued`): a blocking lookup of this thread that meets
+    /// its page fails rather than wait for it.
+    fn note_queued(&self, held: bool) {
+        match self {
+            Job::Read(f) => f.note_queued(held),
+            Job::Write(f, _) => f.note_queued(held),
+            Job::Victim(_) | Job::Near(_) => {}
+        }
+    }
+
     fn frame(&mut self) -> &mut [u8] {
         match self {
             Job::Read(f) => f.frame_mut(),
@@ -443,10 +453,6 @@ pub struct CachedQueue<'a> {
     q: Queue,
     live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
-    /// The reads into frames among `fills`, each counted for the thread
-    /// (`note_queue_fills`) while it is in flight: a blocking lookup on this
-    /// thread then waits for a page being filled a bounded time.
-    reading: usize,
     /// Device operations in flight: the fills each serves (its tag is the key).
     ops: Slab<Slots>,
     /// Emptied `Slots::more` vectors for reuse.
@@ -508,7 +514,6 @@ impl<'a> CachedQueue<'a> {
             q,
             live: Slab::new(),
             fills: Slab::new(),
-            reading: 0,
             ops: Slab::new(),
             spare: Vec::new(),
             frames: Vec::new(),
@@ -1015,10 +1020,7 @@ impl<'a> CachedQueue<'a> {
             return self.complete_fill(job, req, page, r);
         }
         entry.note_fill(page);
-        if matches!(job, Job::Read(_) | Job::Write(..)) {
-            self.reading += 1;
-            note_queue_fills(0, 1);
-        }
+        job.note_queued(true);
         let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read (into
         // a staging slot or their frames); the run goes out at `send_run`.
@@ -1258,10 +1260,7 @@ impl<'a> CachedQueue<'a> {
             self.finished = done;
             while let Some((slot, r)) = self.finished.pop() {
                 let w = self.fills.remove(slot).expect("a fill in flight");
-                if matches!(w.job, Job::Read(_) | Job::Write(..)) {
-                    self.reading -= 1;
-                    note_queue_fills(1, 0);
-                }
+                w.job.note_queued(false);
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page, Instant::now())),
@@ -1455,8 +1454,9 @@ impl Drop for CachedQueue<'_> {
         // Should a callback panic in the drain, the fills left stop counting
         // for the thread all the same.
         let drained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain()));
-        note_queue_fills(self.reading, 0);
-        self.reading = 0;
+        for w in self.fills.iter() {
+            w.job.note_queued(false);
+        }
         if let Err(p) = drained {
             std::panic::resume_unwind(p);
         }

@@ -44,6 +44,11 @@ impl<T> Slab<T> {
         Some(v)
     }
 
+    /// The values, in key order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.items.iter().flatten()
+    }
+
     /// Take every value out, leaving the slab empty.
     pub(crate) fn take_all(&mut self) -> Vec<T> {
         self.free.clear();
