@@ -152,11 +152,34 @@ struct Meta {
     /// An operation that failed part-way in this process and whose intent record is
     /// still on disk: finished (or undone) before the next metadata operation.
     pending: Option<Intent>,
+    /// Whether `pending` is the undoing of a growth that failed part-way, which
+    /// the caller was told failed. The record on disk still says to grow: if
+    /// the store closes (or the process dies) before the undo ends, the next
+    /// open finishes the growth, as it does after a crash.
+    pending_undo: bool,
     /// An operation that failed before it began, or was undone (a growth rolled
     /// back, a rename put back), whose intent record could not be withdrawn:
     /// withdrawn before the next metadata operation (which fails while it cannot
     /// be), so that no later open carries out what the caller was told failed.
     withdraw: Option<Intent>,
+}
+
+impl Meta {
+    /// Leave a length change that failed part-way (`intent`, whose record is
+    /// on disk) to the next metadata operation. A shrink is finished then (the
+    /// bytes past its end may be gone already). A growth, which the caller is
+    /// told failed, is undone instead, every piece shrunk back to the old
+    /// length, so that the file does not grow after all while the store is
+    /// open; a store closed (or a crash) before that leaves the growth to the
+    /// next open, which finishes it, as after any crash.
+    fn leave_pending(&mut self, intent: Intent, growth: bool) {
+        self.pending_undo = growth;
+        if growth {
+            self.pending = Some(undo_of_growth(intent));
+        } else {
+            self.pending = Some(intent);
+        }
+    }
 }
 
 impl Drop for StoreInner {
@@ -609,6 +632,18 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Resul
     Ok(())
 }
 
+/// The record that undoes the length change `intent` records: the same file
+/// taken from the new length back to the old.
+fn undo_of_growth(mut intent: Intent) -> Intent {
+    if let Op::SetLen {
+        old_len, new_len, ..
+    } = &mut intent.op
+    {
+        std::mem::swap(old_len, new_len);
+    }
+    intent
+}
+
 fn check_len(what: &str, len: u64) -> Result<()> {
     if len > MAX_LEN {
         return Err(Error::InvalidArgument(format!(
@@ -892,6 +927,7 @@ impl Store {
                 meta: Mutex::new(Meta {
                     files: HashMap::new(),
                     pending: None,
+                    pending_undo: false,
                     withdraw: None,
                 }),
                 _locks: locks,
@@ -1405,6 +1441,7 @@ impl StoreInner {
                     problem: e.to_string(),
                 })?;
             meta.pending = None;
+            meta.pending_undo = false;
             self.finished_later.fetch_add(1, Ordering::AcqRel);
         }
         Ok(meta)
@@ -2027,12 +2064,12 @@ impl StoreInner {
                 return Err(e);
             }
             Err(e) => {
-                meta.pending = Some(intent);
+                meta.leave_pending(intent, len > old);
                 return Err(e);
             }
         }
         if let Err(e) = self.remove_intent() {
-            meta.pending = Some(intent);
+            meta.leave_pending(intent, len > old);
             return Err(e);
         }
         f.len.store(len, Ordering::Release);

@@ -475,3 +475,46 @@ fn a_failed_fsync_of_a_metadata_step_fails_the_files_later_syncs() {
     FSYNC_FD_ERRNO.set(0);
     c.sync().unwrap();
 }
+
+/// A growth stopped part-way whose rollback fails too (every step from some
+/// point on fails, and the process lives on) was reported failed: the next
+/// metadata operation undoes it rather than finish it. Stopped at each step
+/// in turn; the file keeps its old length and bytes wherever the growth
+/// failed, and has the new length where it succeeded. (A store closed before
+/// that is as after a crash: see `grow_after_shrink_is_whole_or_absent`.)
+#[test]
+fn a_growth_neither_finished_nor_rolled_back_is_undone_next() {
+    let (old, new) = (3 * 512 + 100, 40 * 512);
+    let mut failed = 0;
+    for k in 0..40 {
+        let d = Dir::new("undo-growth");
+        let s = d.open().unwrap();
+        make(&s, "g", old, 5);
+        let f = s.open_file("g").unwrap();
+        crash_after(Some(k));
+        let r = f.set_len(new);
+        crash_after(None);
+        if let Err(e) = &r {
+            assert!(is_simulated(e), "step {k}: {e}");
+            failed += 1;
+        }
+        let want = if r.is_ok() { new } else { old };
+        s.create("other", 512, LayoutKind::Stripe)
+            .unwrap_or_else(|e| panic!("step {k}: the next operation: {e}"));
+        assert_eq!(f.len(), want, "step {k}: after the next operation");
+        drop((f, s));
+        let st = d.state();
+        let (len, bytes) = &st["g"];
+        assert_eq!(*len, want, "step {k}: after reopening");
+        assert_eq!(
+            &bytes[..old as usize],
+            &pattern(5, old as usize)[..],
+            "step {k}"
+        );
+        assert!(bytes[old as usize..].iter().all(|&x| x == 0), "step {k}");
+        if r.is_ok() {
+            break;
+        }
+    }
+    assert!(failed > 4, "only {failed} growths failed");
+}
