@@ -1255,3 +1255,62 @@ fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
     });
     drop(watchdog);
 }
+
+/// Two threads, each with a fill of its own queue in flight, each reading
+/// the page the other's queue is reading: neither fill can end while both
+/// wait. Each waits 30 pin waits for the other's fill, then fails with
+/// `HeldByCaller` instead of waiting for ever; drained, both reads land.
+#[test]
+fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
+    let tmp = TempDir::new("fill-cross-queues");
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
+    bytes.fill(3);
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let watchdog = Watchdog::new("two threads waited 60 s for each other's fills");
+    let gate = std::sync::Barrier::new(2);
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| std::sync::mpsc::channel()).unzip();
+    std::thread::scope(|s| {
+        for (me, rx) in rxs.into_iter().enumerate() {
+            let (cs, cf, gate) = (&cs, &cf, &gate);
+            let tx = txs[1 - me].clone();
+            s.spawn(move || {
+                let mut q = cs.queue(4);
+                tx.send(a_read_left_in_flight(&mut q, cf, 64 * me as u64))
+                    .unwrap();
+                let theirs: u64 = rx.recv().unwrap();
+                gate.wait();
+                let mut b = vec![0u8; 4096];
+                let t = Instant::now();
+                match cf.read_at(theirs * 4096, &mut b) {
+                    Err(Error::HeldByCaller(m)) => {
+                        assert!(m.contains("another thread"), "{m}")
+                    }
+                    other => panic!("thread {me}: a read of page {theirs}: {other:?}"),
+                }
+                assert!(
+                    t.elapsed() >= Duration::from_millis(2900),
+                    "{:?}",
+                    t.elapsed()
+                );
+                // Both failed before either drains: the other's fill is still
+                // in flight until it does.
+                gate.wait();
+                q.drain();
+                cf.read_at(theirs * 4096, &mut b).unwrap();
+                assert!(b.iter().all(|&x| x == 3));
+            });
+        }
+    });
+    drop(watchdog);
+}

@@ -259,7 +259,7 @@ fn a_lock_file_removed_while_stores_open_never_lets_two_hold_a_root() {
                             let before = open_now.fetch_add(1, Ordering::SeqCst);
                             assert_eq!(before, 0, "two stores hold one root at once");
                             opened.fetch_add(1, Ordering::Relaxed);
-                            std::thread::yield_now();
+                            std::thread::sleep(Duration::from_micros(200));
                             open_now.fetch_sub(1, Ordering::SeqCst);
                             drop(store);
                         }

@@ -198,9 +198,19 @@ pub(crate) enum Found {
     Held,
     /// The page is in a fill that a request queue of this thread holds in
     /// flight ([`note_queue_fill`]), which only this thread finishes: waiting
-    /// for it would never end. Nothing is held.
-    FillHeld,
+    /// for it would never end (`own`). Or it is another thread's fill, waited
+    /// for [`CROSS_FILL_WAITS`] pin waits while this thread's queues hold
+    /// fills of their own: that thread may be waiting for one of them.
+    /// Nothing is held.
+    FillHeld { own: bool },
 }
+
+/// How many pin waits a blocking lookup waits for another thread's fill
+/// while request queues of its own thread hold fills in flight (30 s with
+/// the default pin wait). Two threads in that state, each waiting for the
+/// other's fill, would otherwise wait for ever; a fill that is merely slow
+/// ends well within it.
+pub(crate) const CROSS_FILL_WAITS: u32 = 30;
 
 thread_local! {
     /// Fills that request queues of this thread hold in flight, by cache (its
@@ -1383,11 +1393,15 @@ impl<M: Model> Core<M> {
                 self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
                 if w.load(Acquire) & PENDING != 0 {
                     let tag = self.tags(s)[i].load(Relaxed);
-                    if own_queue_fill(self as *const Self as usize, tag) {
-                        self.release(s, i, false);
-                        return Step::Done(Found::FillHeld);
+                    let own = own_queue_fill(self as *const Self as usize, tag);
+                    if !own {
+                        let longer = deadline + self.pin_wait * (CROSS_FILL_WAITS - 1);
+                        self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(longer));
                     }
-                    self.wait_slot(s, i, |v| v & PENDING == 0);
+                    if w.load(Acquire) & PENDING != 0 {
+                        self.release(s, i, false);
+                        return Step::Done(Found::FillHeld { own });
+                    }
                 }
             }
             self.release(s, i, false);

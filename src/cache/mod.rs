@@ -392,7 +392,7 @@ impl<M: Model> PageCache<M> {
                     done: false,
                 }),
                 Found::Held => unreachable!("only a writer waits for pins"),
-                Found::FillHeld => return Err(self.fill_held(file, page)),
+                Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
             },
         ))
     }
@@ -427,18 +427,28 @@ impl<M: Model> PageCache<M> {
                         self.core.pin_wait.as_millis()
                     )));
                 }
-                Found::FillHeld => return Err(self.fill_held(file, page)),
+                Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
             },
         ))
     }
 
-    fn fill_held(&self, file: u32, page: u64) -> Error {
-        Error::HeldByCaller(format!(
-            "page {page} of cache file {file} was still being read in after {} ms by a \
-             request queue of this thread, whose reads only this thread finishes: poll, \
-             wait for or drain the queue before a synchronous call",
-            self.core.pin_wait.as_millis()
-        ))
+    fn fill_held(&self, file: u32, page: u64, own: bool) -> Error {
+        Error::HeldByCaller(if own {
+            format!(
+                "page {page} of cache file {file} was still being read in after {} ms by a \
+                 request queue of this thread, whose reads only this thread finishes: poll, \
+                 wait for or drain the queue before a synchronous call",
+                self.core.pin_wait.as_millis()
+            )
+        } else {
+            format!(
+                "page {page} of cache file {file} was still being read in by another thread \
+                 after {:.1} s, while request queues of this thread hold reads in flight that \
+                 only this thread finishes (and that thread may be waiting for one): poll, \
+                 wait for or drain the queue before a synchronous call",
+                (self.core.pin_wait * self::core::CROSS_FILL_WAITS).as_secs_f64()
+            )
+        })
     }
 
     /// Copy `dst.len()` bytes at `offset` of `page` of `file` into `dst` if the

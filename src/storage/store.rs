@@ -152,11 +152,6 @@ struct Meta {
     /// An operation that failed part-way in this process and whose intent record is
     /// still on disk: finished (or undone) before the next metadata operation.
     pending: Option<Intent>,
-    /// Whether `pending` is the undoing of a growth that failed part-way, which
-    /// the caller was told failed. The record on disk still says to grow: if
-    /// the store closes (or the process dies) before the undo ends, the next
-    /// open finishes the growth, as it does after a crash.
-    pending_undo: bool,
     /// An operation that failed before it began, or was undone (a growth rolled
     /// back, a rename put back), whose intent record could not be withdrawn:
     /// withdrawn before the next metadata operation (which fails while it cannot
@@ -173,7 +168,6 @@ impl Meta {
     /// open; a store closed (or a crash) before that leaves the growth to the
     /// next open, which finishes it, as after any crash.
     fn leave_pending(&mut self, intent: Intent, growth: bool) {
-        self.pending_undo = growth;
         if growth {
             self.pending = Some(undo_of_growth(intent));
         } else {
@@ -810,7 +804,9 @@ impl Store {
     /// directory for a while and leaves it as it found it. Returns whether it
     /// removed one. Safe against a store opening meanwhile: the file is
     /// removed under its lock, and an opener that finds its lock file gone
-    /// from the directory once it holds it opens the new one.
+    /// from the directory once it holds it opens the new one (an opener in
+    /// another process at the very moment the lock is held here is refused,
+    /// as if the store that made the file were still open).
     pub fn remove_lock_file(root: &Path) -> Result<bool> {
         let path = root.join(LOCK_FILE);
         let fd = match open_raw(&path, libc::O_RDWR) {
@@ -927,7 +923,6 @@ impl Store {
                 meta: Mutex::new(Meta {
                     files: HashMap::new(),
                     pending: None,
-                    pending_undo: false,
                     withdraw: None,
                 }),
                 _locks: locks,
@@ -1441,7 +1436,6 @@ impl StoreInner {
                     problem: e.to_string(),
                 })?;
             meta.pending = None;
-            meta.pending_undo = false;
             self.finished_later.fetch_add(1, Ordering::AcqRel);
         }
         Ok(meta)

@@ -246,7 +246,8 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         }
     }
     // The lock file under its lock: a store another run opened meanwhile
-    // keeps it.
+    // keeps it (its other files are not safe from this sweep: two runs on one
+    // directory at once are not supported).
     let _ = Store::remove_lock_file(&root);
     let _ = std::fs::remove_dir(&root);
     if a.dir.is_none() {
