@@ -1097,45 +1097,10 @@ fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
 #[test]
 fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     let tmp = TempDir::new("fill-own-queue");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    // Bytes on the devices, so that a read waits for them (a hole's read
-    // ends inside its submission).
-    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
-    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
-    bytes.fill(3);
-    f.write_at(0, &bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = threes_behind_a_small_cache(&tmp);
     let mut q = cs.queue(4);
     let mut done = Vec::new();
-    // A read the queue still has in flight when `submit` returns (it reaps
-    // what is done by then; a lone read runs on the caller): four apart.
-    let mut page = None;
-    for first in 0..16u64 {
-        let pages: Vec<u64> = (0..4).map(|k| first + 16 * k).collect();
-        q.submit(
-            pages
-                .iter()
-                .map(|&p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
-                .collect(),
-        );
-        done.clear();
-        q.take_completions(&mut done);
-        page = pages
-            .into_iter()
-            .find(|&p| done.iter().all(|(t, _)| *t != p));
-        if page.is_some() {
-            break;
-        }
-    }
-    let page = page.expect("every read was done before its submit returned");
+    let page = a_read_left_in_flight(&mut q, &cf, 0);
     let outstanding = q.outstanding();
     let watchdog = Watchdog::new("a call waited 60 s for its own queue's fill");
     let t = Instant::now();
@@ -1178,6 +1143,27 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     assert!(b[100..200].iter().all(|&x| x == 7) && b[..100].iter().all(|&x| x == 3));
 }
 
+/// A store of one 128-page file of bytes 3 on its devices (so that a read
+/// waits for them: a hole's read ends inside its submission), under a cache
+/// of 16 pages with a pin wait of 100 ms and no readahead.
+fn threes_behind_a_small_cache(tmp: &TempDir) -> (CachedStore, CachedFile) {
+    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
+    bytes.fill(3);
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    (cs, cf)
+}
+
 /// Submits reads of four pages `base + first + 16 k` for growing `first` until
 /// one of them is still in flight when `submit` returns; returns that page.
 fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> u64 {
@@ -1209,20 +1195,7 @@ fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) ->
 #[test]
 fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
     let tmp = TempDir::new("fill-other-queue");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
-    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
-    bytes.fill(3);
-    f.write_at(0, &bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = threes_behind_a_small_cache(&tmp);
     let watchdog = Watchdog::new("a call waited 60 s for another thread's fill");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
@@ -1263,20 +1236,7 @@ fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
 #[test]
 fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
     let tmp = TempDir::new("fill-cross-queues");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
-    let mut bytes = setcache::AlignedBuf::new(128 * 4096);
-    bytes.fill(3);
-    f.write_at(0, &bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = threes_behind_a_small_cache(&tmp);
     let watchdog = Watchdog::new("two threads waited 60 s for each other's fills");
     let gate = std::sync::Barrier::new(2);
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| std::sync::mpsc::channel()).unzip();

@@ -85,36 +85,56 @@ fn run_for(dir: &Path, args: &[&str], limits: Limits, timeout: Duration) -> Run 
             Ok(())
         });
     }
-    let mut child = cmd.spawn().expect("run the setcache binary");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
+    let child = Captured::spawn(&mut cmd);
+    child.finish(timeout, &format!("setcache {args:?} hung"))
+}
+
+/// A child whose output threads collect its stdout and stderr.
+struct Captured {
+    child: std::process::Child,
+    out: std::thread::JoinHandle<String>,
+    err: std::thread::JoinHandle<String>,
+}
+
+impl Captured {
+    fn spawn(cmd: &mut Command) -> Captured {
+        let mut child = cmd.spawn().expect("run the setcache binary");
+        let mut out = child.stdout.take().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let out = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = out.read_to_string(&mut s);
+            s
+        });
+        let err = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Captured { child, out, err }
+    }
+
+    /// Waits for the child to end, killing it and panicking with `hung`
+    /// after `timeout`.
+    fn finish(mut self, timeout: Duration, hung: &str) -> Run {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("{hung} (killed after {timeout:?})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        Run {
+            code: status.code(),
+            signal: status.signal(),
+            stdout: self.out.join().unwrap(),
+            stderr: self.err.join().unwrap(),
         }
-        if start.elapsed() > timeout {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("setcache {args:?} hung (killed after {timeout:?})");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code(),
-        signal: status.signal(),
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
     }
 }
 
@@ -1183,30 +1203,18 @@ fn hitbench_refuses_slices_below_the_floor() {
 /// Runs `setcache ARGS` in `dir`, sends it SIGINT once `ready` holds (looked
 /// at every 10 ms for up to a minute), and returns how it ended.
 fn interrupt_when(dir: &Path, args: &[&str], ready: impl Fn() -> bool) -> Run {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
-        .args(args)
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the setcache binary");
-    let mut out = child.stdout.take().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
+    let mut child = Captured::spawn(
+        Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(args)
+            .current_dir(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let start = Instant::now();
     while !ready() {
         assert!(
-            child.try_wait().unwrap().is_none(),
+            child.child.try_wait().unwrap().is_none(),
             "setcache {args:?} ended before it was interrupted"
         );
         assert!(
@@ -1217,25 +1225,14 @@ fn interrupt_when(dir: &Path, args: &[&str], ready: impl Fn() -> bool) -> Run {
     }
     std::thread::sleep(Duration::from_millis(100));
     // SAFETY: plain system call; the child is ours and not yet reaped.
-    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("setcache {args:?} did not stop after SIGINT");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Run {
-        code: status.code(),
-        signal: status.signal(),
-        stdout: out_reader.join().unwrap(),
-        stderr: err_reader.join().unwrap(),
-    }
+    assert_eq!(
+        unsafe { libc::kill(child.child.id() as i32, libc::SIGINT) },
+        0
+    );
+    child.finish(
+        Duration::from_secs(60),
+        &format!("setcache {args:?} did not stop after SIGINT"),
+    )
 }
 
 /// `arraybench` and `syncbench` stopped by Ctrl-C end with an error saying
