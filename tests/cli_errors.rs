@@ -1224,11 +1224,10 @@ fn interrupt_when(dir: &Path, args: &[&str], ready: impl Fn() -> bool) -> Run {
         std::thread::sleep(Duration::from_millis(10));
     }
     std::thread::sleep(Duration::from_millis(100));
+    let pid = child.child.id() as i32;
     // SAFETY: plain system call; the child is ours and not yet reaped.
-    assert_eq!(
-        unsafe { libc::kill(child.child.id() as i32, libc::SIGINT) },
-        0
-    );
+    let sent = unsafe { libc::kill(pid, libc::SIGINT) };
+    assert_eq!(sent, 0);
     child.finish(
         Duration::from_secs(60),
         &format!("setcache {args:?} did not stop after SIGINT"),
