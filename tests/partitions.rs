@@ -263,6 +263,59 @@ fn a_panicking_task_fails_alone_and_threads_share_the_workers() {
     });
 }
 
+/// A panic payload whose own drop panics.
+struct PanicsWhenDropped;
+
+impl Drop for PanicsWhenDropped {
+    fn drop(&mut self) {
+        panic!("the payload's drop");
+    }
+}
+
+fn panics_with_a_bad_payload(_: &[u8], _: usize, _: u64) -> u64 {
+    std::panic::panic_any(PanicsWhenDropped)
+}
+
+/// A task whose panic payload panics again when dropped fails its own
+/// request like any other panicking task; the worker (and the thread at
+/// home in a partition) goes on serving, the page's pin released.
+#[test]
+fn a_task_whose_panic_payload_panics_when_dropped_fails_alone() {
+    let (_tmp, store) = numbered_store("parts-payload", "t");
+    let cs = CachedStore::new(store, cache(32, 32, 2)).unwrap();
+    let cf = cs.open_file("t").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    for home in [None, Some(0)] {
+        let mut q = p.queue_on(8, home).unwrap();
+        for page in 0..8u64 {
+            q.task(&cf, page * 4096, panics_with_a_bad_payload, 0, page);
+        }
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 8, "home {home:?}");
+        for c in &done {
+            match &c.result {
+                Err(Error::TaskPanicked { message, .. }) => {
+                    assert_eq!(message, "(no message)")
+                }
+                other => panic!("home {home:?}, page {}: {other:?}", c.tag),
+            }
+        }
+        // Every page still served, and none left pinned: written through.
+        for page in 0..8u64 {
+            q.task(&cf, page * 4096, sum_from, 1, page);
+        }
+        q.drain();
+        done.clear();
+        q.take_completions(&mut done);
+        assert!(done.iter().all(|c| c.result.is_ok()), "home {home:?}");
+        for page in 0..8u64 {
+            cf.write_at(page * 4096, &[9]).unwrap();
+        }
+    }
+}
+
 /// A wait that the home partition's hits satisfy may leave a small bundle
 /// for another partition unsent; a caller that then only polls still sees
 /// every request finish (a poll sends what is gathered).

@@ -151,6 +151,9 @@ struct Part {
     /// Set when the worker stopped on a panic: nothing it held will be
     /// answered.
     dead: AtomicBool,
+    /// In unit tests: the worker panics at its next batch (an internal fault).
+    #[cfg(test)]
+    fail_next: AtomicBool,
 }
 
 /// A cached store's pages divided among partitions, each with a worker
@@ -283,6 +286,8 @@ impl<'cs> Partitions<'cs> {
                 joined: AtomicU64::new(0),
                 closing: AtomicBool::new(false),
                 dead: AtomicBool::new(false),
+                #[cfg(test)]
+                fail_next: AtomicBool::new(false),
             });
             let cpus = (!emulated).then(|| cache_nodes[p % cache_nodes.len()].cpus.clone());
             if let Some(c) = &cpus {
@@ -790,13 +795,21 @@ impl From<Reply> for PartCompletion {
 impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
         // Unwinding (a worker's stop, say): the requests still out are left
-        // to their workers, which own their buffers.
-        if !std::thread::panicking() {
-            self.drain();
-        }
+        // to their workers, which own their buffers. The drain panics if a
+        // worker holding some of them stopped: the links are closed all the
+        // same (a worker keeps serving an open link, and the partitions'
+        // drop waits for every worker), then the panic goes on.
+        let drained = if std::thread::panicking() {
+            Ok(())
+        } else {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain()))
+        };
         for (l, p) in self.app.links.iter().zip(&self.parts.parts) {
             l.close();
             p.bell.ring();
+        }
+        if let Err(e) = drained {
+            std::panic::resume_unwind(e);
         }
     }
 }
@@ -887,6 +900,10 @@ fn serve_part(
                 batch.extend(b.reqs.into_iter().map(|r| (k, r)));
             }
         }
+        #[cfg(test)]
+        if !batch.is_empty() && part.fail_next.swap(false, SeqCst) {
+            panic!("a test's fault in partition {index}'s worker");
+        }
         if !batch.is_empty() {
             idle = 0;
             server.start(&mut batch, |k, no| {
@@ -964,5 +981,59 @@ fn serve_part(
             }
         }
         part.sleeping.store(false, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::CacheOptions;
+    use crate::storage::layout::LayoutKind;
+    use crate::{Store, StoreOptions};
+
+    /// A queue dropped while a worker that stopped on a panic holds some of
+    /// its requests panics, as its waits do, but closes its links first: the
+    /// partitions then drop, joining every worker, instead of waiting for
+    /// ever for the queue's link to close (a worker serves an open link).
+    #[test]
+    fn a_queue_dropped_facing_a_stopped_worker_lets_the_partitions_close() {
+        let dir = std::env::temp_dir().join(format!("setcache-part-stop-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+        let opts = CacheOptions {
+            size: 4 << 20,
+            partitions: 2,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let f = cs.open_file("f").unwrap();
+        let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+        // Partition 1's worker stops; partition 0's serves on.
+        parts.parts[1].fail_next.store(true, SeqCst);
+        let mut q = parts.queue_on(16, None).unwrap();
+        for k in 0..16u64 {
+            q.read(&f, k * 4096, vec![0; 4096], k);
+        }
+        let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(q)));
+        assert!(
+            dropped.is_err(),
+            "the queue's drop did not see the stopped worker"
+        );
+        // The partitions' drop, watched: it joins the workers.
+        let done = Arc::new(AtomicBool::new(false));
+        let seen = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(30));
+            if !seen.load(SeqCst) {
+                eprintln!("the partitions' drop waited 30 s for a worker");
+                std::process::exit(3);
+            }
+        });
+        drop(parts);
+        done.store(true, SeqCst);
+        drop((f, cs));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

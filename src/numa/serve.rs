@@ -217,6 +217,12 @@ fn run_task(
                 offset,
                 message,
             };
+            // The payload's own drop may panic too (a `panic_any` value whose
+            // `Drop` panics): caught, and that second payload leaked, so that
+            // nothing unwinds into the worker, which holds pins and requests.
+            if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(e))) {
+                std::mem::forget(again);
+            }
             (0, Err(err))
         }
     }
