@@ -1785,6 +1785,12 @@ impl<M: Model> Core<M> {
                 continue;
             }
             let is_cold = cold[k] != 0;
+            if !is_cold && !write_back {
+                // Readahead takes only cold pages (below): asking the policy
+                // for a warm victim would change its state (a clock's
+                // reference bits, a hand) for a choice thrown away.
+                continue;
+            }
             let i = if is_cold {
                 let mut best = (0u8, usize::MAX);
                 let mut m = cold[k];

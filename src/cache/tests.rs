@@ -2016,3 +2016,35 @@ fn pins_at_the_top() {
     assert_eq!(core::pins(st), start, "the pin count wrapped");
     assert_ne!(st & core::VALID, 0);
 }
+
+/// A readahead claim that finds no cold page in its sets leaves the policy
+/// as it was: the same reads with and without such a claim in the middle
+/// leave the same pages cached (a clock's victim choice once cleared the
+/// warm pages' reference bits for the claim, and moved its hand, though
+/// the claim took nothing).
+#[test]
+fn a_failed_readahead_claim_leaves_the_policy_untouched() {
+    let run = |claim: bool| {
+        let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Clock)).unwrap();
+        let touch = |p: u64| match c.get(0, p).unwrap() {
+            Lookup::Miss(f) => drop(f.finish(Ok(())).unwrap()),
+            Lookup::Hit(h) => drop(h),
+            Lookup::WriteBack(_) => unreachable!("nothing is dirty"),
+        };
+        for p in [0, 1, 2, 3, 0, 1, 2, 3] {
+            touch(p);
+        }
+        if claim {
+            assert!(
+                c.claim_ahead(0, 10).unwrap().is_none(),
+                "a warm set gave readahead a slot"
+            );
+        }
+        touch(1);
+        touch(11);
+        let mut left: Vec<u64> = c.pages().into_iter().map(|p| p.page).collect();
+        left.sort();
+        left
+    };
+    assert_eq!(run(true), run(false));
+}

@@ -478,6 +478,13 @@ fn join_window(active: &mut VecDeque<Window>, win: Window) {
     }
 }
 
+/// In unit tests: run once by the readahead thread, between its read of a
+/// window's file length and its claims, for the file whose entry is at this
+/// address.
+#[cfg(test)]
+pub(crate) static AFTER_LENGTH: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 impl<'a> Worker<'a> {
     /// Claim the absent pages among the first `turn` pages of window `win`
     /// and send their reads; `win` keeps the rest. Returns whether pages
@@ -488,7 +495,11 @@ impl<'a> Worker<'a> {
         }
         let cache = &self.sh.cache;
         let ps = cache.page_size() as u64;
-        let len = win.entry.file.len();
+        let mut len = win.entry.file.len();
+        #[cfg(test)]
+        if let Some(between) = AFTER_LENGTH.take(Arc::as_ptr(&win.entry) as usize) {
+            between();
+        }
         let end = win.first + win.pages.min(turn);
         for page in win.first..end {
             // The claims' sets are scattered over the cache: ask for a later
@@ -512,6 +523,20 @@ impl<'a> Worker<'a> {
                     continue;
                 }
                 Err(_) => return false,
+            };
+            // The length again, the page claimed: a write that grew the file
+            // over this page (which then left the cache) before the claim
+            // shows now, and one after it waits for this fill. Sized by the
+            // length read before the claim, the page could come in with zeros
+            // over those bytes.
+            len = win.entry.file.len();
+            let n = match len.checked_sub(off) {
+                Some(left) if left > 0 && left.min(ps) % DIRECT_ALIGN == 0 => left.min(ps) as usize,
+                _ => {
+                    drop(fill);
+                    self.send();
+                    return false;
+                }
             };
             self.add(win, page, n, fill);
         }
@@ -614,5 +639,80 @@ impl<'a> Worker<'a> {
                 drop(f.finish(r.clone()));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use super::AFTER_LENGTH;
+    use crate::cache::CacheOptions;
+    use crate::{Advice, CachedStore, LayoutKind, Store, StoreOptions};
+
+    /// A window's pages are sized by the file's length read after each
+    /// claim: a write that grows the file over its last page, is written back
+    /// and leaves the cache between the readahead thread's first look at the
+    /// length and its claim of that page must not come back as zeros.
+    #[test]
+    fn a_page_grown_and_written_before_its_claim_is_read_whole() {
+        let dir = std::env::temp_dir().join(format!("setcache-ra-len-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let old = 3 * 4096 + 2048;
+        let f = store.create("f", 4 * 4096, LayoutKind::Stripe).unwrap();
+        let mut b = crate::AlignedBuf::new(4 * 4096);
+        b.fill(5);
+        f.write_at(0, &b).unwrap();
+        f.set_len(old).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let opts = CacheOptions {
+            size: 64 * 4096,
+            page_size: 4096,
+            assoc: 4,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let other = cf.clone();
+        let (tx, rx) = std::sync::mpsc::channel();
+        AFTER_LENGTH.arm(
+            Arc::as_ptr(&cf.entry) as usize,
+            Box::new(move || {
+                // Grown, the second half of page 3 written, written back and
+                // the page let go: all before the claim.
+                let r = other
+                    .set_len(4 * 4096)
+                    .and_then(|()| other.write_at(old, &[7; 2048]))
+                    .and_then(|()| other.sync())
+                    .and_then(|()| other.shared.cache.evict(other.id, 3).map(|_| ()));
+                tx.send(r).unwrap();
+            }),
+        );
+        cf.advise(0, old, Advice::WillNeed).unwrap();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the readahead thread never looked at the window")
+            .unwrap();
+        let t0 = Instant::now();
+        while !cs.cache().pages().iter().any(|p| p.page == 3) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "page 3 never read ahead"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut page = vec![0u8; 4096];
+        assert_eq!(cf.read_at(3 * 4096, &mut page).unwrap(), 4096);
+        assert!(page[..2048].iter().all(|&x| x == 5));
+        assert!(
+            page[2048..].iter().all(|&x| x == 7),
+            "the written half came back as {:?}",
+            &page[2048..2056]
+        );
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
