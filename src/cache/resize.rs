@@ -93,7 +93,7 @@ impl<M: Model> Core<M> {
         let is_dirty = |set: usize, i: usize| self.state(set, i).load(Acquire) & DIRTY != 0;
         // Pages of `t` in use, or a slot of it without a page that still
         // holds a pin (a waiter for a fill that failed): wait.
-        let all = (1u32 << self.lay.assoc) - 1;
+        let all = crate::cache::policy::low_mask(self.lay.assoc);
         if (0..self.lay.assoc).any(|i| *gt.valid & (1 << i) != 0 && busy(t, i))
             || self.free_slots(t, *gt.valid) != all & !*gt.valid
         {

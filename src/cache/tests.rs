@@ -2048,3 +2048,34 @@ fn a_failed_readahead_claim_leaves_the_policy_untouched() {
     };
     assert_eq!(run(true), run(false));
 }
+
+/// Sets of 32 slots (the most) shrink as sets of 4 do: the mask of a
+/// set's slots once shifted a 32-bit one by 32 (a panic with overflow
+/// checks; else an empty mask, so that every shrink whose last set had a
+/// free slot failed `ResizeBusy`).
+#[test]
+fn a_cache_of_32_slot_sets_grows_and_shrinks() {
+    let c = PageCache::<Os>::new(opts(64, 256, 32, PolicyKind::Clock)).unwrap();
+    let disk = Disk::default();
+    c.resize(256 * 512).unwrap();
+    assert_eq!(c.sets(), 8);
+    for p in 0..40u64 {
+        let mut g = c
+            .get_mut_with(3, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(p as u8);
+    }
+    // Written back, so that the shrink may drop what does not fit.
+    for PageId { file: f, page: p } in c.dirty_pages() {
+        if let Some(w) = c.write_back(f, p).unwrap() {
+            disk.lock().unwrap().insert((f, p), w.bytes().to_vec());
+            w.finish(Ok(())).unwrap();
+        }
+    }
+    c.resize(64 * 512).unwrap();
+    assert_eq!(c.sets(), 2);
+    for p in 0..40u64 {
+        let g = c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap();
+        assert!(g.iter().all(|&b| b == p as u8), "page {p} after the shrink");
+    }
+}

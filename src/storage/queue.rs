@@ -616,7 +616,8 @@ impl Queue {
         }
         let mut ran = 0;
         let mut ready = std::mem::take(&mut self.ready);
-        for (token, err) in ready.drain(..) {
+        let mut left = ready.drain(..);
+        while let Some((token, err)) = left.next() {
             let p = self.slots[token as usize]
                 .take()
                 .expect("completion of a live request");
@@ -627,16 +628,33 @@ impl Queue {
                 Some(e) => Err(e),
             };
             match p.done {
-                Done::User { buf, callback } => callback(Completion {
-                    kind: p.kind,
-                    offset: p.offset,
-                    buf,
-                    result,
-                }),
+                Done::User { buf, callback } => {
+                    let c = Completion {
+                        kind: p.kind,
+                        offset: p.offset,
+                        buf,
+                        result,
+                    };
+                    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| callback(c)));
+                    if let Err(e) = r {
+                        // The completions taken with this one go back to the
+                        // shared list: dropped with the unwind, their requests
+                        // would stay in flight for ever, and this queue's
+                        // drain (its drop's) would wait for them for ever.
+                        let rest: Vec<_> = left.collect();
+                        self.shared
+                            .done
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .extend(rest);
+                        std::panic::resume_unwind(e);
+                    }
+                }
                 Done::Tag(tag) => self.tagged.push((tag, result)),
             }
             ran += 1;
         }
+        drop(left);
         self.ready = ready;
         ran
     }
@@ -654,6 +672,52 @@ impl Drop for Queue {
 mod tests {
     use super::*;
     use crate::{EngineKind, LayoutKind, Store, StoreOptions};
+
+    /// A callback that panics takes nothing with it: the completions that
+    /// came back with its own are run by the next wait, and the queue
+    /// drains (before, they were dropped with the unwind, their requests
+    /// stayed in flight, and the drain of the queue's drop waited for ever).
+    #[test]
+    fn a_panicking_callback_leaves_the_other_completions_to_run() {
+        let dir = std::env::temp_dir().join(format!("setcache-cb-panic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let file = store.create("f", 1 << 16, LayoutKind::Stripe).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let f = file.clone();
+        std::thread::spawn(move || {
+            let ran = std::rc::Rc::new(std::cell::Cell::new(0));
+            let mut q = Queue::new(8);
+            let reqs = (0..8u64)
+                .map(|k| {
+                    let ran = ran.clone();
+                    Request::read(&f, k * 4096, AlignedBuf::new(4096), move |c| {
+                        c.result.unwrap();
+                        ran.set(ran.get() + 1);
+                        panic!("callback {k}");
+                    })
+                })
+                .collect();
+            q.submit(reqs);
+            // Every read back before the first wait takes them all at once.
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            let mut panics = 0;
+            while q.in_flight > 0 {
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.wait(1)));
+                panics += usize::from(r.is_err());
+            }
+            q.drain();
+            drop(q);
+            tx.send((ran.get(), panics)).unwrap();
+        });
+        let (ran, panics) = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the queue waited for ever for completions a panic took");
+        assert_eq!((ran, panics), (8, 8));
+        drop((file, store));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     /// With `set_lone_in_caller`, a flush of one write with nothing else in
     /// flight performs it there and then (its tag is ready without a wait,

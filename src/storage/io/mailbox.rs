@@ -207,9 +207,16 @@ impl Mailbox {
             ctrl.append(&mut g.ctrl);
             if let Some(op) = g.ops.pop_front() {
                 let blocked = g.blocked > 0;
+                // A batch wakes one consumer (`push`); each one that takes an
+                // operation wakes the next while operations and idle
+                // consumers are left, so that the batch spreads over them.
+                let more = !g.ops.is_empty() && g.idle > 0;
                 drop(g);
                 if blocked {
                     self.space.notify_one();
+                }
+                if more {
+                    self.work.notify_one();
                 }
                 return Some(op);
             }

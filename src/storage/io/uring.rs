@@ -270,9 +270,12 @@ impl Worker {
                     iov_base: addr as *mut libc::c_void,
                     iov_len: len,
                 };
-                // SAFETY: the arena stays allocated until after it sends
-                // `UnregisterBuf`, which this thread applies before reusing the index;
-                // no operation names the index after the arena is gone.
+                // SAFETY: the kernel only pins the range; no operation names the
+                // index once its arena is gone. An arena dropped before this
+                // message is applied has sent `UnregisterBuf` behind it (the
+                // mailbox keeps their order), which clears the slot in this same
+                // pass: the pages of freed memory are pinned for that moment and
+                // never read or written through the index.
                 let ok = unsafe { sub.register_buffers_update(index as u32, &[iov], None) }.is_ok();
                 self.bufs[index as usize] = ok;
             }
@@ -359,7 +362,11 @@ impl Worker {
         if let Err(e) = res {
             match e.raw_os_error() {
                 Some(libc::EINTR) | Some(libc::EBUSY) | Some(libc::EAGAIN) => {}
-                _ => eprintln!("setcache: io_uring_enter failed: {e}"),
+                _ => {
+                    eprintln!("setcache: io_uring_enter failed: {e}");
+                    // A lasting failure must not spin a CPU (nor flood stderr).
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
             }
         }
     }
