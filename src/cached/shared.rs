@@ -594,14 +594,16 @@ impl Shared {
     }
 
     /// [`Shared::store_page`] for a file whose entry the caller holds (no
-    /// table lookup).
+    /// table lookup). A write that an fsync of the file failed after (and
+    /// before it was noted as written) is made again.
     pub(crate) fn store_page_of(e: &Entry, page: u64, bytes: &[u8]) -> Result<()> {
         if e.check().is_err() {
             return Ok(()); // the file is gone: nowhere to go
         }
         let ps = bytes.len() as u64;
         let off = page * ps;
-        let (n, r) = loop {
+        let r = loop {
+            let epoch = e.fsync_epoch();
             let len = e.file.len();
             let n = len.saturating_sub(off).min(ps) as usize;
             let r = if n > 0 {
@@ -610,22 +612,27 @@ impl Shared {
             } else {
                 Ok(())
             };
-            // A shrink between the length read and the write: write what is
-            // still inside the file.
+            #[cfg(test)]
+            if let Some(between) = AFTER_STORE.take(e as *const Entry as usize) {
+                between();
+            }
             match r {
+                // A shrink between the length read and the write: write what
+                // is still inside the file.
                 Err(Error::OutOfRange { .. }) if e.file.len() != len => continue,
-                r => break (n, r),
+                // Noted as written under the fsync epoch it was sent at, as
+                // the queues' write-backs are: an fsync of the file that
+                // failed since may have dropped it (and did not write it
+                // again, not knowing of it), so it is written again.
+                Ok(()) if n > 0 && !e.written_at(epoch, [page]) => continue,
+                r => break r,
             }
         };
-        match &r {
-            Err(err) => {
-                e.failed
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get_or_insert_with(|| err.clone());
-            }
-            Ok(()) if n > 0 => e.note_written(&mut e.durable(), page),
-            Ok(()) => {}
+        if let Err(err) = &r {
+            e.failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_or_insert_with(|| err.clone());
         }
         r
     }
@@ -641,10 +648,67 @@ impl Shared {
     }
 }
 
+/// In unit tests: run once by a synchronous write-back of the file whose
+/// entry is at this address, between its write and its note as written.
+#[cfg(test)]
+pub(crate) static AFTER_STORE: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 #[cfg(test)]
 mod tests {
     use crate::cache::{CacheOptions, PolicyKind};
     use crate::{CachedStore, LayoutKind, Store, StoreOptions};
+
+    /// A synchronous write-back (a victim's, written by the thread that needs
+    /// its slot) that an fsync of its file failed after, before the write
+    /// was noted as written, is written again: the failed fsync may have
+    /// dropped it and, not knowing of it, did not write it again. The hook
+    /// puts the page's old bytes back on the device (what a dropped write
+    /// leaves) and counts a failed fsync between the write and its note.
+    #[test]
+    fn a_synchronous_write_back_a_failed_fsync_overtook_is_written_again() {
+        use std::sync::Arc;
+        use std::sync::atomic::Ordering;
+        let dir = std::env::temp_dir().join(format!("setcache-sync-wb-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let f = store.create("f", 4 * 4096, LayoutKind::Stripe).unwrap();
+        let mut old = crate::AlignedBuf::new(4096);
+        old.fill(1);
+        f.write_at(4096, &old).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let opts = CacheOptions {
+            size: 64 * 4096,
+            page_size: 4096,
+            assoc: 4,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let e = cf.entry.clone();
+        let e2 = e.clone();
+        super::AFTER_STORE.arm(
+            Arc::as_ptr(&e) as usize,
+            Box::new(move || {
+                e2.file.write_at(4096, &old).unwrap();
+                e2.fsync_failures.fetch_add(1, Ordering::AcqRel);
+            }),
+        );
+        let mut new = crate::AlignedBuf::new(4096);
+        new.fill(2);
+        super::Shared::store_page_of(&e, 1, &new).unwrap();
+        let mut back = crate::AlignedBuf::new(4096);
+        e.file.read_at(4096, &mut back).unwrap();
+        assert!(
+            back.iter().all(|&x| x == 2),
+            "the device holds {:?} after the write-back",
+            &back[..4]
+        );
+        drop((cf, e, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A file deleted while a handle holds it keeps its cache id only as
     /// long as the handle: once the handle is gone, a later open gets that

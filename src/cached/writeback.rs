@@ -654,6 +654,10 @@ impl Shared {
                 left = true;
             }
         }
+        // A page that left the cache and was read back while the loop went
+        // on came back with what the failed fsync left, and was marked dirty
+        // with those bytes: lost too.
+        left |= !e.durable().refilled.is_empty();
         if left && let Some(err) = err {
             e.durable().lost.get_or_insert(err);
         }
