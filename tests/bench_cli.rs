@@ -393,11 +393,11 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
 fn a_timed_replay_counts_no_wait_for_later_accesses_in_latency() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-paced-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // Nine reads of 4 KiB, 50 ms apart (FILETIME: 100 ns ticks).
+    // Nine reads of 4 KiB, 200 ms apart (FILETIME: 100 ns ticks).
     let trace = dir.join("msr.csv");
     let mut text = String::new();
     for r in 0..9u64 {
-        let ticks = 128_000_000_000_000_000 + r * 500_000;
+        let ticks = 128_000_000_000_000_000 + r * 2_000_000;
         text.push_str(&format!("{ticks},hm,0,Read,{},4096,100\n", r * 3 * 4096));
     }
     std::fs::write(&trace, text).unwrap();
@@ -436,10 +436,11 @@ fn a_timed_replay_counts_no_wait_for_later_accesses_in_latency() {
         let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         let run = &doc["runs"][0];
         assert_eq!(run["ops"].as_f64(), Some(9.0), "{case:?}: {text}");
-        // Each read alone on an idle device takes well under a millisecond;
-        // one held back for the next access would wait 50 ms or more.
+        // Each read alone on an idle device takes well under a millisecond
+        // (a busy one, with other tests' benches, has taken 25 ms); one held
+        // back for the next access would wait 200 ms or more.
         let max = run["lat_us"]["max"].as_f64().unwrap();
-        assert!(max < 25_000.0, "{case:?}: a read took {max} us: {text}");
+        assert!(max < 100_000.0, "{case:?}: a read took {max} us: {text}");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1324,3 +1324,23 @@ impl CachedFile {
         Ok(from)
     }
 }
+
+/// In unit tests: an empty scratch directory for a store, named by `tag`.
+#[cfg(test)]
+pub(crate) fn scratch_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("setcache-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// In unit tests: a cache of `pages` pages of 4 KiB in sets of 4.
+#[cfg(test)]
+pub(crate) fn small_cache(pages: usize) -> CacheOptions {
+    CacheOptions {
+        size: pages * 4096,
+        page_size: 4096,
+        assoc: 4,
+        ..CacheOptions::default()
+    }
+}

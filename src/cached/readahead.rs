@@ -648,7 +648,6 @@ mod tests {
     use std::time::{Duration, Instant};
 
     use super::AFTER_LENGTH;
-    use crate::cache::CacheOptions;
     use crate::{Advice, CachedStore, LayoutKind, Store, StoreOptions};
 
     /// A window's pages are sized by the file's length read after each
@@ -657,9 +656,7 @@ mod tests {
     /// length and its claim of that page must not come back as zeros.
     #[test]
     fn a_page_grown_and_written_before_its_claim_is_read_whole() {
-        let dir = std::env::temp_dir().join(format!("setcache-ra-len-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::cached::scratch_dir("ra-len");
         let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
         let old = 3 * 4096 + 2048;
         let f = store.create("f", 4 * 4096, LayoutKind::Stripe).unwrap();
@@ -669,13 +666,7 @@ mod tests {
         f.set_len(old).unwrap();
         f.sync().unwrap();
         drop(f);
-        let opts = CacheOptions {
-            size: 64 * 4096,
-            page_size: 4096,
-            assoc: 4,
-            ..CacheOptions::default()
-        };
-        let cs = CachedStore::new(store, opts).unwrap();
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
         let cf = cs.open_file("f").unwrap();
         let other = cf.clone();
         let (tx, rx) = std::sync::mpsc::channel();

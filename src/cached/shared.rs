@@ -669,9 +669,7 @@ mod tests {
     fn a_synchronous_write_back_a_failed_fsync_overtook_is_written_again() {
         use std::sync::Arc;
         use std::sync::atomic::Ordering;
-        let dir = std::env::temp_dir().join(format!("setcache-sync-wb-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::cached::scratch_dir("sync-wb");
         let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
         let f = store.create("f", 4 * 4096, LayoutKind::Stripe).unwrap();
         let mut old = crate::AlignedBuf::new(4096);
@@ -679,13 +677,7 @@ mod tests {
         f.write_at(4096, &old).unwrap();
         f.sync().unwrap();
         drop(f);
-        let opts = CacheOptions {
-            size: 64 * 4096,
-            page_size: 4096,
-            assoc: 4,
-            ..CacheOptions::default()
-        };
-        let cs = CachedStore::new(store, opts).unwrap();
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
         let cf = cs.open_file("f").unwrap();
         let e = cf.entry.clone();
         let e2 = e.clone();
@@ -715,16 +707,11 @@ mod tests {
     /// id back (ids are few: 2^24 in a cache).
     #[test]
     fn a_deleted_files_id_comes_back_once_its_last_handle_is_gone() {
-        let dir = std::env::temp_dir().join(format!("setcache-ids-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = crate::cached::scratch_dir("ids");
         let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
         let opts = CacheOptions {
-            size: 64 * 4096,
-            page_size: 4096,
-            assoc: 4,
             policy: PolicyKind::Clock,
-            ..CacheOptions::default()
+            ..crate::cached::small_cache(64)
         };
         let cs = CachedStore::new(store, opts).unwrap();
         let mut seen = std::collections::HashSet::new();
