@@ -1097,7 +1097,7 @@ fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
 #[test]
 fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     let tmp = TempDir::new("fill-own-queue");
-    let (cs, cf) = threes_behind_a_small_cache(&tmp);
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
     let mut q = cs.queue(4);
     let mut done = Vec::new();
     let page = a_read_left_in_flight(&mut q, &cf, 0);
@@ -1145,8 +1145,8 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
 
 /// A store of one 128-page file of bytes 3 on its devices (so that a read
 /// waits for them: a hole's read ends inside its submission), under a cache
-/// of 16 pages with a pin wait of 100 ms and no readahead.
-fn threes_behind_a_small_cache(tmp: &TempDir) -> (CachedStore, CachedFile) {
+/// of `pages` pages with a pin wait of 100 ms and no readahead.
+fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
     let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
     let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
     let mut bytes = setcache::AlignedBuf::new(128 * 4096);
@@ -1156,7 +1156,7 @@ fn threes_behind_a_small_cache(tmp: &TempDir) -> (CachedStore, CachedFile) {
     drop(f);
     let opts = CacheOptions {
         pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
+        ..cache(pages, pages)
     };
     let cs = CachedStore::with_flusher(store, opts, None).unwrap();
     cs.set_readahead(0);
@@ -1195,7 +1195,7 @@ fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) ->
 #[test]
 fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
     let tmp = TempDir::new("fill-other-queue");
-    let (cs, cf) = threes_behind_a_small_cache(&tmp);
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
     let watchdog = Watchdog::new("a call waited 60 s for another thread's fill");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
@@ -1236,20 +1236,24 @@ fn a_call_waits_for_another_threads_fill_while_its_own_queue_reads() {
 #[test]
 fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
     let tmp = TempDir::new("fill-cross-queues");
-    let (cs, cf) = threes_behind_a_small_cache(&tmp);
+    // Room for both queues' reads without a request waiting for a slot (a
+    // request parked so is no fill in flight).
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 64);
     let watchdog = Watchdog::new("two threads waited 60 s for each other's fills");
-    let gate = std::sync::Barrier::new(2);
     let (txs, rxs): (Vec<_>, Vec<_>) = (0..2).map(|_| std::sync::mpsc::channel()).unzip();
+    let txs: Vec<std::sync::mpsc::Sender<u64>> = txs;
     std::thread::scope(|s| {
         for (me, rx) in rxs.into_iter().enumerate() {
-            let (cs, cf, gate) = (&cs, &cf, &gate);
+            let (cs, cf) = (&cs, &cf);
             let tx = txs[1 - me].clone();
             s.spawn(move || {
+                // The threads meet through the channels, with a bound: one
+                // that fails ends the other's wait instead of hanging it.
+                let hear = || rx.recv_timeout(Duration::from_secs(20)).unwrap();
                 let mut q = cs.queue(4);
                 tx.send(a_read_left_in_flight(&mut q, cf, 64 * me as u64))
                     .unwrap();
-                let theirs: u64 = rx.recv().unwrap();
-                gate.wait();
+                let theirs = hear();
                 let mut b = vec![0u8; 4096];
                 let t = Instant::now();
                 match cf.read_at(theirs * 4096, &mut b) {
@@ -1265,7 +1269,8 @@ fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
                 );
                 // Both failed before either drains: the other's fill is still
                 // in flight until it does.
-                gate.wait();
+                tx.send(u64::MAX).unwrap();
+                hear();
                 q.drain();
                 cf.read_at(theirs * 4096, &mut b).unwrap();
                 assert!(b.iter().all(|&x| x == 3));
