@@ -799,6 +799,8 @@ macro_rules! execl_trampoline {
         // SAFETY: a naked function of assembly only, which keeps the ABI's
         // stack alignment and passes the C caller's arguments on unchanged.
         #[unsafe(naked)]
+        // SAFETY: the C library's own name, which this library stands in for
+        // with the same signature.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name() -> c_int {
             // At entry the stack pointer is 8 past a 16-byte boundary (the
@@ -825,6 +827,7 @@ macro_rules! execl_trampoline {
         #[cfg(target_arch = "aarch64")]
         // SAFETY: as for x86-64: assembly only, the stack kept aligned.
         #[unsafe(naked)]
+        // SAFETY: as for x86-64: the C library's name and signature.
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name() -> c_int {
             // x1-x7 stored, the link register beside them; sp stays 16-byte
