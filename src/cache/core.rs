@@ -301,7 +301,7 @@ pub(crate) struct Core<M: Model> {
     /// in both candidate sets at once.
     prints: Region,
     /// The miss clock the stamps are read from.
-    clock: Clock,
+    pub(super) clock: Clock,
     pub(crate) stats: StatsHub,
     pub(crate) pin_wait: Duration,
     /// The write-back flusher's hook, if one is installed.
@@ -1590,7 +1590,7 @@ impl<M: Model> Core<M> {
     /// it and tell the flusher (one test-and-set of the set's bit; the hook runs
     /// once per flagging).
     #[inline]
-    fn note_dirty(&self, s: usize) {
+    pub(super) fn note_dirty(&self, s: usize) {
         let Some(f) = self.flusher.get() else {
             return;
         };

@@ -198,17 +198,23 @@ pub(crate) struct Clock {
     /// credited to another cache.
     id: u64,
     batch: u64,
-    epoch_len: u64,
-    /// `misses / epoch_len`, written when it changes; read by every hit.
+    /// Misses per epoch (a multiple of the batch): the cache's size as of its
+    /// last resize, read when an epoch ends.
+    epoch_len: AtomicU64,
+    /// Epochs ended, written when it changes; read by every hit.
     epoch: AtomicU64,
-    /// Misses credited so far (multiples of the batch), on a line of its own
-    /// so that crediting them does not disturb the readers of `epoch`.
+    /// Misses credited so far (multiples of the batch) and the count at
+    /// which the epoch ends, on lines of their own so that crediting does not
+    /// disturb the readers of `epoch`.
     misses: Line,
 }
 
-/// An atomic word alone on its cache lines (two, for adjacent-line prefetch).
+/// Atomic words alone on their cache lines (two, for adjacent-line prefetch).
 #[repr(align(128))]
-struct Line(AtomicU64);
+struct Line {
+    credited: AtomicU64,
+    end: AtomicU64,
+}
 
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -219,13 +225,24 @@ thread_local! {
 
 impl Clock {
     pub(crate) fn new(pages: usize) -> Clock {
+        let len = epoch_len(pages);
         Clock {
             id: NEXT_ID.fetch_add(1, Relaxed),
             batch: batch(pages),
-            epoch_len: epoch_len(pages),
+            epoch_len: AtomicU64::new(len),
             epoch: AtomicU64::new(0),
-            misses: Line(AtomicU64::new(0)),
+            misses: Line {
+                credited: AtomicU64::new(0),
+                end: AtomicU64::new(len),
+            },
         }
+    }
+
+    /// The cache now holds `pages` pages: epochs from the next one on are a
+    /// sixteenth of that (in multiples of the batch the clock was made with).
+    pub(crate) fn resize(&self, pages: usize) {
+        let len = (pages as u64 / 16).div_ceil(self.batch) * self.batch;
+        self.epoch_len.store(len.max(self.batch), Relaxed);
     }
 
     /// The epoch's low byte, the stamp of a page used now.
@@ -245,9 +262,19 @@ impl Clock {
                 return;
             }
             p.set((self.id, 0));
-            let m = self.misses.0.fetch_add(self.batch, Relaxed) + self.batch;
-            if m % self.epoch_len == 0 {
-                self.epoch.fetch_max(m / self.epoch_len, Relaxed);
+            let m = self.misses.credited.fetch_add(self.batch, Relaxed) + self.batch;
+            let end = self.misses.end.load(Relaxed);
+            // One thread ends the epoch; a batch is never longer than one.
+            if m >= end {
+                let len = self.epoch_len.load(Relaxed);
+                if self
+                    .misses
+                    .end
+                    .compare_exchange(end, end + len, Relaxed, Relaxed)
+                    .is_ok()
+                {
+                    self.epoch.fetch_add(1, Relaxed);
+                }
             }
         });
     }
@@ -299,6 +326,31 @@ mod tests {
             }
             assert!(local.now() > 0);
         }
+    }
+
+    #[test]
+    fn epochs_follow_the_size_after_a_resize() {
+        let pages = 12 * 4096;
+        let c = Clock::new(pages);
+        let len = epoch_len(pages);
+        let epochs_after = |c: &Clock, misses: u64| {
+            let before = c.epoch.load(Relaxed);
+            for _ in 0..misses {
+                c.tick();
+            }
+            c.epoch.load(Relaxed) - before
+        };
+        assert_eq!(epochs_after(&c, 4 * len), 4);
+        // Eight times the pages: an epoch is eight times as many misses.
+        c.resize(8 * pages);
+        assert_eq!(
+            epochs_after(&c, 4 * len),
+            1,
+            "the epoch under way ends first"
+        );
+        assert_eq!(epochs_after(&c, 16 * len), 2);
+        c.resize(pages);
+        assert_eq!(epochs_after(&c, 8 * len), 1 + 3);
     }
 
     #[test]

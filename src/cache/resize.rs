@@ -8,8 +8,8 @@
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 use super::core::{
-    Busy, Core, DIRTY, GEN_MASK, Locked, PENDING, VALID, WAITERS, WRITEBACK, WRITER, next_gen,
-    pack, pins,
+    Busy, COLD, Core, DIRTY, GEN_MASK, Locked, PENDING, VALID, WAITERS, WRITEBACK, WRITER,
+    next_gen, pack, pins,
 };
 use super::dirty::file_of;
 use super::policy::{NO_TAG, Policy};
@@ -63,7 +63,10 @@ impl<M: Model> Core<M> {
             return Err(Busy::Pinned);
         }
         self.move_pages(s, gs, t, gt, moving);
+        // Dirty pages that came to `t` are the flusher's as a write's are.
+        self.note_dirty(t);
         self.table.store(pack(n + 1, self.level_of(n + 1)), Release);
+        self.clock.resize((n + 1) * self.lay.assoc);
         self.steps.fetch_add(1, Release);
         self.unlock(t);
         self.unlock(s);
@@ -159,8 +162,10 @@ impl<M: Model> Core<M> {
             return Err(Busy::Pinned);
         }
         self.move_pages(t, gt, s, gs, moving);
+        self.note_dirty(s);
         self.reset_policy(t);
         self.table.store(pack(n2, level), Release);
+        self.clock.resize(n2 * self.lay.assoc);
         self.steps.fetch_add(1, Release);
         self.unlock(t);
         self.unlock(s);
@@ -206,7 +211,8 @@ impl<M: Model> Core<M> {
     }
 
     /// Move the frozen pages in `mask` from locked set `from` to free slots of
-    /// locked set `to` (frames copied, state kept, policy history restarted);
+    /// locked set `to` (frames copied, state and coldness kept, policy history
+    /// restarted);
     /// the caller checked there are enough ([`Core::free_slots`]).
     fn move_pages(&self, from: usize, gf: Locked<'_>, to: usize, gt: Locked<'_>, mask: u32) {
         let (mut gf, mut gt) = (gf, gt);
@@ -248,7 +254,7 @@ impl<M: Model> Core<M> {
             let mut d = dst.load(Relaxed);
             while let Err(now) = dst.compare_exchange(
                 d,
-                src & (VALID | DIRTY) | d & WAITERS | next_gen(d),
+                src & (VALID | DIRTY | COLD) | d & WAITERS | next_gen(d),
                 Release,
                 Relaxed,
             ) {

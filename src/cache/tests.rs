@@ -2079,3 +2079,61 @@ fn a_cache_of_32_slot_sets_grows_and_shrinks() {
         assert!(g.iter().all(|&b| b == p as u8), "page {p} after the shrink");
     }
 }
+
+/// A growth that moves dirty pages into a new set leaves that set queued for
+/// the flusher when it holds as many dirty pages as a write would have
+/// queued it for.
+#[test]
+fn a_growth_queues_the_new_sets_dirty_pages_for_the_flusher() {
+    let c = PageCache::<Os>::new(opts(32, 256, 8, PolicyKind::Clock)).unwrap();
+    let disk = Disk::default();
+    let hooked = Arc::new(Mutex::new(Vec::new()));
+    let h = hooked.clone();
+    assert!(c.set_flush_hook(2, move |s| h.lock().unwrap().push(s)));
+    for p in 0..24u64 {
+        let mut g = c
+            .get_mut_with(5, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(p as u8);
+    }
+    c.resize(256 * 512).unwrap();
+    assert_eq!(c.sets(), 32);
+    let hooked = hooked.lock().unwrap().clone();
+    let dirty = |s: usize| {
+        (0..c.assoc())
+            .filter(|&i| c.core.state(s, i).load(Ordering::Relaxed) & core::DIRTY != 0)
+            .count()
+    };
+    let grown: Vec<usize> = (4..32).filter(|&s| dirty(s) >= 2).collect();
+    assert!(!grown.is_empty(), "no new set got two dirty pages");
+    for s in grown {
+        assert!(
+            hooked.contains(&s),
+            "set {s} holds {} dirty pages and was never queued (queued: {hooked:?})",
+            dirty(s)
+        );
+    }
+}
+
+/// A page made cold stays cold when a resize moves it to another set, so
+/// that it is still the first to go.
+#[test]
+fn a_cold_page_stays_cold_when_a_resize_moves_it() {
+    let c = PageCache::<Os>::new(opts(32, 256, 8, PolicyKind::Clock)).unwrap();
+    let disk = Disk::default();
+    for p in 0..24u64 {
+        drop(c.get_with(6, p, load_from(&disk), store_to(&disk)).unwrap());
+        assert!(c.make_cold(6, p).unwrap(), "page {p} made cold");
+    }
+    let cold = |p: u64| {
+        let st = c.core.state_of(tag_of(6, p).unwrap());
+        st.map(|v| v & core::COLD != 0)
+    };
+    c.resize(256 * 512).unwrap();
+    assert_eq!(c.sets(), 32);
+    let warm: Vec<u64> = (0..24).filter(|&p| cold(p) == Some(false)).collect();
+    assert!(warm.is_empty(), "pages warm after the growth: {warm:?}");
+    c.resize(32 * 512).unwrap();
+    let warm: Vec<u64> = (0..24).filter(|&p| cold(p) == Some(false)).collect();
+    assert!(warm.is_empty(), "pages warm after the shrink: {warm:?}");
+}
