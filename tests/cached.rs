@@ -103,6 +103,21 @@ fn partial_writes_read_first_and_bounds_are_checked() {
     assert!(page == pattern(9, 7 * 4096, 4096));
 }
 
+/// An extending write of nothing past the end changes nothing, as `pwrite`
+/// of no bytes does; one of some bytes grows the file to its end.
+#[test]
+fn an_extending_write_of_nothing_leaves_the_length() {
+    let tmp = TempDir::new("cached-extend-empty");
+    let store = common::open(&tmp.devices(1), engines()[0].1.clone(), 16);
+    drop(store.create("p", 4096, LayoutKind::Stripe).unwrap());
+    let cs = CachedStore::new(store, small_cache(8)).unwrap();
+    let cf = cs.open_file("p").unwrap();
+    cf.write_extending(1 << 20, &[]).unwrap();
+    assert_eq!(cf.len(), 4096, "an empty write past the end grew the file");
+    cf.write_extending(8192, b"abc").unwrap();
+    assert_eq!(cf.len(), 8195);
+}
+
 /// A write-back that fails is reported by `sync` (and again later: the page
 /// stays dirty and the device's failure is remembered); nothing panics.
 #[test]

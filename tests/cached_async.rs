@@ -1279,3 +1279,59 @@ fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
     });
     drop(watchdog);
 }
+
+/// A shrink that cuts a page another thread's request queue is reading in,
+/// while that thread waits for the store (here, to create a file) before it
+/// polls the queue: the shrink's wait for the fill is bounded, so neither
+/// hangs; the bytes it could not clear are cleared by the next growth.
+#[test]
+fn a_shrink_cutting_a_page_a_queue_reads_in_does_not_hang_the_store() {
+    let tmp = TempDir::new("shrink-queue-fill");
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 64);
+    let watchdog = Watchdog::new("a shrink and a queue's thread waited 60 s for each other");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (cs, cf) = (&cs, &cf);
+        s.spawn(move || {
+            let mut q = cs.queue(4);
+            let mut done = Vec::new();
+            // One read at a time, so that no later page is in flight.
+            let p = (8..64u64)
+                .find(|&p| {
+                    let r = CachedRequest::tagged(OpKind::Read, cf, p * 4096, vec![0; 4096], p);
+                    q.submit(vec![r]);
+                    done.clear();
+                    q.take_completions(&mut done);
+                    done.is_empty()
+                })
+                .expect("a read still in flight after its submit");
+            tx.send(p).unwrap();
+            go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            // Waits for the store's metadata lock, which the shrink holds.
+            std::thread::sleep(Duration::from_millis(200));
+            cs.create("g", 4096, LayoutKind::Stripe).unwrap();
+            q.drain();
+        });
+        let p = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        go_tx.send(()).unwrap();
+        let t = Instant::now();
+        match cf.set_len(p * 4096 + 4) {
+            Err(Error::Busy(m)) => assert!(m.contains(&format!("page {p}")), "{m}"),
+            other => panic!("a shrink into page {p} while it is read in: {other:?}"),
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        assert_eq!(cf.len(), p * 4096 + 4);
+    });
+    drop(watchdog);
+    // The queue's read brought the old bytes; the growth clears them.
+    cf.set_len((cf.len() / 4096 + 1) * 4096).unwrap();
+    let end = cf.len();
+    let mut b = vec![9u8; 4096];
+    cf.read_at(end - 4096, &mut b).unwrap();
+    assert_eq!(&b[..4], &[3; 4]);
+    assert!(
+        b[4..].iter().all(|&x| x == 0),
+        "bytes past the old cut came back"
+    );
+}

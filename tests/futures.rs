@@ -574,3 +574,55 @@ fn a_worker_that_panics_leaves_no_page_pinned() {
         }
     }
 }
+
+/// A future on a page that a request queue of the polling thread is reading
+/// in fails at once with `HeldByCaller` (a read, a write and a page guard):
+/// the worker serving it would wait for that read, which only this thread
+/// finishes, for as long as the queue's I/O wait. Drained, all three land.
+#[test]
+fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
+    let tmp = TempDir::new("futures-own-fill");
+    let cs = rig(&tmp, 1 << 20, 1024);
+    let f = cs.open_file("data").unwrap();
+    let mut q = cs.queue(4);
+    let mut done = Vec::new();
+    let mut p = 0;
+    for page in 16..256u64 {
+        let r = CachedRequest::tagged(
+            setcache::OpKind::Read,
+            &f,
+            page * PS as u64,
+            vec![0; PS],
+            page,
+        );
+        q.submit(vec![r]);
+        done.clear();
+        q.take_completions(&mut done);
+        if done.is_empty() {
+            p = page;
+            break;
+        }
+    }
+    assert!(p > 0, "every read was done before its submit returned");
+    let at = p * PS as u64 + 10;
+    let t = std::time::Instant::now();
+    let (r, _) = block_on(f.read_at_async(at, vec![0u8; 10]));
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "read: {r:?}");
+    let (r, _) = block_on(f.write_at_async(at, vec![5u8; 10]));
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "write: {r:?}");
+    let r = block_on(f.page_async(at));
+    assert!(
+        matches!(r, Err(Error::HeldByCaller(_))),
+        "page: {:?}",
+        r.err()
+    );
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    q.drain();
+    let (r, b) = block_on(f.read_at_async(at, vec![0u8; 10]));
+    assert_eq!(r.unwrap(), 10);
+    assert_eq!(b, pat(at as usize, 10));
+    let (r, _) = block_on(f.write_at_async(at, vec![5u8; 10]));
+    r.unwrap();
+    let g = block_on(f.page_async(at)).unwrap();
+    assert_eq!(&g[10..20], &[5u8; 10]);
+}

@@ -563,6 +563,12 @@ impl<M: Model> Core<M> {
             .is_some_and(|(s, i)| self.state(s, i).load(Acquire) & (PENDING | WRITEBACK) != 0)
     }
 
+    /// Whether a request queue of the calling thread holds the fill of `tag`
+    /// in flight (only this thread finishes it).
+    pub(crate) fn is_own_queue_fill(&self, tag: u64) -> bool {
+        queue_fills() && own_queue_fill(self as *const Self as usize, tag)
+    }
+
     /// The stamp of slot `i` of set `s`.
     #[inline]
     pub(super) fn stamp(&self, s: usize, i: usize) -> &AtomicU8 {

@@ -26,8 +26,8 @@ pub mod sync;
 use std::time::Duration;
 
 pub(crate) use self::core::Mode;
+pub(crate) use self::core::{CROSS_FILL_WAITS, Got, Sighting, still_at};
 use self::core::{Core, Found};
-pub(crate) use self::core::{Got, Sighting, still_at};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
 pub use self::room::{MemoryRoom, check_memory, memory_room};
@@ -676,6 +676,12 @@ impl<M: Model> PageCache<M> {
     /// without a lookup.
     pub(crate) fn is_filling(&self, file: u32, page: u64) -> bool {
         tag_of(file, page).is_ok_and(|tag| self.core.is_filling(tag))
+    }
+
+    /// Whether a request queue of the calling thread is reading `page` of
+    /// `file` in (only this thread finishes that read).
+    pub(crate) fn is_own_queue_fill(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.is_own_queue_fill(tag))
     }
 
     /// Whether `page` of `file` is cached with a read or a write-back of it

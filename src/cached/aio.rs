@@ -575,6 +575,13 @@ impl ReadAt<'_> {
                 Err(e) => return Err((Err(f.gone_or(e)), buf)),
             }
         }
+        // A page this thread's queue is reading in would keep the worker
+        // waiting for this thread: refused at once, as a synchronous read is.
+        for p in page..=(offset + n as u64 - 1) / ps {
+            if let Err(e) = sh.own_io(f.id, p, false) {
+                return Err((Err(e), buf));
+            }
+        }
         buf.truncate(n);
         let op = Op {
             what: What::Read,
@@ -646,11 +653,11 @@ impl WriteAt<'_> {
                 Err(e) => return Err((Err(f.gone_or(e)), buf)),
             }
         }
-        // A page whose write-back a request queue of this thread holds would
-        // keep the worker waiting for this thread: refused at once, as a
-        // synchronous write is.
+        // A page whose write-back or fill a request queue of this thread
+        // holds would keep the worker waiting for this thread: refused at
+        // once, as a synchronous write is.
         for p in page..=(offset + buf.len() as u64 - 1) / ps {
-            if let Err(e) = sh.own_write_back(f.id, p) {
+            if let Err(e) = sh.own_io(f.id, p, true) {
                 return Err((Err(e), buf));
             }
         }
@@ -717,6 +724,7 @@ impl<'f> PageAt<'f> {
             Ok(None) => {}
             Err(e) => return Err(Err(e)),
         }
+        sh.own_io(f.id, page, false).map_err(Err)?;
         let op = Op {
             what: What::Pin,
             file: f.clone(),

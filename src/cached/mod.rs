@@ -856,6 +856,51 @@ impl CachedFile {
         Ok(())
     }
 
+    /// Zero `page` from byte `from` on, for a change of length under the
+    /// store's metadata lock. A fill or write-back of the page is waited for
+    /// at most [`crate::cache::CROSS_FILL_WAITS`] pin waits, a guard on it
+    /// one, then `Busy`: the fill may be a request queue's whose thread, the
+    /// only one that finishes it, waits for that lock.
+    fn zero_tail(&self, page: u64, from: usize) -> Result<()> {
+        let cache = &self.shared.cache;
+        let start = std::time::Instant::now();
+        let mut wait = cache.pin_wait();
+        loop {
+            match cache.try_get_mut(self.id, page)? {
+                Some(crate::cache::LookupMut::Hit(mut g)) => {
+                    g[from..].fill(0);
+                    return Ok(());
+                }
+                Some(crate::cache::LookupMut::Miss(mut f)) => {
+                    let r = self.load(self.id, page, f.frame_mut());
+                    f.finish(r)?[from..].fill(0);
+                    return Ok(());
+                }
+                Some(crate::cache::LookupMut::WriteBack(w)) => {
+                    let r = self.store_page(w.file(), w.page(), w.bytes());
+                    w.finish(r)?;
+                }
+                None if start.elapsed() >= wait => {
+                    return Err(Error::Busy(format!(
+                        "page {page} of file {:?} stayed in use (being read in, written back \
+                         or referenced) for {:.1} s: its bytes past the file's end were not \
+                         cleared (the file's next growth clears them first)",
+                        self.entry.file.name(),
+                        wait.as_secs_f64()
+                    )));
+                }
+                None => {
+                    if cache.is_in_io(self.id, page) {
+                        wait = cache.pin_wait() * crate::cache::CROSS_FILL_WAITS;
+                    }
+                    if !cache.wait_fill(self.id, page, std::time::Duration::from_millis(1)) {
+                        std::thread::sleep(std::time::Duration::from_micros(100));
+                    }
+                }
+            }
+        }
+    }
+
     /// [`CachedFile::page`] for a reader of kind `mode`: `Keep`, or `Stream`
     /// for a sequential stream's (a page it brings in enters cold, so that
     /// readahead and later misses may take it first). Never `Normal`, whose
@@ -1011,7 +1056,8 @@ impl CachedFile {
 
     /// Write all of `data` at `offset`, making the file `offset + data.len()`
     /// bytes long first if it is shorter, as `pwrite` past the end does
-    /// (growing as [`CachedFile::grow`] does, durable with the next sync).
+    /// (growing as [`CachedFile::grow`] does, durable with the next sync; a
+    /// write of no bytes changes nothing).
     /// Readers see the longer length only once the bytes are in: a reader
     /// that follows the file's end never reads zeros where such a write puts
     /// bytes. A write that fails leaves the file as long as it was (unless
@@ -1025,6 +1071,10 @@ impl CachedFile {
         let end = offset
             .checked_add(data.len() as u64)
             .ok_or_else(|| Error::InvalidArgument("offset + length overflows".into()))?;
+        if data.is_empty() {
+            // As `pwrite` of no bytes: the length stays.
+            return self.entry.check().map_err(|e| self.gone_or(e));
+        }
         if end <= self.len() {
             return self.write_at(offset, data);
         }
@@ -1269,13 +1319,7 @@ impl CachedFile {
             }
             if end % ps != 0 {
                 sh.own_write_back(self.id, end / ps)?;
-                let mut g = sh.cache.get_mut_with(
-                    self.id,
-                    end / ps,
-                    |f, p, frame| self.load(f, p, frame),
-                    |f, p, bytes| self.store_page(f, p, bytes),
-                )?;
-                g[(end % ps) as usize..].fill(0);
+                self.zero_tail(end / ps, (end % ps) as usize)?;
             }
             Ok(())
         };

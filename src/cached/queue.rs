@@ -1011,6 +1011,12 @@ impl<'a> CachedQueue<'a> {
         let ps = self.sh.cache.page_size() as u64;
         let off = page * ps;
         let n = entry.file.len().saturating_sub(off).min(ps) as usize;
+        #[cfg(test)]
+        if let Some(between) =
+            super::shared::AFTER_LOAD_LENGTH.take(std::sync::Arc::as_ptr(&entry) as usize)
+        {
+            between();
+        }
         let f = job.frame();
         if n < f.len() {
             f[n..].fill(0);
@@ -1259,8 +1265,17 @@ impl<'a> CachedQueue<'a> {
             done.reverse();
             self.finished = done;
             while let Some((slot, r)) = self.finished.pop() {
-                let w = self.fills.remove(slot).expect("a fill in flight");
+                let mut w = self.fills.remove(slot).expect("a fill in flight");
                 w.job.note_queued(false);
+                // Sent with a length a shrink then cut: read again what is
+                // still inside the file.
+                let r = match r {
+                    Err(Error::OutOfRange { .. }) => {
+                        let fid = self.live.get(w.req).expect("live request").req.file.id;
+                        self.sh.load(fid, w.page, w.job.frame())
+                    }
+                    r => r,
+                };
                 match self.complete_fill(w.job, w.req, w.page, r) {
                     // A victim was written: look the page up again.
                     Ok(Step::Busy) => self.parked.push((w.req, w.page, Instant::now())),

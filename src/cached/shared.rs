@@ -572,14 +572,25 @@ impl Shared {
         e.note_fill(page);
         let ps = frame.len() as u64;
         let off = page * ps;
-        let len = e.file.len();
-        let n = len.saturating_sub(off).min(ps) as usize;
-        if n > 0 {
-            let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(frame.len());
-            e.file.read_at(off, &mut frame[..whole])?;
+        loop {
+            let len = e.file.len();
+            let n = len.saturating_sub(off).min(ps) as usize;
+            #[cfg(test)]
+            if let Some(between) = AFTER_LOAD_LENGTH.take(e as *const Entry as usize) {
+                between();
+            }
+            if n > 0 {
+                let whole = n.next_multiple_of(DIRECT_ALIGN as usize).min(frame.len());
+                match e.file.read_at(off, &mut frame[..whole]) {
+                    // A shrink between the length read and the read: read
+                    // what is still inside the file.
+                    Err(Error::OutOfRange { .. }) if e.file.len() != len => continue,
+                    r => r?,
+                };
+            }
+            frame[n..].fill(0);
+            return Ok(());
         }
-        frame[n..].fill(0);
-        Ok(())
     }
 
     /// Write page `page` of file `id` (the part inside the file, to the end of
@@ -654,6 +665,13 @@ impl Shared {
 pub(crate) static AFTER_STORE: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
 
+/// In unit tests: run once by a fill of the file whose entry is at this
+/// address (synchronous or a request queue's), between its look at the
+/// file's length and its read.
+#[cfg(test)]
+pub(crate) static AFTER_LOAD_LENGTH: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 #[cfg(test)]
 mod tests {
     use crate::cache::{CacheOptions, PolicyKind};
@@ -699,6 +717,63 @@ mod tests {
             &back[..4]
         );
         drop((cf, e, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fill that read the file's length before a shrink cut it reads what
+    /// is still inside the file instead of failing `OutOfRange` (a
+    /// synchronous read, then a request queue's); the bytes the reader asked
+    /// for were inside the file before and after.
+    #[test]
+    fn a_fill_racing_a_shrink_reads_what_is_left() {
+        use std::sync::Arc;
+        let dir = crate::cached::scratch_dir("fill-shrink");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let f = store.create("f", 8 * 4096, LayoutKind::Stripe).unwrap();
+        let mut ones = crate::AlignedBuf::new(8 * 4096);
+        ones.fill(1);
+        f.write_at(0, &ones).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let shrink_to = |e: &Arc<super::Entry>, len: u64| {
+            let e2 = e.clone();
+            super::AFTER_LOAD_LENGTH.arm(
+                Arc::as_ptr(e) as usize,
+                Box::new(move || {
+                    e2.file
+                        .set_len_cached(len, &mut |_| Ok(()))
+                        .map(drop)
+                        .unwrap()
+                }),
+            );
+        };
+        shrink_to(&cf.entry, 4096 + 100);
+        let mut b = [0u8; 10];
+        let r = cf.read_at(4096 + 10, &mut b);
+        assert_eq!(
+            (r.as_ref().ok(), b),
+            (Some(&10), [1; 10]),
+            "a read of page 1: {r:?}"
+        );
+        shrink_to(&cf.entry, 100);
+        let mut q = cs.queue(4);
+        let req = crate::CachedRequest::tagged(crate::OpKind::Read, &cf, 10, vec![0; 10], 0);
+        q.submit(vec![req]);
+        q.wait(1);
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        let (_, c) = done.pop().expect("a completion");
+        let got = (c.result.as_ref().ok(), &c.buf[..]);
+        assert_eq!(
+            got,
+            (Some(&()), &[1u8; 10][..]),
+            "a queue's read: {:?}",
+            c.result
+        );
+        drop(q);
+        drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

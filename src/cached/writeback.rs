@@ -382,6 +382,24 @@ impl Shared {
              thread started and has not finished: poll, wait for or drain the queue first"
         )))
     }
+
+    /// For a future, which a worker serves while the polling thread waits:
+    /// the refusal of [`Shared::own_write_back`] for a `write`, and for any
+    /// request on a page a request queue of this thread is reading in (the
+    /// worker would wait for that read, which only this thread finishes).
+    pub(crate) fn own_io(&self, id: u32, page: u64, write: bool) -> Result<()> {
+        if self.cache.is_own_queue_fill(id, page) {
+            let name = self.entry(id).map(|e| e.file.name()).unwrap_or_default();
+            return Err(Error::HeldByCaller(format!(
+                "a request for page {page} of {name:?}, which a request queue of this thread \
+                 is reading in: poll, wait for or drain the queue first"
+            )));
+        }
+        if write {
+            self.own_write_back(id, page)?;
+        }
+        Ok(())
+    }
 }
 
 /// Bytes of the file region whose dirty pages are written together.
