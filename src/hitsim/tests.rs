@@ -146,6 +146,12 @@ fn bad_traces_get_clear_errors() {
     let fake = temp_file("fake.txt.gz", b"1\n2\n");
     let e = load(&spec("text", &fake), 4096).unwrap_err();
     assert!(e.contains("fake.txt.gz"), "{e}");
+    // A line no trace has (it would be read into memory whole).
+    let mut long = b"1\n".to_vec();
+    long.resize(200 << 10, b'7');
+    let long = temp_file("long.txt", &long);
+    let e = load(&spec("text", &long), 4096).unwrap_err();
+    assert!(e.contains("long.txt: line 2 is longer than 64 KiB"), "{e}");
 }
 
 #[test]
@@ -412,6 +418,22 @@ fn a_trace_stops_at_its_memory_limit() {
     assert!((10_000..=100_000).contains(&pushed), "{pushed}");
     assert!(e.contains("distinct pages cannot grow"), "{e}");
     assert_eq!(MAX_FOOTPRINT, u64::from(u32::MAX) - 1);
+    // A block trace's requests with times: 12.125 bytes an access, 86,480
+    // in 1 MiB, and the times counted in what the trace holds.
+    let mut b = Builder::with_limit("t".into(), 1 << 20);
+    let mut pushed = 0u64;
+    let e = loop {
+        b.begin_request(Some(pushed * 10));
+        match b.push(pushed % 1000, false) {
+            Ok(()) => pushed += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!((60_000..=86_480).contains(&pushed), "{pushed}");
+    assert!(e.contains("this machine allows"), "{e}");
+    let t = b.finish("t").unwrap();
+    assert!(t.bytes() <= 1 << 20, "{} bytes held", t.bytes());
+    assert!(t.bytes() >= pushed * 12, "{} bytes held", t.bytes());
 }
 
 #[test]

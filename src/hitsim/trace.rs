@@ -64,11 +64,13 @@ impl Trace {
                 .is_some_and(|w| w >> (i % 64) & 1 != 0)
     }
 
-    /// The bytes the trace holds (its page ids and its write bits).
+    /// The bytes the trace holds (its page ids, its write bits and its
+    /// times).
     pub fn bytes(&self) -> u64 {
         (self.pages.capacity() as u64)
             .saturating_mul(4)
             .saturating_add((self.writes.capacity() as u64).saturating_mul(8))
+            .saturating_add((self.times.capacity() as u64).saturating_mul(8))
     }
 
     /// The trace restricted to its reads (`writes == false`) or its writes,
@@ -293,7 +295,7 @@ impl Builder {
     /// When they would take more memory than this machine allows, or the
     /// memory cannot be had.
     pub fn reserve(&mut self, requests: u64) -> Result<(), String> {
-        let need = request_bytes(requests);
+        let need = self.bytes_for(requests);
         if need > self.limit {
             return Err(format!(
                 "{requests} requests would take {} of memory, more than the {} this machine allows",
@@ -317,8 +319,21 @@ impl Builder {
         writes
             .try_reserve_exact(words.saturating_sub(writes.len()))
             .map_err(cannot)?;
+        let times = &mut self.trace.times;
+        if !times.is_empty() {
+            times
+                .try_reserve_exact(n.saturating_sub(times.len()))
+                .map_err(cannot)?;
+        }
         self.expected = self.expected.max(requests);
         Ok(())
+    }
+
+    /// The bytes `requests` accesses take: [`request_bytes`], and 8 more
+    /// each while the trace keeps times.
+    fn bytes_for(&self, requests: u64) -> u64 {
+        let times = if self.trace.times.is_empty() { 0 } else { 8 };
+        request_bytes(requests).saturating_add(requests.saturating_mul(times))
     }
 
     /// Raw pages will all be below `n`: map them with a table rather than a
@@ -439,7 +454,12 @@ impl Builder {
     #[cold]
     fn grow(&mut self) -> Result<(), String> {
         let len = self.trace.pages.len() as u64;
-        let most = self.limit / 33 * 8;
+        let bits = if self.trace.times.is_empty() {
+            33
+        } else {
+            33 + 64
+        };
+        let most = self.limit / bits * 8;
         if len >= most {
             return Err(format!(
                 "more than {len} requests would take more than the {} of memory this machine allows",
@@ -850,6 +870,11 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
     }
 }
 
+/// The longest line a text trace may have: a record of any format read
+/// here is a few dozen bytes, so a longer line is not a trace (and is not
+/// read into memory whole).
+const MAX_LINE: u64 = 64 << 10;
+
 /// Calls `each(line_number, line)` for every line of a text file.
 fn lines(
     path: &str,
@@ -861,8 +886,14 @@ fn lines(
     loop {
         line.clear();
         n += 1;
-        match r.read_line(&mut line) {
+        match (&mut r).take(MAX_LINE + 1).read_line(&mut line) {
             Ok(0) => return Ok(()),
+            Ok(k) if k as u64 > MAX_LINE => {
+                return Err(format!(
+                    "{path}: line {n} is longer than {} KiB: not a trace of this format",
+                    MAX_LINE >> 10
+                ));
+            }
             Ok(_) => each(n, line.trim_end_matches(['\n', '\r']))?,
             Err(e) => return Err(format!("{path}: line {n}: {e}")),
         }

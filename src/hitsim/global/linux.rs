@@ -12,7 +12,9 @@
 //!   unmapped file pages whatever their flag); then the inactive tail is
 //!   evicted (an unmapped clean page is reclaimed even when referenced);
 //! - an eviction leaves a shadow entry holding the "non-resident age", a
-//!   counter advanced by every eviction and every activation; on a refault
+//!   counter advanced by every eviction and every activation (the eviction
+//!   reads it, then advances it, as 6.x kernels do; 5.x kernels advanced it
+//!   first, which makes every distance one shorter); on a refault
 //!   whose distance (age now minus age at eviction) is at most the size of
 //!   the active list, the page is activated at once (`workingset_refault`).
 //!

@@ -128,6 +128,13 @@ impl Global for Lirs {
             st => {
                 // A miss: free a frame first (the front of Q).
                 if self.n_lir + self.n_hir >= self.cap {
+                    if self.n_hir == 0 {
+                        // A cache of one page, held by an LIR page that a
+                        // promotion left above other entries of S: it
+                        // becomes the resident HIR page that goes.
+                        self.prune();
+                        self.demote_bottom();
+                    }
                     let v = self.q.pop_tail(&mut self.q_links);
                     self.n_hir -= 1;
                     self.state[v as usize] = if self.in_s[v as usize] { GHOST } else { NONE };

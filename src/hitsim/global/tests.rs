@@ -95,6 +95,21 @@ fn linux_activates_on_the_second_hit_and_on_a_near_refault() {
     assert!(!l.is_active(6));
 }
 
+/// Caches of one to three pages: every policy runs a skewed trace to its
+/// end (LIRS with one page emptied its queue of resident HIR pages and
+/// indexed past its tables) and hits no more than OPT.
+#[test]
+fn the_smallest_caches_run_every_policy() {
+    let trace = skewed_trace(5_000, 20, 7);
+    for cap in 1..=3 {
+        let best = hits(GlobalKind::Opt, cap, &trace);
+        for kind in GlobalKind::ALL {
+            let h = hits(kind, cap, &trace);
+            assert!(h <= best, "{kind} with {cap} pages: {h} hits, OPT {best}");
+        }
+    }
+}
+
 #[test]
 fn policies_never_exceed_the_cache() {
     // Fill with distinct pages, then every earlier page misses for the
