@@ -852,6 +852,31 @@ fn bench_partitions_and_compute() {
             &["--engine", "direct", "--compute"],
             &["--compute", "not direct"],
         ),
+        // Flags one engine would take and the other ignore.
+        (
+            &["--engine", "setcache", "--compute", "--api", "sync"],
+            &["--compute", "--api"],
+        ),
+        (
+            &[
+                "--engine",
+                "setcache-numa",
+                "--compute",
+                "--rw",
+                "graphwalk",
+                "--bs",
+                "4k",
+            ],
+            &["--compute", "graphwalk"],
+        ),
+        (
+            &["--engine", "setcache,setcache-numa", "--access", "ref"],
+            &["--access", "not setcache-numa"],
+        ),
+        (
+            &["--engine", "setcache,setcache-numa", "--readahead", "off"],
+            &["--readahead", "not setcache-numa"],
+        ),
     ] {
         assert_refused(&bench(&dir, extra, None), &extra.join(" "), words);
     }

@@ -357,7 +357,8 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         }
         if a.bs > PAGE || PAGE % a.bs != 0 || a.touch > a.bs {
             return Err(format!(
-                "--access ref reads --touch {} bytes at the start of each --bs {} block inside one                  4k page: --bs must divide 4k and --touch be at most --bs",
+                "--access ref reads --touch {} bytes at the start of each --bs {} block inside one \
+                 4k page: --bs must divide 4k and --touch be at most --bs",
                 a.touch, a.bs
             ));
         }
@@ -376,6 +377,34 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             return Err(format!(
                 "--compute runs on the setcache and setcache-numa engines, not {}",
                 e.name()
+            ));
+        }
+        if a.rw == Pattern::GraphWalk {
+            return Err(
+                "--compute sums whole blocks inside one page; --rw graphwalk reads records \
+                 across pages: drop one of them"
+                    .to_string(),
+            );
+        }
+        if a.api != ApiArg::Queue {
+            return Err(
+                "--compute runs with the queue API (a callback per block): drop --api".to_string(),
+            );
+        }
+    }
+    // The setcache-numa engine copies whole blocks (or, with --compute, sums
+    // them in place, as the setcache engine does through page references)
+    // with its own readahead: flags that change what the setcache engine
+    // does would leave the two rows doing different work under one heading.
+    if engines.contains(&Engine::SetcacheNuma) {
+        let setcache_only = [
+            (a.access != AccessArg::Copy && !a.compute, "--access"),
+            (a.readahead.is_some(), "--readahead"),
+        ];
+        if let Some((_, flag)) = setcache_only.iter().find(|c| c.0) {
+            return Err(format!(
+                "{flag} applies to the setcache engine, not setcache-numa: run them in \
+                 separate calls"
             ));
         }
     }

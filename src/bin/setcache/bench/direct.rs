@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use setcache::{AlignedBuf, Completion, File, OpKind, Queue, Request, Store};
 
-use super::driver::{Ctl, ThreadStats, Timing, run_threads};
+use super::driver::{Ctl, ThreadStats, Timing, run_threads_prepared};
 use super::report::Outcome;
 use super::workload::{Op, OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
@@ -46,9 +46,10 @@ fn on_complete(local: &RefCell<Local>, c: Completion, submitted: Instant) {
             }
         }
     }
-    if let Some(out) = l.copy_out.as_mut() {
-        // What a copying cache adds to a miss: the bytes go from the frame the
-        // device filled to the caller's buffer.
+    if let Some(out) = l.copy_out.as_mut().filter(|_| c.kind == OpKind::Read) {
+        // What a copying cache adds to a read miss: the bytes go from the
+        // frame the device filled to the caller's buffer (a write's were
+        // copied into its frame before it was sent).
         let n = out.len().min(c.buf.len());
         out[..n].copy_from_slice(&c.buf[..n]);
         std::hint::black_box(&out[..n]);
@@ -71,37 +72,26 @@ pub(crate) fn run(
     timing: &Timing,
 ) -> Result<Outcome, String> {
     let per_thread = pool.map(|p| ((p / threads.max(1) as u64) / w.bs) as usize);
-    let m = run_threads(threads, timing, |t, ctl| {
+    let depth = iodepth as usize;
+    let prepare = |t| buffers(store, w, t, depth, per_thread);
+    let m = run_threads_prepared(threads, timing, prepare, |t, bufs, ctl| {
         thread_body(
-            store,
-            file,
-            w,
-            t,
-            threads,
-            iodepth as usize,
-            poll,
-            per_thread,
-            touch,
-            ctl,
+            file, w, bufs, t, threads, depth, poll, per_thread, touch, ctl,
         )
     })?;
     // Nothing is cached: every read goes to a device.
     Ok(Outcome::from_measured(&m, Some(0.0)))
 }
 
-#[allow(clippy::too_many_arguments)]
-fn thread_body(
+/// Thread `t`'s buffers (its frame pool, for `direct-copy`), registered
+/// with the rings and, for writes, filled: made before the measured time.
+fn buffers(
     store: &Store,
-    file: &File,
     w: &Workload,
     t: usize,
-    threads: usize,
     depth: usize,
-    poll: std::time::Duration,
     pool: Option<usize>,
-    touch: Option<u64>,
-    ctl: &Ctl,
-) -> Result<ThreadStats, String> {
+) -> Result<Vec<AlignedBuf>, String> {
     let mut bufs = store
         .alloc_registered(pool.unwrap_or(depth).max(depth), w.bs as usize)
         .map_err(|e| format!("direct engine: cannot allocate buffers: {e}"))?;
@@ -111,6 +101,22 @@ fn thread_body(
             rng.fill_nonzero(b);
         }
     }
+    Ok(bufs)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn thread_body(
+    file: &File,
+    w: &Workload,
+    bufs: Vec<AlignedBuf>,
+    t: usize,
+    threads: usize,
+    depth: usize,
+    poll: std::time::Duration,
+    pool: Option<usize>,
+    touch: Option<u64>,
+    ctl: &Ctl,
+) -> Result<ThreadStats, String> {
     let local = Rc::new(RefCell::new(Local {
         stats: ThreadStats::new(),
         free: bufs.into(),

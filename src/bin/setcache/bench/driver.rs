@@ -166,20 +166,39 @@ pub(crate) fn run_threads<F>(threads: usize, timing: &Timing, body: F) -> Result
 where
     F: Fn(usize, &Ctl) -> Result<ThreadStats, String> + Sync,
 {
+    run_threads_prepared(threads, timing, |_| Ok(()), |t, (), ctl| body(t, ctl))
+}
+
+/// As [`run_threads`], each thread first making its state with
+/// `prepare(thread)` (buffers, rings), outside the measured time and CPU
+/// even without a ramp; `body(thread, state, ctl)` then runs.
+pub(crate) fn run_threads_prepared<S, P, F>(
+    threads: usize,
+    timing: &Timing,
+    prepare: P,
+    body: F,
+) -> Result<Measured, String>
+where
+    P: Fn(usize) -> Result<S, String> + Sync,
+    F: Fn(usize, S, &Ctl) -> Result<ThreadStats, String> + Sync,
+{
     let ctl = Ctl {
         phase: AtomicU8::new(RAMP),
         slots: (0..threads).map(|_| Slot::default()).collect(),
         finished: AtomicUsize::new(0),
     };
-    let barrier = Barrier::new(threads + 1);
+    let (prepared, barrier) = (Barrier::new(threads + 1), Barrier::new(threads + 1));
     let results: Mutex<Vec<Result<ThreadStats, String>>> = Mutex::new(Vec::new());
     let mut edges = None;
     std::thread::scope(|s| {
         for t in 0..threads {
-            let (ctl, barrier, body, results) = (&ctl, &barrier, &body, &results);
+            let (ctl, prepared, barrier, results) = (&ctl, &prepared, &barrier, &results);
+            let (prepare, body) = (&prepare, &body);
             s.spawn(move || {
+                let state = prepare(t);
+                prepared.wait();
                 barrier.wait();
-                let r = body(t, ctl);
+                let r = state.and_then(|st| body(t, st, ctl));
                 let last = ctl.finished.fetch_add(1, Ordering::AcqRel) + 1 == threads;
                 if r.is_err() || last {
                     ctl.stop();
@@ -187,8 +206,10 @@ where
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(r);
             });
         }
-        // Without a ramp, measuring starts before the threads do, so that
-        // their first requests count (a replay's passes count every access).
+        // Without a ramp, measuring starts once the threads are prepared
+        // and before they run, so that their first requests count (a
+        // replay's passes count every access).
+        prepared.wait();
         let started = (timing.ramp <= 0.0).then(|| {
             let start = (cpu_times(), proc_read_bytes(), Instant::now());
             ctl.phase.store(MEASURE, Ordering::SeqCst);
@@ -317,6 +338,63 @@ mod tests {
         });
         assert_eq!(r.err().as_deref(), Some("boom"));
         assert!(t0.elapsed() < Duration::from_secs(5));
+    }
+
+    /// Without a ramp, the threads' preparation (300 ms of CPU each here)
+    /// is neither timed nor charged, and a failed one fails the run.
+    #[test]
+    fn preparation_is_outside_the_measured_time_and_cpu() {
+        let timing = Timing {
+            runtime: 0.5,
+            ramp: 0.0,
+            progress: None,
+            bs: 4096,
+        };
+        let spin = |d: Duration| {
+            let t = Instant::now();
+            let mut x = 0u64;
+            while t.elapsed() < d {
+                x = std::hint::black_box(x.wrapping_add(1));
+            }
+            x
+        };
+        let prepare = |_| Ok(spin(Duration::from_millis(300)));
+        let m = run_threads_prepared(2, &timing, prepare, |t, _, ctl| {
+            let mut st = ThreadStats::new();
+            while !ctl.stopped() {
+                st.record(Duration::from_micros(10), true);
+                ctl.publish(t, st.ops);
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Ok(st)
+        })
+        .unwrap();
+        assert!(m.secs < 1.0, "measured {} s", m.secs);
+        assert!(
+            m.cpu_user_s < 0.25,
+            "charged {} s of user CPU",
+            m.cpu_user_s
+        );
+        // Each thread ran its body the whole measured time.
+        assert!(m.stats.ops > 2 * 200, "{} ops", m.stats.ops);
+        let r = run_threads_prepared(
+            2,
+            &timing,
+            |t| {
+                if t == 1 {
+                    Err("no buffers".to_string())
+                } else {
+                    Ok(())
+                }
+            },
+            |_, (), ctl| {
+                while !ctl.stopped() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(ThreadStats::new())
+            },
+        );
+        assert_eq!(r.err().as_deref(), Some("no buffers"));
     }
 }
 

@@ -18,7 +18,7 @@ use super::driver::{Ctl, ThreadStats, Timing, run_threads};
 use super::engine::Engine;
 use super::mmap::Mapping;
 use super::outcome::{Outcome, hit_from_read_bytes};
-use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{OpGen, Pattern, Rng, Workload, fill_block, mix64};
 
 /// A run of a Linux engine, as the child receives it.
 #[derive(Clone, Debug)]
@@ -221,7 +221,13 @@ impl Prepared<'_> {
         // Accesses that need their page in memory: every read, and the writes that
         // must fetch the page first (stores through a mapping fault it in; a buffered
         // write of less than a page reads the rest of it).
-        let bs = job.workload.bs;
+        // A graph walk's reads are records inside a page or two: counted
+        // as reads of a page.
+        let bs = if job.workload.rw == Pattern::GraphWalk {
+            4096
+        } else {
+            job.workload.bs
+        };
         let writes_fetch =
             job.engine == Engine::Mmap || (job.engine == Engine::LinuxBuffered && bs < 4096);
         let demand = if writes_fetch {

@@ -232,7 +232,7 @@ fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(
                     prep::cold(&b.paths)?;
                     let r = run_one(b, engine, threads, hit)?;
                     say!(
-                        "{:<15} threads {threads:<3}{}{}  {:>10.0} IOPS  {:>8.1} MiB/s  p99 {:.1} us",
+                        "{:<15} threads {threads:<3}{}{}  {:>10.0} IOPS  {:>8} MiB/s  p99 {:.1} us",
                         r.engine,
                         hit.map_or(String::new(), |h| format!(" hit target {:.0}%", h * 100.0)),
                         if repeat > 1 {
@@ -241,7 +241,7 @@ fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(
                             String::new()
                         },
                         r.iops(),
-                        r.mib_s(),
+                        r.mib_s().map_or("-".to_string(), |m| format!("{m:.1}")),
                         r.out.lat.p99
                     );
                     this.push(r);
@@ -295,7 +295,12 @@ fn run_one(
         runtime: a.runtime,
         ramp: a.ramp,
         progress: (!a.no_progress).then_some(label),
-        bs: a.bs,
+        // A graph walk's reads are not --bs blocks: no MiB/s.
+        bs: if a.rw == workload::Pattern::GraphWalk {
+            0
+        } else {
+            a.bs
+        },
     };
     let mut readahead = None;
     let out = match engine {

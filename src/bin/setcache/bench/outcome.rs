@@ -63,12 +63,14 @@ pub(crate) struct Outcome {
     pub(crate) interrupted: bool,
 }
 
-/// Hit ratio from the bytes the block layer read for `reads` reads of `bs` bytes.
+/// Hit ratio from the bytes the block layer read for `reads` reads of `bs`
+/// bytes: a miss reads at least a whole 4 KiB page, so a read of less counts
+/// as one of a page.
 pub(crate) fn hit_from_read_bytes(read_bytes: u64, reads: u64, bs: u64) -> Option<f64> {
     if reads == 0 {
         return None;
     }
-    let asked = reads as f64 * bs as f64;
+    let asked = reads as f64 * bs.max(4096) as f64;
     Some((1.0 - read_bytes as f64 / asked).clamp(0.0, 1.0))
 }
 
@@ -144,6 +146,8 @@ pub(in crate::bench) mod tests {
         assert_eq!(hit_from_read_bytes(0, 10, 4096), Some(1.0));
         assert_eq!(hit_from_read_bytes(20 * 4096, 40, 4096), Some(0.5));
         assert_eq!(hit_from_read_bytes(100 * 4096, 40, 4096), Some(0.0));
+        // Reads of 512 bytes, a tenth of them misses of a page each.
+        assert_eq!(hit_from_read_bytes(4 * 4096, 40, 512), Some(0.9));
     }
 
     use crate::test_alloc::{input_bound, largest_alloc};
@@ -278,8 +282,10 @@ impl RunResult {
         }
     }
 
-    pub(crate) fn mib_s(&self) -> f64 {
-        self.iops() * self.bs as f64 / (1u64 << 20) as f64
+    /// Bytes a second as `--bs` blocks; none for a graph walk, whose reads
+    /// are records of 16 to 640 bytes (not counted one by one).
+    pub(crate) fn mib_s(&self) -> Option<f64> {
+        (self.rw != Pattern::GraphWalk).then(|| self.iops() * self.bs as f64 / (1u64 << 20) as f64)
     }
 
     /// The run as JSON; a setcache run adds `readahead_pages` and

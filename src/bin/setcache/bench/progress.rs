@@ -46,13 +46,14 @@ impl Progress {
                 let secs = t0.elapsed().as_secs_f64().max(1e-3);
                 let ops = total_ops();
                 let iops = ops as f64 / secs;
+                let mib = if self.bs > 0 {
+                    format!("  {:>9.1} MiB/s", iops * self.bs as f64 / (1 << 20) as f64)
+                } else {
+                    String::new()
+                };
                 format!(
-                    "{}: {:>3.0}/{} s  {:>10.0} IOPS  {:>9.1} MiB/s",
-                    self.label,
-                    secs,
-                    self.runtime,
-                    iops,
-                    iops * self.bs as f64 / (1 << 20) as f64
+                    "{}: {:>3.0}/{} s  {:>10.0} IOPS{mib}",
+                    self.label, secs, self.runtime, iops
                 )
             }
         };

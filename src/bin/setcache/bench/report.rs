@@ -110,7 +110,7 @@ pub(crate) fn table(runs: &[RunResult]) -> String {
             pct(r.hit_target),
             pct(r.out.hit_ratio),
             format!("{:.0}", r.iops()),
-            format!("{:.1}", r.mib_s()),
+            r.mib_s().map_or("-".to_string(), |m| format!("{m:.1}")),
             us(r.out.lat.p50),
             us(r.out.lat.p99),
             us(r.out.lat.p999),
