@@ -1846,7 +1846,12 @@ impl<M: Model> Core<M> {
             // nothing from either, and readahead's claims skip its work.
             // The word the eviction replaced decides, so a reader that
             // warmed the page just before is not overlooked.
-            return match self.drop_page_quietly(s, &mut g, i, false, quiet) {
+            let how = if quiet {
+                Leave::QuietIfCold
+            } else {
+                Leave::Evicted
+            };
+            return match self.drop_page_quietly(s, &mut g, i, how) {
                 None => Choice::Retry,
                 Some(true) => Choice::Swap(s, i),
                 Some(false) => Choice::Slot(s, i),
@@ -2015,7 +2020,9 @@ impl<M: Model> Core<M> {
                     // reader may still pin, and `drop_page` then refuses.
                     if pins(v) == 0
                         && v & (PENDING | WRITEBACK | WRITER) == 0
-                        && self.drop_page_as(s, &mut g, i, true)
+                        && self
+                            .drop_page_quietly(s, &mut g, i, Leave::Removed)
+                            .is_some()
                     {
                         dropped += 1;
                     } else {
@@ -2054,21 +2061,22 @@ impl<M: Model> Core<M> {
     }
 
     pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u32, *const u8)) {
-        self.walk_slots(|s, i, tag| f(tag, self.state(s, i).load(Acquire), self.frame(s, i)));
+        self.walk_slots(|s, _, i, tag| f(tag, self.state(s, i).load(Acquire), self.frame(s, i)));
     }
 
     /// Call `f(set, slot, tag)` for every valid slot, set by set, each under
     /// its lock. A page a resize moves into a set already visited is missed.
-    fn walk_slots(&self, mut f: impl FnMut(usize, usize, u64)) {
+    fn walk_slots(&self, mut f: impl FnMut(usize, &mut Locked<'_>, usize, u64)) {
         let mut s = 0;
         while s < self.n_sets() {
             self.lock(s);
             if s < self.n_sets() {
                 // SAFETY: set `s` is locked.
-                let g = unsafe { self.locked(s) };
+                let mut g = unsafe { self.locked(s) };
                 for i in 0..self.lay.assoc {
                     if *g.valid & (1 << i) != 0 {
-                        f(s, i, g.tags[i].load(Relaxed));
+                        let tag = g.tags[i].load(Relaxed);
+                        f(s, &mut g, i, tag);
                     }
                 }
             }
@@ -2077,9 +2085,6 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// Evict idle page `i` of locked set `set` (a clean victim, or a frozen
-    /// page of a shrink), leaving a ghost if the policy keeps them. False if a
-    /// lock-free reader pinned it first.
     /// A reader other than a sequential stream uses page `(s, i)`, which it
     /// has pinned or validated: if it was cold, it is cold no more.
     #[inline]
@@ -2097,19 +2102,32 @@ impl<M: Model> Core<M> {
         let Some((s, i)) = self.lock_holder(h, tag) else {
             return false;
         };
-        let ok = self.cool(s, i);
+        // SAFETY: set `s` is locked until the unlock below.
+        let ok = self.cool(s, &mut unsafe { self.locked(s) }, i);
         self.unlock(s);
         ok
     }
 
-    /// Mark slot `(s, i)` of a locked set cold if its page is clean and idle.
-    fn cool(&self, s: usize, i: usize) -> bool {
+    /// Mark slot `i` of locked set `s` (viewed through `g`) cold if its page
+    /// is clean and idle. Its policy history goes, as if it had come in cold:
+    /// a page coming in cold may take its slot without telling the policy,
+    /// and must not inherit the uses of a page somebody used.
+    fn cool(&self, s: usize, g: &mut Locked<'_>, i: usize) -> bool {
         let w = self.state(s, i);
         let v = w.load(Acquire);
+        if v & COLD != 0 {
+            return v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID;
+        }
         // A CAS from the clean state: a pin holder that stores meanwhile (and
         // so warms the page as it lets go) wins, and the page stays warm.
-        v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
-            && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok()
+        let ok = v & (VALID | PENDING | DIRTY | WRITEBACK | WRITER) == VALID
+            && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok();
+        if ok {
+            let (valid, tag) = (*g.valid, g.tags[i].load(Relaxed));
+            self.policy.on_remove(&mut g.st, i, valid);
+            self.policy.on_insert(&mut g.st, i, tag, valid & !(1 << i));
+        }
+        ok
     }
 
     /// [`Core::make_cold`] for every page whose tag `which` accepts, by a
@@ -2118,46 +2136,39 @@ impl<M: Model> Core<M> {
     /// just after the walk is.
     pub(crate) fn make_cold_where(&self, which: impl Fn(u64) -> bool) -> usize {
         let mut made = 0;
-        self.walk_slots(|s, i, tag| {
-            if which(tag) && self.cool(s, i) {
+        self.walk_slots(|s, g, i, tag| {
+            if which(tag) && self.cool(s, g, i) {
                 made += 1;
             }
         });
         made
     }
 
+    /// Evict idle page `i` of locked set `set` (a clean victim, or a frozen
+    /// page of a shrink), leaving a ghost if the policy keeps them. False if a
+    /// lock-free reader pinned it first.
     pub(super) fn drop_page(&self, set: usize, g: &mut Locked<'_>, i: usize) -> bool {
-        self.drop_page_as(set, g, i, false)
+        self.drop_page_quietly(set, g, i, Leave::Evicted).is_some()
     }
 
-    /// [`Core::drop_page`], of a dirty page too with `dirty_ok` (a discard).
-    /// Without it a page found dirty stays: a pin holder may have stored into
-    /// it and marked it since the caller looked (`release_stored`).
-    pub(super) fn drop_page_as(
-        &self,
-        set: usize,
-        g: &mut Locked<'_>,
-        i: usize,
-        dirty_ok: bool,
-    ) -> bool {
-        self.drop_page_quietly(set, g, i, dirty_ok, false).is_some()
-    }
-
-    /// [`Core::drop_page_as`]; with `quiet_if_cold`, a page found `COLD` as
-    /// it is dropped leaves without a word to the policy (the caller puts a
-    /// cold page in the slot at once, under the same lock, and does not tell
-    /// the policy of that either). `None` if the page stays, else whether it
-    /// left quietly.
+    /// Drop idle page `i` of locked set `set`, the page leaving `how`: a
+    /// page found dirty stays unless it is `Leave::Removed` (a pin holder may
+    /// have stored into it and marked it since the caller looked,
+    /// `release_stored`); with
+    /// `Leave::QuietIfCold`, a page found `COLD` as it is dropped leaves
+    /// without a word to the policy (the caller puts a cold page in the slot
+    /// at once, under the same lock, and does not tell the policy of that
+    /// either). `None` if the page stays, else whether it left quietly.
     fn drop_page_quietly(
         &self,
         set: usize,
         g: &mut Locked<'_>,
         i: usize,
-        dirty_ok: bool,
-        quiet_if_cold: bool,
+        how: Leave,
     ) -> Option<bool> {
         let w = self.state(set, i);
         let v = w.load(Acquire);
+        let dirty_ok = how == Leave::Removed;
         if pins(v) > 0
             || (v & DIRTY != 0 && !dirty_ok)
             || w.compare_exchange(v, next_gen(v), AcqRel, Relaxed).is_err()
@@ -2166,9 +2177,11 @@ impl<M: Model> Core<M> {
         }
         self.seq(set).fetch_add(1, Release);
         self.bump_epoch(set);
-        let quiet = quiet_if_cold && v & COLD != 0;
-        if !quiet {
-            let valid = *g.valid;
+        let quiet = how == Leave::QuietIfCold && v & COLD != 0;
+        let valid = *g.valid;
+        if how == Leave::Removed {
+            self.policy.on_remove(&mut g.st, i, valid);
+        } else if !quiet {
             self.policy
                 .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
         }
@@ -2178,6 +2191,19 @@ impl<M: Model> Core<M> {
         self.stats.bump(Stat::Evictions);
         Some(quiet)
     }
+}
+
+/// How a page leaves its slot ([`Core::drop_page_quietly`]).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Leave {
+    /// Evicted, if clean: the policy is told (and may keep a ghost).
+    Evicted,
+    /// Evicted, but a cold page leaves untold (its slot goes to a page
+    /// coming in cold, untold too).
+    QuietIfCold,
+    /// Gone from its file (a truncation, a deleted file): the policy forgets
+    /// it, with no ghost.
+    Removed,
 }
 
 /// Wake everyone sleeping on the state word `w` if its value before a

@@ -2137,3 +2137,75 @@ fn a_cold_page_stays_cold_when_a_resize_moves_it() {
     let warm: Vec<u64> = (0..24).filter(|&p| cold(p) == Some(false)).collect();
     assert!(warm.is_empty(), "pages warm after the shrink: {warm:?}");
 }
+
+/// A page made cold by advice keeps no policy history: a stream's miss that
+/// takes its slot as a swap (telling the policy nothing) must not inherit
+/// the counts of a page used many times, which would keep the streamed page
+/// over pages used as much.
+#[test]
+fn a_page_made_cold_leaves_its_history_behind() {
+    // One set of four slots (both candidate sets are the one set).
+    let c = PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lfu)).unwrap();
+    let disk = Disk::default();
+    let get = |p: u64| drop(c.get_with(7, p, load_from(&disk), store_to(&disk)).unwrap());
+    for p in 0..4 {
+        get(p);
+    }
+    for _ in 0..20 {
+        get(0);
+    }
+    assert!(c.make_cold(7, 0).unwrap());
+    let streamed = c
+        .get_with_as(7, 4, Mode::Stream, load_from(&disk), store_to(&disk))
+        .unwrap();
+    drop(streamed);
+    let cached = |p: u64| c.core.state_of(tag_of(7, p).unwrap()).is_some();
+    assert!(
+        !cached(0) && cached(4),
+        "the stream's miss took the cold page"
+    );
+    // Page 4 used once more (now warm), pages 1 to 3 three times more: the
+    // next miss takes the least used, page 4.
+    get(4);
+    for p in 1..4 {
+        for _ in 0..3 {
+            get(p);
+        }
+    }
+    get(5);
+    assert!(
+        !cached(4),
+        "page 4, used twice, outlived pages used four times"
+    );
+}
+
+/// Pages dropped by a discard (a truncation, a deleted file whose id comes
+/// back) leave no ghosts: a page of that id read again later is new to the
+/// cache, not a page it remembers evicting.
+#[test]
+fn discarded_pages_leave_no_ghosts() {
+    for policy in [PolicyKind::S3Fifo, PolicyKind::Lirs, PolicyKind::Adaptive] {
+        let c = PageCache::<Os>::new(opts(64, 64, 8, policy)).unwrap();
+        let disk = Disk::default();
+        let get =
+            |f: u32, p: u64| drop(c.get_with(f, p, load_from(&disk), store_to(&disk)).unwrap());
+        // File 2's pages push some of file 1's out (as ghosts).
+        for p in 0..64 {
+            get(1, p);
+        }
+        for p in 0..16 {
+            get(2, p);
+        }
+        let cached = |p: u64| c.core.state_of(tag_of(2, p).unwrap()).is_some();
+        let kept: Vec<u64> = (0..16).filter(|&p| cached(p)).collect();
+        assert!(kept.len() >= 8, "{policy:?}: {kept:?} of file 2 cached");
+        let before = c.stats().ghost_hits;
+        c.discard(2, 0).unwrap();
+        // The pages the discard dropped, again: no ghost may answer for them.
+        for &p in &kept {
+            get(2, p);
+        }
+        let after = c.stats().ghost_hits;
+        assert_eq!(after, before, "{policy:?}: ghost hits on discarded pages");
+    }
+}
