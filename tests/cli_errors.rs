@@ -1325,3 +1325,72 @@ fn array_and_sync_benches_stopped_by_ctrl_c_leave_no_files() {
     assert!(listing().is_empty(), "syncbench left {:?}", listing());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The memory cgroup directory the bench's runs make theirs under (v1), if
+/// this process has one.
+fn own_memory_cgroup() -> Option<PathBuf> {
+    let cg = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let path = setcache::cache::own_cgroup(&cg, Some("memory"))?;
+    let (mount, root) = setcache::cache::mount_of(&mi, true)?;
+    let rel = path.strip_prefix(root.as_str()).unwrap_or(&path);
+    let dir = Path::new(&mount).join(rel.trim_start_matches('/'));
+    dir.join("memory.limit_in_bytes").exists().then_some(dir)
+}
+
+/// The bench's cgroups under `dir`.
+fn bench_cgroups(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("setcache-bench-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `graph` stopped by SIGINT while an mmap run is under way: it ends with
+/// `interrupted` once that run is back, and leaves neither the run's memory
+/// cgroup nor its ranks file (before, the signal ended the command at once
+/// and both stayed).
+#[test]
+fn a_graph_run_stopped_by_ctrl_c_leaves_no_cgroup_or_ranks() {
+    let Some(cgroups) = own_memory_cgroup() else {
+        eprintln!("no memory cgroup (v1) here: the mmap runs need one; skipped");
+        return;
+    };
+    let dir = scratch("interrupted-graph");
+    let before = bench_cgroups(&cgroups);
+    let args = [
+        "graph",
+        "--dir",
+        "g",
+        "--scale",
+        "14",
+        "--backing",
+        "mmap",
+        "--algo",
+        "pagerank",
+        "--iterations",
+        "10000",
+        "--budget",
+        "64M",
+        "--no-progress",
+    ];
+    let r = interrupt_when(&dir, &args, || bench_cgroups(&cgroups).len() > before.len());
+    assert_refused(&r, "graph stopped by SIGINT", &["interrupted"]);
+    let left: Vec<String> = bench_cgroups(&cgroups)
+        .into_iter()
+        .filter(|n| !before.contains(n))
+        .collect();
+    assert!(left.is_empty(), "graph left cgroups {left:?}");
+    let files: Vec<_> = std::fs::read_dir(dir.join("g"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".graph-ranks"))
+        .collect();
+    assert!(files.is_empty(), "graph left {files:?}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

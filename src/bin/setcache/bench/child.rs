@@ -273,7 +273,27 @@ pub(crate) fn converse(
         let _ = stdout.read_to_string(&mut rest);
         Ok(rest)
     };
-    let out = match talk(&mut child) {
+    // Ctrl-C sent to this process alone (not its group) reaches the child
+    // too, so that its run stops and this one can clean up after it.
+    let pid = child.id() as libc::pid_t;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let talked = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                if super::driver::interrupted() {
+                    // SAFETY: plain system call on our child, which is
+                    // reaped only after this scope ends.
+                    unsafe { libc::kill(pid, libc::SIGINT) };
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+        });
+        let r = talk(&mut child);
+        done.store(true, std::sync::atomic::Ordering::Release);
+        r
+    });
+    let out = match talked {
         Ok(out) => out,
         Err(e) => {
             let _ = child.kill();

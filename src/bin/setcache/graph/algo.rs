@@ -148,6 +148,9 @@ pub(crate) fn bfs<G: Graph>(
                 if finished.load(Relaxed) {
                     break;
                 }
+                if crate::bench::interrupted() {
+                    fail.set("interrupted".into());
+                }
                 let l = level.load(Relaxed);
                 let (cur, next) = (&maps[l % 2], &maps[(l + 1) % 2]);
                 let mut claimed = 0u64;
@@ -251,6 +254,9 @@ pub(crate) fn pagerank<G: Graph>(
         for _ in 0..iterations {
             if barrier.wait().is_leader() {
                 *start.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
+            }
+            if crate::bench::interrupted() {
+                fail.set("interrupted".into());
             }
             // Contributions, and the rank of vertices without edges per chunk.
             while let Some(a) = acc.as_deref_mut().filter(|_| !fail.any()) {

@@ -177,6 +177,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         ));
     }
     let budget = a.budget.as_deref().map(parse_size).transpose()?;
+    // Ctrl-C stops at the next step (a chunk written, a search's level, a
+    // PageRank iteration, a run) and the command cleans up as after a failure
+    // (an mmap run's cgroup and ranks file go with it).
+    crate::bench::install_sigint();
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("--dir {}: {e}", a.dir.display()))?;
     let progress = !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let want_memory = a.backing.iter().any(|b| b == "memory");
@@ -229,6 +233,9 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             .iter()
             .filter(|b| a.backing.iter().any(|x| x == *b))
         {
+            if crate::bench::interrupted() {
+                return Err("graph: interrupted".into());
+            }
             let per_vertex = vertex_bytes(algo, n);
             let (memory, m) = match *backing {
                 "memory" => {
@@ -299,12 +306,7 @@ fn prepare(
     progress: bool,
 ) -> Result<Option<Csr>, String> {
     let n = spec.vertices();
-    let present = !a.regen
-        && with_paged(&a.dir, 16 << 20, 1, spec, |g| {
-            let last = g.offsets.get(n).map_err(|e| e.to_string())?;
-            Ok(g.offsets.len() == n + 1 && g.targets.len() * 2 == last)
-        })
-        .unwrap_or(false);
+    let present = !a.regen && stored(&a.dir, spec)?;
     if !present {
         say!(
             "graph: generating {} (scale {}, edge factor {})",
@@ -367,6 +369,34 @@ fn mib(bytes: u64) -> String {
 }
 
 /// Run `f` on the graph's files through a cached store of `cache` bytes.
+/// Whether the graph's files are in `dir`, whole: both arrays of the right
+/// lengths, and the last offset (written last, once the rest is synced)
+/// equal to the number of targets. Files that are absent, or of other
+/// lengths, mean no graph; any other failure is an error.
+fn stored(dir: &Path, spec: &Spec) -> Result<bool, String> {
+    let err = |e: setcache::Error| format!("graph: looking for {}: {e}", spec.name());
+    let store = Store::open(&[dir], StoreOptions::default()).map_err(err)?;
+    let opts = CacheOptions {
+        size: 16 << 20,
+        ..CacheOptions::default()
+    };
+    let cs = CachedStore::new(store, opts).map_err(err)?;
+    let name = spec.name();
+    let offsets = match PagedArray::<u64>::open_read_only(&cs, &format!("{name}.offsets")) {
+        Err(setcache::Error::FileNotFound(_)) => return Ok(false),
+        r => r.map_err(err)?,
+    };
+    let targets = match PagedArray::<u32>::open_read_only(&cs, &format!("{name}.targets")) {
+        Err(setcache::Error::FileNotFound(_)) => return Ok(false),
+        r => r.map_err(err)?,
+    };
+    let n = spec.vertices();
+    if offsets.len() != n + 1 {
+        return Ok(false);
+    }
+    Ok(offsets.get(n).map_err(err)? == targets.len())
+}
+
 fn with_paged<R>(
     dir: &Path,
     cache: u64,
@@ -479,7 +509,10 @@ fn measure<G: Graph>(
 }
 
 /// The row of a run: its check against the in-memory run (which becomes
-/// the reference when it is the first).
+/// the reference when it is the first). Without an in-memory run the first
+/// run that passes the checks it can have (a search's tree rules; ranks
+/// that are finite, non-negative and sum to one) is the reference the
+/// others must agree with.
 fn conclude(
     algo: &str,
     backing: &str,
@@ -493,13 +526,16 @@ fn conclude(
         Ok(m) => {
             let check = match (reference.as_ref(), algo) {
                 (None, _) if backing == "memory" => Ok("ok (reference)".to_string()),
-                (None, _) if !have_memory => Ok("ok (structure only: no in-memory run)".into()),
+                (None, "bfs") if !have_memory => {
+                    Ok("ok (structure only: no in-memory run; the reference)".into())
+                }
+                (None, _) if !have_memory => ranks_alone(&m.ranks),
                 (None, _) => Err("no in-memory run to compare with".into()),
                 (Some(r), "bfs") => {
                     match r.checks.iter().zip(&m.checks).position(|(x, y)| x != y) {
                         None if r.checks.len() == m.checks.len() => Ok("ok".into()),
                         Some(k) => Err(format!(
-                            "search {k}: depths differ from the in-memory run's"
+                            "search {k}: depths differ from the reference run's"
                         )),
                         None => Err("searches missing".into()),
                     }
@@ -517,7 +553,7 @@ fn conclude(
                         Ok(format!("ok (L1 {l1:.1e})"))
                     } else {
                         Err(format!(
-                            "L1 distance to the in-memory ranks {l1:.3e} > 1e-6"
+                            "L1 distance to the reference run's ranks {l1:.3e} > 1e-6"
                         ))
                     }
                 }
@@ -538,10 +574,23 @@ fn conclude(
         check,
         m,
     };
-    if backing == "memory" && row.check.is_ok() && reference.is_none() {
+    if (backing == "memory" || !have_memory) && row.check.is_ok() && reference.is_none() {
         *reference = Some(row.m.clone());
     }
     row
+}
+
+/// What ranks with nothing to compare them with must be: finite,
+/// non-negative, summing to one (the dangling vertices' share is spread).
+fn ranks_alone(ranks: &[f64]) -> Result<String, String> {
+    if let Some(v) = ranks.iter().position(|r| !r.is_finite() || *r < 0.0) {
+        return Err(format!("vertex {v}: rank {}", ranks[v]));
+    }
+    let sum: f64 = ranks.iter().sum();
+    if ranks.is_empty() || (sum - 1.0).abs() > 1e-9 {
+        return Err(format!("the ranks sum to {sum}, not 1"));
+    }
+    Ok("ok (ranks sum to 1; no in-memory run; the reference)".into())
 }
 
 fn report_row(r: &Row) {
@@ -632,6 +681,9 @@ fn summary(
         )
         .map_err(|e| format!("--json {}: {e}", path.display()))?;
     }
+    if crate::bench::interrupted() {
+        return Err("graph: interrupted".into());
+    }
     let failed = rows.iter().filter(|r| r.check.is_err()).count();
     if failed > 0 {
         return Err(format!("{failed} run(s) failed their checks"));
@@ -661,6 +713,70 @@ mod tests {
                 "{mib} MiB: only {cache} for the cache"
             );
         }
+    }
+
+    /// Without an in-memory run, PageRank's first run must sum to one and
+    /// the others must agree with it (they were not checked at all).
+    #[test]
+    fn ranks_without_an_in_memory_run_are_checked() {
+        let ranks = |r: &[f64]| super::Measured {
+            ranks: r.to_vec(),
+            ..super::Measured::default()
+        };
+        let mut reference = None;
+        let mut row = |backing: &str, r: &[f64]| {
+            let m = Ok(ranks(r));
+            super::conclude("pagerank", backing, String::new(), m, &mut reference, false).check
+        };
+        let bad = row("setcache", &[0.5, 0.4]);
+        assert!(
+            bad.as_ref().is_err_and(|e| e.contains("sum to 0.9")),
+            "{bad:?}"
+        );
+        let nan = row("setcache", &[f64::NAN, 1.0]);
+        assert!(
+            nan.as_ref().is_err_and(|e| e.contains("vertex 0")),
+            "{nan:?}"
+        );
+        assert!(row("setcache", &[0.25, 0.75]).is_ok());
+        assert!(row("mmap", &[0.25, 0.75]).is_ok());
+        let off = row("mmap-random", &[0.75, 0.25]);
+        assert!(off.as_ref().is_err_and(|e| e.contains("L1")), "{off:?}");
+    }
+
+    /// A stored graph counts only once its last offset is in; a directory
+    /// that cannot be opened is an error, not a missing graph.
+    #[test]
+    fn a_graph_cut_short_is_not_taken_for_a_stored_one() {
+        let dir = std::env::temp_dir().join(format!("setcache-graph-cut-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = super::Spec {
+            scale: 8,
+            edge_factor: 4,
+            seed: 3,
+        };
+        assert_eq!(super::stored(&dir, &spec), Ok(false));
+        let csr = super::rmat::generate(&spec, 1, false).unwrap();
+        let open = || {
+            let store = setcache::Store::open(&[&dir], Default::default()).unwrap();
+            CachedStore::new(store, setcache::CacheOptions::default()).unwrap()
+        };
+        super::rmat::store(&open(), &spec, &csr, false).unwrap();
+        assert_eq!(super::stored(&dir, &spec), Ok(true));
+        // As a run stopped before its last write leaves it.
+        let cs = open();
+        let name = format!("{}.offsets", spec.name());
+        let off = setcache::PagedArray::<u64>::open(&cs, &name).unwrap();
+        off.set(spec.vertices(), 0).unwrap();
+        off.sync().unwrap();
+        drop((off, cs));
+        assert_eq!(super::stored(&dir, &spec), Ok(false));
+        let not_a_dir = dir.join(format!("{}.offsets", spec.name()));
+        std::fs::write(&not_a_dir, b"x").unwrap();
+        let e = super::stored(&not_a_dir, &spec).unwrap_err();
+        assert!(e.contains("looking for"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     fn run_args(args: &[&str]) -> Result<(), String> {

@@ -135,7 +135,7 @@ fn over_blocks(
             s.spawn(|| {
                 loop {
                     let b = next.fetch_add(1, Relaxed);
-                    if b >= blocks {
+                    if b >= blocks || crate::bench::interrupted() {
                         break;
                     }
                     f(b);
@@ -145,7 +145,7 @@ fn over_blocks(
         }
         if progress {
             let t0 = Instant::now();
-            while done.load(Relaxed) < blocks {
+            while done.load(Relaxed) < blocks && !crate::bench::interrupted() {
                 std::thread::sleep(std::time::Duration::from_millis(250));
                 let d = done.load(Relaxed);
                 say_raw!(
@@ -159,6 +159,9 @@ fn over_blocks(
     });
     if progress {
         say_raw!("\r\x1b[K");
+    }
+    if crate::bench::interrupted() {
+        return Err(format!("{label}: interrupted"));
     }
     Ok(())
 }
@@ -292,16 +295,34 @@ pub(crate) fn store(
         }
     };
     const CHUNK: usize = 1 << 20;
-    for (k, c) in csr.offsets.chunks(CHUNK).enumerate() {
+    // The last offset goes last, once all else is durable: a graph cut short
+    // (a failure, a crash, Ctrl-C) has a last offset of zero and is made
+    // again by the next run instead of read.
+    let (last, head) = csr
+        .offsets
+        .split_last()
+        .expect("offsets of at least one vertex");
+    let stop = || {
+        crate::bench::interrupted()
+            .then(|| format!("graph: writing {}: interrupted", spec.name()))
+            .map_or(Ok(()), Err)
+    };
+    for (k, c) in head.chunks(CHUNK).enumerate() {
+        stop()?;
         off.write_from((k * CHUNK) as u64, c).map_err(err)?;
         note(c.len() * 8);
     }
     for (k, c) in csr.targets.chunks(CHUNK).enumerate() {
+        stop()?;
         tgt.write_from((k * CHUNK) as u64, c).map_err(err)?;
         note(c.len() * 4);
     }
-    off.sync().map_err(err)?;
     tgt.sync().map_err(err)?;
+    off.sync().map_err(err)?;
+    off.write_from(head.len() as u64, std::slice::from_ref(last))
+        .map_err(err)?;
+    note(8);
+    off.sync().map_err(err)?;
     if progress {
         say_raw!("\r\x1b[K");
     }
