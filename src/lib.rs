@@ -78,7 +78,9 @@ pub mod hitsim;
 #[cfg(test)]
 mod test_alloc;
 
-pub use array::{ArrayIter, ArrayReader, Element, PagedArray, TranslationStats};
+pub use array::{
+    ArrayIter, ArrayReader, Element, PagedArray, TranslationStats, reader_table_bytes,
+};
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageId,
     PageMut, PageRef, PolicyKind, SetMetadataBytes, WriteBack,

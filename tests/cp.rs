@@ -72,3 +72,81 @@ fn files_go_in_and_out_byte_for_byte() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// What a copy out of the store must not destroy: its own source (a backing
+/// file of the store file as destination), and, with `--force`, the old
+/// destination when the copy stops part way (Ctrl-C here).
+#[test]
+fn a_copy_out_never_destroys_its_source_or_an_old_destination() {
+    let d = std::env::temp_dir().join(format!("setcache-cp-keep-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    for sub in ["d0", "d1"] {
+        std::fs::create_dir_all(d.join(sub)).unwrap();
+    }
+    let data: Vec<u8> = (0..(96u64 << 20)).map(|i| (i % 251) as u8).collect();
+    let src = d.join("in.bin");
+    std::fs::write(&src, &data).unwrap();
+    ok(&cp(&d, &[src.to_str().unwrap(), "store:a"]));
+    // Onto one of its own backing files.
+    let backing = d.join("d0").join("a.scf");
+    assert!(
+        backing.exists(),
+        "the store file's backing file is named a.scf"
+    );
+    refused(
+        &cp(&d, &["--force", "store:a", backing.to_str().unwrap()]),
+        "backing file of store:a",
+    );
+    let back = d.join("back.bin");
+    ok(&cp(&d, &["store:a", back.to_str().unwrap()]));
+    assert!(std::fs::read(&back).unwrap() == data, "store:a was damaged");
+    // Stopped part way: the old destination stays as it was, no temporary.
+    let old = d.join("old.bin");
+    std::fs::write(&old, b"the old bytes").unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["cp", "--devices"])
+        .arg(format!(
+            "{},{}",
+            d.join("d0").display(),
+            d.join("d1").display()
+        ))
+        .args(["--force", "store:a", old.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let temporary = || {
+        std::fs::read_dir(&d)
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with(".old.bin.cp-"))
+    };
+    let t = std::time::Instant::now();
+    while !temporary() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the copy ended before it was stopped"
+        );
+        assert!(t.elapsed().as_secs() < 60, "no temporary file after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    // SAFETY: plain system call on our child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let o = child.wait_with_output().unwrap();
+    refused(&o, "interrupted");
+    assert_eq!(std::fs::read(&old).unwrap(), b"the old bytes");
+    assert!(!temporary(), "the temporary file stayed");
+    // A directory that was no store keeps no lock file after a failed copy.
+    let fresh = d.join("fresh");
+    std::fs::create_dir_all(&fresh).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["cp", "--devices", fresh.to_str().unwrap(), "store:none"])
+        .arg(d.join("none.bin"))
+        .output()
+        .unwrap();
+    refused(&o, "not found");
+    assert!(
+        !fresh.join(".setcache-lock").exists(),
+        "a lock file was left"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -657,3 +657,47 @@ fn replace_renames_over_a_file_and_is_finished_at_open() {
         "the finished replacement does not show the new bytes"
     );
 }
+
+/// A FIFO where the intent record or a backing file should be is refused
+/// with an error naming it, never waited on (opening a FIFO to read blocks
+/// until a writer comes): at open, and in a `replace` over such a name.
+#[test]
+fn a_fifo_in_place_of_a_record_or_a_piece_is_refused_not_waited_on() {
+    let fifo = |p: &Path| {
+        let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+        assert_eq!(r, 0, "mkfifo {p:?}");
+    };
+    let tmp = TempDir::new("fifo");
+    let (roots, _) = make(&tmp);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let r2 = roots.clone();
+    std::thread::spawn(move || {
+        let intent = r2[0].join(".setcache-intent");
+        fifo(&intent);
+        let e = Store::open(&r2, opts()).err().map(|e| e.to_string());
+        std::fs::remove_file(&intent).unwrap();
+        // A piece of the replaced name that is a FIFO.
+        let store = Store::open(&r2, opts()).unwrap();
+        drop(store.create("other", 4096, LayoutKind::Rotated).unwrap());
+        let piece = r2[0].join("other.scf");
+        std::fs::remove_file(&piece).unwrap();
+        fifo(&piece);
+        let e2 = store.replace("other", "data").err().map(|e| e.to_string());
+        tx.send((e, e2)).unwrap();
+    });
+    let (e, e2) = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the store waited on a FIFO");
+    let e = e.expect("a store opened over a FIFO as its intent record");
+    assert!(
+        e.contains(".setcache-intent") && e.contains("not a regular file"),
+        "{e}"
+    );
+    let e2 = e2.expect("a replace over a FIFO piece");
+    assert!(
+        e2.contains("other.scf") && e2.contains("not a regular file"),
+        "{e2}"
+    );
+}

@@ -380,9 +380,7 @@ impl<T: Element> PagedArray<T> {
         // hold no pins, so a large table costs the cache nothing.
         let cache = &self.file.shared.cache;
         let pages = (self.len * size_of::<T>() as u64).div_ceil(cache.page_size() as u64);
-        let want = (cache.capacity_pages() as u64).min(pages).max(1) as usize;
-        let l1_len = want.next_power_of_two().clamp(L1_MIN, L1_MAX);
-        let l2_sets = (l1_len / L2_WAYS).min(L2_MAX_SETS);
+        let (l1_len, l2_sets) = table_lens(cache.capacity_pages() as u64, pages);
         ArrayReader {
             arr: self,
             l1: table(l1_len),
@@ -1020,6 +1018,23 @@ impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
 
 /// A table of `n` empty entries, in huge pages where the kernel gives them:
 /// a large table's probes at random then seldom miss the TLB.
+/// The entries of a reader's direct-mapped table and the sets of its second
+/// table, for a cache of `cache_pages` pages and an array of `pages`.
+fn table_lens(cache_pages: u64, pages: u64) -> (usize, usize) {
+    let want = cache_pages.min(pages).clamp(1, L1_MAX as u64) as usize;
+    let l1_len = want.next_power_of_two().clamp(L1_MIN, L1_MAX);
+    (l1_len, (l1_len / L2_WAYS).min(L2_MAX_SETS))
+}
+
+/// Bytes of the translation tables of one reader ([`PagedArray::reader`])
+/// of an array of `pages` pages over a cache of `cache_pages` pages: memory
+/// of the reader's thread, beside the cache's.
+pub fn reader_table_bytes(cache_pages: u64, pages: u64) -> u64 {
+    let (l1_len, l2_sets) = table_lens(cache_pages, pages);
+    let entries = (l1_len + l2_sets * L2_WAYS) as u64;
+    entries * size_of::<Entry<'static>>() as u64 + l2_sets as u64
+}
+
 fn table<'a>(n: usize) -> Box<[Entry<'a>]> {
     const HUGE: usize = 2 << 20;
     let mut v: Vec<Entry<'a>> = Vec::with_capacity(n);

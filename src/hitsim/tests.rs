@@ -418,6 +418,20 @@ fn a_trace_stops_at_its_memory_limit() {
     assert!((10_000..=100_000).contains(&pushed), "{pushed}");
     assert!(e.contains("distinct pages cannot grow"), "{e}");
     assert_eq!(MAX_FOOTPRINT, u64::from(u32::MAX) - 1);
+    // A long trace of few pages, then new pages: the table of distinct pages
+    // gets what the trace leaves of the limit, not a limit of its own.
+    let mut b = Builder::with_limit("t".into(), 1 << 20);
+    for _ in 0..240_000 {
+        b.push(0, false).unwrap();
+    }
+    let mut page = 1;
+    let e = loop {
+        match b.push(page, false) {
+            Ok(()) => page += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(b.held() <= 1 << 20, "{} bytes held; {e}", b.held());
     // A block trace's requests with times: 12.125 bytes an access, 86,480
     // in 1 MiB, and the times counted in what the trace holds.
     let mut b = Builder::with_limit("t".into(), 1 << 20);

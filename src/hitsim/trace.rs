@@ -125,7 +125,8 @@ struct DenseMap {
     len: usize,
     /// The dense id of the page `u64::MAX` (the map's empty-slot marker).
     max_key: Option<u32>,
-    /// The bytes the map may take while it grows (old and new table).
+    /// The bytes the map may take while it grows (old and new table): what
+    /// the trace's limit leaves beside the trace's own vectors.
     limit: u64,
 }
 
@@ -185,6 +186,11 @@ impl DenseMap {
         v
     }
 
+    /// The bytes the map holds.
+    fn bytes(&self) -> u64 {
+        (self.keys.len() as u64).saturating_mul(12)
+    }
+
     /// The bytes the map would hold after growing.
     fn grown_bytes(&self) -> u64 {
         (self.keys.len() as u64).saturating_mul(2 * 12)
@@ -194,8 +200,7 @@ impl DenseMap {
     /// new table together would pass the limit or the memory cannot be had.
     #[cold]
     fn grow(&mut self) -> bool {
-        let old = (self.keys.len() as u64).saturating_mul(12);
-        if old.saturating_add(self.grown_bytes()) > self.limit {
+        if self.bytes().saturating_add(self.grown_bytes()) > self.limit {
             return false;
         }
         let n = self.keys.len() * 2;
@@ -295,7 +300,8 @@ impl Builder {
     /// When they would take more memory than this machine allows, or the
     /// memory cannot be had.
     pub fn reserve(&mut self, requests: u64) -> Result<(), String> {
-        let need = self.bytes_for(requests);
+        // The trace and its table of distinct pages share the limit.
+        let need = self.bytes_for(requests).saturating_add(self.map.bytes());
         if need > self.limit {
             return Err(format!(
                 "{requests} requests would take {} of memory, more than the {} this machine allows",
@@ -326,7 +332,14 @@ impl Builder {
                 .map_err(cannot)?;
         }
         self.expected = self.expected.max(requests);
+        self.map.limit = self.limit.saturating_sub(self.trace.bytes());
         Ok(())
+    }
+
+    /// The bytes the trace and its table of distinct pages hold now.
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> u64 {
+        self.trace.bytes() + self.map.bytes()
     }
 
     /// The bytes `requests` accesses take: [`request_bytes`], and 8 more
@@ -459,7 +472,7 @@ impl Builder {
         } else {
             33 + 64
         };
-        let most = self.limit / bits * 8;
+        let most = self.limit.saturating_sub(self.map.bytes()) / bits * 8;
         if len >= most {
             return Err(format!(
                 "more than {len} requests would take more than the {} of memory this machine allows",

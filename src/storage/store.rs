@@ -666,10 +666,25 @@ fn listed_name(entry: &std::ffi::OsStr) -> Option<&str> {
 /// decodes as torn), and is not read into memory.
 fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut b = Vec::new();
-    fs::File::open(path)?
+    std::fs::File::from(open_regular(path)?)
         .take(intent::MAX_RECORD as u64 + 1)
         .read_to_end(&mut b)?;
     Ok(b)
+}
+
+/// Open `path` to read it, refusing (rather than waiting on) anything but a
+/// regular file: a FIFO under the name would block the open until a writer
+/// came.
+fn open_regular(path: &Path) -> std::io::Result<OwnedFd> {
+    let fd = open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
+    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
+    if !meta.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(fd)
 }
 
 /// The lock files this process holds through open stores, by (device, inode).
@@ -1707,7 +1722,7 @@ impl StoreInner {
         for i in 0..self.roots.len() {
             remove_if_present(i, &self.new_path(i, name))?;
             let path = self.backing_path(i, name);
-            let ours = match open_raw(&path, libc::O_RDONLY) {
+            let ours = match open_regular(&path) {
                 Ok(fd) => read_header(&fd)
                     .map_err(|e| Error::os(format!("device {i}: read header of"), &path, e))?
                     .is_ok_and(|(h, _)| h.file_uid == uid),
@@ -1732,7 +1747,7 @@ impl StoreInner {
     /// The identity in the header of the piece at `p` on device `i`; `None`
     /// when there is no piece.
     fn piece_uid(&self, i: usize, p: &Path) -> Result<Option<u64>> {
-        let fd = match open_raw(p, libc::O_RDONLY) {
+        let fd = match open_regular(p) {
             Ok(fd) => fd,
             Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(None),
             Err(e) => return Err(Error::os(format!("device {i}: open"), p, e)),

@@ -161,16 +161,25 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         Some(s) => parse_size(s)?,
         None => bytes + bytes / 2,
     };
-    // What the run holds at once: the vector, the cache, and one workload's
-    // indices for every thread (checked before anything is made).
-    let indices = (a.ops as u64)
+    // What the run holds at once: the vector, the cache with its staging
+    // area, one workload's indices and an array reader's translation tables
+    // for every thread (checked before anything is made).
+    let per_thread = (a.ops as u64)
         .saturating_mul(8)
-        .saturating_mul(a.threads as u64);
-    let need = bytes.saturating_add(cache).saturating_add(indices);
+        .saturating_add(setcache::reader_table_bytes(
+            cache.div_ceil(4096),
+            bytes.div_ceil(4096),
+        ));
+    let indices = per_thread.saturating_mul(a.threads as u64);
+    let staging = CachedStore::staging_bytes(usize::try_from(cache).unwrap_or(usize::MAX)) as u64;
+    let need = bytes
+        .saturating_add(cache)
+        .saturating_add(staging)
+        .saturating_add(indices);
     let limit = setcache::hitsim::memory_limit();
     if need > limit {
         return Err(format!(
-            "--size {} (the vector, {}), a cache of {} and --ops {} indices for each of {} threads ({}) need {}, more than the {} this machine allows",
+            "--size {} (the vector, {}), a cache of {} (and its staging area) and --ops {} indices and the translation tables for each of {} threads ({}) need {}, more than the {} this machine allows",
             a.size,
             format_size(bytes),
             format_size(cache),
@@ -309,9 +318,14 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
     }
     drop(r);
     std::hint::black_box(s);
-    println!(
+    out!(
         "{:<13} {:>14} {:>14} {:>9} {:>8} {:>9}  rounds (array / vector)",
-        "workload", "vector /s", "array /s", "x vector", "tc hits", "misses"
+        "workload",
+        "vector /s",
+        "array /s",
+        "x vector",
+        "tc hits",
+        "misses"
     );
     for w in &a.workload {
         if interrupted() {
@@ -354,7 +368,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
                 format!("{:.1}%", 100.0 * s.hit_ratio())
             }
         };
-        println!(
+        out!(
             "{:<13} {:>14.0} {:>14.0} {:>9.3} {:>8} {:>9}  {}",
             w,
             median(&mut vr),
@@ -366,7 +380,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
         );
         if t > 1 && all != TranslationStats::default() {
             let each: Vec<String> = stats.iter().map(share).collect();
-            println!("{:<13} tc hits per thread: {}", "", each.join(" "));
+            out!("{:<13} tc hits per thread: {}", "", each.join(" "));
         }
     }
     Ok(())

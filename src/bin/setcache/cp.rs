@@ -58,8 +58,12 @@ fn start_copy(
         return Err(format!("store:{name} exists (give --force to replace it)"));
     }
     let tmp = format!("{name}.cp-{}", std::process::id());
-    // Left by a copy of this process number stopped part way.
-    let _ = cs.delete(&tmp);
+    if cs.store().info(&tmp).is_ok() {
+        return Err(format!(
+            "store:{tmp}, the copy's temporary name, exists (left by a copy stopped part \
+             way?): remove it first"
+        ));
+    }
     let f = cs
         .create(&tmp, len, LayoutKind::Stripe)
         .map_err(|e| e.to_string())?;
@@ -95,11 +99,133 @@ fn end_copy(
     r
 }
 
+/// An error if Ctrl-C came.
+fn go_on() -> Result<(), String> {
+    if crate::bench::interrupted() {
+        return Err("interrupted".into());
+    }
+    Ok(())
+}
+
+/// Copy store file `f` to the plain path `to`: into a new file beside it,
+/// synced, then renamed to `to` (over it only with `force`), so that a copy
+/// that fails or is stopped leaves `to` as it was. Refused onto one of the
+/// store file's own backing files, which the copy would destroy.
+fn copy_out(
+    cs: &CachedStore,
+    from: &str,
+    to: &std::path::Path,
+    force: bool,
+    buf: &mut [u8],
+) -> Result<u64, String> {
+    use std::os::unix::fs::MetadataExt;
+    let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
+    if let Ok(m) = std::fs::metadata(to) {
+        if m.is_dir() {
+            return Err(format!("{} is a directory", to.display()));
+        }
+        if !m.is_file() {
+            // A device or a pipe is written into, as cp(1) does.
+            if !force {
+                return Err(format!(
+                    "{} exists (give --force to replace it)",
+                    to.display()
+                ));
+            }
+            let mut out = OpenOptions::new()
+                .write(true)
+                .open(to)
+                .map_err(|e| format!("cannot open {}: {e}", to.display()))?;
+            let len = f.len();
+            let mut at = 0u64;
+            while at < len {
+                go_on()?;
+                let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
+                out.write_all(&buf[..n])
+                    .map_err(|e| format!("write {}: {e}", to.display()))?;
+                at += n as u64;
+            }
+            return Ok(len);
+        }
+        let own =
+            cs.store().backing_paths(from).into_iter().any(|p| {
+                std::fs::metadata(p).is_ok_and(|b| (b.dev(), b.ino()) == (m.dev(), m.ino()))
+            });
+        if own {
+            return Err(format!(
+                "{} is a backing file of store:{from}: the copy would destroy its source",
+                to.display()
+            ));
+        }
+        if !force {
+            return Err(format!(
+                "{} exists (give --force to replace it)",
+                to.display()
+            ));
+        }
+    }
+    let name = to.file_name().map(|n| n.to_string_lossy().into_owned());
+    let name = name.ok_or_else(|| format!("{} names no file", to.display()))?;
+    let tmp = to.with_file_name(format!(".{name}.cp-{}", std::process::id()));
+    let mut out = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let mut copy = || -> Result<u64, String> {
+        let len = f.len();
+        let mut at = 0u64;
+        while at < len {
+            go_on()?;
+            let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
+            out.write_all(&buf[..n])
+                .map_err(|e| format!("write {}: {e}", tmp.display()))?;
+            at += n as u64;
+        }
+        out.sync_all()
+            .map_err(|e| format!("sync {}: {e}", tmp.display()))?;
+        // Without --force, a file that appeared at `to` meanwhile stays: a
+        // link fails if the name exists, where a rename would replace it.
+        let placed = if force {
+            std::fs::rename(&tmp, to)
+        } else {
+            std::fs::hard_link(&tmp, to)
+        };
+        placed.map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => {
+                format!("{} exists (give --force to replace it)", to.display())
+            }
+            _ => format!("cannot name the copy {}: {e}", to.display()),
+        })?;
+        Ok(len)
+    };
+    let r = copy();
+    // Renamed: gone already; linked: its first name goes; failed: all of it.
+    let _ = std::fs::remove_file(&tmp);
+    r
+}
+
 pub(crate) fn run(a: CpArgs) -> Result<(), String> {
     let (src, dst) = (side(&a.src), side(&a.dst));
     if let (Side::Plain(_), Side::Plain(_)) = (&src, &dst) {
         return Err("one side of the copy must be a file of the store, written store:NAME".into());
     }
+    // Ctrl-C stops the copy at its next chunk; what it made goes.
+    crate::bench::install_sigint();
+    // The device directories' lock files that this run makes go with it.
+    let made_locks: Vec<&PathBuf> = a
+        .devices
+        .iter()
+        .filter(|d| d.is_dir() && !d.join(".setcache-lock").exists())
+        .collect();
+    let r = copy(&a, &src, &dst);
+    for d in made_locks {
+        let _ = Store::remove_lock_file(d);
+    }
+    r
+}
+
+fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
     let store = Store::open(&a.devices, StoreOptions::default()).map_err(|e| e.to_string())?;
     let cache = CacheOptions {
         size: usize::try_from(a.cache_size).map_err(|_| "--cache-size is too large")?,
@@ -108,7 +234,7 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
     let cs = CachedStore::new(store, cache).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let mut buf = vec![0u8; CHUNK];
-    let copied = match (&src, &dst) {
+    let copied = match (src, dst) {
         (Side::Plain(from), Side::Stored(to)) => {
             let mut f = std::fs::File::open(from)
                 .map_err(|e| format!("cannot open {}: {e}", from.display()))?;
@@ -127,6 +253,7 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
             let mut copy = || -> Result<u64, String> {
                 let mut at = 0u64;
                 loop {
+                    go_on()?;
                     let n = f
                         .read(&mut buf)
                         .map_err(|e| format!("read {} at {at}: {e}", from.display()))?;
@@ -156,33 +283,7 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
             let r = copy();
             end_copy(&cs, &tmp, out, to, a.force, r)?
         }
-        (Side::Stored(from), Side::Plain(to)) => {
-            let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
-            let mut opts = OpenOptions::new();
-            opts.write(true);
-            if a.force {
-                opts.create(true).truncate(true);
-            } else {
-                opts.create_new(true);
-            }
-            let mut out = opts.open(to).map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => {
-                    format!("{} exists (give --force to replace it)", to.display())
-                }
-                _ => format!("cannot create {}: {e}", to.display()),
-            })?;
-            let len = f.len();
-            let mut at = 0u64;
-            while at < len {
-                let n = f.read_at(at, &mut buf).map_err(|e| e.to_string())?;
-                out.write_all(&buf[..n])
-                    .map_err(|e| format!("write {}: {e}", to.display()))?;
-                at += n as u64;
-            }
-            out.sync_all()
-                .map_err(|e| format!("sync {}: {e}", to.display()))?;
-            len
-        }
+        (Side::Stored(from), Side::Plain(to)) => copy_out(&cs, from, to, a.force, &mut buf)?,
         (Side::Stored(from), Side::Stored(to)) => {
             if from == to {
                 return Err(format!("store:{from} is both source and destination"));
@@ -193,6 +294,7 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
             let mut copy = || -> Result<u64, String> {
                 let mut at = 0u64;
                 while at < len {
+                    go_on()?;
                     let n = f.read_at(at, &mut buf).map_err(|e| e.to_string())?;
                     out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
                     at += n as u64;

@@ -196,9 +196,19 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         a.threads,
         budget.map_or("none (everything cached)".into(), mib)
     );
+    // Each thread's two readers (offsets, targets) keep translation tables
+    // sized to the cache: memory of the setcache backing, out of its budget
+    // (counted as if the cache had all of it, which it does not).
+    let tables = |budget: u64| {
+        let pages = |bytes: u64| bytes.div_ceil(4096);
+        let of = |bytes| setcache::reader_table_bytes(pages(budget), pages(bytes));
+        a.threads as u64 * (of((n + 1) * 8) + of(entries * 4))
+    };
     if let Some(b) = budget {
         for algo in &a.algo {
-            let need = vertex_bytes(algo, n) + a.threads as u64 * algo::read_buffers(algo, a.depth);
+            let need = vertex_bytes(algo, n)
+                + a.threads as u64 * algo::read_buffers(algo, a.depth)
+                + tables(b);
             // The check after each search, in the mmap child's cgroup too.
             let check = if algo == "bfs" {
                 algo::CHECK_BYTES * n
@@ -207,7 +217,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             };
             if b < need + (1 << 20) || b < vertex_bytes(algo, n) + check {
                 return Err(format!(
-                    "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least, and {} for its arrays and checks",
+                    "--budget {}: {algo} needs {} for its per-vertex arrays, read buffers and translation tables and a cache of 1 MiB at least, and {} for its arrays and checks",
                     mib(b),
                     mib(need),
                     mib(vertex_bytes(algo, n) + check)
@@ -249,8 +259,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                 "setcache" => {
                     // The threads' read buffers come out of the budget too
                     // (checked above to leave a cache).
-                    let per_vertex =
-                        per_vertex + a.threads as u64 * algo::read_buffers(algo, a.depth);
+                    // So do the readers' translation tables.
+                    let per_vertex = per_vertex
+                        + a.threads as u64 * algo::read_buffers(algo, a.depth)
+                        + budget.map_or(0, tables);
                     // So does the store's staging area (the sweeps' runs
                     // land there): the cache is what is left.
                     let cache = match budget {
