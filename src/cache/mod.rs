@@ -193,11 +193,17 @@ impl<M: Model> PageCache<M> {
     /// memory is reserved, not allocated, so it would be accepted and the
     /// process killed once the cache fills.
     pub fn new(opts: CacheOptions) -> Result<Self> {
+        // The machine's nodes read once: the set counts must divide among
+        // the same number of partitions the cache is made with.
+        let opts = CacheOptions {
+            partitions: Self::partitions_of(&opts),
+            ..opts
+        };
         let (sets, max_sets) = Self::sets_of(&opts)?;
         let core = Core::new(
             sets,
             max_sets,
-            Self::partitions_of(&opts),
+            opts.partitions,
             opts.assoc,
             opts.page_size,
             opts.policy,
@@ -1064,6 +1070,18 @@ impl<M: Model> PageCache<M> {
     pub fn resize(&self, bytes: usize) -> Result<()> {
         let set_bytes = self.assoc() * self.page_size();
         let target = (bytes / set_bytes).clamp(1, self.core.max_sets);
+        let mut waited = Duration::ZERO;
+        let mut pause = 1u64;
+        // One resize at a time, each to its own target in turn (a model
+        // checker's thread yields while it waits rather than block).
+        let _one = loop {
+            match self.core.resizing.try_lock() {
+                Ok(g) => break g,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => M::backoff(100),
+            }
+        };
+        // The size as the resizes before this one left it.
         let now = self.sets();
         if target > now {
             let per_set = (set_bytes + self.core.lay.stride) as u64;
@@ -1077,17 +1095,6 @@ impl<M: Model> PageCache<M> {
                 )
             })?;
         }
-        let mut waited = Duration::ZERO;
-        let mut pause = 1u64;
-        // One resize at a time, each to its own target in turn (a model
-        // checker's thread yields while it waits rather than block).
-        let _one = loop {
-            match self.core.resizing.try_lock() {
-                Ok(g) => break g,
-                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => M::backoff(100),
-            }
-        };
         loop {
             let n = self.sets();
             let step = if n < target {

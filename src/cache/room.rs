@@ -229,15 +229,45 @@ pub fn mount_of(mountinfo: &str, v1: bool) -> Option<(String, String)> {
         } else {
             fstype == "cgroup2"
         };
-        hit.then(|| (mount.to_string(), root.to_string()))
+        hit.then(|| (unescape(mount), unescape(root)))
     })
+}
+
+/// A path field of mountinfo with its octal escapes (`\040` for a space,
+/// `\011`, `\012`, `\134`) turned back into bytes.
+fn unescape(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                let v = d.iter().fold(0u32, |v, c| v * 8 + u32::from(c - b'0'));
+                out.push(v as u8);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The directories of cgroup `path` and of each ancestor up to the mount
 /// point, innermost first.
 fn levels(mount: &str, root: &str, path: &str) -> Vec<PathBuf> {
+    // By whole components: root /lxc/c1 is no prefix of /lxc/c10.
     let rel = if root != "/" {
-        path.strip_prefix(root).unwrap_or(path)
+        Path::new(path)
+            .strip_prefix(root)
+            .ok()
+            .and_then(Path::to_str)
+            .unwrap_or(path)
     } else {
         path
     };
@@ -431,6 +461,30 @@ mod tests {
         assert_eq!(human_size(23_907_044 * 1024), "22.8 GiB");
         assert_eq!(human_size(1 << 50), "1 PiB");
         assert_eq!(human_size(u64::MAX), "16 EiB");
+        // The unit the printed value rounds to.
+        assert_eq!(human_size(1_048_575), "1 MiB");
+        assert_eq!(human_size((1 << 40) - (1 << 20)), "1 TiB");
+        assert_eq!(human_size(1536), "1.5 KiB");
+    }
+
+    /// A mount root as mountinfo writes it (a space is `\040`): the cgroup
+    /// below it is found, and its limit counts.
+    #[test]
+    fn an_escaped_mount_root_is_read_back() {
+        let mounts = "40 30 0:26 /my\\040job /sys/fs/cgroup/memory ro - cgroup cgroup rw,memory\n";
+        let files = [
+            ("/proc/self/cgroup", "4:memory:/my job/inner\n".to_string()),
+            ("/proc/self/mountinfo", mounts.into()),
+            (
+                "/sys/fs/cgroup/memory/inner/memory.limit_in_bytes",
+                format!("{}", 2 * GIB),
+            ),
+            (
+                "/sys/fs/cgroup/memory/inner/memory.usage_in_bytes",
+                format!("{}", GIB),
+            ),
+        ];
+        assert_eq!(room(&files).map(|r| r.bytes), Some(GIB));
     }
 
     #[test]
