@@ -1335,3 +1335,35 @@ fn a_shrink_cutting_a_page_a_queue_reads_in_does_not_hang_the_store() {
         "bytes past the old cut came back"
     );
 }
+
+/// A shrink into a page this thread's own request queue is reading in fails
+/// `HeldByCaller` at once (only this thread finishes that read), instead of
+/// waiting for it under the store's metadata lock.
+#[test]
+fn a_shrink_into_a_page_this_threads_queue_reads_in_fails_at_once() {
+    let tmp = TempDir::new("shrink-own-fill");
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 64);
+    let mut q = cs.queue(4);
+    let mut done = Vec::new();
+    let p = (8..64u64)
+        .find(|&p| {
+            let r = CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p);
+            q.submit(vec![r]);
+            done.clear();
+            q.take_completions(&mut done);
+            done.is_empty()
+        })
+        .expect("a read still in flight after its submit");
+    let t = Instant::now();
+    match cf.set_len(p * 4096 + 4) {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
+        other => panic!("a shrink into page {p} this thread reads in: {other:?}"),
+    }
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    q.drain();
+    // The next growth clears what the shrink could not.
+    cf.set_len((p + 1) * 4096).unwrap();
+    let mut b = vec![9u8; 4096];
+    cf.read_at(p * 4096, &mut b).unwrap();
+    assert!(b[..4].iter().all(|&x| x == 3) && b[4..].iter().all(|&x| x == 0));
+}

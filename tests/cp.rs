@@ -150,3 +150,43 @@ fn a_copy_out_never_destroys_its_source_or_an_old_destination() {
     );
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A copy waiting on a source that sends nothing (a FIFO nobody writes):
+/// the first Ctrl-C cannot end the wait, a second ends the process.
+#[test]
+fn a_second_ctrl_c_ends_a_copy_waiting_on_its_source() {
+    let d = std::env::temp_dir().join(format!("setcache-cp-fifo-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("d0")).unwrap();
+    let fifo = d.join("in.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    let r = unsafe { libc::mkfifo(c.as_ptr(), 0o644) };
+    assert_eq!(r, 0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["cp", "--devices", d.join("d0").to_str().unwrap()])
+        .args([fifo.to_str().unwrap(), "store:x"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let pid = child.id() as i32;
+    for _ in 0..2 {
+        // SAFETY: plain system call on our child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed().as_secs() >= 10 {
+            let _ = child.kill();
+            panic!("the copy still waited 10 s after two Ctrl-Cs");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert!(!status.success(), "{status:?}");
+    let _ = std::fs::remove_dir_all(&d);
+}

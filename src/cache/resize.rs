@@ -63,9 +63,10 @@ impl<M: Model> Core<M> {
             return Err(Busy::Pinned);
         }
         self.move_pages(s, gs, t, gt, moving);
-        // Dirty pages that came to `t` are the flusher's as a write's are.
-        self.note_dirty(t);
         self.table.store(pack(n + 1, self.level_of(n + 1)), Release);
+        // Dirty pages that came to `t` are the flusher's as a write's are
+        // (once `t` is in the table, where the flusher looks for it).
+        self.note_dirty(t);
         self.clock.resize((n + 1) * self.lay.assoc);
         self.steps.fetch_add(1, Release);
         self.unlock(t);

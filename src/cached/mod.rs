@@ -889,6 +889,14 @@ impl CachedFile {
                         wait.as_secs_f64()
                     )));
                 }
+                None if cache.is_own_queue_fill(self.id, page) => {
+                    return Err(Error::HeldByCaller(format!(
+                        "page {page} of file {:?} is being read in by a request queue of \
+                         this thread, whose reads only this thread finishes: poll, wait for \
+                         or drain the queue before changing the file's length",
+                        self.entry.file.name()
+                    )));
+                }
                 None => {
                     if cache.is_in_io(self.id, page) {
                         wait = cache.pin_wait() * crate::cache::CROSS_FILL_WAITS;

@@ -1267,10 +1267,12 @@ impl<'a> CachedQueue<'a> {
             while let Some((slot, r)) = self.finished.pop() {
                 let mut w = self.fills.remove(slot).expect("a fill in flight");
                 w.job.note_queued(false);
-                // Sent with a length a shrink then cut: read again what is
-                // still inside the file.
+                // A read sent with a length a shrink then cut: read again
+                // what is still inside the file (a victim's write that a
+                // shrink refused keeps its error: its pages stay dirty).
+                let reads = matches!(w.job, Job::Read(_) | Job::Write(..));
                 let r = match r {
-                    Err(Error::OutOfRange { .. }) => {
+                    Err(Error::OutOfRange { .. }) if reads => {
                         let fid = self.live.get(w.req).expect("live request").req.file.id;
                         self.sh.load(fid, w.page, w.job.frame())
                     }

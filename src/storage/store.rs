@@ -1727,6 +1727,8 @@ impl StoreInner {
                     .map_err(|e| Error::os(format!("device {i}: read header of"), &path, e))?
                     .is_ok_and(|(h, _)| h.file_uid == uid),
                 Err(e) if e.raw_os_error() == Some(libc::ENOENT) => false,
+                // Not a regular file: not the create's, and left alone.
+                Err(e) if e.kind() == std::io::ErrorKind::InvalidData => false,
                 Err(e) => return Err(Error::os(format!("device {i}: open"), &path, e)),
             };
             if ours {

@@ -107,6 +107,25 @@ fn go_on() -> Result<(), String> {
     Ok(())
 }
 
+/// Write all of store file `f` to `out` (at `path`), chunk by chunk.
+fn write_out(
+    f: &CachedFile,
+    out: &mut std::fs::File,
+    path: &std::path::Path,
+    buf: &mut [u8],
+) -> Result<u64, String> {
+    let len = f.len();
+    let mut at = 0u64;
+    while at < len {
+        go_on()?;
+        let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
+        out.write_all(&buf[..n])
+            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        at += n as u64;
+    }
+    Ok(len)
+}
+
 /// Copy store file `f` to the plain path `to`: into a new file beside it,
 /// synced, then renamed to `to` (over it only with `force`), so that a copy
 /// that fails or is stopped leaves `to` as it was. Refused onto one of the
@@ -124,29 +143,6 @@ fn copy_out(
         if m.is_dir() {
             return Err(format!("{} is a directory", to.display()));
         }
-        if !m.is_file() {
-            // A device or a pipe is written into, as cp(1) does.
-            if !force {
-                return Err(format!(
-                    "{} exists (give --force to replace it)",
-                    to.display()
-                ));
-            }
-            let mut out = OpenOptions::new()
-                .write(true)
-                .open(to)
-                .map_err(|e| format!("cannot open {}: {e}", to.display()))?;
-            let len = f.len();
-            let mut at = 0u64;
-            while at < len {
-                go_on()?;
-                let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
-                out.write_all(&buf[..n])
-                    .map_err(|e| format!("write {}: {e}", to.display()))?;
-                at += n as u64;
-            }
-            return Ok(len);
-        }
         let own =
             cs.store().backing_paths(from).into_iter().any(|p| {
                 std::fs::metadata(p).is_ok_and(|b| (b.dev(), b.ino()) == (m.dev(), m.ino()))
@@ -163,6 +159,14 @@ fn copy_out(
                 to.display()
             ));
         }
+        if !m.is_file() {
+            // A device or a pipe is written into, as cp(1) does.
+            let mut out = OpenOptions::new()
+                .write(true)
+                .open(to)
+                .map_err(|e| format!("cannot open {}: {e}", to.display()))?;
+            return write_out(&f, &mut out, to, buf);
+        }
     }
     let name = to.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.ok_or_else(|| format!("{} names no file", to.display()))?;
@@ -173,15 +177,7 @@ fn copy_out(
         .open(&tmp)
         .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut copy = || -> Result<u64, String> {
-        let len = f.len();
-        let mut at = 0u64;
-        while at < len {
-            go_on()?;
-            let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
-            out.write_all(&buf[..n])
-                .map_err(|e| format!("write {}: {e}", tmp.display()))?;
-            at += n as u64;
-        }
+        let len = write_out(&f, &mut out, &tmp, buf)?;
         out.sync_all()
             .map_err(|e| format!("sync {}: {e}", tmp.display()))?;
         // Without --force, a file that appeared at `to` meanwhile stays: a
@@ -189,7 +185,15 @@ fn copy_out(
         let placed = if force {
             std::fs::rename(&tmp, to)
         } else {
-            std::fs::hard_link(&tmp, to)
+            std::fs::hard_link(&tmp, to).or_else(|e| {
+                // A file system without hard links: a rename, if the name
+                // is still free.
+                if e.kind() == std::io::ErrorKind::AlreadyExists || to.exists() {
+                    Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists))
+                } else {
+                    std::fs::rename(&tmp, to)
+                }
+            })
         };
         placed.map_err(|e| match e.kind() {
             std::io::ErrorKind::AlreadyExists => {

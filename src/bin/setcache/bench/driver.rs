@@ -27,10 +27,20 @@ const MAX_LAT_NS: u64 = 60_000_000_000;
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_sigint(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::SeqCst);
+    if INTERRUPTED.swap(true, Ordering::SeqCst) {
+        // A second Ctrl-C ends the process now, as without the handler:
+        // the first may wait on something that never comes (a read of an
+        // idle pipe is restarted after the handler).
+        // SAFETY: signal and raise are async-signal-safe.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::raise(libc::SIGINT);
+        }
+    }
 }
 
-/// Make Ctrl-C stop the bench cleanly (temporary files and cgroups are removed).
+/// Make Ctrl-C stop the bench cleanly (temporary files and cgroups are
+/// removed); a second Ctrl-C ends it at once.
 pub(crate) fn install_sigint() {
     let handler: extern "C" fn(libc::c_int) = on_sigint;
     // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
@@ -195,7 +205,8 @@ where
             let (ctl, prepared, barrier, results) = (&ctl, &prepared, &barrier, &results);
             let (prepare, body) = (&prepare, &body);
             s.spawn(move || {
-                let state = prepare(t);
+                let state = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(t)))
+                    .unwrap_or_else(|_| Err(format!("thread {t} panicked while preparing")));
                 prepared.wait();
                 barrier.wait();
                 let r = state.and_then(|st| body(t, st, ctl));
