@@ -1143,11 +1143,21 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     assert!(b[100..200].iter().all(|&x| x == 7) && b[..100].iter().all(|&x| x == 3));
 }
 
-/// A store of one 128-page file of bytes 3 on its devices (so that a read
-/// waits for them: a hole's read ends inside its submission), under a cache
-/// of `pages` pages with a pin wait of 100 ms and no readahead.
+/// A store of one 128-page file of bytes 3 on simulated devices that answer
+/// in 20 to 30 ms (so that a read is still in flight when its submit
+/// returns), under a cache of `pages` pages with a pin wait of 100 ms and no
+/// readahead.
 fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    // A device slow enough that a read is still in flight when its submit
+    // returns (a fast disk, or the host's cache of it, may answer at once).
+    let slow = StoreOptions {
+        engine: setcache::EngineKind::Sim(setcache::SimConfig {
+            latency_us: (20_000, 30_000),
+            ..setcache::SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&tmp.devices(2), slow).unwrap();
     let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
     let mut bytes = setcache::AlignedBuf::new(128 * 4096);
     bytes.fill(3);
@@ -1165,8 +1175,9 @@ fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, Cac
 }
 
 /// Submits reads of four pages `base + first + 16 k` for growing `first` until
-/// one of them is still in flight when `submit` returns; returns that page.
-fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> u64 {
+/// some of them are still in flight when `submit` returns; returns those pages
+/// in increasing order (every read submitted before is done).
+fn reads_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> Vec<u64> {
     let mut done = Vec::new();
     for first in 0..16u64 {
         let pages: Vec<u64> = (0..4).map(|k| base + first + 16 * k).collect();
@@ -1178,14 +1189,28 @@ fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) ->
         );
         done.clear();
         q.take_completions(&mut done);
-        if let Some(p) = pages
+        let left: Vec<u64> = pages
             .into_iter()
-            .find(|&p| done.iter().all(|(t, _)| *t != p))
-        {
-            return p;
+            .filter(|&p| done.iter().all(|(t, _)| *t != p))
+            .collect();
+        if !left.is_empty() {
+            return left;
         }
     }
     panic!("every read was done before its submit returned");
+}
+
+/// A page whose read is still in flight (see [`reads_left_in_flight`]).
+fn a_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> u64 {
+    reads_left_in_flight(q, cf, base)[0]
+}
+
+/// The highest page whose read is still in flight: no page above it is
+/// being read (a shrink into it waits for no other).
+fn the_highest_read_left_in_flight(q: &mut CachedQueue<'_>, cf: &CachedFile, base: u64) -> u64 {
+    *reads_left_in_flight(q, cf, base)
+        .last()
+        .expect("a read in flight")
 }
 
 /// A synchronous read of a page that another thread's request queue is
@@ -1295,17 +1320,7 @@ fn a_shrink_cutting_a_page_a_queue_reads_in_does_not_hang_the_store() {
         let (cs, cf) = (&cs, &cf);
         s.spawn(move || {
             let mut q = cs.queue(4);
-            let mut done = Vec::new();
-            // One read at a time, so that no later page is in flight.
-            let p = (8..64u64)
-                .find(|&p| {
-                    let r = CachedRequest::tagged(OpKind::Read, cf, p * 4096, vec![0; 4096], p);
-                    q.submit(vec![r]);
-                    done.clear();
-                    q.take_completions(&mut done);
-                    done.is_empty()
-                })
-                .expect("a read still in flight after its submit");
+            let p = the_highest_read_left_in_flight(&mut q, cf, 8);
             tx.send(p).unwrap();
             go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
             // Waits for the store's metadata lock, which the shrink holds.
@@ -1344,16 +1359,7 @@ fn a_shrink_into_a_page_this_threads_queue_reads_in_fails_at_once() {
     let tmp = TempDir::new("shrink-own-fill");
     let (cs, cf) = threes_behind_a_small_cache(&tmp, 64);
     let mut q = cs.queue(4);
-    let mut done = Vec::new();
-    let p = (8..64u64)
-        .find(|&p| {
-            let r = CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p);
-            q.submit(vec![r]);
-            done.clear();
-            q.take_completions(&mut done);
-            done.is_empty()
-        })
-        .expect("a read still in flight after its submit");
+    let p = the_highest_read_left_in_flight(&mut q, &cf, 8);
     let t = Instant::now();
     match cf.set_len(p * 4096 + 4) {
         Err(Error::HeldByCaller(m)) => assert!(m.contains("drain the queue"), "{m}"),
