@@ -959,13 +959,7 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
 fn a_sync_waiting_for_its_own_queues_partial_write_fails_instead_of_hanging() {
     let tmp = TempDir::new("sync-own-write");
     // A device slow enough that the reads are still in flight at the sync.
-    let slow = StoreOptions {
-        engine: setcache::EngineKind::Sim(setcache::SimConfig {
-            latency_us: (20_000, 30_000),
-            ..setcache::SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    };
+    let slow = slow_devices();
     let store = Store::open(&tmp.devices(2), slow).unwrap();
     drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
     let opts = CacheOptions {
@@ -1143,20 +1137,25 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
     assert!(b[100..200].iter().all(|&x| x == 7) && b[..100].iter().all(|&x| x == 3));
 }
 
-/// A store of one 128-page file of bytes 3 on simulated devices that answer
-/// in 20 to 30 ms (so that a read is still in flight when its submit
-/// returns), under a cache of `pages` pages with a pin wait of 100 ms and no
-/// readahead.
-fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
-    // A device slow enough that a read is still in flight when its submit
-    // returns (a fast disk, or the host's cache of it, may answer at once).
-    let slow = StoreOptions {
+/// Store options of simulated devices that answer in 20 to 30 ms.
+fn slow_devices() -> StoreOptions {
+    StoreOptions {
         engine: setcache::EngineKind::Sim(setcache::SimConfig {
             latency_us: (20_000, 30_000),
             ..setcache::SimConfig::default()
         }),
         ..StoreOptions::default()
-    };
+    }
+}
+
+/// A store of one 128-page file of bytes 3 on simulated devices that answer
+/// in 20 to 30 ms (so that a read is still in flight when its submit
+/// returns), under a cache of `pages` pages with a pin wait of 100 ms and no
+/// readahead.
+fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
+    // A read is still in flight when its submit returns (a fast disk, or the
+    // host's cache of it, may answer at once).
+    let slow = slow_devices();
     let store = Store::open(&tmp.devices(2), slow).unwrap();
     let f = store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap();
     let mut bytes = setcache::AlignedBuf::new(128 * 4096);

@@ -2103,7 +2103,8 @@ impl<M: Model> Core<M> {
             return false;
         };
         // SAFETY: set `s` is locked until the unlock below.
-        let ok = self.cool(s, &mut unsafe { self.locked(s) }, i);
+        let mut g = unsafe { self.locked(s) };
+        let ok = self.cool(s, &mut g, i);
         self.unlock(s);
         ok
     }

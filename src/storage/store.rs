@@ -677,8 +677,7 @@ fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
 /// came.
 fn open_regular(path: &Path) -> std::io::Result<OwnedFd> {
     let fd = open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
-    let meta = std::fs::File::from(fd.try_clone()?).metadata()?;
-    if !meta.is_file() {
+    if fstat(&fd)?.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(std::io::Error::new(
             std::io::ErrorKind::InvalidData,
             "not a regular file",

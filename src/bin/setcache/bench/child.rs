@@ -281,8 +281,7 @@ pub(crate) fn converse(
         s.spawn(|| {
             while !done.load(std::sync::atomic::Ordering::Acquire) {
                 if super::driver::interrupted() {
-                    // SAFETY: plain system call on our child, which is
-                    // reaped only after this scope ends.
+                    // SAFETY: a plain system call; the child is reaped after this scope.
                     unsafe { libc::kill(pid, libc::SIGINT) };
                     return;
                 }
