@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::{Barrier, Mutex};
 use std::time::Instant;
 
-use super::csr::{Access, EARLY_MAX, Graph, MAX_SPAN};
+use super::csr::{Access, EARLY_MAX, Graph, MAX_SPAN, span_bytes};
 
 /// Words of the frontier's bitmap a thread takes at a time (64 vertices
 /// each).
@@ -47,13 +47,12 @@ pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
 }
 
 /// Bytes of read buffers a thread of `algo` keeps at most with `depth`
-/// reads in flight (a list longer than [`MAX_SPAN`] entries is read whole,
-/// in a buffer of its own while it is in flight): the spans', the offsets
-/// asked for early and those read now for BFS; a chunk's offsets and a
-/// list gathered across pages for PageRank.
+/// reads in flight: the spans' ([`span_bytes`]), the offsets asked for
+/// early and those read now for BFS; a chunk's offsets and a list gathered
+/// across pages for PageRank.
 pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
     if algo == "bfs" {
-        depth as u64 * MAX_SPAN * 4 + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
+        span_bytes(depth) + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
     } else {
         (PR_VERTICES + 1) * 8 + MAX_SPAN * 4
     }
@@ -62,6 +61,27 @@ pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
 /// Bytes per vertex the check of a search adds to its per-vertex memory
 /// (the depths).
 pub(crate) const CHECK_BYTES: u64 = 4;
+
+/// A per-vertex array of `n` values `init()`, in transparent huge pages
+/// where the kernel has them: the searches and iterations touch it at
+/// random, and with 4 KiB pages nearly every touch of a large graph's
+/// array would also miss the processor's address translation cache.
+fn per_vertex<T>(n: usize, init: impl Fn() -> T) -> Vec<T> {
+    let mut v = Vec::with_capacity(n);
+    let bytes = n * size_of::<T>();
+    if bytes >= 4 << 20 {
+        // The whole 2 MiB pages inside the allocation (not yet touched).
+        let start = (v.as_mut_ptr() as usize).next_multiple_of(2 << 20);
+        let end = (v.as_mut_ptr() as usize + bytes) & !((2 << 20) - 1);
+        if end > start {
+            // SAFETY: advice on pages of this allocation, which nothing has
+            // touched yet; it changes no contents.
+            unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
+        }
+    }
+    v.extend((0..n).map(|_| init()));
+    v
+}
 
 /// Run `body(thread, access)` on `threads` threads; the first error wins,
 /// and `stop` tells the others to finish their rounds without work.
@@ -121,7 +141,7 @@ pub(crate) fn bfs<G: Graph>(
     // The frontier of level `l` is `maps[l % 2]`; each thread clears the
     // words it took, so the map is empty again when it is next filled.
     let maps: [Vec<AtomicU64>; 2] =
-        std::array::from_fn(|_| (0..words).map(|_| AtomicU64::new(0)).collect());
+        std::array::from_fn(|_| per_vertex(words, || AtomicU64::new(0)));
     let cursor = AtomicUsize::new(0);
     let found = AtomicU64::new(0);
     let level = AtomicUsize::new(0);
@@ -492,7 +512,7 @@ pub(crate) fn run_algo<G: Graph, C: Copy>(
     let n = g.vertices() as usize;
     let mut m = Measured::default();
     if algo == "bfs" {
-        let parents: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(NONE)).collect();
+        let parents: Vec<AtomicU32> = per_vertex(n, || AtomicU32::new(NONE));
         for &root in roots {
             let from = mark();
             m.secs.extend(bfs(g, &[root], threads, &parents)?);
@@ -500,8 +520,8 @@ pub(crate) fn run_algo<G: Graph, C: Copy>(
             m.checks.push(check_bfs(g, threads, root, &parents)?);
         }
     } else {
-        let rank: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
-        let contrib: Vec<AtomicU64> = (0..n).map(|_| AtomicU64::new(0)).collect();
+        let rank: Vec<AtomicU64> = per_vertex(n, || AtomicU64::new(0));
+        let contrib: Vec<AtomicU64> = per_vertex(n, || AtomicU64::new(0));
         let from = mark();
         m.secs = pagerank(g, iterations, threads, &rank, &contrib)?;
         timed(from);

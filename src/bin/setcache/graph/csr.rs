@@ -6,7 +6,9 @@
 //! [`Paged`] reads the same bytes through setcache: `expand` reads the
 //! offsets of its vertices in order, then their lists in spans of nearby
 //! lists (one read each, up to [`MAX_SPAN`] entries), keeping up to `depth`
-//! reads in flight on the thread's own queue; `sweep` reads the arrays in
+//! reads and [`span_bytes`] of their buffers in flight on the thread's own
+//! queue (many small reads where the frontier is sparse, a few long ones
+//! where it is dense); `sweep` reads the arrays in
 //! order through `ArrayReader::for_each_chunk`, so that readahead runs
 //! ahead of it.
 
@@ -119,6 +121,8 @@ pub(crate) struct PagedAccess<'a> {
     reqs: Vec<CachedRequest<'a>>,
     done: Vec<(u64, CachedCompletion)>,
     spare: Vec<Vec<u8>>,
+    /// Buffers of list reads.
+    spans: Pool,
     list: Vec<u32>,
     offs: Vec<u64>,
     /// Offsets asked for by `prefetch`: (first vertex, last vertex, the
@@ -140,6 +144,7 @@ impl Graph for Paged {
             reqs: Vec::new(),
             done: Vec::new(),
             spare: Vec::new(),
+            spans: Pool::new(span_bytes(self.depth)),
             list: Vec::new(),
             offs: Vec::new(),
             early: Vec::new(),
@@ -160,6 +165,94 @@ pub(crate) const MAX_SPAN: u64 = 64 << 10;
 const EARLY: u64 = 1 << 63;
 /// Reads of offsets a thread keeps asked for at most.
 pub(crate) const EARLY_MAX: usize = 2;
+
+/// Most bytes of list read buffers a thread holds: enough to keep the
+/// device streaming where the frontier is dense (32 spans of the longest),
+/// while a sparse frontier's many small reads fill the depth.
+const SPAN_BYTES: u64 = 8 << 20;
+
+/// Bytes of list read buffers a thread holds at most (in flight and
+/// spare) with `depth` reads in flight: `depth` spans of the longest, up to
+/// [`SPAN_BYTES`] (a list longer than [`MAX_SPAN`] entries is read whole,
+/// in a buffer of its own while it is in flight).
+pub(crate) fn span_bytes(depth: usize) -> u64 {
+    (depth as u64 * MAX_SPAN * 4).min(SPAN_BYTES)
+}
+
+/// The smallest buffer of a list read: a page.
+const MIN_CLASS: u32 = 12;
+/// Buffer sizes: powers of two from a page to a span of the longest.
+const CLASSES: usize = (MAX_SPAN * 4).trailing_zeros() as usize - MIN_CLASS as usize + 1;
+
+/// Buffers of list reads, at most `cap` bytes of them held (in flight and
+/// spare) but for a list longer than [`MAX_SPAN`] entries, read in a
+/// buffer of its own. Each buffer holds a power of two of bytes, from a
+/// page to [`MAX_SPAN`] entries, and is kept for reads of its size: a
+/// read reuses one without clearing it (the read overwrites the bytes it
+/// is given).
+struct Pool {
+    /// Spare buffers by size, the smallest first.
+    spare: [Vec<Vec<u8>>; CLASSES],
+    /// Bytes of the buffers taken and not dropped (spare or in flight).
+    held: u64,
+    cap: u64,
+}
+
+impl Pool {
+    fn new(cap: u64) -> Pool {
+        Pool {
+            spare: Default::default(),
+            held: 0,
+            cap: cap.max(MAX_SPAN * 4),
+        }
+    }
+
+    /// The size class of a buffer for `len` bytes (at most `MAX_SPAN * 4`).
+    fn class(len: usize) -> usize {
+        (len.next_power_of_two().trailing_zeros().max(MIN_CLASS) - MIN_CLASS) as usize
+    }
+
+    /// A buffer of `len` bytes, or `None` while the buffers held leave no
+    /// room for it (a read completing gives room back; `alone`: no read is
+    /// in flight, so that the buffers held are all spare).
+    fn take(&mut self, len: usize, alone: bool) -> Option<Vec<u8>> {
+        if len as u64 > MAX_SPAN * 4 {
+            return Some(vec![0; len]);
+        }
+        let k = Pool::class(len);
+        let size = 1usize << (k as u32 + MIN_CLASS);
+        if let Some(mut b) = self.spare[k].pop() {
+            // Bytes past its last read's end are zeroed once, when it grows.
+            if b.len() >= len {
+                b.truncate(len);
+            } else {
+                b.resize(len, 0);
+            }
+            return Some(b);
+        }
+        // Room from spare buffers of other sizes, the largest first.
+        for j in (0..CLASSES).rev() {
+            while self.held + size as u64 > self.cap {
+                let Some(b) = self.spare[j].pop() else { break };
+                self.held -= b.capacity() as u64;
+            }
+        }
+        if self.held + size as u64 > self.cap && !alone {
+            return None;
+        }
+        let mut b = Vec::with_capacity(size);
+        b.resize(len, 0);
+        self.held += b.capacity() as u64;
+        Some(b)
+    }
+
+    /// Give back a buffer `take` gave.
+    fn give(&mut self, buf: Vec<u8>) {
+        if buf.capacity() as u64 <= MAX_SPAN * 4 {
+            self.spare[Pool::class(buf.capacity())].push(buf);
+        }
+    }
+}
 
 /// Give `buf` back to `spare`, unless it grew past the largest span (a
 /// long list's), so that the read buffers stay within what the budget
@@ -282,7 +375,10 @@ impl<'a> PagedAccess<'a> {
             while failed.is_none() && next < spans.len() && self.spans_out < self.g.depth {
                 let (_, b, s) = spans[next];
                 let end = at(vs[b - 1]).1;
-                let buf = buffer(&mut self.spare, ((end - s) * 4) as usize);
+                let len = ((end - s) * 4) as usize;
+                let Some(buf) = self.spans.take(len, self.spans_out == 0) else {
+                    break;
+                };
                 let tag = next as u64;
                 self.reqs
                     .push(CachedRequest::tagged(OpKind::Read, file, s * 4, buf, tag));
@@ -308,12 +404,23 @@ impl<'a> PagedAccess<'a> {
                 self.spans_out -= 1;
                 if let Err(e) = c.result {
                     failed.get_or_insert(format!("graph: reading lists at byte {}: {e}", c.offset));
+                    self.spans.give(c.buf);
                     continue;
                 }
                 let (a, b, s) = spans[tag as usize];
+                // SAFETY: any four bytes are a `u32`; `align_to` gives only
+                // aligned words.
+                let (head, words, _) = unsafe { c.buf.align_to::<u32>() };
                 for &u in &vs[a..b] {
                     let (ls, le) = at(u);
-                    let bytes = &c.buf[((ls - s) * 4) as usize..((le - s) * 4) as usize];
+                    let (from, to) = ((ls - s) as usize, (le - s) as usize);
+                    if head.is_empty() {
+                        // The buffer is aligned (as the allocator gives
+                        // it): the list in place.
+                        f(u, &words[from..to]);
+                        continue;
+                    }
+                    let bytes = &c.buf[from * 4..to * 4];
                     self.list.clear();
                     let words = bytes
                         .chunks_exact(4)
@@ -321,7 +428,7 @@ impl<'a> PagedAccess<'a> {
                     self.list.extend(words);
                     f(u, &self.list);
                 }
-                give_back(&mut self.spare, c.buf);
+                self.spans.give(c.buf);
             }
         }
         self.done = done;
@@ -516,5 +623,60 @@ mod tests {
         drop(a);
         drop(g);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The span buffers a thread holds, in flight and spare, stay within
+    /// the pool's bytes but for a read alone or a list longer than a span;
+    /// a buffer given back serves the next read of its size.
+    #[test]
+    fn span_buffers_stay_within_their_bytes() {
+        let cap = 1 << 20;
+        let mut p = Pool::new(cap);
+        let mut out = Vec::new();
+        let mut rng = crate::bench::rng::Rng::new(7);
+        // Reads of any size up to a span's, taken until the pool refuses.
+        loop {
+            let len = 1 + rng.below(MAX_SPAN * 4) as usize;
+            let Some(b) = p.take(len, false) else { break };
+            assert_eq!(b.len(), len);
+            out.push(b);
+            let held: u64 = out.iter().map(|b| b.capacity() as u64).sum();
+            assert_eq!(p.held, held);
+            assert!(p.held <= cap, "{} bytes held past {cap}", p.held);
+        }
+        assert!(!out.is_empty());
+        // A list longer than a span is outside the pool.
+        let held = p.held;
+        let long = p.take(MAX_SPAN as usize * 4 + 4, false).unwrap();
+        p.give(long);
+        assert_eq!(p.held, held);
+        // Given back, a buffer serves a read of its size without a new one
+        // (and without clearing what it held).
+        let mut b = out.pop().unwrap();
+        b.fill(0xab);
+        let (len, at) = (b.len(), b.as_ptr());
+        p.give(b);
+        let b = p.take(len, false).unwrap();
+        assert_eq!((b.as_ptr(), p.held), (at, held));
+        assert!(b.iter().all(|&x| x == 0xab));
+        out.push(b);
+        // With every buffer spare, a read of another size makes room by
+        // dropping spares.
+        for b in out.drain(..) {
+            p.give(b);
+        }
+        let b = p.take(4096, false).unwrap();
+        assert!(p.held <= cap);
+        out.push(b);
+        while let Some(b) = p.take(4096, false) {
+            out.push(b);
+        }
+        assert_eq!(p.held, cap);
+        assert_eq!(out.len() as u64, cap / 4096);
+        // A read alone (the caller's buffers all spare) is never refused.
+        for b in out.drain(..) {
+            p.give(b);
+        }
+        assert!(p.take(MAX_SPAN as usize * 4, true).is_some());
     }
 }

@@ -74,8 +74,9 @@ pub(crate) struct GraphArgs {
     /// PageRank iterations
     #[arg(long, default_value_t = 10)]
     iterations: usize,
-    /// Reads each setcache thread keeps in flight while it expands a frontier
-    #[arg(long, default_value_t = 32)]
+    /// Reads each setcache thread keeps in flight while it expands a
+    /// frontier (their buffers at most 8 MiB)
+    #[arg(long, default_value_t = 512)]
     depth: usize,
     /// Generate the graph again even if its files exist
     #[arg(long)]
