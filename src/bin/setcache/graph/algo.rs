@@ -62,10 +62,11 @@ pub(crate) fn read_buffers(algo: &str, depth: usize) -> u64 {
 /// (the depths).
 pub(crate) const CHECK_BYTES: u64 = 4;
 
-/// A per-vertex array of `n` values `init()`, in transparent huge pages
-/// where the kernel has them: the searches and iterations touch it at
-/// random, and with 4 KiB pages nearly every touch of a large graph's
-/// array would also miss the processor's address translation cache.
+/// A per-vertex array of `n` values `init()`, advised into transparent huge
+/// pages (from 4 MiB on) before it is filled: the searches and iterations
+/// touch it at random, and with 4 KiB pages nearly every touch of a large
+/// graph's array would also miss the processor's address translation
+/// cache.
 fn per_vertex<T>(n: usize, init: impl Fn() -> T) -> Vec<T> {
     let mut v = Vec::with_capacity(n);
     let bytes = n * size_of::<T>();
@@ -74,8 +75,8 @@ fn per_vertex<T>(n: usize, init: impl Fn() -> T) -> Vec<T> {
         let start = (v.as_mut_ptr() as usize).next_multiple_of(2 << 20);
         let end = (v.as_mut_ptr() as usize + bytes) & !((2 << 20) - 1);
         if end > start {
-            // SAFETY: advice on pages of this allocation, which nothing has
-            // touched yet; it changes no contents.
+            // SAFETY: advice on whole pages inside this allocation, which
+            // the vector owns; `MADV_HUGEPAGE` changes no contents.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
     }

@@ -173,8 +173,8 @@ const SPAN_BYTES: u64 = 8 << 20;
 
 /// Bytes of list read buffers a thread holds at most (in flight and
 /// spare) with `depth` reads in flight: `depth` spans of the longest, up to
-/// [`SPAN_BYTES`] (a list longer than [`MAX_SPAN`] entries is read whole,
-/// in a buffer of its own while it is in flight).
+/// [`SPAN_BYTES`] (a list longer than that is read alone, in a buffer of
+/// its own, beyond them).
 pub(crate) fn span_bytes(depth: usize) -> u64 {
     (depth as u64 * MAX_SPAN * 4).min(SPAN_BYTES)
 }
@@ -185,16 +185,19 @@ const MIN_CLASS: u32 = 12;
 const CLASSES: usize = (MAX_SPAN * 4).trailing_zeros() as usize - MIN_CLASS as usize + 1;
 
 /// Buffers of list reads, at most `cap` bytes of them held (in flight and
-/// spare) but for a list longer than [`MAX_SPAN`] entries, read in a
-/// buffer of its own. Each buffer holds a power of two of bytes, from a
-/// page to [`MAX_SPAN`] entries, and is kept for reads of its size: a
-/// read reuses one without clearing it (the read overwrites the bytes it
-/// is given).
+/// spare) but for a read alone, which may be a list longer than `cap`.
+/// Each buffer of a span holds a power of two of bytes, from a page to
+/// [`MAX_SPAN`] entries, and is kept for reads of its size: a read reuses
+/// one without clearing it (the read overwrites the bytes it is given). A
+/// list longer than [`MAX_SPAN`] entries is read in a buffer of its own,
+/// counted while it is in flight and dropped after.
 struct Pool {
     /// Spare buffers by size, the smallest first.
     spare: [Vec<Vec<u8>>; CLASSES],
     /// Bytes of the buffers taken and not dropped (spare or in flight).
     held: u64,
+    /// Bytes of the spare buffers.
+    spare_bytes: u64,
     cap: u64,
 }
 
@@ -203,6 +206,7 @@ impl Pool {
         Pool {
             spare: Default::default(),
             held: 0,
+            spare_bytes: 0,
             cap: cap.max(MAX_SPAN * 4),
         }
     }
@@ -216,13 +220,16 @@ impl Pool {
     /// room for it (a read completing gives room back; `alone`: no read is
     /// in flight, so that the buffers held are all spare).
     fn take(&mut self, len: usize, alone: bool) -> Option<Vec<u8>> {
-        if len as u64 > MAX_SPAN * 4 {
-            return Some(vec![0; len]);
-        }
-        let k = Pool::class(len);
-        let size = 1usize << (k as u32 + MIN_CLASS);
-        if let Some(mut b) = self.spare[k].pop() {
-            // Bytes past its last read's end are zeroed once, when it grows.
+        let long = len as u64 > MAX_SPAN * 4;
+        let (k, size) = if long {
+            (CLASSES, len)
+        } else {
+            let k = Pool::class(len);
+            (k, 1usize << (k as u32 + MIN_CLASS))
+        };
+        if let Some(mut b) = self.spare.get_mut(k).and_then(Vec::pop) {
+            self.spare_bytes -= b.capacity() as u64;
+            // Bytes past its last read's end, zeroed when it grows.
             if b.len() >= len {
                 b.truncate(len);
             } else {
@@ -230,15 +237,18 @@ impl Pool {
             }
             return Some(b);
         }
-        // Room from spare buffers of other sizes, the largest first.
+        // Room from spare buffers of other sizes, the largest first, if
+        // they make enough.
+        let in_flight = self.held - self.spare_bytes;
+        if in_flight + size as u64 > self.cap && !alone {
+            return None;
+        }
         for j in (0..CLASSES).rev() {
             while self.held + size as u64 > self.cap {
                 let Some(b) = self.spare[j].pop() else { break };
                 self.held -= b.capacity() as u64;
+                self.spare_bytes -= b.capacity() as u64;
             }
-        }
-        if self.held + size as u64 > self.cap && !alone {
-            return None;
         }
         let mut b = Vec::with_capacity(size);
         b.resize(len, 0);
@@ -248,7 +258,12 @@ impl Pool {
 
     /// Give back a buffer `take` gave.
     fn give(&mut self, buf: Vec<u8>) {
-        if buf.capacity() as u64 <= MAX_SPAN * 4 {
+        let bytes = buf.capacity() as u64;
+        if bytes > MAX_SPAN * 4 {
+            // A long list's: dropped.
+            self.held -= bytes;
+        } else {
+            self.spare_bytes += bytes;
             self.spare[Pool::class(buf.capacity())].push(buf);
         }
     }
@@ -410,11 +425,12 @@ impl<'a> PagedAccess<'a> {
                 let (a, b, s) = spans[tag as usize];
                 // SAFETY: any four bytes are a `u32`; `align_to` gives only
                 // aligned words.
-                let (head, words, _) = unsafe { c.buf.align_to::<u32>() };
+                let (_, words, _) = unsafe { c.buf.align_to::<u32>() };
+                let whole = words.len() * 4 == c.buf.len();
                 for &u in &vs[a..b] {
                     let (ls, le) = at(u);
                     let (from, to) = ((ls - s) as usize, (le - s) as usize);
-                    if head.is_empty() {
+                    if whole {
                         // The buffer is aligned (as the allocator gives
                         // it): the list in place.
                         f(u, &words[from..to]);
@@ -626,8 +642,8 @@ mod tests {
     }
 
     /// The span buffers a thread holds, in flight and spare, stay within
-    /// the pool's bytes but for a read alone or a list longer than a span;
-    /// a buffer given back serves the next read of its size.
+    /// the pool's bytes but for a read alone; a buffer given back serves
+    /// the next read of its size.
     #[test]
     fn span_buffers_stay_within_their_bytes() {
         let cap = 1 << 20;
@@ -645,11 +661,14 @@ mod tests {
             assert!(p.held <= cap, "{} bytes held past {cap}", p.held);
         }
         assert!(!out.is_empty());
-        // A list longer than a span is outside the pool.
+        // A list longer than a span counts while it is in flight: refused
+        // while the others hold the bytes, taken alone even past them.
         let held = p.held;
-        let long = p.take(MAX_SPAN as usize * 4 + 4, false).unwrap();
+        assert!(p.take(MAX_SPAN as usize * 4 + 4, false).is_none());
+        let long = p.take(cap as usize + 4, true).unwrap();
+        assert!(p.held >= cap + 4);
         p.give(long);
-        assert_eq!(p.held, held);
+        assert!(p.held <= held);
         // Given back, a buffer serves a read of its size without a new one
         // (and without clearing what it held).
         let mut b = out.pop().unwrap();
