@@ -1304,6 +1304,55 @@ fn two_threads_waiting_for_each_others_queue_fills_both_fail_in_time() {
     drop(watchdog);
 }
 
+/// A thread holding a page's writer (a mutable guard) reads a page that
+/// another thread's request queue is reading in, and that thread, before it
+/// polls its queue, reads the page the first one holds: the second's wait for
+/// the writer is bounded while its queue holds fills, so it fails with
+/// `HeldByCaller`, drains its queue, and both go on.
+#[test]
+fn a_reader_meeting_a_writer_while_its_queue_reads_does_not_wait_for_ever() {
+    let tmp = TempDir::new("writer-queue-fill");
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 64);
+    let watchdog = Watchdog::new("a writer and a queue's thread waited 60 s for each other");
+    let held = 100u64;
+    let (p_tx, p_rx) = std::sync::mpsc::channel();
+    let (g_tx, g_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (cs, cf) = (&cs, &cf);
+        s.spawn(move || {
+            let mut q = cs.queue(4);
+            p_tx.send(a_read_left_in_flight(&mut q, cf, 0)).unwrap();
+            g_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            let mut b = vec![0u8; 4096];
+            let t = Instant::now();
+            match cf.read_at(held * 4096, &mut b) {
+                Err(Error::HeldByCaller(m)) => assert!(m.contains("writer"), "{m}"),
+                other => panic!("a read of page {held} under another thread's writer: {other:?}"),
+            }
+            assert!(
+                t.elapsed() >= Duration::from_millis(2900),
+                "{:?}",
+                t.elapsed()
+            );
+            q.drain();
+        });
+        let p = p_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let mut g = cf.page_mut(held * 4096).unwrap();
+        g.fill(7);
+        g_tx.send(()).unwrap();
+        // Waits for the other thread's fill, which it finishes once its own
+        // read has failed.
+        let mut b = vec![0u8; 4096];
+        cf.read_at(p * 4096, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 3));
+        drop(g);
+    });
+    let mut b = vec![0u8; 4096];
+    cf.read_at(held * 4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 7));
+    drop(watchdog);
+}
+
 /// A shrink that cuts a page another thread's request queue is reading in,
 /// while that thread waits for the store (here, to create a file) before it
 /// polls the queue: the shrink's wait for the fill is bounded, so neither

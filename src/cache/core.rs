@@ -203,6 +203,11 @@ pub(crate) enum Found {
     /// fills of their own: that thread may be waiting for one of them.
     /// Nothing is held.
     FillHeld { own: bool },
+    /// A reader waited [`CROSS_FILL_WAITS`] pin waits for another thread's
+    /// writer (a mutable guard) to let go of the page while request queues
+    /// of its own thread hold fills in flight: the writer may be waiting
+    /// for one of them. Nothing is held.
+    WriterHeld,
 }
 
 /// How many pin waits a blocking lookup waits for another thread's fill
@@ -1438,8 +1443,17 @@ impl<M: Model> Core<M> {
             } else if v & WRITER == 0 {
                 // Only the pin count at its top: let a holder run.
                 M::backoff(0);
-            } else {
+            } else if !queue_fills() {
                 self.wait_slot(s, i, |v| v & WRITER == 0);
+            } else {
+                // The writer may be waiting for a fill that a queue of this
+                // thread holds, which only this thread finishes: a bounded
+                // wait, as for another thread's fill.
+                let deadline = M::now() + self.pin_wait * CROSS_FILL_WAITS;
+                self.wait_slot_until(s, i, |v| v & WRITER == 0, Some(deadline));
+                if w.load(Acquire) & WRITER != 0 {
+                    return Step::Done(Found::WriterHeld);
+                }
             }
             return Step::Again;
         }

@@ -399,6 +399,15 @@ impl<M: Model> PageCache<M> {
                 }),
                 Found::Held => unreachable!("only a writer waits for pins"),
                 Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
+                Found::WriterHeld => {
+                    return Err(Error::HeldByCaller(format!(
+                        "page {page} of cache file {file} was still held by a writer of another \
+                         thread after {:.1} s, while request queues of this thread hold reads in \
+                         flight that only this thread finishes (and that thread may be waiting \
+                         for one): poll, wait for or drain the queue before a synchronous call",
+                        (self.core.pin_wait * self::core::CROSS_FILL_WAITS).as_secs_f64()
+                    )));
+                }
             },
         ))
     }
@@ -427,6 +436,7 @@ impl<M: Model> PageCache<M> {
                 }),
                 Found::Busy => return Ok(None),
                 Found::Pass => unreachable!("a writer's page is always admitted"),
+                Found::WriterHeld => unreachable!("only a reader waits for a writer"),
                 Found::Held => {
                     return Err(Error::Busy(format!(
                         "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",
