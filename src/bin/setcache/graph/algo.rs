@@ -75,8 +75,8 @@ fn per_vertex<T>(n: usize, init: impl Fn() -> T) -> Vec<T> {
         let start = (v.as_mut_ptr() as usize).next_multiple_of(2 << 20);
         let end = (v.as_mut_ptr() as usize + bytes) & !((2 << 20) - 1);
         if end > start {
-            // SAFETY: advice on whole pages inside this allocation, which
-            // the vector owns; `MADV_HUGEPAGE` changes no contents.
+            // Whole pages inside this allocation, which the vector owns.
+            // SAFETY: advice on the vector's own pages; `MADV_HUGEPAGE` changes no contents.
             unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE) };
         }
     }

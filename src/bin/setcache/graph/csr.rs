@@ -423,8 +423,7 @@ impl<'a> PagedAccess<'a> {
                     continue;
                 }
                 let (a, b, s) = spans[tag as usize];
-                // SAFETY: any four bytes are a `u32`; `align_to` gives only
-                // aligned words.
+                // SAFETY: any four bytes are a `u32`; `align_to` gives only aligned words.
                 let (_, words, _) = unsafe { c.buf.align_to::<u32>() };
                 let whole = words.len() * 4 == c.buf.len();
                 for &u in &vs[a..b] {
