@@ -553,3 +553,59 @@ fn growing_after_a_shrink_that_could_not_clear_shows_zeros() {
         "the old bytes past the cut show after growing"
     );
 }
+
+/// `page_if_cached` gives a guard of a cached page (its bytes in place, the
+/// last page cut at the end of the file), and `None` at once for a page not
+/// cached, without reading it in, and for one another thread holds
+/// mutably; its errors are `page`'s.
+#[test]
+fn pages_are_taken_if_cached_and_never_read_in() {
+    let tmp = TempDir::new("guards-present");
+    let len = 20 * PS + 50;
+    let cs = rig(&tmp, len, 64, Duration::from_secs(30));
+    let cf = cs.open_file("data").unwrap();
+    let truth = pattern(1, 0, len);
+    let misses = cs.cache().stats().misses;
+    for p in 0..=20u64 {
+        assert!(cf.page_if_cached(p * PS as u64 + 7).unwrap().is_none());
+    }
+    assert!(cf.page_if_cached(3 * PS as u64).unwrap().is_none());
+    assert_eq!(cs.cache().stats().misses, misses, "nothing was read in");
+    drop(cf.page(3 * PS as u64).unwrap());
+    drop(cf.page(len as u64 - 1).unwrap());
+    let g = cf.page_if_cached(3 * PS as u64 + 9).unwrap().unwrap();
+    assert_eq!(g.offset(), 3 * PS as u64);
+    assert_eq!(&g[..], &truth[3 * PS..4 * PS]);
+    let last = cf.page_if_cached(len as u64 - 1).unwrap().unwrap();
+    assert_eq!(&last[..], &truth[20 * PS..]);
+    assert!(cf.page_if_cached(4 * PS as u64).unwrap().is_none());
+    drop((g, last));
+    // Held mutably by another thread: `None`, not a wait for the guard.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let cf = &cf;
+        s.spawn(move || {
+            let _m = cf.page_mut(3 * PS as u64).unwrap();
+            held_tx.send(()).unwrap();
+            let _ = done_rx.recv();
+        });
+        held_rx.recv().unwrap();
+        let t = Instant::now();
+        assert!(cf.page_if_cached(3 * PS as u64).unwrap().is_none());
+        assert!(t.elapsed() < Duration::from_secs(5), "not waited for");
+        done_tx.send(()).unwrap();
+    });
+    assert!(cf.page_if_cached(3 * PS as u64).unwrap().is_some());
+    // Held mutably by this thread: an error at once.
+    {
+        let _m = cf.page_mut(3 * PS as u64).unwrap();
+        let e = cf.page_if_cached(3 * PS as u64).map(drop).unwrap_err();
+        assert!(matches!(e, Error::HeldByCaller(_)), "{e}");
+    }
+    for off in [len as u64, u64::MAX] {
+        let e = cf.page_if_cached(off).map(drop).unwrap_err();
+        assert!(matches!(e, Error::OutOfRange { .. }), "{e}");
+        assert!(e.to_string().contains("data"), "{e}");
+    }
+}

@@ -807,6 +807,30 @@ impl CachedFile {
         self.page_inner(offset).map_err(|e| self.gone_or(e))
     }
 
+    /// The page holding byte `offset`, as [`CachedFile::page`] gives it, if
+    /// it is cached and readable now; else `None`, with nothing read,
+    /// claimed or waited for (a page being read in, written back or held
+    /// mutably by another thread is `None` too). For a reader with reads of
+    /// its own in flight, which takes what is cached at once and queues the
+    /// rest. A page found counts as a hit; readahead is not told of it.
+    /// Errors as [`CachedFile::page`].
+    pub fn page_if_cached(&self, offset: u64) -> Result<Option<PageGuard<'_>>> {
+        self.page_if_cached_inner(offset)
+            .map_err(|e| self.gone_or(e))
+    }
+
+    fn page_if_cached_inner(&self, offset: u64) -> Result<Option<PageGuard<'_>>> {
+        let (page, start, len) = self.page_span(offset)?;
+        let name = || self.entry.file.name();
+        let hold = Hold::take(self.store_key(), self.id, page, false, name)?;
+        let Some(g) = self.shared.cache.try_pin_present(self.id, page, false)? else {
+            return Ok(None);
+        };
+        // Pinned: now the check that no array stores into it in place.
+        self.entry.refs_allowed()?;
+        Ok(Some(Guarded::new(g, len, start, hold)))
+    }
+
     fn page_inner(&self, offset: u64) -> Result<PageGuard<'_>> {
         let sh = &*self.shared;
         // References taken page after page are a stream as reads are: read

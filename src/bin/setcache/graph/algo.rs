@@ -5,11 +5,15 @@
 //! barrier. The code is the same for every backing: only how a list is
 //! fetched differs.
 //!
-//! * BFS is level-synchronous and top-down: the frontier's vertices are
-//!   expanded in chunks of [`BFS_CHUNK`]; a neighbour whose parent slot is
-//!   still empty is claimed by compare-and-swap and joins the next
-//!   frontier. The parent a vertex gets depends on timing; its depth does
-//!   not.
+//! * BFS is level-synchronous and direction-optimizing. A top-down level
+//!   expands the frontier's vertices in chunks of [`BFS_WORDS`] words of
+//!   its bitmap; a neighbour not yet in the visited bitmap (a bit per
+//!   vertex, small enough to stay in the processor's caches where the
+//!   parents would not) is claimed by setting its bit, gets its parent
+//!   and joins the next frontier. A bottom-up level reads instead the
+//!   lists of the vertices not yet visited, each up to its first
+//!   neighbour in the frontier. The parent a vertex gets depends on
+//!   timing and on the way of each level; its depth does not.
 //! * PageRank (damping 0.85) pulls: each iteration first sets every
 //!   vertex's contribution (rank over degree; the ranks of vertices without
 //!   edges are spread over all), then sums each vertex's neighbours'
@@ -37,11 +41,12 @@ pub(crate) const DAMPING: f64 = 0.85;
 pub(crate) const NONE: u32 = u32::MAX;
 
 /// Bytes of per-vertex memory each algorithm needs while it runs: BFS the
-/// parents and two frontier bitmaps; PageRank ranks and contributions.
+/// parents, two frontier bitmaps and the visited one; PageRank ranks and
+/// contributions.
 /// (The check after each search needs [`CHECK_BYTES`] per vertex more.)
 pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
     match algo {
-        "bfs" => 4 * n + n.div_ceil(64) * 16,
+        "bfs" => 4 * n + n.div_ceil(64) * 24,
         _ => 16 * n,
     }
 }
@@ -129,39 +134,117 @@ impl Fail {
     }
 }
 
+/// Which way a level of a search goes.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Way {
+    /// The frontier's lists are read; each unvisited neighbour joins.
+    TopDown,
+    /// The unvisited vertices' lists are read; each joins at its first
+    /// neighbour in the frontier.
+    BottomUp,
+}
+
+/// Chooses each level's way from what the levels before found: bottom-up
+/// once the frontier holds a quarter of the vertices not yet reached (a
+/// bound on those with edges: vertices without edges are counted too),
+/// and back to top-down once a frontier has fewer vertices than the
+/// unreached ones with edges (known exactly after a bottom-up level) and
+/// the offsets a bottom-up level reads (one per vertex, 512 to a page).
+#[derive(Clone, Copy, Debug)]
+struct Steer {
+    n: u64,
+    reached: u64,
+    /// Unreached vertices with edges, once a bottom-up level counted them.
+    open: Option<u64>,
+    way: Way,
+}
+
+impl Steer {
+    fn new(n: u64) -> Steer {
+        Steer {
+            n,
+            reached: 1,
+            open: None,
+            way: Way::TopDown,
+        }
+    }
+
+    /// The way of the next level, after one that reached `claimed`
+    /// vertices (its frontier) and, if it went bottom-up, left `left`
+    /// vertices with edges unreached.
+    fn next(&mut self, claimed: u64, left: u64) -> Way {
+        self.reached += claimed;
+        match self.way {
+            Way::BottomUp => self.open = Some(left),
+            Way::TopDown => self.open = self.open.map(|o| o.saturating_sub(claimed)),
+        }
+        let unreached = self.n - self.reached.min(self.n);
+        self.way = match self.open {
+            Some(open) if claimed >= open + self.n / 512 => Way::BottomUp,
+            Some(_) => Way::TopDown,
+            None if claimed >= unreached / 4 && claimed > 0 => Way::BottomUp,
+            None => Way::TopDown,
+        };
+        self.way
+    }
+}
+
 /// Search from each of `roots` in turn; `parents` ends with the last
-/// search's tree. Returns each search's seconds.
+/// search's tree. Returns each search's seconds and its levels that went
+/// bottom-up.
+///
+/// Direction-optimizing: a level goes top-down or bottom-up as [`Steer`]
+/// says. Bottom-up reads the lists of the vertices not yet reached (a
+/// frontier holding most of the graph's vertices would read nearly every
+/// list top-down, while those left to reach are few) and stops at the
+/// first neighbour found in the frontier's bitmap, which it reads and does
+/// not clear (it is cleared after the level).
 pub(crate) fn bfs<G: Graph>(
     g: &G,
     roots: &[u32],
     threads: usize,
     parents: &[AtomicU32],
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<(f64, u32)>, String> {
     let n = parents.len();
     let words = n.div_ceil(64);
-    // The frontier of level `l` is `maps[l % 2]`; each thread clears the
-    // words it took, so the map is empty again when it is next filled.
+    // The frontier of level `l` is `maps[l % 2]`; it is empty again when it
+    // is next filled: top-down each thread clears the words it took,
+    // bottom-up each clears its share after the level.
     let maps: [Vec<AtomicU64>; 2] =
         std::array::from_fn(|_| per_vertex(words, || AtomicU64::new(0)));
+    // The vertices given a parent in this search.
+    let visited = per_vertex(words, || AtomicU64::new(0));
     let cursor = AtomicUsize::new(0);
     let found = AtomicU64::new(0);
+    let left = AtomicU64::new(0);
     let level = AtomicUsize::new(0);
+    let bottom_up = AtomicBool::new(false);
     let finished = AtomicBool::new(false);
     let times = Mutex::new(Vec::new());
     let start = Mutex::new(Instant::now());
+    let steer = Mutex::new(Steer::new(n as u64));
+    let ups = AtomicU32::new(0);
     let barrier = Barrier::new(threads);
     on_threads(g, threads, |k, mut acc, fail| {
         let (mut vs, mut ahead) = (Vec::new(), Vec::new());
+        let share = |k: usize| words * k / threads..words * (k + 1) / threads;
         for &root in roots {
             for p in &parents[n * k / threads..n * (k + 1) / threads] {
                 p.store(NONE, Relaxed);
             }
+            for w in &visited[share(k)] {
+                w.store(0, Relaxed);
+            }
             if barrier.wait().is_leader() {
                 parents[root as usize].store(root, Relaxed);
+                visited[root as usize / 64].store(1 << (root % 64), Relaxed);
                 maps[0][root as usize / 64].store(1 << (root % 64), Relaxed);
                 level.store(0, Relaxed);
                 cursor.store(0, Relaxed);
+                bottom_up.store(false, Relaxed);
                 finished.store(false, Relaxed);
+                *steer.lock().unwrap_or_else(|p| p.into_inner()) = Steer::new(n as u64);
+                ups.store(0, Relaxed);
                 *start.lock().unwrap_or_else(|p| p.into_inner()) = Instant::now();
             }
             loop {
@@ -174,15 +257,25 @@ pub(crate) fn bfs<G: Graph>(
                 }
                 let l = level.load(Relaxed);
                 let (cur, next) = (&maps[l % 2], &maps[(l + 1) % 2]);
-                let mut claimed = 0u64;
+                let up = bottom_up.load(Relaxed);
+                let (mut claimed, mut open) = (0u64, 0u64);
                 // The vertices of the chunk taken next, taken before this
                 // one is expanded so that the access can start reading
-                // their offsets.
+                // their offsets: top-down the frontier's (its bits cleared),
+                // bottom-up the unvisited ones.
                 let take = |vs: &mut Vec<u32>| {
                     vs.clear();
                     let w = cursor.fetch_add(BFS_WORDS, Relaxed);
                     for (i, word) in cur.get(w..(w + BFS_WORDS).min(words))?.iter().enumerate() {
-                        let mut bits = word.swap(0, Relaxed);
+                        let mut bits = if up {
+                            let mut b = !visited[w + i].load(Relaxed);
+                            if (w + i + 1) * 64 > n {
+                                b &= (1u64 << (n % 64)) - 1;
+                            }
+                            b
+                        } else {
+                            word.swap(0, Relaxed)
+                        };
                         while bits != 0 {
                             vs.push(((w + i) * 64) as u32 + bits.trailing_zeros());
                             bits &= bits - 1;
@@ -201,45 +294,80 @@ pub(crate) fn bfs<G: Graph>(
                         continue;
                     };
                     a.prefetch(&ahead);
-                    let r = a.expand(&vs, |u, list| {
-                        for &t in list {
-                            let Some(slot) = parents.get(t as usize) else {
-                                fail.set(format!(
-                                    "vertex {u} has a neighbour {t} past the last vertex"
-                                ));
-                                return;
-                            };
-                            if slot.load(Relaxed) == NONE
-                                && slot.compare_exchange(NONE, u, Relaxed, Relaxed).is_ok()
-                            {
-                                next[t as usize / 64].fetch_or(1 << (t % 64), Relaxed);
-                                claimed += 1;
+                    let past = |u: u32, t: u32| {
+                        fail.set(format!(
+                            "vertex {u} has a neighbour {t} past the last vertex"
+                        ));
+                    };
+                    let r = if up {
+                        a.expand(&vs, |v, list| {
+                            for &t in list {
+                                if t as usize >= n {
+                                    return past(v, t);
+                                }
+                                if cur[t as usize / 64].load(Relaxed) & 1 << (t % 64) != 0 {
+                                    parents[v as usize].store(t, Relaxed);
+                                    visited[v as usize / 64].fetch_or(1 << (v % 64), Relaxed);
+                                    next[v as usize / 64].fetch_or(1 << (v % 64), Relaxed);
+                                    claimed += 1;
+                                    return;
+                                }
                             }
-                        }
-                    });
+                            open += !list.is_empty() as u64;
+                        })
+                    } else {
+                        a.expand(&vs, |u, list| {
+                            for &t in list {
+                                if t as usize >= n {
+                                    return past(u, t);
+                                }
+                                let (w, bit) = (&visited[t as usize / 64], 1 << (t % 64));
+                                if w.load(Relaxed) & bit == 0 && w.fetch_or(bit, Relaxed) & bit == 0
+                                {
+                                    parents[t as usize].store(u, Relaxed);
+                                    next[t as usize / 64].fetch_or(bit, Relaxed);
+                                    claimed += 1;
+                                }
+                            }
+                        })
+                    };
                     if let Err(e) = r {
                         fail.set(e);
                     }
                     std::mem::swap(&mut vs, &mut ahead);
                 }
                 found.fetch_add(claimed, Relaxed);
+                left.fetch_add(open, Relaxed);
                 if let Some(a) = acc.as_deref_mut() {
                     a.quiesce();
                 }
                 if barrier.wait().is_leader() {
                     cursor.store(0, Relaxed);
                     level.store(l + 1, Relaxed);
-                    if found.swap(0, Relaxed) == 0 || fail.any() {
+                    let claimed = found.swap(0, Relaxed);
+                    let open = left.swap(0, Relaxed);
+                    let mut s = steer.lock().unwrap_or_else(|p| p.into_inner());
+                    ups.fetch_add(up as u32, Relaxed);
+                    bottom_up.store(s.next(claimed, open) == Way::BottomUp, Relaxed);
+                    if claimed == 0 || fail.any() {
                         finished.store(true, Relaxed);
                         let t = start.lock().unwrap_or_else(|p| p.into_inner()).elapsed();
                         times
                             .lock()
                             .unwrap_or_else(|p| p.into_inner())
-                            .push(t.as_secs_f64());
+                            .push((t.as_secs_f64(), ups.load(Relaxed)));
                         // A failed search may leave bits behind.
                         for m in &maps {
                             m.iter().for_each(|w| w.store(0, Relaxed));
                         }
+                    }
+                }
+                // A bottom-up level's frontier, read by every thread until
+                // the barrier above, cleared before the next level fills it
+                // (past the barrier at the top of the loop).
+                if up {
+                    for w in &cur[share(k)] {
+                        w.store(0, Relaxed);
                     }
                 }
             }
@@ -516,7 +644,8 @@ pub(crate) fn run_algo<G: Graph, C: Copy>(
         let parents: Vec<AtomicU32> = per_vertex(n, || AtomicU32::new(NONE));
         for &root in roots {
             let from = mark();
-            m.secs.extend(bfs(g, &[root], threads, &parents)?);
+            m.secs
+                .extend(bfs(g, &[root], threads, &parents)?.iter().map(|s| s.0));
             timed(from);
             m.checks.push(check_bfs(g, threads, root, &parents)?);
         }
@@ -562,6 +691,8 @@ mod tests {
         let parents: Vec<AtomicU32> = (0..6).map(|_| AtomicU32::new(0)).collect();
         for threads in [1, 3] {
             let times = bfs(&g, &[0, 2], threads, &parents).unwrap();
+            // Five vertices of six reached at the second level: bottom-up.
+            assert!(times.iter().all(|t| t.1 > 0), "{times:?}");
             assert_eq!(times.len(), 2);
             let c = check_bfs(&g, threads, 2, &parents).unwrap();
             assert_eq!((c.reached, c.entries), (5, 10));
@@ -586,6 +717,97 @@ mod tests {
         refused(&[4, 2, 2, 2, 0, NONE], "cycle");
         refused(&[1, 2, 1, 2, 3, NONE], "root");
         refused(&[1, 2, 2, 2, 0, NONE], "depths");
+    }
+
+    /// The ways chosen for the levels of two searches of the scale-23
+    /// graph (figures of a run): bottom-up from the level whose frontier
+    /// holds a quarter of the unreached vertices, top-down again once a
+    /// frontier is smaller than the unreached vertices with edges and the
+    /// offsets' pages.
+    #[test]
+    fn searches_go_bottom_up_while_the_frontier_outweighs_the_rest() {
+        use Way::{BottomUp as U, TopDown as T};
+        let n = 1 << 23;
+        // (vertices claimed, unreached with edges left, the way after).
+        let searches: [&[(u64, u64, Way)]; 2] = [
+            &[
+                (2, 0, T),
+                (17_881, 0, T),
+                (3_011_965, 0, U),
+                (1_565_641, 13_300, U),
+                (10_300, 3_000, T),
+                (26, 0, T),
+            ],
+            &[
+                (498, 0, T),
+                (887_923, 0, T),
+                (3_598_930, 0, U),
+                (118_085, 3_353, U),
+                (377, 2_976, T),
+                (2, 0, T),
+            ],
+        ];
+        for levels in searches {
+            let mut s = Steer::new(n);
+            for &(claimed, left, way) in levels {
+                assert_eq!(s.next(claimed, left), way, "{levels:?} at {claimed}");
+            }
+        }
+        // Nothing claimed (the last level) goes top-down.
+        assert_eq!(Steer::new(4).next(0, 0), T);
+    }
+
+    /// Searches of an R-MAT graph, on one thread and on three, find every
+    /// vertex at the depth a plain queue-driven search finds, and pass the
+    /// check, with levels of both ways.
+    #[test]
+    fn searches_of_both_ways_find_a_plain_searchs_depths() {
+        let spec = crate::graph::rmat::Spec {
+            scale: 12,
+            edge_factor: 16,
+            seed: 5,
+        };
+        let csr = crate::graph::rmat::generate(&spec, 2, false).unwrap();
+        let g = Slices {
+            offsets: &csr.offsets,
+            targets: &csr.targets,
+        };
+        let n = g.vertices() as usize;
+        let list = |v: usize| &csr.targets[csr.offsets[v] as usize..csr.offsets[v + 1] as usize];
+        let roots: Vec<u32> = (0..n as u32)
+            .filter(|&v| !list(v as usize).is_empty())
+            .step_by(997)
+            .take(4)
+            .collect();
+        assert_eq!(roots.len(), 4);
+        let parents: Vec<AtomicU32> = (0..n).map(|_| AtomicU32::new(0)).collect();
+        let mut ups = 0;
+        for &root in &roots {
+            let mut depth = vec![NONE; n];
+            depth[root as usize] = 0;
+            let mut queue = std::collections::VecDeque::from([root]);
+            while let Some(u) = queue.pop_front() {
+                for &t in list(u as usize) {
+                    if depth[t as usize] == NONE {
+                        depth[t as usize] = depth[u as usize] + 1;
+                        queue.push_back(t);
+                    }
+                }
+            }
+            let hash = (0..n as u32).fold(0u64, |h, v| {
+                let d = depth[v as usize];
+                h.wrapping_add(crate::bench::rng::mix64((d as u64) << 32 ^ v as u64))
+            });
+            for threads in [1, 3] {
+                let s = bfs(&g, &[root], threads, &parents).unwrap();
+                ups += s[0].1;
+                let c = check_bfs(&g, threads, root, &parents).unwrap();
+                assert_eq!(c.depth_hash, hash, "root {root}, {threads} threads");
+                let reached = depth.iter().filter(|&&d| d != NONE).count() as u64;
+                assert_eq!(c.reached, reached);
+            }
+        }
+        assert!(ups > 0, "some levels went bottom-up");
     }
 
     #[test]

@@ -360,8 +360,12 @@ impl<'a> PagedAccess<'a> {
     ) -> Result<(), String> {
         let lo = vs[0];
         let at = |u: u32| (offs[(u - lo) as usize], offs[(u - lo) as usize + 1]);
+        let file: &'a setcache::CachedFile = self.g.targets.file();
+        let ps = self.g.cs.cache().page_size() as u64;
         // (first vertex, end vertex) as indices of `vs`, first entry.
         let mut spans: Vec<(usize, usize, u64)> = Vec::new();
+        // The page of the last list read in place, pinned.
+        let mut here: Option<(u64, Option<setcache::PageGuard<'a>>)> = None;
         let mut i = 0;
         while i < vs.len() {
             let (s, e) = at(vs[i]);
@@ -369,6 +373,26 @@ impl<'a> PagedAccess<'a> {
                 f(vs[i], &[]);
                 i += 1;
                 continue;
+            }
+            // A list inside one page that is cached: read in place, with
+            // no request and no copy.
+            let page = s * 4 / ps;
+            if (e * 4 - 1) / ps == page {
+                if here.as_ref().is_none_or(|h| h.0 != page) {
+                    // The page before let go first.
+                    drop(here.take());
+                    let g = file.page_if_cached(page * ps);
+                    here = Some((page, g.map_err(|e| format!("graph: reading lists: {e}"))?));
+                }
+                if let Some((_, Some(g))) = &here {
+                    // SAFETY: any four bytes are a `u32`; `align_to` gives only aligned words.
+                    let (_, words, _) = unsafe { g.align_to::<u32>() };
+                    // The frame is page-aligned: word `k` is entry `page * ps / 4 + k`.
+                    let from = (s - page * ps / 4) as usize;
+                    f(vs[i], &words[from..from + (e - s) as usize]);
+                    i += 1;
+                    continue;
+                }
             }
             let (mut j, mut end) = (i + 1, e);
             while let Some(&u) = vs.get(j) {
@@ -382,7 +406,7 @@ impl<'a> PagedAccess<'a> {
             spans.push((i, j, s));
             i = j;
         }
-        let file: &'a setcache::CachedFile = self.g.targets.file();
+        drop(here);
         let mut next = 0usize;
         let mut failed = None;
         let mut done = std::mem::take(&mut self.done);
