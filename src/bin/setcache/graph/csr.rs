@@ -34,6 +34,13 @@ pub(crate) trait Access {
     /// Call `f(u, neighbours of u)` for every `u` of `vs` (increasing), in
     /// any order.
     fn expand(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String>;
+    /// [`Access::expand`] for a caller to whom a list may come in parts:
+    /// `f(u, part)` for consecutive parts of each list, in order, each
+    /// once (a backing that holds a long list in pieces hands them over
+    /// where they are rather than copy them together).
+    fn expand_parts(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        self.expand(vs, f)
+    }
     /// Call `f(v, neighbours of v)` for every `v` of `vs`, in order.
     fn sweep(&mut self, vs: Range<u32>, f: impl FnMut(u32, &[u32])) -> Result<(), String>;
     /// Say that `expand(vs)` comes soon (`vs` increasing, maybe empty).
@@ -350,53 +357,86 @@ impl<'a> PagedAccess<'a> {
         self.done = done;
     }
 
+    /// `expand` (with `parts`, `expand_parts`).
+    fn expand_with(
+        &mut self,
+        vs: &[u32],
+        parts: bool,
+        mut f: impl FnMut(u32, &[u32]),
+    ) -> Result<(), String> {
+        let (Some(&lo), Some(&hi)) = (vs.first(), vs.last()) else {
+            return Ok(());
+        };
+        let mut offs = std::mem::take(&mut self.offs);
+        let r = self.offsets_of(lo, hi, &mut offs);
+        let r = r.and_then(|()| self.read_spans(vs, &offs, parts, &mut f));
+        self.offs = offs;
+        r
+    }
+
     /// Read the lists of `vs` (increasing; `offs` their offsets from
-    /// `vs[0]` on) in spans of nearby lists, up to the depth in flight.
+    /// `vs[0]` on): in place where their pages are cached, the rest in
+    /// spans of nearby lists, up to the depth in flight. With `parts`, a
+    /// list that crosses pages may be handed over in parts (consecutive,
+    /// in order, each once): its cached pages in place, the rest read.
     fn read_spans(
         &mut self,
         vs: &[u32],
         offs: &[u64],
+        parts: bool,
         f: &mut impl FnMut(u32, &[u32]),
     ) -> Result<(), String> {
         let lo = vs[0];
         let at = |u: u32| (offs[(u - lo) as usize], offs[(u - lo) as usize + 1]);
         let file: &'a setcache::CachedFile = self.g.targets.file();
         let ps = self.g.cs.cache().page_size() as u64;
-        // (first vertex, end vertex) as indices of `vs`, first entry.
-        let mut spans: Vec<(usize, usize, u64)> = Vec::new();
-        // The page of the last list read in place, pinned.
+        let per_page = ps / 4;
+        // Lists, or their ends, left to read: (vertex, first entry, end).
+        let mut pending: Vec<(u32, u64, u64)> = Vec::new();
+        // The page of the last list read in place, pinned if it is cached.
         let mut here: Option<(u64, Option<setcache::PageGuard<'a>>)> = None;
-        let mut i = 0;
-        while i < vs.len() {
-            let (s, e) = at(vs[i]);
+        let err = |e: setcache::Error| format!("graph: reading lists: {e}");
+        for &u in vs {
+            let (s, e) = at(u);
             if s == e {
-                f(vs[i], &[]);
-                i += 1;
+                f(u, &[]);
                 continue;
             }
-            // A list inside one page that is cached: read in place, with
-            // no request and no copy.
-            let page = s * 4 / ps;
-            if (e * 4 - 1) / ps == page {
+            let (first, last) = (s / per_page, (e - 1) / per_page);
+            if first != last && !parts {
+                pending.push((u, s, e));
+                continue;
+            }
+            // Page by page, in place while the pages are cached.
+            let mut from = s;
+            while from < e {
+                let page = from / per_page;
                 if here.as_ref().is_none_or(|h| h.0 != page) {
                     // The page before let go first.
                     drop(here.take());
-                    let g = file.page_if_cached(page * ps);
-                    here = Some((page, g.map_err(|e| format!("graph: reading lists: {e}"))?));
+                    here = Some((page, file.page_if_cached(page * ps).map_err(err)?));
                 }
-                if let Some((_, Some(g))) = &here {
-                    // SAFETY: any four bytes are a `u32`; `align_to` gives only aligned words.
-                    let (_, words, _) = unsafe { g.align_to::<u32>() };
-                    // The frame is page-aligned: word `k` is entry `page * ps / 4 + k`.
-                    let from = (s - page * ps / 4) as usize;
-                    f(vs[i], &words[from..from + (e - s) as usize]);
-                    i += 1;
-                    continue;
-                }
+                let Some((_, Some(g))) = &here else { break };
+                // SAFETY: any four bytes are a `u32`; `align_to` gives only aligned words.
+                let (_, words, _) = unsafe { g.align_to::<u32>() };
+                // The frame is page-aligned: word `k` is entry `page * per_page + k`.
+                let to = e.min((page + 1) * per_page);
+                let base = page * per_page;
+                f(u, &words[(from - base) as usize..(to - base) as usize]);
+                from = to;
             }
-            let (mut j, mut end) = (i + 1, e);
-            while let Some(&u) = vs.get(j) {
-                let (s2, e2) = at(u);
+            if from < e {
+                pending.push((u, from, e));
+            }
+        }
+        drop(here);
+        // Spans of nearby pending lists: (first item, end item, first entry).
+        let mut spans: Vec<(usize, usize, u64)> = Vec::new();
+        let mut i = 0;
+        while i < pending.len() {
+            let (_, s, mut end) = pending[i];
+            let mut j = i + 1;
+            while let Some(&(_, s2, e2)) = pending.get(j) {
                 if s2 > end + GAP || e2 - s > MAX_SPAN {
                     break;
                 }
@@ -406,14 +446,13 @@ impl<'a> PagedAccess<'a> {
             spans.push((i, j, s));
             i = j;
         }
-        drop(here);
         let mut next = 0usize;
         let mut failed = None;
         let mut done = std::mem::take(&mut self.done);
         loop {
             while failed.is_none() && next < spans.len() && self.spans_out < self.g.depth {
                 let (_, b, s) = spans[next];
-                let end = at(vs[b - 1]).1;
+                let end = pending[b - 1].2;
                 let len = ((end - s) * 4) as usize;
                 let Some(buf) = self.spans.take(len, self.spans_out == 0) else {
                     break;
@@ -450,8 +489,7 @@ impl<'a> PagedAccess<'a> {
                 // SAFETY: any four bytes are a `u32`; `align_to` gives only aligned words.
                 let (_, words, _) = unsafe { c.buf.align_to::<u32>() };
                 let whole = words.len() * 4 == c.buf.len();
-                for &u in &vs[a..b] {
-                    let (ls, le) = at(u);
+                for &(u, ls, le) in &pending[a..b] {
                     let (from, to) = ((ls - s) as usize, (le - s) as usize);
                     if whole {
                         // The buffer is aligned (as the allocator gives
@@ -479,15 +517,12 @@ impl<'a> PagedAccess<'a> {
 }
 
 impl Access for PagedAccess<'_> {
-    fn expand(&mut self, vs: &[u32], mut f: impl FnMut(u32, &[u32])) -> Result<(), String> {
-        let (Some(&lo), Some(&hi)) = (vs.first(), vs.last()) else {
-            return Ok(());
-        };
-        let mut offs = std::mem::take(&mut self.offs);
-        let r = self.offsets_of(lo, hi, &mut offs);
-        let r = r.and_then(|()| self.read_spans(vs, &offs, &mut f));
-        self.offs = offs;
-        r
+    fn expand(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        self.expand_with(vs, false, f)
+    }
+
+    fn expand_parts(&mut self, vs: &[u32], f: impl FnMut(u32, &[u32])) -> Result<(), String> {
+        self.expand_with(vs, true, f)
     }
 
     fn quiesce(&mut self) {
@@ -645,6 +680,21 @@ mod tests {
             (0..n).all(|v| seen[v as usize] == (v % 3 != 1) as u32),
             "each picked vertex once"
         );
+        // In parts: each list whole once its parts are put together (each
+        // part once, in order: the cached pages in place, the rest read),
+        // twice over, the second time with more of the pages cached.
+        let long = (0..n).filter(|&v| mem.list(v).len() > 1024).count();
+        assert!(long > 0, "lists that cross pages");
+        for _ in 0..2 {
+            let mut got = vec![Vec::new(); n as usize];
+            for run in &runs {
+                a.expand_parts(run, |u, part| got[u as usize].extend_from_slice(part))
+                    .unwrap();
+            }
+            for &u in runs.iter().flatten() {
+                assert_eq!(got[u as usize], mem.list(u), "vertex {u}");
+            }
+        }
         // Sweeps of ranges that start and end anywhere.
         for r in [0..n, 0..1, 5..900, n - 3..n, 17..17] {
             let mut next = r.start;
