@@ -809,8 +809,9 @@ impl CachedFile {
 
     /// The page holding byte `offset`, as [`CachedFile::page`] gives it, if
     /// it is cached and readable now; else `None`, with nothing read,
-    /// claimed or waited for (a page being read in, written back or held
-    /// mutably by another thread is `None` too). For a reader with reads of
+    /// claimed or waited for (a page being read in or held mutably by
+    /// another thread is `None` too; one being written back is readable,
+    /// and given). For a reader with reads of
     /// its own in flight, which takes what is cached at once and queues the
     /// rest. A page found counts as a hit; readahead is not told of it.
     /// Errors as [`CachedFile::page`].

@@ -4,11 +4,13 @@
 //! read adjacency lists: in-memory vectors and an mmap of the files are
 //! [`Slices`] (a list is a slice; a page fault is the kernel's business);
 //! [`Paged`] reads the same bytes through setcache: `expand` reads the
-//! offsets of its vertices in order, then their lists in spans of nearby
-//! lists (one read each, up to [`MAX_SPAN`] entries), keeping up to `depth`
-//! reads and [`span_bytes`] of their buffers in flight on the thread's own
-//! queue (many small reads where the frontier is sparse, a few long ones
-//! where it is dense); `sweep` reads the arrays in
+//! offsets of its vertices in order, hands over in place the lists whose
+//! pages are cached (`expand_parts` also those that cross pages, a page at
+//! a time), and reads the rest in spans of nearby lists (one read each, up
+//! to [`MAX_SPAN`] entries), keeping up to `depth` reads and
+//! [`span_bytes`] of their buffers in flight on the thread's own queue
+//! (many small reads where the frontier is sparse, a few long ones where
+//! it is dense); `sweep` reads the arrays in
 //! order through `ArrayReader::for_each_chunk`, so that readahead runs
 //! ahead of it.
 
@@ -422,7 +424,12 @@ impl<'a> PagedAccess<'a> {
                 // The frame is page-aligned: word `k` is entry `page * per_page + k`.
                 let to = e.min((page + 1) * per_page);
                 let base = page * per_page;
-                f(u, &words[(from - base) as usize..(to - base) as usize]);
+                let Some(part) = words.get((from - base) as usize..(to - base) as usize) else {
+                    return Err(format!(
+                        "graph: the list of vertex {u} runs past the end of the lists' file"
+                    ));
+                };
+                f(u, part);
                 from = to;
             }
             if from < e {
