@@ -10,9 +10,9 @@
 //! to [`MAX_SPAN`] entries), keeping up to `depth` reads and
 //! [`span_bytes`] of their buffers in flight on the thread's own queue
 //! (many small reads where the frontier is sparse, a few long ones where
-//! it is dense); `sweep` reads the arrays in
-//! order through `ArrayReader::for_each_chunk`, so that readahead runs
-//! ahead of it.
+//! it is dense); `sweep` reads its offsets with one read on the same queue
+//! and the lists in order through `ArrayReader::for_each_chunk`, so that
+//! readahead runs ahead of it.
 
 use std::ops::Range;
 
@@ -124,7 +124,6 @@ pub(crate) struct Paged {
 /// A thread's access to a [`Paged`] graph.
 pub(crate) struct PagedAccess<'a> {
     g: &'a Paged,
-    offsets: ArrayReader<'a, u64>,
     targets: ArrayReader<'a, [u32; 2]>,
     q: CachedQueue<'a>,
     reqs: Vec<CachedRequest<'a>>,
@@ -147,7 +146,7 @@ impl Graph for Paged {
     fn access(&self) -> Result<PagedAccess<'_>, String> {
         Ok(PagedAccess {
             g: self,
-            offsets: self.offsets.reader(),
+
             targets: self.targets.reader(),
             q: self.cs.queue(self.depth),
             reqs: Vec::new(),
@@ -172,6 +171,8 @@ const GAP: u64 = 4096;
 pub(crate) const MAX_SPAN: u64 = 64 << 10;
 /// The tag bit of reads of offsets (the rest of the tag: the first vertex).
 const EARLY: u64 = 1 << 63;
+/// The tag of a read of offsets waited for at once (`offsets`).
+const OFFSETS: u64 = EARLY - 1;
 /// Reads of offsets a thread keeps asked for at most.
 pub(crate) const EARLY_MAX: usize = 2;
 
@@ -602,13 +603,60 @@ impl Access for PagedAccess<'_> {
     }
 
     fn offsets(&mut self, vs: Range<u32>, out: &mut Vec<u64>) -> Result<(), String> {
+        // One read on the thread's queue, whose misses go out as runs of
+        // pages at once: read page by page (as `for_each_chunk` does), a
+        // copy of the offsets outruns any readahead and waits for each page
+        // in turn.
         self.settle(|_| false);
         out.clear();
-        self.offsets
-            .for_each_chunk(vs.start as u64..vs.end as u64 + 1, |_, xs| {
-                out.extend_from_slice(xs)
-            })
-            .map_err(|e| format!("graph: reading offsets: {e}"))
+        let end = vs
+            .end
+            .checked_add(1)
+            .filter(|&e| e as u64 <= self.g.offsets.len());
+        let Some(end) = end.filter(|&e| e > vs.start) else {
+            return Err(format!(
+                "graph: no offsets {}..={} in the graph",
+                vs.start, vs.end
+            ));
+        };
+        let len = (end - vs.start) as usize * 8;
+        let buf = buffer(&mut self.spare, len);
+        let file = self.g.offsets.file();
+        self.reqs.push(CachedRequest::tagged(
+            OpKind::Read,
+            file,
+            vs.start as u64 * 8,
+            buf,
+            OFFSETS,
+        ));
+        self.q.submit_from(&mut self.reqs);
+        let mut done = std::mem::take(&mut self.done);
+        let mut got = None;
+        while got.is_none() {
+            self.q.take_completions(&mut done);
+            for (tag, c) in done.drain(..) {
+                // Nothing else is in flight after `settle`.
+                debug_assert_eq!(tag, OFFSETS);
+                got = Some(c);
+            }
+            if got.is_none() {
+                self.q.wait(1);
+            }
+        }
+        self.done = done;
+        let c = got.expect("the read of offsets completed");
+        let r = match c.result {
+            Ok(()) => {
+                let words = c.buf[..len]
+                    .chunks_exact(8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+                out.extend(words);
+                Ok(())
+            }
+            Err(e) => Err(format!("graph: reading offsets at byte {}: {e}", c.offset)),
+        };
+        give_back(&mut self.spare, c.buf);
+        r
     }
 }
 

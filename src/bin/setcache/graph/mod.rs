@@ -208,7 +208,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     if let Some(b) = budget {
         for algo in &a.algo {
             let need = vertex_bytes(algo, n)
-                + a.threads as u64 * algo::read_buffers(algo, a.depth)
+                + a.threads as u64 * algo::read_buffers(algo, a.depth, n)
                 + tables(b);
             // The check after each search, in the mmap child's cgroup too.
             let check = if algo == "bfs" {
@@ -262,7 +262,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     // (checked above to leave a cache).
                     // So do the readers' translation tables.
                     let per_vertex = per_vertex
-                        + a.threads as u64 * algo::read_buffers(algo, a.depth)
+                        + a.threads as u64 * algo::read_buffers(algo, a.depth, n)
                         + budget.map_or(0, tables);
                     // So does the store's staging area (the sweeps' runs
                     // land there): the cache is what is left.
