@@ -53,14 +53,14 @@ pub(crate) fn vertex_bytes(algo: &str, n: u64) -> u64 {
 
 /// Bytes of read buffers a thread of `algo` keeps at most with `depth`
 /// reads in flight on a graph of `n` vertices: the spans' ([`span_bytes`]),
-/// the offsets asked for early and those read now for BFS; a chunk's
-/// offsets (and the read that brings them) and a list gathered across
-/// pages for PageRank.
+/// the offsets asked for early and those read now for BFS; for PageRank a
+/// chunk's offsets three times (the algorithm's, the access's own, and
+/// the read that brings them) and a list gathered across pages.
 pub(crate) fn read_buffers(algo: &str, depth: usize, n: u64) -> u64 {
     if algo == "bfs" {
         span_bytes(depth) + (EARLY_MAX as u64 + 1) * (BFS_VERTICES * 8 + 16)
     } else {
-        2 * (PR_VERTICES.min(n) + 1) * 8 + MAX_SPAN * 4
+        3 * (PR_VERTICES.min(n) + 1) * 8 + MAX_SPAN * 4
     }
 }
 

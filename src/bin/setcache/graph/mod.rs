@@ -197,13 +197,14 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         a.threads,
         budget.map_or("none (everything cached)".into(), mib)
     );
-    // Each thread's two readers (offsets, targets) keep translation tables
-    // sized to the cache: memory of the setcache backing, out of its budget
-    // (counted as if the cache had all of it, which it does not).
+    // Each thread's reader of the lists keeps translation tables sized to
+    // the cache: memory of the setcache backing, out of its budget (counted
+    // as if the cache had all of it, which it does not). The offsets are
+    // read through the thread's queue, without a reader.
     let tables = |budget: u64| {
         let pages = |bytes: u64| bytes.div_ceil(4096);
         let of = |bytes| setcache::reader_table_bytes(pages(budget), pages(bytes));
-        a.threads as u64 * (of((n + 1) * 8) + of(entries * 4))
+        a.threads as u64 * of(entries * 4)
     };
     if let Some(b) = budget {
         for algo in &a.algo {
