@@ -453,8 +453,7 @@ impl<M: Model> Core<M> {
     #[inline]
     fn prints(&self, s: usize) -> &[AtomicU64] {
         let words = self.lay.assoc.div_ceil(place::PRINTS_PER_WORD);
-        // SAFETY: the region holds `words` aligned u64 words for each of the
-        // `max_sets` positions, accessed only atomically; `s < max_sets`.
+        // SAFETY: the region holds `words` aligned u64 words for each of the `max_sets` positions, accessed only atomically; `s < max_sets`.
         unsafe {
             std::slice::from_raw_parts(
                 self.prints
@@ -605,8 +604,7 @@ impl<M: Model> Core<M> {
 
     #[inline]
     fn lock_word(&self, s: usize) -> &M::W {
-        // SAFETY: every set below `inited` holds an initialised lock word at
-        // offset 0, and sets are never de-initialised while the core lives.
+        // SAFETY: every set below `inited` holds an initialised lock word at offset 0, and sets are never de-initialised while the core lives.
         unsafe { &*self.set_ptr(s).cast::<M::W>() }
     }
 
@@ -712,9 +710,7 @@ impl<M: Model> Core<M> {
         // Under the model checker, let other threads run between the checks
         // and the copy (a plain memory copy is no scheduling point of its own).
         M::preempt();
-        // SAFETY: the frame lies in the mapped frame region whatever happens to
-        // the slot, and `offset + len <= page_size`. The bytes may be changing
-        // under us; they are used only if the checks below prove they did not.
+        // SAFETY: the frame lies in the mapped frame region whatever happens to the slot, and `offset + len <= page_size`. The bytes may be changing under us; they are used only if the checks below prove they did not.
         unsafe {
             std::ptr::copy_nonoverlapping(self.frame(s, i).add(offset), dst.as_mut_ptr(), dst.len())
         };
@@ -741,8 +737,7 @@ impl<M: Model> Core<M> {
         if v & COLD != 0 {
             self.warm(s, i);
         }
-        // SAFETY: slot `i < assoc`; the byte is only a hint here (read without
-        // the lock, re-examined by the policy under it).
+        // SAFETY: slot `i < assoc`; the byte is only a hint here (read without the lock, re-examined by the policy under it).
         let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
         let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
         if stale || self.policy.hit_changes(byte) {
@@ -824,8 +819,7 @@ impl<M: Model> Core<M> {
     /// The tags of set `s`, readable without its lock (written under it).
     #[inline]
     pub(super) fn tags(&self, s: usize) -> &[AtomicU64] {
-        // SAFETY: the tags of an initialised set are `assoc` aligned u64 words,
-        // accessed only atomically.
+        // SAFETY: the tags of an initialised set are `assoc` aligned u64 words, accessed only atomically.
         unsafe {
             std::slice::from_raw_parts(
                 self.set_ptr(s).add(self.lay.off_tags).cast::<AtomicU64>(),
@@ -989,8 +983,7 @@ impl<M: Model> Core<M> {
     pub(super) unsafe fn locked(&self, s: usize) -> Locked<'_> {
         let b = self.set_ptr(s);
         let l = &self.lay;
-        // SAFETY: the lock gives exclusive access to these fields; offsets and
-        // lengths come from the layout the set was initialised with.
+        // SAFETY: the lock gives exclusive access to these fields; offsets and lengths come from the layout the set was initialised with.
         unsafe {
             Locked {
                 valid: &mut *b.add(l.off_valid).cast::<u32>(),

@@ -1387,8 +1387,7 @@ impl<M: Model> std::ops::Deref for PageMut<'_, M> {
 
 impl<M: Model> std::ops::DerefMut for PageMut<'_, M> {
     fn deref_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the writer bit makes this guard the page's only user, and
-        // `&mut self` makes the borrow unique.
+        // SAFETY: the writer bit makes this guard the page's only user; `&mut self` makes the borrow unique.
         unsafe { self.at.bytes_mut() }
     }
 }
@@ -1410,8 +1409,7 @@ impl<'a, M: Model> Fill<'a, M> {
     /// The frame to load the page into (page-size bytes, 4096-aligned, so
     /// O_DIRECT can read straight into it).
     pub fn frame_mut(&mut self) -> &mut [u8] {
-        // SAFETY: the frame is claimed (pending): nobody else reads or writes it
-        // until `finish`.
+        // SAFETY: the frame is claimed (pending): nobody else reads or writes it until `finish`.
         unsafe { self.at.bytes_mut() }
     }
 
