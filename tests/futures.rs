@@ -584,6 +584,10 @@ fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
     let tmp = TempDir::new("futures-own-fill");
     let cs = rig(&tmp, 1 << 20, 1024);
     let f = cs.open_file("data").unwrap();
+    // Reads in order would start readahead, whose thread may then be the one
+    // reading the page found in flight (the queue parks its request behind
+    // that fill), and the futures would rightly wait for it.
+    f.advise(0, 0, setcache::Advice::Random).unwrap();
     let mut q = cs.queue(4);
     let mut done = Vec::new();
     let mut p = 0;
