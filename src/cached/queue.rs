@@ -537,12 +537,6 @@ impl<'a> CachedQueue<'a> {
         self.q.set_bell(bell);
     }
 
-    /// Enter the kernel once per flush instead of once per operation (see
-    /// `Queue::set_batched`).
-    pub(crate) fn set_batched(&mut self) {
-        self.q.set_batched();
-    }
-
     /// Requests submitted and not yet finished (callback run or completion
     /// queued for `take_completions`).
     pub fn outstanding(&self) -> usize {
