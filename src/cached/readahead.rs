@@ -635,7 +635,14 @@ impl<'a> Worker<'a> {
                 }
                 self.sh.staging.give(slot);
             }
-            for f in op.fills {
+            // Last page first: a reader waiting at the run's front is
+            // woken when the whole run is there. Woken on this thread's CPU,
+            // it runs at once, ahead of this thread (the kernel's wake-up
+            // preemption); in file order it found a page or a few, waited for
+            // the next and handed the CPU back (measured: a 128 KiB scan made
+            // 7,487 context switches in 5 s in file order, 2,468 this way, at
+            // the same rate).
+            for f in op.fills.into_iter().rev() {
                 drop(f.finish(r.clone()));
             }
         }
