@@ -984,12 +984,9 @@ mod tests {
         (dir, cs, cf)
     }
 
-    /// The worker wakes the first task of a round and leaves the others'
-    /// wakers to the polls of futures sent to it; when no task polls, it
-    /// calls them itself: every task is woken once, none is left waiting.
-    #[test]
-    fn left_wakers_are_called_when_nobody_polls() {
-        let (dir, cs, cf) = store_of_64("aio-left");
+    /// 32 reads of pages not cached, each polled once with a waker of its
+    /// own (so sent to the worker): the wakers and the futures.
+    fn sent_32(cf: &CachedFile) -> (Vec<Arc<Noted>>, Vec<Pin<Box<ReadAt<'_>>>>) {
         let wakers: Vec<_> = (0..32).map(|_| noted()).collect();
         let mut futs: Vec<_> = (0..32u64)
             .map(|k| Box::pin(cf.read_at_async(k * 2 * 4096, vec![0; 100])))
@@ -998,6 +995,16 @@ mod tests {
             let w = Waker::from(w.clone());
             assert!(fut.as_mut().poll(&mut Context::from_waker(&w)).is_pending());
         }
+        (wakers, futs)
+    }
+
+    /// The worker wakes the first task of a round and leaves the others'
+    /// wakers to the polls of futures sent to it; when no task polls, it
+    /// calls them itself: every task is woken once, none is left waiting.
+    #[test]
+    fn left_wakers_are_called_when_nobody_polls() {
+        let (dir, cs, cf) = store_of_64("aio-left");
+        let (wakers, futs) = sent_32(&cf);
         let t0 = std::time::Instant::now();
         while wakers.iter().any(|w| w.calls.load(Ordering::SeqCst) == 0) {
             let woken = wakers.iter().filter(|w| w.calls.load(Ordering::SeqCst) > 0);
@@ -1030,14 +1037,7 @@ mod tests {
                 let _ = go_rx.recv_timeout(Duration::from_secs(20));
             }),
         );
-        let wakers: Vec<_> = (0..32).map(|_| noted()).collect();
-        let mut futs: Vec<_> = (0..32u64)
-            .map(|k| Box::pin(cf.read_at_async(k * 2 * 4096, vec![0; 100])))
-            .collect();
-        for (fut, w) in futs.iter_mut().zip(&wakers) {
-            let w = Waker::from(w.clone());
-            assert!(fut.as_mut().poll(&mut Context::from_waker(&w)).is_pending());
-        }
+        let (wakers, mut futs) = sent_32(&cf);
         woke_rx
             .recv_timeout(Duration::from_secs(20))
             .expect("no round of the worker woke more than one task");
