@@ -504,9 +504,8 @@ impl<'a> CachedQueue<'a> {
     /// A queue on the cached store whose shared state is `sh`.
     pub(crate) fn on(sh: &'a Arc<Shared>, depth: usize) -> CachedQueue<'a> {
         let mut q = Queue::new(depth);
-        // SAFETY: the frames stay mapped while the cache lives, the cache
-        // outlives the queue (it borrows the shared state), and it gives
-        // frames back to the kernel only through the chunk table.
+        // The cache outlives the queue: the queue borrows its shared state.
+        // SAFETY: the frames stay mapped while the cache lives, and it gives them back to the kernel only through the chunk table.
         unsafe { q.register_frames(sh.cache.frame_chunks()) };
         CachedQueue {
             sh,
