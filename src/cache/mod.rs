@@ -1484,6 +1484,11 @@ impl<'a, M: Model> FillMut<'a, M> {
         self.0.note_queued(held);
     }
 
+    /// See [`Fill::prefetch_state`].
+    pub(crate) fn prefetch_state(&self) {
+        self.0.prefetch_state();
+    }
+
     /// Publish the page and keep it for writing (it is dirty); or drop it.
     pub fn finish(mut self, r: Result<()>) -> Result<PageMut<'a, M>> {
         self.0.end(r.is_ok());

@@ -285,6 +285,15 @@ impl Job<'_> {
         }
     }
 
+    /// See [`Fill::prefetch_state`].
+    fn prefetch_state(&self) {
+        match self {
+            Job::Read(f) => f.prefetch_state(),
+            Job::Write(f, _) => f.prefetch_state(),
+            Job::Victim(_) | Job::Near(_) => {}
+        }
+    }
+
     fn frame(&mut self) -> &mut [u8] {
         match self {
             Job::Read(f) => f.frame_mut(),
@@ -489,6 +498,13 @@ pub struct CachedQueue<'a> {
     guards: Vec<(u64, Result<PageGuard<'a>>)>,
     /// Finished pin requests not yet taken.
     pins: Vec<(u64, Result<RawPin>)>,
+    /// Pages this queue has sent device reads for (fills started).
+    loads: u64,
+    /// Most pages of the last batch submitted missed.
+    missing: bool,
+    /// Device operations not yet passed on after each request's start.
+    #[cfg(test)]
+    unsent_after_start: Vec<usize>,
 }
 
 impl CachedStore {
@@ -528,6 +544,10 @@ impl<'a> CachedQueue<'a> {
             done: Vec::new(),
             guards: Vec::new(),
             pins: Vec::new(),
+            loads: 0,
+            missing: false,
+            #[cfg(test)]
+            unsent_after_start: Vec::new(),
         }
     }
 
@@ -558,7 +578,18 @@ impl<'a> CachedQueue<'a> {
         // the batch's memory misses overlap.
         let cache = &self.sh.cache;
         let ps = cache.page_size() as u64;
-        for pass in [false, true] {
+        // The second pass looks each page up to find its frame, so it waits
+        // for the lines the first asked for: worth it when pages are cached,
+        // a delay before the first device read when they are not. It runs
+        // unless most pages of this queue's last batch missed.
+        let passes: &[bool] = if self.missing {
+            &[false]
+        } else {
+            &[false, true]
+        };
+        let n = reqs.len();
+        let loads = self.loads;
+        for &pass in passes {
             for r in reqs.iter() {
                 let first = r.offset / ps;
                 // Out-of-range requests are refused later; the hint only must
@@ -583,8 +614,14 @@ impl<'a> CachedQueue<'a> {
                 }
             }
             self.start(r);
+            // Each miss goes to the device before the next request's lookup:
+            // a batch's first read is not held behind the others' claims.
+            self.q.send_eager();
+            #[cfg(test)]
+            self.unsent_after_start.push(self.q.unsent());
         }
         drop(it);
+        self.missing = 2 * (self.loads - loads) > n as u64;
         self.q.flush_now();
         // A page this queue fills stays busy for every other thread until the
         // queue reaps the fill: reap what has finished now, so that a caller
@@ -1020,6 +1057,7 @@ impl<'a> CachedQueue<'a> {
         }
         entry.note_fill(page);
         job.note_queued(true);
+        self.loads += 1;
         let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read (into
         // a staging slot or their frames); the run goes out at `send_run`.
@@ -1242,11 +1280,20 @@ impl<'a> CachedQueue<'a> {
                 self.finished = done;
                 return;
             }
-            // The frames just read are not in the CPU caches: ask for the
-            // first lines of all of them before copying any, so that their
-            // misses overlap.
+            // The frames just read are not in the CPU caches, nor the lines
+            // of their slots' states, which finishing writes: ask for all of
+            // them before finishing any, so that their misses overlap. Only
+            // the frames' first lines, and only of requests that copy: a
+            // page request's caller reads what it wants of the page.
             for &(slot, _) in &done {
-                if let Some(w) = self.fills.get_mut(slot) {
+                if let Some(w) = self.fills.get(slot) {
+                    w.job.prefetch_state();
+                }
+            }
+            for &(slot, _) in &done {
+                if let Some(w) = self.fills.get_mut(slot)
+                    && self.live.get(w.req).is_some_and(|l| l.page.is_none())
+                {
                     let f = w.job.frame();
                     for line in f.chunks(64).take(8) {
                         crate::cache::prefetch(line.as_ptr());
@@ -1528,6 +1575,87 @@ mod tests {
                 "{what}: page {p} has the wrong bytes"
             );
         }
+    }
+
+    /// A batch's misses go to the device one by one as they are claimed, not
+    /// after the whole batch's lookups (on a store that batches submissions,
+    /// at the batch's end); and a batch that mostly missed skips the frame
+    /// pass of the next batch's hints, which one that hit keeps.
+    #[test]
+    fn a_batchs_misses_are_sent_as_they_are_claimed() {
+        let (dir, store) = crate::storage::uring_store_for_tests("sent-as-claimed");
+        store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+        let cs = CachedStore::with_flusher(
+            store,
+            CacheOptions {
+                size: 1 << 20,
+                page_size: 4096,
+                ..CacheOptions::default()
+            },
+            None,
+        )
+        .unwrap();
+        cs.set_readahead(0);
+        let cf = cs.open_file("f").unwrap();
+        let mut q = cs.queue(32);
+        // Every other page: eight reads that no run joins.
+        let mut reqs: Vec<_> = (0..8)
+            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
+            .collect();
+        q.submit_from(&mut reqs);
+        assert_eq!(
+            q.unsent_after_start,
+            vec![0; 8],
+            "each miss's read left the queue before the next request started"
+        );
+        assert!(q.missing, "a batch of misses");
+        q.drain();
+        let mut got = Vec::new();
+        q.take_pages(&mut got);
+        assert_eq!(got.len(), 8);
+        assert!(got.iter().all(|(_, g)| g.is_ok()));
+        drop(got);
+        let mut reqs: Vec<_> = (0..8)
+            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
+            .collect();
+        q.submit_from(&mut reqs);
+        assert!(!q.missing, "a batch of hits");
+        q.drain();
+        drop(q);
+        drop(cf);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+
+        // A store that batches its submissions keeps them for the flush.
+        let dir =
+            std::env::temp_dir().join(format!("setcache-sent-batched-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = crate::StoreOptions {
+            engine: crate::EngineKind::Uring,
+            eager_submit: false,
+            ..crate::StoreOptions::default()
+        };
+        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+        store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+        let cs = CachedStore::with_flusher(store, CacheOptions::default(), None).unwrap();
+        cs.set_readahead(0);
+        let cf = cs.open_file("f").unwrap();
+        let mut q = cs.queue(32);
+        let mut reqs: Vec<_> = (0..8)
+            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
+            .collect();
+        q.submit_from(&mut reqs);
+        assert_eq!(q.unsent_after_start, (1..=8).collect::<Vec<_>>());
+        q.drain();
+        let mut got = Vec::new();
+        q.take_pages(&mut got);
+        assert!(got.len() == 8 && got.iter().all(|(_, g)| g.is_ok()));
+        drop(got);
+        drop(q);
+        drop(cf);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// Frames of sets added by a resize are read as fixed buffers too: each

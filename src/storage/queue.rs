@@ -427,6 +427,37 @@ impl Queue {
         self.flush();
     }
 
+    /// Send what `submit_raw` queued now if each operation would enter the
+    /// kernel on its own anyway (the queue's rings are eager, the store's
+    /// default), so that a caller preparing a batch request by request has the
+    /// device start on the first while it prepares the next. Batched rings,
+    /// device threads and a lone operation run in the caller wait for the
+    /// flush.
+    pub(crate) fn send_eager(&mut self) {
+        if self.batched || self.lone_in_caller {
+            return;
+        }
+        let mut any = false;
+        for b in &self.batches {
+            let Some(op) = b.first() else {
+                continue;
+            };
+            if !op.backing.engine.queue_rings().is_some_and(|c| c.eager) {
+                return;
+            }
+            any = true;
+        }
+        if any {
+            self.flush();
+        }
+    }
+
+    /// Operations queued by `submit_raw` and not yet passed on.
+    #[cfg(test)]
+    pub(crate) fn unsent(&self) -> usize {
+        self.batches.iter().map(Vec::len).sum()
+    }
+
     /// Send the assembled per-device batches: to the queue's own ring of the
     /// device where it drives the device itself, else to the device's engine.
     fn flush(&mut self) {
