@@ -1577,85 +1577,68 @@ mod tests {
         }
     }
 
+    /// Submit page requests for eight pages, every other one (reads that no
+    /// run joins), wait for them, check them and let them go; returns how
+    /// many device operations were left unsent after each request's start.
+    fn eight_pages(q: &mut CachedQueue<'_>, cf: &CachedFile) -> Vec<usize> {
+        q.unsent_after_start.clear();
+        let mut reqs: Vec<_> = (0..8)
+            .map(|i| CachedRequest::page(cf, i * 2 * 4096, i))
+            .collect();
+        q.submit_from(&mut reqs);
+        q.drain();
+        let mut got = Vec::new();
+        q.take_pages(&mut got);
+        assert!(got.len() == 8 && got.iter().all(|(_, g)| g.is_ok()));
+        std::mem::take(&mut q.unsent_after_start)
+    }
+
     /// A batch's misses go to the device one by one as they are claimed, not
     /// after the whole batch's lookups (on a store that batches submissions,
     /// at the batch's end); and a batch that mostly missed skips the frame
     /// pass of the next batch's hints, which one that hit keeps.
     #[test]
     fn a_batchs_misses_are_sent_as_they_are_claimed() {
-        let (dir, store) = crate::storage::uring_store_for_tests("sent-as-claimed");
-        store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-        let cs = CachedStore::with_flusher(
-            store,
-            CacheOptions {
-                size: 1 << 20,
-                page_size: 4096,
-                ..CacheOptions::default()
-            },
-            None,
-        )
-        .unwrap();
-        cs.set_readahead(0);
-        let cf = cs.open_file("f").unwrap();
-        let mut q = cs.queue(32);
-        // Every other page: eight reads that no run joins.
-        let mut reqs: Vec<_> = (0..8)
-            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
-            .collect();
-        q.submit_from(&mut reqs);
-        assert_eq!(
-            q.unsent_after_start,
-            vec![0; 8],
-            "each miss's read left the queue before the next request started"
-        );
-        assert!(q.missing, "a batch of misses");
-        q.drain();
-        let mut got = Vec::new();
-        q.take_pages(&mut got);
-        assert_eq!(got.len(), 8);
-        assert!(got.iter().all(|(_, g)| g.is_ok()));
-        drop(got);
-        let mut reqs: Vec<_> = (0..8)
-            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
-            .collect();
-        q.submit_from(&mut reqs);
-        assert!(!q.missing, "a batch of hits");
-        q.drain();
-        drop(q);
-        drop(cf);
-        drop(cs);
-        let _ = std::fs::remove_dir_all(&dir);
-
-        // A store that batches its submissions keeps them for the flush.
-        let dir =
-            std::env::temp_dir().join(format!("setcache-sent-batched-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let opts = crate::StoreOptions {
-            engine: crate::EngineKind::Uring,
-            eager_submit: false,
-            ..crate::StoreOptions::default()
-        };
-        let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
-        store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-        let cs = CachedStore::with_flusher(store, CacheOptions::default(), None).unwrap();
-        cs.set_readahead(0);
-        let cf = cs.open_file("f").unwrap();
-        let mut q = cs.queue(32);
-        let mut reqs: Vec<_> = (0..8)
-            .map(|i| CachedRequest::page(&cf, i * 2 * 4096, i))
-            .collect();
-        q.submit_from(&mut reqs);
-        assert_eq!(q.unsent_after_start, (1..=8).collect::<Vec<_>>());
-        q.drain();
-        let mut got = Vec::new();
-        q.take_pages(&mut got);
-        assert!(got.len() == 8 && got.iter().all(|(_, g)| g.is_ok()));
-        drop(got);
-        drop(q);
-        drop(cf);
-        drop(cs);
-        let _ = std::fs::remove_dir_all(&dir);
+        for eager in [true, false] {
+            let dir = std::env::temp_dir().join(format!(
+                "setcache-sent-as-claimed-{eager}-{}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            let opts = crate::StoreOptions {
+                engine: crate::EngineKind::Uring,
+                eager_submit: eager,
+                ..crate::StoreOptions::default()
+            };
+            let store = Store::open(std::slice::from_ref(&dir), opts).unwrap();
+            store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+            let cs = CachedStore::with_flusher(store, CacheOptions::default(), None).unwrap();
+            cs.set_readahead(0);
+            let cf = cs.open_file("f").unwrap();
+            let mut q = cs.queue(32);
+            let unsent = eight_pages(&mut q, &cf);
+            if eager {
+                assert_eq!(
+                    unsent,
+                    vec![0; 8],
+                    "each miss's read left the queue before the next request started"
+                );
+            } else {
+                assert_eq!(
+                    unsent,
+                    (1..=8).collect::<Vec<_>>(),
+                    "sent at the batch's end"
+                );
+            }
+            assert!(q.missing, "a batch of misses");
+            eight_pages(&mut q, &cf);
+            assert!(!q.missing, "a batch of hits");
+            drop(q);
+            drop(cf);
+            drop(cs);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
     }
 
     /// Frames of sets added by a resize are read as fixed buffers too: each
