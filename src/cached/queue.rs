@@ -1286,14 +1286,11 @@ impl<'a> CachedQueue<'a> {
             // the frames' first lines, and only of requests that copy: a
             // page request's caller reads what it wants of the page.
             for &(slot, _) in &done {
-                if let Some(w) = self.fills.get(slot) {
-                    w.job.prefetch_state();
-                }
-            }
-            for &(slot, _) in &done {
-                if let Some(w) = self.fills.get_mut(slot)
-                    && self.live.get(w.req).is_some_and(|l| l.page.is_none())
-                {
+                let Some(w) = self.fills.get_mut(slot) else {
+                    continue;
+                };
+                w.job.prefetch_state();
+                if self.live.get(w.req).is_some_and(|l| l.page.is_none()) {
                     let f = w.job.frame();
                     for line in f.chunks(64).take(8) {
                         crate::cache::prefetch(line.as_ptr());
