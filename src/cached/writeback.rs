@@ -440,6 +440,10 @@ impl Shared {
         // Only the sets where the file's pages turned dirty since the last
         // sync: the cost follows what is dirty, not the cache.
         let (pending, sets) = self.cache.take_pending_of(id);
+        #[cfg(test)]
+        if let Some(took) = TOOK_PENDING.take(Arc::as_ptr(&e) as usize) {
+            took();
+        }
         // Unless this sync ends well (an error or a panic on the way), the
         // sets go back, so that the next sync finds what it left dirty.
         struct Remark<'a> {
@@ -692,6 +696,12 @@ thread_local! {
 /// Most pages `sync` merges into one write.
 const SYNC_MERGE: usize = 32;
 
+/// In unit tests: run once by a sync of the file whose entry is at this
+/// address, as soon as it has taken the pages it will write.
+#[cfg(test)]
+pub(crate) static TOOK_PENDING: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 #[cfg(test)]
 mod merge_tests {
     use super::*;
@@ -704,5 +714,117 @@ mod merge_tests {
         assert_eq!(merge_limit(1 << 20, 4096), MAX_REQUEST / 4096);
         assert_eq!(merge_limit(32, 4096), 32);
         assert_eq!(merge_limit(0, 4096), 1);
+    }
+}
+
+#[cfg(test)]
+mod sync_tests {
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+    use std::time::Duration;
+
+    use crate::cache::{CacheOptions, PolicyKind};
+    use crate::cached::{CachedRequest, CachedStore, FlushOptions};
+    use crate::{EngineKind, LayoutKind, OpKind, SimConfig, SimMedia, SimSwitches, Store};
+    use crate::{StoreOptions, storage::buf::AlignedBuf};
+
+    fn sim_store(dir: &std::path::Path, media: &Arc<SimMedia>, sw: &Arc<SimSwitches>) -> Store {
+        let opts = StoreOptions {
+            engine: EngineKind::Sim(SimConfig {
+                media: media.clone(),
+                switches: sw.clone(),
+                latency_us: (1, 5),
+                ..SimConfig::default()
+            }),
+            ..StoreOptions::default()
+        };
+        Store::open(&[dir], opts).unwrap()
+    }
+
+    /// A victim write-back a request queue sent before another thread's sync
+    /// fsynced, and reaped only after that fsync failed, may have been dropped
+    /// by it: its pages must stay dirty, so that the next sync writes them
+    /// again before it can pass (the kernel reports a failure once: that next
+    /// fsync passes either way). The sync is known to have taken the pages it
+    /// writes (page 0 alone) before pages 1-3 turn dirty.
+    #[test]
+    fn a_write_back_reaped_after_a_failed_fsync_is_written_again() {
+        let dir = crate::cached::scratch_dir("fsync-reaped-late");
+        let media = SimMedia::new();
+        let sw = Arc::new(SimSwitches::default());
+        sw.keep_synced.store(true, Ordering::Release);
+        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+        let store = sim_store(&dir, &media, &sw);
+        drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+        // One set of four pages, no flusher, nothing read ahead.
+        let opts = CacheOptions {
+            size: 4 * 4096,
+            max_size: Some(4 * 4096),
+            page_size: 4096,
+            assoc: 4,
+            partitions: 1,
+            policy: PolicyKind::Clock,
+            pin_wait: Duration::from_secs(5),
+        };
+        let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>).unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        f.sync().unwrap();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (took_tx, took_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            // V holds page 0 for writing, so that U's sync waits on it.
+            let f = &f;
+            s.spawn(move || {
+                let mut g = f.page_mut(0).unwrap();
+                g[0] = 0xAA;
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+            });
+            held_rx.recv().unwrap();
+            super::TOOK_PENDING.arm(
+                Arc::as_ptr(&f.entry) as usize,
+                Box::new(move || took_tx.send(()).unwrap()),
+            );
+            let u = s.spawn(|| f.sync());
+            took_rx.recv().unwrap();
+            // Pages 1-3 dirty (the set full), then a read of page 10 that
+            // sends them to the device as victims; this thread does not poll.
+            for p in 1..4u64 {
+                f.write_at(p * 4096, &[0xBB; 4096]).unwrap();
+            }
+            let mut q = cs.queue(4);
+            q.submit(vec![CachedRequest::tagged(
+                OpKind::Read,
+                f,
+                10 * 4096,
+                vec![0; 4096],
+                1,
+            )]);
+            std::thread::sleep(Duration::from_millis(50));
+            // U's fsync fails; only then does the queue reap the victims' write.
+            sw.fsync_failures.store(1, Ordering::Release);
+            release_tx.send(()).unwrap();
+            let r = u.join().unwrap();
+            assert!(r.is_err(), "the sync's fsync did not fail: {r:?}");
+            q.drain();
+            let mut done = Vec::new();
+            q.take_completions(&mut done);
+            drop(q);
+            f.sync().unwrap();
+        });
+        drop(f);
+        drop(cs);
+        let store = sim_store(&dir, &media, &sw);
+        let g = store.open_file("f").unwrap();
+        let mut b = AlignedBuf::new(4096);
+        g.read_at(4096, &mut b).unwrap();
+        assert!(
+            b.iter().all(|&x| x == 0xBB),
+            "page 1, written before a sync that returned Ok, is not on the device"
+        );
+        drop(g);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
