@@ -1371,8 +1371,17 @@ fn a_shrink_cutting_a_page_a_queue_reads_in_does_not_hang_the_store() {
             let p = the_highest_read_left_in_flight(&mut q, cf, 8);
             tx.send(p).unwrap();
             go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
-            // Waits for the store's metadata lock, which the shrink holds.
-            std::thread::sleep(Duration::from_millis(200));
+            // The shrink sets the new length under the store's metadata lock
+            // before it cuts the cached pages: once it shows, the create
+            // waits for that lock.
+            let t = Instant::now();
+            while cf.len() != p * 4096 + 4 {
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "the shrink never began"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
             cs.create("g", 4096, LayoutKind::Stripe).unwrap();
             q.drain();
         });

@@ -572,12 +572,20 @@ fn a_failed_fsync_after_a_write_that_outlived_anothers_sync_fails_later_syncs() 
     f.sync().unwrap();
     let mut x = setcache::AlignedBuf::new(64 * 1024);
     x.fill(0xC3);
-    // The write waits 300 ms in the device; the sync that starts meanwhile
-    // does not.
-    sw.stall_us.store(800_000, Ordering::Release);
+    // The write waits 3 s in the device; the sync that starts once the
+    // device has taken it in does not.
+    sw.stall_us.store(3_000_000, Ordering::Release);
+    let before = sw.taken.load(Ordering::Acquire);
     std::thread::scope(|s| {
         let w = s.spawn(|| f.write_at(0, &x).unwrap());
-        std::thread::sleep(Duration::from_millis(150));
+        let t0 = std::time::Instant::now();
+        while sw.taken.load(Ordering::Acquire) == before {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the write never reached the device"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         sw.stall_us.store(0, Ordering::Release);
         f.sync().unwrap();
         assert!(!w.is_finished(), "the write ended before the other sync");

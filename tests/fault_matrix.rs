@@ -828,6 +828,20 @@ fn power_cut() {
                     let (f, base) = (&f, &base);
                     s.spawn(move || power_cut_writer(f, base, cycle, t, v));
                 }
+                // The delay runs from the first record a sync confirmed, so
+                // that writers starting late on a loaded machine still give
+                // the cut something confirmed to check.
+                let t0 = std::time::Instant::now();
+                while !versions
+                    .iter()
+                    .any(|v| v.lock().unwrap().iter().any(|&(c, _)| c > 0))
+                {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(20),
+                        "no write was ever confirmed"
+                    );
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 std::thread::sleep(delay);
                 let cut = rig.media.cut_power(cycle ^ 0xC07);
                 totals.kept += cut.kept;
@@ -901,13 +915,22 @@ fn a_queue_waits_out_a_slow_readahead_read() {
         .stall_us
         .store(SPIKE.as_micros() as u64, Ordering::Release);
     // Readahead claims pages 40-47 and its reads stall.
+    let before = rig.sw.taken.load(Ordering::Acquire);
     f.advise(
         40 * PAGE as u64,
         8 * PAGE as u64,
         setcache::Advice::WillNeed,
     )
     .unwrap();
-    std::thread::sleep(Duration::from_millis(200));
+    // Claimed once the device has taken a read in.
+    let t0 = Instant::now();
+    while rig.sw.taken.load(Ordering::Acquire) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the readahead never read"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let t = Instant::now();
     let res = queued(&cs, vec![read_req(&f, 44, 0), write_req(&f, 45, 0x45, 1)]);
     rig.sw.stall_us.store(0, Ordering::Release);

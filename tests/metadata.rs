@@ -276,7 +276,15 @@ fn a_lock_file_removed_while_stores_open_never_lets_two_hold_a_root() {
                 }
             }
         });
+        // A second at least, and on a loaded machine until both have gone
+        // round often enough to have met (at most 30 s).
+        let t = std::time::Instant::now();
         std::thread::sleep(Duration::from_secs(1));
+        while (opened.load(Ordering::Relaxed) <= 10 || removed.load(Ordering::Relaxed) <= 10)
+            && t.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         done.store(true, Ordering::Relaxed);
     });
     let (o, r) = (opened.into_inner(), removed.into_inner());

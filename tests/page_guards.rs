@@ -135,7 +135,13 @@ fn writers_wait_for_other_threads_guards_up_to_the_pin_wait() {
         assert!(matches!(r, Err(Error::Busy(_))), "{r:?}");
         assert!(waited >= Duration::from_millis(250), "{waited:?}");
     });
-    // Released in time: the writer goes on.
+    drop(g);
+    // Released in time: the writer goes on. (A store with a long pin wait,
+    // so that a late wake of this thread cannot make the writer give up.)
+    let tmp2 = TempDir::new("guards-wait-long");
+    let cs = rig(&tmp2, 8 * PS, 16, Duration::from_secs(30));
+    let cf = cs.open_file("data").unwrap();
+    let g = cf.page(0).unwrap();
     std::thread::scope(|s| {
         let t = s.spawn(|| cf.write_at(10, b"soon"));
         std::thread::sleep(Duration::from_millis(50));

@@ -472,7 +472,11 @@ fn a_failed_readahead_read_drops_its_pages_and_readers_read_them_again() {
         assert!(t0.elapsed() < Duration::from_secs(10), "no readahead");
         std::thread::sleep(Duration::from_millis(2));
     }
-    idle();
+    // (Pages being read are listed too: until the failed reads are back.)
+    let t0 = Instant::now();
+    while !cs.cache().pages().is_empty() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
     assert!(cs.cache().pages().is_empty(), "failed fills are dropped");
     sw.read_errno.store(0, Ordering::Release);
     for p in 2..40 {

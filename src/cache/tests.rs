@@ -266,7 +266,12 @@ fn concurrent_misses_share_one_fill() {
                         42,
                         |f, p, frame| {
                             loads.fetch_add(1, Ordering::SeqCst);
-                            std::thread::sleep(Duration::from_millis(20));
+                            // Until another requester waits for this fill.
+                            let t = std::time::Instant::now();
+                            while c.stats().coalesced_waits == 0 {
+                                assert!(t.elapsed() < Duration::from_secs(20), "nobody waited");
+                                std::thread::sleep(Duration::from_millis(1));
+                            }
                             frame.copy_from_slice(&initial(f, p));
                             Ok(())
                         },

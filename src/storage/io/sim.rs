@@ -88,6 +88,10 @@ pub struct SimSwitches {
     /// Devices that disappeared, one bit each (device 0 is bit 0): every
     /// operation on them fails with ENODEV.
     pub gone_devices: AtomicU64,
+    /// Operations the devices have taken in so far (each counted as it is
+    /// scheduled, with the latency and stall it will have): a test waits on
+    /// it to know an operation reached a device.
+    pub taken: AtomicU64,
 }
 
 fn lock(m: &Mutex<MediaState>) -> MutexGuard<'_, MediaState> {
@@ -257,6 +261,7 @@ fn run(dev: usize, depth: usize, mb: &Mailbox, cfg: &SimConfig) {
         for op in incoming.drain(..) {
             let stall = cfg.switches.stall_us.load(Ordering::Acquire);
             let lat = lo + next_rand(&mut rng) % (hi - lo + 1) + stall;
+            cfg.switches.taken.fetch_add(1, Ordering::AcqRel);
             let idx = free.pop().unwrap_or_else(|| {
                 slab.push(None);
                 slab.len() - 1
