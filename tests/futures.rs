@@ -12,7 +12,10 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use common::{Rng, TempDir, pattern};
-use setcache::{CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, Store, StoreOptions};
+use setcache::{
+    CachedRequest, CachedStore, EngineKind, Error, MAX_GUARDS_PER_THREAD, SimConfig, Store,
+    StoreOptions,
+};
 
 const PS: usize = 4096;
 
@@ -582,7 +585,17 @@ fn a_worker_that_panics_leaves_no_page_pinned() {
 #[test]
 fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
     let tmp = TempDir::new("futures-own-fill");
-    let cs = rig(&tmp, 1 << 20, 1024);
+    // Simulated devices that take 100 ms a read: the queue's first read is
+    // in flight when its submit returns, however fast the disk under the
+    // test and however the test's thread is scheduled.
+    let sim = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            latency_us: (100_000, 100_000),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let cs = common::cached_rig_on(&tmp, 1 << 20, 1024, 8, Duration::from_secs(2), sim);
     let f = cs.open_file("data").unwrap();
     // Reads in order would start readahead, whose thread may then be the one
     // reading the page found in flight (the queue parks its request behind
@@ -591,6 +604,8 @@ fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
     let mut q = cs.queue(4);
     let mut done = Vec::new();
     let mut p = 0;
+    // What the last read done at once came back with (for the message).
+    let mut last = None;
     for page in 16..256u64 {
         let r = CachedRequest::tagged(
             setcache::OpKind::Read,
@@ -606,8 +621,14 @@ fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
             p = page;
             break;
         }
+        last = done.pop().map(|(_, c)| (c.hit, c.result));
     }
-    assert!(p > 0, "every read was done before its submit returned");
+    assert!(
+        p > 0,
+        "every read was done before its submit returned; the last (hit, result): {last:?}; \
+         the cache's counters: {:?}",
+        cs.cache().stats()
+    );
     let at = p * PS as u64 + 10;
     let t = std::time::Instant::now();
     let (r, _) = block_on(f.read_at_async(at, vec![0u8; 10]));

@@ -144,8 +144,20 @@ pub fn cached_rig(
     assoc: usize,
     pin_wait: std::time::Duration,
 ) -> setcache::CachedStore {
+    cached_rig_on(tmp, len, pages, assoc, pin_wait, StoreOptions::default())
+}
+
+/// [`cached_rig`] over a store opened with `opts`.
+pub fn cached_rig_on(
+    tmp: &TempDir,
+    len: usize,
+    pages: usize,
+    assoc: usize,
+    pin_wait: std::time::Duration,
+    opts: StoreOptions,
+) -> setcache::CachedStore {
     const PS: usize = 4096;
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let store = Store::open(&tmp.devices(2), opts).unwrap();
     let f = store
         .create("data", len as u64, setcache::LayoutKind::Stripe)
         .unwrap();
