@@ -607,7 +607,21 @@ fn shared_page_references_and_in_place_stores_never_meet() {
         sc.spawn(move || {
             let g = f.page(8192).unwrap();
             held.send(()).unwrap();
-            std::thread::sleep(Duration::from_millis(50));
+            // Until the array has begun (it refuses new references while it
+            // waits for the old ones), then at once, inside its pin wait.
+            let t = std::time::Instant::now();
+            loop {
+                match f.page(40 * 4096) {
+                    Ok(other) => drop(other),
+                    Err(Error::InvalidArgument(m)) if m.contains("paged array") => break,
+                    Err(e) => panic!("{e}"),
+                }
+                assert!(
+                    t.elapsed() < Duration::from_secs(20),
+                    "the array never began"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
             drop(g);
         });
         got_held.recv().unwrap();
