@@ -729,16 +729,22 @@ mod sync_tests {
     use crate::{StoreOptions, storage::buf::AlignedBuf};
 
     fn sim_store(dir: &std::path::Path, media: &Arc<SimMedia>, sw: &Arc<SimSwitches>) -> Store {
-        let opts = StoreOptions {
-            engine: EngineKind::Sim(SimConfig {
-                media: media.clone(),
-                switches: sw.clone(),
-                latency_us: (1, 5),
-                ..SimConfig::default()
-            }),
-            ..StoreOptions::default()
+        let (media, switches) = (media.clone(), sw.clone());
+        let sim = SimConfig {
+            media,
+            switches,
+            latency_us: (1, 5),
+            ..SimConfig::default()
         };
-        Store::open(&[dir], opts).unwrap()
+        let engine = EngineKind::Sim(sim);
+        Store::open(
+            &[dir],
+            StoreOptions {
+                engine,
+                ..StoreOptions::default()
+            },
+        )
+        .unwrap()
     }
 
     /// A victim write-back a request queue sent before another thread's sync
