@@ -756,7 +756,10 @@ fn a_queue_that_only_hits_still_finishes_its_fills() {
 #[test]
 fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
     let tmp = TempDir::new("sync-own-queue");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    // Devices that answer in 20-30 ms: the queue's write-backs are still in
+    // flight when its submit returns, however fast the disk under the test.
+    let slow = slow_devices();
+    let store = Store::open(&tmp.devices(2), slow.clone()).unwrap();
     drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
     let opts = CacheOptions {
         pin_wait: Duration::from_millis(100),
@@ -816,7 +819,7 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
     cf.sync().unwrap();
     drop(cf);
     drop(cs);
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let store = Store::open(&tmp.devices(2), slow).unwrap();
     let f = store.open_file("f").unwrap();
     let mut b = AlignedBuf::new(64 * 4096);
     f.read_at(0, &mut b).unwrap();
@@ -864,7 +867,10 @@ impl Drop for Watchdog {
 #[test]
 fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
     let tmp = TempDir::new("write-own-queue");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    // Devices that answer in 20-30 ms: the queue's write-backs are still in
+    // flight when its submit returns, however fast the disk under the test.
+    let slow = slow_devices();
+    let store = Store::open(&tmp.devices(2), slow.clone()).unwrap();
     drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
     let opts = CacheOptions {
         pin_wait: Duration::from_millis(100),
@@ -928,7 +934,7 @@ fn a_write_waiting_for_its_own_queues_write_back_fails_instead_of_hanging() {
     cf.sync().unwrap();
     drop(cf);
     drop(cs);
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let store = Store::open(&tmp.devices(2), slow).unwrap();
     let f = store.open_file("f").unwrap();
     let mut b = AlignedBuf::new(64 * 4096);
     f.read_at(0, &mut b).unwrap();

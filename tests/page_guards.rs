@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir, pattern};
 use setcache::{
-    CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, OpKind, Store, StoreOptions,
+    CachedRequest, CachedStore, EngineKind, Error, MAX_GUARDS_PER_THREAD, OpKind, SimConfig, Store,
+    StoreOptions,
 };
 
 const PS: usize = 4096;
@@ -429,7 +430,16 @@ fn guards_of_many_threads_see_whole_pages_only() {
 #[test]
 fn a_parked_write_gives_up_after_the_pin_wait_while_other_requests_finish() {
     let tmp = TempDir::new("guards-queue-wait");
-    let cs = rig(&tmp, 256 * PS, 16, Duration::from_millis(200));
+    // Devices that answer in 20-30 ms, so that the reads below stay in
+    // flight after their submits however fast the disk under the test is.
+    let slow = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            latency_us: (20_000, 30_000),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    };
+    let cs = common::cached_rig_on(&tmp, 256 * PS, 16, 4, Duration::from_millis(200), slow);
     let cf = cs.open_file("data").unwrap();
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
