@@ -729,11 +729,14 @@ mod sync_tests {
     use crate::{StoreOptions, storage::buf::AlignedBuf};
 
     fn sim_store(dir: &std::path::Path, media: &Arc<SimMedia>, sw: &Arc<SimSwitches>) -> Store {
+        // Operations take 20-30 ms: the queue's write-back is still in flight
+        // when its submit returns, and done (not yet reaped) when the other
+        // thread's fsync fails 50 ms later.
         let (media, switches) = (media.clone(), sw.clone());
         let sim = SimConfig {
             media,
             switches,
-            latency_us: (1, 5),
+            latency_us: (20_000, 30_000),
             ..SimConfig::default()
         };
         let engine = EngineKind::Sim(sim);
