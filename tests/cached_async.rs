@@ -1145,13 +1145,7 @@ fn a_call_waiting_for_its_own_queues_fill_fails_instead_of_hanging() {
 
 /// Store options of simulated devices that answer in 20 to 30 ms.
 fn slow_devices() -> StoreOptions {
-    StoreOptions {
-        engine: setcache::EngineKind::Sim(setcache::SimConfig {
-            latency_us: (20_000, 30_000),
-            ..setcache::SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    }
+    common::sim_devices(20_000, 30_000)
 }
 
 /// A store of one 128-page file of bytes 3 on simulated devices that answer

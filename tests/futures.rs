@@ -12,10 +12,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::Duration;
 
 use common::{Rng, TempDir, pattern};
-use setcache::{
-    CachedRequest, CachedStore, EngineKind, Error, MAX_GUARDS_PER_THREAD, SimConfig, Store,
-    StoreOptions,
-};
+use setcache::{CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, Store, StoreOptions};
 
 const PS: usize = 4096;
 
@@ -588,13 +585,7 @@ fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
     // Simulated devices that take 100 ms a read: the queue's first read is
     // in flight when its submit returns, however fast the disk under the
     // test and however the test's thread is scheduled.
-    let sim = StoreOptions {
-        engine: EngineKind::Sim(SimConfig {
-            latency_us: (100_000, 100_000),
-            ..SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    };
+    let sim = common::sim_devices(100_000, 100_000);
     let cs = common::cached_rig_on(&tmp, 1 << 20, 1024, 8, Duration::from_secs(2), sim);
     let f = cs.open_file("data").unwrap();
     // Reads in order would start readahead, whose thread may then be the one

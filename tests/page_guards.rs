@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir, pattern};
 use setcache::{
-    CachedRequest, CachedStore, EngineKind, Error, MAX_GUARDS_PER_THREAD, OpKind, SimConfig, Store,
-    StoreOptions,
+    CachedRequest, CachedStore, Error, MAX_GUARDS_PER_THREAD, OpKind, Store, StoreOptions,
 };
 
 const PS: usize = 4096;
@@ -432,13 +431,7 @@ fn a_parked_write_gives_up_after_the_pin_wait_while_other_requests_finish() {
     let tmp = TempDir::new("guards-queue-wait");
     // Devices that answer in 20-30 ms, so that the reads below stay in
     // flight after their submits however fast the disk under the test is.
-    let slow = StoreOptions {
-        engine: EngineKind::Sim(SimConfig {
-            latency_us: (20_000, 30_000),
-            ..SimConfig::default()
-        }),
-        ..StoreOptions::default()
-    };
+    let slow = common::sim_devices(20_000, 30_000);
     let cs = common::cached_rig_on(&tmp, 256 * PS, 16, 4, Duration::from_millis(200), slow);
     let cf = cs.open_file("data").unwrap();
     let (held_tx, held_rx) = std::sync::mpsc::channel();

@@ -1597,12 +1597,7 @@ mod tests {
     #[test]
     fn a_batchs_misses_are_sent_as_they_are_claimed() {
         for eager in [true, false] {
-            let dir = std::env::temp_dir().join(format!(
-                "setcache-sent-as-claimed-{eager}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&dir);
-            std::fs::create_dir_all(&dir).unwrap();
+            let dir = crate::cached::scratch_dir(&format!("sent-as-claimed-{eager}"));
             let opts = crate::StoreOptions {
                 engine: crate::EngineKind::Uring,
                 eager_submit: eager,

@@ -147,6 +147,19 @@ pub fn cached_rig(
     cached_rig_on(tmp, len, pages, assoc, pin_wait, StoreOptions::default())
 }
 
+/// Store options of simulated devices that answer each operation in
+/// `lo_us` to `hi_us` microseconds: a test that needs I/O still in flight
+/// after a submit gets it however fast the disk under the test answers.
+pub fn sim_devices(lo_us: u64, hi_us: u64) -> StoreOptions {
+    StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            latency_us: (lo_us, hi_us),
+            ..SimConfig::default()
+        }),
+        ..StoreOptions::default()
+    }
+}
+
 /// [`cached_rig`] over a store opened with `opts`.
 pub fn cached_rig_on(
     tmp: &TempDir,
