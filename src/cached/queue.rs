@@ -1282,19 +1282,26 @@ impl<'a> CachedQueue<'a> {
             }
             // The frames just read are not in the CPU caches, nor the lines
             // of their slots' states, which finishing writes: ask for all of
-            // them before finishing any, so that their misses overlap. Only
-            // the frames' first lines, and only of requests that copy: a
-            // page request's caller reads what it wants of the page.
+            // them before finishing any, so that their misses overlap. A
+            // request that copies wants the frame's first lines; a page
+            // request's caller most likely reads first at the offset it
+            // asked for, so that line comes in while the queue finishes.
+            let ps = self.sh.cache.page_size() as u64;
             for &(slot, _) in &done {
                 let Some(w) = self.fills.get_mut(slot) else {
                     continue;
                 };
                 w.job.prefetch_state();
-                if self.live.get(w.req).is_some_and(|l| l.page.is_none()) {
-                    let f = w.job.frame();
+                let Some(l) = self.live.get(w.req) else {
+                    continue;
+                };
+                let f = w.job.frame();
+                if l.page.is_none() {
                     for line in f.chunks(64).take(8) {
                         crate::cache::prefetch(line.as_ptr());
                     }
+                } else if let Some(line) = f.get((l.req.offset % ps) as usize & !63) {
+                    crate::cache::prefetch(line);
                 }
             }
             // Taken from the queue's own list one at a time (last first), so
