@@ -1283,9 +1283,11 @@ impl<'a> CachedQueue<'a> {
             // The frames just read are not in the CPU caches, nor the lines
             // of their slots' states, which finishing writes: ask for all of
             // them before finishing any, so that their misses overlap. A
-            // request that copies wants the frame's first lines; a page
-            // request's caller most likely reads first at the offset it
-            // asked for, so that line comes in while the queue finishes.
+            // request that copies wants the frame's first lines; the caller
+            // of a page request for a guard most likely reads first at the
+            // offset it asked for, so that line comes in while the queue
+            // finishes (a pin is for another thread, whose caches it would
+            // not reach).
             let ps = self.sh.cache.page_size() as u64;
             for &(slot, _) in &done {
                 let Some(w) = self.fills.get_mut(slot) else {
@@ -1300,7 +1302,9 @@ impl<'a> CachedQueue<'a> {
                     for line in f.chunks(64).take(8) {
                         crate::cache::prefetch(line.as_ptr());
                     }
-                } else if let Some(line) = f.get((l.req.offset % ps) as usize & !63) {
+                } else if let Some((PageWant::Guard(_), _)) = &l.page
+                    && let Some(line) = f.get((l.req.offset % ps) as usize & !63)
+                {
                     crate::cache::prefetch(line);
                 }
             }
