@@ -992,10 +992,10 @@ impl Store {
             .states
             .iter()
             .fold(DeviceBytes::default(), |t, s| DeviceBytes {
-                read: t.read + s.read_bytes.load(Ordering::Relaxed),
-                written: t.written + s.written_bytes.load(Ordering::Relaxed),
-                reads: t.reads + s.read_ops.load(Ordering::Relaxed),
-                writes: t.writes + s.write_ops.load(Ordering::Relaxed),
+                read: t.read + s.counts.sum(crate::storage::io::COUNT_READ_BYTES),
+                written: t.written + s.counts.sum(crate::storage::io::COUNT_WRITTEN_BYTES),
+                reads: t.reads + s.counts.sum(crate::storage::io::COUNT_READS),
+                writes: t.writes + s.counts.sum(crate::storage::io::COUNT_WRITES),
             })
     }
 

@@ -6,6 +6,7 @@ pub(crate) mod mix;
 pub(crate) mod nodes;
 pub(crate) mod size;
 pub(crate) mod slab;
+pub(crate) mod spread;
 pub(crate) mod stream;
 
 pub(crate) use size::human_size;

@@ -85,22 +85,26 @@ pub(crate) struct DeviceState {
     pub(crate) device: usize,
     failed: OnceLock<Error>,
     /// Bytes read from and written to the device, and the operations that
-    /// did it (counted as operations end).
-    pub(crate) read_bytes: std::sync::atomic::AtomicU64,
-    pub(crate) written_bytes: std::sync::atomic::AtomicU64,
-    pub(crate) read_ops: std::sync::atomic::AtomicU64,
-    pub(crate) write_ops: std::sync::atomic::AtomicU64,
+    /// did it (counted as operations end, on the lines of the threads that
+    /// reap them): see the `COUNT_*` indices.
+    pub(crate) counts: crate::util::spread::Spread<4>,
 }
+
+/// [`DeviceState::counts`]: bytes read.
+pub(crate) const COUNT_READ_BYTES: usize = 0;
+/// Bytes written.
+pub(crate) const COUNT_WRITTEN_BYTES: usize = 1;
+/// Read operations.
+pub(crate) const COUNT_READS: usize = 2;
+/// Write operations.
+pub(crate) const COUNT_WRITES: usize = 3;
 
 impl DeviceState {
     pub(crate) fn new(device: usize) -> Self {
         DeviceState {
             device,
             failed: OnceLock::new(),
-            read_bytes: Default::default(),
-            written_bytes: Default::default(),
-            read_ops: Default::default(),
-            write_ops: Default::default(),
+            counts: Default::default(),
         }
     }
 
@@ -225,15 +229,15 @@ impl DevOp {
             }
         }
         if let OpResult::Done(n) = res {
-            let st = &self.backing.state;
             let counters = match self.kind {
-                DevOpKind::Read => Some((&st.read_bytes, &st.read_ops)),
-                DevOpKind::Write => Some((&st.written_bytes, &st.write_ops)),
+                DevOpKind::Read => Some((COUNT_READ_BYTES, COUNT_READS)),
+                DevOpKind::Write => Some((COUNT_WRITTEN_BYTES, COUNT_WRITES)),
                 DevOpKind::Fsync => None,
             };
             if let Some((bytes, ops)) = counters {
-                bytes.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-                ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let c = &self.backing.state.counts;
+                c.add(bytes, n as u64);
+                c.add(ops, 1);
             }
         }
         let err = match res {
