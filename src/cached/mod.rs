@@ -641,11 +641,17 @@ impl CachedFile {
     /// way, the length before it.
     #[inline]
     pub fn len(&self) -> u64 {
+        CachedFile::len_of(&self.entry)
+    }
+
+    /// [`CachedFile::len`] of the file whose entry is `entry`.
+    #[inline]
+    pub(crate) fn len_of(entry: &Entry) -> u64 {
         // The file's length first: a length an extending write set comes
         // after that write's hold on `shown`, which is let go only after
         // its bytes are in.
-        let len = self.entry.file.len();
-        len.min(self.entry.shown.load(Ordering::Acquire))
+        let len = entry.file.len();
+        len.min(entry.shown.load(Ordering::Acquire))
     }
 
     /// The file's own length, whatever an extending write shows.

@@ -50,7 +50,7 @@ use crate::cache::{
     Fill, FillMut, Got, Lookup, LookupMut, Mode, PageCache, PageRef, RawPin, WriteBack,
 };
 use crate::cached::readahead;
-use crate::cached::shared::Shared;
+use crate::cached::shared::{Entry, Shared};
 use crate::cached::staging::{MIN_PAGES, Slot, run_pages};
 use crate::cached::writeback::{Owed, dirty_in_region, with_neighbours};
 use crate::cached::{CachedFile, CachedStore, Guarded, Hold, PageGuard};
@@ -194,13 +194,36 @@ impl<'f> CachedRequest<'f> {
     }
 }
 
-/// A request that waits for the device: it owns a clone of its file.
+/// A request that waits for the device: it holds its file's entry.
 struct Req {
     kind: OpKind,
-    file: CachedFile,
+    file: ReqFile,
     offset: u64,
     buf: Vec<u8>,
     notify: Notify,
+}
+
+/// What a live request keeps of its file: the entry (which keeps the file
+/// open) and its cache id. Not a whole [`CachedFile`], whose handle on the
+/// store's shared state would make every request of every thread add to
+/// one reference count (the queue borrows that state for its life).
+struct ReqFile {
+    entry: Arc<Entry>,
+    id: u32,
+}
+
+impl ReqFile {
+    fn of(f: &CachedFile) -> ReqFile {
+        ReqFile {
+            entry: f.entry.clone(),
+            id: f.id,
+        }
+    }
+
+    /// The file's length, as [`CachedFile::len`] says it.
+    fn len(&self) -> u64 {
+        CachedFile::len_of(&self.entry)
+    }
 }
 
 /// What a page request keeps while it is live.
@@ -347,7 +370,9 @@ const VICTIM_RUN: usize = 32;
 /// Consecutive missing pages of one file, read together.
 struct MissRun {
     fid: u32,
-    file: File,
+    /// The live request of the run's first page, whose entry keeps the file
+    /// open until the run's read is back.
+    req: usize,
     offset: u64,
     /// The page after the last one in the run.
     next: u64,
@@ -820,7 +845,7 @@ impl<'a> CachedQueue<'a> {
         let id = self.live.insert(Live {
             req: Req {
                 kind: r.kind,
-                file: r.file.clone(),
+                file: ReqFile::of(r.file),
                 offset: r.offset,
                 buf: r.buf,
                 notify: r.notify,
@@ -877,7 +902,7 @@ impl<'a> CachedQueue<'a> {
         let id = self.live.insert(Live {
             req: Req {
                 kind: r.kind,
-                file: f.clone(),
+                file: ReqFile::of(f),
                 offset: r.offset,
                 buf: r.buf,
                 notify: r.notify,
@@ -1030,20 +1055,13 @@ impl<'a> CachedQueue<'a> {
         ptr: *mut u8,
         req: usize,
     ) -> Result<Step> {
-        let entry = self
-            .live
-            .get(req)
-            .expect("live request")
-            .req
-            .file
-            .entry
-            .clone();
+        let entry = &self.live.get(req).expect("live request").req.file.entry;
         let ps = self.sh.cache.page_size() as u64;
         let off = page * ps;
         let n = entry.file.len().saturating_sub(off).min(ps) as usize;
         #[cfg(test)]
         if let Some(between) =
-            super::shared::AFTER_LOAD_LENGTH.take(std::sync::Arc::as_ptr(&entry) as usize)
+            super::shared::AFTER_LOAD_LENGTH.take(std::sync::Arc::as_ptr(entry) as usize)
         {
             between();
         }
@@ -1080,7 +1098,7 @@ impl<'a> CachedQueue<'a> {
         self.frames.push(ptr);
         self.run = Some(MissRun {
             fid,
-            file: entry.file.clone(),
+            req,
             offset: off,
             next: page + 1,
             len: n,
@@ -1111,10 +1129,12 @@ impl<'a> CachedQueue<'a> {
             None => Mem::frames(&self.frames, ps),
         };
         let tag = self.ops.insert(slots);
+        // A request with a page in flight stays live.
+        let file = &self.live.get(run.req).expect("live request").req.file.entry.file;
         // SAFETY: the staging slot is taken from the area for this read alone, and every frame of the run is claimed by a fill held in `self.fills`, which nobody else reads or writes and which is only finished after the operation's tag comes back.
         unsafe {
             self.q
-                .submit_raw(OpKind::Read, &run.file, run.offset, mem, run.len, tag);
+                .submit_raw(OpKind::Read, file, run.offset, mem, run.len, tag);
         }
     }
 
