@@ -136,16 +136,46 @@ pub struct CachedFile {
 pub const MAX_GUARDS_PER_THREAD: usize = 64;
 
 thread_local! {
-    /// The page guards this thread holds: (store, cache file id, page,
-    /// mutable). Guards are not `Send`, so a guard is dropped by the thread
-    /// that took it and this list is exact.
-    static HELD: std::cell::RefCell<Vec<(usize, u32, u64, bool)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// The page guards this thread holds. Guards are not `Send`, so a guard
+    /// is dropped by the thread that took it and this list is exact.
+    static HELD: std::cell::RefCell<Held> = const { std::cell::RefCell::new(Held::new()) };
+}
+
+/// A hold's key: (store, cache file id, page, mutable).
+type HoldKey = (usize, u32, u64, bool);
+
+/// This thread's holds, in slots that a dropped hold frees (so that taking
+/// and dropping one costs no search of the others, which a queue keeping
+/// many page requests in flight holds), with counts of all and of the
+/// mutable ones: a shared guard, the common kind, can clash only with a
+/// mutable one, so none is looked for while the thread holds none.
+struct Held {
+    slots: Vec<Option<HoldKey>>,
+    free: Vec<usize>,
+    count: usize,
+    mutable: usize,
+}
+
+impl Held {
+    const fn new() -> Held {
+        Held {
+            slots: Vec::new(),
+            free: Vec::new(),
+            count: 0,
+            mutable: 0,
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &HoldKey> {
+        self.slots.iter().flatten()
+    }
 }
 
 /// This thread's hold on one page: registered when taken, removed on drop.
 struct Hold {
-    key: (usize, u32, u64, bool),
+    /// Its slot in [`Held`].
+    slot: usize,
+    mutable: bool,
 }
 
 impl Hold {
@@ -162,9 +192,9 @@ impl Hold {
     ) -> Result<Hold> {
         let taken = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
-            let clash = h
-                .iter()
-                .any(|&(s, f, p, m)| s == store && f == id && p == page && (m || mutable));
+            let clash = (mutable || h.mutable > 0)
+                && h.iter()
+                    .any(|&(s, f, p, m)| s == store && f == id && p == page && (m || mutable));
             if clash {
                 return Err(Error::HeldByCaller(format!(
                     "a {} guard of page {page} of {:?}",
@@ -172,12 +202,23 @@ impl Hold {
                     name()
                 )));
             }
-            if h.len() >= MAX_GUARDS_PER_THREAD {
-                return Err(Error::TooManyPins { held: h.len() });
+            if h.count >= MAX_GUARDS_PER_THREAD {
+                return Err(Error::TooManyPins { held: h.count });
             }
-            let key = (store, id, page, mutable);
-            h.push(key);
-            Ok(Hold { key })
+            let key = Some((store, id, page, mutable));
+            let slot = match h.free.pop() {
+                Some(i) => {
+                    h.slots[i] = key;
+                    i
+                }
+                None => {
+                    h.slots.push(key);
+                    h.slots.len() - 1
+                }
+            };
+            h.count += 1;
+            h.mutable += usize::from(mutable);
+            Ok(Hold { slot, mutable })
         });
         // This thread's locals are gone (it is exiting): no guard outlives them.
         taken.unwrap_or_else(|_| {
@@ -201,7 +242,7 @@ impl Hold {
         // process's exit handlers) holds no guard.
         HELD.try_with(|h| {
             let h = h.borrow();
-            if h.is_empty() {
+            if h.count == 0 {
                 return Ok(());
             }
             let pages = pages();
@@ -246,8 +287,10 @@ impl Drop for Hold {
         // After the thread's locals are gone there is no list to leave.
         let _ = HELD.try_with(|h| {
             let mut h = h.borrow_mut();
-            if let Some(i) = h.iter().rposition(|&k| k == self.key) {
-                h.swap_remove(i);
+            if h.slots.get_mut(self.slot).and_then(Option::take).is_some() {
+                h.free.push(self.slot);
+                h.count -= 1;
+                h.mutable -= usize::from(self.mutable);
             }
         });
     }

@@ -1130,7 +1130,14 @@ impl<'a> CachedQueue<'a> {
         };
         let tag = self.ops.insert(slots);
         // A request with a page in flight stays live.
-        let file = &self.live.get(run.req).expect("live request").req.file.entry.file;
+        let file = &self
+            .live
+            .get(run.req)
+            .expect("live request")
+            .req
+            .file
+            .entry
+            .file;
         // SAFETY: the staging slot is taken from the area for this read alone, and every frame of the run is claimed by a fill held in `self.fills`, which nobody else reads or writes and which is only finished after the operation's tag comes back.
         unsafe {
             self.q
