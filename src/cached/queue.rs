@@ -88,8 +88,8 @@ enum Notify {
 
 /// A read or write of a whole buffer at any offset of a cached file. It
 /// borrows the file: a one-page read that hits costs no reference count;
-/// any other request holds its own clone of the handle while it is in the
-/// queue.
+/// any other request holds the file's entry (one reference count of that
+/// file, none of the store's) while it is in the queue.
 pub struct CachedRequest<'f> {
     kind: OpKind,
     file: &'f CachedFile,
