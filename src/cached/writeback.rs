@@ -112,9 +112,7 @@ impl<'a> Writer<'a> {
         register: bool,
     ) -> Writer<'a> {
         if register {
-            // SAFETY: the frames stay mapped while the cache lives, the cache
-            // outlives this writer, and it gives frames back to the kernel
-            // only through the chunk table.
+            // SAFETY: the frames stay mapped while the cache lives, the cache outlives this writer, and it gives frames back to the kernel only through the chunk table.
             unsafe { q.register_frames(shared.cache.frame_chunks()) };
         }
         q.set_batched();

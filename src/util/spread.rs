@@ -66,10 +66,13 @@ impl<const N: usize> std::fmt::Debug for Spread<N> {
 }
 
 impl<const N: usize> Spread<N> {
-    /// Adds `n` to counter `i` on the calling thread's shard.
+    /// Adds to two counters, `(i, n)` each, on the calling thread's shard
+    /// (found once).
     #[inline]
-    pub(crate) fn add(&self, i: usize, n: u64) {
-        self.shards[mine()].v[i].fetch_add(n, Ordering::Relaxed);
+    pub(crate) fn add2(&self, a: (usize, u64), b: (usize, u64)) {
+        let s = &self.shards[mine()];
+        s.v[a.0].fetch_add(a.1, Ordering::Relaxed);
+        s.v[b.0].fetch_add(b.1, Ordering::Relaxed);
     }
 
     /// Counter `i`: the sum of its shards.
@@ -95,8 +98,7 @@ mod tests {
                 let c = c.clone();
                 std::thread::spawn(move || {
                     for _ in 0..1000 {
-                        c.add(0, 1);
-                        c.add(1, t as u64);
+                        c.add2((0, 1), (1, t as u64));
                     }
                 })
             })

@@ -212,9 +212,7 @@ pub(crate) struct DevOp {
     pub(crate) done: Arc<Joiner>,
 }
 
-// SAFETY: the iovecs point at memory the request's owner keeps alive and untouched
-// until the request completes (the `Joiner` reports completion only after every
-// operation finished); nothing else in a `DevOp` is thread-bound.
+// SAFETY: the iovecs point at memory the request's owner keeps alive and untouched until the request completes (the `Joiner` reports completion only after every operation finished); nothing else in a `DevOp` is thread-bound.
 unsafe impl Send for DevOp {}
 
 impl DevOp {
@@ -235,9 +233,7 @@ impl DevOp {
                 DevOpKind::Fsync => None,
             };
             if let Some((bytes, ops)) = counters {
-                let c = &self.backing.state.counts;
-                c.add(bytes, n as u64);
-                c.add(ops, 1);
+                self.backing.state.counts.add2((bytes, n as u64), (ops, 1));
             }
         }
         let err = match res {
@@ -363,8 +359,7 @@ pub(crate) fn allowed_cpus() -> std::io::Result<Vec<usize>> {
     let mut words = MASK_WORDS;
     loop {
         let mut mask: Vec<MaskWord> = vec![0; words];
-        // SAFETY: the kernel writes at most `words` words into `mask`, which
-        // holds that many; the mask has the layout of a (longer) `cpu_set_t`.
+        // SAFETY: the kernel writes at most `words` words into `mask`, which holds that many; the mask has the layout of a (longer) `cpu_set_t`.
         let rc = unsafe {
             libc::sched_getaffinity(
                 0,
@@ -412,8 +407,7 @@ pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
     }
     let mut mask: Vec<MaskWord> = vec![0; (cpu / MASK_BITS + 1).max(MASK_WORDS)];
     mask[cpu / MASK_BITS] |= 1 << (cpu % MASK_BITS);
-    // SAFETY: the kernel reads the `mask.len()` words passed, which `mask`
-    // holds; the mask has the layout of a (longer) `cpu_set_t`.
+    // SAFETY: the kernel reads the `mask.len()` words passed, which `mask` holds; the mask has the layout of a (longer) `cpu_set_t`.
     let rc = unsafe {
         libc::sched_setaffinity(
             0,
