@@ -222,3 +222,43 @@ fn seeded_faults_are_deterministic() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn a_queues_errors_name_the_file_as_it_is_named_now() {
+    let tmp = TempDir::new("qname");
+    let store = open(
+        &tmp.devices(1),
+        sim(SimConfig {
+            short_read: 1.0,
+            ..Default::default()
+        }),
+        16,
+    );
+    let a = store.create("a", 1 << 20, LayoutKind::Stripe).unwrap();
+    let c = store.create("c", 1 << 20, LayoutKind::Stripe).unwrap();
+    // One slot: every request reuses what the one before it left there.
+    let mut q = Queue::new(1);
+    let named = Rc::new(RefCell::new(Vec::new()));
+    let mut read = |q: &mut Queue, f: &setcache::File| {
+        let n = named.clone();
+        q.submit(vec![Request::read(
+            f,
+            0,
+            AlignedBuf::new(16384),
+            move |c| match c.result {
+                Err(Error::ShortTransfer { file, .. }) => n.borrow_mut().push(file),
+                other => panic!("a short read expected, got {other:?}"),
+            },
+        )]);
+        q.drain();
+    };
+    read(&mut q, &a);
+    read(&mut q, &a);
+    read(&mut q, &c);
+    read(&mut q, &a);
+    store.rename("a", "b").unwrap();
+    read(&mut q, &a);
+    read(&mut q, &c);
+    read(&mut q, &a);
+    assert_eq!(*named.borrow(), ["a", "a", "c", "a", "b", "c", "b"]);
+}

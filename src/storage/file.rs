@@ -6,7 +6,7 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Error, Result};
 use crate::storage::buf::AlignedBuf;
 use crate::storage::header::HEADER_BYTES;
-use crate::storage::io::{Backing, DevOp, DevOpKind, Joiner, Sink};
+use crate::storage::io::{Backing, DevOp, DevOpKind, Iovs, Joiner, Sink};
 use crate::storage::layout::Layout;
 use crate::storage::store::StoreInner;
 
@@ -29,8 +29,21 @@ const MAX_IOV: usize = 64;
 /// come back short every time.
 pub const MAX_REQUEST: usize = 0x7fff_f000;
 
+/// The next [`FileInner::serial`].
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// A serial number for a new open file, unique in the process.
+pub(crate) fn next_serial() -> u64 {
+    NEXT_SERIAL.fetch_add(1, Ordering::Relaxed)
+}
+
 pub(crate) struct FileInner {
     pub(crate) name: RwLock<Arc<str>>,
+    /// Changes of `name` (bumped under its write lock, after the change), so
+    /// that a holder of a copy of the name knows when it is stale.
+    pub(crate) renames: AtomicU64,
+    /// Unique in the process among open files (a key for copies of the name).
+    pub(crate) serial: u64,
     pub(crate) layout: Layout,
     pub(crate) len: AtomicU64,
     pub(crate) uid: u64,
@@ -319,7 +332,7 @@ impl File {
                 kind: DevOpKind::Fsync,
                 backing: b.clone(),
                 offset: 0,
-                iov: Vec::new(),
+                iov: Iovs::none(),
                 len: 0,
                 fixed: None,
                 done: joiner.clone(),
@@ -518,10 +531,10 @@ impl File {
                         kind: dkind,
                         backing: backing.clone(),
                         offset: phys,
-                        iov: vec![libc::iovec {
+                        iov: Iovs::One(libc::iovec {
                             iov_base: base.cast(),
                             iov_len: n,
-                        }],
+                        }),
                         len: n,
                         fixed: buf.and_then(|b| b.fixed_index(s.device, &backing.engine)),
                         done: joiner.clone(),

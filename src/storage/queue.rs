@@ -210,6 +210,11 @@ impl Bell {
 pub struct Queue {
     depth: usize,
     slots: Vec<Option<Pending>>,
+    /// Each slot's joiner, kept for its next request, with the serial and
+    /// rename count of the file whose name it holds: a request whose joiner
+    /// nothing else holds any more allocates none and, on the same file,
+    /// takes no lock on its name and no reference to it.
+    joiners: Vec<Option<(Arc<Joiner>, u64, u64)>>,
     free: Vec<u32>,
     shared: Arc<QueueShared>,
     in_flight: usize,
@@ -244,6 +249,7 @@ impl Queue {
         Queue {
             depth,
             slots: (0..depth).map(|_| None).collect(),
+            joiners: (0..depth).map(|_| None).collect(),
             free: (0..depth as u32).rev().collect(),
             shared: Arc::new(QueueShared {
                 done: Mutex::new(Vec::with_capacity(depth)),
@@ -300,11 +306,7 @@ impl Queue {
                 mut buf,
                 callback,
             } = r;
-            let joiner = Joiner::new(
-                file.name_arc(),
-                offset,
-                Sink::Queue(self.shared.clone(), token),
-            );
+            let joiner = self.joiner_for(token, &file, offset);
             let ptr = buf.as_mut_ptr();
             let len = buf.len();
             let fixed = &buf;
@@ -357,11 +359,7 @@ impl Queue {
             self.wait(1);
         }
         let token = self.free.pop().expect("a slot is free after waiting");
-        let joiner = Joiner::new(
-            file.name_arc(),
-            offset,
-            Sink::Queue(self.shared.clone(), token),
-        );
+        let joiner = self.joiner_for(token, file, offset);
         let sent = file.prepare_mem(kind, offset, mem, len, None, &joiner, &mut self.batches);
         self.slots[token as usize] = Some(Pending {
             kind,
@@ -375,6 +373,29 @@ impl Queue {
             Ok(_) => {}
             Err(e) => joiner.deliver_now(Some(e)),
         }
+    }
+
+    /// A joiner for a request of slot `token` on `file` at `offset`: the
+    /// slot's last one if nothing else holds it any more, else a new one.
+    fn joiner_for(&mut self, token: u32, file: &File, offset: u64) -> Arc<Joiner> {
+        let inner = &*file.inner;
+        let renames = inner.renames.load(Ordering::Acquire);
+        let kept = &mut self.joiners[token as usize];
+        if let Some((j, serial, seen)) = kept {
+            if let Some(m) = Arc::get_mut(j) {
+                let same = *serial == inner.serial && *seen == renames;
+                m.reuse((!same).then(|| file.name_arc()), offset);
+                (*serial, *seen) = (inner.serial, renames);
+                return j.clone();
+            }
+        }
+        let j = Joiner::new(
+            file.name_arc(),
+            offset,
+            Sink::Queue(self.shared.clone(), token),
+        );
+        *kept = Some((j.clone(), inner.serial, renames));
+        j
     }
 
     /// Move the finished tagged requests (see [`Queue::submit_raw`]) to `out`.

@@ -1093,6 +1093,8 @@ impl Store {
         Ok(File {
             inner: Arc::new(FileInner {
                 name: RwLock::new(Arc::from(name)),
+                renames: AtomicU64::new(0),
+                serial: crate::storage::file::next_serial(),
                 layout,
                 len: AtomicU64::new(len),
                 uid,
@@ -1806,6 +1808,9 @@ impl StoreInner {
         if let Some(n) = name.as_mut() {
             **n = Arc::from(to);
         }
+        if let Some(f) = open.as_deref() {
+            f.renames.fetch_add(1, Ordering::Release);
+        }
         drop(name);
         // The replaced file's handle goes; the moved file's, if an earlier
         // pass of this replace already put it under `to`, stays.
@@ -1837,6 +1842,9 @@ impl StoreInner {
         }
         if let Some(n) = name.as_mut() {
             **n = Arc::from(to);
+        }
+        if let Some(f) = open {
+            f.renames.fetch_add(1, Ordering::Release);
         }
         Ok(())
     }

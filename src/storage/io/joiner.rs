@@ -42,6 +42,19 @@ impl Joiner {
         })
     }
 
+    /// Make a joiner whose request has ended, and which nothing else holds,
+    /// ready for the next request at `offset`, of the file named `file` if
+    /// given (else of the same name as before). Its sink stays.
+    pub(crate) fn reuse(&mut self, file: Option<Arc<str>>, offset: u64) {
+        *self.remaining.get_mut() = 0;
+        *self.finished.get_mut() = false;
+        self.error.take();
+        if let Some(f) = file {
+            self.file = f;
+        }
+        self.offset = offset;
+    }
+
     /// Set the number of device operations. Called before any of them is sent, so the
     /// Relaxed store is published to the engines by the mailbox lock that sends them.
     pub(crate) fn expect(&self, pieces: usize) {

@@ -197,6 +197,48 @@ pub(crate) enum OpResult {
     Errno(i32),
 }
 
+/// The memory pieces of a device operation: one kept in place (most
+/// operations: no allocation), or a list.
+pub(crate) enum Iovs {
+    One(libc::iovec),
+    Many(Vec<libc::iovec>),
+}
+
+impl Iovs {
+    /// No pieces (an fsync).
+    pub(crate) fn none() -> Iovs {
+        Iovs::Many(Vec::new())
+    }
+
+    /// Append a piece.
+    pub(crate) fn push(&mut self, v: libc::iovec) {
+        match self {
+            Iovs::One(a) => *self = Iovs::Many(vec![*a, v]),
+            Iovs::Many(list) => list.push(v),
+        }
+    }
+}
+
+impl std::ops::Deref for Iovs {
+    type Target = [libc::iovec];
+
+    fn deref(&self) -> &[libc::iovec] {
+        match self {
+            Iovs::One(a) => std::slice::from_ref(a),
+            Iovs::Many(list) => list,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Iovs {
+    fn deref_mut(&mut self) -> &mut [libc::iovec] {
+        match self {
+            Iovs::One(a) => std::slice::from_mut(a),
+            Iovs::Many(list) => list,
+        }
+    }
+}
+
 /// One operation on one device: a contiguous range of one backing file, gathered
 /// from or scattered to one or more memory pieces.
 pub(crate) struct DevOp {
@@ -204,7 +246,7 @@ pub(crate) struct DevOp {
     pub(crate) backing: Arc<Backing>,
     /// Offset in the backing file (header included).
     pub(crate) offset: u64,
-    pub(crate) iov: Vec<libc::iovec>,
+    pub(crate) iov: Iovs,
     /// Total bytes of `iov`.
     pub(crate) len: usize,
     /// Fixed-buffer index on this device, when `iov` is one piece of a registered arena.

@@ -394,7 +394,7 @@ fn execute(
 fn copy_out(op: &DevOp, data: &[u8], n: usize) {
     let mut pos = (op.offset - HEADER_BYTES) as usize;
     let mut left = n;
-    for v in &op.iov {
+    for v in op.iov.iter() {
         let take = v.iov_len.min(left);
         let avail = data.len().saturating_sub(pos).min(take);
         // SAFETY: the iovec points at `iov_len >= take` writable bytes that the request
@@ -415,7 +415,7 @@ fn copy_in(op: &DevOp, start: usize, n: usize, data: &mut Vec<u8>) {
         data.resize(start + n, 0);
     }
     let mut pos = start;
-    for v in &op.iov {
+    for v in op.iov.iter() {
         let take = v.iov_len.min(start + n - pos);
         // SAFETY: the iovec points at `iov_len >= take` readable bytes kept alive
         // until completion.
