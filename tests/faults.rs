@@ -239,7 +239,7 @@ fn a_queues_errors_name_the_file_as_it_is_named_now() {
     // One slot: every request reuses what the one before it left there.
     let mut q = Queue::new(1);
     let named = Rc::new(RefCell::new(Vec::new()));
-    let mut read = |q: &mut Queue, f: &setcache::File| {
+    let read = |q: &mut Queue, f: &setcache::File| {
         let n = named.clone();
         q.submit(vec![Request::read(
             f,
