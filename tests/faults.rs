@@ -225,17 +225,20 @@ fn seeded_faults_are_deterministic() {
 
 #[test]
 fn a_queues_errors_name_the_file_as_it_is_named_now() {
+    // Real files, so that the queue's reads run on its own ring and finish on
+    // its thread: each request then finds its slot's joiner free for reuse.
     let tmp = TempDir::new("qname");
-    let store = open(
-        &tmp.devices(1),
-        sim(SimConfig {
-            short_read: 1.0,
-            ..Default::default()
-        }),
-        16,
-    );
+    let store = open(&tmp.devices(1), StoreOptions::default(), 16);
     let a = store.create("a", 1 << 20, LayoutKind::Stripe).unwrap();
     let c = store.create("c", 1 << 20, LayoutKind::Stripe).unwrap();
+    // Cut both backing files short behind the store's back: a read of the
+    // first 16 KiB comes back short, an error naming the file.
+    for name in ["a", "c"] {
+        let p = &store.backing_paths(name)[0];
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.set_len(f.metadata().unwrap().len() - (1 << 20) + 8192)
+            .unwrap();
+    }
     // One slot: every request reuses what the one before it left there.
     let mut q = Queue::new(1);
     let named = Rc::new(RefCell::new(Vec::new()));

@@ -227,8 +227,10 @@ impl ThreadRing {
             };
             let idx = self.free.pop().expect("checked non-empty");
             let fixed = self.fixed_index(&op);
-            let entry = build_entry(&op, None, fixed).user_data(idx as u64);
-            self.slab[idx] = Some(op);
+            // The entry is built from the operation where it stays until it
+            // completes: an iovec array it points at does not move.
+            let op = self.slab[idx].insert(op);
+            let entry = build_entry(op, None, fixed).user_data(idx as u64);
             // SAFETY: the entry's iovec array lives in `self.slab[idx]` and the
             // buffers are kept alive by the request's owner until the completion; the
             // SQ has as many entries as the slab, so it has room for this one.
