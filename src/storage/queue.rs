@@ -504,19 +504,25 @@ impl Queue {
             let Some(first) = self.batches[i].first() else {
                 continue;
             };
-            let engine = first.backing.engine.clone();
-            let ops = std::mem::take(&mut self.batches[i]);
+            let engine = &first.backing.engine;
+            let key = Arc::as_ptr(engine) as *const () as usize;
             if let Some(mut cfg) = engine.queue_rings() {
                 if self.batched {
                     cfg.eager = false;
                 }
-                let key = Arc::as_ptr(&engine) as *const () as usize;
+                // The batch is emptied into the ring and keeps its capacity
+                // for the next one (no allocation a flush).
+                let mut ops = std::mem::take(&mut self.batches[i]);
                 if let Some(ring) = self.ring_for(key, ops.len(), cfg) {
-                    ring.push(ops);
+                    ring.push_from(&mut ops);
+                    self.batches[i] = ops;
                     pushed = true;
                     continue;
                 }
+                self.batches[i] = ops;
             }
+            let ops = std::mem::take(&mut self.batches[i]);
+            let engine = ops[0].backing.engine.clone();
             self.via_threads = true;
             engine.submit(ops);
         }

@@ -214,9 +214,10 @@ impl ThreadRing {
         self.bell.as_ref().is_some_and(|b| b.armed)
     }
 
-    /// Queue operations; they go to the kernel at the next [`ThreadRing::enter`].
-    pub(crate) fn push(&mut self, ops: Vec<DevOp>) {
-        self.backlog.extend(ops);
+    /// Queue operations, emptying `ops` (which keeps its capacity); they go
+    /// to the kernel at the next [`ThreadRing::enter`].
+    pub(crate) fn push_from(&mut self, ops: &mut Vec<DevOp>) {
+        self.backlog.extend(ops.drain(..));
         self.fill();
     }
 
