@@ -626,15 +626,13 @@ impl File {
 #[inline]
 fn for_each_segment(mem: Mem<'_>, from: usize, len: usize, mut f: impl FnMut(*mut u8, usize)) {
     match mem {
-        // SAFETY: `from + len` is within the caller's buffer (a split covers
-        // exactly the request).
+        // SAFETY: `from + len` is within the caller's buffer (a split covers exactly the request).
         Mem::One(p) => f(unsafe { p.add(from) }, len),
         Mem::Pieces(ps, piece) => {
             let (mut at, end) = (from, from + len);
             while at < end {
                 let n = (piece - at % piece).min(end - at);
-                // SAFETY: `at < len <= ps.len() * piece`, inside piece
-                // `at / piece`.
+                // SAFETY: `at < len <= ps.len() * piece`, inside piece `at / piece`.
                 f(unsafe { ps[at / piece].add(at % piece) }, n);
                 at += n;
             }

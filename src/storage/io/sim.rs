@@ -397,8 +397,7 @@ fn copy_out(op: &DevOp, data: &[u8], n: usize) {
     for v in op.iov.iter() {
         let take = v.iov_len.min(left);
         let avail = data.len().saturating_sub(pos).min(take);
-        // SAFETY: the iovec points at `iov_len >= take` writable bytes that the request
-        // owner keeps alive and untouched until completion.
+        // SAFETY: the iovec points at `iov_len >= take` writable bytes that the request owner keeps alive and untouched until completion.
         let dst = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), take) };
         if avail > 0 {
             dst[..avail].copy_from_slice(&data[pos..pos + avail]);
@@ -417,8 +416,7 @@ fn copy_in(op: &DevOp, start: usize, n: usize, data: &mut Vec<u8>) {
     let mut pos = start;
     for v in op.iov.iter() {
         let take = v.iov_len.min(start + n - pos);
-        // SAFETY: the iovec points at `iov_len >= take` readable bytes kept alive
-        // until completion.
+        // SAFETY: the iovec points at `iov_len >= take` readable bytes kept alive until completion.
         let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), take) };
         data[pos..pos + take].copy_from_slice(src);
         pos += take;

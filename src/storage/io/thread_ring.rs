@@ -92,10 +92,7 @@ impl RingChunks {
             iov_base: start as *mut libc::c_void,
             iov_len: len,
         };
-        // SAFETY: the chunk lies in memory that the queue's owner keeps mapped
-        // while the queue lives (the promise of `Queue::register_frames`), and
-        // `hold` keeps its pages from being given back until this ring lets go
-        // of it in `drop`. The slot `c` is inside the sparse table made in `new`.
+        // SAFETY: the chunk lies in memory the queue's owner keeps mapped while the queue lives (the promise of `Queue::register_frames`), `hold` keeps its pages from being given back until this ring lets go of it in `drop`, and the slot `c` is inside the sparse table made in `new`.
         let registered = unsafe {
             ring.submitter()
                 .register_buffers_update(c as u32, &[iov], None)
@@ -285,8 +282,7 @@ impl ThreadRing {
                 let args = types::SubmitArgs::new().timespec(&ts);
                 self.ring.submitter().submit_with_args(1, &args)
             }
-            // SAFETY: no argument pointer is passed; the SQ tail was published by
-            // the push (the queue handle syncs when dropped).
+            // SAFETY: no argument pointer is passed; the SQ tail was published by the push (the queue handle syncs when dropped).
             _ => unsafe {
                 self.ring.submitter().enter::<libc::sigset_t>(
                     to_submit,
