@@ -145,6 +145,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
     let result = run_all(&bench, fio.as_deref(), &mut runs);
     if !runs.is_empty() {
         out!("{}", report::table(&runs));
+        for n in report::unsteady(&runs) {
+            out!("{n}");
+        }
     }
     result.map_err(explain)?;
     report::write_outputs(&cfg, &runs).map_err(|e| fsize::explain(e, &[]))?;

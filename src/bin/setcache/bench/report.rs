@@ -44,6 +44,53 @@ pub(crate) fn medians(rounds: Vec<Vec<RunResult>>) -> Vec<RunResult> {
     out
 }
 
+/// A round this far below an engine's median marks its rounds as unsteady.
+const SLOW_ROUND: f64 = 0.6;
+/// Rounds that rise from first to last by this factor or more, never
+/// falling, mark them as warming.
+const WARMING: f64 = 1.3;
+
+/// Notes on engines whose rounds were not steady, one line each: rounds
+/// that only rose (by [`WARMING`] or more from the first to the last), or a
+/// round below [`SLOW_ROUND`] of the engine's median. On a virtual disk
+/// whose blocks the host fetches or caches on first read, the rate of the
+/// same offsets climbs over the first rounds of a call, and the per-round
+/// ratios then compare engines at different speeds of the device: such a
+/// call's medians are not a steady figure.
+pub(crate) fn unsteady(runs: &[RunResult]) -> Vec<String> {
+    let mut notes = Vec::new();
+    for r in runs {
+        let v = &r.rounds;
+        if v.len() < 3 || v.iter().any(|x| !x.is_finite()) {
+            continue;
+        }
+        let mut sorted = v.clone();
+        let Some(mid) = median(&mut sorted) else {
+            continue;
+        };
+        let (first, last) = (v[0], v[v.len() - 1]);
+        let rising = v.windows(2).all(|w| w[1] >= w[0]) && last >= WARMING * first;
+        let low = sorted[0];
+        let what = if rising {
+            format!("its rounds only rose, from {first:.0} to {last:.0} a second")
+        } else if mid > 0.0 && low < SLOW_ROUND * mid {
+            format!(
+                "a round ran at {low:.0} a second, {:.0}% of its median",
+                100.0 * low / mid
+            )
+        } else {
+            continue;
+        };
+        notes.push(format!(
+            "note: {} ({} threads, hit target {}): {what}; the device's rate changed during the call, so its median and ratios are not a steady figure",
+            r.engine,
+            r.threads,
+            pct(r.hit_target)
+        ));
+    }
+    notes
+}
+
 /// The `--json` document.
 pub(crate) fn runs_json(runs: &[RunResult]) -> Value {
     json!({ "runs": runs.iter().map(RunResult::to_json).collect::<Vec<_>>() })
@@ -297,6 +344,33 @@ mod tests {
         let one = medians(vec![vec![with("a", 10), with("b", 20)]]);
         assert_eq!(one.len(), 2);
         assert!(one[1].vs_first.is_none() && one[1].rounds.is_empty());
+    }
+
+    #[test]
+    fn rounds_that_only_rise_or_dip_far_below_the_median_are_noted() {
+        let with_rounds = |engine: &str, rounds: &[f64]| {
+            let mut r = with(engine, 100);
+            r.rounds = rounds.to_vec();
+            r
+        };
+        let runs = [
+            // Warming: never falls, and the last is 1.4x the first.
+            with_rounds("warming", &[50.0, 55.0, 60.0, 66.0, 70.0]),
+            // Steady, within 10% either way.
+            with_rounds("steady", &[100.0, 93.0, 104.0, 98.0, 101.0]),
+            // Rising, but by less than the factor.
+            with_rounds("drift", &[100.0, 105.0, 110.0, 115.0, 120.0]),
+            // One round at half the median.
+            with_rounds("dip", &[100.0, 98.0, 50.0, 101.0, 99.0]),
+            // Too few rounds to judge.
+            with_rounds("short", &[10.0, 90.0]),
+        ];
+        let notes = unsteady(&runs);
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(notes[0].starts_with("note: warming "), "{}", notes[0]);
+        assert!(notes[0].contains("from 50 to 70"), "{}", notes[0]);
+        assert!(notes[1].starts_with("note: dip "), "{}", notes[1]);
+        assert!(notes[1].contains("50 a second, 51%"), "{}", notes[1]);
     }
 
     #[test]
