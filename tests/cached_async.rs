@@ -1090,6 +1090,60 @@ fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
     });
 }
 
+/// A queue dropped with reads in flight whose callbacks panic finishes every
+/// request before the first panic comes out of the drop: every callback runs,
+/// and every page it was reading is left cached, not claimed by a fill nobody
+/// will finish (the drop used to unwind at the first panic).
+#[test]
+fn a_queue_dropped_while_its_callbacks_panic_finishes_every_request() {
+    let tmp = TempDir::new("drop-callback-panic");
+    // Reads of 5 to 150 ms: the first callback runs while the others are
+    // still with the devices.
+    let store = Store::open(&tmp.devices(2), common::sim_devices(5_000, 150_000)).unwrap();
+    let f = store.create("f", 16 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(16 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8 + 1;
+    }
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_secs(2),
+        ..cache(64, 64)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let ran = Rc::new(std::cell::Cell::new(0));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut q = cs.queue(16);
+        let reqs = (0..8u64)
+            .map(|p| {
+                let ran = ran.clone();
+                CachedRequest::read(&cf, p * 4096, vec![0; 4096], move |c| {
+                    assert_eq!(c.buf[0], p as u8 + 1, "page {p}");
+                    ran.set(ran.get() + 1);
+                    panic!("callback {p} panics, on purpose");
+                })
+            })
+            .collect();
+        q.submit(reqs);
+        drop(q);
+    }));
+    let e = r.expect_err("the callbacks' panic comes out of the drop");
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.ends_with("panics, on purpose"), "{msg}");
+    assert_eq!(ran.get(), 8, "callbacks run before the drop returned");
+    let before = cs.cache().stats();
+    let mut one = [0u8; 1];
+    for p in 0..8u64 {
+        cf.read_at(p * 4096, &mut one).unwrap();
+        assert_eq!(one[0], p as u8 + 1, "page {p}");
+    }
+    let after = cs.cache().stats();
+    assert_eq!(after.hits - before.hits, 8, "every page read stays cached");
+}
+
 /// A synchronous read or write of a page that a request queue of the same
 /// thread is reading in waits for that read, which only this thread can
 /// finish by polling: it fails with `HeldByCaller` after the pin wait

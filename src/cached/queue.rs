@@ -1542,15 +1542,29 @@ impl<'a> CachedQueue<'a> {
 
 impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
-        // Frames of fills in flight are claimed until their reads finish.
-        // Should a callback panic in the drain, the fills left stop counting
-        // for the thread all the same.
-        let drained = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain()));
+        // Frames of fills in flight are claimed until their reads finish, and
+        // only this queue finishes them: a callback that panics in the drain
+        // consumed its request, so the drain goes on after it, and the first
+        // panic is passed on once every request has finished (unwinding at
+        // the first would leave the other requests' pages claimed for ever).
+        let mut first = None;
+        loop {
+            let before = self.outstanding;
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain())) {
+                Ok(()) => break,
+                Err(p) => {
+                    first.get_or_insert(p);
+                    if self.outstanding >= before {
+                        // A panic that finished nothing (not a callback's).
+                        break;
+                    }
+                }
+            }
+        }
+        // Fills still in flight (only after such a panic) stop counting for
+        // the thread all the same.
         for w in self.fills.iter() {
             w.job.note_queued(false);
-        }
-        if let Err(p) = drained {
-            std::panic::resume_unwind(p);
         }
         // Pins of page requests nobody took (a queue dropped while its user
         // unwinds): released, or their pages could never be evicted or
@@ -1560,6 +1574,11 @@ impl Drop for CachedQueue<'_> {
                 // SAFETY: the pin came from `into_raw` of a guard of this queue's cache and leaves `pins` here, once.
                 drop(unsafe { self.sh.cache.restore_pin(pin) });
             }
+        }
+        // Unwinding out of a drop that runs during another panic's unwinding
+        // would abort the process: the queue's own panic is then dropped.
+        if let Some(p) = first.filter(|_| !std::thread::panicking()) {
+            std::panic::resume_unwind(p);
         }
     }
 }

@@ -720,9 +720,43 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        // Buffers of requests in flight are owned here: they must outlive the I/O.
-        self.flush();
-        self.drain();
+        // Buffers of requests in flight are owned here: they must outlive the
+        // I/O, even when a callback this drain runs panics (unwinding out of
+        // here at the first one would free the buffers, with the fields, under
+        // the reads still in flight). Each panic consumed a request, so the
+        // drain goes on after it; the first panic is passed on once every
+        // request has finished.
+        let mut first = None;
+        loop {
+            let before = self.in_flight;
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.flush();
+                self.drain();
+            }));
+            match r {
+                Ok(()) => break,
+                Err(e) => {
+                    first.get_or_insert(e);
+                    if self.in_flight >= before {
+                        // A panic that finished nothing (not a callback's):
+                        // another round would end the same way.
+                        break;
+                    }
+                }
+            }
+        }
+        if self.in_flight > 0 {
+            // Requests the drain could not see finish: their buffers are
+            // leaked rather than freed under I/O that may still write them.
+            for p in self.slots.iter_mut().filter_map(Option::take) {
+                std::mem::forget(p);
+            }
+        }
+        // Unwinding out of a drop that runs during another panic's unwinding
+        // would abort the process: the queue's own panic is then dropped.
+        if let Some(e) = first.filter(|_| !std::thread::panicking()) {
+            std::panic::resume_unwind(e);
+        }
     }
 }
 
@@ -773,6 +807,65 @@ mod tests {
             .recv_timeout(std::time::Duration::from_secs(30))
             .expect("the queue waited for ever for completions a panic took");
         assert_eq!((ran, panics), (8, 8));
+        drop((file, store));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A queue dropped with reads in flight whose callbacks panic waits for
+    /// every read and runs every callback before it passes the first panic on
+    /// (it used to unwind at the first, freeing the other reads' buffers while
+    /// the devices still had them); dropped while its thread already unwinds,
+    /// it drains the same way and lets the thread's own panic go on.
+    #[test]
+    fn a_queue_dropped_with_panicking_callbacks_waits_for_every_read() {
+        use crate::storage::io::SimConfig;
+        let dir = std::env::temp_dir().join(format!("setcache-drop-panic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = StoreOptions {
+            // Reads of 5 to 150 ms: the first callback runs while the
+            // others are still with the devices.
+            engine: EngineKind::Sim(SimConfig {
+                latency_us: (5_000, 150_000),
+                ..SimConfig::default()
+            }),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
+        let file = store.create("f", 1 << 16, LayoutKind::Stripe).unwrap();
+        for outer in [false, true] {
+            let ran = std::rc::Rc::new(std::cell::Cell::new(0));
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let mut q = Queue::new(8);
+                let reqs = (0..8u64)
+                    .map(|k| {
+                        let ran = ran.clone();
+                        Request::read(&file, k * 4096, AlignedBuf::new(4096), move |c| {
+                            c.result.unwrap();
+                            ran.set(ran.get() + 1);
+                            panic!("callback {k}");
+                        })
+                    })
+                    .collect();
+                q.submit(reqs);
+                if outer {
+                    panic!("the thread's own panic");
+                }
+                drop(q);
+            }));
+            let e = r.expect_err("a panic comes out");
+            let msg = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            assert_eq!(ran.get(), 8, "callbacks run before the drop returned");
+            if outer {
+                assert_eq!(msg, "the thread's own panic");
+            } else {
+                assert!(msg.starts_with("callback "), "{msg}");
+            }
+        }
         drop((file, store));
         std::fs::remove_dir_all(&dir).unwrap();
     }
