@@ -1036,21 +1036,7 @@ fn a_sync_waiting_for_its_own_queues_partial_write_fails_instead_of_hanging() {
 #[test]
 fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
     let tmp = TempDir::new("callback-panic");
-    let store = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-    let mut b = AlignedBuf::new(64 * 4096);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (i / 4096) as u8 + 1;
-    }
-    f.write_at(0, &b).unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_secs(5),
-        ..cache(64, 64)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = numbered_pages(&tmp, StoreOptions::default(), 64, Duration::from_secs(5));
     type Got = Vec<(u64, setcache::Result<()>, u8)>;
     let got: Rc<RefCell<Got>> = Rc::default();
     let fired = Rc::new(std::cell::Cell::new(false));
@@ -1090,6 +1076,185 @@ fn a_callback_that_panics_leaves_the_other_requests_to_finish() {
     });
 }
 
+/// A store opened with `opts` of one 16-page file whose page `p` holds bytes
+/// `p + 1`, under a cache of `pages` pages (4-way) with pin wait `pin_wait`
+/// and no readahead.
+fn numbered_pages(
+    tmp: &TempDir,
+    opts: StoreOptions,
+    pages: usize,
+    pin_wait: Duration,
+) -> (CachedStore, CachedFile) {
+    let store = Store::open(&tmp.devices(2), opts).unwrap();
+    let f = store.create("f", 16 * 4096, LayoutKind::Stripe).unwrap();
+    let mut b = AlignedBuf::new(16 * 4096);
+    for (i, x) in b.iter_mut().enumerate() {
+        *x = (i / 4096) as u8 + 1;
+    }
+    f.write_at(0, &b).unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait,
+        ..cache(pages, pages)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    (cs, cf)
+}
+
+/// A callback of a request that completes inside `submit` (a hit) may
+/// panic: the requests after it in the batch are started all the same, and
+/// the panic comes out of `submit` after them (they used to be dropped with
+/// the unwind: a write never made, no completion ever).
+#[test]
+fn a_callback_panicking_inside_submit_leaves_the_rest_of_the_batch_to_run() {
+    let tmp = TempDir::new("submit-callback-panic");
+    let (cs, cf) = numbered_pages(&tmp, StoreOptions::default(), 64, Duration::from_secs(5));
+    let mut one = [0u8; 1];
+    cf.read_at(0, &mut one).unwrap();
+    let wrote = Rc::new(std::cell::Cell::new(0));
+    let mut q = cs.queue(16);
+    let w = wrote.clone();
+    let reqs = vec![
+        CachedRequest::read(&cf, 0, vec![0; 4096], |_| {
+            panic!("the hit's callback panics, on purpose")
+        }),
+        CachedRequest::write(&cf, 4096, vec![0xab; 4096], move |c| {
+            c.result.unwrap();
+            w.set(w.get() + 1);
+        }),
+        CachedRequest::write(&cf, 2 * 4096, vec![0xcd; 4096], {
+            let w = wrote.clone();
+            move |c| {
+                c.result.unwrap();
+                w.set(w.get() + 1);
+            }
+        }),
+    ];
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.submit(reqs)));
+    assert!(r.is_err(), "the callback's panic comes out of submit");
+    q.drain();
+    assert_eq!(q.outstanding(), 0);
+    assert_eq!(wrote.get(), 2, "writes after the panicking hit completed");
+    cf.read_at(4096, &mut one).unwrap();
+    assert_eq!(one[0], 0xab);
+    cf.read_at(2 * 4096, &mut one).unwrap();
+    assert_eq!(one[0], 0xcd);
+}
+
+/// Two reads parked on pages another thread holds for writing give up
+/// together after the pin wait; the first one's callback panics, and the
+/// second still completes at the next wait (it used to be dropped with the
+/// unwind: its request stayed outstanding and a drain returned without it).
+#[test]
+fn requests_given_up_together_survive_a_panicking_callback() {
+    let tmp = TempDir::new("give-up-panic");
+    let (cs, cf) = numbered_pages(
+        &tmp,
+        StoreOptions::default(),
+        64,
+        Duration::from_millis(100),
+    );
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let holder = &cf;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let g0 = holder.page_mut(0).unwrap();
+            let g1 = holder.page_mut(4096).unwrap();
+            held_tx.send(()).unwrap();
+            // Bounded, so that a failed assertion below ends the test.
+            let _ = done_rx.recv_timeout(Duration::from_secs(10));
+            drop((g0, g1));
+        });
+        held_rx.recv().unwrap();
+        let errs: Rc<RefCell<Vec<String>>> = Rc::default();
+        let fired = Rc::new(std::cell::Cell::new(false));
+        let mut q = cs.queue(16);
+        let reqs = (0..2u64)
+            .map(|p| {
+                let (errs, fired) = (errs.clone(), fired.clone());
+                CachedRequest::read(&cf, p * 4096, vec![0; 4096], move |c| {
+                    if !fired.replace(true) {
+                        panic!("the first callback panics, on purpose");
+                    }
+                    errs.borrow_mut().push(format!("{:?}", c.result));
+                })
+            })
+            .collect();
+        q.submit(reqs);
+        // Both past the pin wait before the queue looks again: given up in
+        // one go.
+        std::thread::sleep(Duration::from_millis(250));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.wait(2)));
+        assert!(r.is_err(), "no callback panicked");
+        q.drain();
+        assert_eq!(q.outstanding(), 0, "a request given up on was lost");
+        let errs = errs.borrow();
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].contains("Busy"), "{errs:?}");
+        drop(q);
+        done_tx.send(()).unwrap();
+    });
+}
+
+/// A parked read retried as a miss is gathered into a run of reads; if the
+/// next retried request's callback panics before the run goes out, the next
+/// wait sends it (it used to stay unsent: the request outstanding, its page
+/// claimed by a fill nobody would finish, and a drain returning without it).
+#[test]
+fn a_miss_gathered_before_a_callback_panics_is_still_read() {
+    let tmp = TempDir::new("retry-run-panic");
+    // One set of four slots.
+    let (cs, cf) = numbered_pages(&tmp, StoreOptions::default(), 4, Duration::from_secs(5));
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let (freed_tx, freed_rx) = std::sync::mpsc::channel();
+    let holder = &cf;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            // Pages 1 to 4 fill the set: page 1 held for writing, the others
+            // pinned by shared guards, so no slot can be claimed.
+            let g1 = holder.page_mut(4096).unwrap();
+            let others: Vec<_> = (2..5u64).map(|p| holder.page(p * 4096).unwrap()).collect();
+            held_tx.send(()).unwrap();
+            // Bounded, so that a failed assertion below ends the test.
+            let _ = go_rx.recv_timeout(Duration::from_secs(10));
+            drop(others);
+            drop(g1);
+            freed_tx.send(()).unwrap();
+        });
+        held_rx.recv().unwrap();
+        let got: Rc<RefCell<Vec<(u64, u8)>>> = Rc::default();
+        let mut q = cs.queue(16);
+        let reqs = [5u64, 1]
+            .into_iter()
+            .map(|p| {
+                let got = got.clone();
+                CachedRequest::read(&cf, p * 4096, vec![0; 4096], move |c| {
+                    c.result.unwrap();
+                    if p == 1 {
+                        panic!("page 1's callback panics, on purpose");
+                    }
+                    got.borrow_mut().push((p, c.buf[0]));
+                })
+            })
+            .collect();
+        q.submit(reqs);
+        assert_eq!(q.outstanding(), 2, "both parked");
+        go_tx.send(()).unwrap();
+        freed_rx.recv().unwrap();
+        // Page 5 is retried first: a miss, gathered; then page 1 hits and
+        // its callback panics.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.wait(2)));
+        assert!(r.is_err(), "no callback panicked");
+        q.drain();
+        assert_eq!(q.outstanding(), 0, "the gathered miss was never read");
+        assert_eq!(*got.borrow(), vec![(5, 6)]);
+    });
+}
+
 /// A queue dropped with reads in flight whose callbacks panic finishes every
 /// request before the first panic comes out of the drop: every callback runs,
 /// and every page it was reading is left cached, not claimed by a fill nobody
@@ -1099,21 +1264,8 @@ fn a_queue_dropped_while_its_callbacks_panic_finishes_every_request() {
     let tmp = TempDir::new("drop-callback-panic");
     // Reads of 5 to 150 ms: the first callback runs while the others are
     // still with the devices.
-    let store = Store::open(&tmp.devices(2), common::sim_devices(5_000, 150_000)).unwrap();
-    let f = store.create("f", 16 * 4096, LayoutKind::Stripe).unwrap();
-    let mut b = AlignedBuf::new(16 * 4096);
-    for (i, x) in b.iter_mut().enumerate() {
-        *x = (i / 4096) as u8 + 1;
-    }
-    f.write_at(0, &b).unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_secs(2),
-        ..cache(64, 64)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let slow = common::sim_devices(5_000, 150_000);
+    let (cs, cf) = numbered_pages(&tmp, slow, 64, Duration::from_secs(2));
     let ran = Rc::new(std::cell::Cell::new(0));
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut q = cs.queue(16);

@@ -508,6 +508,9 @@ pub struct CachedQueue<'a> {
     /// so that a callback that panics (and is caught by the queue's user)
     /// leaves the rest to be retried, never forgotten.
     retrying: Vec<(usize, u64, Instant)>,
+    /// Parked pages given up on and being failed now, last first (kept here
+    /// for the same reason as `retrying`): (request, page, first found busy).
+    giving_up: Vec<(usize, u64, Instant)>,
     /// Parked pages whose wait started again because their read or
     /// write-back was in flight: when they were first found busy.
     io_waits: Vec<((usize, u64), Instant)>,
@@ -562,6 +565,7 @@ impl<'a> CachedQueue<'a> {
             finished: Vec::new(),
             parked: Vec::new(),
             retrying: Vec::new(),
+            giving_up: Vec::new(),
             io_waits: Vec::new(),
             run: None,
             outstanding: 0,
@@ -591,6 +595,10 @@ impl<'a> CachedQueue<'a> {
     /// (their callbacks run) before this returns; the others' device reads are
     /// sent, one batch per device, before it returns. A request that is out of
     /// range, or a write to a read-only file, completes at once with its error.
+    /// A callback that panics here does not stop the batch: the requests after
+    /// it are started, then the panic comes out of `submit`; the queue stays
+    /// usable (so it does out of `wait`, `poll` and `drain`, and a dropped
+    /// queue finishes every request before the panic goes on).
     pub fn submit(&mut self, mut reqs: Vec<CachedRequest<'_>>) {
         self.submit_from(&mut reqs);
     }
@@ -630,20 +638,35 @@ impl<'a> CachedQueue<'a> {
         // While one request copies, the rest of the next one's first frame
         // streams in (the hints above asked for its first 512 bytes only).
         let mut it = reqs.drain(..).peekable();
-        while let Some(r) = it.next() {
-            if let Some(next) = it.peek() {
-                if next.kind == OpKind::Read {
-                    let at = (next.offset % ps) as usize;
-                    let end = (at + next.buf.len()).min(ps as usize);
-                    cache.prefetch_bytes(next.file.id, next.offset / ps, at + 512, end);
+        // A callback of a request finished here may panic: the requests
+        // after it are started all the same (dropped with the unwind, they
+        // would never complete), and the first panic goes on at the end.
+        let mut first = None;
+        loop {
+            let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                while let Some(r) = it.next() {
+                    if let Some(next) = it.peek() {
+                        if next.kind == OpKind::Read {
+                            let at = (next.offset % ps) as usize;
+                            let end = (at + next.buf.len()).min(ps as usize);
+                            cache.prefetch_bytes(next.file.id, next.offset / ps, at + 512, end);
+                        }
+                    }
+                    self.start(r);
+                    // Each miss goes to the device before the next request's
+                    // lookup: a batch's first read is not held behind the
+                    // others' claims.
+                    self.q.send_eager();
+                    #[cfg(test)]
+                    self.unsent_after_start.push(self.q.unsent());
+                }
+            }));
+            match started {
+                Ok(()) => break,
+                Err(p) => {
+                    first.get_or_insert(p);
                 }
             }
-            self.start(r);
-            // Each miss goes to the device before the next request's lookup:
-            // a batch's first read is not held behind the others' claims.
-            self.q.send_eager();
-            #[cfg(test)]
-            self.unsent_after_start.push(self.q.unsent());
         }
         drop(it);
         self.missing = 2 * (self.loads - loads) > n as u64;
@@ -656,6 +679,9 @@ impl<'a> CachedQueue<'a> {
             self.q.poll();
         }
         self.collect();
+        if let Some(p) = first {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// Move the completions of finished tagged requests (see
@@ -1298,8 +1324,15 @@ impl<'a> CachedQueue<'a> {
     /// Finish the fills whose reads completed, retry parked pages, and run
     /// the callbacks of requests that are done.
     fn collect(&mut self) {
-        // Left by a callback that panicked in the last round.
+        // Left by a callback that panicked in the last round: pages being
+        // retried, pages being given up on, and a run of misses gathered
+        // but not sent.
         self.parked.append(&mut self.retrying);
+        self.give_up_pending();
+        if self.run.is_some() {
+            self.send_run();
+            self.q.flush_now();
+        }
         loop {
             self.take_finished();
             let mut done = std::mem::take(&mut self.finished);
@@ -1441,9 +1474,17 @@ impl<'a> CachedQueue<'a> {
         // Pages no longer parked (done, or given up) are forgotten.
         self.io_waits
             .retain(|(k, _)| wait.iter().any(|p| (p.0, p.1) == *k));
-        let late = given_up;
         self.parked = wait;
-        for (id, page, since) in late {
+        given_up.reverse();
+        self.giving_up.append(&mut given_up);
+        self.give_up_pending();
+    }
+
+    /// Fail the pages given up on, one at a time from the queue's own list,
+    /// so that a callback that panics leaves the others there for the next
+    /// `collect`.
+    fn give_up_pending(&mut self) {
+        while let Some((id, page, since)) = self.giving_up.pop() {
             let name = self.live.get(id).map(|l| l.req.file.entry.file.name());
             let e = Error::Busy(format!(
                 "page {page} of file {:?} stayed busy (being filled, written or its set \

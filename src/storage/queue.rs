@@ -291,12 +291,22 @@ impl Queue {
     /// Send a batch. Requests for one device travel in one message per device. Blocks,
     /// running callbacks, while `depth` requests are in flight. A request that is
     /// invalid (misaligned, past the end, on a failed device) completes at once with
-    /// its error through its callback.
+    /// its error through its callback. A callback that panics while `submit` waits
+    /// for room does not stop the batch: the rest is sent, then the panic goes on.
     pub fn submit(&mut self, reqs: Vec<Request>) {
+        // A callback run to make room may panic: the requests not yet sent
+        // go out all the same (dropped with the unwind, they would never
+        // complete), and the first panic goes on after them.
+        let mut first = None;
         for r in reqs {
-            if self.free.is_empty() {
+            while self.free.is_empty() {
                 self.flush();
-                self.wait(1);
+                let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.wait(1);
+                }));
+                if let Err(p) = waited {
+                    first.get_or_insert(p);
+                }
             }
             let token = self.free.pop().expect("a slot is free after waiting");
             let Request {
@@ -333,6 +343,9 @@ impl Queue {
             }
         }
         self.flush();
+        if let Some(p) = first {
+            std::panic::resume_unwind(p);
+        }
     }
 
     /// Queue one read or write of `len` bytes at `offset` of `file` from or into
@@ -808,6 +821,47 @@ mod tests {
             .expect("the queue waited for ever for completions a panic took");
         assert_eq!((ran, panics), (8, 8));
         drop((file, store));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A callback run to make room in `submit` may panic: the requests after
+    /// it are sent all the same and the panic comes out of `submit` after
+    /// them (they used to be dropped with the unwind, never completing).
+    #[test]
+    fn a_callback_panicking_while_submit_makes_room_leaves_the_rest_to_go() {
+        let dir =
+            std::env::temp_dir().join(format!("setcache-submit-panic-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let file = store.create("f", 1 << 16, LayoutKind::Stripe).unwrap();
+        let ran = std::rc::Rc::new(std::cell::Cell::new(0));
+        // One slot: each request after the first waits for the one before.
+        let mut q = Queue::new(1);
+        let reqs = (0..3u64)
+            .map(|k| {
+                let ran = ran.clone();
+                let mut buf = AlignedBuf::new(4096);
+                buf.fill(k as u8 + 1);
+                Request::write(&file, k * 4096, buf, move |c| {
+                    c.result.unwrap();
+                    ran.set(ran.get() + 1);
+                    if k == 0 {
+                        panic!("callback {k}");
+                    }
+                })
+            })
+            .collect();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| q.submit(reqs)));
+        assert!(r.is_err(), "the callback's panic comes out of submit");
+        q.drain();
+        assert_eq!(ran.get(), 3, "every write completed");
+        let mut b = AlignedBuf::new(3 * 4096);
+        file.read_at(0, &mut b).unwrap();
+        for k in 0..3 {
+            assert_eq!(b[k * 4096], k as u8 + 1, "block {k}");
+        }
+        drop((q, file, store));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
