@@ -1165,7 +1165,7 @@ fn requests_given_up_together_survive_a_panicking_callback() {
             let g1 = holder.page_mut(4096).unwrap();
             held_tx.send(()).unwrap();
             // Bounded, so that a failed assertion below ends the test.
-            let _ = done_rx.recv_timeout(Duration::from_secs(10));
+            let _ = done_rx.recv_timeout(Duration::from_secs(120));
             drop((g0, g1));
         });
         held_rx.recv().unwrap();
@@ -1220,7 +1220,7 @@ fn a_miss_gathered_before_a_callback_panics_is_still_read() {
             let others: Vec<_> = (2..5u64).map(|p| holder.page(p * 4096).unwrap()).collect();
             held_tx.send(()).unwrap();
             // Bounded, so that a failed assertion below ends the test.
-            let _ = go_rx.recv_timeout(Duration::from_secs(10));
+            let _ = go_rx.recv_timeout(Duration::from_secs(120));
             drop(others);
             drop(g1);
             freed_tx.send(()).unwrap();

@@ -58,6 +58,7 @@ use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::file::{DIRECT_ALIGN, File, Mem};
 use crate::storage::queue::{Bell, Queue};
+use crate::util::panics;
 use crate::util::slab::Slab;
 use crate::util::stream::{copy_streaming, fence};
 
@@ -663,9 +664,7 @@ impl<'a> CachedQueue<'a> {
             }));
             match started {
                 Ok(()) => break,
-                Err(p) => {
-                    first.get_or_insert(p);
-                }
+                Err(p) => panics::keep_first(&mut first, p),
             }
         }
         drop(it);
@@ -678,10 +677,13 @@ impl<'a> CachedQueue<'a> {
         if self.q.in_flight() > 0 {
             self.q.poll();
         }
-        self.collect();
-        if let Some(p) = first {
-            std::panic::resume_unwind(p);
+        // A callback `collect` runs may panic too: the one kept goes on
+        // first, the other is dropped safely.
+        let collected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.collect()));
+        if let Err(p) = collected {
+            panics::keep_first(&mut first, p);
         }
+        panics::resume_first(first);
     }
 
     /// Move the completions of finished tagged requests (see
@@ -1328,11 +1330,11 @@ impl<'a> CachedQueue<'a> {
         // retried, pages being given up on, and a run of misses gathered
         // but not sent.
         self.parked.append(&mut self.retrying);
-        self.give_up_pending();
         if self.run.is_some() {
             self.send_run();
             self.q.flush_now();
         }
+        self.give_up_pending();
         loop {
             self.take_finished();
             let mut done = std::mem::take(&mut self.finished);
@@ -1594,7 +1596,7 @@ impl Drop for CachedQueue<'_> {
             match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.drain())) {
                 Ok(()) => break,
                 Err(p) => {
-                    first.get_or_insert(p);
+                    panics::keep_first(&mut first, p);
                     if self.outstanding >= before {
                         // A panic that finished nothing (not a callback's).
                         break;
@@ -1618,9 +1620,7 @@ impl Drop for CachedQueue<'_> {
         }
         // Unwinding out of a drop that runs during another panic's unwinding
         // would abort the process: the queue's own panic is then dropped.
-        if let Some(p) = first.filter(|_| !std::thread::panicking()) {
-            std::panic::resume_unwind(p);
-        }
+        panics::resume_first(first);
     }
 }
 

@@ -220,9 +220,7 @@ fn run_task(
             // The payload's own drop may panic too (a `panic_any` value whose
             // `Drop` panics): caught, and that second payload leaked, so that
             // nothing unwinds into the worker, which holds pins and requests.
-            if let Err(again) = std::panic::catch_unwind(AssertUnwindSafe(move || drop(e))) {
-                std::mem::forget(again);
-            }
+            crate::util::panics::drop_payload(e);
             (0, Err(err))
         }
     }

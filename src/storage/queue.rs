@@ -18,6 +18,7 @@ use crate::storage::buf::AlignedBuf;
 use crate::storage::file::{File, Mem, OpKind};
 use crate::storage::io::fixed::FixedChunks;
 use crate::storage::io::{DevOp, Joiner, QueueRings, QueueShared, Sink, ThreadRing};
+use crate::util::panics;
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
 /// zero. On the development machine polling bought nothing at depth 32 (the
@@ -299,16 +300,21 @@ impl Queue {
         // complete), and the first panic goes on after them.
         let mut first = None;
         for r in reqs {
-            while self.free.is_empty() {
+            if self.free.is_empty() {
                 self.flush();
                 let waited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                     self.wait(1);
                 }));
                 if let Err(p) = waited {
-                    first.get_or_insert(p);
+                    panics::keep_first(&mut first, p);
                 }
             }
-            let token = self.free.pop().expect("a slot is free after waiting");
+            // A callback's panic freed its slot before it ran; a panic that
+            // freed none (an internal fault) goes on as it is.
+            let Some(token) = self.free.pop() else {
+                panics::resume_first(first);
+                panic!("no slot is free after waiting");
+            };
             let Request {
                 kind,
                 file,
@@ -343,9 +349,7 @@ impl Queue {
             }
         }
         self.flush();
-        if let Some(p) = first {
-            std::panic::resume_unwind(p);
-        }
+        panics::resume_first(first);
     }
 
     /// Queue one read or write of `len` bytes at `offset` of `file` from or into
@@ -749,7 +753,7 @@ impl Drop for Queue {
             match r {
                 Ok(()) => break,
                 Err(e) => {
-                    first.get_or_insert(e);
+                    panics::keep_first(&mut first, e);
                     if self.in_flight >= before {
                         // A panic that finished nothing (not a callback's):
                         // another round would end the same way.
@@ -767,9 +771,7 @@ impl Drop for Queue {
         }
         // Unwinding out of a drop that runs during another panic's unwinding
         // would abort the process: the queue's own panic is then dropped.
-        if let Some(e) = first.filter(|_| !std::thread::panicking()) {
-            std::panic::resume_unwind(e);
-        }
+        panics::resume_first(first);
     }
 }
 

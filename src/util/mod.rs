@@ -4,6 +4,7 @@
 pub(crate) mod hook;
 pub(crate) mod mix;
 pub(crate) mod nodes;
+pub(crate) mod panics;
 pub(crate) mod size;
 pub(crate) mod slab;
 pub(crate) mod spread;
