@@ -437,10 +437,15 @@ fn a_timed_replay_counts_no_wait_for_later_accesses_in_latency() {
         let run = &doc["runs"][0];
         assert_eq!(run["ops"].as_f64(), Some(9.0), "{case:?}: {text}");
         // Each read alone on an idle device takes well under a millisecond
-        // (a busy one, with other tests' benches, has taken 25 ms); one held
-        // back for the next access would wait 200 ms or more.
-        let max = run["lat_us"]["max"].as_f64().unwrap();
-        assert!(max < 100_000.0, "{case:?}: a read took {max} us: {text}");
+        // (a busy one, with other tests' benches, has taken 25 ms, and a
+        // virtual disk reading a block for the first time 124 ms); reads held
+        // back for later accesses would wait 200 ms or more each, most of
+        // them: the median says which.
+        let p50 = run["lat_us"]["p50"].as_f64().unwrap();
+        assert!(
+            p50 < 100_000.0,
+            "{case:?}: half the reads took {p50} us or more: {text}"
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

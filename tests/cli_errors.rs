@@ -1015,6 +1015,25 @@ fn sim_graph_and_arraybench_refuse_inputs_they_would_misread() {
         !dir.join("a").exists(),
         "arraybench made its directory first"
     );
+    // Rounds without bound would run (and keep each round's figures) for ever.
+    let r = run(
+        &dir,
+        &[
+            "arraybench",
+            "--dir",
+            "a",
+            "--size",
+            "1M",
+            "--rounds",
+            "18446744073709551615",
+        ],
+        Limits::default(),
+    );
+    assert_refused(&r, "arraybench --rounds", &["--rounds", "at most 100000"]);
+    assert!(
+        !dir.join("a").exists(),
+        "arraybench made its directory first"
+    );
     let r = run(
         &dir,
         &[

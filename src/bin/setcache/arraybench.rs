@@ -154,6 +154,14 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     if a.rounds == 0 || a.ops < 512 {
         return Err("--rounds must be at least 1 and --ops at least 512".into());
     }
+    // A bound far above any real run's, below what would never end.
+    const MAX_ROUNDS: usize = 100_000;
+    if a.rounds > MAX_ROUNDS {
+        return Err(format!(
+            "--rounds {}: at most {MAX_ROUNDS} (each round runs every workload)",
+            a.rounds
+        ));
+    }
     if a.threads == 0 || a.threads > 1024 {
         return Err(format!("--threads {}: give 1 to 1024", a.threads));
     }

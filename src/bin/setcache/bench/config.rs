@@ -364,6 +364,12 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         }
     }
     if a.compute {
+        if a.rw.writes() {
+            return Err(format!(
+                "--compute sums the blocks it reads: give a read-only --rw, not {}",
+                a.rw
+            ));
+        }
         if a.bs > PAGE || PAGE % a.bs != 0 || a.bs % 8 != 0 {
             return Err(format!(
                 "--compute sums each --bs {} block inside one 4k page as 64-bit words: --bs must divide 4k and be a multiple of 8",
@@ -490,7 +496,16 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 ignored.join(", ")
             ));
         }
-        resolve(&a.job, a.bs, a.iodepth, a.file_size)?
+        let jobs = resolve(&a.job, a.bs, a.iodepth, a.file_size)?;
+        // A job that starts after the run ends would report a row of zeros.
+        if let Some(j) = jobs.iter().find(|j| j.delay >= a.ramp + a.runtime) {
+            return Err(format!(
+                "job {}: delay={}s would never start inside --ramp {} + --runtime {} s: \
+                 lower the delay or lengthen the run",
+                j.name, j.delay, a.ramp, a.runtime
+            ));
+        }
+        jobs
     };
     Ok(Config {
         a,
@@ -568,5 +583,58 @@ mod tests {
                 Err(e) => prop_assert!(!e.is_empty()),
             }
         }
+    }
+
+    /// Flags that would do nothing in the run they are given for are refused,
+    /// naming what to change.
+    #[test]
+    fn flags_that_would_do_nothing_are_refused() {
+        let refused = |args: &[&str], want: &str| {
+            let argv: Vec<String> = ["setcache", "bench", "--dir", "/tmp/x", "--file-size"]
+                .iter()
+                .chain(&["8M", "--cache-size", "4M", "--runtime", "1", "--ramp", "0"])
+                .chain(args)
+                .map(|s| s.to_string())
+                .collect();
+            // Refused when parsed (a bad value) or when validated.
+            let e = match parse(&argv).unwrap() {
+                Err(e) => e,
+                Ok(cli) => {
+                    let Some(crate::Command::Bench(a)) = cli.command else {
+                        panic!("not bench arguments");
+                    };
+                    validate(*a)
+                        .err()
+                        .unwrap_or_else(|| panic!("{args:?} accepted"))
+                }
+            };
+            assert!(e.contains(want), "{args:?}: {e}");
+        };
+        refused(
+            &["--engine", "setcache", "--compute", "--rw", "randwrite"],
+            "--compute sums the blocks it reads",
+        );
+        refused(
+            &[
+                "--engine",
+                "setcache",
+                "--rw",
+                "read",
+                "--job",
+                "name=a,rw=read,delay=5",
+            ],
+            "job a: delay=5s would never start",
+        );
+        refused(
+            &[
+                "--engine",
+                "setcache",
+                "--rw",
+                "read",
+                "--job",
+                "rw=read,rw=randwrite",
+            ],
+            "job key \"rw\" given twice",
+        );
     }
 }

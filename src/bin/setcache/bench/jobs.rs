@@ -43,11 +43,17 @@ pub(crate) fn job_arg(text: &str) -> Result<JobSpec, String> {
         delay: 0.0,
     };
     let mut rw = None;
+    let mut seen: Vec<&str> = Vec::new();
     for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = part
             .split_once('=')
             .ok_or_else(|| format!("job part {part:?} is not key=value (keys: {KEYS})"))?;
         let (k, v) = (k.trim(), v.trim());
+        // A key given twice would silently take its last value.
+        if seen.contains(&k) {
+            return Err(format!("job key {k:?} given twice in {text:?}"));
+        }
+        seen.push(k);
         let num = |v: &str| -> Result<u64, String> {
             v.parse::<u64>()
                 .map_err(|_| format!("job {k}={v}: not a whole number"))
