@@ -996,44 +996,28 @@ fn sim_graph_and_arraybench_refuse_inputs_they_would_misread() {
     let spec = format!("oracle:{}", zst.display());
     let r = sim(&["--trace", &spec, "--policy", "lru"]);
     assert_refused(&r, "zstd", &["zstd-compressed", "decompress it first"]);
-    // Sizes a run could not hold, refused before anything is made.
-    let r = run(
-        &dir,
-        &[
-            "arraybench",
-            "--dir",
-            "a",
-            "--size",
-            "1M",
-            "--ops",
-            "18446744073709551615",
-        ],
-        Limits::default(),
-    );
-    assert_refused(&r, "arraybench --ops", &["--ops", "more than"]);
-    assert!(
-        !dir.join("a").exists(),
-        "arraybench made its directory first"
-    );
-    // Rounds without bound would run (and keep each round's figures) for ever.
-    let r = run(
-        &dir,
-        &[
-            "arraybench",
-            "--dir",
-            "a",
-            "--size",
-            "1M",
-            "--rounds",
-            "18446744073709551615",
-        ],
-        Limits::default(),
-    );
-    assert_refused(&r, "arraybench --rounds", &["--rounds", "at most 100000"]);
-    assert!(
-        !dir.join("a").exists(),
-        "arraybench made its directory first"
-    );
+    // Sizes a run could not hold, and rounds without bound (which would run,
+    // keeping each round's figures, for ever), refused before anything is made.
+    for (flag, want) in [("--ops", "more than"), ("--rounds", "at most 100000")] {
+        let r = run(
+            &dir,
+            &[
+                "arraybench",
+                "--dir",
+                "a",
+                "--size",
+                "1M",
+                flag,
+                "18446744073709551615",
+            ],
+            Limits::default(),
+        );
+        assert_refused(&r, &format!("arraybench {flag}"), &[flag, want]);
+        assert!(
+            !dir.join("a").exists(),
+            "arraybench made its directory first"
+        );
+    }
     let r = run(
         &dir,
         &[

@@ -610,31 +610,15 @@ mod tests {
             };
             assert!(e.contains(want), "{args:?}: {e}");
         };
+        let job = |spec| ["--engine", "setcache", "--rw", "read", "--job", spec];
         refused(
             &["--engine", "setcache", "--compute", "--rw", "randwrite"],
             "--compute sums the blocks it reads",
         );
         refused(
-            &[
-                "--engine",
-                "setcache",
-                "--rw",
-                "read",
-                "--job",
-                "name=a,rw=read,delay=5",
-            ],
+            &job("name=a,rw=read,delay=5"),
             "job a: delay=5s would never start",
         );
-        refused(
-            &[
-                "--engine",
-                "setcache",
-                "--rw",
-                "read",
-                "--job",
-                "rw=read,rw=randwrite",
-            ],
-            "job key \"rw\" given twice",
-        );
+        refused(&job("rw=read,rw=randwrite"), "job key \"rw\" given twice");
     }
 }
