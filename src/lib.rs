@@ -79,7 +79,7 @@ pub mod hitsim;
 mod test_alloc;
 
 pub use array::{
-    ArrayIter, ArrayReader, Element, PagedArray, TranslationStats, reader_table_bytes,
+    ArrayIter, ArrayReader, Element, PagedArray, Run, RunIter, TranslationStats, reader_table_bytes,
 };
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageId,

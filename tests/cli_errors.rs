@@ -998,18 +998,15 @@ fn sim_graph_and_arraybench_refuse_inputs_they_would_misread() {
     assert_refused(&r, "zstd", &["zstd-compressed", "decompress it first"]);
     // Sizes a run could not hold, and rounds without bound (which would run,
     // keeping each round's figures, for ever), refused before anything is made.
-    for (flag, want) in [("--ops", "more than"), ("--rounds", "at most 100000")] {
+    for (flag, value, want) in [
+        ("--ops", "18446744073709551615", "more than"),
+        ("--rounds", "18446744073709551615", "at most 100000"),
+        ("--page-size", "2M", "from 4k to 1M"),
+        ("--page-size", "12k", "power of two"),
+    ] {
         let r = run(
             &dir,
-            &[
-                "arraybench",
-                "--dir",
-                "a",
-                "--size",
-                "1M",
-                flag,
-                "18446744073709551615",
-            ],
+            &["arraybench", "--dir", "a", "--size", "1M", flag, value],
             Limits::default(),
         );
         assert_refused(&r, &format!("arraybench {flag}"), &[flag, want]);

@@ -763,3 +763,121 @@ fn chunks_in_place_are_refused_beside_a_writable_word_array() {
     pairs.read_into(0, &mut out).unwrap();
     assert_eq!(out[5], [9, 0]);
 }
+
+/// Runs read the elements in place, in order and whole: words through both
+/// of the run's paths (a page the reader's tables know, pinned through its
+/// entry, and one looked up in the shared cache), elements that span two
+/// pages one at a time; a range past the end is refused. Every pin comes
+/// back, also from a callback that panics: the pages can all be evicted
+/// afterwards.
+#[test]
+fn runs_read_in_place_and_give_every_pin_back() {
+    let tmp = TempDir::new("array-runs");
+    let cs = store(&tmp, 64, 64);
+    let n = 64 * 512u64;
+    let a = PagedArray::<u64>::create(&cs, "w", n, LayoutKind::Stripe).unwrap();
+    let vals: Vec<u64> = (0..n)
+        .map(|i| i.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        .collect();
+    a.write_from(0, &vals).unwrap();
+    let mut r = a.reader();
+    for pass in 0..2 {
+        for range in [0..n, 700..701, 511..1537, n - 3..n, 5..5] {
+            let mut next = range.start;
+            r.for_each_run(range.clone(), |first, run| {
+                assert_eq!(first, next, "pass {pass}: runs in order");
+                let want = &vals[first as usize..first as usize + run.len()];
+                assert!(
+                    run.iter().eq(want.iter().copied()),
+                    "pass {pass} at {first}"
+                );
+                assert_eq!(run.iter().len(), run.len());
+                let mut out = vec![0; run.len()];
+                run.copy_to(&mut out);
+                assert_eq!(out, want);
+                assert_eq!(run.get(run.len() - 1), want[run.len() - 1]);
+                assert!(run.len() <= 512 && !run.is_empty());
+                next += run.len() as u64;
+            })
+            .unwrap();
+            assert_eq!(next, range.end, "pass {pass}: every element");
+        }
+    }
+    assert!(matches!(
+        r.for_each_run(n - 1..n + 1, |_, _| {}),
+        Err(Error::OutOfRange { .. })
+    ));
+    // A panic on a page the tables know (just read), and on one they do not.
+    r.for_each_run(512..1024, |_, _| {}).unwrap();
+    for range in [512..1024, 40 * 512..n] {
+        let hit = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            r.for_each_run(range, |_, _| panic!("a callback panics"))
+        }));
+        assert!(hit.is_err(), "the callback's panic passes through");
+    }
+    drop(r);
+    // A writer waits for every pin of the pages it writes: none is left.
+    a.write_from(0, &vals).unwrap();
+    // Any pin left would keep its page from every eviction: the other
+    // array's writes, four times the cache, evict all of the first one.
+    let b = PagedArray::<u64>::create(&cs, "other", 4 * n, LayoutKind::Stripe).unwrap();
+    b.write_from(0, &vec![7u64; 4 * n as usize]).unwrap();
+
+    let s = PagedArray::<[u8; 12]>::create(&cs, "s", 5000, LayoutKind::Stripe).unwrap();
+    let el = |i: u64| -> [u8; 12] { std::array::from_fn(|k| (i as u8).wrapping_mul(7) ^ k as u8) };
+    for i in 0..5000 {
+        s.set(i, el(i)).unwrap();
+    }
+    let mut r = s.reader();
+    let mut k = 0u64;
+    r.for_each_run(0..5000, |first, run| {
+        assert_eq!(first, k);
+        for (j, x) in run.iter().enumerate() {
+            assert_eq!(x, el(first + j as u64), "element {}", first + j as u64);
+        }
+        k += run.len() as u64;
+    })
+    .unwrap();
+    assert_eq!(k, 5000);
+}
+
+/// A run's word elements are read whole while another thread stores into
+/// them: each value seen is one the element held, never a mix of two.
+#[test]
+fn runs_see_whole_words_under_concurrent_stores() {
+    let tmp = TempDir::new("array-run-stores");
+    let cs = store(&tmp, 64, 64);
+    let n = 16 * 512u64;
+    let a = PagedArray::<u64>::create(&cs, "w", n, LayoutKind::Stripe).unwrap();
+    let vals: Vec<u64> = (0..n).collect();
+    a.write_from(0, &vals).unwrap();
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let mut w = a.reader();
+            let mut rng = Rng(5);
+            let mut round = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                for _ in 0..4096 {
+                    let i = rng.below(n);
+                    // The low half is the index, the high half anything.
+                    w.set(i, i | (round.wrapping_mul(0x1_0001) << 32)).unwrap();
+                }
+                round += 1;
+            }
+        });
+        let mut r = a.reader();
+        for _ in 0..200 {
+            r.for_each_run(0..n, |first, run| {
+                for (j, x) in run.iter().enumerate() {
+                    let i = first + j as u64;
+                    assert_eq!(x & 0xffff_ffff, i, "element {i} read as {x:#x}");
+                    let hi = x >> 32;
+                    assert_eq!(hi >> 16, hi & 0xffff, "element {i} read torn: {x:#x}");
+                }
+            })
+            .unwrap();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+}

@@ -32,7 +32,9 @@
 //! makes durable every store that completed before it began.
 //! [`ArrayReader::for_each_chunk`] and [`PagedArray::read_into`] copy word
 //! elements out with atomic loads (another thread may store meanwhile); other
-//! elements are served in place.
+//! elements are served in place. [`ArrayReader::for_each_run`] reads every
+//! kind in place, in the pinned frame, through a [`Run`] whose reads of word
+//! elements are atomic loads.
 //!
 //! Other elements, and [`PagedArray::write_from`], go through the cache's
 //! writer path (the page held exclusively while its bytes change): an element
@@ -927,28 +929,13 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                     }
                 }
             }
-            // Frames of consecutive pages lie anywhere in the cache's memory,
-            // where the CPU's own prefetcher cannot follow: ask for the next
-            // page's frame, and for the metadata of the set of the one after.
-            sh.cache.prefetch(file.id, page + 4, false);
-            sh.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
-            let mode = if stream { Mode::Stream } else { Mode::Keep };
-            let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
-            let at = (off - g.offset()) as usize;
             // The frame is page-aligned and `at` a multiple of the size, which
             // `T`'s alignment divides (and the page size, as `ps % size == 0`).
             if is_word::<T>() {
-                check_inside(file, &g, at, (n * size) as usize)?;
+                let (g, at) = self.pin_chunk(off, n, stream, true)?;
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
-                // The next pass finds the page through the tables (if it
-                // lies wholly inside the file: see `ArrayReader::sight`).
-                if let Some(s) = g.sighting()
-                    && ((page + 1) * ps).min(self.arr.len * size) <= file.len()
-                {
-                    self.install(page, entry(page, &s));
-                }
                 drop(g);
                 f(i, &self.buf[..n as usize]);
             } else {
@@ -956,7 +943,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 // stores into its frames under shared pins: no slice of
                 // them may live meanwhile.
                 file.entry.refs_allowed()?;
-                check_inside(file, &g, at, (n * size) as usize)?;
+                let (g, at) = self.pin_chunk(off, n, stream, false)?;
                 let bytes = &g[at..at + (n * size) as usize];
                 let first = bytes.as_ptr().cast::<T>();
                 // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
@@ -967,6 +954,275 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             i += n;
         }
         Ok(())
+    }
+
+    /// The pinning path of a read of `n` elements from byte `off`, all in
+    /// one page: the page through the shared cache (`Mode::Stream` for a
+    /// stream's reads, which leave it cold), checked to hold them, and the
+    /// byte of the first in its frame. Frames of consecutive pages lie
+    /// anywhere in the cache's memory, where the CPU's own prefetcher cannot
+    /// follow: the frame two pages ahead and the set four ahead are asked
+    /// for. With `install`, the page gets an entry in the tables for the next
+    /// pass (if it lies wholly inside the file: see `ArrayReader::sight`).
+    fn pin_chunk(
+        &mut self,
+        off: u64,
+        n: u64,
+        stream: bool,
+        install: bool,
+    ) -> Result<(crate::cached::PageGuard<'a>, usize)> {
+        let file: &'a CachedFile = &self.arr.file;
+        let size = size_of::<T>() as u64;
+        let ps = 1u64 << self.shift;
+        let page = off / ps;
+        file.shared.cache.prefetch(file.id, page + 4, false);
+        file.shared.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
+        let mode = if stream { Mode::Stream } else { Mode::Keep };
+        let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
+        let at = (off - g.offset()) as usize;
+        check_inside(file, &g, at, (n * size) as usize)?;
+        if install
+            && let Some(s) = g.sighting()
+            && ((page + 1) * ps).min(self.arr.len * size) <= file.len()
+        {
+            self.install(page, entry(page, &s));
+        }
+        Ok((g, at))
+    }
+
+    /// Run `f` on the elements `range` in order, a page's worth at a time
+    /// and in place: `f(first index, run)`, where the [`Run`] reads the
+    /// elements straight from the cached frame, pinned while `f` runs (no
+    /// copy). A word element is read with one atomic load when `f` asks for
+    /// it, so another thread's store shows in full or not at all; other
+    /// elements are read under the pin, which keeps their writers out. An
+    /// element that spans two pages comes alone in a run of its own, copied.
+    /// The reads count as a sequential stream for readahead, as
+    /// [`ArrayReader::for_each_chunk`]'s do; the frames of the next pages are
+    /// asked for while `f` runs, where this reader's tables know them.
+    ///
+    /// This is the fastest way to read a range: with pages of 256 KiB or
+    /// more a sum over it runs at the memory's speed.
+    pub fn for_each_run(
+        &mut self,
+        range: Range<u64>,
+        mut f: impl FnMut(u64, Run<'_, T>),
+    ) -> Result<()> {
+        if range.start > range.end || range.end > self.arr.len {
+            return Err(self.out_of_range(range.end.max(range.start)));
+        }
+        let size = size_of::<T>() as u64;
+        let ps = 1u64 << self.shift;
+        let file: &'a CachedFile = &self.arr.file;
+        let sh = &*file.shared;
+        let cache: &'a crate::cache::PageCache = &sh.cache;
+        let mut i = range.start;
+        while i < range.end {
+            let off = i * size;
+            let page_end = (off / ps + 1) * ps;
+            let n = ((page_end - off) / size).min(range.end - i);
+            if n == 0 || ps % size != 0 {
+                let one = [self.arr.get(i)?];
+                f(i, Run::over(&one));
+                i += 1;
+                continue;
+            }
+            if !is_word::<T>() {
+                // A writable array of word elements over the same file
+                // stores into its frames under shared pins, which would not
+                // keep it out of these reads.
+                file.entry.refs_allowed()?;
+            }
+            let stream = readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
+            let page = off / ps;
+            let at = (off & (ps - 1)) as usize;
+            // A page this reader has an entry for: pinned through it, with
+            // no lookup in the shared cache (an entry is made only for a page
+            // wholly inside the file).
+            if let Some(e) = self.find(page).copied()
+                && cache.pin_seen(e.state, e.epoch, e.v, e.ep)
+            {
+                let pin = SeenPin {
+                    cache,
+                    state: e.state,
+                };
+                for ahead in [page + 1, page + 2] {
+                    if let Some(x) = self.find(ahead) {
+                        for line in (0..512).step_by(64) {
+                            crate::cache::prefetch(x.frame.wrapping_add(line));
+                        }
+                    }
+                }
+                if !stream {
+                    self.chunk_renew -= 1;
+                    if self.chunk_renew == 0 {
+                        self.chunk_renew = CHUNK_RENEW;
+                        self.renew(page);
+                    }
+                }
+                // SAFETY: the pin keeps the page in this frame until `pin` drops, after `f`; the `n` elements from `at` lie inside the page, aligned (`at` is a multiple of the size, which the alignment divides).
+                f(i, unsafe { Run::new(e.frame.wrapping_add(at), n as usize) });
+                drop(pin);
+                i += n;
+                continue;
+            }
+            let (g, at) = self.pin_chunk(off, n, stream, true)?;
+            // SAFETY: the guard pins the page until it drops, after `f`; the `n` elements from `at` lie in the frame (checked above), aligned.
+            f(i, unsafe {
+                Run::new(g.frame_ptr().add(at).cast_const(), n as usize)
+            });
+            drop(g);
+            i += n;
+        }
+        Ok(())
+    }
+}
+
+/// A pin taken through a translation entry, given back when dropped (also
+/// when the callback that reads under it panics).
+struct SeenPin<'a> {
+    cache: &'a crate::cache::PageCache,
+    state: &'a AtomicU32,
+}
+
+impl Drop for SeenPin<'_> {
+    fn drop(&mut self) {
+        self.cache.release_seen(self.state);
+    }
+}
+
+/// Consecutive elements of an array in a pinned cached frame, read in place
+/// (see [`ArrayReader::for_each_run`]). Each read of a word element is one
+/// atomic load, so a run is a view of cells that other threads may store
+/// into, never a `&[T]`: copy it out with [`Run::copy_to`] for a slice.
+pub struct Run<'r, T: Element> {
+    first: *const u8,
+    len: usize,
+    _frame: PhantomData<&'r [T]>,
+}
+
+impl<'r, T: Element> Run<'r, T> {
+    /// # Safety
+    /// The `len` elements from `first` are aligned and stay in memory that
+    /// only atomic stores (word elements) or nobody (other elements) change
+    /// for `'r`.
+    unsafe fn new(first: *const u8, len: usize) -> Run<'r, T> {
+        Run {
+            first,
+            len,
+            _frame: PhantomData,
+        }
+    }
+
+    /// A run over elements of the caller's own.
+    fn over(xs: &'r [T]) -> Run<'r, T> {
+        // SAFETY: a shared borrow of `xs` for `'r`: nobody changes it.
+        unsafe { Run::new(xs.as_ptr().cast(), xs.len()) }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the run has no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Element `k` of the run. Panics if `k >= self.len()`, as a slice's
+    /// index does.
+    #[inline]
+    pub fn get(&self, k: usize) -> T {
+        assert!(k < self.len, "index {k} out of a run of {}", self.len);
+        // SAFETY: element `k` of the run (`new`'s contract).
+        unsafe { read_elem(self.first.add(k * size_of::<T>())) }
+    }
+
+    /// The elements in order.
+    pub fn iter(&self) -> RunIter<'r, T> {
+        RunIter {
+            next: self.first,
+            left: self.len,
+            _frame: PhantomData,
+        }
+    }
+
+    /// The elements into `out`. Panics unless `out.len() == self.len()`, as
+    /// [`slice::copy_from_slice`] does.
+    pub fn copy_to(&self, out: &mut [T]) {
+        assert_eq!(out.len(), self.len, "copy_to: lengths differ");
+        for (k, o) in out.iter_mut().enumerate() {
+            // SAFETY: element `k` of the run.
+            *o = unsafe { read_elem(self.first.add(k * size_of::<T>())) };
+        }
+    }
+}
+
+impl<'r, T: Element> IntoIterator for Run<'r, T> {
+    type Item = T;
+    type IntoIter = RunIter<'r, T>;
+    fn into_iter(self) -> RunIter<'r, T> {
+        self.iter()
+    }
+}
+
+/// The elements of a [`Run`] in order.
+pub struct RunIter<'r, T: Element> {
+    next: *const u8,
+    left: usize,
+    _frame: PhantomData<&'r [T]>,
+}
+
+impl<T: Element> Iterator for RunIter<'_, T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.left == 0 {
+            return None;
+        }
+        // SAFETY: one of the run's elements (`Run::new`'s contract).
+        let v = unsafe { read_elem(self.next) };
+        self.next = self.next.wrapping_add(size_of::<T>());
+        self.left -= 1;
+        Some(v)
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+
+    /// A counted loop, which the compiler unrolls.
+    #[inline]
+    fn fold<A, F: FnMut(A, T) -> A>(self, init: A, mut f: F) -> A {
+        let mut acc = init;
+        for k in 0..self.left {
+            // SAFETY: element `k` from the next one, inside the run.
+            acc = f(acc, unsafe {
+                read_elem(self.next.wrapping_add(k * size_of::<T>()))
+            });
+        }
+        acc
+    }
+}
+
+impl<T: Element> ExactSizeIterator for RunIter<'_, T> {}
+
+/// The element at `p`: one atomic load for a word element, a copy of the
+/// bytes otherwise.
+///
+/// # Safety
+/// `p` is aligned to `T` and points at an element of a run (`Run::new`).
+#[inline(always)]
+unsafe fn read_elem<T: Element>(p: *const u8) -> T {
+    if is_word::<T>() {
+        // SAFETY: the caller's contract; word elements change only by atomic stores.
+        unsafe { load_word::<T>(p) }
+    } else {
+        // SAFETY: the caller's contract; nobody changes the element meanwhile.
+        unsafe { p.cast::<T>().read_unaligned() }
     }
 }
 

@@ -1230,6 +1230,14 @@ impl<M: Model> Core<M> {
         false
     }
 
+    /// Drop a pin [`Core::pin_seen`] took to read the frame: the page's
+    /// state is left as it was.
+    pub(crate) fn release_seen(&self, state: &M::W) {
+        let old = state.fetch_sub(PIN, AcqRel);
+        debug_assert!(pins(old) > 0);
+        wake_word::<M>(state, old);
+    }
+
     /// Drop a pin of the slot whose word is `state` (a word of this core's
     /// sets), after its holder stored into the frame: in one step the page
     /// becomes dirty (and warm) and the pin goes. Only a pin holder sets

@@ -621,7 +621,8 @@ impl<M: Model> PageCache<M> {
 
     /// Pin the page `s` saw if it is still there, readable and with no
     /// writer (see `Core::pin_seen`): returns whether it is pinned; the pin
-    /// goes back through [`PageCache::release_stored`].
+    /// goes back through [`PageCache::release_stored`] after a store, or
+    /// [`PageCache::release_seen`] after reads only.
     pub(crate) fn pin_seen(
         &self,
         state: &M::W,
@@ -630,6 +631,12 @@ impl<M: Model> PageCache<M> {
         ep: u64,
     ) -> bool {
         self.core.pin_seen(state, epoch, v, ep)
+    }
+
+    /// Drop a pin of the slot whose word is `state` (from a sighting of
+    /// this cache) taken only to read the frame (see `Core::release_seen`).
+    pub(crate) fn release_seen(&self, state: &M::W) {
+        self.core.release_seen(state)
     }
 
     /// Drop a pin of the slot whose word is `state` (from a sighting of

@@ -5,8 +5,11 @@
 //! reader, kept from round to round, and its own indices):
 //!
 //! * `seq`: the sum of every element in order, each thread its share of the
-//!   array (the array through `ArrayReader::for_each_chunk`, page slices in
-//!   place);
+//!   array (the array through `ArrayReader::for_each_run`: each page's
+//!   elements read in place, in the pinned frame);
+//! * `seq-chunk`: the same sum through `ArrayReader::for_each_chunk`, which
+//!   copies each page's elements into the reader's buffer first (not in the
+//!   default list);
 //! * `seq-get`: the same sum through `ArrayReader::get`, element by element
 //!   (not in the default list);
 //! * `zipf`: reads at Zipf 0.99 ranks, scrambled over the array as `bench
@@ -16,10 +19,11 @@
 //! * `zipf-batch`, `uniform-batch`: the reads of `zipf` and `uniform`, 64 at
 //!   a time through `ArrayReader::get_many` (the vector reads them as before:
 //!   its loads overlap anyway, the indices being known);
-//! * `scattered`: no array at all, the floor for any cache whose 4 KiB
-//!   frames lie anywhere in memory: the vector summed in order (the vector
-//!   column) and in pieces of 512 elements taken in a shuffled order, the
-//!   next piece's first lines prefetched (the array column);
+//! * `scattered`: no array at all, the floor for any cache whose frames
+//!   (of `--page-size`) lie anywhere in memory: the vector summed in order
+//!   (the vector column) and in pieces of a page's elements taken in a
+//!   shuffled order, the next piece's first lines prefetched (the array
+//!   column);
 //! * `updates`: writes of element `i` (its own value again) at uniformly
 //!   random indices (`ArrayReader::set`: an atomic store through the
 //!   reader's translation entry; the vector's elements as atomic words,
@@ -62,8 +66,15 @@ pub(crate) struct ArrayArgs {
     /// cached, with room for the sets that draw more than their share]
     #[arg(long)]
     cache_size: Option<String>,
-    /// Workloads (comma-separated): seq, seq-get (the sum element by element
-    /// through `ArrayReader::get`), scattered (the floor of a sum over
+    /// The cache's page size: a power of two from 4k to 1M. Larger pages
+    /// put more consecutive elements together in memory (a sequential sum
+    /// crosses a frame boundary less often) and give the translation caches
+    /// a longer reach; out of core, each miss then reads more.
+    #[arg(long, default_value = "4k")]
+    page_size: String,
+    /// Workloads (comma-separated): seq, seq-chunk (the sum through
+    /// `ArrayReader::for_each_chunk`, copied), seq-get (the sum element by
+    /// element through `ArrayReader::get`), scattered (the floor of a sum over
     /// frames that lie anywhere: no array), zipf, uniform, pages,
     /// zipf-batch, uniform-batch (the reads of zipf and uniform, 64 at a time
     /// through `ArrayReader::get_many`), updates
@@ -85,8 +96,9 @@ pub(crate) struct ArrayArgs {
     threads: usize,
 }
 
-const WORKLOADS: [&str; 9] = [
+const WORKLOADS: [&str; 10] = [
     "seq",
+    "seq-chunk",
     "seq-get",
     "zipf",
     "uniform",
@@ -97,9 +109,10 @@ const WORKLOADS: [&str; 9] = [
     "scattered",
 ];
 
-/// The first elements of the pieces of 512 in `part`, in a shuffled order.
-fn shuffled_pieces(part: std::ops::Range<u64>, seed: u64) -> Vec<u64> {
-    let mut p: Vec<u64> = part.step_by(512).collect();
+/// The first elements of the pieces of `piece` in `part`, in a shuffled
+/// order.
+fn shuffled_pieces(part: std::ops::Range<u64>, piece: u64, seed: u64) -> Vec<u64> {
+    let mut p: Vec<u64> = part.step_by(piece as usize).collect();
     let mut rng = Rng::new(seed);
     for i in (1..p.len()).rev() {
         p.swap(i, rng.below(i as u64 + 1) as usize);
@@ -147,7 +160,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, seq-get, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
+                "unknown --workload {w:?}: expected seq, seq-chunk, seq-get, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
             ));
         }
     }
@@ -165,6 +178,13 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     if a.threads == 0 || a.threads > 1024 {
         return Err(format!("--threads {}: give 1 to 1024", a.threads));
     }
+    let page = parse_size(&a.page_size)?;
+    if !(4096..=1 << 20).contains(&page) || !page.is_power_of_two() {
+        return Err(format!(
+            "--page-size {}: give a power of two from 4k to 1M",
+            a.page_size
+        ));
+    }
     let cache = match &a.cache_size {
         Some(s) => parse_size(s)?,
         None => bytes + bytes / 2,
@@ -175,8 +195,8 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     let per_thread = (a.ops as u64)
         .saturating_mul(8)
         .saturating_add(setcache::reader_table_bytes(
-            cache.div_ceil(4096),
-            bytes.div_ceil(4096),
+            cache.div_ceil(page),
+            bytes.div_ceil(page),
         ));
     let indices = per_thread.saturating_mul(a.threads as u64);
     let staging = CachedStore::staging_bytes(usize::try_from(cache).unwrap_or(usize::MAX)) as u64;
@@ -251,7 +271,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
             return Err(err(e));
         }
     };
-    let result = measure(&a, store, n, cache);
+    let result = measure(&a, store, n, cache, page);
     // The store is closed: take away what it made, and the directory if
     // nothing else is left in it.
     if let Ok(entries) = std::fs::read_dir(&root) {
@@ -283,13 +303,14 @@ fn ours(name: &str) -> bool {
     ) || name.starts_with(".setcache-probe-")
 }
 
-fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String> {
+fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64, page: u64) -> Result<(), String> {
     let err = |e: setcache::Error| format!("arraybench: {e}");
     let _ = store.delete("array");
     let cs = CachedStore::new(
         store,
         CacheOptions {
             size: cache as usize,
+            page_size: page as usize,
             ..CacheOptions::default()
         },
     )
@@ -335,6 +356,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
         "tc hits",
         "misses"
     );
+    let piece = page / 8;
     for w in &a.workload {
         if interrupted() {
             return Err(STOPPED.into());
@@ -344,14 +366,14 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
             .map(|k| {
                 let seed = 0x5eed ^ n ^ ((k as u64) << 32);
                 if w == "scattered" {
-                    shuffled_pieces(share(n, t, k), seed)
+                    shuffled_pieces(share(n, t, k), piece, seed)
                 } else {
                     indices(w, n, a.ops, seed)
                 }
             })
             .collect();
         let misses = cs.cache().stats().misses;
-        let (times, stats) = rounds(&arr, &v, w, &idx, a.rounds).map_err(err)?;
+        let (times, stats) = rounds(&arr, &v, w, &idx, piece, a.rounds).map_err(err)?;
         if interrupted() {
             return Err(STOPPED.into());
         }
@@ -397,7 +419,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64) -> Result<(), String
 /// Element operations thread `k` of `t` does in a round of `w`.
 fn ops_of(w: &str, n: u64, t: usize, k: usize, idx: &[u64]) -> u64 {
     match w {
-        "seq" | "seq-get" | "scattered" => share(n, t, k).count() as u64,
+        "seq" | "seq-chunk" | "seq-get" | "scattered" => share(n, t, k).count() as u64,
         "pages" => idx.len() as u64 * 512,
         _ => idx.len() as u64,
     }
@@ -419,6 +441,7 @@ fn rounds(
     v: &[AtomicU64],
     w: &str,
     idx: &[Vec<u64>],
+    piece: u64,
     rounds: usize,
 ) -> setcache::Result<(Vec<(f64, f64)>, Vec<TranslationStats>)> {
     let t = idx.len();
@@ -447,7 +470,7 @@ fn rounds(
                         gate.wait();
                         gate.wait();
                         if failed.is_none() {
-                            if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx) {
+                            if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx, piece) {
                                 failed = Some(e);
                             }
                         }
@@ -515,7 +538,7 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
     let v = words(atomics);
     let mut s = 0u64;
     match w {
-        "seq" | "seq-get" | "scattered" => {
+        "seq" | "seq-chunk" | "seq-get" | "scattered" => {
             let part = &v[part.start as usize..part.end as usize];
             s = part.iter().fold(0u64, |s, &x| s.wrapping_add(x));
         }
@@ -542,6 +565,7 @@ fn run_array(
     v: &[AtomicU64],
     part: std::ops::Range<u64>,
     idx: &[u64],
+    piece: u64,
 ) -> setcache::Result<()> {
     let mut s = 0u64;
     match w {
@@ -553,12 +577,17 @@ fn run_array(
                         prefetch(v[q as usize + line * 8..].as_ptr());
                     }
                 }
-                s = v[p as usize..p as usize + 512]
+                s = v[p as usize..(p + piece).min(part.end) as usize]
                     .iter()
                     .fold(s, |s, &x| s.wrapping_add(x));
             }
         }
         "seq" => {
+            r.for_each_run(part, |_, run| {
+                s = run.iter().fold(s, |s, x| s.wrapping_add(x))
+            })?;
+        }
+        "seq-chunk" => {
             r.for_each_chunk(part, |_, xs| {
                 s = xs.iter().fold(s, |s, &x| s.wrapping_add(x))
             })?;

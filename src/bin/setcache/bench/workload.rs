@@ -11,6 +11,7 @@
 //! speed, each access waits for its time on the trace's clock (scaled).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use setcache::hitsim::Trace;
@@ -122,6 +123,12 @@ pub(crate) struct Replay {
     /// At a replay speed: accesses due this long after a thread's first are
     /// not made (the run's ramp and runtime: the run has ended by then).
     deadline: Option<Duration>,
+    /// Threads' cursors made over the replay since the run began
+    /// ([`Replay::begin_run`]), and those of them that have taken every
+    /// access of their first pass (or were given none): every write of the
+    /// trace was made once the two agree.
+    cursors: AtomicUsize,
+    first_passes: AtomicUsize,
 }
 
 impl Replay {
@@ -140,7 +147,23 @@ impl Replay {
             speed,
             chunks,
             deadline: None,
+            cursors: AtomicUsize::new(0),
+            first_passes: AtomicUsize::new(0),
         }
+    }
+
+    /// A run begins: no cursor has replayed anything yet.
+    pub(crate) fn begin_run(&self) {
+        self.cursors.store(0, Relaxed);
+        self.first_passes.store(0, Relaxed);
+    }
+
+    /// Whether every thread of the run has taken every access of its share
+    /// of the trace at least once (a run cut short by its runtime, or a
+    /// timed replay by its deadline, may not have).
+    pub(crate) fn made_a_pass(&self) -> bool {
+        let n = self.cursors.load(Relaxed);
+        n > 0 && self.first_passes.load(Relaxed) == n
     }
 
     /// The same replay, whose timed accesses stop `secs` seconds after each
@@ -272,6 +295,11 @@ pub(crate) enum Next {
 
 impl Cursor {
     fn new(r: &Arc<Replay>, thread: usize, threads: usize) -> Cursor {
+        r.cursors.fetch_add(1, Relaxed);
+        if thread >= r.n_chunks() {
+            // No share of the trace: nothing to replay.
+            r.first_passes.fetch_add(1, Relaxed);
+        }
         Cursor {
             r: Arc::clone(r),
             first: thread,
@@ -317,6 +345,9 @@ impl Cursor {
             self.chunk += self.stride;
             if self.chunk >= r.n_chunks() {
                 self.pass += 1;
+                if self.pass == 1 {
+                    r.first_passes.fetch_add(1, Relaxed);
+                }
                 if r.passes > 0 && self.pass >= r.passes {
                     return None;
                 }
