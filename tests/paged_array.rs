@@ -758,6 +758,8 @@ fn chunks_in_place_are_refused_beside_a_writable_word_array() {
     let mut r = pairs.reader();
     let got = r.for_each_chunk(0..1024, |_, _| {});
     assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
+    let got = r.for_each_run(0..1024, |_, _| {});
+    assert!(matches!(got, Err(Error::InvalidArgument(_))), "{got:?}");
     // Copies are still served.
     let mut out = [[0u32; 2]; 8];
     pairs.read_into(0, &mut out).unwrap();
@@ -880,4 +882,35 @@ fn runs_see_whole_words_under_concurrent_stores() {
         }
         stop.store(true, Ordering::Relaxed);
     });
+}
+
+/// A write of a page from inside a run's callback over it is refused at
+/// once (`HeldByCaller`), whichever way the run pinned the page: through the
+/// shared cache (the first pass) or through the reader's entry (the next),
+/// not left to wait for the thread's own pin.
+#[test]
+fn a_write_from_inside_a_run_of_its_page_is_refused_at_once() {
+    let tmp = TempDir::new("array-run-write");
+    let cs = store(&tmp, 64, 64);
+    let a = PagedArray::<u64>::create(&cs, "w", 4 * 512, LayoutKind::Stripe).unwrap();
+    let mut r = a.reader();
+    for pass in 0..3 {
+        let t = std::time::Instant::now();
+        let mut got = None;
+        r.for_each_run(512..1024, |_, _| got = Some(a.write_from(600, &[1, 2, 3])))
+            .unwrap();
+        let got = got.unwrap();
+        assert!(
+            matches!(got, Err(Error::HeldByCaller(_))),
+            "pass {pass}: {got:?}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "pass {pass} waited {:?}",
+            t.elapsed()
+        );
+    }
+    // Outside the run the write goes through.
+    a.write_from(600, &[1, 2, 3]).unwrap();
+    assert_eq!(r.get(601).unwrap(), 2);
 }

@@ -673,21 +673,33 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         }
         const GROUP: usize = 16;
         let ps_mask = (1u64 << self.shift) - 1;
-        for (ids, outs) in idx.chunks(GROUP).zip(out.chunks_mut(GROUP)) {
+        let group = |k: usize| &idx[(k * GROUP).min(idx.len())..((k + 1) * GROUP).min(idx.len())];
+        // A pipeline of three stages, a group apart: the entries of group
+        // `k + 2` asked for, then the frames' lines and the sets' epoch
+        // words that group `k + 1`'s entries name, then group `k`'s
+        // elements read; so each stage's lines have a group's time to come.
+        let entries = |r: &Self, ids: &[u64]| {
             for &i in ids {
-                let page = (i.min(self.arr.len) * size_of::<T>() as u64) >> self.shift;
-                let set = self.l2_set(page);
-                crate::cache::prefetch(&self.l1[page as usize & self.l1_mask]);
-                crate::cache::prefetch(&self.l2[set]);
+                let page = (i.min(r.arr.len) * size_of::<T>() as u64) >> r.shift;
+                crate::cache::prefetch(&r.l1[page as usize & r.l1_mask]);
+                crate::cache::prefetch(&r.l2[r.l2_set(page)]);
             }
+        };
+        let frames = |r: &Self, ids: &[u64]| {
             for &i in ids {
-                let off = i.min(self.arr.len) * size_of::<T>() as u64;
-                let page = off >> self.shift;
-                if let Some(e) = self.find(page) {
+                let off = i.min(r.arr.len) * size_of::<T>() as u64;
+                if let Some(e) = r.find(off >> r.shift) {
                     crate::cache::prefetch(e.frame.wrapping_add((off & ps_mask) as usize));
-                    crate::cache::prefetch(e.state);
+                    crate::cache::prefetch(e.epoch);
                 }
             }
+        };
+        entries(self, group(0));
+        entries(self, group(1));
+        frames(self, group(0));
+        for (k, (ids, outs)) in idx.chunks(GROUP).zip(out.chunks_mut(GROUP)).enumerate() {
+            entries(self, group(k + 2));
+            frames(self, group(k + 1));
             for (&i, o) in ids.iter().zip(outs.iter_mut()) {
                 *o = self.get_outlined(i)?;
             }
@@ -932,7 +944,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             // The frame is page-aligned and `at` a multiple of the size, which
             // `T`'s alignment divides (and the page size, as `ps % size == 0`).
             if is_word::<T>() {
-                let (g, at) = self.pin_chunk(off, n, stream, true)?;
+                let (g, at) = self.pin_chunk(off, n, stream, true, i + n < range.end)?;
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
@@ -942,8 +954,10 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 // A writable array of word elements over the same file
                 // stores into its frames under shared pins: no slice of
                 // them may live meanwhile.
+                let (g, at) = self.pin_chunk(off, n, stream, false, i + n < range.end)?;
+                // After the pin: either the array's making sees it, or
+                // this sees the array.
                 file.entry.refs_allowed()?;
-                let (g, at) = self.pin_chunk(off, n, stream, false)?;
                 let bytes = &g[at..at + (n * size) as usize];
                 let first = bytes.as_ptr().cast::<T>();
                 // SAFETY: the guard pins the page and excludes writers (non-word elements are written only under the page's exclusive hold) while the slice lives; `T` is plain old data, aligned here.
@@ -961,22 +975,28 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// stream's reads, which leave it cold), checked to hold them, and the
     /// byte of the first in its frame. Frames of consecutive pages lie
     /// anywhere in the cache's memory, where the CPU's own prefetcher cannot
-    /// follow: the frame two pages ahead and the set four ahead are asked
-    /// for. With `install`, the page gets an entry in the tables for the next
-    /// pass (if it lies wholly inside the file: see `ArrayReader::sight`).
+    /// follow: when the read goes on past this page (`more`), the first
+    /// 4 KiB of the frame two pages ahead and the set four ahead are asked
+    /// for (within a frame the CPU's prefetcher follows the reads). With
+    /// `install`, the page gets an entry in the tables for the next pass (if
+    /// it lies wholly inside the file: see `ArrayReader::sight`).
     fn pin_chunk(
         &mut self,
         off: u64,
         n: u64,
         stream: bool,
         install: bool,
+        more: bool,
     ) -> Result<(crate::cached::PageGuard<'a>, usize)> {
         let file: &'a CachedFile = &self.arr.file;
         let size = size_of::<T>() as u64;
         let ps = 1u64 << self.shift;
         let page = off / ps;
-        file.shared.cache.prefetch(file.id, page + 4, false);
-        file.shared.cache.prefetch_bytes(file.id, page + 2, 0, ps as usize);
+        if more {
+            let cache = &file.shared.cache;
+            cache.prefetch(file.id, page + 4, false);
+            cache.prefetch_bytes(file.id, page + 2, 0, ps.min(4096) as usize);
+        }
         let mode = if stream { Mode::Stream } else { Mode::Keep };
         let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
         let at = (off - g.offset()) as usize;
@@ -1027,12 +1047,17 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 i += 1;
                 continue;
             }
-            if !is_word::<T>() {
-                // A writable array of word elements over the same file
-                // stores into its frames under shared pins, which would not
-                // keep it out of these reads.
-                file.entry.refs_allowed()?;
-            }
+            // A writable array of word elements over the same file stores
+            // into its frames under shared pins, which would not keep it out
+            // of reads of other elements: checked after the pin, so that
+            // either the array's making sees the pin or this sees the array.
+            let others_allowed = || {
+                if is_word::<T>() {
+                    Ok(())
+                } else {
+                    file.entry.refs_allowed()
+                }
+            };
             let stream = readahead::note_read(sh, &file.entry, file.id, off, n * size, 0);
             let page = off / ps;
             let at = (off & (ps - 1)) as usize;
@@ -1040,13 +1065,20 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             // no lookup in the shared cache (an entry is made only for a page
             // wholly inside the file).
             if let Some(e) = self.find(page).copied()
+                && let Ok(hold) = file.hold_shared(page)
                 && cache.pin_seen(e.state, e.epoch, e.v, e.ep)
             {
                 let pin = SeenPin {
                     cache,
                     state: e.state,
+                    _hold: hold,
                 };
+                others_allowed()?;
+                // The next pages' frames, if the range goes on to them.
                 for ahead in [page + 1, page + 2] {
+                    if i + n == range.end {
+                        break;
+                    }
                     if let Some(x) = self.find(ahead) {
                         for line in (0..512).step_by(64) {
                             crate::cache::prefetch(x.frame.wrapping_add(line));
@@ -1066,7 +1098,8 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 i += n;
                 continue;
             }
-            let (g, at) = self.pin_chunk(off, n, stream, true)?;
+            let (g, at) = self.pin_chunk(off, n, stream, true, i + n < range.end)?;
+            others_allowed()?;
             // SAFETY: the guard pins the page until it drops, after `f`; the `n` elements from `at` lie in the frame (checked above), aligned.
             f(i, unsafe {
                 Run::new(g.frame_ptr().add(at).cast_const(), n as usize)
@@ -1079,10 +1112,13 @@ impl<'a, T: Element> ArrayReader<'a, T> {
 }
 
 /// A pin taken through a translation entry, given back when dropped (also
-/// when the callback that reads under it panics).
+/// when the callback that reads under it panics), with this thread's hold on
+/// the page (so that a write of it from the callback is refused, not left to
+/// wait for the pin).
 struct SeenPin<'a> {
     cache: &'a crate::cache::PageCache,
     state: &'a AtomicU32,
+    _hold: crate::cached::SharedHold,
 }
 
 impl Drop for SeenPin<'_> {

@@ -282,6 +282,13 @@ impl Hold {
     }
 }
 
+/// This thread's hold on a page it pinned without a guard (a paged array's
+/// read in place through its translation entry), taken by
+/// [`CachedFile::hold_shared`] and let go when dropped: a writer of the page
+/// in the same thread is then refused with [`Error::HeldByCaller`] as
+/// beside a guard, instead of waiting for the pin.
+pub(crate) struct SharedHold(#[allow(dead_code)] Hold);
+
 impl Drop for Hold {
     fn drop(&mut self) {
         // After the thread's locals are gone there is no list to leave.
@@ -1072,6 +1079,14 @@ impl CachedFile {
     }
 
     /// The store this handle belongs to, as page guards name it.
+    /// This thread's shared hold on `page`, for a pin taken without a
+    /// guard (see [`SharedHold`]): `TooManyPins` past the thread's bound,
+    /// `HeldByCaller` if the thread holds the page mutably.
+    pub(crate) fn hold_shared(&self, page: u64) -> Result<SharedHold> {
+        let name = || self.entry.file.name();
+        Hold::take(self.store_key(), self.id, page, false, name).map(SharedHold)
+    }
+
     fn store_key(&self) -> usize {
         Hold::store_key(&self.shared)
     }

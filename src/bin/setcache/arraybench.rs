@@ -15,7 +15,10 @@
 //! * `zipf`: reads at Zipf 0.99 ranks, scrambled over the array as `bench
 //!   --dist zipf` scrambles them (`ArrayReader::get` per element);
 //! * `uniform`: reads at uniformly random indices;
-//! * `pages`: a random page's 512 elements, read one by one in order;
+//! * `pages`: a random 4 KiB run's 512 elements, read one by one in order
+//!   (`ArrayReader::get` each);
+//! * `pages-run`: the same runs read in place through
+//!   `ArrayReader::for_each_run` (an atomic load per element);
 //! * `zipf-batch`, `uniform-batch`: the reads of `zipf` and `uniform`, 64 at
 //!   a time through `ArrayReader::get_many` (the vector reads them as before:
 //!   its loads overlap anyway, the indices being known);
@@ -75,12 +78,12 @@ pub(crate) struct ArrayArgs {
     /// Workloads (comma-separated): seq, seq-chunk (the sum through
     /// `ArrayReader::for_each_chunk`, copied), seq-get (the sum element by
     /// element through `ArrayReader::get`), scattered (the floor of a sum over
-    /// frames that lie anywhere: no array), zipf, uniform, pages,
-    /// zipf-batch, uniform-batch (the reads of zipf and uniform, 64 at a time
+    /// frames that lie anywhere: no array), zipf, uniform, pages, pages-run
+    /// (the pages' runs through `ArrayReader::for_each_run`), zipf-batch, uniform-batch (the reads of zipf and uniform, 64 at a time
     /// through `ArrayReader::get_many`), updates
     #[arg(
         long,
-        default_value = "seq,scattered,zipf,uniform,pages,zipf-batch,uniform-batch,updates",
+        default_value = "seq,scattered,zipf,uniform,pages,pages-run,zipf-batch,uniform-batch,updates",
         value_delimiter = ','
     )]
     workload: Vec<String>,
@@ -96,13 +99,14 @@ pub(crate) struct ArrayArgs {
     threads: usize,
 }
 
-const WORKLOADS: [&str; 10] = [
+const WORKLOADS: [&str; 11] = [
     "seq",
     "seq-chunk",
     "seq-get",
     "zipf",
     "uniform",
     "pages",
+    "pages-run",
     "zipf-batch",
     "uniform-batch",
     "updates",
@@ -144,7 +148,7 @@ fn indices(w: &str, n: u64, ops: usize, seed: u64) -> Vec<u64> {
                 .collect()
         }
         "uniform" | "updates" => (0..ops).map(|_| rng.below(n)).collect(),
-        "pages" => (0..ops / 512).map(|_| rng.below(n / 512) * 512).collect(),
+        "pages" | "pages-run" => (0..ops / 512).map(|_| rng.below(n / 512) * 512).collect(),
         _ => Vec::new(),
     }
 }
@@ -160,7 +164,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     for w in &a.workload {
         if !WORKLOADS.contains(&w.as_str()) {
             return Err(format!(
-                "unknown --workload {w:?}: expected seq, seq-chunk, seq-get, zipf, uniform, pages, zipf-batch, uniform-batch, updates or scattered"
+                "unknown --workload {w:?}: expected seq, seq-chunk, seq-get, zipf, uniform, pages, pages-run, zipf-batch, uniform-batch, updates or scattered"
             ));
         }
     }
@@ -420,7 +424,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64, page: u64) -> Result
 fn ops_of(w: &str, n: u64, t: usize, k: usize, idx: &[u64]) -> u64 {
     match w {
         "seq" | "seq-chunk" | "seq-get" | "scattered" => share(n, t, k).count() as u64,
-        "pages" => idx.len() as u64 * 512,
+        "pages" | "pages-run" => idx.len() as u64 * 512,
         _ => idx.len() as u64,
     }
 }
@@ -542,7 +546,7 @@ fn run_vec(w: &str, atomics: &[AtomicU64], part: std::ops::Range<u64>, idx: &[u6
             let part = &v[part.start as usize..part.end as usize];
             s = part.iter().fold(0u64, |s, &x| s.wrapping_add(x));
         }
-        "pages" => {
+        "pages" | "pages-run" => {
             for &p in idx {
                 for x in &v[p as usize..p as usize + 512] {
                     s = s.wrapping_add(*x);
@@ -595,6 +599,13 @@ fn run_array(
         "seq-get" => {
             for i in part {
                 s = s.wrapping_add(r.get(i)?);
+            }
+        }
+        "pages-run" => {
+            for &p in idx {
+                r.for_each_run(p..p + 512, |_, run| {
+                    s = run.iter().fold(s, |s, x| s.wrapping_add(x))
+                })?;
             }
         }
         "pages" => {

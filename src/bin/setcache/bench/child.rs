@@ -183,7 +183,20 @@ pub(crate) fn child_main() -> i32 {
             let parsed = job_from_json(v)?;
             prepare(job.get_or_init(|| parsed))
         },
-        |prepared| prepared.run().map(|out| out.to_json()),
+        |prepared| {
+            prepared.run().map(|out| {
+                let mut v = out.to_json();
+                // Whether the replay's writes can be checked: the parent's
+                // own count of the threads' passes saw none of this run.
+                if let Some(r) = job
+                    .get()
+                    .and_then(|j: &LinuxJob| j.workload.replay.as_ref())
+                {
+                    v["replay_whole"] = json!(r.made_a_pass());
+                }
+                v
+            })
+        },
     )
 }
 
@@ -224,12 +237,19 @@ pub(crate) struct Cap<'a> {
     pub(crate) cache_bytes: u64,
 }
 
-/// Run `job` in a child process, inside `cap`'s cgroup if given.
-pub(crate) fn run_in_child(job: &LinuxJob, cap: Option<Cap>) -> Result<Outcome, String> {
+/// Run `job` in a child process, inside `cap`'s cgroup if given: what it
+/// measured, and for a replay whether every thread replayed its whole share
+/// of the trace once (see `Replay::made_a_pass`).
+pub(crate) fn run_in_child(
+    job: &LinuxJob,
+    cap: Option<Cap>,
+) -> Result<(Outcome, Option<bool>), String> {
     let text = serde_json::to_string(&job_to_json(job)?).map_err(|e| e.to_string())?;
     let cap = cap.map(|c| (c.cgroup, c.cache_bytes + cgroup::slack(job.threads)));
     let ok = converse(CHILD_SUBCOMMAND, &text, cap, &job.engine.to_string())?;
-    Outcome::from_json(&ok).ok_or_else(|| "child process: malformed result".to_string())
+    let out =
+        Outcome::from_json(&ok).ok_or_else(|| "child process: malformed result".to_string())?;
+    Ok((out, ok.get("replay_whole").and_then(Value::as_bool)))
 }
 
 /// The parent's side: start this executable with `subcommand`, move it into

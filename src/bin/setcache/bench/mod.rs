@@ -309,6 +309,8 @@ fn run_one(
         },
     };
     let mut readahead = None;
+    // Whether a replay made in a child process replayed its whole trace once.
+    let mut replay_whole = None;
     let out = match engine {
         Engine::Direct | Engine::DirectCopy => direct::run(
             b.store,
@@ -342,7 +344,9 @@ fn run_one(
                     cgroup,
                     cache_bytes,
                 });
-            child::run_in_child(&job, cap)?
+            let (out, whole) = child::run_in_child(&job, cap)?;
+            replay_whole = whole;
+            out
         }
         Engine::Setcache => {
             let calls = cached::Calls {
@@ -381,7 +385,7 @@ fn run_one(
         )?,
     };
     if let Some(r) = b.cfg.replay.as_ref().filter(|r| r.trace.n_writes > 0) {
-        if r.made_a_pass() {
+        if replay_whole.unwrap_or_else(|| r.made_a_pass()) {
             check_replay_writes(b, engine, r, a.bs)?;
         } else {
             say!(
