@@ -862,8 +862,9 @@ fn runs_see_whole_words_under_concurrent_stores() {
             while !stop.load(Ordering::Relaxed) {
                 for _ in 0..4096 {
                     let i = rng.below(n);
-                    // The low half is the index, the high half anything.
-                    w.set(i, i | (round.wrapping_mul(0x1_0001) << 32)).unwrap();
+                    // The low half is the index, the high half two equal
+                    // 16-bit halves.
+                    w.set(i, i | (((round & 0xffff) * 0x1_0001) << 32)).unwrap();
                 }
                 round += 1;
             }

@@ -867,9 +867,17 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// loads into the reader's own buffer; others are the slice in the cached
     /// frame itself, pinned while `f` runs (no copy). The reads count as a
     /// sequential stream for readahead.
-    pub fn for_each_chunk(
+    pub fn for_each_chunk(&mut self, range: Range<u64>, f: impl FnMut(u64, &[T])) -> Result<()> {
+        self.chunks(range, false, f)
+    }
+
+    /// [`ArrayReader::for_each_chunk`], for a caller that goes on reading
+    /// after `range` (`goes_on`: an iterator refilling a page at a time), so
+    /// that its last page's read still asks for the pages after it.
+    fn chunks(
         &mut self,
         range: Range<u64>,
+        goes_on: bool,
         mut f: impl FnMut(u64, &[T]),
     ) -> Result<()> {
         if range.start > range.end || range.end > self.arr.len {
@@ -944,7 +952,8 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             // The frame is page-aligned and `at` a multiple of the size, which
             // `T`'s alignment divides (and the page size, as `ps % size == 0`).
             if is_word::<T>() {
-                let (g, at) = self.pin_chunk(off, n, stream, true, i + n < range.end)?;
+                let more = goes_on || i + n < range.end;
+                let (g, at) = self.pin_chunk(off, n, stream, true, more)?;
                 self.buf.resize(n as usize, self.zero);
                 // SAFETY: the guard pins the page; its `n` elements from `at` lie in the frame, aligned, read through the frame's address (no borrow of bytes other threads may store into).
                 unsafe { copy_words(g.frame_ptr().add(at), &mut self.buf[..n as usize]) };
@@ -954,7 +963,8 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 // A writable array of word elements over the same file
                 // stores into its frames under shared pins: no slice of
                 // them may live meanwhile.
-                let (g, at) = self.pin_chunk(off, n, stream, false, i + n < range.end)?;
+                let more = goes_on || i + n < range.end;
+                let (g, at) = self.pin_chunk(off, n, stream, false, more)?;
                 // After the pin: either the array's making sees it, or
                 // this sees the array.
                 file.entry.refs_allowed()?;
@@ -1289,9 +1299,10 @@ impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
             self.page.clear();
             self.at = 0;
             let page = &mut self.page;
+            let goes_on = stop < self.end;
             if let Err(e) = self
                 .reader
-                .for_each_chunk(self.next..stop, |_, xs| page.extend_from_slice(xs))
+                .chunks(self.next..stop, goes_on, |_, xs| page.extend_from_slice(xs))
             {
                 // The error is the last item: no element read before it in
                 // this range comes after it.

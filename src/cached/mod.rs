@@ -1078,7 +1078,6 @@ impl CachedFile {
         Ok((page, start, (len - start).min(ps) as usize))
     }
 
-    /// The store this handle belongs to, as page guards name it.
     /// This thread's shared hold on `page`, for a pin taken without a
     /// guard (see [`SharedHold`]): `TooManyPins` past the thread's bound,
     /// `HeldByCaller` if the thread holds the page mutably.
@@ -1087,6 +1086,7 @@ impl CachedFile {
         Hold::take(self.store_key(), self.id, page, false, name).map(SharedHold)
     }
 
+    /// The store this handle belongs to, as page guards name it.
     fn store_key(&self) -> usize {
         Hold::store_key(&self.shared)
     }
