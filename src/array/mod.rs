@@ -714,6 +714,15 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         self.get(i)
     }
 
+    /// `Ok` if `range` is a range of this array's elements (start not past
+    /// its end, end not past the array's).
+    fn check_range(&self, range: &Range<u64>) -> Result<()> {
+        if range.start > range.end || range.end > self.arr.len {
+            return Err(self.out_of_range(range.end.max(range.start)));
+        }
+        Ok(())
+    }
+
     #[cold]
     fn out_of_range(&self, i: u64) -> Error {
         Error::OutOfRange {
@@ -848,9 +857,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
     /// count as a sequential stream for readahead). A range past the end is
     /// an error now; a read that fails later is the iterator's last item.
     pub fn iter(&mut self, range: Range<u64>) -> Result<ArrayIter<'_, 'a, T>> {
-        if range.start > range.end || range.end > self.arr.len {
-            return Err(self.out_of_range(range.end.max(range.start)));
-        }
+        self.check_range(&range)?;
         Ok(ArrayIter {
             reader: self,
             next: range.start,
@@ -880,9 +887,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         goes_on: bool,
         mut f: impl FnMut(u64, &[T]),
     ) -> Result<()> {
-        if range.start > range.end || range.end > self.arr.len {
-            return Err(self.out_of_range(range.end.max(range.start)));
-        }
+        self.check_range(&range)?;
         let size = size_of::<T>() as u64;
         let ps = 1u64 << self.shift;
         let file: &'a CachedFile = &self.arr.file;
@@ -1038,9 +1043,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         range: Range<u64>,
         mut f: impl FnMut(u64, Run<'_, T>),
     ) -> Result<()> {
-        if range.start > range.end || range.end > self.arr.len {
-            return Err(self.out_of_range(range.end.max(range.start)));
-        }
+        self.check_range(&range)?;
         let size = size_of::<T>() as u64;
         let ps = 1u64 << self.shift;
         let file: &'a CachedFile = &self.arr.file;

@@ -1802,8 +1802,7 @@ fn a_partitions_memory_prefers_its_node() {
     let policy_at = |set: usize| {
         let (mut mode, mut mask) = (0i32, [0u64; 16]);
         const MPOL_F_ADDR: libc::c_ulong = 2;
-        // SAFETY: `mode` and a mask of 1024 bits are ours to write; the
-        // address is one of the cache's frames.
+        // SAFETY: `mode` and a mask of 1024 bits are ours to write; the address is one of the cache's frames.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_get_mempolicy,

@@ -517,8 +517,7 @@ pub(crate) fn wait_until(due: Instant, mut done: impl FnMut() -> bool) {
     }
     if !SLACK_SET.get() {
         SLACK_SET.set(true);
-        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only
-        // this thread's timer slack.
+        // SAFETY: PR_SET_TIMERSLACK takes a plain integer and changes only this thread's timer slack.
         unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong, 0, 0, 0) };
     }
     loop {
