@@ -36,7 +36,7 @@ pub(crate) struct SimArgs {
     #[arg(long, default_value = "10%", value_delimiter = ',')]
     cache_size: Vec<String>,
     /// Pages per set of the set-associative policies, comma-separated (4..=32).
-    #[arg(long, default_value = "12", value_delimiter = ',')]
+    #[arg(long, default_values_t = [DEFAULT_SET_SIZE], value_delimiter = ',')]
     set_size: Vec<usize>,
     /// Page size: block traces are cut into pages of this size, byte cache
     /// sizes are divided by it. As `bench --bs`: a multiple of 512 that
@@ -58,6 +58,9 @@ pub(crate) struct SimArgs {
     plot: Option<String>,
 }
 
+/// `--set-size` when not given: PPC's set size, the cache's default.
+const DEFAULT_SET_SIZE: usize = 12;
+
 /// Resolves one `--cache-size` item to pages.
 fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, String> {
     let t = text.trim();
@@ -76,7 +79,15 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
             .parse()
             .map_err(|_| format!("invalid cache size {text:?}: bad page count"))?
     } else {
-        (parse_size(t)? / page_size) as usize
+        let bytes = parse_size(t)?;
+        if bytes % page_size != 0 {
+            return Err(format!(
+                "cache size {text:?} is not a whole number of {page_size}-byte pages: give a \
+                 multiple of the page size, a page count (such as 100p) or a share of the \
+                 footprint (such as 10%)"
+            ));
+        }
+        (bytes / page_size) as usize
     };
     if pages == 0 {
         return Err(format!("cache size {text:?} is less than one page"));
@@ -112,6 +123,13 @@ fn settings(args: &SimArgs) -> Result<Settings, String> {
         if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
             return Err(format!("--set-size {s}: must be within 4..=32"));
         }
+    }
+    if args.set_size != [DEFAULT_SET_SIZE] && !policies.iter().any(|p| p.is_sa()) {
+        return Err(format!(
+            "--set-size applies to the set-associative policies (sa-*), and --policy {} names \
+             none: add one or drop --set-size",
+            args.policy
+        ));
     }
     let only = match args.ops.to_ascii_lowercase().as_str() {
         "all" => None,
@@ -364,8 +382,41 @@ mod tests {
         assert_eq!(cache_pages("65536p", 10, 4096), Ok(65_536));
         assert_eq!(cache_pages("10%", 5000, 4096), Ok(500));
         assert!(cache_pages("1k", 10, 4096).is_err());
+        // Bytes that are not whole pages are refused rather than rounded.
+        let e = cache_pages("6k", 10, 4096).unwrap_err();
+        assert!(e.contains("not a whole number of 4096-byte pages"), "{e}");
+        assert_eq!(cache_pages("200%", 1000, 4096), Ok(2000));
         assert!(cache_pages("x%", 10, 4096).is_err());
         assert!(cache_pages("0p", 10, 4096).is_err());
+    }
+
+    /// `--set-size` with no set-associative policy to apply it to is
+    /// refused; with one, or with the default, it is taken.
+    #[test]
+    fn a_set_size_needs_a_set_associative_policy() {
+        let settings_of = |args: &[&str]| {
+            let argv: Vec<String> = ["setcache", "sim", "--trace", "zipf:pages=100,ops=1000"]
+                .iter()
+                .chain(args)
+                .map(|s| s.to_string())
+                .collect();
+            let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
+                panic!("not sim arguments");
+            };
+            settings(&a).map(|_| ())
+        };
+        let e = settings_of(&["--policy", "lru,arc", "--set-size", "8"]).unwrap_err();
+        assert!(
+            e.contains("--set-size") && e.contains("drop --set-size"),
+            "{e}"
+        );
+        for ok in [
+            &["--policy", "lru,sa-lru", "--set-size", "8"][..],
+            &["--policy", "lru"],
+            &["--set-size", "8,16"],
+        ] {
+            settings_of(ok).unwrap_or_else(|e| panic!("{ok:?} refused: {e}"));
+        }
     }
 
     #[test]

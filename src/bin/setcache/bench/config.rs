@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use setcache::EngineKind;
 
-use super::args::{AccessArg, ApiArg, BenchArgs, IoEngineArg};
+use super::args::{AccessArg, ApiArg, BenchArgs, DEFAULT_IODEPTH, IoEngineArg};
 use super::engine::Engine;
 use super::jobs::{Job, resolve};
 use super::size::format_size;
@@ -303,6 +303,15 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     if a.hot_size.is_some() && a.hit_ratio.is_empty() {
         return Err("--hot-size only applies to --hit-ratio runs".to_string());
     }
+    if let Some(hot) = a.hot_size.filter(|h| h % a.bs != 0) {
+        return Err(format!(
+            "--hot-size {} is not a whole number of --bs {} blocks (the hot region is made of \
+             blocks): give a multiple of {}",
+            format_size(hot),
+            format_size(a.bs),
+            a.bs
+        ));
+    }
     let mut hit_targets: Vec<Option<f64>> = Vec::new();
     if !a.hit_ratio.is_empty() {
         let Some(cache) = a.cache_size else {
@@ -447,6 +456,40 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     if let Some((_, why)) = unused.iter().find(|u| u.0) {
         return Err((*why).to_string());
     }
+    // Requests in flight: the direct engines, the setcache engine's queue and
+    // futures, the partitions' queues and the jobs keep them; synchronous
+    // calls and the Linux engines make one at a time.
+    let in_flight = !a.job.is_empty()
+        || engines.iter().any(|e| match e {
+            Engine::Direct | Engine::DirectCopy | Engine::SetcacheNuma => true,
+            Engine::Setcache => a.api != ApiArg::Sync,
+            _ => false,
+        });
+    if a.iodepth != DEFAULT_IODEPTH && !in_flight {
+        return Err(format!(
+            "--iodepth {} sets the requests in flight of direct, direct-copy and setcache's \
+             queue and async APIs; every engine of this call makes one request at a time \
+             (linux-*, mmap, setcache with --api sync): drop --iodepth",
+            a.iodepth
+        ));
+    }
+    if engines.contains(&Engine::DirectCopy) {
+        // Each thread's share of the frame pool must hold its requests in
+        // flight; a smaller pool would be raised, measuring another size.
+        let pool = cache_bytes(a.cache_size, a.file_size);
+        let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
+        let frames = pool / threads / a.bs;
+        if frames < u64::from(a.iodepth) {
+            return Err(format!(
+                "--cache-size {} gives each of direct-copy's {threads} threads {frames} frames of \
+                 --bs {}, fewer than its --iodepth {} requests in flight: give a larger \
+                 --cache-size or a smaller --iodepth",
+                format_size(pool),
+                format_size(a.bs),
+                a.iodepth
+            ));
+        }
+    }
     if a.partitions.is_some() && !engines.contains(&Engine::SetcacheNuma) {
         return Err(
             "--partitions sets the setcache-numa engine's partitions: give --engine setcache-numa"
@@ -503,6 +546,23 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 "job {}: delay={}s would never start inside --ramp {} + --runtime {} s: \
                  lower the delay or lengthen the run",
                 j.name, j.delay, a.ramp, a.runtime
+            ));
+        }
+        if let Some(j) = jobs
+            .iter()
+            .find(|j| j.rw == Pattern::GraphWalk && j.bs < WALK_MAX_READ)
+        {
+            return Err(format!(
+                "job {}: rw=graphwalk needs bs= of at least {WALK_MAX_READ} (its longest read), \
+                 not {}",
+                j.name, j.bs
+            ));
+        }
+        // Each job names its own pattern.
+        if a.rw != Pattern::RandRead {
+            return Err(format!(
+                "--job runs take each job's rw=, and --rw {} would be ignored: drop --rw",
+                a.rw
             ));
         }
         jobs
@@ -620,5 +680,88 @@ mod tests {
             "job a: delay=5s would never start",
         );
         refused(&job("rw=read,rw=randwrite"), "job key \"rw\" given twice");
+    }
+
+    /// Settings the run would round or leave unused are refused, naming the
+    /// flag; the same calls without them are taken.
+    #[test]
+    fn settings_that_would_be_rounded_or_ignored_are_refused() {
+        let check = |args: &[&str]| -> Result<(), String> {
+            let argv: Vec<String> = ["setcache", "bench", "--dir", "/tmp/x", "--file-size"]
+                .iter()
+                .chain(&["8M", "--cache-size", "4M", "--runtime", "1", "--ramp", "0"])
+                .chain(args)
+                .map(|s| s.to_string())
+                .collect();
+            let cli = parse(&argv).unwrap()?;
+            let Some(crate::Command::Bench(a)) = cli.command else {
+                panic!("not bench arguments");
+            };
+            validate(*a).map(|_| ())
+        };
+        for (args, want) in [
+            (
+                &["--engine", "linux-buffered", "--iodepth", "8"][..],
+                "drop --iodepth",
+            ),
+            (
+                &["--engine", "setcache", "--api", "sync", "--iodepth", "8"],
+                "drop --iodepth",
+            ),
+            (
+                &[
+                    "--engine",
+                    "setcache",
+                    "--hit-ratio",
+                    "90",
+                    "--hot-size",
+                    "6k",
+                ],
+                "is not a whole number of --bs",
+            ),
+            (
+                &["--engine", "direct-copy", "--threads", "64"],
+                "fewer than its --iodepth 32",
+            ),
+            (
+                &[
+                    "--engine",
+                    "setcache",
+                    "--job",
+                    "name=w,rw=graphwalk,bs=512",
+                ],
+                "job w: rw=graphwalk needs bs= of at least 640",
+            ),
+            (
+                &["--engine", "setcache", "--rw", "read", "--job", "rw=read"],
+                "drop --rw",
+            ),
+            (
+                &["--engine", "setcache", "--readahead", "100"],
+                "less than a 4k page",
+            ),
+        ] {
+            let e = check(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} accepted"));
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        for args in [
+            &["--engine", "setcache", "--api", "sync"][..],
+            &["--engine", "linux-buffered,direct", "--iodepth", "8"],
+            &[
+                "--engine",
+                "setcache",
+                "--hit-ratio",
+                "90",
+                "--hot-size",
+                "8k",
+            ],
+            &["--engine", "direct-copy", "--threads", "32"],
+            &["--engine", "setcache", "--job", "rw=read"],
+            &["--engine", "setcache", "--readahead", "4k"],
+        ] {
+            check(args).unwrap_or_else(|e| panic!("{args:?} refused: {e}"));
+        }
     }
 }

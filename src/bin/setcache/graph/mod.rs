@@ -72,7 +72,7 @@ pub(crate) struct GraphArgs {
     #[arg(long, default_value_t = 4)]
     roots: usize,
     /// PageRank iterations
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = DEFAULT_ITERATIONS)]
     iterations: usize,
     /// Reads each setcache thread keeps in flight while it expands a
     /// frontier (their buffers at most 8 MiB)
@@ -90,6 +90,9 @@ pub(crate) struct GraphArgs {
 }
 
 const BACKINGS: [&str; 4] = ["memory", "setcache", "mmap", "mmap-random"];
+
+/// `--iterations` when not given.
+const DEFAULT_ITERATIONS: usize = 10;
 
 /// One line of the report.
 struct Row {
@@ -146,6 +149,21 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         return Err(format!(
             "--depth {}: give 1 to 4096 reads in flight per thread",
             a.depth
+        ));
+    }
+    // Settings no run of the call would use.
+    if a.budget.is_some() && a.backing.iter().all(|b| b == "memory") {
+        return Err(
+            "--budget limits the setcache and mmap backings; the memory backing holds the whole \
+             graph: add one of them or drop --budget"
+                .into(),
+        );
+    }
+    if a.iterations != DEFAULT_ITERATIONS && !a.algo.iter().any(|al| al == "pagerank") {
+        return Err(format!(
+            "--iterations {} counts PageRank's sweeps, and --algo names no pagerank: add it or \
+             drop --iterations",
+            a.iterations
         ));
     }
     let spec = Spec {
@@ -819,6 +837,15 @@ mod tests {
         refused(&["--dir", d, "--edge-factor", "0"], "--edge-factor 0");
         refused(&["--dir", d, "--roots", "0"], "--roots");
         refused(&["--dir", d, "--budget", "12Q"], "12Q");
+        // Settings that no run of the call would use.
+        refused(
+            &["--dir", d, "--backing", "memory", "--budget", "64M"],
+            "drop --budget",
+        );
+        refused(
+            &["--dir", d, "--algo", "bfs", "--iterations", "3"],
+            "drop --iterations",
+        );
         // Too small for the search's arrays and checks: refused before any run.
         refused(
             &["--dir", d, "--scale", "10", "--budget", "64k"],
