@@ -1559,6 +1559,198 @@ fn a_reader_meeting_a_writer_while_its_queue_reads_does_not_wait_for_ever() {
     drop(watchdog);
 }
 
+/// As above with a write-back in place of the fill: a thread holding a
+/// page's writer writes a page under another thread's queue write-back (a
+/// victim its reads evicted), and that thread, before polling its queue,
+/// reads the page the first one holds. Its queue holds no fill (every miss
+/// waits for a victim's write), only the write-back that the writer waits
+/// for: its wait for the writer is bounded all the same, so neither waits
+/// for ever.
+#[test]
+fn a_reader_meeting_a_writer_while_its_queue_writes_back_does_not_wait_for_ever() {
+    let tmp = TempDir::new("writer-queue-writeback");
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    drop(store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let held = 100u64;
+    // The writer's page first, then every other slot dirty (three times as
+    // many pages as slots: each set is full, with no free or clean slot).
+    let mut g = cf.page_mut(held * 4096).unwrap();
+    g.fill(7);
+    for p in 0..48u64 {
+        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    let watchdog = Watchdog::new("a writer and a queue's write-back waited 60 s for each other");
+    let (p_tx, p_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let (cs, cf) = (&cs, &cf);
+        s.spawn(move || {
+            // Reads that evict the dirty pages: the queue writes them back,
+            // and nothing polls it until the read below fails.
+            let mut q = cs.queue(16);
+            q.submit(
+                (64..80u64)
+                    .map(|p| CachedRequest::tagged(OpKind::Read, cf, p * 4096, vec![0; 4096], p))
+                    .collect(),
+            );
+            // A page under this queue's write-back: this thread's own write
+            // of it is refused at once.
+            let owed = (0..48u64)
+                .find(|&p| {
+                    matches!(
+                        cf.write_at(p * 4096, &[p as u8 + 1; 4096]),
+                        Err(Error::HeldByCaller(_))
+                    )
+                })
+                .expect("no page under the queue's write-back");
+            p_tx.send(owed).unwrap();
+            go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+            // Give the other thread the time to begin its write.
+            std::thread::sleep(Duration::from_millis(200));
+            let mut b = vec![0u8; 4096];
+            let t = Instant::now();
+            match cf.read_at(held * 4096, &mut b) {
+                Err(Error::HeldByCaller(m)) => assert!(m.contains("writer"), "{m}"),
+                other => panic!("a read of page {held} under another thread's writer: {other:?}"),
+            }
+            assert!(
+                t.elapsed() >= Duration::from_millis(2900),
+                "{:?}",
+                t.elapsed()
+            );
+            q.drain();
+        });
+        let owed = p_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        go_tx.send(()).unwrap();
+        // Waits for the other thread's write-back, which it finishes once
+        // its own read has failed.
+        cf.write_at(owed * 4096, &[99; 4096]).unwrap();
+        drop(g);
+    });
+    drop(watchdog);
+    let mut b = vec![0u8; 4096];
+    cf.read_at(held * 4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 7));
+}
+
+/// Two threads whose request queues each hold write-backs of victims, each
+/// writing a page under the other's queue write-back before polling its
+/// own: each writer's wait is bounded while its own queue holds I/O, so
+/// neither waits for ever, and every write lands once the queues are
+/// drained.
+#[test]
+fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
+    let tmp = TempDir::new("queue-write-backs-crossed");
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    drop(store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    // Every slot dirty, and no two dirty pages side by side: a queue's
+    // victim is written back alone, not with its neighbours.
+    let dirty = || (0..96u64).step_by(2);
+    for p in dirty() {
+        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    // The pages under this thread's queue write-backs (its own writes of
+    // them are refused at once), leaving alone those of `skip`.
+    let owed = |skip: &[u64]| -> Vec<u64> {
+        let mut owed = Vec::new();
+        for p in dirty().filter(|p| !skip.contains(p)) {
+            match cf.write_at(p * 4096, &[p as u8 + 1; 4096]) {
+                Err(Error::HeldByCaller(m)) if m.contains("queue of this thread started") => {
+                    owed.push(p)
+                }
+                Ok(()) | Err(Error::AllPinned { .. }) => {}
+                Err(e) => panic!("page {p}: {e}"),
+            }
+        }
+        owed
+    };
+    let reads = |p: u64| -> Vec<CachedRequest<'_>> {
+        vec![CachedRequest::tagged(
+            OpKind::Read,
+            &cf,
+            p * 4096,
+            vec![0; 4096],
+            p,
+        )]
+    };
+    // A write of a page under the other thread's queue write-back: refused
+    // after the bounded wait, or done if the other thread drained first.
+    let cross_write = |p: u64| -> bool {
+        let t = Instant::now();
+        let r = cf.write_at(p * 4096, &[99; 4096]);
+        assert!(t.elapsed() < Duration::from_secs(20), "{:?}", t.elapsed());
+        match r {
+            Ok(()) => false,
+            Err(Error::HeldByCaller(m)) => {
+                assert!(m.contains("written back by another thread"), "{m}");
+                true
+            }
+            Err(e) => panic!("page {p}: {e}"),
+        }
+    };
+    let watchdog = Watchdog::new("two writers waited 60 s for each other's queue write-backs");
+    let (a_tx, a_rx) = std::sync::mpsc::channel::<Vec<u64>>();
+    let (b_tx, b_rx) = std::sync::mpsc::channel::<Vec<u64>>();
+    let (refused_a, refused_b) = std::thread::scope(|s| {
+        let (owed, reads, cross_write, cs) = (&owed, &reads, &cross_write, &cs);
+        let a = s.spawn(move || {
+            let mut q = cs.queue(16);
+            q.submit(reads(101));
+            let mine = owed(&[]);
+            assert!(
+                !mine.is_empty(),
+                "no page under the first queue's write-back"
+            );
+            a_tx.send(mine).unwrap();
+            let theirs = b_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            let refused = cross_write(theirs[0]);
+            q.drain();
+            (refused, theirs[0])
+        });
+        let b = s.spawn(move || {
+            let theirs = a_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+            let mut q = cs.queue(16);
+            q.submit(reads(103));
+            let mine = owed(&theirs);
+            assert!(
+                !mine.is_empty(),
+                "no page under the second queue's write-back"
+            );
+            b_tx.send(mine).unwrap();
+            let refused = cross_write(theirs[0]);
+            q.drain();
+            (refused, theirs[0])
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    drop(watchdog);
+    assert!(
+        refused_a.0 || refused_b.0,
+        "neither write waited for the other's queue"
+    );
+    // Nothing holds the pages now: the refused writes land.
+    for (_, p) in [refused_a, refused_b] {
+        cf.write_at(p * 4096, &[99; 4096]).unwrap();
+        let mut b = vec![0u8; 4096];
+        cf.read_at(p * 4096, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 99));
+    }
+}
+
 /// A shrink that cuts a page another thread's request queue is reading in,
 /// while that thread waits for the store (here, to create a file) before it
 /// polls the queue: the shrink's wait for the fill is bounded, so neither

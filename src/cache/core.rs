@@ -205,16 +205,23 @@ pub(crate) enum Found {
     FillHeld { own: bool },
     /// A reader waited [`CROSS_FILL_WAITS`] pin waits for another thread's
     /// writer (a mutable guard) to let go of the page while request queues
-    /// of its own thread hold fills in flight: the writer may be waiting
-    /// for one of them. Nothing is held.
+    /// of its own thread hold fills or write-backs in flight: the writer
+    /// may be waiting for one of them. Nothing is held.
     WriterHeld,
+    /// A writer waited [`CROSS_FILL_WAITS`] pin waits for the page's
+    /// write-back (another thread's, perhaps its request queue's) while
+    /// request queues of its own thread hold fills or write-backs in
+    /// flight: the write-back's owner may be waiting for one of them.
+    /// Nothing is held.
+    WriteBackHeld,
 }
 
-/// How many pin waits a blocking lookup waits for another thread's fill
-/// while request queues of its own thread hold fills in flight (30 s with
-/// the default pin wait). Two threads in that state, each waiting for the
-/// other's fill, would otherwise wait for ever; a fill that is merely slow
-/// ends well within it.
+/// How many pin waits a blocking lookup waits for another thread's fill,
+/// writer or write-back while request queues of its own thread hold fills
+/// or write-backs in flight (30 s with the default pin wait). Two threads in
+/// that state, each waiting for the other's I/O or guard, would otherwise
+/// wait for ever; a fill or write-back that is merely slow ends well within
+/// it.
 pub(crate) const CROSS_FILL_WAITS: u32 = 30;
 
 thread_local! {
@@ -226,6 +233,22 @@ thread_local! {
     /// waited the pin wait for a fill.
     static QUEUE_FILLS: std::cell::RefCell<Vec<(usize, u64)>> =
         const { std::cell::RefCell::new(Vec::new()) };
+    /// Write-backs (and pages held for a queued write) that request queues
+    /// of this thread hold in flight, in any cache: these too only this
+    /// thread finishes.
+    static QUEUE_WRITE_BACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// A request queue of this thread has started (`started`) or settled a
+/// write-back (or a hold of pages for a queued write).
+pub(crate) fn note_queue_write_back(started: bool) {
+    let _ = QUEUE_WRITE_BACKS.try_with(|n| {
+        n.set(if started {
+            n.get() + 1
+        } else {
+            n.get().saturating_sub(1)
+        })
+    });
 }
 
 /// A request queue of this thread has started (`started`) or taken back the
@@ -241,11 +264,14 @@ pub(crate) fn note_queue_fill(core: usize, tag: u64, started: bool) {
     });
 }
 
-/// Whether request queues of this thread hold any fill in flight.
-fn queue_fills() -> bool {
+/// Whether request queues of this thread hold any fill or write-back in
+/// flight: I/O that only this thread finishes, which another thread may be
+/// waiting for while this one waits for it.
+fn queue_io() -> bool {
     QUEUE_FILLS
         .try_with(|v| !v.borrow().is_empty())
         .unwrap_or(false)
+        || QUEUE_WRITE_BACKS.try_with(|n| n.get() > 0).unwrap_or(false)
 }
 
 /// Whether a request queue of this thread holds the fill of `tag` in the
@@ -570,7 +596,7 @@ impl<M: Model> Core<M> {
     /// Whether a request queue of the calling thread holds the fill of `tag`
     /// in flight (only this thread finishes it).
     pub(crate) fn is_own_queue_fill(&self, tag: u64) -> bool {
-        queue_fills() && own_queue_fill(self as *const Self as usize, tag)
+        queue_io() && own_queue_fill(self as *const Self as usize, tag)
     }
 
     /// The stamp of slot `i` of set `s`.
@@ -1394,7 +1420,7 @@ impl<M: Model> Core<M> {
             }
             self.unlock(s);
             self.stats.bump(Stat::CoalescedWaits);
-            if !queue_fills() {
+            if !queue_io() {
                 self.wait_slot(s, i, |v| v & PENDING == 0);
             } else {
                 // The fill may be one of this thread's queues', which would
@@ -1433,7 +1459,10 @@ impl<M: Model> Core<M> {
             if write {
                 // Readers' pins (page guards among them) are waited for up
                 // to the pin wait; a write-back in flight, as long as it
-                // takes.
+                // takes, unless request queues of this thread hold I/O of
+                // their own: the write-back may be another thread's queue's,
+                // which that thread finishes only once it polls, and it may
+                // be waiting for ours.
                 let free = |v: u32| pins(v) == 0 && v & WRITEBACK == 0;
                 let deadline = M::now() + self.pin_wait;
                 self.wait_slot_until(s, i, free, Some(deadline));
@@ -1441,10 +1470,17 @@ impl<M: Model> Core<M> {
                 if !free(v) && v & WRITEBACK == 0 && M::now() >= deadline {
                     return Step::Done(Found::Held);
                 }
+                if v & WRITEBACK != 0 && queue_io() {
+                    let longer = deadline + self.pin_wait * (CROSS_FILL_WAITS - 1);
+                    self.wait_slot_until(s, i, |v| v & WRITEBACK == 0, Some(longer));
+                    if w.load(Acquire) & WRITEBACK != 0 {
+                        return Step::Done(Found::WriteBackHeld);
+                    }
+                }
             } else if v & WRITER == 0 {
                 // Only the pin count at its top: let a holder run.
                 M::backoff(0);
-            } else if !queue_fills() {
+            } else if !queue_io() {
                 self.wait_slot(s, i, |v| v & WRITER == 0);
             } else {
                 // The writer may be waiting for a fill that a queue of this

@@ -26,7 +26,7 @@ pub mod sync;
 use std::time::Duration;
 
 pub(crate) use self::core::Mode;
-pub(crate) use self::core::{CROSS_FILL_WAITS, Got, Sighting, still_at};
+pub(crate) use self::core::{CROSS_FILL_WAITS, Got, Sighting, note_queue_write_back, still_at};
 use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
@@ -397,7 +397,9 @@ impl<M: Model> PageCache<M> {
                     at: At::own(&self.core, tag),
                     done: false,
                 }),
-                Found::Held => unreachable!("only a writer waits for pins"),
+                Found::Held | Found::WriteBackHeld => {
+                    unreachable!("only a writer waits for pins and write-backs")
+                }
                 Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
                 Found::WriterHeld => {
                     return Err(Error::HeldByCaller(format!(
@@ -437,6 +439,16 @@ impl<M: Model> PageCache<M> {
                 Found::Busy => return Ok(None),
                 Found::Pass => unreachable!("a writer's page is always admitted"),
                 Found::WriterHeld => unreachable!("only a reader waits for a writer"),
+                Found::WriteBackHeld => {
+                    return Err(Error::HeldByCaller(format!(
+                        "page {page} of cache file {file} was still being written back by \
+                         another thread after {:.1} s, while request queues of this thread hold \
+                         reads or write-backs in flight that only this thread finishes (and that \
+                         thread may be waiting for one): poll, wait for or drain the queue before \
+                         a synchronous call",
+                        (self.core.pin_wait * self::core::CROSS_FILL_WAITS).as_secs_f64()
+                    )));
+                }
                 Found::Held => {
                     return Err(Error::Busy(format!(
                         "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",

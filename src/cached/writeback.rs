@@ -297,6 +297,9 @@ impl<'a> Owed<'a> {
         };
         let key = (sh as *const Shared as usize, file);
         let nums: Vec<u64> = pages.iter().map(|w| w.page()).collect();
+        // The cache's blocking lookups of this thread bound their waits for
+        // other threads while this lives.
+        crate::cache::note_queue_write_back(true);
         let _ = OWED.try_with(|o| {
             let mut o = o.borrow_mut();
             match o.iter_mut().find(|(k, ..)| *k == key) {
@@ -322,6 +325,7 @@ impl<'a> Owed<'a> {
 
 impl Drop for Owed<'_> {
     fn drop(&mut self) {
+        crate::cache::note_queue_write_back(false);
         let _ = OWED.try_with(|o| {
             let mut o = o.borrow_mut();
             if let Some(i) = o.iter().position(|(k, ..)| *k == self.key) {
