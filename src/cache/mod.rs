@@ -404,9 +404,10 @@ impl<M: Model> PageCache<M> {
                 Found::WriterHeld => {
                     return Err(Error::HeldByCaller(format!(
                         "page {page} of cache file {file} was still held by a writer of another \
-                         thread after {:.1} s, while request queues of this thread hold reads in \
-                         flight that only this thread finishes (and that thread may be waiting \
-                         for one): poll, wait for or drain the queue before a synchronous call",
+                         thread after {:.1} s, while request queues of this thread hold reads or \
+                         write-backs in flight that only this thread finishes (and that thread \
+                         may be waiting for one): poll, wait for or drain the queue before a \
+                         synchronous call",
                         (self.core.pin_wait * self::core::CROSS_FILL_WAITS).as_secs_f64()
                     )));
                 }
@@ -471,9 +472,9 @@ impl<M: Model> PageCache<M> {
         } else {
             format!(
                 "page {page} of cache file {file} was still being read in by another thread \
-                 after {:.1} s, while request queues of this thread hold reads in flight that \
-                 only this thread finishes (and that thread may be waiting for one): poll, \
-                 wait for or drain the queue before a synchronous call",
+                 after {:.1} s, while request queues of this thread hold reads or write-backs \
+                 in flight that only this thread finishes (and that thread may be waiting for \
+                 one): poll, wait for or drain the queue before a synchronous call",
                 (self.core.pin_wait * self::core::CROSS_FILL_WAITS).as_secs_f64()
             )
         })

@@ -1039,7 +1039,9 @@ impl CachedFile {
     /// up to the cache's pin wait ([`Error::Busy`] after it). Errors as
     /// [`CachedFile::page`], and [`Error::ReadOnly`] on a file opened
     /// read-only, [`Error::HeldByCaller`] if this thread holds any guard of
-    /// the page.
+    /// the page, or if the page stayed under another thread's write-back for
+    /// 30 pin waits while request queues of this thread hold reads or
+    /// write-backs in flight (that thread may be waiting for one of them).
     pub fn page_mut(&self, offset: u64) -> Result<PageGuardMut<'_>> {
         self.page_mut_inner(offset).map_err(|e| self.gone_or(e))
     }
@@ -1145,7 +1147,10 @@ impl CachedFile {
     /// pages before it keep the new bytes, as with a short `pwrite`. Write
     /// the range again to be sure of it. A page whose write-back a
     /// [`CachedQueue`] of this thread started and has not finished gets
-    /// [`Error::HeldByCaller`] at once (poll or drain the queue first).
+    /// [`Error::HeldByCaller`] at once (poll or drain the queue first); one
+    /// under another thread's write-back gets it after 30 pin waits if
+    /// request queues of this thread hold reads or write-backs in flight
+    /// (that thread may be waiting for one of them).
     pub fn write_at(&self, offset: u64, data: &[u8]) -> Result<()> {
         self.write_at_inner(offset, data, self.len())
             .map_err(|e| self.gone_or(e))

@@ -82,7 +82,7 @@ fn cache_pages(text: &str, footprint: usize, page_size: u64) -> Result<usize, St
         let bytes = parse_size(t)?;
         if bytes % page_size != 0 {
             return Err(format!(
-                "cache size {text:?} is not a whole number of {page_size}-byte pages: give a \
+                "--cache-size {t}: not a whole number of {page_size}-byte pages: give a \
                  multiple of the page size, a page count (such as 100p) or a share of the \
                  footprint (such as 10%)"
             ));
@@ -122,6 +122,14 @@ fn settings(args: &SimArgs) -> Result<Settings, String> {
     for &s in &args.set_size {
         if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {
             return Err(format!("--set-size {s}: must be within 4..=32"));
+        }
+    }
+    // Byte sizes are checked before the trace is loaded (shares of its
+    // footprint need it).
+    for s in &args.cache_size {
+        let t = s.trim();
+        if !t.ends_with(['%', 'p', 'P']) {
+            cache_pages(t, 0, page_size)?;
         }
     }
     if args.set_size != [DEFAULT_SET_SIZE] && !policies.iter().any(|p| p.is_sa()) {

@@ -109,7 +109,7 @@ pub(crate) struct BenchArgs {
           value_parser = count_arg)]
     pub(crate) threads: Vec<usize>,
     /// Requests in flight per thread for the asynchronous engines (direct, direct-copy, setcache)
-    #[arg(long, value_name = "N", default_value_t = DEFAULT_IODEPTH,
+    #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) iodepth: u32,
     /// Microseconds a waiting `direct` thread polls its rings for completions
@@ -233,17 +233,15 @@ fn policy_arg(s: &str) -> Result<setcache::PolicyKind, String> {
     s.parse::<setcache::PolicyKind>().map_err(|e| e.to_string())
 }
 
-/// `--iodepth` when not given.
-pub(crate) const DEFAULT_IODEPTH: u32 = 32;
-
 fn readahead_arg(s: &str) -> Result<u64, String> {
     match s.trim() {
         "off" | "0" => Ok(0),
         t => match size_arg(t) {
-            // The window is counted in the cache's 4 KiB pages: less than one
-            // would turn readahead off under another name.
-            Ok(n) if n < 4096 => Err(format!(
-                "readahead window of {n} bytes is less than a 4k page: give 4k or more, or `off`"
+            // The window is counted in the cache's 4 KiB pages: a part of
+            // one would be dropped (and less than one turn readahead off).
+            Ok(n) if n % 4096 != 0 => Err(format!(
+                "readahead window of {n} bytes is not a whole number of 4k pages: give a \
+                 multiple of 4k, or `off`"
             )),
             Ok(n) => Ok(n),
             Err(e) => Err(format!("{e} (or `off`)")),

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use setcache::EngineKind;
 
-use super::args::{AccessArg, ApiArg, BenchArgs, DEFAULT_IODEPTH, IoEngineArg};
+use super::args::{AccessArg, ApiArg, BenchArgs, IoEngineArg};
 use super::engine::Engine;
 use super::jobs::{Job, resolve};
 use super::size::format_size;
@@ -456,23 +456,6 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     if let Some((_, why)) = unused.iter().find(|u| u.0) {
         return Err((*why).to_string());
     }
-    // Requests in flight: the direct engines, the setcache engine's queue and
-    // futures, the partitions' queues and the jobs keep them; synchronous
-    // calls and the Linux engines make one at a time.
-    let in_flight = !a.job.is_empty()
-        || engines.iter().any(|e| match e {
-            Engine::Direct | Engine::DirectCopy | Engine::SetcacheNuma => true,
-            Engine::Setcache => a.api != ApiArg::Sync,
-            _ => false,
-        });
-    if a.iodepth != DEFAULT_IODEPTH && !in_flight {
-        return Err(format!(
-            "--iodepth {} sets the requests in flight of direct, direct-copy and setcache's \
-             queue and async APIs; every engine of this call makes one request at a time \
-             (linux-*, mmap, setcache with --api sync): drop --iodepth",
-            a.iodepth
-        ));
-    }
     if engines.contains(&Engine::DirectCopy) {
         // Each thread's share of the frame pool must hold its requests in
         // flight; a smaller pool would be raised, measuring another size.
@@ -481,10 +464,15 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         let frames = pool / threads / a.bs;
         if frames < u64::from(a.iodepth) {
             return Err(format!(
-                "--cache-size {} gives each of direct-copy's {threads} threads {frames} frames of \
-                 --bs {}, fewer than its --iodepth {} requests in flight: give a larger \
-                 --cache-size or a smaller --iodepth",
+                "direct-copy's frame pool of {} ({}) gives each of its {threads} threads \
+                 {frames} frames of --bs {}, fewer than its --iodepth {} requests in flight: \
+                 give a larger --cache-size or a smaller --iodepth",
                 format_size(pool),
+                if a.cache_size.is_some() {
+                    "--cache-size"
+                } else {
+                    "no --cache-size: a quarter of the file, at least 16M"
+                },
                 format_size(a.bs),
                 a.iodepth
             ));
@@ -699,46 +687,34 @@ mod tests {
             };
             validate(*a).map(|_| ())
         };
+        let hot = ["--engine", "setcache", "--hit-ratio", "90", "--hot-size"];
+        let walk = [
+            "--engine",
+            "setcache",
+            "--job",
+            "name=w,rw=graphwalk,bs=512",
+        ];
         for (args, want) in [
             (
-                &["--engine", "linux-buffered", "--iodepth", "8"][..],
-                "drop --iodepth",
-            ),
-            (
-                &["--engine", "setcache", "--api", "sync", "--iodepth", "8"],
-                "drop --iodepth",
-            ),
-            (
-                &[
-                    "--engine",
-                    "setcache",
-                    "--hit-ratio",
-                    "90",
-                    "--hot-size",
-                    "6k",
-                ],
+                &[&hot[..], &["6k"]].concat()[..],
                 "is not a whole number of --bs",
             ),
             (
                 &["--engine", "direct-copy", "--threads", "64"],
                 "fewer than its --iodepth 32",
             ),
-            (
-                &[
-                    "--engine",
-                    "setcache",
-                    "--job",
-                    "name=w,rw=graphwalk,bs=512",
-                ],
-                "job w: rw=graphwalk needs bs= of at least 640",
-            ),
+            (&walk, "job w: rw=graphwalk needs bs= of at least 640"),
             (
                 &["--engine", "setcache", "--rw", "read", "--job", "rw=read"],
                 "drop --rw",
             ),
             (
                 &["--engine", "setcache", "--readahead", "100"],
-                "less than a 4k page",
+                "whole number of 4k pages",
+            ),
+            (
+                &["--engine", "setcache", "--readahead", "6k"],
+                "whole number of 4k pages",
             ),
         ] {
             let e = check(args)
@@ -747,19 +723,13 @@ mod tests {
             assert!(e.contains(want), "{args:?}: {e}");
         }
         for args in [
-            &["--engine", "setcache", "--api", "sync"][..],
-            &["--engine", "linux-buffered,direct", "--iodepth", "8"],
-            &[
-                "--engine",
-                "setcache",
-                "--hit-ratio",
-                "90",
-                "--hot-size",
-                "8k",
-            ],
+            &["--engine", "setcache", "--api", "sync", "--iodepth", "8"][..],
+            &["--engine", "linux-buffered", "--iodepth", "8"],
+            &[&hot[..], &["8k"]].concat(),
             &["--engine", "direct-copy", "--threads", "32"],
             &["--engine", "setcache", "--job", "rw=read"],
             &["--engine", "setcache", "--readahead", "4k"],
+            &["--engine", "setcache", "--readahead", "0k"],
         ] {
             check(args).unwrap_or_else(|e| panic!("{args:?} refused: {e}"));
         }
