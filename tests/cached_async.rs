@@ -1649,7 +1649,7 @@ fn a_reader_meeting_a_writer_while_its_queue_writes_back_does_not_wait_for_ever(
 fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
     let tmp = TempDir::new("queue-write-backs-crossed");
     let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
-    drop(store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap());
+    drop(store.create("f", 4096 * 4096, LayoutKind::Stripe).unwrap());
     let opts = CacheOptions {
         pin_wait: Duration::from_millis(100),
         ..cache(16, 16)
@@ -1657,9 +1657,10 @@ fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
     let cs = CachedStore::with_flusher(store, opts, None).unwrap();
     cs.set_readahead(0);
     let cf = cs.open_file("f").unwrap();
-    // Every slot dirty, and no two dirty pages side by side: a queue's
-    // victim is written back alone, not with its neighbours.
-    let dirty = || (0..96u64).step_by(2);
+    // Every slot dirty, one dirty page to a write-back region (256 KiB): a
+    // queue's victim is written back alone, not with the dirty pages of its
+    // region.
+    let dirty = || (0..48u64).map(|k| k * 64);
     for p in dirty() {
         cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
     }
@@ -1678,14 +1679,17 @@ fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
         }
         owed
     };
-    let reads = |p: u64| -> Vec<CachedRequest<'_>> {
-        vec![CachedRequest::tagged(
-            OpKind::Read,
-            &cf,
-            p * 4096,
-            vec![0; 4096],
-            p,
-        )]
+    // Reads of `n` pages, none cached: each evicts a dirty victim unless
+    // every slot its sets offer is under the other queue's write-back. The
+    // second queue reads a few, since the first holds a slot (and with the
+    // sets divided among partitions, a page has fewer to choose from).
+    let reads = |first: u64, n: u64| -> Vec<CachedRequest<'_>> {
+        (0..n)
+            .map(|k| {
+                let p = first + 64 * k;
+                CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p)
+            })
+            .collect()
     };
     // A write of a page under the other thread's queue write-back: refused
     // after the bounded wait, or done if the other thread drained first.
@@ -1709,7 +1713,7 @@ fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
         let (owed, reads, cross_write, cs) = (&owed, &reads, &cross_write, &cs);
         let a = s.spawn(move || {
             let mut q = cs.queue(16);
-            q.submit(reads(101));
+            q.submit(reads(97, 1));
             let mine = owed(&[]);
             assert!(
                 !mine.is_empty(),
@@ -1724,7 +1728,7 @@ fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
         let b = s.spawn(move || {
             let theirs = a_rx.recv_timeout(Duration::from_secs(30)).unwrap();
             let mut q = cs.queue(16);
-            q.submit(reads(103));
+            q.submit(reads(99, 4));
             let mine = owed(&theirs);
             assert!(
                 !mine.is_empty(),
