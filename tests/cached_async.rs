@@ -1529,17 +1529,7 @@ fn a_reader_meeting_a_writer_while_its_queue_reads_does_not_wait_for_ever() {
             let mut q = cs.queue(4);
             p_tx.send(a_read_left_in_flight(&mut q, cf, 0)).unwrap();
             g_rx.recv_timeout(Duration::from_secs(20)).unwrap();
-            let mut b = vec![0u8; 4096];
-            let t = Instant::now();
-            match cf.read_at(held * 4096, &mut b) {
-                Err(Error::HeldByCaller(m)) => assert!(m.contains("writer"), "{m}"),
-                other => panic!("a read of page {held} under another thread's writer: {other:?}"),
-            }
-            assert!(
-                t.elapsed() >= Duration::from_millis(2900),
-                "{:?}",
-                t.elapsed()
-            );
+            a_read_under_another_threads_writer_fails_after_the_bound(cf, held);
             q.drain();
         });
         let p = p_rx.recv_timeout(Duration::from_secs(20)).unwrap();
@@ -1559,6 +1549,40 @@ fn a_reader_meeting_a_writer_while_its_queue_reads_does_not_wait_for_ever() {
     drop(watchdog);
 }
 
+/// A 16-page cache of 4-slot sets (a pin wait of 100 ms, no flusher: dirty
+/// pages leave only as victims) over file `f` of `pages` pages on devices
+/// that answer in 20-30 ms, so that a queue's write-backs are still in
+/// flight when its submit returns.
+fn sixteen_slots_without_a_flusher(tmp: &TempDir, pages: u64) -> (CachedStore, CachedFile) {
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    drop(store.create("f", pages * 4096, LayoutKind::Stripe).unwrap());
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(100),
+        ..cache(16, 16)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    (cs, cf)
+}
+
+/// A read of page `held`, which another thread holds mutably while this
+/// thread's queues hold I/O, fails `HeldByCaller` after the bounded wait (30
+/// pin waits of 100 ms), not sooner.
+fn a_read_under_another_threads_writer_fails_after_the_bound(cf: &CachedFile, held: u64) {
+    let mut b = vec![0u8; 4096];
+    let t = Instant::now();
+    match cf.read_at(held * 4096, &mut b) {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("writer"), "{m}"),
+        other => panic!("a read of page {held} under another thread's writer: {other:?}"),
+    }
+    assert!(
+        t.elapsed() >= Duration::from_millis(2900),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
 /// As above with a write-back in place of the fill: a thread holding a
 /// page's writer writes a page under another thread's queue write-back (a
 /// victim its reads evicted), and that thread, before polling its queue,
@@ -1569,15 +1593,7 @@ fn a_reader_meeting_a_writer_while_its_queue_reads_does_not_wait_for_ever() {
 #[test]
 fn a_reader_meeting_a_writer_while_its_queue_writes_back_does_not_wait_for_ever() {
     let tmp = TempDir::new("writer-queue-writeback");
-    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
-    drop(store.create("f", 128 * 4096, LayoutKind::Stripe).unwrap());
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = sixteen_slots_without_a_flusher(&tmp, 128);
     let held = 100u64;
     // The writer's page first, then every other slot dirty (three times as
     // many pages as slots: each set is full, with no free or clean slot).
@@ -1614,17 +1630,7 @@ fn a_reader_meeting_a_writer_while_its_queue_writes_back_does_not_wait_for_ever(
             go_rx.recv_timeout(Duration::from_secs(20)).unwrap();
             // Give the other thread the time to begin its write.
             std::thread::sleep(Duration::from_millis(200));
-            let mut b = vec![0u8; 4096];
-            let t = Instant::now();
-            match cf.read_at(held * 4096, &mut b) {
-                Err(Error::HeldByCaller(m)) => assert!(m.contains("writer"), "{m}"),
-                other => panic!("a read of page {held} under another thread's writer: {other:?}"),
-            }
-            assert!(
-                t.elapsed() >= Duration::from_millis(2900),
-                "{:?}",
-                t.elapsed()
-            );
+            a_read_under_another_threads_writer_fails_after_the_bound(cf, held);
             q.drain();
         });
         let owed = p_rx.recv_timeout(Duration::from_secs(20)).unwrap();
@@ -1648,15 +1654,7 @@ fn a_reader_meeting_a_writer_while_its_queue_writes_back_does_not_wait_for_ever(
 #[test]
 fn writers_meeting_each_others_queue_write_backs_do_not_wait_for_ever() {
     let tmp = TempDir::new("queue-write-backs-crossed");
-    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
-    drop(store.create("f", 4096 * 4096, LayoutKind::Stripe).unwrap());
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
-        ..cache(16, 16)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
+    let (cs, cf) = sixteen_slots_without_a_flusher(&tmp, 4096);
     // Every slot dirty, one dirty page to a write-back region (256 KiB): a
     // queue's victim is written back alone, not with the dirty pages of its
     // region.

@@ -633,17 +633,23 @@ mod tests {
         }
     }
 
+    /// A bench command line on an 8 MiB file with a 4 MiB cache and a short
+    /// run, then `args`.
+    fn bench_argv(args: &[&str]) -> Vec<String> {
+        ["setcache", "bench", "--dir", "/tmp/x", "--file-size"]
+            .iter()
+            .chain(&["8M", "--cache-size", "4M", "--runtime", "1", "--ramp", "0"])
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect()
+    }
+
     /// Flags that would do nothing in the run they are given for are refused,
     /// naming what to change.
     #[test]
     fn flags_that_would_do_nothing_are_refused() {
         let refused = |args: &[&str], want: &str| {
-            let argv: Vec<String> = ["setcache", "bench", "--dir", "/tmp/x", "--file-size"]
-                .iter()
-                .chain(&["8M", "--cache-size", "4M", "--runtime", "1", "--ramp", "0"])
-                .chain(args)
-                .map(|s| s.to_string())
-                .collect();
+            let argv = bench_argv(args);
             // Refused when parsed (a bad value) or when validated.
             let e = match parse(&argv).unwrap() {
                 Err(e) => e,
@@ -675,12 +681,7 @@ mod tests {
     #[test]
     fn settings_that_would_be_rounded_or_ignored_are_refused() {
         let check = |args: &[&str]| -> Result<(), String> {
-            let argv: Vec<String> = ["setcache", "bench", "--dir", "/tmp/x", "--file-size"]
-                .iter()
-                .chain(&["8M", "--cache-size", "4M", "--runtime", "1", "--ramp", "0"])
-                .chain(args)
-                .map(|s| s.to_string())
-                .collect();
+            let argv = bench_argv(args);
             let cli = parse(&argv).unwrap()?;
             let Some(crate::Command::Bench(a)) = cli.command else {
                 panic!("not bench arguments");
