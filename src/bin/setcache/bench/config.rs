@@ -460,8 +460,8 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         // Each thread's share of the frame pool must hold its requests in
         // flight; a smaller pool would be raised, measuring another size.
         let pool = cache_bytes(a.cache_size, a.file_size);
-        let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
-        let frames = pool / threads / a.bs;
+        let threads = a.threads.iter().copied().max().unwrap_or(1);
+        let frames = super::direct::frames_per_thread(pool, threads, a.bs);
         if frames < u64::from(a.iodepth) {
             return Err(format!(
                 "direct-copy's frame pool of {} ({}) gives each of its {threads} threads \
