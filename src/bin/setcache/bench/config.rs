@@ -102,6 +102,12 @@ pub(crate) fn check_outputs<'a>(outs: impl IntoIterator<Item = &'a Path>) -> Res
     Ok(())
 }
 
+/// Frames of `bs` bytes each of `threads` threads gets of `direct-copy`'s pool
+/// of `pool` bytes.
+pub(crate) fn frames_per_thread(pool: u64, threads: usize, bs: u64) -> u64 {
+    pool / threads.max(1) as u64 / bs
+}
+
 /// The cache size a run uses: `--cache-size`, else a quarter of the file.
 pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
     cache_size.unwrap_or((file_len / 4).max(16 << 20))
@@ -461,7 +467,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         // flight; a smaller pool would be raised, measuring another size.
         let pool = cache_bytes(a.cache_size, a.file_size);
         let threads = a.threads.iter().copied().max().unwrap_or(1);
-        let frames = super::direct::frames_per_thread(pool, threads, a.bs);
+        let frames = frames_per_thread(pool, threads, a.bs);
         if frames < u64::from(a.iodepth) {
             return Err(format!(
                 "direct-copy's frame pool of {} ({}) gives each of its {threads} threads \

@@ -58,12 +58,6 @@ fn on_complete(local: &RefCell<Local>, c: Completion, submitted: Instant) {
     l.free.push_back(c.buf);
 }
 
-/// Frames of `bs` bytes each of `threads` threads gets of `direct-copy`'s pool
-/// of `pool` bytes.
-pub(crate) fn frames_per_thread(pool: u64, threads: usize, bs: u64) -> u64 {
-    pool / threads.max(1) as u64 / bs
-}
-
 /// Run the workload on `threads` threads with `iodepth` requests in flight each.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
@@ -77,7 +71,7 @@ pub(crate) fn run(
     touch: Option<u64>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
-    let per_thread = pool.map(|p| frames_per_thread(p, threads, w.bs) as usize);
+    let per_thread = pool.map(|p| super::config::frames_per_thread(p, threads, w.bs) as usize);
     let depth = iodepth as usize;
     let prepare = |t| buffers(store, w, t, depth, per_thread);
     let m = run_threads_prepared(threads, timing, prepare, |t, bufs, ctl| {
