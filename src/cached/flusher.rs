@@ -26,6 +26,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::cache::PageCache;
 use crate::cached::shared::Shared;
 use crate::cached::writeback::{REGION_BYTES, Writer, dirty_in_region};
 use crate::error::{Error, Result};
@@ -139,6 +140,29 @@ impl Flusher {
 /// Due sets the flusher lets gather while its writes keep the device busy.
 const GATHER: usize = 4096;
 
+/// Add to `pages` the dirty pages of due set `set` that its policy would
+/// evict soonest, as many as bring it down to `low` (at least one). The set's
+/// flag is cleared first: a write that dirties a page of the set after the
+/// clear flags and queues it again, while one between a look at the set and
+/// a later clear would leave it unqueued, its dirty pages waiting for the
+/// set's next write or an eviction.
+fn due_pages(cache: &PageCache, set: usize, low: usize, pages: &mut Vec<(u32, u64)>) {
+    cache.flushed(set);
+    let (order, dirty) = cache.dirty_in_eviction_order(set);
+    #[cfg(test)]
+    if let Some(between) = AFTER_LOOK.take(cache as *const PageCache as usize) {
+        between();
+    }
+    let want = dirty.saturating_sub(low).max(1);
+    pages.extend(order.into_iter().take(want));
+}
+
+/// For unit tests: runs once, in [`due_pages`] of the cache at the address
+/// armed, after the look at the set.
+#[cfg(test)]
+static AFTER_LOOK: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
     let mut w = Writer::new(shared, opts.depth, opts.max_merge, true);
@@ -177,10 +201,7 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         // are both due end up in one write.
         let mut pages = Vec::new();
         for set in due {
-            let (order, dirty) = cache.dirty_in_eviction_order(set);
-            let want = dirty.saturating_sub(low).max(1);
-            pages.extend(order.into_iter().take(want));
-            cache.flushed(set);
+            due_pages(cache, set, low, &mut pages);
         }
         pages.sort_unstable();
         // Each due page brings the other dirty pages of its region, due or
@@ -204,4 +225,68 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     }
     w.drain();
     report(&w);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheOptions, PolicyKind};
+
+    fn dirty_page(cache: &PageCache, page: u64) {
+        let load = |_: u32, _: u64, f: &mut [u8]| {
+            f.fill(0);
+            Ok(())
+        };
+        let mut g = cache
+            .get_mut_with(1, page, load, |_, _, _| Ok(()))
+            .expect("a page of the one set");
+        g.fill(page as u8 + 1);
+    }
+
+    /// A page dirtied while the flusher takes the pages of a due set, after
+    /// its look at the set, flags and queues the set again: the set is not
+    /// left holding as many dirty pages as make it due, and unqueued, until
+    /// its next write.
+    #[test]
+    fn a_write_while_the_flusher_takes_a_due_set_queues_it_again() {
+        // One set of eight 512-byte slots, due at two dirty pages.
+        let cache = Arc::new(
+            PageCache::new(CacheOptions {
+                size: 8 * 512,
+                max_size: Some(8 * 512),
+                page_size: 512,
+                assoc: 8,
+                policy: PolicyKind::Lru,
+                pin_wait: Duration::from_millis(200),
+                partitions: 1,
+            })
+            .unwrap(),
+        );
+        assert_eq!(cache.sets(), 1);
+        let queued = Arc::new(Mutex::new(Vec::new()));
+        let q = queued.clone();
+        assert!(cache.set_flush_hook(2, move |s| q.lock().unwrap().push(s)));
+        dirty_page(&cache, 0);
+        dirty_page(&cache, 1);
+        assert_eq!(
+            *queued.lock().unwrap(),
+            [0],
+            "two dirty pages queue the set"
+        );
+        let c = cache.clone();
+        AFTER_LOOK.arm(
+            Arc::as_ptr(&cache) as usize,
+            Box::new(move || dirty_page(&c, 2)),
+        );
+        let mut pages = Vec::new();
+        due_pages(&cache, 0, 1, &mut pages);
+        let (dirty, _) = cache.dirty_in_eviction_order(0);
+        let left = dirty.iter().filter(|p| !pages.contains(p)).count();
+        assert_eq!(left, 2, "taken {pages:?} of {dirty:?}");
+        assert_eq!(
+            *queued.lock().unwrap(),
+            [0, 0],
+            "the set kept {left} dirty pages the flusher did not take, and was not queued again"
+        );
+    }
 }
