@@ -452,9 +452,7 @@ impl<M: Model> Core<M> {
     /// partitions, one of the sets of the first's partition (see [`Parts`]).
     #[inline]
     pub(crate) fn second(&self, h: u64) -> u64 {
-        let x = place::second(h);
-        let p = self.parts.n as u64;
-        if p == 1 { x } else { x - x % p + h % p }
+        place::second_in(h, self.parts.n as u64)
     }
 
     /// The two candidate sets of hash `h` in the table `t` (see [`place`]).

@@ -47,6 +47,19 @@ pub(crate) fn second(h: u64) -> u64 {
     h >> 32
 }
 
+/// [`second`] in a cache of `partitions` partitions: moved into the class of
+/// `h` modulo `partitions`, so that with a table of a multiple of
+/// `partitions` sets both candidate sets are in the page's partition.
+#[inline]
+pub(crate) fn second_in(h: u64, partitions: u64) -> u64 {
+    let x = second(h);
+    if partitions == 1 {
+        x
+    } else {
+        x - x % partitions + h % partitions
+    }
+}
+
 /// The fingerprint of a page whose hash is `h`: one byte, kept per slot
 /// beside the sets (`Core::prints`) so that a lookup without locks can tell
 /// which slots of both candidate sets may hold the page before it reads any

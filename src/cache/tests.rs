@@ -1208,7 +1208,9 @@ fn check_agrees_with_new() {
 
 /// One thread replaying a trace through the real cache gets exactly the hits
 /// that the simulator's model of the same sets gets: the cache runs the very
-/// policy code, including the adaptive policy's shared duel.
+/// policy code, including the adaptive policy's shared duel. So it does with
+/// its sets divided among partitions, whose model moves each page's second
+/// set into its partition as the cache does.
 #[test]
 fn one_thread_hits_equal_the_simulators() {
     // A mix that makes the adaptive policy change its mind: a skewed phase,
@@ -1226,15 +1228,21 @@ fn one_thread_hits_equal_the_simulators() {
         trace.extend(0..900u64);
     }
     skewed(20_000, &mut trace);
-    for kind in [
+    let kinds = [
         PolicyKind::Adaptive,
         PolicyKind::Lirs,
         PolicyKind::Gclock,
         PolicyKind::S3Fifo,
-    ] {
-        let c = PageCache::<Os>::new(opts(480, 480, 12, kind)).unwrap();
-        assert_eq!(c.sets(), 40);
-        let mut model = policy::SaModel::new(kind, 12, c.sets());
+    ];
+    // 40 sets; with three partitions, 39 (a multiple of three).
+    for (kind, partitions) in kinds.iter().flat_map(|&k| [(k, 1), (k, 2), (k, 3)]) {
+        let c = PageCache::<Os>::new(CacheOptions {
+            partitions,
+            ..opts(480, 480, 12, kind)
+        })
+        .unwrap();
+        assert_eq!(c.sets(), 40 - 40 % partitions);
+        let mut model = policy::SaModel::partitioned(kind, 12, c.sets(), partitions);
         let mut model_hits = 0;
         for &p in &trace {
             drop(
@@ -1245,7 +1253,7 @@ fn one_thread_hits_equal_the_simulators() {
         }
         let s = c.stats();
         assert_eq!(s.hits + s.misses, trace.len() as u64);
-        assert_eq!(s.hits, model_hits, "{kind}");
+        assert_eq!(s.hits, model_hits, "{kind}, {partitions} partitions");
         assert!(model_hits > 10_000, "{kind}: {model_hits}");
     }
 }

@@ -124,14 +124,18 @@ pub struct HitResult {
     pub requests: u64,
     /// Wall time of the replay, in seconds.
     pub seconds: f64,
+    /// The partitions the set-associative cache's sets were divided into
+    /// (1 for the shared cache and for the global policies).
+    pub partitions: usize,
 }
 
 impl HitResult {
     /// The pages the cache really had: a set-associative cache holds whole
-    /// sets, `cache_pages` rounded down to a multiple of the set size.
+    /// sets, `cache_pages` rounded down to a multiple of the set size, and
+    /// its sets rounded down to a multiple of its partitions.
     pub fn pages_simulated(&self) -> usize {
         match self.set_size {
-            Some(s) if s > 0 => self.cache_pages / s * s,
+            Some(s) if s > 0 => sets_in(self.cache_pages, s, self.partitions) * s,
             _ => self.cache_pages,
         }
     }
@@ -309,6 +313,42 @@ pub fn check(
     Ok(())
 }
 
+/// The sets of a set-associative cache of `cache_pages` pages in sets of
+/// `set_size`, divided among `partitions`: rounded down to a multiple of
+/// them, as the cache rounds its table.
+fn sets_in(cache_pages: usize, set_size: usize, partitions: usize) -> usize {
+    let p = partitions.max(1);
+    cache_pages / set_size / p * p
+}
+
+/// Checks that a set-associative cache of `cache_pages` pages in sets of
+/// `set_size` can be divided among `partitions` partitions (1 to
+/// [`MAX_PARTITIONS`](crate::cache::MAX_PARTITIONS), at least one set each).
+///
+/// # Errors
+///
+/// A count outside that range, or a cache with fewer sets than partitions.
+pub fn check_partitions(
+    cache_pages: usize,
+    set_size: usize,
+    partitions: usize,
+) -> Result<(), String> {
+    if !(1..=crate::cache::MAX_PARTITIONS).contains(&partitions) {
+        return Err(format!(
+            "{partitions} partitions: give 1 to {}",
+            crate::cache::MAX_PARTITIONS
+        ));
+    }
+    let sets = cache_pages / set_size.max(1);
+    if sets < partitions {
+        return Err(format!(
+            "a cache of {cache_pages} pages has {sets} sets of {set_size}, fewer than its \
+             {partitions} partitions"
+        ));
+    }
+    Ok(())
+}
+
 /// Replays `trace` through `policy` with a cache of `cache_pages` pages
 /// (of `page_size` bytes; only the `linux` policy looks at bytes), sets of
 /// `set_size` pages for a set-associative policy, the first `warmup`
@@ -327,13 +367,41 @@ pub fn simulate(
     page_size: u64,
     warmup: f64,
 ) -> Result<HitResult, String> {
+    simulate_partitioned(trace, policy, cache_pages, set_size, 1, page_size, warmup)
+}
+
+/// [`simulate`] with a set-associative cache's sets divided among
+/// `partitions` partitions, as a cache made with
+/// [`CacheOptions::partitions`](crate::cache::CacheOptions::partitions) divides
+/// them: the sets rounded down to a multiple of the partitions, and each
+/// page's two candidate sets in its partition. The global policies ignore it.
+///
+/// # Errors
+///
+/// As [`simulate`], and what [`check_partitions`] refuses for a
+/// set-associative policy.
+pub fn simulate_partitioned(
+    trace: &Trace,
+    policy: HitPolicy,
+    cache_pages: usize,
+    set_size: usize,
+    partitions: usize,
+    page_size: u64,
+    warmup: f64,
+) -> Result<HitResult, String> {
     check(trace, policy, cache_pages, set_size)?;
+    let partitions = if policy.is_sa() {
+        check_partitions(cache_pages, set_size, partitions)?;
+        partitions
+    } else {
+        1
+    };
     let warm = warm_requests(trace.len(), warmup);
     let start = Instant::now();
     let (hits, hits_full, set) = match policy {
         HitPolicy::Sa(kind) => {
-            let n_sets = cache_pages / set_size;
-            let mut m = SaModel::new(kind, set_size, n_sets);
+            let n_sets = sets_in(cache_pages, set_size, partitions);
+            let mut m = SaModel::partitioned(kind, set_size, n_sets, partitions);
             let (a, b) = trace.pages.split_at(warm);
             let early = m.replay(a.iter().map(|&p| u64::from(p)));
             let late = m.replay(b.iter().map(|&p| u64::from(p)));
@@ -360,22 +428,29 @@ pub fn simulate(
         hits_full,
         requests: trace.len() as u64,
         seconds: start.elapsed().as_secs_f64(),
+        partitions,
     })
 }
 
-/// The `--json` document: the trace, its size, and one object per run.
+/// The `--json` document: the trace, its size, and one object per run (with
+/// `partitions` when the run's sets were divided).
 pub fn to_json(trace: &Trace, results: &[HitResult]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = results
         .iter()
         .map(|r| {
-            serde_json::json!({
+            let mut row = serde_json::json!({
                 "policy": r.policy.to_string(),
                 "set_size": r.set_size,
                 "cache_pages": r.cache_pages,
                 "hit_ratio": r.hit_ratio(),
                 "hit_ratio_full": r.hit_ratio_full(),
                 "seconds": r.seconds,
-            })
+            });
+            // Named only for a divided cache: a shared one's rows keep their shape.
+            if r.partitions > 1 {
+                row["partitions"] = r.partitions.into();
+            }
+            row
         })
         .collect();
     serde_json::json!({

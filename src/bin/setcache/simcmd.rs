@@ -38,6 +38,12 @@ pub(crate) struct SimArgs {
     /// Pages per set of the set-associative policies, comma-separated (4..=32).
     #[arg(long, default_values_t = [DEFAULT_SET_SIZE], value_delimiter = ',')]
     set_size: Vec<usize>,
+    /// Partitions the set-associative policies' sets are divided into, as a
+    /// cache made with that many (`CacheOptions::partitions`, the bench's
+    /// `--partitions`) divides them: a page's two candidate sets lie in one
+    /// partition, and the sets are rounded down to a multiple (1 to 64).
+    #[arg(long, default_value_t = 1)]
+    partitions: usize,
     /// Page size: block traces are cut into pages of this size, byte cache
     /// sizes are divided by it. As `bench --bs`: a multiple of 512 that
     /// divides 4k or is a multiple of it.
@@ -132,6 +138,20 @@ fn settings(args: &SimArgs) -> Result<Settings, String> {
             cache_pages(t, 0, page_size)?;
         }
     }
+    if !(1..=setcache::MAX_PARTITIONS).contains(&args.partitions) {
+        return Err(format!(
+            "--partitions {}: give 1 to {}",
+            args.partitions,
+            setcache::MAX_PARTITIONS
+        ));
+    }
+    if args.partitions != 1 && !policies.iter().any(|p| p.is_sa()) {
+        return Err(format!(
+            "--partitions divides the sets of the set-associative policies (sa-*), and \
+             --policy {} names none: add one or drop --partitions",
+            args.policy
+        ));
+    }
     if args.set_size != [DEFAULT_SET_SIZE] && !policies.iter().any(|p| p.is_sa()) {
         return Err(format!(
             "--set-size applies to the set-associative policies (sa-*), and --policy {} names \
@@ -203,6 +223,10 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
             };
             for &set in sets {
                 sim::check(&trace, policy, p, set).map_err(|e| format!("--cache-size {s}: {e}"))?;
+                if policy.is_sa() {
+                    sim::check_partitions(p, set, args.partitions)
+                        .map_err(|e| format!("--cache-size {s} with --partitions: {e}"))?;
+                }
             }
         }
     }
@@ -229,7 +253,15 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
                 vec![0]
             };
             for set in set_sizes {
-                let r = sim::simulate(&trace, p, size, set, page_size, args.warmup)?;
+                let r = sim::simulate_partitioned(
+                    &trace,
+                    p,
+                    size,
+                    set,
+                    args.partitions,
+                    page_size,
+                    args.warmup,
+                )?;
                 // The pages simulated: a set-associative cache holds whole
                 // sets, so fewer than asked when the size is not a multiple.
                 let pages = if r.pages_simulated() == r.cache_pages {
@@ -398,21 +430,22 @@ mod tests {
         assert!(cache_pages("0p", 10, 4096).is_err());
     }
 
+    fn settings_of(args: &[&str]) -> Result<(), String> {
+        let argv: Vec<String> = ["setcache", "sim", "--trace", "zipf:pages=100,ops=1000"]
+            .iter()
+            .chain(args)
+            .map(|s| s.to_string())
+            .collect();
+        let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
+            panic!("not sim arguments");
+        };
+        settings(&a).map(|_| ())
+    }
+
     /// `--set-size` with no set-associative policy to apply it to is
     /// refused; with one, or with the default, it is taken.
     #[test]
     fn a_set_size_needs_a_set_associative_policy() {
-        let settings_of = |args: &[&str]| {
-            let argv: Vec<String> = ["setcache", "sim", "--trace", "zipf:pages=100,ops=1000"]
-                .iter()
-                .chain(args)
-                .map(|s| s.to_string())
-                .collect();
-            let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
-                panic!("not sim arguments");
-            };
-            settings(&a).map(|_| ())
-        };
         let e = settings_of(&["--policy", "lru,arc", "--set-size", "8"]).unwrap_err();
         assert!(
             e.contains("--set-size") && e.contains("drop --set-size"),
@@ -425,6 +458,47 @@ mod tests {
         ] {
             settings_of(ok).unwrap_or_else(|e| panic!("{ok:?} refused: {e}"));
         }
+    }
+
+    /// `--partitions` outside 1..=64, or with no set-associative policy to
+    /// divide, is refused naming the flag; a partitioned simulation rounds
+    /// its sets down to a multiple of the partitions, as the cache does.
+    #[test]
+    fn partitions_are_checked_and_round_the_sets() {
+        for (args, want) in [
+            (&["--partitions", "0"][..], "--partitions 0: give 1 to 64"),
+            (&["--partitions", "65"], "--partitions 65: give 1 to 64"),
+            (
+                &["--policy", "lru,arc", "--partitions", "2"],
+                "drop --partitions",
+            ),
+        ] {
+            let e = settings_of(args).unwrap_err();
+            assert!(e.contains(want), "{args:?}: {e}");
+        }
+        settings_of(&["--policy", "lru,sa-lru", "--partitions", "3"]).unwrap();
+        let trace = Trace::from_pages("t", (0..4000u64).map(|i| i * 7 % 301));
+        let sa: HitPolicy = "sa-lru".parse().unwrap();
+        // 13 sets of 4 among 3 partitions: 12 sets.
+        let r = sim::simulate_partitioned(&trace, sa, 52, 4, 3, 4096, 0.0).unwrap();
+        assert_eq!((r.partitions, r.pages_simulated()), (3, 48));
+        let json = sim::to_json(&trace, std::slice::from_ref(&r));
+        assert_eq!(json["results"][0]["partitions"], 3);
+        let one = sim::simulate_partitioned(&trace, sa, 52, 4, 1, 4096, 0.0).unwrap();
+        let plain = sim::simulate(&trace, sa, 52, 4, 4096, 0.0).unwrap();
+        assert_eq!(
+            (one.hits_full, one.pages_simulated()),
+            (plain.hits_full, 52)
+        );
+        let e = sim::simulate_partitioned(&trace, sa, 52, 4, 14, 4096, 0.0).unwrap_err();
+        assert!(
+            e.contains("13 sets of 4, fewer than its 14 partitions"),
+            "{e}"
+        );
+        // The global policies have no sets to divide.
+        let lru: HitPolicy = "lru".parse().unwrap();
+        let g = sim::simulate_partitioned(&trace, lru, 52, 4, 3, 4096, 0.0).unwrap();
+        assert_eq!((g.partitions, g.pages_simulated()), (1, 52));
     }
 
     #[test]

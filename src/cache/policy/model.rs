@@ -282,6 +282,10 @@ pub struct SaModel {
     clock: LocalClock,
     /// Whether a page may live in its second set too (as in the cache).
     two_choice: bool,
+    /// The partitions the sets are divided into, as in a cache made with
+    /// that many (`CacheOptions::partitions`): a page's second set is in its
+    /// first set's partition.
+    partitions: u64,
 }
 
 /// Bytes at the start of a set's metadata record: the set word, then the
@@ -321,11 +325,31 @@ impl SaModel {
             stamps: vec![0; assoc * n_sets],
             clock: LocalClock::new(assoc * n_sets),
             two_choice: true,
+            partitions: 1,
         };
         for set in 0..n_sets {
             m.reset_set(set);
         }
         m
+    }
+
+    /// As [`SaModel::new`], with the sets divided among `partitions`
+    /// partitions as a cache made with that many divides them: the model of
+    /// such a cache, which gives a page's two candidate sets in one partition.
+    ///
+    /// # Panics
+    ///
+    /// As [`SaModel::new`], and if `partitions` is 0 or does not divide
+    /// `n_sets` (a cache rounds its sets down to a multiple of its partitions).
+    pub fn partitioned(kind: PolicyKind, assoc: usize, n_sets: usize, partitions: usize) -> Self {
+        assert!(
+            partitions > 0 && n_sets % partitions == 0,
+            "{n_sets} sets cannot be divided among {partitions} partitions"
+        );
+        SaModel {
+            partitions: partitions as u64,
+            ..SaModel::new(kind, assoc, n_sets)
+        }
     }
 
     /// As [`SaModel::new`], but each page may live in its first set only: a
@@ -396,7 +420,7 @@ impl SaModel {
         let n = self.n_sets as u64;
         let first = (h % n) as usize;
         if self.two_choice {
-            (first, (place::second(h) % n) as usize)
+            (first, (place::second_in(h, self.partitions) % n) as usize)
         } else {
             (first, first)
         }
