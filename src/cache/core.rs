@@ -15,7 +15,7 @@
 //! spurious.
 
 use std::marker::PhantomData;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU8, AtomicU64, fence};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -355,7 +355,7 @@ pub(crate) struct Core<M: Model> {
 struct FlushHook {
     /// Dirty pages in a set that make it due.
     at: usize,
-    /// One bit per set: flagged and not yet flushed.
+    /// One bit per set: flagged and not yet taken by the flusher.
     marks: Vec<AtomicU64>,
     hook: Box<dyn Fn(usize) + Send + Sync>,
 }
@@ -1292,7 +1292,12 @@ impl<M: Model> Core<M> {
                 self.dirty.mark_unlocked(file, s);
                 marked = true;
             }
-            match state.compare_exchange(x, ((x - PIN) | DIRTY) & !COLD, AcqRel, Relaxed) {
+            // SeqCst, as the load of the set's mark in `note_dirty`: without
+            // the set lock, the two are ordered against the flusher's clear
+            // of the mark and the fence after it (`unmark_flush`), so either
+            // the flusher's look sees this page dirty or `note_dirty` sees the
+            // mark cleared and queues the set again.
+            match state.compare_exchange(x, ((x - PIN) | DIRTY) & !COLD, SeqCst, Relaxed) {
                 Ok(old) => break old,
                 Err(now) => x = now,
             }
@@ -1650,7 +1655,9 @@ impl<M: Model> Core<M> {
             return;
         };
         let bit = 1u64 << (s % 64);
-        if f.marks[s / 64].load(Relaxed) & bit != 0 {
+        // SeqCst for a store into a pinned frame, which calls this without
+        // the set lock (see `release_stored`); a plain load on x86.
+        if f.marks[s / 64].load(SeqCst) & bit != 0 {
             return; // queued already
         }
         let dirty = (0..self.lay.assoc)
@@ -1664,10 +1671,13 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// Clear the flag [`Core::note_dirty`] set on set `s`.
+    /// Clear the flag [`Core::note_dirty`] set on set `s`, before the
+    /// flusher looks at the set's pages; the fence orders the clear before
+    /// that look against a store into a pinned frame (see `release_stored`).
     pub(crate) fn unmark_flush(&self, s: usize) {
         if let Some(f) = self.flusher.get() {
-            f.marks[s / 64].fetch_and(!(1u64 << (s % 64)), AcqRel);
+            f.marks[s / 64].fetch_and(!(1u64 << (s % 64)), SeqCst);
+            fence(SeqCst);
         }
     }
 

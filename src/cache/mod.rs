@@ -797,7 +797,8 @@ impl<M: Model> PageCache<M> {
         self.core.set_flusher(at, Box::new(hook))
     }
 
-    /// The flusher is done with `set`: a later write may flag it again.
+    /// The flusher takes `set`, before it looks at the set's pages: a later
+    /// write may flag it again.
     pub(crate) fn flushed(&self, set: usize) {
         self.core.unmark_flush(set);
     }

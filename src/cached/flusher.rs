@@ -2,7 +2,7 @@
 //!
 //! Writers tell the flusher about sets that hold many dirty pages: when a write
 //! leaves `dirty_at` or more dirty pages in a set, the cache runs a hook that
-//! queues the set (once, until the flusher is done with it). The flusher thread
+//! queues the set (once, until the flusher takes it). The flusher thread
 //! takes queued sets and, for each, writes back the dirty pages its policy
 //! would evict soonest, until the set is down to half the threshold, so that
 //! evictions find clean pages and requesters rarely write a victim themselves.
@@ -143,9 +143,10 @@ const GATHER: usize = 4096;
 /// Add to `pages` the dirty pages of due set `set` that its policy would
 /// evict soonest, as many as bring it down to `low` (at least one). The set's
 /// flag is cleared first: a write that dirties a page of the set after the
-/// clear flags and queues it again, while one between a look at the set and
-/// a later clear would leave it unqueued, its dirty pages waiting for the
-/// set's next write or an eviction.
+/// clear flags and queues it again (under the set's lock, or, for a store
+/// into a pinned frame, by sequentially consistent accesses), while one
+/// between a look at the set and a later clear would leave it unqueued, its
+/// dirty pages waiting for the set's next write or an eviction.
 fn due_pages(cache: &PageCache, set: usize, low: usize, pages: &mut Vec<(u32, u64)>) {
     cache.flushed(set);
     let (order, dirty) = cache.dirty_in_eviction_order(set);
@@ -280,9 +281,9 @@ mod tests {
         );
         let mut pages = Vec::new();
         due_pages(&cache, 0, 1, &mut pages);
-        let (dirty, _) = cache.dirty_in_eviction_order(0);
-        let left = dirty.iter().filter(|p| !pages.contains(p)).count();
-        assert_eq!(left, 2, "taken {pages:?} of {dirty:?}");
+        let (dirty_pages, _) = cache.dirty_in_eviction_order(0);
+        let left = dirty_pages.iter().filter(|p| !pages.contains(p)).count();
+        assert_eq!(left, 2, "taken {pages:?} of {dirty_pages:?}");
         assert_eq!(
             *queued.lock().unwrap(),
             [0, 0],

@@ -104,15 +104,18 @@ pub fn parse_policies(list: &str) -> Result<Vec<HitPolicy>, String> {
     Ok(out)
 }
 
-/// The outcome of one simulation.
+/// The outcome of one simulation (made by [`simulate`] only: fields may be
+/// added).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct HitResult {
     /// The policy.
     pub policy: HitPolicy,
     /// Pages per set (set-associative policies only).
     pub set_size: Option<usize>,
     /// The cache size asked for, in pages. A set-associative cache has
-    /// `cache_pages / set_size` sets (rounded down).
+    /// `cache_pages / set_size` sets (rounded down), rounded down again to a
+    /// multiple of `partitions`.
     pub cache_pages: usize,
     /// Hits among the counted requests (after the warm-up).
     pub hits: u64,

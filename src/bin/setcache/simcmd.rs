@@ -234,6 +234,12 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         "warm-up: first {:.0}% of the requests; hit% counts the rest, full% the whole trace",
         args.warmup * 100.0
     );
+    if args.partitions > 1 {
+        out!(
+            "sa-* sets divided among {} partitions, as a partitioned cache divides them",
+            args.partitions
+        );
+    }
     out!(
         "{:<12} {:>4} {:>12} {:>9} {:>8} {:>9} {:>8}",
         "policy",
@@ -263,7 +269,8 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
                     args.warmup,
                 )?;
                 // The pages simulated: a set-associative cache holds whole
-                // sets, so fewer than asked when the size is not a multiple.
+                // sets, as many as divide among its partitions, so fewer than
+                // asked when the size is not a multiple.
                 let pages = if r.pages_simulated() == r.cache_pages {
                     r.cache_pages.to_string()
                 } else {

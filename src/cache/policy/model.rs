@@ -339,11 +339,12 @@ impl SaModel {
     ///
     /// # Panics
     ///
-    /// As [`SaModel::new`], and if `partitions` is 0 or does not divide
+    /// As [`SaModel::new`], and if `partitions` is outside 1 to
+    /// [`MAX_PARTITIONS`](crate::cache::MAX_PARTITIONS) or does not divide
     /// `n_sets` (a cache rounds its sets down to a multiple of its partitions).
     pub fn partitioned(kind: PolicyKind, assoc: usize, n_sets: usize, partitions: usize) -> Self {
         assert!(
-            partitions > 0 && n_sets % partitions == 0,
+            (1..=crate::cache::MAX_PARTITIONS).contains(&partitions) && n_sets % partitions == 0,
             "{n_sets} sets cannot be divided among {partitions} partitions"
         );
         SaModel {
