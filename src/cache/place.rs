@@ -82,8 +82,7 @@ pub(crate) fn print_matches16(lo: u64, hi: u64, print: u8) -> u32 {
     #[cfg(target_arch = "x86_64")]
     {
         use std::arch::x86_64::{_mm_cmpeq_epi8, _mm_movemask_epi8, _mm_set_epi64x, _mm_set1_epi8};
-        // SAFETY: the intrinsics need SSE2, which every x86-64 processor has
-        // (it is part of the architecture's baseline); they touch no memory.
+        // SAFETY: the intrinsics need SSE2, part of every x86-64 processor's baseline, and touch no memory.
         unsafe {
             let v = _mm_set_epi64x(hi as i64, lo as i64);
             _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(print as i8))) as u32
