@@ -1204,6 +1204,10 @@ impl CachedFile {
         e.shown.fetch_max(self.real_len(), Ordering::AcqRel);
         let changes = e.resizes.load(Ordering::Acquire);
         let r = self.grow_to(end).and_then(|from| {
+            #[cfg(test)]
+            if let Some(between) = GREW.take(Arc::as_ptr(&self.entry) as usize) {
+                between();
+            }
             let w = self.write_at_inner(offset, data, self.real_len());
             // What this write grew goes again (to the length it grew from),
             // if no other length change came after the count read above
@@ -1353,6 +1357,13 @@ impl CachedFile {
         {
             let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
             if len <= self.real_len() {
+                if len > Self::len_of(e) {
+                    // Long enough only through an extending write still under
+                    // way: this call counts as a change of length, so that
+                    // the write, should it fail, does not cut the file back
+                    // below what this call promised.
+                    e.resizes.fetch_add(1, Ordering::AcqRel);
+                }
                 return Ok(None);
             }
             if !e.shrunk.load(Ordering::Acquire) {
@@ -1479,6 +1490,12 @@ pub(crate) fn scratch_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+/// In unit tests: run once by an extending write of the file whose entry is
+/// at this address, after it grew the file and before it writes.
+#[cfg(test)]
+pub(crate) static GREW: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
 
 /// In unit tests: a cache of `pages` pages of 4 KiB in sets of 4.
 #[cfg(test)]

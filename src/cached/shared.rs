@@ -1060,4 +1060,59 @@ mod tests {
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A `grow` that returns while an extending write of the same file is
+    /// under way, to a length inside that write's growth, holds even if the
+    /// write then fails: the write's cut-back on failure must count the grow
+    /// as a change of length and leave the file as long as the grow said.
+    /// The write fails because another thread holds its first page for
+    /// writing past the pin wait.
+    #[test]
+    fn a_grow_inside_a_failing_extending_write_holds() {
+        use std::sync::Arc;
+        use std::time::Duration;
+        let dir = crate::cached::scratch_dir("grow-in-extending");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(store.create("f", 0, LayoutKind::Stripe).unwrap());
+        let opts = CacheOptions {
+            pin_wait: Duration::from_millis(100),
+            ..crate::cached::small_cache(64)
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        f.write_extending(0, &[1; 4096]).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let h = &f;
+            s.spawn(move || {
+                let _g = h.page_mut(0).unwrap();
+                held_tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            });
+            held_rx.recv().unwrap();
+            let g = f.clone();
+            crate::cached::GREW.arm(
+                Arc::as_ptr(&f.entry) as usize,
+                Box::new(move || {
+                    std::thread::spawn(move || g.grow(6000))
+                        .join()
+                        .unwrap()
+                        .unwrap();
+                }),
+            );
+            let r = f.write_extending(0, &[2; 8192]);
+            done_tx.send(()).unwrap();
+            assert!(r.is_err(), "the write did not fail: {r:?}");
+        });
+        assert!(
+            f.len() >= 6000,
+            "a grow to 6000 bytes that passed left {} bytes",
+            f.len()
+        );
+        drop(f);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

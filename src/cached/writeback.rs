@@ -157,8 +157,18 @@ impl<'a> Writer<'a> {
                 return true;
             }
         };
+        // The length bounds the search for neighbours; the write's length is
+        // read again once every page of the run is held: a writer that grew
+        // the file and stored past its old end into the last page before the
+        // search took that page must find those bytes in the write, since
+        // finishing it leaves the page clean.
+        let search_len = entry.file.len();
+        #[cfg(test)]
+        if let Some(between) = SEARCH_LENGTH.take(Arc::as_ptr(&entry) as usize) {
+            between();
+        }
+        let (start, pages) = with_neighbours(cache, first, search_len, self.max_merge);
         let file_len = entry.file.len();
-        let (start, pages) = with_neighbours(cache, first, file_len, self.max_merge);
         let off = start * ps;
         // A run that reaches a file ending inside a sector covers that sector
         // whole (the file takes writes up to its length rounded up to the
@@ -698,6 +708,13 @@ thread_local! {
 /// Most pages `sync` merges into one write.
 const SYNC_MERGE: usize = 32;
 
+/// In unit tests: run once by a write-back of the file whose entry is at
+/// this address, between its read of the file's length for the neighbour
+/// search and that search.
+#[cfg(test)]
+pub(crate) static SEARCH_LENGTH: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// In unit tests: run once by a sync of the file whose entry is at this
 /// address, as soon as it has taken the pages it will write.
 #[cfg(test)]
@@ -834,6 +851,59 @@ mod sync_tests {
         assert!(
             b.iter().all(|&x| x == 0xBB),
             "page 1, written before a sync that returned Ok, is not on the device"
+        );
+        drop(g);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A sync's run takes the file's last page as a neighbour after reading
+    /// the file's length for its search. A writer that grows the file and
+    /// stores past the old end into that page in between must find its bytes
+    /// on the device after the sync: the run's write is sized by the length
+    /// read once its pages are held, not by the one the search used, which
+    /// would write the page only to the old end and leave it clean.
+    #[test]
+    fn a_run_is_sized_by_the_length_read_after_its_pages_are_held() {
+        let dir = crate::cached::scratch_dir("run-length-held");
+        let store = Store::open(std::slice::from_ref(&dir), StoreOptions::default()).unwrap();
+        drop(store.create("f", 0, LayoutKind::Stripe).unwrap());
+        let cs =
+            CachedStore::with_flusher(store, crate::cached::small_cache(64), None::<FlushOptions>)
+                .unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        // Page 0 whole and the first 100 bytes of page 1, synced; then page
+        // 0 dirty again, so that the sync below starts its run there.
+        f.write_extending(0, &[0x11; 4096 + 100]).unwrap();
+        f.sync().unwrap();
+        f.write_at(0, &[0x11; 4096]).unwrap();
+        let g = f.clone();
+        super::SEARCH_LENGTH.arm(
+            Arc::as_ptr(&f.entry) as usize,
+            Box::new(move || {
+                // Another thread grows the file to two pages and fills the
+                // rest of page 1, cached and idle: no guard waits.
+                std::thread::spawn(move || g.write_extending(4096 + 100, &[0x22; 4096 - 100]))
+                    .join()
+                    .unwrap()
+                    .unwrap();
+            }),
+        );
+        f.sync().unwrap();
+        assert_eq!(f.len(), 2 * 4096);
+        // The writer's own sync after its write passes either way.
+        f.sync().unwrap();
+        drop(f);
+        drop(cs);
+        let store = Store::open(std::slice::from_ref(&dir), StoreOptions::default()).unwrap();
+        let g = store.open_file("f").unwrap();
+        let mut b = AlignedBuf::new(4096);
+        g.read_at(4096, &mut b).unwrap();
+        assert!(b[..100].iter().all(|&x| x == 0x11), "page 1's first bytes");
+        let lost = b[100..].iter().filter(|&&x| x != 0x22).count();
+        assert_eq!(
+            lost, 0,
+            "bytes of page 1 past the old end not on the device after the sync"
         );
         drop(g);
         let _ = std::fs::remove_dir_all(&dir);
