@@ -526,10 +526,18 @@ macro_rules! vector2_calls {
                     Err(e) => size_ret(Err(e)),
                     Ok((sync, append)) => {
                         let at = if append || off == -1 { None } else { Some(off as i64) };
-                        let n = if at.is_none() && append {
+                        let n = if append {
+                            // At the end; with offset -1 the file position
+                            // moves past what was written, as on Linux.
+                            let pos = (off == -1).then(|| lock(&d.pos));
                             // SAFETY: the caller's iovecs.
                             match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None) }) {
-                                Ok((n, _)) => n as ssize_t,
+                                Ok((n, end)) => {
+                                    if let Some(mut pos) = pos {
+                                        *pos = end;
+                                    }
+                                    n as ssize_t
+                                }
                                 Err(e) => size_ret(Err(e)),
                             }
                         } else {
@@ -1074,6 +1082,37 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     if flags & libc::O_DIRECTORY != 0 {
         return Err(libc::ENOTDIR);
     }
+    // The placeholder first, as the kernel takes a descriptor number before
+    // it creates or truncates anything: an open that fails for want of a
+    // descriptor leaves the file as it was.
+    let cfg = state::config().ok_or(libc::EINVAL)?;
+    // SAFETY: opens the store's directory by its C string.
+    let fd = unsafe {
+        real::openat64()(
+            libc::AT_FDCWD,
+            cfg.dir_c.as_ptr(),
+            libc::O_PATH | (flags & libc::O_CLOEXEC),
+        )
+    };
+    if fd < 0 {
+        // SAFETY: reads this thread's errno.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    let r = usize::try_from(fd)
+        .ok()
+        .filter(|&f| f < state::MAX_FD)
+        .ok_or(libc::EMFILE)
+        .and_then(|_| open_as(s, name, flags, fd));
+    if r.is_err() {
+        // SAFETY: closes the placeholder just made.
+        unsafe { real::close()(fd) };
+    }
+    r.map(|()| fd)
+}
+
+/// The rest of [`open_inside`], once placeholder `fd` is made: the file
+/// found or made, truncated with `O_TRUNC`, and `fd` standing for it.
+fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), i32> {
     let path_only = flags & libc::O_PATH != 0;
     let acc = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0 && !path_only;
@@ -1091,19 +1130,6 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
         node.publish_len();
         r.map_err(|e| fail("open with O_TRUNC", &e))?;
     }
-    let cfg = state::config().ok_or(libc::EINVAL)?;
-    // SAFETY: opens the store's directory by its C string.
-    let fd = unsafe {
-        real::openat64()(
-            libc::AT_FDCWD,
-            cfg.dir_c.as_ptr(),
-            libc::O_PATH | (flags & libc::O_CLOEXEC),
-        )
-    };
-    if fd < 0 {
-        // SAFETY: reads this thread's errno.
-        return Err(unsafe { *libc::__errno_location() });
-    }
     let status = acc
         | (flags
             & (libc::O_APPEND
@@ -1112,19 +1138,9 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
                 | libc::O_SYNC
                 | libc::O_DSYNC
                 | libc::O_NOATIME));
-    let d = Arc::new(Desc {
-        node,
-        readable,
-        writable,
-        status: std::sync::atomic::AtomicI32::new(if path_only { libc::O_PATH } else { status }),
-        pos: Mutex::new(0),
-    });
-    if let Err(e) = state::insert(fd, d) {
-        // SAFETY: closes the placeholder just made.
-        unsafe { real::close()(fd) };
-        return Err(e);
-    }
-    Ok(fd)
+    let status = if path_only { libc::O_PATH } else { status };
+    let d = Arc::new(Desc::new(node, readable, writable, status));
+    state::insert(fd, d)
 }
 
 /// `open`-like calls: inside the store, a placeholder; else `pass()`.
@@ -1235,32 +1251,17 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     rc
 }
 
-/// The file's last descriptor closed: its data goes to the devices now
-/// (close-to-open: another process that opens it next reads what was
-/// written, even if this one ends with `_exit`). An error is `close`'s.
+/// A descriptor closed: if it held its file's last description, that
+/// description's drop synced the file (see `Desc`'s drop); the sync's error
+/// is `close`'s.
 fn last_close(d: Arc<Desc>, rc: c_int) -> c_int {
-    let node = Arc::clone(&d.node);
-    drop(d);
-    // The table holds descriptions; names hold weak references; the list of
-    // files kept open holds one more: only this one (and that one) are left
-    // after the last descriptor's close.
-    let last = state::state().is_ok_and(|s| state::only_kept(s, &node));
-    if rc == 0 && last && !state::forked() {
-        if node.written.swap(false, Ordering::Relaxed) {
-            let r = node.file.sync();
-            if let Err(e) = r
-                && !matches!(e, Error::FileGone(_))
-            {
-                node.written.store(true, Ordering::Relaxed);
-                set_errno(fail("close (writing the file's data)", &e));
-                return -1;
-            }
+    match state::drop_closed(d) {
+        Err(errno) if rc == 0 => {
+            set_errno(errno);
+            -1
         }
-        if let Ok(s) = state::state() {
-            state::keep(s, node);
-        }
+        _ => rc,
     }
-    rc
 }
 
 /// A descriptor closed as a side effect (`dup2` over it, `close_range`,
@@ -1468,11 +1469,12 @@ fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, 
 
 fn unlink_name(name: &str) -> Result<c_int, i32> {
     with_state(|s| {
+        let mut nodes = state::lock_nodes(s);
         s.cs.delete(name).map_err(|e| match e {
             Error::FileNotFound(_) => libc::ENOENT,
             e => fail("unlink", &e),
         })?;
-        state::forget(s, name);
+        state::forget(s, &mut nodes, name);
         Ok(0)
     })
 }
@@ -1515,9 +1517,10 @@ fn rename_names(from: &str, to: &str) -> Result<c_int, i32> {
         // names the old file or the new one at every moment (the store's
         // replacement is one logged operation).
         state::len_of(s, from).map_err(|e| e.posix_errno())?;
+        let mut nodes = state::lock_nodes(s);
         s.cs.replace(from, to).map_err(|e| fail("rename", &e))?;
-        state::forget(s, to);
-        state::renamed(s, from, to);
+        state::forget(s, &mut nodes, to);
+        state::renamed(&mut nodes, from, to);
         Ok(0)
     })
 }

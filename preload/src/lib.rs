@@ -51,8 +51,32 @@ pub(crate) fn warn_once(key: &str, msg: &str) {
     let mut seen = SEEN.lock().unwrap_or_else(|p| p.into_inner());
     let set = seen.get_or_insert_with(HashSet::new);
     if set.len() < 1024 && set.insert(key.to_string()) {
-        eprintln!("setcache preload: {msg}");
+        say(msg);
     }
+}
+
+/// Print `msg` on stderr, prefixed with the library's name, by the system
+/// call itself: not through this library's `write` (descriptor 2 may stand
+/// for a store file whose locks the caller holds), and with no error of its
+/// own (a full disk or a closed pipe loses the message, never the program).
+pub(crate) fn say(msg: &str) {
+    let line = format!("setcache preload: {msg}\n");
+    let mut b = line.as_bytes();
+    // SAFETY: reads this thread's errno, which the caller's caller may read.
+    let errno = unsafe { *libc::__errno_location() };
+    while !b.is_empty() {
+        // SAFETY: writes `b`, a live buffer, to descriptor 2.
+        let n = unsafe { libc::syscall(libc::SYS_write, 2, b.as_ptr(), b.len()) };
+        // SAFETY: as above.
+        if n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR {
+            continue;
+        }
+        if n <= 0 {
+            break;
+        }
+        b = &b[n as usize..];
+    }
+    set_errno(errno);
 }
 
 /// Report an error of setcache on a call: its errno, and its message once.
@@ -66,6 +90,6 @@ pub(crate) fn fail(call: &str, e: &setcache::Error) -> i32 {
 /// Stop the process: the library cannot work and passing through would
 /// touch the wrong files.
 pub(crate) fn fatal(msg: &str) -> ! {
-    eprintln!("setcache preload: {msg}");
+    say(msg);
     std::process::abort();
 }

@@ -52,14 +52,6 @@ pub(crate) fn keep(s: &State, n: Arc<Node>) {
     drop(out);
 }
 
-/// Whether `n` is held by nothing but the caller's reference and, if it is
-/// there, the list of files kept open: its last descriptor just closed.
-pub(crate) fn only_kept(s: &State, n: &Arc<Node>) -> bool {
-    let k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
-    let kept = k.iter().any(|x| Arc::ptr_eq(x, n));
-    Arc::strong_count(n) == 1 + usize::from(kept)
-}
-
 /// Set once the exit handler has synced the store: exit handlers that run
 /// after it (registered before the store opened) and the C library's last
 /// flush of its streams may still write, and each such write syncs itself.
@@ -81,6 +73,10 @@ pub(crate) struct Node {
     /// Written (or its length changed) through this node since the last sync
     /// its last close made: the next last close (or the drop) syncs.
     pub(crate) written: AtomicBool,
+    /// Its open file descriptions alive: the drop of the last one is the
+    /// file's last close (a thread's lookup by name holds the node a while,
+    /// but no description).
+    descs: AtomicUsize,
     /// The length reads, `fstat` and `lseek` see. A write past the end makes
     /// the file longer first (its pages must lie inside it) and moves this
     /// only once its bytes are in, as a local file system moves a file's
@@ -134,6 +130,24 @@ impl Drop for Node {
     }
 }
 
+thread_local! {
+    /// What the drop of a file's last description on this thread gave: its
+    /// sync's errno, for the `close` that dropped it to return.
+    static RELEASED: std::cell::Cell<Option<Result<(), i32>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Drop `d`, a description just taken from the table by a close; the errno
+/// of the sync its drop made, if it was its file's last description.
+pub(crate) fn drop_closed(d: Arc<Desc>) -> Result<(), i32> {
+    let _ = RELEASED.try_with(|c| c.set(None));
+    drop(d);
+    RELEASED
+        .try_with(|c| c.take())
+        .ok()
+        .flatten()
+        .unwrap_or(Ok(()))
+}
+
 /// An open file description: what `open` made and `dup` shares.
 pub(crate) struct Desc {
     pub(crate) node: Arc<Node>,
@@ -146,7 +160,47 @@ pub(crate) struct Desc {
     pub(crate) pos: Mutex<u64>,
 }
 
+impl Drop for Desc {
+    /// The file's last description gone (by its close, or by the thread that
+    /// still used it when the close came): its data goes to the devices now
+    /// (close-to-open: another process that opens it next reads what was
+    /// written, even if this one ends with `_exit`), and the file is kept
+    /// open a while for the next open.
+    fn drop(&mut self) {
+        if self.node.descs.fetch_sub(1, Ordering::AcqRel) != 1 || forked() {
+            return;
+        }
+        let node = &self.node;
+        let mut r = Ok(());
+        if node.written.swap(false, Ordering::Relaxed)
+            && let Err(e) = node.file.sync()
+            && !matches!(e, Error::FileGone(_))
+        {
+            node.written.store(true, Ordering::Relaxed);
+            r = Err(crate::fail("close (writing the file's data)", &e));
+        }
+        if r.is_ok()
+            && let Ok(s) = state()
+        {
+            keep(s, Arc::clone(node));
+        }
+        let _ = RELEASED.try_with(|c| c.set(Some(r)));
+    }
+}
+
 impl Desc {
+    /// A description of `node`, counted among its descriptions.
+    pub(crate) fn new(node: Arc<Node>, readable: bool, writable: bool, status: c_int) -> Desc {
+        node.descs.fetch_add(1, Ordering::AcqRel);
+        Desc {
+            node,
+            readable,
+            writable,
+            status: AtomicI32::new(status),
+            pos: Mutex::new(0),
+        }
+    }
+
     pub(crate) fn append(&self) -> bool {
         self.status.load(Ordering::Relaxed) & libc::O_APPEND != 0
     }
@@ -400,7 +454,9 @@ extern "C" fn sync_at_exit() {
     if let Some(Ok(s)) = STATE.get()
         && let Err(e) = s.cs.sync()
     {
-        eprintln!("setcache preload: writing the store's dirty pages at exit failed: {e}");
+        crate::say(&format!(
+            "writing the store's dirty pages at exit failed: {e}"
+        ));
     }
 }
 
@@ -555,6 +611,7 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
         name: Mutex::new(name.to_string()),
         grow: Mutex::new(()),
         written: AtomicBool::new(false),
+        descs: AtomicUsize::new(0),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));
@@ -584,9 +641,19 @@ pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
     }
 }
 
+/// The open nodes by name, locked. A store operation on names (a delete, a
+/// rename) runs under this lock together with the change it makes to the
+/// nodes, as `node` opens or creates under it: an open of either name finds
+/// the nodes as they were before the operation or as they are after it,
+/// never a node of the old file under the new name (two nodes of one file
+/// would each keep their own length).
+pub(crate) fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Node>>> {
+    s.nodes.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// `name` was deleted: a later open finds the store's file, not the node.
-pub(crate) fn forget(s: &State, name: &str) {
-    if let Some(n) = lock_nodes(s).remove(name).and_then(|w| w.upgrade()) {
+pub(crate) fn forget(s: &State, nodes: &mut HashMap<String, Weak<Node>>, name: &str) {
+    if let Some(n) = nodes.remove(name).and_then(|w| w.upgrade()) {
         s.kept
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -595,18 +662,13 @@ pub(crate) fn forget(s: &State, name: &str) {
 }
 
 /// `from` is now `to`: the open node follows.
-pub(crate) fn renamed(s: &State, from: &str, to: &str) {
-    let mut nodes = lock_nodes(s);
+pub(crate) fn renamed(nodes: &mut HashMap<String, Weak<Node>>, from: &str, to: &str) {
     if let Some(w) = nodes.remove(from) {
         if let Some(n) = w.upgrade() {
             *n.name.lock().unwrap_or_else(|p| p.into_inner()) = to.to_string();
         }
         nodes.insert(to.to_string(), w);
     }
-}
-
-fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String, Weak<Node>>> {
-    s.nodes.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 #[cfg(test)]

@@ -45,7 +45,10 @@ unsafe extern "C" fn cookie_read(cookie: *mut c_void, buf: *mut c_char, n: size_
 
 unsafe extern "C" fn cookie_write(cookie: *mut c_void, buf: *const c_char, n: size_t) -> ssize_t {
     // SAFETY: stdio passes its buffer of `n` bytes.
-    unsafe { calls::write(fd_of(cookie), buf.cast(), n) }
+    let r = unsafe { calls::write(fd_of(cookie), buf.cast(), n) };
+    // A failed write is 0 bytes written (errno set): glibc takes the count
+    // as unsigned, and a -1 would make it copy past the caller's buffer.
+    r.max(0)
 }
 
 unsafe extern "C" fn cookie_seek(cookie: *mut c_void, pos: *mut off64_t, whence: c_int) -> c_int {
@@ -185,14 +188,30 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
-    if crate::state::desc(fd).is_none() {
+    let Some(d) = crate::state::desc(fd) else {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::fdopen()(fd, mode) };
-    }
+    };
     // SAFETY: fdopen's mode is a C string.
-    if flags_of(unsafe { CStr::from_ptr(mode) }.to_bytes()).is_none() {
+    let Some(flags) = flags_of(unsafe { CStr::from_ptr(mode) }.to_bytes()) else {
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
+    };
+    // As the C library's: a mode the descriptor's access cannot serve is
+    // refused, and "a" sets O_APPEND on the descriptor (the stream's writes
+    // rely on it to go to the end).
+    let (has, wants) = (
+        d.status.load(Ordering::Relaxed) & libc::O_ACCMODE,
+        flags & libc::O_ACCMODE,
+    );
+    if (has == libc::O_RDONLY && wants != libc::O_RDONLY)
+        || (has == libc::O_WRONLY && wants != libc::O_WRONLY)
+    {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    if flags & libc::O_APPEND != 0 {
+        d.status.fetch_or(libc::O_APPEND, Ordering::Relaxed);
     }
     stream_of(fd, mode, false)
 }

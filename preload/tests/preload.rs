@@ -164,6 +164,42 @@ fn unsupported_calls_fail_with_a_clear_errno_and_message() {
     );
 }
 
+/// The library's messages never stop the program: with stderr a pipe nobody
+/// reads and SIGPIPE ignored (each message's write fails with EPIPE), the
+/// refused calls still fail only with their errno.
+#[test]
+fn a_message_that_cannot_be_written_does_not_stop_the_program() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+    let s = Setup::new("no-stderr");
+    let prog = probe(&s.p("bin"), true);
+    let mut fds = [0; 2];
+    // SAFETY: makes a pipe into `fds`.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both ends were just made and are owned here alone.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read_end);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("refused").stderr(write_end);
+    // SAFETY: only an async-signal-safe call between fork and exec.
+    unsafe {
+        c.pre_exec(|| {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("mmap                                     -1 ENODEV"),
+        "{t}"
+    );
+    assert!(
+        t.contains("mkdir inside                             -1 EPERM"),
+        "{t}"
+    );
+}
+
 /// A partition count the cache cannot take fails the first call into the
 /// store, naming the variable's value, and leaves the store free to open.
 #[test]
@@ -252,6 +288,34 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("r: 5 again"), "{t}");
     assert!(t.contains("j: 7 journal"), "{t}");
     assert!(t.contains("x: 6 onetwo"), "{t}");
+}
+
+/// A file's last close syncs it even while another thread looks the file up
+/// by name at that moment (a `stat` holds the file a while): each of 64
+/// files closed once, opened, written and closed under such lookups has its
+/// bytes after an exit that runs no exit handler. Eight processes in turn:
+/// the files a process still keeps open at its end are those at risk.
+#[test]
+fn a_last_close_syncs_while_another_thread_stats_the_file() {
+    let s = Setup::new("close-race");
+    let prog = probe(&s.p("bin"), true);
+    let mut names = Vec::new();
+    for run_no in 0..8 {
+        let prefix = format!("cr{run_no}-");
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["close-race", &prefix]);
+        run(c);
+        names.extend((0..64).map(|i| format!("{prefix}{i}")));
+    }
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("cat").args(&names);
+    let t = text(&run(c).stdout);
+    for n in &names {
+        assert!(
+            t.contains(&format!("{n}: 6 synced")),
+            "{n} lost its bytes:\n{t}"
+        );
+    }
 }
 
 /// A reader following a file another thread appends to never finds zeros

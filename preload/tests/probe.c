@@ -10,6 +10,7 @@
  *   probe DIR fork       descriptors used by a child after fork
  *   probe DIR fork-race  children forked while a thread reads, closing
  *   probe DIR reopen     files closed, opened again, written, then _exit
+ *   probe DIR close-race PREFIX  the same while another thread stats each file
  *   probe DIR exit-writes  a write from an exit handler that runs late
  *   probe DIR cat NAME.. the bytes of each file named
  */
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -86,6 +88,82 @@ static void list(const char *what) {
         free(names[i]);
     }
     printf("\n");
+}
+
+/* Edges a program meets: an open that fails for want of a descriptor,
+ * fdopen's modes, a stream whose writes fail, pwritev2 with RWF_APPEND. */
+static void edges(void) {
+    int fd = open(path("t"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    show("write t", write(fd, "kept", 4));
+    close(fd);
+    /* With no descriptor number free, an open changes nothing (t is held
+     * open meanwhile, so that nothing but the new number is missing). */
+    int hold = open(path("t"), O_RDONLY);
+    struct rlimit old, low;
+    getrlimit(RLIMIT_NOFILE, &old);
+    int next = dup(0);
+    close(next);
+    low = old;
+    low.rlim_cur = next;
+    setrlimit(RLIMIT_NOFILE, &low);
+    int trunc = open(path("t"), O_WRONLY | O_TRUNC);
+    int errno_trunc = errno;
+    int creat = open(path("new"), O_CREAT | O_WRONLY, 0644);
+    int errno_creat = errno;
+    setrlimit(RLIMIT_NOFILE, &old);
+    close(hold);
+    errno = errno_trunc;
+    show("open O_TRUNC, no descriptor free", trunc);
+    errno = errno_creat;
+    show("open O_CREAT, no descriptor free", creat);
+    show_size("stat t after", "t");
+    show("access new", access(path("new"), F_OK));
+
+    /* fdopen "a" appends, whatever the descriptor's position. */
+    fd = open(path("t"), O_RDWR);
+    FILE *f = fdopen(fd, "a");
+    show("fdopen a", f ? 0 : -1);
+    if (f) {
+        show("fputs to it", fputs("more", f));
+        show("fclose", fclose(f));
+    }
+    show_size("stat t after fdopen a", "t");
+    fd = open(path("t"), O_RDONLY);
+    f = fdopen(fd, "w");
+    show("fdopen w of a read-only descriptor", f ? 0 : -1);
+    if (f)
+        fclose(f);
+    else
+        close(fd);
+
+    /* A stream whose descriptor turned read-only under it: its writes fail,
+     * and fwrite says so (no bytes, the error flag). */
+    fd = open(path("t"), O_RDWR);
+    f = fdopen(fd, "r+");
+    int ro = open(path("t"), O_RDONLY);
+    dup2(ro, fd);
+    close(ro);
+    static char big[16384];
+    memset(big, 'x', sizeof big);
+    size_t put = f ? fwrite(big, 1, sizeof big, f) : 0;
+    printf("%-40s %zu error %d\n", "fwrite of 16 KiB that fails", put, f ? ferror(f) : -1);
+    if (f)
+        fclose(f);
+    show_size("stat t after the failed fwrite", "t");
+
+    /* pwritev2 at offset -1 with RWF_APPEND: at the end, and the position
+     * moves past it. */
+    fd = open(path("v"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    struct iovec iv = {"AAAA", 4};
+    show("pwritev2 RWF_APPEND at -1", pwritev2(fd, &iv, 1, -1, RWF_APPEND));
+    show("position after", lseek(fd, 0, SEEK_CUR));
+    show("write after", write(fd, "BBBB", 4));
+    char got[16] = "";
+    show("pread", pread(fd, got, sizeof got - 1, 0));
+    printf("%-40s %s\n", "  bytes", got);
+    close(fd);
+    unlink(path("t"));
+    unlink(path("v"));
 }
 
 static void common(void) {
@@ -251,6 +329,7 @@ static void common(void) {
         fclose(f);
     }
 
+    edges();
     show("open missing", open(path("missing"), O_RDONLY));
     show("unlink p3", unlink(path("p3")));
     show("unlink p3 again", unlink(path("p3")));
@@ -260,6 +339,45 @@ static void common(void) {
     for (int i = 0; i < 4; i++)
         unlink(path(names[i]));
     list("list after unlinking all");
+}
+
+/* Files closed once, opened again, written and closed while another thread
+ * looks the same file up by name; then an exit that runs no exit handler:
+ * each last close must have synced its file all the same. */
+static const char *volatile race_name;
+static volatile int stat_stop;
+
+static void *stat_loop(void *arg) {
+    (void)arg;
+    struct stat st;
+    while (!stat_stop) {
+        const char *n = race_name;
+        if (n)
+            stat(n, &st);
+    }
+    return NULL;
+}
+
+static void close_race(const char *prefix) {
+    static char names[64][4200];
+    pthread_t t;
+    pthread_create(&t, NULL, stat_loop, NULL);
+    for (int i = 0; i < 64; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "%.40s%d", prefix, i);
+        snprintf(names[i], sizeof names[i], "%s", path(name));
+        int fd = open(names[i], O_CREAT | O_RDWR, 0644);
+        close(fd);
+        race_name = names[i];
+        fd = open(names[i], O_RDWR);
+        if (write(fd, "synced", 6) != 6)
+            abort();
+        close(fd);
+    }
+    stat_stop = 1;
+    pthread_join(t, NULL);
+    fflush(stdout);
+    _exit(0);
 }
 
 static void refused(void) {
@@ -548,6 +666,8 @@ int main(int argc, char **argv) {
         fork_race();
     else if (argc > 2 && strcmp(argv[2], "reopen") == 0)
         reopen();
+    else if (argc > 2 && strcmp(argv[2], "close-race") == 0)
+        close_race(argc > 3 ? argv[3] : "cr");
     else if (argc > 2 && strcmp(argv[2], "exit-writes") == 0)
         exit_writes();
     else if (argc > 2 && strcmp(argv[2], "exec-write") == 0)
