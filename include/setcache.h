@@ -10,6 +10,13 @@
  * message naming what was wrong that setcache_last_error() returns on the
  * same thread. Offsets and lengths are in bytes and need no alignment.
  *
+ * A handle must not be used after the call that frees it returned 0 (for
+ * setcache_store_close, any result but -EBUSY): a second close is undefined,
+ * as a second free() is. Release a thread's pins and free its queues before
+ * the thread exits: no other thread may, and until then the file cannot be
+ * closed (-EBUSY), nor the store, and a sync waits for a page pinned for
+ * writing.
+ *
  * This header is checked against the library's Rust source by its tests.
  */
 #ifndef SETCACHE_H

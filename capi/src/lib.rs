@@ -140,15 +140,29 @@ pub struct setcache_store {
     users: Arc<AtomicUsize>,
 }
 
-pub struct setcache_file {
-    file: Arc<CachedFile>,
-    users: Arc<AtomicUsize>,
+/// A handle's count in its store's users, given back when the handle's
+/// other fields are gone: declared last in the handle, it drops last, so a
+/// `setcache_store_close` that finds no user left finds nothing of the
+/// handle left either.
+struct Use(Arc<AtomicUsize>);
+
+impl Use {
+    fn of(users: &Arc<AtomicUsize>) -> Use {
+        users.fetch_add(1, Ordering::Relaxed);
+        Use(users.clone())
+    }
 }
 
-impl Drop for setcache_file {
+impl Drop for Use {
     fn drop(&mut self) {
-        self.users.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Release);
     }
+}
+
+pub struct setcache_file {
+    file: Arc<CachedFile>,
+    /// Last: see [`Use`].
+    _use: Use,
 }
 
 pub struct setcache_queue {
@@ -161,13 +175,13 @@ pub struct setcache_queue {
     /// Finished, not yet handed to the caller.
     pending: std::collections::VecDeque<(u64, setcache::CachedCompletion)>,
     _cs: Arc<CachedStore>,
-    users: Arc<AtomicUsize>,
+    /// Last: see [`Use`].
+    _use: Use,
 }
 
 impl Drop for setcache_queue {
     fn drop(&mut self) {
         self.q.drain();
-        self.users.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
@@ -276,16 +290,19 @@ pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_i
     call_int(|| {
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
-        let open = s.users.load(Ordering::Relaxed);
+        let open = s.users.load(Ordering::Acquire);
         if open != 0 {
             return Err(Fail(
                 libc::EBUSY,
                 format!("{open} files or queues of the store are still open: close them first"),
             ));
         }
-        let r = s.cs.sync();
+        // Taken first, so that the handle is freed however the sync ends (a
+        // panic in it too), as an error other than EBUSY says.
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
-        drop(unsafe { Box::from_raw(store) });
+        let s = unsafe { Box::from_raw(store) };
+        let r = s.cs.sync();
+        drop(s);
         r?;
         Ok(0)
     })
@@ -332,12 +349,11 @@ pub unsafe extern "C" fn setcache_stats_get(
 }
 
 fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Result<i64, Fail> {
-    s.users.fetch_add(1, Ordering::Relaxed);
     out(
         o,
         setcache_file {
             file: Arc::new(f),
-            users: s.users.clone(),
+            _use: Use::of(&s.users),
         },
     )
 }
@@ -491,6 +507,8 @@ pub unsafe extern "C" fn setcache_pwrite(
         // SAFETY: the caller's live handle.
         let f = unsafe { handle(file, "the file") }?;
         if len == 0 {
+            // Nothing moves, but a deleted file's handle still fails.
+            f.file.write_extending(offset, &[])?;
             return Ok(0);
         }
         if buf.is_null() {
@@ -513,8 +531,14 @@ pub unsafe extern "C" fn setcache_pwrite(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_len(file: *mut setcache_file) -> i64 {
-    // SAFETY: the caller's live handle.
-    call(|| Ok(unsafe { handle(file, "the file") }?.file.len() as i64))
+    call(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        // A read of nothing fails on a deleted file's handle, as the header
+        // says every call then does.
+        f.file.read_at(0, &mut [])?;
+        Ok(f.file.len() as i64)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -556,7 +580,6 @@ pub unsafe extern "C" fn setcache_queue_new(
         // declared first in the handle and so dropped first.
         // SAFETY: the borrowed store outlives the queue (above).
         let q: CachedQueue<'static> = unsafe { std::mem::transmute(cs.queue(depth as usize)) };
-        s.users.fetch_add(1, Ordering::Relaxed);
         out(
             out_queue,
             setcache_queue {
@@ -566,7 +589,7 @@ pub unsafe extern "C" fn setcache_queue_new(
                 free: Vec::new(),
                 pending: std::collections::VecDeque::new(),
                 _cs: cs,
-                users: s.users.clone(),
+                _use: Use::of(&s.users),
             },
         )
     })
@@ -604,11 +627,20 @@ fn submit(
             ),
         ));
     }
-    let data = match kind {
-        OpKind::Read => vec![0u8; len],
+    // The request's own buffer: a length the machine cannot allocate is
+    // ENOMEM, not the end of the process.
+    let mut data = Vec::new();
+    data.try_reserve_exact(len).map_err(|_| {
+        Fail(
+            libc::ENOMEM,
+            format!("no memory for a request buffer of {len} bytes"),
+        )
+    })?;
+    match kind {
+        OpKind::Read => data.resize(len, 0),
         // SAFETY: the caller's buffer of `len` bytes.
-        _ => unsafe { std::slice::from_raw_parts(buf, len) }.to_vec(),
-    };
+        _ => data.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) }),
+    }
     let slot = match q.free.pop() {
         Some(i) => i,
         None => {

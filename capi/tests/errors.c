@@ -122,6 +122,14 @@ int main(int argc, char **argv) {
            "past the end");
     expect("submit_write: NULL buffer", setcache_submit_write(q, file, NULL, 64, 0, 1), EINVAL,
            "NULL");
+    /* A request longer than the memory the process can have: refused with
+     * ENOMEM before anything of it is touched (its buffer is not read). */
+    setcache_file *big;
+    expect_ok("create a file of 4 TiB (sparse)", setcache_create(store, "big", 1ULL << 42, &big));
+    expect("submit_read: no memory for 4 TiB", setcache_submit_read(q, big, buf, 1ULL << 42, 0, 2),
+           ENOMEM, "no memory");
+    expect_ok("close big", setcache_close(big));
+    expect_ok("delete big", setcache_delete(store, "big"));
     struct setcache_completion c[2];
     expect("poll: min above max", setcache_poll(q, c, 1, 2), EINVAL, "above");
     expect("poll: NULL array", setcache_poll(q, NULL, 2, 0), EINVAL, "NULL");
@@ -156,6 +164,9 @@ int main(int argc, char **argv) {
     expect_ok("queue_free", setcache_queue_free(q));
     expect_ok("delete g", setcache_delete(store, "g"));
     expect("pread: a deleted file's handle", setcache_pread(other, buf, 1, 0), ESTALE, "deleted");
+    expect("len: a deleted file's handle", setcache_len(other), ESTALE, "deleted");
+    expect("pwrite of nothing: a deleted file's handle", setcache_pwrite(other, NULL, 0, 0), ESTALE,
+           "deleted");
     expect_ok("close g", setcache_close(other));
     expect_ok("close f", setcache_close(file));
     expect_ok("delete f", setcache_delete(store, "f"));
