@@ -559,6 +559,14 @@ fn intent_records_are_finished_at_open() {
     std::fs::write(&record, intent(3, 3, "data", "moved", 9)).unwrap();
     let e = Store::open(&roots, opts()).unwrap_err();
     assert!(e.to_string().contains("format version 9"), "{e}");
+    // From a newer format whose records are laid out otherwise (longer):
+    // refused all the same, not taken for a torn record and removed.
+    let mut longer = intent(3, 3, "data", "moved", 9);
+    longer.extend_from_slice(&[7; 16]);
+    std::fs::write(&record, &longer).unwrap();
+    let e = Store::open(&roots, opts()).unwrap_err();
+    assert!(e.to_string().contains("format version 9"), "{e}");
+    assert!(record.exists(), "a newer format's record was removed");
     // Whole and right: the rename is finished, on a device that had done it too.
     std::fs::write(&record, intent(3, 3, "data", "moved", 2)).unwrap();
     std::fs::rename(backing(&roots, 1), roots[1].join("moved.scf")).unwrap();

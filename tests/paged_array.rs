@@ -659,6 +659,121 @@ fn shared_page_references_and_in_place_stores_never_meet() {
     drop(gb);
 }
 
+/// An element aligned to more than the frames are (8 KiB, where frames are
+/// 4 KiB-aligned) is refused when the array is made: its elements would be
+/// read in place at addresses their type forbids.
+#[test]
+fn elements_aligned_past_the_frames_are_refused() {
+    #[derive(Clone, Copy)]
+    #[repr(C, align(8192))]
+    struct Wide([u8; 8192]);
+    // SAFETY: any bytes are a value; no padding; the alignment is the size.
+    unsafe impl setcache::Element for Wide {}
+    let tmp = TempDir::new("array-align");
+    let cs = store(&tmp, 64, 64);
+    let got = PagedArray::<Wide>::create(&cs, "wide", 4, LayoutKind::Stripe);
+    match got {
+        Err(Error::InvalidArgument(m)) => assert!(m.contains("aligned to at most 4096"), "{m}"),
+        other => panic!(
+            "an 8 KiB-aligned element accepted: {:?}",
+            other.map(|a| a.len())
+        ),
+    }
+    let ok = PagedArray::<[u64; 512]>::create(&cs, "page", 4, LayoutKind::Stripe);
+    assert!(ok.is_ok(), "a page-sized element of words refused");
+}
+
+/// A cut that gives up because another thread holds a page past the new end
+/// longer than the pin wait (a reader's run pinned while its callback waits;
+/// the file is cut all the same, and the cut says `Busy`) leaves no reader's
+/// translation of that page in use: the reader's
+/// get past the end fails `OutOfRange` instead of reading the page's old
+/// bytes, and its set stores nothing.
+#[test]
+fn a_cut_that_gives_up_on_a_held_page_leaves_no_translation_past_the_end() {
+    let tmp = TempDir::new("array-cut-held");
+    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(
+        s,
+        CacheOptions {
+            size: 64 * 4096,
+            max_size: Some(64 * 4096),
+            page_size: 4096,
+            assoc: 8,
+            policy: PolicyKind::Clock,
+            pin_wait: Duration::from_millis(200),
+            partitions: 1,
+        },
+    )
+    .unwrap();
+    // Five pages: the page the cut falls in (elements 1536-2047: its tail is
+    // not cleared) and the one page wholly past it (2048-2559: not dropped).
+    let n = 2560u64;
+    for (name, held) in [("w3", 2000u64), ("w4", 2100)] {
+        let a = PagedArray::<u64>::create(&cs, name, n, LayoutKind::Stripe).unwrap();
+        let vals: Vec<u64> = (0..n).map(|i| i + 1).collect();
+        a.write_from(0, &vals).unwrap();
+        let mut r = a.reader();
+        assert_eq!(r.get(held).unwrap(), held + 1);
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|sc| {
+            let a = &a;
+            sc.spawn(move || {
+                // A run of the held element's page, pinned while its callback waits.
+                let mut rb = a.reader();
+                rb.for_each_run(held..held + 1, |_, _run| {
+                    held_tx.send(()).unwrap();
+                    done_rx.recv().unwrap();
+                })
+                .unwrap();
+            });
+            held_rx.recv().unwrap();
+            let cut = a.file().set_len(1600 * 8);
+            let (got, set) = (r.get(held), r.set(held, 7));
+            // Let the run go before looking, so that a failed check ends the test.
+            done_tx.send(()).unwrap();
+            assert!(matches!(cut, Err(Error::Busy(_))), "{name}: {cut:?}");
+            assert_eq!(a.file().len(), 1600 * 8);
+            assert!(
+                matches!(got, Err(Error::OutOfRange { .. })),
+                "{name}: get {held} after the cut: {got:?}"
+            );
+            assert!(
+                matches!(set, Err(Error::OutOfRange { .. })),
+                "{name}: set {held} after the cut: {set:?}"
+            );
+        });
+    }
+    // A delete while another thread holds a page: the reader's get of that
+    // page fails as the deleted file's reads do.
+    let a = PagedArray::<u64>::create(&cs, "d", n, LayoutKind::Stripe).unwrap();
+    a.write_from(0, &vec![9; n as usize]).unwrap();
+    let mut r = a.reader();
+    assert_eq!(r.get(2000).unwrap(), 9);
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|sc| {
+        let a = &a;
+        sc.spawn(move || {
+            let mut rb = a.reader();
+            let _ = rb.for_each_run(2000..2001, |_, _run| {
+                held_tx.send(()).unwrap();
+                done_rx.recv().unwrap();
+            });
+        });
+        held_rx.recv().unwrap();
+        let deleted = cs.delete("d");
+        let got = r.get(2000);
+        done_tx.send(()).unwrap();
+        deleted.unwrap();
+        assert!(
+            matches!(got, Err(Error::FileGone(_))),
+            "get after the delete: {got:?}"
+        );
+    });
+}
+
 /// The file cut short under an array: a reader's gets and sets of elements
 /// past the new end fail `OutOfRange` (a set stores nothing that a later
 /// growth could show), and so do chunks and copies of elements that are not

@@ -361,6 +361,34 @@ fn polling_after_a_wait_finishes_every_request() {
     }
 }
 
+/// Partitions dropped after one of their queues was leaked (`mem::forget`,
+/// safe Rust) still stop: the workers take the closing for the leaked
+/// queue's end as well, instead of serving it for ever.
+#[test]
+fn partitions_stop_after_a_queue_was_leaked() {
+    let (_tmp, store) = numbered_store("parts-leak", "p");
+    let cs: &'static CachedStore = Box::leak(Box::new(
+        CachedStore::new(store, cache(512, 512, 2)).unwrap(),
+    ));
+    let cf = cs.open_file("p").unwrap();
+    let p = Partitions::new(cs, with(2)).unwrap();
+    let mut q = p.queue_on(16, Some(0)).unwrap();
+    for i in 0..8u64 {
+        q.read(&cf, i * 4096, vec![0; 4096], i);
+    }
+    q.drain();
+    std::mem::forget(q);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(p);
+        tx.send(()).unwrap();
+    });
+    assert!(
+        rx.recv_timeout(Duration::from_secs(20)).is_ok(),
+        "the partitions did not stop within 20 s of their drop"
+    );
+}
+
 /// One queue's requests alternating between two files, to its home
 /// partition and to the other: each completes with its own file's bytes (a
 /// queue numbers the files it names to each partition, and remembers the last

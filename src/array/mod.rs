@@ -58,8 +58,10 @@ use crate::storage::layout::LayoutKind;
 /// a value (integers, floats, arrays of them).
 ///
 /// # Safety
-/// Any `size_of::<Self>()` initialised bytes must be a valid `Self`, and
-/// `align_of::<Self>()` must divide `size_of::<Self>()`.
+/// Any `size_of::<Self>()` initialised bytes must be a valid `Self`,
+/// `align_of::<Self>()` must divide `size_of::<Self>()`, and a value must
+/// have no padding (no uninitialised bytes): the array reads its bytes as
+/// bytes when it stores it.
 pub unsafe trait Element: Copy + Send + Sync + 'static {}
 
 macro_rules! elements {
@@ -339,6 +341,17 @@ impl<T: Element> PagedArray<T> {
         if !ps.is_power_of_two() {
             return Err(Error::InvalidArgument(format!(
                 "a paged array needs a cache whose page size is a power of two, not {ps}"
+            )));
+        }
+        // Frames are aligned to 4 KiB at least (to 2 MiB in a cache of 2 MiB
+        // or more), and to their page size below that: elements are read in
+        // place, so none may need more.
+        let align = align_of::<T>();
+        if align > ps.min(4096) {
+            return Err(Error::InvalidArgument(format!(
+                "a paged array's elements may be aligned to at most {} bytes (the frames' \
+                 alignment), not {align}",
+                ps.min(4096)
             )));
         }
         if file.len() % size != 0 {
@@ -762,7 +775,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         // it makes the page's entries stale (evicting it, or clearing its
         // tail under the writer bit), so a sighting from after that step
         // sees the new length here.
-        if end > f.len() {
+        if end > f.len() || f.entry.check().is_err() {
             return Ok(None);
         }
         Ok(seen)

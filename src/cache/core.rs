@@ -1143,6 +1143,17 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// Bump the epochs of both candidate sets of `tag`, under their locks
+    /// (see [`crate::cache::PageCache::unsettle`]).
+    pub(crate) fn unsettle(&self, tag: u64) {
+        let (s1, s2) = self.lock_pair(mix64(tag));
+        self.bump_epoch(s1);
+        if s2 != s1 {
+            self.bump_epoch(s2);
+        }
+        self.unlock_pair(s1, s2);
+    }
+
     fn unlock_pair(&self, s1: usize, s2: usize) {
         self.unlock(s1);
         if s2 != s1 {
@@ -2085,6 +2096,12 @@ impl<M: Model> Core<M> {
                     {
                         dropped += 1;
                     } else {
+                        // Left in place (a pin, a fill, a write): the set's
+                        // change count moves all the same, so that a
+                        // translation of the page made before (a paged
+                        // array's reader) is stale now and looks again,
+                        // finding the file's new length or its deletion.
+                        self.bump_epoch(s);
                         busy += 1;
                     }
                 }

@@ -726,6 +726,17 @@ impl<M: Model> PageCache<M> {
         tag_of(file, page).is_ok_and(|tag| self.core.is_in_io(tag))
     }
 
+    /// Make every translation made before now of a page of the sets `page`
+    /// of `file` may live in stale (their change counts move), so that a
+    /// paged array's reader looks the page up again: for a change that could
+    /// not be made to the page itself (its tail past a new end not cleared
+    /// while another thread held it).
+    pub(crate) fn unsettle(&self, file: u32, page: u64) {
+        if let Ok(tag) = tag_of(file, page) {
+            self.core.unsettle(tag);
+        }
+    }
+
     /// Count `n` pages read ahead that a sequential reader then read.
     pub(crate) fn count_readahead_used(&self, n: u64) {
         self.core.stats.add(stats::Stat::ReadaheadUsed, n);

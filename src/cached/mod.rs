@@ -962,6 +962,9 @@ impl CachedFile {
                     w.finish(r)?;
                 }
                 None if start.elapsed() >= wait => {
+                    // The bytes past the end stay; a translation of the page
+                    // must not serve them.
+                    cache.unsettle(self.id, page);
                     return Err(Error::Busy(format!(
                         "page {page} of file {:?} stayed in use (being read in, written back \
                          or referenced) for {:.1} s: its bytes past the file's end were not \
@@ -971,6 +974,7 @@ impl CachedFile {
                     )));
                 }
                 None if cache.is_own_queue_fill(self.id, page) => {
+                    cache.unsettle(self.id, page);
                     return Err(Error::HeldByCaller(format!(
                         "page {page} of file {:?} is being read in by a request queue of \
                          this thread, whose reads only this thread finishes: poll, wait for \

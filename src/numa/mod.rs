@@ -929,7 +929,9 @@ fn serve_part(
                 woken.push_back(k);
             }
             stuck |= !s.outbox.is_empty();
-            if link.is_closed()
+            // Once the partitions close no queue of them is alive, even one
+            // leaked without its drop (which would have closed its link).
+            if (link.is_closed() || part.closing.load(Acquire))
                 && s.in_flight == 0
                 && s.outbox.is_empty()
                 && link.requests.is_empty()

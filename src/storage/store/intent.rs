@@ -147,12 +147,22 @@ impl Intent {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Decoded {
-        if b.len() < FIXED + 4 {
-            return Decoded::Torn;
-        }
         let u16_at = |i: usize| u16::from_le_bytes(b[i..i + 2].try_into().unwrap()) as usize;
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().unwrap());
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap());
+        // The version before the layout: a record of another format may be
+        // laid out otherwise, and taken for a torn one it would be removed
+        // with its operation unfinished. (A torn record of this format still
+        // carries this version; a withdrawn one is empty.)
+        if b.len() >= 12 && &b[0..8] == MAGIC && u32_at(8) != FORMAT_VERSION {
+            let version = u32_at(8);
+            return Decoded::Unknown(format!(
+                "written by format version {version}; this build writes version {FORMAT_VERSION}"
+            ));
+        }
+        if b.len() < FIXED + 4 {
+            return Decoded::Torn;
+        }
         let (n1, n2) = (u16_at(56), u16_at(58));
         let end = FIXED + n1 + n2;
         if &b[0..8] != MAGIC || b.len() != end + 4 {
@@ -161,12 +171,6 @@ impl Intent {
         let stored = u32_at(end);
         if stored != crc32c(&b[..end]) {
             return Decoded::Torn;
-        }
-        let version = u32_at(8);
-        if version != FORMAT_VERSION {
-            return Decoded::Unknown(format!(
-                "written by format version {version}; this build writes version {FORMAT_VERSION}"
-            ));
         }
         let text = |r: std::ops::Range<usize>| String::from_utf8(b[r].to_vec()).ok();
         let (Some(name), Some(second)) = (text(FIXED..FIXED + n1), text(FIXED + n1..end)) else {
