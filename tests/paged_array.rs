@@ -13,6 +13,24 @@ use setcache::{
     TranslationStats,
 };
 
+/// A cache of `pages` pages that does not grow, whose pin wait is `wait`.
+fn store_waiting(tmp: &TempDir, pages: usize, wait: Duration) -> CachedStore {
+    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
+    CachedStore::new(
+        s,
+        CacheOptions {
+            size: pages * 4096,
+            max_size: Some(pages * 4096),
+            page_size: 4096,
+            assoc: 8,
+            policy: PolicyKind::Clock,
+            pin_wait: wait,
+            partitions: common::partitions_upto(pages / 8),
+        },
+    )
+    .unwrap()
+}
+
 fn store(tmp: &TempDir, pages: usize, max_pages: usize) -> CachedStore {
     let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
     CachedStore::new(
@@ -555,20 +573,7 @@ fn poll_to_end<F: std::future::Future>(f: F) -> F::Output {
 #[test]
 fn shared_page_references_and_in_place_stores_never_meet() {
     let tmp = TempDir::new("array-refs");
-    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let cs = CachedStore::new(
-        s,
-        CacheOptions {
-            size: 256 * 4096,
-            max_size: Some(256 * 4096),
-            page_size: 4096,
-            assoc: 8,
-            policy: PolicyKind::Clock,
-            pin_wait: Duration::from_millis(300),
-            partitions: common::partitions_upto(256 / 8),
-        },
-    )
-    .unwrap();
+    let cs = store_waiting(&tmp, 256, Duration::from_millis(300));
     cs.create("a", 64 * 4096, LayoutKind::Stripe).unwrap();
     cs.create("b", 64 * 4096, LayoutKind::Stripe).unwrap();
     let f = cs.open_file("a").unwrap();
@@ -692,20 +697,7 @@ fn elements_aligned_past_the_frames_are_refused() {
 #[test]
 fn a_cut_that_gives_up_on_a_held_page_leaves_no_translation_past_the_end() {
     let tmp = TempDir::new("array-cut-held");
-    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    let cs = CachedStore::new(
-        s,
-        CacheOptions {
-            size: 64 * 4096,
-            max_size: Some(64 * 4096),
-            page_size: 4096,
-            assoc: 8,
-            policy: PolicyKind::Clock,
-            pin_wait: Duration::from_millis(200),
-            partitions: 1,
-        },
-    )
-    .unwrap();
+    let cs = store_waiting(&tmp, 64, Duration::from_millis(200));
     // Five pages: the page the cut falls in (elements 1536-2047: its tail is
     // not cleared) and the one page wholly past it (2048-2559: not dropped).
     let n = 2560u64;
