@@ -357,6 +357,10 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
 
 fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
     user_buf(buf, n)?;
+    if !d.readable {
+        // As the kernel: the access mode first, even for no bytes.
+        return Err(libc::EBADF);
+    }
     let mut pos = lock(&d.pos);
     if n == 0 {
         return Ok(0);
@@ -583,6 +587,9 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
 }
 
 fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
+    if d.path_only() {
+        return Err(libc::EBADF);
+    }
     let mut pos = lock(&d.pos);
     let len = d.node.len() as i64;
     let new = match whence {
@@ -620,6 +627,9 @@ pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
 // ---- durability, length, hints ----------------------------------------
 
 fn sync_desc(d: &Desc) -> c_int {
+    if d.path_only() {
+        return int_ret(Err(libc::EBADF));
+    }
     int_ret(d.node.file.sync().map(|_| 0).map_err(|e| fail("fsync", &e)))
 }
 

@@ -201,6 +201,11 @@ impl Desc {
         }
     }
 
+    /// Opened with `O_PATH`: no reads, writes, seeks or syncs.
+    pub(crate) fn path_only(&self) -> bool {
+        self.status.load(Ordering::Relaxed) & libc::O_PATH != 0
+    }
+
     pub(crate) fn append(&self) -> bool {
         self.status.load(Ordering::Relaxed) & libc::O_APPEND != 0
     }

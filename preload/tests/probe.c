@@ -162,6 +162,15 @@ static void edges(void) {
     show("pread", pread(fd, got, sizeof got - 1, 0));
     printf("%-40s %s\n", "  bytes", got);
     close(fd);
+    /* Calls a descriptor's access mode refuses, even for no bytes. */
+    fd = open(path("v"), O_WRONLY);
+    show("read of nothing on O_WRONLY", read(fd, got, 0));
+    close(fd);
+    fd = open(path("v"), O_PATH);
+    show("fsync on O_PATH", fsync(fd));
+    show("fdatasync on O_PATH", fdatasync(fd));
+    show("lseek on O_PATH", lseek(fd, 0, SEEK_SET));
+    close(fd);
     unlink(path("t"));
     unlink(path("v"));
 }
