@@ -403,6 +403,32 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
         !out.status.success() && err.contains("no timestamps"),
         "{err}"
     );
+    // A timestamp as large as a number of microseconds can be: the second
+    // pass's times are past any run's end (no overflow: the run ends).
+    let huge = dir.join("huge.csv");
+    std::fs::write(
+        &huge,
+        "Timestamp,Response,IOType,LUN,Offset,Size\n0,0,R,0,0,4096\n20000000000000,0,R,0,4096,4096\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["bench", "--dir"])
+        .arg(dir.join("h"))
+        .arg("--trace")
+        .arg(format!("systor:{}", huge.display()))
+        .args([
+            "--replay-speed",
+            "1",
+            "--cache-size",
+            "1M",
+            "--engine",
+            "setcache",
+        ])
+        .args(["--ramp", "0", "--runtime", "0.3", "--no-progress"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a replay of a huge timestamp: {err}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

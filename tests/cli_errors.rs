@@ -577,6 +577,47 @@ fn sim_checks_its_output_paths_before_simulating() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `sim` and `bench` refuse, before they run, results written over the trace
+/// they read (the trace would be lost) or `--json` and `--plot` naming one
+/// file (one result written over the other), however the paths are spelled.
+#[test]
+fn results_are_not_written_over_the_trace_or_each_other() {
+    let dir = scratch("outputs-clash");
+    let trace = dir.join("t.txt");
+    std::fs::write(&trace, "1\n2\n3\n1\n2\n").unwrap();
+    let t = trace.to_str().unwrap();
+    let spec = format!("text:{t}");
+    let other = dir.join("r");
+    let o = other.to_str().unwrap();
+    let o_again = format!(
+        "{}/../{}/r",
+        dir.display(),
+        dir.file_name().unwrap().to_str().unwrap()
+    );
+    let cases: [(&[&str], &[&str]); 3] = [
+        (&["--json", t], &[t, "trace file"]),
+        (&["--plot", t], &[t, "trace file"]),
+        (&["--json", o, "--plot", &o_again], &["one file", o]),
+    ];
+    for (outs, words) in cases {
+        let mut args = vec!["--trace", &spec, "--policy", "lru", "--cache-size", "2p"];
+        args.extend_from_slice(outs);
+        let r = sim(&args);
+        assert_refused(&r, &format!("sim {outs:?}"), words);
+        assert!(r.stdout.is_empty(), "{outs:?}: ran\n{}", r.stdout);
+        let mut args = vec![
+            "bench", "--dir", "data", "--engine", "setcache", "--trace", &spec,
+        ];
+        args.extend_from_slice(outs);
+        args.extend(["--runtime", "0.2", "--no-progress"]);
+        let r = run(&dir, &args, Limits::default());
+        assert_refused(&r, &format!("bench {outs:?}"), words);
+    }
+    assert_eq!(std::fs::read_to_string(&trace).unwrap(), "1\n2\n3\n1\n2\n");
+    assert!(!other.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Bytes free to unprivileged users on the file system of `path`.
 fn free_bytes(path: &Path) -> u64 {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();

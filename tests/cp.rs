@@ -70,6 +70,16 @@ fn files_go_in_and_out_byte_for_byte() {
         &cp(&d, &[d.join("no-such").to_str().unwrap(), "store:c"]),
         "cannot open",
     );
+    // A name of 199 bytes (the store takes up to 200): its copy's temporary
+    // name stays within the limit too; 201 bytes are refused by that name.
+    let long = format!("store:{}", "n".repeat(199));
+    ok(&cp(&d, &[s, &long]));
+    ok(&cp(&d, &[&long, "--force", o]));
+    assert_eq!(std::fs::read(&out).unwrap(), b"short");
+    refused(
+        &cp(&d, &[s, &format!("store:{}", "n".repeat(201))]),
+        &"n".repeat(201),
+    );
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -558,6 +558,22 @@ impl<'a> Opts<'a> {
 /// The kinds of trace a spec may name.
 pub const KINDS: &str = "ycsb, zipf, uniform, scan, msr, systor, cbs, oracle, csv, text";
 
+/// The options a `csv:` trace takes after its path.
+const CSV_OPTS: &[&str] = &["col", "rw", "sep", "header"];
+
+/// The file a trace spec reads, for the kinds read from files (`None` for a
+/// generated trace, or a spec that names no file): what a command must not
+/// write its results over.
+pub fn file_of(spec: &str) -> Option<&str> {
+    let (kind, rest) = spec.split_once(':')?;
+    let allowed: &[&str] = match kind.trim().to_ascii_lowercase().as_str() {
+        "msr" | "systor" | "cbs" | "oracle" | "text" => &[],
+        "csv" => CSV_OPTS,
+        _ => return None,
+    };
+    path_and_opts(spec, rest, allowed).ok().map(|(p, _)| p)
+}
+
 /// Reads or generates the trace that `spec` names, with pages of
 /// `page_size` bytes (used by block traces given in bytes).
 pub fn load(spec: &str, page_size: u64) -> Result<Trace, String> {
@@ -1145,7 +1161,7 @@ fn oracle(spec: &str, rest: &str) -> Result<Trace, String> {
 }
 
 fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
-    let (path, o) = path_and_opts(spec, rest, &["col", "rw", "sep", "header"])?;
+    let (path, o) = path_and_opts(spec, rest, CSV_OPTS)?;
     let sep = match o.raw("sep") {
         None => ',',
         Some("tab") | Some("\\t") => '\t',

@@ -57,7 +57,14 @@ fn start_copy(
     if !force && cs.store().info(name).is_ok() {
         return Err(format!("store:{name} exists (give --force to replace it)"));
     }
-    let tmp = format!("{name}.cp-{}", std::process::id());
+    // The name's start, cut so that the temporary name stays within the
+    // store's 200 bytes however long the name given is.
+    let suffix = format!(".cp-{}", std::process::id());
+    let mut keep = name.len().min(200 - suffix.len());
+    while !name.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    let tmp = format!("{}{suffix}", &name[..keep]);
     if cs.store().info(&tmp).is_ok() {
         return Err(format!(
             "store:{tmp}, the copy's temporary name, exists (left by a copy stopped part \

@@ -124,6 +124,7 @@ fn settings(args: &SimArgs) -> Result<Settings, String> {
             .into_iter()
             .flatten()
             .map(std::path::Path::new),
+        sim::trace::file_of(&args.trace).map(std::path::Path::new),
     )?;
     for &s in &args.set_size {
         if !(setcache::cache::policy::MIN_ASSOC..=setcache::cache::policy::MAX_ASSOC).contains(&s) {

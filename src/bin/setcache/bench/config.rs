@@ -80,11 +80,46 @@ pub(crate) fn check_io_unit(flag: &str, what: &str, bytes: u64) -> Result<(), St
     Ok(())
 }
 
+/// Whether `a` and `b` name one file: the same file if both exist, else the
+/// same name in the same directory.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    if let (Ok(x), Ok(y)) = (std::fs::metadata(a), std::fs::metadata(b)) {
+        return (x.dev(), x.ino()) == (y.dev(), y.ino());
+    }
+    let place = |p: &Path| {
+        let dir = p.parent().filter(|d| !d.as_os_str().is_empty());
+        let dir = dir.map_or_else(|| Path::new(".").canonicalize(), Path::canonicalize);
+        dir.ok().map(|d| d.join(p.file_name().unwrap_or_default()))
+    };
+    place(a).is_some_and(|x| Some(x) == place(b))
+}
+
 /// Refuse output files that cannot be written, before anything runs: one
-/// whose parent is not a directory, or one that is a directory. `bench
-/// --json/--plot` and `sim --json/--plot` share this check.
-pub(crate) fn check_outputs<'a>(outs: impl IntoIterator<Item = &'a Path>) -> Result<(), String> {
-    for out in outs {
+/// whose parent is not a directory, or one that is a directory; and one that
+/// is the trace file `input` or another of the outputs (the results would be
+/// written over what was read, or over each other). `bench --json/--plot`
+/// and `sim --json/--plot` share this check.
+pub(crate) fn check_outputs<'a>(
+    outs: impl IntoIterator<Item = &'a Path>,
+    input: Option<&Path>,
+) -> Result<(), String> {
+    let outs: Vec<&Path> = outs.into_iter().collect();
+    for (k, &out) in outs.iter().enumerate() {
+        if let Some(i) = input.filter(|&i| same_file(out, i)) {
+            return Err(format!(
+                "cannot write {}: it is the trace file {}, which the run reads",
+                out.display(),
+                i.display()
+            ));
+        }
+        if let Some(other) = outs[..k].iter().find(|&&o| same_file(out, o)) {
+            return Err(format!(
+                "cannot write both --json and --plot to one file ({} and {})",
+                other.display(),
+                out.display()
+            ));
+        }
         let parent = out.parent().filter(|p| !p.as_os_str().is_empty());
         if let Some(p) = parent
             && !p.is_dir()
@@ -350,6 +385,10 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             .into_iter()
             .flatten()
             .map(|p| p.as_path()),
+        a.trace
+            .as_deref()
+            .and_then(setcache::hitsim::trace::file_of)
+            .map(Path::new),
     )?;
     let mut engines = Vec::new();
     for &e in &a.engine {

@@ -182,7 +182,8 @@ impl Replay {
     /// The trace's length in microseconds of its clock, and a little: a
     /// looped replay's next pass starts this much later.
     fn span_us(&self) -> u64 {
-        self.trace.times.last().map_or(0, |&t| t + 1)
+        // Saturating: a timestamp may be as large as a u64 holds.
+        self.trace.times.last().map_or(0, |&t| t.saturating_add(1))
     }
 }
 
@@ -360,7 +361,8 @@ impl Cursor {
         let mut due = None;
         if let (Some(speed), Some(&t)) = (r.speed, r.trace.times.get(i)) {
             let start = *self.start.get_or_insert_with(Instant::now);
-            let at_us = (t + u64::from(self.pass) * r.span_us()) as f64 / speed;
+            let at_us =
+                t.saturating_add(u64::from(self.pass).saturating_mul(r.span_us())) as f64 / speed;
             // Due past what a Duration holds, or after the run has ended:
             // never, so the replay ends.
             let after = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
