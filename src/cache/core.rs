@@ -136,6 +136,15 @@ pub(crate) static AFTER_DISCARD_VISIT: crate::util::hook::TestHook<
     Box<dyn FnOnce() + Send>,
 > = crate::util::hook::TestHook::new();
 
+/// In unit tests: for a cache (its `Core`'s address) and a set, what a walk
+/// of every slot runs, once, on its thread after it has visited that set.
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+pub(crate) static AFTER_WALK_VISIT: crate::util::hook::TestHook<
+    (usize, usize),
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
+
 /// In unit tests: for a cache (its `Core`'s address), what its next
 /// lock-free hit runs (`f(state, set, slot)`) between its checks and its pin.
 #[cfg(test)]
@@ -2141,8 +2150,11 @@ impl<M: Model> Core<M> {
     }
 
     /// Call `f(set, slot, tag)` for every valid slot, set by set, each under
-    /// its lock. A page a resize moves into a set already visited is missed.
+    /// its lock, with no resize step during the walk (a shrink would move
+    /// the last set's pages into a set already visited, and the walk would
+    /// miss them: a dirty page left out of `dirty_pages`).
     fn walk_slots(&self, mut f: impl FnMut(usize, &mut Locked<'_>, usize, u64)) {
+        let _no_resize = self.inited.lock().unwrap_or_else(|p| p.into_inner());
         let mut s = 0;
         while s < self.n_sets() {
             self.lock(s);
@@ -2157,6 +2169,10 @@ impl<M: Model> Core<M> {
                 }
             }
             self.unlock(s);
+            #[cfg(test)]
+            if let Some(f) = AFTER_WALK_VISIT.take((self as *const Self as usize, s)) {
+                f();
+            }
             s += 1;
         }
     }
@@ -2208,9 +2224,8 @@ impl<M: Model> Core<M> {
     }
 
     /// [`Core::make_cold`] for every page whose tag `which` accepts, by a
-    /// walk of every set (each under its lock): the number made cold. A page
-    /// a resize moves into a set already visited is missed, as a page cached
-    /// just after the walk is.
+    /// walk of every set (each under its lock, no resize step meanwhile): the
+    /// number made cold. A page cached just after the walk is missed.
     pub(crate) fn make_cold_where(&self, which: impl Fn(u64) -> bool) -> usize {
         let mut made = 0;
         self.walk_slots(|s, g, i, tag| {

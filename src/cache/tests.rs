@@ -1906,6 +1906,63 @@ fn a_discard_pass_finds_the_pages_a_shrink_moves_behind_it() {
     );
 }
 
+/// A walk of the cache (`dirty_pages`) that a shrink overtakes still lists
+/// every dirty page: the shrink moves the last set's pages into a set of
+/// lower index, which the walk may have visited already, and a flush that
+/// writes what `dirty_pages` lists would leave the page dirty before a sync.
+#[test]
+fn a_walk_lists_the_dirty_pages_a_shrink_moves_behind_it() {
+    let c = Arc::new(PageCache::<Os>::new(opts(8, 64, 4, PolicyKind::Gclock)).unwrap());
+    c.resize(64 * 512).unwrap();
+    let n = c.sets();
+    let disk: Disk = Mutex::default();
+    // One dirty page of file 7 in the last set (each other try dropped again).
+    let page = (0..10_000u64)
+        .find(|&p| {
+            drop(c.get_with(7, p, load_from(&disk), store_to(&disk)).unwrap());
+            let tag = tag_of(7, p).unwrap();
+            if c.core
+                .find(mix64(tag), tag)
+                .is_some_and(|(s, _)| s == n - 1)
+            {
+                return true;
+            }
+            c.discard(7, 0).unwrap();
+            false
+        })
+        .expect("a page of file 7 in the last set");
+    assert!(c.mark_dirty(7, page).unwrap());
+    // Once the walk has visited the set before the last, a shrink by one set
+    // runs (waited for up to 300 ms: with the fix it waits for the walk).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle: Arc<Mutex<Option<std::thread::JoinHandle<()>>>> = Arc::default();
+    let h2 = handle.clone();
+    let c2 = c.clone();
+    core::AFTER_WALK_VISIT.arm(
+        (&c.core as *const _ as usize, n - 2),
+        Box::new(move || {
+            *h2.lock().unwrap() = Some(std::thread::spawn(move || {
+                c2.resize((n - 1) * 4 * 512).unwrap();
+                let _ = tx.send(());
+            }));
+            let _ = rx.recv_timeout(Duration::from_millis(300));
+        }),
+    );
+    let dirty = c.dirty_pages();
+    handle
+        .lock()
+        .unwrap()
+        .take()
+        .expect("the walk reached the hook")
+        .join()
+        .unwrap();
+    assert_eq!(c.sets(), n - 1);
+    assert!(
+        dirty.contains(&crate::PageId { file: 7, page }),
+        "dirty page {page} left out: {dirty:?}"
+    );
+}
+
 /// A lock-free hit checks a slot's word and tag, then pins it with a
 /// compare-and-swap of the word. Between the two the slot may change page
 /// often enough for its generation to come back to the same value, with
