@@ -25,7 +25,7 @@ use std::time::Duration;
 use io_uring::{IoUring, types};
 
 use super::fixed::FixedChunks;
-use super::uring::{build_entry, finish_slot};
+use super::uring::{build_entry, check_kernel, finish_slot};
 use super::{DevOp, OpResult, QueueRings};
 
 /// `IORING_ENTER_GETEVENTS`.
@@ -129,6 +129,7 @@ impl ThreadRing {
             .setup_defer_taskrun()
             .build(entries as u32)
             .or_else(|_| IoUring::builder().build(entries as u32))?;
+        check_kernel(&ring, true)?;
         let fixed = frames
             .filter(|f| {
                 f.count() > 0

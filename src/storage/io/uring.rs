@@ -127,11 +127,49 @@ impl UringEngine {
 /// this thread waits, not by interrupting it; falls back to a plain ring.
 fn build_ring(depth: u32) -> std::io::Result<IoUring> {
     let entries = (depth + 1).next_power_of_two();
-    IoUring::builder()
+    let ring = IoUring::builder()
         .setup_single_issuer()
         .setup_defer_taskrun()
         .build(entries)
-        .or_else(|_| IoUring::builder().build(entries))
+        .or_else(|_| IoUring::builder().build(entries))?;
+    check_kernel(&ring, false)?;
+    Ok(ring)
+}
+
+/// Refuse a ring whose kernel lacks what this engine sends: plain, fixed and
+/// vectored reads and writes and fsync (all there from Linux 5.6), and, with
+/// `timed_waits`, waits with a timeout (`IORING_FEAT_EXT_ARG`, Linux 5.11).
+/// Without them the first such request would fail its device for good, and
+/// the engine thread's wake-up read would fail at every turn: refused here,
+/// the store uses its psync threads instead (or a queue the device threads).
+pub(super) fn check_kernel(ring: &IoUring, timed_waits: bool) -> std::io::Result<()> {
+    let unsupported = |what: String| std::io::Error::new(std::io::ErrorKind::Unsupported, what);
+    let mut probe = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut probe).map_err(|e| {
+        unsupported(format!(
+            "the kernel's io_uring cannot list its operations ({e})"
+        ))
+    })?;
+    let needed = [
+        ("read", opcode::Read::CODE),
+        ("write", opcode::Write::CODE),
+        ("read fixed", opcode::ReadFixed::CODE),
+        ("write fixed", opcode::WriteFixed::CODE),
+        ("readv", opcode::Readv::CODE),
+        ("writev", opcode::Writev::CODE),
+        ("fsync", opcode::Fsync::CODE),
+    ];
+    if let Some((name, _)) = needed.iter().find(|(_, c)| !probe.is_supported(*c)) {
+        return Err(unsupported(format!(
+            "the kernel's io_uring lacks the {name} operation"
+        )));
+    }
+    if timed_waits && !ring.params().is_feature_ext_arg() {
+        return Err(unsupported(
+            "the kernel's io_uring lacks waits with a timeout (Linux 5.11)".into(),
+        ));
+    }
+    Ok(())
 }
 
 impl DeviceEngine for UringEngine {
@@ -452,5 +490,20 @@ pub(super) fn build_entry(
     match fixed_file {
         Some(slot) => with_fd!(types::Fixed(slot)),
         None => with_fd!(types::Fd(op.backing.raw_fd())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// This machine's kernel has every operation and wait the engines send:
+    /// the check passes here, so that a refusal elsewhere is the kernel's.
+    /// (A kernel without them cannot be had here: the refusal itself is not
+    /// exercised.)
+    #[test]
+    fn the_kernel_check_passes_a_kernel_with_every_feature() {
+        let ring = build_ring(8).expect("an io_uring ring on this machine");
+        check_kernel(&ring, true).unwrap();
     }
 }
