@@ -13,14 +13,14 @@ use setcache::{
     TranslationStats,
 };
 
-/// A cache of `pages` pages that does not grow, whose pin wait is `wait`.
-fn store_waiting(tmp: &TempDir, pages: usize, wait: Duration) -> CachedStore {
+/// A cache of `pages` pages that grows to `max_pages`, whose pin wait is `wait`.
+fn store_with(tmp: &TempDir, pages: usize, max_pages: usize, wait: Duration) -> CachedStore {
     let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
     CachedStore::new(
         s,
         CacheOptions {
             size: pages * 4096,
-            max_size: Some(pages * 4096),
+            max_size: Some(max_pages * 4096),
             page_size: 4096,
             assoc: 8,
             policy: PolicyKind::Clock,
@@ -31,21 +31,13 @@ fn store_waiting(tmp: &TempDir, pages: usize, wait: Duration) -> CachedStore {
     .unwrap()
 }
 
+/// A cache of `pages` pages that does not grow, whose pin wait is `wait`.
+fn store_waiting(tmp: &TempDir, pages: usize, wait: Duration) -> CachedStore {
+    store_with(tmp, pages, pages, wait)
+}
+
 fn store(tmp: &TempDir, pages: usize, max_pages: usize) -> CachedStore {
-    let s = Store::open(&tmp.devices(2), StoreOptions::default()).unwrap();
-    CachedStore::new(
-        s,
-        CacheOptions {
-            size: pages * 4096,
-            max_size: Some(max_pages * 4096),
-            page_size: 4096,
-            assoc: 8,
-            policy: PolicyKind::Clock,
-            pin_wait: Duration::from_secs(5),
-            partitions: common::partitions_upto(pages / 8),
-        },
-    )
-    .unwrap()
+    store_with(tmp, pages, max_pages, Duration::from_secs(5))
 }
 
 /// Elements written through the array read back through a reader, a copy

@@ -1837,6 +1837,26 @@ fn a_partitions_memory_prefers_its_node() {
     assert!(e.to_string().contains("node 5000"), "{e}");
 }
 
+/// A page of file 7 cached in the cache's last set (each other page tried
+/// is dropped again).
+fn page_in_last_set(c: &PageCache<Os>, disk: &Disk) -> u64 {
+    let n = c.sets();
+    (0..10_000u64)
+        .find(|&p| {
+            drop(c.get_with(7, p, load_from(disk), store_to(disk)).unwrap());
+            let tag = tag_of(7, p).unwrap();
+            if c.core
+                .find(mix64(tag), tag)
+                .is_some_and(|(s, _)| s == n - 1)
+            {
+                return true;
+            }
+            c.discard(7, 0).unwrap();
+            false
+        })
+        .expect("a page of file 7 in the last set")
+}
+
 /// A discard pass that a shrink overtakes still finds every page: the shrink
 /// moves the last set's pages into a set of lower index, which the pass may
 /// have visited already. A page missed so stays cached under a file id the
@@ -1848,21 +1868,7 @@ fn a_discard_pass_finds_the_pages_a_shrink_moves_behind_it() {
     c.resize(64 * 512).unwrap();
     let n = c.sets();
     let disk: Disk = Mutex::default();
-    // One page of file 7 in the last set (each other try dropped again).
-    let page = (0..10_000u64)
-        .find(|&p| {
-            drop(c.get_with(7, p, load_from(&disk), store_to(&disk)).unwrap());
-            let tag = tag_of(7, p).unwrap();
-            if c.core
-                .find(mix64(tag), tag)
-                .is_some_and(|(s, _)| s == n - 1)
-            {
-                return true;
-            }
-            c.discard(7, 0).unwrap();
-            false
-        })
-        .expect("a page of file 7 in the last set");
+    let page = page_in_last_set(&c, &disk);
     // Once the pass has visited the set before the last, a shrink by one set
     // runs (waited for up to 300 ms: with the fix it waits for the pass).
     let (tx, rx) = std::sync::mpsc::channel();
@@ -1916,21 +1922,7 @@ fn a_walk_lists_the_dirty_pages_a_shrink_moves_behind_it() {
     c.resize(64 * 512).unwrap();
     let n = c.sets();
     let disk: Disk = Mutex::default();
-    // One dirty page of file 7 in the last set (each other try dropped again).
-    let page = (0..10_000u64)
-        .find(|&p| {
-            drop(c.get_with(7, p, load_from(&disk), store_to(&disk)).unwrap());
-            let tag = tag_of(7, p).unwrap();
-            if c.core
-                .find(mix64(tag), tag)
-                .is_some_and(|(s, _)| s == n - 1)
-            {
-                return true;
-            }
-            c.discard(7, 0).unwrap();
-            false
-        })
-        .expect("a page of file 7 in the last set");
+    let page = page_in_last_set(&c, &disk);
     assert!(c.mark_dirty(7, page).unwrap());
     // Once the walk has visited the set before the last, a shrink by one set
     // runs (waited for up to 300 ms: with the fix it waits for the walk).
