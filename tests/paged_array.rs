@@ -699,35 +699,20 @@ fn a_cut_that_gives_up_on_a_held_page_leaves_no_translation_past_the_end() {
         a.write_from(0, &vals).unwrap();
         let mut r = a.reader();
         assert_eq!(r.get(held).unwrap(), held + 1);
-        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
-        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-        std::thread::scope(|sc| {
-            let a = &a;
-            sc.spawn(move || {
-                // A run of the held element's page, pinned while its callback waits.
-                let mut rb = a.reader();
-                rb.for_each_run(held..held + 1, |_, _run| {
-                    held_tx.send(()).unwrap();
-                    done_rx.recv().unwrap();
-                })
-                .unwrap();
-            });
-            held_rx.recv().unwrap();
+        let (cut, got, set) = while_held(&a, held, || {
             let cut = a.file().set_len(1600 * 8);
-            let (got, set) = (r.get(held), r.set(held, 7));
-            // Let the run go before looking, so that a failed check ends the test.
-            done_tx.send(()).unwrap();
-            assert!(matches!(cut, Err(Error::Busy(_))), "{name}: {cut:?}");
-            assert_eq!(a.file().len(), 1600 * 8);
-            assert!(
-                matches!(got, Err(Error::OutOfRange { .. })),
-                "{name}: get {held} after the cut: {got:?}"
-            );
-            assert!(
-                matches!(set, Err(Error::OutOfRange { .. })),
-                "{name}: set {held} after the cut: {set:?}"
-            );
+            (cut, r.get(held), r.set(held, 7))
         });
+        assert!(matches!(cut, Err(Error::Busy(_))), "{name}: {cut:?}");
+        assert_eq!(a.file().len(), 1600 * 8);
+        assert!(
+            matches!(got, Err(Error::OutOfRange { .. })),
+            "{name}: get {held} after the cut: {got:?}"
+        );
+        assert!(
+            matches!(set, Err(Error::OutOfRange { .. })),
+            "{name}: set {held} after the cut: {set:?}"
+        );
     }
     // A delete while another thread holds a page: the reader's get of that
     // page fails as the deleted file's reads do.
@@ -735,27 +720,34 @@ fn a_cut_that_gives_up_on_a_held_page_leaves_no_translation_past_the_end() {
     a.write_from(0, &vec![9; n as usize]).unwrap();
     let mut r = a.reader();
     assert_eq!(r.get(2000).unwrap(), 9);
+    let (deleted, got) = while_held(&a, 2000, || (cs.delete("d"), r.get(2000)));
+    deleted.unwrap();
+    assert!(
+        matches!(got, Err(Error::FileGone(_))),
+        "get after the delete: {got:?}"
+    );
+}
+
+/// Run `during` while another thread holds the page of element `i` of `a`
+/// (a run of it, pinned while its callback waits); the run goes before this
+/// returns, so that a failed check after it ends the test.
+fn while_held<T>(a: &PagedArray<u64>, i: u64, during: impl FnOnce() -> T) -> T {
     let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|sc| {
-        let a = &a;
         sc.spawn(move || {
             let mut rb = a.reader();
-            let _ = rb.for_each_run(2000..2001, |_, _run| {
+            // Ends with an error once the page is cut away or deleted.
+            let _ = rb.for_each_run(i..i + 1, |_, _run| {
                 held_tx.send(()).unwrap();
                 done_rx.recv().unwrap();
             });
         });
         held_rx.recv().unwrap();
-        let deleted = cs.delete("d");
-        let got = r.get(2000);
+        let out = during();
         done_tx.send(()).unwrap();
-        deleted.unwrap();
-        assert!(
-            matches!(got, Err(Error::FileGone(_))),
-            "get after the delete: {got:?}"
-        );
-    });
+        out
+    })
 }
 
 /// The file cut short under an array: a reader's gets and sets of elements

@@ -176,9 +176,10 @@ fn a_message_that_cannot_be_written_does_not_stop_the_program() {
     let mut fds = [0; 2];
     // SAFETY: makes a pipe into `fds`.
     assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
-    // SAFETY: both ends were just made and are owned here alone.
-    let (read_end, write_end) =
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: the read end was just made and is owned here alone.
+    let read_end = unsafe { OwnedFd::from_raw_fd(fds[0]) };
+    // SAFETY: the write end was just made and is owned here alone.
+    let write_end = unsafe { OwnedFd::from_raw_fd(fds[1]) };
     drop(read_end);
     let mut c = s.preloaded(&prog);
     c.arg(s.p("store")).arg("refused").stderr(write_end);
