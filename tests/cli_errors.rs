@@ -29,6 +29,9 @@ struct Limits {
     /// `RLIMIT_AS` (`ulimit -v`), bytes: a runaway allocation fails fast
     /// instead of taking the machine's memory.
     address_space: Option<u64>,
+    /// `RUST_MIN_STACK`: the stack, in bytes, of each thread the binary
+    /// starts (with `address_space`, a bound on how many it can start).
+    min_stack: Option<u64>,
 }
 
 /// The address space the `sim` runs get.
@@ -73,6 +76,9 @@ fn run_for(dir: &Path, args: &[&str], limits: Limits, timeout: Duration) -> Run 
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(b) = limits.min_stack {
+        cmd.env("RUST_MIN_STACK", b.to_string());
+    }
     // SAFETY: the closure only calls setrlimit, which is async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
@@ -433,6 +439,86 @@ fn thread_counts_beyond_reach_are_refused() {
         "hitbench --threads 100000",
         &["--threads 100000", "at most 1024"],
     );
+}
+
+#[test]
+fn threads_the_system_refuses_end_the_command_with_an_error() {
+    // Each thread's stack is 256 MiB in an address space of 2,000 MiB: the
+    // library's own threads start, and a command's 64 cannot all. Before,
+    // each command panicked at the thread refused; the bench, the hit bench
+    // and the array bench then hung, their threads already started waiting
+    // at barriers or running until a stop that never came.
+    let dir = scratch("spawn");
+    let limits = Limits {
+        address_space: Some(2000 << 20),
+        min_stack: Some(256 << 20),
+        ..Limits::default()
+    };
+    let graph = dir.join("graph");
+    std::fs::create_dir_all(&graph).unwrap();
+    let runs: [&[&str]; 4] = [
+        &[
+            "bench",
+            "--dir",
+            "data",
+            "--file-size",
+            "1M",
+            "--engine",
+            "direct",
+            "--threads",
+            "64",
+            "--runtime",
+            "0.2",
+            "--no-progress",
+        ],
+        &[
+            "hitbench",
+            "--threads",
+            "64",
+            "--runtime",
+            "0.2",
+            "--cache-size",
+            "16M",
+        ],
+        &[
+            "arraybench",
+            "--size",
+            "1M",
+            "--threads",
+            "64",
+            "--rounds",
+            "1",
+            "--ops",
+            "1000",
+            "--workload",
+            "uniform",
+        ],
+        &[
+            "graph",
+            "--dir",
+            "graph",
+            "--scale",
+            "8",
+            "--threads",
+            "64",
+            "--backing",
+            "memory",
+            "--no-progress",
+        ],
+    ];
+    for args in runs {
+        let r = run(&dir, args, limits);
+        assert_refused(
+            &r,
+            &args.join(" "),
+            &[
+                "the system refused to start thread",
+                "of 64",
+                "fewer threads",
+            ],
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 fn hitbench(args: &[&str]) -> Run {

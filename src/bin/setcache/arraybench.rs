@@ -377,7 +377,7 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64, page: u64) -> Result
             })
             .collect();
         let misses = cs.cache().stats().misses;
-        let (times, stats) = rounds(&arr, &v, w, &idx, piece, a.rounds).map_err(err)?;
+        let (times, stats) = rounds(&arr, &v, w, &idx, piece, a.rounds)?;
         if interrupted() {
             return Err(STOPPED.into());
         }
@@ -447,7 +447,7 @@ fn rounds(
     idx: &[Vec<u64>],
     piece: u64,
     rounds: usize,
-) -> setcache::Result<(Vec<(f64, f64)>, Vec<TranslationStats>)> {
+) -> Result<(Vec<(f64, f64)>, Vec<TranslationStats>), String> {
     let t = idx.len();
     let n = arr.len();
     let gate = Barrier::new(t + 1);
@@ -455,44 +455,41 @@ fn rounds(
     // timing thread before the round's first barrier, read by every thread
     // after it, so that all leave at the same round and none waits alone.
     let stop = AtomicBool::new(false);
+    let start = crate::threads::Gate::default();
     std::thread::scope(|sc| {
-        let hs: Vec<_> = idx
-            .iter()
-            .enumerate()
-            .map(|(k, idx)| {
-                let (gate, stop) = (&gate, &stop);
-                sc.spawn(move || -> setcache::Result<TranslationStats> {
-                    let mut r = arr.reader();
-                    let before = r.stats();
-                    let mut failed = None;
-                    for _ in 0..rounds {
-                        gate.wait();
-                        if stop.load(Ordering::Relaxed) {
-                            break;
-                        }
-                        run_vec(w, v, share(n, t, k), idx);
-                        gate.wait();
-                        gate.wait();
-                        if failed.is_none() {
-                            if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx, piece) {
-                                failed = Some(e);
-                            }
-                        }
-                        gate.wait();
+        let hs = crate::threads::spawn_all(&start, sc, t, |k| {
+            let (gate, stop, idx) = (&gate, &stop, &idx[k]);
+            move || -> setcache::Result<TranslationStats> {
+                let mut r = arr.reader();
+                let before = r.stats();
+                let mut failed = None;
+                for _ in 0..rounds {
+                    gate.wait();
+                    if stop.load(Ordering::Relaxed) {
+                        break;
                     }
-                    if let Some(e) = failed {
-                        return Err(e);
+                    run_vec(w, v, share(n, t, k), idx);
+                    gate.wait();
+                    gate.wait();
+                    if failed.is_none() {
+                        if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx, piece) {
+                            failed = Some(e);
+                        }
                     }
-                    let after = r.stats();
-                    Ok(TranslationStats {
-                        direct: after.direct - before.direct,
-                        private: after.private - before.private,
-                        shared: after.shared - before.shared,
-                        slow: after.slow - before.slow,
-                    })
+                    gate.wait();
+                }
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                let after = r.stats();
+                Ok(TranslationStats {
+                    direct: after.direct - before.direct,
+                    private: after.private - before.private,
+                    shared: after.shared - before.shared,
+                    slow: after.slow - before.slow,
                 })
-            })
-            .collect();
+            }
+        })?;
         let mut times = Vec::new();
         for _ in 0..rounds {
             stop.store(interrupted(), Ordering::Relaxed);
@@ -510,8 +507,9 @@ fn rounds(
         }
         let stats = hs
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect::<setcache::Result<Vec<_>>>()?;
+            .map(|h| crate::threads::ran(h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))))
+            .collect::<setcache::Result<Vec<_>>>()
+            .map_err(|e| format!("arraybench: {e}"))?;
         Ok((times, stats))
     })
 }

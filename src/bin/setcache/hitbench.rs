@@ -130,10 +130,11 @@ fn phase(
     let misses = AtomicU64::new(0);
     let n = keys.pages.len() as u64;
     let start = Instant::now();
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
-        for t in 0..threads {
+        crate::threads::spawn_all(&gate, s, threads, |t| {
             let (stop, total, misses) = (&stop, &total, &misses);
-            s.spawn(move || {
+            move || {
                 let mut x =
                     0x9e37_79b9_7f4a_7c15u64 ^ (t as u64 + 1).wrapping_mul(0xd1b5_4a32_d192_ed03);
                 // A private page-sized-plus buffer, so that two threads' copies
@@ -208,11 +209,12 @@ fn phase(
                     ops += 256;
                 }
                 total.fetch_add(ops, Ordering::Relaxed);
-            });
-        }
+            }
+        })?;
         std::thread::sleep(runtime);
         stop.store(true, Ordering::Relaxed);
-    });
+        Ok::<_, String>(())
+    })?;
     let secs = start.elapsed().as_secs_f64();
     let m = misses.load(Ordering::Relaxed);
     if m > 0 {

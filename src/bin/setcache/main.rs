@@ -43,6 +43,7 @@ mod syncbench;
 #[cfg(test)]
 #[path = "../../test_alloc.rs"]
 mod test_alloc;
+mod threads;
 
 use std::process::ExitCode;
 

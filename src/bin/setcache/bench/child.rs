@@ -298,7 +298,7 @@ pub(crate) fn converse(
     let pid = child.id() as libc::pid_t;
     let done = std::sync::atomic::AtomicBool::new(false);
     let talked = std::thread::scope(|s| {
-        s.spawn(|| {
+        let watch = std::thread::Builder::new().spawn_scoped(s, || {
             while !done.load(std::sync::atomic::Ordering::Acquire) {
                 if super::driver::interrupted() {
                     // SAFETY: a plain system call; the child is reaped after this scope.
@@ -308,6 +308,9 @@ pub(crate) fn converse(
                 std::thread::sleep(std::time::Duration::from_millis(20));
             }
         });
+        if let Err(e) = watch {
+            return Err(format!("the system refused to start a thread: {e}"));
+        }
         let r = talk(&mut child);
         done.store(true, std::sync::atomic::Ordering::Release);
         r

@@ -332,6 +332,17 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     if a.cache_size == Some(0) {
         return Err("--cache-size must be above 0".to_string());
     }
+    if a.cache_size.is_some()
+        && a.hit_ratio.is_empty()
+        && a.engine.iter().all(|e| *e == Engine::Direct)
+    {
+        return Err(
+            "--cache-size sizes the caches (setcache's, direct-copy's frames, the Linux engines' \
+             page cache) and the hot region of --hit-ratio; --engine direct without --hit-ratio \
+             uses neither: drop --cache-size"
+                .to_string(),
+        );
+    }
     if a.rwmix_read.is_some() && a.rw != Pattern::RandRw && a.job.is_empty() {
         say!("note: --rwmix-read only applies to --rw randrw; ignored");
     }
@@ -762,6 +773,7 @@ mod tests {
                 &["--engine", "setcache", "--readahead", "6k"],
                 "whole number of 4k pages",
             ),
+            (&["--engine", "direct"], "drop --cache-size"),
         ] {
             let e = check(args)
                 .err()
@@ -776,6 +788,8 @@ mod tests {
             &["--engine", "setcache", "--job", "rw=read"],
             &["--engine", "setcache", "--readahead", "4k"],
             &["--engine", "setcache", "--readahead", "0k"],
+            &["--engine", "direct,direct-copy"],
+            &["--engine", "direct", "--hit-ratio", "50"],
         ] {
             check(args).unwrap_or_else(|e| panic!("{args:?} refused: {e}"));
         }

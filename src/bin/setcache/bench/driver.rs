@@ -200,11 +200,12 @@ where
     let (prepared, barrier) = (Barrier::new(threads + 1), Barrier::new(threads + 1));
     let results: Mutex<Vec<Result<ThreadStats, String>>> = Mutex::new(Vec::new());
     let mut edges = None;
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
-        for t in 0..threads {
+        crate::threads::spawn_all(&gate, s, threads, |t| {
             let (ctl, prepared, barrier, results) = (&ctl, &prepared, &barrier, &results);
             let (prepare, body) = (&prepare, &body);
-            s.spawn(move || {
+            move || {
                 let state = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| prepare(t)))
                     .unwrap_or_else(|_| Err(format!("thread {t} panicked while preparing")));
                 prepared.wait();
@@ -215,8 +216,8 @@ where
                     ctl.stop();
                 }
                 results.lock().unwrap_or_else(|p| p.into_inner()).push(r);
-            });
-        }
+            }
+        })?;
         // Without a ramp, measuring starts once the threads are prepared
         // and before they run, so that their first requests count (a
         // replay's passes count every access).
@@ -228,7 +229,8 @@ where
         });
         barrier.wait();
         edges = Some(coordinate(&ctl, timing, started));
-    });
+        Ok::<_, String>(())
+    })?;
     let (secs, (u0, s0), (u1, s1), rb0, rb1) = edges.expect("coordinator ran");
     let mut stats = ThreadStats::new();
     for r in results.into_inner().unwrap_or_else(|p| p.into_inner()) {

@@ -289,31 +289,32 @@ fn prefill(file: &File, seed: u64) -> Result<(), String> {
         format_size(len)
     );
     let start = Instant::now();
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                s.spawn(move || -> Result<(), String> {
-                    let mut buf = AlignedBuf::new(CHUNK);
-                    let mut c = t;
-                    while c < chunks {
-                        if interrupted() {
-                            return Err("interrupted during prefill".to_string());
-                        }
-                        let off = c * CHUNK as u64;
-                        let n = (len - off).min(CHUNK as u64) as usize;
-                        Rng::new(seed ^ mix64(c)).fill_nonzero(&mut buf[..n]);
-                        file.write_at(off, &buf[..n])
-                            .map_err(|e| format!("prefill: {e}"))?;
-                        c += threads;
+        let handles = crate::threads::spawn_all(&gate, s, threads as usize, |t| {
+            let t = t as u64;
+            move || -> Result<(), String> {
+                let mut buf = AlignedBuf::new(CHUNK);
+                let mut c = t;
+                while c < chunks {
+                    if interrupted() {
+                        return Err("interrupted during prefill".to_string());
                     }
-                    Ok(())
-                })
-            })
-            .collect();
+                    let off = c * CHUNK as u64;
+                    let n = (len - off).min(CHUNK as u64) as usize;
+                    Rng::new(seed ^ mix64(c)).fill_nonzero(&mut buf[..n]);
+                    file.write_at(off, &buf[..n])
+                        .map_err(|e| format!("prefill: {e}"))?;
+                    c += threads;
+                }
+                Ok(())
+            }
+        })?;
         handles
             .into_iter()
             .map(|h| {
                 h.join()
+                    .map(crate::threads::ran)
                     .unwrap_or_else(|_| Err("prefill thread panicked".to_string()))
             })
             .collect::<Result<Vec<()>, String>>()

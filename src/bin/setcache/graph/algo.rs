@@ -98,18 +98,20 @@ fn on_threads<G: Graph>(
     body: impl Fn(usize, Option<&mut G::Access<'_>>, &Fail) + Sync,
 ) -> Result<(), String> {
     let fail = Fail::default();
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
-        for k in 0..threads {
+        crate::threads::spawn_all(&gate, s, threads, |k| {
             let (fail, body) = (&fail, &body);
-            s.spawn(move || match g.access() {
+            move || match g.access() {
                 Ok(mut a) => body(k, Some(&mut a), fail),
                 Err(e) => {
                     fail.set(e);
                     body(k, None, fail)
                 }
-            });
-        }
-    });
+            }
+        })
+        .map(drop)
+    })?;
     match fail.first.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
         None => Ok(()),

@@ -69,7 +69,7 @@ pub(crate) struct GraphArgs {
     #[arg(long, default_value = "bfs,pagerank", value_delimiter = ',')]
     algo: Vec<String>,
     /// Searches, from random roots with at least one edge
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = DEFAULT_ROOTS)]
     roots: usize,
     /// PageRank iterations
     #[arg(long, default_value_t = DEFAULT_ITERATIONS)]
@@ -90,6 +90,9 @@ pub(crate) struct GraphArgs {
 }
 
 const BACKINGS: [&str; 4] = ["memory", "setcache", "mmap", "mmap-random"];
+
+/// `--roots` when not given.
+const DEFAULT_ROOTS: usize = 4;
 
 /// `--iterations` when not given.
 const DEFAULT_ITERATIONS: usize = 10;
@@ -158,6 +161,13 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
              graph: add one of them or drop --budget"
                 .into(),
         );
+    }
+    if a.roots != DEFAULT_ROOTS && !a.algo.iter().any(|al| al == "bfs") {
+        return Err(format!(
+            "--roots {} counts breadth-first searches, and --algo names no bfs: add it or drop \
+             --roots",
+            a.roots
+        ));
     }
     if a.iterations != DEFAULT_ITERATIONS && !a.algo.iter().any(|al| al == "pagerank") {
         return Err(format!(
@@ -845,6 +855,10 @@ mod tests {
         refused(
             &["--dir", d, "--algo", "bfs", "--iterations", "3"],
             "drop --iterations",
+        );
+        refused(
+            &["--dir", d, "--algo", "pagerank", "--roots", "2"],
+            "drop --roots",
         );
         // Too small for the search's arrays and checks: refused before any run.
         refused(

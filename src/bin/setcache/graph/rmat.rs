@@ -130,19 +130,18 @@ fn over_blocks(
     let blocks = spec.edges().div_ceil(BLOCK);
     let next = AtomicU64::new(0);
     let done = AtomicU64::new(0);
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
-        for _ in 0..threads {
-            s.spawn(|| {
-                loop {
-                    let b = next.fetch_add(1, Relaxed);
-                    if b >= blocks || crate::bench::interrupted() {
-                        break;
-                    }
-                    f(b);
-                    done.fetch_add(1, Relaxed);
+        crate::threads::spawn_all(&gate, s, threads, |_| {
+            || loop {
+                let b = next.fetch_add(1, Relaxed);
+                if b >= blocks || crate::bench::interrupted() {
+                    break;
                 }
-            });
-        }
+                f(b);
+                done.fetch_add(1, Relaxed);
+            }
+        })?;
         if progress {
             let t0 = Instant::now();
             while done.load(Relaxed) < blocks && !crate::bench::interrupted() {
@@ -156,7 +155,8 @@ fn over_blocks(
                 );
             }
         }
-    });
+        Ok::<_, String>(())
+    })?;
     if progress {
         say_raw!("\r\x1b[K");
     }
@@ -219,12 +219,12 @@ pub(crate) fn generate(spec: &Spec, threads: usize, progress: bool) -> Result<Cs
     drop(cursor);
     let mut targets: Vec<u32> = slots.into_iter().map(AtomicU32::into_inner).collect();
     // The cursors' races only ordered each list differently: sort them.
-    sort_lists(&offsets, &mut targets, threads);
+    sort_lists(&offsets, &mut targets, threads)?;
     Ok(Csr { offsets, targets })
 }
 
 /// Sort every vertex's list of neighbours, on `threads` threads.
-fn sort_lists(offsets: &[u64], targets: &mut [u32], threads: usize) {
+fn sort_lists(offsets: &[u64], targets: &mut [u32], threads: usize) -> Result<(), String> {
     let n = offsets.len() - 1;
     let per = n.div_ceil(threads.max(1)).max(1);
     let mut rest = targets;
@@ -238,9 +238,11 @@ fn sort_lists(offsets: &[u64], targets: &mut [u32], threads: usize) {
         rest = tail;
         lo = hi;
     }
+    let gate = crate::threads::Gate::default();
     std::thread::scope(|s| {
+        let start = gate.starting();
         for (lo, hi, part) in parts {
-            s.spawn(move || {
+            start.spawn(s, move || {
                 let base = offsets[lo];
                 for v in lo..hi {
                     let (a, b) = (
@@ -249,9 +251,11 @@ fn sort_lists(offsets: &[u64], targets: &mut [u32], threads: usize) {
                     );
                     part[a..b].sort_unstable();
                 }
-            });
+            })?;
         }
-    });
+        start.open();
+        Ok(())
+    })
 }
 
 /// Write `csr` as the files of `spec` in `cs` (replacing them), then sync.
