@@ -205,6 +205,41 @@ fn interleaved_streams_each_get_their_windows() {
 }
 
 #[test]
+fn pages_a_reader_reads_in_itself_do_not_count_as_read_ahead_and_used() {
+    // The reads of pages 0 and 1 bring them in (page 1 as a stream's, cold)
+    // and start the stream; nothing it read was read ahead.
+    let (_t, cs, f) = rig("ra-own", 64, 1024);
+    read_page(&f, 0);
+    read_page(&f, 1);
+    wait_cached(&cs, &f, 2..18);
+    idle();
+    let st = cs.cache().stats();
+    assert_eq!(st.readahead_used, 0, "{st:?}");
+    assert!(st.readahead >= 16, "{st:?}");
+}
+
+#[test]
+fn interleaved_streams_of_small_reads_count_each_page_used_once() {
+    // One thread, two streams of 64-byte reads, a read of each in turn:
+    // each page read ahead counts once as used, not once a read.
+    let (_t, cs, f) = rig("ra-used-once", 1024, 4096);
+    let mut b = [0u8; 64];
+    let far = 512 * PAGE as u64;
+    for i in 0..4096u64 {
+        for base in [0, far] {
+            f.read_at(base + i * 64, &mut b).unwrap();
+        }
+    }
+    idle();
+    let st = cs.cache().stats();
+    assert!(st.readahead_used > 0, "{st:?}");
+    assert!(
+        st.readahead_used <= st.readahead,
+        "more pages used than read ahead: {st:?}"
+    );
+}
+
+#[test]
 fn random_reads_never_read_ahead() {
     let (_t, cs, f) = rig("ra-random", 2048, 1024);
     // Consecutive reads are 997 pages apart (mod 2048): never neighbours

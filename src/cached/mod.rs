@@ -770,15 +770,22 @@ impl CachedFile {
                 Got::Miss
             };
             if got == Got::Miss {
+                // A page this thread reads in itself was not read ahead.
+                let mut loaded = false;
                 let g = sh.cache.get_with_as(
                     self.id,
                     page,
                     if stream { Mode::Stream } else { Mode::Normal },
-                    |f, p, frame| self.load(f, p, frame),
+                    |f, p, frame| {
+                        loaded = true;
+                        self.load(f, p, frame)
+                    },
                     |f, p, bytes| self.store_page(f, p, bytes),
                 )?;
                 dst.copy_from_slice(&g[in_page..in_page + take]);
-                if stream && g.is_cold() {
+                if stream && loaded {
+                    readahead::note_own(sh, self.id, page);
+                } else if stream && g.is_cold() {
                     readahead::note_used(sh, self.id, page);
                 }
             } else if got == Got::Cold {
@@ -797,11 +804,17 @@ impl CachedFile {
     ///   detected; every read a stream, with the largest window at once; no
     ///   readahead. The range is ignored.
     /// * [`Advice::WillNeed`] starts reading the range's absent pages into the
-    ///   cache now, in the background, as readahead does (they enter cold).
+    ///   cache now, in the background, as readahead does (they enter cold):
+    ///   at most half the cache's pages from the range's start, as the
+    ///   kernel reads at most its readahead limit (more would push out the
+    ///   range's own first pages). After the store is dropped, it fails
+    ///   [`Error::Closed`] (no thread is left to read).
     /// * [`Advice::DontNeed`] lets the range's clean cached pages go first
-    ///   when their sets need room (dirty pages are left as they are). It
-    ///   costs at most one visit of every set, however long the range (fio,
-    ///   for one, advises a whole file away as each job starts).
+    ///   when their sets need room (dirty pages are left as they are): the
+    ///   pages wholly inside the range, and the file's last page if the
+    ///   range reaches the end, as the kernel rounds. It costs at most one
+    ///   visit of every set, however long the range (fio, for one, advises a
+    ///   whole file away as each job starts).
     ///
     /// A range past the end of the file is an error ([`Error::OutOfRange`]).
     pub fn advise(&self, offset: u64, len: u64, advice: Advice) -> Result<()> {
@@ -822,28 +835,43 @@ impl CachedFile {
         }
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
-        let (first, last) = (offset / ps, end.div_ceil(ps));
         match advice {
             Advice::Normal | Advice::Sequential | Advice::Random => {
                 let code = readahead::advice_code(advice);
                 self.entry.advice.store(code, Ordering::Relaxed);
             }
             Advice::WillNeed => {
+                let first = offset / ps;
+                let most = (sh.cache.capacity_pages() as u64 / 2).max(1);
+                let last = end.div_ceil(ps).min(first.saturating_add(most));
                 let chunk = staging::run_pages(ps as usize) as u64 * 8;
                 let mut p = first;
                 while p < last {
                     let n = chunk.min(last - p);
-                    sh.ahead.push(shared::Window {
+                    let w = shared::Window {
                         entry: self.entry.clone(),
                         id: self.id,
                         first: p,
                         pages: n,
-                    });
+                    };
+                    if !sh.ahead.push(w) {
+                        return Err(Error::Closed);
+                    }
                     p += n;
                 }
             }
             Advice::DontNeed => {
-                sh.cache.make_cold_range(self.id, first, last)?;
+                // Pages partly outside the range keep their place (their
+                // other bytes may be in use), but for the file's last.
+                let first = offset.div_ceil(ps);
+                let last = if end == file_len {
+                    end.div_ceil(ps)
+                } else {
+                    end / ps
+                };
+                if first < last {
+                    sh.cache.make_cold_range(self.id, first, last)?;
+                }
             }
         }
         Ok(())
@@ -1010,14 +1038,20 @@ impl CachedFile {
         self.guard(offset, false, |page| {
             let mode = mode_of(page);
             debug_assert!(matches!(mode, Mode::Keep | Mode::Stream));
+            let mut loaded = false;
             let g = sh.cache.get_with_as(
                 self.id,
                 page,
                 mode,
-                |f, p, frame| self.load(f, p, frame),
+                |f, p, frame| {
+                    loaded = true;
+                    self.load(f, p, frame)
+                },
                 |f, p, bytes| self.store_page(f, p, bytes),
             )?;
-            if mode == Mode::Stream && g.is_cold() {
+            if mode == Mode::Stream && loaded {
+                readahead::note_own(sh, self.id, page);
+            } else if mode == Mode::Stream && g.is_cold() {
                 readahead::note_used(sh, self.id, page);
             }
             Ok(g)

@@ -1309,6 +1309,11 @@ impl<'a> CachedQueue<'a> {
         match fill {
             Job::Read(f) => {
                 let g = f.finish(r)?;
+                if l.stream {
+                    // Read in by this queue, not ahead: its later reads on
+                    // this thread count nothing as read ahead and used.
+                    readahead::note_own(self.sh, l.req.file.id, page);
+                }
                 match l.page.as_mut() {
                     Some((_, pin)) => *pin = Some(g),
                     None => l.req.buf[in_buf..in_buf + n].copy_from_slice(&g[in_page..in_page + n]),

@@ -162,6 +162,10 @@ const PREFETCH_AHEAD: u64 = 4;
 /// An entry used within this many reads is not replaced while others are.
 const RECENT: u64 = 4 * STREAMS as u64;
 
+/// A thread's last pages counted as read ahead and used, (store, file,
+/// page + 1), and where the next goes.
+type UsedPages = ([(usize, u32, u64); STREAMS], usize);
+
 thread_local! {
     static TABLE: RefCell<Table> = const {
         RefCell::new(Table {
@@ -172,8 +176,8 @@ thread_local! {
             hand: 0,
         })
     };
-    /// The last cold page counted as used: (store, file, page + 1).
-    static LAST_USED: Cell<(usize, u32, u64)> = const { Cell::new((0, 0, 0)) };
+    /// The last cold pages counted as used, as many as streams a table holds.
+    static USED: RefCell<UsedPages> = const { RefCell::new(([(0, 0, 0); STREAMS], 0)) };
     /// The last page taken as a whole by a page reference, and whether it
     /// belonged to a stream: (store, file, page + 1, stream).
     static LAST_PAGE: Cell<(usize, u32, u64, bool)> = const { Cell::new((0, 0, 0, false)) };
@@ -288,7 +292,7 @@ pub(crate) fn note_read(
         let file_pages = entry.file.len().div_ceil(ps);
         let pages = pages.min(file_pages.saturating_sub(first));
         if pages > 0 {
-            sh.ahead.push(Window {
+            sh.ahead.push_stream(Window {
                 entry: entry.clone(),
                 id,
                 first,
@@ -326,13 +330,36 @@ pub(crate) fn note_page(
     stream
 }
 
-/// A stream's read found `page` of cache file `id` cold: count it as a page
-/// read ahead and used, once however many reads it takes.
+/// A stream's read found `page` of cache file `id` cold, brought in by
+/// another (readahead): count it as a page read ahead and used, once however
+/// many reads it takes, as long as it is among the last pages so counted
+/// on this thread (as many as streams a thread's table holds, so that
+/// interleaved streams of small reads count each page once).
 pub(crate) fn note_used(sh: &Shared, id: u32, page: u64) {
-    let key = (sh as *const Shared as usize, id, page + 1);
-    if LAST_USED.with(|c| c.replace(key)) != key {
+    if remember_used(sh, id, page) {
         sh.cache.count_readahead_used(1);
     }
+}
+
+/// A stream's read brought `page` of cache file `id` in itself: not read
+/// ahead, and its later reads of the page (which find it cold) count
+/// nothing either.
+pub(crate) fn note_own(sh: &Shared, id: u32, page: u64) {
+    remember_used(sh, id, page);
+}
+
+/// Add `page` to this thread's last pages used; whether it was not there.
+fn remember_used(sh: &Shared, id: u32, page: u64) -> bool {
+    let key = (sh as *const Shared as usize, id, page + 1);
+    USED.with(|u| {
+        let (keys, next) = &mut *u.borrow_mut();
+        if keys.contains(&key) {
+            return false;
+        }
+        keys[*next] = key;
+        *next = (*next + 1) % STREAMS;
+        true
+    })
 }
 
 /// The readahead thread of a cached store.
@@ -428,7 +455,13 @@ fn run(sh: &Shared) {
             if g.1 {
                 break;
             }
-            for win in g.0.drain(..) {
+            // The rest wait in the queue (where a stream's windows then find
+            // it full), so that windows asked for faster than they are read
+            // cost neither memory nor time without bound.
+            while active.len() < ACTIVE_WINDOWS {
+                let Some(win) = g.0.pop_front() else {
+                    break;
+                };
                 join_window(&mut active, win);
             }
         }
@@ -464,6 +497,9 @@ fn run(sh: &Shared) {
     w.q.drain();
     w.finish();
 }
+
+/// Most windows the readahead thread reads in turn.
+const ACTIVE_WINDOWS: usize = 256;
 
 /// Add `win` to the windows being read: to the end of the one it continues
 /// (a stream's next window), so that a stream's runs reach the device in
@@ -711,6 +747,116 @@ mod tests {
             &page[2048..2056]
         );
         drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A cached store of `pages` pages over a file `f` of `file_pages`.
+    fn store_of(tag: &str, file_pages: u64, pages: usize) -> (std::path::PathBuf, CachedStore) {
+        let dir = crate::cached::scratch_dir(tag);
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(
+            store
+                .create("f", file_pages * 4096, LayoutKind::Stripe)
+                .unwrap(),
+        );
+        let cs = CachedStore::new(store, crate::cached::small_cache(pages)).unwrap();
+        (dir, cs)
+    }
+
+    /// A stream's windows wait for the readahead thread in a bounded queue:
+    /// a thread asking for them faster than they are read (small reads in
+    /// steps on a file advised sequential: each read a new stream with the
+    /// largest window) queued one window a read, without bound.
+    #[test]
+    fn windows_asked_faster_than_they_are_read_are_dropped_past_a_bound() {
+        let (dir, cs) = store_of("ra-flood", 64, 64);
+        let cf = cs.open_file("f").unwrap();
+        let sh = &cf.shared;
+        // The readahead thread held inside its first window's read, away
+        // from the queue, while the windows come.
+        let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
+        let (tx, rx_release) = (held.0, release.1);
+        AFTER_LENGTH.arm(
+            Arc::as_ptr(&cf.entry) as usize,
+            Box::new(move || {
+                tx.send(()).unwrap();
+                let _ = rx_release.recv_timeout(Duration::from_secs(20));
+            }),
+        );
+        cf.advise(0, 4096, Advice::WillNeed).unwrap();
+        held.1
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the readahead thread never took the window");
+        for i in 0..10_000 {
+            sh.ahead.push_stream(super::Window {
+                entry: cf.entry.clone(),
+                id: cf.id,
+                first: i % 64,
+                pages: 1,
+            });
+        }
+        let len = sh.ahead.queue.lock().unwrap().0.len();
+        release.0.send(()).unwrap();
+        assert_eq!(len, crate::cached::shared::Ahead::STREAM_QUEUE);
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `DontNeed` chills the pages wholly inside its range, and the file's
+    /// last page when the range reaches the end; a page the range only
+    /// touches keeps its place.
+    #[test]
+    fn dontneed_rounds_inward_but_for_the_last_page() {
+        let (dir, cs) = store_of("ra-dontneed-round", 8, 64);
+        let cf = cs.open_file("f").unwrap();
+        cf.set_len(7 * 4096 + 100).unwrap();
+        // Read as no stream (whose pages would come in cold).
+        cf.advise(0, 0, Advice::Random).unwrap();
+        let mut b = vec![0u8; 4096];
+        for p in 0..8 {
+            cf.read_at(p * 4096, &mut b).unwrap();
+        }
+        // The shrink left the last page dirty (its tail cleared): clean it.
+        cf.sync().unwrap();
+        let cold = |p| {
+            let g = cf.shared.cache.try_pin_present(cf.id, p, true).unwrap();
+            g.expect("cached").is_cold()
+        };
+        assert!((0..8).all(|p| !cold(p)), "read pages are warm");
+        // Bytes 100 .. 3 pages + 100: page 1 and 2 wholly, 0 and 3 partly.
+        cf.advise(100, 3 * 4096, Advice::DontNeed).unwrap();
+        let got: Vec<bool> = (0..8).map(cold).collect();
+        assert_eq!(got, [false, true, true, false, false, false, false, false]);
+        // To the end: the last page, partly in the file, goes too.
+        cf.advise(6 * 4096 + 50, 0, Advice::DontNeed).unwrap();
+        let got: Vec<bool> = (0..8).map(cold).collect();
+        assert_eq!(got, [false, true, true, false, false, false, false, true]);
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `WillNeed` reads at most half the cache's pages from the range's
+    /// start (the rest would push out its own first pages), and fails
+    /// `Closed` once the store is gone.
+    #[test]
+    fn willneed_reads_half_the_cache_at_most_and_fails_after_the_store() {
+        let (dir, cs) = store_of("ra-willneed-cap", 256, 64);
+        let cf = cs.open_file("f").unwrap();
+        cf.advise(0, 0, Advice::WillNeed).unwrap();
+        let t0 = Instant::now();
+        while cs.cache().stats().readahead < 32 {
+            assert!(t0.elapsed() < Duration::from_secs(10), "never read");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        std::thread::sleep(Duration::from_millis(200));
+        let st = cs.cache().stats();
+        assert_eq!(st.readahead, 32, "{st:?}");
+        drop(cs);
+        assert!(matches!(
+            cf.advise(0, 4096, Advice::WillNeed),
+            Err(crate::Error::Closed)
+        ));
+        drop(cf);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

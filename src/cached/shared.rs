@@ -83,13 +83,34 @@ impl Ahead {
         }
     }
 
-    /// Hand `w` to the readahead thread (dropped once it has stopped).
-    pub(crate) fn push(&self, w: Window) {
+    /// Hand `w` to the readahead thread; false (`w` dropped) once it has
+    /// stopped.
+    pub(crate) fn push(&self, w: Window) -> bool {
+        self.push_within(w, usize::MAX)
+    }
+
+    /// Hand a stream's window `w` to the readahead thread, unless
+    /// [`Ahead::STREAM_QUEUE`] windows wait already (then `w` is dropped:
+    /// readahead is a hint, and a thread that asks for windows faster than
+    /// the device reads them, such as small reads in steps on a file
+    /// advised sequential, must not queue work and memory without bound).
+    pub(crate) fn push_stream(&self, w: Window) {
+        self.push_within(w, Self::STREAM_QUEUE);
+    }
+
+    /// Most windows waiting for the readahead thread that a stream adds to.
+    pub(crate) const STREAM_QUEUE: usize = 256;
+
+    fn push_within(&self, w: Window, limit: usize) -> bool {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
-        if !q.1 {
+        if q.1 {
+            return false;
+        }
+        if q.0.len() < limit {
             q.0.push_back(w);
             self.cv.notify_one();
         }
+        true
     }
 }
 
