@@ -436,7 +436,8 @@ pub fn simulate_partitioned(
 }
 
 /// The `--json` document: the trace, its size, and one object per run (with
-/// `partitions` when the run's sets were divided).
+/// `partitions` when the run's sets were divided, and `pages_simulated` when
+/// its sets hold fewer pages than `cache_pages` asked for: whole sets only).
 pub fn to_json(trace: &Trace, results: &[HitResult]) -> serde_json::Value {
     let rows: Vec<serde_json::Value> = results
         .iter()
@@ -452,6 +453,9 @@ pub fn to_json(trace: &Trace, results: &[HitResult]) -> serde_json::Value {
             // Named only for a divided cache: a shared one's rows keep their shape.
             if r.partitions > 1 {
                 row["partitions"] = r.partitions.into();
+            }
+            if r.pages_simulated() != r.cache_pages {
+                row["pages_simulated"] = r.pages_simulated().into();
             }
             row
         })

@@ -666,3 +666,60 @@ fn the_public_block_samples_load() {
         t.footprint
     );
 }
+
+#[test]
+fn block_traces_refuse_a_timestamp_that_is_not_a_number() {
+    // One bad time among good ones was taken for "no time", which dropped
+    // every time of the trace (a replay at its timing then blamed the format).
+    for (kind, bytes, bad) in [
+        (
+            "msr",
+            &b"128166385295,hm,0,Read,0,4096,1\n12816638529x,hm,0,Read,0,4096,1\n"[..],
+            "\"12816638529x\" is not a non-negative integer",
+        ),
+        (
+            "systor",
+            b"1.5,0.001,R,0,0,4096\n1.6s,0.001,R,0,0,4096\n",
+            "\"1.6s\" is not a number of seconds",
+        ),
+        (
+            "cbs",
+            b"1,0,8,0,7\n-2,0,8,0,7\n",
+            "\"-2\" is not a number of seconds",
+        ),
+    ] {
+        let name = format!("{kind}-time.csv");
+        let e = load(&spec(kind, &temp_file(&name, bytes)), 4096).unwrap_err();
+        assert!(
+            e.contains(&format!("{name}: line 2: Timestamp {bad}")),
+            "{kind}: {e}"
+        );
+    }
+}
+
+#[test]
+fn compressed_traces_are_known_by_their_bytes_and_binary_ones_by_their_name() {
+    // bzip2 data named `.gz` was read as gzip ("invalid gzip header").
+    const BZ2_1_2_1: [u8; 41] = [
+        0x42, 0x5a, 0x68, 0x39, 0x31, 0x41, 0x59, 0x26, 0x53, 0x59, 0xb2, 0xaf, 0x01, 0x85, 0x00,
+        0x00, 0x02, 0x48, 0x00, 0x00, 0x10, 0x30, 0x00, 0x20, 0x00, 0x30, 0xcc, 0x0c, 0x7a, 0x84,
+        0x5e, 0x2e, 0xe4, 0x8a, 0x70, 0xa1, 0x21, 0x65, 0x5e, 0x03, 0x0a,
+    ];
+    let p = temp_file("bz2-named.txt.gz", &BZ2_1_2_1);
+    assert_eq!(load(&spec("text", &p), 4096).unwrap().pages, [0, 1, 0]);
+    // An uncompressed oracleGeneral trace whose first record's time begins
+    // with gzip's magic (35615 = 0x8b1f, little-endian 1f 8b) or bzip2's
+    // (`BZh1`) was refused as a corrupt compressed file.
+    for time in [0x8b1fu32, u32::from_le_bytes(*b"BZh1")] {
+        let mut bytes = Vec::new();
+        for id in [10u64, 20, 10] {
+            bytes.extend_from_slice(&time.to_le_bytes());
+            bytes.extend_from_slice(&id.to_le_bytes());
+            bytes.extend_from_slice(&4096u32.to_le_bytes());
+            bytes.extend_from_slice(&(-1i64).to_le_bytes());
+        }
+        let p = temp_file("o-magic.bin", &bytes);
+        let t = load(&spec("oracle", &p), 4096).unwrap_or_else(|e| panic!("{time:#x}: {e}"));
+        assert_eq!(t.pages, [0, 1, 0]);
+    }
+}

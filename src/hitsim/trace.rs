@@ -860,10 +860,42 @@ fn path_and_opts<'a>(
     Ok((path, Opts::parse(spec, opts, allowed)?))
 }
 
-/// Opens `path`, decompressing `.gz` files. A file in a compressed format
-/// the simulator does not read (zstd, xz) is refused, not read as records.
+/// Opens text trace `path`, decompressing gzip and bzip2 files (known by
+/// their first bytes, else by the name). A file in a compressed format the
+/// simulator does not read (zstd, xz) is refused, not read as records.
 fn open(path: &str) -> Result<Box<dyn Read>, String> {
-    let mut f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    open_as(path, true)
+}
+
+/// Opens binary trace `path`, decompressing `.gz` and `.bz2` files, known
+/// by their name alone: a record's first bytes may be anything, a
+/// compressor's magic included.
+fn open_binary(path: &str) -> Result<Box<dyn Read>, String> {
+    open_as(path, false)
+}
+
+/// [`open`] (`sniff`: the first bytes tell the format), or [`open_binary`].
+fn open_as(path: &str, sniff: bool) -> Result<Box<dyn Read>, String> {
+    let ext = Path::new(path).extension();
+    let named = |x: &str| ext.is_some_and(|e| e == x);
+    let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
+    if !sniff {
+        return if named("gz") {
+            Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
+                f,
+            ))))
+        } else if named("bz2") {
+            Ok(Box::new(bz2::MultiBz2::new(f)))
+        } else if named("zst") || named("xz") {
+            Err(format!(
+                "{path}: the file is compressed in a format the simulator does not read: \
+                 decompress it first; .gz and .bz2 files are read as they are"
+            ))
+        } else {
+            Ok(Box::new(f))
+        };
+    }
+    let mut f = f;
     // The first bytes, read ahead and put back in front (no seek: a pipe,
     // `/dev/stdin`, a process substitution cannot).
     let mut head = Vec::with_capacity(6);
@@ -884,15 +916,15 @@ fn open(path: &str) -> Result<Box<dyn Read>, String> {
     // Known by their first bytes, as zstd and xz are, whatever the name:
     // gzip's magic, and bzip2's `BZh` and a level digit (plain text that
     // starts so is taken for bzip2, and its decoder refuses it).
+    // The first bytes win over the name (bzip2 data named `.gz` is bzip2).
     let gzip = head.starts_with(&[0x1f, 0x8b]);
     let bzip2 = head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]);
     let f = std::io::Cursor::new(head).chain(f);
-    let ext = Path::new(path).extension();
-    if gzip || ext.is_some_and(|e| e == "gz") {
+    if gzip || (!bzip2 && named("gz")) {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
             f,
         ))))
-    } else if bzip2 || ext.is_some_and(|e| e == "bz2") {
+    } else if bzip2 || named("bz2") {
         Ok(Box::new(bz2::MultiBz2::new(f)))
     } else {
         Ok(Box::new(f))
@@ -966,7 +998,8 @@ fn msr(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
             write,
             offset: field_u64(path, n, "Offset", f[4])?,
             size: field_u64(path, n, "Size", f[5])?,
-            time_us: f[0].trim().parse::<u64>().ok().map(|ticks| ticks / 10),
+            // Windows file time: ticks of 100 ns.
+            time_us: Some(field_u64(path, n, "Timestamp", f[0])? / 10),
         })
     })
 }
@@ -1083,16 +1116,24 @@ fn systor(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
                 write,
                 offset: field_u64(path, n, "Offset", f[4])?,
                 size: field_u64(path, n, "Size", f[5])?,
-                time_us: seconds_us(f[0]),
+                time_us: Some(seconds_us(path, n, f[0])?),
             })
         },
     )
 }
 
-/// A timestamp in seconds (an integer or a decimal) as microseconds.
-fn seconds_us(text: &str) -> Option<u64> {
-    let s: f64 = text.trim().parse().ok()?;
-    (s.is_finite() && s >= 0.0).then(|| (s * 1e6).round() as u64)
+/// Line `n`'s timestamp `text`, in seconds (an integer or a decimal), as
+/// microseconds. A bad one is refused: taken for "no time", it would drop
+/// every time of the trace, and a replay at its timing would then blame the
+/// trace's format.
+fn seconds_us(path: &str, n: usize, text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    match t.parse::<f64>() {
+        Ok(s) if (0.0..1e13).contains(&s) => Ok((s * 1e6).round() as u64),
+        _ => Err(format!(
+            "{path}: line {n}: Timestamp {t:?} is not a number of seconds from 0 to 10^13"
+        )),
+    }
 }
 
 /// The Tencent CBS traces (often `.bz2`): no header, then
@@ -1120,7 +1161,7 @@ fn cbs(spec: &str, rest: &str, page_size: u64) -> Result<Trace, String> {
             write,
             offset: sectors("Offset", f[1])?,
             size: sectors("Size", f[2])?,
-            time_us: seconds_us(f[0]),
+            time_us: Some(seconds_us(path, n, f[0])?),
         })
     })
 }
@@ -1130,7 +1171,7 @@ const ORACLE_RECORD: usize = 24;
 
 fn oracle(spec: &str, rest: &str) -> Result<Trace, String> {
     let (path, _) = path_and_opts(spec, rest, &[])?;
-    let mut r = BufReader::with_capacity(1 << 20, open(path)?);
+    let mut r = BufReader::with_capacity(1 << 20, open_binary(path)?);
     let mut b = Builder::new(spec.to_string());
     let mut rec = [0u8; ORACLE_RECORD];
     let mut offset = 0u64;

@@ -75,7 +75,7 @@ enum Command {
     /// Breadth-first search and PageRank on an R-MAT graph over setcache,
     /// mmap and memory
     Graph(graph::GraphArgs),
-    /// Simulate the hit ratio of replacement policies on a trace
+    // Its help is `SimArgs`'s own (a doc comment here would replace it).
     Sim(simcmd::SimArgs),
     /// Copy a file into a store, out of it, or within it (store:NAME names a
     /// file of the store)

@@ -255,7 +255,15 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
     for &size in &sizes {
         for &p in &policies {
             let set_sizes: Vec<usize> = if p.is_sa() {
-                args.set_size.clone()
+                // Each size once, in the order given, as the policies and
+                // cache sizes are.
+                let mut once = Vec::new();
+                for &s in &args.set_size {
+                    if !once.contains(&s) {
+                        once.push(s);
+                    }
+                }
+                once
             } else {
                 vec![0]
             };
@@ -296,7 +304,12 @@ pub(crate) fn run(args: SimArgs) -> Result<(), String> {
         start.elapsed().as_secs_f64()
     );
     if let Some(path) = &args.json {
-        let doc = sim::to_json(&trace, &results);
+        let mut doc = sim::to_json(&trace, &results);
+        // What the hit ratios are of: the requests after the warm-up, of the
+        // kind asked for, in pages of this size.
+        doc["warmup"] = args.warmup.into();
+        doc["page_size"] = page_size.into();
+        doc["ops"] = args.ops.to_ascii_lowercase().into();
         let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
         std::fs::write(path, text + "\n").map_err(|e| write_error(path, e))?;
         say!("wrote {path}");
@@ -335,7 +348,8 @@ pub(crate) fn plot(trace: &Trace, results: &[HitResult]) -> String {
             Some(s) => format!("{} /{s}", r.policy),
             None => r.policy.to_string(),
         };
-        let pt = (r.cache_pages as f64, (1.0 - r.hit_ratio()) * 100.0);
+        // A set-associative cache at the pages it holds (whole sets only).
+        let pt = (r.pages_simulated() as f64, (1.0 - r.hit_ratio()) * 100.0);
         match lines.iter_mut().find(|l| l.0 == name) {
             Some(l) => l.1.push(pt),
             None => lines.push((name, vec![pt])),
@@ -522,6 +536,98 @@ mod tests {
         let svg = plot(&trace, &results);
         crate::bench::svg::assert_well_formed(&svg);
         assert!(svg.contains("sa-lru /4") && svg.contains("opt"));
+    }
+
+    /// A set size listed twice runs once, as a policy or cache size listed
+    /// twice does.
+    #[test]
+    fn a_set_size_listed_twice_runs_once() {
+        let path = std::env::temp_dir().join(format!("setcache-sim-sets-{}", std::process::id()));
+        let p = path.to_str().unwrap();
+        let argv: Vec<String> = [
+            "setcache",
+            "sim",
+            "--trace",
+            "zipf:pages=100,ops=1000,theta=0.9",
+        ]
+        .iter()
+        .chain(&["--policy", "sa-lru", "--set-size", "4,8,4", "--json", p])
+        .map(|s| s.to_string())
+        .collect();
+        let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
+            panic!("not sim arguments");
+        };
+        run(a).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let sets: Vec<u64> = doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["set_size"].as_u64())
+            .collect();
+        assert_eq!(sets, [4, 8]);
+    }
+
+    /// `sim --help` gives the trace syntax its `--trace` refers to (a doc
+    /// comment on the subcommand once replaced the long help).
+    #[test]
+    fn the_long_help_gives_the_trace_syntax() {
+        use clap::CommandFactory;
+        let mut cmd = crate::Cli::command();
+        let sim = cmd.find_subcommand_mut("sim").expect("a sim subcommand");
+        let help = sim.render_long_help().to_string();
+        for kind in [
+            "ycsb:records=N",
+            "zipf:pages=N",
+            "csv:PATH",
+            "msr:PATH",
+            "oracle:PATH",
+        ] {
+            assert!(help.contains(kind), "{kind} not in:\n{help}");
+        }
+    }
+
+    /// A set-associative cache holds whole sets only: its point and its
+    /// JSON row name the pages it held (32 of the 63 asked for, sets of 32),
+    /// so that it is not compared with a global cache of 63.
+    #[test]
+    fn a_set_associative_run_is_shown_at_the_pages_it_held() {
+        let trace = Trace::from_pages("t", (0..4000u64).map(|i| i * 7 % 301));
+        let sa: HitPolicy = "sa-lru".parse().unwrap();
+        let r = sim::simulate(&trace, sa, 63, 32, 4096, 0.0).unwrap();
+        let svg = plot(&trace, std::slice::from_ref(&r));
+        assert!(svg.contains("sa-lru /32: 32 pages"), "{svg}");
+        let json = sim::to_json(&trace, std::slice::from_ref(&r));
+        assert_eq!(json["results"][0]["cache_pages"], 63);
+        assert_eq!(json["results"][0]["pages_simulated"], 32);
+        // The command's document says what its hit ratios are of.
+        let path = std::env::temp_dir().join(format!("setcache-sim-json-{}", std::process::id()));
+        let p = path.to_str().unwrap();
+        let argv: Vec<String> = [
+            "setcache",
+            "sim",
+            "--trace",
+            "zipf:pages=100,ops=1000,theta=0.9",
+        ]
+        .iter()
+        .chain(&[
+            "--policy", "lru", "--warmup", "0.25", "--ops", "Reads", "--json", p,
+        ])
+        .map(|s| s.to_string())
+        .collect();
+        let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
+            panic!("not sim arguments");
+        };
+        run(a).unwrap();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(
+            (&doc["warmup"], &doc["page_size"], &doc["ops"]),
+            (&0.25.into(), &4096.into(), &"reads".into())
+        );
     }
 
     use crate::cli_tests::{SIM_FLAGS, argv, parse};
