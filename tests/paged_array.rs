@@ -728,6 +728,71 @@ fn a_cut_that_gives_up_on_a_held_page_leaves_no_translation_past_the_end() {
     );
 }
 
+/// An element type the frames cannot hold is refused before the file is
+/// made: the name stays free for an array of another type. Before, the file
+/// was made first and left behind.
+#[test]
+fn a_refused_element_type_leaves_no_file() {
+    #[derive(Clone, Copy)]
+    #[repr(C, align(8192))]
+    struct Wide([u8; 8192]);
+    // SAFETY: any bytes are a value; no padding; the alignment is the size.
+    unsafe impl setcache::Element for Wide {}
+    let tmp = TempDir::new("array-refused-type");
+    let cs = store(&tmp, 64, 64);
+    for refused in [
+        PagedArray::<Wide>::create(&cs, "a", 4, LayoutKind::Stripe).map(drop),
+        PagedArray::<[u8; 0]>::create(&cs, "a", 4, LayoutKind::Stripe).map(drop),
+    ] {
+        assert!(
+            matches!(refused, Err(Error::InvalidArgument(_))),
+            "{refused:?}"
+        );
+        assert!(
+            matches!(cs.open_file("a"), Err(Error::FileNotFound(_))),
+            "a file left behind"
+        );
+    }
+    let a = PagedArray::<u64>::create(&cs, "a", 4, LayoutKind::Stripe).unwrap();
+    assert_eq!(a.len(), 4);
+}
+
+/// A cut inside a page that gives up on a later page another thread holds
+/// leaves the cut page's tail as it was: a reader's translation of the cut
+/// page made before must not keep showing (or taking stores into) the
+/// elements past the new end. Before, only the held page's sets had their
+/// change counts moved.
+#[test]
+fn a_cut_that_gives_up_leaves_no_translation_of_the_page_it_cuts() {
+    let tmp = TempDir::new("array-cut-page");
+    // A cache large enough that the cut page and the held one lie apart.
+    let cs = store_waiting(&tmp, 4096, Duration::from_millis(200));
+    let n = 2560u64;
+    let a = PagedArray::<u64>::create(&cs, "a", n, LayoutKind::Stripe).unwrap();
+    let vals: Vec<u64> = (0..n).map(|i| i + 1).collect();
+    a.write_from(0, &vals).unwrap();
+    let mut r = a.reader();
+    // Page 3 (elements 1536-2047) translated; page 4 (2048-2559) held.
+    assert_eq!(r.get(1700).unwrap(), 1701);
+    let (cut, got, set, chunk) = while_held(&a, 2100, || {
+        let cut = a.file().set_len(1600 * 8);
+        let chunk = r.for_each_chunk(1536..2048, |_, _| {});
+        (cut, r.get(1700), r.set(1700, 7), chunk)
+    });
+    assert!(matches!(cut, Err(Error::Busy(_))), "{cut:?}");
+    assert_eq!(a.file().len(), 1600 * 8);
+    for (what, r) in [
+        ("get", got.map(drop)),
+        ("set", set),
+        ("for_each_chunk", chunk),
+    ] {
+        assert!(
+            matches!(r, Err(Error::OutOfRange { .. })),
+            "{what} past the cut through an old translation: {r:?}"
+        );
+    }
+}
+
 /// Run `during` while another thread holds the page of element `i` of `a`
 /// (a run of it, pinned while its callback waits); the run goes before this
 /// returns, so that a failed check after it ends the test.

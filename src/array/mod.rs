@@ -310,6 +310,9 @@ impl<T: Element> PagedArray<T> {
         let bytes = len.checked_mul(size_of::<T>() as u64).ok_or_else(|| {
             Error::InvalidArgument(format!("an array of {len} elements does not fit a file"))
         })?;
+        // Checked before the file is made: a refused element type leaves
+        // no file behind.
+        Self::check_element(cs.cache().page_size())?;
         Self::from_file(cs.create(name, bytes, layout)?)
     }
 
@@ -324,20 +327,14 @@ impl<T: Element> PagedArray<T> {
         Self::from_file(cs.open_file_read_only(name)?)
     }
 
-    /// The array over a cached file whose length is a whole number of
-    /// elements. A writable array of word elements stores into the file's
-    /// frames in place, so shared page references to the file are refused
-    /// from then on, and it waits for those taken before it (up to the
-    /// cache's pin wait: [`Error::Busy`]; [`Error::HeldByCaller`] if this
-    /// thread holds one).
-    pub fn from_file(file: CachedFile) -> Result<Self> {
-        let size = size_of::<T>() as u64;
-        if size == 0 {
+    /// Whether elements of `T` can live in frames of a cache of page size
+    /// `ps`.
+    fn check_element(ps: usize) -> Result<()> {
+        if size_of::<T>() == 0 {
             return Err(Error::InvalidArgument(
                 "a paged array needs elements of at least one byte".into(),
             ));
         }
-        let ps = file.shared.cache.page_size();
         if !ps.is_power_of_two() {
             return Err(Error::InvalidArgument(format!(
                 "a paged array needs a cache whose page size is a power of two, not {ps}"
@@ -354,6 +351,19 @@ impl<T: Element> PagedArray<T> {
                 ps.min(4096)
             )));
         }
+        Ok(())
+    }
+
+    /// The array over a cached file whose length is a whole number of
+    /// elements. A writable array of word elements stores into the file's
+    /// frames in place, so shared page references to the file are refused
+    /// from then on, and it waits for those taken before it (up to the
+    /// cache's pin wait: [`Error::Busy`]; [`Error::HeldByCaller`] if this
+    /// thread holds one).
+    pub fn from_file(file: CachedFile) -> Result<Self> {
+        let size = size_of::<T>() as u64;
+        let ps = file.shared.cache.page_size();
+        Self::check_element(ps)?;
         if file.len() % size != 0 {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} holds {} bytes, not a whole number of {size}-byte elements",
@@ -1029,9 +1039,12 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         let g = file.page_as(off, mode).map_err(|e| file.gone_or(e))?;
         let at = (off - g.offset()) as usize;
         check_inside(file, &g, at, (n * size) as usize)?;
+        // As `sight` installs: not past the end, nor of a deleted file (a
+        // delete whose discard gave up on a held page after this pin).
         if install
             && let Some(s) = g.sighting()
             && ((page + 1) * ps).min(self.arr.len * size) <= file.len()
+            && file.entry.check().is_ok()
         {
             self.install(page, entry(page, &s));
         }

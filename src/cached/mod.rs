@@ -1461,16 +1461,27 @@ impl CachedFile {
         // Make the cache hold nothing past `end` and zeros past it in its
         // last page; the store's devices read as zeros there too.
         let clear_past = |end: u64| -> Result<()> {
-            sh.cache.discard(self.id, end.div_ceil(ps))?;
+            // The page the end cuts, if any: its tail is cleared last, and
+            // a step that gives up before that moves its sets' change counts
+            // all the same, so that no translation made before keeps showing
+            // its bytes past the end.
+            let cut = (end % ps != 0).then_some(end / ps);
+            let unsettle_cut = |r: Result<()>| {
+                if let (Err(_), Some(page)) = (&r, cut) {
+                    sh.cache.unsettle(self.id, page);
+                }
+                r
+            };
+            unsettle_cut(sh.cache.discard(self.id, end.div_ceil(ps)).map(drop))?;
             {
                 let mut d = e.durable();
                 d.written.truncate(end.div_ceil(ps));
                 d.covering.truncate(end.div_ceil(ps));
                 d.refilled.truncate(end.div_ceil(ps));
             }
-            if end % ps != 0 {
-                sh.own_write_back(self.id, end / ps)?;
-                self.zero_tail(end / ps, (end % ps) as usize)?;
+            if let Some(page) = cut {
+                unsettle_cut(sh.own_write_back(self.id, page))?;
+                self.zero_tail(page, (end % ps) as usize)?;
             }
             Ok(())
         };
