@@ -642,3 +642,97 @@ fn futures_on_a_page_this_threads_queue_reads_in_fail_at_once() {
     let g = block_on(f.page_async(at)).unwrap();
     assert_eq!(&g[10..20], &[5u8; 10]);
 }
+
+/// While futures wait for a page another thread holds, a future that
+/// finishes is woken at once: its task may be what holds the page. Before,
+/// the worker held a finished future back until a quarter of the others
+/// finished too, and those waited for the page until the pin wait ran out.
+#[test]
+fn a_finished_future_is_woken_while_others_wait_for_a_held_page() {
+    let tmp = TempDir::new("fut-held-page");
+    let cs = common::cached_rig(&tmp, 64 * PS, 256, 8, Duration::from_secs(5));
+    let cf = cs.open_file("data").unwrap();
+    let held = cf.page(0).unwrap();
+    let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+    let (woke, writes) = std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let me = std::thread::current();
+            let mut writes: Vec<_> = (0..8)
+                .map(|_| Box::pin(cf.write_at_async(0, vec![1u8; 16])))
+                .collect();
+            let nobody = Waker::from(Arc::new(Flag(AtomicBool::new(false), me.clone())));
+            for w in &mut writes {
+                let r = w.as_mut().poll(&mut Context::from_waker(&nobody));
+                assert!(r.is_pending(), "a write to a held page finished");
+            }
+            // A miss elsewhere, sent after the writes.
+            let flag = Arc::new(Flag(AtomicBool::new(false), me));
+            let waker = Waker::from(flag.clone());
+            let mut read = Box::pin(cf.read_at_async(40 * PS as u64, vec![0u8; 64]));
+            let t0 = std::time::Instant::now();
+            if read
+                .as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+            {
+                while !flag.0.load(Ordering::Acquire) && t0.elapsed() < Duration::from_secs(10) {
+                    std::thread::park_timeout(Duration::from_millis(5));
+                }
+            }
+            let woke = t0.elapsed();
+            polled_tx.send(()).unwrap();
+            let (got, _) = run_all(writes);
+            (woke, got)
+        });
+        polled_rx.recv().unwrap();
+        drop(held);
+        t.join().unwrap()
+    });
+    assert!(
+        woke < Duration::from_secs(2),
+        "the read's task was woken after {woke:?}, with writes waiting for a page"
+    );
+    for w in writes {
+        w.0.unwrap();
+    }
+}
+
+/// A read far larger than the cache goes through it, as `read_at` does,
+/// whether as a future or as one queue request. Before, the request
+/// claimed every free frame with its first pages, and the rest, parked
+/// behind its own reads, gave up `Busy` once the pin wait ran out.
+#[test]
+fn a_request_larger_than_the_cache_reads_through_it() {
+    let tmp = TempDir::new("fut-larger");
+    let len = 32 << 20;
+    let cs = common::cached_rig(&tmp, len, 64, 8, Duration::from_millis(50));
+    let cf = cs.open_file("data").unwrap();
+    let (r, buf) = block_on(cf.read_at_async(0, vec![0u8; len]));
+    assert_eq!(r.unwrap(), len);
+    assert!(buf == pat(0, len), "the future's bytes");
+    let mut q = cs.queue(256);
+    let req = CachedRequest::tagged(setcache::OpKind::Read, &cf, 0, vec![0u8; len], 1);
+    q.submit_from(&mut vec![req]);
+    q.wait(1);
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    let (tag, c) = done.pop().expect("a completion");
+    assert_eq!(tag, 1);
+    c.result.unwrap();
+    assert!(c.buf == pat(0, len), "the queue request's bytes");
+    // Written in one request too, then read back.
+    let mut w = vec![CachedRequest::tagged(
+        setcache::OpKind::Write,
+        &cf,
+        0,
+        vec![7u8; len],
+        2,
+    )];
+    q.submit_from(&mut w);
+    q.wait(1);
+    q.take_completions(&mut done);
+    done.pop().expect("a completion").1.result.unwrap();
+    let mut back = vec![0u8; len];
+    cf.read_at(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 7));
+}

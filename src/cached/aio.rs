@@ -440,8 +440,16 @@ fn serve(
             // Returns early when the bell rings (new requests). With many
             // requests in flight, a round waits for a quarter of them (at
             // most 16): the device keeps the rest, and the tasks polled in
-            // a round share its context switches (see `deliver`).
-            let k = (q.outstanding() / 4).clamp(1, 16);
+            // a round share its context switches (see `deliver`). But while
+            // a request waits for a page another holds, each finished one is
+            // handed over at once: its task may be what holds that page (a
+            // guard it drops once woken), and holding it back for others
+            // would keep the waiters waiting until they give up.
+            let k = if q.has_parked() {
+                1
+            } else {
+                (q.outstanding() / 4).clamp(1, 16)
+            };
             q.wait_as(k, true);
             deliver(&mut q, sh, inbox, slots, &mut done, &mut pins, &mut wakers);
             continue;

@@ -277,6 +277,11 @@ struct Live<'a> {
     stream: bool,
     /// Pages not yet done.
     left: usize,
+    /// The next page to start, and the page after the request's last: a
+    /// request of more pages than [`CachedQueue::pages_at_once`] starts the
+    /// rest as its first ones finish.
+    next: u64,
+    end: u64,
     hit: bool,
     err: Option<Error>,
 }
@@ -517,6 +522,10 @@ pub struct CachedQueue<'a> {
     io_waits: Vec<((usize, u64), Instant)>,
     /// Missing pages being gathered into one read.
     run: Option<MissRun>,
+    /// Live requests that may start another page (one entry per page done),
+    /// and whether they are being started now.
+    to_start: Vec<usize>,
+    starting: bool,
     /// Requests submitted and not yet completed.
     outstanding: usize,
     /// Requests finished since the last `wait` started counting.
@@ -569,6 +578,8 @@ impl<'a> CachedQueue<'a> {
             giving_up: Vec::new(),
             io_waits: Vec::new(),
             run: None,
+            to_start: Vec::new(),
+            starting: false,
             outstanding: 0,
             ran: 0,
             done: Vec::new(),
@@ -584,6 +595,12 @@ impl<'a> CachedQueue<'a> {
     /// Let `bell` end [`CachedQueue::wait`] early (see `Bell`).
     pub(crate) fn set_bell(&mut self, bell: Arc<Bell>) {
         self.q.set_bell(bell);
+    }
+
+    /// Whether a page of a request waits for another's fill, write-back or
+    /// pins (parked, looked up again as requests finish).
+    pub(crate) fn has_parked(&self) -> bool {
+        !self.parked.is_empty()
     }
 
     /// Requests submitted and not yet finished (callback run or completion
@@ -881,6 +898,8 @@ impl<'a> CachedQueue<'a> {
             page: None,
             stream,
             left: pages,
+            next: end,
+            end,
             hit: true,
             err: None,
         });
@@ -890,11 +909,57 @@ impl<'a> CachedQueue<'a> {
             let res = self.write_found(id, first, found);
             self.settle(id, first, res);
         } else {
-            for page in first..end {
+            // At most `pages_at_once` pages started now; each page done
+            // starts the next. A request larger than the cache would
+            // otherwise claim every free frame with its first pages while
+            // the rest, parked behind its own reads, ran out the pin wait.
+            let now = end.min(first + self.pages_at_once());
+            if let Some(l) = self.live.get_mut(id) {
+                l.next = now;
+            }
+            self.starting = true;
+            for page in first..now {
                 self.run_page(id, page);
             }
+            self.starting = false;
+            self.start_more();
         }
         self.send_run();
+    }
+
+    /// Most pages of one request started at once: an eighth of the cache
+    /// (at least one, at most 1,024).
+    fn pages_at_once(&self) -> u64 {
+        (self.sh.cache.capacity_pages() as u64 / 8).clamp(1, 1024)
+    }
+
+    /// Start the next page of each request a page of which finished (one
+    /// each time), until none is left to start; then send what they read.
+    /// A page done while this runs (a hit) only adds its request to the
+    /// list, so that a long request of cached pages loops here instead of
+    /// recursing.
+    fn start_more(&mut self) {
+        if self.starting {
+            return;
+        }
+        self.starting = true;
+        let mut any = false;
+        while let Some(id) = self.to_start.pop() {
+            let Some(l) = self.live.get_mut(id) else {
+                continue;
+            };
+            if l.next >= l.end {
+                continue;
+            }
+            let page = l.next;
+            l.next += 1;
+            any = true;
+            self.run_page(id, page);
+        }
+        self.starting = false;
+        if any {
+            self.send_run();
+        }
     }
 
     /// Start a page request (a guard or a pin): the hold taken for a guard,
@@ -938,6 +1003,8 @@ impl<'a> CachedQueue<'a> {
             page: Some((want, None)),
             stream,
             left: 1,
+            next: page + 1,
+            end: page + 1,
             hit: true,
             err: None,
         });
@@ -1509,6 +1576,12 @@ impl<'a> CachedQueue<'a> {
             l.err.get_or_insert(e);
         }
         l.left -= 1;
+        if l.next < l.end {
+            // A page of a long request finished: the next one may start.
+            self.to_start.push(id);
+            self.start_more();
+            return;
+        }
         if l.left == 0 {
             let l = self.live.remove(id).expect("live request");
             if let Some((want, pin)) = l.page {
