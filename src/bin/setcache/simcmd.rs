@@ -538,29 +538,37 @@ mod tests {
         assert!(svg.contains("sa-lru /4") && svg.contains("opt"));
     }
 
-    /// A set size listed twice runs once, as a policy or cache size listed
-    /// twice does.
-    #[test]
-    fn a_set_size_listed_twice_runs_once() {
-        let path = std::env::temp_dir().join(format!("setcache-sim-sets-{}", std::process::id()));
+    /// The `--json` document of `sim` on a small zipf trace with `flags`
+    /// (the file named by `tag`, removed after).
+    fn sim_json(tag: &str, flags: &[&str]) -> serde_json::Value {
+        let path = std::env::temp_dir().join(format!("setcache-sim-{tag}-{}", std::process::id()));
         let p = path.to_str().unwrap();
-        let argv: Vec<String> = [
+        let trace = [
             "setcache",
             "sim",
             "--trace",
             "zipf:pages=100,ops=1000,theta=0.9",
-        ]
-        .iter()
-        .chain(&["--policy", "sa-lru", "--set-size", "4,8,4", "--json", p])
-        .map(|s| s.to_string())
-        .collect();
+        ];
+        let argv: Vec<String> = trace
+            .iter()
+            .chain(flags)
+            .chain(&["--json", p])
+            .map(|s| s.to_string())
+            .collect();
         let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
             panic!("not sim arguments");
         };
         run(a).unwrap();
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// A set size listed twice runs once, as a policy or cache size listed
+    /// twice does.
+    #[test]
+    fn a_set_size_listed_twice_runs_once() {
+        let doc = sim_json("sets", &["--policy", "sa-lru", "--set-size", "4,8,4"]);
         let sets: Vec<u64> = doc["results"]
             .as_array()
             .unwrap()
@@ -603,27 +611,8 @@ mod tests {
         assert_eq!(json["results"][0]["cache_pages"], 63);
         assert_eq!(json["results"][0]["pages_simulated"], 32);
         // The command's document says what its hit ratios are of.
-        let path = std::env::temp_dir().join(format!("setcache-sim-json-{}", std::process::id()));
-        let p = path.to_str().unwrap();
-        let argv: Vec<String> = [
-            "setcache",
-            "sim",
-            "--trace",
-            "zipf:pages=100,ops=1000,theta=0.9",
-        ]
-        .iter()
-        .chain(&[
-            "--policy", "lru", "--warmup", "0.25", "--ops", "Reads", "--json", p,
-        ])
-        .map(|s| s.to_string())
-        .collect();
-        let Some(crate::Command::Sim(a)) = parse(&argv).unwrap().unwrap().command else {
-            panic!("not sim arguments");
-        };
-        run(a).unwrap();
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        std::fs::remove_file(&path).unwrap();
+        let flags = ["--policy", "lru", "--warmup", "0.25", "--ops", "Reads"];
+        let doc = sim_json("json", &flags);
         assert_eq!(
             (&doc["warmup"], &doc["page_size"], &doc["ops"]),
             (&0.25.into(), &4096.into(), &"reads".into())
