@@ -723,3 +723,27 @@ fn compressed_traces_are_known_by_their_bytes_and_binary_ones_by_their_name() {
         assert_eq!(t.pages, [0, 1, 0]);
     }
 }
+
+#[test]
+fn trace_options_are_checked_by_name() {
+    let p = temp_file("opts.csv", b"1,R\n2,W\n");
+    let csv = |opts: &str| load(&format!("csv:{}{opts}", p.display()), 4096);
+    assert_eq!(csv(",col=0,rw=1").unwrap().pages, [0, 1]);
+    // An unknown option was taken as part of the file's name ("No such
+    // file"); a repeated one kept its last value; header= took anything
+    // but 1 as "no header".
+    for (opts, want) in [
+        (",col=0,bogus=1", "unknown option \"bogus\""),
+        (",col=0,col=1", "option \"col\" given twice"),
+        (",header=2", "header=\"2\": give 1"),
+    ] {
+        let e = csv(opts).unwrap_err();
+        assert!(e.contains(want), "{opts}: {e}");
+    }
+    assert_eq!(csv(",col=0,sep=comma,header=0").unwrap().pages, [0, 1]);
+    // A file whose name holds a comma and an equals sign is still a file.
+    let odd = temp_file("a,b=c.txt", b"5\n6\n5\n");
+    assert_eq!(load(&spec("text", &odd), 4096).unwrap().pages, [0, 1, 0]);
+    let z = load("zipf:pages=10,ops=5,theta=1,theta=2", 4096).unwrap_err();
+    assert!(z.contains("option \"theta\" given twice"), "{z}");
+}

@@ -524,6 +524,9 @@ impl<'a> Opts<'a> {
                     allowed.join(", ")
                 ));
             }
+            if pairs.iter().any(|p: &(&str, &str)| p.0 == k) {
+                return Err(format!("trace {spec:?}: option {k:?} given twice"));
+            }
             pairs.push((k, v.trim()));
         }
         Ok(Opts { spec, pairs })
@@ -844,12 +847,15 @@ fn path_and_opts<'a>(
 ) -> Result<(&'a str, Opts<'a>), String> {
     let mut path = rest;
     let mut opts = "";
-    if let Some(i) = rest.find(',') {
+    // Options follow the path after a comma, unless the whole of `rest`
+    // names a file (whose name holds a comma). A tail of key=value items
+    // is options, known or not: an unknown key is refused by name rather
+    // than making the whole spec a file name that does not exist.
+    if let Some(i) = rest.find(',')
+        && !Path::new(rest).exists()
+    {
         let tail = &rest[i + 1..];
-        if tail.split(',').all(|kv| {
-            kv.split_once('=')
-                .is_some_and(|(k, _)| allowed.contains(&k.trim()))
-        }) {
+        if tail.split(',').all(|kv| kv.contains('=')) {
             path = &rest[..i];
             opts = tail;
         }
@@ -1214,10 +1220,19 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
         None => ',',
         Some("tab") | Some("\\t") => '\t',
         Some("space") => ' ',
+        Some("comma") => ',',
         Some(s) if s.chars().count() == 1 => s.chars().next().expect("one char"),
         Some(s) => return Err(format!("trace {spec:?}: bad sep {s:?}")),
     };
-    let header = matches!(o.raw("header"), Some("1" | "true" | "yes"));
+    let header = match o.raw("header") {
+        None | Some("0" | "false" | "no") => false,
+        Some("1" | "true" | "yes") => true,
+        Some(v) => {
+            return Err(format!(
+                "trace {spec:?}: header={v:?}: give 1 (the first line names the columns) or 0"
+            ));
+        }
+    };
     let col_spec = o.raw("col").unwrap_or("0");
     let rw_spec = o.raw("rw");
     let mut col: Option<usize> = col_spec.parse().ok();
