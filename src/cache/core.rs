@@ -136,6 +136,13 @@ pub(crate) static AFTER_DISCARD_VISIT: crate::util::hook::TestHook<
     Box<dyn FnOnce() + Send>,
 > = crate::util::hook::TestHook::new();
 
+/// In unit tests: for a cache (its `Core`'s address), what a thread waiting
+/// for a slot's state to change runs, once, when it wakes, before it looks
+/// at the state again.
+#[cfg(test)]
+pub(crate) static AFTER_SLOT_WAKE: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// In unit tests: for a cache (its `Core`'s address) and a set, what a walk
 /// of every slot runs, once, on its thread after it has visited that set.
 #[cfg(test)]
@@ -1209,6 +1216,10 @@ impl<M: Model> Core<M> {
                 Some(left) => M::wait_for(w, v | WAITERS, left),
                 None => M::wait(w, v | WAITERS),
             }
+            #[cfg(test)]
+            if let Some(f) = AFTER_SLOT_WAKE.take(self as *const Self as usize) {
+                f();
+            }
         }
     }
 
@@ -1479,6 +1490,12 @@ impl<M: Model> Core<M> {
         }
         if busy {
             self.unlock(s);
+            // The waits below hold no pin: the page may leave and another
+            // take the slot meanwhile. Its generation then moves, and the
+            // wait ends (the page is looked up again) instead of waiting
+            // for the newcomer's holders and naming the page asked for.
+            let gen0 = v & GEN_MASK;
+            let left = |v: u32| v & GEN_MASK != gen0;
             if write {
                 // Readers' pins (page guards among them) are waited for up
                 // to the pin wait; a write-back in flight, as long as it
@@ -1488,15 +1505,19 @@ impl<M: Model> Core<M> {
                 // be waiting for ours.
                 let free = |v: u32| pins(v) == 0 && v & WRITEBACK == 0;
                 let deadline = M::now() + self.pin_wait;
-                self.wait_slot_until(s, i, free, Some(deadline));
+                self.wait_slot_until(s, i, |v| free(v) || left(v), Some(deadline));
                 let v = w.load(Acquire);
+                if left(v) {
+                    return Step::Again;
+                }
                 if !free(v) && v & WRITEBACK == 0 && M::now() >= deadline {
                     return Step::Done(Found::Held);
                 }
                 if v & WRITEBACK != 0 && queue_io() {
                     let longer = deadline + self.pin_wait * (CROSS_FILL_WAITS - 1);
-                    self.wait_slot_until(s, i, |v| v & WRITEBACK == 0, Some(longer));
-                    if w.load(Acquire) & WRITEBACK != 0 {
+                    let done = |v: u32| v & WRITEBACK == 0 || left(v);
+                    self.wait_slot_until(s, i, done, Some(longer));
+                    if !done(w.load(Acquire)) {
                         return Step::Done(Found::WriteBackHeld);
                     }
                 }
@@ -1504,14 +1525,15 @@ impl<M: Model> Core<M> {
                 // Only the pin count at its top: let a holder run.
                 M::backoff(0);
             } else if !queue_io() {
-                self.wait_slot(s, i, |v| v & WRITER == 0);
+                self.wait_slot(s, i, |v| v & WRITER == 0 || left(v));
             } else {
                 // The writer may be waiting for a fill that a queue of this
                 // thread holds, which only this thread finishes: a bounded
                 // wait, as for another thread's fill.
                 let deadline = M::now() + self.pin_wait * CROSS_FILL_WAITS;
-                self.wait_slot_until(s, i, |v| v & WRITER == 0, Some(deadline));
-                if w.load(Acquire) & WRITER != 0 {
+                let done = |v: u32| v & WRITER == 0 || left(v);
+                self.wait_slot_until(s, i, done, Some(deadline));
+                if !done(w.load(Acquire)) {
                     return Step::Done(Found::WriterHeld);
                 }
             }

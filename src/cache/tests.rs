@@ -2292,3 +2292,70 @@ fn discarded_pages_leave_no_ghosts() {
         assert_eq!(after, before, "{policy:?}: ghost hits on discarded pages");
     }
 }
+
+/// A writer waiting for readers' pins holds no pin of its own: the page may
+/// leave and another take its slot (and be pinned) before the writer looks
+/// again. It then looks its page up again, instead of waiting for the
+/// newcomer's holders until the pin wait runs out and reporting its own
+/// page held.
+#[test]
+fn a_waiter_whose_page_left_its_slot_looks_the_page_up_again() {
+    let mut o = opts(4, 4, 4, PolicyKind::Lru);
+    o.pin_wait = Duration::from_secs(3);
+    let c = Arc::new(PageCache::<Os>::new(o).unwrap());
+    let disk: Disk = Mutex::default();
+    for p in 0..4 {
+        drop(c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap());
+    }
+    let g0 = c.get_with(3, 0, load_from(&disk), store_to(&disk)).unwrap();
+    let others: Vec<_> = (1..4)
+        .map(|p| c.get_with(3, p, load_from(&disk), store_to(&disk)).unwrap())
+        .collect();
+    let (woke_tx, woke_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    core::AFTER_SLOT_WAKE.arm(
+        &c.core as *const _ as usize,
+        Box::new(move || {
+            woke_tx.send(()).unwrap();
+            let _ = go_rx.recv_timeout(Duration::from_secs(10));
+        }),
+    );
+    let c2 = c.clone();
+    let writer = std::thread::spawn(move || {
+        let t0 = std::time::Instant::now();
+        let r = match c2.get_mut(3, 0) {
+            Ok(LookupMut::Hit(g)) => {
+                drop(g);
+                Ok(())
+            }
+            Ok(LookupMut::Miss(f)) => f.finish(Ok(())).map(drop),
+            Ok(LookupMut::WriteBack(_)) => panic!("no page is dirty"),
+            Err(e) => Err(e),
+        };
+        (r, t0.elapsed())
+    });
+    // The writer sleeps on page 0's slot, waiting for its pin.
+    let tag0 = tag_of(3, 0).unwrap();
+    let t0 = std::time::Instant::now();
+    while c.core.state_of(tag0).unwrap() & core::WAITERS == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the writer never waited"
+        );
+        std::thread::yield_now();
+    }
+    drop(g0);
+    woke_rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the writer woke");
+    // Before it looks again: page 0 leaves, page 4 takes its slot (the
+    // others are pinned) and is held; the others are let go.
+    assert!(c.evict(3, 0).unwrap());
+    let g4 = c.get_with(3, 4, load_from(&disk), store_to(&disk)).unwrap();
+    drop(others);
+    go_tx.send(()).unwrap();
+    let (r, took) = writer.join().unwrap();
+    drop(g4);
+    r.unwrap_or_else(|e| panic!("the writer of page 0 failed after {took:?}: {e}"));
+    assert!(took < Duration::from_secs(2), "the writer took {took:?}");
+}
