@@ -243,6 +243,54 @@ fn raw_set_len_of_a_cached_file_is_refused() {
     assert_eq!(f.len(), 8192);
 }
 
+/// A write through the store's file of a cached file is refused, as its
+/// `set_len` is: it would leave the cached pages stale, and a read-only
+/// handle's file took writes. Without the cache, it works again.
+#[test]
+fn raw_writes_of_a_cached_file_are_refused() {
+    let tmp = TempDir::new("rawwrite");
+    let roots = tmp.devices(1);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store.clone(), cache(16)).unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.write_at(0, &[3u8; 4096]).unwrap();
+    cf.sync().unwrap();
+    let ro = cs.open_file_read_only("f").unwrap();
+    let mut b = setcache::AlignedBuf::new(4096);
+    b.fill(9);
+    for handle in [&ro, &cf] {
+        let e = handle.file().write_at(0, &b).unwrap_err();
+        assert!(e.to_string().contains("CachedFile::write_at"), "{e}");
+    }
+    let mut got = [0u8; 4096];
+    ro.read_at(0, &mut got).unwrap();
+    assert!(got.iter().all(|&x| x == 3), "the bytes changed");
+    drop((ro, cf));
+    drop(cs);
+    let f = store.open_file("f").unwrap();
+    f.write_at(0, &b).unwrap();
+}
+
+/// A growth after a shrink (which takes the logged path, clearing what a
+/// racing write may have left past the old end) is refused only for guards
+/// of the pages it clears: before, any guard of the file on this thread
+/// made it fail `HeldByCaller`.
+#[test]
+fn a_growth_after_a_shrink_waits_only_for_guards_past_the_end() {
+    let tmp = TempDir::new("grow-after-shrink");
+    let cs = CachedStore::new(
+        Store::open(&tmp.devices(1), StoreOptions::default()).unwrap(),
+        cache(16),
+    )
+    .unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.set_len(4 * 4096).unwrap();
+    let g = cf.page(0).unwrap();
+    cf.write_extending(4 * 4096, &[1; 10]).unwrap();
+    assert_eq!(cf.len(), 4 * 4096 + 10);
+    drop(g);
+}
+
 /// Lengths are exact to the byte: a file of 1000 bytes reads 1000 bytes, a
 /// shrink to an odd length and a grow show zeros past the cut, and the length
 /// survives a reopen.

@@ -513,6 +513,11 @@ impl CachedStore {
         loop {
             let f = self.inner.store.open_file(name);
             self.inner.retire_finished();
+            if let Err(Error::FileNotFound(_)) = &f {
+                // Deleted through the store itself: its entry (which would
+                // fail every sync of the store) goes now.
+                self.inner.retire_stale(Some(name));
+            }
             match self.attach(f?, read_only) {
                 Err(Error::FileGone(_)) if tries < 8 => tries += 1,
                 r => return r,
@@ -551,10 +556,12 @@ impl CachedStore {
             }
             let (id, entry) = match found {
                 Some((id, e)) => {
-                    // Opening again accepts the loss after a failed fsync
-                    // (and what the pages read back since then hold).
+                    // Opening again for writing accepts the loss after a
+                    // failed fsync (and what the pages read back since then
+                    // hold); a reader's open leaves it for the writers,
+                    // whose next sync reports it.
                     let mut d = e.durable();
-                    if d.lost.take().is_some() {
+                    if !read_only && d.lost.take().is_some() {
                         d.refilled = Default::default();
                     }
                     drop(d);
@@ -624,6 +631,10 @@ impl CachedStore {
     pub fn sync(&self) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
         self.inner.retire_finished();
+        // Files deleted or replaced through the store itself, not the
+        // cache: nothing of them is to be synced (their backing files are
+        // gone, and each sync would fail on them).
+        self.inner.retire_stale(None);
         let files: Vec<u32> = self
             .inner
             .files
@@ -1235,7 +1246,12 @@ impl CachedFile {
                 self.0.store(u64::MAX, Ordering::Release);
             }
         }
-        e.shown.store(old, Ordering::Release);
+        {
+            // Under the lock every length change takes: a growth that came
+            // after `old` was read is not hidden, even for a moment.
+            let _no_resize = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+            e.shown.store(old.max(self.real_len()), Ordering::Release);
+        }
         let _show = Show(&e.shown);
         // A growth by another call that ended before the hold shows (one
         // after it raises the shown length itself).
@@ -1336,7 +1352,8 @@ impl CachedFile {
         // A dirty page under any guard of this thread would be waited for.
         let name = || self.entry.file.name();
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
-        self.shared.sync_file(self.id)
+        // Retired meanwhile (a delete finished by a later operation): gone.
+        self.shared.sync_file(self.id).map_err(|e| self.gone_or(e))
     }
 
     /// Change the file's length to `len` bytes (any length). Growing adds
@@ -1416,8 +1433,10 @@ impl CachedFile {
             }
         }
         // Pages that a write racing the last shrink may have left past the
-        // end must go before the file is longer: the logged path clears them.
-        self.resize_to(len, true, 0, None)
+        // end must go before the file is longer: the logged path clears them
+        // (from the page the end lies in: guards below it are no matter).
+        let ps = self.shared.cache.page_size() as u64;
+        self.resize_to(len, true, self.real_len() / ps, None)
     }
 
     /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;

@@ -1726,7 +1726,7 @@ mod tests {
                 *d = s;
             }
         }
-        f.write_at(0, &buf).unwrap();
+        f.write_at_raw(0, &buf).unwrap();
     }
 
     /// Read every page through `q`, one page per request, and check it.

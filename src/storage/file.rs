@@ -202,7 +202,24 @@ impl File {
     }
 
     /// Write all of `buf` at `offset`, with the alignment rules of [`File::read_at`].
+    ///
+    /// A file open through a [`crate::CachedStore`] is refused: write it
+    /// with [`crate::CachedFile::write_at`], which keeps the cached pages
+    /// right (a write around the cache would leave them stale, and a
+    /// read-only handle's file would take writes).
     pub fn write_at(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        if self.inner.cached.load(Ordering::Acquire) > 0 {
+            return Err(Error::InvalidArgument(format!(
+                "file {:?} is open through a page cache: write it with CachedFile::write_at",
+                self.name()
+            )));
+        }
+        self.write_at_raw(offset, buf)
+    }
+
+    /// [`File::write_at`] for the cache that holds the file's pages (its
+    /// write-backs).
+    pub(crate) fn write_at_raw(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.sync_io(OpKind::Write, offset, buf.as_ptr().cast_mut(), buf.len())
     }
 
