@@ -69,8 +69,10 @@
 //! (under the set's lock, once), and the set's next miss applies the deferred
 //! hits before choosing a victim: first the pages the log no longer names, in
 //! the order of their ranks, then the last three pages first hit, in the order
-//! of those hits, so that the most recent ends on top as with hits applied
-//! at once (a set whose hits came up and then down a range loses less to
+//! of those first hits since the last miss (a page hit again later keeps the
+//! place of its first hit: hits on A, B, A leave B on top, where LRU would
+//! put A), so that the page first hit last ends on top (a set whose hits
+//! came up and then down a range loses less to
 //! the deferral: measured, 1.3 points of the gap table's zigzag trace at
 //! half its footprint and 1.0 of backf). Later hits on a page whose bit 7 is set change nothing
 //! and take no lock, as with SIEVE's visited bit and an S3-FIFO frequency at

@@ -10,9 +10,11 @@
 //! Ties are broken round-robin: the set word holds a cursor, the slot after
 //! the previous victim, and among the slots with the smallest counter the first
 //! one at or after the cursor (cyclically) is chosen. Since a missing page is
-//! placed into the victim's slot, this evicts, among equally used pages, the
-//! one inserted longest ago (exactly so while every slot is eligible), instead
-//! of always reusing the same slot as a lowest-index rule would. Empty slots
+//! placed into the victim's slot, this spreads evictions over the slots
+//! instead of always reusing the same one as a lowest-index rule would;
+//! among equally used pages it takes the one inserted longest ago only while
+//! their counts have been equal all along (pages whose counts differed and
+//! then evened out go in slot order from the cursor). Empty slots
 //! hold 0; the ghost entries are unused.
 
 use super::{Policy, SetState};

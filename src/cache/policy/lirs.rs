@@ -53,12 +53,21 @@ pub(crate) const IN_STACK: u8 = 0x20;
 /// Slot byte flag: the resident page is a LIR page.
 pub(crate) const LIR: u8 = 0x40;
 
-/// Resident HIR slots of a set of `assoc` slots: one, or two from 32 on;
-/// none when the set decides admission (`admission`: see
-/// [`Duel::admission`](super::Duel::admission)), whose pages may then all be
-/// LIR pages.
-pub(crate) fn hir_slots(assoc: usize, admission: bool) -> usize {
-    if admission { 0 } else { (assoc / 16).max(1) }
+/// Resident HIR slots of a set of `assoc` slots with room for `ghosts`
+/// ghosts: one, or two from 32 on; none when the set decides admission
+/// (`admission`: see [`Duel::admission`](super::Duel::admission)), whose
+/// pages may then all be LIR pages. A set whose stack's ranks leave room for
+/// fewer than `assoc / 2` ghosts (more than 21 slots) keeps the shortfall as
+/// resident HIR slots: with no ghost, a page can become a LIR page only by a
+/// hit while resident, and one HIR slot holds no working set of more than
+/// one page (a set of 32 kept its first LIR pages for good).
+pub(crate) fn hir_slots(assoc: usize, ghosts: usize, admission: bool) -> usize {
+    let short = (assoc / 2).saturating_sub(ghosts);
+    if admission {
+        short
+    } else {
+        (assoc / 16).max(1).max(short)
+    }
 }
 
 /// LIRS within the set (see the [module documentation](self)).
@@ -199,7 +208,8 @@ impl Policy for Lirs {
             // A HIR page seen again while in the stack: its reuse is short.
             to_top(st, slot);
             st.bytes[slot] |= LIR;
-            let max_lir = st.bytes.len() - hir_slots(st.bytes.len(), st.duel.admission());
+            let max_lir = st.bytes.len()
+                - hir_slots(st.bytes.len(), st.ghost_tags.len(), st.duel.admission());
             if lir_count(st, valid) > max_lir {
                 demote_oldest_lir(st);
             }
@@ -218,7 +228,8 @@ impl Policy for Lirs {
             close_gap(st, r);
         }
         let lirs = lir_count(st, valid);
-        let max_lir = st.bytes.len() - hir_slots(st.bytes.len(), st.duel.admission());
+        let max_lir =
+            st.bytes.len() - hir_slots(st.bytes.len(), st.ghost_tags.len(), st.duel.admission());
         if ghost.is_some() || lirs < max_lir {
             push(st, slot, LIR);
             if lirs + 1 > max_lir {
@@ -325,6 +336,23 @@ mod tests {
     use super::super::model::testing::{evictions, model_with};
     use super::super::{Access, PolicyKind, SaModel, SetModel};
     use super::{IN_STACK, LIR, RANK};
+
+    /// A set of more than 21 slots, whose stack's ranks leave room for few
+    /// ghosts or none, still takes a new working set: before, a set of 32
+    /// (no ghost) kept the pages of a loop as LIR pages for good and missed
+    /// every read of three pages used over and over after it, and the
+    /// adaptive policy's sets, deciding admission, passed them.
+    #[test]
+    fn a_set_with_room_for_few_ghosts_takes_a_new_working_set() {
+        for kind in [PolicyKind::Lirs, PolicyKind::Adaptive] {
+            for assoc in [24, 32] {
+                let mut m = SaModel::new(kind, assoc, 1);
+                m.replay((0..40).flat_map(|_| 0..64u64));
+                let hits = m.replay((0..1000).flat_map(|_| [1000u64, 1001, 1002]));
+                assert!(hits >= 2990, "{kind:?}, {assoc} slots: {hits} hits of 3000");
+            }
+        }
+    }
 
     /// The stack ranks of the resident pages in it and of the ghosts form a
     /// permutation, and its bottom entry is a LIR page.

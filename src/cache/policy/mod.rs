@@ -93,8 +93,8 @@ pub trait Policy {
         let _ = assoc;
         0
     }
-    /// Fresh state for the empty set of index `set`. Only the adaptive
-    /// policy looks at the index (it picks its leader sets by it).
+    /// Fresh state for the empty set of index `set` (no policy looks at the
+    /// index now; the adaptive one sets the set's candidate from its duel).
     fn reset_set(&self, st: &mut SetState<'_>, set: usize) {
         let _ = set;
         self.reset(st);
