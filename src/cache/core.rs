@@ -983,7 +983,8 @@ impl<M: Model> Core<M> {
     }
 
     /// Prefer NUMA node `node` for partition `p`'s spans of the set table,
-    /// the frames, the stamps and the fingerprints (see [`Parts`]).
+    /// the frames, the stamps, the epochs and the fingerprints (see
+    /// [`Parts`]), moving the pages already touched there.
     pub(crate) fn prefer_node(&self, p: usize, node: usize) -> Result<()> {
         let at = self.parts.span(p);
         let (a, n) = (self.lay.assoc, at.len());
@@ -993,6 +994,8 @@ impl<M: Model> Core<M> {
         self.frames
             .prefer_node(at.start * frame_set, n * frame_set, node)?;
         self.stamps.prefer_node(at.start * a, n * a, node)?;
+        let ep = size_of::<AtomicU64>();
+        self.epochs.prefer_node(at.start * ep, n * ep, node)?;
         let pw = 8 * a.div_ceil(place::PRINTS_PER_WORD);
         self.prints.prefer_node(at.start * pw, n * pw, node)
     }

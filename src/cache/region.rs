@@ -108,6 +108,10 @@ impl Region {
         }
         mask[node / 64] |= 1 << (node % 64);
         const MPOL_PREFERRED: libc::c_long = 1;
+        // The pages already touched move too: the set table is written
+        // whole when the cache is made, on the maker's node, before any
+        // partition prefers its own.
+        const MPOL_MF_MOVE: libc::c_uint = 1 << 1;
         // SAFETY: the range lies inside our own mapping and the mask holds
         // `16 * 64` bits, the count passed; mbind changes only the policy.
         let r = unsafe {
@@ -118,7 +122,7 @@ impl Region {
                 MPOL_PREFERRED,
                 mask.as_ptr(),
                 (mask.len() * 64) as libc::c_ulong,
-                0 as libc::c_uint,
+                MPOL_MF_MOVE,
             )
         };
         if r != 0 {

@@ -88,6 +88,11 @@ pub(crate) fn run(
         )
     })?;
     drop(parts);
+    if w.replay.as_ref().is_some_and(|r| r.passes > 0) {
+        // A replay's passes end thread by thread: its counters end when the
+        // last thread's last request did (as the setcache engine's).
+        edges.lock().unwrap_or_else(|p| p.into_inner()).1 = Some(cs.cache().stats());
+    }
     if w.rw.writes() {
         let t0 = Instant::now();
         file.sync()
