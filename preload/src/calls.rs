@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use libc::{iovec, off_t, off64_t, size_t, ssize_t};
-use setcache::{Advice, AlignedBuf, Error};
+use setcache::{Advice, Error};
 
 use crate::path::{Place, classify};
 use crate::real;
@@ -216,6 +216,10 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
 }
 
 unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
+    // A descriptor not open for reading refuses even a read of nothing.
+    if !d.readable {
+        return Err(libc::EBADF);
+    }
     let mut done = 0usize;
     for v in iov {
         if v.iov_len == 0 {
@@ -238,33 +242,44 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     Ok(done)
 }
 
+/// The most one call reads or writes, as the kernel's `MAX_RW_COUNT`: a
+/// longer request is cut short there.
+const MAX_RW: usize = 0x7fff_f000;
+
 unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize, u64), i32> {
-    let total: usize = iov.iter().map(|v| v.iov_len).sum();
-    let one;
+    let total: usize = iov.iter().map(|v| v.iov_len).sum::<usize>().min(MAX_RW);
+    let mut space: Vec<u8>;
     let joined: &[u8] = match iov.iter().filter(|v| v.iov_len > 0).count() {
         0 => &[],
         1 => {
             let v = iov.iter().find(|v| v.iov_len > 0).expect("one buffer");
             // SAFETY: the iovec describes a readable buffer of the caller.
-            unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) }
+            unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len.min(MAX_RW)) }
         }
         _ => {
             // O_DIRECT's rule holds for each of the caller's buffers.
             for v in iov {
                 check_direct(d, v.iov_base as usize, v.iov_len, 0)?;
             }
-            // The copy that joins them is aligned (an `AlignedBuf`), so an
-            // `O_DIRECT` descriptor's check of the joined bytes passes too.
-            let mut all = AlignedBuf::new(total);
+            // The copy that joins them is aligned to 4 KiB, so an `O_DIRECT`
+            // descriptor's check of the joined bytes passes too; memory the
+            // system refuses is `ENOMEM`, not an abort of the program.
+            space = Vec::new();
+            space
+                .try_reserve_exact(total + 4096)
+                .map_err(|_| libc::ENOMEM)?;
+            space.resize(total + 4096, 0);
+            let start = space.as_ptr().align_offset(4096);
+            let all = &mut space[start..start + total];
             let mut at = 0;
             for v in iov {
+                let n = v.iov_len.min(total - at);
                 // SAFETY: each iovec describes a readable buffer of the caller.
-                let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), v.iov_len) };
-                all[at..at + src.len()].copy_from_slice(src);
-                at += src.len();
+                let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), n) };
+                all[at..at + n].copy_from_slice(src);
+                at += n;
             }
-            one = all;
-            &one[..]
+            &all[..]
         }
     };
     let end = write_at(d, joined, off)?;
@@ -275,7 +290,8 @@ fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, 
     let off = offset(off)?;
     user_buf(buf, n)?;
     if n == 0 {
-        return Ok(0);
+        // A descriptor not open for reading refuses even a read of nothing.
+        return if d.readable { Ok(0) } else { Err(libc::EBADF) };
     }
     // SAFETY: the caller passes a writable buffer of `n` bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
@@ -537,7 +553,8 @@ macro_rules! vector2_calls {
                             // SAFETY: the caller's iovecs.
                             match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None) }) {
                                 Ok((n, end)) => {
-                                    if let Some(mut pos) = pos {
+                                    // Nothing written: the position stays, as on Linux.
+                                    if let Some(mut pos) = pos.filter(|_| n > 0) {
                                         *pos = end;
                                     }
                                     n as ssize_t
@@ -594,11 +611,11 @@ fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
     let len = d.node.len() as i64;
     let new = match whence {
         libc::SEEK_SET => off,
-        libc::SEEK_CUR => (*pos as i64).checked_add(off).ok_or(libc::EOVERFLOW)?,
-        libc::SEEK_END => len.checked_add(off).ok_or(libc::EOVERFLOW)?,
-        libc::SEEK_DATA if off >= len => return Err(libc::ENXIO),
+        // As the kernel's `vfs_setpos`: past the largest offset is EINVAL.
+        libc::SEEK_CUR => (*pos as i64).checked_add(off).ok_or(libc::EINVAL)?,
+        libc::SEEK_END => len.checked_add(off).ok_or(libc::EINVAL)?,
+        libc::SEEK_DATA | libc::SEEK_HOLE if off < 0 || off >= len => return Err(libc::ENXIO),
         libc::SEEK_DATA => off,
-        libc::SEEK_HOLE if off >= len => return Err(libc::ENXIO),
         libc::SEEK_HOLE => len,
         _ => return Err(libc::EINVAL),
     };

@@ -79,9 +79,26 @@ fn base_of(dirfd: c_int) -> Option<Vec<u8>> {
         // store's directory, so the kernel would not refuse it: refuse here).
         return Some(b"\0".to_vec());
     }
-    std::fs::read_link(format!("/proc/self/fd/{dirfd}"))
-        .ok()
-        .map(|p| p.into_os_string().into_encoded_bytes())
+    if let Ok(p) = std::fs::read_link(format!("/proc/self/fd/{dirfd}")) {
+        return Some(p.into_os_string().into_encoded_bytes());
+    }
+    // No `/proc` (a sandbox, a chroot): the store's directory is still
+    // known by its device and inode, so a path relative to it is not
+    // passed to the kernel, which would make it a real file there.
+    let cfg = state::config()?;
+    // SAFETY: a zeroed stat64 is valid, and fstat fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: the caller's descriptor and a buffer of ours.
+    let ok = unsafe { crate::real::fstat64()(dirfd, &mut st) } == 0;
+    (ok && st.st_mode & libc::S_IFMT == libc::S_IFDIR && (st.st_dev, st.st_ino) == cfg.dev_ino)
+        .then(|| cfg.dir.clone())
+}
+
+/// Whether `path`'s last component is empty, `.` or `..` (`f/`, `f/.`):
+/// the path then names a directory, and no file of the store is one.
+fn names_a_directory(path: &[u8]) -> bool {
+    let last = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
+    path.len() > 1 && matches!(last, b"" | b"." | b"..")
 }
 
 /// Where `path` (relative to `dirfd` when it is relative) points.
@@ -107,15 +124,15 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
             None => return Place::Outside,
         }
     };
-    if let Some(place) = relative_to(&full, &cfg.dir) {
-        return place;
+    let place = relative_to(&full, &cfg.dir)
+        .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&full, c)));
+    match place {
+        // `$DIR/f/` or `$DIR/f/.`: as the kernel says of a file so named
+        // (an unlink, a truncating open or a rename must not act on `f`).
+        Some(Place::Inside(_)) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+        Some(place) => place,
+        None => Place::Outside,
     }
-    if let Some(c) = &cfg.canonical
-        && let Some(place) = relative_to(&full, c)
-    {
-        return place;
-    }
-    Place::Outside
 }
 
 #[cfg(test)]

@@ -171,6 +171,32 @@ static void edges(void) {
     show("fdatasync on O_PATH", fdatasync(fd));
     show("lseek on O_PATH", lseek(fd, 0, SEEK_SET));
     close(fd);
+    fd = open(path("v"), O_WRONLY);
+    show("pread of nothing on O_WRONLY", pread(fd, got, 0, 0));
+    struct iovec none = {got, 0};
+    show("preadv of nothing on O_WRONLY", preadv(fd, &none, 1, 0));
+    close(fd);
+    /* Offsets lseek refuses, and an append of nothing that leaves the
+     * position. */
+    fd = open(path("v"), O_RDWR);
+    show("lseek SEEK_HOLE at -5", lseek(fd, -5, SEEK_HOLE));
+    show("lseek SEEK_DATA at -5", lseek(fd, -5, SEEK_DATA));
+    show("lseek SEEK_END past the largest", lseek(fd, 0x7fffffffffffffffLL, SEEK_END));
+    show("lseek to 2", lseek(fd, 2, SEEK_SET));
+    show("pwritev2 of nothing, RWF_APPEND at -1", pwritev2(fd, &none, 1, -1, RWF_APPEND));
+    show("position after", lseek(fd, 0, SEEK_CUR));
+    close(fd);
+    /* A name with a trailing slash or dot names a directory: no call acts
+     * on the file of that name. */
+    char slash[4200], dot[4200];
+    snprintf(slash, sizeof slash, "%s/", path("v"));
+    snprintf(dot, sizeof dot, "%s/.", path("v"));
+    show("unlink v/", unlink(slash));
+    show("open v/ O_WRONLY|O_TRUNC", open(slash, O_WRONLY | O_TRUNC));
+    show("open v/. O_RDONLY", open(dot, O_RDONLY));
+    struct stat sb;
+    show("stat v/", stat(slash, &sb));
+    show_size("stat v after", "v");
     unlink(path("t"));
     unlink(path("v"));
 }
