@@ -1614,18 +1614,108 @@ pub unsafe extern "C" fn renameat2(
         .unwrap_or_else(|| unsafe { real::renameat2()(d1, from, d2, to, flags) })
 }
 
+/// A call that makes a name `what` at `path` (relative to `dir`): refused
+/// inside the store, which holds files it makes itself, not directories,
+/// nodes or links; `None` outside it (the C library's call runs).
+fn make_at(dir: c_int, path: *const c_char, what: &str) -> Option<c_int> {
+    match classify(dir, path) {
+        Place::Outside => None,
+        Place::Bad(e) => Some(int_ret(Err(e))),
+        Place::Inside(_) => Some(int_ret(Err(unsupported(what, libc::EPERM)))),
+        Place::Root => Some(int_ret(Err(libc::EEXIST))),
+    }
+}
+
+const MKDIR: &str = "mkdir in SETCACHE_DIR (the store holds files, not directories)";
+const MKNOD: &str = "mknod in SETCACHE_DIR (the store holds regular files only)";
+const SYMLINK: &str = "symlink in SETCACHE_DIR (the store holds regular files only)";
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(_) => int_ret(Err(unsupported(
-            "mkdir in SETCACHE_DIR (the store holds files, not directories)",
-            libc::EPERM,
-        ))),
-        Place::Root => int_ret(Err(libc::EEXIST)),
+    make_at(libc::AT_FDCWD, path, MKDIR)
         // SAFETY: passed through with the caller's arguments.
-        Place::Outside => unsafe { real::mkdir()(path, mode) },
+        .unwrap_or_else(|| unsafe { real::mkdir()(path, mode) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdirat(dir: c_int, path: *const c_char, mode: libc::mode_t) -> c_int {
+    make_at(dir, path, MKDIR)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::mkdirat()(dir, path, mode) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mknod(path: *const c_char, mode: libc::mode_t, dev: libc::dev_t) -> c_int {
+    make_at(libc::AT_FDCWD, path, MKNOD)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::mknod()(path, mode, dev) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mknodat(
+    dir: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+    dev: libc::dev_t,
+) -> c_int {
+    make_at(dir, path, MKNOD)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::mknodat()(dir, path, mode, dev) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    make_at(libc::AT_FDCWD, path, SYMLINK)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::symlink()(target, path) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn symlinkat(
+    target: *const c_char,
+    dir: c_int,
+    path: *const c_char,
+) -> c_int {
+    make_at(dir, path, SYMLINK)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::symlinkat()(target, dir, path) })
+}
+
+/// A hard link from `from` to `to`: refused when either is in the store (a
+/// file of the store has one name; one outside cannot be linked into it, as
+/// across file systems); `None` when neither is.
+fn link_at(d1: c_int, from: *const c_char, d2: c_int, to: *const c_char) -> Option<c_int> {
+    match (classify(d1, from), classify(d2, to)) {
+        (Place::Outside, Place::Outside) => None,
+        (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
+        (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
+            Some(int_ret(Err(unsupported(
+                "link in SETCACHE_DIR (a file of the store has one name)",
+                libc::EPERM,
+            ))))
+        }
+        _ => Some(int_ret(Err(libc::EXDEV))),
     }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+    link_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::link()(from, to) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn linkat(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+    flags: c_int,
+) -> c_int {
+    link_at(d1, from, d2, to)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::linkat()(d1, from, d2, to, flags) })
 }
 
 #[unsafe(no_mangle)]

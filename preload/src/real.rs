@@ -122,6 +122,13 @@ real! {
     renameat: fn(c_int, *const c_char, c_int, *const c_char) -> c_int;
     renameat2: fn(c_int, *const c_char, c_int, *const c_char, c_uint) -> c_int;
     mkdir: fn(*const c_char, libc::mode_t) -> c_int;
+    mkdirat: fn(c_int, *const c_char, libc::mode_t) -> c_int;
+    mknod: fn(*const c_char, libc::mode_t, libc::dev_t) -> c_int;
+    mknodat: fn(c_int, *const c_char, libc::mode_t, libc::dev_t) -> c_int;
+    link: fn(*const c_char, *const c_char) -> c_int;
+    linkat: fn(c_int, *const c_char, c_int, *const c_char, c_int) -> c_int;
+    symlink: fn(*const c_char, *const c_char) -> c_int;
+    symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int;
     rmdir: fn(*const c_char) -> c_int;
     dup: fn(c_int) -> c_int;
     dup2: fn(c_int, c_int) -> c_int;

@@ -149,6 +149,23 @@ fn unsupported_calls_fail_with_a_clear_errno_and_message() {
     };
     assert_eq!(line("mmap"), "-1 ENODEV");
     assert_eq!(line("mkdir inside"), "-1 EPERM");
+    // Names the store's directory would otherwise get on disk, where no
+    // call of the store sees them.
+    for what in [
+        "mkdirat inside",
+        "mknod inside",
+        "symlink inside",
+        "link inside",
+    ] {
+        assert_eq!(line(what), "-1 EPERM", "{what}");
+    }
+    assert_eq!(line("link from outside"), "-1 EXDEV");
+    for name in ["sub2", "fifo", "sym", "m2", "ln"] {
+        assert!(
+            std::fs::symlink_metadata(s.p("store").join(name)).is_err(),
+            "{name} made in the store's directory"
+        );
+    }
     // The refused mapping did not disturb the file.
     assert_eq!(line("read after refused mmap"), "1");
     let err = text(&out.stderr);

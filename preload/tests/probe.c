@@ -423,6 +423,15 @@ static void refused(void) {
     char c;
     show("read after refused mmap", pread(fd, &c, 1, 0));
     show("mkdir inside", mkdir(path("sub"), 0755));
+    show("mkdirat inside", mkdirat(AT_FDCWD, path("sub2"), 0755));
+    show("mknod inside", mknod(path("fifo"), S_IFIFO | 0644, 0));
+    show("symlink inside", symlink("/tmp", path("sym")));
+    show("link inside", link(path("m"), path("m2")));
+    char outside[] = "/tmp/setcache-probe-linkXXXXXX";
+    int o = mkstemp(outside);
+    show("link from outside", link(outside, path("ln")));
+    close(o);
+    unlink(outside);
     close(fd);
     unlink(path("m"));
 }
