@@ -12,7 +12,11 @@
  *
  * A handle must not be used after the call that frees it returned 0 (for
  * setcache_store_close, any result but -EBUSY): a second close is undefined,
- * as a second free() is. Release a thread's pins and free its queues before
+ * as a second free() is. Nor may a call on a file, or on a store and its
+ * files, run in another thread while that file or store is being closed:
+ * -EBUSY guards against handles still held, not against calls made at the
+ * same moment (the close may free what the other call reads). Release a
+ * thread's pins and free its queues before
  * the thread exits: no other thread may, and until then the file cannot be
  * closed (-EBUSY), nor the store, and a sync waits for a page pinned for
  * writing.

@@ -227,6 +227,10 @@ pub unsafe extern "C" fn setcache_store_open(
         if devices.is_null() || ndevices == 0 {
             return Err(einval("no device directories given"));
         }
+        // Before the store is opened (its lock taken, its recovery run).
+        if out_store.is_null() {
+            return Err(einval("out_store is NULL"));
+        }
         let mut roots = Vec::with_capacity(ndevices);
         for i in 0..ndevices {
             // SAFETY: the caller passes `ndevices` C strings.

@@ -86,6 +86,8 @@ int main(int argc, char **argv) {
     expect_ok("store_open", setcache_store_open(devices, 2, &small, &store));
     expect("store_open: the same directories again", setcache_store_open(devices, 2, NULL, &second),
            EBUSY, "in use");
+    /* Refused before the directories are looked at (not "in use"). */
+    expect("store_open: NULL output", setcache_store_open(devices, 2, NULL, NULL), EINVAL, "NULL");
 
     expect("create: NULL name", setcache_create(store, NULL, 0, &file), EINVAL, "NULL");
     expect("create: bad name", setcache_create(store, ".hidden", 0, &file), EINVAL, "starts with");
