@@ -1681,6 +1681,17 @@ pub unsafe extern "C" fn symlinkat(
         .unwrap_or_else(|| unsafe { real::symlinkat()(target, dir, path) })
 }
 
+/// A file of the store is no directory: its descriptor's placeholder (the
+/// store's directory) would otherwise become the working directory.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+    match state::desc(fd) {
+        Some(_) => int_ret(Err(libc::ENOTDIR)),
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fchdir()(fd) },
+    }
+}
+
 /// A hard link from `from` to `to`: refused when either is in the store (a
 /// file of the store has one name; one outside cannot be linked into it, as
 /// across file systems); `None` when neither is.

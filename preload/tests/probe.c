@@ -179,6 +179,7 @@ static void edges(void) {
     /* Offsets lseek refuses, and an append of nothing that leaves the
      * position. */
     fd = open(path("v"), O_RDWR);
+    show("fchdir to a file", fchdir(fd));
     show("lseek SEEK_HOLE at -5", lseek(fd, -5, SEEK_HOLE));
     show("lseek SEEK_DATA at -5", lseek(fd, -5, SEEK_DATA));
     show("lseek SEEK_END past the largest", lseek(fd, 0x7fffffffffffffffLL, SEEK_END));
