@@ -926,16 +926,23 @@ mod tests {
     /// go of (the kernel may have dropped them, and reports it once) makes
     /// the file's next cache sync fail `SyncLost` instead of passing; pages
     /// still cached are written again.
-    #[test]
-    fn a_failed_fsync_of_a_length_change_counts_for_the_next_sync() {
+    /// A cache of 16 pages with files `f` and `g`: pages of `f` written,
+    /// then pushed out (written back, not fsynced) by writes of `g`, then a
+    /// `set_len` of `f` whose fsync failed.
+    fn written_then_an_fsync_failed(
+        tag: &str,
+    ) -> (
+        std::path::PathBuf,
+        CachedStore,
+        crate::CachedFile,
+        crate::CachedFile,
+    ) {
         use crate::storage::store::FSYNC_FD_ERRNO;
-        let (dir, cs) = sixteen_pages("metafs", false);
+        let (dir, cs) = sixteen_pages(tag, false);
         let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
         let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
         f.sync().unwrap();
         g.sync().unwrap();
-        // Pages of `f` written, then pushed out (written back, not fsynced)
-        // by writes of `g`.
         for p in 0..8u64 {
             f.write_at(p * 4096, &[7; 4096]).unwrap();
         }
@@ -946,6 +953,13 @@ mod tests {
         let e = f.set_len(80 * 4096);
         FSYNC_FD_ERRNO.set(0);
         assert!(e.is_err(), "the set_len's fsync failed: {e:?}");
+        (dir, cs, f, g)
+    }
+
+    #[test]
+    fn a_failed_fsync_of_a_length_change_counts_for_the_next_sync() {
+        use crate::storage::store::FSYNC_FD_ERRNO;
+        let (dir, cs, f, g) = written_then_an_fsync_failed("metafs");
         match f.sync() {
             Err(crate::Error::SyncLost { .. }) => {}
             other => panic!("the sync after the failed fsync: {other:?}"),
@@ -1144,21 +1158,7 @@ mod tests {
     /// accepts it.
     #[test]
     fn a_read_only_open_leaves_a_loss_to_the_writers() {
-        use crate::storage::store::FSYNC_FD_ERRNO;
-        let (dir, cs) = sixteen_pages("loss-ro", false);
-        let f = cs.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-        let g = cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap();
-        f.sync().unwrap();
-        for p in 0..8u64 {
-            f.write_at(p * 4096, &[7; 4096]).unwrap();
-        }
-        for p in 0..64u64 {
-            g.write_at(p * 4096, &[8; 4096]).unwrap();
-        }
-        FSYNC_FD_ERRNO.set(libc::ENOSPC);
-        let e = f.set_len(80 * 4096);
-        FSYNC_FD_ERRNO.set(0);
-        assert!(e.is_err(), "the set_len's fsync failed: {e:?}");
+        let (dir, cs, f, g) = written_then_an_fsync_failed("loss-ro");
         let reader = cs.open_file_read_only("f").unwrap();
         match f.sync() {
             Err(crate::Error::SyncLost { .. }) => {}
