@@ -274,6 +274,10 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
             let mut at = 0;
             for v in iov {
                 let n = v.iov_len.min(total - at);
+                if n == 0 {
+                    // An empty buffer may have no address at all.
+                    continue;
+                }
                 // SAFETY: each iovec describes a readable buffer of the caller.
                 let src = unsafe { std::slice::from_raw_parts(v.iov_base.cast::<u8>(), n) };
                 all[at..at + n].copy_from_slice(src);
