@@ -112,8 +112,7 @@ impl Region {
         // whole when the cache is made, on the maker's node, before any
         // partition prefers its own.
         const MPOL_MF_MOVE: libc::c_uint = 1 << 1;
-        // SAFETY: the range lies inside our own mapping and the mask holds
-        // `16 * 64` bits, the count passed; mbind changes only the policy.
+        // SAFETY: the range lies inside our own mapping and the mask holds `16 * 64` bits, the count passed; mbind changes the policy and may move pages to another node, keeping their addresses and bytes.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_mbind,
