@@ -92,6 +92,19 @@ for engine in psync pvsync sync; do
             if grep -q "verify:\|err= *[1-9]" "$work/out"; then
                 status=failed
             fi
+            # The data went through the store: every job's file is striped
+            # over both devices, and nothing was written into the directory
+            # fio was given (a library that served nothing would leave fio's
+            # files there, verified all the same).
+            local_files=$(find "$work/dir" -mindepth 1 | wc -l)
+            for d in d0 d1; do
+                for ((k = 0; k < jobs; k++)); do
+                    [ -f "$work/$d/f.$k.scf" ] || status="failed: no f.$k on $d"
+                done
+            done
+            if [ "$local_files" != 0 ]; then
+                status="failed: $local_files entries in fio's directory itself"
+            fi
             runs=$((runs + 1))
             printf '%-7s %-10s bs=%-4s jobs=%-3s %s\n' "$engine" "$pattern" "$bs" "$jobs" "$status"
             if [ "$status" != ok ]; then

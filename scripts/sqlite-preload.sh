@@ -82,7 +82,14 @@ for ((i = 1; i <= kills; i++)); do
     SQLBENCH_JOURNAL=$mode LD_PRELOAD=$lib "$bench" crash-write "$crashdb" "$log" &
     pid=$!
     sleep "0.$(printf '%03d' $((RANDOM % 400 + 50)))"
-    kill -9 "$pid" 2>/dev/null || true
+    # The writer must still be running when it is killed: one that had
+    # died (say, on an I/O error) would make the check below vacuous.
+    if ! kill -9 "$pid" 2>/dev/null; then
+        rc=0
+        wait "$pid" || rc=$?
+        echo "kill $i (journal $mode): the writer had ended by itself (status $rc)" >&2
+        exit 1
+    fi
     wait "$pid" 2>/dev/null || true
     if ! out=$(on_store "$bench" crash-check "$crashdb" "$log" 2>&1); then
         echo "kill $i (journal $mode): $out" >&2
@@ -91,3 +98,7 @@ for ((i = 1; i <= kills; i++)); do
     last=$out
 done
 echo "crash loop: $kills kills, $last"
+# The writers committed between the kills: at least one confirmed
+# transaction a kill on average.
+confirmed=$(sed -n 's/.*the log confirmed \([0-9]*\)).*/\1/p' <<<"$last")
+[ "${confirmed:-0}" -ge "$kills" ] || { echo "only ${confirmed:-0} transactions confirmed over $kills kills" >&2; exit 1; }

@@ -151,6 +151,24 @@ fn a_cache_larger_than_memory_is_refused_before_anything_runs() {
         err.contains("a quarter of --file-size") && err.contains("this machine can give"),
         "{err}"
     );
+    // `--job`s' buffers are each job's own (they were counted through
+    // `--threads`, `--iodepth` and `--bs` alone: 16 KiB here).
+    let (ok, out, err, _) = run(&[
+        "--engine",
+        "setcache",
+        "--cache-size",
+        "4M",
+        "--job",
+        "rw=randread,threads=1024,iodepth=4096,bs=4k",
+        "--job",
+        "rw=read,threads=1024,iodepth=4096,bs=1M",
+    ]);
+    assert!(!ok && out.is_empty(), "{out}");
+    assert!(
+        err.contains("request buffers of 4112G (each --job's threads x iodepth x bs, summed)")
+            && err.contains("this machine can give"),
+        "{err}"
+    );
     // A cache the machine can give passes the check.
     let (ok, out, err, _) = run(&["--engine", "setcache,linux-buffered", "--cache-size", "4M"]);
     assert!(ok, "{err}\n{out}");
@@ -495,4 +513,47 @@ fn a_timed_replay_counts_no_wait_for_later_accesses_in_latency() {
         );
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Without a budget every backing is measured with the whole graph cached:
+/// the mapped runs' warming read touches every list's entries, so their
+/// timed parts read nothing from the device (it read only the lists'
+/// lengths, from the offsets, and the first timed part then read the
+/// graph's lists from disk while setcache's had them cached).
+#[test]
+fn graph_runs_without_a_budget_read_nothing_while_timed() {
+    let dir = std::env::temp_dir().join(format!("setcache-graph-warm-{}", std::process::id()));
+    let json = dir.with_extension("json");
+    let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .arg("graph")
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--scale", "14", "--roots", "1", "--iterations", "1"])
+        .args(["--backing", "mmap,mmap-random", "--json"])
+        .arg(&json)
+        .output()
+        .expect("run the graph command");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().expect("runs");
+    assert_eq!(runs.len(), 4, "{doc}");
+    for r in runs {
+        assert_eq!(r["device_bytes"].as_u64(), Some(0), "{r}");
+    }
+    // A budget is held to what the mapped runs need: setcache's read
+    // buffers and translation tables were counted without a setcache run.
+    let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .arg("graph")
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--scale", "10", "--roots", "1", "--iterations", "1"])
+        .args(["--backing", "mmap", "--budget", "8M"])
+        .output()
+        .expect("run the graph command");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_file(&json).unwrap();
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use std::cell::RefCell;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -372,19 +372,32 @@ fn crash_child(dir: &str) {
         .map(|i| std::path::Path::new(dir).join(format!("dev{i}")))
         .collect();
     let store = Store::open(&roots, StoreOptions::default()).unwrap();
-    let cs = CachedStore::new(store, cache(16, 16)).unwrap();
+    // A cache larger than the file and no flusher: no dirty page is written
+    // back to make room or ahead of time, so what reaches the disk is what
+    // `sync` wrote.
+    let cs = CachedStore::with_flusher(store, cache(1024, 1024), None).unwrap();
     let cf = cs.open_file("c").unwrap();
+    let mut go = String::new();
     for round in 1..10_000u64 {
         for p in 0..CRASH_PAGES {
             cf.write_at(p * 4096, &[crash_byte(round, p); 4096])
                 .unwrap();
         }
         cf.sync().unwrap();
-        println!("synced {round}");
         // Part of the next round lands before the kill.
         for p in 0..CRASH_PAGES / 2 {
             cf.write_at(p * 4096, &[crash_byte(round + 1, p); 4096])
                 .unwrap();
+        }
+        // Straight to the pipe: the test harness captures `println!`, and
+        // printed lines would reach the parent only once this process ended.
+        let mut out = std::io::stdout();
+        writeln!(out, "synced {round}").unwrap();
+        out.flush().unwrap();
+        // The parent says when to go on, or kills this process here.
+        go.clear();
+        if std::io::stdin().read_line(&mut go).unwrap() == 0 {
+            return;
         }
     }
 }
@@ -413,21 +426,27 @@ fn synced_data_survives_sigkill() {
             "--test-threads=1",
         ])
         .env(CRASH_ENV, tmp.path())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
     let out = BufReader::new(child.stdout.take().unwrap());
     let mut last = 0u64;
     for line in out.lines() {
         let Ok(line) = line else { break };
-        if let Some(r) = line.strip_prefix("synced ") {
+        // The harness's "test ... " may begin the first line, unended.
+        if let Some((_, r)) = line.rsplit_once("synced ") {
             last = r.trim().parse().unwrap();
             if last >= 5 {
                 break;
             }
+            writeln!(to_child, "go").unwrap();
         }
     }
+    // Killed while it waits, its last round synced and half of the next
+    // written to the cache only.
     child.kill().unwrap(); // SIGKILL
     let _ = child.wait();
     assert!(last >= 5, "the writer stopped after round {last}");

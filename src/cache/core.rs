@@ -660,12 +660,14 @@ impl<M: Model> Core<M> {
         }
     }
 
-    /// Set `s`'s epoch (see `Core::epochs`).
+    /// Set `s`'s epoch (see `Core::epochs`), at the set's position, as its
+    /// other state is, so that a partition's epochs lie in its own span.
     #[inline]
     pub(crate) fn epoch(&self, s: usize) -> &AtomicU64 {
         debug_assert!(s < self.max_sets);
-        // SAFETY: the region holds `max_sets` aligned 8-byte words, zero-filled (a valid `AtomicU64`), accessed only atomically, for the core's life.
-        unsafe { AtomicU64::from_ptr(self.epochs.ptr().cast::<u64>().add(s)) }
+        let at = self.parts.pos(s);
+        // SAFETY: the region holds `max_sets` aligned 8-byte words, zero-filled (a valid `AtomicU64`), accessed only atomically, for the core's life; `pos` maps the sets one to one onto them.
+        unsafe { AtomicU64::from_ptr(self.epochs.ptr().cast::<u64>().add(at)) }
     }
 
     /// Bump set `s`'s epoch: before the change it announces (a writer's

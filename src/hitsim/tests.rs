@@ -747,3 +747,50 @@ fn trace_options_are_checked_by_name() {
     let z = load("zipf:pages=10,ops=5,theta=1,theta=2", 4096).unwrap_err();
     assert!(z.contains("option \"theta\" given twice"), "{z}");
 }
+
+#[test]
+fn block_trace_headers_may_carry_a_byte_order_mark_or_follow_blank_lines() {
+    // A SYSTOR header was known only as the very first line, and only
+    // without a byte-order mark ("Timestamp \"\u{feff}Timestamp\" is not a
+    // number of seconds").
+    let rows = "Timestamp,Response,IOType,LUN,Offset,Size\n1.5,0.001,R,0,0,8192\n";
+    for (name, text) in [
+        ("bom.csv", format!("\u{feff}{rows}")),
+        ("blank.csv", format!("\n  \n{rows}")),
+    ] {
+        let t = load(&spec("systor", &temp_file(name, text.as_bytes())), 4096)
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.pages, [0, 1], "{name}");
+    }
+    // A header anywhere else is a bad line.
+    let late = format!("1.4,0.001,R,0,0,4096\n{rows}");
+    let e = load(
+        &spec("systor", &temp_file("late.csv", late.as_bytes())),
+        4096,
+    )
+    .unwrap_err();
+    assert!(e.contains("late.csv: line 2: IOType \"IOType\""), "{e}");
+}
+
+#[test]
+fn decompression_errors_name_the_compressed_format() {
+    use std::io::Write;
+    // "line 1: corrupt deflate stream" did not say that the file's
+    // compressed bytes were at fault.
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    for i in 0..20_000 {
+        writeln!(z, "{i}").unwrap();
+    }
+    let mut gz = z.finish().unwrap();
+    gz.truncate(gz.len() / 2);
+    let e = load(&spec("text", &temp_file("cut.txt.gz", &gz)), 4096).unwrap_err();
+    assert!(
+        e.contains("cut.txt.gz: line ") && e.contains("its gzip data cannot be decompressed"),
+        "{e}"
+    );
+    let e = load(&spec("oracle", &temp_file("cut.bin.gz", &gz)), 4096).unwrap_err();
+    assert!(e.contains("its gzip data cannot be decompressed"), "{e}");
+    let fake = temp_file("fake2.bz2", b"1,0,16,0,7\n");
+    let e = load(&spec("cbs", &fake), 4096).unwrap_err();
+    assert!(e.contains("its bzip2 data cannot be decompressed"), "{e}");
+}

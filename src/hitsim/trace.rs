@@ -896,11 +896,9 @@ fn open_as(path: &str, sniff: bool) -> Result<Box<dyn Read>, String> {
     let f = File::open(path).map_err(|e| format!("{path}: {e}"))?;
     if !sniff {
         return if named("gz") {
-            Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
-                f,
-            ))))
+            Ok(gzip_of(f))
         } else if named("bz2") {
-            Ok(Box::new(bz2::MultiBz2::new(f)))
+            Ok(bzip2_of(f))
         } else if named("zst") {
             Err(unread(path, "zstd", "zstd -d"))
         } else if named("xz") {
@@ -933,13 +931,46 @@ fn open_as(path: &str, sniff: bool) -> Result<Box<dyn Read>, String> {
     let bzip2 = head.len() >= 4 && head.starts_with(b"BZh") && (b'1'..=b'9').contains(&head[3]);
     let f = std::io::Cursor::new(head).chain(f);
     if gzip || (!bzip2 && named("gz")) {
-        Ok(Box::new(flate2::read::MultiGzDecoder::new(BufReader::new(
-            f,
-        ))))
+        Ok(gzip_of(f))
     } else if bzip2 || named("bz2") {
-        Ok(Box::new(bz2::MultiBz2::new(f)))
+        Ok(bzip2_of(f))
     } else {
         Ok(Box::new(f))
+    }
+}
+
+/// The decompressed bytes of gzip data `r` (its members one after another).
+fn gzip_of(r: impl Read + 'static) -> Box<dyn Read> {
+    let d = flate2::read::MultiGzDecoder::new(BufReader::new(r));
+    Box::new(Unpacking {
+        inner: d,
+        format: "gzip",
+    })
+}
+
+/// The decompressed bytes of bzip2 data `r` (its streams one after another).
+fn bzip2_of(r: impl Read + 'static) -> Box<dyn Read> {
+    Box::new(Unpacking {
+        inner: bz2::MultiBz2::new(r),
+        format: "bzip2",
+    })
+}
+
+/// A decompressor whose errors name its format: "line 7: corrupt deflate
+/// stream" alone does not say that the file's compressed bytes are at fault.
+struct Unpacking<R> {
+    inner: R,
+    format: &'static str,
+}
+
+impl<R: Read> Read for Unpacking<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.inner.read(buf).map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("its {} data cannot be decompressed: {e}", self.format),
+            )
+        })
     }
 }
 
@@ -967,7 +998,15 @@ fn lines(
                     MAX_LINE >> 10
                 ));
             }
-            Ok(_) => each(n, line.trim_end_matches(['\n', '\r']))?,
+            Ok(_) => {
+                let mut l = line.trim_end_matches(['\n', '\r']);
+                if n == 1 {
+                    // A byte-order mark (spreadsheet exports write one)
+                    // is not part of the first field.
+                    l = l.strip_prefix('\u{feff}').unwrap_or(l);
+                }
+                each(n, l)?
+            }
             Err(e) => return Err(format!("{path}: line {n}: {e}")),
         }
     }
@@ -1028,8 +1067,8 @@ struct BlockRequest {
     time_us: Option<u64>,
 }
 
-/// Reads a block trace of comma-separated lines (blank lines skipped, and a
-/// first line starting with `header` if given): each line must have a
+/// Reads a block trace of comma-separated lines (blank lines skipped, and
+/// the first other line if it starts with `header`, when given): each line must have a
 /// number of fields in `columns` (else an error saying "expected {layout}"),
 /// and `parse(path, line_number, fields)` makes it a request, which becomes
 /// one page request for every page of `page_size` bytes it touches (a
@@ -1050,9 +1089,14 @@ fn block_trace(
         return Err(format!("trace {spec:?}: the page size must be positive"));
     }
     let mut b = Builder::new(spec.to_string());
+    // The header, if the format has one, is the first line that is not blank.
+    let mut first = true;
     lines(path, |n, line| {
         let t = line.trim();
-        if t.is_empty() || (n == 1 && header.is_some_and(|h| t.starts_with(h))) {
+        if t.is_empty() {
+            return Ok(());
+        }
+        if std::mem::take(&mut first) && header.is_some_and(|h| t.starts_with(h)) {
             return Ok(());
         }
         let f: Vec<&str> = t.split(',').collect();

@@ -164,17 +164,33 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
         })
         .map(|e| e.name())
         .collect();
-    // Every engine's requests have buffers: threads x depth x block size.
-    let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
-    let buffers = threads
-        .saturating_mul(u64::from(a.iodepth))
-        .saturating_mul(a.bs);
-    let buffer_text = format!(
-        "request buffers of {} ({threads} threads x --iodepth {} x --bs {})",
-        format_size(buffers),
-        a.iodepth,
-        format_size(a.bs)
-    );
+    // Every engine's requests have buffers: threads x depth x block size,
+    // or with `--job` the sum of that over the jobs, each with its own.
+    let (buffers, buffer_text) = if a.job.is_empty() {
+        let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
+        let b = threads
+            .saturating_mul(u64::from(a.iodepth))
+            .saturating_mul(a.bs);
+        let text = format!(
+            "request buffers of {} ({threads} threads x --iodepth {} x --bs {})",
+            format_size(b),
+            a.iodepth,
+            format_size(a.bs)
+        );
+        (b, text)
+    } else {
+        let b = a.job.iter().fold(0u64, |sum, j| {
+            (j.threads as u64)
+                .saturating_mul(u64::from(j.iodepth.unwrap_or(a.iodepth)))
+                .saturating_mul(j.bs.unwrap_or(a.bs))
+                .saturating_add(sum)
+        });
+        let text = format!(
+            "request buffers of {} (each --job's threads x iodepth x bs, summed)",
+            format_size(b)
+        );
+        (b, text)
+    };
     if holders.is_empty() {
         return setcache::cache::check_memory(buffers, || buffer_text).map_err(|e| e.to_string());
     }

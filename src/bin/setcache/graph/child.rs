@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use setcache::{HEADER_BYTES, Store, StoreOptions};
 
 use super::algo::{BfsCheck, Measured, run_algo};
-use super::csr::{Access, Graph, Slices};
+use super::csr::{Graph, Slices};
 use crate::bench::cgroup::{self, MemCgroup};
 use crate::bench::child::{converse, field, serve};
 use crate::bench::mmap::Mapping;
@@ -209,10 +209,7 @@ fn run_mapped(v: &Value, m: Mapped) -> Result<Value, String> {
         }
     };
     if warm {
-        let mut sum = 0u64;
-        g.access()?
-            .sweep(0..n as u32, |_, l| sum += l.len() as u64)?;
-        std::hint::black_box(sum);
+        g.warm()?;
     }
     let mut read = 0u64;
     let algo = field(v, "algo", Value::as_str)?;

@@ -29,6 +29,18 @@ pub(crate) trait Graph: Sync {
     fn access(&self) -> Result<Self::Access<'_>, String>;
     /// The number of vertices.
     fn vertices(&self) -> u64;
+
+    /// Read every list once, every entry of it, so that a backing that
+    /// caches brings the whole graph in (a list's length alone comes from
+    /// the offsets, and reads none of a mapping's list pages).
+    fn warm(&self) -> Result<(), String> {
+        let mut sum = 0u64;
+        self.access()?.sweep(0..self.vertices() as u32, |_, l| {
+            sum = l.iter().fold(sum, |s, &x| s.wrapping_add(u64::from(x)));
+        })?;
+        std::hint::black_box(sum);
+        Ok(())
+    }
 }
 
 /// One thread's way to a graph's lists.

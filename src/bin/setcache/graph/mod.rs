@@ -29,7 +29,7 @@ use setcache::{Advice, CacheOptions, CachedStore, PagedArray, Store, StoreOption
 use crate::bench::rng::Rng;
 use crate::bench::size::parse_size;
 use algo::{Measured, run_algo, vertex_bytes};
-use csr::{Access, Graph, Paged, Slices};
+use csr::{Graph, Paged, Slices};
 use rmat::{Csr, Spec};
 
 pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
@@ -195,17 +195,40 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         n.saturating_mul(u64::from(spec.edge_factor))
             .saturating_mul(8),
     );
-    let limit = setcache::hitsim::memory_limit();
-    if gen_bytes > limit {
-        return Err(format!(
-            "--scale {} --edge-factor {}: generating the graph takes about {} of memory, more than the {} this machine allows",
-            a.scale,
-            a.edge_factor,
-            mib(gen_bytes),
-            mib(limit)
-        ));
+    // Against what the machine (and its memory cgroup) can give now, not
+    // its whole memory; a graph stored already is not generated.
+    if a.regen || !stored(&a.dir, &spec).unwrap_or(false) {
+        setcache::cache::check_memory(gen_bytes, || {
+            format!(
+                "generating the graph of --scale {} --edge-factor {} (about {})",
+                a.scale,
+                a.edge_factor,
+                mib(gen_bytes)
+            )
+        })
+        .map_err(|e| e.to_string())?;
     }
     let budget = a.budget.as_deref().map(parse_size).transpose()?;
+    // The per-vertex arrays and read buffers a budget must hold, checked
+    // before a graph is generated (the translation tables, which depend on
+    // the lists' real number, are checked again below).
+    let with_setcache = a.backing.iter().any(|b| b == "setcache");
+    let fixed_need = |algo: &str| {
+        let buffers = match with_setcache {
+            true => a.threads as u64 * algo::read_buffers(algo, a.depth, n),
+            false => 0,
+        };
+        vertex_bytes(algo, n) + buffers
+    };
+    if let Some(b) = budget
+        && let Some(algo) = a.algo.iter().find(|x| b < fixed_need(x) + (1 << 20))
+    {
+        return Err(format!(
+            "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least",
+            mib(b),
+            mib(fixed_need(algo))
+        ));
+    }
     // Ctrl-C stops at the next step (a chunk written, a search's level, a
     // PageRank iteration, a run) and the command cleans up as after a failure
     // (an mmap run's cgroup and ranks file go with it).
@@ -236,9 +259,8 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     };
     if let Some(b) = budget {
         for algo in &a.algo {
-            let need = vertex_bytes(algo, n)
-                + a.threads as u64 * algo::read_buffers(algo, a.depth, n)
-                + tables(b);
+            // The read buffers and translation tables are setcache's alone.
+            let need = fixed_need(algo) + if with_setcache { tables(b) } else { 0 };
             // The check after each search, in the mmap child's cgroup too.
             let check = if algo == "bfs" {
                 algo::CHECK_BYTES * n
@@ -255,7 +277,12 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             }
         }
     }
-    let roots = pick_roots(&a, &spec, csr.as_ref())?;
+    // Roots for the searches only (PageRank alone needs none, and runs on a
+    // graph without edges).
+    let roots = match a.algo.iter().any(|x| x == "bfs") {
+        true => pick_roots(&a, &spec, csr.as_ref())?,
+        false => Vec::new(),
+    };
     let mut rows = Vec::new();
     out!(
         "{:<9} {:<12} {:<16} {:>9} {:>14} {:>7} {:>9}  check",
@@ -436,7 +463,37 @@ fn stored(dir: &Path, spec: &Spec) -> Result<bool, String> {
     if offsets.len() != n + 1 {
         return Ok(false);
     }
-    Ok(offsets.get(n).map_err(err)? == targets.len())
+    if offsets.get(n).map_err(err)? != targets.len() {
+        return Ok(false);
+    }
+    // Every list lies inside the targets and after the one before: a
+    // damaged offset made the memory backing panic, the mapped one's child
+    // end without an answer, and setcache's runs fail their checks with
+    // misleading messages (a vertex's list read as empty).
+    let mut prev = 0u64;
+    let mut bad = None;
+    offsets
+        .reader()
+        .for_each_chunk(0..n + 1, |start, chunk| {
+            for (k, &o) in chunk.iter().enumerate() {
+                if bad.is_none() && (o < prev || (start == 0 && k == 0 && o != 0)) {
+                    bad = Some((start + k as u64, o, prev));
+                }
+                prev = o;
+            }
+        })
+        .map_err(err)?;
+    if let Some((v, o, before)) = bad {
+        let why = match v {
+            0 => "the first list must start at 0".to_string(),
+            _ => format!("before the previous list's start ({before})"),
+        };
+        return Err(format!(
+            "graph: {name}.offsets is damaged: vertex {v}'s list starts at {o}, {why}; run \
+             again with --regen to make the graph anew"
+        ));
+    }
+    Ok(true)
 }
 
 fn with_paged<R>(
@@ -526,10 +583,7 @@ fn measure<G: Graph>(
         })
     };
     if a.budget.is_none() {
-        let mut acc = g.access()?;
-        let mut sum = 0u64;
-        acc.sweep(0..g.vertices() as u32, |_, l| sum += l.len() as u64)?;
-        std::hint::black_box(sum);
+        g.warm()?;
     }
     let before = counters();
     let mut during = (0u64, 0u64, 0u64);
@@ -806,9 +860,40 @@ mod tests {
         };
         super::rmat::store(&open(), &spec, &csr, false).unwrap();
         assert_eq!(super::stored(&dir, &spec), Ok(true));
+        let name = format!("{}.offsets", spec.name());
+        // Offset `v` set to `o` (None: read only); its old value.
+        let set = |v: u64, o: Option<u64>| {
+            let cs = open();
+            let off = setcache::PagedArray::<u64>::open(&cs, &name).unwrap();
+            let old = off.get(v).unwrap();
+            if let Some(o) = o {
+                off.set(v, o).unwrap();
+                off.sync().unwrap();
+            }
+            old
+        };
+        // A damaged offset (a list out of order, or a first list not at 0)
+        // is refused by vertex, with the way out.
+        let entries = set(spec.vertices(), None);
+        for (v, o, want) in [
+            (5, entries, "vertex 6's list starts at"),
+            (
+                0,
+                1,
+                "vertex 0's list starts at 1, the first list must start at 0",
+            ),
+        ] {
+            let old = set(v, Some(o));
+            let e = super::stored(&dir, &spec).unwrap_err();
+            assert!(
+                e.contains("is damaged") && e.contains(want) && e.contains("--regen"),
+                "{e}"
+            );
+            set(v, Some(old));
+        }
+        assert_eq!(super::stored(&dir, &spec), Ok(true));
         // As a run stopped before its last write leaves it.
         let cs = open();
-        let name = format!("{}.offsets", spec.name());
         let off = setcache::PagedArray::<u64>::open(&cs, &name).unwrap();
         off.set(spec.vertices(), 0).unwrap();
         off.sync().unwrap();
@@ -886,5 +971,32 @@ mod tests {
         ];
         run_args(&args).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A budget too small for the per-vertex arrays is refused before the
+    /// graph is generated (a scale-18 graph was made and stored first);
+    /// PageRank alone runs on a graph without edges (roots were drawn for
+    /// it, and none could be).
+    #[test]
+    fn budgets_are_checked_first_and_pagerank_needs_no_roots() {
+        let dir = std::env::temp_dir().join(format!("setcache-graph-first-{}", std::process::id()));
+        let d = dir.to_str().unwrap();
+        let e = run_args(&["--dir", d, "--scale", "18", "--budget", "1M"]).unwrap_err();
+        assert!(e.contains("--budget 1 MiB: bfs needs"), "{e}");
+        assert!(!dir.exists(), "nothing was generated or stored");
+        let alone = [
+            "--dir",
+            d,
+            "--scale",
+            "1",
+            "--edge-factor",
+            "1",
+            "--algo",
+            "pagerank",
+            "--backing",
+            "memory,setcache",
+        ];
+        run_args(&alone).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
