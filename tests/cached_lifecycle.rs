@@ -567,7 +567,22 @@ fn a_full_file_system_recovers_when_space_is_freed() {
         while cs.flusher_counts().pages < 4 * 256 && t.elapsed() < Duration::from_secs(10) {
             std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(100));
+        // Until the flusher has stopped (no page written for 300 ms): pages
+        // still dirty then are pages it could not write, not pages a slow
+        // flusher had yet to reach.
+        let mut last = (cs.flusher_counts().pages, std::time::Instant::now());
+        while last.1.elapsed() < Duration::from_millis(300) && t.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+            let now = cs.flusher_counts().pages;
+            if now != last.0 {
+                last = (now, std::time::Instant::now());
+            }
+        }
+        assert!(
+            last.1.elapsed() >= Duration::from_millis(300),
+            "the flusher never stopped writing"
+        );
         assert!(
             !cs.cache().dirty_pages().is_empty(),
             "the flusher wrote everything: it never met the full file system"

@@ -427,13 +427,34 @@ fn full_ring_under_oversubscription() {
     }
 }
 
-/// I/O threads pinned to a CPU still serve requests.
+/// This process's threads whose name starts with `prefix` and that may run
+/// on CPU `cpu` alone.
+fn threads_pinned_to(prefix: &str, cpu: usize) -> usize {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0;
+    };
+    tasks
+        .flatten()
+        .filter(|t| {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            read("comm").starts_with(prefix)
+                && read("status").lines().any(|l| {
+                    l.split_whitespace().collect::<Vec<_>>()
+                        == ["Cpus_allowed_list:", &cpu.to_string()]
+                })
+        })
+        .count()
+}
+
+/// I/O threads pinned to a CPU still serve requests, and are pinned (the
+/// check names them; another test's may add to the count, never take away).
 #[test]
 fn pinned_io_threads_work() {
+    let cpu = *allowed_cpus().last().expect("a CPU to run on");
     for (ename, engine) in engines() {
         let tmp = TempDir::new("pin");
         let opts = StoreOptions {
-            cpu_affinity: Some(vec![0]),
+            cpu_affinity: Some(vec![cpu]),
             ..engine
         };
         let store = Store::open(&tmp.devices(2), opts).unwrap();
@@ -444,6 +465,18 @@ fn pinned_io_threads_work() {
         let mut r = AlignedBuf::new(1 << 20);
         f.read_at(0, &mut r).unwrap();
         assert!(r[..] == b[..], "{ename}: pinned engine lost data");
+        // One I/O thread a device at least (the simulator's are not pinned).
+        let prefix = match ename {
+            "psync" => "setcache-psync-",
+            "sim" => continue,
+            _ => "setcache-uring-",
+        };
+        let pinned = threads_pinned_to(prefix, cpu);
+        assert!(
+            pinned >= 2,
+            "{ename}: {pinned} I/O threads on CPU {cpu} alone"
+        );
+        drop(store);
     }
 }
 
