@@ -427,6 +427,32 @@ fn full_ring_under_oversubscription() {
     }
 }
 
+/// Every sync of a file, plain or through the cache, sends an fsync to each
+/// device the file spans, on every engine (the kill loops cannot tell a
+/// sync that skips them: the kernel keeps what was written across a kill).
+#[test]
+fn every_sync_fsyncs_each_device_of_the_file() {
+    for (ename, engine) in engines() {
+        let tmp = TempDir::new("fsyncs");
+        let store = open(&tmp.devices(2), engine, 4);
+        let f = store.create("s", 1 << 20, LayoutKind::Stripe).unwrap();
+        let fsyncs = |s: &Store| s.device_bytes().fsyncs;
+        let before = fsyncs(&store);
+        let mut b = AlignedBuf::new(64 << 10);
+        b.copy_from_slice(&pattern(3, 0, 64 << 10));
+        f.write_at(0, &b).unwrap();
+        f.sync().unwrap();
+        assert_eq!(fsyncs(&store) - before, 2, "{ename}: File::sync");
+        drop(f);
+        let cs = setcache::CachedStore::new(store, setcache::CacheOptions::default()).unwrap();
+        let cf = cs.open_file("s").unwrap();
+        let before = fsyncs(cs.store());
+        cf.write_at(100, b"synced").unwrap();
+        cf.sync().unwrap();
+        assert_eq!(fsyncs(cs.store()) - before, 2, "{ename}: CachedFile::sync");
+    }
+}
+
 /// This process's threads whose name starts with `prefix` and that may run
 /// on CPU `cpu` alone.
 fn threads_pinned_to(prefix: &str, cpu: usize) -> usize {

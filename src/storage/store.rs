@@ -810,6 +810,10 @@ pub struct DeviceBytes {
     pub reads: u64,
     /// Write operations that ended well.
     pub writes: u64,
+    /// Fsyncs of files' backing files that ended well: a file's sync sends
+    /// one to each device it spans (the store's metadata and headers are
+    /// synced apart, uncounted).
+    pub fsyncs: u64,
 }
 
 impl Store {
@@ -996,6 +1000,7 @@ impl Store {
                 written: t.written + s.counts.sum(crate::storage::io::COUNT_WRITTEN_BYTES),
                 reads: t.reads + s.counts.sum(crate::storage::io::COUNT_READS),
                 writes: t.writes + s.counts.sum(crate::storage::io::COUNT_WRITES),
+                fsyncs: t.fsyncs + s.counts.sum(crate::storage::io::COUNT_FSYNCS),
             })
     }
 

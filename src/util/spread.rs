@@ -75,6 +75,12 @@ impl<const N: usize> Spread<N> {
         s.v[b.0].fetch_add(b.1, Ordering::Relaxed);
     }
 
+    /// Adds `n` to counter `i` on the calling thread's shard.
+    #[inline]
+    pub(crate) fn add(&self, i: usize, n: u64) {
+        self.shards[mine()].v[i].fetch_add(n, Ordering::Relaxed);
+    }
+
     /// Counter `i`: the sum of its shards.
     pub(crate) fn sum(&self, i: usize) -> u64 {
         self.shards

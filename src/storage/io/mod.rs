@@ -87,7 +87,7 @@ pub(crate) struct DeviceState {
     /// Bytes read from and written to the device, and the operations that
     /// did it (counted as operations end, on the lines of the threads that
     /// reap them): see the `COUNT_*` indices.
-    pub(crate) counts: crate::util::spread::Spread<4>,
+    pub(crate) counts: crate::util::spread::Spread<5>,
 }
 
 /// [`DeviceState::counts`]: bytes read.
@@ -98,6 +98,8 @@ pub(crate) const COUNT_WRITTEN_BYTES: usize = 1;
 pub(crate) const COUNT_READS: usize = 2;
 /// Write operations.
 pub(crate) const COUNT_WRITES: usize = 3;
+/// Fsyncs (of files' data).
+pub(crate) const COUNT_FSYNCS: usize = 4;
 
 impl DeviceState {
     pub(crate) fn new(device: usize) -> Self {
@@ -274,8 +276,9 @@ impl DevOp {
                 DevOpKind::Write => Some((COUNT_WRITTEN_BYTES, COUNT_WRITES)),
                 DevOpKind::Fsync => None,
             };
-            if let Some((bytes, ops)) = counters {
-                self.backing.state.counts.add2((bytes, n as u64), (ops, 1));
+            match counters {
+                Some((bytes, ops)) => self.backing.state.counts.add2((bytes, n as u64), (ops, 1)),
+                None => self.backing.state.counts.add(COUNT_FSYNCS, 1),
             }
         }
         let err = match res {
