@@ -53,6 +53,16 @@ fn sum_from(page: &[u8], at: usize, arg: u64) -> u64 {
     page[at..].iter().map(|&b| b as u64).sum::<u64>() + arg
 }
 
+/// The threads that ran [`sum_noting`], by its argument (one test uses it).
+static RAN_ON: std::sync::Mutex<Vec<(u64, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// [`sum_from`], noting the thread it runs on.
+fn sum_noting(page: &[u8], at: usize, arg: u64) -> u64 {
+    let name = std::thread::current().name().unwrap_or("").to_string();
+    RAN_ON.lock().unwrap().push((arg, name));
+    sum_from(page, at, arg)
+}
+
 fn with(n: usize) -> PartitionOptions {
     PartitionOptions {
         partitions: Some(n),
@@ -127,6 +137,9 @@ fn partitions_against_a_byte_array() {
                         let mut taken: Vec<(usize, usize)> = Vec::new();
                         // tag -> what its completion must show.
                         let mut want: Vec<(u64, Want)> = Vec::new();
+                        // A task's tag -> the partition that owns its page.
+                        let mut owner: Vec<(u64, usize)> = Vec::new();
+                        RAN_ON.lock().unwrap().clear();
                         for k in 0..1 + rng.below(12) as usize {
                             let off = rng.below(LEN as u64) as usize;
                             let kind = rng.below(3);
@@ -139,7 +152,6 @@ fn partitions_against_a_byte_array() {
                             }
                             taken.push((off, end));
                             let tag = (step * 100 + k) as u64;
-                            served[p.partition_of(&cf, off as u64)] += 1;
                             match kind {
                                 0 => {
                                     q.read(&cf, off as u64, vec![0; n], tag);
@@ -156,8 +168,9 @@ fn partitions_against_a_byte_array() {
                                     // Past the file's end the page reads as zeros.
                                     let sum: u64 =
                                         truth[off..page_end].iter().map(|&b| b as u64).sum();
-                                    q.task(&cf, off as u64, sum_from, tag, tag);
+                                    q.task(&cf, off as u64, sum_noting, tag, tag);
                                     want.push((tag, Want::Value(sum + tag)));
+                                    owner.push((tag, p.partition_of(&cf, off as u64)));
                                 }
                             }
                         }
@@ -180,6 +193,23 @@ fn partitions_against_a_byte_array() {
                                 Want::Value(v) => assert_eq!(c.value, *v, "tag {tag}: task"),
                             }
                         }
+                        // Each task ran once, in the partition that owns its
+                        // page: on that partition's worker, or on this thread
+                        // when it is at home there.
+                        let mut ran = RAN_ON.lock().unwrap().clone();
+                        ran.sort();
+                        assert_eq!(ran.len(), owner.len(), "{parts} partitions: tasks run");
+                        owner.sort();
+                        let me = std::thread::current().name().unwrap_or("").to_string();
+                        for ((tag, part), (ran_tag, thread)) in owner.iter().zip(&ran) {
+                            assert_eq!(tag, ran_tag);
+                            let want = match home == Some(*part) {
+                                true => me.clone(),
+                                false => format!("setcache-part{part}"),
+                            };
+                            assert_eq!(*thread, want, "{parts} partitions: task {tag}");
+                            served[*part] += 1;
+                        }
                     }
                     8 => cf.sync().unwrap(),
                     _ => {
@@ -198,7 +228,7 @@ fn partitions_against_a_byte_array() {
         }
         assert!(
             served.iter().all(|&n| n > 0),
-            "{parts} partitions: each served some requests: {served:?}"
+            "{parts} partitions: each ran some tasks: {served:?}"
         );
     }
 }
