@@ -124,6 +124,15 @@ mod tests {
             .expect("a thread");
         assert_eq!(a, b);
         assert!(a < SHARDS);
+        // Threads are spread over shards (all on one would be one line
+        // bouncing between cores): eight threads, at least two shards, even
+        // with other tests' threads taking shards meanwhile.
+        let mut seen: Vec<usize> = (0..8)
+            .map(|_| std::thread::spawn(mine).join().expect("a thread"))
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        assert!(seen.len() >= 2, "{seen:?}");
         assert_eq!(std::mem::align_of::<Shard<4>>(), 128);
         let c: Spread<4> = Spread::default();
         let p0 = &c.shards[0] as *const Shard<4> as usize;

@@ -288,6 +288,9 @@ fn a_lazy_growth_lasts_from_the_next_sync_on() {
 /// the old length are intact.
 #[test]
 fn a_lazy_growth_stopped_at_any_step_of_its_headers_opens() {
+    // Which steps crashed, and the lengths the file opened at.
+    let mut crashed = Vec::new();
+    let mut lengths = Vec::new();
     for k in 0..8 {
         let d = Dir::new("grow-crash");
         {
@@ -304,6 +307,7 @@ fn a_lazy_growth_stopped_at_any_step_of_its_headers_opens() {
             if let Err(e) = &r {
                 assert!(is_simulated(e), "step {k}: {e}");
             }
+            crashed.push(r.is_err());
         }
         let s = d.open().unwrap();
         let f = s.open_file("g").unwrap_or_else(|e| panic!("step {k}: {e}"));
@@ -312,10 +316,23 @@ fn a_lazy_growth_stopped_at_any_step_of_its_headers_opens() {
             "step {k}: length {}",
             f.len()
         );
+        lengths.push(f.len());
         let mut b = AlignedBuf::new(4096);
         f.read_at(0, &mut b).unwrap();
         assert!(b.iter().all(|&x| x == 3), "step {k}: the old bytes changed");
     }
+    // The steps cover the whole sync: the first ones stop it (at the old
+    // length), the last ones come after its end (it succeeds, at the new).
+    let stopped = crashed.iter().take_while(|&&c| c).count();
+    assert!(
+        stopped >= 2 && crashed[stopped..].iter().all(|&c| !c) && stopped < crashed.len(),
+        "{crashed:?}"
+    );
+    assert_eq!(lengths[0], 4096, "{lengths:?}");
+    assert!(
+        lengths[stopped..].iter().all(|&l| l == 1_000_000),
+        "{lengths:?}"
+    );
 }
 
 /// A sync that comes while another thread writes the headers a lazy growth
