@@ -163,19 +163,35 @@ fn concurrent_writers_and_syncs() {
         let cs = CachedStore::new(store, small_cache(16)).unwrap();
         let cf = cs.open_file("c").unwrap();
         let stop = std::sync::atomic::AtomicBool::new(false);
+        let syncs = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
-            let (cf2, stop2) = (cf.clone(), &stop);
+            let (cf2, stop2, syncs2) = (cf.clone(), &stop, &syncs);
             s.spawn(move || {
                 while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
                     cf2.sync().unwrap();
+                    syncs2.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
                 }
             });
             let writers: Vec<_> = (0..4u64)
                 .map(|t| {
-                    let cf = cf.clone();
+                    let (cf, syncs) = (cf.clone(), &syncs);
                     s.spawn(move || {
+                        // Halfway, wait for two syncs to end after the
+                        // first round: the second began after the first
+                        // round's writes, so at least one sync runs among
+                        // the writes (on two cores the writers could
+                        // otherwise finish before the syncer's first look).
+                        let mut start = 0;
                         // Thread t owns pages t, t+4, t+8, ...
                         for round in 0..20u8 {
+                            if round == 1 {
+                                start = syncs.load(std::sync::atomic::Ordering::Acquire);
+                            }
+                            if round == 10 {
+                                while syncs.load(std::sync::atomic::Ordering::Acquire) < start + 2 {
+                                    std::thread::yield_now();
+                                }
+                            }
                             for p in (t..PAGES).step_by(4) {
                                 let off = p * 4096 + 17 * t;
                                 cf.write_at(off, &[round + t as u8; 300]).unwrap();

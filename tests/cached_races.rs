@@ -4,8 +4,9 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
+use std::time::Duration;
 
 use common::{Rng, TempDir, small_cache as cache};
 use setcache::{
@@ -37,9 +38,11 @@ fn set_len_races_readers_writers_and_the_flusher() {
         let cs = CachedStore::with_flusher(store, cache(64), Some(flush)).unwrap();
         let cf = cs.create("f", MAX, LayoutKind::Rotated).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
+        // Each thread's requests so far.
+        let done = [AtomicU64::new(0), AtomicU64::new(0)];
         std::thread::scope(|s| {
             for t in 0..2u64 {
-                let (cf, stop) = (cf.clone(), stop.clone());
+                let (cf, stop, done) = (cf.clone(), stop.clone(), &done);
                 s.spawn(move || {
                     let mut rng = Rng(t + 7);
                     let mut buf = vec![0u8; 3 * 4096];
@@ -56,6 +59,7 @@ fn set_len_races_readers_writers_and_the_flusher() {
                             Ok(()) | Err(Error::OutOfRange { .. }) => {}
                             Err(e) => panic!("thread {t}: {e}"),
                         }
+                        done[t as usize].fetch_add(1, Ordering::Relaxed);
                     }
                 });
             }
@@ -66,8 +70,34 @@ fn set_len_races_readers_writers_and_the_flusher() {
                 }
             }
             let _stop = Stop(&stop);
+            // The readers and writers run among the length changes: each
+            // makes requests before the first and again after the middle
+            // one (on two cores they could otherwise start after the last).
+            let made = || {
+                done.iter()
+                    .map(|d| d.load(Ordering::Relaxed))
+                    .collect::<Vec<_>>()
+            };
+            let wait_past = |counts: &[u64]| {
+                let t0 = std::time::Instant::now();
+                while made().iter().zip(counts).any(|(now, then)| now <= then) {
+                    assert!(
+                        t0.elapsed() < Duration::from_secs(60),
+                        "a thread made no request"
+                    );
+                    std::thread::yield_now();
+                }
+            };
+            wait_past(&[0, 0]);
+            let mut middle = Vec::new();
             let mut rng = Rng(99);
             for i in 0..150 {
+                if i == 75 {
+                    middle = made();
+                }
+                if i == 149 {
+                    wait_past(&middle);
+                }
                 let len = 1 + rng.below(MAX);
                 cf.set_len(len)
                     .unwrap_or_else(|e| panic!("set_len {len}: {e}"));

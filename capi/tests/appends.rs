@@ -5,7 +5,7 @@
 use setcache_c::*;
 use std::ffi::{CString, c_void};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 fn scratch(tag: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("setcache-capi-{tag}-{}", std::process::id()));
@@ -50,6 +50,17 @@ fn a_reader_following_the_end_never_reads_zeros() {
     let (store, [w, r]) = open(&d, "log", 0);
     let (w, r) = (Handle(w), Handle(r));
     let stop = AtomicBool::new(false);
+    // The reader's reads so far: the writer waits for some in its first
+    // appends and again in its last (on two cores the reader could
+    // otherwise start after the writer ends and find nothing to race).
+    let reads = AtomicU64::new(0);
+    let wait_for_reads = |past: u64| {
+        let t0 = std::time::Instant::now();
+        while reads.load(Ordering::Acquire) <= past {
+            assert!(t0.elapsed().as_secs() < 60, "the reader made no read");
+            std::thread::yield_now();
+        }
+    };
     let zeros = std::thread::scope(|s| {
         let reader = s.spawn(|| {
             let r = &r;
@@ -72,12 +83,20 @@ fn a_reader_following_the_end_never_reads_zeros() {
                 if buf[..n as usize].contains(&0) {
                     zeros += 1;
                 }
+                reads.fetch_add(1, Ordering::Release);
             }
             zeros
         });
         let w = &w;
         let mut off = 0u64;
+        let mut halfway = 0;
         for i in 0..3000u64 {
+            match i {
+                1 => wait_for_reads(0),
+                1500 => halfway = reads.load(Ordering::Acquire),
+                2999 => wait_for_reads(halfway),
+                _ => {}
+            }
             // Runs of 1 to 12,000 bytes: within a page, across pages and
             // into pages not yet cached.
             let n = 1 + (i * 7919) % 12_000;
