@@ -110,7 +110,9 @@ struct Row {
 
 impl Row {
     fn secs(&self) -> f64 {
-        self.m.secs.iter().sum()
+        // From +0.0: an empty f64 sum is -0.0 (a failed run showed
+        // "-0.000" seconds).
+        self.m.secs.iter().fold(0.0, |s, &x| s + x)
     }
 
     /// Traversed edges per second of the searches (Graph500: the undirected
@@ -187,6 +189,8 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             a.scale, a.edge_factor
         ));
     }
+    // A `--json` that cannot be written is refused now, not after the runs.
+    crate::bench::check_outputs(a.json.as_deref(), None)?;
     // The generator builds the CSR in memory (degrees, offsets, cursors, and
     // four bytes for each end of every edge): a graph beyond that is refused
     // before anything is made, not aborted on.
@@ -932,6 +936,22 @@ mod tests {
         refused(&["--dir", d, "--edge-factor", "0"], "--edge-factor 0");
         refused(&["--dir", d, "--roots", "0"], "--roots");
         refused(&["--dir", d, "--budget", "12Q"], "12Q");
+        // Before anything is generated, not after every run.
+        refused(
+            &["--dir", d, "--json", "/nonexistent/r.json"],
+            "/nonexistent is not a directory",
+        );
+        assert!(!dir.exists(), "nothing generated for a run refused");
+        // A failed run's seconds are 0, not -0.
+        let failed = super::Row {
+            algo: "bfs".into(),
+            backing: "mmap".into(),
+            memory: String::new(),
+            m: Default::default(),
+            work: 0,
+            check: Err("failed".into()),
+        };
+        assert!(failed.secs().is_sign_positive(), "{}", failed.secs());
         // Settings that no run of the call would use.
         refused(
             &["--dir", d, "--backing", "memory", "--budget", "64M"],
