@@ -120,9 +120,9 @@ pub(crate) fn print_matches(word: u64, print: u8) -> u32 {
 /// a partition.
 ///
 /// In memory the sets are grouped by partition: set `s` lies at position
-/// `(s mod n) * per + s / n` of the set table, the frames and the stamps
-/// (`per = max_sets / n`), so each partition's sets, frames and stamps are one
-/// span each, which can be bound to a node's memory. With one partition the
+/// `(s mod n) * per + s / n` of the set table, the frames, the stamps, the
+/// epochs and the fingerprints (`per = max_sets / n`), so each partition's
+/// share of each is one span, which can be bound to a node's memory. With one partition the
 /// position is the set.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Parts {

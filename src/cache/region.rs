@@ -90,8 +90,9 @@ impl Region {
 
 impl Region {
     /// Prefer NUMA node `node` for the pages of `[off, off + len)`, widened
-    /// to whole pages, that are not yet in memory (`mbind` with
-    /// `MPOL_PREFERRED`).
+    /// to whole pages (`mbind` with `MPOL_PREFERRED` and `MPOL_MF_MOVE`:
+    /// pages not yet in memory come from the node, and those already
+    /// touched move there).
     pub(crate) fn prefer_node(&self, off: usize, len: usize, node: usize) -> Result<()> {
         let page = 4096;
         let start = off / page * page;

@@ -58,7 +58,7 @@ pub(crate) const LIR: u8 = 0x40;
 /// (`admission`: see [`Duel::admission`](super::Duel::admission)), whose
 /// pages may then all be LIR pages. A set whose stack's ranks leave room for
 /// fewer than `assoc / 2` ghosts (more than 21 slots) keeps the shortfall as
-/// resident HIR slots: with no ghost, a page can become a LIR page only by a
+/// resident HIR slots, with admission too: with no ghost, a page can become a LIR page only by a
 /// hit while resident, and one HIR slot holds no working set of more than
 /// one page (a set of 32 kept its first LIR pages for good).
 pub(crate) fn hir_slots(assoc: usize, ghosts: usize, admission: bool) -> usize {
