@@ -128,9 +128,42 @@ fn wait_cached(cs: &CachedStore, f: &CachedFile, pages: std::ops::Range<u64>) {
     }
 }
 
-/// Give the readahead thread time to act on anything asked of it.
-fn idle() {
-    std::thread::sleep(Duration::from_millis(150));
+/// Wait until the readahead thread has acted on everything asked of it
+/// (a sleep instead let a slow thread make the negative checks pass
+/// without testing anything).
+fn idle(cs: &CachedStore) {
+    let t0 = Instant::now();
+    while !cs.readahead_idle() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the readahead thread never settled"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Once the readahead thread is idle, every window asked for is read: the
+/// pages are cached at that moment, not some time later; and a store that
+/// read nothing ahead is idle.
+#[test]
+fn an_idle_readahead_thread_has_read_every_window_asked_for() {
+    let (_t, cs, f) = rig("ra-idle", 2048, 1024);
+    idle(&cs);
+    for round in 0..100usize {
+        let base = round * 20;
+        read_page(&f, base);
+        read_page(&f, base + 1);
+        idle(&cs);
+        let have = cached(&cs, &f);
+        let first = base as u64;
+        let missing: Vec<u64> = (first + 2..first + 18)
+            .filter(|p| !have.contains(p))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: idle with {missing:?} not read"
+        );
+    }
 }
 
 #[test]
@@ -175,7 +208,7 @@ fn a_stream_at_its_largest_windows_keeps_two_ahead() {
     wait_cached(&cs, &f, 18..50);
     // Page 4 is not in the last two (34..50 and 18..34 are ahead of it).
     read_page(&f, 4);
-    idle();
+    idle(&cs);
     assert_eq!(cs.cache().stats().readahead, 48);
     assert!(!cached(&cs, &f).contains(&50), "a fourth window too early");
 }
@@ -191,7 +224,7 @@ fn interleaved_streams_each_get_their_windows() {
     // Two streams (the third strides, so it is none).
     wait_cached(&cs, &f, 3..19);
     wait_cached(&cs, &f, 2003..2019);
-    idle();
+    idle(&cs);
     let have = cached(&cs, &f);
     let strided: Vec<u64> = (3000..3100).filter(|p| have.contains(p)).collect();
     assert_eq!(
@@ -212,7 +245,7 @@ fn pages_a_reader_reads_in_itself_do_not_count_as_read_ahead_and_used() {
     read_page(&f, 0);
     read_page(&f, 1);
     wait_cached(&cs, &f, 2..18);
-    idle();
+    idle(&cs);
     let st = cs.cache().stats();
     assert_eq!(st.readahead_used, 0, "{st:?}");
     assert!(st.readahead >= 16, "{st:?}");
@@ -230,7 +263,7 @@ fn interleaved_streams_of_small_reads_count_each_page_used_once() {
             f.read_at(base + i * 64, &mut b).unwrap();
         }
     }
-    idle();
+    idle(&cs);
     let st = cs.cache().stats();
     assert!(st.readahead_used > 0, "{st:?}");
     assert!(
@@ -247,7 +280,7 @@ fn random_reads_never_read_ahead() {
     for i in 0..600 {
         read_page(&f, i * 997 % 2048);
     }
-    idle();
+    idle(&cs);
     assert_eq!(cs.cache().stats().readahead, 0);
 }
 
@@ -269,7 +302,7 @@ fn small_reads_wandering_about_a_page_never_read_ahead_and_small_records_in_orde
         at = (at as i64 + step * 64).clamp(0, 2047 * PAGE as i64) as u64;
         f.read_at(at, &mut buf[..len]).unwrap();
     }
-    idle();
+    idle(&cs);
     // Rarely, two steps in a row still look like a scan: at most one first
     // window in 3,000 reads (the detection before this rule read 47 pages).
     let st = cs.cache().stats();
@@ -299,13 +332,13 @@ fn a_stream_that_turns_random_stops() {
         read_page(&f, p);
     }
     wait_cached(&cs, &f, 2..50);
-    idle();
+    idle(&cs);
     let before = cs.cache().stats().readahead;
     assert_eq!(before, 48);
     for i in 1..400 {
         read_page(&f, 100 + i * 997 % 1900);
     }
-    idle();
+    idle(&cs);
     assert_eq!(
         cs.cache().stats().readahead,
         before,
@@ -350,7 +383,7 @@ fn pages_read_ahead_go_before_a_hot_set() {
     for p in 1000..5096 {
         read_page(&f, p);
     }
-    idle();
+    idle(&cs);
     let have = cached(&cs, &f);
     let kept = hot.iter().filter(|p| have.contains(p)).count();
     assert!(kept >= 380, "the scan pushed out {} hot pages", 384 - kept);
@@ -395,7 +428,7 @@ fn advice_random_turns_readahead_off_and_sequential_starts_at_once() {
     for p in 0..20 {
         read_page(&f, p);
     }
-    idle();
+    idle(&cs);
     assert_eq!(cs.cache().stats().readahead, 0, "random: no readahead");
     f.advise(0, 0, Advice::Sequential).unwrap();
     read_page(&f, 1000);
@@ -404,7 +437,7 @@ fn advice_random_turns_readahead_off_and_sequential_starts_at_once() {
     f.advise(0, 0, Advice::Normal).unwrap();
     let ra = cs.cache().stats().readahead;
     read_page(&f, 3000);
-    idle();
+    idle(&cs);
     assert_eq!(
         cs.cache().stats().readahead,
         ra,
@@ -485,7 +518,7 @@ fn readahead_can_be_turned_off() {
     for p in 0..100 {
         read_page(&f, p);
     }
-    idle();
+    idle(&cs);
     assert_eq!(cs.cache().stats().readahead, 0);
 }
 
@@ -666,7 +699,7 @@ fn scan_leaves_the_hot_set_of(
     let hot: HashSet<u64> = (0..384).collect();
     assert!(hot.is_subset(&cached(&cs, &f)));
     scan(&cs, &f);
-    idle();
+    idle(&cs);
     let have = cached(&cs, &f);
     let kept = hot.iter().filter(|p| have.contains(p)).count();
     assert!(

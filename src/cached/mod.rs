@@ -469,6 +469,16 @@ impl CachedStore {
         self.inner.ahead.max_pages.store(pages, Ordering::Relaxed);
     }
 
+    /// Whether the readahead thread has nothing left to do: every window
+    /// asked for so far (by streams and by [`Advice::WillNeed`]) has been
+    /// read, or dropped, and no read of one is in flight. A reader's call
+    /// asks for its windows before it returns, so after the calls of interest
+    /// a caller can wait for this to know that readahead has settled (a
+    /// benchmark's warm-up, or a test that readahead left something alone).
+    pub fn readahead_idle(&self) -> bool {
+        self.inner.ahead.idle()
+    }
+
     /// Pages the flusher has written back, and device writes it issued
     /// (all zero without a flusher).
     pub fn flusher_counts(&self) -> FlusherCounts {

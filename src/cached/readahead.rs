@@ -450,8 +450,10 @@ fn run(sh: &Shared) {
         {
             let mut g = sh.ahead.queue.lock().unwrap_or_else(|p| p.into_inner());
             while g.0.is_empty() && !g.1 && active.is_empty() && w.q.in_flight() == 0 {
+                sh.ahead.waiting.store(true, Ordering::Relaxed);
                 g = sh.ahead.cv.wait(g).unwrap_or_else(|p| p.into_inner());
             }
+            sh.ahead.waiting.store(false, Ordering::Relaxed);
             if g.1 {
                 break;
             }

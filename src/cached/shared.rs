@@ -72,6 +72,9 @@ pub(crate) struct Ahead {
     pub(crate) cv: Condvar,
     /// The largest window in pages; 0 turns readahead off.
     pub(crate) max_pages: AtomicUsize,
+    /// The thread waits for work: no window queued or being read and no
+    /// read in flight (written under `queue`'s lock).
+    pub(crate) waiting: AtomicBool,
 }
 
 impl Ahead {
@@ -80,7 +83,14 @@ impl Ahead {
             queue: Mutex::new((VecDeque::new(), false)),
             cv: Condvar::new(),
             max_pages: AtomicUsize::new(max_pages),
+            waiting: AtomicBool::new(false),
         }
+    }
+
+    /// No window waits and the thread has none to read (or has stopped).
+    pub(crate) fn idle(&self) -> bool {
+        let q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.1 || (q.0.is_empty() && self.waiting.load(Ordering::Relaxed))
     }
 
     /// Hand `w` to the readahead thread; false (`w` dropped) once it has
