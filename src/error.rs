@@ -153,8 +153,6 @@ pub enum Error {
     /// A cache resize could not finish: pages that had to move stayed pinned, or
     /// dirty pages left no room (write them back and retry).
     ResizeBusy(String),
-    /// A failed fill of a cache page, with the error its filler reported.
-    Fill(String),
     /// A cached file was deleted, or replaced by a new file of its name,
     /// through its store: handles made before that no longer read or write it.
     FileGone(String),
@@ -375,7 +373,6 @@ impl fmt::Display for Error {
                 "every page of cache set {set} stayed pinned or under I/O for {waited_ms} ms; release page guards or enlarge the cache"
             ),
             Error::ResizeBusy(s) => write!(f, "cache resize could not finish: {s}"),
-            Error::Fill(s) => write!(f, "filling a cache page failed: {s}"),
             Error::FileGone(n) => write!(
                 f,
                 "file {n:?} was deleted or replaced through its store: this handle no longer reads or writes it"

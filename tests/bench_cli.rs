@@ -215,7 +215,7 @@ fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
         } else {
             (x % 3000) * (x % 7 + 1) / 7
         };
-        let rw = if x % 16 == 0 { " W" } else { "" };
+        let rw = if x.is_multiple_of(16) { " W" } else { "" };
         text.push_str(&format!("{page}\n"));
         text_mixed.push_str(&format!("{page}{rw}\n"));
     }

@@ -725,7 +725,7 @@ fn bench_refuses_a_file_larger_than_the_free_space() {
     // Far beyond what is free, whatever else writes meanwhile, in whole GiB
     // (not TiB, so that the message shows it as given).
     let mut gib = (free + (16 << 30)).div_ceil(1 << 30);
-    if gib % 1024 == 0 {
+    if gib.is_multiple_of(1024) {
         gib += 1;
     }
     let size_arg = format!("{gib}G");

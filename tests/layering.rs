@@ -304,10 +304,8 @@ fn no_layer_imports_from_a_higher_one_and_no_two_files_import_each_other() {
                 .iter()
                 .any(|v| l.trim() == format!("{v}mod {child};"))
         });
-        if private {
-            if let Some(r) = edges.get_mut(m) {
-                r.remove(parent);
-            }
+        if private && let Some(r) = edges.get_mut(m) {
+            r.remove(parent);
         }
     }
     for (a, b) in MUTUAL_OK {

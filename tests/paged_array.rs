@@ -220,6 +220,15 @@ fn misuse_gets_clear_errors() {
     let mut r = a.reader();
     assert!(matches!(r.get(100), Err(Error::OutOfRange { .. })));
     assert!(matches!(a.set(100, 1), Err(Error::OutOfRange { .. })));
+    // In bytes, as the message says (element 100 of 100 `u32`s was "a request
+    // of 1 bytes at offset 100" of "100 bytes").
+    for e in [r.get(100).unwrap_err(), a.set(100, 1).unwrap_err()] {
+        let m = e.to_string();
+        assert!(
+            m.contains("request of 4 bytes at offset 400") && m.contains("(400 bytes)"),
+            "{m}"
+        );
+    }
     assert!(matches!(
         a.write_from(99, &[1, 2]),
         Err(Error::OutOfRange { .. })

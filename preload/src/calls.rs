@@ -66,7 +66,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// O_DIRECT on a local file system wants offset, length and buffer address
 /// aligned to the logical block (512 bytes here).
 fn check_direct(d: &Desc, addr: usize, len: usize, off: u64) -> Result<(), i32> {
-    if d.direct() && (addr % 512 != 0 || len % 512 != 0 || off % 512 != 0) {
+    if d.direct()
+        && (!addr.is_multiple_of(512) || !len.is_multiple_of(512) || !off.is_multiple_of(512))
+    {
         return Err(libc::EINVAL);
     }
     Ok(())

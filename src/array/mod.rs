@@ -364,7 +364,7 @@ impl<T: Element> PagedArray<T> {
         let size = size_of::<T>() as u64;
         let ps = file.shared.cache.page_size();
         Self::check_element(ps)?;
-        if file.len() % size != 0 {
+        if !file.len().is_multiple_of(size) {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} holds {} bytes, not a whole number of {size}-byte elements",
                 file.file().name(),
@@ -432,12 +432,12 @@ impl<T: Element> PagedArray<T> {
     fn check(&self, start: u64, n: u64) -> Result<u64> {
         match start.checked_add(n) {
             Some(end) if end <= self.len => Ok(start * size_of::<T>() as u64),
-            _ => Err(Error::OutOfRange {
-                file: self.file.file().name(),
-                offset: start,
-                len: n,
-                file_len: self.len,
-            }),
+            _ => Err(out_of_range::<T>(
+                self.file.file().name(),
+                start,
+                n,
+                self.len,
+            )),
         }
     }
 
@@ -665,19 +665,19 @@ impl<'a, T: Element> ArrayReader<'a, T> {
         } else {
             None
         };
-        if let Some(e) = e {
-            if cache.pin_seen(e.state, e.epoch, e.v, e.ep) {
-                // SAFETY: the pin keeps the page in this frame; `at` is element `i`'s offset in it, aligned.
-                unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
-                cache.release_stored(e.state, self.arr.file.id);
-                // Stores tell the policy of the page's use as reads do.
-                self.stores_until_renew -= 1;
-                if self.stores_until_renew == 0 {
-                    self.stores_until_renew = RENEW;
-                    self.renew(page);
-                }
-                return Ok(());
+        if let Some(e) = e
+            && cache.pin_seen(e.state, e.epoch, e.v, e.ep)
+        {
+            // SAFETY: the pin keeps the page in this frame; `at` is element `i`'s offset in it, aligned.
+            unsafe { store_word(e.frame.cast_mut().wrapping_add(at), v) };
+            cache.release_stored(e.state, self.arr.file.id);
+            // Stores tell the policy of the page's use as reads do.
+            self.stores_until_renew -= 1;
+            if self.stores_until_renew == 0 {
+                self.stores_until_renew = RENEW;
+                self.renew(page);
             }
+            return Ok(());
         }
         self.arr.set(i, v)
     }
@@ -748,12 +748,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
 
     #[cold]
     fn out_of_range(&self, i: u64) -> Error {
-        Error::OutOfRange {
-            file: self.arr.file.file().name(),
-            offset: i,
-            len: 1,
-            file_len: self.arr.len,
-        }
+        out_of_range::<T>(self.arr.file.file().name(), i, 1, self.arr.len)
     }
 
     /// Tell the cache's policy the page is in use, and refresh its entry.
@@ -817,12 +812,10 @@ impl<'a, T: Element> ArrayReader<'a, T> {
                 continue;
             }
             // `get_private` tried the entry already unless `follows`.
-            if follows {
-                if let Some(v) = e.read(page, at, ps) {
-                    self.stats.private += 1;
-                    self.l1[page as usize & self.l1_mask] = e;
-                    return Ok(v);
-                }
+            if follows && let Some(v) = e.read(page, at, ps) {
+                self.stats.private += 1;
+                self.l1[page as usize & self.l1_mask] = e;
+                return Ok(v);
             }
             self.l2[w] = Entry::empty();
         }
@@ -922,7 +915,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             let page_end = (off / ps + 1) * ps;
             // Elements wholly inside this page from `i`.
             let n = ((page_end - off) / size).min(range.end - i);
-            if n == 0 || ps % size != 0 {
+            if n == 0 || !ps.is_multiple_of(size) {
                 // An element that spans two pages (or a size that does not
                 // divide the page): one at a time, copied.
                 one.clear();
@@ -1080,7 +1073,7 @@ impl<'a, T: Element> ArrayReader<'a, T> {
             let off = i * size;
             let page_end = (off / ps + 1) * ps;
             let n = ((page_end - off) / size).min(range.end - i);
-            if n == 0 || ps % size != 0 {
+            if n == 0 || !ps.is_multiple_of(size) {
                 let one = [self.arr.get(i)?];
                 f(i, Run::over(&one));
                 i += 1;
@@ -1352,6 +1345,19 @@ impl<T: Element> Iterator for ArrayIter<'_, '_, T> {
 /// a large table's probes at random then seldom miss the TLB.
 /// The entries of a reader's direct-mapped table and the sets of its second
 /// table, for a cache of `cache_pages` pages and an array of `pages`.
+/// The error for elements `start..start + n` of an array of `len` elements
+/// of `T`, in bytes as the error's message says (the file's).
+#[cold]
+fn out_of_range<T>(file: String, start: u64, n: u64, len: u64) -> Error {
+    let size = size_of::<T>() as u64;
+    Error::OutOfRange {
+        file,
+        offset: start.saturating_mul(size),
+        len: n.saturating_mul(size),
+        file_len: len.saturating_mul(size),
+    }
+}
+
 fn table_lens(cache_pages: u64, pages: u64) -> (usize, usize) {
     let want = cache_pages.min(pages).clamp(1, L1_MAX as u64) as usize;
     let l1_len = want.next_power_of_two().clamp(L1_MIN, L1_MAX);

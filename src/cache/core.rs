@@ -1876,10 +1876,10 @@ impl<M: Model> Core<M> {
             if a == [Admit::No; 2] {
                 return Choice::Pass;
             }
-            if let Some(k) = place::only(a[0], a[1]) {
-                if clean[k] != 0 {
-                    allowed = [k == 0, k == 1];
-                }
+            if let Some(k) = place::only(a[0], a[1])
+                && clean[k] != 0
+            {
+                allowed = [k == 0, k == 1];
             }
         }
         // Cold pages go first, the one that came in first (a cold page's

@@ -134,7 +134,7 @@ impl Parts {
     /// `n` partitions of a table of at most `max_sets` sets, a multiple of `n`.
     pub(crate) fn new(n: usize, max_sets: usize) -> Parts {
         assert!(
-            n >= 1 && max_sets % n == 0,
+            n >= 1 && max_sets.is_multiple_of(n),
             "{max_sets} sets, {n} partitions"
         );
         Parts {

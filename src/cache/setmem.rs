@@ -158,6 +158,6 @@ mod tests {
         assert!(plain.used / 12 < 16);
         // The widest set still keeps every field inside its stride.
         let wide = SetLayout::new::<Os>(32, 29);
-        assert!(wide.used <= wide.stride && wide.stride % LINE == 0);
+        assert!(wide.used <= wide.stride && wide.stride.is_multiple_of(LINE));
     }
 }

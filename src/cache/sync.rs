@@ -8,8 +8,16 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-/// A 32-bit atomic word, as the set protocol uses it.
-pub trait Word: Send + Sync + 'static {
+/// Seals [`Word`] and [`Model`]: the set protocol's safety rests on their
+/// being real atomics and real waits (a `compare_exchange` that lied would
+/// give two writers one frame), so only this crate implements them.
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// A 32-bit atomic word, as the set protocol uses it (implemented in this
+/// crate only).
+pub trait Word: sealed::Sealed + Send + Sync + 'static {
     /// A word holding `v`.
     fn new(v: u32) -> Self;
     /// As `AtomicU32::load`.
@@ -31,8 +39,30 @@ pub trait Word: Send + Sync + 'static {
     fn fetch_and(&self, v: u32, o: Ordering) -> u32;
 }
 
-/// Atomics plus blocking: what the set protocol needs from the platform.
-pub trait Model: Send + Sync + 'static {
+/// Atomics plus blocking: what the set protocol needs from the platform
+/// (implemented in this crate only).
+///
+/// ```compile_fail
+/// // A model of one's own would let a caller break the protocol: refused.
+/// use std::sync::atomic::AtomicU32;
+/// struct Mine;
+/// impl setcache::cache::sync::Model for Mine {
+///     type W = AtomicU32;
+///     fn spin() {}
+///     fn wait(_: &AtomicU32, _: u32) {}
+///     fn wake_all(_: &AtomicU32) {}
+///     fn wake_one(_: &AtomicU32) {}
+///     fn backoff(_: u64) {}
+/// }
+/// ```
+///
+/// ```
+/// // The same with the crate's own model compiles: the test above fails
+/// // for the seal alone.
+/// fn takes<M: setcache::cache::sync::Model>() {}
+/// takes::<setcache::cache::sync::Os>();
+/// ```
+pub trait Model: sealed::Sealed + Send + Sync + 'static {
     /// The atomic word.
     type W: Word;
     /// A short pause inside a spin loop.
@@ -66,6 +96,7 @@ pub trait Model: Send + Sync + 'static {
 /// Implement [`Word`] for an atomic type with std's `AtomicU32` methods.
 macro_rules! word_impl {
     ($t:ty) => {
+        impl $crate::cache::sync::sealed::Sealed for $t {}
         impl Word for $t {
             #[inline]
             fn new(v: u32) -> Self {
@@ -118,6 +149,8 @@ word_impl!(AtomicU32);
 /// The real platform: std atomics, futex waits.
 #[derive(Debug)]
 pub struct Os;
+
+impl sealed::Sealed for Os {}
 
 impl Model for Os {
     type W = AtomicU32;
@@ -204,6 +237,8 @@ pub(crate) mod shuttle_model {
     /// Blocking becomes yielding to the checker's scheduler.
     #[derive(Debug)]
     pub(crate) struct Shuttle;
+
+    impl super::sealed::Sealed for Shuttle {}
 
     impl Model for Shuttle {
         type W = AtomicU32;

@@ -523,10 +523,11 @@ fn run_model_in(policy: PolicyKind, partitions: usize, ops: &[Op]) {
                 }
             }
             Op::Hold(p) => {
-                if held.len() < 2 && !held.iter().any(|h| h.0 == *p) {
-                    if let Ok(g) = c.get_with(7, *p, load_from(&disk), store_to(&disk)) {
-                        held.push((*p, g));
-                    }
+                if held.len() < 2
+                    && !held.iter().any(|h| h.0 == *p)
+                    && let Ok(g) = c.get_with(7, *p, load_from(&disk), store_to(&disk))
+                {
+                    held.push((*p, g));
                 }
             }
             Op::Release => {
@@ -753,7 +754,7 @@ fn optimistic_reads_never_return_torn_or_foreign_bytes() {
                     }
                 }
                 let _ = c.evict(0, k as u64 % PAGES).unwrap();
-                if k % 8 == 0 {
+                if k.is_multiple_of(8) {
                     match c.resize([4, 16, 9][k / 8 % 3] * 4 * 512) {
                         Ok(()) | Err(Error::ResizeBusy(_)) => {}
                         Err(e) => panic!("resize: {e}"),

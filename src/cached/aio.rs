@@ -504,16 +504,14 @@ fn deliver(
     #[cfg(test)]
     let left = inbox.has_left.load(Ordering::Acquire);
     let mut first = None;
-    if let Some(w) = wakers.pop() {
-        if let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| w.wake())) {
-            first = Some(p);
-        }
+    if let Some(w) = wakers.pop()
+        && let Err(p) = std::panic::catch_unwind(AssertUnwindSafe(|| w.wake()))
+    {
+        first = Some(p);
     }
     #[cfg(test)]
-    if left {
-        if let Some(f) = AFTER_FIRST_WAKE.take(Arc::as_ptr(sh) as usize) {
-            f();
-        }
+    if left && let Some(f) = AFTER_FIRST_WAKE.take(Arc::as_ptr(sh) as usize) {
+        f();
     }
     inbox.wake_left();
     if let Some(p) = first {

@@ -1494,7 +1494,7 @@ impl CachedFile {
             // a step that gives up before that moves its sets' change counts
             // all the same, so that no translation made before keeps showing
             // its bytes past the end.
-            let cut = (end % ps != 0).then_some(end / ps);
+            let cut = (!end.is_multiple_of(ps)).then_some(end / ps);
             let unsettle_cut = |r: Result<()>| {
                 if let (Err(_), Some(page)) = (&r, cut) {
                     sh.cache.unsettle(self.id, page);

@@ -663,12 +663,12 @@ impl<'a> CachedQueue<'a> {
         loop {
             let started = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 while let Some(r) = it.next() {
-                    if let Some(next) = it.peek() {
-                        if next.kind == OpKind::Read {
-                            let at = (next.offset % ps) as usize;
-                            let end = (at + next.buf.len()).min(ps as usize);
-                            cache.prefetch_bytes(next.file.id, next.offset / ps, at + 512, end);
-                        }
+                    if let Some(next) = it.peek()
+                        && next.kind == OpKind::Read
+                    {
+                        let at = (next.offset % ps) as usize;
+                        let end = (at + next.buf.len()).min(ps as usize);
+                        cache.prefetch_bytes(next.file.id, next.offset / ps, at + 512, end);
                     }
                     self.start(r);
                     // Each miss goes to the device before the next request's
@@ -1164,7 +1164,7 @@ impl<'a> CachedQueue<'a> {
         if n < f.len() {
             f[n..].fill(0);
         }
-        if n as u64 % DIRECT_ALIGN != 0 {
+        if !(n as u64).is_multiple_of(DIRECT_ALIGN) {
             let r = self.sh.load(fid, page, f);
             return self.complete_fill(job, req, page, r);
         }
@@ -1174,19 +1174,18 @@ impl<'a> CachedQueue<'a> {
         let slot = self.fills.insert(Waiting { job, req, page });
         // Whole pages that follow one another in the file join one read (into
         // a staging slot or their frames); the run goes out at `send_run`.
-        if let Some(run) = self.run.as_mut() {
-            if run.fid == fid
-                && run.next == page
-                && n as u64 == ps
-                && run.len % ps as usize == 0
-                && self.frames.len() < run_pages(ps as usize)
-            {
-                run.slots.more.push(slot);
-                self.frames.push(ptr);
-                run.len += n;
-                run.next += 1;
-                return Ok(Step::Pending);
-            }
+        if let Some(run) = self.run.as_mut()
+            && run.fid == fid
+            && run.next == page
+            && n as u64 == ps
+            && run.len % ps as usize == 0
+            && self.frames.len() < run_pages(ps as usize)
+        {
+            run.slots.more.push(slot);
+            self.frames.push(ptr);
+            run.len += n;
+            run.next += 1;
+            return Ok(Step::Pending);
         }
         self.send_run();
         self.frames.clear();
@@ -1259,7 +1258,7 @@ impl<'a> CachedQueue<'a> {
         };
         let file_len = entry.file.len();
         let n = file_len.saturating_sub(vp * ps).min(ps) as usize;
-        if n as u64 % DIRECT_ALIGN != 0 {
+        if !(n as u64).is_multiple_of(DIRECT_ALIGN) {
             let r = self.sh.store_page(vf, vp, wb.bytes());
             wb.finish(r)?;
             self.parked.push((req, page, Instant::now()));

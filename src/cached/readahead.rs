@@ -550,7 +550,7 @@ impl<'a> Worker<'a> {
                 return false;
             }
             let n = (len - off).min(ps) as usize;
-            if n as u64 % DIRECT_ALIGN != 0 {
+            if !(n as u64).is_multiple_of(DIRECT_ALIGN) {
                 // A tail of part of a sector: left to its reader.
                 return false;
             }
@@ -593,18 +593,17 @@ impl<'a> Worker<'a> {
         }
         win.entry.note_fill(page);
         let ptr = fill.frame_ptr();
-        if let Some(run) = self.run.as_mut() {
-            if Arc::ptr_eq(&run.entry, &win.entry)
-                && run.next == page
-                && run.len % ps == 0
-                && run.fills.len() < run_pages(ps)
-            {
-                run.fills.push(fill);
-                self.frames.push(ptr);
-                run.len += n;
-                run.next += 1;
-                return;
-            }
+        if let Some(run) = self.run.as_mut()
+            && Arc::ptr_eq(&run.entry, &win.entry)
+            && run.next == page
+            && run.len % ps == 0
+            && run.fills.len() < run_pages(ps)
+        {
+            run.fills.push(fill);
+            self.frames.push(ptr);
+            run.len += n;
+            run.next += 1;
+            return;
         }
         self.send();
         self.frames.clear();

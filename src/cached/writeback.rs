@@ -218,10 +218,10 @@ impl<'a> Writer<'a> {
                     .pages
                     .iter()
                     .try_for_each(|w| Shared::store_page_of(&run.entry, w.page(), w.bytes()));
-                if let Err(e) = &again {
-                    if !matches!(e, Error::OutOfRange { .. }) {
-                        self.failed.get_or_insert_with(|| e.clone());
-                    }
+                if let Err(e) = &again
+                    && !matches!(e, Error::OutOfRange { .. })
+                {
+                    self.failed.get_or_insert_with(|| e.clone());
                 }
                 again
             } else {

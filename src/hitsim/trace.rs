@@ -405,7 +405,7 @@ impl Builder {
         if i == self.trace.pages.capacity() {
             self.grow()?;
         }
-        if i % 64 == 0 {
+        if i.is_multiple_of(64) {
             self.trace.writes.push(0);
         }
         if write {

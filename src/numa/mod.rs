@@ -583,11 +583,11 @@ impl PartQueue<'_> {
     /// Start the home partition's requests gathered, and take those that
     /// finished at once (hits); how many.
     fn start_local(&mut self) -> usize {
-        if let Some(l) = self.local.as_mut() {
-            if !l.batch.is_empty() {
-                let files = &l.files;
-                l.server.start(&mut l.batch, |_, no| &files[no as usize]);
-            }
+        if let Some(l) = self.local.as_mut()
+            && !l.batch.is_empty()
+        {
+            let files = &l.files;
+            l.server.start(&mut l.batch, |_, no| &files[no as usize]);
         }
         self.take_local()
     }
@@ -676,10 +676,10 @@ impl PartQueue<'_> {
                 take_replies(r, &mut self.done, &mut self.outstanding, sent);
             }
         }
-        if self.local_outstanding() > 0 {
-            if let Some(l) = self.local.as_mut() {
-                l.server.q.poll();
-            }
+        if self.local_outstanding() > 0
+            && let Some(l) = self.local.as_mut()
+        {
+            l.server.q.poll();
         }
         self.take_local();
         before - self.outstanding

@@ -572,14 +572,20 @@ impl File {
         let ptr = match mem {
             Mem::One(p) => p,
             Mem::Pieces(ps, piece) => {
-                if piece == 0 || piece as u64 % DIRECT_ALIGN != 0 || ps.len() * piece < len {
+                if piece == 0
+                    || !(piece as u64).is_multiple_of(DIRECT_ALIGN)
+                    || ps.len() * piece < len
+                {
                     return Err(Error::InvalidArgument(format!(
                         "file {:?}: {} pieces of {piece} bytes cannot hold {len} bytes of whole sectors",
                         self.name(),
                         ps.len()
                     )));
                 }
-                if let Some(&bad) = ps.iter().find(|&&p| p as u64 % DIRECT_ALIGN != 0) {
+                if let Some(&bad) = ps
+                    .iter()
+                    .find(|&&p| !(p as u64).is_multiple_of(DIRECT_ALIGN))
+                {
                     bad
                 } else {
                     ps.first().copied().unwrap_or(std::ptr::null_mut())
@@ -599,13 +605,13 @@ impl File {
                 self.name()
             )));
         }
-        if offset % DIRECT_ALIGN != 0 {
+        if !offset.is_multiple_of(DIRECT_ALIGN) {
             return Err(misaligned("offset", offset));
         }
-        if len as u64 % DIRECT_ALIGN != 0 {
+        if !(len as u64).is_multiple_of(DIRECT_ALIGN) {
             return Err(misaligned("length", len as u64));
         }
-        if ptr as u64 % DIRECT_ALIGN != 0 {
+        if !(ptr as u64).is_multiple_of(DIRECT_ALIGN) {
             return Err(misaligned("buffer address", ptr as u64));
         }
         let file_len = self.len();

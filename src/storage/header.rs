@@ -128,7 +128,7 @@ impl Header {
             device_index: u32_at(36),
             file_uid: u64_at(40),
         };
-        if h.block_bytes == 0 || h.block_bytes % 512 != 0 {
+        if h.block_bytes == 0 || !h.block_bytes.is_multiple_of(512) {
             return Err(format!(
                 "block size {} is not a multiple of 512",
                 h.block_bytes
@@ -152,7 +152,7 @@ impl Header {
                 h.len
             ));
         }
-        if version == V1 && h.len % 512 != 0 {
+        if version == V1 && !h.len.is_multiple_of(512) {
             return Err(format!(
                 "format version {V1} header with length {} (version {V1} lengths are multiples of 512)",
                 h.len

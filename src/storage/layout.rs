@@ -153,7 +153,7 @@ impl Layout {
                 "device count {devices} is outside 1..={MAX_DEVICES}"
             )));
         }
-        if block_bytes == 0 || block_bytes % 512 != 0 {
+        if block_bytes == 0 || !block_bytes.is_multiple_of(512) {
             return Err(Error::InvalidArgument(format!(
                 "block size {block_bytes} bytes is not a positive multiple of 512"
             )));

@@ -398,13 +398,13 @@ impl Queue {
         let inner = &*file.inner;
         let renames = inner.renames.load(Ordering::Acquire);
         let kept = &mut self.joiners[token as usize];
-        if let Some((j, serial, seen)) = kept {
-            if let Some(m) = Arc::get_mut(j) {
-                let same = *serial == inner.serial && *seen == renames;
-                m.reuse((!same).then(|| file.name_arc()), offset);
-                (*serial, *seen) = (inner.serial, renames);
-                return j.clone();
-            }
+        if let Some((j, serial, seen)) = kept
+            && let Some(m) = Arc::get_mut(j)
+        {
+            let same = *serial == inner.serial && *seen == renames;
+            m.reuse((!same).then(|| file.name_arc()), offset);
+            (*serial, *seen) = (inner.serial, renames);
+            return j.clone();
         }
         let j = Joiner::new(
             file.name_arc(),
@@ -501,19 +501,20 @@ impl Queue {
     fn flush(&mut self) {
         if self.lone_in_caller && self.in_flight == 1 {
             let mut ops = self.batches.iter().filter(|b| !b.is_empty());
-            if let (Some(b), None) = (ops.next(), ops.next()) {
-                if b.len() == 1 && b[0].backing.engine.blocking_in_caller() {
-                    let i = self
-                        .batches
-                        .iter()
-                        .position(|b| !b.is_empty())
-                        .expect("a batch");
-                    let op = self.batches[i].pop().expect("one operation");
-                    let res = crate::storage::io::psync::execute(&op);
-                    // Delivered to this queue's list, as from a device thread.
-                    op.finish(res);
-                    return;
-                }
+            if let (Some(b), None) = (ops.next(), ops.next())
+                && b.len() == 1
+                && b[0].backing.engine.blocking_in_caller()
+            {
+                let i = self
+                    .batches
+                    .iter()
+                    .position(|b| !b.is_empty())
+                    .expect("a batch");
+                let op = self.batches[i].pop().expect("one operation");
+                let res = crate::storage::io::psync::execute(&op);
+                // Delivered to this queue's list, as from a device thread.
+                op.finish(res);
+                return;
             }
         }
         let mut pushed = false;

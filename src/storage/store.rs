@@ -1406,10 +1406,10 @@ enum Resized {
 impl Meta {
     /// After `from` was renamed to `to` on the devices: the open file follows.
     fn rename_open(&mut self, from: &str, to: &str) {
-        if let Some(w) = self.files.remove(from) {
-            if w.strong_count() > 0 {
-                self.files.insert(to.to_string(), w);
-            }
+        if let Some(w) = self.files.remove(from)
+            && w.strong_count() > 0
+        {
+            self.files.insert(to.to_string(), w);
         }
     }
 }
@@ -1670,10 +1670,10 @@ impl StoreInner {
                     Resized::Done => *new_len,
                     Resized::RolledBack(_) => *old_len,
                 };
-                if let Some(f) = meta.files.get(name).and_then(Weak::upgrade) {
-                    if f.uid == *uid {
-                        f.len.store(len, Ordering::Release);
-                    }
+                if let Some(f) = meta.files.get(name).and_then(Weak::upgrade)
+                    && f.uid == *uid
+                {
+                    f.len.store(len, Ordering::Release);
                 }
                 Ok(())
             }

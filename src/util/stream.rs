@@ -18,7 +18,7 @@ pub(crate) fn copy_streaming(dst: &mut [u8], src: &[u8]) {
         "a streaming copy between unequal lengths"
     );
     #[cfg(target_arch = "x86_64")]
-    if dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0 {
+    if dst.len().is_multiple_of(64) && (dst.as_ptr() as usize).is_multiple_of(32) {
         if std::is_x86_feature_detected!("avx2") {
             // SAFETY: the processor has AVX2, which is all the function's
             // target feature asks beyond what it checks itself.
@@ -49,7 +49,9 @@ mod x86 {
     /// `dst` 32-byte aligned.
     fn check(dst: &[u8], src: &[u8]) {
         assert!(
-            dst.len() == src.len() && dst.len() % 64 == 0 && (dst.as_ptr() as usize) % 32 == 0,
+            dst.len() == src.len()
+                && dst.len().is_multiple_of(64)
+                && (dst.as_ptr() as usize).is_multiple_of(32),
             "a streaming copy needs equal lengths in 64-byte lines and an aligned destination"
         );
     }

@@ -471,10 +471,10 @@ fn rounds(
                     run_vec(w, v, share(n, t, k), idx);
                     gate.wait();
                     gate.wait();
-                    if failed.is_none() {
-                        if let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx, piece) {
-                            failed = Some(e);
-                        }
+                    if failed.is_none()
+                        && let Err(e) = run_array(w, &mut r, v, share(n, t, k), idx, piece)
+                    {
+                        failed = Some(e);
                     }
                     gate.wait();
                 }

@@ -1,8 +1,9 @@
 //! The `setcache` command: `setcache bench ...` benchmarks the storage layer,
 //! `setcache hitbench` the page cache's hit path, `setcache sim` the hit ratio
-//! of replacement policies on a trace, `setcache graph` graph analytics over
-//! setcache, mmap and memory, `setcache cp` copies files into and out of a
-//! store.
+//! of replacement policies on a trace, `setcache arraybench` paged arrays
+//! beside a vector, `setcache syncbench` durable writes beside the kernel's,
+//! `setcache graph` graph analytics over setcache, mmap and memory,
+//! `setcache cp` copies files into and out of a store.
 //! Without arguments it runs a short demo bench.
 
 /// `eprintln!` that never panics: stderr may be a pipe whose reader has gone.

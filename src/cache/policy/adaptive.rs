@@ -193,7 +193,7 @@ const REPORT_EVERY: u32 = 64;
 /// divisor of [`REPORT_EVERY`], so that reports come at the same accesses
 /// as with a replay of each access at once).
 const BATCH: usize = 16;
-const _: () = assert!(REPORT_EVERY as usize % BATCH == 0);
+const _: () = assert!((REPORT_EVERY as usize).is_multiple_of(BATCH));
 
 /// The access count at which all counts halve.
 pub const DECAY_AT: u32 = 1 << 16;
@@ -486,7 +486,7 @@ impl Duel {
     /// The sample number of set `set`, if it is sampled.
     #[inline]
     pub fn sample_of(&self, set: usize) -> Option<usize> {
-        if self.spacing == 0 || set % SPACING != 0 {
+        if self.spacing == 0 || !set.is_multiple_of(SPACING) {
             return None;
         }
         let i = set / self.spacing;
@@ -530,7 +530,7 @@ impl Duel {
         let report = sample.with(|st| {
             st.batch[st.accesses as usize % BATCH] = tag;
             st.accesses += 1;
-            if st.accesses as usize % BATCH != 0 {
+            if !(st.accesses as usize).is_multiple_of(BATCH) {
                 return None;
             }
             let batch = &st.batch;

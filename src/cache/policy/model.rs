@@ -344,7 +344,8 @@ impl SaModel {
     /// `n_sets` (a cache rounds its sets down to a multiple of its partitions).
     pub fn partitioned(kind: PolicyKind, assoc: usize, n_sets: usize, partitions: usize) -> Self {
         assert!(
-            (1..=crate::cache::MAX_PARTITIONS).contains(&partitions) && n_sets % partitions == 0,
+            (1..=crate::cache::MAX_PARTITIONS).contains(&partitions)
+                && n_sets.is_multiple_of(partitions),
             "{n_sets} sets cannot be divided among {partitions} partitions"
         );
         SaModel {

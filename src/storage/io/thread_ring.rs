@@ -319,10 +319,8 @@ impl ThreadRing {
             }
             Some((c.user_data() as usize, c.result()))
         }));
-        if bell_done {
-            if let Some(b) = self.bell.as_mut() {
-                b.armed = false;
-            }
+        if bell_done && let Some(b) = self.bell.as_mut() {
+            b.armed = false;
         }
         let n = done.len();
         for (idx, res) in done.drain(..) {

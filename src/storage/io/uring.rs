@@ -63,12 +63,12 @@ impl UringEngine {
         let handle = std::thread::Builder::new()
             .name(format!("setcache-uring-{dev}"))
             .spawn(move || {
-                if let Some(c) = cpu {
-                    if let Err(e) = super::pin_to_cpu(c) {
-                        eprintln!(
-                            "setcache: could not pin the I/O thread of device {dev} to CPU {c}: {e}"
-                        );
-                    }
+                if let Some(c) = cpu
+                    && let Err(e) = super::pin_to_cpu(c)
+                {
+                    eprintln!(
+                        "setcache: could not pin the I/O thread of device {dev} to CPU {c}: {e}"
+                    );
                 }
                 // The ring is built on the thread that will be its only submitter, so
                 // the kernel can defer completion work to our own io_uring_enter calls.
@@ -297,10 +297,10 @@ impl Worker {
                     let _ = sub.register_files_update(slot, &[-1]);
                 }
                 self.files[slot as usize] = false;
-                if let Some(s) = &self.file_slots {
-                    if let Ok(mut g) = s.lock() {
-                        g.push(slot);
-                    }
+                if let Some(s) = &self.file_slots
+                    && let Ok(mut g) = s.lock()
+                {
+                    g.push(slot);
                 }
             }
             Ctrl::RegisterBuf { index, addr, len } => {
@@ -327,10 +327,10 @@ impl Worker {
                     let _ = unsafe { sub.register_buffers_update(index as u32, &[iov], None) };
                 }
                 self.bufs[index as usize] = false;
-                if let Some(s) = &self.buf_slots {
-                    if let Ok(mut g) = s.lock() {
-                        g.push(index);
-                    }
+                if let Some(s) = &self.buf_slots
+                    && let Ok(mut g) = s.lock()
+                {
+                    g.push(index);
                 }
             }
         }

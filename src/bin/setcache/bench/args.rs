@@ -33,6 +33,10 @@ Engines:
   setcache        the set-associative page cache over the same store; each thread
                   keeps --iodepth requests in flight on its own cached queue (with
                   --api sync: one call at a time; --access ref: page references)
+  setcache-numa   the same cache in --partitions partitions, each with its own
+                  worker thread; each thread keeps --iodepth requests in flight on
+                  a partition queue (its home partition's pages served itself, the
+                  others' by bundled messages; --compute: a task in the partition)
 
 The Linux engines run in a child process. As root with a memory cgroup controller,
 that process is confined to --cache-size plus its own memory (measured once it is
@@ -87,7 +91,7 @@ pub(crate) struct BenchArgs {
     /// Placement of blocks on devices: stripe, rotated or hash
     #[arg(long, value_name = "LAYOUT", default_value = "stripe", value_parser = layout_arg)]
     pub(crate) layout: LayoutKind,
-    /// Engines to compare, comma-separated: direct, direct-copy, linux-buffered, linux-direct, mmap, setcache
+    /// Engines to compare, comma-separated: direct, direct-copy, linux-buffered, linux-direct, mmap, setcache, setcache-numa
     #[arg(long, value_name = "LIST", value_delimiter = ',',
           default_value = "direct,linux-buffered,linux-direct,mmap", value_parser = engine_arg)]
     pub(crate) engine: Vec<Engine>,
@@ -98,17 +102,20 @@ pub(crate) struct BenchArgs {
     /// Zipf-drawn hub (cached engines; --bs at least 640)
     #[arg(long, value_name = "PATTERN", default_value = "randread", value_parser = Pattern::parse)]
     pub(crate) rw: Pattern,
-    /// Percentage of reads in a randrw workload
+    /// Percentage of reads in a randrw workload [default: 50]
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
     pub(crate) rwmix_read: Option<u8>,
-    /// Block size of each request: a multiple of 512 that divides 4k or is a multiple of it
+    /// Block size of each request: for the cached engines (setcache, setcache-numa) any
+    /// size from 1 byte; for the others a multiple of 512 that divides 4k or is a
+    /// multiple of it
     #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = size_arg)]
     pub(crate) bs: u64,
     /// Thread counts to run, comma-separated (one run per count)
     #[arg(long, value_name = "N[,N...]", value_delimiter = ',', default_value = "1",
           value_parser = count_arg)]
     pub(crate) threads: Vec<usize>,
-    /// Requests in flight per thread for the asynchronous engines (direct, direct-copy, setcache)
+    /// Requests in flight per thread for the asynchronous engines (direct, direct-copy,
+    /// setcache, setcache-numa)
     #[arg(long, value_name = "N", default_value_t = 32,
           value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub(crate) iodepth: u32,
@@ -122,7 +129,7 @@ pub(crate) struct BenchArgs {
     /// when possible), and the size of the setcache engine's cache and of
     /// direct-copy's frame pool, which this process holds (a size above what the
     /// machine can give them is refused) [default: unconstrained; setcache: a
-    /// quarter of the file]
+    /// quarter of the file, at least 16 MiB]
     #[arg(long, value_name = "SIZE", value_parser = size_arg)]
     pub(crate) cache_size: Option<u64>,
     /// Target hit ratios in percent, comma-separated: that share of reads falls in a hot

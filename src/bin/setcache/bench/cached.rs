@@ -1,6 +1,6 @@
 //! The `setcache` engine: the set-associative page cache over the store.
 //!
-//! One `CachedStore` (cache of `--cache-size`, default a quarter of the file)
+//! One `CachedStore` (cache of `--cache-size`, default a quarter of the file, at least 16 MiB)
 //! serves every thread. Each thread owns a `CachedQueue` and keeps `--iodepth`
 //! requests in flight: hits complete inside `submit`, misses read straight
 //! into cache frames. With `--api sync` each thread makes one `read_at` or
@@ -122,7 +122,7 @@ pub(crate) fn run(
 ) -> Result<(Outcome, (u64, u64)), String> {
     if cache_size.is_none() {
         say!(
-            "setcache: no --cache-size given; using {} (a quarter of the file)",
+            "setcache: no --cache-size given; using {} (a quarter of the file, at least 16 MiB)",
             format_size(cache_bytes(cache_size, w.file_len))
         );
     }

@@ -69,8 +69,8 @@ pub(crate) fn check_bs(bs: u64) -> Result<(), String> {
 /// I/O and whole pages: a multiple of 512 that divides the 4k page or is a
 /// multiple of it. `bench --bs` and `sim --page-size` share this rule.
 pub(crate) fn check_io_unit(flag: &str, what: &str, bytes: u64) -> Result<(), String> {
-    let divides = bytes > 0 && bytes <= PAGE && PAGE % bytes == 0;
-    if bytes < 512 || bytes % 512 != 0 || !(divides || bytes % PAGE == 0) {
+    let divides = bytes > 0 && bytes <= PAGE && PAGE.is_multiple_of(bytes);
+    if bytes < 512 || !bytes.is_multiple_of(512) || !(divides || bytes.is_multiple_of(PAGE)) {
         return Err(format!(
             "{flag} {} ({bytes} bytes) is not usable: the {what} must be a multiple of 512 \
              that divides the 4k page (512, 1k, 2k) or is a multiple of it (4k, 8k, 12k, ...)",
@@ -331,7 +331,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         }
     }
     let replay = load_trace(&mut a)?;
-    if a.file_size == 0 || a.file_size % PAGE != 0 {
+    if a.file_size == 0 || !a.file_size.is_multiple_of(PAGE) {
         return Err(format!(
             "--file-size {} is not a positive multiple of 4k",
             format_size(a.file_size)
@@ -436,7 +436,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 a.rw
             ));
         }
-        if a.bs > PAGE || PAGE % a.bs != 0 || a.touch > a.bs {
+        if a.bs > PAGE || !PAGE.is_multiple_of(a.bs) || a.touch > a.bs {
             return Err(format!(
                 "--access ref reads --touch {} bytes at the start of each --bs {} block inside one \
                  4k page: --bs must divide 4k and --touch be at most --bs",
@@ -451,7 +451,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 a.rw
             ));
         }
-        if a.bs > PAGE || PAGE % a.bs != 0 || a.bs % 8 != 0 {
+        if a.bs > PAGE || !PAGE.is_multiple_of(a.bs) || !a.bs.is_multiple_of(8) {
             return Err(format!(
                 "--compute sums each --bs {} block inside one 4k page as 64-bit words: --bs must divide 4k and be a multiple of 8",
                 a.bs

@@ -46,7 +46,7 @@ pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
             let frac_num: u128 = frac.parse().map_err(|_| bad("not a number"))?;
             let frac_den = 10u128.pow(frac.len() as u32);
             let scaled = frac_num * unit as u128;
-            if scaled % frac_den != 0 {
+            if !scaled.is_multiple_of(frac_den) {
                 return Err(bad("not a whole number of bytes"));
             }
             let frac_bytes = (scaled / frac_den) as u64;
@@ -64,7 +64,7 @@ pub(crate) fn format_size(bytes: u64) -> String {
     const UNITS: [(u32, &str); 4] = [(40, "T"), (30, "G"), (20, "M"), (10, "k")];
     for (shift, name) in UNITS {
         let unit = 1u64 << shift;
-        if bytes >= unit && bytes % unit == 0 {
+        if bytes >= unit && bytes.is_multiple_of(unit) {
             return format!("{}{name}", bytes >> shift);
         }
     }
@@ -139,7 +139,7 @@ mod tests {
         }
         let den = 10u128.pow(frac.len() as u32);
         let scaled = frac.parse::<u128>().ok()? * unit;
-        if scaled % den != 0 {
+        if !scaled.is_multiple_of(den) {
             return None;
         }
         u64::try_from(w * unit + scaled / den).ok()

@@ -337,16 +337,16 @@ impl<'a> PagedAccess<'a> {
         let wanted = |e: &(u32, u32, Option<Vec<u8>>)| e.0 == lo && e.1 == hi;
         if self.early.iter().any(wanted) {
             self.settle(|early| early.iter().any(|e| wanted(e) && e.2.is_some()));
-            if let Some(k) = self.early.iter().position(wanted) {
-                if let (_, _, Some(buf)) = self.early.remove(k) {
-                    out.clear();
-                    let words = buf
-                        .chunks_exact(8)
-                        .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
-                    out.extend(words);
-                    give_back(&mut self.spare, buf);
-                    return Ok(());
-                }
+            if let Some(k) = self.early.iter().position(wanted)
+                && let (_, _, Some(buf)) = self.early.remove(k)
+            {
+                out.clear();
+                let words = buf
+                    .chunks_exact(8)
+                    .map(|w| u64::from_ne_bytes(w.try_into().unwrap()));
+                out.extend(words);
+                give_back(&mut self.spare, buf);
+                return Ok(());
             }
         }
         self.offsets(lo..hi + 1, out)
