@@ -16,7 +16,15 @@ use setcache::hitsim::{self as sim, Trace};
 const SPEC: &str = "zipf:pages=20000,ops=400000,theta=0.8,seed=7";
 const CACHE: usize = 2000;
 /// Policies that must agree within `TOLERANCE`.
-const AGREE: [&str; 7] = ["lru", "fifo", "lfu", "arc", "s3fifo", "sieve", "opt"];
+const AGREE: [&str; 9] = [
+    "lru", "fifo", "lfu", "arc", "s3fifo", "sieve", "opt", "2q", "clock",
+];
+/// The others differ from libCacheSim's (LIRS by -0.99 points and W-TinyLFU
+/// by -0.82, parameters the textbooks leave open; CLOCK-Pro by +18.6, where
+/// libCacheSim's falls below its own LRU on this trace): their own hit ratios
+/// here, held within `TOLERANCE`, so that a change to them is seen (they were
+/// only printed).
+const OURS: [(&str, f64); 3] = [("clockpro", 0.5314), ("lirs", 0.5146), ("wtinylfu", 0.5392)];
 /// Hit-ratio tolerance: 0.2 percentage points.
 const TOLERANCE: f64 = 0.002;
 
@@ -121,9 +129,14 @@ fn global_policies_agree_with_libcachesim() {
         if AGREE.contains(&name.as_str()) && (ours - theirs).abs() > TOLERANCE {
             bad.push(name.clone());
         }
+        if let Some(&(_, own)) = OURS.iter().find(|o| o.0 == name)
+            && (ours - own).abs() > TOLERANCE
+        {
+            bad.push(format!("{name} (against its own {own})"));
+        }
     }
     eprintln!("{report}");
-    for p in AGREE {
+    for p in AGREE.iter().chain(OURS.iter().map(|o| &o.0)) {
         assert!(want.get(p).is_some(), "{p} missing from the {source}");
     }
     assert!(
