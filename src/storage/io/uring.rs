@@ -308,12 +308,12 @@ impl Worker {
                     iov_base: addr as *mut libc::c_void,
                     iov_len: len,
                 };
-                // SAFETY: the kernel only pins the range; no operation names the
-                // index once its arena is gone. An arena dropped before this
-                // message is applied has sent `UnregisterBuf` behind it (the
-                // mailbox keeps their order), which clears the slot in this same
-                // pass: the pages of freed memory are pinned for that moment and
-                // never read or written through the index.
+                // An arena dropped before this message is applied has sent
+                // `UnregisterBuf` behind it (the mailbox keeps their order),
+                // which clears the slot in this same pass: the pages of freed
+                // memory are pinned for that moment and never read or written
+                // through the index.
+                // SAFETY: the kernel only pins the range; no operation names the index once its arena is gone (see above).
                 let ok = unsafe { sub.register_buffers_update(index as u32, &[iov], None) }.is_ok();
                 self.bufs[index as usize] = ok;
             }

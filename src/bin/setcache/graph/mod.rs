@@ -200,8 +200,10 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
             .saturating_mul(8),
     );
     // Against what the machine (and its memory cgroup) can give now, not
-    // its whole memory; a graph stored already is not generated.
-    if a.regen || !stored(&a.dir, &spec).unwrap_or(false) {
+    // its whole memory; a graph stored already is not generated (looked for
+    // once, here: its offsets are read whole to be checked).
+    let present = !a.regen && a.dir.is_dir() && stored(&a.dir, &spec)?;
+    if !present {
         setcache::cache::check_memory(gen_bytes, || {
             format!(
                 "generating the graph of --scale {} --edge-factor {} (about {})",
@@ -240,7 +242,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("--dir {}: {e}", a.dir.display()))?;
     let progress = !a.no_progress && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let want_memory = a.backing.iter().any(|b| b == "memory");
-    let csr = prepare(&a, &spec, want_memory, progress)?;
+    let csr = prepare(&a, &spec, present, want_memory, progress)?;
     let entries = match &csr {
         Some(c) => c.targets.len() as u64,
         None => with_paged(&a.dir, 16 << 20, 1, &spec, |g| Ok(g.targets.len() * 2))?,
@@ -370,16 +372,16 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     summary(&a, &spec, n, entries, budget, &rows)
 }
 
-/// Open the graph's files (generating them if absent, wrong or `--regen`);
-/// the CSR in memory if `memory` and it fits.
+/// Open the graph's files (generating them unless `present`: stored whole
+/// and not `--regen`); the CSR in memory if `memory` and it fits.
 fn prepare(
     a: &GraphArgs,
     spec: &Spec,
+    present: bool,
     memory: bool,
     progress: bool,
 ) -> Result<Option<Csr>, String> {
     let n = spec.vertices();
-    let present = !a.regen && stored(&a.dir, spec)?;
     if !present {
         say!(
             "graph: generating {} (scale {}, edge factor {})",
