@@ -202,6 +202,9 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     // Against what the machine (and its memory cgroup) can give now, not
     // its whole memory; a graph stored already is not generated (looked for
     // once, here: its offsets are read whole to be checked).
+    if a.dir.exists() && !a.dir.is_dir() {
+        return Err(format!("--dir {}: not a directory", a.dir.display()));
+    }
     let present = !a.regen && a.dir.is_dir() && stored(&a.dir, &spec)?;
     if !present {
         setcache::cache::check_memory(gen_bytes, || {
@@ -944,6 +947,11 @@ mod tests {
             "/nonexistent is not a directory",
         );
         assert!(!dir.exists(), "nothing generated for a run refused");
+        // A file where the directory should be, named as such.
+        let file = dir.with_extension("file");
+        std::fs::write(&file, b"x").unwrap();
+        refused(&["--dir", file.to_str().unwrap()], "not a directory");
+        std::fs::remove_file(&file).unwrap();
         // A failed run's seconds are 0, not -0.
         let failed = super::Row {
             algo: "bfs".into(),
