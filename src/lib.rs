@@ -79,14 +79,15 @@ pub mod hitsim;
 mod test_alloc;
 
 pub use array::{
-    ArrayIter, ArrayReader, Element, PagedArray, Run, RunIter, TranslationStats, reader_table_bytes,
+    ArrayIter, ArrayReader, Element, MAX_ELEMENT_BYTES, PagedArray, Run, RunIter, TranslationStats,
+    reader_table_bytes,
 };
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageId,
     PageMut, PageRef, PolicyKind, SetMetadataBytes, WriteBack,
 };
 pub use cached::{
-    Advice, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
+    Advice, CacheView, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
     DEFAULT_READAHEAD_BYTES, FlushOptions, FlusherCounts, Guarded, MAX_GUARDS_PER_THREAD, PageAt,
     PageGuard, PageGuardMut, ReadAt, WriteAt,
 };

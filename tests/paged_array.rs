@@ -752,6 +752,15 @@ fn a_refused_element_type_leaves_no_file() {
     for refused in [
         PagedArray::<Wide>::create(&cs, "a", 4, LayoutKind::Stripe).map(drop),
         PagedArray::<[u8; 0]>::create(&cs, "a", 4, LayoutKind::Stripe).map(drop),
+        // Read by value on the stack: several MiB would overflow a thread's.
+        PagedArray::<[u8; setcache::MAX_ELEMENT_BYTES + 1]>::create(
+            &cs,
+            "a",
+            4,
+            LayoutKind::Stripe,
+        )
+        .map(drop),
+        PagedArray::<[u64; 512 << 10]>::create(&cs, "a", 4, LayoutKind::Stripe).map(drop),
     ] {
         assert!(
             matches!(refused, Err(Error::InvalidArgument(_))),
@@ -764,6 +773,10 @@ fn a_refused_element_type_leaves_no_file() {
     }
     let a = PagedArray::<u64>::create(&cs, "a", 4, LayoutKind::Stripe).unwrap();
     assert_eq!(a.len(), 4);
+    let big =
+        PagedArray::<[u8; setcache::MAX_ELEMENT_BYTES]>::create(&cs, "big", 2, LayoutKind::Stripe)
+            .unwrap();
+    assert_eq!(big.get(1).unwrap()[100], 0);
 }
 
 /// A cut inside a page that gives up on a later page another thread holds

@@ -76,6 +76,11 @@ elements!(u8, u16, u32, u64, u128, i8, i16, i32, i64, i128, f32, f64);
 // SAFETY: an array of plain old data is plain old data, aligned as its element, which divides its size.
 unsafe impl<T: Element, const N: usize> Element for [T; N] {}
 
+/// The largest element a paged array takes, in bytes: `get` returns each
+/// element by value, built on the calling thread's stack, and a thread's
+/// stack may be as small as 2 MiB.
+pub const MAX_ELEMENT_BYTES: usize = 64 << 10;
+
 /// Whether `T` is a word element: 1, 2, 4 or 8 bytes, aligned to its size,
 /// stored and loaded as one atomic word.
 const fn is_word<T>() -> bool {
@@ -338,6 +343,14 @@ impl<T: Element> PagedArray<T> {
         if !ps.is_power_of_two() {
             return Err(Error::InvalidArgument(format!(
                 "a paged array needs a cache whose page size is a power of two, not {ps}"
+            )));
+        }
+        if size_of::<T>() > MAX_ELEMENT_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "a paged array's elements may be at most {MAX_ELEMENT_BYTES} bytes, not {} \
+                 (each is read into a value on the thread's stack; keep larger records as \
+                 runs of bytes)",
+                size_of::<T>()
             )));
         }
         // Frames are aligned to 4 KiB at least (to 2 MiB in a cache of 2 MiB

@@ -43,12 +43,14 @@ mod queue;
 pub(crate) mod readahead;
 pub(crate) mod shared;
 pub(crate) mod staging;
+mod view;
 pub(crate) mod writeback;
 
 pub use aio::{PageAt, ReadAt, WriteAt};
 pub use flusher::{FlushOptions, FlusherCounts};
 pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
+pub use view::CacheView;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -492,8 +494,15 @@ impl CachedStore {
         &self.inner.store
     }
 
-    /// The page cache.
-    pub fn cache(&self) -> &PageCache {
+    /// The page cache: its shape, counters and pages, a resize and the
+    /// eviction of clean pages (a view that cannot lose written bytes).
+    pub fn cache(&self) -> CacheView<'_> {
+        CacheView::new(&self.inner.cache)
+    }
+
+    /// The page cache itself, for the crate's own tests.
+    #[cfg(test)]
+    pub(crate) fn page_cache(&self) -> &PageCache {
         &self.inner.cache
     }
 

@@ -1840,7 +1840,7 @@ mod tests {
         // in the staging area: a chunk whose pages it all brought would not
         // be read into by the queue, nor registered (a flaky failure below).
         cs.set_readahead(0);
-        let cache = cs.cache();
+        let cache = cs.page_cache();
         let chunks = cache.frame_chunks();
         assert_eq!((chunks.count(), chunks.chunk_bytes()), (3, chunk));
         cache.resize(3 * chunk).unwrap();

@@ -1054,7 +1054,7 @@ mod tests {
         let cached = |f: &crate::CachedFile| {
             (0..4u64)
                 .filter(|&p| {
-                    cs.cache()
+                    cs.page_cache()
                         .try_pin_present(f.id, p, false)
                         .unwrap()
                         .is_some()
