@@ -983,12 +983,34 @@ impl<M: Model> PageCache<M> {
         tag_of(file, from)?;
         let first = ((file as u64) << 40) | from;
         let last = ((file as u64) << 40) | MAX_PAGE;
-        let which = |t: u64| (first..=last).contains(&t);
+        self.discard_matching(
+            |t: u64| (first..=last).contains(&t),
+            || format!("cache file {file}"),
+        )
+    }
+
+    /// Drop every cached page of the cache files `files` (sorted), as
+    /// [`PageCache::discard`] does, in one walk of the cache for them all.
+    pub(crate) fn discard_files(&self, files: &[u32]) -> Result<usize> {
+        debug_assert!(files.is_sorted());
+        self.discard_matching(
+            |t: u64| files.binary_search(&((t >> 40) as u32)).is_ok(),
+            || format!("{} cache files", files.len()),
+        )
+    }
+
+    /// `discard`'s loop for the pages whose tags `which` picks; `what` names
+    /// them in its error.
+    fn discard_matching(
+        &self,
+        which: impl Fn(u64) -> bool,
+        what: impl Fn() -> String,
+    ) -> Result<usize> {
         let mut total = 0;
         let mut since = std::time::Instant::now();
         let mut pause = 1u64;
         loop {
-            let (dropped, busy) = self.core.discard_where(which);
+            let (dropped, busy) = self.core.discard_where(&which);
             total += dropped;
             if busy == 0 {
                 // A resize may have moved a page into a set already visited:
@@ -1002,8 +1024,9 @@ impl<M: Model> PageCache<M> {
                 since = std::time::Instant::now();
             } else if since.elapsed() > self.core.pin_wait {
                 return Err(Error::Busy(format!(
-                    "{busy} cached pages of cache file {file} stayed in use for {:?} \
-                     while they were being dropped",
+                    "{busy} cached pages of {} stayed in use for {:?} while they were being \
+                     dropped",
+                    what(),
                     self.core.pin_wait
                 )));
             }

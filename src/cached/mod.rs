@@ -53,7 +53,7 @@ pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
 pub use view::CacheView;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use crate::cache::{CacheOptions, Got, Mode, PageCache, PageMut, PageRef};
@@ -418,6 +418,7 @@ impl CachedStore {
                 return Err(e);
             }
         };
+        let store_devices = store.devices();
         let ahead = Ahead::new(readahead::DEFAULT_MAX_BYTES / cache.page_size());
         let staging = staging::Staging::new(cache.capacity_pages() * cache.page_size());
         let inner = Arc::new(Shared {
@@ -431,6 +432,10 @@ impl CachedStore {
             ahead,
             staging,
             aio: std::sync::OnceLock::new(),
+            opens: AtomicU64::new(0),
+            idle_keep: AtomicUsize::new(shared::idle_keep(store_devices)),
+            trim_at: AtomicUsize::new(shared::idle_keep(store_devices)),
+            trimming: Mutex::new(()),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -555,7 +560,7 @@ impl CachedStore {
         // in the lock order), so no delete or create runs in between.
         let name = file.name();
         let store = file.inner.store.clone();
-        let (id, entry, dead) = store.with_current(|current| -> Result<_> {
+        let (id, entry, dead, listed) = store.with_current(|current| -> Result<_> {
             let current = current(&name, &file.inner);
             if !current {
                 // Deleted or replaced since the store opened it: no handle,
@@ -593,12 +598,20 @@ impl CachedStore {
                     (id, entry)
                 }
             };
-            Ok((id, entry, shared::unlist(&mut files, dead)))
+            entry.opened.store(
+                self.inner.opens.fetch_add(1, Ordering::Relaxed) + 1,
+                Ordering::Release,
+            );
+            let dead = shared::unlist(&mut files, dead);
+            Ok((id, entry, dead, files.len()))
         })?;
         // Write-backs in flight take the table lock as they finish: drop the
         // retired files' pages only once it is let go.
         for (id, e) in dead {
             self.inner.retire(id, e);
+        }
+        if listed >= self.inner.trim_at.load(Ordering::Relaxed) {
+            self.inner.trim_idle();
         }
         Ok(CachedFile {
             shared: self.inner.clone(),

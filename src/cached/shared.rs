@@ -34,6 +34,15 @@ pub(crate) struct Shared {
     /// The futures' I/O workers: state of the layer above, which this layer
     /// only stops.
     pub(crate) aio: std::sync::OnceLock<Box<dyn Workers>>,
+    /// Counts opens, to stamp `Entry::opened`.
+    pub(crate) opens: AtomicU64,
+    /// Entries without a handle kept in the table, at most (past it,
+    /// [`Shared::trim_idle`] syncs and retires the least recently opened).
+    pub(crate) idle_keep: AtomicUsize,
+    /// The table's size at which an open next looks for idle entries.
+    pub(crate) trim_at: AtomicUsize,
+    /// One trim at a time.
+    pub(crate) trimming: Mutex<()>,
 }
 
 /// Threads a layer above keeps for the store (the futures' I/O workers):
@@ -173,6 +182,9 @@ pub(crate) struct Entry {
     /// outlive or meet: while this is above zero, shared references are
     /// refused ([`Entry::refs_allowed`]). It never falls once an array is made.
     pub(crate) word_arrays: AtomicUsize,
+    /// When it was last opened (`Shared::opens`), set under the table's
+    /// lock: a trim retires only an entry not opened since it synced it.
+    pub(crate) opened: AtomicU64,
 }
 
 /// The pages of a file written back since its last good fsync, and whether a
@@ -293,6 +305,7 @@ impl Entry {
             syncing: Mutex::new(()),
             advice: AtomicU8::new(0),
             word_arrays: AtomicUsize::new(0),
+            opened: AtomicU64::new(0),
         }
     }
 
@@ -401,6 +414,24 @@ impl Drop for Shared {
     }
 }
 
+/// How many entries without a handle a cache of a store of `devices`
+/// devices keeps (`Shared::idle_keep`): a quarter of the descriptors the
+/// process may open, one per device each, between 16 and 1,024 entries.
+pub(crate) fn idle_keep(devices: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into `lim`, which outlives the call.
+    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        1024
+    };
+    let per = nofile / 4 / devices.max(1) as u64;
+    per.clamp(16, 1024) as usize
+}
+
 /// Retired ids still held at their retirement that gather before a
 /// [`Shared::new_id`] looks whether they can be freed.
 const RECLAIM_AT: usize = 32;
@@ -493,6 +524,78 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push((id, Arc::downgrade(&e)));
+    }
+
+    /// If more entries than `idle_keep` have no handle, sync the least
+    /// recently opened of them (without waiting for pages in use or another
+    /// sync) and retire those that synced and were not opened meanwhile,
+    /// down to three quarters of `idle_keep`: each holds its file's
+    /// descriptors, and a process that opens many files in turn would run
+    /// out of them. Their pages go (clean, after the sync); an entry whose
+    /// sync fails stays, with the failure its next sync reports. The table
+    /// is looked at again once it has grown by a quarter of `idle_keep`.
+    pub(crate) fn trim_idle(&self) {
+        let Ok(_one) = self.trimming.try_lock() else {
+            return;
+        };
+        let keep = self.idle_keep.load(Ordering::Relaxed);
+        let mut idle: Vec<(u64, u32)> = self
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(_, e)| Arc::strong_count(e) == 1)
+            .map(|(&id, e)| (e.opened.load(Ordering::Acquire), id))
+            .collect();
+        if idle.len() > keep {
+            idle.sort_unstable();
+            idle.truncate(idle.len() - keep * 3 / 4);
+            // Synced now: nothing of theirs is owed to a later sync.
+            idle.retain(|&(_, id)| self.sync_file_as(id, false).is_ok());
+            let dead = {
+                let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
+                let ids: Vec<u32> = idle
+                    .iter()
+                    .filter(|&&(opened, id)| {
+                        files.get(&id).is_some_and(|e| {
+                            Arc::strong_count(e) == 1 && e.opened.load(Ordering::Acquire) == opened
+                        })
+                    })
+                    .map(|&(_, id)| id)
+                    .collect();
+                unlist(&mut files, ids)
+            };
+            self.retire_idle(dead);
+        }
+        let len = self.files.read().unwrap_or_else(|p| p.into_inner()).len();
+        self.trim_at
+            .store(len + (keep / 4).max(1), Ordering::Relaxed);
+    }
+
+    /// Retire entries that had no handle when they left the table: as
+    /// [`Shared::retire`], with one walk of the cache for them all (no handle
+    /// can bring a page of theirs in any more).
+    fn retire_idle(&self, mut dead: Vec<(u32, Arc<Entry>)>) {
+        if dead.is_empty() {
+            return;
+        }
+        dead.sort_unstable_by_key(|&(id, _)| id);
+        let ids: Vec<u32> = dead.iter().map(|&(id, _)| id).collect();
+        let dropped = self.cache.discard_files(&ids).is_ok();
+        let mut free = self.free_ids.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = Vec::new();
+        for (id, e) in dead {
+            if dropped && Arc::strong_count(&e) == 1 {
+                free.push(id);
+            } else {
+                held.push((id, Arc::downgrade(&e)));
+            }
+        }
+        drop(free);
+        self.retired
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(held);
     }
 
     /// Free the retired ids that no handle holds any more and whose pages
@@ -1200,6 +1303,80 @@ mod tests {
             Err(crate::Error::FileNotFound(_))
         ));
         cs.sync().unwrap();
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Files opened, written and let go one after another do not keep their
+    /// entries (and descriptors): past `idle_keep` entries without a handle,
+    /// the least recently opened are synced and leave the table. Their bytes
+    /// survive a power cut (simulated devices; no flusher, so only the
+    /// trim's sync wrote them). A file still held stays usable, and while
+    /// fsyncs fail no entry leaves.
+    #[test]
+    fn files_let_go_in_turn_leave_the_table_synced() {
+        use crate::{EngineKind, SimConfig, SimMedia, SimSwitches};
+        use std::sync::Arc;
+        use std::sync::atomic::Ordering;
+        let dir = crate::cached::scratch_dir("idle-trim");
+        let media = SimMedia::new();
+        let sw = Arc::new(SimSwitches::default());
+        sw.keep_synced.store(true, Ordering::Release);
+        let open = || {
+            let opts = StoreOptions {
+                engine: EngineKind::Sim(SimConfig {
+                    media: media.clone(),
+                    switches: sw.clone(),
+                    ..SimConfig::default()
+                }),
+                ..StoreOptions::default()
+            };
+            let store = Store::open(&[&dir], opts).unwrap();
+            CachedStore::with_flusher(store, crate::cached::small_cache(64), None).unwrap()
+        };
+        let cs = open();
+        cs.inner.idle_keep.store(4, Ordering::Relaxed);
+        cs.inner.trim_at.store(4, Ordering::Relaxed);
+        let listed = |cs: &CachedStore| cs.inner.files.read().unwrap().len();
+        let write = |cs: &CachedStore, i: usize| {
+            let f = cs
+                .create(&format!("f{i}"), 4096, LayoutKind::Stripe)
+                .unwrap();
+            f.write_at(0, format!("file {i}").as_bytes()).unwrap();
+        };
+        let held = cs.create("held", 4096, LayoutKind::Stripe).unwrap();
+        held.write_at(0, b"held").unwrap();
+        (0..40).for_each(|i| write(&cs, i));
+        assert!(
+            listed(&cs) <= 8,
+            "{} entries for 41 files, 1 held",
+            listed(&cs)
+        );
+        held.write_at(4, b"!").unwrap();
+        let mut b = [0u8; 5];
+        held.read_at(0, &mut b).unwrap();
+        assert_eq!(&b, b"held!");
+        // Twenty more let go with no trim, then a trim whose fsyncs fail:
+        // nothing synced, so nothing leaves.
+        cs.inner.idle_keep.store(1000, Ordering::Relaxed);
+        (40..60).for_each(|i| write(&cs, i));
+        let before = listed(&cs);
+        cs.inner.idle_keep.store(4, Ordering::Relaxed);
+        sw.fsync_failures.store(1000, Ordering::Release);
+        cs.inner.trim_idle();
+        sw.fsync_failures.store(0, Ordering::Release);
+        assert_eq!(listed(&cs), before, "entries left the table unsynced");
+        media.cut_power(7);
+        drop((held, cs));
+        media.power_on();
+        let cs = open();
+        for i in 0..30 {
+            let f = cs.open_file(&format!("f{i}")).unwrap();
+            let want = format!("file {i}");
+            let mut got = vec![0u8; want.len()];
+            f.read_at(0, &mut got).unwrap();
+            assert_eq!(got, want.as_bytes(), "f{i} after a power cut");
+        }
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -442,12 +442,29 @@ impl Shared {
     /// neighbours merged into one write), waiting for pages that are busy (a
     /// writer holds them, or another write-back runs), then fsync.
     pub(crate) fn sync_file(&self, id: u32) -> Result<()> {
+        self.sync_file_as(id, true)
+    }
+
+    /// As [`Shared::sync_file`]; without `wait`, fails [`Error::Busy`] at
+    /// once where it would wait for another sync of the file or for pages
+    /// others hold (what is left dirty stays marked for the next sync).
+    pub(crate) fn sync_file_as(&self, id: u32, wait: bool) -> Result<()> {
         self.retire_finished();
         let e = self.entry(id)?;
         // One sync of a file at a time: a sync whose fsync failed has made its
         // pages dirty again before the next one starts writing, so the next
         // one's good fsync (the kernel reports a failure once) covers them.
-        let _one = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = if wait {
+            e.syncing.lock().unwrap_or_else(|p| p.into_inner())
+        } else {
+            match e.syncing.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    return Err(Error::Busy(format!("{:?} is being synced", e.file.name())));
+                }
+            }
+        };
         self.answer_meta_fsyncs(&e, id);
         // Only the sets where the file's pages turned dirty since the last
         // sync: the cost follows what is dirty, not the cache.
@@ -477,14 +494,14 @@ impl Shared {
             sets,
             done: false,
         };
-        let r = self.write_and_fsync(id, &e, pending);
+        let r = self.write_and_fsync(id, &e, pending, wait);
         remark.done = r.is_ok();
         r
     }
 
     /// `sync_file`'s work once the file's dirty pages are known: write them,
     /// then fsync if anything was written since the last good fsync.
-    fn write_and_fsync(&self, id: u32, e: &Entry, mut pending: Vec<u64>) -> Result<()> {
+    fn write_and_fsync(&self, id: u32, e: &Entry, mut pending: Vec<u64>, wait: bool) -> Result<()> {
         // This thread's sync queue, kept from its last sync: its ring is set
         // up once, not for every sync (a database syncs at every commit).
         let q = SYNC_QUEUE
@@ -540,6 +557,15 @@ impl Shared {
                     // This round's writes are done (a lone one runs in
                     // `poll`): the pages they covered are clean now, so
                     // look again at once.
+                } else if !wait {
+                    // Held by others: the sets go back (see `Remark`).
+                    let q = w.into_queue();
+                    let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
+                    return Err(Error::Busy(format!(
+                        "{} pages of {:?} are in use",
+                        pending.len(),
+                        e.file.name()
+                    )));
                 } else {
                     std::thread::sleep(Duration::from_micros(pause));
                     pause = (pause * 2).min(1000);
