@@ -665,6 +665,21 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
     }
 }
 
+/// `pthread_exit`: from the main thread of a process whose store is open,
+/// the process would otherwise never end (the store's own threads live on
+/// after the program's last thread); a thread of the store's ends it, as the
+/// program's last thread ending would, once only the store's threads are
+/// left. Any other call goes to the C library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
+    // SAFETY: plain getters.
+    if unsafe { libc::gettid() == libc::getpid() } {
+        state::end_with_the_program();
+    }
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real::pthread_exit()(retval) }
+}
+
 /// `sync`: the store's dirty pages and lengths too, as a local file
 /// system's would be.
 #[unsafe(no_mangle)]

@@ -308,6 +308,44 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("x: 6 onetwo"), "{t}");
 }
 
+/// A program whose main thread ends with `pthread_exit` while another thread
+/// still writes ends once that thread does (the store's own threads do not
+/// keep it alive), with the other thread's bytes kept: whether the main
+/// thread used the store before it ended or the other thread opens it later.
+#[test]
+fn a_main_thread_ending_first_leaves_the_process_to_end_with_its_last_thread() {
+    let s = Setup::new("main-ends");
+    let prog = probe(&s.p("bin"), true);
+    for mode in ["main-ends-first", "main-ends-untouched"] {
+        let mut child = s
+            .preloaded(&prog)
+            .arg(s.p("store"))
+            .arg(mode)
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("run the probe");
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().expect("wait for the probe") {
+                break st;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(20) {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{mode}: the process was still running 20 s after its threads ended");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        assert!(status.success(), "{mode}: {status}");
+    }
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "pm", "pt", "pu"]);
+    let t = text(&run(c).stdout);
+    for want in ["pm: 4 main", "pt: 4 late", "pu: 4 late"] {
+        assert!(t.contains(want), "{want} missing:\n{t}");
+    }
+}
+
 /// A file's last close syncs it even while another thread looks the file up
 /// by name at that moment (a `stat` holds the file a while): each of 64
 /// files closed once, opened, written and closed under such lookups has its

@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static char dir[4096];
@@ -494,6 +495,34 @@ static void exit_writes(void) {
     show("write one", write(late_fd, "one", 3));
 }
 
+/* A thread that writes a store file after the main thread has ended. */
+static void *late_thread(void *arg) {
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int fd = open(path((const char *)arg), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || write(fd, "late", 4) != 4 || close(fd) != 0)
+        abort();
+    return NULL;
+}
+
+/* The main thread ends with pthread_exit while another thread still works:
+ * the process must end once that thread does, with what it wrote kept. With
+ * `touch`, the main thread uses the store first (the store's threads are
+ * running when it ends); without, the other thread opens it later. */
+static void main_ends_first(int touch) {
+    static char name[8];
+    snprintf(name, sizeof name, "%s", touch ? "pt" : "pu");
+    if (touch) {
+        int fd = open(path("pm"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        show("write pm", write(fd, "main", 4));
+        show("close pm", close(fd));
+    }
+    pthread_t t;
+    if (pthread_create(&t, NULL, late_thread, name) != 0)
+        abort();
+    pthread_exit(NULL);
+}
+
 /* The bytes of each file named. */
 static void cat(int argc, char **argv) {
     for (int i = 3; i < argc; i++) {
@@ -727,6 +756,10 @@ int main(int argc, char **argv) {
         old_stat();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
         tail_race();
+    else if (argc > 2 && strcmp(argv[2], "main-ends-first") == 0)
+        main_ends_first(1);
+    else if (argc > 2 && strcmp(argv[2], "main-ends-untouched") == 0)
+        main_ends_first(0);
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
         cat(argc, argv);
     else
