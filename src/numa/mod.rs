@@ -197,6 +197,9 @@ pub struct Partitions<'cs> {
     /// Each partition's node's CPUs, when partitions are real: a queue's
     /// home is the partition whose node runs the thread that makes it.
     part_cpus: Vec<Vec<usize>>,
+    /// Why the partitions' memory is not bound to their nodes, when the
+    /// kernel refused it.
+    unbound: Option<String>,
     /// The next emulated partition to be a queue's home.
     next_home: AtomicUsize,
     _cs: PhantomData<&'cs CachedStore>,
@@ -262,11 +265,20 @@ impl<'cs> Partitions<'cs> {
         } else {
             opts.worker_depth
         };
+        // The frames' placement is a preference: where the kernel refuses it
+        // (a container's seccomp profile refuses `mbind`), the partitions
+        // work with their memory where it lies, and say so.
+        let mut unbound = None;
         if !emulated {
             for p in 0..n {
-                cs.inner
+                if let Err(e) = cs
+                    .inner
                     .cache
-                    .prefer_node(p, cache_nodes[p % cache_nodes.len()].id)?;
+                    .prefer_node(p, cache_nodes[p % cache_nodes.len()].id)
+                {
+                    unbound = Some(e.to_string());
+                    break;
+                }
             }
         }
         let mut me = Partitions {
@@ -274,6 +286,7 @@ impl<'cs> Partitions<'cs> {
             parts: Vec::new(),
             threads: Vec::new(),
             emulated,
+            unbound,
             part_cpus: Vec::new(),
             next_home: AtomicUsize::new(0),
             _cs: PhantomData,
@@ -313,6 +326,14 @@ impl<'cs> Partitions<'cs> {
     /// machine's nodes', or the machine has one node): workers not bound.
     pub fn emulated(&self) -> bool {
         self.emulated
+    }
+
+    /// Why the partitions' sets and frames are not bound to their nodes'
+    /// memory although the partitions are not emulated (the kernel refused
+    /// the binding: the workers serve them where they lie); `None` when
+    /// bound, or emulated.
+    pub fn memory_unbound(&self) -> Option<&str> {
+        self.unbound.as_deref()
     }
 
     /// The partition that owns the page holding byte `offset` of `file`.
@@ -992,6 +1013,68 @@ mod tests {
     use crate::cache::CacheOptions;
     use crate::storage::layout::LayoutKind;
     use crate::{Store, StoreOptions};
+
+    /// On a machine of two nodes whose kernel refuses to bind memory (here:
+    /// two nodes given in place of the machine's one, so that binding to
+    /// node 1 is refused), the partitions still start, bound to nodes but
+    /// with their memory where it lies, say why, and serve reads.
+    #[test]
+    fn partitions_whose_memory_cannot_be_bound_still_serve() {
+        use crate::util::nodes::{FAKE_NODES, Node};
+        FAKE_NODES.with(|f| {
+            *f.borrow_mut() = Some(vec![
+                Node {
+                    id: 0,
+                    cpus: vec![0],
+                },
+                Node {
+                    id: 1,
+                    cpus: vec![0],
+                },
+            ])
+        });
+        let dir =
+            std::env::temp_dir().join(format!("setcache-part-unbound-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let f = store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+        let mut b = crate::AlignedBuf::new(1 << 20);
+        b.fill(7);
+        f.write_at(0, &b).unwrap();
+        drop(f);
+        let opts = CacheOptions {
+            size: 4 << 20,
+            partitions: 0,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let f = cs.open_file("f").unwrap();
+        let parts = Partitions::new(&cs, PartitionOptions::default());
+        FAKE_NODES.with(|f| *f.borrow_mut() = None);
+        let parts = parts.unwrap();
+        assert!(!parts.emulated());
+        let why = parts
+            .memory_unbound()
+            .expect("memory bound to a node that is not there");
+        assert!(why.contains("NUMA node 1"), "{why}");
+        let mut q = parts.queue_on(16, None).unwrap();
+        for k in 0..16u64 {
+            q.read(&f, k * 4096, vec![0; 4096], k);
+        }
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 16);
+        for c in &done {
+            c.result.as_ref().unwrap();
+            assert!(c.buf.iter().all(|&b| b == 7), "request {}", c.tag);
+        }
+        drop(q);
+        drop(parts);
+        drop((f, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// A queue dropped while a worker that stopped on a panic holds some of
     /// its requests panics, as its waits do, but closes its links first: the

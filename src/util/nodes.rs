@@ -1,5 +1,13 @@
 //! The machine's NUMA nodes, as the kernel lists them.
 
+#[cfg(test)]
+thread_local! {
+    /// In unit tests: the nodes `nodes` gives this thread in place of the
+    /// machine's.
+    pub(crate) static FAKE_NODES: std::cell::RefCell<Option<Vec<Node>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
 /// A node of the machine and its CPUs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
@@ -12,6 +20,10 @@ pub struct Node {
 /// The machine's NUMA nodes from `/sys/devices/system/node` (empty where the
 /// directory is missing or unreadable).
 pub fn nodes() -> Vec<Node> {
+    #[cfg(test)]
+    if let Some(v) = FAKE_NODES.with(|f| f.borrow().clone()) {
+        return v;
+    }
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
         return Vec::new();
     };

@@ -61,9 +61,11 @@ pub(crate) fn run(
         "setcache-numa: {} partitions{}; each thread serves its home partition's pages itself, the others' by message",
         parts.count(),
         if parts.emulated() {
-            " (emulated: workers not bound to nodes, threads' homes taken in turn)"
+            " (emulated: workers not bound to nodes, threads' homes taken in turn)".to_string()
+        } else if let Some(why) = parts.memory_unbound() {
+            format!(", one per node, workers bound to their nodes, memory not ({why})")
         } else {
-            ", one per node, workers bound to their nodes"
+            ", one per node, workers bound to their nodes".to_string()
         }
     );
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
