@@ -93,12 +93,22 @@ struct Req {
 }
 
 /// One message of requests: the files the link has not named before (a
-/// handle each, numbered on from the link's last), then the requests.
+/// handle each, numbered on from the link's last, or from 0 after `forget`),
+/// then the requests.
 #[derive(Default)]
 struct Bundle {
+    /// The worker lets go of the files the link named before (no request
+    /// naming them is in flight): a queue does not keep every file it ever
+    /// named open.
+    forget: bool,
     files: Vec<CachedFile>,
     reqs: Vec<Req>,
 }
+
+/// Files a queue names to one partition before, at a moment when nothing it
+/// sent there is in flight, it lets the partition forget them and numbers
+/// anew.
+const NAMED_MAX: usize = 64;
 
 #[derive(Clone, Copy)]
 enum What {
@@ -555,6 +565,10 @@ impl PartQueue<'_> {
         // reads one file, and this spares it a hash per request.
         let (last_key, last_no) = self.last[p];
         let known = (last_key == key).then_some(last_no);
+        if known.is_none() && self.named[p].len() >= NAMED_MAX && !self.named[p].contains_key(&key)
+        {
+            self.forget_named(p);
+        }
         let named = &mut self.named[p];
         let n = named.len() as u32;
         self.outstanding += 1;
@@ -628,6 +642,30 @@ impl PartQueue<'_> {
     /// Requests of the home partition started and not yet finished.
     fn local_outstanding(&self) -> usize {
         self.local.as_ref().map_or(0, |l| l.server.q.outstanding())
+    }
+
+    /// If nothing this queue gave partition `p` is in flight or gathered,
+    /// let go of the files it named there (the partition's worker, or this
+    /// queue's own server for its home partition, forgets them too), so
+    /// that their handles do not live as long as the queue.
+    fn forget_named(&mut self, p: usize) {
+        if self.home == Some(p)
+            && let Some(l) = self.local.as_mut()
+        {
+            if !l.batch.is_empty() || l.server.q.outstanding() > 0 {
+                return;
+            }
+            l.files.clear();
+        } else {
+            let b = &mut self.bundles[p];
+            if self.sent[p] > 0 || !b.reqs.is_empty() {
+                return;
+            }
+            b.files.clear();
+            b.forget = true;
+        }
+        self.named[p].clear();
+        self.last[p] = (0, 0);
     }
 
     /// The partition whose pages this queue serves itself, if any.
@@ -916,6 +954,9 @@ fn serve_part(
         for &k in &keys {
             let s = served.get_mut(k).expect("served");
             while let Some(b) = s.app.links[index].requests.pop() {
+                if b.forget {
+                    s.files.clear();
+                }
                 s.files.extend(b.files);
                 s.in_flight += b.reqs.len();
                 batch.extend(b.reqs.into_iter().map(|r| (k, r)));
@@ -1013,6 +1054,78 @@ mod tests {
     use crate::cache::CacheOptions;
     use crate::storage::layout::LayoutKind;
     use crate::{Store, StoreOptions};
+
+    /// A queue that reads many files in turn, each let go after its read,
+    /// does not keep them all open: past `NAMED_MAX` files named to a
+    /// partition, at a moment when nothing is in flight there, the partition
+    /// forgets them. Through the workers, and through the queue's own home
+    /// partition.
+    #[test]
+    fn a_queue_lets_go_of_the_files_it_named() {
+        let dir = std::env::temp_dir().join(format!("setcache-part-named-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        // Each file's bytes its own, so that a read through a stale number
+        // shows.
+        let mut b = crate::AlignedBuf::new(8192);
+        for i in 0..300 {
+            b.fill((i % 251 + 1) as u8);
+            let f = store
+                .create(&format!("f{i}"), 8192, LayoutKind::Stripe)
+                .unwrap();
+            f.write_at(0, &b).unwrap();
+        }
+        let opts = CacheOptions {
+            size: 4 << 20,
+            partitions: 2,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+        // Entries some handle besides the table's still holds.
+        let held = || {
+            cs.inner
+                .files
+                .read()
+                .unwrap()
+                .values()
+                .filter(|e| Arc::strong_count(e) > 1)
+                .count()
+        };
+        for home in [None, Some(0)] {
+            let mut q = parts.queue_on(16, home).unwrap();
+            for i in 0..300 {
+                let f = cs.open_file(&format!("f{i}")).unwrap();
+                q.read(&f, 0, vec![0; 4096], 0);
+                q.read(&f, 4096, vec![0; 4096], 1);
+                drop(f);
+                q.drain();
+                let mut done = Vec::new();
+                q.take_completions(&mut done);
+                assert_eq!(done.len(), 2);
+                for c in &done {
+                    c.result.as_ref().unwrap();
+                    let want = (i % 251 + 1) as u8;
+                    assert!(
+                        c.buf.iter().all(|&x| x == want),
+                        "f{i}: a stale number read another file"
+                    );
+                }
+            }
+            // The drains waited for the replies, so the workers took every
+            // bundle, and its forgetting, before.
+            let n = held();
+            assert!(
+                n <= 2 * (NAMED_MAX + 1),
+                "{n} of 300 files still held by a queue (home {home:?})"
+            );
+            drop(q);
+        }
+        drop(parts);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     /// On a machine of two nodes whose kernel refuses to bind memory (here:
     /// two nodes given in place of the machine's one, so that binding to
