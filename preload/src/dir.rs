@@ -1,7 +1,7 @@
 //! Listing `SETCACHE_DIR`: `opendir` of it returns a stream of the store's
 //! file names (with `.` and `..`); `readdir`, `readdir64`, their `_r` forms,
 //! `rewinddir`, `telldir`, `seekdir`, `dirfd` and `closedir` know such streams
-//! from the C library's.
+//! from the C library's; `scandir` and `scandir64` list it too.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
@@ -280,5 +280,125 @@ pub unsafe extern "C" fn readdir_r(
         Some(l) => unsafe { next_into(l, entry.cast(), result.cast()) },
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::readdir_r()(dir, entry, result) },
+    }
+}
+
+/// `scandir` of the store's directory: its listing, through the caller's
+/// filter and order, each entry and the array from `malloc` as the C
+/// library's are (the caller frees them). The C library's own `scandir`
+/// opens the directory without the `opendir` above, so it would list the
+/// directory on the disk, which holds none of the store's files.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandir64(
+    path: *const c_char,
+    out: *mut *mut *mut libc::dirent64,
+    filter: Option<real::ScanFilter64>,
+    order: Option<real::ScanOrder64>,
+) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Root => {}
+        Place::Bad(e) => {
+            set_errno(e);
+            return -1;
+        }
+        Place::Inside(_) => {
+            set_errno(libc::ENOTDIR);
+            return -1;
+        }
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => return unsafe { real::scandir64()(path, out, filter, order) },
+    }
+    let dir = match open_listing(None) {
+        Ok(d) => d,
+        Err(e) => {
+            set_errno(e);
+            return -1;
+        }
+    };
+    let mut got: Vec<*mut libc::dirent64> = Vec::new();
+    let size = std::mem::size_of::<libc::dirent64>();
+    let fail = |got: &[*mut libc::dirent64], e: i32| {
+        for &p in got {
+            // SAFETY: each came from malloc below and was not handed out.
+            unsafe { libc::free(p.cast()) };
+        }
+        set_errno(e);
+        -1
+    };
+    loop {
+        // SAFETY: a live listing made by open_listing.
+        let e = next(unsafe { &mut *ours(dir).expect("a listing of ours") });
+        if e.is_null() {
+            break;
+        }
+        if let Some(f) = filter {
+            // SAFETY: the caller's filter, given the listing's entry (valid until the next call).
+            let keep = unsafe { f(e) };
+            if keep == 0 {
+                continue;
+            }
+        }
+        // SAFETY: plain allocation.
+        let p = unsafe { libc::malloc(size) }.cast::<libc::dirent64>();
+        if p.is_null() {
+            // SAFETY: the listing made above.
+            unsafe { closedir(dir) };
+            return fail(&got, libc::ENOMEM);
+        }
+        // SAFETY: both hold one dirent64; the copy is the caller's from now on.
+        unsafe { std::ptr::copy_nonoverlapping(e, p, 1) };
+        got.push(p);
+    }
+    // SAFETY: the listing made above.
+    unsafe { closedir(dir) };
+    // SAFETY: plain allocation (one slot at least, as a count of 0 may be freed).
+    let arr = unsafe { libc::malloc(got.len().max(1) * std::mem::size_of::<usize>()) }
+        .cast::<*mut libc::dirent64>();
+    if arr.is_null() {
+        return fail(&got, libc::ENOMEM);
+    }
+    // SAFETY: `arr` holds `got.len()` pointers.
+    unsafe { std::ptr::copy_nonoverlapping(got.as_ptr(), arr, got.len()) };
+    if let Some(cmp) = order {
+        // The C library's `qsort` passes the order pointers to the array's slots.
+        // SAFETY: the caller's order over `got.len()` pointers to entries, as scandir's.
+        unsafe {
+            libc::qsort(
+                arr.cast(),
+                got.len(),
+                std::mem::size_of::<usize>(),
+                Some(std::mem::transmute::<
+                    real::ScanOrder64,
+                    unsafe extern "C" fn(*const libc::c_void, *const libc::c_void) -> c_int,
+                >(cmp)),
+            )
+        };
+    }
+    // SAFETY: the caller's output pointer.
+    unsafe { *out = arr };
+    got.len() as c_int
+}
+
+/// `scandir`: as [`scandir64`] (one layout on 64-bit Linux).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn scandir(
+    path: *const c_char,
+    out: *mut *mut *mut libc::dirent,
+    filter: Option<real::ScanFilter>,
+    order: Option<real::ScanOrder>,
+) -> c_int {
+    if matches!(classify(libc::AT_FDCWD, path), Place::Outside) {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::scandir()(path, out, filter, order) };
+    }
+    // One layout on 64-bit Linux: dirent and dirent64, and the functions taking them.
+    // SAFETY: the caller's arguments, as scandir64 takes them.
+    unsafe {
+        scandir64(
+            path,
+            out.cast(),
+            std::mem::transmute::<Option<real::ScanFilter>, Option<real::ScanFilter64>>(filter),
+            std::mem::transmute::<Option<real::ScanOrder>, Option<real::ScanOrder64>>(order),
+        )
     }
 }

@@ -53,6 +53,15 @@ macro_rules! real_variadic {
     };
 }
 
+/// `scandir`'s filter and order.
+pub(crate) type ScanFilter = unsafe extern "C" fn(*const libc::dirent) -> c_int;
+pub(crate) type ScanOrder =
+    unsafe extern "C" fn(*mut *const libc::dirent, *mut *const libc::dirent) -> c_int;
+/// `scandir64`'s filter and order.
+pub(crate) type ScanFilter64 = unsafe extern "C" fn(*const libc::dirent64) -> c_int;
+pub(crate) type ScanOrder64 =
+    unsafe extern "C" fn(*mut *const libc::dirent64, *mut *const libc::dirent64) -> c_int;
+
 real_variadic! {
     open64: fn(*const c_char, c_int) -> c_int;
     openat64: fn(c_int, *const c_char, c_int) -> c_int;
@@ -137,6 +146,8 @@ real! {
     dup3: fn(c_int, c_int, c_int) -> c_int;
     mmap64: fn(*mut c_void, size_t, c_int, c_int, c_int, off64_t) -> *mut c_void;
     opendir: fn(*const c_char) -> *mut libc::DIR;
+    scandir: fn(*const c_char, *mut *mut *mut libc::dirent, Option<ScanFilter>, Option<ScanOrder>) -> c_int;
+    scandir64: fn(*const c_char, *mut *mut *mut libc::dirent64, Option<ScanFilter64>, Option<ScanOrder64>) -> c_int;
     fdopendir: fn(c_int) -> *mut libc::DIR;
     readdir: fn(*mut libc::DIR) -> *mut libc::dirent;
     readdir64: fn(*mut libc::DIR) -> *mut libc::dirent64;

@@ -70,6 +70,10 @@ static int by_name(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+static int no_dots(const struct dirent *e) {
+    return e->d_name[0] != '.';
+}
+
 static void list(const char *what) {
     DIR *d = opendir(dir);
     if (!d) {
@@ -88,6 +92,20 @@ static void list(const char *what) {
         printf(" %s", names[i]);
         free(names[i]);
     }
+    printf("\n");
+    /* scandir, which the C library runs without the opendir above. */
+    struct dirent **l;
+    n = scandir(dir, &l, no_dots, alphasort);
+    if (n < 0) {
+        show("scandir", n);
+        return;
+    }
+    printf("%-40s", "  (scandir)");
+    for (int i = 0; i < n; i++) {
+        printf(" %s", l[i]->d_name);
+        free(l[i]);
+    }
+    free(l);
     printf("\n");
 }
 
