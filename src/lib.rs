@@ -98,6 +98,7 @@ pub use numa::{
 pub use storage::layout;
 pub use storage::{
     AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, DeviceBlock, DeviceBytes,
-    DeviceOffset, EngineKind, File, FileInfo, HEADER_BYTES, Layout, LayoutKind, MAX_REQUEST,
-    OpKind, PowerCut, Queue, Request, SimConfig, SimMedia, SimSwitches, Store, StoreOptions,
+    DeviceOffset, EngineKind, File, FileInfo, HEADER_BYTES, Layout, LayoutKind, MAX_QUEUE_DEPTH,
+    MAX_REQUEST, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia, SimSwitches, Store,
+    StoreOptions,
 };

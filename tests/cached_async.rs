@@ -347,6 +347,28 @@ fn bad_input_gets_clear_errors() {
     q.drain();
     let r = got.borrow_mut().take().expect("the callback ran");
     assert!(matches!(r, Err(Error::ReadOnly(_))), "{r:?}");
+    // Depths past the bounds are taken into 1..=MAX_QUEUE_DEPTH, not
+    // allocated whole (a depth of usize::MAX aborted the process).
+    assert_eq!(
+        setcache::Queue::new(usize::MAX).depth(),
+        setcache::MAX_QUEUE_DEPTH
+    );
+    assert_eq!(setcache::Queue::new(0).depth(), 1);
+    for depth in [0, usize::MAX] {
+        let mut wide = cs.queue(depth);
+        wide.submit(vec![CachedRequest::tagged(
+            OpKind::Read,
+            &cf,
+            0,
+            vec![0; 4],
+            5,
+        )]);
+        wide.drain();
+        let mut done = Vec::new();
+        wide.take_completions(&mut done);
+        assert_eq!(done.len(), 1, "depth {depth}");
+        assert_eq!(&done[0].1.buf, b"keep", "depth {depth}");
+    }
     // Nothing was lost or changed.
     let mut head = [0u8; 4];
     ro.read_at(0, &mut head).unwrap();

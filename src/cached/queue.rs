@@ -547,7 +547,9 @@ pub struct CachedQueue<'a> {
 
 impl CachedStore {
     /// A queue for asynchronous requests on this store's cached files, keeping
-    /// up to `depth` device operations in flight. It belongs to the calling
+    /// up to `depth` device operations in flight (taken into
+    /// `1..=`[`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), as
+    /// [`Queue::new`](crate::Queue::new) takes it). It belongs to the calling
     /// thread.
     pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
         CachedQueue::on(&self.inner, depth)

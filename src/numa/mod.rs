@@ -373,7 +373,7 @@ impl<'cs> Partitions<'cs> {
     /// pages served by the thread itself), or with `None` none: every request
     /// goes by message to its partition's worker.
     pub fn queue_on(&self, depth: usize, home: Option<usize>) -> Result<PartQueue<'_>> {
-        if !(1..=1 << 16).contains(&depth) {
+        if !(1..=crate::storage::queue::MAX_QUEUE_DEPTH).contains(&depth) {
             return Err(Error::InvalidArgument(format!(
                 "queue depth {depth} is outside 1..=65536"
             )));

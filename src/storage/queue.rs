@@ -25,6 +25,10 @@ use crate::util::panics;
 /// sleeping wait already matches fio) and costs a core while I/O is in flight.
 pub const DEFAULT_POLL: Duration = Duration::ZERO;
 
+/// The most requests a queue keeps in flight: a larger depth is taken as this
+/// (each slot is allocated when the queue is made), as 0 is taken as 1.
+pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
+
 /// A device this queue drives through a ring of its own (or failed to).
 struct OwnRing {
     /// Identity of the device's engine.
@@ -244,9 +248,10 @@ pub struct Queue {
 }
 
 impl Queue {
-    /// A queue allowing `depth` requests in flight (at least 1).
+    /// A queue allowing `depth` requests in flight (taken into
+    /// `1..=`[`MAX_QUEUE_DEPTH`]).
     pub fn new(depth: usize) -> Queue {
-        let depth = depth.max(1);
+        let depth = depth.clamp(1, MAX_QUEUE_DEPTH);
         Queue {
             depth,
             slots: (0..depth).map(|_| None).collect(),
