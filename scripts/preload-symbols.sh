@@ -37,7 +37,8 @@ sync_file_range syncfs ftruncate ftruncate64 truncate truncate64 fallocate fallo
 posix_fallocate posix_fallocate64 posix_fadvise posix_fadvise64 fstat fstat64 stat
 stat64 lstat lstat64 fstatat fstatat64 statx __fxstat __fxstat64 __xstat __xstat64
 __lxstat __lxstat64 __fxstatat __fxstatat64 access faccessat euidaccess readlink
-readlinkat fchmod fchown chmod chown lchown utime utimes futimes futimens utimensat
+readlinkat fchmod fchown chmod chown lchown fchownat fchmodat utime utimes lutimes
+futimes futimesat futimens utimensat glob glob64 nftw nftw64 ftw ftw64
 unlink unlinkat rename renameat renameat2 link linkat symlink symlinkat mkdir
 mkdirat rmdir dup dup2 dup3 fcntl fcntl64 ioctl flock lockf lockf64 mmap mmap64
 mremap munmap msync madvise posix_madvise opendir fdopendir readdir readdir64

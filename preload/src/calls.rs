@@ -1422,15 +1422,25 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             0
         }
         // One store belongs to one process, and a process never conflicts
-        // with its own record locks: every lock is granted, and none is
-        // found in the way.
-        libc::F_SETLK | libc::F_SETLKW => 0,
-        libc::F_GETLK => {
+        // with its own record locks: every lock the access mode allows is
+        // granted, and none is found in the way.
+        libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
             let p = arg as *mut libc::flock;
             if p.is_null() {
                 return int_ret(Err(libc::EFAULT));
             }
-            // SAFETY: F_GETLK passes a struct flock to fill.
+            // SAFETY: these commands pass a struct flock, read here and filled by F_GETLK.
+            let (kind, whence) = unsafe { (c_int::from((*p).l_type), c_int::from((*p).l_whence)) };
+            if !matches!(whence, libc::SEEK_SET | libc::SEEK_CUR | libc::SEEK_END) {
+                return int_ret(Err(libc::EINVAL));
+            }
+            if cmd != libc::F_GETLK {
+                return int_ret(crate::lock::record_lock_allowed(&d, kind).map(|()| 0));
+            }
+            if !matches!(kind, libc::F_RDLCK | libc::F_WRLCK) {
+                return int_ret(Err(libc::EINVAL));
+            }
+            // SAFETY: as above.
             unsafe { (*p).l_type = libc::F_UNLCK as libc::c_short };
             0
         }
@@ -1465,7 +1475,42 @@ pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::ioctl()(fd, req, arg) },
-        Some(_) => int_ret(Err(libc::ENOTTY)),
+        Some(d) => int_ret(ioctl_desc(fd, &d, req, arg)),
+    }
+}
+
+/// The `ioctl`s of a regular file that a file of the store answers: the
+/// bytes left to read, and close-on-exec (the placeholder's own flag).
+fn ioctl_desc(fd: c_int, d: &Desc, req: c_ulong, arg: c_ulong) -> Result<c_int, i32> {
+    if d.path_only() {
+        return Err(libc::EBADF);
+    }
+    match req {
+        libc::FIONREAD => {
+            let p = arg as *mut c_int;
+            if p.is_null() {
+                return Err(libc::EFAULT);
+            }
+            let left = d.node.len().saturating_sub(*lock(&d.pos));
+            // SAFETY: FIONREAD passes an int to fill.
+            unsafe { *p = left.min(c_int::MAX as u64) as c_int };
+            Ok(0)
+        }
+        libc::FIOCLEX | libc::FIONCLEX => {
+            let flag = if req == libc::FIOCLEX {
+                libc::FD_CLOEXEC
+            } else {
+                0
+            };
+            // SAFETY: sets the placeholder's descriptor flags, as asked.
+            match unsafe { real::fcntl64()(fd, libc::F_SETFD, flag as c_ulong) } {
+                -1 => Err(std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EBADF)),
+                _ => Ok(0),
+            }
+        }
+        _ => Err(libc::ENOTTY),
     }
 }
 
@@ -2042,50 +2087,120 @@ pub unsafe extern "C" fn readlinkat(
 // Owners, modes and times are not kept by the store: changing them on a
 // file of the store succeeds and changes nothing.
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchmod(fd: c_int, mode: libc::mode_t) -> c_int {
-    match state::desc(fd) {
-        // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::fchmod()(fd, mode) },
-        Some(_) => 0,
+/// Calls on a descriptor that change its file's owner, mode or times.
+macro_rules! fd_meta {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(fd: c_int $(, $a: $t)*) -> c_int {
+            match state::desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$name()(fd $(, $a)*) },
+                Some(_) => 0,
+            }
+        }
+    )*};
+}
+
+fd_meta! {
+    fchmod(mode: libc::mode_t);
+    fchown(uid: libc::uid_t, gid: libc::gid_t);
+    futimens(times: *const libc::timespec);
+    futimes(times: *const libc::timeval);
+}
+
+/// Calls on a path that change its file's owner, mode or times: on a file
+/// of the store, they succeed if it exists.
+macro_rules! path_meta {
+    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
+            match meta_at(libc::AT_FDCWD, path, 0, false) {
+                Some(rc) => rc,
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$name()(path $(, $a)*) },
+            }
+        }
+    )*};
+}
+
+path_meta! {
+    chmod(mode: libc::mode_t);
+    chown(uid: libc::uid_t, gid: libc::gid_t);
+    lchown(uid: libc::uid_t, gid: libc::gid_t);
+    utime(times: *const libc::utimbuf);
+    utimes(times: *const libc::timeval);
+    lutimes(times: *const libc::timeval);
+}
+
+/// An owner, mode or times change of `path` relative to `dirfd`, or of
+/// `dirfd` itself (`AT_EMPTY_PATH` with an empty path; a null path where
+/// `null_is_fd`, as `utimensat` and `futimesat` take it): its result when
+/// the file is the store's, `None` to pass the call through.
+fn meta_at(dirfd: c_int, path: *const c_char, flags: c_int, null_is_fd: bool) -> Option<c_int> {
+    let on_fd = (null_is_fd && path.is_null()) || (flags & libc::AT_EMPTY_PATH != 0 && empty(path));
+    if on_fd {
+        return state::desc(dirfd).map(|_| 0);
+    }
+    match classify(dirfd, path) {
+        Place::Bad(e) => Some(int_ret(Err(e))),
+        Place::Inside(name) => Some(int_ret(access_name(&name, 0))),
+        _ => None,
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchown(fd: c_int, uid: libc::uid_t, gid: libc::gid_t) -> c_int {
-    match state::desc(fd) {
+pub unsafe extern "C" fn fchownat(
+    dirfd: c_int,
+    path: *const c_char,
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    flags: c_int,
+) -> c_int {
+    match meta_at(dirfd, path, flags, false) {
+        Some(rc) => rc,
         // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::fchown()(fd, uid, gid) },
-        Some(_) => 0,
+        None => unsafe { real::fchownat()(dirfd, path, uid, gid, flags) },
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn futimens(fd: c_int, times: *const libc::timespec) -> c_int {
-    match state::desc(fd) {
+pub unsafe extern "C" fn fchmodat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+    flags: c_int,
+) -> c_int {
+    match meta_at(dirfd, path, flags, false) {
+        Some(rc) => rc,
         // SAFETY: passed through with the caller's arguments.
-        None => unsafe { real::futimens()(fd, times) },
-        Some(_) => 0,
+        None => unsafe { real::fchmodat()(dirfd, path, mode, flags) },
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn chmod(path: *const c_char, mode: libc::mode_t) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(name) => int_ret(access_name(&name, 0)),
+pub unsafe extern "C" fn utimensat(
+    dirfd: c_int,
+    path: *const c_char,
+    times: *const libc::timespec,
+    flags: c_int,
+) -> c_int {
+    match meta_at(dirfd, path, flags, true) {
+        Some(rc) => rc,
         // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::chmod()(path, mode) },
+        None => unsafe { real::utimensat()(dirfd, path, times, flags) },
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn utime(path: *const c_char, times: *const libc::utimbuf) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
-        Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(name) => int_ret(access_name(&name, 0)),
+pub unsafe extern "C" fn futimesat(
+    dirfd: c_int,
+    path: *const c_char,
+    times: *const libc::timeval,
+) -> c_int {
+    match meta_at(dirfd, path, 0, true) {
+        Some(rc) => rc,
         // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::utime()(path, times) },
+        None => unsafe { real::futimesat()(dirfd, path, times) },
     }
 }
 

@@ -1,12 +1,13 @@
 //! Listing `SETCACHE_DIR`: `opendir` of it returns a stream of the store's
 //! file names (with `.` and `..`); `readdir`, `readdir64`, their `_r` forms,
 //! `rewinddir`, `telldir`, `seekdir`, `dirfd` and `closedir` know such streams
-//! from the C library's; `scandir` and `scandir64` list it too.
+//! from the C library's; `scandir` and `scandir64` list it too, and `glob`
+//! and `glob64` list directories and look at paths through these.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
 
-use std::ffi::{c_char, c_int};
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -401,4 +402,91 @@ pub unsafe extern "C" fn scandir(
             std::mem::transmute::<Option<real::ScanOrder>, Option<real::ScanOrder64>>(order),
         )
     }
+}
+
+// ---- glob: the C library's, listing through this library ----------------
+
+/// `glob.h`'s flag for a caller's own directory functions.
+const GLOB_ALTDIRFUNC: c_int = 1 << 9;
+
+unsafe extern "C" fn glob_opendir(path: *const c_char) -> *mut c_void {
+    // SAFETY: `glob` passes a C string.
+    unsafe { opendir(path) }.cast()
+}
+
+unsafe extern "C" fn glob_readdir(dir: *mut c_void) -> *mut libc::dirent {
+    // SAFETY: `dir` is a stream `glob_opendir` opened.
+    unsafe { readdir(dir.cast()) }
+}
+
+unsafe extern "C" fn glob_closedir(dir: *mut c_void) {
+    // SAFETY: as above.
+    unsafe { closedir(dir.cast()) };
+}
+
+unsafe extern "C" fn glob_stat(path: *const c_char, out: *mut libc::stat64) -> c_int {
+    // SAFETY: `glob` passes a C string and a struct stat to fill.
+    unsafe { crate::calls::stat64(path, out) }
+}
+
+unsafe extern "C" fn glob_lstat(path: *const c_char, out: *mut libc::stat64) -> c_int {
+    // SAFETY: as above.
+    unsafe { crate::calls::lstat64(path, out) }
+}
+
+/// The C library's `glob` lists directories with its own `opendir`, which
+/// this library cannot stand in for: asked to use the caller's functions
+/// (`GLOB_ALTDIRFUNC`), it lists and looks through this library's, so that
+/// `SETCACHE_DIR` shows the store's files. A caller that passes its own
+/// functions keeps them.
+unsafe fn glob_with(
+    real: unsafe extern "C" fn(
+        *const c_char,
+        c_int,
+        Option<real::GlobError>,
+        *mut real::GlobT,
+    ) -> c_int,
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: Option<real::GlobError>,
+    pglob: *mut real::GlobT,
+) -> c_int {
+    if pglob.is_null() || flags & GLOB_ALTDIRFUNC != 0 || state::config().is_none() {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real(pattern, flags, errfunc, pglob) };
+    }
+    // SAFETY: `pglob` is the caller's glob_t, which `glob` fills.
+    let g = unsafe { &mut *pglob };
+    g.gl_opendir = Some(glob_opendir);
+    g.gl_readdir = Some(glob_readdir);
+    g.gl_closedir = Some(glob_closedir);
+    g.gl_stat = Some(glob_stat);
+    g.gl_lstat = Some(glob_lstat);
+    // SAFETY: the caller's arguments, with the listing functions set above.
+    let rc = unsafe { real(pattern, flags | GLOB_ALTDIRFUNC, errfunc, pglob) };
+    // SAFETY: as above.
+    unsafe { (*pglob).gl_flags &= !GLOB_ALTDIRFUNC };
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn glob(
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: Option<real::GlobError>,
+    pglob: *mut real::GlobT,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { glob_with(real::glob(), pattern, flags, errfunc, pglob) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn glob64(
+    pattern: *const c_char,
+    flags: c_int,
+    errfunc: Option<real::GlobError>,
+    pglob: *mut real::GlobT,
+) -> c_int {
+    // SAFETY: the caller's arguments.
+    unsafe { glob_with(real::glob64(), pattern, flags, errfunc, pglob) }
 }

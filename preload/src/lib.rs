@@ -30,7 +30,9 @@ compile_error!(
 );
 
 mod calls;
+mod copy;
 mod dir;
+mod lock;
 mod path;
 mod real;
 mod state;

@@ -53,6 +53,24 @@ macro_rules! real_variadic {
     };
 }
 
+/// The C library's `glob_t` (`glob.h`): the paths found, and the functions
+/// `GLOB_ALTDIRFUNC` has `glob` list directories and look at paths with.
+#[repr(C)]
+pub(crate) struct GlobT {
+    pub(crate) gl_pathc: size_t,
+    pub(crate) gl_pathv: *mut *mut c_char,
+    pub(crate) gl_offs: size_t,
+    pub(crate) gl_flags: c_int,
+    pub(crate) gl_closedir: Option<unsafe extern "C" fn(*mut c_void)>,
+    pub(crate) gl_readdir: Option<unsafe extern "C" fn(*mut c_void) -> *mut libc::dirent>,
+    pub(crate) gl_opendir: Option<unsafe extern "C" fn(*const c_char) -> *mut c_void>,
+    pub(crate) gl_lstat: Option<unsafe extern "C" fn(*const c_char, *mut libc::stat64) -> c_int>,
+    pub(crate) gl_stat: Option<unsafe extern "C" fn(*const c_char, *mut libc::stat64) -> c_int>,
+}
+
+/// `glob`'s error callback.
+pub(crate) type GlobError = unsafe extern "C" fn(*const c_char, c_int) -> c_int;
+
 /// `scandir`'s filter and order.
 pub(crate) type ScanFilter = unsafe extern "C" fn(*const libc::dirent) -> c_int;
 pub(crate) type ScanOrder =
@@ -126,6 +144,15 @@ real! {
     chmod: fn(*const c_char, libc::mode_t) -> c_int;
     utime: fn(*const c_char, *const libc::utimbuf) -> c_int;
     futimens: fn(c_int, *const libc::timespec) -> c_int;
+    futimes: fn(c_int, *const libc::timeval) -> c_int;
+    chown: fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int;
+    lchown: fn(*const c_char, libc::uid_t, libc::gid_t) -> c_int;
+    utimes: fn(*const c_char, *const libc::timeval) -> c_int;
+    lutimes: fn(*const c_char, *const libc::timeval) -> c_int;
+    fchownat: fn(c_int, *const c_char, libc::uid_t, libc::gid_t, c_int) -> c_int;
+    fchmodat: fn(c_int, *const c_char, libc::mode_t, c_int) -> c_int;
+    utimensat: fn(c_int, *const c_char, *const libc::timespec, c_int) -> c_int;
+    futimesat: fn(c_int, *const c_char, *const libc::timeval) -> c_int;
     unlink: fn(*const c_char) -> c_int;
     unlinkat: fn(c_int, *const c_char, c_int) -> c_int;
     rename: fn(*const c_char, *const c_char) -> c_int;
@@ -170,4 +197,10 @@ real! {
     listxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
     llistxattr: fn(*const c_char, *mut c_char, size_t) -> ssize_t;
     flistxattr: fn(c_int, *mut c_char, size_t) -> ssize_t;
+    flock: fn(c_int, c_int) -> c_int;
+    lockf64: fn(c_int, c_int, off64_t) -> c_int;
+    sendfile64: fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
+    copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+    glob: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
+    glob64: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
 }

@@ -77,6 +77,8 @@ pub(crate) struct Node {
     /// file's last close (a thread's lookup by name holds the node a while,
     /// but no description).
     descs: AtomicUsize,
+    /// The `flock` locks of its descriptions.
+    pub(crate) flocks: crate::lock::Flocks,
     /// The length reads, `fstat` and `lseek` see. A write past the end makes
     /// the file longer first (its pages must lie inside it) and moves this
     /// only once its bytes are in, as a local file system moves a file's
@@ -167,6 +169,8 @@ impl Drop for Desc {
     /// written, even if this one ends with `_exit`), and the file is kept
     /// open a while for the next open.
     fn drop(&mut self) {
+        // Its `flock` lock goes with it.
+        self.node.flocks.release(crate::lock::holder(self));
         if self.node.descs.fetch_sub(1, Ordering::AcqRel) != 1 || forked() {
             return;
         }
@@ -683,6 +687,7 @@ pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Ar
         grow: Mutex::new(()),
         written: AtomicBool::new(false),
         descs: AtomicUsize::new(0),
+        flocks: crate::lock::Flocks::default(),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

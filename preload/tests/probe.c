@@ -19,14 +19,19 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -221,6 +226,153 @@ static void edges(void) {
     unlink(path("v"));
 }
 
+static int waiter_fd = -1;
+static volatile int waiter_done;
+
+static void *flock_waiter(void *arg) {
+    (void)arg;
+    int rc = flock(waiter_fd, LOCK_SH);
+    waiter_done = rc == 0 ? 1 : -1;
+    return NULL;
+}
+
+static void show_sum(const char *what, const char *name, size_t n) {
+    unsigned char back[20000];
+    int fd = open(path(name), O_RDONLY);
+    ssize_t got = pread(fd, back, n < sizeof back ? n : sizeof back, 0);
+    close(fd);
+    printf("%-40s %zd %u\n", what, got, got > 0 ? sum(back, (size_t)got) : 0);
+}
+
+/* Locks, owners and times, copies inside the kernel, ioctl and glob. */
+static void more_calls(void) {
+    unsigned char buf[9000];
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (unsigned char)(i * 13 + 1);
+    int a = open(path("k1"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("write k1", write(a, buf, sizeof buf));
+    int a2 = dup(a);
+    int b = open(path("k1"), O_RDONLY);
+
+    /* flock: locks of open file descriptions. */
+    show("flock EX|NB", flock(a, LOCK_EX | LOCK_NB));
+    show("flock EX|NB, same description", flock(a2, LOCK_EX | LOCK_NB));
+    show("flock SH|NB, another description", flock(b, LOCK_SH | LOCK_NB));
+    show("flock UN", flock(a, LOCK_UN));
+    show("flock SH|NB, another description", flock(b, LOCK_SH | LOCK_NB));
+    show("flock SH|NB", flock(a, LOCK_SH | LOCK_NB));
+    show("flock EX|NB beside a shared lock", flock(a, LOCK_EX | LOCK_NB));
+    show("flock of a bad operation", flock(a, 77));
+    show("close the other description", close(b));
+    show("flock EX|NB once it is closed", flock(a2, LOCK_EX | LOCK_NB));
+    b = open(path("k1"), O_RDONLY);
+    show("flock SH|NB held exclusively", flock(b, LOCK_SH | LOCK_NB));
+    show("close one of two descriptors", close(a2));
+    show("flock SH|NB, still held", flock(b, LOCK_SH | LOCK_NB));
+    waiter_fd = b;
+    pthread_t t;
+    pthread_create(&t, NULL, flock_waiter, NULL);
+    usleep(100000);
+    show("  a blocking flock waits", waiter_done);
+    show("flock UN", flock(a, LOCK_UN));
+    pthread_join(t, NULL);
+    show("  and is granted after the unlock", waiter_done);
+    show("flock UN", flock(b, LOCK_UN));
+
+    /* Record locks: a process never conflicts with its own. */
+    show("lockf F_TLOCK", lockf(a, F_TLOCK, 100));
+    show("lockf F_TEST, another description", lockf(b, F_TEST, 100));
+    show("lockf F_TLOCK on O_RDONLY", lockf(b, F_TLOCK, 0));
+    show("lockf F_ULOCK", lockf(a, F_ULOCK, 100));
+    show("lockf of a bad command", lockf(a, 9, 0));
+    lseek(a, 0, SEEK_SET);
+    show("lockf before the file's start", lockf(a, F_TLOCK, -1));
+    struct flock rl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    show("F_SETLK write lock on O_RDONLY", fcntl(b, F_SETLK, &rl));
+    rl.l_type = F_RDLCK;
+    show("F_SETLK read lock on O_RDONLY", fcntl(b, F_SETLK, &rl));
+    rl.l_type = 77;
+    show("F_SETLK of a bad type", fcntl(a, F_SETLK, &rl));
+    rl.l_type = F_WRLCK;
+    rl.l_whence = 9;
+    show("F_SETLK of a bad whence", fcntl(a, F_SETLK, &rl));
+
+    /* Owners and times, which a file of the store does not keep. */
+    show("chown", chown(path("k1"), getuid(), getgid()));
+    show("lchown", lchown(path("k1"), getuid(), getgid()));
+    show("fchownat", fchownat(AT_FDCWD, path("k1"), getuid(), getgid(), 0));
+    show("chown of a missing file", chown(path("nothing"), getuid(), getgid()));
+    show("fchmodat", fchmodat(AT_FDCWD, path("k1"), 0644, 0));
+    show("utimensat", utimensat(AT_FDCWD, path("k1"), NULL, 0));
+    show("utimensat of a missing file", utimensat(AT_FDCWD, path("nothing"), NULL, 0));
+    show("utimes", utimes(path("k1"), NULL));
+    show("lutimes", lutimes(path("k1"), NULL));
+    show("futimes", futimes(a, NULL));
+    show("futimesat", futimesat(AT_FDCWD, path("k1"), NULL));
+    show("futimesat of a descriptor", futimesat(a, NULL, NULL));
+
+    /* ioctl: the bytes left to read, and close-on-exec. */
+    lseek(b, 1000, SEEK_SET);
+    int left = -1;
+    show("ioctl FIONREAD", ioctl(b, FIONREAD, &left));
+    show("  bytes left", left);
+    show("ioctl FIOCLEX", ioctl(b, FIOCLEX));
+    show("  F_GETFD", fcntl(b, F_GETFD));
+    show("ioctl FIONCLEX", ioctl(b, FIONCLEX));
+    show("  F_GETFD", fcntl(b, F_GETFD));
+    struct winsize ws;
+    show("ioctl TIOCGWINSZ", ioctl(b, TIOCGWINSZ, &ws));
+
+    /* Copies inside the kernel. */
+    int c = open(path("k2"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    off_t off = 100;
+    lseek(a, 7, SEEK_SET);
+    show("sendfile 5000 from 100", sendfile(c, a, &off, 5000));
+    show("  offset after it", off);
+    show("  the source's position", lseek(a, 0, SEEK_CUR));
+    lseek(a, 0, SEEK_SET);
+    show("sendfile from the position", sendfile(c, a, NULL, 3000));
+    show("  the source's position", lseek(a, 0, SEEK_CUR));
+    off = 20000;
+    show("sendfile past the end", sendfile(c, a, &off, 10));
+    show("sendfile into O_RDONLY", sendfile(b, a, NULL, 10));
+    loff_t oi = 50, oo = 9000;
+    show("copy_file_range 2000", copy_file_range(a, &oi, c, &oo, 2000, 0));
+    show("  offsets after it", oi * 100000 + oo);
+    lseek(a, 8500, SEEK_SET);
+    show("copy_file_range from the position", copy_file_range(a, NULL, c, NULL, 1000, 0));
+    show("  the source's position", lseek(a, 0, SEEK_CUR));
+    show("  the target's position", lseek(c, 0, SEEK_CUR));
+    show("copy_file_range with flags", copy_file_range(a, NULL, c, NULL, 10, 1));
+    loff_t x = 0, y = 10;
+    show("copy_file_range overlapping", copy_file_range(c, &x, c, &y, 100, 0));
+    show("copy_file_range into O_RDONLY", copy_file_range(a, NULL, b, NULL, 10, 0));
+    struct stat st;
+    fstat(c, &st);
+    show("  size of the copy", st.st_size);
+    show_sum("  its bytes", "k2", sizeof buf + 2000);
+    close(a);
+    close(b);
+    close(c);
+
+    /* glob lists the directory. */
+    glob_t g;
+    int rc = glob(path("k*"), 0, NULL, &g);
+    printf("%-40s %d", "glob k*", rc);
+    for (size_t i = 0; rc == 0 && i < g.gl_pathc; i++)
+        printf(" %s", strrchr(g.gl_pathv[i], '/') + 1);
+    printf("\n");
+    if (rc == 0)
+        globfree(&g);
+    rc = glob(path("k2"), 0, NULL, &g);
+    show("glob of one name", rc == 0 ? (long long)g.gl_pathc : -rc);
+    if (rc == 0)
+        globfree(&g);
+    show("glob of no match", glob(path("zz*"), 0, NULL, &g));
+    unlink(path("k1"));
+    unlink(path("k2"));
+}
+
 static void common(void) {
     unsigned char buf[20000], back[20000];
     for (size_t i = 0; i < sizeof buf; i++)
@@ -385,6 +537,7 @@ static void common(void) {
     }
 
     edges();
+    more_calls();
     show("open missing", open(path("missing"), O_RDONLY));
     show("unlink p3", unlink(path("p3")));
     show("unlink p3 again", unlink(path("p3")));

@@ -1,0 +1,254 @@
+//! Copies between descriptors inside the kernel (`sendfile`,
+//! `copy_file_range`), where one side is a file of the store: the kernel
+//! cannot reach the store's bytes, so the copy goes through a buffer, by this
+//! library's own reads and writes, with the kernel's rules for offsets and
+//! access modes.
+
+#![allow(clippy::missing_safety_doc)]
+#![allow(unreachable_pub)]
+
+use std::ffi::{c_int, c_uint, c_void};
+
+use libc::{off64_t, size_t, ssize_t};
+
+use crate::calls;
+use crate::real;
+use crate::set_errno;
+use crate::state;
+
+/// The most one call moves, as Linux bounds a read or a write.
+const MAX_RW: usize = 0x7fff_f000;
+/// The buffer a copy goes through, at most.
+const CHUNK: usize = 1 << 20;
+
+fn last_errno() -> i32 {
+    std::io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// A descriptor's status flags, by this library's `fcntl` (a placeholder's
+/// are its description's).
+fn status(fd: c_int) -> Result<c_int, i32> {
+    // SAFETY: F_GETFL takes no argument.
+    match unsafe { calls::fcntl(fd, libc::F_GETFL, 0) } {
+        -1 => Err(last_errno()),
+        s => Ok(s),
+    }
+}
+
+/// Where a side of the copy reads or writes: at an offset the caller keeps
+/// (advanced as bytes move), or at the descriptor's position.
+enum At<'a> {
+    Offset(&'a mut i64),
+    Position,
+}
+
+/// Reads up to `buf.len()` bytes from `fd`.
+fn read_side(fd: c_int, at: &mut At<'_>, buf: &mut [u8]) -> Result<usize, i32> {
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    let n = match at {
+        // SAFETY: `buf` is a live buffer of `buf.len()` bytes.
+        At::Offset(off) => unsafe { calls::pread64(fd, p, buf.len(), **off) },
+        // SAFETY: as above.
+        At::Position => unsafe { calls::read(fd, p, buf.len()) },
+    };
+    if n < 0 {
+        Err(last_errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Writes all of `data` to `fd`, unless a write fails or writes nothing:
+/// returns the bytes written and the error that stopped it, if any.
+fn write_side(fd: c_int, at: &mut At<'_>, data: &[u8]) -> (usize, Option<i32>) {
+    let mut done = 0;
+    while done < data.len() {
+        let rest = &data[done..];
+        let p = rest.as_ptr().cast::<c_void>();
+        let n = match at {
+            // SAFETY: `rest` is a live buffer of `rest.len()` bytes.
+            At::Offset(off) => unsafe { calls::pwrite64(fd, p, rest.len(), **off + done as i64) },
+            // SAFETY: as above.
+            At::Position => unsafe { calls::write(fd, p, rest.len()) },
+        };
+        match n {
+            n if n < 0 => return (done, Some(last_errno())),
+            0 => return (done, Some(libc::EIO)),
+            n => done += n as usize,
+        }
+    }
+    (done, None)
+}
+
+/// Moves up to `len` bytes from `fd_in` to `fd_out` through a buffer.
+/// Returns the bytes moved, or the error of a copy that moved none.
+fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usize) -> ssize_t {
+    let len = len.min(MAX_RW);
+    let mut buf = vec![0u8; len.clamp(1, CHUNK)];
+    let mut moved = 0usize;
+    let mut failure = None;
+    while moved < len {
+        let want = (len - moved).min(buf.len());
+        let got = match read_side(fd_in, &mut src, &mut buf[..want]) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        };
+        let (put, err) = write_side(fd_out, &mut dst, &buf[..got]);
+        moved += put;
+        if let At::Offset(off) = &mut src {
+            **off += put as i64;
+        } else if put < got {
+            // The input's position moves by what was written only.
+            // SAFETY: moves a position back by bytes it was moved past.
+            unsafe { calls::lseek64(fd_in, -((got - put) as i64), libc::SEEK_CUR) };
+        }
+        if let At::Offset(off) = &mut dst {
+            **off += put as i64;
+        }
+        if let Some(e) = err {
+            failure = Some(e);
+            break;
+        }
+    }
+    match failure {
+        Some(e) if moved == 0 => {
+            set_errno(e);
+            -1
+        }
+        _ => moved as ssize_t,
+    }
+}
+
+/// Whether a descriptor is one of the store's.
+fn ours(fd: c_int) -> bool {
+    state::desc(fd).is_some()
+}
+
+fn fail(e: i32) -> ssize_t {
+    set_errno(e);
+    -1
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile64(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut off64_t,
+    count: size_t,
+) -> ssize_t {
+    if !ours(out_fd) && !ours(in_fd) {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::sendfile64()(out_fd, in_fd, offset, count) };
+    }
+    // Linux's checks: each side's access mode, no appending output.
+    let (si, so) = match (status(in_fd), status(out_fd)) {
+        (Ok(i), Ok(o)) => (i, o),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    if si & libc::O_ACCMODE == libc::O_WRONLY || so & libc::O_ACCMODE == libc::O_RDONLY {
+        return fail(libc::EBADF);
+    }
+    if so & libc::O_APPEND != 0 {
+        return fail(libc::EINVAL);
+    }
+    let mut off = 0i64;
+    let src = if offset.is_null() {
+        At::Position
+    } else {
+        // SAFETY: a non-null offset points at the caller's offset, read and updated.
+        off = unsafe { *offset };
+        if off < 0 {
+            return fail(libc::EINVAL);
+        }
+        At::Offset(&mut off)
+    };
+    let rc = copy(in_fd, src, out_fd, At::Position, count);
+    if !offset.is_null() {
+        // SAFETY: as above.
+        unsafe { *offset = off };
+    }
+    rc
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sendfile(
+    out_fd: c_int,
+    in_fd: c_int,
+    offset: *mut libc::off_t,
+    count: size_t,
+) -> ssize_t {
+    // SAFETY: the same function on 64-bit Linux, where the offset types agree.
+    unsafe { sendfile64(out_fd, in_fd, offset, count) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn copy_file_range(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    let (din, dout) = (state::desc(fd_in), state::desc(fd_out));
+    if din.is_none() && dout.is_none() {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::copy_file_range()(fd_in, off_in, fd_out, off_out, len, flags) };
+    }
+    if flags != 0 {
+        return fail(libc::EINVAL);
+    }
+    let (si, so) = match (status(fd_in), status(fd_out)) {
+        (Ok(i), Ok(o)) => (i, o),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    if si & libc::O_ACCMODE == libc::O_WRONLY
+        || so & libc::O_ACCMODE == libc::O_RDONLY
+        || so & libc::O_APPEND != 0
+    {
+        return fail(libc::EBADF);
+    }
+    let read_off = |p: *mut off64_t| -> Result<Option<i64>, i32> {
+        if p.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: a non-null offset points at the caller's offset.
+        match unsafe { *p } {
+            o if o < 0 => Err(libc::EINVAL),
+            o => Ok(Some(o)),
+        }
+    };
+    let (mut a, mut b) = match (read_off(off_in), read_off(off_out)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    // Within one file the two ranges must not overlap.
+    if let (Some(i), Some(o)) = (&din, &dout)
+        && std::sync::Arc::ptr_eq(&i.node, &o.node)
+    {
+        let start = |off: Option<i64>, d: &state::Desc| {
+            off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
+        };
+        let (x, y) = (start(a, i), start(b, o));
+        let n = len.min(MAX_RW) as i64;
+        if x < y + n && y < x + n {
+            return fail(libc::EINVAL);
+        }
+    }
+    let src = a.as_mut().map_or(At::Position, At::Offset);
+    let dst = b.as_mut().map_or(At::Position, At::Offset);
+    let rc = copy(fd_in, src, fd_out, dst, len);
+    for (p, v) in [(off_in, a), (off_out, b)] {
+        if let Some(v) = v {
+            // SAFETY: as above; the offset moves by the bytes copied.
+            unsafe { *p = v };
+        }
+    }
+    rc
+}
