@@ -346,6 +346,34 @@ fn a_main_thread_ending_first_leaves_the_process_to_end_with_its_last_thread() {
     }
 }
 
+/// A thread-specific value's destructor runs after the thread's Rust
+/// thread-locals (the library's and setcache's) are gone: its calls on store
+/// files must still work (a thread-local's access would panic, aborting in
+/// the library's C functions), and their bytes outlive the process.
+#[test]
+fn calls_from_a_threads_last_destructors_work() {
+    let s = Setup::new("late-dtor");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("late-dtor");
+    let out = run(c);
+    let t = text(&out.stdout);
+    for i in 1..=4 {
+        let want = format!("dt{i}: write 6 read 6 dtor {i} sync 0 close 0");
+        assert!(
+            t.contains(&want),
+            "{want} missing:\n{t}{}",
+            text(&out.stderr)
+        );
+    }
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "dt1", "dt4"]);
+    let t = text(&run(c).stdout);
+    for want in ["dt1: 6 dtor 1", "dt4: 6 dtor 4"] {
+        assert!(t.contains(want), "{want} missing:\n{t}");
+    }
+}
+
 /// A file's last close syncs it even while another thread looks the file up
 /// by name at that moment (a `stat` holds the file a while): each of 64
 /// files closed once, opened, written and closed under such lookups has its

@@ -12,6 +12,7 @@
  *   probe DIR reopen     files closed, opened again, written, then _exit
  *   probe DIR close-race PREFIX  the same while another thread stats each file
  *   probe DIR exit-writes  a write from an exit handler that runs late
+ *   probe DIR late-dtor  writes from thread-specific values' destructors
  *   probe DIR cat NAME.. the bytes of each file named
  */
 #define _GNU_SOURCE
@@ -706,6 +707,43 @@ static void cat(int argc, char **argv) {
     }
 }
 
+/* Writes from a thread-specific value's destructor, which the C library runs
+ * after the thread's other thread-locals (C++'s, Rust's) are gone. */
+static pthread_key_t late_key;
+
+static void late_dtor(void *arg) {
+    char name[32], text[32];
+    snprintf(name, sizeof name, "dt%ld", (long)arg);
+    snprintf(text, sizeof text, "dtor %ld", (long)arg);
+    int fd = open(path(name), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    ssize_t w = write(fd, text, strlen(text));
+    char back[32] = "";
+    ssize_t r = pread(fd, back, sizeof back - 1, 0);
+    int s = fsync(fd), c = close(fd);
+    printf("%s: write %zd read %zd %s sync %d close %d\n", name, w, r, back, s, c);
+}
+
+static void *late_thread_body(void *arg) {
+    /* The thread's thread-locals are made (and so destroyed) before. */
+    char name[32];
+    snprintf(name, sizeof name, "dt%ld", (long)arg);
+    int fd = open(path(name), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (write(fd, "early", 5) != 5 || pread(fd, name, 5, 0) != 5)
+        printf("early write failed\n");
+    close(fd);
+    pthread_setspecific(late_key, arg);
+    return NULL;
+}
+
+static void late_destructors(void) {
+    pthread_key_create(&late_key, late_dtor);
+    for (long i = 1; i <= 4; i++) {
+        pthread_t t;
+        pthread_create(&t, NULL, late_thread_body, (void *)i);
+        pthread_join(t, NULL);
+    }
+}
+
 static int race_fd = -1;
 static volatile int race_stop;
 
@@ -931,6 +969,8 @@ int main(int argc, char **argv) {
         main_ends_first(1);
     else if (argc > 2 && strcmp(argv[2], "main-ends-untouched") == 0)
         main_ends_first(0);
+    else if (argc > 2 && strcmp(argv[2], "late-dtor") == 0)
+        late_destructors();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
         cat(argc, argv);
     else
