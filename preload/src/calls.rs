@@ -1424,6 +1424,9 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
         // One store belongs to one process, and a process never conflicts
         // with its own record locks: every lock the access mode allows is
         // granted, and none is found in the way.
+        libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK if d.path_only() => {
+            int_ret(Err(libc::EBADF))
+        }
         libc::F_SETLK | libc::F_SETLKW | libc::F_GETLK => {
             let p = arg as *mut libc::flock;
             if p.is_null() {
@@ -2095,6 +2098,8 @@ macro_rules! fd_meta {
             match state::desc(fd) {
                 // SAFETY: passed through with the caller's arguments.
                 None => unsafe { real::$name()(fd $(, $a)*) },
+                // The kernel refuses an O_PATH descriptor here.
+                Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
                 Some(_) => 0,
             }
         }
@@ -2184,7 +2189,9 @@ pub unsafe extern "C" fn utimensat(
     times: *const libc::timespec,
     flags: c_int,
 ) -> c_int {
-    match meta_at(dirfd, path, flags, true) {
+    // The C library's refuses a null path (`EINVAL`): only `futimesat`
+    // takes it for the descriptor itself.
+    match meta_at(dirfd, path, flags, false) {
         Some(rc) => rc,
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::utimensat()(dirfd, path, times, flags) },

@@ -86,7 +86,9 @@ fn write_side(fd: c_int, at: &mut At<'_>, data: &[u8]) -> (usize, Option<i32>) {
 /// Returns the bytes moved, or the error of a copy that moved none.
 fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usize) -> ssize_t {
     let len = len.min(MAX_RW);
-    let mut buf = vec![0u8; len.clamp(1, CHUNK)];
+    // Aligned, so that an O_DIRECT side (which wants 512-byte alignment of
+    // the buffer) takes it.
+    let mut buf = setcache::AlignedBuf::new(len.clamp(1, CHUNK));
     let mut moved = 0usize;
     let mut failure = None;
     while moved < len {
@@ -99,6 +101,7 @@ fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usiz
                 break;
             }
         };
+        let short = got < want;
         let (put, err) = write_side(fd_out, &mut dst, &buf[..got]);
         moved += put;
         if let At::Offset(off) = &mut src {
@@ -115,6 +118,11 @@ fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usiz
             failure = Some(e);
             break;
         }
+        if short {
+            // The end of the file (or, from a pipe, what it had): the
+            // kernel's copy returns there too.
+            break;
+        }
     }
     match failure {
         Some(e) if moved == 0 => {
@@ -122,6 +130,22 @@ fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usiz
             -1
         }
         _ => moved as ssize_t,
+    }
+}
+
+/// `EINVAL` unless `fd` (not a store file) is a regular file (`EISDIR` for
+/// a directory), as the kernel's `copy_file_range` answers.
+fn regular(fd: c_int) -> Result<(), i32> {
+    // SAFETY: an all-zero stat is a valid value to be filled.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live struct stat to fill.
+    if unsafe { real::fstat64()(fd, &mut st) } < 0 {
+        return Err(last_errno());
+    }
+    match st.st_mode & libc::S_IFMT {
+        libc::S_IFREG => Ok(()),
+        libc::S_IFDIR => Err(libc::EISDIR),
+        _ => Err(libc::EINVAL),
     }
 }
 
@@ -228,7 +252,17 @@ pub unsafe extern "C" fn copy_file_range(
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
-    // Within one file the two ranges must not overlap.
+    // Both sides regular files, as the kernel's copy wants (a store file is
+    // one; the other side is asked).
+    for (fd, d) in [(fd_in, &din), (fd_out, &dout)] {
+        if d.is_none()
+            && let Err(e) = regular(fd)
+        {
+            return fail(e);
+        }
+    }
+    // Within one file the two ranges must not overlap, the input's cut at
+    // the file's end first.
     if let (Some(i), Some(o)) = (&din, &dout)
         && std::sync::Arc::ptr_eq(&i.node, &o.node)
     {
@@ -236,8 +270,8 @@ pub unsafe extern "C" fn copy_file_range(
             off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
         };
         let (x, y) = (start(a, i), start(b, o));
-        let n = len.min(MAX_RW) as i64;
-        if x < y + n && y < x + n {
+        let n = (len.min(MAX_RW) as i64).min((i.node.len() as i64 - x).max(0));
+        if n > 0 && x < y + n && y < x + n {
             return fail(libc::EINVAL);
         }
     }

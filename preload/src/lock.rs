@@ -14,7 +14,8 @@
 #![allow(unreachable_pub)]
 
 use std::ffi::c_int;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::real;
 use crate::set_errno;
@@ -25,7 +26,10 @@ use crate::state::{self, Desc};
 #[derive(Debug, Default)]
 pub(crate) struct Flocks {
     held: Mutex<Held>,
-    freed: Condvar,
+    /// Moved on at every lock let go: a waiter sleeps on it as on a futex,
+    /// so that a signal's handler interrupts the wait (`EINTR`), as it
+    /// interrupts the kernel's `flock`.
+    freed: AtomicU32,
 }
 
 #[derive(Debug, Default)]
@@ -60,7 +64,42 @@ impl Flocks {
     pub(crate) fn release(&self, me: usize) {
         let mut h = self.held.lock().unwrap_or_else(|p| p.into_inner());
         if h.drop_of(me) {
-            self.freed.notify_all();
+            self.wake();
+        }
+    }
+
+    /// Tells the waiters that a lock went (called with `held` locked).
+    fn wake(&self) {
+        self.freed.fetch_add(1, Ordering::Release);
+        // SAFETY: a futex wake on a live word of this struct.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.freed.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                i32::MAX,
+            )
+        };
+    }
+
+    /// Sleeps until a lock goes after `seen` was read (under `held`), or a
+    /// signal's handler runs (`EINTR`; a handler with `SA_RESTART` has the
+    /// kernel wait again, as for `flock`).
+    fn wait(&self, seen: u32) -> Result<(), i32> {
+        // SAFETY: a futex wait on a live word of this struct, while it still holds `seen`.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.freed.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                std::ptr::null::<libc::timespec>(),
+            )
+        };
+        let errno = std::io::Error::last_os_error().raw_os_error();
+        match (r, errno) {
+            (-1, Some(libc::EINTR)) => Err(libc::EINTR),
+            _ => Ok(()),
         }
     }
 
@@ -89,13 +128,16 @@ impl Flocks {
         // A conversion lets the old lock go first, as Linux does: a waiter
         // may come in between, and a refused conversion leaves none.
         if h.drop_of(me) {
-            self.freed.notify_all();
+            self.wake();
         }
         while !h.free_for(me, exclusive) {
             if nb {
                 return Err(libc::EWOULDBLOCK);
             }
-            h = self.freed.wait(h).unwrap_or_else(|p| p.into_inner());
+            let seen = self.freed.load(Ordering::Acquire);
+            drop(h);
+            self.wait(seen)?;
+            h = self.held.lock().unwrap_or_else(|p| p.into_inner());
         }
         if exclusive {
             h.exclusive = Some(me);

@@ -80,8 +80,28 @@ impl Drop for Setup {
     }
 }
 
+/// Runs `c` to its end, its output captured; fails when it fails, or when
+/// it has not ended after two minutes (a probe stuck in a call, a lock
+/// that never comes, would otherwise hang the suite).
 fn run(mut c: Command) -> Output {
-    let out = c.output().expect("run the probe");
+    use std::process::Stdio;
+    let child = c
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the probe");
+    let pid = child.id() as libc::pid_t;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(out) = rx.recv_timeout(std::time::Duration::from_secs(120)) else {
+        // SAFETY: signals the probe's own process, which nothing has reaped yet.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        panic!("the probe was still running after 120 s");
+    };
+    let out = out.expect("wait for the probe");
     assert!(
         out.status.success(),
         "probe failed: {}\n{}",
