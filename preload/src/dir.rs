@@ -1,8 +1,9 @@
 //! Listing `SETCACHE_DIR`: `opendir` of it returns a stream of the store's
 //! file names (with `.` and `..`); `readdir`, `readdir64`, their `_r` forms,
 //! `rewinddir`, `telldir`, `seekdir`, `dirfd` and `closedir` know such streams
-//! from the C library's; `scandir` and `scandir64` list it too, and `glob`
-//! and `glob64` list directories and look at paths through these.
+//! from the C library's; `scandir` and `scandir64` list it too, `glob` and
+//! `glob64` list directories and look at paths through these, and `nftw`,
+//! `nftw64`, `ftw` and `ftw64` walk it when they start there.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
@@ -489,4 +490,300 @@ pub unsafe extern "C" fn glob64(
 ) -> c_int {
     // SAFETY: the caller's arguments.
     unsafe { glob_with(real::glob64(), pattern, flags, errfunc, pglob) }
+}
+
+// ---- nftw and ftw: walks that start at the store --------------------------
+
+/// `ftw.h`'s `struct FTW`: where the name starts in the path, and the depth.
+#[repr(C)]
+pub struct Ftw {
+    base: c_int,
+    level: c_int,
+}
+
+pub(crate) type NftwFn =
+    unsafe extern "C" fn(*const c_char, *const libc::stat64, c_int, *mut Ftw) -> c_int;
+pub(crate) type FtwFn = unsafe extern "C" fn(*const c_char, *const libc::stat64, c_int) -> c_int;
+
+const FTW_F: c_int = 0;
+const FTW_D: c_int = 1;
+const FTW_NS: c_int = 3;
+const FTW_DP: c_int = 5;
+const FTW_CHDIR: c_int = 4;
+const FTW_DEPTH: c_int = 8;
+const FTW_ACTIONRETVAL: c_int = 16;
+const FTW_STOP: c_int = 1;
+const FTW_SKIP_SUBTREE: c_int = 2;
+const FTW_SKIP_SIBLINGS: c_int = 3;
+
+/// What a walk calls for each entry: its path, stat, type and `struct FTW`.
+type Visit<'a> = dyn FnMut(&[u8], &libc::stat64, c_int, Ftw) -> c_int + 'a;
+
+/// The C library's `nftw` and `ftw` read directories with its own
+/// `opendir`, which lists the store's directory on the disk (empty). A walk
+/// that starts at the store's directory, or at a file of it, is walked here:
+/// the directory, then each file of the listing (the store has no
+/// subdirectories), with the C library's order of calls, path forms, levels
+/// and flags. A walk that starts elsewhere goes to the C library, and lists
+/// the store's directory empty if it passes it.
+struct Walk<'a> {
+    visit: &'a mut Visit<'a>,
+    flags: c_int,
+}
+
+/// The result of a visit: go on, skip what is left of this directory, or
+/// stop the walk with this value.
+enum Next {
+    On,
+    SkipRest,
+    Stop(c_int),
+}
+
+impl Walk<'_> {
+    fn call(&mut self, path: &[u8], st: &libc::stat64, kind: c_int, ftw: Ftw) -> Next {
+        let r = (self.visit)(path, st, kind, ftw);
+        if self.flags & FTW_ACTIONRETVAL == 0 {
+            return if r == 0 { Next::On } else { Next::Stop(r) };
+        }
+        match r {
+            FTW_STOP => Next::Stop(FTW_STOP),
+            FTW_SKIP_SUBTREE | FTW_SKIP_SIBLINGS if kind == FTW_D => Next::SkipRest,
+            _ => Next::On,
+        }
+    }
+}
+
+/// `path`'s stat by this library's `stat64`, or the errno.
+fn stat_of(path: &[u8]) -> Result<libc::stat64, i32> {
+    let c = std::ffi::CString::new(path).map_err(|_| libc::EINVAL)?;
+    // SAFETY: an all-zero stat is a valid value to be filled.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: a C string and a struct stat to fill.
+    if unsafe { crate::calls::stat64(c.as_ptr(), &mut st) } < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(st)
+}
+
+/// Where the last component of `path` starts (trailing slashes aside).
+fn base_of(path: &[u8]) -> c_int {
+    let mut end = path.len();
+    while end > 1 && path[end - 1] == b'/' {
+        end -= 1;
+    }
+    path[..end]
+        .iter()
+        .rposition(|&b| b == b'/')
+        .map_or(0, |i| i + 1) as c_int
+}
+
+/// Changes the working directory to `dir` (`FTW_CHDIR`).
+fn chdir_to(dir: &[u8]) -> Result<(), i32> {
+    let c = std::ffi::CString::new(dir).map_err(|_| libc::EINVAL)?;
+    // SAFETY: a C string.
+    if unsafe { libc::chdir(c.as_ptr()) } < 0 {
+        return Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO));
+    }
+    Ok(())
+}
+
+/// Walks `start` (the store's directory, or a file of it: `place`).
+fn walk_store(start: &[u8], place: &Place, w: &mut Walk<'_>) -> Result<c_int, i32> {
+    let root = stat_of(start)?;
+    let base = base_of(start);
+    let cwd = if w.flags & FTW_CHDIR != 0 {
+        let here = std::env::current_dir().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+        // The start is visited from the directory that holds it.
+        let up = &start[..base as usize];
+        if !up.is_empty() {
+            chdir_to(up)?;
+        }
+        Some(here.into_os_string().into_encoded_bytes())
+    } else {
+        None
+    };
+    let r = walk_from(start, place, &root, base, w);
+    if let Some(dir) = cwd {
+        chdir_to(&dir)?;
+    }
+    r
+}
+
+fn walk_from(
+    start: &[u8],
+    place: &Place,
+    root: &libc::stat64,
+    base: c_int,
+    w: &mut Walk<'_>,
+) -> Result<c_int, i32> {
+    if !matches!(place, Place::Root) {
+        let ftw = Ftw { base, level: 0 };
+        return Ok(match w.call(start, root, FTW_F, ftw) {
+            Next::Stop(r) => r,
+            _ => 0,
+        });
+    }
+    let depth = w.flags & FTW_DEPTH != 0;
+    if !depth {
+        match w.call(start, root, FTW_D, Ftw { base, level: 0 }) {
+            Next::Stop(r) => return Ok(r),
+            Next::SkipRest => return Ok(0),
+            Next::On => {}
+        }
+    }
+    let c = std::ffi::CString::new(start).map_err(|_| libc::EINVAL)?;
+    let mut names = Vec::new();
+    // SAFETY: a C string; the listing is read to its end and closed.
+    unsafe {
+        let d = opendir(c.as_ptr());
+        if d.is_null() {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
+        }
+        loop {
+            let e = readdir(d);
+            if e.is_null() {
+                break;
+            }
+            let name = std::ffi::CStr::from_ptr((*e).d_name.as_ptr()).to_bytes();
+            if name != b"." && name != b".." {
+                names.push(name.to_vec());
+            }
+        }
+        closedir(d);
+    }
+    if w.flags & FTW_CHDIR != 0 {
+        chdir_to(start)?;
+    }
+    let mut prefix = start.to_vec();
+    if prefix.last() != Some(&b'/') {
+        prefix.push(b'/');
+    }
+    for name in names {
+        let mut path = prefix.clone();
+        path.extend_from_slice(&name);
+        let ftw = Ftw {
+            base: prefix.len() as c_int,
+            level: 1,
+        };
+        let next = match stat_of(&path) {
+            Ok(st) => w.call(&path, &st, FTW_F, ftw),
+            // Gone since the listing: as the C library, a file whose stat fails.
+            // SAFETY: an all-zero stat is what the C library passes then too.
+            Err(_) => w.call(&path, &unsafe { std::mem::zeroed() }, FTW_NS, ftw),
+        };
+        match next {
+            Next::Stop(r) => return Ok(r),
+            Next::SkipRest => break,
+            Next::On => {}
+        }
+    }
+    if depth {
+        if w.flags & FTW_CHDIR != 0 {
+            chdir_to(if base > 0 {
+                &start[..base as usize]
+            } else {
+                b"."
+            })?;
+        }
+        if let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 }) {
+            return Ok(r);
+        }
+    }
+    Ok(0)
+}
+
+/// The walk of `dir` when it starts at the store (its directory or a file of
+/// it): `None` to leave it to the C library.
+fn store_walk(
+    dir: *const c_char,
+    flags: c_int,
+    visit: &mut Visit<'_>,
+) -> Option<c_int> {
+    let place = classify(libc::AT_FDCWD, dir);
+    if !matches!(place, Place::Root | Place::Inside(_)) {
+        return None;
+    }
+    // SAFETY: `classify` found a C string.
+    let start = unsafe { std::ffi::CStr::from_ptr(dir) }.to_bytes().to_vec();
+    let mut w = Walk { visit, flags };
+    Some(match walk_store(&start, &place, &mut w) {
+        Ok(r) => r,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    })
+}
+
+/// Calls `f` as `nftw`'s callback.
+fn nftw_visit(f: NftwFn) -> impl FnMut(&[u8], &libc::stat64, c_int, Ftw) -> c_int {
+    move |path, st, kind, mut ftw| {
+        let Ok(c) = std::ffi::CString::new(path) else {
+            return 0;
+        };
+        // SAFETY: the caller's callback, with a C string, a stat and a struct FTW that live through the call.
+        unsafe { f(c.as_ptr(), st, kind, &mut ftw) }
+    }
+}
+
+/// Calls `f` as `ftw`'s callback (no `struct FTW`).
+fn ftw_visit(f: FtwFn) -> impl FnMut(&[u8], &libc::stat64, c_int, Ftw) -> c_int {
+    move |path, st, kind, _| {
+        let Ok(c) = std::ffi::CString::new(path) else {
+            return 0;
+        };
+        // SAFETY: the caller's callback, with a C string and a stat that live through the call.
+        unsafe { f(c.as_ptr(), st, kind) }
+    }
+}
+
+macro_rules! nftw_entry {
+    ($($name:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            dir: *const c_char,
+            f: Option<NftwFn>,
+            nopenfd: c_int,
+            flags: c_int,
+        ) -> c_int {
+            if let Some(g) = f
+                && let Some(r) = store_walk(dir, flags, &mut nftw_visit(g))
+            {
+                return r;
+            }
+            // SAFETY: passed through with the caller's arguments.
+            unsafe { real::$name()(dir, f, nopenfd, flags) }
+        }
+    )*};
+}
+
+nftw_entry! {
+    nftw;
+    nftw64;
+}
+
+macro_rules! ftw_entry {
+    ($($name:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(dir: *const c_char, f: Option<FtwFn>, nopenfd: c_int) -> c_int {
+            if let Some(g) = f
+                && let Some(r) = store_walk(dir, 0, &mut ftw_visit(g))
+            {
+                return r;
+            }
+            // SAFETY: passed through with the caller's arguments.
+            unsafe { real::$name()(dir, f, nopenfd) }
+        }
+    )*};
+}
+
+ftw_entry! {
+    ftw;
+    ftw64;
 }

@@ -203,4 +203,8 @@ real! {
     copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
     glob: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
     glob64: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
+    nftw: fn(*const c_char, Option<crate::dir::NftwFn>, c_int, c_int) -> c_int;
+    nftw64: fn(*const c_char, Option<crate::dir::NftwFn>, c_int, c_int) -> c_int;
+    ftw: fn(*const c_char, Option<crate::dir::FtwFn>, c_int) -> c_int;
+    ftw64: fn(*const c_char, Option<crate::dir::FtwFn>, c_int) -> c_int;
 }

@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <glob.h>
 #include <pthread.h>
 #include <signal.h>
@@ -250,6 +251,48 @@ static void *poke_main(void *arg) {
     return NULL;
 }
 
+static char walk_lines[64][160];
+static int walk_n, walk_root_at, walk_files_here;
+
+static int on_walk(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    if (f->level == 0)
+        walk_root_at = walk_n;
+    if (walk_n < 64)
+        snprintf(walk_lines[walk_n++], sizeof walk_lines[0], "%d %d %s %lld", type, f->level,
+                 f->level == 0 ? "." : p + f->base,
+                 type == FTW_F ? (long long)sb->st_size : -1LL);
+    /* With FTW_CHDIR a file is reachable by its name alone. */
+    if (type == FTW_F && f->level == 1 && access(p + f->base, F_OK) == 0)
+        walk_files_here++;
+    return 0;
+}
+
+static int stop_at_a_file(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)p, (void)sb, (void)f;
+    walk_n++;
+    return type == FTW_F ? FTW_STOP : FTW_CONTINUE;
+}
+
+static int on_ftw(const char *p, const struct stat *sb, int type) {
+    (void)p, (void)sb;
+    walk_n += type == FTW_F ? 1 : 100;
+    return 0;
+}
+
+static int by_line(const void *a, const void *b) {
+    return strcmp((const char *)a, (const char *)b);
+}
+
+static void show_walk(const char *what, int rc) {
+    qsort(walk_lines, walk_n, sizeof walk_lines[0], by_line);
+    printf("%-40s %d, the start visited %s:", what, rc,
+           walk_root_at == 0 ? "first" : walk_root_at == walk_n - 1 ? "last" : "between");
+    for (int i = 0; i < walk_n; i++)
+        printf(" [%s]", walk_lines[i]);
+    printf("\n");
+    walk_n = walk_root_at = walk_files_here = 0;
+}
+
 static void show_sum(const char *what, const char *name, size_t n) {
     unsigned char back[20000];
     int fd = open(path(name), O_RDONLY);
@@ -408,6 +451,29 @@ static void more_calls(void) {
     if (rc == 0)
         globfree(&g);
     show("glob of no match", glob(path("zz*"), 0, NULL, &g));
+
+    /* nftw and ftw walk the directory. */
+    show_walk("nftw", nftw(dir, on_walk, 4, FTW_PHYS));
+    show_walk("nftw FTW_DEPTH", nftw(dir, on_walk, 4, FTW_DEPTH | FTW_PHYS));
+    show_walk("nftw of one file", nftw(path("k2"), on_walk, 4, 0));
+    char before[4096] = "", after[4096] = "";
+    if (!getcwd(before, sizeof before))
+        strcpy(before, "?");
+    int rc2 = nftw(dir, on_walk, 4, FTW_CHDIR);
+    int here = walk_files_here;
+    show_walk("nftw FTW_CHDIR", rc2);
+    show("  files found from their directory", here);
+    if (!getcwd(after, sizeof after))
+        strcpy(after, "?");
+    show("  working directory back", strcmp(before, after) == 0);
+    show("nftw FTW_ACTIONRETVAL, stop at a file", nftw(dir, stop_at_a_file, 4, FTW_ACTIONRETVAL));
+    show("  entries visited", walk_n);
+    walk_n = 0;
+    show("ftw", ftw(dir, on_ftw, 4));
+    show("  files and directories (x100)", walk_n);
+    walk_n = 0;
+    show("nftw of a missing path", nftw(path("nothing"), on_walk, 4, 0));
+    walk_n = 0;
     unlink(path("k1"));
     unlink(path("k2"));
 }
