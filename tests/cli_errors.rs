@@ -1521,3 +1521,124 @@ fn a_graph_run_stopped_by_ctrl_c_leaves_no_cgroup_or_ranks() {
     assert!(files.is_empty(), "graph left {files:?}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Inputs found refused too late, or taken to the user's loss: results
+/// named as a store's backing file, a store file `cp` put where the array
+/// bench keeps its own, a budget beyond the machine and a setting no run
+/// uses, sizes checked only when their turn came, an empty output path.
+/// Each is refused before anything is written, and the user's files stay.
+#[test]
+fn refusals_come_first_and_keep_the_users_files() {
+    let dir = scratch("refuse-first");
+    std::fs::write(dir.join("mine"), b"the user's array").unwrap();
+    let root = dir.join("ab/arraydev0");
+    std::fs::create_dir_all(&root).unwrap();
+    let r = run(
+        &dir,
+        &["cp", "--devices", "ab/arraydev0", "mine", "store:array"],
+        Limits::default(),
+    );
+    assert_ok(&r, "a copy in");
+    let ab = |d: &str, extra: &[&str]| {
+        let mut a = vec![
+            "arraybench",
+            "--dir",
+            d,
+            "--size",
+            "1M",
+            "--ops",
+            "512",
+            "--rounds",
+            "1",
+            "--workload",
+            "seq",
+        ];
+        a.extend_from_slice(extra);
+        run(&dir, &a, Limits::default())
+    };
+    let r = ab("ab", &[]);
+    assert_refused(
+        &r,
+        "a store file cp made",
+        &["\"array.scf\"", "did not make"],
+    );
+    let r = run(
+        &dir,
+        &["cp", "--devices", "ab/arraydev0", "store:array", "back"],
+        Limits::default(),
+    );
+    assert_ok(&r, "a copy out");
+    assert_eq!(
+        std::fs::read(dir.join("back")).unwrap(),
+        b"the user's array"
+    );
+    // A run refused leaves no --dir it made.
+    let r = ab("fresh", &["--cache-size", "1000"]);
+    assert_refused(&r, "a cache below one set", &["1000"]);
+    assert!(
+        !dir.join("fresh").exists(),
+        "the refused run left its --dir"
+    );
+    let graph = |extra: &[&str]| {
+        let mut a = vec![
+            "graph",
+            "--dir",
+            "g",
+            "--scale",
+            "8",
+            "--no-progress",
+            "--roots",
+            "1",
+        ];
+        a.extend_from_slice(extra);
+        run(&dir, &a, Limits::default())
+    };
+    let r = graph(&[
+        "--backing",
+        "memory",
+        "--json",
+        "g/rmat-s8-e16-seed1.targets.scf",
+    ]);
+    assert_refused(&r, "results over a backing file", &["targets.scf", "store"]);
+    let r = graph(&["--backing", "setcache", "--budget", "100T"]);
+    assert_refused(&r, "a budget beyond the machine", &["--budget", "setcache"]);
+    let r = graph(&["--backing", "memory", "--depth", "5"]);
+    assert_refused(&r, "a depth no run uses", &["--depth 5", "setcache"]);
+    assert!(
+        !dir.join("g").exists(),
+        "a refused graph run generated its graph"
+    );
+    let sync = |cache: &str, size: &str| {
+        let args = [
+            "syncbench",
+            "--dir",
+            ".",
+            "--cache-size",
+            cache,
+            "--dirty",
+            "0",
+            "--file-size",
+            size,
+            "--rounds",
+            "1",
+        ];
+        run(&dir, &args, Limits::default())
+    };
+    let r = sync("1M,0", "1M");
+    assert_refused(&r, "a cache size of none after one", &["--cache-size 0"]);
+    assert!(
+        r.stdout.is_empty(),
+        "rows before the refusal:\n{}",
+        r.stdout
+    );
+    let r = sync("1M", "0");
+    assert_refused(&r, "a file of no pages", &["--file-size 0"]);
+    let r = sim(&["--trace", "uniform:pages=100,ops=1000", "--json", ""]);
+    assert_refused(&r, "an empty --json", &["empty path"]);
+    assert!(
+        r.stdout.is_empty(),
+        "simulated before the refusal:\n{}",
+        r.stdout
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -700,11 +700,7 @@ fn walk_from(
 
 /// The walk of `dir` when it starts at the store (its directory or a file of
 /// it): `None` to leave it to the C library.
-fn store_walk(
-    dir: *const c_char,
-    flags: c_int,
-    visit: &mut Visit<'_>,
-) -> Option<c_int> {
+fn store_walk(dir: *const c_char, flags: c_int, visit: &mut Visit<'_>) -> Option<c_int> {
     let place = classify(libc::AT_FDCWD, dir);
     if !matches!(place, Place::Root | Place::Inside(_)) {
         return None;

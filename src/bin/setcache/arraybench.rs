@@ -40,6 +40,7 @@
 //! reads its translation caches served (and each thread's), and the cache's
 //! misses during the workload's array rounds.
 
+use std::path::Path;
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
@@ -235,31 +236,20 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         }
     };
     let root = dir.join("arraydev0");
+    if dir.exists() && !dir.is_dir() {
+        return Err(format!("--dir {}: not a directory", dir.display()));
+    }
+    // A --dir this run makes goes again at its end (if nothing else is in it).
+    let dir_made = !dir.exists();
     std::fs::create_dir_all(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
-    // The store's directory holds only what an arraybench makes there (an
-    // earlier run's, killed before it cleared up): anything else is the
-    // user's, and is neither used nor removed.
-    let made = match std::fs::create_dir(&root) {
-        Ok(()) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let entries =
-                std::fs::read_dir(&root).map_err(|e| format!("{}: {e}", root.display()))?;
-            for entry in entries {
-                let name = entry
-                    .map_err(|e| format!("{}: {e}", root.display()))?
-                    .file_name();
-                if !ours(&name.to_string_lossy()) {
-                    return Err(format!(
-                        "--dir {}: {} holds {:?}, which arraybench did not make: remove it or choose another --dir",
-                        dir.display(),
-                        root.display(),
-                        name
-                    ));
-                }
+    let made = match claim_root(&dir, &root) {
+        Ok(made) => made,
+        Err(e) => {
+            if dir_made {
+                let _ = std::fs::remove_dir(&dir);
             }
-            false
+            return Err(e);
         }
-        Err(e) => return Err(format!("{}: {e}", root.display())),
     };
     let err = |e: setcache::Error| format!("arraybench: {e}");
     let store = match Store::open(&[&root], StoreOptions::default()) {
@@ -271,11 +261,22 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
             }
             if a.dir.is_none() {
                 let _ = std::fs::remove_dir_all(&dir);
+            } else if dir_made {
+                let _ = std::fs::remove_dir(&dir);
             }
             return Err(err(e));
         }
     };
-    let result = measure(&a, store, n, cache, page);
+    // The store is the bench's now: its array is marked as the bench's, so
+    // that a run killed before it cleared up leaves files the next takes.
+    let mark = root.join(MARK);
+    let result = match std::fs::write(&mark, b"") {
+        Ok(()) => measure(&a, store, n, cache, page),
+        Err(e) => {
+            drop(store);
+            Err(format!("{}: {e}", mark.display()))
+        }
+    };
     // The store is closed: take away what it made, and the directory if
     // nothing else is left in it.
     if let Ok(entries) = std::fs::read_dir(&root) {
@@ -293,8 +294,45 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     let _ = std::fs::remove_dir(&root);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
+    } else if dir_made {
+        let _ = std::fs::remove_dir(&dir);
     }
     result
+}
+
+/// The file that marks a store's directory as one an arraybench made: only
+/// there are `array.scf` and the store's files an earlier run's, killed
+/// before it cleared up (a store the user made there with `cp` holds the
+/// same names, and is theirs).
+const MARK: &str = ".arraybench";
+
+/// Makes the store's directory `root` under `dir` (true), or takes an
+/// existing one that holds only what an arraybench makes (false): the array's
+/// files count as its only where the bench's mark is (the store's own files,
+/// its lock and intent record, are any store's). Anything else there is the
+/// user's, and is neither used nor removed.
+fn claim_root(dir: &Path, root: &Path) -> Result<bool, String> {
+    match std::fs::create_dir(root) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let names: Vec<String> = std::fs::read_dir(root)
+                .map_err(|e| format!("{}: {e}", root.display()))?
+                .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("{}: {e}", root.display()))?;
+            let marked = names.iter().any(|n| n == MARK);
+            let data = |n: &str| matches!(n, "array.scf" | ".array.scf.new");
+            if let Some(n) = names.iter().find(|n| !ours(n) || (data(n) && !marked)) {
+                return Err(format!(
+                    "--dir {}: {} holds {n:?}, which arraybench did not make: remove it or choose another --dir",
+                    dir.display(),
+                    root.display(),
+                ));
+            }
+            Ok(false)
+        }
+        Err(e) => Err(format!("{}: {e}", root.display())),
+    }
 }
 
 /// Whether a name in the store's directory is one an arraybench's store
@@ -303,7 +341,7 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
 fn ours(name: &str) -> bool {
     matches!(
         name,
-        "array.scf" | ".array.scf.new" | ".setcache-lock" | ".setcache-intent"
+        "array.scf" | ".array.scf.new" | ".setcache-lock" | ".setcache-intent" | MARK
     ) || name.starts_with(".setcache-probe-")
 }
 

@@ -39,6 +39,14 @@ pub(crate) struct SyncArgs {
 pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     let file_size = parse_size(&a.file_size).map_err(|e| format!("--file-size: {e}"))?;
     let pages = file_size / 4096;
+    // The dirty pages are whole pages of the file: a file of none has
+    // nothing to sync.
+    if pages == 0 {
+        return Err(format!(
+            "--file-size {}: give the file one 4 KiB page at least",
+            a.file_size
+        ));
+    }
     if !(1..=100_000).contains(&a.rounds) {
         return Err(format!("--rounds {} is outside 1..=100000", a.rounds));
     }
@@ -50,7 +58,16 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     }
     let mut sizes = Vec::new();
     for c in &a.cache_size {
-        sizes.push(parse_size(c).map_err(|e| format!("--cache-size: {e}"))?);
+        let size = parse_size(c).map_err(|e| format!("--cache-size: {e}"))?;
+        // Each size is checked now, not once the sizes before it have run.
+        let opts = CacheOptions {
+            size: usize::try_from(size).map_err(|_| format!("--cache-size {c}: too large"))?,
+            ..CacheOptions::default()
+        };
+        <setcache::PageCache>::check(&opts).map_err(|e| format!("--cache-size {c}: {e}"))?;
+        setcache::cache::check_memory(size, || format!("--cache-size {c}"))
+            .map_err(|e| e.to_string())?;
+        sizes.push(size);
     }
     // The dirty pages must stay in the cache until the sync (there is no
     // flusher): a count past half the cache's pages would have many of them

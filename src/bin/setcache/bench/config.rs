@@ -95,17 +95,30 @@ fn same_file(a: &Path, b: &Path) -> bool {
     place(a).is_some_and(|x| Some(x) == place(b))
 }
 
-/// Refuse output files that cannot be written, before anything runs: one
-/// whose parent is not a directory, or one that is a directory; and one that
-/// is the trace file `input` or another of the outputs (the results would be
-/// written over what was read, or over each other). `bench --json/--plot`
-/// and `sim --json/--plot` share this check.
+/// Refuse output files that cannot be written, before anything runs: an
+/// empty path, one whose parent is not a directory, or one that is a
+/// directory; one that is the trace file `input` or another of the outputs
+/// (the results would be written over what was read, or over each other);
+/// and one named as a setcache store names its files (a backing `.scf`, the
+/// store's `.setcache-*`), which results would overwrite. `bench`, `sim` and
+/// `graph` share this check.
 pub(crate) fn check_outputs<'a>(
     outs: impl IntoIterator<Item = &'a Path>,
     input: Option<&Path>,
 ) -> Result<(), String> {
     let outs: Vec<&Path> = outs.into_iter().collect();
     for (k, &out) in outs.iter().enumerate() {
+        if out.as_os_str().is_empty() {
+            return Err("cannot write to an empty path: give --json and --plot a file name".into());
+        }
+        let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
+        if let Some(n) = name.filter(|n| n.ends_with(".scf") || n.starts_with(".setcache")) {
+            return Err(format!(
+                "cannot write {}: {n} is named as a setcache store names its files (a backing \
+                 .scf, the store's .setcache-*), which the results would overwrite",
+                out.display()
+            ));
+        }
         if let Some(i) = input.filter(|&i| same_file(out, i)) {
             return Err(format!(
                 "cannot write {}: it is the trace file {}, which the run reads",

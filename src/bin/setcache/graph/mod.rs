@@ -76,7 +76,7 @@ pub(crate) struct GraphArgs {
     iterations: usize,
     /// Reads each setcache thread keeps in flight while it expands a
     /// frontier (their buffers at most 8 MiB)
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = DEFAULT_DEPTH)]
     depth: usize,
     /// Generate the graph again even if its files exist
     #[arg(long)]
@@ -93,6 +93,9 @@ const BACKINGS: [&str; 4] = ["memory", "setcache", "mmap", "mmap-random"];
 
 /// `--roots` when not given.
 const DEFAULT_ROOTS: usize = 4;
+
+/// `--depth` when not given.
+const DEFAULT_DEPTH: usize = 512;
 
 /// `--iterations` when not given.
 const DEFAULT_ITERATIONS: usize = 10;
@@ -164,6 +167,13 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                 .into(),
         );
     }
+    if a.depth != DEFAULT_DEPTH && !a.backing.iter().any(|b| b == "setcache") {
+        return Err(format!(
+            "--depth {} counts setcache's reads in flight, and --backing names no setcache: add \
+             it or drop --depth",
+            a.depth
+        ));
+    }
     if a.roots != DEFAULT_ROOTS && !a.algo.iter().any(|al| al == "bfs") {
         return Err(format!(
             "--roots {} counts breadth-first searches, and --algo names no bfs: add it or drop \
@@ -229,14 +239,27 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         };
         vertex_bytes(algo, n) + buffers
     };
+    // In MiB, as every size of the report; below one, in bytes (not "0 MiB").
+    let given = budget.map_or_else(String::new, |b| match b < 1 << 20 {
+        true => format!("{b} bytes"),
+        false => mib(b),
+    });
     if let Some(b) = budget
         && let Some(algo) = a.algo.iter().find(|x| b < fixed_need(x) + (1 << 20))
     {
         return Err(format!(
-            "--budget {}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least",
-            mib(b),
+            "--budget {given}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least",
             mib(fixed_need(algo))
         ));
+    }
+    // setcache's runs hold their budget in this process (mmap's are held to
+    // theirs by a cgroup): more than the machine can give now is refused
+    // before a graph is generated, not after.
+    if let Some(b) = budget
+        && with_setcache
+    {
+        setcache::cache::check_memory(b, || format!("--budget {given} for the setcache runs"))
+            .map_err(|e| e.to_string())?;
     }
     // Ctrl-C stops at the next step (a chunk written, a search's level, a
     // PageRank iteration, a run) and the command cleans up as after a failure
@@ -404,7 +427,14 @@ fn prepare(
             },
         )
         .map_err(|e| format!("graph: {e}"))?;
-        rmat::store(&cs, spec, &csr, progress)?;
+        if let Err(e) = rmat::store(&cs, spec, &csr, progress) {
+            // A graph cut short (a full disk, Ctrl-C) would be made again by
+            // the next run anyway: its files go now, not the disk's room.
+            for ext in ["offsets", "targets"] {
+                let _ = cs.delete(&format!("{}.{ext}", spec.name()));
+            }
+            return Err(e);
+        }
         say!(
             "graph: generated and stored in {:.1} s",
             t0.elapsed().as_secs_f64()
