@@ -749,6 +749,24 @@ fn trace_options_are_checked_by_name() {
 }
 
 #[test]
+fn trailing_commas_and_kinds_without_options_are_named_plainly() {
+    let p = temp_file("tail.csv", b"1,R\n2,W\n");
+    // A trailing comma (or an empty item) made the whole spec a file name
+    // ("tail.csv,: No such file").
+    let t = load(&format!("csv:{},", p.display()), 4096).unwrap();
+    assert_eq!(t.pages, [0, 1]);
+    let t = load(&format!("csv:{},col=0,,rw=1", p.display()), 4096).unwrap();
+    assert_eq!(t.pages, [0, 1]);
+    // A kind that takes no option listed none ("(expected )").
+    let txt = temp_file("plain.txt", b"5\n6\n");
+    let e = load(&format!("text:{},foo=1", txt.display()), 4096).unwrap_err();
+    assert!(
+        e.contains("unknown option \"foo\" (this kind takes none)"),
+        "{e}"
+    );
+}
+
+#[test]
 fn block_trace_headers_may_carry_a_byte_order_mark_or_follow_blank_lines() {
     // A SYSTOR header was known only as the very first line, and only
     // without a byte-order mark ("Timestamp \"\u{feff}Timestamp\" is not a

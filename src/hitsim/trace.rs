@@ -519,10 +519,13 @@ impl<'a> Opts<'a> {
                 .ok_or_else(|| format!("trace {spec:?}: expected key=value, got {item:?}"))?;
             let k = k.trim();
             if !allowed.contains(&k) {
-                return Err(format!(
-                    "trace {spec:?}: unknown option {k:?} (expected {})",
-                    allowed.join(", ")
-                ));
+                return Err(match allowed {
+                    [] => format!("trace {spec:?}: unknown option {k:?} (this kind takes none)"),
+                    _ => format!(
+                        "trace {spec:?}: unknown option {k:?} (expected {})",
+                        allowed.join(", ")
+                    ),
+                });
             }
             if pairs.iter().any(|p: &(&str, &str)| p.0 == k) {
                 return Err(format!("trace {spec:?}: option {k:?} given twice"));
@@ -855,7 +858,12 @@ fn path_and_opts<'a>(
         && !Path::new(rest).exists()
     {
         let tail = &rest[i + 1..];
-        if tail.split(',').all(|kv| kv.contains('=')) {
+        // Empty items (a trailing comma) are no file name's either.
+        if tail
+            .split(',')
+            .filter(|kv| !kv.is_empty())
+            .all(|kv| kv.contains('='))
+        {
             path = &rest[..i];
             opts = tail;
         }
