@@ -7,7 +7,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after};
+use super::{
+    HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after, intent_no_space,
+};
 use crate::error::Error;
 use crate::storage::buf::AlignedBuf;
 use crate::storage::io::EngineKind;
@@ -534,4 +536,61 @@ fn a_growth_neither_finished_nor_rolled_back_is_undone_next() {
         }
     }
     assert!(failed > 4, "only {failed} growths failed");
+}
+
+/// A device 0 too full for an intent record refused every delete, the one
+/// operation that makes room. A delete goes on without its record now:
+/// stopped at any step, the store opens, the other file is whole, and the
+/// deleted one is gone, or whole, or listed and opening as damaged, and goes
+/// with a second delete. Other operations still need their record.
+#[test]
+fn a_device_too_full_for_an_intent_record_still_deletes() {
+    for k in 0.. {
+        let d = Dir::new("nospace");
+        let s = d.open().unwrap();
+        make(&s, "a", 5000, 1);
+        make(&s, "b", 70_000, 2);
+        intent_no_space(true);
+        crash_after(Some(k));
+        let r = s.delete("b");
+        crash_after(None);
+        let renamed = s.rename("a", "c");
+        intent_no_space(false);
+        assert!(renamed.is_err(), "a rename went on without its record");
+        drop(s);
+        let s = d.open().expect("open after the delete");
+        let whole = pattern(1, 5000);
+        let mut b = AlignedBuf::new(5120);
+        s.open_file("a").unwrap().read_at(0, &mut b).unwrap();
+        assert_eq!(&b[..5000], &whole[..], "step {k}: the other file changed");
+        // What is left of b is listed, so that it can be deleted again.
+        let listed = s.list().unwrap().iter().any(|n| n == "b");
+        let pieces = d.roots().iter().any(|r| r.join("b.scf").exists());
+        assert_eq!(
+            listed, pieces,
+            "step {k}: pieces of b the store does not list"
+        );
+        match s.open_file("b") {
+            Err(Error::FileNotFound(_)) => {}
+            Ok(f) => assert_eq!(f.len(), 70_000, "step {k}: b is not whole"),
+            Err(Error::BadHeader { .. }) => s.delete("b").unwrap(),
+            Err(e) => panic!("step {k}: b: {e}"),
+        }
+        drop(s);
+        if let Err(e) = r {
+            assert!(is_simulated(&e), "step {k}: {e}");
+            continue;
+        }
+        // The run without a crash: b is gone from every device.
+        for root in d.roots() {
+            assert!(
+                !root.join("b.scf").exists(),
+                "a piece of b in {}",
+                root.display()
+            );
+        }
+        assert_eq!(d.state().keys().collect::<Vec<_>>(), ["a"]);
+        assert!(k > 1, "the delete took {k} steps");
+        break;
+    }
 }
