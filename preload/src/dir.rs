@@ -512,7 +512,6 @@ const FTW_DP: c_int = 5;
 const FTW_CHDIR: c_int = 4;
 const FTW_DEPTH: c_int = 8;
 const FTW_ACTIONRETVAL: c_int = 16;
-const FTW_STOP: c_int = 1;
 const FTW_SKIP_SUBTREE: c_int = 2;
 const FTW_SKIP_SIBLINGS: c_int = 3;
 
@@ -545,10 +544,17 @@ impl Walk<'_> {
         if self.flags & FTW_ACTIONRETVAL == 0 {
             return if r == 0 { Next::On } else { Next::Stop(r) };
         }
+        // As the C library's walk: skipping a subtree skips a directory's
+        // entries (a file has none); skipping siblings skips the rest of the
+        // directory the entry is in, or, from the start directory, its
+        // entries.
         match r {
-            FTW_STOP => Next::Stop(FTW_STOP),
-            FTW_SKIP_SUBTREE | FTW_SKIP_SIBLINGS if kind == FTW_D => Next::SkipRest,
-            _ => Next::On,
+            0 => Next::On,
+            FTW_SKIP_SUBTREE if kind == FTW_D => Next::SkipRest,
+            FTW_SKIP_SUBTREE => Next::On,
+            FTW_SKIP_SIBLINGS => Next::SkipRest,
+            // FTW_STOP, or a value of the caller's own: the walk ends with it.
+            r => Next::Stop(r),
         }
     }
 }
@@ -593,28 +599,40 @@ fn chdir_to(dir: &[u8]) -> Result<(), i32> {
 
 /// Walks `start` (the store's directory, or a file of it: `place`).
 fn walk_store(start: &[u8], place: &Place, w: &mut Walk<'_>) -> Result<c_int, i32> {
-    let root = stat_of(start)?;
-    let base = base_of(start);
-    let cwd = if w.flags & FTW_CHDIR != 0 {
-        let here = std::env::current_dir().map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-        // The start is visited from the directory that holds it.
-        let up = &start[..base as usize];
-        if !up.is_empty() {
-            chdir_to(up)?;
-        }
-        Some(here.into_os_string().into_encoded_bytes())
+    // The callbacks get the start as given, its trailing slashes aside (as
+    // the C library's walk gives them); the walk itself reads through the
+    // absolute path, which `FTW_CHDIR`'s changes of directory leave true.
+    let mut shown = start.to_vec();
+    while shown.len() > 1 && shown.last() == Some(&b'/') {
+        shown.pop();
+    }
+    let here = std::env::current_dir()
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?
+        .into_os_string()
+        .into_encoded_bytes();
+    let real = if shown.first() == Some(&b'/') {
+        shown.clone()
     } else {
-        None
+        [&here[..], b"/", &shown[..]].concat()
     };
-    let r = walk_from(start, place, &root, base, w);
-    if let Some(dir) = cwd {
-        chdir_to(&dir)?;
+    let root = stat_of(&real)?;
+    let base = base_of(&shown);
+    let chdir = w.flags & FTW_CHDIR != 0;
+    if chdir {
+        // The start is visited from the directory that holds it.
+        let up = &real[..base_of(&real) as usize];
+        chdir_to(if up.is_empty() { b"/" } else { up })?;
+    }
+    let r = walk_from(&shown, &real, place, &root, base, w);
+    if chdir {
+        chdir_to(&here)?;
     }
     r
 }
 
 fn walk_from(
     start: &[u8],
+    real: &[u8],
     place: &Place,
     root: &libc::stat64,
     base: c_int,
@@ -635,7 +653,7 @@ fn walk_from(
             Next::On => {}
         }
     }
-    let c = std::ffi::CString::new(start).map_err(|_| libc::EINVAL)?;
+    let c = std::ffi::CString::new(real).map_err(|_| libc::EINVAL)?;
     let mut names = Vec::new();
     // SAFETY: a C string; the listing is read to its end and closed.
     unsafe {
@@ -658,7 +676,7 @@ fn walk_from(
         closedir(d);
     }
     if w.flags & FTW_CHDIR != 0 {
-        chdir_to(start)?;
+        chdir_to(real)?;
     }
     let mut prefix = start.to_vec();
     if prefix.last() != Some(&b'/') {
@@ -671,7 +689,7 @@ fn walk_from(
             base: prefix.len() as c_int,
             level: 1,
         };
-        let next = match stat_of(&path) {
+        let next = match stat_of(&[real, b"/", &name[..]].concat()) {
             Ok(st) => w.call(&path, &st, FTW_F, ftw),
             // Gone since the listing: as the C library, a file whose stat fails.
             // SAFETY: an all-zero stat is what the C library passes then too.
@@ -683,17 +701,12 @@ fn walk_from(
             Next::On => {}
         }
     }
-    if depth {
-        if w.flags & FTW_CHDIR != 0 {
-            chdir_to(if base > 0 {
-                &start[..base as usize]
-            } else {
-                b"."
-            })?;
-        }
-        if let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 }) {
-            return Ok(r);
-        }
+    // The directory's own visit after its entries is made from inside it,
+    // as the C library's.
+    if depth
+        && let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 })
+    {
+        return Ok(r);
     }
     Ok(0)
 }

@@ -273,6 +273,12 @@ static int stop_at_a_file(const char *p, const struct stat *sb, int type, struct
     return type == FTW_F ? FTW_STOP : FTW_CONTINUE;
 }
 
+static int skip_after_a_file(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)p, (void)sb, (void)f;
+    walk_n++;
+    return type == FTW_F ? FTW_SKIP_SIBLINGS : FTW_CONTINUE;
+}
+
 static int on_ftw(const char *p, const struct stat *sb, int type) {
     (void)p, (void)sb;
     walk_n += type == FTW_F ? 1 : 100;
@@ -466,7 +472,29 @@ static void more_calls(void) {
     if (!getcwd(after, sizeof after))
         strcpy(after, "?");
     show("  working directory back", strcmp(before, after) == 0);
+    /* The same from the directory's parent, by a relative path with a
+     * trailing slash. */
+    char parent[4096];
+    snprintf(parent, sizeof parent, "%s", dir);
+    char *slash = strrchr(parent, '/');
+    if (slash && slash != parent) {
+        *slash = 0;
+        char rel[4096];
+        snprintf(rel, sizeof rel, "%s/", slash + 1);
+        if (chdir(parent) == 0) {
+            rc2 = nftw(rel, on_walk, 4, FTW_CHDIR | FTW_DEPTH);
+            here = walk_files_here;
+            show_walk("nftw FTW_CHDIR, relative", rc2);
+            show("  files found from their directory", here);
+            if (chdir(before) != 0)
+                printf("cannot go back to %s\n", before);
+        }
+    }
     show("nftw FTW_ACTIONRETVAL, stop at a file", nftw(dir, stop_at_a_file, 4, FTW_ACTIONRETVAL));
+    show("  entries visited", walk_n);
+    walk_n = 0;
+    show("nftw FTW_ACTIONRETVAL, skip after a file",
+         nftw(dir, skip_after_a_file, 4, FTW_ACTIONRETVAL | FTW_DEPTH));
     show("  entries visited", walk_n);
     walk_n = 0;
     show("ftw", ftw(dir, on_ftw, 4));

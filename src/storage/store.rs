@@ -1299,7 +1299,11 @@ impl Store {
                 return Err(e);
             }
             meta.files.remove(name);
-            return inner.redo_delete(name);
+            // Part-way, it is finished by the next metadata operation, as
+            // a delete with its record is.
+            return inner
+                .redo_delete(name)
+                .inspect_err(|_| meta.pending = Some(intent));
         }
         meta.files.remove(name);
         let done = inner.redo_delete(name).and_then(|()| inner.remove_intent());

@@ -270,7 +270,12 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     // The store is the bench's now: its array is marked as the bench's, so
     // that a run killed before it cleared up leaves files the next takes.
     let mark = root.join(MARK);
-    let result = match std::fs::write(&mark, b"") {
+    // Durable before the array is made: after a crash, an array without its
+    // mark would be taken for the user's.
+    let marked = std::fs::File::create(&mark)
+        .and_then(|f| f.sync_all())
+        .and_then(|()| std::fs::File::open(&root)?.sync_all());
+    let result = match marked {
         Ok(()) => measure(&a, store, n, cache, page),
         Err(e) => {
             drop(store);
@@ -282,11 +287,13 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     if let Ok(entries) = std::fs::read_dir(&root) {
         for entry in entries.flatten() {
             let name = entry.file_name();
-            if name != ".setcache-lock" && ours(&name.to_string_lossy()) {
+            if name != ".setcache-lock" && name != MARK && ours(&name.to_string_lossy()) {
                 let _ = std::fs::remove_file(entry.path());
             }
         }
     }
+    // The mark last: stopped before, the next run still takes what is left.
+    let _ = std::fs::remove_file(&mark);
     // The lock file under its lock: a store another run opened meanwhile
     // keeps it (its other files are not safe from this sweep: two runs on one
     // directory at once are not supported).

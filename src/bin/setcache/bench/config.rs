@@ -109,7 +109,7 @@ pub(crate) fn check_outputs<'a>(
     let outs: Vec<&Path> = outs.into_iter().collect();
     for (k, &out) in outs.iter().enumerate() {
         if out.as_os_str().is_empty() {
-            return Err("cannot write to an empty path: give --json and --plot a file name".into());
+            return Err("cannot write to an empty path: give the output a file name".into());
         }
         let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
         if let Some(n) = name.filter(|n| n.ends_with(".scf") || n.starts_with(".setcache")) {
