@@ -703,9 +703,7 @@ fn walk_from(
     }
     // The directory's own visit after its entries is made from inside it,
     // as the C library's.
-    if depth
-        && let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 })
-    {
+    if depth && let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 }) {
         return Ok(r);
     }
     Ok(0)
