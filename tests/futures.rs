@@ -262,6 +262,60 @@ fn page_futures_hand_over_pinned_pages() {
     }
 }
 
+/// Page futures count against the bound of the thread that started them
+/// until they end, finished on a worker or not: past it, the next page
+/// future and `page` are refused; futures polled to their end on another
+/// thread, or dropped, give their places back.
+#[test]
+fn unfinished_page_futures_count_against_their_threads_bound() {
+    let tmp = TempDir::new("futures-claims");
+    let len = 8 << 20;
+    let cs = rig(&tmp, len, 1024);
+    let f = cs.open_file("data").unwrap();
+    let start = |base: u64| {
+        let mut futs: Vec<_> = (0..MAX_GUARDS_PER_THREAD as u64)
+            .map(|k| Box::pin(f.page_async((base + k * 3) * PS as u64)))
+            .collect();
+        for p in &mut futs {
+            let poll = p.as_mut().poll(&mut Context::from_waker(Waker::noop()));
+            assert!(poll.is_pending(), "a missing page went to a worker");
+        }
+        futs
+    };
+    let far = (1500 * PS) as u64;
+    let futs = start(0);
+    // The worker reads and pins them all; nobody polls them yet.
+    std::thread::sleep(Duration::from_millis(300));
+    let r = block_on(f.page_async(far));
+    assert!(
+        matches!(r, Err(Error::TooManyPins { held }) if held == MAX_GUARDS_PER_THREAD),
+        "{:?}",
+        r.err()
+    );
+    let r = f.page(far);
+    assert!(matches!(r, Err(Error::TooManyPins { .. })), "{:?}", r.err());
+    // Another thread polls them to their end: its guards, this thread's
+    // places given back.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let (guards, _) = run_all(futs);
+            for (k, g) in guards.iter().enumerate() {
+                let off = k * 3 * PS;
+                assert_eq!(&g.as_ref().unwrap()[..], &pat(off, PS)[..]);
+            }
+        })
+        .join()
+        .unwrap();
+    });
+    let g = block_on(f.page_async(far)).unwrap();
+    assert_eq!(&g[..], &pat(far as usize, PS)[..]);
+    drop(g);
+    // Dropped before they end: their places come back too.
+    drop(start(600));
+    let g = f.page(far + PS as u64).unwrap();
+    assert_eq!(&g[..], &pat(far as usize + PS, PS)[..]);
+}
+
 /// Futures dropped before they complete: reads end on the worker and free
 /// their buffers, writes are made, pins are released, and the count of
 /// misses is one per page read (nothing counted twice).

@@ -30,7 +30,7 @@ use crate::cache::{Got, RawPin};
 use crate::cached::queue::{CachedQueue, CachedRequest};
 use crate::cached::readahead;
 use crate::cached::shared::{Shared, Workers};
-use crate::cached::{CachedFile, Guarded, Hold, PageGuard};
+use crate::cached::{CachedFile, FutureClaim, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::queue::Bell;
@@ -590,6 +590,8 @@ pub struct PageAt<'f> {
     file: &'f CachedFile,
     offset: u64,
     st: Stage,
+    /// Its place in the starting thread's bound while a worker has it.
+    claim: Option<FutureClaim>,
 }
 
 enum Stage {
@@ -820,10 +822,15 @@ impl<'f> Future for PageAt<'f> {
         let f: &'f CachedFile = this.file;
         match this.st.poll_sent(f, cx) {
             Ok(Poll::Pending) => Poll::Pending,
-            Ok(Poll::Ready((Outcome::Pin(p), ..))) => Poll::Ready(
-                p.and_then(|p| guard_of(f, this.offset, p))
-                    .map_err(|e| f.gone_or(e)),
-            ),
+            Ok(Poll::Ready((Outcome::Pin(p), ..))) => {
+                // The pin becomes this thread's guard: the starting thread's
+                // place is given back first, as the guard takes one here.
+                this.claim = None;
+                Poll::Ready(
+                    p.and_then(|p| guard_of(f, this.offset, p))
+                        .map_err(|e| f.gone_or(e)),
+                )
+            }
             Ok(Poll::Ready((Outcome::Bytes(..), ..))) => unreachable!("a page request gets a pin"),
             Err(Stage::Start(_)) => match this.start(cx) {
                 Ok(st) => {
@@ -863,6 +870,9 @@ impl<'f> PageAt<'f> {
             Err(e) => return Err(Err(e)),
         }
         sh.own_io(f.id, page, false).map_err(Err)?;
+        // The worker will pin the page for this future: it counts against
+        // this thread's bound until the future ends.
+        self.claim = Some(FutureClaim::take().map_err(Err)?);
         let op = Op {
             what: What::Pin,
             file: f.clone(),
@@ -871,7 +881,10 @@ impl<'f> PageAt<'f> {
             stream: Some(stream),
             slot: Slot::new(cx.waker()),
         };
-        send(f, op, 0, 0).map_err(|(e, _)| Err(e))
+        send(f, op, 0, 0).map_err(|(e, _)| {
+            self.claim = None;
+            Err(e)
+        })
     }
 }
 
@@ -931,6 +944,7 @@ impl CachedFile {
             file: self,
             offset,
             st: Stage::Start(Vec::new()),
+            claim: None,
         }
     }
 }

@@ -132,9 +132,11 @@ pub struct CachedFile {
 }
 
 /// Most page guards ([`PageGuard`], [`PageGuardMut`]) one thread may hold
-/// at once. Each holds a frame; a thread holding many could leave a set with
-/// no page to give up (a miss there then waits the cache's pin wait and
-/// fails with [`Error::AllPinned`]).
+/// at once, counting with them the page futures ([`CachedFile::page_async`])
+/// it started that have not finished (a worker holds their pages pinned).
+/// Each holds a frame; a thread holding many could leave a set with no page
+/// to give up (a miss there then waits the cache's pin wait and fails with
+/// [`Error::AllPinned`]).
 pub const MAX_GUARDS_PER_THREAD: usize = 64;
 
 thread_local! {
@@ -156,6 +158,10 @@ struct Held {
     free: Vec<usize>,
     count: usize,
     mutable: usize,
+    /// The page futures this thread started whose pins are still with a
+    /// worker or their future (made at the first such future; decreased by
+    /// whichever thread ends them).
+    started: Option<Arc<AtomicUsize>>,
 }
 
 impl Held {
@@ -165,7 +171,18 @@ impl Held {
             free: Vec::new(),
             count: 0,
             mutable: 0,
+            started: None,
         }
+    }
+
+    /// The guards this thread holds and the page futures it started that
+    /// have not ended.
+    fn pins(&self) -> usize {
+        self.count
+            + self
+                .started
+                .as_ref()
+                .map_or(0, |s| s.load(Ordering::Relaxed))
     }
 
     fn iter(&self) -> impl Iterator<Item = &HoldKey> {
@@ -204,8 +221,9 @@ impl Hold {
                     name()
                 )));
             }
-            if h.count >= MAX_GUARDS_PER_THREAD {
-                return Err(Error::TooManyPins { held: h.count });
+            let held = h.pins();
+            if held >= MAX_GUARDS_PER_THREAD {
+                return Err(Error::TooManyPins { held });
             }
             let key = Some((store, id, page, mutable));
             let slot = match h.free.pop() {
@@ -262,6 +280,45 @@ impl Hold {
             }
         })
         .unwrap_or(Ok(()))
+    }
+}
+
+/// A page future's place in the bound of the thread that started it
+/// ([`MAX_GUARDS_PER_THREAD`]), from the moment its page goes to a worker
+/// (which pins it) until the future ends: given back when dropped, by
+/// whichever thread drops it.
+pub(crate) struct FutureClaim(Arc<AtomicUsize>);
+
+impl FutureClaim {
+    /// A place for one more page future of this thread, or
+    /// [`Error::TooManyPins`] when its guards and unfinished page futures
+    /// are at the bound.
+    pub(crate) fn take() -> Result<FutureClaim> {
+        let taken = HELD.try_with(|h| {
+            let mut h = h.borrow_mut();
+            let held = h.pins();
+            if held >= MAX_GUARDS_PER_THREAD {
+                return Err(Error::TooManyPins { held });
+            }
+            // Only this thread adds to its count (others only subtract), so
+            // the check above cannot be overtaken.
+            let s = h
+                .started
+                .get_or_insert_with(|| Arc::new(AtomicUsize::new(0)));
+            s.fetch_add(1, Ordering::Relaxed);
+            Ok(FutureClaim(s.clone()))
+        });
+        taken.unwrap_or_else(|_| {
+            Err(Error::InvalidArgument(
+                "a page future started while the thread exits (after its locals are gone)".into(),
+            ))
+        })
+    }
+}
+
+impl Drop for FutureClaim {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -113,6 +113,21 @@ fn csv_columns_by_index_or_name() {
 }
 
 #[test]
+fn a_header_naming_a_column_twice_is_refused_by_name() {
+    let p = temp_file("twice.csv", b"page,op,Page\n1,R,100\n2,W,200\n");
+    let e = load(&format!("csv:{},col=page", p.display()), 4096).unwrap_err();
+    assert!(
+        e.contains("line 1") && e.contains("names \"page\" twice (columns 0 and 2)"),
+        "{e}"
+    );
+    let e = load(&format!("csv:{},col=0,rw=OP", p.display()), 4096);
+    assert_eq!(e.unwrap().n_writes, 1, "a name given once is found");
+    let q = temp_file("twice-rw.csv", b"page,op,op\n1,R,W\n");
+    let e = load(&format!("csv:{},col=page,rw=op", q.display()), 4096).unwrap_err();
+    assert!(e.contains("names \"op\" twice"), "{e}");
+}
+
+#[test]
 fn bad_traces_get_clear_errors() {
     let empty = temp_file("empty.txt", b"");
     let e = load(&spec("text", &empty), 4096).unwrap_err();

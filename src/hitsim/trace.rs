@@ -1306,12 +1306,23 @@ fn csv(spec: &str, rest: &str) -> Result<Trace, String> {
         let f = split(line);
         let at_top = std::mem::take(&mut first);
         if at_top && (header || col.is_none() || (rw_spec.is_some() && rw.is_none())) {
+            // A name the header gives twice says nothing of which is meant.
             let find = |name: &str| {
-                f.iter()
-                    .position(|h| h.eq_ignore_ascii_case(name))
-                    .ok_or_else(|| {
-                        format!("{path}: line {n}: no column named {name:?} in the header {line:?}")
-                    })
+                let mut at = f
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, h)| h.eq_ignore_ascii_case(name))
+                    .map(|(i, _)| i);
+                match (at.next(), at.next()) {
+                    (Some(i), None) => Ok(i),
+                    (Some(i), Some(j)) => Err(format!(
+                        "{path}: line {n}: the header {line:?} names {name:?} twice (columns {i} \
+                         and {j}): give the column's number"
+                    )),
+                    (None, _) => Err(format!(
+                        "{path}: line {n}: no column named {name:?} in the header {line:?}"
+                    )),
+                }
             };
             if col.is_none() {
                 col = Some(find(col_spec)?);

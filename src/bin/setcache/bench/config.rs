@@ -456,6 +456,18 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 a.touch, a.bs
             ));
         }
+        // Each request in flight holds its page from the moment it is sent.
+        if engines.contains(&Engine::Setcache)
+            && a.api != ApiArg::Sync
+            && a.iodepth as usize > setcache::MAX_GUARDS_PER_THREAD
+        {
+            return Err(format!(
+                "--access ref holds a page reference for each request in flight, and a thread \
+                 may hold {} at once: --iodepth {} is more",
+                setcache::MAX_GUARDS_PER_THREAD,
+                a.iodepth
+            ));
+        }
     }
     if a.compute {
         if a.rw.writes() {
