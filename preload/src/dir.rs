@@ -3,7 +3,8 @@
 //! `rewinddir`, `telldir`, `seekdir`, `dirfd` and `closedir` know such streams
 //! from the C library's; `scandir` and `scandir64` list it too, `glob` and
 //! `glob64` list directories and look at paths through these, and `nftw`,
-//! `nftw64`, `ftw` and `ftw64` walk it when they start there.
+//! `nftw64`, `ftw` and `ftw64` walk it when they start there, and show its
+//! files when they pass through it.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
@@ -523,8 +524,8 @@ type Visit<'a> = dyn FnMut(&[u8], &libc::stat64, c_int, Ftw) -> c_int + 'a;
 /// that starts at the store's directory, or at a file of it, is walked here:
 /// the directory, then each file of the listing (the store has no
 /// subdirectories), with the C library's order of calls, path forms, levels
-/// and flags. A walk that starts elsewhere goes to the C library, and lists
-/// the store's directory empty if it passes it.
+/// and flags. A walk that starts above it is the C library's, with the
+/// callback wrapped (`Above`).
 struct Walk<'a> {
     visit: &'a mut Visit<'a>,
     flags: c_int,
@@ -653,6 +654,23 @@ fn walk_from(
             Next::On => {}
         }
     }
+    let names = store_names(real)?;
+    if w.flags & FTW_CHDIR != 0 {
+        chdir_to(real)?;
+    }
+    if let Some(r) = visit_files(start, real, &names, 1, w) {
+        return Ok(r);
+    }
+    // The directory's own visit after its entries is made from inside it,
+    // as the C library's.
+    if depth && let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 }) {
+        return Ok(r);
+    }
+    Ok(0)
+}
+
+/// The names of the store's files, listed through `real`, its directory.
+fn store_names(real: &[u8]) -> Result<Vec<Vec<u8>>, i32> {
     let c = std::ffi::CString::new(real).map_err(|_| libc::EINVAL)?;
     let mut names = Vec::new();
     // SAFETY: a C string; the listing is read to its end and closed.
@@ -675,19 +693,29 @@ fn walk_from(
         }
         closedir(d);
     }
-    if w.flags & FTW_CHDIR != 0 {
-        chdir_to(real)?;
-    }
-    let mut prefix = start.to_vec();
+    Ok(names)
+}
+
+/// Visits the store's files `names` as entries of its directory, shown as
+/// `shown` and read through `real`, at `level`: `Some` with the value that
+/// ends the walk, `None` to go on.
+fn visit_files(
+    shown: &[u8],
+    real: &[u8],
+    names: &[Vec<u8>],
+    level: c_int,
+    w: &mut Walk<'_>,
+) -> Option<c_int> {
+    let mut prefix = shown.to_vec();
     if prefix.last() != Some(&b'/') {
         prefix.push(b'/');
     }
     for name in names {
         let mut path = prefix.clone();
-        path.extend_from_slice(&name);
+        path.extend_from_slice(name);
         let ftw = Ftw {
             base: prefix.len() as c_int,
-            level: 1,
+            level,
         };
         let next = match stat_of(&[real, b"/", &name[..]].concat()) {
             Ok(st) => w.call(&path, &st, FTW_F, ftw),
@@ -696,17 +724,207 @@ fn walk_from(
             Err(_) => w.call(&path, &unsafe { std::mem::zeroed() }, FTW_NS, ftw),
         };
         match next {
-            Next::Stop(r) => return Ok(r),
+            Next::Stop(r) => return Some(r),
             Next::SkipRest => break,
             Next::On => {}
         }
     }
-    // The directory's own visit after its entries is made from inside it,
-    // as the C library's.
-    if depth && let Next::Stop(r) = w.call(start, root, FTW_DP, Ftw { base, level: 0 }) {
-        return Ok(r);
+    None
+}
+
+// ---- walks that pass the store on their way ---------------------------------
+
+/// A walk that starts above the store's directory is the C library's, with
+/// its callback wrapped: the store's directory, recognised by its device and
+/// inode, gets the store's files as its entries (after its own visit, or
+/// before it with `FTW_DEPTH`), and whatever the C library finds in the
+/// directory on the disk is not shown.
+struct Above<'a> {
+    walk: Walk<'a>,
+    /// Device and inode of the store's directory.
+    dev_ino: (u64, u64),
+    /// The store's directory, absolute: its files are listed and looked at
+    /// through it.
+    real: Vec<u8>,
+    /// The store's directory as the walk's paths name it, cleaned
+    /// lexically (see `normalise`), when it is known: entries under it are
+    /// the disk's, hidden.
+    inside: Option<Vec<u8>>,
+}
+
+thread_local! {
+    /// The walks of this thread that pass the store, innermost last (a
+    /// callback may start a walk of its own).
+    static ABOVE: std::cell::RefCell<Vec<*mut Above<'static>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Above<'_> {
+    fn visit(&mut self, path: &[u8], st: &libc::stat64, kind: c_int, ftw: Ftw) -> c_int {
+        let dir = matches!(kind, FTW_D | FTW_DP) && (st.st_dev, st.st_ino) == self.dev_ino;
+        if !dir {
+            if let Some(inside) = &self.inside {
+                let p = crate::path::normalise(b"", path);
+                if p.len() > inside.len() && crate::path::under(&p, inside) {
+                    return 0;
+                }
+            }
+            // The C library reads the callback's value as it would the caller's.
+            return (self.walk.visit)(path, st, kind, ftw);
+        }
+        let level = ftw.level + 1;
+        let ftw_again = Ftw {
+            base: ftw.base,
+            level: ftw.level,
+        };
+        if kind == FTW_D {
+            let r = (self.walk.visit)(path, st, kind, ftw);
+            if r != 0 {
+                return r;
+            }
+            return self.files(path, level).unwrap_or(0);
+        }
+        if let Some(r) = self.files(path, level) {
+            return r;
+        }
+        (self.walk.visit)(path, st, kind, ftw_again)
     }
-    Ok(0)
+
+    /// Visits the store's files under `shown`, from inside the directory
+    /// with `FTW_CHDIR` (and back to where the walk was after): `Some` with
+    /// the value that ends the walk.
+    fn files(&mut self, shown: &[u8], level: c_int) -> Option<c_int> {
+        // A directory the store cannot list is shown empty, as the disk's is.
+        let names = store_names(&self.real).ok()?;
+        let back = if self.walk.flags & FTW_CHDIR != 0 {
+            // SAFETY: a C string naming the working directory.
+            let fd = unsafe {
+                libc::open(
+                    c".".as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if fd < 0 || chdir_to(&self.real).is_err() {
+                if fd >= 0 {
+                    // SAFETY: our own descriptor.
+                    unsafe { libc::close(fd) };
+                }
+                return Some(-1);
+            }
+            Some(fd)
+        } else {
+            None
+        };
+        let r = visit_files(shown, &self.real, &names, level, &mut self.walk);
+        if let Some(fd) = back {
+            // SAFETY: our own descriptor of the directory the walk was in, closed once.
+            let ok = unsafe { libc::fchdir(fd) } == 0;
+            // SAFETY: as above.
+            unsafe { libc::close(fd) };
+            if !ok {
+                return Some(-1);
+            }
+        }
+        r
+    }
+}
+
+/// The innermost walk of this thread that passes the store.
+fn above_visit(path: *const c_char, st: *const libc::stat64, kind: c_int, ftw: Ftw) -> c_int {
+    let Some(top) = ABOVE.with(|a| a.borrow().last().copied()) else {
+        return 0;
+    };
+    if path.is_null() || st.is_null() {
+        return 0;
+    }
+    // SAFETY: the C library's path, a C string, for this call.
+    let p = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    // SAFETY: `top` lives on the frame of the walk's entry, which waits in the C library's walk on this thread until this call returns (a nested walk pushes its own).
+    unsafe { (*top).visit(p, &*st, kind, ftw) }
+}
+
+unsafe extern "C" fn above_nftw(
+    path: *const c_char,
+    st: *const libc::stat64,
+    kind: c_int,
+    ftw: *mut Ftw,
+) -> c_int {
+    let f = if ftw.is_null() {
+        Ftw { base: 0, level: 0 }
+    } else {
+        // SAFETY: the C library's struct FTW for this call.
+        unsafe {
+            Ftw {
+                base: (*ftw).base,
+                level: (*ftw).level,
+            }
+        }
+    };
+    above_visit(path, st, kind, f)
+}
+
+unsafe extern "C" fn above_ftw(path: *const c_char, st: *const libc::stat64, kind: c_int) -> c_int {
+    above_visit(path, st, kind, Ftw { base: 0, level: 0 })
+}
+
+/// For a walk of `dir` that would pass the store's directory (which lies
+/// under it): `Some`, with the directory as the walk will name it when that
+/// is known.
+fn passes_store(cfg: &state::Config, dir: *const c_char) -> Option<Option<Vec<u8>>> {
+    if dir.is_null() {
+        return None;
+    }
+    // SAFETY: the caller's C string.
+    let start = unsafe { std::ffi::CStr::from_ptr(dir) }.to_bytes();
+    if start.is_empty() {
+        return None;
+    }
+    let here = std::env::current_dir()
+        .ok()?
+        .into_os_string()
+        .into_encoded_bytes();
+    let abs = crate::path::normalise(&here, start);
+    let strictly = |d: &[u8], s: &[u8]| d.len() > s.len() && crate::path::under(d, s);
+    if strictly(&cfg.dir, &abs) {
+        let rel = &cfg.dir[if abs == b"/" { 0 } else { abs.len() }..];
+        let inside = crate::path::normalise(b"", &[start, rel].concat());
+        return Some(Some(inside));
+    }
+    // Through a symbolic link: the walk's names for it are not known
+    // (and it may be the store's directory itself, by another name).
+    let resolved =
+        std::fs::canonicalize(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(&abs))
+            .ok()?
+            .into_os_string()
+            .into_encoded_bytes();
+    let store = cfg.canonical.as_deref().unwrap_or(&cfg.dir);
+    crate::path::under(store, &resolved).then_some(None)
+}
+
+/// Runs the C library's walk `run` (given the wrapped callback) with
+/// `visit` as the callback of a walk that passes the store; `None` when
+/// `dir` does not lead to the store.
+fn above_walk(
+    dir: *const c_char,
+    flags: c_int,
+    visit: &mut Visit<'_>,
+    run: impl FnOnce() -> c_int,
+) -> Option<c_int> {
+    let cfg = state::config()?;
+    let inside = passes_store(cfg, dir)?;
+    let mut above = Above {
+        walk: Walk { visit, flags },
+        dev_ino: cfg.dev_ino,
+        real: cfg.dir.clone(),
+        inside,
+    };
+    let ptr: *mut Above<'_> = &mut above;
+    // The entry lives on this frame until the walk below returns, and is
+    // taken off the list before it goes.
+    ABOVE.with(|a| a.borrow_mut().push(ptr.cast()));
+    let r = run();
+    ABOVE.with(|a| a.borrow_mut().pop());
+    Some(r)
 }
 
 /// The walk of `dir` when it starts at the store (its directory or a file of
@@ -759,10 +977,15 @@ macro_rules! nftw_entry {
             nopenfd: c_int,
             flags: c_int,
         ) -> c_int {
-            if let Some(g) = f
-                && let Some(r) = store_walk(dir, flags, &mut nftw_visit(g))
-            {
-                return r;
+            if let Some(g) = f {
+                if let Some(r) = store_walk(dir, flags, &mut nftw_visit(g)) {
+                    return r;
+                }
+                // SAFETY: the caller's arguments, the callback wrapped.
+                let run = || unsafe { real::$name()(dir, Some(above_nftw), nopenfd, flags) };
+                if let Some(r) = above_walk(dir, flags, &mut nftw_visit(g), run) {
+                    return r;
+                }
             }
             // SAFETY: passed through with the caller's arguments.
             unsafe { real::$name()(dir, f, nopenfd, flags) }
@@ -779,10 +1002,15 @@ macro_rules! ftw_entry {
     ($($name:ident;)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(dir: *const c_char, f: Option<FtwFn>, nopenfd: c_int) -> c_int {
-            if let Some(g) = f
-                && let Some(r) = store_walk(dir, 0, &mut ftw_visit(g))
-            {
-                return r;
+            if let Some(g) = f {
+                if let Some(r) = store_walk(dir, 0, &mut ftw_visit(g)) {
+                    return r;
+                }
+                // SAFETY: the caller's arguments, the callback wrapped.
+                let run = || unsafe { real::$name()(dir, Some(above_ftw), nopenfd) };
+                if let Some(r) = above_walk(dir, 0, &mut ftw_visit(g), run) {
+                    return r;
+                }
             }
             // SAFETY: passed through with the caller's arguments.
             unsafe { real::$name()(dir, f, nopenfd) }

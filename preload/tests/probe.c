@@ -289,6 +289,51 @@ static int by_line(const void *a, const void *b) {
     return strcmp((const char *)a, (const char *)b);
 }
 
+/* Walks from the directory's parent: the entries under the directory,
+ * which is `above_dir` as the walk names it. */
+static char above_dir[4096];
+
+static int under_above(const char *p) {
+    size_t n = strlen(above_dir);
+    return strncmp(p, above_dir, n) == 0 && (p[n] == 0 || p[n] == '/');
+}
+
+static int on_walk_above(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    if (!under_above(p))
+        return 0;
+    if (strcmp(p, above_dir) == 0)
+        walk_root_at = walk_n;
+    const char *name = strrchr(p, '/') + 1;
+    if (walk_n < 64)
+        snprintf(walk_lines[walk_n++], sizeof walk_lines[0], "%d %d %s %lld%s", type, f->level,
+                 strcmp(p, above_dir) == 0 ? "." : name,
+                 type == FTW_F ? (long long)sb->st_size : -1LL,
+                 p + f->base == name ? "" : " (base wrong)");
+    if (type == FTW_F && access(name, F_OK) == 0)
+        walk_files_here++;
+    return 0;
+}
+
+static int own_value_at_a_file_above(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)f;
+    return under_above(p) && type == FTW_F ? 7 : 0;
+}
+
+static int stop_at_a_file_above(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)f;
+    if (!under_above(p))
+        return FTW_CONTINUE;
+    walk_n++;
+    return type == FTW_F ? FTW_STOP : FTW_CONTINUE;
+}
+
+static int on_ftw_above(const char *p, const struct stat *sb, int type) {
+    (void)sb;
+    if (under_above(p))
+        walk_n += type == FTW_F ? 1 : 100;
+    return 0;
+}
+
 static void show_walk(const char *what, int rc) {
     qsort(walk_lines, walk_n, sizeof walk_lines[0], by_line);
     printf("%-40s %d, the start visited %s:", what, rc,
@@ -502,6 +547,31 @@ static void more_calls(void) {
     walk_n = 0;
     show("nftw of a missing path", nftw(path("nothing"), on_walk, 4, 0));
     walk_n = 0;
+
+    /* Walks from the directory's parent pass through it. */
+    char up[4096];
+    snprintf(up, sizeof up, "%s", dir);
+    char *cut = strrchr(up, '/');
+    if (cut && cut != up) {
+        *cut = 0;
+        snprintf(above_dir, sizeof above_dir, "%s", dir);
+        show_walk("nftw from the parent", nftw(up, on_walk_above, 8, FTW_PHYS));
+        show_walk("nftw FTW_DEPTH from the parent", nftw(up, on_walk_above, 8, FTW_DEPTH | FTW_PHYS));
+        rc2 = nftw(up, on_walk_above, 8, FTW_CHDIR);
+        here = walk_files_here;
+        show_walk("nftw FTW_CHDIR from the parent", rc2);
+        show("  files found from their directory", here);
+        if (!getcwd(after, sizeof after))
+            strcpy(after, "?");
+        show("  working directory back", strcmp(before, after) == 0);
+        show("nftw from the parent, a value of its own", nftw(up, own_value_at_a_file_above, 8, 0));
+        show("nftw from the parent, FTW_STOP", nftw(up, stop_at_a_file_above, 8, FTW_ACTIONRETVAL));
+        show("  entries visited under the directory", walk_n);
+        walk_n = 0;
+        show("ftw from the parent", ftw(up, on_ftw_above, 8));
+        show("  files and directories (x100)", walk_n);
+        walk_n = 0;
+    }
     unlink(path("k1"));
     unlink(path("k2"));
 }
