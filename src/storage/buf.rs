@@ -15,6 +15,9 @@ use crate::storage::io::DeviceEngine;
 /// Alignment of every buffer, in bytes.
 pub const BUF_ALIGN: usize = 4096;
 
+/// Size of a transparent huge page on the machines the crate runs on.
+const HUGE_PAGE: usize = 2 << 20;
+
 /// One allocation shared by registered buffers.
 pub(crate) struct Arena {
     ptr: NonNull<u8>,
@@ -30,12 +33,33 @@ unsafe impl Send for Arena {}
 unsafe impl Sync for Arena {}
 
 impl Arena {
-    /// Allocate `len` zeroed bytes aligned to `BUF_ALIGN`.
+    /// Allocate `len` zeroed bytes aligned to `BUF_ALIGN` (to a huge page from
+    /// one huge page on).
+    ///
+    /// An arena of a huge page or more lies on huge pages, as the cache's
+    /// frames do: fewer pages for the kernel to map and pin, and for the
+    /// device to write into.
     pub(crate) fn new(len: usize) -> Arena {
-        let layout = AllocLayout::from_size_align(len.max(1), BUF_ALIGN)
+        let huge = len >= HUGE_PAGE;
+        let align = if huge { HUGE_PAGE } else { BUF_ALIGN };
+        let layout = AllocLayout::from_size_align(len.max(1), align)
             .expect("buffer size overflows the address space");
-        // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { alloc::alloc_zeroed(layout) };
+        let raw = if huge {
+            // SAFETY: the layout has a non-zero size.
+            let raw = unsafe { alloc::alloc(layout) };
+            if !raw.is_null() {
+                // Advised before the first write, so that the zeroing below
+                // faults the memory in as huge pages.
+                // SAFETY: advice on the allocation just made; failure only means small pages.
+                unsafe { libc::madvise(raw.cast(), len, libc::MADV_HUGEPAGE) };
+                // SAFETY: `raw` holds `len` writable bytes that nothing else refers to.
+                unsafe { raw.write_bytes(0, len) };
+            }
+            raw
+        } else {
+            // SAFETY: the layout has a non-zero size.
+            unsafe { alloc::alloc_zeroed(layout) }
+        };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         Arena {
             ptr,
@@ -183,5 +207,46 @@ mod tests {
             assert_eq!(p.as_ptr() as usize % BUF_ALIGN, 0);
             assert_eq!(p.len(), 5000);
         }
+    }
+
+    /// Kilobytes of the mapping holding `addr` that lie on huge pages, from
+    /// `/proc/self/smaps`.
+    fn huge_kib_at(addr: usize) -> Option<u64> {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let mut inside = false;
+        for line in smaps.lines() {
+            let first = line.split_whitespace().next().unwrap_or("");
+            if let Some((lo, hi)) = first.split_once('-')
+                && let (Ok(lo), Ok(hi)) =
+                    (usize::from_str_radix(lo, 16), usize::from_str_radix(hi, 16))
+            {
+                inside = (lo..hi).contains(&addr);
+            } else if inside && let Some(v) = line.strip_prefix("AnonHugePages:") {
+                return v.trim().trim_end_matches("kB").trim().parse().ok();
+            }
+        }
+        None
+    }
+
+    #[test]
+    fn a_large_arena_lies_on_huge_pages_and_reads_as_zeros() {
+        let len = 4 * HUGE_PAGE;
+        let arena = Arena::new(len);
+        assert_eq!(arena.ptr() as usize % HUGE_PAGE, 0);
+        // SAFETY: the arena holds `len` bytes and nothing else refers to them.
+        let bytes = unsafe { std::slice::from_raw_parts(arena.ptr(), len) };
+        assert!(bytes.iter().all(|&x| x == 0));
+        // Where the machine gives huge pages only on advice (or always),
+        // the arena has them; with none at all there is nothing to check.
+        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+            .unwrap_or_default();
+        if thp.contains("[never]") || thp.is_empty() {
+            return;
+        }
+        let huge = huge_kib_at(arena.ptr() as usize).expect("the arena's mapping is listed");
+        assert!(
+            huge >= (HUGE_PAGE / 1024) as u64,
+            "{huge} KiB of the arena on huge pages"
+        );
     }
 }
