@@ -1387,7 +1387,7 @@ pub fn reader_table_bytes(cache_pages: u64, pages: u64) -> u64 {
 }
 
 fn table<'a>(n: usize) -> Box<[Entry<'a>]> {
-    const HUGE: usize = 2 << 20;
+    use crate::util::HUGE_PAGE as HUGE;
     let mut v: Vec<Entry<'a>> = Vec::with_capacity(n);
     let start = v.as_ptr() as usize;
     let (lo, hi) = (

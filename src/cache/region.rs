@@ -1,8 +1,7 @@
 //! Anonymous memory reserved once and touched on demand.
 
 use crate::error::{Error, Result};
-
-const HUGE: usize = 2 << 20;
+use crate::util::HUGE_PAGE as HUGE;
 
 /// A private anonymous mapping: page-aligned, zero-filled, reserved without
 /// commitment (`MAP_NORESERVE`) so that a cache sized for growth costs memory

@@ -11,12 +11,10 @@ use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
 use crate::storage::io::DeviceEngine;
+use crate::util::HUGE_PAGE;
 
 /// Alignment of every buffer, in bytes.
 pub const BUF_ALIGN: usize = 4096;
-
-/// Size of a transparent huge page on the machines the crate runs on.
-const HUGE_PAGE: usize = 2 << 20;
 
 /// One allocation shared by registered buffers.
 pub(crate) struct Arena {

@@ -11,3 +11,6 @@ pub(crate) mod spread;
 pub(crate) mod stream;
 
 pub(crate) use size::human_size;
+
+/// Size of a transparent huge page on the machines the crate runs on.
+pub(crate) const HUGE_PAGE: usize = 2 << 20;
