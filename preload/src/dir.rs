@@ -514,6 +514,9 @@ const FTW_CHDIR: c_int = 4;
 const FTW_DEPTH: c_int = 8;
 const FTW_ACTIONRETVAL: c_int = 16;
 const FTW_SKIP_SUBTREE: c_int = 2;
+/// Every flag `nftw` takes: `FTW_PHYS`, `FTW_MOUNT`, `FTW_CHDIR`,
+/// `FTW_DEPTH`, `FTW_ACTIONRETVAL`.
+const FTW_FLAGS: c_int = 1 | 2 | FTW_CHDIR | FTW_DEPTH | FTW_ACTIONRETVAL;
 const FTW_SKIP_SIBLINGS: c_int = 3;
 
 /// What a walk calls for each entry: its path, stat, type and `struct FTW`.
@@ -752,12 +755,45 @@ struct Above<'a> {
     inside: Option<Vec<u8>>,
 }
 
+/// Walks that pass the store one thread may have under way at once (a
+/// callback may start a walk of its own, and coroutines may interleave
+/// walks on one thread).
+const SLOTS: usize = 16;
+
 thread_local! {
-    /// The walks of this thread that pass the store, innermost last (a
-    /// callback may start a walk of its own).
-    static ABOVE: std::cell::RefCell<Vec<*mut Above<'static>>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// This thread's walks that pass the store, each in a slot of its own
+    /// whose number its callback carries (`NFTW_AT`, `FTW_AT`): a callback
+    /// finds its own walk whatever other walks do on the thread. A walk left
+    /// by `longjmp` keeps its slot, which nothing reads again.
+    static ABOVE: [std::cell::Cell<*mut Above<'static>>; SLOTS] =
+        const { [const { std::cell::Cell::new(std::ptr::null_mut()) }; SLOTS] };
 }
+
+/// The callbacks the C library's walks are given, one per slot.
+macro_rules! slot_callbacks {
+    ($($k:literal)*) => {
+        const NFTW_AT: [NftwFn; SLOTS] = [$({
+            unsafe extern "C" fn at(
+                path: *const c_char,
+                st: *const libc::stat64,
+                kind: c_int,
+                ftw: *mut Ftw,
+            ) -> c_int {
+                // SAFETY: the C library's arguments for this call.
+                unsafe { above_nftw($k, path, st, kind, ftw) }
+            }
+            at
+        }),*];
+        const FTW_AT: [FtwFn; SLOTS] = [$({
+            unsafe extern "C" fn at(path: *const c_char, st: *const libc::stat64, kind: c_int) -> c_int {
+                above_visit($k, path, st, kind, Ftw { base: 0, level: 0 })
+            }
+            at
+        }),*];
+    };
+}
+
+slot_callbacks!(0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15);
 
 impl Above<'_> {
     fn visit(&mut self, path: &[u8], st: &libc::stat64, kind: c_int, ftw: Ftw) -> c_int {
@@ -801,7 +837,9 @@ impl Above<'_> {
             let fd = unsafe {
                 libc::open(
                     c".".as_ptr(),
-                    libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                    // Only to come back to: a directory the caller may
+                    // search but not read is enough.
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
                 )
             };
             if fd < 0 || chdir_to(&self.real).is_err() {
@@ -829,21 +867,30 @@ impl Above<'_> {
     }
 }
 
-/// The innermost walk of this thread that passes the store.
-fn above_visit(path: *const c_char, st: *const libc::stat64, kind: c_int, ftw: Ftw) -> c_int {
-    let Some(top) = ABOVE.with(|a| a.borrow().last().copied()) else {
-        return 0;
-    };
-    if path.is_null() || st.is_null() {
+/// A callback of the walk in slot `k` of this thread.
+fn above_visit(
+    k: usize,
+    path: *const c_char,
+    st: *const libc::stat64,
+    kind: c_int,
+    ftw: Ftw,
+) -> c_int {
+    let top = ABOVE.with(|a| a[k].get());
+    if top.is_null() || path.is_null() || st.is_null() {
         return 0;
     }
     // SAFETY: the C library's path, a C string, for this call.
     let p = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
-    // SAFETY: `top` lives on the frame of the walk's entry, which waits in the C library's walk on this thread until this call returns (a nested walk pushes its own).
+    // SAFETY: slot `k` names the entry of the walk that calls this callback: it lives on the frame of that walk's entry, which waits in the C library's walk until this call returns.
     unsafe { (*top).visit(p, &*st, kind, ftw) }
 }
 
-unsafe extern "C" fn above_nftw(
+/// `nftw`'s callback for slot `k`.
+///
+/// # Safety
+/// The C library's arguments for one call: `ftw` null or its `struct FTW`.
+unsafe fn above_nftw(
+    k: usize,
     path: *const c_char,
     st: *const libc::stat64,
     kind: c_int,
@@ -860,11 +907,7 @@ unsafe extern "C" fn above_nftw(
             }
         }
     };
-    above_visit(path, st, kind, f)
-}
-
-unsafe extern "C" fn above_ftw(path: *const c_char, st: *const libc::stat64, kind: c_int) -> c_int {
-    above_visit(path, st, kind, Ftw { base: 0, level: 0 })
+    above_visit(k, path, st, kind, f)
 }
 
 /// For a walk of `dir` that would pass the store's directory (which lies
@@ -901,14 +944,15 @@ fn passes_store(cfg: &state::Config, dir: *const c_char) -> Option<Option<Vec<u8
     crate::path::under(store, &resolved).then_some(None)
 }
 
-/// Runs the C library's walk `run` (given the wrapped callback) with
-/// `visit` as the callback of a walk that passes the store; `None` when
-/// `dir` does not lead to the store.
+/// Runs the C library's walk `run` (given the slot whose callback it is to
+/// call) with `visit` as the callback of a walk that passes the store;
+/// `None` when `dir` does not lead to the store. With every slot taken the
+/// walk fails (`ENOMEM`), with a message.
 fn above_walk(
     dir: *const c_char,
     flags: c_int,
     visit: &mut Visit<'_>,
-    run: impl FnOnce() -> c_int,
+    run: impl FnOnce(usize) -> c_int,
 ) -> Option<c_int> {
     let cfg = state::config()?;
     let inside = passes_store(cfg, dir)?;
@@ -919,11 +963,25 @@ fn above_walk(
         inside,
     };
     let ptr: *mut Above<'_> = &mut above;
-    // The entry lives on this frame until the walk below returns, and is
-    // taken off the list before it goes.
-    ABOVE.with(|a| a.borrow_mut().push(ptr.cast()));
-    let r = run();
-    ABOVE.with(|a| a.borrow_mut().pop());
+    // The entry lives on this frame until the walk below returns, and its
+    // slot is emptied before it goes.
+    let Some(k) = ABOVE.with(|a| {
+        let k = a.iter().position(|c| c.get().is_null())?;
+        a[k].set(ptr.cast());
+        Some(k)
+    }) else {
+        crate::warn_once(
+            "walks",
+            &format!(
+                "a walk through the store's directory refused: {SLOTS} such walks are already \
+                 under way on this thread (or were left by longjmp)"
+            ),
+        );
+        set_errno(libc::ENOMEM);
+        return Some(-1);
+    };
+    let r = run(k);
+    ABOVE.with(|a| a[k].set(std::ptr::null_mut()));
     Some(r)
 }
 
@@ -977,12 +1035,17 @@ macro_rules! nftw_entry {
             nopenfd: c_int,
             flags: c_int,
         ) -> c_int {
+            // As the C library's: flags it does not know are refused first.
+            if flags & !FTW_FLAGS != 0 {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
             if let Some(g) = f {
                 if let Some(r) = store_walk(dir, flags, &mut nftw_visit(g)) {
                     return r;
                 }
                 // SAFETY: the caller's arguments, the callback wrapped.
-                let run = || unsafe { real::$name()(dir, Some(above_nftw), nopenfd, flags) };
+                let run = |k: usize| unsafe { real::$name()(dir, Some(NFTW_AT[k]), nopenfd, flags) };
                 if let Some(r) = above_walk(dir, flags, &mut nftw_visit(g), run) {
                     return r;
                 }
@@ -1007,7 +1070,7 @@ macro_rules! ftw_entry {
                     return r;
                 }
                 // SAFETY: the caller's arguments, the callback wrapped.
-                let run = || unsafe { real::$name()(dir, Some(above_ftw), nopenfd) };
+                let run = |k: usize| unsafe { real::$name()(dir, Some(FTW_AT[k]), nopenfd) };
                 if let Some(r) = above_walk(dir, 0, &mut ftw_visit(g), run) {
                     return r;
                 }

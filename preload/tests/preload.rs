@@ -150,6 +150,37 @@ fn files_inside_and_outside_behave_as_on_a_local_file_system() {
     }
 }
 
+/// Walks through the store's directory left by `longjmp` keep their
+/// slots; once a thread has none left, the next such walk fails plainly
+/// (a local directory's walk goes on).
+#[test]
+fn walks_left_by_longjmp_use_up_their_threads_slots_and_then_fail_plainly() {
+    let s = Setup::new("slots");
+    let prog = probe(&s.p("bin"), true);
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("plain")).arg("walk-slots");
+    let plain = text(&run(plain).stdout);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("walk-slots");
+    let out = run(c);
+    let t = text(&out.stdout);
+    let line = |t: &str, what: &str| {
+        t.lines()
+            .find(|l| l.starts_with(what))
+            .unwrap_or_else(|| panic!("no line {what:?} in\n{t}"))[what.len()..]
+            .trim()
+            .to_string()
+    };
+    for t in [&plain, &t] {
+        assert_eq!(line(t, "walks left by longjmp"), "16", "{t}");
+    }
+    assert_eq!(line(&plain, "a walk after them"), "0");
+    assert_eq!(line(&plain, "  entries under the directory"), "2");
+    assert_eq!(line(&t, "a walk after them"), "-1 ENOMEM", "{t}");
+    let err = text(&out.stderr);
+    assert!(err.contains("16 such walks are already under way"), "{err}");
+}
+
 #[test]
 fn unsupported_calls_fail_with_a_clear_errno_and_message() {
     let s = Setup::new("refused");

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +38,7 @@
 #include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 static char dir[4096];
@@ -334,6 +336,89 @@ static int on_ftw_above(const char *p, const struct stat *sb, int type) {
     return 0;
 }
 
+/* A walk started inside another that leaves by longjmp: the outer walk,
+ * with FTW_DEPTH, starts the inner one at its first file under the
+ * directory, whose callback jumps back out at its own first file there; the
+ * outer walk then goes on to its end. */
+static jmp_buf jump_back;
+static const char *walk_up;
+static int inner_entries, outer_entries, inner_rc = -2;
+
+static int inner_jumps_out(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)f;
+    if (under_above(p) && type == FTW_F) {
+        inner_entries++;
+        longjmp(jump_back, 1);
+    }
+    return 0;
+}
+
+static int outer_starts_inner(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)f;
+    if (!under_above(p))
+        return 0;
+    outer_entries += type == FTW_F ? 1 : 100;
+    if (type == FTW_F && inner_rc == -2) {
+        inner_rc = -1;
+        if (setjmp(jump_back) == 0)
+            inner_rc = nftw(walk_up, inner_jumps_out, 8, FTW_PHYS);
+    }
+    return 0;
+}
+
+/* Two walks on one thread, in two coroutines that hand over to each other
+ * at every entry: the first with FTW_ACTIONRETVAL asks to skip the subtree
+ * of each file (which goes on to the next), the second returns 0. */
+static ucontext_t co_main, co_ctx[2];
+static int co_turn, co_done[2], co_rc[2], co_entries[2];
+
+static int on_walk_co(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)f;
+    int me = co_turn, r = 0;
+    if (under_above(p)) {
+        co_entries[me] += type == FTW_F ? 1 : 100;
+        if (me == 0 && type == FTW_F)
+            r = FTW_SKIP_SUBTREE;
+    }
+    if (!co_done[1 - me]) {
+        co_turn = 1 - me;
+        swapcontext(&co_ctx[me], &co_ctx[1 - me]);
+        co_turn = me;
+    }
+    return r;
+}
+
+static void co_walk(void) {
+    int me = co_turn;
+    co_rc[me] = nftw(walk_up, on_walk_co, 8, me == 0 ? FTW_PHYS | FTW_ACTIONRETVAL : FTW_PHYS);
+    co_done[me] = 1;
+    co_turn = 1 - me;
+}
+
+static void walks_that_leave_or_interleave(const char *up) {
+    walk_up = up;
+    int rc = nftw(up, outer_starts_inner, 8, FTW_DEPTH | FTW_PHYS);
+    printf("%-40s %d, inner %d, entries %d and %d\n", "nftw left by longjmp from inside", rc, inner_rc,
+           outer_entries, inner_entries);
+    static char stacks[2][256 * 1024];
+    for (int i = 0; i < 2; i++) {
+        getcontext(&co_ctx[i]);
+        co_ctx[i].uc_stack.ss_sp = stacks[i];
+        co_ctx[i].uc_stack.ss_size = sizeof stacks[i];
+        co_ctx[i].uc_link = &co_main;
+        makecontext(&co_ctx[i], co_walk, 0);
+    }
+    co_turn = 0;
+    swapcontext(&co_main, &co_ctx[0]);
+    /* One walk ended; the other goes on to its end. */
+    if (!co_done[co_turn])
+        swapcontext(&co_main, &co_ctx[co_turn]);
+    printf("%-40s %d %d, entries %d and %d\n", "nftw in two coroutines", co_rc[0], co_rc[1],
+           co_entries[0], co_entries[1]);
+    /* Flags the C library does not know. */
+    show("nftw with an unknown flag", nftw(above_dir, on_walk_co, 8, 1 << 10));
+}
+
 static void show_walk(const char *what, int rc) {
     qsort(walk_lines, walk_n, sizeof walk_lines[0], by_line);
     printf("%-40s %d, the start visited %s:", what, rc,
@@ -571,6 +656,7 @@ static void more_calls(void) {
         show("ftw from the parent", ftw(up, on_ftw_above, 8));
         show("  files and directories (x100)", walk_n);
         walk_n = 0;
+        walks_that_leave_or_interleave(up);
     }
     unlink(path("k1"));
     unlink(path("k2"));
@@ -1136,6 +1222,34 @@ static void tail_race(void) {
     close(rfd);
 }
 
+/* Walks from the directory's parent left by longjmp, one after another:
+ * with the library each keeps its slot, and the walk after the last one
+ * fails when none is left. */
+static void walk_slots(void) {
+    char up[4096];
+    snprintf(up, sizeof up, "%s", dir);
+    char *cut = strrchr(up, '/');
+    if (!cut || cut == up)
+        return;
+    *cut = 0;
+    snprintf(above_dir, sizeof above_dir, "%s", dir);
+    int fd = open(path("w1"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    show("write a file to walk to", write(fd, "walk", 4));
+    close(fd);
+    int left = 0;
+    for (int i = 0; i < 16; i++) {
+        inner_entries = 0;
+        if (setjmp(jump_back) == 0)
+            nftw(up, inner_jumps_out, 8, FTW_PHYS);
+        left += inner_entries;
+    }
+    show("walks left by longjmp", left);
+    walk_n = 0;
+    show("a walk after them", nftw(up, on_walk_above, 8, FTW_PHYS));
+    show("  entries under the directory", walk_n);
+    unlink(path("w1"));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -1173,6 +1287,8 @@ int main(int argc, char **argv) {
         main_ends_first(0);
     else if (argc > 2 && strcmp(argv[2], "late-dtor") == 0)
         late_destructors();
+    else if (argc > 2 && strcmp(argv[2], "walk-slots") == 0)
+        walk_slots();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
         cat(argc, argv);
     else
