@@ -20,6 +20,9 @@ pub const BUF_ALIGN: usize = 4096;
 pub(crate) struct Arena {
     ptr: NonNull<u8>,
     layout: AllocLayout,
+    /// A mapping of its own (a huge arena), unmapped on drop; else the
+    /// global allocator's.
+    mapped: bool,
     /// Per device: the engine and the fixed-buffer index it gave this arena.
     regs: Vec<(Weak<dyn DeviceEngine>, Option<u16>)>,
 }
@@ -42,26 +45,17 @@ impl Arena {
         let align = if huge { HUGE_PAGE } else { BUF_ALIGN };
         let layout = AllocLayout::from_size_align(len.max(1), align)
             .expect("buffer size overflows the address space");
-        let raw = if huge {
+        let mapped = if huge { map_huge(len) } else { None };
+        let raw = match mapped {
+            Some(raw) => raw,
             // SAFETY: the layout has a non-zero size.
-            let raw = unsafe { alloc::alloc(layout) };
-            if !raw.is_null() {
-                // Advised before the first write, so that the zeroing below
-                // faults the memory in as huge pages.
-                // SAFETY: advice on the allocation just made; failure only means small pages.
-                unsafe { libc::madvise(raw.cast(), len, libc::MADV_HUGEPAGE) };
-                // SAFETY: `raw` holds `len` writable bytes that nothing else refers to.
-                unsafe { raw.write_bytes(0, len) };
-            }
-            raw
-        } else {
-            // SAFETY: the layout has a non-zero size.
-            unsafe { alloc::alloc_zeroed(layout) }
+            None => unsafe { alloc::alloc_zeroed(layout) },
         };
         let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         Arena {
             ptr,
             layout,
+            mapped: mapped.is_some(),
             regs: Vec::new(),
         }
     }
@@ -98,10 +92,58 @@ impl Drop for Arena {
                 e.unregister_buffer(*i);
             }
         }
+        if self.mapped {
+            // SAFETY: `ptr` is the mapping of `layout.size()` bytes `map_huge` made, and no buffer that points into it is alive (each holds an `Arc` to the arena).
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.layout.size()) };
+            return;
+        }
         // SAFETY: `ptr` was allocated with `layout` in `Arena::new` and no buffer that
         // points into it is alive (each holds an `Arc` to the arena).
         unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
     }
+}
+
+/// `len` zeroed bytes in a mapping of their own, aligned to a huge page and
+/// advised onto huge pages before the zeroing faults them in: `None` if the
+/// system refuses the mapping. Not from the global allocator, which may
+/// hand back memory already faulted in as small pages (a large block freed
+/// before raises its threshold for mapping blocks of their own).
+fn map_huge(len: usize) -> Option<*mut u8> {
+    let extra = HUGE_PAGE;
+    // SAFETY: an anonymous private mapping with no address hint has no preconditions; the result is checked below.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + extra,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    let raw = raw.cast::<u8>();
+    let head = raw.align_offset(HUGE_PAGE).min(extra);
+    // SAFETY: `head <= extra`, so both trimmed pieces lie inside the mapping just made, and nothing refers to them.
+    unsafe {
+        if head > 0 {
+            libc::munmap(raw.cast(), head);
+        }
+        if extra > head {
+            libc::munmap(raw.add(head + len).cast(), extra - head);
+        }
+    }
+    // SAFETY: `head` is inside the mapping.
+    let ptr = unsafe { raw.add(head) };
+    // Advised before the first write, so that the zeroing below faults the
+    // memory in as huge pages.
+    // SAFETY: advice on our own mapping; failure only means small pages.
+    unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+    // SAFETY: `ptr` holds `len` writable bytes that nothing else refers to.
+    unsafe { ptr.write_bytes(0, len) };
+    Some(ptr)
 }
 
 /// A buffer aligned to 4096 bytes, usable for O_DIRECT I/O.
@@ -228,6 +270,11 @@ mod tests {
 
     #[test]
     fn a_large_arena_lies_on_huge_pages_and_reads_as_zeros() {
+        // A large block freed raises the C library's threshold for giving a
+        // block a mapping of its own: the next large blocks then come from
+        // memory this thread wrote before, on small pages.
+        drop(std::hint::black_box(vec![1u8; 24 << 20]));
+        drop(std::hint::black_box(vec![1u8; 20 << 20]));
         let len = 4 * HUGE_PAGE;
         let arena = Arena::new(len);
         assert_eq!(arena.ptr() as usize % HUGE_PAGE, 0);
