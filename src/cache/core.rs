@@ -532,16 +532,9 @@ impl<M: Model> Core<M> {
         m & low_mask(self.lay.assoc)
     }
 
-    /// The candidate slots of page `tag` (hash `h`) in both its sets, as
-    /// `(first set, second set, mask)`: bit `i` of the mask for slot `i` of
-    /// the first set, bit `32 + i` for slot `i` of the second.
-    #[inline]
-    fn candidates(&self, h: u64, t: u64) -> (usize, usize, u64) {
-        let (s1, s2) = self.sets_at(h, t);
-        (s1, s2, self.candidates_in(s1, s2, h))
-    }
-
-    /// The candidate mask of [`Core::candidates`] for sets `s1` and `s2`.
+    /// The candidate slots of page `tag` (hash `h`) in its sets `s1` and
+    /// `s2`: bit `i` of the mask for slot `i` of the first set, bit `32 + i`
+    /// for slot `i` of the second.
     #[inline]
     fn candidates_in(&self, s1: usize, s2: usize, h: u64) -> u64 {
         let p = place::print_of(h);
@@ -553,7 +546,7 @@ impl<M: Model> Core<M> {
     }
 
     /// The slot named by the lowest bit of candidate mask `m` (see
-    /// [`Core::candidates`]), whose bit is cleared.
+    /// [`Core::candidates_in`]), whose bit is cleared.
     #[inline]
     fn next_candidate(s1: usize, s2: usize, m: &mut u64) -> (usize, usize) {
         let b = m.trailing_zeros() as usize;
@@ -710,7 +703,9 @@ impl<M: Model> Core<M> {
     pub(crate) fn try_read_as(&self, tag: u64, offset: usize, dst: &mut [u8], stream: bool) -> Got {
         debug_assert!(offset + dst.len() <= self.page_size);
         let h = mix64(tag);
-        let (s1, s2, mut m) = self.candidates(h, self.table.load(Acquire));
+        let (s1, s2) = self.sets_at(h, self.table.load(Acquire));
+        self.warm_translation(s1);
+        let mut m = self.candidates_in(s1, s2, h);
         let mut got = Got::Miss;
         while m != 0 {
             let (s, i) = Self::next_candidate(s1, s2, &mut m);
@@ -887,7 +882,9 @@ impl<M: Model> Core<M> {
     /// test of it.
     #[inline]
     fn fast_hit<const WARMS: bool>(&self, tag: u64, h: u64) -> Option<(usize, usize)> {
-        let (s, i) = self.find(h, tag)?;
+        let (s1, s2) = self.sets_now(h);
+        self.warm_translation(s1);
+        let (s, i) = self.find_in(s1, s2, h, tag)?;
         self.prefetch_set(s);
         let tags = self.tags(s);
         let w = self.state(s, i);
@@ -914,14 +911,23 @@ impl<M: Model> Core<M> {
         // A stream's pin leaves a cold page as it came in (its stamp orders
         // the cold pages' eviction: the first in goes first), as its
         // optimistic reads do.
-        if (WARMS || v & COLD == 0) && self.try_lock(s) {
-            // SAFETY: set `s` is locked until the unlock below.
-            let g = unsafe { self.locked(s) };
-            let valid = *g.valid;
-            let mut st = g.st;
-            self.policy.on_hit_tag(&mut st, i, tag, valid);
-            self.touch(s, i);
-            self.unlock(s);
+        // The policy hears of the hit, under the set's lock if it is free,
+        // only if its state would change or the slot's stamp is stale, as
+        // with an optimistic read (`note_hit`).
+        if WARMS || v & COLD == 0 {
+            // SAFETY: slot `i < assoc`; the byte is only a hint here (read without the lock, re-examined by the policy under it).
+            let byte =
+                unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
+            let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
+            if (stale || self.policy.hit_changes(byte)) && self.try_lock(s) {
+                // SAFETY: set `s` is locked until the unlock below.
+                let g = unsafe { self.locked(s) };
+                let valid = *g.valid;
+                let mut st = g.st;
+                self.policy.on_hit_tag(&mut st, i, tag, valid);
+                self.touch(s, i);
+                self.unlock(s);
+            }
         }
         Some((s, i))
     }
@@ -972,6 +978,15 @@ impl<M: Model> Core<M> {
             super::prefetch(unsafe { base.add(off) });
             off += LINE;
         }
+    }
+
+    /// A hit on a page of set `s` is about to be looked for: ask for the
+    /// first line of the set's first frame, so that the address translation
+    /// of its frames (one huge page, most often) is under way while the
+    /// set's lines are read.
+    #[inline(always)]
+    fn warm_translation(&self, s: usize) {
+        super::prefetch(self.frame(s, 0));
     }
 
     /// The caller reads the frame next: start loading its first two lines
