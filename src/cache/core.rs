@@ -774,12 +774,19 @@ impl<M: Model> Core<M> {
         if v & COLD != 0 {
             self.warm(s, i);
         }
+        if self.hit_to_record(s, i) {
+            self.record_hit(s, i, tag);
+        }
+    }
+
+    /// Whether a hit on slot `i` of set `s` is worth the set's lock: the
+    /// policy's state would change, or the slot's stamp is stale.
+    #[inline(always)]
+    fn hit_to_record(&self, s: usize, i: usize) -> bool {
         // SAFETY: slot `i < assoc`; the byte is only a hint here (read without the lock, re-examined by the policy under it).
         let byte = unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
         let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
-        if stale || self.policy.hit_changes(byte) {
-            self.record_hit(s, i, tag);
-        }
+        stale || self.policy.hit_changes(byte)
     }
 
     /// [`Core::note_hit`]'s update, if the set's lock is free.
@@ -914,20 +921,8 @@ impl<M: Model> Core<M> {
         // The policy hears of the hit, under the set's lock if it is free,
         // only if its state would change or the slot's stamp is stale, as
         // with an optimistic read (`note_hit`).
-        if WARMS || v & COLD == 0 {
-            // SAFETY: slot `i < assoc`; the byte is only a hint here (read without the lock, re-examined by the policy under it).
-            let byte =
-                unsafe { std::ptr::read_volatile(self.set_ptr(s).add(self.lay.off_bytes + i)) };
-            let stale = self.stamp(s, i).load(Relaxed) != self.clock.now();
-            if (stale || self.policy.hit_changes(byte)) && self.try_lock(s) {
-                // SAFETY: set `s` is locked until the unlock below.
-                let g = unsafe { self.locked(s) };
-                let valid = *g.valid;
-                let mut st = g.st;
-                self.policy.on_hit_tag(&mut st, i, tag, valid);
-                self.touch(s, i);
-                self.unlock(s);
-            }
+        if (WARMS || v & COLD == 0) && self.hit_to_record(s, i) {
+            self.record_hit(s, i, tag);
         }
         Some((s, i))
     }

@@ -1,7 +1,7 @@
 //! Anonymous memory reserved once and touched on demand.
 
 use crate::error::{Error, Result};
-use crate::util::HUGE_PAGE as HUGE;
+use crate::util::map::map_anon;
 
 /// A private anonymous mapping: page-aligned, zero-filled, reserved without
 /// commitment (`MAP_NORESERVE`) so that a cache sized for growth costs memory
@@ -21,48 +21,14 @@ unsafe impl Sync for Region {}
 impl Region {
     pub(crate) fn new(len: usize, what: &str) -> Result<Region> {
         let len = len.max(1).div_ceil(4096) * 4096;
-        // Over-reserve by one huge page so the start can be 2 MiB aligned: with
-        // transparent huge pages the frames and the set table then map with
-        // 2 MiB pages, which spares a TLB miss on most lookups of a large cache.
-        let extra = if len >= HUGE { HUGE } else { 0 };
-        // SAFETY: an anonymous private mapping with no address hint has no
-        // preconditions; the result is checked below.
-        let raw = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len + extra,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if raw == libc::MAP_FAILED {
-            return Err(Error::InvalidArgument(format!(
-                "cannot reserve {len} bytes for the cache's {what}: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        let raw = raw.cast::<u8>();
-        let head = raw.align_offset(HUGE).min(extra);
-        // SAFETY: `head <= extra`, so both trimmed pieces lie inside the mapping
-        // just made, and nothing refers to them.
-        unsafe {
-            if head > 0 {
-                libc::munmap(raw.cast(), head);
-            }
-            if extra > head {
-                libc::munmap(raw.add(head + len).cast(), extra - head);
-            }
-        }
-        // SAFETY: `head` is inside the mapping.
-        let ptr = unsafe { raw.add(head) };
-        if extra > 0 {
-            // SAFETY: advice on our own mapping; failure only means small pages.
-            unsafe {
-                libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE);
-            }
-        }
+        // From 2 MiB on, aligned to and advised onto huge pages: the frames
+        // and the set table then map with 2 MiB pages, which spares a TLB miss
+        // on most lookups of a large cache.
+        let ptr = map_anon(len, true).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "cannot reserve {len} bytes for the cache's {what}: {e}"
+            ))
+        })?;
         Ok(Region { ptr, len })
     }
 

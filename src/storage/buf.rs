@@ -12,6 +12,7 @@ use std::sync::{Arc, Weak};
 
 use crate::storage::io::DeviceEngine;
 use crate::util::HUGE_PAGE;
+use crate::util::map::map_anon;
 
 /// Alignment of every buffer, in bytes.
 pub const BUF_ALIGN: usize = 4096;
@@ -109,39 +110,8 @@ impl Drop for Arena {
 /// hand back memory already faulted in as small pages (a large block freed
 /// before raises its threshold for mapping blocks of their own).
 fn map_huge(len: usize) -> Option<*mut u8> {
-    let extra = HUGE_PAGE;
-    // SAFETY: an anonymous private mapping with no address hint has no preconditions; the result is checked below.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + extra,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
-    let raw = raw.cast::<u8>();
-    let head = raw.align_offset(HUGE_PAGE).min(extra);
-    // SAFETY: `head <= extra`, so both trimmed pieces lie inside the mapping just made, and nothing refers to them.
-    unsafe {
-        if head > 0 {
-            libc::munmap(raw.cast(), head);
-        }
-        if extra > head {
-            libc::munmap(raw.add(head + len).cast(), extra - head);
-        }
-    }
-    // SAFETY: `head` is inside the mapping.
-    let ptr = unsafe { raw.add(head) };
-    // Advised before the first write, so that the zeroing below faults the
-    // memory in as huge pages.
-    // SAFETY: advice on our own mapping; failure only means small pages.
-    unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
-    // SAFETY: `ptr` holds `len` writable bytes that nothing else refers to.
+    let ptr = map_anon(len.div_ceil(BUF_ALIGN) * BUF_ALIGN, false).ok()?;
+    // SAFETY: `ptr` holds at least `len` writable bytes that nothing else refers to (advised onto huge pages before this first write).
     unsafe { ptr.write_bytes(0, len) };
     Some(ptr)
 }

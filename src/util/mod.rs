@@ -2,6 +2,7 @@
 
 #[cfg(test)]
 pub(crate) mod hook;
+pub(crate) mod map;
 pub(crate) mod mix;
 pub(crate) mod nodes;
 pub(crate) mod panics;
