@@ -99,6 +99,61 @@ fn repeated_rounds_report_medians_and_ratios_for_every_in_process_engine() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// Several `--api`s run the setcache engine once with each in every round,
+/// in turns with the other engines, each in a row of its own with its ratio
+/// to the first engine; an API listed twice runs once.
+#[test]
+fn several_apis_take_turns_as_engines_do() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-apis-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (ok, out, err) = bench(
+        &dir,
+        &[
+            "--engine",
+            "direct,setcache",
+            "--api",
+            "queue,async,sync,async",
+            "--rw",
+            "randread",
+            "--repeat",
+            "2",
+        ],
+    );
+    assert!(ok, "bench failed: {err}\n{out}");
+    for e in [
+        "direct",
+        "setcache/queue",
+        "setcache/async",
+        "setcache/sync",
+    ] {
+        assert_eq!(
+            err.lines()
+                .filter(|l| l.split_whitespace().next() == Some(e) && l.contains("round"))
+                .count(),
+            2,
+            "{e}: {err}"
+        );
+        let r = row(&out, e);
+        let iops: f64 = r[7].parse().unwrap();
+        assert!(iops > 0.0, "{e} made no progress: {out}");
+        let ratio = r[r.len() - 3];
+        if e != "direct" {
+            let x: f64 = ratio.parse().unwrap();
+            assert!(x > 0.0, "{e}: ratio {x}");
+        }
+    }
+    // The queue and the futures keep --iodepth (32) requests in flight; one
+    // synchronous call at a time is depth 1.
+    assert_eq!(row(&out, "setcache/queue")[4], "32", "{out}");
+    assert_eq!(row(&out, "setcache/async")[4], "32", "{out}");
+    assert_eq!(row(&out, "setcache/sync")[4], "1", "{out}");
+    // One API alone keeps the engine's plain name.
+    let (ok, out, err) = bench(&dir, &["--engine", "setcache", "--api", "async"]);
+    assert!(ok, "bench failed: {err}\n{out}");
+    row(&out, "setcache");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A cache larger than the machine can give is refused before anything runs
 /// (no data file made, no engine run), with both sizes in the message; the
 /// Linux engines, whose `--cache-size` is only a cgroup limit, are not held

@@ -175,9 +175,17 @@ pub(crate) struct BenchArgs {
     /// How the setcache engine's threads call it: `queue`, a cached queue each
     /// with --iodepth requests in flight; `sync`, one `read_at`/`write_at` (or
     /// page reference) at a time; `async`, --iodepth futures in flight each
-    /// under a small executor
-    #[arg(long, value_name = "API", value_enum, default_value_t = ApiArg::Queue)]
-    pub(crate) api: ApiArg,
+    /// under a small executor. Several (comma-separated) run the setcache
+    /// engine once with each in every round, in turns, as the engines take
+    /// turns
+    #[arg(
+        long,
+        value_name = "API[,API...]",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "queue"
+    )]
+    pub(crate) api: Vec<ApiArg>,
     /// How the setcache engine reads: `copy`, into the request's buffer; `ref`,
     /// a page reference (no copy) of which --touch bytes are read. Needs a
     /// read-only --rw

@@ -20,6 +20,9 @@ pub(crate) struct Config {
     pub(crate) a: BenchArgs,
     /// Engines, duplicates removed, in the order given.
     pub(crate) engines: Vec<Engine>,
+    /// The setcache engine's APIs (`--api`), duplicates removed, in the
+    /// order given: the engine runs once with each in every round.
+    pub(crate) apis: Vec<ApiArg>,
     /// Hit-ratio targets as fractions; `[None]` when not given.
     pub(crate) hit_targets: Vec<Option<f64>>,
     pub(crate) rwmix_read: u8,
@@ -30,6 +33,20 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// The runs of one round, in turn: each engine, and the setcache engine
+    /// once with each API.
+    pub(crate) fn runs(&self) -> Vec<(Engine, ApiArg)> {
+        let mut runs = Vec::new();
+        for &e in &self.engines {
+            if e == Engine::Setcache {
+                runs.extend(self.apis.iter().map(|&p| (e, p)));
+            } else {
+                runs.push((e, self.apis[0]));
+            }
+        }
+        runs
+    }
+
     pub(crate) fn io_engine(&self) -> EngineKind {
         match self.a.io_engine {
             IoEngineArg::Auto => EngineKind::Auto,
@@ -458,7 +475,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         }
         // Each request in flight holds its page from the moment it is sent.
         if engines.contains(&Engine::Setcache)
-            && a.api != ApiArg::Sync
+            && a.api.iter().any(|&p| p != ApiArg::Sync)
             && a.iodepth as usize > setcache::MAX_GUARDS_PER_THREAD
         {
             return Err(format!(
@@ -498,7 +515,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                     .to_string(),
             );
         }
-        if a.api != ApiArg::Queue {
+        if a.api.iter().any(|&p| p != ApiArg::Queue) {
             return Err(
                 "--compute runs with the queue API (a callback per block): drop --api".to_string(),
             );
@@ -535,7 +552,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             "--readahead sets the setcache engine's readahead: give --engine setcache",
         ),
         (
-            a.api != ApiArg::Queue && !engines.contains(&Engine::Setcache),
+            a.api.iter().any(|&p| p != ApiArg::Queue) && !engines.contains(&Engine::Setcache),
             "--api chooses how the setcache engine is called: give --engine setcache",
         ),
         (
@@ -581,14 +598,12 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
                 .to_string(),
         );
     }
-    if a.api != ApiArg::Queue && !a.job.is_empty() {
+    if let Some(&p) = a.api.iter().find(|&&p| p != ApiArg::Queue)
+        && !a.job.is_empty()
+    {
         return Err(format!(
             "--job runs use the queue API: drop --api {}",
-            if a.api == ApiArg::Sync {
-                "sync"
-            } else {
-                "async"
-            }
+            if p == ApiArg::Sync { "sync" } else { "async" }
         ));
     }
     let jobs = if a.job.is_empty() {
@@ -652,9 +667,19 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         }
         jobs
     };
+    let mut apis = Vec::new();
+    for &p in &a.api {
+        if !apis.contains(&p) {
+            apis.push(p);
+        }
+    }
+    if apis.is_empty() {
+        apis.push(ApiArg::Queue);
+    }
     Ok(Config {
         a,
         engines,
+        apis,
         hit_targets,
         rwmix_read,
         jobs,

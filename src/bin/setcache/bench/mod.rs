@@ -228,12 +228,12 @@ fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(
             let mut rounds: Vec<Vec<RunResult>> = Vec::new();
             for round in 0..repeat {
                 let mut this = Vec::new();
-                for &engine in &b.cfg.engines {
+                for (engine, api) in b.cfg.runs() {
                     if interrupted() {
                         break;
                     }
                     prep::cold(&b.paths)?;
-                    let r = run_one(b, engine, threads, hit)?;
+                    let r = run_one(b, engine, api, threads, hit)?;
                     say!(
                         "{:<15} threads {threads:<3}{}{}  {:>10.0} IOPS  {:>8} MiB/s  p99 {:.1} us",
                         r.engine,
@@ -270,6 +270,7 @@ fn run_all(b: &Bench, fio: Option<&Path>, runs: &mut Vec<RunResult>) -> Result<(
 fn run_one(
     b: &Bench,
     engine: Engine,
+    api: args::ApiArg,
     threads: usize,
     hit: Option<f64>,
 ) -> Result<RunResult, String> {
@@ -350,7 +351,7 @@ fn run_one(
         }
         Engine::Setcache => {
             let calls = cached::Calls {
-                api: match a.api {
+                api: match api {
                     args::ApiArg::Queue => cached::Api::Queue,
                     args::ApiArg::Sync => cached::Api::Sync,
                     args::ApiArg::Async => cached::Api::Async,
@@ -395,12 +396,16 @@ fn run_one(
         }
     }
     Ok(RunResult {
-        engine: engine.name().to_string(),
+        // With several APIs, the setcache engine's rows say which.
+        engine: if engine == Engine::Setcache && b.cfg.apis.len() > 1 {
+            format!("{}/{}", engine.name(), api_name(api))
+        } else {
+            engine.name().to_string()
+        },
         rw: a.rw,
         bs: a.bs,
         threads,
-        iodepth: if engine.is_async()
-            && !(engine == Engine::Setcache && a.api == args::ApiArg::Sync)
+        iodepth: if engine.is_async() && !(engine == Engine::Setcache && api == args::ApiArg::Sync)
         {
             a.iodepth
         } else {
@@ -413,6 +418,15 @@ fn run_one(
         vs_first: None,
         readahead,
     })
+}
+
+/// `--api`'s name for `api`.
+fn api_name(api: args::ApiArg) -> &'static str {
+    match api {
+        args::ApiArg::Queue => "queue",
+        args::ApiArg::Sync => "sync",
+        args::ApiArg::Async => "async",
+    }
 }
 
 /// Most written blocks a replay's check reads back.
