@@ -3,6 +3,11 @@
 //! slot starts the next request at once; a future that completes in its
 //! first poll (a hit) is followed by the next without a wake. The thread
 //! parks when no future is ready, and a waker unparks it.
+//!
+//! The clock is read once per run of a slot, not twice per request, as the
+//! queue's loop reads it once per batch: a request's latency runs from the
+//! end of the run before the one that started it to the end of the run
+//! that saw it complete (never less than the truth).
 
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -125,6 +130,10 @@ pub(crate) fn body(
     // Slots left empty until a timed replay's next access is due.
     let mut held: Vec<usize> = Vec::new();
     let mut hold_until: Option<Instant> = None;
+    // The clock at the end of the last run (or wait), and the requests a
+    // run saw complete: (started, read).
+    let mut now = Instant::now();
+    let mut finished: Vec<(Instant, bool)> = Vec::with_capacity(64);
     loop {
         measuring = phase(me, ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
@@ -156,6 +165,7 @@ pub(crate) fn body(
                 t.saturating_duration_since(Instant::now()).min(nap)
             });
             std::thread::park_timeout(nap);
+            now = Instant::now();
             continue;
         }
         // Each slot in `todo` is polled, and while its future completes
@@ -194,7 +204,7 @@ pub(crate) fn body(
                             Fut::Write(file.write_at_async(at, buf))
                         }
                     };
-                    slots[k] = Some((fut, Instant::now(), op.read));
+                    slots[k] = Some((fut, now, op.read));
                     live += 1;
                 }
                 let (fut, t0, read) = slots[k].as_mut().expect("a future");
@@ -218,9 +228,7 @@ pub(crate) fn body(
                 match r {
                     // A replay that made its passes counts its last
                     // requests too.
-                    Ok(()) if measuring && (start_new || replayed) => {
-                        stats.record(t0.elapsed(), read)
-                    }
+                    Ok(()) if measuring && (start_new || replayed) => finished.push((t0, read)),
                     Ok(()) => {}
                     Err(e) => {
                         error.get_or_insert_with(|| format!("setcache engine: {e}"));
@@ -229,6 +237,10 @@ pub(crate) fn body(
                 if !start_new {
                     break;
                 }
+            }
+            now = Instant::now();
+            for (t0, read) in finished.drain(..) {
+                stats.record(now.saturating_duration_since(t0), read);
             }
             if slots[k].is_none() && start_new && held.last() != Some(&k) {
                 todo.push_back(k);
