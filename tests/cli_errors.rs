@@ -579,6 +579,38 @@ fn hitbench_refuses_no_threads_no_rounds_and_a_runtime_below_its_floor() {
     assert!(r.stdout.lines().count() >= 2, "{}", r.stdout);
 }
 
+/// `--sum` adds the two in-place phases: their rates and the ratio to the
+/// bare copy come out as three more columns, each a positive number.
+#[test]
+fn hitbench_sum_measures_the_in_place_phases() {
+    let r = hitbench(&[
+        "--cache-size",
+        "1M",
+        "--read-size",
+        "4096",
+        "--runtime",
+        "0.2",
+        "--rounds",
+        "2",
+        "--threads",
+        "1",
+        "--sum",
+        "--independent",
+    ]);
+    assert_ok(&r, "hitbench --sum");
+    let mut lines = r.stdout.lines();
+    let head = lines.next().expect("a header");
+    for col in ["in place M/s", "pinned in place M/s", "in place x"] {
+        assert!(head.contains(col), "{col} missing: {head}");
+    }
+    let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
+    assert_eq!(row.len(), 13, "{row:?}");
+    for v in &row[10..] {
+        let v: f64 = v.parse().unwrap_or_else(|e| panic!("{v}: {e}"));
+        assert!(v > 0.0 && v.is_finite(), "{row:?}");
+    }
+}
+
 #[test]
 fn hitbench_checks_every_listed_size_before_measuring() {
     for sizes in ["128,8k", "8k,128", "128,0", "128,x"] {

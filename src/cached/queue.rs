@@ -645,11 +645,11 @@ impl<'a> CachedQueue<'a> {
         for &pass in passes {
             for r in reqs.iter() {
                 let first = r.offset / ps;
-                // Out-of-range requests are refused later; the hint only must
-                // not overflow.
-                let end = (r.offset.saturating_add(r.buf.len() as u64))
-                    .div_ceil(ps)
-                    .min(first + 4);
+                // A page request (no buffer) still looks its page up. Out-of-
+                // range requests are refused later; the hint only must not
+                // overflow.
+                let len = (r.buf.len() as u64).max(1);
+                let end = (r.offset.saturating_add(len)).div_ceil(ps).min(first + 4);
                 for page in first..end {
                     cache.prefetch(r.file.id, page, pass);
                 }

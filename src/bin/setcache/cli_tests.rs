@@ -90,6 +90,7 @@ pub(crate) const HIT_FLAGS: &[Flag] = &[
     ("--policy", &["gclock", "lru", "sa-lru", "arc"]),
     ("--assoc", &["4", "12", "32", "33", "3"]),
     ("--independent", &[]),
+    ("--sum", &[]),
 ];
 
 /// The flags of `setcache sim`.

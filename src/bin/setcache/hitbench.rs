@@ -13,6 +13,13 @@
 //!
 //! Both use the same generator and the same copy, so the ratio is the cost of
 //! the cache's bookkeeping.
+//!
+//! With `--sum` every phase also sums the bytes it read, 8 at a time (work on
+//! the copy), and two more run: `bare in place` sums the frame's bytes where
+//! they lie, with no copy and no cache management, and `pinned in place` does
+//! so through a pinned guard. Their ratio to `bare` is the most that running
+//! a computation on the cached page, instead of copying the page out first,
+//! can gain on this machine.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -54,6 +61,10 @@ pub(crate) struct HitArgs {
     /// pays its own memory latency.
     #[arg(long)]
     independent: bool,
+    /// Sum the bytes of each read, and add two phases that sum them in
+    /// place (no copy): bare, and through a pinned guard.
+    #[arg(long)]
+    sum: bool,
 }
 
 struct Keys {
@@ -112,6 +123,17 @@ enum Phase {
     Cache,
     /// A pinned guard (`PageCache::get`), copy, unpin.
     Pinned,
+    /// The frame's bytes summed where they lie: no copy, no cache work.
+    BareInPlace,
+    /// A pinned guard, its bytes summed in place, unpin.
+    PinnedInPlace,
+}
+
+/// The sum of `b`'s whole 8-byte words (what `--sum` computes).
+fn word_sum(b: &[u8]) -> u64 {
+    b.chunks_exact(8)
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .fold(0u64, u64::wrapping_add)
 }
 
 /// Run `threads` threads for `runtime`; returns operations per second.
@@ -119,6 +141,7 @@ enum Phase {
 fn phase(
     cache: &PageCache,
     chained: bool,
+    sum: bool,
     keys: &Keys,
     read: usize,
     threads: usize,
@@ -150,6 +173,8 @@ fn phase(
                         x ^= x >> 7;
                         x ^= x << 17;
                         let k = ((x as u128 * n as u128) >> 64) as usize;
+                        // The sum of the bytes summed in place.
+                        let mut in_place = 0u64;
                         match which {
                             Phase::Bare => {
                                 // SAFETY: the frame of a resident page holds a
@@ -200,10 +225,30 @@ fn phase(
                                     misses.fetch_add(1, Ordering::Relaxed);
                                 }
                             },
+                            Phase::BareInPlace => {
+                                // SAFETY: as in `Bare`.
+                                let src = unsafe {
+                                    std::slice::from_raw_parts(keys.frames[k] as *const u8, read)
+                                };
+                                in_place = word_sum(src);
+                            }
+                            Phase::PinnedInPlace => match cache.get(0, keys.pages[k]) {
+                                Ok(Lookup::Hit(g)) => in_place = word_sum(&g[..read]),
+                                _ => {
+                                    misses.fetch_add(1, Ordering::Relaxed);
+                                }
+                            },
                         }
-                        std::hint::black_box(&mut *buf);
+                        let last = if !sum {
+                            std::hint::black_box(&mut *buf);
+                            buf[read - 1] as u64
+                        } else if matches!(which, Phase::BareInPlace | Phase::PinnedInPlace) {
+                            std::hint::black_box(in_place)
+                        } else {
+                            std::hint::black_box(word_sum(buf))
+                        };
                         if chained {
-                            x ^= buf[read - 1] as u64;
+                            x ^= last & 0xff;
                         }
                     }
                     ops += 256;
@@ -347,8 +392,14 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
             "chained (the next page depends on the bytes read)"
         }
     );
+    if a.sum {
+        say!(
+            "--sum: each read's bytes are summed; \"in place\" sums the frame's bytes with no copy, \
+             \"in place x\" is its ratio to bare (copy, then sum)"
+        );
+    }
     out!(
-        "{:>8} {:>6} {:>4} {:>10} {:>12} {:>11} {:>10} {:>7} {:>7} {:>9}",
+        "{:>8} {:>6} {:>4} {:>10} {:>12} {:>11} {:>10} {:>7} {:>7} {:>9}{}",
         "cache",
         "read",
         "thr",
@@ -358,7 +409,15 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         "pinned M/s",
         "ratio",
         "floor",
-        "cache ns"
+        "cache ns",
+        if a.sum {
+            format!(
+                " {:>13} {:>18} {:>11}",
+                "in place M/s", "pinned in place M/s", "in place x"
+            )
+        } else {
+            String::new()
+        }
     );
     for bytes in caches {
         let cache =
@@ -381,19 +440,34 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
                 // side by side, and the medians are reported.
                 let rounds = a.rounds;
                 let slice = runtime / rounds as u32;
-                let phases = [Phase::Bare, Phase::BareMeta, Phase::Cache, Phase::Pinned];
-                let mut rates: [Vec<f64>; 4] = Default::default();
+                let mut phases = vec![Phase::Bare, Phase::BareMeta, Phase::Cache, Phase::Pinned];
+                if a.sum {
+                    phases.extend([Phase::BareInPlace, Phase::PinnedInPlace]);
+                }
+                let mut rates: Vec<Vec<f64>> = vec![Vec::new(); phases.len()];
                 for _ in 0..rounds {
                     for (j, &ph) in phases.iter().enumerate() {
-                        rates[j].push(phase(&cache, chained, &keys, read, t, slice, ph)?);
+                        let r = phase(&cache, chained, a.sum, &keys, read, t, slice, ph)?;
+                        rates[j].push(r);
                     }
                 }
                 let ratio_of =
                     |j: usize| median((0..rounds).map(|r| rates[j][r] / rates[0][r]).collect());
                 let (hit_ratio, floor) = (ratio_of(2), ratio_of(1));
-                let [bare, meta, hit, pinned] = rates.map(median);
+                let medians: Vec<f64> = rates.iter().cloned().map(median).collect();
+                let (bare, meta, hit, pinned) = (medians[0], medians[1], medians[2], medians[3]);
+                let in_place = if a.sum {
+                    format!(
+                        " {:>13.2} {:>18.2} {:>11.2}",
+                        medians[4] / 1e6,
+                        medians[5] / 1e6,
+                        ratio_of(4)
+                    )
+                } else {
+                    String::new()
+                };
                 out!(
-                    "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>10.2} {:>7.2} {:>7.2} {:>9.1}",
+                    "{:>8} {:>6} {:>4} {:>10.2} {:>12.2} {:>11.2} {:>10.2} {:>7.2} {:>7.2} {:>9.1}{}",
                     format_size(bytes as u64),
                     read,
                     t,
@@ -403,7 +477,8 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
                     pinned / 1e6,
                     hit_ratio,
                     floor,
-                    1e9 * t as f64 / hit
+                    1e9 * t as f64 / hit,
+                    in_place
                 );
             }
         }
@@ -479,6 +554,7 @@ mod tests {
             policy: "gclock".into(),
             assoc: 12,
             independent: false,
+            sum: false,
         };
         let e = plan(&a).err().expect("refused");
         assert!(e.contains("--rounds 4294967296"), "{e}");
