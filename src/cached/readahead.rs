@@ -516,12 +516,36 @@ fn join_window(active: &mut VecDeque<Window>, win: Window) {
     }
 }
 
+/// In unit tests: run once by the readahead thread of the cached store whose
+/// shared state is at this address, right after it sent a run's read.
+#[cfg(test)]
+pub(crate) static AFTER_SEND: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// In unit tests: run once by the readahead thread, between its read of a
 /// window's file length and its claims, for the file whose entry is at this
 /// address.
 #[cfg(test)]
 pub(crate) static AFTER_LENGTH: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
+
+impl Drop for Worker<'_> {
+    /// The thread ends, or unwinds from a panic: its reads in flight end
+    /// first (they land in staging slots and frames), then the staging slots
+    /// of the reads it had not finished go back to the store, and their
+    /// fills are dropped (their pages stay absent, read again by whoever
+    /// wants them).
+    fn drop(&mut self) {
+        // The queue's own drop waits for every read in flight, also when a
+        // panic is unwinding.
+        drop(std::mem::replace(&mut self.q, Queue::new(1)));
+        for op in self.ops.take_all() {
+            if let Some(slot) = op.slot {
+                self.sh.staging.give(slot);
+            }
+        }
+    }
+}
 
 impl<'a> Worker<'a> {
     /// Claim the absent pages among the first `turn` pages of window `win`
@@ -645,6 +669,10 @@ impl<'a> Worker<'a> {
         // Each run goes at once: the reader may be close behind.
         self.q.flush_now();
         self.frames.clear();
+        #[cfg(test)]
+        if let Some(after) = AFTER_SEND.take(self.sh as *const Shared as usize) {
+            after();
+        }
         self.finish();
     }
 
@@ -799,6 +827,50 @@ mod tests {
         let len = sh.ahead.queue.lock().unwrap().0.len();
         release.0.send(()).unwrap();
         assert_eq!(len, crate::cached::shared::Ahead::STREAM_QUEUE);
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A readahead thread stopped by a panic (an internal fault) gives its
+    /// staging slots back: its reads in flight end first, and the store's
+    /// later runs of pages can still land in the area. Its pages were not
+    /// published: they read back as the file holds them.
+    #[test]
+    fn a_readahead_thread_that_panics_gives_its_staging_slots_back() {
+        let (dir, cs) = store_of("ra-panic", 64, 2048);
+        let cf = cs.open_file("f").unwrap();
+        let sh = &cf.shared;
+        let (slots, free) = sh.staging.counts();
+        assert!(slots >= 1, "an 8 MiB cache has a staging area");
+        assert_eq!(free, slots);
+        let (tx, rx) = std::sync::mpsc::channel();
+        super::AFTER_SEND.arm(
+            Arc::as_ptr(sh) as usize,
+            Box::new(move || {
+                tx.send(()).unwrap();
+                panic!("a fault injected into the readahead thread");
+            }),
+        );
+        cf.advise(0, 32 * 4096, Advice::WillNeed).unwrap();
+        rx.recv_timeout(Duration::from_secs(10))
+            .expect("the readahead thread never sent a run");
+        let t0 = Instant::now();
+        loop {
+            let (_, free) = sh.staging.counts();
+            if free == slots {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "{free} of {slots} staging slots free after the readahead thread's panic"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let mut b = vec![1u8; 4096];
+        for p in 0..32 {
+            assert_eq!(cf.read_at(p * 4096, &mut b).unwrap(), 4096);
+            assert!(b.iter().all(|&x| x == 0), "page {p}");
+        }
         drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }

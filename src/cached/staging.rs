@@ -122,6 +122,15 @@ impl Staging {
         })
     }
 
+    /// The slots there are and those free now (all of them before the
+    /// area is mapped).
+    #[cfg(test)]
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        let p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        let free = if p.tried { p.free.len() } else { self.slots };
+        (self.slots, free)
+    }
+
     /// Give slot `s` back: nothing reads or writes it any more.
     pub(crate) fn give(&self, s: Slot) {
         let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
