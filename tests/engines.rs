@@ -386,6 +386,27 @@ fn bad_options_are_refused() {
     }
 }
 
+/// Registered buffers the process cannot have are refused with an error
+/// naming them, not an abort: more bytes than the address space holds, and
+/// more than the machine can give (a pebibyte). Then a small request works.
+#[test]
+fn registered_buffers_too_large_are_refused() {
+    let tmp = TempDir::new("bigbufs");
+    let store = Store::open(&tmp.devices(1), StoreOptions::default()).unwrap();
+    let e = store.alloc_registered(1, isize::MAX as usize).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    assert!(e.to_string().contains("address space"), "{e}");
+    let e = store.alloc_registered(4, 1 << 48).unwrap_err();
+    assert!(matches!(e, Error::NotEnoughMemory { .. }), "{e}");
+    assert!(
+        e.to_string()
+            .contains("4 registered buffers of 281474976710656 bytes"),
+        "{e}"
+    );
+    let bufs = store.alloc_registered(2, 4096).unwrap();
+    assert_eq!(bufs.len(), 2);
+}
+
 /// A device depth far below the offered load keeps the ring full and the mailbox
 /// backed up; everything must still complete (no livelock, no lost request).
 #[test]

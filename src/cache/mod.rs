@@ -18,7 +18,6 @@ mod place;
 pub mod policy;
 mod region;
 mod resize;
-mod room;
 mod setmem;
 mod stats;
 pub mod sync;
@@ -30,16 +29,16 @@ pub(crate) use self::core::{CROSS_FILL_WAITS, Got, Sighting, note_queue_write_ba
 use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
-pub use self::room::{MemoryRoom, check_memory, memory_room};
+pub use crate::util::room::{MemoryRoom, check_memory, memory_room};
 // Hidden: the bench (the `setcache` binary, a separate crate) finds the
 // memory cgroups it makes with the same parsers as `memory_room`; they read
 // `/proc` text and are no part of the cache's interface.
-#[doc(hidden)]
-pub use self::room::{mount_of, own_cgroup};
 pub use self::stats::CacheStats;
 use self::sync::{Model, Os};
 use crate::error::{Error, Result};
 pub(crate) use crate::util::human_size;
+#[doc(hidden)]
+pub use crate::util::room::{mount_of, own_cgroup};
 
 /// Hint the CPU to load the cache line at `p` (no effect on other targets).
 #[inline(always)]

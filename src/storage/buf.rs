@@ -42,23 +42,42 @@ impl Arena {
     /// frames do: fewer pages for the kernel to map and pin, and for the
     /// device to write into.
     pub(crate) fn new(len: usize) -> Arena {
+        match Arena::try_new(len) {
+            Ok(a) => a,
+            // As a `Vec` that cannot grow: the allocator's own failure path.
+            Err(None) => panic!("buffer size {len} overflows the address space"),
+            Err(Some(layout)) => alloc::handle_alloc_error(layout),
+        }
+    }
+
+    /// The layout of an arena of `len` bytes, if the address space holds it.
+    pub(crate) fn layout(len: usize) -> Option<AllocLayout> {
+        let align = if len >= HUGE_PAGE {
+            HUGE_PAGE
+        } else {
+            BUF_ALIGN
+        };
+        AllocLayout::from_size_align(len.max(1), align).ok()
+    }
+
+    /// As [`Arena::new`], or `Err(None)` when `len` bytes cannot be laid out
+    /// in the address space, `Err(Some(layout))` when the memory is refused.
+    pub(crate) fn try_new(len: usize) -> std::result::Result<Arena, Option<AllocLayout>> {
+        let layout = Arena::layout(len).ok_or(None)?;
         let huge = len >= HUGE_PAGE;
-        let align = if huge { HUGE_PAGE } else { BUF_ALIGN };
-        let layout = AllocLayout::from_size_align(len.max(1), align)
-            .expect("buffer size overflows the address space");
         let mapped = if huge { map_huge(len) } else { None };
         let raw = match mapped {
             Some(raw) => raw,
             // SAFETY: the layout has a non-zero size.
             None => unsafe { alloc::alloc_zeroed(layout) },
         };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Arena {
+        let ptr = NonNull::new(raw).ok_or(Some(layout))?;
+        Ok(Arena {
             ptr,
             layout,
             mapped: mapped.is_some(),
             regs: Vec::new(),
-        }
+        })
     }
 
     pub(crate) fn ptr(&self) -> *mut u8 {

@@ -1394,7 +1394,11 @@ impl Store {
     }
 
     /// Allocate `count` buffers of `len` bytes from one arena registered with the
-    /// engines (io_uring fixed buffers) where the engine supports it.
+    /// engines (io_uring fixed buffers) where the engine supports it. More
+    /// than the address space holds is refused with
+    /// [`Error::InvalidArgument`], more than the machine or the memory cgroup
+    /// can give now with [`Error::NotEnoughMemory`] (the arena is zeroed, so
+    /// every byte of it is touched at once).
     pub fn alloc_registered(&self, count: usize, len: usize) -> Result<Vec<AlignedBuf>> {
         if count == 0 || len == 0 {
             return Ok(Vec::new());
@@ -1403,7 +1407,22 @@ impl Store {
         let total = stride.checked_mul(count).ok_or_else(|| {
             Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow"))
         })?;
-        let mut arena = Arena::new(total);
+        let what = || format!("{count} registered buffers of {len} bytes");
+        if Arena::layout(total).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{}: {total} bytes in all, more than the address space holds",
+                what()
+            )));
+        }
+        // The arena is zeroed, so all of it is touched at once: refused here
+        // rather than by the kernel's out-of-memory killer.
+        crate::util::room::check_memory(total as u64, what)?;
+        let mut arena = Arena::try_new(total).map_err(|_| {
+            Error::InvalidArgument(format!(
+                "{}: the system refused {total} bytes of memory",
+                what()
+            ))
+        })?;
         arena.register(&self.inner.engines);
         Ok(AlignedBuf::carve(Arc::new(arena), count, len))
     }
