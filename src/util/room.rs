@@ -1,5 +1,6 @@
-//! How much memory this process could still get, so that a cache too large to
-//! fit is refused when it is made rather than killed by the kernel once full.
+//! How much memory this process could still get, so that a cache (or a
+//! store's registered buffers) too large to fit is refused when it is made
+//! rather than killed by the kernel once full.
 //!
 //! Two limits apply, and the smaller counts:
 //!
