@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use setcache::{CacheOptions, Lookup, PageCache, PolicyKind};
 
+use crate::bench::cached::block_sum;
 use crate::bench::size::{format_size, parse_size};
 
 /// Measure the page cache's hit path beside a bare memcpy baseline.
@@ -129,13 +130,6 @@ enum Phase {
     PinnedInPlace,
 }
 
-/// The sum of `b`'s whole 8-byte words (what `--sum` computes).
-fn word_sum(b: &[u8]) -> u64 {
-    b.chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-        .fold(0u64, u64::wrapping_add)
-}
-
 /// Run `threads` threads for `runtime`; returns operations per second.
 #[allow(clippy::too_many_arguments)]
 fn phase(
@@ -230,10 +224,10 @@ fn phase(
                                 let src = unsafe {
                                     std::slice::from_raw_parts(keys.frames[k] as *const u8, read)
                                 };
-                                in_place = word_sum(src);
+                                in_place = block_sum(src);
                             }
                             Phase::PinnedInPlace => match cache.get(0, keys.pages[k]) {
-                                Ok(Lookup::Hit(g)) => in_place = word_sum(&g[..read]),
+                                Ok(Lookup::Hit(g)) => in_place = block_sum(&g[..read]),
                                 _ => {
                                     misses.fetch_add(1, Ordering::Relaxed);
                                 }
@@ -245,7 +239,7 @@ fn phase(
                         } else if matches!(which, Phase::BareInPlace | Phase::PinnedInPlace) {
                             std::hint::black_box(in_place)
                         } else {
-                            std::hint::black_box(word_sum(buf))
+                            std::hint::black_box(block_sum(buf))
                         };
                         if chained {
                             x ^= last & 0xff;

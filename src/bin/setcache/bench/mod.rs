@@ -9,7 +9,7 @@
 //! and progress to stderr.
 
 mod args;
-mod cached;
+pub(crate) mod cached;
 pub(crate) mod cgroup;
 pub(crate) mod child;
 mod config;
