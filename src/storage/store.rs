@@ -464,6 +464,19 @@ fn new_uid() -> u64 {
 
 #[cfg(test)]
 thread_local! {
+    /// Whether this thread's hole punches fail as on a file system that
+    /// cannot punch holes (unit tests).
+    pub(crate) static NO_PUNCH: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// In unit tests, run on the thread that clears a tail sector without hole
+/// punching, between its read of the sector and its check of the bytes.
+#[cfg(test)]
+pub(crate) static TAIL_SECTOR_READ: crate::util::hook::TestHook<(), Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
+#[cfg(test)]
+thread_local! {
     /// Steps left before a simulated crash of this thread (unit tests).
     static CRASH_AFTER: std::cell::Cell<Option<u32>> = const { std::cell::Cell::new(None) };
 }
@@ -592,19 +605,10 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Resul
     if from >= to {
         return Ok(());
     }
-    // SAFETY: plain system call on an open descriptor.
-    let rc = unsafe {
-        libc::fallocate(
-            fd.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            from as i64,
-            (to - from) as i64,
-        )
+    let e = match punch_hole(fd, from, to - from) {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
     };
-    if rc == 0 {
-        return Ok(());
-    }
-    let e = std::io::Error::last_os_error();
     if !matches!(
         e.raw_os_error(),
         Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::EINVAL)
@@ -613,10 +617,21 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Resul
     }
     let sector = from / DIRECT_ALIGN * DIRECT_ALIGN;
     if sector < from {
+        // Read, clear the tail, write back: a write of the sector's bytes
+        // below `from` landing in between would be undone, so the sector is
+        // written only when its tail holds something (bytes a crash left
+        // past the durable length, or a write of the whole last sector that
+        // put them there); a tail that reads as zeros, as these paths leave
+        // it, is left alone.
         let mut b = AlignedBuf::new(DIRECT_ALIGN as usize);
         let n = pread_exact(fd, &mut b, sector)?;
-        if n > 0 {
-            b[(from - sector) as usize..].fill(0);
+        #[cfg(test)]
+        if let Some(f) = TAIL_SECTOR_READ.take(()) {
+            f();
+        }
+        let tail = (from - sector) as usize;
+        if n > tail && b[tail..n].iter().any(|&x| x != 0) {
+            b[tail..].fill(0);
             pwrite_all(fd, &b[..DIRECT_ALIGN as usize], sector)?;
         }
     }
@@ -637,6 +652,28 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Resul
         }
     }
     Ok(())
+}
+
+/// Punch a hole of `len` bytes at `from`, keeping the file's size.
+fn punch_hole(fd: &OwnedFd, from: u64, len: u64) -> std::io::Result<()> {
+    #[cfg(test)]
+    if NO_PUNCH.get() {
+        return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    // SAFETY: plain system call on an open descriptor.
+    let rc = unsafe {
+        libc::fallocate(
+            fd.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            from as i64,
+            len as i64,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// The record that undoes the length change `intent` records: the same file

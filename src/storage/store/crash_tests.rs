@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::{
-    HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, Store, StoreOptions, crash_after, intent_no_space,
+    HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, NO_PUNCH, Store, StoreOptions, TAIL_SECTOR_READ,
+    crash_after, intent_no_space,
 };
 use crate::error::Error;
 use crate::storage::buf::AlignedBuf;
@@ -593,4 +594,54 @@ fn a_device_too_full_for_an_intent_record_still_deletes() {
         assert!(k > 1, "the delete took {k} steps");
         break;
     }
+}
+
+/// On a file system that cannot punch holes, a growth clears the rest of the
+/// sector the old end lies in by reading it and writing it back: a write of
+/// that sector's bytes below the end, landing between the two, was undone.
+/// The sector is now written only when its tail holds something; a tail that
+/// does is still cleared.
+#[test]
+fn a_growth_without_hole_punching_keeps_a_write_to_its_end_sector() {
+    let d = Dir::new("nopunch");
+    let s = d.open().unwrap();
+    let f = s.create("g", 1000, LayoutKind::Stripe).unwrap();
+    let sector = |fill: u8, tail: u8| {
+        let mut b = AlignedBuf::new(512);
+        b[..1000 - 512].fill(fill);
+        b[1000 - 512..].fill(tail);
+        b
+    };
+    f.write_at(512, &sector(1, 0)).unwrap();
+    // Between the growth's read of the sector and its decision, a write of
+    // the sector's bytes below the end.
+    let g = f.clone();
+    TAIL_SECTOR_READ.arm(
+        (),
+        Box::new(move || g.write_at(512, &sector(2, 0)).unwrap()),
+    );
+    NO_PUNCH.set(true);
+    let r = f.grow_lazily(100_000);
+    NO_PUNCH.set(false);
+    r.unwrap();
+    let mut b = AlignedBuf::new(512);
+    f.read_at(512, &mut b).unwrap();
+    assert!(
+        b[..1000 - 512].iter().all(|&x| x == 2),
+        "the write landing inside the growth was undone"
+    );
+    assert!(b[1000 - 512..].iter().all(|&x| x == 0));
+    // A tail that holds bytes is cleared, without holes as with them.
+    f.set_len(1000).unwrap();
+    f.write_at(512, &sector(3, 9)).unwrap();
+    NO_PUNCH.set(true);
+    let r = f.grow_lazily(100_000);
+    NO_PUNCH.set(false);
+    r.unwrap();
+    f.read_at(512, &mut b).unwrap();
+    assert!(b[..1000 - 512].iter().all(|&x| x == 3));
+    assert!(
+        b[1000 - 512..].iter().all(|&x| x == 0),
+        "bytes past the old end came back"
+    );
 }
