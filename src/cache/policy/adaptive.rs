@@ -37,12 +37,18 @@
 //!   turns back (up and down a range) finds the latest pages of that pass
 //!   resident, as LRU leaves them; one that mixes reuse into its first pages
 //!   (a hot set among scans) gets LIRS from its first hits, and one that
-//!   fills the cache in no order keeps its first pages as LIRS does
-//!   (measured: the gap table's backf and zigzag traces
+//!   fills the cache in no order keeps its first pages as LIRS does. The
+//!   rule for a workload that reuses nothing ends the cold start too (SIEVE
+//!   holds, below): with two candidate sets per page a set fills only when
+//!   the cache is nearly full, while that rule needs 1,024 sampled accesses
+//!   (about 65,000 in all), so in a cache of more than some 70,000 pages a
+//!   first pass without reuse meets that rule first, as before the cold
+//!   start (measured: the gap table's backf and zigzag traces
 //!   at half their footprint, 6.93 and 4.02 points below LRU with LIRS from
 //!   the start, 2.81 and 2.27 with the cold start; the scan trace, a loop
 //!   that LIRS wins, at half its footprint +0.07 and -1.91 points, whose
-//!   first pass LRU now holds; every other row within 0.5 points).
+//!   first pass LRU now holds; every row of the other traces within 0.5
+//!   points).
 //! - The candidate with the fewest misses is the winner, with hysteresis: a
 //!   challenger takes over only with misses 0.8 points (2/256 of the
 //!   accesses) below the holder's. The winner is
@@ -83,8 +89,8 @@
 //! Only accesses to sampled sets touch the duel, and only every 64th of them
 //! writes its shared counts. A set running LRU moves a page to the top at
 //! its first hit since the set's last miss and sets bit 7 of its byte; later
-//! hits on it change nothing and take no lock until the next miss clears the
-//! bits (hits on A, B, A leave B on top, where LRU would put A; measured,
+//! hits on it change nothing and take no lock until the next miss (or a
+//! removal) clears the bits (hits on A, B, A leave B on top, where LRU would put A; measured,
 //! 0.3 to 0.4 points of the backf and zigzag traces at half their footprint
 //! against the hit log below). A set running LIRS defers its hits: a hit
 //! sets bit 7 of the page's byte and enters the slot in the set's *hit log*
@@ -745,13 +751,12 @@ impl Duel {
         if now {
             m[LIRS] = a;
         }
-        let mut holder = self.winner();
         let most = IDLE_HITS * accesses / 256;
         let hits = |x: u64| accesses.saturating_sub(x);
         let all = m.iter().chain([&a, &t]);
         if accesses >= IDLE_AFTER && all.clone().all(|&x| hits(x) <= most) {
             self.cold.store(false, Relaxed);
-            if holder != SIEVE {
+            if self.winner() != SIEVE {
                 self.winner.store(SIEVE as u8, Relaxed);
             }
             return;
@@ -761,8 +766,10 @@ impl Duel {
                 return;
             }
             self.warm(FIRST_HOLDER);
-            holder = self.winner();
         }
+        // Read after the cold start's end, which another thread's hit may
+        // have made just now.
+        let holder = self.winner();
         let best = (0..CANDIDATES)
             .min_by_key(|&k| (m[k], k != holder))
             .unwrap_or(holder);
