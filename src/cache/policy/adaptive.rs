@@ -1092,12 +1092,15 @@ impl Policy for Adaptive {
         if st.bytes[slot] & HOT != 0 {
             return;
         }
-        if st.duel.cold.load(Relaxed) {
-            // Reuse before the cache filled a set: LIRS holds.
-            st.duel.warm(FIRST_HOLDER);
-        }
         let k = arm(*st.word);
         if k == LRU {
+            // Only a set running LRU can hit during the cold start (every
+            // set runs it then): the other candidates' hits never read the
+            // duel's line.
+            if st.duel.cold.load(Relaxed) {
+                // Reuse before the cache filled a set: LIRS holds.
+                st.duel.warm(FIRST_HOLDER);
+            }
             // The page's first hit since the set's last miss: to the top
             // (the ranks ignore bit 7); its later hits are then free.
             move_to_front(st.bytes, slot, valid);
