@@ -125,7 +125,8 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         }
     };
     let place = relative_to(&full, &cfg.dir)
-        .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&full, c)));
+        .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&full, c)))
+        .or_else(|| through_a_link(cfg, &full));
     match place {
         // `$DIR/f/` or `$DIR/f/.`: as the kernel says of a file so named
         // (an unlink, a truncating open or a rename must not act on `f`).
@@ -133,6 +134,46 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         Some(place) => place,
         None => Place::Outside,
     }
+}
+
+/// A file of the store reached through another name of its directory: a
+/// path whose directory is the store's by device and inode once the kernel
+/// follows its links (`/srv/db/f` where `/srv/db` links to `SETCACHE_DIR`),
+/// which the lexical look above does not see. Without it such a path went to
+/// the kernel, which made a file in the store's directory on disk that no
+/// call of the store sees. One `stat` of the path's directory, for paths
+/// outside the store only. A `..` after a link is still cleaned lexically.
+fn through_a_link(cfg: &Config, full: &[u8]) -> Option<Place> {
+    let cut = full.iter().rposition(|&b| b == b'/')?;
+    let (dir, name) = (&full[..cut.max(1)], &full[cut + 1..]);
+    if name.is_empty() || dir.contains(&0) {
+        return None;
+    }
+    let mut c = Vec::with_capacity(dir.len() + 1);
+    c.extend_from_slice(dir);
+    c.push(0);
+    // SAFETY: this thread's errno.
+    let saved = unsafe { *libc::__errno_location() };
+    // SAFETY: a zeroed stat64 is valid, and the call fills it.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a buffer of ours (the C library's call, not ours).
+    let rc = unsafe { crate::real::fstatat64()(libc::AT_FDCWD, c.as_ptr().cast(), &mut st, 0) };
+    // The caller's errno is as it was: the look may fail where the call
+    // it serves does not.
+    if rc != 0 {
+        // SAFETY: this thread's errno.
+        unsafe { *libc::__errno_location() = saved };
+    }
+    if rc != 0
+        || st.st_mode & libc::S_IFMT != libc::S_IFDIR
+        || (st.st_dev, st.st_ino) != cfg.dev_ino
+    {
+        return None;
+    }
+    Some(match std::str::from_utf8(name) {
+        Ok(n) => Place::Inside(n.to_string()),
+        Err(_) => Place::Bad(libc::EINVAL),
+    })
 }
 
 #[cfg(test)]

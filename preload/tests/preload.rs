@@ -359,6 +359,32 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("x: 6 onetwo"), "{t}");
 }
 
+/// A path through another name of the store's directory (a symbolic link
+/// to it) reaches the store's files, as the kernel's would reach a
+/// directory's: a file written through the link reads back through the
+/// store's own path and through the link, and nothing is made in the
+/// directory on disk, where no call of the store would see it.
+#[test]
+fn paths_through_a_link_to_the_store_reach_its_files() {
+    let s = Setup::new("link");
+    let prog = probe(&s.p("bin"), true);
+    std::os::unix::fs::symlink(s.p("store"), s.p("link")).unwrap();
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("link")).args(["put", "lk", "hello"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("lk: put 5 sync 0 close 0"), "{t}");
+    assert!(
+        std::fs::symlink_metadata(s.p("store").join("lk")).is_err(),
+        "the write through the link made a file in the store's directory on disk"
+    );
+    for d in ["store", "link"] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p(d)).args(["cat", "lk"]);
+        let t = text(&run(c).stdout);
+        assert!(t.contains("lk: 5 hello"), "read through {d}: {t}");
+    }
+}
+
 /// A program whose main thread ends with `pthread_exit` while another thread
 /// still writes ends once that thread does (the store's own threads do not
 /// keep it alive), with the other thread's bytes kept: whether the main

@@ -995,6 +995,19 @@ static void cat(int argc, char **argv) {
     }
 }
 
+/* Writes argv[4] to file argv[3], made anew, then syncs and closes it. */
+static void put(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: probe DIR put NAME TEXT\n");
+        exit(2);
+    }
+    int fd = open(path(argv[3]), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    ssize_t w = fd < 0 ? -1 : write(fd, argv[4], strlen(argv[4]));
+    int s = fd < 0 ? -1 : fsync(fd);
+    int c = fd < 0 ? -1 : close(fd);
+    printf("%s: put %zd sync %d close %d\n", argv[3], w, s, c);
+}
+
 /* Writes from a thread-specific value's destructor, which the C library runs
  * after the thread's other thread-locals (C++'s, Rust's) are gone. */
 static pthread_key_t late_key;
@@ -1291,6 +1304,8 @@ int main(int argc, char **argv) {
         walk_slots();
     else if (argc > 2 && strcmp(argv[2], "cat") == 0)
         cat(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "put") == 0)
+        put(argc, argv);
     else
         common();
     return 0;
