@@ -164,6 +164,10 @@ struct Part {
     /// In unit tests: the worker panics at its next batch (an internal fault).
     #[cfg(test)]
     fail_next: AtomicBool,
+    /// In unit tests: the worker panics once it has answered every request
+    /// it held.
+    #[cfg(test)]
+    fail_after_replies: AtomicBool,
 }
 
 /// A cached store's pages divided among partitions, each with a worker
@@ -311,6 +315,8 @@ impl<'cs> Partitions<'cs> {
                 dead: AtomicBool::new(false),
                 #[cfg(test)]
                 fail_next: AtomicBool::new(false),
+                #[cfg(test)]
+                fail_after_replies: AtomicBool::new(false),
             });
             let cpus = (!emulated).then(|| cache_nodes[p % cache_nodes.len()].cpus.clone());
             if let Some(c) = &cpus {
@@ -812,9 +818,17 @@ impl PartQueue<'_> {
     /// Panics if a worker holding requests of this queue stopped on a panic
     /// (an internal fault: no input makes one panic), rather than wait for
     /// replies that cannot come.
-    fn check_workers(&self) {
+    fn check_workers(&mut self) {
         for (p, part) in self.parts.parts.iter().enumerate() {
             if self.sent[p] > 0 && part.dead.load(Acquire) {
+                // Replies it sent before it stopped (seen through the flag's
+                // acquire) are answers, not losses.
+                while let Some(r) = self.app.links[p].replies.pop() {
+                    take_replies(r, &mut self.done, &mut self.outstanding, &mut self.sent[p]);
+                }
+                if self.sent[p] == 0 {
+                    continue;
+                }
                 panic!(
                     "partition {p}'s worker stopped on a panic with {} requests of this queue unanswered",
                     self.sent[p]
@@ -1003,10 +1017,23 @@ fn serve_part(
             }
             true
         });
+        #[cfg(test)]
+        let replied = !woken.is_empty();
         for k in woken.drain(..) {
             if let Some(s) = served.get(k) {
                 s.app.wake();
             }
+        }
+        #[cfg(test)]
+        if replied
+            && part.fail_after_replies.load(SeqCst)
+            && keys.iter().all(|&k| {
+                served
+                    .get(k)
+                    .is_some_and(|s| s.in_flight == 0 && s.outbox.is_empty())
+            })
+        {
+            panic!("a test's fault in partition {index}'s worker, after its last replies");
         }
         if part.closing.load(Acquire) && keys.is_empty() && server.q.outstanding() == 0 {
             break;
@@ -1182,6 +1209,62 @@ mod tests {
         for c in &done {
             c.result.as_ref().unwrap();
             assert!(c.buf.iter().all(|&b| b == 7), "request {}", c.tag);
+        }
+        drop(q);
+        drop(parts);
+        drop((f, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A worker that stops on a panic after it answered every request it
+    /// held: its replies are answers, and the queue's look at its workers
+    /// takes them instead of reporting the requests lost.
+    #[test]
+    fn replies_a_worker_sent_before_it_stopped_are_taken() {
+        let dir = std::env::temp_dir().join(format!("setcache-part-late-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+        let opts = CacheOptions {
+            size: 4 << 20,
+            partitions: 2,
+            ..CacheOptions::default()
+        };
+        let cs = CachedStore::new(store, opts).unwrap();
+        let f = cs.open_file("f").unwrap();
+        let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+        parts.parts[1].fail_after_replies.store(true, SeqCst);
+        let mut q = parts.queue_on(64, None).unwrap();
+        for k in 0..64u64 {
+            q.read(&f, k * 4096, vec![1; 4096], k);
+        }
+        let to_one = q.bundles[1].reqs.len();
+        assert!(to_one > 0, "no page of 64 in partition 1");
+        q.send(1);
+        let t0 = std::time::Instant::now();
+        while !parts.parts[1].dead.load(SeqCst) {
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the worker never stopped"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The look every wait and send makes, before any reap of this queue.
+        q.check_workers();
+        assert_eq!(q.sent[1], 0, "partition 1's replies left in its ring");
+        // Partition 0's requests go and come back as usual.
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 64);
+        for c in &done {
+            c.result.as_ref().expect("a read");
+            assert!(
+                c.buf.iter().all(|&b| b == 0),
+                "request {} read wrong bytes",
+                c.tag
+            );
         }
         drop(q);
         drop(parts);
