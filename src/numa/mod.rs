@@ -1216,12 +1216,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A worker that stops on a panic after it answered every request it
-    /// held: its replies are answers, and the queue's look at its workers
-    /// takes them instead of reporting the requests lost.
-    #[test]
-    fn replies_a_worker_sent_before_it_stopped_are_taken() {
-        let dir = std::env::temp_dir().join(format!("setcache-part-late-{}", std::process::id()));
+    /// A cached store over a fresh directory holding file `f` (1 MiB), its
+    /// cache of 4 MiB divided in two.
+    fn two_partitions(tag: &str) -> (std::path::PathBuf, CachedStore) {
+        let dir = std::env::temp_dir().join(format!("setcache-part-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
@@ -1231,7 +1229,15 @@ mod tests {
             partitions: 2,
             ..CacheOptions::default()
         };
-        let cs = CachedStore::new(store, opts).unwrap();
+        (dir, CachedStore::new(store, opts).unwrap())
+    }
+
+    /// A worker that stops on a panic after it answered every request it
+    /// held: its replies are answers, and the queue's look at its workers
+    /// takes them instead of reporting the requests lost.
+    #[test]
+    fn replies_a_worker_sent_before_it_stopped_are_taken() {
+        let (dir, cs) = two_partitions("late");
         let f = cs.open_file("f").unwrap();
         let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
         parts.parts[1].fail_after_replies.store(true, SeqCst);
@@ -1278,17 +1284,7 @@ mod tests {
     /// ever for the queue's link to close (a worker serves an open link).
     #[test]
     fn a_queue_dropped_facing_a_stopped_worker_lets_the_partitions_close() {
-        let dir = std::env::temp_dir().join(format!("setcache-part-stop-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
-        store.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
-        let opts = CacheOptions {
-            size: 4 << 20,
-            partitions: 2,
-            ..CacheOptions::default()
-        };
-        let cs = CachedStore::new(store, opts).unwrap();
+        let (dir, cs) = two_partitions("stop");
         let f = cs.open_file("f").unwrap();
         let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
         // Partition 1's worker stops; partition 0's serves on.
