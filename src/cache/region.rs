@@ -38,11 +38,11 @@ impl Region {
     }
 
     /// Give the pages of `[off, off + len)` back to the kernel (they read as
-    /// zeros afterwards). Whole pages inside the range only.
+    /// zeros afterwards). Whole pages of the system's size inside the range
+    /// only: on a kernel of 16 or 64 KiB pages, rounding by 4 KiB would have
+    /// the kernel round the length up and clear live bytes past the range.
     pub(crate) fn release(&self, off: usize, len: usize) {
-        let page = 4096;
-        let start = off.div_ceil(page) * page;
-        let end = ((off + len).min(self.len) / page) * page;
+        let (start, end) = inward(off, len, self.len, system_page());
         if end > start {
             // SAFETY: the range lies inside the mapping; the caller no longer
             // needs its contents.
@@ -59,7 +59,7 @@ impl Region {
     /// pages not yet in memory come from the node, and those already
     /// touched move there).
     pub(crate) fn prefer_node(&self, off: usize, len: usize, node: usize) -> Result<()> {
-        let page = 4096;
+        let page = system_page();
         let start = off / page * page;
         let end = (off + len).min(self.len).div_ceil(page) * page;
         if end <= start {
@@ -101,6 +101,28 @@ impl Region {
     }
 }
 
+/// The system's page size (`sysconf`), read once; 4 KiB if it cannot be read.
+fn system_page() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| {
+        // SAFETY: sysconf has no preconditions.
+        let n = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        if n > 0 && (n as usize).is_power_of_two() {
+            n as usize
+        } else {
+            4096
+        }
+    })
+}
+
+/// The whole pages of `page` bytes inside `[off, off + len)`, cut at `limit`:
+/// `(start, end)`, empty when `end <= start`.
+fn inward(off: usize, len: usize, limit: usize, page: usize) -> (usize, usize) {
+    let start = off.div_ceil(page) * page;
+    let end = (off.saturating_add(len).min(limit) / page) * page;
+    (start, end)
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: the mapping was created by `new` with this length and nothing
@@ -108,5 +130,42 @@ impl Drop for Region {
         unsafe {
             libc::munmap(self.ptr.cast(), self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pages_given_back_lie_inside_the_range_for_every_page_size() {
+        // A set of 12 frames of 4 KiB (48 KiB) starting at 192 KiB: on a
+        // kernel of 64 KiB pages no whole page lies inside it, and rounding
+        // by 4 KiB gave the kernel [192K, 240K), whose length it rounds up
+        // to 64 KiB, clearing 16 KiB of the next set.
+        assert_eq!(
+            inward(192 << 10, 48 << 10, 1 << 30, 4096),
+            (192 << 10, 240 << 10)
+        );
+        let (s, e) = inward(192 << 10, 48 << 10, 1 << 30, 64 << 10);
+        assert!(
+            e <= s,
+            "a 64 KiB page given back from a 48 KiB set: {s}..{e}"
+        );
+        for page in [4096usize, 16 << 10, 64 << 10] {
+            for (off, len) in [(0, 1 << 20), (4096, 200 << 10), (100 << 10, 300 << 10)] {
+                let (s, e) = inward(off, len, 1 << 30, page);
+                if e > s {
+                    assert!(
+                        s >= off && e <= off + len,
+                        "{page}: {s}..{e} outside {off}+{len}"
+                    );
+                    assert!(s.is_multiple_of(page) && (e - s).is_multiple_of(page));
+                }
+            }
+        }
+        // Cut at the region's end.
+        assert_eq!(inward(0, 1 << 20, 100 << 10, 4096), (0, 100 << 10));
+        assert!(system_page().is_power_of_two() && system_page() >= 4096);
     }
 }
