@@ -236,6 +236,42 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
     r
 }
 
+/// Copy `f` to its end into `out`, made `len` bytes long (0 when the
+/// source's length is not known: a pipe's, a device's, a /proc file's); the
+/// store file grows as bytes come past it, so a source that grows while it
+/// is copied is copied whole, as far as its end when the copy reaches it.
+/// A source found shorter than `len` is an error (it was cut meanwhile).
+/// The bytes copied.
+fn copy_in(
+    f: &mut impl Read,
+    name: &str,
+    len: u64,
+    out: &CachedFile,
+    buf: &mut [u8],
+) -> Result<u64, String> {
+    let mut at = 0u64;
+    loop {
+        go_on()?;
+        let n = f
+            .read(buf)
+            .map_err(|e| format!("read {name} at {at}: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if at + n as u64 > len {
+            out.grow(at + n as u64).map_err(|e| e.to_string())?;
+        }
+        out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
+        at += n as u64;
+    }
+    if at < len {
+        return Err(format!(
+            "{name} ended at {at} bytes, short of the {len} it had when the copy began"
+        ));
+    }
+    Ok(at)
+}
+
 fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
     let store = Store::open(&a.devices, StoreOptions::default()).map_err(|e| e.to_string())?;
     let cache = CacheOptions {
@@ -255,43 +291,14 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
             if meta.is_dir() {
                 return Err(format!("{} is a directory", from.display()));
             }
-            // A regular file's length is known; a pipe's, a device's or a
-            // /proc file's is not (their length reads 0): those are copied
-            // to their end, the store file growing as bytes come.
+            // A regular file's length is known (the store file is made that
+            // long; one that grows meanwhile is copied to its end all the
+            // same); a pipe's, a device's or a /proc file's is not (their
+            // length reads 0): the store file grows as bytes come.
             let regular = meta.is_file() && meta.len() > 0;
             let len = if regular { meta.len() } else { 0 };
             let (tmp, out) = start_copy(&cs, to, len, a.force)?;
-            let mut copy = || -> Result<u64, String> {
-                let mut at = 0u64;
-                loop {
-                    go_on()?;
-                    let n = f
-                        .read(&mut buf)
-                        .map_err(|e| format!("read {} at {at}: {e}", from.display()))?;
-                    if n == 0 {
-                        break;
-                    }
-                    let n = if regular {
-                        n.min((len - at) as usize)
-                    } else {
-                        out.grow(at + n as u64).map_err(|e| e.to_string())?;
-                        n
-                    };
-                    out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
-                    at += n as u64;
-                    if regular && at == len {
-                        break;
-                    }
-                }
-                if regular && at < len {
-                    return Err(format!(
-                        "{} ended at {at} bytes, short of the {len} it had when the copy began",
-                        from.display()
-                    ));
-                }
-                Ok(at)
-            };
-            let r = copy();
+            let r = copy_in(&mut f, &from.display().to_string(), len, &out, &mut buf);
             end_copy(&cs, &tmp, out, to, a.force, r)?
         }
         (Side::Stored(from), Side::Plain(to)) => copy_out(&cs, from, to, a.force, &mut buf)?,
@@ -324,4 +331,47 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
         mib / secs.max(1e-9)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A source that holds more bytes than its length said when the copy
+    /// began (a file appended to meanwhile) is copied to its end, not cut
+    /// at that length; one that holds fewer is an error.
+    #[test]
+    fn a_source_that_grows_while_copied_is_copied_whole() {
+        let dir = std::env::temp_dir().join(format!("setcache-cp-grow-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let cs = CachedStore::new(
+            store,
+            CacheOptions {
+                size: 4 << 20,
+                ..CacheOptions::default()
+            },
+        )
+        .unwrap();
+        let src: Vec<u8> = (0..(3 << 20) + 123).map(|i: u32| (i % 251) as u8).collect();
+        let said = 1u64 << 20;
+        let out = cs.create("grown", said, LayoutKind::Stripe).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let n = copy_in(&mut &src[..], "src", said, &out, &mut buf).unwrap();
+        assert_eq!(
+            n,
+            src.len() as u64,
+            "the copy stopped at the length it began with"
+        );
+        assert_eq!(out.len(), src.len() as u64);
+        let mut back = vec![0u8; src.len()];
+        out.read_at(0, &mut back).unwrap();
+        assert!(back == src, "the bytes copied differ");
+        let short = cs.create("short", said, LayoutKind::Stripe).unwrap();
+        let e = copy_in(&mut &src[..1000], "src", said, &short, &mut buf).unwrap_err();
+        assert!(e.contains("ended at 1000 bytes"), "{e}");
+        drop((out, short, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
