@@ -1740,6 +1740,25 @@ impl StoreInner {
                             h.device_index
                         )));
                     }
+                    // The record's geometry is the one the change is redone
+                    // with: a record that disagrees with the file it names
+                    // (damage its checksum missed) would lay the file out
+                    // anew. Refused, the record kept.
+                    if h.layout != *layout
+                        || h.block_bytes != *block_bytes
+                        || h.devices as usize != self.roots.len()
+                    {
+                        return Err(bad(format!(
+                            "the logged length change says {:?} in blocks of {} bytes over {} devices, \
+                             but this piece is {:?} in blocks of {} bytes over {} devices",
+                            layout,
+                            block_bytes,
+                            self.roots.len(),
+                            h.layout,
+                            h.block_bytes,
+                            h.devices
+                        )));
+                    }
                     fds.push((i, fd));
                 }
                 let pieces: Vec<Piece<'_>> = fds

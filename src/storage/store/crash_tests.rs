@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use super::intent::{Intent, Op};
 use super::{
     HEADERS_PAUSE, INTENT_FILE, NEW_SUFFIX, NO_PUNCH, Store, StoreOptions, TAIL_SECTOR_READ,
-    crash_after, intent_no_space,
+    crash_after, intent_no_space, open_raw, read_header,
 };
 use crate::error::Error;
 use crate::storage::buf::AlignedBuf;
@@ -644,4 +645,50 @@ fn a_growth_without_hole_punching_keeps_a_write_to_its_end_sector() {
         b[1000 - 512..].iter().all(|&x| x == 0),
         "bytes past the old end came back"
     );
+}
+
+/// A logged length change whose geometry disagrees with the file it names
+/// (a block size twice the file's, as damage its checksum missed could
+/// leave) is refused at open, with the record kept and the file untouched;
+/// the same record with the file's own geometry is finished.
+#[test]
+fn a_length_change_logged_with_another_geometry_is_refused() {
+    let d = Dir::new("geometry");
+    let s = d.open().unwrap();
+    s.create("f", 1 << 20, LayoutKind::Stripe).unwrap();
+    drop(s);
+    let piece = d.roots()[0].join("f.scf");
+    let fd = open_raw(&piece, libc::O_RDONLY).unwrap();
+    let (h, _) = read_header(&fd).unwrap().unwrap();
+    drop(fd);
+    let record = |block_bytes: u64| Intent {
+        devices: 3,
+        op: Op::SetLen {
+            name: "f".into(),
+            uid: h.file_uid,
+            layout: h.layout,
+            block_bytes,
+            old_len: 1 << 20,
+            new_len: 2 << 20,
+        },
+    };
+    let at = d.roots()[0].join(INTENT_FILE);
+    std::fs::write(&at, record(h.block_bytes * 2).encode()).unwrap();
+    let e = d.open().unwrap_err();
+    assert!(matches!(e, Error::Recovery { .. }), "{e}");
+    assert!(e.to_string().contains("logged length change says"), "{e}");
+    assert!(at.exists(), "the refused record was removed");
+    for (i, root) in d.roots().iter().enumerate() {
+        let fd = open_raw(&root.join("f.scf"), libc::O_RDONLY).unwrap();
+        let (g, _) = read_header(&fd).unwrap().unwrap();
+        assert_eq!(
+            (g.block_bytes, g.len),
+            (h.block_bytes, 1 << 20),
+            "device {i}'s header changed"
+        );
+    }
+    std::fs::write(&at, record(h.block_bytes).encode()).unwrap();
+    let s = d.open().unwrap();
+    assert_eq!(s.info("f").unwrap().len, 2 << 20);
+    assert!(!at.exists());
 }
