@@ -360,6 +360,11 @@ impl Drop for ThreadRing {
             let _ = self.ring.submitter().submit_with_args(1, &args);
             self.reap();
         }
+        // Still in the kernel after all that (never seen): its 8 bytes are
+        // leaked, not freed, since the read may yet write them.
+        if let Some(b) = self.bell.take_if(|b| b.armed) {
+            std::mem::forget(b.buf);
+        }
         // Nothing of ours is in flight: the owner may give the chunks' pages
         // back again (the ring, closed next, is never used after this).
         if let Some(f) = &self.fixed {
