@@ -1529,12 +1529,22 @@ impl<'a> CachedQueue<'a> {
             .partition(|p| p.2.elapsed() > limit);
         let cache = &self.sh.cache;
         let io_limit = limit.max(IO_WAIT);
+        // Write-backs of victims this queue's own requests made, still in
+        // flight: the slots they hold come free when they end, so a page
+        // waiting for a set they fill waits as for I/O, not as for pins
+        // others hold (a write larger than the cache, over a device slower
+        // than the pin wait).
+        let own_write_backs = self
+            .fills
+            .iter()
+            .any(|w| matches!(w.job, Job::Victim(_) | Job::Near(_)));
         let mut given_up = Vec::with_capacity(late.len());
         for (id, page, since) in late {
             let fid = self.live.get(id).map(|l| l.req.file.id);
             let at = self.io_waits.iter().position(|(k, _)| *k == (id, page));
             let first = at.map_or(since, |i| self.io_waits[i].1);
-            if fid.is_some_and(|fid| cache.is_in_io(fid, page)) && first.elapsed() < io_limit {
+            let in_io = own_write_backs || fid.is_some_and(|fid| cache.is_in_io(fid, page));
+            if in_io && first.elapsed() < io_limit {
                 if at.is_none() {
                     self.io_waits.push(((id, page), since));
                 }
