@@ -807,7 +807,8 @@ fn a_write_larger_than_the_cache_goes_through_it() {
 /// The same write over devices slower than the pin wait (each write 20 ms,
 /// the pin wait 5 ms): the pages that wait for the write-backs of the dirty
 /// victims the request itself made wait as for I/O, not as for pins that
-/// others hold, and the write goes through instead of failing `Busy`.
+/// others hold, and the write goes through instead of failing `Busy`: as a
+/// future, and on a request queue.
 #[test]
 fn a_write_waiting_on_its_own_write_backs_is_not_given_up() {
     let tmp = TempDir::new("fut-own-write-backs");
@@ -821,20 +822,29 @@ fn a_write_waiting_on_its_own_write_backs_is_not_given_up() {
         common::sim_devices(20_000, 20_000),
     );
     let cf = cs.open_file("data").unwrap();
-    let mut q = cs.queue(256);
-    let mut done = Vec::new();
-    let mut w = vec![CachedRequest::tagged(
-        setcache::OpKind::Write,
-        &cf,
-        0,
-        vec![9u8; len],
-        3,
-    )];
-    q.submit_from(&mut w);
-    q.wait(1);
-    q.take_completions(&mut done);
-    done.pop().expect("a completion").1.result.unwrap();
+    // As a future (its worker's queue parks the pages), then through a
+    // queue of the test's own.
+    let (r, _) = block_on(cf.write_at_async(0, vec![9u8; len]));
+    r.expect("the write as a future");
     let mut back = vec![0u8; len];
     cf.read_at(0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 9));
+    let mut q = cs.queue(64);
+    q.submit_from(&mut vec![CachedRequest::tagged(
+        setcache::OpKind::Write,
+        &cf,
+        0,
+        vec![5u8; len],
+        3,
+    )]);
+    let mut done = Vec::new();
+    q.wait(1);
+    q.take_completions(&mut done);
+    done.pop()
+        .expect("a completion")
+        .1
+        .result
+        .expect("the write through a queue");
+    cf.read_at(0, &mut back).unwrap();
+    assert!(back.iter().all(|&b| b == 5));
 }
