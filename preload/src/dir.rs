@@ -928,7 +928,21 @@ fn passes_store(cfg: &state::Config, dir: *const c_char) -> Option<Option<Vec<u8
         .into_encoded_bytes();
     let abs = crate::path::normalise(&here, start);
     let strictly = |d: &[u8], s: &[u8]| d.len() > s.len() && crate::path::under(d, s);
-    if strictly(&cfg.dir, &abs) {
+    // A `..` in the start follows the links before it (`q/..` is the parent
+    // of `q`'s target), which a lexical cleaning does not: such a start is
+    // resolved as the kernel resolves it, below.
+    let dotdot = start.split(|&b| b == b'/').any(|c| c == b"..");
+    let abs = if dotdot {
+        match std::fs::canonicalize(
+            <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(start),
+        ) {
+            Ok(p) => p.into_os_string().into_encoded_bytes(),
+            Err(_) => return None,
+        }
+    } else {
+        abs
+    };
+    if !dotdot && strictly(&cfg.dir, &abs) {
         let rel = &cfg.dir[if abs == b"/" { 0 } else { abs.len() }..];
         let inside = crate::path::normalise(b"", &[start, rel].concat());
         return Some(Some(inside));

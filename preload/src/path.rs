@@ -124,6 +124,12 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
             None => return Place::Outside,
         }
     };
+    if p.split(|&b| b == b'/').any(|c| c == b"..") {
+        return match by_the_kernel(cfg, dirfd, p) {
+            Place::Inside(_) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+            place => place,
+        };
+    }
     let place = relative_to(&full, &cfg.dir)
         .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&full, c)))
         .or_else(|| through_a_link(cfg, &full));
@@ -142,38 +148,69 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
 /// which the lexical look above does not see. Without it such a path went to
 /// the kernel, which made a file in the store's directory on disk that no
 /// call of the store sees. One `stat` of the path's directory, for paths
-/// outside the store only. A `..` after a link is still cleaned lexically.
+/// outside the store only.
 fn through_a_link(cfg: &Config, full: &[u8]) -> Option<Place> {
     let cut = full.iter().rposition(|&b| b == b'/')?;
     let (dir, name) = (&full[..cut.max(1)], &full[cut + 1..]);
-    if name.is_empty() || dir.contains(&0) {
+    if name.is_empty() || !is_store_dir(cfg, libc::AT_FDCWD, dir) {
         return None;
     }
-    let mut c = Vec::with_capacity(dir.len() + 1);
-    c.extend_from_slice(dir);
+    Some(inside(name))
+}
+
+/// Where a path holding a `..` points, as the kernel resolves it: the links
+/// before a `..` are followed first (`q/..` is the parent of `q`'s target),
+/// which a lexical cleaning does not do. Its directory, looked at by device
+/// and inode, decides.
+fn by_the_kernel(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
+    let (dir, name): (&[u8], &[u8]) = match p.iter().rposition(|&b| b == b'/') {
+        Some(0) => (b"/", &p[1..]),
+        Some(i) => (&p[..i], &p[i + 1..]),
+        None => (b".", p),
+    };
+    if matches!(name, b"" | b"." | b"..") {
+        // The path names a directory: the store's own, or another.
+        return if is_store_dir(cfg, dirfd, p) {
+            Place::Root
+        } else {
+            Place::Outside
+        };
+    }
+    if is_store_dir(cfg, dirfd, dir) {
+        inside(name)
+    } else {
+        Place::Outside
+    }
+}
+
+fn inside(name: &[u8]) -> Place {
+    match std::str::from_utf8(name) {
+        Ok(n) => Place::Inside(n.to_string()),
+        Err(_) => Place::Bad(libc::EINVAL),
+    }
+}
+
+/// Whether `path` (relative to `dirfd`), its links followed, is the store's
+/// directory. The caller's `errno` is kept.
+fn is_store_dir(cfg: &Config, dirfd: c_int, path: &[u8]) -> bool {
+    if path.contains(&0) {
+        return false;
+    }
+    let mut c = Vec::with_capacity(path.len() + 1);
+    c.extend_from_slice(path);
     c.push(0);
     // SAFETY: this thread's errno.
     let saved = unsafe { *libc::__errno_location() };
     // SAFETY: a zeroed stat64 is valid, and the call fills it.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     // SAFETY: a NUL-terminated path and a buffer of ours (the C library's call, not ours).
-    let rc = unsafe { crate::real::fstatat64()(libc::AT_FDCWD, c.as_ptr().cast(), &mut st, 0) };
-    // The caller's errno is as it was: the look may fail where the call
-    // it serves does not.
+    let rc = unsafe { crate::real::fstatat64()(dirfd, c.as_ptr().cast(), &mut st, 0) };
     if rc != 0 {
         // SAFETY: this thread's errno.
         unsafe { *libc::__errno_location() = saved };
+        return false;
     }
-    if rc != 0
-        || st.st_mode & libc::S_IFMT != libc::S_IFDIR
-        || (st.st_dev, st.st_ino) != cfg.dev_ino
-    {
-        return None;
-    }
-    Some(match std::str::from_utf8(name) {
-        Ok(n) => Place::Inside(n.to_string()),
-        Err(_) => Place::Bad(libc::EINVAL),
-    })
+    st.st_mode & libc::S_IFMT == libc::S_IFDIR && (st.st_dev, st.st_ino) == cfg.dev_ino
 }
 
 #[cfg(test)]

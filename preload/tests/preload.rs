@@ -385,6 +385,55 @@ fn paths_through_a_link_to_the_store_reach_its_files() {
     }
 }
 
+/// A walk that starts at `q/..`, where `q` is a symbolic link, walks the
+/// parent of `q`'s target, as the kernel resolves it: a directory there that
+/// happens to be named `store` is that directory (its files shown), not
+/// the store's by the start's spelling; and a file opened through such a
+/// path is that directory's.
+#[test]
+fn a_walk_from_a_links_parent_is_where_the_link_leads() {
+    let s = Setup::new("walk-dotdot");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["put", "mine", "x"]);
+    run(c);
+    // root/q -> root/elsewhere/x; root/elsewhere/store/real holds a file.
+    let elsewhere = s.p("elsewhere");
+    std::fs::create_dir_all(elsewhere.join("x")).unwrap();
+    std::fs::create_dir_all(elsewhere.join("store")).unwrap();
+    std::fs::write(elsewhere.join("store").join("real"), b"r").unwrap();
+    std::os::unix::fs::symlink(elsewhere.join("x"), s.p("q")).unwrap();
+    let start = format!("{}/q/..", s.root.display());
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["walk", &start]);
+    let t = text(&run(c).stdout);
+    assert!(
+        t.lines()
+            .any(|l| l.starts_with("walk ") && l.split_whitespace().nth(1) == Some("0")),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!("walked {start}/store/real\n")),
+        "the file under the other directory named store was hidden:\n{t}"
+    );
+    assert!(
+        !t.contains("/mine"),
+        "the store's files shown in another directory:\n{t}"
+    );
+    // A file opened through the same start is that directory's, not the
+    // store's file of the same name.
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["put", "real", "sss"]);
+    run(c);
+    let mut c = s.preloaded(&prog);
+    c.arg(format!("{start}/store")).args(["cat", "real"]);
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("real: 1 r"),
+        "the store's file read in another's place:\n{t}"
+    );
+}
+
 /// A program whose main thread ends with `pthread_exit` while another thread
 /// still writes ends once that thread does (the store's own threads do not
 /// keep it alive), with the other thread's bytes kept: whether the main

@@ -995,6 +995,21 @@ static void cat(int argc, char **argv) {
     }
 }
 
+static int on_walk_print(const char *p, const struct stat *sb, int type, struct FTW *f) {
+    (void)sb, (void)type, (void)f;
+    printf("walked %s\n", p);
+    return 0;
+}
+
+/* Walks from argv[3] (the directory argument is not used), printing each path. */
+static void walk_from(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: probe DIR walk START\n");
+        exit(2);
+    }
+    show("walk", nftw(argv[3], on_walk_print, 8, FTW_PHYS));
+}
+
 /* Writes argv[4] to file argv[3], made anew, then syncs and closes it. */
 static void put(int argc, char **argv) {
     if (argc < 5) {
@@ -1306,6 +1321,8 @@ int main(int argc, char **argv) {
         cat(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "put") == 0)
         put(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "walk") == 0)
+        walk_from(argc, argv);
     else
         common();
     return 0;
