@@ -352,6 +352,92 @@ fn a_lock_a_forked_child_still_holds_is_waited_for() {
     println!("REOPENED after {:?}", t.elapsed());
 }
 
+const FORK_HOLDER: &str = "SETCACHE_TEST_FORK_HOLDER";
+const FORK_OPENER: &str = "SETCACHE_TEST_FORK_OPENER";
+
+/// A store closed while a child forked before (by another thread, say, on
+/// its way to exec) still holds copies of its descriptors: another process
+/// opens the roots at once, rather than being told they are in use by the
+/// process that closed them. Three processes: this test runs itself as the
+/// holder, which forks a child that sleeps, closes its store and runs itself
+/// again as the opener.
+#[test]
+fn a_closed_stores_roots_open_in_another_process_while_a_fork_lives() {
+    if let Ok(dir) = std::env::var(FORK_OPENER) {
+        let roots: Vec<PathBuf> = (0..2)
+            .map(|i| Path::new(&dir).join(format!("dev{i}")))
+            .collect();
+        match Store::open(&roots, opts()) {
+            Ok(_) => println!("OPENED"),
+            Err(e) => println!("REFUSED: {e}"),
+        }
+        return;
+    }
+    let Ok(dir) = std::env::var(FORK_HOLDER) else {
+        let tmp = TempDir::new("lock-fork-other");
+        let out = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(FORK_HOLDER, tmp.path())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("OTHER PROCESS OPENED"),
+            "{text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    };
+    let roots: Vec<PathBuf> = (0..2)
+        .map(|i| Path::new(&dir).join(format!("dev{i}")))
+        .collect();
+    for r in &roots {
+        std::fs::create_dir_all(r).unwrap();
+    }
+    let store = Store::open(&roots, opts()).unwrap();
+    // SAFETY: the child calls only async-signal-safe functions (nanosleep,
+    // _exit) before it ends.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ts = libc::timespec {
+            tv_sec: 3,
+            tv_nsec: 0,
+        };
+        // SAFETY: plain system calls in the forked child.
+        unsafe {
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    drop(store);
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env_remove(FORK_HOLDER)
+        .env(FORK_OPENER, &dir)
+        .output()
+        .unwrap();
+    let mut status = 0;
+    // SAFETY: waits for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("OPENED\n") && !text.contains("REFUSED"),
+        "{text}"
+    );
+    println!("OTHER PROCESS OPENED");
+}
+
 const LOCK_CHILD: &str = "SETCACHE_TEST_LOCK_CHILD";
 
 /// A second process opening an open store gets a clear error within a second,

@@ -750,16 +750,29 @@ pub(crate) struct RootLock {
     fd: OwnedFd,
     /// Its (device, inode), listed in [`HELD`].
     id: (u64, u64),
+    /// The process that took it.
+    pid: u32,
 }
 
 impl Drop for RootLock {
     fn drop(&mut self) {
-        // Unlisted before the descriptor closes (the field drops after this):
-        // another opener that fails to lock it meanwhile sees it unlisted and
-        // waits for the release rather than reporting it held.
+        // Unlisted before the lock goes (the field drops after this): another
+        // opener that fails to lock it meanwhile sees it unlisted and waits
+        // for the release rather than reporting it held.
         let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(i) = held.iter().position(|&x| x == self.id) {
             held.swap_remove(i);
+        }
+        drop(held);
+        // Let go of the lock itself, not only of this descriptor: a child
+        // another thread forked meanwhile holds a copy until it execs, and
+        // the lock, the open file's, would stay with it (another process's
+        // open of the roots was refused for that while). Only by the process
+        // that took it: a forked child dropping its copy of the store must
+        // not free its parent's roots.
+        if std::process::id() == self.pid {
+            // SAFETY: plain system call on an open descriptor.
+            unsafe { libc::flock(self.fd.as_raw_fd(), libc::LOCK_UN) };
         }
     }
 }
@@ -799,7 +812,11 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
             }
             held.push(id);
             drop(held);
-            let lock = RootLock { fd, id };
+            let lock = RootLock {
+                fd,
+                id,
+                pid: std::process::id(),
+            };
             let pid = format!("{}\n", std::process::id());
             truncate(&lock.fd, 0)
                 .and_then(|()| pwrite_all(&lock.fd, pid.as_bytes(), 0))
