@@ -291,7 +291,45 @@ fn a_lock_file_removed_while_stores_open_never_lets_two_hold_a_root() {
     assert!(o > 10 && r > 10, "opened {o} times, removed {r} times");
 }
 
+/// This test binary run again for test `name` alone, with `var` set to `val`
+/// (and `unset` removed), its output captured.
+fn rerun_self(name: &str, var: &str, val: &Path, unset: &str) -> std::process::Output {
+    Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env_remove(unset)
+        .env(var, val)
+        .output()
+        .unwrap()
+}
+
+/// The two device roots a forking test uses under `dir`.
+fn fork_roots(dir: &Path) -> Vec<PathBuf> {
+    (0..2).map(|i| dir.join(format!("dev{i}"))).collect()
+}
+
+/// Forks a child that sleeps `secs` and `nanos`, then ends; its pid.
+fn fork_sleeper(secs: i64, nanos: i64) -> libc::pid_t {
+    // SAFETY: the child calls only async-signal-safe functions (nanosleep,
+    // _exit) before it ends.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        let ts = libc::timespec {
+            tv_sec: secs,
+            tv_nsec: nanos,
+        };
+        // SAFETY: plain system calls in the forked child.
+        unsafe {
+            libc::nanosleep(&ts, std::ptr::null_mut());
+            libc::_exit(0);
+        }
+    }
+    pid
+}
+
 const FORK_CHILD: &str = "SETCACHE_TEST_FORK_CHILD";
+const FORK_HOLDER: &str = "SETCACHE_TEST_FORK_HOLDER";
+const FORK_OPENER: &str = "SETCACHE_TEST_FORK_OPENER";
 
 /// A child forked while a store was open keeps copies of its descriptors,
 /// the root locks' included, until it execs or exits: once the store is
@@ -302,16 +340,12 @@ const FORK_CHILD: &str = "SETCACHE_TEST_FORK_CHILD";
 fn a_lock_a_forked_child_still_holds_is_waited_for() {
     let Ok(dir) = std::env::var(FORK_CHILD) else {
         let tmp = TempDir::new("lock-fork");
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_lock_a_forked_child_still_holds_is_waited_for",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(FORK_CHILD, tmp.path())
-            .output()
-            .unwrap();
+        let out = rerun_self(
+            "a_lock_a_forked_child_still_holds_is_waited_for",
+            FORK_CHILD,
+            tmp.path(),
+            FORK_HOLDER,
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && text.contains("REOPENED"),
@@ -320,28 +354,12 @@ fn a_lock_a_forked_child_still_holds_is_waited_for() {
         );
         return;
     };
-    let roots: Vec<PathBuf> = (0..2)
-        .map(|i| Path::new(&dir).join(format!("dev{i}")))
-        .collect();
+    let roots = fork_roots(Path::new(&dir));
     for r in &roots {
         std::fs::create_dir_all(r).unwrap();
     }
     let store = Store::open(&roots, opts()).unwrap();
-    // SAFETY: the child calls only async-signal-safe functions (nanosleep,
-    // _exit) before it ends.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 300_000_000,
-        };
-        // SAFETY: plain system calls in the forked child.
-        unsafe {
-            libc::nanosleep(&ts, std::ptr::null_mut());
-            libc::_exit(0);
-        }
-    }
+    let pid = fork_sleeper(0, 300_000_000);
     drop(store);
     let t = Instant::now();
     let again = Store::open(&roots, opts());
@@ -352,9 +370,6 @@ fn a_lock_a_forked_child_still_holds_is_waited_for() {
     println!("REOPENED after {:?}", t.elapsed());
 }
 
-const FORK_HOLDER: &str = "SETCACHE_TEST_FORK_HOLDER";
-const FORK_OPENER: &str = "SETCACHE_TEST_FORK_OPENER";
-
 /// A store closed while a child forked before (by another thread, say, on
 /// its way to exec) still holds copies of its descriptors: another process
 /// opens the roots at once, rather than being told they are in use by the
@@ -364,10 +379,7 @@ const FORK_OPENER: &str = "SETCACHE_TEST_FORK_OPENER";
 #[test]
 fn a_closed_stores_roots_open_in_another_process_while_a_fork_lives() {
     if let Ok(dir) = std::env::var(FORK_OPENER) {
-        let roots: Vec<PathBuf> = (0..2)
-            .map(|i| Path::new(&dir).join(format!("dev{i}")))
-            .collect();
-        match Store::open(&roots, opts()) {
+        match Store::open(&fork_roots(Path::new(&dir)), opts()) {
             Ok(_) => println!("OPENED"),
             Err(e) => println!("REFUSED: {e}"),
         }
@@ -375,16 +387,12 @@ fn a_closed_stores_roots_open_in_another_process_while_a_fork_lives() {
     }
     let Ok(dir) = std::env::var(FORK_HOLDER) else {
         let tmp = TempDir::new("lock-fork-other");
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(FORK_HOLDER, tmp.path())
-            .output()
-            .unwrap();
+        let out = rerun_self(
+            "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
+            FORK_HOLDER,
+            tmp.path(),
+            FORK_OPENER,
+        );
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success() && text.contains("OTHER PROCESS OPENED"),
@@ -393,40 +401,19 @@ fn a_closed_stores_roots_open_in_another_process_while_a_fork_lives() {
         );
         return;
     };
-    let roots: Vec<PathBuf> = (0..2)
-        .map(|i| Path::new(&dir).join(format!("dev{i}")))
-        .collect();
+    let roots = fork_roots(Path::new(&dir));
     for r in &roots {
         std::fs::create_dir_all(r).unwrap();
     }
     let store = Store::open(&roots, opts()).unwrap();
-    // SAFETY: the child calls only async-signal-safe functions (nanosleep,
-    // _exit) before it ends.
-    let pid = unsafe { libc::fork() };
-    assert!(pid >= 0, "fork failed");
-    if pid == 0 {
-        let ts = libc::timespec {
-            tv_sec: 3,
-            tv_nsec: 0,
-        };
-        // SAFETY: plain system calls in the forked child.
-        unsafe {
-            libc::nanosleep(&ts, std::ptr::null_mut());
-            libc::_exit(0);
-        }
-    }
+    let pid = fork_sleeper(3, 0);
     drop(store);
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env_remove(FORK_HOLDER)
-        .env(FORK_OPENER, &dir)
-        .output()
-        .unwrap();
+    let out = rerun_self(
+        "a_closed_stores_roots_open_in_another_process_while_a_fork_lives",
+        FORK_OPENER,
+        Path::new(&dir),
+        FORK_HOLDER,
+    );
     let mut status = 0;
     // SAFETY: waits for our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };

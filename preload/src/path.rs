@@ -150,12 +150,10 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
 /// call of the store sees. One `stat` of the path's directory, for paths
 /// outside the store only.
 fn through_a_link(cfg: &Config, full: &[u8]) -> Option<Place> {
-    let cut = full.iter().rposition(|&b| b == b'/')?;
-    let (dir, name) = (&full[..cut.max(1)], &full[cut + 1..]);
-    if name.is_empty() || !is_store_dir(cfg, libc::AT_FDCWD, dir) {
-        return None;
+    match by_the_kernel(cfg, libc::AT_FDCWD, full) {
+        Place::Outside => None,
+        place => Some(place),
     }
-    Some(inside(name))
 }
 
 /// Where a path holding a `..` points, as the kernel resolves it: the links
