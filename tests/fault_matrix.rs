@@ -690,6 +690,57 @@ fn fsync_fails() {
     }
 }
 
+/// A failed fsync through the file under a cached file (`CachedFile::file`,
+/// then `File::sync`) may have cost pages the cache wrote back: the kernel
+/// reports a failed write-back once, so the cache's next fsync passes. The
+/// cache's next sync must not pass without them: pages still cached are
+/// written again; one that left the cache makes its syncs fail `SyncLost`.
+#[test]
+fn a_failed_fsync_through_the_file_under_a_cache_counts_for_its_sync() {
+    let rig = Rig::new("fsync_under");
+    rig.sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let mut want = rig.data.clone();
+    {
+        // The flusher writes each dirty page back; it stays cached.
+        let flush = FlushOptions {
+            dirty_at: Some(1),
+            ..FlushOptions::default()
+        };
+        let cs = CachedStore::with_flusher(rig.store(), small_cache(256), Some(flush)).unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        // A page on each device: the failed fsync is the first device's.
+        f.write_at(2 * PAGE as u64, &[0x43; 2 * PAGE]).unwrap();
+        want[2 * PAGE..4 * PAGE].fill(0x43);
+        let t = Instant::now();
+        while cs.flusher_counts().pages < 2 {
+            assert!(t.elapsed() < Duration::from_secs(30), "never written back");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        rig.sw.fsync_failures.store(1, Ordering::Release);
+        let e = f.file().sync().unwrap_err();
+        assert!(is_io(&e, "sync", libc::ENOSPC, None), "{e}");
+        f.sync().unwrap();
+    }
+    same(
+        &rig.reopened("f"),
+        &want,
+        "the pages a failed fsync under the cache dropped",
+    );
+    {
+        // Pages written back and pushed out of a cache of 16 pages.
+        let cs = rig.cached(16);
+        let f = cs.open_file("f").unwrap();
+        for p in 0..PAGES {
+            f.write_at((p * PAGE) as u64, &[0x5E; PAGE]).unwrap();
+        }
+        rig.sw.fsync_failures.store(1, Ordering::Release);
+        assert!(f.file().sync().is_err());
+        let e = f.sync().unwrap_err();
+        assert!(matches!(e, Error::SyncLost { .. }), "{e}");
+    }
+}
+
 /// `got` equals `want`, or the first differing byte is named.
 #[track_caller]
 fn same(got: &[u8], want: &[u8], what: &str) {

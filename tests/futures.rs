@@ -848,3 +848,77 @@ fn a_write_waiting_on_its_own_write_backs_is_not_given_up() {
     cf.read_at(0, &mut back).unwrap();
     assert!(back.iter().all(|&b| b == 5));
 }
+
+/// A sync on a thread whose page future holds a dirty page of the file (the
+/// worker pinned it for the future, which the thread has not yet polled to
+/// its end) fails `HeldByCaller` once the pin wait has passed: only this
+/// thread can end that pin. Before, the sync waited for ever. With the
+/// future dropped, the sync passes.
+#[test]
+fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
+    let tmp = TempDir::new("fut-sync-own");
+    let cs = Arc::new(common::cached_rig(
+        &tmp,
+        64 * PS,
+        256,
+        8,
+        Duration::from_millis(500),
+    ));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    // Another thread holds page 0 mutably, so that the future's first poll
+    // sends it to a worker, and lets it go dirty once the future is polled.
+    let writer = {
+        let cs = cs.clone();
+        std::thread::spawn(move || {
+            let cf = cs.open_file("data").unwrap();
+            let mut g = cf.page_mut(0).unwrap();
+            g[..4].copy_from_slice(&[9; 4]);
+            ready_tx.send(()).unwrap();
+            polled_rx.recv().unwrap();
+            drop(g);
+        })
+    };
+    let cs2 = cs.clone();
+    std::thread::spawn(move || {
+        let cf = cs2.open_file("data").unwrap();
+        ready_rx.recv().unwrap();
+        let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+        let waker = Waker::from(flag.clone());
+        let mut fut = Box::pin(cf.page_async(0));
+        let first = fut.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(
+            first.is_pending(),
+            "a page another thread holds was handed over"
+        );
+        polled_tx.send(()).unwrap();
+        let t = std::time::Instant::now();
+        while !flag.0.load(Ordering::Acquire) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the future was never woken"
+            );
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+        let t = std::time::Instant::now();
+        let r = cf.sync();
+        let waited = t.elapsed();
+        drop(fut);
+        done_tx.send((r, waited, cf.sync())).unwrap();
+    });
+    let Ok((r, waited, after)) = done_rx.recv_timeout(Duration::from_secs(60)) else {
+        eprintln!("a sync waited 60 s for a page its own thread's future holds");
+        std::process::exit(3);
+    };
+    writer.join().unwrap();
+    match r {
+        Err(Error::HeldByCaller(m)) => assert!(m.contains("page futures"), "{m}"),
+        other => panic!("expected HeldByCaller, got {other:?} after {waited:?}"),
+    }
+    after.unwrap();
+    let cf = cs.open_file("data").unwrap();
+    let mut b = [0u8; 4];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [9; 4]);
+}

@@ -158,10 +158,6 @@ struct Held {
     free: Vec<usize>,
     count: usize,
     mutable: usize,
-    /// The page futures this thread started whose pins are still with a
-    /// worker or their future (made at the first such future; decreased by
-    /// whichever thread ends them).
-    started: Option<Arc<AtomicUsize>>,
 }
 
 impl Held {
@@ -171,18 +167,13 @@ impl Held {
             free: Vec::new(),
             count: 0,
             mutable: 0,
-            started: None,
         }
     }
 
     /// The guards this thread holds and the page futures it started that
     /// have not ended.
     fn pins(&self) -> usize {
-        self.count
-            + self
-                .started
-                .as_ref()
-                .map_or(0, |s| s.load(Ordering::Relaxed))
+        self.count + writeback::page_futures_unended()
     }
 
     fn iter(&self) -> impl Iterator<Item = &HoldKey> {
@@ -294,25 +285,24 @@ impl FutureClaim {
     /// [`Error::TooManyPins`] when its guards and unfinished page futures
     /// are at the bound.
     pub(crate) fn take() -> Result<FutureClaim> {
+        let exiting = || {
+            Error::InvalidArgument(
+                "a page future started while the thread exits (after its locals are gone)".into(),
+            )
+        };
         let taken = HELD.try_with(|h| {
-            let mut h = h.borrow_mut();
+            let h = h.borrow();
             let held = h.pins();
             if held >= MAX_GUARDS_PER_THREAD {
                 return Err(Error::TooManyPins { held });
             }
             // Only this thread adds to its count (others only subtract), so
             // the check above cannot be overtaken.
-            let s = h
-                .started
-                .get_or_insert_with(|| Arc::new(AtomicUsize::new(0)));
+            let s = writeback::page_futures().ok_or_else(exiting)?;
             s.fetch_add(1, Ordering::Relaxed);
-            Ok(FutureClaim(s.clone()))
+            Ok(FutureClaim(s))
         });
-        taken.unwrap_or_else(|_| {
-            Err(Error::InvalidArgument(
-                "a page future started while the thread exits (after its locals are gone)".into(),
-            ))
-        })
+        taken.unwrap_or_else(|_| Err(exiting()))
     }
 }
 

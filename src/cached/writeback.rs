@@ -287,6 +287,30 @@ thread_local! {
         const { std::cell::RefCell::new(Vec::new()) };
 }
 
+thread_local! {
+    /// How many page futures this thread started still hold their pages
+    /// pinned (with a worker, or in the future until it is polled to its
+    /// end or dropped): made at the first such future; only this thread
+    /// adds to it, whichever thread ends a future subtracts.
+    static PAGE_FUTURES: std::cell::OnceCell<Arc<std::sync::atomic::AtomicUsize>> =
+        const { std::cell::OnceCell::new() };
+}
+
+/// This thread's count of page futures not yet ended (see `PAGE_FUTURES`),
+/// made at the first call; `None` once the thread's locals are gone.
+pub(crate) fn page_futures() -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+    PAGE_FUTURES
+        .try_with(|c| c.get_or_init(Default::default).clone())
+        .ok()
+}
+
+/// How many page futures this thread started have not ended.
+pub(crate) fn page_futures_unended() -> usize {
+    PAGE_FUTURES
+        .try_with(|c| c.get().map_or(0, |n| n.load(Ordering::Relaxed)))
+        .unwrap_or(0)
+}
+
 /// Write-back guards of one file that a request queue holds until its write
 /// comes back, counted in `OWED` while it lives.
 pub(crate) struct Owed<'a> {
@@ -534,22 +558,37 @@ impl Shared {
             }
             pending = busy;
             if !pending.is_empty() {
-                if w.in_flight() == 0
-                    && since.elapsed() >= self.cache.pin_wait()
-                    && owes_write_backs(self, id)
-                {
+                if w.in_flight() == 0 && since.elapsed() >= self.cache.pin_wait() {
                     // Perhaps the write-backs of a request queue of this
-                    // thread, which only this thread can finish: waiting
-                    // would be for ever. The sets go back (see `Remark`).
-                    let q = w.into_queue();
-                    let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
-                    return Err(Error::HeldByCaller(format!(
-                        "a sync of {:?} waited {} ms for pages under write-back while a request \
-                         queue of this thread holds write-backs or writes it has not yet \
-                         finished: poll, wait for or drain the queue first",
-                        e.file.name(),
-                        self.cache.pin_wait().as_millis()
-                    )));
+                    // thread, or the pins of page futures it started, which
+                    // only this thread may end (by polling the queue, or the
+                    // futures to their end): waiting could be for ever. The
+                    // sets go back (see `Remark`).
+                    let why = if owes_write_backs(self, id) {
+                        Some(
+                            "a request queue of this thread holds write-backs or writes it has \
+                             not yet finished: poll, wait for or drain the queue first"
+                                .to_string(),
+                        )
+                    } else {
+                        match page_futures_unended() {
+                            0 => None,
+                            n => Some(format!(
+                                "this thread started {n} page futures not yet ended, whose \
+                                 pages stay pinned until they are polled to their end or \
+                                 dropped: end them first"
+                            )),
+                        }
+                    };
+                    if let Some(why) = why {
+                        let q = w.into_queue();
+                        let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
+                        return Err(Error::HeldByCaller(format!(
+                            "a sync of {:?} waited {} ms for pages in use while {why}",
+                            e.file.name(),
+                            self.cache.pin_wait().as_millis()
+                        )));
+                    }
                 }
                 if w.in_flight() > 0 {
                     w.wait_one();

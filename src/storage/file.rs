@@ -60,12 +60,25 @@ pub(crate) struct FileInner {
     /// dropped the pages it could not write and reports that once, so every
     /// later sync of this handle fails too.
     pub(crate) sync_lost: std::sync::Mutex<Option<Error>>,
-    /// Failed fsyncs of the backing files in metadata steps (a `set_len`, a
-    /// lazy growth's headers): each may have taken the kernel's one report
-    /// of dropped pages, which the file's next fsync will not repeat. The
-    /// last one's error beside the count.
+    /// Failed fsyncs of the backing files other than a page cache's own
+    /// syncs': those of metadata steps (a `set_len`, a lazy growth's
+    /// headers) and of [`File::sync`] calls. Each may have taken the
+    /// kernel's one report of dropped pages, which the file's next fsync will
+    /// not repeat. The last one's error beside the count.
     pub(crate) meta_fsync_failures: AtomicU64,
     pub(crate) meta_fsync_error: std::sync::Mutex<Option<Error>>,
+}
+
+impl FileInner {
+    /// Count a failed fsync of the backing files that a page cache's sync
+    /// did not make (see `meta_fsync_failures`).
+    pub(crate) fn count_fsync_failure(&self, e: &Error) {
+        *self
+            .meta_fsync_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+        self.meta_fsync_failures.fetch_add(1, Ordering::AcqRel);
+    }
 }
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
@@ -252,7 +265,14 @@ impl File {
             .backings
             .iter()
             .fold(false, |w, b| b.written.swap(false, Ordering::AcqRel) | w);
-        let r = self.sync_again();
+        let r = self.sync_again_told();
+        if let Err((e, true)) = &r {
+            // The fsyncs ran: a page cache over this file, whose own next
+            // fsync will not hear of what this one may have cost, must write
+            // again what it wrote since its last good one.
+            self.inner.count_fsync_failure(e);
+        }
+        let r = r.map_err(|(e, _)| e);
         // (A failure the device does not survive fails it, and every later
         // request with it; one it survives, out of space say, sticks here.)
         if let Err(e) = &r
@@ -284,11 +304,7 @@ impl File {
 
     /// As [`File::sync`], for a caller that writes again whatever a failed
     /// fsync may have cost (the page cache's `sync`): no failure sticks.
-    pub(crate) fn sync_again(&self) -> Result<()> {
-        self.sync_again_told().map_err(|(e, _)| e)
-    }
-
-    /// [`File::sync_again`], telling of a failure whether the fsyncs ran
+    /// Tells of a failure whether the fsyncs ran
     /// (true: the kernel may have dropped what they were to cover) or the
     /// sync failed before them, writing a lazy growth's headers (false:
     /// nothing written was dropped).
@@ -520,6 +536,9 @@ impl File {
             OpKind::Read => DevOpKind::Read,
             OpKind::Write => DevOpKind::Write,
         };
+        if dkind == DevOpKind::Write {
+            self.note_tail(offset, mem, len);
+        }
         let mut count = 0usize;
         inner.layout.split(offset, len, |s| {
             let backing = &inner.backings[s.device];
@@ -627,6 +646,31 @@ impl File {
             });
         }
         Ok(())
+    }
+
+    /// A write covering the last sector whole puts its bytes past the file's
+    /// end on the device too: if any is not zero, the next growth must clear
+    /// them (see `Backing::tail_clear`). Looked at before the write is
+    /// queued.
+    fn note_tail(&self, offset: u64, mem: Mem<'_>, len: usize) {
+        let file_len = self.len();
+        let end = offset + len as u64;
+        if end <= file_len {
+            return;
+        }
+        let from = file_len.saturating_sub(offset) as usize;
+        let mut bytes = false;
+        for_each_segment(mem, from, len - from, |base, n| {
+            // SAFETY: the segment lies inside the request's memory, which the caller lends for the call.
+            bytes |= unsafe { std::slice::from_raw_parts(base, n) }
+                .iter()
+                .any(|&x| x != 0);
+        });
+        if bytes {
+            for b in &self.inner.backings {
+                b.tail_clear.store(false, Ordering::Release);
+            }
+        }
     }
 
     /// Refuse, before anything is queued, a request that touches a device

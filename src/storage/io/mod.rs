@@ -148,6 +148,13 @@ pub(crate) struct Backing {
     /// sync began (which its fsync may not cover) is counted for the next
     /// sync too.
     pub(crate) written: std::sync::atomic::AtomicBool,
+    /// The bytes past the file's data on this device, up to the backing
+    /// file's size, read as zeros and are durably so: a growth found them
+    /// so or cleared them and fsynced, and no write since put bytes there
+    /// (a write of the last sector whole with bytes past the end clears
+    /// it). False when opened (a crash may have left bytes there) and after
+    /// a shrink. A growth with it set neither clears that range nor fsyncs.
+    pub(crate) tail_clear: std::sync::atomic::AtomicBool,
     pub(crate) state: Arc<DeviceState>,
     /// The device's engine; operations on this file are sent to it.
     pub(crate) engine: Arc<dyn DeviceEngine>,
@@ -170,6 +177,7 @@ impl Backing {
             slot,
             seen: std::sync::atomic::AtomicU64::new(0),
             written: std::sync::atomic::AtomicBool::new(false),
+            tail_clear: std::sync::atomic::AtomicBool::new(false),
             state,
             engine: engine.clone(),
         }
