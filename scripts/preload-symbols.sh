@@ -48,7 +48,8 @@ llistxattr flistxattr setxattr lsetxattr fsetxattr splice vmsplice tee sendfile
 sendfile64 copy_file_range statfs statfs64 fstatfs fstatfs64 statvfs statvfs64
 realpath __realpath_chk aio_read aio_read64 aio_write aio_write64 aio_fsync
 aio_fsync64 aio_error aio_error64 aio_return aio_return64 aio_suspend aio_suspend64
-aio_cancel aio_cancel64"
+aio_cancel aio_cancel64 remove mkstemp mkstemp64 mkostemp mkostemp64 mkstemps mkstemps64
+mkostemps mkostemps64"
 
 # Imported functions the library leaves to the C library, and why that is safe.
 declare -A passes=(

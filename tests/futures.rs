@@ -922,3 +922,51 @@ fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
     cf.read_at(0, &mut b).unwrap();
     assert_eq!(b, [9; 4]);
 }
+
+/// That refusal counts only the page futures of the file the sync syncs: a
+/// sync that waits for another thread's guard, on a thread with a page
+/// future pending on another file, waits it out and passes.
+#[test]
+fn a_sync_waits_out_another_threads_guard_beside_a_future_on_another_file() {
+    let tmp = TempDir::new("fut-sync-other");
+    let cs = Arc::new(common::cached_rig(
+        &tmp,
+        64 * PS,
+        256,
+        8,
+        Duration::from_millis(300),
+    ));
+    drop(
+        cs.create("other", 64 * PS as u64, setcache::LayoutKind::Stripe)
+            .unwrap(),
+    );
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let holder = {
+        let cs = cs.clone();
+        std::thread::spawn(move || {
+            let cf = cs.open_file("data").unwrap();
+            let mut g = cf.page_mut(0).unwrap();
+            g[..4].copy_from_slice(&[8; 4]);
+            ready_tx.send(()).unwrap();
+            // Three pin waits.
+            std::thread::sleep(Duration::from_millis(900));
+            drop(g);
+        })
+    };
+    ready_rx.recv().unwrap();
+    let other = cs.open_file("other").unwrap();
+    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+    let waker = Waker::from(flag.clone());
+    let mut fut = Box::pin(other.page_async(5 * PS as u64));
+    let first = fut.as_mut().poll(&mut Context::from_waker(&waker));
+    assert!(first.is_pending(), "a page never read was cached");
+    let cf = cs.open_file("data").unwrap();
+    let t = std::time::Instant::now();
+    let r = cf.sync();
+    assert!(r.is_ok(), "{r:?} after {:?}", t.elapsed());
+    drop(fut);
+    holder.join().unwrap();
+    let mut b = [0u8; 4];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [8; 4]);
+}

@@ -1812,6 +1812,127 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     }
 }
 
+/// `remove`: the C library's calls `unlink` (and `rmdir` for a directory)
+/// inside itself, past this library's `unlink`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Bad(e) => int_ret(Err(e)),
+        Place::Inside(name) => int_ret(unlink_name(&name)),
+        Place::Root => int_ret(Err(libc::EBUSY)),
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::remove()(path) },
+    }
+}
+
+/// The `mkstemp` family, whose C library forms open their file inside the
+/// C library, past this library's `open`: the six `X`s before the last
+/// `suffix_len` bytes of `template` replaced by letters and digits until an
+/// exclusive create through this library's `open` succeeds (mode 0600), as
+/// the C library does; `flags` may add `O_APPEND`, `O_CLOEXEC`, `O_SYNC`.
+///
+/// # Safety
+/// `template` is a NUL-terminated string the caller lets this write into.
+unsafe fn make_temp(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c_int {
+    if template.is_null() {
+        return int_ret(Err(libc::EINVAL));
+    }
+    // SAFETY: the caller's NUL-terminated string.
+    let len = unsafe { libc::strlen(template) };
+    let Some(at) = usize::try_from(suffix_len)
+        .ok()
+        .and_then(|s| len.checked_sub(s))
+        .and_then(|end| end.checked_sub(6))
+    else {
+        return int_ret(Err(libc::EINVAL));
+    };
+    // SAFETY: `at + 6 <= len`, inside the caller's string.
+    let xs = unsafe { std::slice::from_raw_parts_mut(template.add(at).cast::<u8>(), 6) };
+    if xs.iter().any(|&b| b != b'X') {
+        return int_ret(Err(libc::EINVAL));
+    }
+    const LETTERS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    let flags = (flags & !libc::O_ACCMODE) | libc::O_RDWR | libc::O_CREAT | libc::O_EXCL;
+    for _ in 0..10_000 {
+        let mut r = [0u8; 6];
+        // SAFETY: fills the six bytes of `r`.
+        let got = unsafe { libc::getrandom(r.as_mut_ptr().cast(), r.len(), 0) };
+        if got != r.len() as isize {
+            let t = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+                ^ ((std::process::id() as u64) << 32);
+            r = t.to_le_bytes()[..6].try_into().unwrap_or_default();
+        }
+        for (x, b) in xs.iter_mut().zip(r) {
+            *x = LETTERS[b as usize % LETTERS.len()];
+        }
+        // SAFETY: the caller's string, now a name; mode for the create.
+        let fd = unsafe { open64(template, flags, 0o600) };
+        // SAFETY: reads this thread's errno.
+        if fd >= 0 || unsafe { *libc::__errno_location() } != libc::EEXIST {
+            return fd;
+        }
+    }
+    int_ret(Err(libc::EEXIST))
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, 0, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, 0, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, 0, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, 0, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix_len: c_int) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, suffix_len, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix_len: c_int) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, suffix_len, 0) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemps(
+    template: *mut c_char,
+    suffix_len: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, suffix_len, flags) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkostemps64(
+    template: *mut c_char,
+    suffix_len: c_int,
+    flags: c_int,
+) -> c_int {
+    // SAFETY: the caller's template.
+    unsafe { make_temp(template, suffix_len, flags) }
+}
+
 // ---- attributes ---------------------------------------------------------
 
 /// An inode number for a name: stable while the name is.

@@ -167,6 +167,7 @@ real! {
     symlink: fn(*const c_char, *const c_char) -> c_int;
     symlinkat: fn(*const c_char, c_int, *const c_char) -> c_int;
     rmdir: fn(*const c_char) -> c_int;
+    remove: fn(*const c_char) -> c_int;
     fchdir: fn(c_int) -> c_int;
     dup: fn(c_int) -> c_int;
     dup2: fn(c_int, c_int) -> c_int;

@@ -150,6 +150,44 @@ fn files_inside_and_outside_behave_as_on_a_local_file_system() {
     }
 }
 
+/// The C library's `remove` and `mkstemp` family reach the files they name
+/// through calls inside the C library, past the library's `unlink` and
+/// `open`: in the store's directory `remove` left the store's file in place
+/// (failing `ENOENT` on the real directory) and `mkstemp` made a real file
+/// there that no call of the store saw. A temporary file made, written,
+/// synced, renamed into place and removed behaves as in a local directory.
+#[test]
+fn remove_and_mkstemp_reach_the_stores_files() {
+    let s = Setup::new("temp");
+    let prog = probe(&s.p("bin"), true);
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("plain")).arg("temp");
+    let plain = text(&run(plain).stdout);
+    for want in [
+        "mkstemp 1 made 1\n",
+        "final 4 temp\n",
+        "mkostemps 1 made 1 cloexec 1\n",
+        "remove made 0 Success access -1 No such file or directory\n",
+        "remove final 0 Success open 0 No such file or directory\n",
+        "remove never -1 No such file or directory\n",
+        "mkstemp short -1 Invalid argument\n",
+    ] {
+        assert!(
+            plain.contains(want),
+            "a local directory: {want:?} in\n{plain}"
+        );
+    }
+    let mut inside = s.preloaded(&prog);
+    inside.arg(s.p("store")).arg("temp");
+    let inside = run(inside);
+    assert_eq!(text(&inside.stdout), plain, "inside SETCACHE_DIR");
+    assert_eq!(
+        std::fs::read_dir(s.p("store")).unwrap().count(),
+        0,
+        "a file made in the store's directory on disk"
+    );
+}
+
 /// Walks through the store's directory left by `longjmp` keep their
 /// slots; once a thread has none left, the next such walk fails plainly
 /// (a local directory's walk goes on).

@@ -1278,6 +1278,64 @@ static void walk_slots(void) {
     unlink(path("w1"));
 }
 
+/* The C library's own calls on names: `remove` calls `unlink` (then
+ * `rmdir`) inside the C library, and the `mkstemp` family opens its file
+ * there too. A temporary file made, written, synced and renamed into place,
+ * then files removed; the made names masked (their six letters vary). */
+static int made_ok(const char *t, const char *prefix, const char *suffix) {
+    size_t n = strlen(t), p = strlen(prefix), s = strlen(suffix);
+    if (n != p + 6 + s || strncmp(t, prefix, p) != 0 || strcmp(t + p + 6, suffix) != 0)
+        return 0;
+    if (strncmp(t + p, "XXXXXX", 6) == 0)
+        return 0;
+    return access(t, F_OK) == 0;
+}
+
+static void temp_files(void) {
+    char prefix[4200], t[4300];
+    snprintf(prefix, sizeof prefix, "%s", path("tmp."));
+    snprintf(t, sizeof t, "%sXXXXXX", prefix);
+    int fd = mkstemp(t);
+    printf("mkstemp %d made %d\n", fd >= 0, fd >= 0 && made_ok(t, prefix, ""));
+    ssize_t w = fd < 0 ? -1 : write(fd, "temp", 4);
+    int s = fd < 0 ? -1 : fsync(fd), c = fd < 0 ? -1 : close(fd);
+    printf("write %zd sync %d close %d\n", w, s, c);
+    printf("rename %d\n", rename(t, path("final")));
+    char back[16] = "";
+    fd = open(path("final"), O_RDONLY);
+    ssize_t r = fd < 0 ? -1 : read(fd, back, sizeof back - 1);
+    if (fd >= 0)
+        close(fd);
+    printf("final %zd %s\n", r, back);
+    snprintf(t, sizeof t, "%sXXXXXX.db", prefix);
+    fd = mkostemps(t, 3, O_CLOEXEC);
+    int fl = fd < 0 ? -1 : fcntl(fd, F_GETFD);
+    printf("mkostemps %d made %d cloexec %d\n", fd >= 0, fd >= 0 && made_ok(t, prefix, ".db"),
+           fl >= 0 && (fl & FD_CLOEXEC) != 0);
+    if (fd >= 0)
+        close(fd);
+    errno = 0;
+    int rm = remove(t);
+    int e = rm ? errno : 0;
+    errno = 0;
+    int a = access(t, F_OK);
+    printf("remove made %d %s access %d %s\n", rm, strerror(e), a, strerror(a ? errno : 0));
+    errno = 0;
+    rm = remove(path("final"));
+    e = errno;
+    errno = 0;
+    fd = open(path("final"), O_RDONLY);
+    printf("remove final %d %s open %d %s\n", rm, strerror(rm ? e : 0), fd >= 0,
+           strerror(fd >= 0 ? 0 : errno));
+    errno = 0;
+    rm = remove(path("never"));
+    printf("remove never %d %s\n", rm, strerror(errno));
+    snprintf(t, sizeof t, "%sXXXXX", prefix);
+    errno = 0;
+    fd = mkstemp(t);
+    printf("mkstemp short %d %s\n", fd, strerror(errno));
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -1321,6 +1379,8 @@ int main(int argc, char **argv) {
         cat(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "put") == 0)
         put(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "temp") == 0)
+        temp_files();
     else if (argc > 2 && strcmp(argv[2], "walk") == 0)
         walk_from(argc, argv);
     else

@@ -872,7 +872,7 @@ impl<'f> PageAt<'f> {
         sh.own_io(f.id, page, false).map_err(Err)?;
         // The worker will pin the page for this future: it counts against
         // this thread's bound until the future ends.
-        self.claim = Some(FutureClaim::take().map_err(Err)?);
+        self.claim = Some(FutureClaim::take(f.store_key(), f.id).map_err(Err)?);
         let op = Op {
             what: What::Pin,
             file: f.clone(),

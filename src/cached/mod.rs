@@ -173,7 +173,7 @@ impl Held {
     /// The guards this thread holds and the page futures it started that
     /// have not ended.
     fn pins(&self) -> usize {
-        self.count + writeback::page_futures_unended()
+        self.count + writeback::page_futures_unended(None)
     }
 
     fn iter(&self) -> impl Iterator<Item = &HoldKey> {
@@ -284,7 +284,7 @@ impl FutureClaim {
     /// A place for one more page future of this thread, or
     /// [`Error::TooManyPins`] when its guards and unfinished page futures
     /// are at the bound.
-    pub(crate) fn take() -> Result<FutureClaim> {
+    pub(crate) fn take(store: usize, id: u32) -> Result<FutureClaim> {
         let exiting = || {
             Error::InvalidArgument(
                 "a page future started while the thread exits (after its locals are gone)".into(),
@@ -298,7 +298,7 @@ impl FutureClaim {
             }
             // Only this thread adds to its count (others only subtract), so
             // the check above cannot be overtaken.
-            let s = writeback::page_futures().ok_or_else(exiting)?;
+            let s = writeback::page_futures(store, id).ok_or_else(exiting)?;
             s.fetch_add(1, Ordering::Relaxed);
             Ok(FutureClaim(s))
         });

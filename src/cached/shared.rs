@@ -289,6 +289,9 @@ impl Drop for Entry {
 impl Entry {
     pub(crate) fn new(file: File) -> Entry {
         file.inner.cached.fetch_add(1, Ordering::AcqRel);
+        // Failed fsyncs from before the cache held the file concern no page
+        // of its.
+        let seen = file.meta_fsync_failures();
         Entry {
             file,
             shown: AtomicU64::new(u64::MAX),
@@ -299,7 +302,7 @@ impl Entry {
             durable: Mutex::new(Durable::default()),
             tracked: AtomicBool::new(false),
             fsync_failures: AtomicU64::new(0),
-            meta_fsyncs_seen: AtomicU64::new(0),
+            meta_fsyncs_seen: AtomicU64::new(seen),
             resizing: Mutex::new(()),
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
@@ -774,10 +777,9 @@ impl Shared {
             }
         };
         if let Err(err) = &r {
-            e.failed
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_or_insert_with(|| err.clone());
+            // (Not a refusal by a length that a shrink and a growth back
+            // to it changed meanwhile: the page stays dirty, no failure.)
+            e.remember(err.clone());
         }
         r
     }

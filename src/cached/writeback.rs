@@ -290,24 +290,43 @@ thread_local! {
 thread_local! {
     /// How many page futures this thread started still hold their pages
     /// pinned (with a worker, or in the future until it is polled to its
-    /// end or dropped): made at the first such future; only this thread
-    /// adds to it, whichever thread ends a future subtracts.
-    static PAGE_FUTURES: std::cell::OnceCell<Arc<std::sync::atomic::AtomicUsize>> =
-        const { std::cell::OnceCell::new() };
+    /// end or dropped), per file (`FileKey`): only this thread adds to a
+    /// count, whichever thread ends a future subtracts.
+    static PAGE_FUTURES: std::cell::RefCell<Vec<(FileKey, Arc<std::sync::atomic::AtomicUsize>)>> =
+        const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// This thread's count of page futures not yet ended (see `PAGE_FUTURES`),
-/// made at the first call; `None` once the thread's locals are gone.
-pub(crate) fn page_futures() -> Option<Arc<std::sync::atomic::AtomicUsize>> {
+/// This thread's count of page futures not yet ended on file `id` of the
+/// cache whose shared state is at `store` (see `PAGE_FUTURES`), made at the
+/// first call; `None` once the thread's locals are gone.
+pub(crate) fn page_futures(store: usize, id: u32) -> Option<Arc<std::sync::atomic::AtomicUsize>> {
     PAGE_FUTURES
-        .try_with(|c| c.get_or_init(Default::default).clone())
+        .try_with(|c| {
+            let mut v = c.borrow_mut();
+            // Counts at zero that no future holds any more go.
+            v.retain(|(k, n)| *k == (store, id) || Arc::strong_count(n) > 1);
+            if let Some((_, n)) = v.iter().find(|(k, _)| *k == (store, id)) {
+                return n.clone();
+            }
+            let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            v.push(((store, id), n.clone()));
+            n
+        })
         .ok()
 }
 
-/// How many page futures this thread started have not ended.
-pub(crate) fn page_futures_unended() -> usize {
+/// How many page futures this thread started have not ended: on every file
+/// (`None`), or on file `id` of `sh`'s cache.
+pub(crate) fn page_futures_unended(on: Option<(&Shared, u32)>) -> usize {
+    let key = on.map(|(sh, id)| (sh as *const Shared as usize, id));
     PAGE_FUTURES
-        .try_with(|c| c.get().map_or(0, |n| n.load(Ordering::Relaxed)))
+        .try_with(|c| {
+            c.borrow()
+                .iter()
+                .filter(|(k, _)| key.is_none_or(|key| *k == key))
+                .map(|(_, n)| n.load(Ordering::Relaxed))
+                .sum()
+        })
         .unwrap_or(0)
 }
 
@@ -571,12 +590,12 @@ impl Shared {
                                 .to_string(),
                         )
                     } else {
-                        match page_futures_unended() {
+                        match page_futures_unended(Some((self, id))) {
                             0 => None,
                             n => Some(format!(
-                                "this thread started {n} page futures not yet ended, whose \
-                                 pages stay pinned until they are polled to their end or \
-                                 dropped: end them first"
+                                "this thread started {n} page futures of the file not yet \
+                                 ended, whose pages stay pinned until they are polled to \
+                                 their end or dropped: end them first"
                             )),
                         }
                     };

@@ -2116,23 +2116,27 @@ impl StoreInner {
             let end = HEADER_BYTES + f.layout.device_end(i, old);
             let size = HEADER_BYTES + f.layout.device_bytes(len);
             let have = fstat(&b.fd).map_err(io)?.st_size as u64;
-            if end < have.min(size) && !b.tail_clear.load(Ordering::Acquire) {
+            // Bytes a crash left past the durable length (or a write of the
+            // last sector whole) are cleared, and a backing file longer than
+            // the new size is cut, then both made durable by one fsync
+            // before any header (a sync's, or a `set_len` whose record a
+            // recovery rolls forward from this length) takes the range into
+            // the file. Once per backing file opened, then only after such a
+            // write (`tail_clear`): appends pay nothing here.
+            let unclear = end < have && !b.tail_clear.load(Ordering::Acquire);
+            if unclear && end < have.min(size) {
                 zero_range(&b.fd, end, have.min(size), false).map_err(io)?;
-                // Bytes a crash left past the durable length (or a write of
-                // the last sector whole), cleared: durably so before any
-                // header (a sync's, or a `set_len` whose record a recovery
-                // rolls forward from this length) takes the range into the
-                // file. Once per backing file opened, then only after such
-                // a write (`tail_clear`): appends pay nothing here.
+            }
+            b.engine.discard(b.ino, end - HEADER_BYTES);
+            if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
+                truncate(&b.fd, size).map_err(io)?;
+            }
+            if unclear {
                 fsync_fd(&b.fd).map_err(|e| {
                     let e = io(e);
                     fsync_failed(f, i, &e);
                     e
                 })?;
-            }
-            b.engine.discard(b.ino, end - HEADER_BYTES);
-            if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
-                truncate(&b.fd, size).map_err(io)?;
             }
             // Past the new end: what was past the old one, clear, or the
             // zeros of the longer size. (Before the length is shown: a write
