@@ -955,7 +955,18 @@ fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
     };
     d.node.publish_len();
     r.map_err(|e| fail("ftruncate", &e))?;
+    synced_after_exit(d, "ftruncate")?;
     Ok(0)
+}
+
+/// After the exit handler's sync, a growth (lazy: durable with the next
+/// sync, which no exit will make now) is synced before its call returns,
+/// as every write then is.
+fn synced_after_exit(d: &Desc, what: &str) -> Result<(), i32> {
+    if state::exited() {
+        d.node.file.sync().map_err(|e| fail(what, &e))?;
+    }
+    Ok(())
 }
 
 #[unsafe(no_mangle)]
@@ -1024,7 +1035,9 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
     let _g = lock(&d.node.grow);
     let r = grow_to(d, end);
     d.node.publish_len();
-    r.map(|()| 0)
+    r?;
+    synced_after_exit(d, "fallocate")?;
+    Ok(0)
 }
 
 #[unsafe(no_mangle)]

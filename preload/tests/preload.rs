@@ -390,11 +390,14 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
         run(c);
     }
     let mut c = s.preloaded(&prog);
-    c.arg(s.p("store")).args(["cat", "r", "j", "x"]);
+    c.arg(s.p("store")).args(["cat", "r", "j", "x", "xg", "xa"]);
     let t = text(&run(c).stdout);
     assert!(t.contains("r: 5 again"), "{t}");
     assert!(t.contains("j: 7 journal"), "{t}");
     assert!(t.contains("x: 6 onetwo"), "{t}");
+    // Grown by `ftruncate` and `posix_fallocate` after the exit's sync.
+    assert!(t.contains("xg: 5 \n"), "{t}");
+    assert!(t.contains("xa: 7 \n"), "{t}");
 }
 
 /// A path through another name of the store's directory (a symbolic link

@@ -940,18 +940,23 @@ static void reopen(void) {
     _exit(0);
 }
 
-static int late_fd = -1;
+static int late_fd = -1, late_grown = -1, late_allocated = -1;
 
 static void late_write(void) {
     if (pwrite(late_fd, "two", 3, 3) != 3)
         abort();
+    if (ftruncate(late_grown, 5) != 0 || posix_fallocate(late_allocated, 0, 7) != 0)
+        abort();
 }
 
 /* An exit handler registered before the store is first used runs after the
- * library's own, which syncs: its write must not be lost. */
+ * library's own, which syncs: its write, and the lengths it grows files to,
+ * must not be lost. */
 static void exit_writes(void) {
     atexit(late_write);
     late_fd = open(path("x"), O_CREAT | O_RDWR, 0644);
+    late_grown = open(path("xg"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    late_allocated = open(path("xa"), O_CREAT | O_RDWR | O_TRUNC, 0644);
     show("write one", write(late_fd, "one", 3));
 }
 
