@@ -147,7 +147,15 @@ const GATHER: usize = 4096;
 /// into a pinned frame, by sequentially consistent accesses), while one
 /// between a look at the set and a later clear would leave it unqueued, its
 /// dirty pages waiting for the set's next write or an eviction.
-fn due_pages(cache: &PageCache, set: usize, low: usize, pages: &mut Vec<(u32, u64)>) {
+/// Returns whether the set holds more dirty pages than `low` that were not
+/// idle (a writer inside them, or a pin) and so were not taken: its flag is
+/// cleared, so the flusher must look at it again itself.
+fn due_pages(
+    cache: &PageCache,
+    set: usize,
+    low: usize,
+    pages: &mut Vec<(u32, u64, usize)>,
+) -> bool {
     cache.flushed(set);
     let (order, dirty) = cache.dirty_in_eviction_order(set);
     #[cfg(test)]
@@ -155,7 +163,9 @@ fn due_pages(cache: &PageCache, set: usize, low: usize, pages: &mut Vec<(u32, u6
         between();
     }
     let want = dirty.saturating_sub(low).max(1);
-    pages.extend(order.into_iter().take(want));
+    let short = order.len() < dirty.saturating_sub(low);
+    pages.extend(order.into_iter().take(want).map(|(f, p)| (f, p, set)));
+    short
 }
 
 /// For unit tests: runs once, in [`due_pages`] of the cache at the address
@@ -173,6 +183,11 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         st.writes.fetch_add(w.writes - writes, Ordering::Relaxed);
         (pages, writes) = (w.pages, w.writes);
     };
+    // Due sets one of whose pages was dirty but busy when the flusher came
+    // (a writer inside it, or a pin): their flags are cleared, so no write
+    // would queue them again before the set's next one. Looked at again at
+    // the next idle tick.
+    let mut later: Vec<usize> = Vec::new();
     loop {
         // While the device is busy, let due sets gather: a larger batch,
         // sorted, gives longer ascending runs and more merged neighbours.
@@ -186,11 +201,17 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         let due: Vec<usize> = {
             let mut g = st.due.lock().unwrap_or_else(|p| p.into_inner());
             while g.is_empty() && !st.stop.load(Ordering::SeqCst) && w.in_flight() == 0 {
-                g = st
+                let (next, waited) = st
                     .cv
-                    .wait_timeout(g, Duration::from_millis(100))
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                    .wait_timeout(
+                        g,
+                        Duration::from_millis(if later.is_empty() { 100 } else { 50 }),
+                    )
+                    .unwrap_or_else(|p| p.into_inner());
+                g = next;
+                if waited.timed_out() && g.is_empty() {
+                    g.append(&mut later);
+                }
             }
             std::mem::take(&mut *g)
         };
@@ -202,20 +223,29 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         // are both due end up in one write.
         let mut pages = Vec::new();
         for set in due {
-            due_pages(cache, set, low, &mut pages);
+            if due_pages(cache, set, low, &mut pages) && !later.contains(&set) {
+                later.push(set);
+            }
         }
         pages.sort_unstable();
         // Each due page brings the other dirty pages of its region, due or
         // not, in file order (see `REGION_BYTES`).
         let r = (REGION_BYTES / cache.page_size() as u64).max(1);
         let mut swept: Option<(u32, u64)> = None;
-        for (file, page) in pages {
+        for &(file, page, _) in &pages {
             if swept == Some((file, page / r)) {
                 continue;
             }
             swept = Some((file, page / r));
             for q in dirty_in_region(cache, file, page, u64::MAX) {
                 w.write(file, q);
+            }
+        }
+        for (file, page, set) in pages {
+            let busy = cache.write_pending(file, page).unwrap_or(false)
+                && !cache.writing_back(file, page).unwrap_or(true);
+            if busy && !later.contains(&set) {
+                later.push(set);
             }
         }
         w.poll();
@@ -280,8 +310,9 @@ mod tests {
             Box::new(move || dirty_page(&c, 2)),
         );
         let mut pages = Vec::new();
-        due_pages(&cache, 0, 1, &mut pages);
+        assert!(!due_pages(&cache, 0, 1, &mut pages));
         let (dirty_pages, _) = cache.dirty_in_eviction_order(0);
+        let pages: Vec<(u32, u64)> = pages.into_iter().map(|(f, p, _)| (f, p)).collect();
         let left = dirty_pages.iter().filter(|p| !pages.contains(p)).count();
         assert_eq!(left, 2, "taken {pages:?} of {dirty_pages:?}");
         assert_eq!(
@@ -289,5 +320,41 @@ mod tests {
             [0, 0],
             "the set kept {left} dirty pages the flusher did not take, and was not queued again"
         );
+    }
+
+    /// A due set whose dirty page a writer still holds when the flusher
+    /// looks (the writer that made it due, say, still storing) has that page
+    /// left out of the pages taken, and its flag cleared: the look says so,
+    /// and the flusher looks at the set again later. Before, the set stayed
+    /// unqueued, its page dirty until the set's next write or a sync.
+    #[test]
+    fn a_due_page_a_writer_holds_is_looked_at_again() {
+        let cache = PageCache::new(CacheOptions {
+            size: 8 * 512,
+            max_size: Some(8 * 512),
+            page_size: 512,
+            assoc: 8,
+            policy: PolicyKind::Lru,
+            pin_wait: Duration::from_millis(200),
+            partitions: 1,
+        })
+        .unwrap();
+        assert!(cache.set_flush_hook(1, |_| {}));
+        let load = |_: u32, _: u64, f: &mut [u8]| {
+            f.fill(0);
+            Ok(())
+        };
+        let g = cache
+            .get_mut_with(1, 0, load, |_, _, _| Ok(()))
+            .expect("a page of the one set");
+        let mut pages = Vec::new();
+        assert!(
+            due_pages(&cache, 0, 0, &mut pages),
+            "a held dirty page was not reported"
+        );
+        assert!(pages.is_empty(), "{pages:?}");
+        drop(g);
+        assert!(!due_pages(&cache, 0, 0, &mut pages));
+        assert_eq!(pages, [(1, 0, 0)]);
     }
 }
