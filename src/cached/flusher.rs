@@ -263,13 +263,29 @@ mod tests {
     use super::*;
     use crate::cache::{CacheOptions, PolicyKind};
 
+    /// One set of eight 512-byte slots.
+    fn one_set() -> PageCache {
+        PageCache::new(CacheOptions {
+            size: 8 * 512,
+            max_size: Some(8 * 512),
+            page_size: 512,
+            assoc: 8,
+            policy: PolicyKind::Lru,
+            pin_wait: Duration::from_millis(200),
+            partitions: 1,
+        })
+        .unwrap()
+    }
+
+    /// A miss's load: the page reads as zeros.
+    fn zeros(_: u32, _: u64, f: &mut [u8]) -> crate::Result<()> {
+        f.fill(0);
+        Ok(())
+    }
+
     fn dirty_page(cache: &PageCache, page: u64) {
-        let load = |_: u32, _: u64, f: &mut [u8]| {
-            f.fill(0);
-            Ok(())
-        };
         let mut g = cache
-            .get_mut_with(1, page, load, |_, _, _| Ok(()))
+            .get_mut_with(1, page, zeros, |_, _, _| Ok(()))
             .expect("a page of the one set");
         g.fill(page as u8 + 1);
     }
@@ -281,18 +297,7 @@ mod tests {
     #[test]
     fn a_write_while_the_flusher_takes_a_due_set_queues_it_again() {
         // One set of eight 512-byte slots, due at two dirty pages.
-        let cache = Arc::new(
-            PageCache::new(CacheOptions {
-                size: 8 * 512,
-                max_size: Some(8 * 512),
-                page_size: 512,
-                assoc: 8,
-                policy: PolicyKind::Lru,
-                pin_wait: Duration::from_millis(200),
-                partitions: 1,
-            })
-            .unwrap(),
-        );
+        let cache = Arc::new(one_set());
         assert_eq!(cache.sets(), 1);
         let queued = Arc::new(Mutex::new(Vec::new()));
         let q = queued.clone();
@@ -329,23 +334,10 @@ mod tests {
     /// unqueued, its page dirty until the set's next write or a sync.
     #[test]
     fn a_due_page_a_writer_holds_is_looked_at_again() {
-        let cache = PageCache::new(CacheOptions {
-            size: 8 * 512,
-            max_size: Some(8 * 512),
-            page_size: 512,
-            assoc: 8,
-            policy: PolicyKind::Lru,
-            pin_wait: Duration::from_millis(200),
-            partitions: 1,
-        })
-        .unwrap();
+        let cache = one_set();
         assert!(cache.set_flush_hook(1, |_| {}));
-        let load = |_: u32, _: u64, f: &mut [u8]| {
-            f.fill(0);
-            Ok(())
-        };
         let g = cache
-            .get_mut_with(1, 0, load, |_, _, _| Ok(()))
+            .get_mut_with(1, 0, zeros, |_, _, _| Ok(()))
             .expect("a page of the one set");
         let mut pages = Vec::new();
         assert!(
