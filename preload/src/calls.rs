@@ -731,12 +731,14 @@ pub unsafe extern "C" fn _Fork() -> libc::pid_t {
 }
 
 /// Before the image is replaced: what this process wrote is synced. A
-/// failure is reported on stderr and does not stop the `exec`. (Not safe in
-/// a signal handler, which `execve` alone is: a handler that `exec`s while
-/// the thread it interrupted holds one of the locks a sync takes waits for
-/// ever.)
-fn before_exec() {
-    let _ = state::sync_store("exec (writing the store's data first)");
+/// failure refuses the `exec` with its error number (`EIO`, `ENOSPC`), also
+/// reported on stderr: the new image would drop the pages the sync could
+/// not write, which this one still holds (a later sync may write them, or
+/// the program decides). (Not safe in a signal handler, which `execve`
+/// alone is: a handler that `exec`s while the thread it interrupted holds
+/// one of the locks a sync takes waits for ever.)
+fn before_exec() -> Result<(), i32> {
+    state::sync_store("exec (writing the store's data first)")
 }
 
 /// The `exec` functions: the store synced, then the C library's own.
@@ -744,7 +746,9 @@ macro_rules! exec_after_sync {
     ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
-            before_exec();
+            if let Err(e) = before_exec() {
+                return int_ret(Err(e));
+            }
             // SAFETY: passed through with the caller's arguments.
             unsafe { real::$name()($($arg),*) }
         }
@@ -986,7 +990,7 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
-    let n = state::node(s, name, false, false).map_err(|e| fail("truncate", &e))?;
+    let n = state::node(s, name, false, false, false).map_err(|e| fail("truncate", &e))?;
     let _g = lock(&n.grow);
     n.note_written();
     let r = n.file.set_len(len);
@@ -1178,11 +1182,11 @@ fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), 
     let acc = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0 && !path_only;
     let excl = flags & libc::O_EXCL != 0;
-    let node = state::node(s, name, create, excl).map_err(|e| match e {
+    let writable = !path_only && (acc == libc::O_WRONLY || acc == libc::O_RDWR);
+    let node = state::node(s, name, create, excl, writable).map_err(|e| match e {
         Error::FileNotFound(_) | Error::FileExists(_) => e.posix_errno(),
         e => fail("open", &e),
     })?;
-    let writable = !path_only && (acc == libc::O_WRONLY || acc == libc::O_RDWR);
     let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
     if flags & libc::O_TRUNC != 0 && writable && !node.file.is_empty() {
         let _g = lock(&node.grow);
@@ -1576,16 +1580,36 @@ fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, 
     f(state::state()?)
 }
 
+/// Whether the store still lists `name`, after an operation on it failed
+/// (which the store may have begun, and finishes at its next operation: this
+/// one); `None` when that cannot be told.
+fn still_listed(s: &State, name: &str) -> Option<bool> {
+    s.cs.store()
+        .list()
+        .ok()
+        .map(|names| names.iter().any(|n| n == name))
+}
+
 fn unlink_name(name: &str) -> Result<c_int, i32> {
-    with_state(|s| {
-        let mut nodes = state::lock_nodes(s);
-        s.cs.delete(name).map_err(|e| match e {
-            Error::FileNotFound(_) => libc::ENOENT,
-            e => fail("unlink", &e),
-        })?;
-        state::forget(s, &mut nodes, name);
-        Ok(0)
-    })
+    with_state(|s| unlink_in(s, name))
+}
+
+/// `unlink` of a name of the store's directory.
+pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
+    let mut nodes = state::lock_nodes(s);
+    if let Err(e) = s.cs.delete(name) {
+        if let Error::FileNotFound(_) = e {
+            return Err(libc::ENOENT);
+        }
+        // Begun and finished later, or not begun: the table of names
+        // follows the store, and forgets the name when it cannot tell.
+        if still_listed(s, name) != Some(true) {
+            state::forget(s, &mut nodes, name);
+        }
+        return Err(fail("unlink", &e));
+    }
+    state::forget(s, &mut nodes, name);
+    Ok(0)
 }
 
 #[unsafe(no_mangle)]
@@ -1616,22 +1640,42 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
 }
 
 fn rename_names(from: &str, to: &str) -> Result<c_int, i32> {
-    with_state(|s| {
-        if from == to {
-            return state::len_of(s, from)
-                .map(|_| 0)
-                .map_err(|e| e.posix_errno());
+    with_state(|s| rename_in(s, from, to))
+}
+
+/// `rename` of two names of the store's directory.
+pub(crate) fn rename_in(s: &State, from: &str, to: &str) -> Result<c_int, i32> {
+    if from == to {
+        return state::len_of(s, from)
+            .map(|_| 0)
+            .map_err(|e| e.posix_errno());
+    }
+    // The source must exist before the target is replaced; the target
+    // names the old file or the new one at every moment (the store's
+    // replacement is one logged operation).
+    state::len_of(s, from).map_err(|e| e.posix_errno())?;
+    let mut nodes = state::lock_nodes(s);
+    if let Err(e) = s.cs.replace(from, to) {
+        // Begun (the store finishes it at its next operation: the
+        // listing) or not: the table of names follows the store, and
+        // forgets both names when it cannot tell, so that a later open
+        // of either finds what the store has under it.
+        match still_listed(s, from) {
+            Some(true) => {}
+            Some(false) => {
+                state::forget(s, &mut nodes, to);
+                state::renamed(&mut nodes, from, to);
+            }
+            None => {
+                state::forget(s, &mut nodes, from);
+                state::forget(s, &mut nodes, to);
+            }
         }
-        // The source must exist before the target is replaced; the target
-        // names the old file or the new one at every moment (the store's
-        // replacement is one logged operation).
-        state::len_of(s, from).map_err(|e| e.posix_errno())?;
-        let mut nodes = state::lock_nodes(s);
-        s.cs.replace(from, to).map_err(|e| fail("rename", &e))?;
-        state::forget(s, &mut nodes, to);
-        state::renamed(&mut nodes, from, to);
-        Ok(0)
-    })
+        return Err(fail("rename", &e));
+    }
+    state::forget(s, &mut nodes, to);
+    state::renamed(&mut nodes, from, to);
+    Ok(0)
 }
 
 fn rename_at(

@@ -666,15 +666,36 @@ pub(crate) fn remove(fd: c_int) -> Option<Arc<Desc>> {
 
 /// The node of `name`, opening the file (or, with `create`, creating it
 /// empty) when no descriptor has it open. `excl` refuses an existing file.
-pub(crate) fn node(s: &State, name: &str, create: bool, excl: bool) -> Result<Arc<Node>, Error> {
+///
+/// `writer`: for a writable open. A loss an earlier failed fsync left (the
+/// cache's `SyncLost`, which a last close may have reported on stderr only)
+/// stays the file's until a writer opens it while no other description has
+/// it open, as a local file system's error stays with the descriptions open
+/// when it came: a length asked for, a reader's open or a `truncate` by
+/// name keep it, so that a later `fsync` still fails.
+pub(crate) fn node(
+    s: &State,
+    name: &str,
+    create: bool,
+    excl: bool,
+    writer: bool,
+) -> Result<Arc<Node>, Error> {
     let mut nodes = s.nodes.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = nodes.get(name).and_then(Weak::upgrade) {
         if create && excl {
             return Err(Error::FileExists(name.to_string()));
         }
+        if writer && n.descs.load(Ordering::Acquire) == 0 {
+            n.file.accept_loss()?;
+        }
         return Ok(n);
     }
-    let file = match s.cs.open_file(name) {
+    let opened = if writer {
+        s.cs.open_file(name)
+    } else {
+        s.cs.open_file_keeping_loss(name)
+    };
+    let file = match opened {
         Ok(_) if create && excl => return Err(Error::FileExists(name.to_string())),
         Ok(f) => f,
         Err(Error::FileNotFound(_)) if create => s.cs.create(name, 0, LAYOUT)?,
@@ -709,7 +730,7 @@ pub(crate) fn len_of(s: &State, name: &str) -> Result<u64, Error> {
     match open {
         Some(n) => Ok(n.len()),
         None => {
-            let n = node(s, name, false, false)?;
+            let n = node(s, name, false, false, false)?;
             let len = n.len();
             keep(s, n);
             Ok(len)
@@ -757,15 +778,175 @@ mod tests {
     /// devices again), and a missing name is still not found.
     #[test]
     fn the_length_of_an_unopened_file_keeps_it_open() {
-        let dir = std::env::temp_dir().join(format!("setcache-preload-len-{}", std::process::id()));
+        let (dir, s) = two_devices("len");
+        s.cs.store().create("j", 8720, LAYOUT).unwrap();
+        assert_eq!(len_of(&s, "j").unwrap(), 8720);
+        let open = s.nodes.lock().unwrap().get("j").and_then(Weak::upgrade);
+        assert!(open.is_some(), "open after the first ask");
+        assert_eq!(s.kept.lock().unwrap().len(), 1, "and kept");
+        assert_eq!(len_of(&s, "j").unwrap(), 8720);
+        assert_eq!(s.kept.lock().unwrap().len(), 1, "kept once");
+        assert!(matches!(len_of(&s, "none"), Err(Error::FileNotFound(_))));
+        drop(open);
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A loss a failed fsync left (pages written back, pushed out of the
+    /// cache, then the fsync failing) stays the file's through a length
+    /// asked for and a reader's open; a writer's open
+    /// while another description is open keeps it too; a writer's open with
+    /// none open accepts it.
+    #[test]
+    fn a_loss_stays_until_a_writer_opens_the_file_alone() {
+        use setcache::{EngineKind, SimConfig, SimMedia, SimSwitches};
+        let dir =
+            std::env::temp_dir().join(format!("setcache-preload-loss-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
+        let roots = [dir.join("d0"), dir.join("d1")];
+        for r in &roots {
+            std::fs::create_dir_all(r).unwrap();
+        }
+        let sw = Arc::new(SimSwitches::default());
+        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+        let opts = StoreOptions {
+            engine: EngineKind::Sim(SimConfig {
+                media: SimMedia::new(),
+                switches: sw.clone(),
+                ..SimConfig::default()
+            }),
+            block_pages: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&roots, opts).unwrap();
+        let cache = CacheOptions {
+            size: 16 * 4096,
+            assoc: 4,
+            ..CacheOptions::default()
+        };
+        let s = State {
+            cs: CachedStore::with_flusher(store, cache, None).unwrap(),
+            nodes: Mutex::new(HashMap::new()),
+            opened: 0,
+            owner: (0, 0),
+            kept: Mutex::new(std::collections::VecDeque::new()),
+        };
+        let lost = |n: &Node| matches!(n.file.sync(), Err(Error::SyncLost { .. }));
+        {
+            let n = node(&s, "j", true, false, true).unwrap();
+            n.file.set_len(64 * 4096).unwrap();
+            for p in 0..64u64 {
+                n.file.write_at(p * 4096, &[0x5E; 4096]).unwrap();
+            }
+            sw.fsync_failures.store(1, Ordering::Release);
+            assert!(n.file.file().sync().is_err());
+            let r = n.file.sync();
+            assert!(
+                matches!(r, Err(Error::SyncLost { .. })),
+                "the loss, to begin with: {r:?}"
+            );
+        }
+        // The node went with its last holder (as after a last close that
+        // reported the loss on stderr only).
+        assert!(
+            s.nodes
+                .lock()
+                .unwrap()
+                .get("j")
+                .and_then(Weak::upgrade)
+                .is_none()
+        );
+        assert_eq!(len_of(&s, "j").unwrap(), 64 * 4096);
+        let n = node(&s, "j", false, false, false).unwrap();
+        assert!(lost(&n), "after a length asked for and a reader's open");
+        s.kept.lock().unwrap().clear();
+        drop(n);
+        let n = node(&s, "j", false, false, false).unwrap();
+        assert!(lost(&n), "after a reader's open that made the node");
+        // A reader's description open (counted as `Desc::new` counts it;
+        // a description's drop would reach for the process's own store).
+        n.descs.fetch_add(1, Ordering::AcqRel);
+        let w = node(&s, "j", false, false, true).unwrap();
+        assert!(lost(&w), "after a writer's open beside a reader's");
+        n.descs.fetch_sub(1, Ordering::AcqRel);
+        let w = node(&s, "j", false, false, true).unwrap();
+        w.file.sync().unwrap();
+        drop((n, w));
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A `rename` the store begins and cannot finish (the second device's
+    /// rename failing: a directory where its piece of the target goes)
+    /// fails, and the table of names no longer sends the old name to the
+    /// moved file: once the store finishes the rename, an `open` of the old
+    /// name with `O_CREAT | O_TRUNC` makes a new file and truncates nothing
+    /// of the moved one.
+    #[test]
+    fn a_rename_begun_and_failed_leaves_no_node_under_the_old_name() {
+        let (dir, s) = two_devices("mv");
+        let blocker = s.cs.store().backing_paths("b")[1].clone();
+        // `a`, open (its description holds the node) and written.
+        let n = node(&s, "a", true, false, true).unwrap();
+        n.file.set_len(3 * 4096).unwrap();
+        n.file.write_at(0, &[0xAB; 3 * 4096]).unwrap();
+        n.file.sync().unwrap();
+        std::fs::create_dir_all(blocker.join("x")).unwrap();
+        assert!(crate::calls::rename_in(&s, "a", "b").is_err());
+        std::fs::remove_dir_all(&blocker).unwrap();
+        // The retry's open of the old name, as `open(O_CREAT | O_TRUNC)`.
+        let again = node(&s, "a", true, false, true).unwrap();
+        again.file.set_len(0).unwrap();
+        drop(again);
+        let b = node(&s, "b", false, false, false).unwrap();
+        assert_eq!(b.file.len(), 3 * 4096, "the moved file's length");
+        let mut got = vec![0u8; 3 * 4096];
+        b.file.read_at(0, &mut got).unwrap();
+        assert!(got.iter().all(|&x| x == 0xAB), "the moved file's bytes");
+        drop((n, b));
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An `unlink` the store begins and cannot finish (the second device's
+    /// piece a directory) fails, and the table of names no longer sends the
+    /// name to the deleted file: once the store finishes the delete, an
+    /// `open` with `O_CREAT` makes a new file, not one whose writes go
+    /// nowhere.
+    #[test]
+    fn an_unlink_begun_and_failed_leaves_no_node_under_the_name() {
+        let (dir, s) = two_devices("rm");
+        let n = node(&s, "c", true, false, true).unwrap();
+        n.file.set_len(4096).unwrap();
+        let piece = s.cs.store().backing_paths("c")[1].clone();
+        let aside = dir.join("aside");
+        std::fs::rename(&piece, &aside).unwrap();
+        std::fs::create_dir_all(piece.join("x")).unwrap();
+        assert!(crate::calls::unlink_in(&s, "c").is_err());
+        std::fs::remove_dir_all(&piece).unwrap();
+        let again = node(&s, "c", true, false, true).unwrap();
+        assert!(!Arc::ptr_eq(&again, &n), "the deleted file's node");
+        assert_eq!(again.file.len(), 0, "a new file");
+        drop((n, again));
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A state over a store of two devices (buffered) under a temporary
+    /// directory named after `tag`, which the caller removes.
+    fn two_devices(tag: &str) -> (PathBuf, State) {
+        let dir =
+            std::env::temp_dir().join(format!("setcache-preload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let roots = [dir.join("d0"), dir.join("d1")];
+        for r in &roots {
+            std::fs::create_dir_all(r).unwrap();
+        }
         let opts = StoreOptions {
             direct_io: false,
             ..StoreOptions::default()
         };
-        let store = Store::open(&[&dir], opts).unwrap();
-        store.create("j", 8720, LAYOUT).unwrap();
+        let store = Store::open(&roots, opts).unwrap();
         let cache = CacheOptions {
             size: 1 << 20,
             ..CacheOptions::default()
@@ -777,15 +958,6 @@ mod tests {
             owner: (0, 0),
             kept: Mutex::new(std::collections::VecDeque::new()),
         };
-        assert_eq!(len_of(&s, "j").unwrap(), 8720);
-        let open = s.nodes.lock().unwrap().get("j").and_then(Weak::upgrade);
-        assert!(open.is_some(), "open after the first ask");
-        assert_eq!(s.kept.lock().unwrap().len(), 1, "and kept");
-        assert_eq!(len_of(&s, "j").unwrap(), 8720);
-        assert_eq!(s.kept.lock().unwrap().len(), 1, "kept once");
-        assert!(matches!(len_of(&s, "none"), Err(Error::FileNotFound(_))));
-        drop(open);
-        drop(s);
-        std::fs::remove_dir_all(&dir).unwrap();
+        (dir, s)
     }
 }

@@ -611,6 +611,66 @@ fn exec_sync_syncfs_and_dup2_keep_what_was_written() {
     assert!(t.contains("y: 2 fs"), "{t}");
 }
 
+/// An `exec` whose sync of the store fails (the devices on a file system
+/// too small for what was written) is refused with the sync's error, where
+/// the new image would have dropped the pages this one holds.
+#[test]
+fn an_exec_whose_sync_fails_is_refused() {
+    let s = Setup::new("exec-full");
+    let prog = probe(&s.p("bin"), true);
+    let mnt = s.p("small");
+    std::fs::create_dir_all(&mnt).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&mnt)
+        .output()
+        .expect("run mount");
+    if !mounted.status.success() {
+        let why = text(&mounted.stderr);
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(
+            !ci,
+            "CI is set, but a small tmpfs cannot be mounted ({why})"
+        );
+        eprintln!("skipped: cannot mount a small tmpfs ({why})");
+        return;
+    }
+    for d in ["dev0", "dev1"] {
+        std::fs::create_dir_all(mnt.join(d)).unwrap();
+    }
+    let mut c = s.preloaded(&prog);
+    c.env(
+        "SETCACHE_DEVICES",
+        format!(
+            "{},{}",
+            mnt.join("dev0").display(),
+            mnt.join("dev1").display()
+        ),
+    );
+    c.arg(s.p("store")).arg("exec-full");
+    let out = c.output().expect("run the probe");
+    // Unmounted before the setup's directory goes (detached if busy).
+    let umount = |lazy: bool| {
+        let mut u = Command::new("umount");
+        if lazy {
+            u.arg("-l");
+        }
+        let st = u.arg(&mnt).stderr(std::process::Stdio::null()).status();
+        st.is_ok_and(|st| st.success())
+    };
+    let mut tries = 0;
+    while !umount(tries == 50) && tries < 50 {
+        tries += 1;
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let t = text(&out.stdout);
+    let line = t
+        .lines()
+        .find(|l| l.starts_with("exec after a failed sync"))
+        .unwrap_or_else(|| panic!("the exec went ahead:\n{t}\n{}", text(&out.stderr)));
+    assert!(line.ends_with("-1 ENOSPC"), "{line}");
+}
+
 /// `execl`, `execlp` and `execle` (variadic: read from the calling
 /// convention's slots) sync the store as the other `exec` functions do,
 /// with a list long enough that part of it is on the stack.

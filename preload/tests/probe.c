@@ -1123,6 +1123,22 @@ static void exec_write(char **argv) {
     abort();
 }
 
+/* Writes more than the store's devices have room for, then execs: the sync
+ * before the exec fails, and the exec is refused with its error. */
+static void exec_full(void) {
+    int fd = open(path("full"), O_CREAT | O_RDWR, 0644);
+    static char chunk[65536];
+    memset(chunk, 0x5A, sizeof chunk);
+    int failed = 0;
+    for (int i = 0; i < 32; i++)
+        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+            failed++;
+    printf("%-40s %d\n", "writes failed", failed);
+    fflush(stdout);
+    char *args[] = {"true", NULL};
+    show("exec after a failed sync", execv("/bin/true", args));
+}
+
 extern char **environ;
 
 /* As exec_write, through execl, execlp or execle (`how`), with a list long
@@ -1362,6 +1378,8 @@ int main(int argc, char **argv) {
         exit_writes();
     else if (argc > 2 && strcmp(argv[2], "exec-write") == 0)
         exec_write(argv);
+    else if (argc > 2 && strcmp(argv[2], "exec-full") == 0)
+        exec_full();
     else if (argc > 2 && strncmp(argv[2], "execl", 5) == 0)
         execl_write(argv, argv[2]);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)

@@ -562,24 +562,38 @@ impl CachedStore {
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
         let f = self.inner.store.create(name, size, layout);
         self.inner.retire_finished();
-        self.attach(f?, false)
+        self.attach(f?, false, true)
     }
 
-    /// Open an existing file through the cache.
+    /// Open an existing file through the cache. A loss an earlier failed
+    /// fsync left ([`Error::SyncLost`]) is accepted: this handle's syncs
+    /// start afresh, as a new open of a local file does.
     pub fn open_file(&self, name: &str) -> Result<CachedFile> {
-        self.open_as(name, false)
+        self.open_as(name, false, true)
+    }
+
+    /// Open an existing file through the cache for writing as
+    /// [`open_file`](Self::open_file) does, but leave a loss an earlier
+    /// failed fsync left in place: the file's syncs keep failing with
+    /// [`Error::SyncLost`] until a handle opened with `open_file` or
+    /// `create` accepts it. For a layer that opens a file on behalf of
+    /// something other than a new writer (a length asked for, a reader's
+    /// open that later writers share), where the loss belongs to writers
+    /// that have not been told.
+    pub fn open_file_keeping_loss(&self, name: &str) -> Result<CachedFile> {
+        self.open_as(name, false, false)
     }
 
     /// Open an existing file through the cache for reading only: writes
     /// through this handle fail with [`Error::ReadOnly`].
     pub fn open_file_read_only(&self, name: &str) -> Result<CachedFile> {
-        self.open_as(name, true)
+        self.open_as(name, true, false)
     }
 
     /// Open `name`: if the file the store opened is deleted or replaced
     /// before the cache takes it, open the name again (the store then finds
     /// the new file, or none).
-    fn open_as(&self, name: &str, read_only: bool) -> Result<CachedFile> {
+    fn open_as(&self, name: &str, read_only: bool, accept_loss: bool) -> Result<CachedFile> {
         let mut tries = 0;
         loop {
             let f = self.inner.store.open_file(name);
@@ -589,14 +603,14 @@ impl CachedStore {
                 // fail every sync of the store) goes now.
                 self.inner.retire_stale(Some(name));
             }
-            match self.attach(f?, read_only) {
+            match self.attach(f?, read_only, accept_loss) {
                 Err(Error::FileGone(_)) if tries < 8 => tries += 1,
                 r => return r,
             }
         }
     }
 
-    fn attach(&self, file: File, read_only: bool) -> Result<CachedFile> {
+    fn attach(&self, file: File, read_only: bool, accept_loss: bool) -> Result<CachedFile> {
         // A file opened twice shares its cache id: one copy of each page. The
         // table stays locked from the search to the insertion, so two threads
         // opening one file at once get one id. An entry of the same name that
@@ -629,10 +643,10 @@ impl CachedStore {
                 Some((id, e)) => {
                     // Opening again for writing accepts the loss after a
                     // failed fsync (and what the pages read back since then
-                    // hold); a reader's open leaves it for the writers,
-                    // whose next sync reports it.
+                    // hold); a reader's open (or one that keeps the loss)
+                    // leaves it for the writers, whose next sync reports it.
                     let mut d = e.durable();
-                    if !read_only && d.lost.take().is_some() {
+                    if !read_only && accept_loss && d.lost.take().is_some() {
                         d.refilled = Default::default();
                     }
                     drop(d);
@@ -1433,6 +1447,22 @@ impl CachedFile {
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
         self.shared.sync_file(self.id).map_err(|e| self.gone_or(e))
+    }
+
+    /// Accept the loss an earlier failed fsync left, as a new writable open
+    /// ([`CachedStore::open_file`]) does: the file's next sync reports only
+    /// what fails from now on. Returns whether there was a loss to accept.
+    /// [`Error::ReadOnly`] on a read-only handle.
+    pub fn accept_loss(&self) -> Result<bool> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        let mut d = self.entry.durable();
+        let had = d.lost.take().is_some();
+        if had {
+            d.refilled = Default::default();
+        }
+        Ok(had)
     }
 
     /// Change the file's length to `len` bytes (any length). Growing adds
