@@ -1756,10 +1756,18 @@ impl<M: Model> Core<M> {
 
     /// The dirty, idle pages of set `s` in the order the policy would evict
     /// them (worked out on a copy of the policy state, so nothing changes), as
-    /// tags; with the number of dirty pages in the set.
+    /// tags; with the number of dirty pages in the set. None of a set a
+    /// shrink removed (its pages moved to its buddy, which the move marked
+    /// due itself).
     pub(crate) fn dirty_in_order(&self, s: usize) -> (Vec<u64>, usize) {
-        let s = s.min(self.n_sets().saturating_sub(1));
+        if s >= self.n_sets() {
+            return (Vec::new(), 0);
+        }
         self.lock(s);
+        if s >= self.n_sets() {
+            self.unlock(s);
+            return (Vec::new(), 0);
+        }
         // SAFETY: set `s` is locked until the unlock below.
         let g = unsafe { self.locked(s) };
         let valid = *g.valid;

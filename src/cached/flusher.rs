@@ -283,6 +283,41 @@ mod tests {
         Ok(())
     }
 
+    /// A due set that a shrink removed before the flusher came to it gives
+    /// no pages (its pages moved to its buddy, due by the move), nor those
+    /// of another set in its name.
+    #[test]
+    fn a_due_set_a_shrink_removed_gives_no_pages() {
+        // Two sets of eight 512-byte slots (grown from one, so that it may
+        // shrink back), due at one dirty page.
+        let cache = PageCache::new(CacheOptions {
+            size: 8 * 512,
+            max_size: Some(16 * 512),
+            page_size: 512,
+            assoc: 8,
+            policy: PolicyKind::Lru,
+            pin_wait: Duration::from_millis(200),
+            partitions: 1,
+        })
+        .unwrap();
+        cache.resize(16 * 512).unwrap();
+        assert_eq!(cache.sets(), 2);
+        let queued = Arc::new(Mutex::new(Vec::new()));
+        let q = queued.clone();
+        assert!(cache.set_flush_hook(1, move |s| q.lock().unwrap().push(s)));
+        let mut p = 0;
+        while queued.lock().unwrap().last() != Some(&1) {
+            dirty_page(&cache, p);
+            p += 1;
+            assert!(p < 64, "no page of set 1 among {p}");
+        }
+        cache.resize(8 * 512).unwrap();
+        assert_eq!(cache.sets(), 1);
+        let mut pages = Vec::new();
+        assert!(!due_pages(&cache, 1, 0, &mut pages));
+        assert!(pages.is_empty(), "set 1, removed, gave {pages:?}");
+    }
+
     fn dirty_page(cache: &PageCache, page: u64) {
         let mut g = cache
             .get_mut_with(1, page, zeros, |_, _, _| Ok(()))
