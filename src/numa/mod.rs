@@ -573,6 +573,10 @@ impl PartQueue<'_> {
         let known = (last_key == key).then_some(last_no);
         if known.is_none() && self.named[p].len() >= NAMED_MAX && !self.named[p].contains_key(&key)
         {
+            // A queue that always has requests there (a reader that keeps
+            // its depth full, file after file) would never find the moment
+            // to forget: make it, once per `NAMED_MAX` files.
+            self.settle(p);
             self.forget_named(p);
         }
         let named = &mut self.named[p];
@@ -648,6 +652,26 @@ impl PartQueue<'_> {
     /// Requests of the home partition started and not yet finished.
     fn local_outstanding(&self) -> usize {
         self.local.as_ref().map_or(0, |l| l.server.q.outstanding())
+    }
+
+    /// Wait until nothing this queue gave partition `p` is gathered or in
+    /// flight (the replies kept for `take_completions`).
+    fn settle(&mut self, p: usize) {
+        if self.home == Some(p) && self.local.is_some() {
+            while self.outstanding > 0
+                && self
+                    .local
+                    .as_ref()
+                    .is_some_and(|l| !l.batch.is_empty() || l.server.q.outstanding() > 0)
+            {
+                self.wait(1);
+            }
+        } else {
+            self.send(p);
+            while self.outstanding > 0 && self.sent[p] > 0 {
+                self.wait(1);
+            }
+        }
     }
 
     /// If nothing this queue gave partition `p` is in flight or gathered,
@@ -1146,6 +1170,38 @@ mod tests {
             assert!(
                 n <= 2 * (NAMED_MAX + 1),
                 "{n} of 300 files still held by a queue (home {home:?})"
+            );
+            drop(q);
+            // A reader that keeps requests in flight from one file to the
+            // next, never drained: the queue makes the moment to forget.
+            let mut q = parts.queue_on(32, home).unwrap();
+            let mut check = |q: &mut PartQueue<'_>| {
+                let mut done = Vec::new();
+                q.take_completions(&mut done);
+                for c in &done {
+                    c.result.as_ref().unwrap();
+                    let want = ((c.tag / 2) % 251 + 1) as u8;
+                    assert!(
+                        c.buf.iter().all(|&x| x == want),
+                        "f{}: a stale number read another file",
+                        c.tag / 2
+                    );
+                }
+            };
+            for i in 0..300u64 {
+                let f = cs.open_file(&format!("f{i}")).unwrap();
+                q.read(&f, 0, vec![0; 4096], 2 * i);
+                q.read(&f, 4096, vec![0; 4096], 2 * i + 1);
+                drop(f);
+                // (A read waits for one to finish when 32 are out.)
+                check(&mut q);
+            }
+            let n = held();
+            q.drain();
+            check(&mut q);
+            assert!(
+                n <= 2 * (NAMED_MAX + 1) + 32,
+                "{n} of 300 files still held by a queue kept busy (home {home:?})"
             );
             drop(q);
         }
