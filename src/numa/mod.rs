@@ -1175,7 +1175,7 @@ mod tests {
             // A reader that keeps requests in flight from one file to the
             // next, never drained: the queue makes the moment to forget.
             let mut q = parts.queue_on(32, home).unwrap();
-            let mut check = |q: &mut PartQueue<'_>| {
+            let check = |q: &mut PartQueue<'_>| {
                 let mut done = Vec::new();
                 q.take_completions(&mut done);
                 for c in &done {
