@@ -923,6 +923,87 @@ fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
     assert_eq!(b, [9; 4]);
 }
 
+/// A page future polled on one thread and moved to another (a task resumed
+/// on another worker of an executor), whose pin holds a dirty page of the
+/// file: a sync on the second thread fails `Busy` once the pin wait has
+/// passed, where it waited for ever (the first thread's count of unended
+/// futures is not the second's). With the future dropped, the sync passes.
+#[test]
+fn a_sync_facing_a_page_future_moved_from_another_thread_fails_instead_of_hanging() {
+    let tmp = TempDir::new("fut-sync-moved");
+    let cs = Arc::new(common::cached_rig(
+        &tmp,
+        64 * PS,
+        256,
+        8,
+        Duration::from_millis(500),
+    ));
+    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+    let (polled_tx, polled_rx) = std::sync::mpsc::channel();
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let cs = cs.clone();
+        std::thread::spawn(move || {
+            let cf = cs.open_file("data").unwrap();
+            let mut g = cf.page_mut(0).unwrap();
+            g[..4].copy_from_slice(&[7; 4]);
+            ready_tx.send(()).unwrap();
+            polled_rx.recv().unwrap();
+            drop(g);
+        })
+    };
+    let cs2 = cs.clone();
+    std::thread::spawn(move || {
+        let cf = cs2.open_file("data").unwrap();
+        ready_rx.recv().unwrap();
+        let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+        let waker = Waker::from(flag.clone());
+        let mut fut = Box::pin(cf.page_async(0));
+        let first = fut.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(
+            first.is_pending(),
+            "a page another thread holds was handed over"
+        );
+        polled_tx.send(()).unwrap();
+        let t = std::time::Instant::now();
+        while !flag.0.load(Ordering::Acquire) {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the future was never woken"
+            );
+            std::thread::park_timeout(Duration::from_millis(5));
+        }
+        // The future moves to another thread, which syncs before it polls.
+        let cf = &cf;
+        let out = std::thread::scope(|sc| {
+            sc.spawn(move || {
+                let t = std::time::Instant::now();
+                let r = cf.sync();
+                let waited = t.elapsed();
+                drop(fut);
+                (r, waited, cf.sync())
+            })
+            .join()
+            .unwrap()
+        });
+        done_tx.send(out).unwrap();
+    });
+    let Ok((r, waited, after)) = done_rx.recv_timeout(Duration::from_secs(60)) else {
+        eprintln!("a sync waited 60 s for a page a future moved to its thread holds");
+        std::process::exit(3);
+    };
+    writer.join().unwrap();
+    match r {
+        Err(Error::Busy(m)) => assert!(m.contains("page futures"), "{m}"),
+        other => panic!("expected Busy, got {other:?} after {waited:?}"),
+    }
+    after.unwrap();
+    let cf = cs.open_file("data").unwrap();
+    let mut b = [0u8; 4];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [7; 4]);
+}
+
 /// That refusal counts only the page futures of the file the sync syncs: a
 /// sync that waits for another thread's guard, on a thread with a page
 /// future pending on another file, waits it out and passes.

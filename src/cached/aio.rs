@@ -29,12 +29,16 @@ use std::thread::JoinHandle;
 use crate::cache::{Got, RawPin};
 use crate::cached::queue::{CachedQueue, CachedRequest};
 use crate::cached::readahead;
-use crate::cached::shared::{Shared, Workers};
+use crate::cached::shared::{Entry, Shared, Workers};
 use crate::cached::{CachedFile, FutureClaim, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::queue::Bell;
 use crate::util::slab::Slab;
+
+/// A worker's requests in flight by tag: where the outcome goes, what was
+/// asked, and the file's entry (which counts the pins parked for futures).
+type Slots = Slab<(Arc<Slot>, What, Arc<Entry>)>;
 
 /// Device operations each worker keeps in flight at most.
 const WORKER_DEPTH: usize = 256;
@@ -65,11 +69,24 @@ impl PinHome for Arc<Shared> {
 struct OwnedPin<H: PinHome = Arc<Shared>> {
     home: H,
     pin: Option<RawPin>,
+    /// The file whose `parked_pins` counts this pin while it is owned here.
+    parked: Option<Arc<Entry>>,
+}
+
+impl<H: PinHome> OwnedPin<H> {
+    /// The pin, no longer counted as parked.
+    fn take(&mut self) -> Option<RawPin> {
+        let p = self.pin.take();
+        if let Some(e) = self.parked.take() {
+            e.parked_pins.fetch_sub(1, Ordering::AcqRel);
+        }
+        p
+    }
 }
 
 impl<H: PinHome> Drop for OwnedPin<H> {
     fn drop(&mut self) {
-        if let Some(p) = self.pin.take() {
+        if let Some(p) = self.take() {
             // SAFETY: the pin came from `into_raw` of a guard of this cache (the worker's) and is used once, here.
             unsafe { self.home.release(p) };
         }
@@ -349,7 +366,7 @@ impl Driver {
 /// or had yet to take fails with the panic's message: no future waits for a
 /// worker that is gone.
 fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
-    let mut slots: Slab<(Arc<Slot>, What)> = Slab::new();
+    let mut slots: Slots = Slab::new();
     let mut batch: Vec<Op> = Vec::new();
     let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
         serve(&sh, &inbox, &mut slots, &mut batch)
@@ -375,7 +392,7 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
     let sent = slots
         .take_all()
         .into_iter()
-        .map(|(slot, what)| (slot, what, Vec::new()));
+        .map(|(slot, what, _)| (slot, what, Vec::new()));
     let ops = batch
         .drain(..)
         .chain(waiting)
@@ -387,12 +404,7 @@ fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
 }
 
 /// The worker's loop (see [`run`]).
-fn serve(
-    sh: &Arc<Shared>,
-    inbox: &Arc<Inbox>,
-    slots: &mut Slab<(Arc<Slot>, What)>,
-    batch: &mut Vec<Op>,
-) {
+fn serve(sh: &Arc<Shared>, inbox: &Arc<Inbox>, slots: &mut Slots, batch: &mut Vec<Op>) {
     inbox.bell.set_owner();
     let mut q = CachedQueue::on(sh, WORKER_DEPTH);
     q.set_bell(inbox.bell.clone());
@@ -414,7 +426,7 @@ fn serve(
         if !batch.is_empty() {
             let mut reqs = Vec::with_capacity(batch.len());
             for op in batch.iter_mut() {
-                let tag = slots.insert((op.slot.clone(), op.what)) as u64;
+                let tag = slots.insert((op.slot.clone(), op.what, op.file.entry.clone())) as u64;
                 let r = match op.what {
                     What::Read | What::Write => {
                         let kind = match op.what {
@@ -490,7 +502,7 @@ fn deliver(
     q: &mut CachedQueue<'_>,
     sh: &Arc<Shared>,
     inbox: &Inbox,
-    slots: &mut Slab<(Arc<Slot>, What)>,
+    slots: &mut Slots,
     done: &mut Vec<(u64, crate::cached::CachedCompletion)>,
     pins: &mut Vec<(u64, Result<RawPin>)>,
     wakers: &mut Vec<Waker>,
@@ -540,14 +552,14 @@ pub(crate) static AFTER_FIRST_WAKE: crate::util::hook::TestHook<usize, Box<dyn F
 fn fill_slots(
     q: &mut CachedQueue<'_>,
     sh: &Arc<Shared>,
-    slots: &mut Slab<(Arc<Slot>, What)>,
+    slots: &mut Slots,
     done: &mut Vec<(u64, crate::cached::CachedCompletion)>,
     pins: &mut Vec<(u64, Result<RawPin>)>,
     wakers: &mut Vec<Waker>,
 ) {
     q.take_completions(done);
     for (tag, c) in done.drain(..) {
-        let (slot, _) = slots.remove(tag as usize).expect("a request in flight");
+        let (slot, _, _) = slots.remove(tag as usize).expect("a request in flight");
         wakers.extend(slot.fill(Outcome::Bytes(c.result, c.buf)));
     }
     q.take_pins(pins);
@@ -557,11 +569,17 @@ fn fill_slots(
     // Each pin owned as it is taken: one whose slot's future is gone is
     // released when the slot drops it.
     for (tag, p) in pins.drain(..) {
-        let p = p.map(|pin| OwnedPin {
-            home: sh.clone(),
-            pin: Some(pin),
+        let (slot, _, entry) = slots.remove(tag as usize).expect("a request in flight");
+        // Counted before its future can see it: a sync of the file that
+        // finds its pages held by parked pins then knows why.
+        let p = p.map(|pin| {
+            entry.parked_pins.fetch_add(1, Ordering::AcqRel);
+            OwnedPin {
+                home: sh.clone(),
+                pin: Some(pin),
+                parked: Some(entry),
+            }
         });
-        let (slot, _) = slots.remove(tag as usize).expect("a request in flight");
         wakers.extend(slot.fill(Outcome::Pin(p)));
     }
 }
@@ -894,7 +912,7 @@ fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_
     let (page, start, len) = f.page_span(offset)?;
     let name = || f.entry.file.name();
     let hold = Hold::take(f.store_key(), f.id, page, false, name)?;
-    let raw = p.pin.take().expect("a pin not yet taken");
+    let raw = p.take().expect("a pin not yet taken");
     // SAFETY: the pin came from `into_raw` of a guard of this file's cache and is used once: taken out of `p` above.
     let g = unsafe { f.shared.cache.restore_pin(raw) };
     // Pinned: now the check that no array stores into it in place.
@@ -1134,6 +1152,7 @@ mod tests {
                 slot.complete(Ok(OwnedPin {
                     home: c.clone(),
                     pin: Some(pin),
+                    parked: None,
                 }));
             })
         };

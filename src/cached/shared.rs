@@ -182,6 +182,11 @@ pub(crate) struct Entry {
     /// outlive or meet: while this is above zero, shared references are
     /// refused ([`Entry::refs_allowed`]). It never falls once an array is made.
     pub(crate) word_arrays: AtomicUsize,
+    /// Pins the futures' workers have handed to page futures of this file
+    /// that no guard has taken yet nor a drop released: a sync that finds
+    /// pages held past the pin wait while some are parked fails `Busy`
+    /// instead of waiting for tasks that may be waiting for it.
+    pub(crate) parked_pins: AtomicUsize,
     /// When it was last opened (`Shared::opens`), set under the table's
     /// lock: a trim retires only an entry not opened since it synced it.
     pub(crate) opened: AtomicU64,
@@ -308,6 +313,7 @@ impl Entry {
             syncing: Mutex::new(()),
             advice: AtomicU8::new(0),
             word_arrays: AtomicUsize::new(0),
+            parked_pins: AtomicUsize::new(0),
             opened: AtomicU64::new(0),
         }
     }

@@ -608,6 +608,21 @@ impl Shared {
                             self.cache.pin_wait().as_millis()
                         )));
                     }
+                    // Pins parked for page futures that a task (perhaps
+                    // this one, moved to this thread) has not polled to their
+                    // end: whether it ever will cannot be told from here.
+                    let parked = e.parked_pins.load(Ordering::Acquire);
+                    if parked > 0 {
+                        let q = w.into_queue();
+                        let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
+                        return Err(Error::Busy(format!(
+                            "a sync of {:?} waited {} ms for pages in use while page futures \
+                             hold {parked} of its pages pinned (polled on another thread, or \
+                             moved here): poll them to their end or drop them first",
+                            e.file.name(),
+                            self.cache.pin_wait().as_millis()
+                        )));
+                    }
                 }
                 if w.in_flight() > 0 {
                     w.wait_one();
