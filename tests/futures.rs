@@ -849,14 +849,23 @@ fn a_write_waiting_on_its_own_write_backs_is_not_given_up() {
     assert!(back.iter().all(|&b| b == 5));
 }
 
-/// A sync on a thread whose page future holds a dirty page of the file (the
-/// worker pinned it for the future, which the thread has not yet polled to
-/// its end) fails `HeldByCaller` once the pin wait has passed: only this
-/// thread can end that pin. Before, the sync waited for ever. With the
-/// future dropped, the sync passes.
-#[test]
-fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
-    let tmp = TempDir::new("fut-sync-own");
+/// Page 0 of `data` made dirty by another thread's mutable guard while a
+/// page future of it, polled once on this test's thread, waits for it: the
+/// worker then pins the dirty page for the future. `then` gets the file and
+/// the pending future; what it returns comes back, or the process ends
+/// after 60 s (a sync that waits for ever). The guard wrote `byte` into the
+/// page's first four bytes, which a read after `then` checks.
+fn with_a_parked_page_future<T: Send + 'static>(
+    tag: &str,
+    byte: u8,
+    then: impl for<'f> FnOnce(
+        &'f setcache::CachedFile,
+        Pin<Box<dyn Future<Output = setcache::Result<setcache::PageGuard<'f>>> + Send + 'f>>,
+    ) -> T
+    + Send
+    + 'static,
+) -> T {
+    let tmp = TempDir::new(tag);
     let cs = Arc::new(common::cached_rig(
         &tmp,
         64 * PS,
@@ -867,14 +876,12 @@ fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (polled_tx, polled_rx) = std::sync::mpsc::channel();
     let (done_tx, done_rx) = std::sync::mpsc::channel();
-    // Another thread holds page 0 mutably, so that the future's first poll
-    // sends it to a worker, and lets it go dirty once the future is polled.
     let writer = {
         let cs = cs.clone();
         std::thread::spawn(move || {
             let cf = cs.open_file("data").unwrap();
             let mut g = cf.page_mut(0).unwrap();
-            g[..4].copy_from_slice(&[9; 4]);
+            g[..4].copy_from_slice(&[byte; 4]);
             ready_tx.send(()).unwrap();
             polled_rx.recv().unwrap();
             drop(g);
@@ -901,26 +908,39 @@ fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
             );
             std::thread::park_timeout(Duration::from_millis(5));
         }
+        done_tx.send(then(&cf, fut)).unwrap();
+    });
+    let Ok(out) = done_rx.recv_timeout(Duration::from_secs(60)) else {
+        eprintln!("a sync waited 60 s for a page a page future holds");
+        std::process::exit(3);
+    };
+    writer.join().unwrap();
+    let cf = cs.open_file("data").unwrap();
+    let mut b = [0u8; 4];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(b, [byte; 4]);
+    out
+}
+
+/// A sync on a thread whose page future holds a dirty page of the file (the
+/// worker pinned it for the future, which the thread has not yet polled to
+/// its end) fails `HeldByCaller` once the pin wait has passed: only this
+/// thread can end that pin. Before, the sync waited for ever. With the
+/// future dropped, the sync passes.
+#[test]
+fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
+    let (r, waited, after) = with_a_parked_page_future("fut-sync-own", 9, |cf, fut| {
         let t = std::time::Instant::now();
         let r = cf.sync();
         let waited = t.elapsed();
         drop(fut);
-        done_tx.send((r, waited, cf.sync())).unwrap();
+        (r, waited, cf.sync())
     });
-    let Ok((r, waited, after)) = done_rx.recv_timeout(Duration::from_secs(60)) else {
-        eprintln!("a sync waited 60 s for a page its own thread's future holds");
-        std::process::exit(3);
-    };
-    writer.join().unwrap();
     match r {
         Err(Error::HeldByCaller(m)) => assert!(m.contains("page futures"), "{m}"),
         other => panic!("expected HeldByCaller, got {other:?} after {waited:?}"),
     }
     after.unwrap();
-    let cf = cs.open_file("data").unwrap();
-    let mut b = [0u8; 4];
-    cf.read_at(0, &mut b).unwrap();
-    assert_eq!(b, [9; 4]);
 }
 
 /// A page future polled on one thread and moved to another (a task resumed
@@ -930,52 +950,8 @@ fn a_sync_facing_its_threads_unended_page_future_fails_instead_of_hanging() {
 /// futures is not the second's). With the future dropped, the sync passes.
 #[test]
 fn a_sync_facing_a_page_future_moved_from_another_thread_fails_instead_of_hanging() {
-    let tmp = TempDir::new("fut-sync-moved");
-    let cs = Arc::new(common::cached_rig(
-        &tmp,
-        64 * PS,
-        256,
-        8,
-        Duration::from_millis(500),
-    ));
-    let (ready_tx, ready_rx) = std::sync::mpsc::channel();
-    let (polled_tx, polled_rx) = std::sync::mpsc::channel();
-    let (done_tx, done_rx) = std::sync::mpsc::channel();
-    let writer = {
-        let cs = cs.clone();
-        std::thread::spawn(move || {
-            let cf = cs.open_file("data").unwrap();
-            let mut g = cf.page_mut(0).unwrap();
-            g[..4].copy_from_slice(&[7; 4]);
-            ready_tx.send(()).unwrap();
-            polled_rx.recv().unwrap();
-            drop(g);
-        })
-    };
-    let cs2 = cs.clone();
-    std::thread::spawn(move || {
-        let cf = cs2.open_file("data").unwrap();
-        ready_rx.recv().unwrap();
-        let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
-        let waker = Waker::from(flag.clone());
-        let mut fut = Box::pin(cf.page_async(0));
-        let first = fut.as_mut().poll(&mut Context::from_waker(&waker));
-        assert!(
-            first.is_pending(),
-            "a page another thread holds was handed over"
-        );
-        polled_tx.send(()).unwrap();
-        let t = std::time::Instant::now();
-        while !flag.0.load(Ordering::Acquire) {
-            assert!(
-                t.elapsed() < Duration::from_secs(20),
-                "the future was never woken"
-            );
-            std::thread::park_timeout(Duration::from_millis(5));
-        }
-        // The future moves to another thread, which syncs before it polls.
-        let cf = &cf;
-        let out = std::thread::scope(|sc| {
+    let (r, waited, after) = with_a_parked_page_future("fut-sync-moved", 7, |cf, fut| {
+        std::thread::scope(|sc| {
             sc.spawn(move || {
                 let t = std::time::Instant::now();
                 let r = cf.sync();
@@ -985,23 +961,13 @@ fn a_sync_facing_a_page_future_moved_from_another_thread_fails_instead_of_hangin
             })
             .join()
             .unwrap()
-        });
-        done_tx.send(out).unwrap();
+        })
     });
-    let Ok((r, waited, after)) = done_rx.recv_timeout(Duration::from_secs(60)) else {
-        eprintln!("a sync waited 60 s for a page a future moved to its thread holds");
-        std::process::exit(3);
-    };
-    writer.join().unwrap();
     match r {
         Err(Error::Busy(m)) => assert!(m.contains("page futures"), "{m}"),
         other => panic!("expected Busy, got {other:?} after {waited:?}"),
     }
     after.unwrap();
-    let cf = cs.open_file("data").unwrap();
-    let mut b = [0u8; 4];
-    cf.read_at(0, &mut b).unwrap();
-    assert_eq!(b, [7; 4]);
 }
 
 /// That refusal counts only the page futures of the file the sync syncs: a
