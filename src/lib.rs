@@ -102,3 +102,4 @@ pub use storage::{
     MAX_REQUEST, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia, SimSwitches, Store,
     StoreOptions,
 };
+pub use util::fds;

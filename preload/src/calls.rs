@@ -1305,8 +1305,48 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: libc::mode_t) -> c_i
     })
 }
 
+/// Shut the store's gate: while the guard lives the store neither opens nor
+/// closes a descriptor of its own, so `setcache::fds::is_ours` is exact. Not
+/// in a child made by `fork`, where a thread the child does not have may
+/// have been passing the gate, and no other thread of the store is left.
+/// Never held across a call into the store.
+fn hold_store_fds() -> Option<setcache::fds::Hold> {
+    (!state::forked()).then(setcache::fds::hold)
+}
+
+/// Whether `fd` is one of the store's own descriptors (a backing file, a
+/// ring, a doorbell, a root's lock file), which `call` must not close or
+/// replace: then `errno` is `EBADF`, as for a number the program never
+/// opened, and stderr says why once.
+fn refused_ours(call: &str, fd: c_int) -> bool {
+    if !setcache::fds::is_ours(fd) {
+        return false;
+    }
+    // Exact under the gate (the store may be closing it this moment).
+    let _h = hold_store_fds();
+    ours_refused(call, fd)
+}
+
+/// `refused_ours` with the gate held.
+fn ours_refused(call: &str, fd: c_int) -> bool {
+    if !setcache::fds::is_ours(fd) {
+        return false;
+    }
+    warn_once(
+        &format!("ours {call}"),
+        &format!(
+            "{call} of descriptor {fd} refused: it is one of the store's own (a backing file, ring or lock file), which it needs open"
+        ),
+    );
+    set_errno(libc::EBADF);
+    true
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if refused_ours("close", fd) {
+        return -1;
+    }
     let gone = state::remove(fd);
     // SAFETY: passed through with the caller's arguments (a placeholder is a real descriptor).
     let rc = unsafe { real::close()(fd) };
@@ -1340,33 +1380,107 @@ fn implicit_close(d: Arc<Desc>) {
     crate::set_errno(saved);
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
-    // The table first, as `close` does: once the kernel frees a number,
-    // another thread may get it back for a new file. With
-    // CLOSE_RANGE_UNSHARE the range closes in a private copy of the
-    // descriptor table only; with CLOSE_RANGE_CLOEXEC nothing closes now.
-    let closes = flags & (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int == 0;
-    let mut gone = Vec::new();
-    if closes {
-        let end = (last as usize).min(state::MAX_FD - 1);
-        for fd in first as usize..=end {
-            gone.extend(state::remove(fd as c_int));
+/// The ranges of `first..=last` around the store's own descriptors, in
+/// ascending order, with whether each is the last (open above); with the
+/// gate held (see `refused_ours`) so that the store neither opens nor closes
+/// one meanwhile, and the table's entries in the range removed first, as
+/// `close` does (once the kernel frees a number, another thread may get it
+/// back for a new file). The removed entries are returned, to be closed
+/// implicitly once the kernel has closed their placeholders and the gate is
+/// open again (their last close syncs through the store).
+fn close_around(
+    first: c_uint,
+    last: c_uint,
+    mut close: impl FnMut(c_uint, c_uint, bool),
+) -> Vec<Arc<Desc>> {
+    let hold = hold_store_fds();
+    let end = (last as usize).min(state::MAX_FD - 1);
+    let gone = (first as usize..=end)
+        .filter_map(|fd| state::remove(fd as c_int))
+        .collect();
+    let mut lo = first;
+    if let Ok(from) = c_int::try_from(first) {
+        for o in setcache::fds::ours_from(from) {
+            let o = o as c_uint;
+            if o > last {
+                break;
+            }
+            if o > lo {
+                close(lo, o - 1, false);
+            }
+            lo = o + 1;
         }
     }
-    // SAFETY: passed through with the caller's arguments.
-    let rc = unsafe { real::close_range()(first, last, flags) };
+    if lo <= last {
+        close(lo, last, true);
+    }
+    drop(hold);
+    gone
+}
+
+/// `close_range` leaves the store's own descriptors open (see
+/// `refused_ours`), closing the ranges around them. With
+/// CLOSE_RANGE_CLOEXEC nothing closes now (the store's are close-on-exec
+/// already). CLOSE_RANGE_UNSHARE gives the calling thread a private copy of
+/// the descriptor table, where the store's threads would not see the
+/// backing files it opens for this thread: it is refused with `EINVAL`, as
+/// a kernel without the flag refuses it, in a process that holds the
+/// store; elsewhere (before the store opens, in a child made by `fork`
+/// before its `exec`) the range closes in the private copy and the
+/// library's table follows it.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    let known = (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int;
+    if flags & !known != 0 || first > last {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if flags & libc::CLOSE_RANGE_UNSHARE as c_int != 0 && state::store_opened() {
+        warn_once(
+            "close_range unshare",
+            "close_range with CLOSE_RANGE_UNSHARE refused (EINVAL): a thread with a descriptor table of its own would not share the store's",
+        );
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    if flags & libc::CLOSE_RANGE_CLOEXEC as c_int != 0 {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::close_range()(first, last, flags) };
+    }
+    let mut rc = 0;
+    let mut err = 0;
+    let gone = close_around(first, last, |lo, hi, _| {
+        // SAFETY: closes a range holding none of the store's descriptors.
+        if rc == 0 && unsafe { real::close_range()(lo, hi, flags) } != 0 {
+            rc = -1;
+            // SAFETY: __errno_location returns this thread's errno.
+            err = unsafe { *libc::__errno_location() };
+        }
+    });
     gone.into_iter().for_each(implicit_close);
+    if rc != 0 {
+        set_errno(err);
+    }
     rc
 }
 
+/// `closefrom` leaves the store's own descriptors open, as `close_range`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closefrom(first: c_int) {
-    let gone: Vec<_> = (first.max(0) as usize..state::MAX_FD)
-        .filter_map(|fd| state::remove(fd as c_int))
-        .collect();
-    // SAFETY: passed through with the caller's arguments.
-    unsafe { real::closefrom()(first) };
+    let gone = close_around(first.max(0) as c_uint, c_uint::MAX, |lo, hi, open_above| {
+        if open_above {
+            // SAFETY: closes from a number above the store's descriptors.
+            unsafe { real::closefrom()(lo as c_int) };
+            return;
+        }
+        // SAFETY: closes a range holding none of the store's descriptors.
+        if unsafe { real::close_range()(lo, hi, 0) } != 0 {
+            for fd in lo..=hi {
+                // SAFETY: as above, one number at a time.
+                unsafe { real::close()(fd as c_int) };
+            }
+        }
+    });
     gone.into_iter().for_each(implicit_close);
 }
 
@@ -1404,16 +1518,31 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
         return unsafe { real::dup2()(fd, new) };
     }
     let d = state::desc(fd);
-    // SAFETY: passed through with the caller's arguments.
-    let rc = unsafe { real::dup2()(fd, new) };
+    let rc = {
+        // Under the gate: `new` may be free, and the store about to open a
+        // descriptor there.
+        let _h = hold_store_fds();
+        if ours_refused("dup2", new) {
+            return -1;
+        }
+        // SAFETY: passed through with the caller's arguments.
+        unsafe { real::dup2()(fd, new) }
+    };
     dup_follow(d, rc)
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     let d = state::desc(fd);
-    // SAFETY: passed through with the caller's arguments.
-    let rc = unsafe { real::dup3()(fd, new, flags) };
+    let rc = {
+        // As in `dup2`.
+        let _h = hold_store_fds();
+        if fd != new && ours_refused("dup3", new) {
+            return -1;
+        }
+        // SAFETY: passed through with the caller's arguments.
+        unsafe { real::dup3()(fd, new, flags) }
+    };
     dup_follow(d, rc)
 }
 

@@ -4,7 +4,9 @@
 use std::collections::HashMap;
 use std::ffi::{CString, c_int};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU8, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, TryLockError, Weak};
 
 use setcache::{CacheOptions, CachedFile, CachedStore, Error, LayoutKind, Store, StoreOptions};
@@ -312,8 +314,58 @@ static ENDER: AtomicBool = AtomicBool::new(false);
 /// Set in a child process after `fork`: the store belongs to the parent.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
+/// A page the kernel clears in a child (`MADV_WIPEONFORK`), holding 1 in
+/// the process that opened the store: a child made by the raw system call,
+/// which runs no `atfork` handler (nor passes through `_Fork`), finds it
+/// cleared. Null where the kernel cannot (before Linux 4.14): there such a
+/// child is not told apart.
+static WIPED_IN_CHILD: AtomicPtr<AtomicU8> = AtomicPtr::new(std::ptr::null_mut());
+
 pub(crate) fn forked() -> bool {
-    FORKED.load(Ordering::Relaxed)
+    if FORKED.load(Ordering::Relaxed) {
+        return true;
+    }
+    let p = WIPED_IN_CHILD.load(Ordering::Relaxed);
+    // SAFETY: the page is mapped for the life of the process.
+    if !p.is_null() && unsafe { &*p }.load(Ordering::Relaxed) == 0 {
+        mark_forked();
+        return true;
+    }
+    false
+}
+
+/// Whether this process opened the store (and is not a child made by
+/// `fork`).
+pub(crate) fn store_opened() -> bool {
+    !forked() && matches!(STATE.get(), Some(Ok(_)))
+}
+
+/// Map the page of [`WIPED_IN_CHILD`] and set it.
+fn watch_for_a_fork() {
+    // SAFETY: a fresh anonymous private mapping of one page.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return;
+    }
+    // SAFETY: advice on the page just mapped.
+    if unsafe { libc::madvise(p, 4096, libc::MADV_WIPEONFORK) } != 0 {
+        // SAFETY: unmaps the page just mapped, used by nothing.
+        unsafe { libc::munmap(p, 4096) };
+        return;
+    }
+    let flag = p.cast::<AtomicU8>();
+    // SAFETY: the page is mapped, writable, and aligned for a byte.
+    unsafe { &*flag }.store(1, Ordering::Relaxed);
+    WIPED_IN_CHILD.store(flag, Ordering::Release);
 }
 
 /// The store, opened from the environment at the first call that needs it.
@@ -433,6 +485,7 @@ fn open_state() -> Result<State, (i32, String)> {
         ..CacheOptions::default()
     };
     let cs = CachedStore::new(store, opts).map_err(fail)?;
+    watch_for_a_fork();
     // SAFETY: registers plain `extern "C"` functions with no arguments.
     unsafe {
         libc::pthread_atfork(None, None, Some(after_fork_child));
@@ -457,9 +510,13 @@ extern "C" fn after_fork_child() {
 }
 
 /// This process is a child made by a fork (from `_Fork` too, which runs no
-/// `atfork` handler): the store is the parent's.
+/// `atfork` handler): the store is the parent's. Its copies of the roots'
+/// lock files are closed (the locks are the parent's, and a child that
+/// outlived it would keep them).
 pub(crate) fn mark_forked() {
-    FORKED.store(true, Ordering::Relaxed);
+    if !FORKED.swap(true, Ordering::Relaxed) {
+        setcache::fds::close_locks_in_child();
+    }
 }
 
 /// What a program wrote and did not sync survives its exit on a local file

@@ -611,6 +611,89 @@ fn exec_sync_syncfs_and_dup2_keep_what_was_written() {
     assert!(t.contains("y: 2 fs"), "{t}");
 }
 
+/// A line of the probe's output: `what`, padded, and its result.
+fn line(what: &str, result: &str) -> String {
+    format!("{what:<40} {result}\n")
+}
+
+/// A program that closes descriptors wholesale (`close_range`, `closefrom`)
+/// or duplicates onto a number it did not open leaves the store's own
+/// descriptors (backing files, rings, lock files) open: the writes around
+/// it reach the devices, and flags the kernel refuses are refused before
+/// the library's table changes.
+#[test]
+fn descriptors_closed_wholesale_leave_the_stores_own_open() {
+    let s = Setup::new("close-all");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("close-all");
+    let out = run(c);
+    let t = text(&out.stdout);
+    for (what, result) in [
+        ("write first", "5"),
+        ("store descriptors below the file", "1"),
+        ("close_range below the file", "0"),
+        ("store descriptors left open", "1"),
+        ("dup2 onto one of the store's", "-1 EBADF"),
+        ("dup3 onto one of the store's", "-1 EBADF"),
+        ("close one of the store's", "-1 EBADF"),
+        ("pwrite second", "6"),
+        ("fsync", "0"),
+        ("close_range, unknown flag", "-1 EINVAL"),
+        ("close_range, first past last", "-1 EINVAL"),
+        ("close_range, unshare", "-1 EINVAL"),
+        ("pwrite after the refused ones", "1"),
+        ("close_range, cloexec", "0"),
+        ("pwrite third", "5"),
+        ("fcntl of the file after closefrom", "-1 EBADF"),
+        ("store descriptors after closefrom", "1"),
+        ("pread", "17"),
+        ("the file holds", "firstsecond+third"),
+    ] {
+        assert!(
+            t.contains(&line(what, result)),
+            "{what:?} is not {result:?} in:\n{t}\nstderr:\n{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(
+        text(&out.stderr).contains("refused: it is one of the store's own"),
+        "{}",
+        text(&out.stderr)
+    );
+    // What the process wrote was synced at its exit, through the store's
+    // descriptors.
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "ca"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("ca: 17 firstsecond+third"), "{t}");
+}
+
+/// A child made by `fork`, or by the raw system call (which runs no
+/// `atfork` handler), that outlives its parent does not keep the store's
+/// roots locked: the next process opens the store while the child lives.
+#[test]
+fn a_forked_child_that_outlives_its_parent_leaves_the_roots_unlocked() {
+    let s = Setup::new("outlive");
+    let prog = probe(&s.p("bin"), true);
+    for how in ["fork", "raw"] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["fork-outlive", how]);
+        let t = text(&run(c).stdout);
+        assert!(t.contains(&line("forked", "1")), "{how}: {t}");
+        // The child lives 4 s more; a new process opens the store meanwhile.
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["cat", "fo"]);
+        let out = run(c);
+        let t = text(&out.stdout);
+        assert!(
+            t.contains("fo: 6 parent"),
+            "{how}: {t}\nstderr:\n{}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// An `exec` whose sync of the store fails (the devices on a file system
 /// too small for what was written) is refused with the sync's error, where
 /// the new image would have dropped the pages this one holds.

@@ -34,6 +34,7 @@
 #include <sys/resource.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -1357,6 +1358,72 @@ static void temp_files(void) {
     printf("mkstemp short %d %s\n", fd, strerror(errno));
 }
 
+static int open_count(int from, int below) {
+    int n = 0;
+    for (int fd = from; fd < below; fd++)
+        if (fcntl(fd, F_GETFD) >= 0)
+            n++;
+    return n;
+}
+
+/* Descriptors closed wholesale (close_range, closefrom) and replaced (dup2)
+ * while a store file is written: the store's own stay open, so what was
+ * written reaches the devices. */
+static void close_all(void) {
+    /* What the process inherited goes first: below the file's descriptor
+     * there are then only the store's. */
+    closefrom(3);
+    int a = open(path("ca"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("write first", write(a, "first", 5));
+    /* Below the file's descriptor, save stdio: the store's own. */
+    int ours = open_count(3, a);
+    printf("%-40s %d\n", "store descriptors below the file", ours > 0);
+    show("close_range below the file", close_range(3, (unsigned)a - 1, 0));
+    printf("%-40s %d\n", "store descriptors left open", open_count(3, a) == ours);
+    int some = 3;
+    while (some < a && fcntl(some, F_GETFD) < 0)
+        some++;
+    show("dup2 onto one of the store's", dup2(0, some));
+    show("dup3 onto one of the store's", dup3(0, some, O_CLOEXEC));
+    show("close one of the store's", close(some));
+    show("pwrite second", pwrite(a, "second", 6, 5));
+    show("fsync", fsync(a));
+    show("close_range, unknown flag", close_range((unsigned)a, (unsigned)a, 1 << 30));
+    show("close_range, first past last", close_range((unsigned)a, (unsigned)a - 1, 0));
+    show("close_range, unshare", close_range((unsigned)a, (unsigned)a, CLOSE_RANGE_UNSHARE));
+    show("pwrite after the refused ones", pwrite(a, "+", 1, 11));
+    show("close_range, cloexec", close_range(3, ~0u, CLOSE_RANGE_CLOEXEC));
+    show("pwrite third", pwrite(a, "third", 5, 12));
+    /* Its last close is closefrom's: the sync there needs the store's. */
+    closefrom(3);
+    show("fcntl of the file after closefrom", fcntl(a, F_GETFD));
+    printf("%-40s %d\n", "store descriptors after closefrom", open_count(3, 1024) > 0);
+    char buf[32] = "";
+    int b = open(path("ca"), O_RDONLY);
+    show("pread", pread(b, buf, sizeof buf - 1, 0));
+    printf("%-40s %s\n", "the file holds", buf);
+}
+
+/* A child made by fork (or by the raw system call, `raw`) outlives its
+ * parent: it must not keep the roots locked. */
+static void fork_outlive(int raw) {
+    int fd = open(path("fo"), O_CREAT | O_RDWR, 0644);
+    show("write", write(fd, "parent", 6));
+    fflush(stdout);
+    pid_t pid = raw ? (pid_t)syscall(SYS_fork) : fork();
+    if (pid == 0) {
+        /* A raw child is told apart at its first call into the library. */
+        int o = open(path("fo"), O_RDONLY);
+        int dev = open("/dev/null", O_WRONLY);
+        dup2(dev, 1);
+        dup2(dev, 2);
+        (void)o;
+        sleep(4);
+        _exit(0);
+    }
+    show("forked", pid > 0);
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         fprintf(stderr, "usage: probe DIR [refused]\n");
@@ -1378,6 +1445,10 @@ int main(int argc, char **argv) {
         exit_writes();
     else if (argc > 2 && strcmp(argv[2], "exec-write") == 0)
         exec_write(argv);
+    else if (argc > 2 && strcmp(argv[2], "close-all") == 0)
+        close_all();
+    else if (argc > 2 && strcmp(argv[2], "fork-outlive") == 0)
+        fork_outlive(argc > 3 && strcmp(argv[3], "raw") == 0);
     else if (argc > 2 && strcmp(argv[2], "exec-full") == 0)
         exec_full();
     else if (argc > 2 && strncmp(argv[2], "execl", 5) == 0)

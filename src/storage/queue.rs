@@ -8,7 +8,7 @@
 //! requests to make room before it sends more.
 
 use std::marker::PhantomData;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -18,6 +18,7 @@ use crate::storage::buf::AlignedBuf;
 use crate::storage::file::{File, Mem, OpKind};
 use crate::storage::io::fixed::FixedChunks;
 use crate::storage::io::{DevOp, Joiner, QueueRings, QueueShared, Sink, ThreadRing};
+use crate::util::fds::Fd;
 use crate::util::panics;
 
 /// How long [`Queue::wait`] polls its own rings before it sleeps in the kernel:
@@ -117,7 +118,7 @@ struct Pending {
 /// that the owner's rings keep a read posted on while they sleep, and a flag.
 /// Ringing an already rung bell costs one atomic operation.
 pub(crate) struct Bell {
-    fd: OwnedFd,
+    fd: Fd,
     rang: AtomicBool,
     /// The thread that waits (unparked too, for queues waiting on I/O
     /// threads rather than in a ring).
@@ -127,16 +128,10 @@ pub(crate) struct Bell {
 impl Bell {
     pub(crate) fn new() -> Result<Bell> {
         // SAFETY: eventfd has no memory-safety preconditions.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(Error::Engine(format!(
-                "eventfd for a queue's doorbell: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
+        let fd = Fd::make(|| unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
+            .map_err(|e| Error::Engine(format!("eventfd for a queue's doorbell: {e}")))?;
         Ok(Bell {
-            // SAFETY: `fd` is a fresh descriptor that nothing else owns.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            fd,
             rang: AtomicBool::new(false),
             owner: OnceLock::new(),
         })

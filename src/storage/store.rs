@@ -22,8 +22,9 @@ mod prop_tests;
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
-use std::io::{Read as _, Write as _};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+
+use crate::util::fds::Fd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -330,7 +331,7 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
 /// `EINVAL`, which in use would fail the device at the first request of a
 /// partial sector; found here, it is refused at open, naming the alignment the
 /// file system asks for where it reports it (`statx`).
-fn direct_alignment(fd: &OwnedFd) -> std::result::Result<(), String> {
+fn direct_alignment(fd: &Fd) -> std::result::Result<(), String> {
     let a = DIRECT_ALIGN as usize;
     let mut buf = AlignedBuf::new(2 * crate::storage::buf::BUF_ALIGN);
     let probe = |buf: &mut AlignedBuf| -> std::io::Result<()> {
@@ -361,7 +362,7 @@ fn direct_alignment(fd: &OwnedFd) -> std::result::Result<(), String> {
 
 /// The direct-I/O alignment `statx` reports for `fd` (in the file, in
 /// memory), if the kernel and file system report it.
-fn dio_alignment(fd: &OwnedFd) -> Option<(u32, u32)> {
+fn dio_alignment(fd: &Fd) -> Option<(u32, u32)> {
     // SAFETY: `statx` is plain old data; all zeros is a valid value.
     let mut st: libc::statx = unsafe { std::mem::zeroed() };
     // SAFETY: an empty path with `AT_EMPTY_PATH` names `fd`, a live descriptor; `st` is valid for writes.
@@ -378,20 +379,14 @@ fn dio_alignment(fd: &OwnedFd) -> Option<(u32, u32)> {
         .then_some((st.stx_dio_offset_align, st.stx_dio_mem_align))
 }
 
-fn open_raw(path: &Path, flags: i32) -> std::io::Result<OwnedFd> {
+fn open_raw(path: &Path, flags: i32) -> std::io::Result<Fd> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `c` is a valid NUL-terminated path; the mode is used only with O_CREAT.
-    let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644 as libc::c_uint) };
-    if fd < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        // SAFETY: `fd` is a fresh descriptor owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-    }
+    Fd::make(|| unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644 as libc::c_uint) })
 }
 
-fn pread_exact(fd: &OwnedFd, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+fn pread_exact(fd: &Fd, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
     // SAFETY: `buf` is valid for writes of its length.
     let n = unsafe {
         libc::pread(
@@ -408,7 +403,7 @@ fn pread_exact(fd: &OwnedFd, buf: &mut [u8], off: u64) -> std::io::Result<usize>
     }
 }
 
-fn pwrite_all(fd: &OwnedFd, buf: &[u8], off: u64) -> std::io::Result<()> {
+fn pwrite_all(fd: &Fd, buf: &[u8], off: u64) -> std::io::Result<()> {
     // SAFETY: `buf` is valid for reads of its length.
     let n = unsafe { libc::pwrite(fd.as_raw_fd(), buf.as_ptr().cast(), buf.len(), off as i64) };
     if n < 0 {
@@ -429,7 +424,7 @@ thread_local! {
     pub(crate) static FSYNC_FD_CALLS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
-fn fsync_fd(fd: &OwnedFd) -> std::io::Result<()> {
+fn fsync_fd(fd: &Fd) -> std::io::Result<()> {
     #[cfg(test)]
     {
         FSYNC_FD_CALLS.set(FSYNC_FD_CALLS.get() + 1);
@@ -437,6 +432,12 @@ fn fsync_fd(fd: &OwnedFd) -> std::io::Result<()> {
             return Err(std::io::Error::from_raw_os_error(FSYNC_FD_ERRNO.get()));
         }
     }
+    fsync_plain(fd)
+}
+
+/// `fsync`, with no test's failure put in (the intent record's and
+/// directories').
+fn fsync_plain(fd: &Fd) -> std::io::Result<()> {
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::fsync(fd.as_raw_fd()) } == 0 {
         Ok(())
@@ -465,7 +466,7 @@ fn fsync_failed(f: &FileInner, i: usize, e: &Error) {
     }
 }
 
-fn truncate(fd: &OwnedFd, len: u64) -> std::io::Result<()> {
+fn truncate(fd: &Fd, len: u64) -> std::io::Result<()> {
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), len as i64) } == 0 {
         Ok(())
@@ -582,7 +583,7 @@ fn exists(p: &Path) -> bool {
     fs::symlink_metadata(p).is_ok()
 }
 
-fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
+fn fstat(fd: &Fd) -> std::io::Result<libc::stat> {
     // SAFETY: `stat` is plain data; zeroed is a valid value to be overwritten.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: plain system call on an open descriptor and a valid out pointer.
@@ -596,9 +597,9 @@ fn fstat(fd: &OwnedFd) -> std::io::Result<libc::stat> {
 /// Make a directory's entries durable.
 fn sync_dir(device: usize, dir: &Path) -> Result<()> {
     crash_point()?;
-    let f = fs::File::open(dir)
+    let f = open_raw(dir, libc::O_RDONLY | libc::O_DIRECTORY)
         .map_err(|e| Error::os(format!("device {device}: open directory"), dir, e))?;
-    match f.sync_all() {
+    match fsync_plain(&f) {
         // Some file systems cannot fsync a directory; their entries are durable
         // by other means or not at all.
         Err(e) if e.raw_os_error() != Some(libc::EINVAL) => Err(Error::os(
@@ -621,13 +622,13 @@ fn remove_if_present(device: usize, path: &Path) -> Result<bool> {
 }
 
 /// Read and decode the header of an open backing file.
-fn read_header(fd: &OwnedFd) -> std::io::Result<std::result::Result<(Header, u32), String>> {
+fn read_header(fd: &Fd) -> std::io::Result<std::result::Result<(Header, u32), String>> {
     let mut hb = AlignedBuf::new(HEADER_BYTES as usize);
     let n = pread_exact(fd, &mut hb, 0)?;
     Ok(Header::decode(&hb[..n]))
 }
 
-fn write_header(fd: &OwnedFd, h: &Header) -> std::io::Result<()> {
+fn write_header(fd: &Fd, h: &Header) -> std::io::Result<()> {
     let mut b = AlignedBuf::new(HEADER_BYTES as usize);
     b.copy_from_slice(&h.encode());
     pwrite_all(fd, &b, 0)
@@ -640,7 +641,7 @@ fn write_header(fd: &OwnedFd, h: &Header) -> std::io::Result<()> {
 /// intent record, which recovery finishes should it stop in between); without
 /// `may_cut`, writes zeros over the rest, so that the file is never shorter than
 /// its header needs (a lazy growth, which has no record).
-fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Result<()> {
+fn zero_range(fd: &Fd, from: u64, to: u64, may_cut: bool) -> std::io::Result<()> {
     if from >= to {
         return Ok(());
     }
@@ -694,7 +695,7 @@ fn zero_range(fd: &OwnedFd, from: u64, to: u64, may_cut: bool) -> std::io::Resul
 }
 
 /// Punch a hole of `len` bytes at `from`, keeping the file's size.
-fn punch_hole(fd: &OwnedFd, from: u64, len: u64) -> std::io::Result<()> {
+fn punch_hole(fd: &Fd, from: u64, len: u64) -> std::io::Result<()> {
     #[cfg(test)]
     if NO_PUNCH.get() {
         return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
@@ -754,17 +755,23 @@ fn listed_name(entry: &std::ffi::OsStr) -> Option<&str> {
 /// longest record: a longer file is not a whole record whatever its size (it
 /// decodes as torn), and is not read into memory.
 fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut b = Vec::new();
-    std::fs::File::from(open_regular(path)?)
-        .take(intent::MAX_RECORD as u64 + 1)
-        .read_to_end(&mut b)?;
+    let fd = open_regular(path)?;
+    let mut b = vec![0u8; intent::MAX_RECORD + 1];
+    let mut got = 0;
+    while got < b.len() {
+        match pread_exact(&fd, &mut b[got..], got as u64)? {
+            0 => break,
+            n => got += n,
+        }
+    }
+    b.truncate(got);
     Ok(b)
 }
 
 /// Open `path` to read it, refusing (rather than waiting on) anything but a
 /// regular file: a FIFO under the name would block the open until a writer
 /// came.
-fn open_regular(path: &Path) -> std::io::Result<OwnedFd> {
+fn open_regular(path: &Path) -> std::io::Result<Fd> {
     let fd = open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
     if fstat(&fd)?.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err(std::io::Error::new(
@@ -786,7 +793,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(2);
 /// A device root's lock, held while this lives.
 pub(crate) struct RootLock {
     /// The lock file (its `flock` is the lock).
-    fd: OwnedFd,
+    fd: Fd,
     /// Its (device, inode), listed in [`HELD`].
     id: (u64, u64),
     /// The process that took it.
@@ -823,9 +830,10 @@ impl Drop for RootLock {
 /// [`RELEASE_WAIT`].
 fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     let path = root.join(LOCK_FILE);
-    let open = || -> Result<(OwnedFd, (u64, u64))> {
+    let open = || -> Result<(Fd, (u64, u64))> {
         let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
             .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
+        fd.mark_lock();
         let id = fstat(&fd)
             .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| Error::os(format!("device {device}: examine"), &path, e))?;
@@ -938,6 +946,7 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(Error::os("open lock file", &path, e)),
         };
+        fd.mark_lock();
         // SAFETY: plain system call on an open descriptor.
         if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();
@@ -1175,14 +1184,7 @@ impl Store {
         Ok(file)
     }
 
-    fn wrap(
-        &self,
-        name: &str,
-        layout: Layout,
-        len: u64,
-        uid: u64,
-        fds: Vec<OwnedFd>,
-    ) -> Result<File> {
+    fn wrap(&self, name: &str, layout: Layout, len: u64, uid: u64, fds: Vec<Fd>) -> Result<File> {
         let inner = &self.inner;
         let mut backings = Vec::with_capacity(fds.len());
         for (i, fd) in fds.into_iter().enumerate() {
@@ -1360,6 +1362,9 @@ impl Store {
         let _meta = self.inner.begin_meta()?;
         let mut names = BTreeSet::new();
         for (i, r) in self.inner.roots.iter().enumerate() {
+            // The listing's descriptor is not one a program's wholesale close
+            // may take meanwhile.
+            let _gate = crate::util::fds::pass();
             let rd = fs::read_dir(r).map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
             for ent in rd.flatten() {
                 if let Some(n) = listed_name(&ent.file_name()) {
@@ -1528,7 +1533,7 @@ struct Piece<'a> {
     file: Option<&'a FileInner>,
     device: usize,
     path: &'a Path,
-    fd: &'a OwnedFd,
+    fd: &'a Fd,
     engine: &'a dyn DeviceEngine,
     /// The file's identity in the engine's media (the sim engine's).
     media: u64,
@@ -1659,11 +1664,11 @@ impl StoreInner {
             if INTENT_NO_SPACE.with(std::cell::Cell::get) {
                 return Err(io(std::io::Error::from_raw_os_error(libc::ENOSPC)));
             }
-            let mut f = fs::File::create(&path).map_err(io)?;
+            let f = open_raw(&path, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC).map_err(io)?;
             crash_point()?;
-            f.write_all(&intent.encode()).map_err(io)?;
+            pwrite_all(&f, &intent.encode(), 0).map_err(io)?;
             crash_point()?;
-            f.sync_all().map_err(io)?;
+            fsync_plain(&f).map_err(io)?;
             sync_dir(0, &self.roots[0])
         };
         write().inspect_err(|_| {
@@ -1681,14 +1686,14 @@ impl StoreInner {
     fn cancel_intent(&self) -> Result<()> {
         let path = self.intent_path();
         crash_point()?;
-        let f = match fs::OpenOptions::new().write(true).open(&path) {
+        let f = match open_raw(&path, libc::O_WRONLY) {
             Ok(f) => f,
             // Never made (its creation failed), or already removed.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::os("device 0: withdraw intent record", &path, e)),
         };
-        f.set_len(0)
-            .and_then(|()| f.sync_all())
+        truncate(&f, 0)
+            .and_then(|()| fsync_plain(&f))
             .map_err(|e| Error::os("device 0: withdraw intent record", &path, e))?;
         let _ = remove_if_present(0, &path);
         let _ = sync_dir(0, &self.roots[0]);
@@ -1845,7 +1850,7 @@ impl StoreInner {
     /// Make the backing files of a new file: each under a temporary name, complete
     /// (header, size, fsync) before it is linked under its name, so a backing file
     /// under a file's name always has a whole header.
-    fn make_backings(&self, name: &str, l: &Layout, size: u64, uid: u64) -> Result<Vec<OwnedFd>> {
+    fn make_backings(&self, name: &str, l: &Layout, size: u64, uid: u64) -> Result<Vec<Fd>> {
         let mut fds = Vec::with_capacity(self.roots.len());
         for i in 0..self.roots.len() {
             let (tmp, path) = (self.new_path(i, name), self.backing_path(i, name));

@@ -31,7 +31,9 @@
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+
+use crate::util::fds::Fd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -62,7 +64,7 @@ enum Role {
 }
 
 struct Armed {
-    inotify: OwnedFd,
+    inotify: Fd,
     /// Watch descriptor to what the directory is (one directory may be above
     /// several device directories, or be one and above another).
     roles: HashMap<i32, Vec<Role>>,
@@ -71,7 +73,7 @@ struct Armed {
 struct State {
     armed: Option<Armed>,
     /// `/proc/self/mountinfo`, polled for mount changes.
-    mounts: OwnedFd,
+    mounts: Fd,
     /// Events seen so far (a sequence number).
     seq: u64,
     /// The sequence number of the last event that concerns every backing file.
@@ -102,14 +104,13 @@ impl PathWatch {
         let state = watchable
             .then(|| {
                 // SAFETY: a valid C string.
-                let fd = unsafe {
+                Fd::make(|| unsafe {
                     libc::open(
                         c"/proc/self/mountinfo".as_ptr(),
                         libc::O_RDONLY | libc::O_CLOEXEC,
                     )
-                };
-                // SAFETY: `fd` is a fresh descriptor owned by nothing else.
-                (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+                })
+                .ok()
             })
             .flatten()
             .map(|mounts| {
@@ -267,12 +268,9 @@ impl PathWatch {
     /// Watch every root and every directory above it; None if any watch fails.
     fn arm(&self) -> Option<Armed> {
         // SAFETY: plain system call.
-        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: a fresh descriptor owned by nothing else.
-        let inotify = unsafe { OwnedFd::from_raw_fd(fd) };
+        let inotify =
+            Fd::make(|| unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) })
+                .ok()?;
         let mut roles: HashMap<i32, Vec<Role>> = HashMap::new();
         let add = |dir: &Path, roles: &mut HashMap<i32, Vec<Role>>, role: Role| -> Option<()> {
             let c = CString::new(dir.as_os_str().as_bytes()).ok()?;

@@ -1,5 +1,6 @@
 //! Small pieces every layer shares.
 
+pub mod fds;
 #[cfg(test)]
 pub(crate) mod hook;
 pub(crate) mod map;

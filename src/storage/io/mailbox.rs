@@ -11,7 +11,9 @@
 //! it was about to sleep: a busy ring is never interrupted by wake-ups.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
+
+use crate::util::fds::Fd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -43,13 +45,13 @@ pub(crate) struct Mailbox {
     work: Condvar,
     cap: usize,
     /// An eventfd the consumer polls in its ring, if it sleeps in io_uring.
-    wake_fd: Option<OwnedFd>,
+    wake_fd: Option<Fd>,
     /// The ring consumer is about to sleep or sleeping in the kernel.
     sleeping: AtomicBool,
 }
 
 impl Mailbox {
-    pub(crate) fn new(cap: usize, wake_fd: Option<OwnedFd>) -> Mailbox {
+    pub(crate) fn new(cap: usize, wake_fd: Option<Fd>) -> Mailbox {
         Mailbox {
             inner: Mutex::new(Inner {
                 ops: VecDeque::with_capacity(cap),

@@ -19,7 +19,7 @@ mod sim;
 mod thread_ring;
 mod uring;
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, OnceLock};
 
 pub(crate) use joiner::{Joiner, QueueShared, Sink};
@@ -27,6 +27,7 @@ pub use sim::{PowerCut, SimConfig, SimMedia, SimSwitches};
 pub(crate) use thread_ring::ThreadRing;
 
 use crate::error::{Error, Result, error_can_pass};
+use crate::util::fds::{self, Fd};
 
 /// Which I/O engine a store uses.
 #[derive(Debug, Clone, Default)]
@@ -127,9 +128,47 @@ impl DeviceState {
     }
 }
 
+/// An io_uring whose descriptor is named as one the crate keeps while it
+/// lives (see `util::fds`).
+pub(crate) struct Ring(std::mem::ManuallyDrop<io_uring::IoUring>);
+
+impl Ring {
+    /// A ring made by `build`.
+    pub(crate) fn build(
+        build: impl FnOnce() -> std::io::Result<io_uring::IoUring>,
+    ) -> std::io::Result<Ring> {
+        let _g = fds::pass();
+        let ring = build()?;
+        fds::name(ring.as_raw_fd());
+        Ok(Ring(std::mem::ManuallyDrop::new(ring)))
+    }
+}
+
+impl std::ops::Deref for Ring {
+    type Target = io_uring::IoUring;
+    fn deref(&self) -> &io_uring::IoUring {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Ring {
+    fn deref_mut(&mut self) -> &mut io_uring::IoUring {
+        &mut self.0
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        let _g = fds::pass();
+        fds::forget(self.0.as_raw_fd());
+        // SAFETY: dropped once, here; the field is not used again.
+        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+    }
+}
+
 /// One backing file on one device, as the engine sees it.
 pub(crate) struct Backing {
-    pub(crate) fd: OwnedFd,
+    pub(crate) fd: Fd,
     pub(crate) device: usize,
     /// Identity of the media contents (the file's uid), used by the sim engine.
     pub(crate) ino: u64,
@@ -162,7 +201,7 @@ pub(crate) struct Backing {
 
 impl Backing {
     pub(crate) fn new(
-        fd: OwnedFd,
+        fd: Fd,
         ino: u64,
         fs_id: (u64, u64),
         state: Arc<DeviceState>,

@@ -26,13 +26,13 @@ use io_uring::{IoUring, types};
 
 use super::fixed::FixedChunks;
 use super::uring::{build_entry, check_kernel, finish_slot};
-use super::{DevOp, OpResult, QueueRings};
+use super::{DevOp, OpResult, QueueRings, Ring};
 
 /// `IORING_ENTER_GETEVENTS`.
 const ENTER_GETEVENTS: u32 = 1;
 
 pub(crate) struct ThreadRing {
-    ring: IoUring,
+    ring: Ring,
     slab: Vec<Option<DevOp>>,
     free: Vec<usize>,
     backlog: VecDeque<DevOp>,
@@ -124,11 +124,13 @@ impl ThreadRing {
         frames: Option<&Arc<FixedChunks>>,
     ) -> std::io::Result<ThreadRing> {
         let entries = entries.clamp(4, 4096).next_power_of_two();
-        let ring = IoUring::builder()
-            .setup_single_issuer()
-            .setup_defer_taskrun()
-            .build(entries as u32)
-            .or_else(|_| IoUring::builder().build(entries as u32))?;
+        let ring = Ring::build(|| {
+            IoUring::builder()
+                .setup_single_issuer()
+                .setup_defer_taskrun()
+                .build(entries as u32)
+                .or_else(|_| IoUring::builder().build(entries as u32))
+        })?;
         check_kernel(&ring, true)?;
         let fixed = frames
             .filter(|f| {

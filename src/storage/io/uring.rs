@@ -11,15 +11,16 @@
 //! descriptors and buffers when a registration failed.
 
 use std::collections::VecDeque;
-use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use io_uring::{IoUring, opcode, squeue, types};
 
 use super::mailbox::{Ctrl, Mailbox};
-use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult};
+use super::{DevOp, DevOpKind, DeviceEngine, EngineParams, OpResult, Ring};
 use crate::error::{Error, Result};
+use crate::util::fds::Fd;
 
 /// Slots of the fixed-file table: bounds the files open at once on one device.
 const MAX_FILES: u32 = 4096;
@@ -42,16 +43,8 @@ impl UringEngine {
     pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn super::DeviceEngine>> {
         let depth = p.io_depth.clamp(1, 4096);
         // SAFETY: eventfd has no memory-safety preconditions.
-        let efd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if efd < 0 {
-            return Err(Error::Engine(format!(
-                "eventfd for device {}: {}",
-                p.device,
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: `efd` is a fresh descriptor that nothing else owns.
-        let efd = unsafe { OwnedFd::from_raw_fd(efd) };
+        let efd = Fd::make(|| unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
+            .map_err(|e| Error::Engine(format!("eventfd for device {}: {e}", p.device)))?;
         let mailbox = Arc::new(Mailbox::new(depth as usize * 4, Some(efd)));
         let file_slots: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new((0..MAX_FILES).rev().collect()));
         let buf_slots: Arc<Mutex<Vec<u16>>> = Arc::new(Mutex::new((0..MAX_BUFS).rev().collect()));
@@ -125,13 +118,15 @@ impl UringEngine {
 /// A ring of at least `depth + 1` entries (the +1 is the eventfd read). Asks for
 /// single-issuer deferred task running (kernel 6.1+): completions are processed when
 /// this thread waits, not by interrupting it; falls back to a plain ring.
-fn build_ring(depth: u32) -> std::io::Result<IoUring> {
+fn build_ring(depth: u32) -> std::io::Result<Ring> {
     let entries = (depth + 1).next_power_of_two();
-    let ring = IoUring::builder()
-        .setup_single_issuer()
-        .setup_defer_taskrun()
-        .build(entries)
-        .or_else(|_| IoUring::builder().build(entries))?;
+    let ring = Ring::build(|| {
+        IoUring::builder()
+            .setup_single_issuer()
+            .setup_defer_taskrun()
+            .build(entries)
+            .or_else(|_| IoUring::builder().build(entries))
+    })?;
     check_kernel(&ring, false)?;
     Ok(ring)
 }
@@ -227,7 +222,7 @@ impl Drop for UringEngine {
 }
 
 struct Worker {
-    ring: IoUring,
+    ring: Ring,
     mailbox: Arc<Mailbox>,
     depth: usize,
     slab: Vec<Option<DevOp>>,
