@@ -719,6 +719,31 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
     unsafe { real::fork()() }
 }
 
+/// `posix_spawn`'s file actions run inside the C library, in the child,
+/// where this library does not stand in: an open of a store file there
+/// would make a real file in `SETCACHE_DIR` that no call of the store sees.
+/// Refused with `EINVAL`, with a message (the store's files are the
+/// process's own: a program started by `posix_spawn` opens them itself,
+/// under the library in its turn).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
+    actions: *mut libc::posix_spawn_file_actions_t,
+    fd: c_int,
+    path: *const c_char,
+    flags: c_int,
+    mode: libc::mode_t,
+) -> c_int {
+    if !matches!(classify(libc::AT_FDCWD, path), Place::Outside | Place::Root) {
+        warn_once(
+            "spawn open",
+            "posix_spawn_file_actions_addopen of a file in SETCACHE_DIR refused (EINVAL): the spawned program would open a real file there, outside the store",
+        );
+        return libc::EINVAL;
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::posix_spawn_file_actions_addopen()(actions, fd, path, flags, mode) }
+}
+
 /// `_Fork` runs no `atfork` handler: its child is marked here.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn _Fork() -> libc::pid_t {
@@ -1613,6 +1638,15 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     match state::desc(fd) {
+        // The descriptor's own flags and copies are the kernel's; what it
+        // would say of the placeholder's file is not the store file's.
+        None if !matches!(
+            cmd,
+            libc::F_GETFD | libc::F_SETFD | libc::F_DUPFD | libc::F_DUPFD_CLOEXEC
+        ) && state::parents_placeholder(fd) =>
+        {
+            int_ret(Err(libc::EBADF))
+        }
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fcntl64()(fd, cmd, arg) },
         Some(d) => fcntl_desc(fd, d, cmd, arg),
@@ -1942,6 +1976,7 @@ pub unsafe extern "C" fn symlinkat(
 pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
     match state::desc(fd) {
         Some(_) => int_ret(Err(libc::ENOTDIR)),
+        None if state::parents_placeholder(fd) => int_ret(Err(libc::EBADF)),
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fchdir()(fd) },
     }
@@ -2172,6 +2207,7 @@ fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
     match state::desc(fd) {
+        None if state::parents_placeholder(fd) => int_ret(Err(libc::EBADF)),
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fstat64()(fd, out) },
         Some(d) => int_ret(stat_desc(&d, out)),
@@ -2205,9 +2241,11 @@ path_stat! {
     lstat64;
 }
 
+/// Whether a path given with `AT_EMPTY_PATH` names the descriptor itself:
+/// an empty one, or a null one (Linux takes it so since 6.11).
 fn empty(path: *const c_char) -> bool {
     // SAFETY: a non-null path is a C string.
-    !path.is_null() && unsafe { *path } == 0
+    path.is_null() || unsafe { *path } == 0
 }
 
 #[unsafe(no_mangle)]
@@ -2220,6 +2258,9 @@ pub unsafe extern "C" fn fstatat64(
     if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
         if let Some(d) = state::desc(dirfd) {
             return int_ret(stat_desc(&d, out));
+        }
+        if state::parents_placeholder(dirfd) {
+            return int_ret(Err(libc::EBADF));
         }
     } else {
         match classify(dirfd, path) {
@@ -2309,6 +2350,7 @@ pub unsafe extern "C" fn statx(
     let r = if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
         match state::desc(dirfd) {
             Some(d) => stat_desc(&d, &mut st),
+            None if state::parents_placeholder(dirfd) => Err(libc::EBADF),
             // SAFETY: passed through with the caller's arguments.
             None => return unsafe { real::statx()(dirfd, path, flags, mask, out) },
         }
@@ -2353,6 +2395,20 @@ pub unsafe extern "C" fn faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
+    if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
+        // The descriptor itself: an open file of the store is there, and
+        // none is executable.
+        if state::desc(dirfd).is_some() {
+            return int_ret(if mode & libc::X_OK != 0 {
+                Err(libc::EACCES)
+            } else {
+                Ok(0)
+            });
+        }
+        if state::parents_placeholder(dirfd) {
+            return int_ret(Err(libc::EBADF));
+        }
+    }
     match classify(dirfd, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
@@ -2451,6 +2507,9 @@ path_meta! {
 fn meta_at(dirfd: c_int, path: *const c_char, flags: c_int, null_is_fd: bool) -> Option<c_int> {
     let on_fd = (null_is_fd && path.is_null()) || (flags & libc::AT_EMPTY_PATH != 0 && empty(path));
     if on_fd {
+        if state::parents_placeholder(dirfd) {
+            return Some(int_ret(Err(libc::EBADF)));
+        }
         return state::desc(dirfd).map(|_| 0);
     }
     match classify(dirfd, path) {

@@ -113,6 +113,7 @@ real! {
     fsync: fn(c_int) -> c_int;
     sync: fn() -> ();
     fork: fn() -> libc::pid_t;
+    posix_spawn_file_actions_addopen: fn(*mut libc::posix_spawn_file_actions_t, c_int, *const c_char, c_int, libc::mode_t) -> c_int;
     _Fork: fn() -> libc::pid_t;
     syncfs: fn(c_int) -> c_int;
     execve: fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int;

@@ -661,26 +661,41 @@ pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
     }
     let slot = slot(fd, false)?;
     if forked() {
-        // The parent's table, copied at the fork: a lock one of its other
-        // threads held then stays held here, so none is waited for (a slot
-        // held then was most likely a descriptor of the store).
-        let store = match slot.try_read() {
-            Ok(g) => g.is_some(),
-            Err(TryLockError::Poisoned(p)) => p.into_inner().is_some(),
-            Err(TryLockError::WouldBlock) => true,
-        };
-        if !store {
-            return None;
-        }
-        // The kernel refuses the placeholder itself (EBADF): the store is
-        // the parent's.
+        // The kernel refuses the placeholder itself (EBADF) for reads and
+        // writes; the calls it answers on a placeholder look at
+        // `parents_placeholder` first.
+        parents_placeholder(fd);
+        return None;
+    }
+    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// In a child made by `fork`: whether `fd` is a placeholder of the parent's
+/// store, which fails here with `EBADF` (the store is the parent's) where
+/// the kernel would answer for the placeholder (`fstat`, `fchdir`,
+/// `fcntl(F_GETFL)`); stderr says so once.
+pub(crate) fn parents_placeholder(fd: c_int) -> bool {
+    if LIVE.load(Ordering::Relaxed) == 0 || !forked() {
+        return false;
+    }
+    let Some(slot) = slot(fd, false) else {
+        return false;
+    };
+    // The parent's table, copied at the fork: a lock one of its other
+    // threads held then stays held here, so none is waited for (a slot
+    // held then was most likely a descriptor of the store).
+    let store = match slot.try_read() {
+        Ok(g) => g.is_some(),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().is_some(),
+        Err(TryLockError::WouldBlock) => true,
+    };
+    if store {
         crate::warn_once(
             "fork",
             "the store belongs to the parent process: a child made by fork cannot use it (run fio with --thread)",
         );
-        return None;
     }
-    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+    store
 }
 
 /// Make `fd` stand for `d` (replacing what it stood for).

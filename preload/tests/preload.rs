@@ -367,7 +367,38 @@ fn a_second_process_gets_the_lock_error_and_a_forked_child_gets_errors() {
         t.contains("parent: pread                            4"),
         "{t}"
     );
+    for (what, result) in [
+        ("child: fstat", "-1 EBADF"),
+        ("child: fstatat empty path", "-1 EBADF"),
+        ("child: faccessat empty path", "-1 EBADF"),
+        ("child: fchownat empty path", "-1 EBADF"),
+        ("child: fcntl F_GETFL", "-1 EBADF"),
+        ("child: fchdir", "-1 EBADF"),
+        ("parent: fstatat null path", "0 size 4"),
+        ("parent: faccessat empty path R_OK", "0"),
+        ("parent: faccessat empty path X_OK", "-1 EACCES"),
+        ("parent: spawn action opening a store file", "22"),
+        ("parent: spawn action opening /dev/null", "0"),
+    ] {
+        assert!(
+            t.contains(&line(what, result)),
+            "{what:?} is not {result:?} in:\n{t}"
+        );
+    }
+    assert!(
+        t.contains("child: fcntl F_GETFD                     "),
+        "{t}"
+    );
+    assert!(
+        !t.contains("child: fcntl F_GETFD                     -1"),
+        "{t}"
+    );
+    assert!(!s.p("store").join("spawned").exists());
     assert!(text(&out.stderr).contains("a child made by fork cannot use it"));
+    assert!(
+        text(&out.stderr)
+            .contains("posix_spawn_file_actions_addopen of a file in SETCACHE_DIR refused")
+    );
 
     // Children forked while another thread reads a store descriptor: none
     // hangs on a lock that thread held at the fork.

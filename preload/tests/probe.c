@@ -33,6 +33,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/sendfile.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/time.h>
@@ -910,6 +911,16 @@ static void after_fork(void) {
         char c;
         show("child: pread", pread(fd, &c, 1, 0));
         show("child: open", open(path("f"), O_RDONLY));
+        /* What the kernel would answer of the placeholder is not the
+         * store file's: refused too. */
+        struct stat st;
+        show("child: fstat", fstat(fd, &st));
+        show("child: fstatat empty path", fstatat(fd, "", &st, AT_EMPTY_PATH));
+        show("child: faccessat empty path", faccessat(fd, "", F_OK, AT_EMPTY_PATH));
+        show("child: fchownat empty path", fchownat(fd, "", getuid(), (gid_t)-1, AT_EMPTY_PATH));
+        show("child: fcntl F_GETFL", fcntl(fd, F_GETFL));
+        show("child: fcntl F_GETFD", fcntl(fd, F_GETFD));
+        show("child: fchdir", fchdir(fd));
         fflush(stdout);
         _exit(0);
     }
@@ -917,6 +928,22 @@ static void after_fork(void) {
     waitpid(pid, &status, 0);
     char back[4];
     show("parent: pread", pread(fd, back, 4, 0));
+    struct stat st;
+    memset(&st, 0, sizeof st);
+    /* Through a pointer: the header declares the path non-null. */
+    int (*statat)(int, const char *, struct stat *, int) = fstatat;
+    const char *volatile none = NULL;
+    int rc = statat(fd, none, &st, AT_EMPTY_PATH);
+    printf("%-40s %d size %lld\n", "parent: fstatat null path", rc, (long long)st.st_size);
+    show("parent: faccessat empty path R_OK", faccessat(fd, "", R_OK, AT_EMPTY_PATH));
+    show("parent: faccessat empty path X_OK", faccessat(fd, "", X_OK, AT_EMPTY_PATH));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    printf("%-40s %d\n", "parent: spawn action opening a store file",
+           posix_spawn_file_actions_addopen(&fa, 1, path("spawned"), O_WRONLY | O_CREAT, 0644));
+    printf("%-40s %d\n", "parent: spawn action opening /dev/null",
+           posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0));
+    posix_spawn_file_actions_destroy(&fa);
     close(fd);
     unlink(path("f"));
 }
