@@ -163,8 +163,14 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
         }
         if end <= d.node.len() {
             // Inside the file: no length changes.
-            f.write_at(at, data).map_err(|e| fail(what, &e))?;
-            return Ok(end);
+            match f.write_at(at, data) {
+                Ok(_) => return Ok(end),
+                // A shrink (another thread's `ftruncate`) cut the file
+                // meanwhile: the write reaches past the new end, and grows
+                // the file as below, as a local file system's would.
+                Err(Error::OutOfRange { .. }) => {}
+                Err(e) => return Err(fail(what, &e)),
+            }
         }
     }
     // Past the end: one such write at a time, as a local file system's
@@ -1509,6 +1515,24 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
     gone.into_iter().for_each(implicit_close);
 }
 
+/// A copy of a store file's placeholder asked for at `new`, a number past
+/// the library's table: refused (`EBADF`, as for a number past the limit)
+/// before the kernel closes what the caller has there.
+fn past_the_table(d: &Option<Arc<Desc>>, new: c_int) -> bool {
+    if d.is_none() || (new as usize) < state::MAX_FD {
+        return false;
+    }
+    warn_once(
+        "dup past",
+        &format!(
+            "a copy of a store file's descriptor at {new} refused (EBADF): the library stands in for descriptors below {}",
+            state::MAX_FD
+        ),
+    );
+    set_errno(libc::EBADF);
+    true
+}
+
 /// After the kernel made `new` a copy of `old`: the table follows.
 fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
     if new < 0 {
@@ -1543,6 +1567,9 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
         return unsafe { real::dup2()(fd, new) };
     }
     let d = state::desc(fd);
+    if past_the_table(&d, new) {
+        return -1;
+    }
     let rc = {
         // Under the gate: `new` may be free, and the store about to open a
         // descriptor there.
@@ -1559,6 +1586,9 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     let d = state::desc(fd);
+    if past_the_table(&d, new) {
+        return -1;
+    }
     let rc = {
         // As in `dup2`.
         let _h = hold_store_fds();

@@ -70,9 +70,14 @@ fn relative_to(path: &[u8], dir: &[u8]) -> Option<Place> {
 /// The directory `dirfd` names, for a path relative to it.
 fn base_of(dirfd: c_int) -> Option<Vec<u8>> {
     if dirfd == libc::AT_FDCWD {
-        return std::env::current_dir()
-            .ok()
-            .map(|p| p.into_os_string().into_encoded_bytes());
+        // `getcwd` into a buffer grown on ERANGE leaves that errno behind
+        // on success (a working directory longer than its first buffer):
+        // the caller's call must not show it.
+        // SAFETY: __errno_location returns this thread's errno.
+        let saved = unsafe { *libc::__errno_location() };
+        let cwd = std::env::current_dir().ok();
+        crate::set_errno(saved);
+        return cwd.map(|p| p.into_os_string().into_encoded_bytes());
     }
     if state::desc(dirfd).is_some() {
         // A file of the store is no directory (its placeholder is the

@@ -619,6 +619,30 @@ fn a_reader_never_sees_an_append_s_length_before_its_bytes() {
     assert_eq!(count("tail reads with zeros"), 0, "{t}");
 }
 
+/// A write inside a file that another thread's `ftruncate` cuts meanwhile
+/// grows the file, as the kernel's does, instead of failing `EFBIG`; a call
+/// with a path relative to a long working directory leaves `errno` alone.
+#[test]
+fn a_write_a_shrink_cuts_grows_the_file_and_a_long_cwd_keeps_errno() {
+    let s = Setup::new("shrink");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("shrink-race");
+    let out = run(c);
+    let t = text(&out.stdout);
+    for (what, result) in [
+        ("writes made", "1"),
+        ("writes failed", "0"),
+        ("stat in a long working directory", "0 0"),
+    ] {
+        assert!(
+            t.contains(&line(what, result)),
+            "{what:?} is not {result:?} in:\n{t}\nstderr:\n{}",
+            text(&out.stderr)
+        );
+    }
+}
+
 /// What a process wrote outlives it when it replaces itself by `exec`, and
 /// when it ends in `_exit` after `sync()`, after `syncfs` of a store file,
 /// or after `dup2` replaced a file's last descriptor: as on a local file

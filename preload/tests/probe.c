@@ -1299,6 +1299,61 @@ static void tail_race(void) {
     close(rfd);
 }
 
+static int shrink_fd;
+static volatile int shrink_done;
+
+static void *shrinker(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2000; i++) {
+        if (ftruncate(shrink_fd, 0) != 0 || ftruncate(shrink_fd, 65536) != 0)
+            abort();
+    }
+    shrink_done = 1;
+    return NULL;
+}
+
+/* Writes inside a file while another thread cuts it and grows it again: a
+ * write the cut reaches grows the file, as the kernel's does, and none
+ * fails. Then a path relative to a working directory longer than 512 bytes
+ * leaves errno as it was. */
+static void shrink_race(void) {
+    shrink_fd = open(path("sr"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    if (shrink_fd < 0 || ftruncate(shrink_fd, 65536) != 0)
+        abort();
+    pthread_t t;
+    if (pthread_create(&t, NULL, shrinker, NULL) != 0)
+        abort();
+    static char b[4096];
+    memset(b, 'w', sizeof b);
+    long writes = 0, failed = 0;
+    while (!shrink_done) {
+        if (pwrite(shrink_fd, b, sizeof b, (off_t)(writes % 16) * 4096) != (ssize_t)sizeof b)
+            failed++;
+        writes++;
+    }
+    pthread_join(t, NULL);
+    printf("%-40s %d\n", "writes made", writes > 0);
+    printf("%-40s %ld\n", "writes failed", failed);
+    close(shrink_fd);
+
+    char deep[8192];
+    snprintf(deep, sizeof deep, "%s/../outside", dir);
+    size_t len = strlen(deep);
+    while (len < 700) {
+        len += (size_t)snprintf(deep + len, sizeof deep - len,
+                                "/a-directory-with-a-long-name-to-make-the-path-long");
+        mkdir(deep, 0755);
+    }
+    if (chdir(deep) != 0)
+        abort();
+    int fd = open("here", O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    struct stat st;
+    errno = 0;
+    int rc = stat("here", &st);
+    printf("%-40s %d %s\n", "stat in a long working directory", rc, strerrorname_np(errno));
+}
+
 /* Walks from the directory's parent left by longjmp, one after another:
  * with the library each keeps its slot, and the walk after the last one
  * fails when none is left. */
@@ -1486,6 +1541,8 @@ int main(int argc, char **argv) {
         vfork_exec();
     else if (argc > 2 && strcmp(argv[2], "old-stat") == 0)
         old_stat();
+    else if (argc > 2 && strcmp(argv[2], "shrink-race") == 0)
+        shrink_race();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
         tail_race();
     else if (argc > 2 && strcmp(argv[2], "main-ends-first") == 0)
