@@ -1363,6 +1363,11 @@ fn ours_refused(call: &str, fd: c_int) -> bool {
     if !setcache::fds::is_ours(fd) {
         return false;
     }
+    if state::forked() {
+        // The parent's store, unused here: the number is the program's.
+        setcache::fds::disown(fd);
+        return false;
+    }
     warn_once(
         &format!("ours {call}"),
         &format!(
@@ -1425,13 +1430,16 @@ fn close_around(
     mut close: impl FnMut(c_uint, c_uint, bool),
 ) -> Vec<Arc<Desc>> {
     let hold = hold_store_fds();
-    let end = (last as usize).min(state::MAX_FD - 1);
-    let gone = (first as usize..=end)
-        .filter_map(|fd| state::remove(fd as c_int))
-        .collect();
+    let gone = state::remove_range(first as usize, last as usize);
     let mut lo = first;
     if let Ok(from) = c_int::try_from(first) {
-        for o in setcache::fds::ours_from(from) {
+        let mut ours = setcache::fds::ours_from(from);
+        if state::forked() {
+            // The parent's store, unused here: every number is the program's.
+            ours.iter().for_each(|&o| setcache::fds::disown(o));
+            ours.clear();
+        }
+        for o in ours {
             let o = o as c_uint;
             if o > last {
                 break;
@@ -1447,6 +1455,23 @@ fn close_around(
     }
     drop(hold);
     gone
+}
+
+/// Close each number of `lo..=hi` below the limit of descriptors, one at a
+/// time (where `close_range` is missing).
+fn close_each(lo: c_uint, hi: c_uint) {
+    // SAFETY: a zeroed rlimit is valid, and getrlimit fills it.
+    let mut lim: libc::rlimit = unsafe { std::mem::zeroed() };
+    // SAFETY: a buffer of ours.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur.min(c_uint::MAX as u64) as c_uint
+    } else {
+        state::MAX_FD as c_uint
+    };
+    for fd in lo..=hi.min(max.saturating_sub(1)) {
+        // SAFETY: closes one number of a range holding none of the store's.
+        unsafe { real::close()(fd as c_int) };
+    }
 }
 
 /// `close_range` leaves the store's own descriptors open (see
@@ -1483,9 +1508,17 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
     let gone = close_around(first, last, |lo, hi, _| {
         // SAFETY: closes a range holding none of the store's descriptors.
         if rc == 0 && unsafe { real::close_range()(lo, hi, flags) } != 0 {
-            rc = -1;
             // SAFETY: __errno_location returns this thread's errno.
-            err = unsafe { *libc::__errno_location() };
+            let e = unsafe { *libc::__errno_location() };
+            if e == libc::ENOSYS && flags == 0 {
+                // A kernel before 5.9: one number at a time, up to the
+                // limit of descriptors (the library's table is gone for
+                // the whole range already).
+                close_each(lo, hi);
+            } else {
+                rc = -1;
+                err = e;
+            }
         }
     });
     gone.into_iter().for_each(implicit_close);
@@ -1506,10 +1539,7 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
         }
         // SAFETY: closes a range holding none of the store's descriptors.
         if unsafe { real::close_range()(lo, hi, 0) } != 0 {
-            for fd in lo..=hi {
-                // SAFETY: as above, one number at a time.
-                unsafe { real::close()(fd as c_int) };
-            }
+            close_each(lo, hi);
         }
     });
     gone.into_iter().for_each(implicit_close);

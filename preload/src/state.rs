@@ -325,7 +325,9 @@ pub(crate) fn forked() -> bool {
     if FORKED.load(Ordering::Relaxed) {
         return true;
     }
-    let p = WIPED_IN_CHILD.load(Ordering::Relaxed);
+    // Acquire: the page's 1 is seen with its address (a parent must never
+    // read the page unset).
+    let p = WIPED_IN_CHILD.load(Ordering::Acquire);
     // SAFETY: the page is mapped for the life of the process.
     if !p.is_null() && unsafe { &*p }.load(Ordering::Relaxed) == 0 {
         mark_forked();
@@ -466,6 +468,11 @@ fn open_state() -> Result<State, (i32, String)> {
         page_size: page as u32,
         ..StoreOptions::default()
     };
+    // Before the store takes its roots' locks and starts its threads: a
+    // child forked from now on is known as one.
+    watch_for_a_fork();
+    // SAFETY: registers a plain `extern "C"` function with no arguments.
+    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     let store = Store::open(&roots, store_opts).map_err(fail)?;
     let partitions = match std::env::var("SETCACHE_PARTITIONS") {
         Err(_) => 1,
@@ -485,12 +492,8 @@ fn open_state() -> Result<State, (i32, String)> {
         ..CacheOptions::default()
     };
     let cs = CachedStore::new(store, opts).map_err(fail)?;
-    watch_for_a_fork();
-    // SAFETY: registers plain `extern "C"` functions with no arguments.
-    unsafe {
-        libc::pthread_atfork(None, None, Some(after_fork_child));
-        libc::atexit(sync_at_exit);
-    }
+    // SAFETY: registers a plain `extern "C"` function with no arguments.
+    unsafe { libc::atexit(sync_at_exit) };
     let opened = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -709,6 +712,23 @@ pub(crate) fn insert(fd: c_int, d: Arc<Desc>) -> Result<(), i32> {
 }
 
 /// `fd` no longer stands for anything; what it stood for.
+/// `remove` of every number of `first..=last` (below `MAX_FD`), looking
+/// only at the table's chunks that exist.
+pub(crate) fn remove_range(first: usize, last: usize) -> Vec<Arc<Desc>> {
+    let mut gone = Vec::new();
+    let last = last.min(MAX_FD - 1);
+    let mut fd = first;
+    while fd <= last && LIVE.load(Ordering::Relaxed) != 0 {
+        if TABLE[fd / CHUNK].load(Ordering::Acquire).is_null() {
+            fd = (fd / CHUNK + 1) * CHUNK;
+            continue;
+        }
+        gone.extend(remove(fd as c_int));
+        fd += 1;
+    }
+    gone
+}
+
 pub(crate) fn remove(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;

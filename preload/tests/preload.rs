@@ -736,6 +736,11 @@ fn a_forked_child_that_outlives_its_parent_leaves_the_roots_unlocked() {
         c.arg(s.p("store")).args(["fork-outlive", how]);
         let t = text(&run(c).stdout);
         assert!(t.contains(&line("forked", "1")), "{how}: {t}");
+        assert!(
+            t.contains(&line("child: dup2 onto a store number", "1")),
+            "{how}: {t}"
+        );
+        assert!(t.contains(&line("child: close of it", "0")), "{how}: {t}");
         // The child lives 4 s more; a new process opens the store meanwhile.
         let mut c = s.preloaded(&prog);
         c.arg(s.p("store")).args(["cat", "fo"]);

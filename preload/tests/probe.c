@@ -1489,6 +1489,9 @@ static void close_all(void) {
 /* A child made by fork (or by the raw system call, `raw`) outlives its
  * parent: it must not keep the roots locked. */
 static void fork_outlive(int raw) {
+    /* What the process inherited goes first: below the file's descriptor
+     * there are then only the store's. */
+    closefrom(3);
     int fd = open(path("fo"), O_CREAT | O_RDWR, 0644);
     show("write", write(fd, "parent", 6));
     fflush(stdout);
@@ -1496,6 +1499,11 @@ static void fork_outlive(int raw) {
     if (pid == 0) {
         /* A raw child is told apart at its first call into the library. */
         int o = open(path("fo"), O_RDONLY);
+        /* The parent's store is not the child's: its numbers are free to
+         * take over. */
+        int r = dup2(0, fd - 1);
+        printf("%-40s %d\n", "child: dup2 onto a store number", r == fd - 1);
+        printf("%-40s %d\n", "child: close of it", close(fd - 1));
         int dev = open("/dev/null", O_WRONLY);
         dup2(dev, 1);
         dup2(dev, 2);

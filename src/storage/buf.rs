@@ -241,7 +241,7 @@ mod tests {
     /// Kilobytes of the mapping holding `addr` that lie on huge pages, from
     /// `/proc/self/smaps`.
     fn huge_kib_at(addr: usize) -> Option<u64> {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").ok()?;
+        let smaps = crate::util::fds::read_text("/proc/self/smaps")?;
         let mut inside = false;
         for line in smaps.lines() {
             let first = line.split_whitespace().next().unwrap_or("");
@@ -272,7 +272,7 @@ mod tests {
         assert!(bytes.iter().all(|&x| x == 0));
         // Where the machine gives huge pages only on advice (or always),
         // the arena has them; with none at all there is nothing to check.
-        let thp = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        let thp = crate::util::fds::read_text("/sys/kernel/mm/transparent_hugepage/enabled")
             .unwrap_or_default();
         if thp.contains("[never]") || thp.is_empty() {
             return;

@@ -128,7 +128,7 @@ pub(crate) struct Bell {
 impl Bell {
     pub(crate) fn new() -> Result<Bell> {
         // SAFETY: eventfd has no memory-safety preconditions.
-        let fd = Fd::make(|| unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
+        let fd = Fd::make(&mut || unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
             .map_err(|e| Error::Engine(format!("eventfd for a queue's doorbell: {e}")))?;
         Ok(Bell {
             fd,

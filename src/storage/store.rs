@@ -380,10 +380,23 @@ fn dio_alignment(fd: &Fd) -> Option<(u32, u32)> {
 }
 
 fn open_raw(path: &Path, flags: i32) -> std::io::Result<Fd> {
+    open_as(path, flags, Fd::make)
+}
+
+/// As [`open_raw`], a root's lock file (closed in a child made by `fork`).
+fn open_lock_file(path: &Path, flags: i32) -> std::io::Result<Fd> {
+    open_as(path, flags, Fd::make_lock)
+}
+
+fn open_as(
+    path: &Path,
+    flags: i32,
+    make: fn(&mut dyn FnMut() -> i32) -> std::io::Result<Fd>,
+) -> std::io::Result<Fd> {
     let c = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: `c` is a valid NUL-terminated path; the mode is used only with O_CREAT.
-    Fd::make(|| unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644 as libc::c_uint) })
+    make(&mut || unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC, 0o644 as libc::c_uint) })
 }
 
 fn pread_exact(fd: &Fd, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
@@ -831,9 +844,8 @@ impl Drop for RootLock {
 fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     let path = root.join(LOCK_FILE);
     let open = || -> Result<(Fd, (u64, u64))> {
-        let fd = open_raw(&path, libc::O_RDWR | libc::O_CREAT)
+        let fd = open_lock_file(&path, libc::O_RDWR | libc::O_CREAT)
             .map_err(|e| Error::os(format!("device {device}: open lock file"), &path, e))?;
-        fd.mark_lock();
         let id = fstat(&fd)
             .map(|st| (st.st_dev, st.st_ino))
             .map_err(|e| Error::os(format!("device {device}: examine"), &path, e))?;
@@ -941,12 +953,11 @@ impl Store {
     /// as if the store that made the file were still open).
     pub fn remove_lock_file(root: &Path) -> Result<bool> {
         let path = root.join(LOCK_FILE);
-        let fd = match open_raw(&path, libc::O_RDWR) {
+        let fd = match open_lock_file(&path, libc::O_RDWR) {
             Ok(fd) => fd,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(Error::os("open lock file", &path, e)),
         };
-        fd.mark_lock();
         // SAFETY: plain system call on an open descriptor.
         if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let e = std::io::Error::last_os_error();

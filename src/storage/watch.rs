@@ -104,7 +104,7 @@ impl PathWatch {
         let state = watchable
             .then(|| {
                 // SAFETY: a valid C string.
-                Fd::make(|| unsafe {
+                Fd::make(&mut || unsafe {
                     libc::open(
                         c"/proc/self/mountinfo".as_ptr(),
                         libc::O_RDONLY | libc::O_CLOEXEC,
@@ -269,7 +269,7 @@ impl PathWatch {
     fn arm(&self) -> Option<Armed> {
         // SAFETY: plain system call.
         let inotify =
-            Fd::make(|| unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) })
+            Fd::make(&mut || unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) })
                 .ok()?;
         let mut roles: HashMap<i32, Vec<Role>> = HashMap::new();
         let add = |dir: &Path, roles: &mut HashMap<i32, Vec<Role>>, role: Role| -> Option<()> {

@@ -22,8 +22,9 @@
 //! a larger limit than Linux's default maximum) is kept and closed as any
 //! other, but unnamed.
 
+use std::cell::{Cell, RefCell};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Once, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// Words of a chunk of the map (64 descriptors each).
@@ -128,30 +129,103 @@ static LOCKS: Bits = Bits::new();
 /// descriptor the crate keeps.
 static GATE: RwLock<()> = RwLock::new(());
 
+thread_local! {
+    /// This thread passes or holds the gate: a signal handler that runs on
+    /// it meanwhile (a `dup2` in a crash handler) must not wait for the gate,
+    /// which its own thread keeps from it.
+    static IN_GATE: Cell<bool> = const { Cell::new(false) };
+    /// The gate shut for a `fork` by this thread, from the prepare handler
+    /// to the parent's or the child's.
+    static FORK_HOLD: RefCell<Option<Gate>> = const { RefCell::new(None) };
+}
+
+/// The process that first used the gate: in a child made by `fork` (by the
+/// raw system call too, which runs no handler) the gate may have been
+/// passed by a thread the child does not have, and no thread of the crate
+/// is left to open or close anything, so the gate is not waited for there.
+static GATE_PID: AtomicI32 = AtomicI32::new(0);
+
+/// A pass of the gate, or its hold; nothing when the gate is not waited for
+/// (this thread already passes or holds it, or this is a child process).
+pub(crate) struct Gate {
+    inner: GateInner,
+}
+
+enum GateInner {
+    Passed(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Held(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+    Skipped,
+}
+
+impl Drop for Gate {
+    fn drop(&mut self) {
+        if !matches!(self.inner, GateInner::Skipped) {
+            IN_GATE.with(|g| g.set(false));
+        }
+    }
+}
+
+/// Whether the gate is not to be waited for here (see [`Gate`]).
+fn skip_gate() -> bool {
+    if IN_GATE.with(Cell::get) {
+        return true;
+    }
+    // SAFETY: plain getter.
+    let pid = unsafe { libc::getpid() };
+    match GATE_PID.compare_exchange(0, pid, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            register_atfork();
+            false
+        }
+        Err(first) => first != pid,
+    }
+}
+
 /// Pass the gate: no [`hold`] is taken while the guard lives. Held only
 /// across the system calls that make or close a descriptor and the map's
 /// update, never while waiting for anything else (a waiting [`hold`] stops
 /// new passes, so a pass held across a wait could stall both).
-pub(crate) fn pass() -> RwLockReadGuard<'static, ()> {
-    GATE.read().unwrap_or_else(|p| p.into_inner())
+pub(crate) fn pass() -> Gate {
+    if skip_gate() {
+        return Gate {
+            inner: GateInner::Skipped,
+        };
+    }
+    let g = GATE.read().unwrap_or_else(|p| p.into_inner());
+    IN_GATE.with(|f| f.set(true));
+    Gate {
+        inner: GateInner::Passed(g),
+    }
+}
+
+fn shut() -> Gate {
+    if skip_gate() {
+        return Gate {
+            inner: GateInner::Skipped,
+        };
+    }
+    let g = GATE.write().unwrap_or_else(|p| p.into_inner());
+    IN_GATE.with(|f| f.set(true));
+    Gate {
+        inner: GateInner::Held(g),
+    }
 }
 
 /// Shut the gate until the guard drops: meanwhile the crate neither opens
 /// nor closes a descriptor it keeps, and [`is_ours`] stays true of each
-/// number. Never take it in a thread that is inside a call to the crate, and
-/// never in a child made by `fork` (the gate may have been passed by a thread
-/// the child does not have): there, with no other threads of the crate,
-/// [`is_ours`] alone is true.
+/// number. Never hold it across a call into the crate (which would wait for
+/// it). On a thread that already holds it, or in a signal handler that
+/// interrupted a thread passing it, it is not waited for (nor held); nor in
+/// a child made by `fork`, where no thread of the crate is left to open or
+/// close anything.
 pub fn hold() -> Hold {
-    Hold {
-        _g: GATE.write().unwrap_or_else(|p| p.into_inner()),
-    }
+    Hold { _g: shut() }
 }
 
 /// The guard of [`hold`].
 #[must_use = "the gate opens again when the guard drops"]
 pub struct Hold {
-    _g: RwLockWriteGuard<'static, ()>,
+    _g: Gate,
 }
 
 /// Whether descriptor `fd` is one the crate keeps (a backing file, a lock
@@ -170,6 +244,16 @@ pub fn ours_from(from: RawFd) -> Vec<RawFd> {
     v
 }
 
+/// In a child made by `fork`, where the crate's objects are the parent's
+/// and unused: the program takes number `fd` over (closes it, or makes it a
+/// copy of another file), and the crate forgets it, so that no drop of the
+/// child's copy of an object (a thread's ring at the thread's end) closes
+/// what the program put there.
+pub fn disown(fd: RawFd) {
+    LOCKS.remove(fd);
+    OURS.remove(fd);
+}
+
 /// In a child made by `fork`: close this process's copies of the roots'
 /// lock files, so that the locks go with the parent. Done by the crate's own
 /// `atfork` handler after `fork`; a child made by the raw system call (no
@@ -183,17 +267,42 @@ pub fn close_locks_in_child() {
     });
 }
 
-extern "C" fn after_fork_child() {
-    close_locks_in_child();
+/// Before a `fork`: the gate is shut, so the child's map holds each
+/// descriptor whole (none half made, no lock file unnamed as one).
+extern "C" fn before_fork() {
+    let g = shut();
+    FORK_HOLD.with(|h| *h.borrow_mut() = Some(g));
 }
 
-/// Register [`after_fork_child`] once, before the first lock file is kept.
+extern "C" fn after_fork_parent() {
+    FORK_HOLD.with(|h| h.borrow_mut().take());
+}
+
+extern "C" fn after_fork_child() {
+    close_locks_in_child();
+    FORK_HOLD.with(|h| h.borrow_mut().take());
+}
+
+/// Register the `fork` handlers once, at the first use of the gate.
 fn register_atfork() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        // SAFETY: registers a plain `extern "C"` function with no arguments.
-        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+        // SAFETY: registers plain `extern "C"` functions with no arguments.
+        unsafe {
+            libc::pthread_atfork(
+                Some(before_fork),
+                Some(after_fork_parent),
+                Some(after_fork_child),
+            )
+        };
     });
+}
+
+/// A small file of `/proc` or `/sys` as text, read with the gate passed:
+/// its descriptor is not one a program's wholesale close takes meanwhile.
+pub(crate) fn read_text(p: impl AsRef<std::path::Path>) -> Option<String> {
+    let _g = pass();
+    std::fs::read_to_string(p).ok()
 }
 
 /// Close by the system call itself: not through a `close` another library
@@ -211,7 +320,7 @@ pub(crate) struct Fd(RawFd);
 impl Fd {
     /// Make one with `open`, which returns a fresh descriptor or -1 with
     /// `errno` set.
-    pub(crate) fn make(open: impl FnOnce() -> RawFd) -> std::io::Result<Fd> {
+    pub(crate) fn make(open: &mut dyn FnMut() -> RawFd) -> std::io::Result<Fd> {
         let _g = pass();
         let fd = open();
         if fd < 0 {
@@ -221,11 +330,17 @@ impl Fd {
         Ok(Fd(fd))
     }
 
-    /// Name this descriptor a lock file's: a child made by `fork` closes its
+    /// As [`Fd::make`], a lock file's: a child made by `fork` closes its
     /// copy at once.
-    pub(crate) fn mark_lock(&self) {
-        register_atfork();
-        LOCKS.insert(self.0);
+    pub(crate) fn make_lock(open: &mut dyn FnMut() -> RawFd) -> std::io::Result<Fd> {
+        let _g = pass();
+        let fd = open();
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        LOCKS.insert(fd);
+        OURS.insert(fd);
+        Ok(Fd(fd))
     }
 }
 
@@ -261,9 +376,10 @@ pub(crate) fn name(fd: RawFd) {
     OURS.insert(fd);
 }
 
-/// Stop naming a descriptor of [`name`].
-pub(crate) fn forget(fd: RawFd) {
-    OURS.remove(fd);
+/// Stop naming a descriptor of [`name`]; whether its owner is to close it
+/// (it was named, or past the map), not when a child disowned it.
+pub(crate) fn forget(fd: RawFd) -> bool {
+    OURS.remove(fd) || fd as usize >= LIMIT
 }
 
 #[cfg(test)]
@@ -272,7 +388,7 @@ mod tests {
 
     fn eventfd() -> Fd {
         // SAFETY: eventfd has no memory-safety preconditions.
-        Fd::make(|| unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) }).unwrap()
+        Fd::make(&mut || unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) }).unwrap()
     }
 
     #[test]
@@ -297,11 +413,12 @@ mod tests {
         let c = std::ffi::CString::new(path.to_str().unwrap()).unwrap();
         let open = || {
             // SAFETY: a valid path; the mode is used with O_CREAT.
-            Fd::make(|| unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) })
+            Fd::make(&mut || unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600) })
                 .unwrap()
         };
-        let (lock, plain) = (open(), open());
-        lock.mark_lock();
+        let plain = open();
+        // SAFETY: as above.
+        let lock = Fd::make_lock(&mut || unsafe { libc::open(c.as_ptr(), libc::O_RDWR) }).unwrap();
         // SAFETY: fork; the child makes only system calls, then `_exit`.
         let pid = unsafe { libc::fork() };
         if pid == 0 {
@@ -323,6 +440,23 @@ mod tests {
         // The parent's are untouched.
         assert!(is_ours(lock.as_raw_fd()) && is_ours(plain.as_raw_fd()));
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A thread that passes the gate and is interrupted by a signal handler
+    /// that shuts it (a `dup2` in a crash handler) does not wait for itself.
+    #[test]
+    fn a_thread_passing_the_gate_shuts_it_without_waiting() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _p = pass();
+            let _h = hold();
+            let _again = pass();
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(20))
+            .expect("a thread passing the gate waited for ever to shut it");
+        // And the gate works for others once it is open again.
+        let _h = hold();
     }
 
     #[test]

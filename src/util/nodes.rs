@@ -24,6 +24,8 @@ pub fn nodes() -> Vec<Node> {
     if let Some(v) = FAKE_NODES.with(|f| f.borrow().clone()) {
         return v;
     }
+    // The listing's descriptor is not one a program's wholesale close takes.
+    let _gate = crate::util::fds::pass();
     let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
         return Vec::new();
     };
@@ -32,7 +34,7 @@ pub fn nodes() -> Vec<Node> {
             let e = e.ok()?;
             let name = e.file_name().into_string().ok()?;
             let id: usize = name.strip_prefix("node")?.parse().ok()?;
-            let list = std::fs::read_to_string(e.path().join("cpulist")).ok()?;
+            let list = crate::util::fds::read_text(e.path().join("cpulist"))?;
             Some(Node {
                 id,
                 cpus: parse_cpulist(list.trim())?,

@@ -34,7 +34,7 @@ pub struct MemoryRoom {
 /// What the machine and the process's memory cgroup can give now, or `None`
 /// when none of it can be read.
 pub fn memory_room() -> Option<MemoryRoom> {
-    room_from(&|p: &Path| std::fs::read_to_string(p).ok())
+    room_from(&|p: &Path| crate::util::fds::read_text(p))
 }
 
 /// `Ok` if `needed` bytes fit in [`memory_room`] (or it cannot be read),

@@ -160,9 +160,12 @@ impl std::ops::DerefMut for Ring {
 impl Drop for Ring {
     fn drop(&mut self) {
         let _g = fds::pass();
-        fds::forget(self.0.as_raw_fd());
-        // SAFETY: dropped once, here; the field is not used again.
-        unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        // Not named any more: in a child made by `fork`, the program took
+        // the number over (the ring's memory is left mapped, unused).
+        if fds::forget(self.0.as_raw_fd()) {
+            // SAFETY: dropped once, here; the field is not used again.
+            unsafe { std::mem::ManuallyDrop::drop(&mut self.0) };
+        }
     }
 }
 

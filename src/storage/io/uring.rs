@@ -43,7 +43,7 @@ impl UringEngine {
     pub(crate) fn start(p: &EngineParams) -> Result<Arc<dyn super::DeviceEngine>> {
         let depth = p.io_depth.clamp(1, 4096);
         // SAFETY: eventfd has no memory-safety preconditions.
-        let efd = Fd::make(|| unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
+        let efd = Fd::make(&mut || unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) })
             .map_err(|e| Error::Engine(format!("eventfd for device {}: {e}", p.device)))?;
         let mailbox = Arc::new(Mailbox::new(depth as usize * 4, Some(efd)));
         let file_slots: Arc<Mutex<Vec<u32>>> = Arc::new(Mutex::new((0..MAX_FILES).rev().collect()));
