@@ -2217,9 +2217,9 @@ pub unsafe extern "C" fn mkostemps64(
 // ---- attributes ---------------------------------------------------------
 
 /// An inode number for a name: stable while the name is.
-fn ino_of(name: &str) -> u64 {
+pub(crate) fn ino_of(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
+    for &b in name {
         h ^= b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
@@ -2234,7 +2234,7 @@ fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<
     // SAFETY: a zeroed stat64 is valid.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     st.st_dev = cfg.dev_ino.0;
-    st.st_ino = ino_of(name);
+    st.st_ino = ino_of(name.as_bytes());
     st.st_nlink = 1;
     st.st_mode = libc::S_IFREG | 0o644;
     (st.st_uid, st.st_gid) = s.owner;

@@ -261,14 +261,24 @@ pub unsafe extern "C" fn copy_file_range(
             return fail(e);
         }
     }
+    let start = |off: Option<i64>, d: &state::Desc| {
+        off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
+    };
+    // As the kernel: an output range whose end passes the largest file
+    // size is refused (the input's is cut at its file's end).
+    if let Some(o) = &dout
+        && i64::try_from(len)
+            .ok()
+            .and_then(|n| start(b, o).checked_add(n))
+            .is_none()
+    {
+        return fail(libc::EFBIG);
+    }
     // Within one file the two ranges must not overlap, the input's cut at
     // the file's end first.
     if let (Some(i), Some(o)) = (&din, &dout)
         && std::sync::Arc::ptr_eq(&i.node, &o.node)
     {
-        let start = |off: Option<i64>, d: &state::Desc| {
-            off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
-        };
         let (x, y) = (start(a, i), start(b, o));
         let n = (len.min(MAX_RW) as i64).min((i.node.len() as i64 - x).max(0));
         if n > 0 && x < y + n && y < x + n {

@@ -16,14 +16,24 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::path::{Place, classify};
 use crate::{real, set_errno, state};
 
+/// [`Listing::magic`] of a live listing.
+const MAGIC: u64 = 0x5345_5443_4143_4845;
+
 /// A listing of the store.
+#[repr(C)]
 struct Listing {
+    /// [`MAGIC`] while the listing lives: what tells it from the C library's
+    /// streams in a child made by `fork` while another thread held [`OURS`]
+    /// (a stream of the C library is longer than this word).
+    magic: u64,
     names: Vec<Vec<u8>>,
     next: usize,
     /// The entry `readdir` returned last (valid until the next call).
     ent: libc::dirent64,
     /// A real descriptor of the directory, for `dirfd` (and `fsync` of it).
     fd: c_int,
+    /// The inode numbers of `.` and `..` (a file's is its `stat`'s).
+    dots: [u64; 2],
 }
 
 /// Streams made here, by address.
@@ -34,22 +44,29 @@ fn ours(dir: *mut libc::DIR) -> Option<*mut Listing> {
     if COUNT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let list = OURS.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(list) = state::lock_unless_held_at_fork(&OURS) else {
+        // SAFETY: `dir` is a live stream, ours or the C library's, at least a word long.
+        let magic = unsafe { *(dir as *const u64) };
+        return (magic == MAGIC).then_some(dir.cast());
+    };
     list.contains(&(dir as usize)).then_some(dir.cast())
+}
+
+/// The store's names as the directory lists them now, `.` and `..` first.
+fn names_now(call: &str) -> Result<Vec<Vec<u8>>, i32> {
+    let s = state::state()?;
+    let names = s.cs.store().list().map_err(|e| crate::fail(call, &e))?;
+    let mut all: Vec<Vec<u8>> = vec![b".".to_vec(), b"..".to_vec()];
+    all.extend(names.into_iter().map(String::into_bytes));
+    Ok(all)
 }
 
 /// A listing of the store, on a descriptor of its directory: `fd` (the
 /// caller's, which the listing then owns, as `fdopendir` takes it), or one
 /// opened here.
 fn open_listing(fd: Option<c_int>) -> Result<*mut libc::DIR, i32> {
-    let s = state::state()?;
     let cfg = state::config().ok_or(libc::EINVAL)?;
-    let names =
-        s.cs.store()
-            .list()
-            .map_err(|e| crate::fail("opendir", &e))?;
-    let mut all: Vec<Vec<u8>> = vec![b".".to_vec(), b"..".to_vec()];
-    all.extend(names.into_iter().map(String::into_bytes));
+    let all = names_now("opendir")?;
     let fd = match fd {
         Some(fd) => fd,
         // SAFETY: opens the store's directory by its C string.
@@ -65,7 +82,16 @@ fn open_listing(fd: Option<c_int>) -> Result<*mut libc::DIR, i32> {
         // SAFETY: reads this thread's errno.
         return Err(unsafe { *libc::__errno_location() });
     }
+    let parent = {
+        // SAFETY: a zeroed stat64 is valid, and fstatat fills it.
+        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        // SAFETY: the directory's descriptor, a C string and a buffer of ours.
+        let ok = unsafe { real::fstatat64()(fd, c"..".as_ptr(), &mut st, 0) } == 0;
+        if ok { st.st_ino } else { 0 }
+    };
     let l = Box::new(Listing {
+        dots: [cfg.dev_ino.1, parent],
+        magic: MAGIC,
         names: all,
         next: 0,
         // SAFETY: a zeroed dirent64 is valid.
@@ -150,7 +176,11 @@ fn next(l: &mut Listing) -> *mut libc::dirent64 {
         *d = *s as c_char;
     }
     e.d_name[n] = 0;
-    e.d_ino = l.next as u64;
+    e.d_ino = match name.as_slice() {
+        b"." => l.dots[0],
+        b".." => l.dots[1],
+        n => crate::calls::ino_of(n),
+    };
     e.d_off = l.next as i64;
     e.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
     e.d_type = if name == b"." || name == b".." {
@@ -184,8 +214,19 @@ pub unsafe extern "C" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn rewinddir(dir: *mut libc::DIR) {
     match ours(dir) {
-        // SAFETY: a live listing made by open_listing.
-        Some(l) => unsafe { (*l).next = 0 },
+        Some(l) => {
+            // SAFETY: a live listing made by open_listing.
+            let l = unsafe { &mut *l };
+            // The directory as it is now, as POSIX asks of `rewinddir`
+            // (which reports nothing: a listing that fails keeps the last).
+            // SAFETY: reads and restores this thread's errno.
+            let saved = unsafe { *libc::__errno_location() };
+            if let Ok(all) = names_now("rewinddir") {
+                l.names = all;
+            }
+            set_errno(saved);
+            l.next = 0;
+        }
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::rewinddir()(dir) },
     }
@@ -204,12 +245,13 @@ pub unsafe extern "C" fn dirfd(dir: *mut libc::DIR) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
     if let Some(l) = ours(dir) {
-        OURS.lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|&p| p != dir as usize);
+        if let Some(mut list) = state::lock_unless_held_at_fork(&OURS) {
+            list.retain(|&p| p != dir as usize);
+        }
         COUNT.fetch_sub(1, Ordering::Relaxed);
         // SAFETY: made by Box::into_raw in open_listing, and no longer listed.
-        let l = unsafe { Box::from_raw(l) };
+        let mut l = unsafe { Box::from_raw(l) };
+        l.magic = 0;
         // SAFETY: the listing's own descriptor.
         unsafe { real::close()(l.fd) };
         return 0;

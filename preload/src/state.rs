@@ -336,6 +336,19 @@ pub(crate) fn forked() -> bool {
     false
 }
 
+/// Lock `m`; in a child made by `fork`, where a thread the child does not
+/// have may have held it at the fork, without waiting (`None` then).
+pub(crate) fn lock_unless_held_at_fork<T>(m: &Mutex<T>) -> Option<std::sync::MutexGuard<'_, T>> {
+    if !forked() {
+        return Some(m.lock().unwrap_or_else(|p| p.into_inner()));
+    }
+    match m.try_lock() {
+        Ok(g) => Some(g),
+        Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(TryLockError::WouldBlock) => None,
+    }
+}
+
 /// Whether this process opened the store (and is not a child made by
 /// `fork`).
 pub(crate) fn store_opened() -> bool {

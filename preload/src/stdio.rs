@@ -68,7 +68,10 @@ static STREAMS: Mutex<Vec<(usize, c_int)>> = Mutex::new(Vec::new());
 static STREAM_COUNT: AtomicUsize = AtomicUsize::new(0);
 
 fn forget_stream(fd: c_int) {
-    let mut s = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    // In a child made by `fork` while another thread held the list: left.
+    let Some(mut s) = crate::state::lock_unless_held_at_fork(&STREAMS) else {
+        return;
+    };
     s.retain(|&(_, d)| d != fd);
     STREAM_COUNT.store(s.len(), Ordering::Relaxed);
 }
@@ -84,7 +87,9 @@ fn placeholder_of(f: *mut libc::FILE) -> Option<c_int> {
     if STREAM_COUNT.load(Ordering::Relaxed) == 0 {
         return None;
     }
-    let s = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+    // In a child made by `fork` while another thread held the list, the
+    // stream is not known (the store is the parent's: its calls fail there).
+    let s = crate::state::lock_unless_held_at_fork(&STREAMS)?;
     s.iter().find(|&&(p, _)| p == f as usize).map(|&(_, fd)| fd)
 }
 
@@ -135,7 +140,10 @@ fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
         return std::ptr::null_mut();
     };
     match calls::open_inside(name, flags) {
-        Ok(fd) => stream_of(fd, mode, true),
+        Ok(fd) => {
+            at_end_for_appending(fd, m);
+            stream_of(fd, mode, true)
+        }
         Err(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -210,10 +218,23 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }
-    if flags & libc::O_APPEND != 0 {
-        d.status.fetch_or(libc::O_APPEND, Ordering::Relaxed);
+    if flags & libc::O_APPEND != 0
+        && d.status.fetch_or(libc::O_APPEND, Ordering::Relaxed) & libc::O_APPEND == 0
+    {
+        // SAFETY: fdopen's mode is a C string.
+        at_end_for_appending(fd, unsafe { CStr::from_ptr(mode) }.to_bytes());
     }
     stream_of(fd, mode, false)
+}
+
+/// As the C library's `fopen` (and `fdopen` when it adds `O_APPEND`): a
+/// stream opened to append only (`"a"`, no `+`) starts at the file's end,
+/// so that `ftell` before the first write gives the file's length.
+fn at_end_for_appending(fd: c_int, mode: &[u8]) {
+    if mode.first() == Some(&b'a') && !mode.contains(&b'+') {
+        // SAFETY: a placeholder of ours; the position moves to the end.
+        unsafe { calls::lseek64(fd, 0, libc::SEEK_END) };
+    }
 }
 
 fn refuse_freopen() -> *mut libc::FILE {

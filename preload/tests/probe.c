@@ -25,6 +25,7 @@
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -92,11 +93,18 @@ static void list(const char *what) {
         return;
     }
     char *names[64];
-    int n = 0;
+    int n = 0, ino_differs = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 64)
+    while ((e = readdir(d)) && n < 64) {
         names[n++] = strdup(e->d_name);
+        /* An entry's inode number is its stat's (the parent's aside). */
+        struct stat st;
+        if (strcmp(e->d_name, "..") != 0 &&
+            (stat(path(e->d_name), &st) != 0 || st.st_ino != e->d_ino))
+            ino_differs++;
+    }
     closedir(d);
+    printf("%-40s %d\n", "  entries whose d_ino is not st_ino", ino_differs);
     qsort(names, n, sizeof names[0], by_name);
     printf("%-40s", what);
     for (int i = 0; i < n; i++) {
@@ -560,6 +568,8 @@ static void more_calls(void) {
     show("  offsets after it", x * 100000 + y);
     x = 20000, y = 0;
     show("copy_file_range past its end", copy_file_range(c, &x, c, &y, 500, 0));
+    x = 0, y = INT64_MAX - 10;
+    show("copy_file_range to the largest offset", copy_file_range(c, &x, c, &y, 100, 0));
     int pfd[2];
     if (pipe(pfd) == 0) {
         show("copy_file_range into a pipe", copy_file_range(a, NULL, pfd[1], NULL, 10, 0));
@@ -826,6 +836,21 @@ static void common(void) {
         printf("%-40s %s", "  second line", got ? line : "(none)\n");
         fclose(f);
     }
+    /* Opened to append only, a stream starts at the end; "a+" reads from
+     * the start. */
+    f = fopen(path("s"), "a");
+    show("fopen a, ftell", f ? ftell(f) : -2);
+    if (f)
+        fclose(f);
+    f = fopen(path("s"), "a+");
+    show("fopen a+, ftell", f ? ftell(f) : -2);
+    if (f)
+        fclose(f);
+    fd = open(path("s"), O_WRONLY);
+    f = fdopen(fd, "a");
+    show("fdopen a, ftell", f ? ftell(f) : -2);
+    if (f)
+        fclose(f);
 
     edges();
     more_calls();
@@ -834,6 +859,20 @@ static void common(void) {
     show("unlink p3 again", unlink(path("p3")));
     show_size("stat p3", "p3");
     list("list");
+    /* rewinddir shows the directory as it is now. */
+    DIR *rd = opendir(dir);
+    if (rd) {
+        int made = open(path("made-later"), O_CREAT | O_WRONLY, 0644);
+        close(made);
+        rewinddir(rd);
+        int seen = 0;
+        struct dirent *e;
+        while ((e = readdir(rd)))
+            seen |= strcmp(e->d_name, "made-later") == 0;
+        printf("%-40s %d\n", "rewinddir shows a file made since", seen);
+        closedir(rd);
+        unlink(path("made-later"));
+    }
     const char *names[] = {"a", "c", "d", "s"};
     for (int i = 0; i < 4; i++)
         unlink(path(names[i]));
@@ -1096,12 +1135,24 @@ static void late_destructors(void) {
 static int race_fd = -1;
 static volatile int race_stop;
 
+static FILE *race_stream;
+static DIR *race_dir;
+
 static void *hammer(void *arg) {
     char b[64];
     (void)arg;
-    while (!race_stop)
+    while (!race_stop) {
         if (pread(race_fd, b, sizeof b, 0) < 0)
             abort();
+        /* The library's lists of streams and listings, locked a moment
+         * each. */
+        if (fileno(race_stream) < 0)
+            abort();
+        DIR *d = opendir(dir);
+        if (!d)
+            abort();
+        closedir(d);
+    }
     return NULL;
 }
 
@@ -1111,6 +1162,10 @@ static void *hammer(void *arg) {
 static void fork_race(void) {
     race_fd = open(path("f"), O_CREAT | O_RDWR, 0644);
     show("write", write(race_fd, "data", 4));
+    race_stream = fopen(path("f"), "r");
+    race_dir = opendir(dir);
+    if (!race_stream || !race_dir)
+        abort();
     fflush(stdout);
     pthread_t t;
     if (pthread_create(&t, NULL, hammer, NULL) != 0)
@@ -1120,6 +1175,8 @@ static void fork_race(void) {
         pid_t pid = fork();
         if (pid == 0) {
             close(race_fd);
+            fileno(race_stream);
+            readdir(race_dir);
             _exit(0);
         }
         int st, waited = 0;
