@@ -96,9 +96,13 @@ const char *setcache_last_error(void);
 int setcache_store_open(const char *const *devices, size_t ndevices,
                         const struct setcache_options *opts, setcache_store **out);
 /* Write every dirty page and close the store. -EBUSY (and nothing closed)
- * while files or queues of it are open. Any other error is the final write's:
- * the store is closed even then (the handle is gone). */
+ * while files or queues of it are open. Any other error is the final write's,
+ * and the store stays open (the handle too, its pages kept): free space and
+ * close again, or give the pages up with setcache_store_discard. */
 int setcache_store_close(setcache_store *store);
+/* Close the store without writing its dirty pages (they are lost): after a
+ * failed setcache_store_close. -EBUSY while files or queues of it are open. */
+int setcache_store_discard(setcache_store *store);
 /* Write every dirty page of every file and make it durable. */
 int setcache_store_sync(setcache_store *store);
 /* Counters of the store. */
@@ -107,10 +111,16 @@ int setcache_stats_get(setcache_store *store, struct setcache_stats *out);
 /* Create a file of `len` bytes (zeros); -EEXIST if the name is taken. */
 int setcache_create(setcache_store *store, const char *name, uint64_t len,
                     setcache_file **out);
-/* Open an existing file; -ENOENT if there is none. */
+/* Open an existing file; -ENOENT if there is none. A loss an earlier failed
+ * fsync left (data the kernel may have dropped) stays: the file's syncs, through
+ * every handle, keep failing until setcache_accept_loss. */
 int setcache_open(setcache_store *store, const char *name, setcache_file **out);
-/* Close a file (its dirty pages stay cached and are written back later).
- * -EBUSY while pins of it are held. */
+/* Accept the loss an earlier failed fsync left: the file's next sync reports
+ * only what fails from now on. 1 if there was one, 0 if not. */
+int setcache_accept_loss(setcache_file *file);
+/* Close a file (its dirty pages stay cached and are written back later; a
+ * failure then is reported by a later sync of the file or the store, not
+ * here: call setcache_sync first to know). -EBUSY while pins of it are held. */
 int setcache_close(setcache_file *file);
 /* Delete a file; open handles of it fail with -ESTALE afterwards. */
 int setcache_delete(setcache_store *store, const char *name);

@@ -264,6 +264,8 @@ pub unsafe extern "C" fn setcache_store_open(
                 return Err(einval("reserved must be zero"));
             }
         }
+        // The cache's options too, before the store is opened.
+        <setcache::PageCache>::check(&copts)?;
         let store = Store::open(
             &roots,
             StoreOptions {
@@ -301,13 +303,29 @@ pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_i
                 format!("{open} files or queues of the store are still open: close them first"),
             ));
         }
-        // Taken first, so that the handle is freed however the sync ends (a
-        // panic in it too), as an error other than EBUSY says.
+        // A failed write keeps the handle: the caller may free space and
+        // close again, or give the pages up with `setcache_store_discard`.
+        s.cs.sync()?;
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
-        let s = unsafe { Box::from_raw(store) };
-        let r = s.cs.sync();
-        drop(s);
-        r?;
+        drop(unsafe { Box::from_raw(store) });
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_store_discard(store: *mut setcache_store) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let s = unsafe { handle(store, "the store") }?;
+        let open = s.users.load(Ordering::Acquire);
+        if open != 0 {
+            return Err(Fail(
+                libc::EBUSY,
+                format!("{open} files or queues of the store are still open: close them first"),
+            ));
+        }
+        // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
+        drop(unsafe { Box::from_raw(store) });
         Ok(0)
     })
 }
@@ -392,8 +410,19 @@ pub unsafe extern "C" fn setcache_open(
         if out_file.is_null() {
             return Err(einval("the output pointer is NULL"));
         }
-        let f = s.cs.open_file(name)?;
+        // A loss an earlier failed fsync left stays, for the handles that
+        // have not been told (`setcache_accept_loss` takes it).
+        let f = s.cs.open_file_keeping_loss(name)?;
         new_file(s, f, out_file)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_accept_loss(file: *mut setcache_file) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let had = unsafe { handle(file, "the file") }?.file.accept_loss()?;
+        Ok(had as i64)
     })
 }
 
@@ -825,4 +854,148 @@ pub unsafe extern "C" fn setcache_unpin(pin: *mut setcache_page) -> c_int {
         drop(unsafe { Box::from_raw(pin) });
         Ok(0)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use setcache::{
+        CacheOptions, EngineKind, SimConfig, SimMedia, SimSwitches, Store, StoreOptions,
+    };
+
+    /// A loss a failed fsync left (pages written back, then the fsync
+    /// failed) is not cleared by another `setcache_open` of the file: the
+    /// first handle's sync still reports it, until `setcache_accept_loss`.
+    /// Cache options the cache refuses are refused before the store is
+    /// opened: no lock file is left in the device directory.
+    #[test]
+    fn bad_cache_options_are_refused_before_the_store_opens() {
+        let dir = std::env::temp_dir().join(format!("setcache-capi-opts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = CString::new(dir.to_str().unwrap()).unwrap();
+        let devs = [dev.as_ptr()];
+        let opts = setcache_options {
+            cache_bytes: 1 << 20,
+            page_size: 0,
+            set_pages: u32::MAX,
+            readahead_bytes: 0,
+            partitions: 0,
+            reserved: 0,
+        };
+        let mut s = std::ptr::null_mut();
+        // SAFETY: live values of this test.
+        let r = unsafe { setcache_store_open(devs.as_ptr(), 1, &opts, &mut s) };
+        assert_eq!(r, -libc::EINVAL);
+        assert!(s.is_null());
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "the store was opened first: {left:?}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store of one simulated device under a new directory, whose fsyncs
+    /// fail with `ENOSPC` as `sw` says, with a cache of 16 pages.
+    fn sim_store(tag: &str, sw: &Arc<SimSwitches>) -> (std::path::PathBuf, *mut setcache_store) {
+        let dir = std::env::temp_dir().join(format!("setcache-capi-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+        let opts = StoreOptions {
+            engine: EngineKind::Sim(SimConfig {
+                media: SimMedia::new(),
+                switches: sw.clone(),
+                ..SimConfig::default()
+            }),
+            block_pages: 1,
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
+        let cache = CacheOptions {
+            size: 16 * 4096,
+            assoc: 4,
+            ..CacheOptions::default()
+        };
+        let s = Box::into_raw(Box::new(setcache_store {
+            cs: Arc::new(CachedStore::with_flusher(store, cache, None).unwrap()),
+            users: Arc::new(AtomicUsize::new(0)),
+        }));
+        (dir, s)
+    }
+
+    /// A close of the store whose last write fails keeps the handle (the
+    /// pages are not dropped): a close once the fault is gone writes them;
+    /// `setcache_store_discard` gives them up.
+    #[test]
+    fn a_store_close_that_fails_keeps_the_store() {
+        let sw = Arc::new(SimSwitches::default());
+        for give_up in [false, true] {
+            let (dir, s) = sim_store("close", &sw);
+            let name = CString::new("k").unwrap();
+            let mut f = std::ptr::null_mut();
+            // SAFETY: live handles and buffers of this test.
+            unsafe {
+                assert_eq!(setcache_create(s, name.as_ptr(), 4096, &mut f), 0);
+                assert_eq!(setcache_pwrite(f, [7u8; 100].as_ptr().cast(), 100, 0), 100);
+                assert_eq!(setcache_close(f), 0);
+                sw.fsync_failures.store(1, Ordering::Release);
+                assert_eq!(setcache_store_close(s), -libc::ENOSPC);
+                // Still open: its counters answer.
+                let mut st = std::mem::zeroed();
+                assert_eq!(setcache_stats_get(s, &mut st), 0);
+                if give_up {
+                    assert_eq!(setcache_store_discard(s), 0);
+                } else {
+                    assert_eq!(setcache_store_close(s), 0);
+                }
+            }
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    #[test]
+    fn an_open_leaves_a_loss_for_the_handles_not_told() {
+        let sw = Arc::new(SimSwitches::default());
+        let (dir, s) = sim_store("loss", &sw);
+        let name = CString::new("j").unwrap();
+        let (mut a, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: live handles and buffers of this test.
+        unsafe {
+            assert_eq!(setcache_create(s, name.as_ptr(), 64 * 4096, &mut a), 0);
+            let page = [0x5Eu8; 4096];
+            for p in 0..64u64 {
+                assert_eq!(
+                    setcache_pwrite(a, page.as_ptr().cast(), 4096, p * 4096),
+                    4096
+                );
+            }
+            // The pages went out through the small cache; the fsync fails.
+            sw.fsync_failures.store(1, Ordering::Release);
+            assert!((*a).file.file().sync().is_err());
+            assert_eq!(setcache_sync(a), -libc::ENOSPC, "the loss, to begin with");
+            assert_eq!(setcache_open(s, name.as_ptr(), &mut b), 0);
+            let r = setcache_sync(a);
+            assert!(
+                r < 0,
+                "the first handle's sync passed after another open: {r}"
+            );
+            assert!(setcache_sync(b) < 0, "the second handle's sync passed");
+            assert_eq!(setcache_accept_loss(b), 1);
+            assert_eq!(
+                setcache_sync(a),
+                0,
+                "{}",
+                CStr::from_ptr(setcache_last_error()).to_string_lossy()
+            );
+            assert_eq!(setcache_accept_loss(b), 0);
+            assert_eq!(setcache_accept_loss(std::ptr::null_mut()), -libc::EINVAL);
+            assert_eq!(setcache_close(b), 0);
+            assert_eq!(setcache_close(a), 0);
+            assert_eq!(setcache_store_close(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
