@@ -151,7 +151,8 @@ int setcache_queue_new(setcache_store *store, uint32_t depth, setcache_queue **o
 /* Wait for the queue's requests (their completions are dropped) and free it. */
 int setcache_queue_free(setcache_queue *queue);
 /* Queue a read of `len` bytes at `offset` into `buf` (which must stay valid
- * until its completion is polled); the read must lie inside the file. */
+ * until its completion is polled); the read must lie inside the file. A queued
+ * read or write moves at most 0x7ffff000 bytes (-ENOMEM past that). */
 int setcache_submit_read(setcache_queue *queue, setcache_file *file, void *buf, size_t len,
                          uint64_t offset, uint64_t tag);
 /* Queue a write of `len` bytes from `buf` (copied at once) at `offset`,

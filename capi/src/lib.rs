@@ -661,7 +661,18 @@ fn submit(
         ));
     }
     // The request's own buffer: a length the machine cannot allocate is
-    // ENOMEM, not the end of the process.
+    // ENOMEM, not the end of the process. Past Linux's limit of one read or
+    // write it is refused before the allocation, which the kernel may grant
+    // lazily and then kill the process for touching.
+    if len > setcache::MAX_REQUEST {
+        return Err(Fail(
+            libc::ENOMEM,
+            format!(
+                "no memory for a request buffer of {len} bytes: one request moves at most {} bytes",
+                setcache::MAX_REQUEST
+            ),
+        ));
+    }
     let mut data = Vec::new();
     data.try_reserve_exact(len).map_err(|_| {
         Fail(

@@ -130,6 +130,10 @@ int main(int argc, char **argv) {
     expect_ok("create a file of 4 TiB (sparse)", setcache_create(store, "big", 1ULL << 42, &big));
     expect("submit_read: no memory for 4 TiB", setcache_submit_read(q, big, buf, 1ULL << 42, 0, 2),
            ENOMEM, "no memory");
+    /* Past one request's limit, however much memory the process may have:
+     * refused before its buffer is allocated. */
+    expect("submit_read: past one request's limit",
+           setcache_submit_read(q, big, buf, 3ULL << 30, 0, 3), ENOMEM, "at most");
     expect_ok("close big", setcache_close(big));
     expect_ok("delete big", setcache_delete(store, "big"));
     struct setcache_completion c[2];
