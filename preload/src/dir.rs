@@ -130,7 +130,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
 }
 
 /// `fdopendir` of a descriptor of the store's directory (as `find`, `cp -r`
-/// and `fts` open it: `openat` of the directory, then this) lists the store;
+/// and gnulib's `fts` open it: `openat` of the directory, then this) lists the store;
 /// of a store file's descriptor, `ENOTDIR`; any other goes to the C library.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
