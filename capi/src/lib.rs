@@ -291,18 +291,23 @@ pub unsafe extern "C" fn setcache_store_open(
     })
 }
 
+/// `EBUSY` while files or queues of the store are open.
+fn no_users(s: &setcache_store) -> Result<(), Fail> {
+    match s.users.load(Ordering::Acquire) {
+        0 => Ok(()),
+        open => Err(Fail(
+            libc::EBUSY,
+            format!("{open} files or queues of the store are still open: close them first"),
+        )),
+    }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
-        let open = s.users.load(Ordering::Acquire);
-        if open != 0 {
-            return Err(Fail(
-                libc::EBUSY,
-                format!("{open} files or queues of the store are still open: close them first"),
-            ));
-        }
+        no_users(s)?;
         // A failed write keeps the handle: the caller may free space and
         // close again, or give the pages up with `setcache_store_discard`.
         s.cs.sync()?;
@@ -317,13 +322,7 @@ pub unsafe extern "C" fn setcache_store_discard(store: *mut setcache_store) -> c
     call_int(|| {
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
-        let open = s.users.load(Ordering::Acquire);
-        if open != 0 {
-            return Err(Fail(
-                libc::EBUSY,
-                format!("{open} files or queues of the store are still open: close them first"),
-            ));
-        }
+        no_users(s)?;
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
         drop(unsafe { Box::from_raw(store) });
         Ok(0)

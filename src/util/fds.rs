@@ -186,29 +186,27 @@ fn skip_gate() -> bool {
 /// update, never while waiting for anything else (a waiting [`hold`] stops
 /// new passes, so a pass held across a wait could stall both).
 pub(crate) fn pass() -> Gate {
-    if skip_gate() {
-        return Gate {
-            inner: GateInner::Skipped,
-        };
-    }
-    let g = GATE.read().unwrap_or_else(|p| p.into_inner());
-    IN_GATE.with(|f| f.set(true));
-    Gate {
-        inner: GateInner::Passed(g),
-    }
+    enter(false)
 }
 
 fn shut() -> Gate {
+    enter(true)
+}
+
+/// Shut the gate (`shut`) or pass it, unless it is not waited for here.
+fn enter(shut: bool) -> Gate {
     if skip_gate() {
         return Gate {
             inner: GateInner::Skipped,
         };
     }
-    let g = GATE.write().unwrap_or_else(|p| p.into_inner());
+    let inner = if shut {
+        GateInner::Held(GATE.write().unwrap_or_else(|p| p.into_inner()))
+    } else {
+        GateInner::Passed(GATE.read().unwrap_or_else(|p| p.into_inner()))
+    };
     IN_GATE.with(|f| f.set(true));
-    Gate {
-        inner: GateInner::Held(g),
-    }
+    Gate { inner }
 }
 
 /// Shut the gate until the guard drops: meanwhile the crate neither opens
