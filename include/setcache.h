@@ -10,9 +10,11 @@
  * message naming what was wrong that setcache_last_error() returns on the
  * same thread. Offsets and lengths are in bytes and need no alignment.
  *
- * A handle must not be used after the call that frees it returned 0 (for
- * setcache_store_close, any result but -EBUSY): a second close is undefined,
- * as a second free() is. Nor may a call on a file, or on a store and its
+ * A handle must not be used after the call that frees it returned 0 (or -EIO
+ * with an internal error: setcache_close, setcache_queue_free and
+ * setcache_unpin have taken the handle by then; a failed write of
+ * setcache_store_close keeps its store): a second close is undefined, as a
+ * second free() is. Nor may a call on a file, or on a store and its
  * files, run in another thread while that file or store is being closed:
  * -EBUSY guards against handles still held, not against calls made at the
  * same moment (the close may free what the other call reads). Release a

@@ -13,6 +13,7 @@
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -51,7 +52,8 @@ fn call(f: impl FnOnce() -> Result<i64, Fail>) -> i64 {
         Ok(Ok(v)) => v,
         Ok(Err(Fail(errno, msg))) => {
             set_message(&msg);
-            -(errno as i64)
+            // An error is never read as success (nor as a count).
+            -(if errno > 0 { errno } else { libc::EIO } as i64)
         }
         Err(_) => {
             set_message("internal error: a panic in the setcache library (a bug)");
@@ -235,8 +237,13 @@ pub unsafe extern "C" fn setcache_store_open(
         for i in 0..ndevices {
             // SAFETY: the caller passes `ndevices` C strings.
             let p = unsafe { *devices.add(i) };
-            // SAFETY: as above.
-            roots.push(unsafe { text(p, &format!("device {i}")) }?.to_string());
+            if p.is_null() {
+                return Err(einval(format!("device {i} is NULL")));
+            }
+            // A path, any bytes but NUL (not only UTF-8).
+            // SAFETY: as above, a C string.
+            let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+            roots.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(bytes)));
         }
         // SAFETY: NULL or the caller's options.
         let o = unsafe { opts.as_ref() };
@@ -760,15 +767,21 @@ pub unsafe extern "C" fn setcache_poll(
             let Some((slot, c)) = q.pending.pop_front() else {
                 break;
             };
-            let (tag, buf, len) = q.slots[slot as usize]
-                .take()
-                .expect("a live request's slot");
+            // Every pending completion has its slot; were one missing, the
+            // completions already written here must still be returned, not
+            // lost to a panic.
+            let Some((tag, buf, len)) = q.slots.get_mut(slot as usize).and_then(Option::take)
+            else {
+                continue;
+            };
             q.free.push(slot);
             let result = match &c.result {
                 Ok(()) => {
                     if c.kind == OpKind::Read {
                         // SAFETY: the caller keeps the read's buffer of `len` bytes valid until now.
-                        unsafe { std::ptr::copy_nonoverlapping(c.buf.as_ptr(), buf, len) };
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(c.buf.as_ptr(), buf, len.min(c.buf.len()))
+                        };
                     }
                     len as i64
                 }
@@ -934,6 +947,31 @@ mod tests {
             users: Arc::new(AtomicUsize::new(0)),
         }));
         (dir, s)
+    }
+
+    /// A device directory whose name is not UTF-8 is a path like any other.
+    #[test]
+    fn a_device_path_of_any_bytes_opens() {
+        use std::os::unix::ffi::OsStrExt;
+        let base = std::env::temp_dir().join(format!("setcache-capi-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join(std::ffi::OsStr::from_bytes(b"dev-\xff"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = CString::new(dir.as_os_str().as_bytes()).unwrap();
+        let devs = [dev.as_ptr()];
+        let mut s = std::ptr::null_mut();
+        // SAFETY: live values of this test.
+        unsafe {
+            let r = setcache_store_open(devs.as_ptr(), 1, std::ptr::null(), &mut s);
+            assert_eq!(
+                r,
+                0,
+                "{}",
+                CStr::from_ptr(setcache_last_error()).to_string_lossy()
+            );
+            assert_eq!(setcache_store_close(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     /// A close of the store whose last write fails keeps the handle (the

@@ -142,7 +142,7 @@ fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
     match calls::open_inside(name, flags) {
         Ok(fd) => {
             at_end_for_appending(fd, m);
-            stream_of(fd, mode, true)
+            stream_of(fd, flags, true)
         }
         Err(e) => {
             set_errno(e);
@@ -153,7 +153,18 @@ fn open_stream(name: &str, mode: *const c_char) -> *mut libc::FILE {
 
 /// A stream over placeholder `fd`; `fclose` closes `fd`. On failure `fd` is
 /// closed if `own`, left open otherwise (`fdopen`'s caller keeps it).
-fn stream_of(fd: c_int, mode: *const c_char, own: bool) -> *mut libc::FILE {
+fn stream_of(fd: c_int, flags: c_int, own: bool) -> *mut libc::FILE {
+    // The mode `fopencookie` parses, from the flags the caller's parsed to:
+    // its own parser finds a `+` only second or third (`"rbe+"` would make a
+    // stream for reading only over a descriptor open for both).
+    let mode = match (flags & libc::O_ACCMODE, flags & libc::O_APPEND != 0) {
+        (libc::O_RDONLY, _) => c"r",
+        (libc::O_WRONLY, false) => c"w",
+        (libc::O_WRONLY, true) => c"a",
+        (_, false) => c"r+",
+        (_, true) => c"a+",
+    }
+    .as_ptr();
     let io = CookieIo {
         read: Some(cookie_read),
         write: Some(cookie_write),
@@ -224,7 +235,7 @@ pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FI
         // SAFETY: fdopen's mode is a C string.
         at_end_for_appending(fd, unsafe { CStr::from_ptr(mode) }.to_bytes());
     }
-    stream_of(fd, mode, false)
+    stream_of(fd, flags, false)
 }
 
 /// As the C library's `fopen` (and `fdopen` when it adds `O_APPEND`): a

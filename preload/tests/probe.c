@@ -846,6 +846,12 @@ static void common(void) {
     show("fopen a+, ftell", f ? ftell(f) : -2);
     if (f)
         fclose(f);
+    /* A '+' past the second letter still opens for both. */
+    f = fopen(path("s"), "rbe+");
+    show("fopen rbe+, fputs", f ? fputs("x", f) : -2);
+    show("  fflush", f ? fflush(f) : -2);
+    if (f)
+        fclose(f);
     fd = open(path("s"), O_WRONLY);
     f = fdopen(fd, "a");
     show("fdopen a, ftell", f ? ftell(f) : -2);
