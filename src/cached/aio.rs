@@ -443,6 +443,10 @@ fn serve(sh: &Arc<Shared>, inbox: &Arc<Inbox>, slots: &mut Slots, batch: &mut Ve
                     None => r,
                 });
             }
+            #[cfg(test)]
+            if let Some(f) = BEFORE_SUBMIT.take(Arc::as_ptr(sh) as usize) {
+                f();
+            }
             q.submit_from(&mut reqs);
             drop(reqs);
             batch.clear();
@@ -547,6 +551,12 @@ fn deliver(
 pub(crate) static AFTER_FIRST_WAKE: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
 
+/// In unit tests: run once by a worker of the store whose `Shared` is at the
+/// key's address, before it submits a batch of requests it took.
+#[cfg(test)]
+pub(crate) static BEFORE_SUBMIT: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// The first half of [`deliver`]: the outcomes into their slots, the wakers
 /// of the tasks to wake into `wakers`.
 fn fill_slots(
@@ -591,7 +601,13 @@ pub struct ReadAt<'f> {
     file: &'f CachedFile,
     offset: u64,
     st: Stage,
+    /// Reads sent again after a shrink cut the file under the one sent.
+    again: u8,
 }
+
+/// Reads a future sends again after shrinks cut the file under them, before
+/// it reports the cut (`OutOfRange`).
+const READ_AGAIN: u8 = 8;
 
 /// The future of [`CachedFile::write_at_async`]: `(the outcome, the
 /// buffer)`.
@@ -673,6 +689,23 @@ impl Future for ReadAt<'_> {
         let f = this.file;
         match this.st.poll_sent(f, cx) {
             Ok(Poll::Pending) => Poll::Pending,
+            Ok(Poll::Ready((Outcome::Bytes(Err(Error::OutOfRange { .. }), mut buf), want, _)))
+                if this.again < READ_AGAIN =>
+            {
+                // A shrink cut the file between the length taken at the
+                // first poll and the worker's read: read what is left, as
+                // `read_at` returns fewer bytes (or none past the end).
+                this.again += 1;
+                buf.resize(want, 0);
+                match this.start(buf, cx) {
+                    Ok(Some(st)) => {
+                        this.st = st;
+                        Poll::Pending
+                    }
+                    Ok(None) => unreachable!("a read that is not sent is done"),
+                    Err(done) => Poll::Ready(done),
+                }
+            }
             Ok(Poll::Ready((Outcome::Bytes(r, mut buf), want, n))) => {
                 buf.resize(want, 0);
                 Poll::Ready((r.map(|()| n).map_err(|e| f.gone_or(e)), buf))
@@ -933,6 +966,7 @@ impl CachedFile {
             file: self,
             offset,
             st: Stage::Start(buf),
+            again: 0,
         }
     }
 
@@ -1095,6 +1129,47 @@ mod tests {
         go_tx.send(()).unwrap();
         assert!(here >= 1, "no other task was woken by the first one's poll");
         drop(futs);
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A read future whose file a shrink cuts between its first poll (which
+    /// took the length) and the worker's read reads what is left, as
+    /// `read_at` does, instead of failing `OutOfRange`.
+    #[test]
+    fn a_read_future_a_shrink_cuts_reads_what_is_left() {
+        let (dir, cs, cf) = store_of_64("aio-cut");
+        let (at_tx, at_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        BEFORE_SUBMIT.arm(
+            Arc::as_ptr(&cf.shared) as usize,
+            Box::new(move || {
+                at_tx.send(()).unwrap();
+                let _ = go_rx.recv_timeout(Duration::from_secs(20));
+            }),
+        );
+        let mut fut = Box::pin(cf.read_at_async(62 * 4096, vec![0; 2 * 4096]));
+        let w = Waker::from(noted());
+        let mut cx = Context::from_waker(&w);
+        assert!(fut.as_mut().poll(&mut cx).is_pending());
+        at_rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the worker never took the read");
+        cf.set_len(62 * 4096 + 100).unwrap();
+        go_tx.send(()).unwrap();
+        let t0 = std::time::Instant::now();
+        let r = loop {
+            if let Poll::Ready((r, _)) = fut.as_mut().poll(&mut cx) {
+                break r;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "the read never ended"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        assert_eq!(r.unwrap(), 100, "the bytes left past the read's start");
+        drop(fut);
         drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }
