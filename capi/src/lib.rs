@@ -84,17 +84,15 @@ unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
 }
 
 /// The queue behind `p`, mutably, once its owner is this thread: only the
-/// owner ever makes a `&mut` of it.
-unsafe fn own_queue<'a>(p: *mut setcache_queue) -> Result<&'a mut setcache_queue, Fail> {
-    if p.is_null() {
-        return Err(einval("the queue is NULL"));
-    }
-    // SAFETY: a live queue handle; `owner` is written once, when it is made.
-    let owner = unsafe { std::ptr::addr_of!((*p).owner).read() };
-    mine(owner, "the queue")?;
+/// owner ever makes a `&mut` of its state (another thread reads only the
+/// owner, beside it, through a shared reference).
+unsafe fn own_queue<'a>(p: *mut setcache_queue) -> Result<&'a mut QueueState, Fail> {
+    // SAFETY: NULL or a live queue handle, only ever shared.
+    let h = unsafe { handle(p, "the queue") }?;
+    mine(h.owner, "the queue")?;
     // Only the owner gets past the check above, and it makes one reference at a time.
-    // SAFETY: a live handle owned by this thread; no other reference to it exists.
-    Ok(unsafe { &mut *p })
+    // SAFETY: a live handle owned by this thread; no other reference to its state exists.
+    Ok(unsafe { &mut *h.state.get() })
 }
 
 fn out<T>(o: *mut *mut T, v: T) -> Result<i64, Fail> {
@@ -168,9 +166,15 @@ pub struct setcache_file {
 }
 
 pub struct setcache_queue {
+    owner: ThreadId,
+    /// Made `&mut` by its owner thread only (`own_queue`).
+    state: std::cell::UnsafeCell<QueueState>,
+}
+
+/// A queue handle's state.
+struct QueueState {
     /// Declared first: dropped (drained) before the store it borrows.
     q: CachedQueue<'static>,
-    owner: ThreadId,
     /// Live requests by internal tag: the caller's tag, its buffer and length.
     slots: Vec<Option<(u64, *mut u8, usize)>>,
     free: Vec<u64>,
@@ -181,7 +185,7 @@ pub struct setcache_queue {
     _use: Use,
 }
 
-impl Drop for setcache_queue {
+impl Drop for QueueState {
     fn drop(&mut self) {
         self.q.drain();
     }
@@ -622,13 +626,15 @@ pub unsafe extern "C" fn setcache_queue_new(
         out(
             out_queue,
             setcache_queue {
-                q,
                 owner: std::thread::current().id(),
-                slots: Vec::new(),
-                free: Vec::new(),
-                pending: std::collections::VecDeque::new(),
-                _cs: cs,
-                _use: Use::of(&s.users),
+                state: std::cell::UnsafeCell::new(QueueState {
+                    q,
+                    slots: Vec::new(),
+                    free: Vec::new(),
+                    pending: std::collections::VecDeque::new(),
+                    _cs: cs,
+                    _use: Use::of(&s.users),
+                }),
             },
         )
     })
@@ -646,7 +652,7 @@ pub unsafe extern "C" fn setcache_queue_free(queue: *mut setcache_queue) -> c_in
 }
 
 fn submit(
-    q: &mut setcache_queue,
+    q: &mut QueueState,
     f: &setcache_file,
     kind: OpKind,
     buf: *mut u8,
