@@ -130,7 +130,10 @@ int setcache_delete(setcache_store *store, const char *name);
 int setcache_rename(setcache_store *store, const char *from, const char *to);
 /* Call `each(name, ctx)` for every file of the store, in name order; stops
  * early (returning what `each` returned) when `each` returns non-zero.
- * Returns the number of files otherwise. */
+ * Returns the number of files otherwise (at most INT_MAX). A negative value
+ * from `each` reads like this call's own -errno: stop with a positive one, or
+ * note why in `ctx`. `each` must return (no longjmp, no exception through
+ * this call). */
 int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx), void *ctx);
 
 /* Read up to `len` bytes at `offset`: the bytes read (fewer at the end of the

@@ -503,7 +503,7 @@ pub unsafe extern "C" fn setcache_list(
                 return Ok(r as i64);
             }
         }
-        Ok(names.len() as i64)
+        Ok(names.len().min(c_int::MAX as usize) as i64)
     })
 }
 
