@@ -799,8 +799,10 @@ fn open_regular(path: &Path) -> std::io::Result<Fd> {
 static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 /// How long a lock that this process let go of may still look held: a child
-/// forked by another thread keeps copies of every descriptor, close-on-exec or
-/// not, until it calls exec.
+/// another thread made (by `clone` or `vfork`, which run no `atfork`
+/// handler, or by `fork` between the lock file's open and its naming) keeps
+/// copies of every descriptor, close-on-exec or not, until it calls exec.
+/// (A child of `fork` closes its copies of lock files at once: `util::fds`.)
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// A device root's lock, held while this lives.
@@ -824,7 +826,7 @@ impl Drop for RootLock {
         }
         drop(held);
         // Let go of the lock itself, not only of this descriptor: a child
-        // another thread forked meanwhile holds a copy until it execs, and
+        // another thread made meanwhile may hold a copy until it execs, and
         // the lock, the open file's, would stay with it (another process's
         // open of the roots was refused for that while). Only by the process
         // that took it: a forked child dropping its copy of the store must
