@@ -799,9 +799,9 @@ fn open_regular(path: &Path) -> std::io::Result<Fd> {
 static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 /// How long a lock that this process let go of may still look held: a child
-/// another thread made (by `clone` or `vfork`, which run no `atfork`
-/// handler, or by `fork` between the lock file's open and its naming) keeps
-/// copies of every descriptor, close-on-exec or not, until it calls exec.
+/// another thread made by `clone`, `vfork` or `posix_spawn` (which run no
+/// `atfork` handler) keeps copies of every descriptor, close-on-exec or not,
+/// until it calls exec.
 /// (A child of `fork` closes its copies of lock files at once: `util::fds`.)
 const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
