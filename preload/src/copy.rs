@@ -225,13 +225,24 @@ pub unsafe extern "C" fn copy_file_range(
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::copy_file_range()(fd_in, off_in, fd_out, off_out, len, flags) };
     }
-    if flags != 0 {
-        return fail(libc::EINVAL);
-    }
+    // In the kernel's order: a bad descriptor, then the flags, then what
+    // the files are, then how they are open.
     let (si, so) = match (status(fd_in), status(fd_out)) {
         (Ok(i), Ok(o)) => (i, o),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
+    if flags != 0 {
+        return fail(libc::EINVAL);
+    }
+    // Both sides regular files, as the kernel's copy wants (a store file is
+    // one; the other side is asked).
+    for (fd, d) in [(fd_in, &din), (fd_out, &dout)] {
+        if d.is_none()
+            && let Err(e) = regular(fd)
+        {
+            return fail(e);
+        }
+    }
     if si & libc::O_ACCMODE == libc::O_WRONLY
         || so & libc::O_ACCMODE == libc::O_RDONLY
         || so & libc::O_APPEND != 0
@@ -252,15 +263,6 @@ pub unsafe extern "C" fn copy_file_range(
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
-    // Both sides regular files, as the kernel's copy wants (a store file is
-    // one; the other side is asked).
-    for (fd, d) in [(fd_in, &din), (fd_out, &dout)] {
-        if d.is_none()
-            && let Err(e) = regular(fd)
-        {
-            return fail(e);
-        }
-    }
     let start = |off: Option<i64>, d: &state::Desc| {
         off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
     };

@@ -573,10 +573,15 @@ static void more_calls(void) {
     int pfd[2];
     if (pipe(pfd) == 0) {
         show("copy_file_range into a pipe", copy_file_range(a, NULL, pfd[1], NULL, 10, 0));
+        show("copy_file_range into a pipe's read end", copy_file_range(a, NULL, pfd[0], NULL, 10, 0));
         close(pfd[0]);
         close(pfd[1]);
     }
     show("copy_file_range into O_RDONLY", copy_file_range(a, NULL, b, NULL, 10, 0));
+    int dfd = open("/", O_RDONLY | O_DIRECTORY);
+    show("copy_file_range into a directory", copy_file_range(a, NULL, dfd, NULL, 10, 0));
+    close(dfd);
+    show("copy_file_range into -1 with flags", copy_file_range(a, NULL, -1, NULL, 10, 1));
     struct stat st;
     fstat(c, &st);
     show("  size of the copy", st.st_size);
