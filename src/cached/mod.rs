@@ -129,6 +129,8 @@ pub struct CachedFile {
     pub(crate) entry: Arc<Entry>,
     pub(crate) id: u32,
     pub(crate) read_only: bool,
+    /// The losses of failed fsyncs this open accepted and was told of.
+    pub(crate) loss: Arc<shared::LossSeen>,
 }
 
 /// Most page guards ([`PageGuard`], [`PageGuardMut`]) one thread may hold
@@ -566,17 +568,21 @@ impl CachedStore {
     }
 
     /// Open an existing file through the cache. A loss an earlier failed
-    /// fsync left ([`Error::SyncLost`]) is accepted: this handle's syncs
-    /// start afresh, as a new open of a local file does.
+    /// fsync left ([`Error::SyncLost`]) that some sync has reported is
+    /// accepted, as [`CachedFile::accept_loss`] accepts it: this handle's
+    /// syncs start afresh, as a new open of a local file does, and so do
+    /// those of the handles already told of it. A handle open when the loss
+    /// happened and not yet told still fails once (its next sync reports it),
+    /// and a loss no sync has reported yet is reported to this handle too.
     pub fn open_file(&self, name: &str) -> Result<CachedFile> {
         self.open_as(name, false, true)
     }
 
     /// Open an existing file through the cache for writing as
     /// [`open_file`](Self::open_file) does, but leave a loss an earlier
-    /// failed fsync left in place: the file's syncs keep failing with
-    /// [`Error::SyncLost`] until a handle opened with `open_file` or
-    /// `create` accepts it. For a layer that opens a file on behalf of
+    /// failed fsync left in place: this handle's syncs fail with
+    /// [`Error::SyncLost`] until some handle accepts it (then this one fails
+    /// once, being told, if it was not told before). For a layer that opens a file on behalf of
     /// something other than a new writer (a length asked for, a reader's
     /// open that later writers share), where the loss belongs to writers
     /// that have not been told.
@@ -621,7 +627,7 @@ impl CachedStore {
         // in the lock order), so no delete or create runs in between.
         let name = file.name();
         let store = file.inner.store.clone();
-        let (id, entry, dead, listed) = store.with_current(|current| -> Result<_> {
+        let (id, entry, dead, listed, loss) = store.with_current(|current| -> Result<_> {
             let current = current(&name, &file.inner);
             if !current {
                 // Deleted or replaced since the store opened it: no handle,
@@ -639,15 +645,20 @@ impl CachedStore {
                     dead.push(id);
                 }
             }
+            let loss = Arc::new(shared::LossSeen::default());
             let (id, entry) = match found {
                 Some((id, e)) => {
-                    // Opening again for writing accepts the loss after a
-                    // failed fsync (and what the pages read back since then
-                    // hold); a reader's open (or one that keeps the loss)
-                    // leaves it for the writers, whose next sync reports it.
+                    // Opening again for writing accepts the losses of failed
+                    // fsyncs that some sync reported (and what the pages
+                    // read back since then hold); a reader's open (or one
+                    // that keeps the loss) leaves it for the writers. Either
+                    // way, the losses a handle accepted are no news.
                     let mut d = e.durable();
-                    if !read_only && accept_loss && d.lost.take().is_some() {
-                        d.refilled = Default::default();
+                    if !read_only && accept_loss {
+                        let upto = d.reported_gen;
+                        d.accept(&loss, upto);
+                    } else {
+                        loss.accepted.store(d.accepted_gen, Ordering::Release);
                     }
                     drop(d);
                     (id, e)
@@ -664,7 +675,7 @@ impl CachedStore {
                 Ordering::Release,
             );
             let dead = shared::unlist(&mut files, dead);
-            Ok((id, entry, dead, files.len()))
+            Ok((id, entry, dead, files.len(), loss))
         })?;
         // Write-backs in flight take the table lock as they finish: drop the
         // retired files' pages only once it is let go.
@@ -679,6 +690,7 @@ impl CachedStore {
             entry,
             id,
             read_only,
+            loss,
         })
     }
 
@@ -738,7 +750,7 @@ impl CachedStore {
             .collect();
         let mut first = None;
         for id in files {
-            match self.inner.sync_file(id) {
+            match self.inner.sync_file(id, shared::Asker::Store) {
                 // Deleted meanwhile: nothing of it is to be synced.
                 Err(_) if self.inner.entry(id).is_err() => {}
                 Err(e) => {
@@ -1446,23 +1458,24 @@ impl CachedFile {
         let name = || self.entry.file.name();
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
-        self.shared.sync_file(self.id).map_err(|e| self.gone_or(e))
+        self.shared
+            .sync_file(self.id, shared::Asker::Handle(&self.loss))
+            .map_err(|e| self.gone_or(e))
     }
 
-    /// Accept the loss an earlier failed fsync left, as a new writable open
-    /// ([`CachedStore::open_file`]) does: the file's next sync reports only
-    /// what fails from now on. Returns whether there was a loss to accept.
+    /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`]):
+    /// this handle's syncs report only what fails from now on, and so do
+    /// those of the other handles once they have been told (a handle open
+    /// when a loss happened fails once with it, unless it has been told
+    /// already). Returns whether this handle had a loss to accept.
     /// [`Error::ReadOnly`] on a read-only handle.
     pub fn accept_loss(&self) -> Result<bool> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         let mut d = self.entry.durable();
-        let had = d.lost.take().is_some();
-        if had {
-            d.refilled = Default::default();
-        }
-        Ok(had)
+        let upto = d.lost_gen;
+        Ok(d.accept(&self.loss, upto))
     }
 
     /// Change the file's length to `len` bytes (any length). Growing adds
@@ -1600,13 +1613,18 @@ impl CachedFile {
                 }
                 r
             };
-            unsettle_cut(sh.cache.discard(self.id, end.div_ceil(ps)).map(drop))?;
+            let dropped = unsettle_cut(sh.cache.discard(self.id, end.div_ceil(ps)).map(drop));
             {
+                // Whether or not every page there could go: nothing past the
+                // end is owed to a sync any more (the store refuses I/O
+                // there), and a failed fsync must not count such a page as
+                // lost.
                 let mut d = e.durable();
                 d.written.truncate(end.div_ceil(ps));
                 d.covering.truncate(end.div_ceil(ps));
                 d.refilled.truncate(end.div_ceil(ps));
             }
+            dropped?;
             if let Some(page) = cut {
                 unsettle_cut(sh.own_write_back(self.id, page))?;
                 self.zero_tail(page, (end % ps) as usize)?;

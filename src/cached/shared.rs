@@ -207,8 +207,94 @@ pub(crate) struct Durable {
     /// back do.
     pub(crate) refilled: PageSet,
     /// Set when an fsync failed after a page that has since left the cache
-    /// was written: the file's syncs fail until it is opened again.
+    /// was written (the first such failure's error): a handle's syncs fail
+    /// with it until the handle accepts the loss (see `LossSeen`).
     pub(crate) lost: Option<Error>,
+    /// Losses recorded so far (each failed fsync that left one counts, on
+    /// top of those before): a loss is known by this number.
+    pub(crate) lost_gen: u64,
+    /// The newest loss some sync reported to its caller (a handle's, or the
+    /// store's; not the idle-file trim's, which tells no one).
+    pub(crate) reported_gen: u64,
+    /// The newest loss some handle accepted: handles already told of it
+    /// (`LossSeen::told`) pass, and the store's sync does.
+    pub(crate) accepted_gen: u64,
+}
+
+/// One open's view of the losses failed fsyncs left in its file
+/// (`Durable::lost`), shared by the handle's clones: a sync through the
+/// handle fails with a loss newer than the last it accepted, unless it was
+/// told of it and some handle accepted it. So a loss reaches every handle
+/// that was open when it happened, and a later open for writing accepts only
+/// what some sync has reported (a loss no one was told of reaches it too).
+#[derive(Default)]
+pub(crate) struct LossSeen {
+    /// The newest loss this handle accepted (by its open, or explicitly).
+    pub(crate) accepted: AtomicU64,
+    /// The newest loss a sync through this handle reported.
+    pub(crate) told: AtomicU64,
+}
+
+/// Who asks for a sync of a file, for the losses it is told of.
+#[derive(Clone, Copy)]
+pub(crate) enum Asker<'a> {
+    /// A handle of the file.
+    Handle(&'a LossSeen),
+    /// The store's sync: told of the losses no handle accepted.
+    Store,
+    /// The trimming of idle files: fails on the losses no handle accepted,
+    /// and tells no one of them (the entry stays until one is told).
+    Trim,
+}
+
+impl Durable {
+    /// Record a loss (keeping the first one's error); its number.
+    pub(crate) fn record_loss(&mut self, err: Error) -> u64 {
+        self.lost.get_or_insert(err);
+        self.lost_gen += 1;
+        self.lost_gen
+    }
+
+    /// The loss `who` is to be told of, if any.
+    pub(crate) fn loss_for(&self, who: Asker<'_>) -> Option<Error> {
+        let newest = self.lost_gen;
+        let passes = match who {
+            Asker::Handle(h) => {
+                h.accepted.load(Ordering::Acquire) >= newest
+                    || (h.told.load(Ordering::Acquire) >= newest && self.accepted_gen >= newest)
+            }
+            Asker::Store | Asker::Trim => self.accepted_gen >= newest,
+        };
+        if passes { None } else { self.lost.clone() }
+    }
+
+    /// A sync asked by `who` reported loss number `loss` to its caller.
+    pub(crate) fn reported(&mut self, loss: u64, who: Asker<'_>) {
+        match who {
+            Asker::Handle(h) => {
+                h.told.fetch_max(loss, Ordering::AcqRel);
+            }
+            Asker::Store => {}
+            Asker::Trim => return,
+        }
+        self.reported_gen = self.reported_gen.max(loss);
+    }
+
+    /// Handle `h` accepts the losses up to `upto`. Returns whether it had
+    /// one to accept.
+    pub(crate) fn accept(&mut self, h: &LossSeen, upto: u64) -> bool {
+        let had = self.loss_for(Asker::Handle(h)).is_some();
+        h.accepted.fetch_max(upto, Ordering::AcqRel);
+        let newly = upto > self.accepted_gen;
+        self.accepted_gen = self.accepted_gen.max(upto);
+        self.reported_gen = self.reported_gen.max(upto);
+        if newly && self.accepted_gen >= self.lost_gen {
+            // What the pages read back since hold is accepted with the loss:
+            // only a failure from now on counts them.
+            self.refilled = Default::default();
+        }
+        had
+    }
 }
 
 /// A set of page numbers: a bitmap of 4096 pages (512 bytes) per chunk that
@@ -560,7 +646,9 @@ impl Shared {
             idle.sort_unstable();
             idle.truncate(idle.len() - keep * 3 / 4);
             // Synced now: nothing of theirs is owed to a later sync.
-            idle.retain(|&(_, id)| self.sync_file_as(id, false).is_ok());
+            // (A loss no handle accepted fails the sync: the entry stays
+            // with it, for the file's next open to be told.)
+            idle.retain(|&(_, id)| self.sync_file_as(id, false, Asker::Trim).is_ok());
             let dead = {
                 let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
                 let ids: Vec<u32> = idle
@@ -818,6 +906,8 @@ pub(crate) static AFTER_LOAD_LENGTH: crate::util::hook::TestHook<usize, Box<dyn 
 mod tests {
     use crate::cache::{CacheOptions, PolicyKind};
     use crate::{CachedStore, LayoutKind, Store, StoreOptions};
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     /// A synchronous write-back (a victim's, written by the thread that needs
     /// its slot) that an fsync of its file failed after, before the write
@@ -1385,6 +1475,101 @@ mod tests {
             f.read_at(0, &mut got).unwrap();
             assert_eq!(got, want.as_bytes(), "f{i} after a power cut");
         }
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A cache of 16 pages over simulated devices whose fsyncs fail
+    /// `ENOSPC` when told to (dropping what was written since the last good
+    /// one), and a file `f` of 64 pages.
+    fn sim_cache(tag: &str) -> (std::path::PathBuf, Arc<crate::SimSwitches>, CachedStore) {
+        use crate::{EngineKind, SimConfig, SimMedia, SimSwitches};
+        let dir = crate::cached::scratch_dir(tag);
+        let sw = Arc::new(SimSwitches::default());
+        sw.keep_synced.store(true, Ordering::Release);
+        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+        let opts = StoreOptions {
+            engine: EngineKind::Sim(SimConfig {
+                media: SimMedia::new(),
+                switches: sw.clone(),
+                ..SimConfig::default()
+            }),
+            ..StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
+        drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+        let cs = CachedStore::with_flusher(store, crate::cached::small_cache(16), None).unwrap();
+        cs.set_readahead(0);
+        (dir, sw, cs)
+    }
+
+    /// A loss a failed fsync left reaches every handle open when it
+    /// happened: a later open for writing, or an explicit acceptance, takes
+    /// it for the accepting handle and for handles already told, not for a
+    /// handle never told (its next sync fails once with it).
+    #[test]
+    fn a_loss_reaches_each_handle_open_when_it_happened() {
+        let (dir, sw, cs) = sim_cache("loss-per-handle");
+        let a = cs.open_file("f").unwrap();
+        let c = cs.open_file("f").unwrap();
+        let d = cs.open_file("f").unwrap();
+        for p in 0..64u64 {
+            a.write_at(p * 4096, &[0x3C; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        assert!(a.file().sync().is_err(), "the store-level fsync passed");
+        // C's sync records the loss and is told.
+        assert!(c.sync().is_err(), "a sync passed after the loss");
+        let b = cs.open_file("f").unwrap();
+        b.sync().unwrap();
+        c.sync().unwrap();
+        match a.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("a handle never told passed after another open: {other:?}"),
+        }
+        a.sync().unwrap();
+        // An explicit acceptance leaves D, never told, to be told too.
+        assert!(!b.accept_loss().unwrap());
+        match d.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("a handle never told passed after an acceptance: {other:?}"),
+        }
+        d.sync().unwrap();
+        cs.sync().unwrap();
+        drop((a, b, c, d));
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A loss the idle-file trim's sync met is reported to no one there: the
+    /// entry stays, and the file's next open for writing is told of it (its
+    /// sync fails until it accepts the loss).
+    #[test]
+    fn a_loss_the_trim_met_reaches_the_next_open() {
+        let (dir, sw, cs) = sim_cache("loss-trimmed");
+        let a = cs.open_file("f").unwrap();
+        for p in 0..64u64 {
+            a.write_at(p * 4096, &[0x3D; 4096]).unwrap();
+        }
+        drop(a);
+        cs.inner.idle_keep.store(0, Ordering::Relaxed);
+        sw.fsync_failures.store(1, Ordering::Release);
+        cs.inner.trim_idle();
+        assert_eq!(
+            sw.fsync_failures.load(Ordering::Acquire),
+            0,
+            "the trim did not fsync"
+        );
+        assert_eq!(cs.inner.files.read().unwrap().len(), 1, "the entry left");
+        let b = cs.open_file("f").unwrap();
+        match b.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("the loss the trim met was not reported: {other:?}"),
+        }
+        assert!(b.sync().is_err(), "the loss passed unaccepted");
+        assert!(b.accept_loss().unwrap());
+        b.sync().unwrap();
+        drop(b);
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
-use crate::cached::shared::{Durable, Entry, PageSet, Shared};
+use crate::cached::shared::{Asker, Durable, Entry, PageSet, Shared};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, MAX_REQUEST, Mem, OpKind};
 use crate::storage::queue::Queue;
@@ -484,14 +484,16 @@ impl Shared {
     /// Write back every dirty page of file `id` (32 writes in flight, dirty
     /// neighbours merged into one write), waiting for pages that are busy (a
     /// writer holds them, or another write-back runs), then fsync.
-    pub(crate) fn sync_file(&self, id: u32) -> Result<()> {
-        self.sync_file_as(id, true)
+    pub(crate) fn sync_file(&self, id: u32, who: Asker<'_>) -> Result<()> {
+        self.sync_file_as(id, true, who)
     }
 
     /// As [`Shared::sync_file`]; without `wait`, fails [`Error::Busy`] at
     /// once where it would wait for another sync of the file or for pages
     /// others hold (what is left dirty stays marked for the next sync).
-    pub(crate) fn sync_file_as(&self, id: u32, wait: bool) -> Result<()> {
+    /// `who` asks: the loss a failed fsync left that it has not accepted
+    /// fails the sync ([`Error::SyncLost`]).
+    pub(crate) fn sync_file_as(&self, id: u32, wait: bool, who: Asker<'_>) -> Result<()> {
         self.retire_finished();
         let e = self.entry(id)?;
         // One sync of a file at a time: a sync whose fsync failed has made its
@@ -537,14 +539,21 @@ impl Shared {
             sets,
             done: false,
         };
-        let r = self.write_and_fsync(id, &e, pending, wait);
+        let r = self.write_and_fsync(id, &e, pending, wait, who);
         remark.done = r.is_ok();
         r
     }
 
     /// `sync_file`'s work once the file's dirty pages are known: write them,
     /// then fsync if anything was written since the last good fsync.
-    fn write_and_fsync(&self, id: u32, e: &Entry, mut pending: Vec<u64>, wait: bool) -> Result<()> {
+    fn write_and_fsync(
+        &self,
+        id: u32,
+        e: &Entry,
+        mut pending: Vec<u64>,
+        wait: bool,
+        who: Asker<'_>,
+    ) -> Result<()> {
         // This thread's sync queue, kept from its last sync: its ring is set
         // up once, not for every sync (a database syncs at every commit).
         let q = SYNC_QUEUE
@@ -663,10 +672,12 @@ impl Shared {
         // too: see below).
         let nothing = {
             let mut d = e.durable();
-            if let Some(lost) = &d.lost {
+            if let Some(lost) = d.loss_for(who) {
+                let newest = d.lost_gen;
+                d.reported(newest, who);
                 return Err(Error::SyncLost {
                     file: e.file.name(),
-                    first: Box::new(lost.clone()),
+                    first: Box::new(lost),
                 });
             }
             // (`covering` is empty here, as syncs of the file take turns,
@@ -740,7 +751,10 @@ impl Shared {
                 // taken but before this fsync (the flusher's, a victim's):
                 // the kernel reports its failure once, so the next fsync
                 // would pass without them.
-                self.rewrite_since_good_fsync(e, id, Some(err.clone()));
+                if let Some(lost) = self.rewrite_since_good_fsync(e, id, Some(err.clone())) {
+                    // This failure is how the caller hears of the loss.
+                    e.durable().reported(lost, who);
+                }
                 Err(err)
             }
         }
@@ -760,6 +774,7 @@ impl Shared {
             return;
         }
         e.meta_fsyncs_seen.store(failures, Ordering::Release);
+        // (A loss recorded here is reported by the sync's check of it.)
         self.rewrite_since_good_fsync(e, id, e.file.meta_fsync_error());
     }
 
@@ -771,7 +786,8 @@ impl Shared {
     /// (`Durable::refilled`: it may hold what the failure dropped), the
     /// file's syncs fail with `err` from now on. Write-backs sent before this
     /// and reaped after it keep their pages dirty (`Entry::written_at`).
-    fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, err: Option<Error>) {
+    /// Returns the number of the loss it recorded, if any.
+    fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, err: Option<Error>) -> Option<u64> {
         e.fsync_failures.fetch_add(1, Ordering::AcqRel);
         let (since, mut left) = {
             let mut d = e.durable();
@@ -790,9 +806,11 @@ impl Shared {
         // A page that left the cache and was read back while the loop went
         // on came back with what the failed fsync left, and was marked dirty
         // with those bytes: lost too.
-        left |= !e.durable().refilled.is_empty();
-        if left && let Some(err) = err {
-            e.durable().lost.get_or_insert(err);
+        let mut d = e.durable();
+        left |= !d.refilled.is_empty();
+        match err {
+            Some(err) if left => Some(d.record_loss(err)),
+            _ => None,
         }
     }
 }
@@ -868,6 +886,40 @@ mod sync_tests {
         .unwrap()
     }
 
+    /// A file `f` of 64 pages on simulated devices whose fsyncs fail
+    /// `ENOSPC` when told to (dropping what was written since the last good
+    /// one), under a cache of one set of four pages with no flusher and
+    /// nothing read ahead.
+    fn four_pages(
+        tag: &str,
+        pin_wait: Duration,
+    ) -> (
+        std::path::PathBuf,
+        Arc<SimMedia>,
+        Arc<SimSwitches>,
+        CachedStore,
+    ) {
+        let dir = crate::cached::scratch_dir(tag);
+        let media = SimMedia::new();
+        let sw = Arc::new(SimSwitches::default());
+        sw.keep_synced.store(true, Ordering::Release);
+        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+        let store = sim_store(&dir, &media, &sw);
+        drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+        let opts = CacheOptions {
+            size: 4 * 4096,
+            max_size: Some(4 * 4096),
+            page_size: 4096,
+            assoc: 4,
+            partitions: 1,
+            policy: PolicyKind::Clock,
+            pin_wait,
+        };
+        let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>).unwrap();
+        cs.set_readahead(0);
+        (dir, media, sw, cs)
+    }
+
     /// A victim write-back a request queue sent before another thread's sync
     /// fsynced, and reaped only after that fsync failed, may have been dropped
     /// by it: its pages must stay dirty, so that the next sync writes them
@@ -876,25 +928,7 @@ mod sync_tests {
     /// writes (page 0 alone) before pages 1-3 turn dirty.
     #[test]
     fn a_write_back_reaped_after_a_failed_fsync_is_written_again() {
-        let dir = crate::cached::scratch_dir("fsync-reaped-late");
-        let media = SimMedia::new();
-        let sw = Arc::new(SimSwitches::default());
-        sw.keep_synced.store(true, Ordering::Release);
-        sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
-        let store = sim_store(&dir, &media, &sw);
-        drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
-        // One set of four pages, no flusher, nothing read ahead.
-        let opts = CacheOptions {
-            size: 4 * 4096,
-            max_size: Some(4 * 4096),
-            page_size: 4096,
-            assoc: 4,
-            partitions: 1,
-            policy: PolicyKind::Clock,
-            pin_wait: Duration::from_secs(5),
-        };
-        let cs = CachedStore::with_flusher(store, opts, None::<FlushOptions>).unwrap();
-        cs.set_readahead(0);
+        let (dir, media, sw, cs) = four_pages("fsync-reaped-late", Duration::from_secs(5));
         let f = cs.open_file("f").unwrap();
         f.sync().unwrap();
         let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
@@ -1005,6 +1039,94 @@ mod sync_tests {
             "bytes of page 1 past the old end not on the device after the sync"
         );
         drop(g);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A store-level sync of a cached file whose fsync failed (taking the
+    /// kernel's one report of the pages it dropped) and has not yet counted
+    /// its failure when the cache's sync fsyncs: the cache's fsync passes,
+    /// and the cache's sync must not. Pages 0-3 were written back as victims
+    /// and left the cache; the failed fsync dropped them.
+    #[test]
+    fn a_cache_sync_waits_for_a_failed_fsync_to_be_counted() {
+        let (dir, _media, sw, cs) = four_pages("fsync-counted", Duration::from_secs(5));
+        let f = cs.open_file("f").unwrap();
+        f.sync().unwrap();
+        for p in 0..8u64 {
+            f.write_at(p * 4096, &[0x5A; 4096]).unwrap();
+        }
+        let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+        crate::storage::file::FAILED_BEFORE_COUNTED.arm(
+            Arc::as_ptr(&f.file().inner) as usize,
+            Box::new(move || {
+                paused_tx.send(()).unwrap();
+                std::thread::sleep(Duration::from_millis(500));
+            }),
+        );
+        sw.fsync_failures.store(1, Ordering::Release);
+        let (store_level, cached) = std::thread::scope(|s| {
+            let t = s.spawn(|| f.file().sync());
+            paused_rx.recv().unwrap();
+            let cached = f.sync();
+            (t.join().unwrap(), cached)
+        });
+        assert!(store_level.is_err(), "the store-level fsync did not fail");
+        assert!(
+            cached.is_err(),
+            "the cache's sync passed though pages it wrote were dropped"
+        );
+        match f.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("the next sync: {other:?}"),
+        }
+        drop(f);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A shrink whose dropping of the pages past its end gives up (a page
+    /// there is held past the pin wait) still takes those pages out of the
+    /// pages owed to the next fsync: a failed fsync then counts nothing as
+    /// lost (pages 4-8 were written back past the new end and left the
+    /// cache; nothing inside it was written).
+    #[test]
+    fn a_shrink_that_gives_up_leaves_nothing_past_its_end_to_lose() {
+        let (dir, _media, sw, cs) = four_pages("shrink-gave-up", Duration::from_millis(300));
+        let f = cs.open_file("f").unwrap();
+        f.sync().unwrap();
+        for p in 4..12u64 {
+            f.write_at(p * 4096, &[0x5A; 4096]).unwrap();
+        }
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        std::thread::scope(|s| {
+            let f = &f;
+            s.spawn(move || {
+                let g = f.page(12 * 4096).unwrap();
+                held_tx.send(()).unwrap();
+                release_rx.recv().unwrap();
+                drop(g);
+            });
+            held_rx.recv().unwrap();
+            let r = f.set_len(4 * 4096);
+            assert!(r.is_err(), "the shrink's dropping did not give up: {r:?}");
+            release_tx.send(()).unwrap();
+        });
+        assert_eq!(f.len(), 4 * 4096);
+        sw.fsync_failures.store(1, Ordering::Release);
+        let first = f.sync();
+        let second = f.sync();
+        sw.fsync_failures.store(0, Ordering::Release);
+        assert!(
+            !matches!(first, Err(crate::Error::SyncLost { .. })),
+            "{first:?}"
+        );
+        assert!(
+            second.is_ok(),
+            "a page past the end counted as lost: {second:?}"
+        );
+        drop(f);
+        drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

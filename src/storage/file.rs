@@ -67,6 +67,12 @@ pub(crate) struct FileInner {
     /// not repeat. The last one's error beside the count.
     pub(crate) meta_fsync_failures: AtomicU64,
     pub(crate) meta_fsync_error: std::sync::Mutex<Option<Error>>,
+    /// Held shared by each fsync counted in `meta_fsync_failures`, from
+    /// before the fsync until its failure is counted; a page cache's sync
+    /// takes it exclusively once its own fsync has returned, so that an
+    /// fsync that took the kernel's report first is counted before the sync
+    /// looks at the count.
+    pub(crate) fsyncs_counting: RwLock<()>,
 }
 
 impl FileInner {
@@ -79,7 +85,34 @@ impl FileInner {
             .unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
         self.meta_fsync_failures.fetch_add(1, Ordering::AcqRel);
     }
+
+    /// Hold across an fsync whose failure `count_fsync_failure` counts, and
+    /// the counting. Never taken while held (a waiting
+    /// `wait_fsyncs_counted` would block the second taking).
+    pub(crate) fn fsync_counted(&self) -> std::sync::RwLockReadGuard<'_, ()> {
+        self.fsyncs_counting
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Wait until every fsync that `fsync_counted` covers and that began
+    /// before this call has had its failure, if any, counted.
+    pub(crate) fn wait_fsyncs_counted(&self) {
+        drop(
+            self.fsyncs_counting
+                .write()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+    }
 }
+
+/// Called by a counted fsync (`File::sync`'s) that failed, before its
+/// failure is counted (tests hold it there).
+#[cfg(test)]
+pub(crate) static FAILED_BEFORE_COUNTED: crate::util::hook::TestHook<
+    usize,
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
 
 /// An open file of a store. Cheap to clone; `Send + Sync`: threads share one handle.
 ///
@@ -265,14 +298,10 @@ impl File {
             .backings
             .iter()
             .fold(false, |w, b| b.written.swap(false, Ordering::AcqRel) | w);
-        let r = self.sync_again_told();
-        if let Err((e, true)) = &r {
-            // The fsyncs ran: a page cache over this file, whose own next
-            // fsync will not hear of what this one may have cost, must write
-            // again what it wrote since its last good one.
-            self.inner.count_fsync_failure(e);
-        }
-        let r = r.map_err(|(e, _)| e);
+        // (A failure of the fsyncs is counted: a page cache over this file,
+        // whose own next fsync will not hear of what this one may have cost,
+        // must write again what it wrote since its last good one.)
+        let r = self.sync_as(true).map_err(|(e, _)| e);
         // (A failure the device does not survive fails it, and every later
         // request with it; one it survives, out of space say, sticks here.)
         if let Err(e) = &r
@@ -308,7 +337,19 @@ impl File {
     /// (true: the kernel may have dropped what they were to cover) or the
     /// sync failed before them, writing a lazy growth's headers (false:
     /// nothing written was dropped).
+    ///
+    /// Returns only once every other fsync of the file that may have taken
+    /// the kernel's report before this one has counted its failure
+    /// (`meta_fsync_failures`): a count read after this holds it.
     pub(crate) fn sync_again_told(&self) -> std::result::Result<(), (Error, bool)> {
+        let r = self.sync_as(false);
+        self.inner.wait_fsyncs_counted();
+        r
+    }
+
+    /// `File::sync`'s work (`counted`: a failure of the fsyncs is counted
+    /// in `meta_fsync_failures`), or a page cache's.
+    fn sync_as(&self, counted: bool) -> std::result::Result<(), (Error, bool)> {
         // A length grown lazily becomes durable with this fsync: one header
         // write per device first (a failure of the sizes' fsync there is
         // one of the fsyncs).
@@ -335,7 +376,20 @@ impl File {
                 }
             }
         };
-        let r = self.fsync_all();
+        let r = if counted {
+            let _counting = self.inner.fsync_counted();
+            let r = self.fsync_all();
+            if let Err(e) = &r {
+                #[cfg(test)]
+                if let Some(hook) = FAILED_BEFORE_COUNTED.take(Arc::as_ptr(&self.inner) as usize) {
+                    hook();
+                }
+                self.inner.count_fsync_failure(e);
+            }
+            r
+        } else {
+            self.fsync_all()
+        };
         if r.is_err() {
             put_back();
         }

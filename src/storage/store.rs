@@ -1231,6 +1231,7 @@ impl Store {
                 sync_lost: std::sync::Mutex::new(None),
                 meta_fsync_failures: AtomicU64::new(0),
                 meta_fsync_error: std::sync::Mutex::new(None),
+                fsyncs_counting: RwLock::new(()),
             }),
         })
     }
@@ -2097,6 +2098,7 @@ impl StoreInner {
         crash_point()?;
         write_header(fd, &h).map_err(io)?;
         crash_point()?;
+        let counting = p.file.map(FileInner::fsync_counted);
         fsync_fd(fd).map_err(|e| {
             let e = io(e);
             if let Some(f) = p.file {
@@ -2104,6 +2106,7 @@ impl StoreInner {
             }
             e
         })?;
+        drop(counting);
         // Past the end, cleared and fsynced: clear for a later lazy growth,
         // unless this was a cut, which a write still in flight from before
         // it may land past.
@@ -2150,6 +2153,7 @@ impl StoreInner {
                 truncate(&b.fd, size).map_err(io)?;
             }
             if unclear {
+                let _counting = f.fsync_counted();
                 fsync_fd(&b.fd).map_err(|e| {
                     let e = io(e);
                     fsync_failed(f, i, &e);
@@ -2191,6 +2195,7 @@ impl StoreInner {
         // ahead of the size it needs (the store would find the file truncated).
         for (i, b) in f.backings.iter().enumerate() {
             crash_point()?;
+            let _counting = f.fsync_counted();
             if let Err(e) = fsync_fd(&b.fd) {
                 let e = Error::os(
                     format!("device {i}: sync the size of"),
