@@ -1445,9 +1445,8 @@ impl CachedFile {
     /// first write-back failure since the last `sync`, if any (the pages stay
     /// dirty, so a later `sync` tries again). Its cost follows the pages
     /// dirtied since the last sync, not the size of the cache; with nothing
-    /// written since the last good fsync it does no I/O (bytes written around
-    /// the cache, through [`CachedFile::file`], are made durable by
-    /// [`File::sync`]). A thread holding a page guard
+    /// written since the last good fsync it does no I/O (the file underneath,
+    /// [`CachedFile::file`], refuses writes around the cache). A thread holding a page guard
     /// of this file gets [`Error::HeldByCaller`] (the sync would wait for
     /// the guard), as does one whose sync has waited the pin wait for pages
     /// under write-back while a [`CachedQueue`] of the same thread holds

@@ -291,8 +291,9 @@ impl Queue {
 
     /// Send a batch. Requests for one device travel in one message per device. Blocks,
     /// running callbacks, while `depth` requests are in flight. A request that is
-    /// invalid (misaligned, past the end, on a failed device) completes at once with
-    /// its error through its callback. A callback that panics while `submit` waits
+    /// invalid (misaligned, past the end, on a failed device, a write of a file open
+    /// through a [`crate::CachedStore`]) completes at once with its error through its
+    /// callback. A callback that panics while `submit` waits
     /// for room does not stop the batch: the rest is sent, then the panic goes on.
     pub fn submit(&mut self, reqs: Vec<Request>) {
         // A callback run to make room may panic: the requests not yet sent
@@ -326,15 +327,24 @@ impl Queue {
             let ptr = buf.as_mut_ptr();
             let len = buf.len();
             let fixed = &buf;
-            let sent = file.prepare(
-                kind,
-                offset,
-                ptr,
-                len,
-                Some(fixed),
-                &joiner,
-                &mut self.batches,
-            );
+            let sent = if kind == OpKind::Write && file.inner.cached.load(Ordering::Acquire) > 0 {
+                // As `File::write_at`: a write around the cache would leave
+                // its pages stale, and its fsyncs would not answer for it.
+                Err(Error::InvalidArgument(format!(
+                    "file {:?} is open through a page cache: write it through a CachedQueue",
+                    file.name()
+                )))
+            } else {
+                file.prepare(
+                    kind,
+                    offset,
+                    ptr,
+                    len,
+                    Some(fixed),
+                    &joiner,
+                    &mut self.batches,
+                )
+            };
             self.slots[token as usize] = Some(Pending {
                 kind,
                 offset,
@@ -978,5 +988,56 @@ mod tests {
         assert_eq!(q.rings.len(), 1, "two writes go through the queue's ring");
         drop((q, file, store));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A write request of a file open through a page cache completes at once
+    /// with an error naming the cache (it would leave the cache's pages
+    /// stale, and the cache's fsyncs would not answer for it); a read of it
+    /// goes through, and once the cache lets go of the file a write does.
+    #[test]
+    fn a_queued_write_around_a_cache_is_refused() {
+        let dir = crate::cached::scratch_dir("queue-around-cache");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(store.create("f", 1 << 16, LayoutKind::Stripe).unwrap());
+        let cs = crate::CachedStore::new(store.clone(), crate::cached::small_cache(16)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let file = cf.file().clone();
+        let results = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let mut q = Queue::new(4);
+        let mut buf = AlignedBuf::new(4096);
+        buf.fill(0xEE);
+        let (w, r) = (results.clone(), results.clone());
+        q.submit(vec![
+            Request::write(&file, 0, buf, move |c| w.borrow_mut().push(c.result)),
+            Request::read(&file, 0, AlignedBuf::new(4096), move |c| {
+                r.borrow_mut().push(c.result)
+            }),
+        ]);
+        q.drain();
+        let got = std::mem::take(&mut *results.borrow_mut());
+        match &got[..] {
+            [Err(Error::InvalidArgument(m)), Ok(())] if m.contains("page cache") => {}
+            other => panic!("a write around the cache: {other:?}"),
+        }
+        let mut b = [0u8; 4096];
+        cf.read_at(0, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 0), "the refused write landed");
+        drop(cf);
+        drop(cs);
+        let w = results.clone();
+        q.submit(vec![Request::write(
+            &file,
+            0,
+            AlignedBuf::new(4096),
+            move |c| w.borrow_mut().push(c.result),
+        )]);
+        q.drain();
+        assert!(
+            matches!(&results.borrow()[..], [Ok(())]),
+            "{:?}",
+            results.borrow()
+        );
+        drop(file);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
