@@ -83,8 +83,8 @@ pub use array::{
     reader_table_bytes,
 };
 pub use cache::{
-    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, PageCache, PageId,
-    PageMut, PageRef, PolicyKind, SetMetadataBytes, WriteBack,
+    CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, MAX_PIN_WAIT,
+    PageCache, PageId, PageMut, PageRef, PolicyKind, SetMetadataBytes, WriteBack,
 };
 pub use cached::{
     Advice, CacheView, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
@@ -98,8 +98,8 @@ pub use numa::{
 pub use storage::layout;
 pub use storage::{
     AlignedBuf, BUF_ALIGN, Completion, DEFAULT_POLL, DIRECT_ALIGN, DeviceBlock, DeviceBytes,
-    DeviceOffset, EngineKind, File, FileInfo, HEADER_BYTES, Layout, LayoutKind, MAX_QUEUE_DEPTH,
-    MAX_REQUEST, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia, SimSwitches, Store,
-    StoreOptions,
+    DeviceOffset, EngineKind, File, FileInfo, HEADER_BYTES, Layout, LayoutKind, MAX_POLL,
+    MAX_QUEUE_DEPTH, MAX_REQUEST, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia,
+    SimSwitches, Store, StoreOptions,
 };
 pub use util::fds;

@@ -103,6 +103,61 @@ fn partial_writes_read_first_and_bounds_are_checked() {
     assert!(page == pattern(9, 7 * 4096, 4096));
 }
 
+/// A pin wait past `MAX_PIN_WAIT` is refused when the cache is made, naming
+/// it (before, the first wait that added it to the clock panicked: the first
+/// paged array of words made over the cache, say).
+#[test]
+fn a_pin_wait_past_the_most_is_refused() {
+    let tmp = TempDir::new("cached-pin-wait");
+    let store = common::open(&tmp.devices(1), engines()[0].1.clone(), 16);
+    for wait in [std::time::Duration::MAX, setcache::MAX_PIN_WAIT * 2] {
+        let opts = setcache::CacheOptions {
+            pin_wait: wait,
+            ..small_cache(8)
+        };
+        let Err(e) = CachedStore::new(store.clone(), opts) else {
+            panic!("a pin wait of {wait:?} was taken");
+        };
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains("pin wait"), "{e}");
+    }
+    let opts = setcache::CacheOptions {
+        pin_wait: setcache::MAX_PIN_WAIT,
+        ..small_cache(8)
+    };
+    let cs = CachedStore::new(store, opts).unwrap();
+    let a = setcache::PagedArray::<u64>::create(&cs, "a", 1024, LayoutKind::Stripe).unwrap();
+    a.set(3, 7).unwrap();
+    assert_eq!(a.get(3).unwrap(), 7);
+}
+
+/// A length past the cache's page numbers (2^40 pages) is refused before
+/// any store step, naming the limit: `create`, `set_len`, `grow` and an
+/// extending write (before, it was taken where the file system allowed it,
+/// and every access past the limit failed naming only a page number).
+#[test]
+fn a_length_past_the_caches_page_numbers_is_refused() {
+    let tmp = TempDir::new("cached-past-pages");
+    let store = common::open(&tmp.devices(1), engines()[0].1.clone(), 16);
+    let cs = CachedStore::new(store, small_cache(8)).unwrap();
+    let most = (1u64 << 40) * 4096;
+    let check = |what: &str, r: setcache::Result<()>| match r {
+        Err(Error::InvalidArgument(m)) if m.contains("most a cache") => {}
+        other => panic!("{what}: {other:?}"),
+    };
+    check(
+        "create",
+        cs.create("big", most + 1, LayoutKind::Stripe).map(drop),
+    );
+    let f = cs.create("f", 4096, LayoutKind::Stripe).unwrap();
+    check("set_len", f.set_len(most + 4096));
+    check("grow", f.grow(most + 1));
+    check("write_extending", f.write_extending(most, b"x"));
+    assert_eq!(f.len(), 4096);
+    f.write_at(0, b"still works").unwrap();
+    f.sync().unwrap();
+}
+
 /// An extending write of nothing past the end changes nothing, as `pwrite`
 /// of no bytes does; one of some bytes grows the file to its end.
 #[test]

@@ -407,6 +407,48 @@ fn registered_buffers_too_large_are_refused() {
     assert_eq!(bufs.len(), 2);
 }
 
+/// Inputs at the edges of their types: buffers whose rounded length
+/// overflows are refused (before, the stride wrapped to 0 and a buffer of
+/// `usize::MAX` bytes pointed at one byte); a queue's poll time is cut to
+/// `MAX_POLL` (before, a wait panicked adding it to the clock); empty slices
+/// move nothing, whatever their dangling address.
+#[test]
+fn inputs_at_the_edges_of_their_types_get_errors_or_work() {
+    let tmp = TempDir::new("edges");
+    let store = Store::open(
+        &tmp.devices(1),
+        StoreOptions {
+            engine: EngineKind::Uring,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap();
+    for len in [usize::MAX, usize::MAX - 4000] {
+        let e = store.alloc_registered(1, len).unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+        assert!(e.to_string().contains("overflow"), "{e}");
+    }
+    let file = store.create("f", 1 << 16, LayoutKind::Stripe).unwrap();
+    let mut q = Queue::new(4);
+    q.set_poll(std::time::Duration::MAX);
+    let done = Rc::new(RefCell::new(0));
+    let d = done.clone();
+    q.submit(vec![Request::read(
+        &file,
+        0,
+        AlignedBuf::new(4096),
+        move |c| {
+            c.result.unwrap();
+            *d.borrow_mut() += 1;
+        },
+    )]);
+    q.wait(1);
+    q.drain();
+    assert_eq!(*done.borrow(), 1);
+    file.read_at(0, &mut []).unwrap();
+    file.write_at(0, &[]).unwrap();
+}
+
 /// A device depth far below the offered load keeps the ring full and the mailbox
 /// backed up; everything must still complete (no livelock, no lost request).
 #[test]

@@ -77,7 +77,9 @@ pub struct CacheOptions {
     /// The per-set replacement policy.
     pub policy: PolicyKind,
     /// How long a lookup backs off while every page of its set is pinned
-    /// before it fails with [`Error::AllPinned`].
+    /// before it fails with [`Error::AllPinned`]. At most [`MAX_PIN_WAIT`]
+    /// (the waits that follow it several times over stay far from any clock's
+    /// end).
     pub pin_wait: Duration,
     /// Partitions the sets are divided into, for partitioned mode
     /// ([`Partitions`](crate::Partitions)): 1 (the default) for the shared
@@ -179,6 +181,9 @@ pub struct PageId {
 /// The most partitions a cache's sets may be divided into.
 pub const MAX_PARTITIONS: usize = 64;
 
+/// The longest [`CacheOptions::pin_wait`]: one day.
+pub const MAX_PIN_WAIT: Duration = Duration::from_secs(24 * 60 * 60);
+
 fn untag(tag: u64) -> (u32, u64) {
     (dirty::file_of(tag), tag & MAX_PAGE)
 }
@@ -234,6 +239,12 @@ impl<M: Model> PageCache<M> {
                 opts.assoc,
                 policy::MIN_ASSOC,
                 policy::MAX_ASSOC
+            ));
+        }
+        if opts.pin_wait > MAX_PIN_WAIT {
+            return bad(format!(
+                "cache pin wait {:?} is above the most, {:?}",
+                opts.pin_wait, MAX_PIN_WAIT
             ));
         }
         if opts.partitions > MAX_PARTITIONS {

@@ -562,6 +562,7 @@ impl CachedStore {
 
     /// Create a file (as [`Store::create`]) and open it through the cache.
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
+        self.inner.check_len(name, size)?;
         let f = self.inner.store.create(name, size, layout);
         self.inner.retire_finished();
         self.attach(f?, false, true)
@@ -1529,6 +1530,7 @@ impl CachedFile {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
+        self.shared.check_len(&self.entry.file.name(), len)?;
         let e = &*self.entry;
         {
             let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
@@ -1577,6 +1579,7 @@ impl CachedFile {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
+        self.shared.check_len(&self.entry.file.name(), len)?;
         let name = || self.entry.file.name();
         Hold::check(
             self.store_key(),

@@ -621,6 +621,21 @@ impl Shared {
             .push((id, Arc::downgrade(&e)));
     }
 
+    /// `Ok` if a file of `len` bytes fits the cache's page numbers
+    /// (`cache::MAX_PAGE`), refused before any store step otherwise: its pages
+    /// past them could never be cached.
+    pub(crate) fn check_len(&self, name: &str, len: u64) -> Result<()> {
+        let ps = self.cache.page_size() as u64;
+        let most = (crate::cache::MAX_PAGE + 1).saturating_mul(ps);
+        if len > most {
+            return Err(Error::InvalidArgument(format!(
+                "file {name:?}: a length of {len} bytes is past the most a cache of \
+                 {ps}-byte pages holds, {most} bytes"
+            )));
+        }
+        Ok(())
+    }
+
     /// If more entries than `idle_keep` have no handle, sync the least
     /// recently opened of them (without waiting for pages in use or another
     /// sync) and retire those that synced and were not opened meanwhile,

@@ -162,8 +162,10 @@ impl AlignedBuf {
     /// Cut an arena into `count` buffers of `len` bytes each (`len` rounded up to the
     /// alignment for the stride).
     pub(crate) fn carve(arena: Arc<Arena>, count: usize, len: usize) -> Vec<AlignedBuf> {
-        let stride = len.div_ceil(BUF_ALIGN) * BUF_ALIGN;
-        assert!(stride * count <= arena.len());
+        let stride = len
+            .checked_next_multiple_of(BUF_ALIGN)
+            .expect("a buffer length within the address space");
+        assert!(stride.checked_mul(count).is_some_and(|t| t <= arena.len()));
         (0..count)
             .map(|i| AlignedBuf {
                 // SAFETY: `i * stride + len <= arena.len()`, checked above.

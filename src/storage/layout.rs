@@ -235,7 +235,9 @@ impl Layout {
     }
 
     /// The logical block stored at block `dev_block` of device `device` (inverse of
-    /// [`Layout::locate_block`]).
+    /// [`Layout::locate_block`]). For blocks of files up to the largest length a
+    /// store takes; past that the answer saturates at `u64::MAX`. `device` is
+    /// taken modulo the layout's device count.
     pub fn logical_block(&self, device: usize, dev_block: u64) -> u64 {
         let n = self.devices as u64;
         let d = device as u64 % n;
@@ -248,7 +250,7 @@ impl Layout {
                 (self.inverses[i] as u64 * ((d + n - c) % n)) % n
             }
         };
-        stripe * n + pos
+        stripe.saturating_mul(n).saturating_add(pos)
     }
 
     /// Device and offset within that device's data area of logical byte `offset`.
@@ -263,10 +265,13 @@ impl Layout {
         }
     }
 
-    /// Bytes of data each device holds for a file of `len` bytes.
+    /// Bytes of data each device holds for a file of `len` bytes (saturating at
+    /// `u64::MAX` for lengths far past the largest a store takes).
     pub fn device_bytes(&self, len: u64) -> u64 {
         let blocks = len.div_ceil(self.block_bytes);
-        blocks.div_ceil(self.devices as u64) * self.block_bytes
+        blocks
+            .div_ceil(self.devices as u64)
+            .saturating_mul(self.block_bytes)
     }
 
     /// Where the data of a file of `len` bytes ends on device `device`: every byte of
@@ -282,7 +287,7 @@ impl Layout {
         let stripe = last / self.devices as u64;
         let block = self.logical_block(device, stripe);
         match block.cmp(&last) {
-            std::cmp::Ordering::Less => (stripe + 1) * bb,
+            std::cmp::Ordering::Less => (stripe + 1).saturating_mul(bb),
             std::cmp::Ordering::Equal => stripe * bb + (len - last * bb),
             std::cmp::Ordering::Greater => stripe * bb,
         }
@@ -382,6 +387,18 @@ mod tests {
             let DeviceOffset { device: d, offset: doff } = l.map(off);
             let back = l.logical_block(d, doff / bb) * bb + doff % bb;
             prop_assert_eq!(back, off);
+        }
+
+        /// Any input at all, far past the largest file length, gives an answer
+        /// (saturated), never an overflow.
+        #[test]
+        fn any_input_gives_an_answer(kind in kinds(), n in 1usize..=8, bpages in 1u64..64, device in any::<usize>(), x in any::<u64>()) {
+            let l = Layout::new(kind, n, bpages * 512).unwrap();
+            let _ = l.logical_block(device, x);
+            let _ = l.device_bytes(x);
+            let _ = l.device_end(device % n, x);
+            let _ = l.locate_block(x);
+            prop_assert_eq!(l.device_bytes(u64::MAX), u64::MAX.div_ceil(bpages * 512).div_ceil(n as u64).saturating_mul(bpages * 512));
         }
 
         #[test]

@@ -16,7 +16,7 @@ pub use file::{DIRECT_ALIGN, File, MAX_REQUEST, OpKind};
 pub use header::HEADER_BYTES;
 pub use io::{EngineKind, PowerCut, SimConfig, SimMedia, SimSwitches};
 pub use layout::{DeviceBlock, DeviceOffset, Layout, LayoutKind};
-pub use queue::{Completion, DEFAULT_POLL, MAX_QUEUE_DEPTH, Queue, Request};
+pub use queue::{Completion, DEFAULT_POLL, MAX_POLL, MAX_QUEUE_DEPTH, Queue, Request};
 pub use store::{DeviceBytes, FileInfo, Store, StoreOptions};
 
 /// A store of one io_uring device in a fresh directory of the system's

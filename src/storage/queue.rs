@@ -26,6 +26,10 @@ use crate::util::panics;
 /// sleeping wait already matches fio) and costs a core while I/O is in flight.
 pub const DEFAULT_POLL: Duration = Duration::ZERO;
 
+/// The longest [`Queue::set_poll`] keeps: one second (the command line's
+/// bound too), after which a wait sleeps in the kernel.
+pub const MAX_POLL: Duration = Duration::from_secs(1);
+
 /// The most requests a queue keeps in flight: a larger depth is taken as this
 /// (each slot is allocated when the queue is made), as 0 is taken as 1.
 pub const MAX_QUEUE_DEPTH: usize = 1 << 16;
@@ -278,10 +282,11 @@ impl Queue {
     }
 
     /// How long [`Queue::wait`] polls the queue's own rings for completions before
-    /// it sleeps (default [`DEFAULT_POLL`]; zero sleeps at once). Polling only
-    /// happens while requests are in flight, never when idle.
+    /// it sleeps (default [`DEFAULT_POLL`]; zero sleeps at once; at most
+    /// [`MAX_POLL`], a longer time is cut to it). Polling only happens while
+    /// requests are in flight, never when idle.
     pub fn set_poll(&mut self, poll: Duration) {
-        self.poll = poll;
+        self.poll = poll.min(MAX_POLL);
     }
 
     /// Requests sent and not yet completed.

@@ -1515,10 +1515,12 @@ impl Store {
         if count == 0 || len == 0 {
             return Ok(Vec::new());
         }
-        let stride = len.div_ceil(crate::storage::buf::BUF_ALIGN) * crate::storage::buf::BUF_ALIGN;
-        let total = stride.checked_mul(count).ok_or_else(|| {
-            Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow"))
-        })?;
+        let total = len
+            .checked_next_multiple_of(crate::storage::buf::BUF_ALIGN)
+            .and_then(|stride| stride.checked_mul(count))
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("{count} buffers of {len} bytes overflow"))
+            })?;
         let what = || format!("{count} registered buffers of {len} bytes");
         if Arena::layout(total).is_none() {
             return Err(Error::InvalidArgument(format!(
