@@ -105,7 +105,10 @@ int setcache_store_close(setcache_store *store);
 /* Close the store without writing its dirty pages (they are lost): after a
  * failed setcache_store_close. -EBUSY while files or queues of it are open. */
 int setcache_store_discard(setcache_store *store);
-/* Write every dirty page of every file and make it durable. */
+/* Write every dirty page of every file and make it durable. Every file is
+ * synced; the first error is returned. A file with a loss no handle accepted
+ * fails it every time: open that file, setcache_accept_loss, and sync again
+ * to hear of the next. */
 int setcache_store_sync(setcache_store *store);
 /* Counters of the store. */
 int setcache_stats_get(setcache_store *store, struct setcache_stats *out);
@@ -148,7 +151,10 @@ int64_t setcache_pwrite(setcache_file *file, const void *buf, size_t len, uint64
 int64_t setcache_len(setcache_file *file);
 /* Set the file's length (growing adds zeros). */
 int setcache_set_len(setcache_file *file, uint64_t len);
-/* Write the file's dirty pages and make them durable. */
+/* Write the file's dirty pages and make them durable. After a failed fsync
+ * left a loss (pages written before it had left the cache), this sync and
+ * every later one through any handle fail with that fsync's -errno until
+ * setcache_accept_loss. */
 int setcache_sync(setcache_file *file);
 
 /* A queue keeping up to `depth` requests in flight, for this thread. */

@@ -158,7 +158,8 @@ pub enum Error {
     FileGone(String),
     /// An fsync of a cached file failed, and some pages written before it had
     /// already left the cache, so they cannot be written again: the file's
-    /// syncs keep failing until it is opened again.
+    /// syncs keep failing until a handle accepts the loss (an open for
+    /// writing after a sync reported it, or `CachedFile::accept_loss`).
     SyncLost {
         /// The file.
         file: String,
@@ -379,7 +380,7 @@ impl fmt::Display for Error {
             ),
             Error::SyncLost { file, first } => write!(
                 f,
-                "file {file:?}: an earlier fsync failed ({first}), so the kernel may have dropped data written before it that cannot be written again from here; its syncs fail until the file is opened again"
+                "file {file:?}: an earlier fsync failed ({first}), so the kernel may have dropped data written before it that cannot be written again from here; its syncs fail until the loss is accepted (the file opened again for writing after this report, or the loss accepted through a handle)"
             ),
             Error::NotEnoughMemory {
                 what,

@@ -550,7 +550,7 @@ extern "C" fn sync_at_exit() {
     // SAFETY: fflush(NULL) flushes every output stream.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     if let Some(Ok(s)) = STATE.get()
-        && let Err(e) = s.cs.sync()
+        && let Err(e) = s.cs.sync_unheard()
     {
         crate::say(&format!(
             "writing the store's dirty pages at exit failed: {e}"
@@ -611,13 +611,16 @@ fn program_threads_left() -> bool {
 /// Write and sync the store's dirty pages and lengths if it is open in this
 /// process (not a child made by `fork`): before an `exec` replaces the
 /// process, and for `sync` and `syncfs`. What the sync could not write is
-/// reported on stderr, naming `why`; `Err` holds its errno.
+/// reported on stderr, naming `why`; `Err` holds its errno. A loss it
+/// meets is not counted as heard: no program's descriptor of the file was
+/// told (as a file system's `syncfs` error does not mark a file's error
+/// seen), so the file's next writable open does not accept it.
 pub(crate) fn sync_store(why: &str) -> Result<(), i32> {
     if forked() {
         return Ok(());
     }
     match STATE.get() {
-        Some(Ok(s)) => s.cs.sync().map_err(|e| crate::fail(why, &e)),
+        Some(Ok(s)) => s.cs.sync_unheard().map_err(|e| crate::fail(why, &e)),
         _ => Ok(()),
     }
 }
@@ -791,7 +794,7 @@ pub(crate) fn node(
             return Err(Error::FileExists(name.to_string()));
         }
         if writer && n.descs.load(Ordering::Acquire) == 0 {
-            n.file.accept_loss()?;
+            n.file.accept_reported_loss()?;
         }
         return Ok(n);
     }
@@ -976,7 +979,24 @@ mod tests {
         n.descs.fetch_sub(1, Ordering::AcqRel);
         let w = node(&s, "j", false, false, true).unwrap();
         w.file.sync().unwrap();
-        drop((n, w));
+        // A loss the store's sync met for no program (`sync`, `syncfs`, an
+        // `exec`, the exit) is not heard: a writer's open alone of the node
+        // still held keeps it for the writer's first sync.
+        for p in 0..64u64 {
+            w.file.write_at(p * 4096, &[0x5F; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        assert!(w.file.file().sync().is_err());
+        assert!(s.cs.sync_unheard().is_err(), "the store's sync passed");
+        let w2 = node(&s, "j", false, false, true).unwrap();
+        let r = w2.file.sync();
+        assert!(
+            matches!(r, Err(Error::SyncLost { .. })),
+            "a loss no program heard of was accepted by a writer's open: {r:?}"
+        );
+        let w3 = node(&s, "j", false, false, true).unwrap();
+        w3.file.sync().unwrap();
+        drop((n, w, w2, w3));
         drop(s);
         std::fs::remove_dir_all(&dir).unwrap();
     }

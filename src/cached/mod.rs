@@ -32,8 +32,10 @@
 //! marked dirty again, so the next `sync` writes every one of them before it
 //! fsyncs, and only a good fsync after that clears the failure. If one of those
 //! pages has already left the cache, it cannot be written again: the file's
-//! syncs then fail ([`Error::SyncLost`]) until it is opened again through
-//! [`CachedStore::open_file`], which accepts the loss. Without direct I/O, a page
+//! syncs then fail ([`Error::SyncLost`]), the failing one first. Each handle
+//! open when the loss happened fails once with it, and the loss stays until a
+//! handle accepts it: an open through [`CachedStore::open_file`] after a sync
+//! reported it, or [`CachedFile::accept_loss`]. Without direct I/O, a page
 //! that left and was read back counts as left: it may hold the bytes the
 //! failure dropped.
 
@@ -734,7 +736,27 @@ impl CachedStore {
     /// [`CachedFile::sync`] of each: a file with nothing written since its
     /// last good fsync needs none). A thread holding a page guard of this
     /// store gets [`Error::HeldByCaller`].
+    ///
+    /// Every file is synced; the first error met is returned. A file with a
+    /// loss no handle has accepted ([`Error::SyncLost`]) fails it every
+    /// time, and only the loss of the error returned counts as reported:
+    /// open the file it names with [`CachedStore::open_file`] (which accepts
+    /// it) or accept it through a writable handle, and sync again to hear of
+    /// the next. Until then the file's entry stays, idle or not.
     pub fn sync(&self) -> Result<()> {
+        self.sync_as(true)
+    }
+
+    /// As [`CachedStore::sync`], for a caller that cannot pass its error on
+    /// to whoever wrote the files (an exit handler; a `sync` that returns
+    /// nothing): a loss it meets is not counted as reported, so a later
+    /// [`CachedStore::open_file`] does not accept it and the file's next
+    /// sync through the new handle fails with it.
+    pub fn sync_unheard(&self) -> Result<()> {
+        self.sync_as(false)
+    }
+
+    fn sync_as(&self, told: bool) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
         self.inner.retire_finished();
         // Files deleted or replaced through the store itself, not the
@@ -751,11 +773,28 @@ impl CachedStore {
             .collect();
         let mut first = None;
         for id in files {
-            match self.inner.sync_file(id, shared::Asker::Store) {
+            // The loss this file's sync met, if any: reported only if its
+            // error is the one returned (another file's loss stays unheard,
+            // for its next open to meet).
+            let met = AtomicU64::new(0);
+            let who = if told && first.is_none() {
+                shared::Asker::Store(&met)
+            } else {
+                shared::Asker::NoOne
+            };
+            match self.inner.sync_file(id, who) {
                 // Deleted meanwhile: nothing of it is to be synced.
                 Err(_) if self.inner.entry(id).is_err() => {}
                 Err(e) => {
-                    first.get_or_insert(e);
+                    if first.is_none() {
+                        let loss = met.load(Ordering::Acquire);
+                        if loss > 0
+                            && let Ok(entry) = self.inner.entry(id)
+                        {
+                            entry.durable().heard(loss);
+                        }
+                        first = Some(e);
+                    }
                 }
                 Ok(()) => {}
             }
@@ -1468,13 +1507,27 @@ impl CachedFile {
     /// those of the other handles once they have been told (a handle open
     /// when a loss happened fails once with it, unless it has been told
     /// already). Returns whether this handle had a loss to accept.
-    /// [`Error::ReadOnly`] on a read-only handle.
+    /// [`Error::ReadOnly`] on a read-only handle: a read-only handle told of
+    /// a loss keeps failing its syncs until a writable handle accepts it.
     pub fn accept_loss(&self) -> Result<bool> {
+        self.accept_upto(false)
+    }
+
+    /// Accept the losses some sync has reported to its caller, as a new
+    /// [`CachedStore::open_file`] does: for a layer that reuses one handle
+    /// for a new writer's open. A loss no sync has reported yet stays, for
+    /// this handle's next sync to report. Returns whether this handle had
+    /// one to accept. [`Error::ReadOnly`] on a read-only handle.
+    pub fn accept_reported_loss(&self) -> Result<bool> {
+        self.accept_upto(true)
+    }
+
+    fn accept_upto(&self, reported: bool) -> Result<bool> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         let mut d = self.entry.durable();
-        let upto = d.lost_gen;
+        let upto = if reported { d.reported_gen } else { d.lost_gen };
         Ok(d.accept(&self.loss, upto))
     }
 

@@ -201,14 +201,16 @@ pub(crate) struct Durable {
     /// has not answered: back into `written` if it fails.
     pub(crate) covering: PageSet,
     /// Pages of `written` or `covering` read into the cache again since
-    /// (they had left it after their write-back). What the devices returned
-    /// may be what a failed write-back dropped: should an fsync fail before
-    /// a good one covers them, they count as lost, as pages that never came
-    /// back do.
+    /// (they had left it after their write-back), since the last loss was
+    /// recorded. What the devices returned may be what a failed write-back
+    /// dropped: should an fsync fail before a good one covers them, they
+    /// count as lost, as pages that never came back do. A loss recorded
+    /// takes them with it (what they hold is the loss's, accepted with it).
     pub(crate) refilled: PageSet,
     /// Set when an fsync failed after a page that has since left the cache
-    /// was written (the first such failure's error): a handle's syncs fail
-    /// with it until the handle accepts the loss (see `LossSeen`).
+    /// was written: the error of the first such failure since every loss
+    /// before it was accepted. A handle's syncs fail with it until the
+    /// handle accepts the loss (see `LossSeen`).
     pub(crate) lost: Option<Error>,
     /// Losses recorded so far (each failed fsync that left one counts, on
     /// top of those before): a loss is known by this number.
@@ -240,18 +242,28 @@ pub(crate) struct LossSeen {
 pub(crate) enum Asker<'a> {
     /// A handle of the file.
     Handle(&'a LossSeen),
-    /// The store's sync: told of the losses no handle accepted.
-    Store,
-    /// The trimming of idle files: fails on the losses no handle accepted,
-    /// and tells no one of them (the entry stays until one is told).
-    Trim,
+    /// The store's sync, which reports one file's error of all it met: told
+    /// of the losses no handle accepted. The number of the loss it met is
+    /// left here; the loss counts as reported only if the store's sync
+    /// returns that file's error (`Durable::heard`).
+    Store(&'a AtomicU64),
+    /// A sync whose error reaches no one (the trimming of idle files; a
+    /// store sync whose caller cannot pass an error on): fails on the
+    /// losses no handle accepted, and tells no one of them (a later open
+    /// does not accept them, and the trim keeps the entry).
+    NoOne,
 }
 
 impl Durable {
-    /// Record a loss (keeping the first one's error); its number.
+    /// Record a loss; its number. Its error is the file's unless an earlier
+    /// loss is still to be accepted (that one's error stays: the first).
+    /// The pages read back so far go with it (see `refilled`).
     pub(crate) fn record_loss(&mut self, err: Error) -> u64 {
-        self.lost.get_or_insert(err);
+        if self.lost.is_none() || self.accepted_gen >= self.lost_gen {
+            self.lost = Some(err);
+        }
         self.lost_gen += 1;
+        self.refilled = Default::default();
         self.lost_gen
     }
 
@@ -263,20 +275,28 @@ impl Durable {
                 h.accepted.load(Ordering::Acquire) >= newest
                     || (h.told.load(Ordering::Acquire) >= newest && self.accepted_gen >= newest)
             }
-            Asker::Store | Asker::Trim => self.accepted_gen >= newest,
+            Asker::Store(_) | Asker::NoOne => self.accepted_gen >= newest,
         };
         if passes { None } else { self.lost.clone() }
     }
 
-    /// A sync asked by `who` reported loss number `loss` to its caller.
+    /// A sync asked by `who` is reporting loss number `loss` to its caller.
     pub(crate) fn reported(&mut self, loss: u64, who: Asker<'_>) {
         match who {
             Asker::Handle(h) => {
                 h.told.fetch_max(loss, Ordering::AcqRel);
+                self.heard(loss);
             }
-            Asker::Store => {}
-            Asker::Trim => return,
+            Asker::Store(met) => {
+                met.fetch_max(loss, Ordering::AcqRel);
+            }
+            Asker::NoOne => {}
         }
+    }
+
+    /// Loss number `loss` reached the caller of a sync: a later open for
+    /// writing accepts it.
+    pub(crate) fn heard(&mut self, loss: u64) {
         self.reported_gen = self.reported_gen.max(loss);
     }
 
@@ -285,14 +305,8 @@ impl Durable {
     pub(crate) fn accept(&mut self, h: &LossSeen, upto: u64) -> bool {
         let had = self.loss_for(Asker::Handle(h)).is_some();
         h.accepted.fetch_max(upto, Ordering::AcqRel);
-        let newly = upto > self.accepted_gen;
         self.accepted_gen = self.accepted_gen.max(upto);
         self.reported_gen = self.reported_gen.max(upto);
-        if newly && self.accepted_gen >= self.lost_gen {
-            // What the pages read back since hold is accepted with the loss:
-            // only a failure from now on counts them.
-            self.refilled = Default::default();
-        }
         had
     }
 }
@@ -663,7 +677,7 @@ impl Shared {
             // Synced now: nothing of theirs is owed to a later sync.
             // (A loss no handle accepted fails the sync: the entry stays
             // with it, for the file's next open to be told.)
-            idle.retain(|&(_, id)| self.sync_file_as(id, false, Asker::Trim).is_ok());
+            idle.retain(|&(_, id)| self.sync_file_as(id, false, Asker::NoOne).is_ok());
             let dead = {
                 let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
                 let ids: Vec<u32> = idle
@@ -1543,8 +1557,21 @@ mod tests {
             other => panic!("a handle never told passed after another open: {other:?}"),
         }
         a.sync().unwrap();
-        // An explicit acceptance leaves D, never told, to be told too.
-        assert!(!b.accept_loss().unwrap());
+        // A second loss, reported to A: A fails until some handle accepts
+        // it; B's explicit acceptance lets A (told) pass and leaves D, never
+        // told, to be told too.
+        for p in 0..64u64 {
+            b.write_at(p * 4096, &[0x3E; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        assert!(b.file().sync().is_err(), "the store-level fsync passed");
+        match a.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            other => panic!("the second loss was not reported: {other:?}"),
+        }
+        assert!(a.sync().is_err(), "a told handle passed with no acceptance");
+        assert!(b.accept_loss().unwrap(), "B had the second loss to accept");
+        a.sync().unwrap();
         match d.sync() {
             Err(crate::Error::SyncLost { .. }) => {}
             other => panic!("a handle never told passed after an acceptance: {other:?}"),
@@ -1595,5 +1622,108 @@ mod tests {
         drop(b);
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Write 64 pages of `name` through a 16-page cache and have the
+    /// store-level fsync take the kernel's report of their failure (the next
+    /// cache sync of the file records a loss).
+    fn lose(cs: &CachedStore, sw: &crate::SimSwitches, name: &str, byte: u8) {
+        let f = cs.open_file(name).unwrap();
+        for p in 0..64u64 {
+            f.write_at(p * 4096, &[byte; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        assert!(f.file().sync().is_err(), "the store-level fsync passed");
+    }
+
+    /// The store's sync returns one file's error: the other files' losses
+    /// are not counted as reported, so an open of one of them is told.
+    #[test]
+    fn a_store_sync_reports_only_the_loss_it_returns() {
+        let (dir, sw, cs) = sim_cache("loss-store-sync");
+        drop(cs.create("g", 64 * 4096, LayoutKind::Stripe).unwrap());
+        lose(&cs, &sw, "f", 0x41);
+        lose(&cs, &sw, "g", 0x42);
+        let named = match cs.sync() {
+            Err(crate::Error::SyncLost { file, .. }) => file,
+            other => panic!("the store's sync did not report a loss: {other:?}"),
+        };
+        let other = if named == "f" { "g" } else { "f" };
+        match cs.open_file(other).unwrap().sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            r => panic!("the loss of {other:?}, never returned, was accepted by an open: {r:?}"),
+        }
+        // The one reported is accepted by the next open.
+        cs.open_file(&named).unwrap().sync().unwrap();
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A sync whose own failed fsync records a loss reports it as a loss
+    /// (the fsync's errno kept), not as an error a retry could pass; and a
+    /// later loss, once the first is accepted, reports its own error.
+    #[test]
+    fn a_sync_whose_fsync_fails_reports_the_loss_with_its_own_error() {
+        let (dir, sw, cs) = sim_cache("loss-own-fsync");
+        let a = cs.open_file("f").unwrap();
+        for p in 0..64u64 {
+            a.write_at(p * 4096, &[0x43; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        match a.sync() {
+            Err(e @ crate::Error::SyncLost { .. }) => {
+                assert_eq!(e.posix_errno(), libc::ENOSPC, "{e}")
+            }
+            other => panic!("the failed fsync's loss was not reported as one: {other:?}"),
+        }
+        assert!(a.accept_loss().unwrap());
+        a.sync().unwrap();
+        sw.fsync_errno.store(libc::EDQUOT, Ordering::Release);
+        for p in 0..64u64 {
+            a.write_at(p * 4096, &[0x44; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        match a.sync() {
+            Err(e @ crate::Error::SyncLost { .. }) => {
+                assert_eq!(
+                    e.posix_errno(),
+                    libc::EDQUOT,
+                    "the second loss's error: {e}"
+                )
+            }
+            other => panic!("the second loss was not reported: {other:?}"),
+        }
+        drop(a);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A page read back after a loss was recorded is not the loss's: the
+    /// loss's acceptance keeps it counted, for a later failed fsync. Pages
+    /// read back before it go with the loss.
+    #[test]
+    fn pages_read_back_after_a_loss_stay_counted_when_it_is_accepted() {
+        use super::{Asker, Durable, LossSeen};
+        let mut d = Durable::default();
+        let h = LossSeen::default();
+        d.refilled.insert(1);
+        let first = d.record_loss(crate::Error::InvalidArgument("one".into()));
+        assert!(
+            d.refilled.is_empty(),
+            "a page read back before the loss stayed"
+        );
+        d.refilled.insert(2);
+        d.heard(first);
+        assert!(d.accept(&h, first));
+        assert!(
+            d.refilled.contains(2),
+            "a page read back after the loss was dropped"
+        );
+        let second = d.record_loss(crate::Error::InvalidArgument("two".into()));
+        match d.loss_for(Asker::Handle(&h)) {
+            Some(crate::Error::InvalidArgument(m)) => assert_eq!(m, "two"),
+            other => panic!("the second loss's error: {other:?}"),
+        }
+        assert_eq!(second, first + 1);
     }
 }

@@ -751,11 +751,20 @@ impl Shared {
                 // taken but before this fsync (the flusher's, a victim's):
                 // the kernel reports its failure once, so the next fsync
                 // would pass without them.
-                if let Some(lost) = self.rewrite_since_good_fsync(e, id, Some(err.clone())) {
-                    // This failure is how the caller hears of the loss.
-                    e.durable().reported(lost, who);
+                match self.rewrite_since_good_fsync(e, id, Some(err.clone())) {
+                    Some(lost) => {
+                        // This failure is how the caller hears of the loss:
+                        // as a loss, not as an error a retry can pass.
+                        let mut d = e.durable();
+                        d.reported(lost, who);
+                        let first = d.lost.clone().unwrap_or(err);
+                        Err(Error::SyncLost {
+                            file: e.file.name(),
+                            first: Box::new(first),
+                        })
+                    }
+                    None => Err(err),
                 }
-                Err(err)
             }
         }
     }
@@ -1066,7 +1075,9 @@ mod sync_tests {
         sw.fsync_failures.store(1, Ordering::Release);
         let (store_level, cached) = std::thread::scope(|s| {
             let t = s.spawn(|| f.file().sync());
-            paused_rx.recv().unwrap();
+            paused_rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("the store-level fsync did not reach its count");
             let cached = f.sync();
             (t.join().unwrap(), cached)
         });
@@ -1087,8 +1098,9 @@ mod sync_tests {
     /// A shrink whose dropping of the pages past its end gives up (a page
     /// there is held past the pin wait) still takes those pages out of the
     /// pages owed to the next fsync: a failed fsync then counts nothing as
-    /// lost (pages 4-8 were written back past the new end and left the
-    /// cache; nothing inside it was written).
+    /// lost (pages 4-11 were written back past the new end and left the
+    /// cache; page 0, written after the shrink, is still cached: the failed
+    /// fsync fails its sync, and the next sync writes it again and passes).
     #[test]
     fn a_shrink_that_gives_up_leaves_nothing_past_its_end_to_lose() {
         let (dir, _media, sw, cs) = four_pages("shrink-gave-up", Duration::from_millis(300));
@@ -1113,13 +1125,15 @@ mod sync_tests {
             release_tx.send(()).unwrap();
         });
         assert_eq!(f.len(), 4 * 4096);
+        f.write_at(0, &[0x5B; 4096]).unwrap();
         sw.fsync_failures.store(1, Ordering::Release);
         let first = f.sync();
+        let left = sw.fsync_failures.swap(0, Ordering::AcqRel);
         let second = f.sync();
-        sw.fsync_failures.store(0, Ordering::Release);
+        assert_eq!(left, 0, "the sync did not fsync");
         assert!(
-            !matches!(first, Err(crate::Error::SyncLost { .. })),
-            "{first:?}"
+            matches!(first, Err(crate::Error::Io { .. })),
+            "the failed fsync's own error, no loss: {first:?}"
         );
         assert!(
             second.is_ok(),
