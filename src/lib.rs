@@ -79,8 +79,8 @@ pub mod hitsim;
 mod test_alloc;
 
 pub use array::{
-    ArrayIter, ArrayReader, Element, MAX_ELEMENT_BYTES, PagedArray, Run, RunIter, TranslationStats,
-    reader_table_bytes,
+    ArrayIter, ArrayReader, Element, MAX_ELEMENT_BYTES, MAX_PAR_THREADS, PagedArray, Run, RunIter,
+    TranslationStats, reader_table_bytes,
 };
 pub use cache::{
     CacheOptions, CacheStats, CachedPage, Fill, FillMut, Lookup, LookupMut, MAX_PIN_WAIT,

@@ -447,6 +447,19 @@ fn inputs_at_the_edges_of_their_types_get_errors_or_work() {
     assert_eq!(*done.borrow(), 1);
     file.read_at(0, &mut []).unwrap();
     file.write_at(0, &[]).unwrap();
+    // A buffer's length as input: errors, not a panic or an abort.
+    let e = AlignedBuf::try_new(usize::MAX).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = AlignedBuf::try_new(1 << 60).unwrap_err();
+    assert!(matches!(e, Error::NotEnoughMemory { .. }), "{e}");
+    let b = AlignedBuf::try_new(3 * 4096).unwrap();
+    assert!(b.len() == 3 * 4096 && b.iter().all(|&x| x == 0));
+    // A name the store would refuse names no backing file.
+    for bad in ["../f", "a/b", ""] {
+        let e = store.backing_paths(bad).unwrap_err();
+        assert!(matches!(e, Error::InvalidName { .. }), "{bad:?}: {e}");
+    }
+    assert_eq!(store.backing_paths("f").unwrap().len(), 1);
 }
 
 /// A device depth far below the offered load keeps the ring full and the mailbox

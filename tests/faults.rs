@@ -238,7 +238,7 @@ fn a_queues_errors_name_the_file_as_it_is_named_now() {
     // Cut both backing files short behind the store's back: a read of the
     // first 16 KiB comes back short, an error naming the file.
     for name in ["a", "c"] {
-        let p = &store.backing_paths(name)[0];
+        let p = &store.backing_paths(name).unwrap()[0];
         let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
         f.set_len(f.metadata().unwrap().len() - (1 << 20) + 8192)
             .unwrap();

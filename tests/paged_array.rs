@@ -102,6 +102,13 @@ fn elements_read_back_through_readers_copies_and_chunks() {
     })
     .unwrap();
     assert_eq!(*total.lock().unwrap(), sum);
+    // More threads than the most: refused before any starts.
+    let e = a
+        .par_chunks(setcache::MAX_PAR_THREADS + 1, |_, _| {
+            panic!("a thread started")
+        })
+        .unwrap_err();
+    assert!(matches!(e, setcache::Error::InvalidArgument(_)), "{e}");
     a.sync().unwrap();
 }
 

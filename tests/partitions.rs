@@ -498,6 +498,20 @@ fn bad_partition_options_are_refused() {
     .err()
     .expect("refused");
     assert!(e.to_string().contains("cache node 999"), "{e}");
+    let deep = setcache::MAX_QUEUE_DEPTH + 1;
+    let e = Partitions::new(
+        &cs,
+        PartitionOptions {
+            worker_depth: deep,
+            ..PartitionOptions::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    assert!(
+        e.to_string().contains(&format!("worker depth {deep}")),
+        "{e}"
+    );
     let p = Partitions::new(&cs, PartitionOptions::default()).unwrap();
     assert_eq!(p.count(), setcache::nodes().len().max(1));
     for d in [0, 1 << 17] {

@@ -1010,7 +1010,7 @@ mod tests {
     #[test]
     fn a_rename_begun_and_failed_leaves_no_node_under_the_old_name() {
         let (dir, s) = two_devices("mv");
-        let blocker = s.cs.store().backing_paths("b")[1].clone();
+        let blocker = s.cs.store().backing_paths("b").unwrap()[1].clone();
         // `a`, open (its description holds the node) and written.
         let n = node(&s, "a", true, false, true).unwrap();
         n.file.set_len(3 * 4096).unwrap();
@@ -1043,7 +1043,7 @@ mod tests {
         let (dir, s) = two_devices("rm");
         let n = node(&s, "c", true, false, true).unwrap();
         n.file.set_len(4096).unwrap();
-        let piece = s.cs.store().backing_paths("c")[1].clone();
+        let piece = s.cs.store().backing_paths("c").unwrap()[1].clone();
         let aside = dir.join("aside");
         std::fs::rename(&piece, &aside).unwrap();
         std::fs::create_dir_all(piece.join("x")).unwrap();

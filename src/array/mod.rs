@@ -81,6 +81,11 @@ unsafe impl<T: Element, const N: usize> Element for [T; N] {}
 /// stack may be as small as 2 MiB.
 pub const MAX_ELEMENT_BYTES: usize = 64 << 10;
 
+/// The most threads [`PagedArray::par_chunks`] starts: far above the cores
+/// of any machine it is meant for, far below what would run the process
+/// out of stacks.
+pub const MAX_PAR_THREADS: usize = 4096;
+
 /// Whether `T` is a word element: 1, 2, 4 or 8 bytes, aligned to its size,
 /// stored and loaded as one atomic word.
 const fn is_word<T>() -> bool {
@@ -547,11 +552,17 @@ impl<T: Element> PagedArray<T> {
 
     /// Run `f` on `threads` threads, each with its own reader and a share of
     /// the elements (consecutive chunks of at least a page); returns the
-    /// first error.
+    /// first error. More than [`MAX_PAR_THREADS`] threads are refused
+    /// ([`Error::InvalidArgument`]).
     pub fn par_chunks<F>(&self, threads: usize, f: F) -> Result<()>
     where
         F: Fn(&mut ArrayReader<'_, T>, Range<u64>) -> Result<()> + Sync,
     {
+        if threads > MAX_PAR_THREADS {
+            return Err(Error::InvalidArgument(format!(
+                "par_chunks: {threads} threads asked for, more than the most ({MAX_PAR_THREADS})"
+            )));
+        }
         let per_page = (self.file.shared.cache.page_size() / size_of::<T>()).max(1) as u64;
         let threads = (threads.max(1) as u64).min(self.len.div_ceil(per_page).max(1));
         let chunk = (self.len.div_ceil(threads).div_ceil(per_page) * per_page).max(1);

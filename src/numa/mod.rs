@@ -72,7 +72,8 @@ pub struct PartitionOptions {
     /// devices' I/O threads run where the store's `cpu_affinity` puts them, so
     /// that I/O nodes and caching nodes can be told apart as in the papers.
     pub cache_nodes: Option<Vec<usize>>,
-    /// Device operations each worker keeps in flight (0: 256).
+    /// Device operations each worker keeps in flight (0: 256; at most
+    /// [`MAX_QUEUE_DEPTH`](crate::MAX_QUEUE_DEPTH), more is refused).
     pub worker_depth: usize,
 }
 
@@ -274,10 +275,15 @@ impl<'cs> Partitions<'cs> {
         };
         // Bound to nodes only when each partition has a node of its own.
         let emulated = found.len() < 2 || n != cache_nodes.len();
-        let depth = if opts.worker_depth == 0 {
-            256
-        } else {
-            opts.worker_depth
+        let depth = match opts.worker_depth {
+            0 => 256,
+            d if d > crate::storage::queue::MAX_QUEUE_DEPTH => {
+                return Err(Error::InvalidArgument(format!(
+                    "worker depth {d} is above the most a queue keeps in flight ({})",
+                    crate::storage::queue::MAX_QUEUE_DEPTH
+                )));
+            }
+            d => d,
         };
         // The frames' placement is a preference: where the kernel refuses it
         // (a container's seccomp profile refuses `mbind`), the partitions

@@ -10,12 +10,17 @@ use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
 use std::sync::{Arc, Weak};
 
+use crate::error::{Error, Result};
 use crate::storage::io::DeviceEngine;
 use crate::util::HUGE_PAGE;
 use crate::util::map::map_anon;
 
 /// Alignment of every buffer, in bytes.
 pub const BUF_ALIGN: usize = 4096;
+
+/// From this length on, [`AlignedBuf::try_new`] checks the memory the
+/// machine and the process's memory cgroup can give before it maps any.
+const TRY_CHECKED: usize = 64 << 20;
 
 /// One allocation shared by registered buffers.
 pub(crate) struct Arena {
@@ -149,7 +154,9 @@ unsafe impl Send for AlignedBuf {}
 unsafe impl Sync for AlignedBuf {}
 
 impl AlignedBuf {
-    /// A zeroed buffer of `len` bytes.
+    /// A zeroed buffer of `len` bytes. As `Vec`'s constructors do, panics
+    /// if `len` bytes overflow the address space and aborts if the memory is
+    /// refused: see [`AlignedBuf::try_new`] for a length that is input.
     pub fn new(len: usize) -> AlignedBuf {
         let arena = Arc::new(Arena::new(len));
         AlignedBuf {
@@ -157,6 +164,37 @@ impl AlignedBuf {
             len,
             arena,
         }
+    }
+
+    /// A zeroed buffer of `len` bytes, or an error instead of a panic or an
+    /// abort: [`Error::InvalidArgument`] for a length the address space
+    /// cannot hold, [`Error::NotEnoughMemory`] for more than the machine (or
+    /// the process's memory cgroup) can give now, or than the allocator gave.
+    pub fn try_new(len: usize) -> Result<AlignedBuf> {
+        let what = || format!("a buffer of {len} bytes");
+        if Arena::layout(len).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{} overflows the address space",
+                what()
+            )));
+        }
+        // Reading the figures costs a few microseconds: only for buffers
+        // large enough for that not to count.
+        if len >= TRY_CHECKED {
+            crate::util::room::check_memory(len as u64, what)?;
+        }
+        let arena = Arena::try_new(len).map_err(|_| Error::NotEnoughMemory {
+            what: what(),
+            needed: len as u64,
+            available: 0,
+            sources: "the allocator refused it".into(),
+        })?;
+        let arena = Arc::new(arena);
+        Ok(AlignedBuf {
+            ptr: arena.ptr,
+            len,
+            arena,
+        })
     }
 
     /// Cut an arena into `count` buffers of `len` bytes each (`len` rounded up to the

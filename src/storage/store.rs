@@ -1142,9 +1142,12 @@ impl Store {
         self.inner.block_bytes
     }
 
-    /// The backing file of `name` on each device, in device order.
-    pub fn backing_paths(&self, name: &str) -> Vec<PathBuf> {
-        self.inner.backing_paths(name)
+    /// The backing file of `name` on each device, in device order (whether
+    /// or not the file exists). [`Error::InvalidName`] for a name the store
+    /// would refuse, as [`Store::create`] does.
+    pub fn backing_paths(&self, name: &str) -> Result<Vec<PathBuf>> {
+        validate_name(name)?;
+        Ok(self.inner.backing_paths(name))
     }
 
     /// The first failure of each device, if any.

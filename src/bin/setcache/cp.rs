@@ -150,10 +150,12 @@ fn copy_out(
         if m.is_dir() {
             return Err(format!("{} is a directory", to.display()));
         }
-        let own =
-            cs.store().backing_paths(from).into_iter().any(|p| {
-                std::fs::metadata(p).is_ok_and(|b| (b.dev(), b.ino()) == (m.dev(), m.ino()))
-            });
+        let own = cs
+            .store()
+            .backing_paths(from)
+            .map_err(|e| e.to_string())?
+            .into_iter()
+            .any(|p| std::fs::metadata(p).is_ok_and(|b| (b.dev(), b.ino()) == (m.dev(), m.ino())));
         if own {
             return Err(format!(
                 "{} is a backing file of store:{from}: the copy would destroy its source",

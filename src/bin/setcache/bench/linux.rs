@@ -267,6 +267,7 @@ mod tests {
         file.sync().unwrap();
         let files: Vec<FsFile> = store
             .backing_paths("t")
+            .unwrap()
             .iter()
             .map(|p| FsFile::open(p).unwrap())
             .collect();

@@ -95,7 +95,9 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
     let ws = prep::Workspace::new(cfg.a.dir.as_deref())?;
     let roots = prep::device_roots(&ws.dir, cfg.a.devices)?;
     let store = prep::open_store(&cfg, &roots)?;
-    let paths = store.backing_paths(prep::FILE_NAME);
+    let paths = store
+        .backing_paths(prep::FILE_NAME)
+        .map_err(|e| e.to_string())?;
     // A write past the file-size limit fails with EFBIG: say which limit.
     let explain = |e: String| fsize::explain(e, &paths);
     let file = prep::bench_file(&store, &cfg, &ws.dir).map_err(explain)?;

@@ -128,6 +128,7 @@ fn check_file_size_limit(store: &Store, cfg: &Config) -> Result<(), String> {
         let biggest = store
             .backing_paths(FILE_NAME)
             .into_iter()
+            .flatten()
             .next()
             .map_or(String::new(), |p| format!(" such as {}", p.display()));
         return Err(format!(
@@ -166,7 +167,8 @@ fn check_free_space(store: &Store, cfg: &Config) -> Result<(), String> {
     // Per file system: its device roots, the size of each backing file to
     // write, the bytes the old backing files hold.
     let mut on: Vec<(u64, Vec<PathBuf>, Vec<u64>, u64)> = Vec::new();
-    for (i, path) in store.backing_paths(FILE_NAME).into_iter().enumerate() {
+    let paths = store.backing_paths(FILE_NAME).map_err(|e| e.to_string())?;
+    for (i, path) in paths.into_iter().enumerate() {
         let root = path.parent().unwrap_or(Path::new(".")).to_path_buf();
         let dev = fs::metadata(&root)
             .map_err(|e| format!("cannot examine {}: {e}", root.display()))?

@@ -49,12 +49,14 @@ pub(crate) fn run(job: &Job, budget: Option<u64>) -> Result<Measured, String> {
     if store.devices() != 1 {
         return Err("the mmap backing needs a store of one device directory".into());
     }
-    let path = |ext: &str| {
-        store
-            .backing_paths(&format!("{}.{ext}", job.name))
-            .remove(0)
+    let path = |ext: &str| -> Result<std::path::PathBuf, String> {
+        let name = format!("{}.{ext}", job.name);
+        Ok(store
+            .backing_paths(&name)
+            .map_err(|e| format!("graph: {e}"))?
+            .remove(0))
     };
-    let (offsets, targets) = (path("offsets"), path("targets"));
+    let (offsets, targets) = (path("offsets")?, path("targets")?);
     drop(store);
     crate::bench::prep::cold(&[offsets.clone(), targets.clone()])?;
     let ranks = job.dir.join(format!(".graph-ranks-{}", std::process::id()));
