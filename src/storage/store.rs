@@ -2150,11 +2150,15 @@ impl StoreInner {
             // the file. Once per backing file opened, then only after such a
             // write (`tail_clear`): appends pay nothing here.
             let unclear = end < have && !b.tail_clear.load(Ordering::Acquire);
+            let mut now = have;
             if unclear && end < have.min(size) {
                 zero_range(&b.fd, end, have.min(size), false).map_err(io)?;
+                // (Where holes cannot be punched, the last sector is written
+                // whole, which may lengthen the file.)
+                now = fstat(&b.fd).map_err(io)?.st_size as u64;
             }
             b.engine.discard(b.ino, end - HEADER_BYTES);
-            if fstat(&b.fd).map_err(io)?.st_size as u64 != size {
+            if now != size {
                 truncate(&b.fd, size).map_err(io)?;
             }
             if unclear {
