@@ -136,6 +136,12 @@ pub(crate) static AFTER_DISCARD_VISIT: crate::util::hook::TestHook<
     Box<dyn FnOnce() + Send>,
 > = crate::util::hook::TestHook::new();
 
+/// In unit tests: run once by a policy call, under its set's lock, of the
+/// cache whose policy is at this address.
+#[cfg(test)]
+pub(crate) static IN_POLICY_CALL: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// In unit tests: for a cache (its `Core`'s address), what a thread waiting
 /// for a slot's state to change runs, once, when it wakes, before it looks
 /// at the state again.
@@ -798,7 +804,7 @@ impl<M: Model> Core<M> {
                 let g = unsafe { self.locked(s) };
                 let valid = *g.valid;
                 let mut st = g.st;
-                self.policy.on_hit_tag(&mut st, i, tag, valid);
+                self.under_lock().on_hit_tag(&mut st, i, tag, valid);
                 self.touch(s, i);
             }
             self.unlock(s);
@@ -1057,10 +1063,17 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// The policy, for a call on a set this thread has locked (see
+    /// [`UnderLock`]).
+    #[inline]
+    pub(super) fn under_lock(&self) -> UnderLock<'_> {
+        UnderLock(&self.policy, std::thread::panicking())
+    }
+
     pub(super) fn reset_policy(&self, s: usize) {
         // SAFETY: called on a set nobody else can reach yet, or under its lock.
         let mut g = unsafe { self.locked(s) };
-        self.policy.reset_set(&mut g.st, s);
+        self.under_lock().reset_set(&mut g.st, s);
     }
 
     #[inline]
@@ -1583,7 +1596,7 @@ impl<M: Model> Core<M> {
         if write || mode.warms() || v & COLD == 0 {
             let valid = *g.valid;
             let mut st = g.st;
-            self.policy.on_hit_tag(&mut st, i, tag, valid);
+            self.under_lock().on_hit_tag(&mut st, i, tag, valid);
             self.touch(s, i);
         }
         if write {
@@ -1641,7 +1654,7 @@ impl<M: Model> Core<M> {
                 let old = w.swap(fl | next_gen(w.load(Relaxed)), AcqRel);
                 let mut st = g.st;
                 let ghost = !matches!(c, Choice::Swap(..))
-                    && self.policy.on_insert(&mut st, i, tag, before);
+                    && self.under_lock().on_insert(&mut st, i, tag, before);
                 self.touch(s, i);
                 self.clock.tick();
                 if write {
@@ -1666,7 +1679,7 @@ impl<M: Model> Core<M> {
                 // SAFETY: set `s1` is locked.
                 let mut g = unsafe { self.locked(s1) };
                 let valid = *g.valid;
-                self.policy.on_pass(&mut g.st, tag, valid);
+                self.under_lock().on_pass(&mut g.st, tag, valid);
                 self.clock.tick();
                 self.unlock_pair(s1, s2);
                 self.stats.bump(Stat::Misses);
@@ -1801,7 +1814,7 @@ impl<M: Model> Core<M> {
         let mut order = Vec::with_capacity(dirty.count_ones() as usize);
         let mut left = dirty;
         while left != 0 {
-            let i = self.policy.victim(&mut st, left, valid);
+            let i = self.under_lock().victim(&mut st, left, valid);
             debug_assert!(left & (1 << i) != 0);
             left &= !(1 << i);
             order.push(tags[i]);
@@ -1889,7 +1902,7 @@ impl<M: Model> Core<M> {
                 // SAFETY: set `s` is locked; the view ends with this iteration.
                 let mut g = unsafe { self.locked(s) };
                 let valid = *g.valid;
-                a[k] = self.policy.admits(&mut g.st, tag, valid);
+                a[k] = self.under_lock().admits(&mut g.st, tag, valid);
             }
             if a == [Admit::No; 2] {
                 return Choice::Pass;
@@ -1937,7 +1950,7 @@ impl<M: Model> Core<M> {
                 // SAFETY: set `s` is locked; the view ends with this iteration.
                 let mut g = unsafe { self.locked(s) };
                 let valid = *g.valid;
-                let i = self.policy.victim(&mut g.st, clean[k], valid);
+                let i = self.under_lock().victim(&mut g.st, clean[k], valid);
                 debug_assert!(clean[k] & (1 << i) != 0, "policy chose an ineligible slot");
                 i
             };
@@ -2004,7 +2017,7 @@ impl<M: Model> Core<M> {
             }
         }
         let pick = if runs != 0 { runs } else { dirty[k] };
-        let i = self.policy.victim(&mut g.st, pick, valid);
+        let i = self.under_lock().victim(&mut g.st, pick, valid);
         debug_assert!(pick & (1 << i) != 0, "policy chose an ineligible slot");
         self.begin_writeback(s, i);
         Choice::WriteBack(s, i, g.tags[i].load(Relaxed))
@@ -2027,7 +2040,7 @@ impl<M: Model> Core<M> {
             let g = unsafe { self.locked(s) };
             let valid = *g.valid;
             let mut st = g.st;
-            self.policy.on_remove(&mut st, i, valid);
+            self.under_lock().on_remove(&mut st, i, valid);
             g.tags[i].store(NO_TAG, Relaxed);
             *g.valid &= !(1 << i);
         }
@@ -2262,8 +2275,9 @@ impl<M: Model> Core<M> {
             && w.compare_exchange(v, v | COLD, AcqRel, Relaxed).is_ok();
         if ok {
             let (valid, tag) = (*g.valid, g.tags[i].load(Relaxed));
-            self.policy.on_remove(&mut g.st, i, valid);
-            self.policy.on_insert(&mut g.st, i, tag, valid & !(1 << i));
+            self.under_lock().on_remove(&mut g.st, i, valid);
+            self.under_lock()
+                .on_insert(&mut g.st, i, tag, valid & !(1 << i));
         }
         ok
     }
@@ -2317,9 +2331,9 @@ impl<M: Model> Core<M> {
         let quiet = how == Leave::QuietIfCold && v & COLD != 0;
         let valid = *g.valid;
         if how == Leave::Removed {
-            self.policy.on_remove(&mut g.st, i, valid);
+            self.under_lock().on_remove(&mut g.st, i, valid);
         } else if !quiet {
-            self.policy
+            self.under_lock()
                 .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
         }
         g.tags[i].store(NO_TAG, Relaxed);
@@ -2458,6 +2472,40 @@ enum Choice {
 }
 
 /// The lock-protected fields of one set.
+/// The policy while a set's lock is held, for one call. A set's lock is a
+/// word, not a guard: a panic inside policy code would leave the set locked,
+/// and every thread that reached the set later would wait for ever. A panic
+/// unwinding through the call ends the process instead, saying why (a panic
+/// there is a defect of the crate; no input of the caller's makes one).
+/// A call made while the thread was unwinding already (a drop that gives a
+/// claimed page back, after a panic elsewhere) is let be.
+pub(crate) struct UnderLock<'a>(&'a PolicyKind, bool);
+
+impl std::ops::Deref for UnderLock<'_> {
+    type Target = PolicyKind;
+    #[inline]
+    fn deref(&self) -> &PolicyKind {
+        #[cfg(test)]
+        if let Some(f) = IN_POLICY_CALL.take(self.0 as *const PolicyKind as usize) {
+            f();
+        }
+        self.0
+    }
+}
+
+impl Drop for UnderLock<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.1 && std::thread::panicking() {
+            eprintln!(
+                "setcache: a panic in the cache's policy code while a set was locked; \
+                 ending the process, which would otherwise wait for ever on that set"
+            );
+            std::process::abort();
+        }
+    }
+}
+
 pub(crate) struct Locked<'a> {
     pub(super) valid: &'a mut u32,
     pub(super) tags: &'a [AtomicU64],

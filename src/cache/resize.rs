@@ -138,7 +138,7 @@ impl<M: Model> Core<M> {
         let mut gs = gs;
         let mut left = clean_t;
         while over > 0 && left != 0 {
-            let i = self.policy.victim(&mut gt.st, left, *gt.valid);
+            let i = self.under_lock().victim(&mut gt.st, left, *gt.valid);
             left &= !(1 << i);
             if self.drop_page(t, &mut gt, i) {
                 over -= 1;
@@ -146,7 +146,7 @@ impl<M: Model> Core<M> {
         }
         let mut left = clean_s;
         while over > 0 && left != 0 {
-            let i = self.policy.victim(&mut gs.st, left, *gs.valid);
+            let i = self.under_lock().victim(&mut gs.st, left, *gs.valid);
             left &= !(1 << i);
             // May fail: a lock-free reader can pin a page of `s` meanwhile.
             if self.drop_page(s, &mut gs, i) {
@@ -261,9 +261,9 @@ impl<M: Model> Core<M> {
             ) {
                 d = now;
             }
-            self.policy.on_insert(&mut gt.st, j, tag, before);
+            self.under_lock().on_insert(&mut gt.st, j, tag, before);
             let valid = *gf.valid;
-            self.policy.on_remove(&mut gf.st, i, valid);
+            self.under_lock().on_remove(&mut gf.st, i, valid);
             gf.tags[i].store(NO_TAG, Relaxed);
             *gf.valid &= !(1 << i);
             let old = self.state(from, i).swap(next_gen(src), AcqRel);

@@ -2371,3 +2371,59 @@ fn a_waiter_whose_page_left_its_slot_looks_the_page_up_again() {
     r.unwrap_or_else(|e| panic!("the writer of page 0 failed after {took:?}: {e}"));
     assert!(took < Duration::from_secs(2), "the writer took {took:?}");
 }
+
+/// A panic in policy code, under a set's lock, ends the process saying why,
+/// instead of leaving the set locked for the next thread that reaches it to
+/// wait on for ever. The test runs itself in a child process, which a panic
+/// there ends.
+#[test]
+fn a_panic_under_a_set_lock_ends_the_process() {
+    const CHILD: &str = "SETCACHE_TEST_PANIC_UNDER_LOCK";
+    if std::env::var_os(CHILD).is_some() {
+        let c = PageCache::<Os>::new(opts(64, 64, 8, PolicyKind::Lru)).unwrap();
+        let disk = Disk::default();
+        let key = &c.core.policy as *const PolicyKind as usize;
+        core::IN_POLICY_CALL.arm(key, Box::new(|| panic!("a policy's defect")));
+        let first = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drop(c.get_with(0, 1, load_from(&disk), store_to(&disk)));
+        }));
+        eprintln!("the panic came back: {}", first.is_err());
+        // The same page again: its set is the one the panic left.
+        drop(c.get_with(0, 1, load_from(&disk), store_to(&disk)));
+        eprintln!("the set was usable after the panic");
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "--exact",
+            "cache::tests::a_panic_under_a_set_lock_ends_the_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the child waited for ever on the set the panic left locked");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?}: {err}");
+    assert!(
+        err.contains("policy code while a set was locked"),
+        "the child's stderr: {err}"
+    );
+}
