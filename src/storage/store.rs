@@ -1379,12 +1379,11 @@ impl Store {
         let _meta = self.inner.begin_meta()?;
         let mut names = BTreeSet::new();
         for (i, r) in self.inner.roots.iter().enumerate() {
-            // The listing's descriptor is not one a program's wholesale close
-            // may take meanwhile.
-            let _gate = crate::util::fds::pass();
-            let rd = fs::read_dir(r).map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
-            for ent in rd.flatten() {
-                if let Some(n) = listed_name(&ent.file_name()) {
+            // (Through a descriptor a program's wholesale close leaves.)
+            let listed = crate::util::fds::dir_names(r)
+                .map_err(|e| Error::os(format!("device {i}: list"), r, e))?;
+            for name in listed {
+                if let Some(n) = listed_name(&name) {
                     names.insert(n.to_string());
                 }
             }

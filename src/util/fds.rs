@@ -303,6 +303,81 @@ pub(crate) fn read_text(p: impl AsRef<std::path::Path>) -> Option<String> {
     std::fs::read_to_string(p).ok()
 }
 
+/// The names in directory `dir` (not `.` and `..`), read through a
+/// descriptor the crate keeps: the gate is passed to open it and to close
+/// it, not across the reads, so that a program's wholesale close
+/// ([`hold`]) does not wait for a slow directory's listing.
+pub(crate) fn dir_names(dir: &std::path::Path) -> std::io::Result<Vec<std::ffi::OsString>> {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
+    let fd = Fd::make(&mut || {
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        }
+    })?;
+    let mut buf = vec![0u8; 32 << 10];
+    let mut names = Vec::new();
+    loop {
+        #[cfg(test)]
+        if let Some(f) = BETWEEN_DIR_READS.take(dir.to_path_buf()) {
+            f();
+        }
+        // SAFETY: the kernel writes at most `buf.len()` bytes into `buf`.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                fd.as_raw_fd(),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(names);
+        }
+        // Records of `struct linux_dirent64`: inode (8 bytes), offset (8),
+        // record length (2), type (1), the name ending in a NUL.
+        let got = &buf[..n as usize];
+        let mut at = 0;
+        while at < got.len() {
+            let rec = got
+                .get(at + 16..at + 18)
+                .map(|b| u16::from_ne_bytes([b[0], b[1]]) as usize)
+                .filter(|&len| len > 19 && at + len <= got.len())
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidData,
+                        format!("{}: a malformed directory record", dir.display()),
+                    )
+                })?;
+            let name = &got[at + 19..at + rec];
+            let name = &name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())];
+            if name != b"." && name != b".." {
+                names.push(std::ffi::OsString::from_vec(name.to_vec()));
+            }
+            at += rec;
+        }
+    }
+}
+
+/// In unit tests: run once between two reads of the listing of this
+/// directory by [`dir_names`].
+#[cfg(test)]
+pub(crate) static BETWEEN_DIR_READS: crate::util::hook::TestHook<
+    std::path::PathBuf,
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
+
 /// Close by the system call itself: not through a `close` another library
 /// stands in with (which may refuse the crate's own numbers).
 fn close_raw(fd: RawFd) {
@@ -387,6 +462,39 @@ mod tests {
     fn eventfd() -> Fd {
         // SAFETY: eventfd has no memory-safety preconditions.
         Fd::make(&mut || unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) }).unwrap()
+    }
+
+    /// A listing passes the gate to open and close its descriptor only: a
+    /// wholesale close (`hold`) taken between its reads does not wait for it.
+    #[test]
+    fn a_listing_does_not_hold_the_gate_between_its_reads() {
+        let dir = std::env::temp_dir().join(format!("setcache-fds-list-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        for n in ["a", "b", "c"] {
+            std::fs::write(dir.join(n), b"").unwrap();
+        }
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        BETWEEN_DIR_READS.arm(
+            dir.clone(),
+            Box::new(move || {
+                // Another thread's wholesale close, while this one lists.
+                std::thread::spawn(move || {
+                    let _h = hold();
+                    let _ = held_tx.send(());
+                });
+                let got = held_rx.recv_timeout(std::time::Duration::from_secs(5));
+                assert!(got.is_ok(), "a hold waited for the listing");
+            }),
+        );
+        let mut names = dir_names(&dir).unwrap();
+        names.sort();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert!(
+            dir_names(&dir.join("a")).is_err(),
+            "a file listed as a directory"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

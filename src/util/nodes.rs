@@ -24,17 +24,17 @@ pub fn nodes() -> Vec<Node> {
     if let Some(v) = FAKE_NODES.with(|f| f.borrow().clone()) {
         return v;
     }
-    // The listing's descriptor is not one a program's wholesale close takes.
-    let _gate = crate::util::fds::pass();
-    let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") else {
+    // (Through a descriptor a program's wholesale close leaves.)
+    let root = std::path::Path::new("/sys/devices/system/node");
+    let Ok(listed) = crate::util::fds::dir_names(root) else {
         return Vec::new();
     };
-    let mut out: Vec<Node> = dir
-        .filter_map(|e| {
-            let e = e.ok()?;
-            let name = e.file_name().into_string().ok()?;
+    let mut out: Vec<Node> = listed
+        .into_iter()
+        .filter_map(|name| {
+            let name = name.into_string().ok()?;
             let id: usize = name.strip_prefix("node")?.parse().ok()?;
-            let list = crate::util::fds::read_text(e.path().join("cpulist"))?;
+            let list = crate::util::fds::read_text(root.join(&name).join("cpulist"))?;
             Some(Node {
                 id,
                 cpus: parse_cpulist(list.trim())?,
