@@ -11,17 +11,26 @@
  * same thread. Offsets and lengths are in bytes and need no alignment.
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
- * with an internal error: setcache_close, setcache_queue_free and
- * setcache_unpin have taken the handle by then; a failed write of
- * setcache_store_close keeps its store): a second close is undefined, as a
- * second free() is. Nor may a call on a file, or on a store and its
+ * with an internal error: setcache_close, setcache_queue_free,
+ * setcache_store_discard and setcache_unpin have taken the handle by then; a
+ * failed write of setcache_store_close keeps its store): a second close is
+ * undefined, as a second free() is; handles are not checked beyond NULL. Nor may a call on a file, or on a store and its
  * files, run in another thread while that file or store is being closed:
  * -EBUSY guards against handles still held, not against calls made at the
  * same moment (the close may free what the other call reads). Release a
  * thread's pins and free its queues before
- * the thread exits: no other thread may, and until then the file cannot be
- * closed (-EBUSY), nor the store, and a sync waits for a page pinned for
- * writing.
+ * the thread exits: no other thread may, and until then a file with a pin
+ * cannot be closed (-EBUSY), nor the store while any pin or queue of it
+ * lives, and a sync waits for a page pinned for writing.
+ *
+ * Pages in use wait for their user, up to one second: another thread's write
+ * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
+ * or being read or written back by a queue, fails -EBUSY after it; a call
+ * that would wait for this thread's own pin (a write over a page it pins, a
+ * read of a page it pins for writing, a sync or set_len of the file, the
+ * store's sync) fails -EDEADLK at once. A sync, though, waits without limit
+ * for a page a queue is writing back: poll a queue until nothing is in flight
+ * before a thread waits for another's sync.
  *
  * This header is checked against the library's Rust source by its tests.
  */
@@ -127,7 +136,9 @@ int setcache_accept_loss(setcache_file *file);
  * failure then is reported by a later sync of the file or the store, not
  * here: call setcache_sync first to know). -EBUSY while pins of it are held. */
 int setcache_close(setcache_file *file);
-/* Delete a file; open handles of it fail with -ESTALE afterwards. */
+/* Delete a file; open handles of it fail with -ESTALE afterwards. An error may
+ * come after the file was deleted (its cached pages could not all be dropped):
+ * setcache_open tells (-ENOENT). */
 int setcache_delete(setcache_store *store, const char *name);
 /* Rename a file; -EEXIST if `to` exists. Open handles follow it. */
 int setcache_rename(setcache_store *store, const char *from, const char *to);
@@ -144,12 +155,15 @@ int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx
 int64_t setcache_pread(setcache_file *file, void *buf, size_t len, uint64_t offset);
 /* Write `len` bytes at `offset`, growing the file if they reach past its end.
  * Readers see the longer length only once the bytes are in; a write that fails
- * leaves the length as it was (unless cutting it back fails too). Writes past
- * the end of one file run one at a time. */
+ * leaves the length as it was (unless cutting it back fails too), though pages
+ * before the one that failed may hold the new bytes (the result is the error,
+ * not a count). Writes past the end of one file run one at a time. */
 int64_t setcache_pwrite(setcache_file *file, const void *buf, size_t len, uint64_t offset);
 /* The file's length in bytes. */
 int64_t setcache_len(setcache_file *file);
-/* Set the file's length (growing adds zeros). */
+/* Set the file's length (growing adds zeros). An error may come after the new
+ * length took effect (shrinking, a page past the new end another thread pins
+ * stays cached: -EBUSY): setcache_len tells which. */
 int setcache_set_len(setcache_file *file, uint64_t len);
 /* Write the file's dirty pages and make them durable. After a failed fsync
  * left a loss (pages written before it had left the cache), this sync and
@@ -162,8 +176,10 @@ int setcache_queue_new(setcache_store *store, uint32_t depth, setcache_queue **o
 /* Wait for the queue's requests (their completions are dropped) and free it. */
 int setcache_queue_free(setcache_queue *queue);
 /* Queue a read of `len` bytes at `offset` into `buf` (which must stay valid
- * until its completion is polled); the read must lie inside the file. A queued
- * read or write moves at most 0x7ffff000 bytes (-ENOMEM past that). */
+ * until its completion is polled); the read must lie inside the file (-EINVAL
+ * past its end, or for `len` 0). A queued read or write moves at most
+ * 0x7ffff000 bytes (-ENOMEM past that). The pages a queue's requests use stay
+ * busy for other threads until this thread polls their completions. */
 int setcache_submit_read(setcache_queue *queue, setcache_file *file, void *buf, size_t len,
                          uint64_t offset, uint64_t tag);
 /* Queue a write of `len` bytes from `buf` (copied at once) at `offset`,
@@ -178,7 +194,9 @@ int setcache_poll(setcache_queue *queue, struct setcache_completion *out, size_t
 /* Pin the page holding byte `offset`: `*data` points at its cached bytes (the
  * page starts at offset - offset % page_size) and `*len` says how many (a
  * file's last page is shorter). Reads it first on a
- * miss. A pin belongs to this thread; a thread holds at most 64. */
+ * miss. A pin belongs to this thread; a thread holds at most 64 (-EMFILE past
+ * that). -EFBIG at or past the end of the file. `*data` stays valid until
+ * setcache_unpin, and its bytes unchanged while the pin is held. */
 int setcache_pin(setcache_file *file, uint64_t offset, const void **data, size_t *len,
                  setcache_page **out);
 /* As setcache_pin, for writing in place: exclusive while held, and the page

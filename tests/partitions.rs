@@ -498,6 +498,17 @@ fn bad_partition_options_are_refused() {
     .err()
     .expect("refused");
     assert!(e.to_string().contains("cache node 999"), "{e}");
+    let first = setcache::nodes().first().map_or(0, |n| n.id);
+    let e = Partitions::new(
+        &cs,
+        PartitionOptions {
+            cache_nodes: Some(vec![first, first]),
+            ..PartitionOptions::default()
+        },
+    )
+    .err()
+    .expect("refused");
+    assert!(e.to_string().contains("given twice"), "{e}");
     let deep = setcache::MAX_QUEUE_DEPTH + 1;
     let e = Partitions::new(
         &cs,

@@ -66,14 +66,26 @@ fn call_int(f: impl FnOnce() -> Result<i64, Fail>) -> c_int {
     call(f) as c_int
 }
 
+/// The longest name looked for: far above the store's longest (a bad
+/// pointer or a string with no NUL near it fails here, not by a read
+/// running on through memory).
+const TEXT_MAX: usize = 4096;
+
 unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
     if p.is_null() {
         return Err(einval(format!("{what} is NULL")));
     }
-    // SAFETY: the caller passes a C string.
-    unsafe { CStr::from_ptr(p) }
-        .to_str()
-        .map_err(|_| einval(format!("{what} is not UTF-8")))
+    // SAFETY: the caller passes a C string; at most `TEXT_MAX` bytes are read.
+    let n = unsafe { libc::strnlen(p, TEXT_MAX) };
+    if n == TEXT_MAX {
+        return Err(Fail(
+            libc::ENAMETOOLONG,
+            format!("{what} has no end in its first {TEXT_MAX} bytes"),
+        ));
+    }
+    // SAFETY: `n` bytes, then the NUL, all readable (found just above).
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) };
+    std::str::from_utf8(bytes).map_err(|_| einval(format!("{what} is not UTF-8")))
 }
 
 /// A shared reference to a handle: calls on one handle may come from several
@@ -232,6 +244,12 @@ pub unsafe extern "C" fn setcache_store_open(
     call_int(|| {
         if devices.is_null() || ndevices == 0 {
             return Err(einval("no device directories given"));
+        }
+        if ndevices > setcache::layout::MAX_DEVICES {
+            return Err(einval(format!(
+                "{ndevices} device directories given; at most {} are supported",
+                setcache::layout::MAX_DEVICES
+            )));
         }
         // Before the store is opened (its lock taken, its recovery run).
         if out_store.is_null() {
@@ -763,8 +781,14 @@ pub unsafe extern "C" fn setcache_poll(
         q.q.take_completions(&mut done);
         q.pending.extend(done.drain(..));
         while q.pending.len() < min && q.q.outstanding() > 0 {
-            q.q.wait(1);
+            let ran = q.q.wait(1);
             q.q.take_completions(&mut done);
+            if ran == 0 && done.is_empty() {
+                // Nothing ended, though requests count as in flight (as
+                // only an internal fault leaves them): what is here goes
+                // back, instead of a wait for ever.
+                break;
+            }
             q.pending.extend(done.drain(..));
         }
         let mut n = 0usize;

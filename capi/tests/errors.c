@@ -68,6 +68,8 @@ int main(int argc, char **argv) {
 
     expect("store_open: no devices", setcache_store_open(devices, 0, NULL, &store), EINVAL,
            "no device");
+    expect("store_open: 257 devices", setcache_store_open(devices, 257, NULL, &store), EINVAL,
+           "at most 256");
     expect("store_open: missing directory", setcache_store_open(missing, 1, NULL, &store),
            ENOTDIR, "does not exist");
     struct setcache_options bad = {.page_size = 3000};
@@ -94,6 +96,13 @@ int main(int argc, char **argv) {
     expect_ok("create", setcache_create(store, "f", 10000, &file));
     expect("create: existing name", setcache_create(store, "f", 0, &other), EEXIST, "exists");
     expect("open: missing file", setcache_open(store, "nothing", &other), ENOENT, "not found");
+    {
+        /* A name with no NUL in its first 4096 bytes: refused, not read on. */
+        static char endless[8192];
+        memset(endless, 'n', sizeof endless - 1);
+        expect("open: a name with no end", setcache_open(store, endless, &other), ENAMETOOLONG,
+               "no end in its first 4096 bytes");
+    }
     expect("delete: missing file", setcache_delete(store, "nothing"), ENOENT, "not found");
     expect("rename: missing file", setcache_rename(store, "nothing", "x"), ENOENT, "not found");
     expect_ok("create g", setcache_create(store, "g", 100, &other));

@@ -256,6 +256,13 @@ impl<'cs> Partitions<'cs> {
             None => found.iter().collect(),
             Some(ids) => {
                 let mut v = Vec::new();
+                for (k, id) in ids.iter().enumerate() {
+                    if ids[..k].contains(id) {
+                        return Err(Error::InvalidArgument(format!(
+                            "cache node {id} is given twice"
+                        )));
+                    }
+                }
                 for id in ids {
                     match found.iter().find(|nd| nd.id == *id) {
                         Some(nd) => v.push(nd),
@@ -409,6 +416,10 @@ impl<'cs> Partitions<'cs> {
             bell: bell.clone(),
         });
         for p in &self.parts {
+            if p.dead.load(Acquire) {
+                // No worker takes it in: a request sent there fails at once.
+                continue;
+            }
             p.joining
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -758,7 +769,10 @@ impl PartQueue<'_> {
     pub fn poll(&mut self) -> usize {
         let before = self.outstanding + self.refused;
         self.flush();
-        self.reap();
+        if self.reap() == 0 {
+            // A caller that only polls learns of a stopped worker here.
+            self.check_workers();
+        }
         before - self.outstanding
     }
 
@@ -1335,6 +1349,44 @@ mod tests {
             );
         }
         drop(q);
+        drop(parts);
+        drop((f, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A caller that only polls, after a worker holding its requests stopped
+    /// on a panic, learns of it (the poll panics, as a wait does) instead
+    /// of polling for ever.
+    #[test]
+    fn a_poll_facing_a_stopped_worker_panics() {
+        let (dir, cs) = two_partitions("stop-poll");
+        let f = cs.open_file("f").unwrap();
+        let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+        parts.parts[1].fail_next.store(true, SeqCst);
+        let mut q = parts.queue_on(16, None).unwrap();
+        for k in 0..16u64 {
+            q.read(&f, k * 4096, vec![0; 4096], k);
+        }
+        let t0 = std::time::Instant::now();
+        let polled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while q.outstanding() > 0 {
+                q.poll();
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "polled for 20 s facing a stopped worker"
+                );
+            }
+        }));
+        let msg = match polled {
+            Err(p) => p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+            Ok(()) => panic!("every request was answered by a stopped worker"),
+        };
+        assert!(msg.contains("stopped on a panic"), "{msg}");
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(q)));
         drop(parts);
         drop((f, cs));
         let _ = std::fs::remove_dir_all(&dir);
