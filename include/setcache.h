@@ -14,7 +14,10 @@
  * with an internal error: setcache_close, setcache_queue_free,
  * setcache_store_discard and setcache_unpin have taken the handle by then; a
  * failed write of setcache_store_close keeps its store): a second close is
- * undefined, as a second free() is; handles are not checked beyond NULL. Nor may a call on a file, or on a store and its
+ * undefined, as a second free() is. Each handle begins with a word naming its
+ * kind: a handle of another kind (cast), or a freed one whose memory was not
+ * yet reused, fails -EBADF, which catches many such mistakes but is no
+ * promise. Nor may a call on a file, or on a store and its
  * files, run in another thread while that file or store is being closed:
  * -EBUSY guards against handles still held, not against calls made at the
  * same moment (the close may free what the other call reads). Release a

@@ -16,7 +16,7 @@ use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::thread::ThreadId;
 
 use setcache::{
@@ -88,11 +88,71 @@ unsafe fn text<'a>(p: *const c_char, what: &str) -> Result<&'a str, Fail> {
     std::str::from_utf8(bytes).map_err(|_| einval(format!("{what} is not UTF-8")))
 }
 
+/// A handle's kind, in the word each handle begins with: a handle of
+/// another kind, or one whose free overwrote the word, is refused `EBADF`
+/// instead of being read as this kind.
+trait Tagged {
+    const TAG: u64;
+    const KIND: &'static str;
+}
+
+/// The word a freed handle's tag is set to before its memory goes back.
+const FREED: u64 = 0x6465_6572_6600_0000;
+
+impl Tagged for setcache_store {
+    const TAG: u64 = 0x5343_5354_4f52_4531;
+    const KIND: &'static str = "store";
+}
+impl Tagged for setcache_file {
+    const TAG: u64 = 0x5343_4649_4c45_3031;
+    const KIND: &'static str = "file";
+}
+impl Tagged for setcache_queue {
+    const TAG: u64 = 0x5343_5155_4555_4531;
+    const KIND: &'static str = "queue";
+}
+impl Tagged for setcache_page {
+    const TAG: u64 = 0x5343_5041_4745_3031;
+    const KIND: &'static str = "pin";
+}
+
+/// A new handle's tag.
+fn tag_of<T: Tagged>() -> AtomicU64 {
+    AtomicU64::new(T::TAG)
+}
+
 /// A shared reference to a handle: calls on one handle may come from several
 /// threads at once, so no `&mut` is made of a store, file or page handle.
-unsafe fn handle<'a, T>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
-    // SAFETY: a non-null handle comes from this library and is live (the header's contract).
-    unsafe { p.as_ref() }.ok_or_else(|| einval(format!("{what} is NULL")))
+unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
+    if p.is_null() {
+        return Err(einval(format!("{what} is NULL")));
+    }
+    // SAFETY: a non-null handle comes from this library (the header's contract), and every handle begins with its tag (`repr(C)`, 8-aligned in its Box).
+    let word = unsafe { &*p.cast::<AtomicU64>() }.load(Ordering::Relaxed);
+    if word != T::TAG {
+        let why = if word == FREED {
+            "it was freed"
+        } else {
+            "freed, or a handle of another kind"
+        };
+        return Err(Fail(
+            libc::EBADF,
+            format!("{what} is not a live {} handle ({why})", T::KIND),
+        ));
+    }
+    // SAFETY: a live handle of this kind (its tag, above).
+    Ok(unsafe { &*p })
+}
+
+/// Free a handle made by `out`: its tag is cleared first, so that a later
+/// call with it finds no handle there while the memory is not reused (which
+/// the header still calls undefined).
+unsafe fn free<T: Tagged>(p: *mut T) {
+    // SAFETY: a live handle of this kind (checked by the caller), not used after this.
+    unsafe {
+        (*p.cast::<AtomicU64>()).store(FREED, Ordering::Relaxed);
+        drop(Box::from_raw(p));
+    }
 }
 
 /// The queue behind `p`, mutably, once its owner is this thread: only the
@@ -146,7 +206,10 @@ pub struct setcache_stats {
     pub bytes_written: u64,
 }
 
+#[repr(C)]
 pub struct setcache_store {
+    /// First: see [`Tagged`].
+    tag: AtomicU64,
     cs: Arc<CachedStore>,
     /// Files and queues open on it.
     users: Arc<AtomicUsize>,
@@ -171,13 +234,19 @@ impl Drop for Use {
     }
 }
 
+#[repr(C)]
 pub struct setcache_file {
+    /// First: see [`Tagged`].
+    tag: AtomicU64,
     file: Arc<CachedFile>,
     /// Last: see [`Use`].
     _use: Use,
 }
 
+#[repr(C)]
 pub struct setcache_queue {
+    /// First: see [`Tagged`].
+    tag: AtomicU64,
     owner: ThreadId,
     /// Made `&mut` by its owner thread only (`own_queue`).
     state: std::cell::UnsafeCell<QueueState>,
@@ -188,7 +257,7 @@ struct QueueState {
     /// Declared first: dropped (drained) before the store it borrows.
     q: CachedQueue<'static>,
     /// Live requests by internal tag: the caller's tag, its buffer and length.
-    slots: Vec<Option<(u64, *mut u8, usize)>>,
+    slots: Vec<Slot>,
     free: Vec<u64>,
     /// Finished, not yet handed to the caller.
     pending: std::collections::VecDeque<(u64, setcache::CachedCompletion)>,
@@ -210,8 +279,11 @@ enum Guard {
     Mut(PageGuardMut<'static>),
 }
 
+#[repr(C)]
 pub struct setcache_page {
-    /// Declared first: the page goes before the file it borrows.
+    /// First: see [`Tagged`].
+    tag: AtomicU64,
+    /// Before the file: the page goes before the file it borrows.
     #[allow(dead_code)]
     g: Guard,
     owner: ThreadId,
@@ -313,6 +385,7 @@ pub unsafe extern "C" fn setcache_store_open(
         out(
             out_store,
             setcache_store {
+                tag: tag_of::<setcache_store>(),
                 cs: Arc::new(cs),
                 users: Arc::new(AtomicUsize::new(0)),
             },
@@ -341,7 +414,7 @@ pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_i
         // close again, or give the pages up with `setcache_store_discard`.
         s.cs.sync()?;
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
-        drop(unsafe { Box::from_raw(store) });
+        unsafe { free(store) };
         Ok(0)
     })
 }
@@ -353,7 +426,7 @@ pub unsafe extern "C" fn setcache_store_discard(store: *mut setcache_store) -> c
         let s = unsafe { handle(store, "the store") }?;
         no_users(s)?;
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
-        drop(unsafe { Box::from_raw(store) });
+        unsafe { free(store) };
         Ok(0)
     })
 }
@@ -402,6 +475,7 @@ fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Re
     out(
         o,
         setcache_file {
+            tag: tag_of::<setcache_file>(),
             file: Arc::new(f),
             _use: Use::of(&s.users),
         },
@@ -467,7 +541,7 @@ pub unsafe extern "C" fn setcache_close(file: *mut setcache_file) -> c_int {
             ));
         }
         // SAFETY: made by Box::into_raw in new_file; not used after this.
-        drop(unsafe { Box::from_raw(file) });
+        unsafe { free(file) };
         Ok(0)
     })
 }
@@ -644,6 +718,7 @@ pub unsafe extern "C" fn setcache_queue_new(
         out(
             out_queue,
             setcache_queue {
+                tag: tag_of::<setcache_queue>(),
                 owner: std::thread::current().id(),
                 state: std::cell::UnsafeCell::new(QueueState {
                     q,
@@ -664,7 +739,7 @@ pub unsafe extern "C" fn setcache_queue_free(queue: *mut setcache_queue) -> c_in
         // SAFETY: the caller's live handle.
         unsafe { own_queue(queue) }?;
         // SAFETY: made by Box::into_raw in setcache_queue_new; not used after this.
-        drop(unsafe { Box::from_raw(queue) });
+        unsafe { free(queue) };
         Ok(0)
     })
 }
@@ -715,17 +790,41 @@ fn submit(
         // SAFETY: the caller's buffer of `len` bytes.
         _ => data.extend_from_slice(unsafe { std::slice::from_raw_parts(buf, len) }),
     }
-    let slot = match q.free.pop() {
+    let queue = &mut q.q;
+    start_in_slot(&mut q.slots, &mut q.free, (tag, buf, len), |slot| {
+        queue.submit(vec![CachedRequest::tagged(
+            kind, &f.file, offset, data, slot,
+        )])
+    });
+    Ok(0)
+}
+
+/// A request's slot: its caller's tag, buffer and length.
+type Slot = Option<(u64, *mut u8, usize)>;
+
+/// Keep `entry` in a free slot and start its request with `go(slot)`. A
+/// panic in `go` may come after the request started: its slot is emptied
+/// and never given back, so a completion that still comes for it finds no
+/// caller's buffer to write into (the caller was told the submit failed,
+/// and may have freed it); the panic goes on.
+fn start_in_slot(
+    slots: &mut Vec<Slot>,
+    free: &mut Vec<u64>,
+    entry: (u64, *mut u8, usize),
+    go: impl FnOnce(u64),
+) {
+    let slot = match free.pop() {
         Some(i) => i,
         None => {
-            q.slots.push(None);
-            (q.slots.len() - 1) as u64
+            slots.push(None);
+            (slots.len() - 1) as u64
         }
     };
-    q.slots[slot as usize] = Some((tag, buf, len));
-    let r = CachedRequest::tagged(kind, &f.file, offset, data, slot);
-    q.q.submit(vec![r]);
-    Ok(0)
+    slots[slot as usize] = Some(entry);
+    if let Err(e) = catch_unwind(AssertUnwindSafe(|| go(slot))) {
+        slots[slot as usize] = None;
+        std::panic::resume_unwind(e);
+    }
 }
 
 #[unsafe(no_mangle)]
@@ -867,6 +966,7 @@ fn pin_common(
     out(
         out_pin,
         setcache_page {
+            tag: tag_of::<setcache_page>(),
             g,
             owner: std::thread::current().id(),
             _file: file,
@@ -904,7 +1004,7 @@ pub unsafe extern "C" fn setcache_unpin(pin: *mut setcache_page) -> c_int {
         mine(p.owner, "the pin")?;
         let _ = p;
         // SAFETY: made by Box::into_raw in pin_common; not used after this.
-        drop(unsafe { Box::from_raw(pin) });
+        unsafe { free(pin) };
         Ok(0)
     })
 }
@@ -973,10 +1073,139 @@ mod tests {
             ..CacheOptions::default()
         };
         let s = Box::into_raw(Box::new(setcache_store {
+            tag: tag_of::<setcache_store>(),
             cs: Arc::new(CachedStore::with_flusher(store, cache, None).unwrap()),
             users: Arc::new(AtomicUsize::new(0)),
         }));
         (dir, s)
+    }
+
+    /// A request whose start panics (perhaps after it was sent) leaves no
+    /// caller's buffer in its slot, and the slot is not handed out again: a
+    /// completion still coming for it finds nothing to write into.
+    #[test]
+    fn a_panic_starting_a_request_leaves_no_buffer_in_its_slot() {
+        let (mut slots, mut free) = (Vec::new(), Vec::new());
+        let mut b = [0u8; 8];
+        start_in_slot(&mut slots, &mut free, (7, b.as_mut_ptr(), 8), |s| {
+            assert_eq!(s, 0)
+        });
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            start_in_slot(&mut slots, &mut free, (8, b.as_mut_ptr(), 8), |s| {
+                assert_eq!(s, 1);
+                panic!("a fault after the request went out");
+            })
+        }));
+        assert!(r.is_err(), "the panic went on");
+        assert!(slots[0].is_some(), "the first request's slot");
+        assert!(slots[1].is_none(), "the panicked request left its buffer");
+        assert!(
+            free.is_empty(),
+            "the panicked request's slot was given back"
+        );
+        start_in_slot(&mut slots, &mut free, (9, b.as_mut_ptr(), 8), |s| {
+            assert_eq!(s, 2, "a slot a late completion may name was reused")
+        });
+    }
+
+    /// A handle of another kind, or one already freed (its memory kept
+    /// here, so that reading it is defined), is refused `EBADF`, naming
+    /// the kind it is not.
+    #[test]
+    fn a_handle_of_another_kind_or_freed_is_refused() {
+        let sw = Arc::new(SimSwitches::default());
+        let (dir, s) = sim_store("tags", &sw);
+        let name = CString::new("t").unwrap();
+        let mut f = std::ptr::null_mut();
+        // SAFETY: live handles of this test; the mistyped ones point at handles of this library.
+        unsafe {
+            assert_eq!(setcache_create(s, name.as_ptr(), 4096, &mut f), 0);
+            let as_file = s.cast::<setcache_file>();
+            assert_eq!(setcache_len(as_file), -(libc::EBADF as i64));
+            let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
+            assert!(msg.contains("not a live file handle"), "{msg}");
+            assert_eq!(setcache_store_sync(f.cast()), -libc::EBADF);
+            let mut q = std::ptr::null_mut();
+            assert_eq!(setcache_queue_new(f.cast(), 4, &mut q), -libc::EBADF);
+            assert_eq!(setcache_unpin(f.cast()), -libc::EBADF);
+            assert_eq!(setcache_queue_free(s.cast()), -libc::EBADF);
+            assert_eq!(setcache_len(f), 4096);
+            // A freed handle, its memory kept by a second owner here.
+            let mut kept = std::ptr::null_mut();
+            assert_eq!(setcache_open(s, name.as_ptr(), &mut kept), 0);
+            let boxed = Box::from_raw(kept);
+            let copy = Box::into_raw(Box::new(setcache_file {
+                tag: tag_of::<setcache_file>(),
+                file: boxed.file.clone(),
+                _use: Use::of(&(*s).users),
+            }));
+            drop(boxed);
+            (*copy).tag.store(FREED, Ordering::Relaxed);
+            assert_eq!(setcache_close(copy), -libc::EBADF);
+            let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
+            assert!(msg.contains("freed"), "{msg}");
+            (*copy)
+                .tag
+                .store(tag_of::<setcache_file>().into_inner(), Ordering::Relaxed);
+            assert_eq!(setcache_close(copy), 0);
+            assert_eq!(setcache_close(f), 0);
+            assert_eq!(setcache_store_close(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A queued read the device fails completes with its errno, and the
+    /// poll that hands it over leaves its message; a read beside it that
+    /// succeeded is handed over too, its bytes in the caller's buffer.
+    #[test]
+    fn a_failed_completion_gives_its_errno_and_message() {
+        let sw = Arc::new(SimSwitches::default());
+        let (dir, s) = sim_store("failed", &sw);
+        let name = CString::new("r").unwrap();
+        let mut f = std::ptr::null_mut();
+        let mut q = std::ptr::null_mut();
+        let (mut good, mut bad) = ([0u8; 64], [0u8; 64]);
+        // SAFETY: live handles and buffers of this test, the buffers kept until polled.
+        unsafe {
+            assert_eq!(setcache_create(s, name.as_ptr(), 8 * 4096, &mut f), 0);
+            assert_eq!(setcache_pwrite(f, [3u8; 64].as_ptr().cast(), 64, 0), 64);
+            assert_eq!(setcache_queue_new(s, 4, &mut q), 0);
+            sw.read_errno.store(libc::EIO, Ordering::Release);
+            let good_p = good.as_mut_ptr().cast();
+            assert_eq!(setcache_submit_read(q, f, good_p, 64, 0, 1), 0);
+            assert_eq!(
+                setcache_submit_read(q, f, bad.as_mut_ptr().cast(), 64, 5 * 4096, 2),
+                0
+            );
+            let mut done = [
+                setcache_completion { tag: 0, result: 0 },
+                setcache_completion { tag: 0, result: 0 },
+            ];
+            let mut n = 0;
+            while n < 2 {
+                let r = setcache_poll(q, done.as_mut_ptr().add(n), 2 - n, 1);
+                assert!(r > 0, "poll: {r}");
+                n += r as usize;
+            }
+            sw.read_errno.store(0, Ordering::Release);
+            done.sort_by_key(|c| c.tag);
+            assert_eq!((done[0].tag, done[0].result), (1, 64));
+            assert_eq!(good, [3u8; 64]);
+            assert_eq!((done[1].tag, done[1].result), (2, -(libc::EIO as i64)));
+            let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
+            assert!(msg.contains("\"r\""), "the message names no file: {msg}");
+            assert_eq!(bad, [0u8; 64], "a failed read wrote its buffer");
+            assert_eq!(setcache_queue_free(q), 0);
+            assert_eq!(setcache_close(f), 0);
+            // The device is failed now: the page written before cannot go
+            // out, the close says so and keeps the store, which a discard
+            // then gives up.
+            assert_eq!(setcache_store_close(s), -libc::EIO);
+            let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
+            assert!(msg.contains("failed earlier"), "{msg}");
+            assert_eq!(setcache_store_discard(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A device directory whose name is not UTF-8 is a path like any other.

@@ -165,6 +165,13 @@ int main(int argc, char **argv) {
            EDEADLK, "guard");
     expect("close: a file with a pin held", setcache_close(file), EBUSY, "pins");
     expect("store_close: files open", setcache_store_close(store), EBUSY, "still open");
+    expect("store_discard: files open", setcache_store_discard(store), EBUSY, "still open");
+    expect("store_discard: NULL", setcache_store_discard(NULL), EINVAL, "NULL");
+    /* A handle of another kind, cast: refused by its tag, not read as a file. */
+    expect("len: a store handle cast to a file", setcache_len((setcache_file *)store), EBADF,
+           "not a live file handle");
+    expect("unpin: a file handle cast to a pin", setcache_unpin((setcache_page *)file), EBADF,
+           "not a live pin handle");
 
     struct other o = {.q = q, .pin = pin};
     pthread_t t;
@@ -176,6 +183,34 @@ int main(int argc, char **argv) {
     expect_ok("  its message names the other thread", strstr(o.pin_msg, "another thread") ? 0 : -1);
 
     expect_ok("unpin", setcache_unpin(pin));
+    {
+        /* 64 pins a thread may hold; the 65th is refused, and once one goes
+         * another may come. */
+        setcache_page *pins[65];
+        int taken = 0;
+        for (int i = 0; i < 64; i++)
+            if (setcache_pin(file, 0, &data, &len, &pins[i]) == 0)
+                taken++;
+        expect_ok("64 pins of one page", taken == 64 ? 0 : -1);
+        expect("pin: the 65th", setcache_pin(file, 0, &data, &len, &pins[64]), EMFILE,
+               "the most a thread may");
+        expect_ok("unpin one of 64", setcache_unpin(pins[63]));
+        expect_ok("pin: the 64th again", setcache_pin(file, 4096, &data, &len, &pins[63]));
+        int freed = 0;
+        for (int i = 0; i < 64; i++)
+            if (setcache_unpin(pins[i]) == 0)
+                freed++;
+        expect_ok("unpin all 64", freed == 64 ? 0 : -1);
+    }
+    {
+        /* A queue freed with reads submitted and never polled: its reads
+         * end inside the free, and nothing is written to their buffers
+         * after it returns. */
+        static char bufs[4][512];
+        for (int i = 0; i < 4; i++)
+            expect_ok("submit_read, never polled",
+                      setcache_submit_read(q, file, bufs[i], 512, (uint64_t)i * 2048, 10 + i));
+    }
     expect_ok("queue_free", setcache_queue_free(q));
     expect_ok("delete g", setcache_delete(store, "g"));
     expect("pread: a deleted file's handle", setcache_pread(other, buf, 1, 0), ESTALE, "deleted");
@@ -190,6 +225,16 @@ int main(int argc, char **argv) {
     expect("close: NULL", setcache_close(NULL), EINVAL, "NULL");
     expect_ok("store_close", setcache_store_close(store));
     expect("store_close: NULL", setcache_store_close(NULL), EINVAL, "NULL");
+    /* A store given up: its dirty pages are dropped, and the directories
+     * can be opened again at once. */
+    expect_ok("store_open again", setcache_store_open(devices, 2, &small, &store));
+    expect_ok("create h", setcache_create(store, "h", 100, &file));
+    expect_ok("pwrite h", setcache_pwrite(file, "dropped", 7, 0));
+    expect_ok("close h", setcache_close(file));
+    expect_ok("store_discard", setcache_store_discard(store));
+    expect_ok("store_open after a discard", setcache_store_open(devices, 2, &small, &store));
+    expect_ok("delete h", setcache_delete(store, "h"));
+    expect_ok("store_close", setcache_store_close(store));
     printf("%d failures\n", failures);
     return failures != 0;
 }

@@ -213,9 +213,41 @@ fn rust_structs(src: &str) -> BTreeMap<String, Vec<String>> {
                 let (n, t) = l.trim_end_matches(',').split_once(':').unwrap();
                 format!("{n}: {}", rust_type(t))
             })
-            .collect();
-        out.insert(rest[..name_end].to_string(), fields);
+            .collect::<Vec<_>>();
+        // A handle: its fields are the library's own (see `rust_opaque`).
+        if !fields.is_empty() {
+            out.insert(rest[..name_end].to_string(), fields);
+        }
     }
+    out
+}
+
+/// The handles: `repr(C)` structs of the library with no public field,
+/// which the header declares opaque.
+fn rust_opaque(src: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in src.match_indices("#[repr(C)]\npub struct setcache_") {
+        let rest = &src[i + "#[repr(C)]\npub struct ".len()..];
+        let body = &rest[rest.find('{').unwrap() + 1..rest.find('}').unwrap()];
+        if !body.lines().any(|l| l.trim().starts_with("pub ")) {
+            out.push(rest[..rest.find(' ').unwrap()].to_string());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// The header's opaque declarations: `typedef struct X X;`.
+fn header_opaque(h: &str) -> Vec<String> {
+    let mut out: Vec<String> = h
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("typedef struct "))
+        .filter_map(|l| l.strip_suffix(';'))
+        .filter_map(|l| l.split_once(' '))
+        .filter(|(a, b)| a == b)
+        .map(|(a, _)| a.to_string())
+        .collect();
+    out.sort();
     out
 }
 
@@ -235,4 +267,10 @@ fn the_header_declares_what_the_library_defines() {
     let (hs, rs) = (header_structs(&h), rust_structs(&src));
     assert_eq!(hs.len(), 3, "{hs:?}");
     assert_eq!(hs, rs, "structs: header (left) against the library (right)");
+    let (ho, ro) = (header_opaque(&h), rust_opaque(&src));
+    assert_eq!(ro.len(), 4, "{ro:?}");
+    assert_eq!(
+        ho, ro,
+        "handles: header's opaque types (left) against the library's (right)"
+    );
 }
