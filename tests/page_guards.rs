@@ -618,3 +618,60 @@ fn pages_are_taken_if_cached_and_never_read_in() {
         assert!(e.to_string().contains("data"), "{e}");
     }
 }
+
+/// A request on this thread's queue that would wait for a guard the thread
+/// holds (a write of a page it holds at all, a read of a page it holds
+/// mutably) fails `HeldByCaller` at once, not `Busy` after the pin wait;
+/// the same requests on other pages, and a read beside a shared guard, pass.
+#[test]
+fn a_queued_request_on_ones_own_guard_is_refused_at_once() {
+    let tmp = TempDir::new("guards-queue-self");
+    let cs = rig(&tmp, 8 * PS, 16, Duration::from_secs(20));
+    let cf = cs.open_file("data").unwrap();
+    let mut q = cs.queue(8);
+    let t = Instant::now();
+    let mut run = |reqs: Vec<CachedRequest<'_>>| {
+        q.submit(reqs);
+        q.drain();
+        let mut out = Vec::new();
+        q.take_completions(&mut out);
+        out.sort_by_key(|c| c.0);
+        out.into_iter().map(|c| c.1.result).collect::<Vec<_>>()
+    };
+    let held = |r: &Result<(), Error>| matches!(r, Err(Error::HeldByCaller(_)));
+    {
+        let _m = cf.page_mut(PS as u64).unwrap();
+        let r = run(vec![
+            CachedRequest::tagged(OpKind::Read, &cf, PS as u64 + 8, vec![0; 16], 0),
+            CachedRequest::tagged(OpKind::Write, &cf, PS as u64, vec![1; 16], 1),
+            // Crossing from page 0 into the held page.
+            CachedRequest::tagged(OpKind::Read, &cf, PS as u64 - 4, vec![0; 8], 2),
+            CachedRequest::tagged(OpKind::Read, &cf, 3 * PS as u64, vec![0; 16], 3),
+        ]);
+        assert!(held(&r[0]) && held(&r[1]) && held(&r[2]), "{r:?}");
+        assert!(r[3].is_ok(), "{r:?}");
+    }
+    {
+        let _g = cf.page(2 * PS as u64).unwrap();
+        let r = run(vec![
+            CachedRequest::tagged(OpKind::Read, &cf, 2 * PS as u64, vec![0; 16], 0),
+            CachedRequest::tagged(OpKind::Write, &cf, 2 * PS as u64 + 1, vec![1; 16], 1),
+            CachedRequest::tagged(OpKind::Write, &cf, 4 * PS as u64, vec![1; 16], 2),
+        ]);
+        assert!(r[0].is_ok() && held(&r[1]) && r[2].is_ok(), "{r:?}");
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "a request waited for its own thread's guard: {:?}",
+        t.elapsed()
+    );
+    // The guards gone, the same write passes.
+    let r = run(vec![CachedRequest::tagged(
+        OpKind::Write,
+        &cf,
+        PS as u64,
+        vec![1; 16],
+        0,
+    )]);
+    assert!(r[0].is_ok(), "{r:?}");
+}

@@ -769,3 +769,59 @@ fn a_queue_dropped_while_unwinding_leaves_no_page_pinned() {
             .unwrap_or_else(|e| panic!("page at {o} still pinned: {e}"));
     }
 }
+
+/// A request that would wait for a guard its own thread holds (a task or a
+/// read on a page the thread holds mutably, a write on a page it holds at
+/// all) fails `HeldByCaller` at once, whether its page's partition is the
+/// queue's home (served by the thread itself) or another's worker.
+#[test]
+fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
+    let (_tmp, store) = numbered_store("parts-own-guard", "g");
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let cf = cs.open_file("g").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let held = |r: &Result<(), Error>| matches!(r, Err(Error::HeldByCaller(_)));
+    let t = std::time::Instant::now();
+    for home in [None, Some(0), Some(1)] {
+        for page in 0..4u64 {
+            let off = page * 4096;
+            let mut q = p.queue_on(8, home).unwrap();
+            let mut done = Vec::new();
+            {
+                let _m = cf.page_mut(off).unwrap();
+                q.task(&cf, off + 10, sum_from, 0, 0);
+                q.read(&cf, off, vec![0; 64], 1);
+                q.write(&cf, off, vec![page as u8; 64], 2);
+                q.task(&cf, off + 4096 * 8, sum_from, 0, 3);
+                q.drain();
+                q.take_completions(&mut done);
+            }
+            done.sort_by_key(|c| c.tag);
+            let r: Vec<_> = done.iter().map(|c| &c.result).collect();
+            assert_eq!(r.len(), 4);
+            assert!(
+                held(r[0]) && held(r[1]) && held(r[2]),
+                "page {page}, home {home:?}: {r:?}"
+            );
+            assert!(r[3].is_ok(), "page {page}, home {home:?}: {r:?}");
+            assert_eq!(done[3].value, 4096 * (page + 8));
+            done.clear();
+            {
+                let _g = cf.page(off).unwrap();
+                q.task(&cf, off, sum_from, 0, 0);
+                q.write(&cf, off + 100, vec![page as u8; 8], 1);
+                q.drain();
+                q.take_completions(&mut done);
+            }
+            done.sort_by_key(|c| c.tag);
+            assert!(done[0].result.is_ok(), "{:?}", done[0].result);
+            assert_eq!(done[0].value, 4096 * page);
+            assert!(held(&done[1].result), "{:?}", done[1].result);
+        }
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(4),
+        "a request waited for its own thread's guard: {:?}",
+        t.elapsed()
+    );
+}

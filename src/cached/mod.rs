@@ -1289,7 +1289,7 @@ impl CachedFile {
 
     /// Refuses a read (or, with `writes`, a write) of bytes `offset..end`
     /// that would wait for a guard this thread holds.
-    fn check_held(&self, offset: u64, end: u64, writes: bool) -> Result<()> {
+    pub(crate) fn check_held(&self, offset: u64, end: u64, writes: bool) -> Result<()> {
         let pages = || {
             let ps = self.shared.cache.page_size() as u64;
             offset / ps..end.div_ceil(ps).max(offset / ps + 1)

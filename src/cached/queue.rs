@@ -454,7 +454,10 @@ enum Step {
 /// Poll or drain it before a synchronous call on a page it reads: only this
 /// thread finishes those reads. Such a call waits for a page being read in
 /// at most the cache's pin wait while a queue of the thread has reads in
-/// flight, then fails with [`crate::Error::HeldByCaller`].
+/// flight, then fails with [`crate::Error::HeldByCaller`]. The other way
+/// round, a request that would wait for a page guard of this thread (a
+/// write of a page it holds, a read of a page it holds mutably) completes at
+/// once with [`crate::Error::HeldByCaller`].
 ///
 /// ```
 /// use setcache::{
@@ -814,6 +817,13 @@ impl<'a> CachedQueue<'a> {
                 len: r.buf.len() as u64,
                 file_len: len,
             });
+        }
+        // A page this thread holds a guard of, which the request would wait
+        // for until the pin wait ends (a write: any guard; a read: a mutable
+        // one): refused at once, as the thread's synchronous calls are.
+        if !r.buf.is_empty() {
+            let end = r.offset + r.buf.len() as u64;
+            r.file.check_held(r.offset, end, r.kind == OpKind::Write)?;
         }
         Ok(())
     }

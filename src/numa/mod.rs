@@ -215,6 +215,9 @@ pub struct Partitions<'cs> {
     /// Why the partitions' memory is not bound to their nodes, when the
     /// kernel refused it.
     unbound: Option<String>,
+    /// Why a worker is not bound to its node's CPUs, when the kernel
+    /// refused it.
+    unpinned: Option<String>,
     /// The next emulated partition to be a queue's home.
     next_home: AtomicUsize,
     _cs: PhantomData<&'cs CachedStore>,
@@ -314,6 +317,7 @@ impl<'cs> Partitions<'cs> {
             threads: Vec::new(),
             emulated,
             unbound,
+            unpinned: None,
             part_cpus: Vec::new(),
             next_home: AtomicUsize::new(0),
             _cs: PhantomData,
@@ -336,12 +340,20 @@ impl<'cs> Partitions<'cs> {
                 me.part_cpus.push(c.clone());
             }
             let (sh, pt) = (me.sh.clone(), part.clone());
+            let (bound_tx, bound_rx) = std::sync::mpsc::sync_channel(1);
             let t = std::thread::Builder::new()
                 .name(format!("setcache-part{p}"))
-                .spawn(move || worker(sh, pt, p, depth, cpus))
+                .spawn(move || worker(sh, pt, p, depth, cpus, bound_tx))
                 .map_err(|e| Error::Engine(format!("cannot start partition {p}'s worker: {e}")))?;
             me.parts.push(part);
             me.threads.push(t);
+            // A worker says at once whether its binding held (an emulated
+            // one asks for none); one that ended first said nothing.
+            if let Ok(Err(why)) = bound_rx.recv()
+                && me.unpinned.is_none()
+            {
+                me.unpinned = Some(format!("partition {p}'s worker: {why}"));
+            }
         }
         Ok(me)
     }
@@ -363,6 +375,14 @@ impl<'cs> Partitions<'cs> {
     /// bound, or emulated.
     pub fn memory_unbound(&self) -> Option<&str> {
         self.unbound.as_deref()
+    }
+
+    /// Why a partition's worker is not bound to its node's CPUs although the
+    /// partitions are not emulated (the kernel refused the affinity: the
+    /// worker runs wherever the scheduler puts it); `None` when bound, or
+    /// emulated.
+    pub fn workers_unbound(&self) -> Option<&str> {
+        self.unpinned.as_deref()
     }
 
     /// The partition that owns the page holding byte `offset` of `file`.
@@ -482,8 +502,10 @@ const SEND_AT: usize = 8;
 /// gather per partition until [`PartQueue::flush`], [`PartQueue::wait`], or a
 /// bundle of 64, and go as one message per partition; those for the queue's
 /// home partition are served by the thread itself, on a queue of its own, as
-/// the shared cache serves them. Not `Send`: it belongs to the thread that
-/// made it.
+/// the shared cache serves them. A request that would wait for a page guard
+/// of this thread (a write of a page it holds, a read or task on a page it
+/// holds mutably) completes at once with [`Error::HeldByCaller`]. Not
+/// `Send`: it belongs to the thread that made it.
 pub struct PartQueue<'p> {
     parts: &'p Partitions<'p>,
     app: Arc<App>,
@@ -536,6 +558,17 @@ impl PartQueue<'_> {
         self.add(What::Task(task, arg), file, offset, Vec::new(), tag);
     }
 
+    /// Answer a request at once with `e`, without sending it.
+    fn refuse(&mut self, tag: u64, buf: Vec<u8>, e: Error) {
+        self.done.push(PartCompletion {
+            tag,
+            buf,
+            value: 0,
+            result: Err(e),
+        });
+        self.refused += 1;
+    }
+
     fn add(&mut self, what: What, file: &CachedFile, offset: u64, buf: Vec<u8>, tag: u64) {
         while self.outstanding >= self.depth {
             self.wait(1);
@@ -544,17 +577,23 @@ impl PartQueue<'_> {
         // here, so nothing of it may reach this store's cache, readahead or
         // partitions. Answered at once, as a request the server refuses.
         if !Arc::ptr_eq(&file.shared, &self.parts.sh) {
-            self.done.push(PartCompletion {
-                tag,
-                buf,
-                value: 0,
-                result: Err(Error::InvalidArgument(format!(
-                    "file {:?} belongs to another cached store than these partitions",
-                    file.entry.file.name()
-                ))),
-            });
-            self.refused += 1;
-            return;
+            let e = Error::InvalidArgument(format!(
+                "file {:?} belongs to another cached store than these partitions",
+                file.entry.file.name()
+            ));
+            return self.refuse(tag, buf, e);
+        }
+        // A page this thread holds a guard of, which the request would wait
+        // for (a write: any guard; a read or a task: a mutable one), wherever
+        // it is served: refused at once, as the thread's own calls are.
+        if (!buf.is_empty() || matches!(what, What::Task(..)))
+            && let Err(e) = file.check_held(
+                offset,
+                offset.saturating_add(buf.len() as u64),
+                matches!(what, What::Write),
+            )
+        {
+            return self.refuse(tag, buf, e);
         }
         // Streams are detected here, where the whole sequence of a thread's
         // requests is seen: a partition sees only the pages its hash names,
@@ -944,25 +983,51 @@ struct Served {
 }
 
 /// Bind the calling thread to `cpus`.
-fn bind(cpus: &[usize]) {
+fn bind(cpus: &[usize]) -> std::result::Result<(), String> {
     // SAFETY: `cpu_set_t` is plain data; zeroed is empty.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let mut any = false;
     for &c in cpus {
         if c < libc::CPU_SETSIZE as usize {
             // SAFETY: `c` is inside the set.
             unsafe { libc::CPU_SET(c, &mut set) };
+            any = true;
         }
     }
+    if !any {
+        return Err(format!(
+            "none of its node's CPUs {cpus:?} fits an affinity mask of {} CPUs",
+            libc::CPU_SETSIZE
+        ));
+    }
     // SAFETY: a valid set of its own size, for this thread.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sched_setaffinity to CPUs {cpus:?} failed: {}",
+            std::io::Error::last_os_error()
+        ))
+    }
 }
 
 /// Partition `index`'s worker: take bundles from every application's link,
 /// serve them on a queue of its own, answer in bundles.
-fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Option<Vec<usize>>) {
+fn worker(
+    sh: Arc<Shared>,
+    part: Arc<Part>,
+    index: usize,
+    depth: usize,
+    cpus: Option<Vec<usize>>,
+    bound: std::sync::mpsc::SyncSender<std::result::Result<(), String>>,
+) {
+    // Whether the binding held, told before anything is served.
+    let _ = bound.send(cpus.as_deref().map_or(Ok(()), bind));
+    drop(bound);
     let p = part.clone();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        serve_part(sh, part, index, depth, cpus)
+        serve_part(sh, part, index, depth)
     }));
     if let Err(e) = r {
         // The application threads waiting for its replies see the flag and
@@ -973,16 +1038,7 @@ fn worker(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize, cpus: Op
 }
 
 /// [`worker`]'s loop.
-fn serve_part(
-    sh: Arc<Shared>,
-    part: Arc<Part>,
-    index: usize,
-    depth: usize,
-    cpus: Option<Vec<usize>>,
-) {
-    if let Some(c) = &cpus {
-        bind(c);
-    }
+fn serve_part(sh: Arc<Shared>, part: Arc<Part>, index: usize, depth: usize) {
     part.bell.set_owner();
     let mut server: Server<'_, usize> = Server::new(&sh, depth);
     server.q.set_bell(part.bell.clone());
@@ -1233,22 +1289,14 @@ mod tests {
     /// On a machine of two nodes whose kernel refuses to bind memory (here:
     /// two nodes given in place of the machine's one, so that binding to
     /// node 1 is refused), the partitions still start, bound to nodes but
-    /// with their memory where it lies, say why, and serve reads.
+    /// with their memory where it lies, say why, and serve reads. A worker
+    /// whose node's CPUs the kernel refuses as its affinity (a node given
+    /// whose CPU this machine lacks, or past any mask) runs where the
+    /// scheduler puts it, and the partitions say so too, naming the worker
+    /// and the call; workers whose binding held say nothing.
     #[test]
-    fn partitions_whose_memory_cannot_be_bound_still_serve() {
+    fn partitions_whose_memory_or_workers_cannot_be_bound_still_serve() {
         use crate::util::nodes::{FAKE_NODES, Node};
-        FAKE_NODES.with(|f| {
-            *f.borrow_mut() = Some(vec![
-                Node {
-                    id: 0,
-                    cpus: vec![0],
-                },
-                Node {
-                    id: 1,
-                    cpus: vec![0],
-                },
-            ])
-        });
         let dir =
             std::env::temp_dir().join(format!("setcache-part-unbound-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -1258,37 +1306,65 @@ mod tests {
         let mut b = crate::AlignedBuf::new(1 << 20);
         b.fill(7);
         f.write_at(0, &b).unwrap();
-        drop(f);
-        let opts = CacheOptions {
-            size: 4 << 20,
-            partitions: 0,
-            ..CacheOptions::default()
-        };
-        let cs = CachedStore::new(store, opts).unwrap();
-        let f = cs.open_file("f").unwrap();
-        let parts = Partitions::new(&cs, PartitionOptions::default());
-        FAKE_NODES.with(|f| *f.borrow_mut() = None);
-        let parts = parts.unwrap();
-        assert!(!parts.emulated());
-        let why = parts
-            .memory_unbound()
-            .expect("memory bound to a node that is not there");
-        assert!(why.contains("NUMA node 1"), "{why}");
-        let mut q = parts.queue_on(16, None).unwrap();
-        for k in 0..16u64 {
-            q.read(&f, k * 4096, vec![0; 4096], k);
+        drop((f, store));
+        for (cpus, workers) in [
+            (vec![0], None),
+            (vec![1000], Some("sched_setaffinity")),
+            (
+                vec![libc::CPU_SETSIZE as usize + 3],
+                Some("fits an affinity mask"),
+            ),
+        ] {
+            FAKE_NODES.with(|f| {
+                *f.borrow_mut() = Some(vec![
+                    Node {
+                        id: 0,
+                        cpus: vec![0],
+                    },
+                    Node { id: 1, cpus },
+                ])
+            });
+            // The cache's sets divided as the nodes are, when it is made.
+            let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+            let opts = CacheOptions {
+                size: 4 << 20,
+                partitions: 0,
+                ..CacheOptions::default()
+            };
+            let cs = CachedStore::new(store, opts).unwrap();
+            let f = cs.open_file("f").unwrap();
+            let parts = Partitions::new(&cs, PartitionOptions::default());
+            FAKE_NODES.with(|f| *f.borrow_mut() = None);
+            let parts = parts.unwrap();
+            assert!(!parts.emulated());
+            let why = parts
+                .memory_unbound()
+                .expect("memory bound to a node that is not there");
+            assert!(why.contains("NUMA node 1"), "{why}");
+            match (workers, parts.workers_unbound()) {
+                (None, None) => {}
+                (Some(word), Some(why)) => assert!(
+                    why.contains("partition 1's worker") && why.contains(word),
+                    "{why}"
+                ),
+                (want, got) => panic!("workers unbound: {got:?}, where {want:?} was due"),
+            }
+            let mut q = parts.queue_on(16, None).unwrap();
+            for k in 0..16u64 {
+                q.read(&f, k * 4096, vec![0; 4096], k);
+            }
+            q.drain();
+            let mut done = Vec::new();
+            q.take_completions(&mut done);
+            assert_eq!(done.len(), 16);
+            for c in &done {
+                c.result.as_ref().unwrap();
+                assert!(c.buf.iter().all(|&b| b == 7), "request {}", c.tag);
+            }
+            drop(q);
+            drop(parts);
+            drop((f, cs));
         }
-        q.drain();
-        let mut done = Vec::new();
-        q.take_completions(&mut done);
-        assert_eq!(done.len(), 16);
-        for c in &done {
-            c.result.as_ref().unwrap();
-            assert!(c.buf.iter().all(|&b| b == 7), "request {}", c.tag);
-        }
-        drop(q);
-        drop(parts);
-        drop((f, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

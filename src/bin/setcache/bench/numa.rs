@@ -62,10 +62,15 @@ pub(crate) fn run(
         parts.count(),
         if parts.emulated() {
             " (emulated: workers not bound to nodes, threads' homes taken in turn)".to_string()
-        } else if let Some(why) = parts.memory_unbound() {
-            format!(", one per node, workers bound to their nodes, memory not ({why})")
         } else {
-            ", one per node, workers bound to their nodes".to_string()
+            let workers = match parts.workers_unbound() {
+                Some(why) => format!("workers not bound to their nodes ({why})"),
+                None => "workers bound to their nodes".to_string(),
+            };
+            match parts.memory_unbound() {
+                Some(why) => format!(", one per node, {workers}, memory not ({why})"),
+                None => format!(", one per node, {workers}"),
+            }
         }
     );
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
