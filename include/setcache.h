@@ -30,8 +30,9 @@
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
  * or being read or written back by a queue, fails -EBUSY after it; a call
  * that would wait for this thread's own pin (a write over a page it pins, a
- * read of a page it pins for writing, a sync or set_len of the file, the
- * store's sync) fails -EDEADLK at once. A sync, though, waits without limit
+ * read of a page it pins for writing, queued on this thread's queue or not, a
+ * sync or set_len of the file, the store's sync) fails -EDEADLK at once (a
+ * queued one in its completion). A sync, though, waits without limit
  * for a page a queue is writing back: poll a queue until nothing is in flight
  * before a thread waits for another's sync.
  *

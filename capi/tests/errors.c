@@ -163,6 +163,15 @@ int main(int argc, char **argv) {
     setcache_page *again = NULL;
     expect("pin: a page this thread holds mutably", setcache_pin(file, 0, &data, &len, &again),
            EDEADLK, "guard");
+    {
+        /* Queued, the same read fails in its completion, at once. */
+        char one[16];
+        expect_ok("submit_read: a page this thread pins for writing",
+                  setcache_submit_read(q, file, one, sizeof one, 8, 99));
+        struct setcache_completion done;
+        expect_ok("poll it", setcache_poll(q, &done, 1, 1) == 1 ? 0 : -1);
+        expect("  its completion", done.result, EDEADLK, "guard");
+    }
     expect("close: a file with a pin held", setcache_close(file), EBUSY, "pins");
     expect("store_close: files open", setcache_store_close(store), EBUSY, "still open");
     expect("store_discard: files open", setcache_store_discard(store), EBUSY, "still open");
