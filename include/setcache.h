@@ -150,8 +150,9 @@ int setcache_rename(setcache_store *store, const char *from, const char *to);
  * early (returning what `each` returned) when `each` returns non-zero.
  * Returns the number of files otherwise (at most INT_MAX). A negative value
  * from `each` reads like this call's own -errno: stop with a positive one, or
- * note why in `ctx`. `each` must return (no longjmp, no exception through
- * this call). */
+ * note why in `ctx`. `each` should return: a C++ exception thrown through
+ * this call ends the process (abort, as a throw from a noexcept function
+ * does); a longjmp out of it is undefined. */
 int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx), void *ctx);
 
 /* Read up to `len` bytes at `offset`: the bytes read (fewer at the end of the

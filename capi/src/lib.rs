@@ -579,7 +579,7 @@ pub unsafe extern "C" fn setcache_rename(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_list(
     store: *mut setcache_store,
-    each: Option<unsafe extern "C" fn(*const c_char, *mut c_void) -> c_int>,
+    each: Option<unsafe extern "C-unwind" fn(*const c_char, *mut c_void) -> c_int>,
     ctx: *mut c_void,
 ) -> c_int {
     call_int(|| {
@@ -589,8 +589,13 @@ pub unsafe extern "C" fn setcache_list(
         let names = s.cs.store().list()?;
         for n in &names {
             let c = CString::new(n.as_str()).map_err(|_| einval("a name holds NUL"))?;
+            // A callback may unwind ("C-unwind"): a Rust panic becomes this
+            // call's error; a foreign exception (C++) ends the process at
+            // the catch, rather than running on through frames it cannot
+            // know (undefined behaviour through an `extern "C"` pointer).
             // SAFETY: the caller's callback, given a C string valid for the call.
-            let r = unsafe { each(c.as_ptr(), ctx) };
+            let r = catch_unwind(AssertUnwindSafe(|| unsafe { each(c.as_ptr(), ctx) }))
+                .map_err(|_| Fail(libc::EIO, format!("the list's callback panicked at {n:?}")))?;
             if r != 0 {
                 return Ok(r as i64);
             }
@@ -1204,6 +1209,41 @@ mod tests {
             let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
             assert!(msg.contains("failed earlier"), "{msg}");
             assert_eq!(setcache_store_discard(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A list callback that panics (a Rust caller's) fails the call with
+    /// `EIO`, naming the callback and the file it was given; the store
+    /// goes on.
+    #[test]
+    fn a_panicking_list_callback_fails_the_list() {
+        unsafe extern "C-unwind" fn boom(_: *const c_char, _: *mut c_void) -> c_int {
+            panic!("a callback's own panic");
+        }
+        unsafe extern "C-unwind" fn count(_: *const c_char, ctx: *mut c_void) -> c_int {
+            // SAFETY: the test passes a `usize` as the context.
+            unsafe { *ctx.cast::<usize>() += 1 };
+            0
+        }
+        let sw = Arc::new(SimSwitches::default());
+        let (dir, s) = sim_store("listpanic", &sw);
+        let name = CString::new("l").unwrap();
+        let mut f = std::ptr::null_mut();
+        let mut n = 0usize;
+        // SAFETY: live handles of this test.
+        unsafe {
+            assert_eq!(setcache_create(s, name.as_ptr(), 10, &mut f), 0);
+            assert_eq!(
+                setcache_list(s, Some(boom), std::ptr::null_mut()),
+                -libc::EIO
+            );
+            let msg = CStr::from_ptr(setcache_last_error()).to_string_lossy();
+            assert!(msg.contains("callback panicked at \"l\""), "{msg}");
+            assert_eq!(setcache_list(s, Some(count), (&raw mut n).cast()), 1);
+            assert_eq!(n, 1);
+            assert_eq!(setcache_close(f), 0);
+            assert_eq!(setcache_store_close(s), 0);
         }
         let _ = std::fs::remove_dir_all(&dir);
     }

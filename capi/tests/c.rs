@@ -1,6 +1,7 @@
 //! The C interface from C: `examples/c/example.c` and `tests/errors.c` (every
 //! call's error paths), compiled with the system's C compiler against the
-//! shared and the static library that cargo built for this test, and run.
+//! shared and the static library that cargo built for this test, and run;
+//! and from C++, a callback that throws (`tests/throws.cpp`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -106,6 +107,48 @@ fn every_call_reports_its_errors() {
     assert!(
         out.lines().filter(|l| l.starts_with("ok ")).count() >= 50,
         "{out}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A C++ exception thrown by `setcache_list`'s callback ends the process
+/// with SIGABRT at the library's catch: it neither runs on through the
+/// library's frames to the program's `catch` nor returns.
+#[test]
+fn an_exception_through_a_callback_ends_the_process() {
+    use std::os::unix::process::ExitStatusExt;
+    let d = scratch("throws");
+    let prog = d.join("throws");
+    let deps = deps();
+    let st = Command::new("c++")
+        .args(["-O1", "-Wall", "-Wextra", "-Werror", "-std=c++17"])
+        .arg("-I")
+        .arg(root().join("include"))
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/throws.cpp"))
+        .arg("-o")
+        .arg(&prog)
+        .arg(format!("-L{}", deps.display()))
+        .arg("-lsetcache_c")
+        .arg(format!("-Wl,-rpath,{}", deps.display()))
+        .status()
+        .expect("run c++");
+    assert!(st.success(), "c++ failed");
+    let out = Command::new(&prog)
+        .env("LD_LIBRARY_PATH", &deps)
+        .arg(d.join("d0"))
+        .arg(d.join("d1"))
+        .output()
+        .unwrap();
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(o.contains("listing"), "{o}\n{e}");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGABRT),
+        "not ended by SIGABRT: {:?}\n{o}\n{e}",
+        out.status
     );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -89,7 +89,10 @@ fn c_param(p: &str) -> String {
 /// A Rust FFI type in the C spelling.
 fn rust_type(t: &str) -> String {
     let t = t.trim();
-    if let Some(inner) = t.strip_prefix("Option<unsafe extern \"C\" fn(") {
+    let callback = t
+        .strip_prefix("Option<unsafe extern \"C\" fn(")
+        .or_else(|| t.strip_prefix("Option<unsafe extern \"C-unwind\" fn("));
+    if let Some(inner) = callback {
         let close = inner.find(") ->").unwrap();
         let args = split(&inner[..close])
             .iter()
