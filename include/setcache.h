@@ -133,8 +133,11 @@ int setcache_create(setcache_store *store, const char *name, uint64_t len,
  * fsync left (data the kernel may have dropped) stays: the file's syncs, through
  * every handle, keep failing until setcache_accept_loss. */
 int setcache_open(setcache_store *store, const char *name, setcache_file **out);
-/* Accept the loss an earlier failed fsync left: the file's next sync reports
- * only what fails from now on. 1 if there was one, 0 if not. */
+/* Accept the loss an earlier failed fsync left, once some sync has reported
+ * it (a loss no sync reported yet stays, for the next sync to report): this
+ * handle's syncs, and those of handles already told of it, report only what
+ * fails from now on; a handle open when it happened and never told fails once
+ * more. 1 if this handle had one to accept, 0 if not. */
 int setcache_accept_loss(setcache_file *file);
 /* Close a file (its dirty pages stay cached and are written back later; a
  * failure then is reported by a later sync of the file or the store, not

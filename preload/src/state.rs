@@ -126,7 +126,9 @@ impl Drop for Node {
         if !self.written.load(Ordering::Relaxed) || forked() {
             return;
         }
-        if let Err(e) = self.file.sync()
+        // No program hears of it (stderr only): a loss it meets stays for
+        // the next sync that reaches one.
+        if let Err(e) = self.file.sync_unheard()
             && !matches!(e, Error::FileGone(_))
         {
             crate::fail("writing a closed file's data", &e);
@@ -178,8 +180,12 @@ impl Drop for Desc {
         }
         let node = &self.node;
         let mut r = Ok(());
+        // Unheard: a `close` may pass the error on, but a descriptor closed
+        // as a side effect (`dup2` over it, `close_range`), or a description
+        // whose last holder was another thread, passes it to no one; a loss
+        // stays for the next `fsync` (or synchronous write) to report.
         if node.written.swap(false, Ordering::Relaxed)
-            && let Err(e) = node.file.sync()
+            && let Err(e) = node.file.sync_unheard()
             && !matches!(e, Error::FileGone(_))
         {
             node.written.store(true, Ordering::Relaxed);
@@ -996,7 +1002,31 @@ mod tests {
         );
         let w3 = node(&s, "j", false, false, true).unwrap();
         w3.file.sync().unwrap();
+        // A loss met only by the last description's drop (a `close`, or a
+        // descriptor closed by `dup2` over it) and by the node's own drop
+        // (stderr only) is not heard either: the next writer's open keeps it.
+        for p in 0..64u64 {
+            w3.file.write_at(p * 4096, &[0x60; 4096]).unwrap();
+        }
+        sw.fsync_failures.store(1, Ordering::Release);
+        assert!(w3.file.file().sync().is_err());
+        let d = Desc::new(w3.clone(), true, true, libc::O_RDWR);
+        w3.note_written();
+        drop(d);
+        assert!(
+            w3.written.load(Ordering::Relaxed),
+            "the close's sync passed"
+        );
         drop((n, w, w2, w3));
+        let w4 = node(&s, "j", false, false, true).unwrap();
+        let r = w4.file.sync();
+        assert!(
+            matches!(r, Err(Error::SyncLost { .. })),
+            "a loss only a close and a node's drop met was accepted by the next writer's open: {r:?}"
+        );
+        let w5 = node(&s, "j", false, false, true).unwrap();
+        w5.file.sync().unwrap();
+        drop((w4, w5));
         drop(s);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -33,9 +33,12 @@
 //! fsyncs, and only a good fsync after that clears the failure. If one of those
 //! pages has already left the cache, it cannot be written again: the file's
 //! syncs then fail ([`Error::SyncLost`]), the failing one first. Each handle
-//! open when the loss happened fails once with it, and the loss stays until a
+//! open when the loss happened fails with it, and keeps failing until some
 //! handle accepts it: an open through [`CachedStore::open_file`] after a sync
-//! reported it, or [`CachedFile::accept_loss`]. Without direct I/O, a page
+//! reported it, or [`CachedFile::accept_loss`]; a handle already told of it
+//! then passes, one never told fails once more. A loss lives in the
+//! process's memory: a process that ends with one unaccepted leaves no trace
+//! of it for the next. Without direct I/O, a page
 //! that left and was read back counts as left: it may hold the bytes the
 //! failure dropped.
 
@@ -1511,15 +1514,33 @@ impl CachedFile {
             .map_err(|e| self.gone_or(e))
     }
 
-    /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`]):
-    /// this handle's syncs report only what fails from now on, and so do
-    /// those of the other handles once they have been told (a handle open
-    /// when a loss happened fails once with it, unless it has been told
-    /// already). Returns whether this handle had a loss to accept.
-    /// [`Error::ReadOnly`] on a read-only handle: a read-only handle told of
-    /// a loss keeps failing its syncs until a writable handle accepts it.
+    /// As [`CachedFile::sync`], for a caller that cannot pass its error on
+    /// to whoever wrote the file (a last close whose error goes to stderr, a
+    /// descriptor closed as a side effect of another call): it fails on a
+    /// loss as `sync` does, but the loss does not count as reported, so a
+    /// later open for writing (or [`CachedFile::accept_reported_loss`]) does
+    /// not accept it, and the next `sync` that reaches a caller reports it.
+    pub fn sync_unheard(&self) -> Result<()> {
+        self.entry.check()?;
+        let name = || self.entry.file.name();
+        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
+        self.shared
+            .sync_file(self.id, shared::Asker::Quiet(&self.loss))
+            .map_err(|e| self.gone_or(e))
+    }
+
+    /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`])
+    /// that some sync has reported (through this handle, another, or the
+    /// store's sync): this handle's syncs report only what fails from now
+    /// on, and so do those of the other handles once they have been told (a
+    /// handle open when a loss happened fails once with it, unless it has
+    /// been told already). A loss no sync has reported yet is not accepted:
+    /// the next sync reports it. Returns whether this handle had a loss to
+    /// accept. [`Error::ReadOnly`] on a read-only handle: a read-only handle
+    /// told of a loss keeps failing its syncs until a writable handle
+    /// accepts it.
     pub fn accept_loss(&self) -> Result<bool> {
-        self.accept_upto(false)
+        self.accept_reported_loss()
     }
 
     /// Accept the losses some sync has reported to its caller, as a new
@@ -1528,15 +1549,11 @@ impl CachedFile {
     /// this handle's next sync to report. Returns whether this handle had
     /// one to accept. [`Error::ReadOnly`] on a read-only handle.
     pub fn accept_reported_loss(&self) -> Result<bool> {
-        self.accept_upto(true)
-    }
-
-    fn accept_upto(&self, reported: bool) -> Result<bool> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         let mut d = self.entry.durable();
-        let upto = if reported { d.reported_gen } else { d.lost_gen };
+        let upto = d.reported_gen;
         Ok(d.accept(&self.loss, upto))
     }
 

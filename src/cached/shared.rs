@@ -221,6 +221,9 @@ pub(crate) struct Durable {
     /// The newest loss some handle accepted: handles already told of it
     /// (`LossSeen::told`) pass, and the store's sync does.
     pub(crate) accepted_gen: u64,
+    /// Write-backs noted in `written` so far (wrapping): a look that lets
+    /// the lock go and takes it again knows whether any came meanwhile.
+    pub(crate) notes: u64,
 }
 
 /// One open's view of the losses failed fsyncs left in its file
@@ -242,6 +245,10 @@ pub(crate) struct LossSeen {
 pub(crate) enum Asker<'a> {
     /// A handle of the file.
     Handle(&'a LossSeen),
+    /// A handle of the file whose caller cannot pass the error on (a last
+    /// close by a layer that reports it on stderr only): fails as `Handle`
+    /// does, and counts no one as told.
+    Quiet(&'a LossSeen),
     /// The store's sync, which reports one file's error of all it met: told
     /// of the losses no handle accepted. The number of the loss it met is
     /// left here; the loss counts as reported only if the store's sync
@@ -271,7 +278,7 @@ impl Durable {
     pub(crate) fn loss_for(&self, who: Asker<'_>) -> Option<Error> {
         let newest = self.lost_gen;
         let passes = match who {
-            Asker::Handle(h) => {
+            Asker::Handle(h) | Asker::Quiet(h) => {
                 h.accepted.load(Ordering::Acquire) >= newest
                     || (h.told.load(Ordering::Acquire) >= newest && self.accepted_gen >= newest)
             }
@@ -290,7 +297,7 @@ impl Durable {
             Asker::Store(met) => {
                 met.fetch_max(loss, Ordering::AcqRel);
             }
-            Asker::NoOne => {}
+            Asker::Quiet(_) | Asker::NoOne => {}
         }
     }
 
@@ -303,7 +310,8 @@ impl Durable {
     /// Handle `h` accepts the losses up to `upto`. Returns whether it had
     /// one to accept.
     pub(crate) fn accept(&mut self, h: &LossSeen, upto: u64) -> bool {
-        let had = self.loss_for(Asker::Handle(h)).is_some();
+        let had =
+            self.loss_for(Asker::Handle(h)).is_some() && upto > h.accepted.load(Ordering::Acquire);
         h.accepted.fetch_max(upto, Ordering::AcqRel);
         self.accepted_gen = self.accepted_gen.max(upto);
         self.reported_gen = self.reported_gen.max(upto);
@@ -329,6 +337,13 @@ impl PageSet {
             .or_insert_with(|| Box::new([0; PAGESET_WORDS]));
         let i = page % PAGESET_PAGES;
         c[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    pub(crate) fn remove(&mut self, page: u64) {
+        let i = page % PAGESET_PAGES;
+        if let Some(c) = self.chunks.get_mut(&(page / PAGESET_PAGES)) {
+            c[(i / 64) as usize] &= !(1 << (i % 64));
+        }
     }
 
     pub(crate) fn contains(&self, page: u64) -> bool {
@@ -473,6 +488,7 @@ impl Entry {
     /// entry's `durable`, locked.
     pub(crate) fn note_written(&self, d: &mut Durable, p: u64) {
         d.written.insert(p);
+        d.notes = d.notes.wrapping_add(1);
         if !self.tracked.load(Ordering::Relaxed) && !self.file.inner.store.direct_io() {
             self.tracked.store(true, Ordering::Release);
         }
@@ -1634,6 +1650,90 @@ mod tests {
         }
         sw.fsync_failures.store(1, Ordering::Release);
         assert!(f.file().sync().is_err(), "the store-level fsync passed");
+    }
+
+    /// The pages a loss took are that loss's: once it is accepted, a later
+    /// fsync that fails (out of space, say) with every page it covers still
+    /// cached is a failure a retry can pass, not a second loss.
+    #[test]
+    fn a_failed_fsync_after_an_accepted_loss_counts_no_page_twice() {
+        let (dir, sw, cs) = sim_cache("loss-not-twice");
+        lose(&cs, &sw, "f", 0x43);
+        let a = cs.open_file("f").unwrap();
+        assert!(
+            matches!(a.sync(), Err(crate::Error::SyncLost { .. })),
+            "the loss, to begin with"
+        );
+        assert!(a.accept_loss().unwrap());
+        // A page still cached (the last written): nothing leaves the cache.
+        a.write_at(63 * 4096, &[0x44; 4096]).unwrap();
+        sw.fsync_failures.store(1, Ordering::Release);
+        match a.sync() {
+            Err(crate::Error::Io { .. }) => {}
+            r => panic!("a failed fsync with its page cached: {r:?}"),
+        }
+        a.sync().unwrap();
+        let mut b = [0u8; 4096];
+        a.read_at(63 * 4096, &mut b).unwrap();
+        assert_eq!(b, [0x44; 4096]);
+        drop((a, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A handle accepts the losses some sync reported, not one recorded
+    /// since that no caller was told of (here: met by a store sync whose
+    /// caller passes nothing on): its next sync reports that one.
+    #[test]
+    fn an_acceptance_takes_no_loss_that_was_never_reported() {
+        let (dir, sw, cs) = sim_cache("loss-untold");
+        lose(&cs, &sw, "f", 0x45);
+        let a = cs.open_file("f").unwrap();
+        assert!(matches!(a.sync(), Err(crate::Error::SyncLost { .. })));
+        lose(&cs, &sw, "f", 0x46);
+        assert!(cs.sync_unheard().is_err(), "the second loss was not met");
+        assert!(a.accept_loss().unwrap());
+        match a.sync() {
+            Err(crate::Error::SyncLost { .. }) => {}
+            r => panic!("a loss never reported was accepted with the one reported: {r:?}"),
+        }
+        assert!(a.accept_loss().unwrap());
+        assert!(!a.accept_loss().unwrap(), "nothing left to accept");
+        a.sync().unwrap();
+        drop((a, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A backing file found away from its path after good fsyncs fails the
+    /// sync (`BackingGone`) but costs nothing the fsyncs covered: no loss is
+    /// recorded, and once the file is back the next sync passes, with every
+    /// page, including those written back before and evicted, readable.
+    #[test]
+    fn a_backing_file_away_after_a_good_fsync_records_no_loss() {
+        let dir = crate::cached::scratch_dir("away-after-fsync");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+        let path = store.backing_paths("f").unwrap().remove(0);
+        let cs = CachedStore::with_flusher(store, crate::cached::small_cache(16), None).unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        for p in 0..64u64 {
+            f.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+        }
+        let aside = path.with_extension("aside");
+        std::fs::rename(&path, &aside).unwrap();
+        match f.sync() {
+            Err(crate::Error::BackingGone { .. }) => {}
+            r => panic!("a sync with the backing file away: {r:?}"),
+        }
+        std::fs::rename(&aside, &path).unwrap();
+        f.sync().unwrap();
+        let mut b = [0u8; 4096];
+        for p in 0..64u64 {
+            f.read_at(p * 4096, &mut b).unwrap();
+            assert!(b.iter().all(|&x| x == p as u8 + 1), "page {p}");
+        }
+        drop((f, cs));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// The store's sync returns one file's error: the other files' losses

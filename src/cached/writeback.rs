@@ -798,27 +798,41 @@ impl Shared {
     /// Returns the number of the loss it recorded, if any.
     fn rewrite_since_good_fsync(&self, e: &Entry, id: u32, err: Option<Error>) -> Option<u64> {
         e.fsync_failures.fetch_add(1, Ordering::AcqRel);
-        let (since, mut left) = {
+        let (since, notes, mut left) = {
             let mut d = e.durable();
             let covered = std::mem::take(&mut d.covering);
             for p in covered.iter() {
                 d.written.insert(p);
             }
             let since: Vec<_> = d.written.iter().collect();
-            (since, !d.refilled.is_empty())
+            (since, d.notes, !d.refilled.is_empty())
         };
+        let mut gone = Vec::new();
         for p in since {
             if !self.cache.mark_dirty(id, p).unwrap_or(false) {
-                left = true;
+                gone.push(p);
             }
         }
+        left |= !gone.is_empty();
         // A page that left the cache and was read back while the loop went
         // on came back with what the failed fsync left, and was marked dirty
         // with those bytes: lost too.
         let mut d = e.durable();
         left |= !d.refilled.is_empty();
         match err {
-            Some(err) if left => Some(d.record_loss(err)),
+            Some(err) if left => {
+                // The pages that had left the cache are this loss's: written
+                // no more, they are not the next fsync's to cover, and a
+                // failure of it must not count them as lost again. (Only if
+                // no write-back was noted meanwhile: one of those pages may
+                // have come back, been written and noted, and must stay.)
+                if d.notes == notes {
+                    for p in gone {
+                        d.written.remove(p);
+                    }
+                }
+                Some(d.record_loss(err))
+            }
             _ => None,
         }
     }

@@ -379,7 +379,7 @@ impl File {
         let r = if counted {
             let _counting = self.inner.fsync_counted();
             let r = self.fsync_all();
-            if let Err(e) = &r {
+            if let Err((e, true)) = &r {
                 #[cfg(test)]
                 if let Some(hook) = FAILED_BEFORE_COUNTED.take(Arc::as_ptr(&self.inner) as usize) {
                     hook();
@@ -399,15 +399,18 @@ impl File {
                 .header_stale
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        r.map_err(|e| (e, true))
+        r
     }
 
     /// An fsync of every backing file, then the check that each is still the
-    /// file at its path.
-    fn fsync_all(&self) -> Result<()> {
+    /// file at its path. The error says whether the fsyncs may have failed
+    /// (`true`: they failed, or a failed device stopped them); a failed look
+    /// at the paths after good fsyncs is `false` (nothing the kernel held
+    /// was dropped; the next sync looks again).
+    fn fsync_all(&self) -> std::result::Result<(), (Error, bool)> {
         let joiner = Joiner::new(self.name_arc(), 0, Sink::Thread(std::thread::current()));
         for b in &self.inner.backings {
-            b.state.check()?;
+            b.state.check().map_err(|e| (e, true))?;
         }
         joiner.expect(self.inner.backings.len());
         // One device: the caller syncs it itself, as `sync_io` reads (no
@@ -431,8 +434,8 @@ impl File {
                 b.engine.submit(vec![op]);
             }
         }
-        joiner.wait_sync()?;
-        self.check_backings()
+        joiner.wait_sync().map_err(|e| (e, true))?;
+        self.check_backings().map_err(|e| (e, false))
     }
 
     /// Whether every backing file is still linked and still the file at its path.
