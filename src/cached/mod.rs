@@ -1504,13 +1504,17 @@ impl CachedFile {
     /// under write-back while a [`CachedQueue`] of the same thread holds
     /// write-backs it has not finished (poll, wait for or drain it first).
     pub fn sync(&self) -> Result<()> {
+        self.sync_asking(shared::Asker::Handle(&self.loss))
+    }
+
+    fn sync_asking(&self, who: shared::Asker<'_>) -> Result<()> {
         self.entry.check()?;
         // A dirty page under any guard of this thread would be waited for.
         let name = || self.entry.file.name();
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
         self.shared
-            .sync_file(self.id, shared::Asker::Handle(&self.loss))
+            .sync_file(self.id, who)
             .map_err(|e| self.gone_or(e))
     }
 
@@ -1521,12 +1525,7 @@ impl CachedFile {
     /// later open for writing (or [`CachedFile::accept_reported_loss`]) does
     /// not accept it, and the next `sync` that reaches a caller reports it.
     pub fn sync_unheard(&self) -> Result<()> {
-        self.entry.check()?;
-        let name = || self.entry.file.name();
-        Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
-        self.shared
-            .sync_file(self.id, shared::Asker::Quiet(&self.loss))
-            .map_err(|e| self.gone_or(e))
+        self.sync_asking(shared::Asker::Quiet(&self.loss))
     }
 
     /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`])
