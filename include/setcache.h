@@ -139,6 +139,11 @@ int setcache_open(setcache_store *store, const char *name, setcache_file **out);
  * fails from now on; a handle open when it happened and never told fails once
  * more. 1 if this handle had one to accept, 0 if not. */
 int setcache_accept_loss(setcache_file *file);
+/* Whether this handle's sync would fail now on a loss an earlier failed fsync
+ * left (1) or not (0): a sync's -errno is the failed fsync's (-ENOSPC, say),
+ * which a retry cannot pass while the loss stands; this tells the two apart
+ * without a sync. */
+int setcache_loss_pending(setcache_file *file);
 /* Close a file (its dirty pages stay cached and are written back later; a
  * failure then is reported by a later sync of the file or the store, not
  * here: call setcache_sync first to know). -EBUSY while pins of it are held. */

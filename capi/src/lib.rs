@@ -529,6 +529,15 @@ pub unsafe extern "C" fn setcache_accept_loss(file: *mut setcache_file) -> c_int
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_loss_pending(file: *mut setcache_file) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        Ok(f.file.loss_pending() as i64)
+    })
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_close(file: *mut setcache_file) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
@@ -1323,6 +1332,7 @@ mod tests {
             sw.fsync_failures.store(1, Ordering::Release);
             assert!((*a).file.file().sync().is_err());
             assert_eq!(setcache_sync(a), -libc::ENOSPC, "the loss, to begin with");
+            assert_eq!(setcache_loss_pending(a), 1, "a loss a sync reported");
             assert_eq!(setcache_open(s, name.as_ptr(), &mut b), 0);
             let r = setcache_sync(a);
             assert!(
@@ -1331,6 +1341,8 @@ mod tests {
             );
             assert!(setcache_sync(b) < 0, "the second handle's sync passed");
             assert_eq!(setcache_accept_loss(b), 1);
+            assert_eq!(setcache_loss_pending(b), 0, "an accepted loss");
+            assert_eq!(setcache_loss_pending(a), 0, "a loss told and accepted");
             assert_eq!(
                 setcache_sync(a),
                 0,
@@ -1339,6 +1351,7 @@ mod tests {
             );
             assert_eq!(setcache_accept_loss(b), 0);
             assert_eq!(setcache_accept_loss(std::ptr::null_mut()), -libc::EINVAL);
+            assert_eq!(setcache_loss_pending(std::ptr::null_mut()), -libc::EINVAL);
             assert_eq!(setcache_close(b), 0);
             assert_eq!(setcache_close(a), 0);
             assert_eq!(setcache_store_close(s), 0);

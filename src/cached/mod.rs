@@ -1528,6 +1528,17 @@ impl CachedFile {
         self.sync_asking(shared::Asker::Quiet(&self.loss))
     }
 
+    /// Whether this handle's [`CachedFile::sync`] would fail now with
+    /// [`Error::SyncLost`] (a loss it has not accepted, and not been told of
+    /// after some handle accepted it), found without a sync and without
+    /// counting anyone as told.
+    pub fn loss_pending(&self) -> bool {
+        self.entry
+            .durable()
+            .loss_for(shared::Asker::Quiet(&self.loss))
+            .is_some()
+    }
+
     /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`])
     /// that some sync has reported (through this handle, another, or the
     /// store's sync): this handle's syncs report only what fails from now
