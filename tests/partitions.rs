@@ -825,3 +825,45 @@ fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
         t.elapsed()
     );
 }
+
+/// A request for another partition, alone in its bundle, goes out within a
+/// few waits even while the thread's own home hits satisfy every wait: it is
+/// not held back until seven more come for that partition.
+#[test]
+fn a_lone_remote_request_is_sent_while_home_hits_satisfy_the_waits() {
+    let (_tmp, store) = numbered_store("parts-lone-remote", "r");
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let cf = cs.open_file("r").unwrap();
+    // Every page cached: home reads complete at once.
+    let mut all = vec![0u8; 64 * 4096];
+    cf.read_at(0, &mut all).unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let of = |page: u64| p.partition_of(&cf, page * 4096);
+    let home: Vec<u64> = (0..64).filter(|&pg| of(pg) == 0).collect();
+    let remote = (0..64)
+        .find(|&pg| of(pg) == 1)
+        .expect("a page of partition 1");
+    let mut q = p.queue_on(64, Some(0)).unwrap();
+    q.read(&cf, remote * 4096, vec![0; 64], u64::MAX);
+    let mut done = Vec::new();
+    let mut waits = 0;
+    let mut found = None;
+    // (The worker runs when the scheduler lets it: the thread gives way
+    // between its waits, as a thread with work of its own between them
+    // would, and the bound is far above the few waits the bundle sits.)
+    while found.is_none() && waits < 2000 {
+        let page = home[waits % home.len()];
+        q.read(&cf, page * 4096, vec![0; 64], page);
+        q.wait(1);
+        waits += 1;
+        q.take_completions(&mut done);
+        found = done.iter().find(|c| c.tag == u64::MAX).map(|c| c.buf[0]);
+        std::thread::yield_now();
+    }
+    assert_eq!(
+        found,
+        Some(remote as u8),
+        "the remote read was not answered in {waits} waits that home hits satisfied"
+    );
+    q.drain();
+}

@@ -464,6 +464,8 @@ impl<'cs> Partitions<'cs> {
             last: vec![(0, 0); self.parts.len()],
             outstanding: 0,
             sent: vec![0; self.parts.len()],
+            waits: 0,
+            gathered_at: vec![0; self.parts.len()],
             depth,
             done: Vec::new(),
             refused: 0,
@@ -498,6 +500,11 @@ const MAX_BUNDLE: usize = 64;
 /// thread's own requests keep it busy.
 const SEND_AT: usize = 8;
 
+/// Waits a smaller bundle may sit through, while the thread's own requests
+/// satisfy them, before it is sent all the same: a request for another
+/// partition is not held back for as long as home hits keep coming.
+const SEND_AFTER_WAITS: u32 = 4;
+
 /// An application thread's queue of requests to the partitions. Requests
 /// gather per partition until [`PartQueue::flush`], [`PartQueue::wait`], or a
 /// bundle of 64, and go as one message per partition; those for the queue's
@@ -520,6 +527,10 @@ pub struct PartQueue<'p> {
     outstanding: usize,
     /// Per partition: requests sent to its worker and not yet answered.
     sent: Vec<usize>,
+    /// Calls of [`PartQueue::wait`] so far (wrapping), and per partition
+    /// the count when its bundle took its first request.
+    waits: u32,
+    gathered_at: Vec<u32>,
     depth: usize,
     done: Vec<PartCompletion>,
     /// Requests answered in `done` at once, without being sent (a file of
@@ -668,6 +679,9 @@ impl PartQueue<'_> {
             })
         });
         self.last[p] = (key, no);
+        if self.bundles[p].reqs.is_empty() {
+            self.gathered_at[p] = self.waits;
+        }
         self.bundles[p].reqs.push(Req {
             what,
             file: no,
@@ -840,8 +854,11 @@ impl PartQueue<'_> {
     pub fn wait(&mut self, n: usize) -> usize {
         let mut got = self.start_local();
         got += self.reap();
+        self.waits = self.waits.wrapping_add(1);
         for p in 0..self.bundles.len() {
-            if got < n || self.bundles[p].reqs.len() >= SEND_AT {
+            let len = self.bundles[p].reqs.len();
+            let aged = self.waits.wrapping_sub(self.gathered_at[p]) >= SEND_AFTER_WAITS;
+            if got < n || len >= SEND_AT || (len > 0 && aged) {
                 self.send(p);
             }
         }
