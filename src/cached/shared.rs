@@ -208,10 +208,16 @@ pub(crate) struct Durable {
     /// takes them with it (what they hold is the loss's, accepted with it).
     pub(crate) refilled: PageSet,
     /// Set when an fsync failed after a page that has since left the cache
-    /// was written: the error of the first such failure since every loss
-    /// before it was accepted. A handle's syncs fail with it until the
-    /// handle accepts the loss (see `LossSeen`).
+    /// was written: the error of the oldest loss no handle has accepted
+    /// (number `lost_at`). A handle's syncs fail with it until the handle
+    /// accepts the loss (see `LossSeen`).
     pub(crate) lost: Option<Error>,
+    pub(crate) lost_at: u64,
+    /// The errors of the unaccepted losses after `lost`'s, oldest first (at
+    /// most `LATER_LOSSES`; past that a loss's error is not kept, and the
+    /// last kept one stands for it): an acceptance of some of them reports
+    /// the next one's own error.
+    pub(crate) later: std::collections::VecDeque<(u64, Error)>,
     /// Losses recorded so far (each failed fsync that left one counts, on
     /// top of those before): a loss is known by this number.
     pub(crate) lost_gen: u64,
@@ -240,6 +246,9 @@ pub(crate) struct LossSeen {
     pub(crate) told: AtomicU64,
 }
 
+/// Most errors of unaccepted losses kept after the oldest's (`Durable::later`).
+const LATER_LOSSES: usize = 16;
+
 /// Who asks for a sync of a file, for the losses it is told of.
 #[derive(Clone, Copy)]
 pub(crate) enum Asker<'a> {
@@ -266,10 +275,15 @@ impl Durable {
     /// loss is still to be accepted (that one's error stays: the first).
     /// The pages read back so far go with it (see `refilled`).
     pub(crate) fn record_loss(&mut self, err: Error) -> u64 {
+        let number = self.lost_gen + 1;
         if self.lost.is_none() || self.accepted_gen >= self.lost_gen {
             self.lost = Some(err);
+            self.lost_at = number;
+            self.later.clear();
+        } else if self.later.len() < LATER_LOSSES {
+            self.later.push_back((number, err));
         }
-        self.lost_gen += 1;
+        self.lost_gen = number;
         self.refilled = Default::default();
         self.lost_gen
     }
@@ -315,6 +329,14 @@ impl Durable {
         h.accepted.fetch_max(upto, Ordering::AcqRel);
         self.accepted_gen = self.accepted_gen.max(upto);
         self.reported_gen = self.reported_gen.max(upto);
+        // The oldest loss still unaccepted gives the error from now on.
+        while self.lost_at <= self.accepted_gen {
+            let Some((number, err)) = self.later.pop_front() else {
+                break;
+            };
+            self.lost = Some(err);
+            self.lost_at = number;
+        }
         had
     }
 }
@@ -1825,5 +1847,32 @@ mod tests {
             other => panic!("the second loss's error: {other:?}"),
         }
         assert_eq!(second, first + 1);
+    }
+
+    /// After an acceptance of some losses, a handle is told of the oldest
+    /// one left with that loss's own error, not the error of one accepted.
+    #[test]
+    fn a_partial_acceptance_reports_the_next_losss_own_error() {
+        use super::{Asker, Durable, LossSeen};
+        let mut d = Durable::default();
+        let (a, b) = (LossSeen::default(), LossSeen::default());
+        let named = |d: &Durable, h: &LossSeen| match d.loss_for(Asker::Handle(h)) {
+            Some(crate::Error::InvalidArgument(m)) => m,
+            other => panic!("no loss's error: {other:?}"),
+        };
+        let one = d.record_loss(crate::Error::InvalidArgument("one".into()));
+        d.heard(one);
+        d.record_loss(crate::Error::InvalidArgument("two".into()));
+        d.record_loss(crate::Error::InvalidArgument("three".into()));
+        assert_eq!(named(&d, &b), "one");
+        assert!(d.accept(&a, one));
+        assert_eq!(named(&d, &b), "two", "after the first loss was accepted");
+        assert!(d.accept(&a, one + 1));
+        assert_eq!(named(&d, &b), "three", "after the second");
+        assert!(d.accept(&a, one + 2));
+        assert!(d.loss_for(Asker::Handle(&a)).is_none());
+        // A new loss once all are accepted gives its own error.
+        d.record_loss(crate::Error::InvalidArgument("four".into()));
+        assert_eq!(named(&d, &a), "four");
     }
 }
