@@ -1637,7 +1637,7 @@ impl<M: Model> Core<M> {
                 let g = unsafe { self.locked(s) };
                 let before = *g.valid;
                 self.print(s, i, tag);
-                g.tags[i].store(tag, Relaxed);
+                g.tags[i].store(tag, Release);
                 *g.valid |= 1 << i;
                 let w = self.state(s, i);
                 // A free slot is not valid, so no lock-free reader pins it:
@@ -2041,7 +2041,7 @@ impl<M: Model> Core<M> {
             let valid = *g.valid;
             let mut st = g.st;
             self.under_lock().on_remove(&mut st, i, valid);
-            g.tags[i].store(NO_TAG, Relaxed);
+            g.tags[i].store(NO_TAG, Release);
             *g.valid &= !(1 << i);
         }
         // Pending, so no lock-free reader pins it; waiters may unpin meanwhile.
@@ -2336,7 +2336,7 @@ impl<M: Model> Core<M> {
             self.under_lock()
                 .on_evict(&mut g.st, i, g.tags[i].load(Relaxed), valid);
         }
-        g.tags[i].store(NO_TAG, Relaxed);
+        g.tags[i].store(NO_TAG, Release);
         *g.valid &= !(1 << i);
         self.wake_if(set, i, v);
         self.stats.bump(Stat::Evictions);

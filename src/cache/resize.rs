@@ -239,7 +239,7 @@ impl<M: Model> Core<M> {
                 .store(self.stamp(from, i).load(Relaxed), Relaxed);
             let tag = gf.tags[i].load(Relaxed);
             self.print(to, j, tag);
-            gt.tags[j].store(tag, Relaxed);
+            gt.tags[j].store(tag, Release);
             *gt.valid |= 1 << j;
             let dst = self.state(to, j);
             if src & DIRTY != 0 {
@@ -264,7 +264,7 @@ impl<M: Model> Core<M> {
             self.under_lock().on_insert(&mut gt.st, j, tag, before);
             let valid = *gf.valid;
             self.under_lock().on_remove(&mut gf.st, i, valid);
-            gf.tags[i].store(NO_TAG, Relaxed);
+            gf.tags[i].store(NO_TAG, Release);
             *gf.valid &= !(1 << i);
             let old = self.state(from, i).swap(next_gen(src), AcqRel);
             self.wake_if(from, i, old);
