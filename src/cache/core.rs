@@ -3,7 +3,9 @@
 //!
 //! # State of a slot
 //! One atomic word per slot: flag bits below and a pin count in the high 16
-//! bits. Pins are taken only under the set's lock; they are dropped without it.
+//! bits. Pins are taken under the set's lock, or without it by a hit on a
+//! valid page nobody fills or writes (one compare-and-swap of the word, capped
+//! at [`MAX_PINS`]); they are dropped without it.
 //! A page with a pin, a fill in flight (`PENDING`), a write-back in flight
 //! (`WRITEBACK`) or a writer (`WRITER`) is never evicted or moved.
 //!
@@ -915,7 +917,7 @@ impl<M: Model> Core<M> {
         }
         w.compare_exchange(v, v + PIN, AcqRel, Relaxed).ok()?;
         // The slot may have changed page and come back to the same word (its
-        // generation wraps after 256 changes) between the check and the pin:
+        // generation wraps after 512 changes) between the check and the pin:
         // the tag, written before a page turns valid, tells.
         if tags[i].load(Acquire) != tag {
             self.release(s, i, false);
@@ -2019,7 +2021,11 @@ impl<M: Model> Core<M> {
         let pick = if runs != 0 { runs } else { dirty[k] };
         let i = self.under_lock().victim(&mut g.st, pick, valid);
         debug_assert!(pick & (1 << i) != 0, "policy chose an ineligible slot");
-        self.begin_writeback(s, i);
+        if !self.begin_writeback(s, i) {
+            // Lock-free readers filled its pin count since the look: every
+            // candidate is pinned, as far as this lookup can tell.
+            return Choice::None;
+        }
         Choice::WriteBack(s, i, g.tags[i].load(Relaxed))
     }
 
@@ -2072,20 +2078,32 @@ impl<M: Model> Core<M> {
         let (s, i) = self.lock_holder(mix64(tag), tag)?;
         let v = self.state(s, i).load(Acquire);
         let idle = v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
-        if idle {
-            self.begin_writeback(s, i);
-        }
+        let started = idle && self.begin_writeback(s, i);
         self.unlock(s);
-        idle.then_some((s, i))
+        started.then_some((s, i))
     }
 
     /// Put dirty slot `(s, i)` under write-back, pinned, with DIRTY cleared:
     /// writers wait while WRITEBACK is set, and a failed write sets DIRTY again.
-    fn begin_writeback(&self, s: usize, i: usize) {
+    /// One compare-and-swap, refused (false, nothing changed) while the pin
+    /// count is at its top: the caller found the page unpinned under the set's
+    /// lock, but lock-free readers may have pinned it since, and an add past
+    /// the top would carry out of the count and leave the page looking
+    /// unpinned (evictable under its readers once the write-back ends).
+    #[must_use]
+    fn begin_writeback(&self, s: usize, i: usize) -> bool {
         let w = self.state(s, i);
-        w.fetch_or(WRITEBACK, AcqRel);
-        w.fetch_and(!DIRTY, AcqRel);
-        w.fetch_add(PIN, AcqRel);
+        let mut cur = w.load(Acquire);
+        loop {
+            if pins(cur) >= MAX_PINS {
+                return false;
+            }
+            let next = ((cur | WRITEBACK) & !DIRTY) + PIN;
+            match w.compare_exchange(cur, next, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(now) => cur = now,
+            }
+        }
     }
 
     /// The state word of `tag` if it is cached.

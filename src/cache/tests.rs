@@ -2112,6 +2112,73 @@ fn pins_at_the_top() {
     assert_ne!(st & core::VALID, 0);
 }
 
+/// A write-back's pin is capped as every other pin is. Lock-free readers may
+/// pin a dirty victim between the look that found it unpinned and the start
+/// of its write-back (here the policy's victim call, under the set's lock,
+/// fills every page's pin count to the top, as 65,535 readers would); the
+/// lookup then waits for a pin to go instead of adding one past the top,
+/// which carried out of the count and left the page under write-back
+/// looking unpinned (and evictable under its readers once it ended).
+#[test]
+fn a_write_back_never_carries_a_full_pin_count_past_its_top() {
+    let c = Arc::new(PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap());
+    let disk = Disk::default();
+    for p in 0..4 {
+        let mut g = c
+            .get_mut_with(0, p, load_from(&disk), store_to(&disk))
+            .unwrap();
+        g.fill(p as u8 + 1);
+    }
+    let slots: Vec<(usize, usize)> = (0..4)
+        .map(|p| {
+            let tag = tag_of(0, p).unwrap();
+            c.core.find(mix64(tag), tag).unwrap()
+        })
+        .collect();
+    let top = core::MAX_PINS * core::PIN;
+    let key = &c.core.policy as *const PolicyKind as usize;
+    let (c2, slots2) = (c.clone(), slots.clone());
+    let (tx, rx) = std::sync::mpsc::channel();
+    core::IN_POLICY_CALL.arm(
+        key,
+        Box::new(move || {
+            for &(s, i) in &slots2 {
+                c2.core.state(s, i).fetch_add(top, Ordering::AcqRel);
+            }
+            // The readers let go a little later, on another thread.
+            let c3 = c2.clone();
+            tx.send(std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                for &(s, i) in &slots2 {
+                    let old = c3.core.state(s, i).fetch_sub(top, Ordering::AcqRel);
+                    c3.core.wake_if(s, i, old);
+                }
+            }))
+            .unwrap();
+        }),
+    );
+    let Lookup::WriteBack(w) = c.get(0, 12).unwrap() else {
+        panic!("expected a write-back of a dirty victim")
+    };
+    let (s, i) = slots[w.page() as usize];
+    let v = c.core.state(s, i).load(Ordering::Acquire);
+    assert!(
+        core::pins(v) >= 1 && v & core::WRITEBACK != 0,
+        "a page under write-back shows {} pins (state {v:#x})",
+        core::pins(v)
+    );
+    w.finish(Ok(())).unwrap();
+    rx.recv().unwrap().join().unwrap();
+    for &(s, i) in &slots {
+        let v = c.core.state(s, i).load(Ordering::Acquire);
+        assert_eq!(
+            core::pins(v),
+            0,
+            "slot {i} of set {s} ended with pins: {v:#x}"
+        );
+    }
+}
+
 /// A readahead claim that finds no cold page in its sets leaves the policy
 /// as it was: the same reads with and without such a claim in the middle
 /// leave the same pages cached (a clock's victim choice once cleared the
