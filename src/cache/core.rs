@@ -753,12 +753,24 @@ impl<M: Model> Core<M> {
             return Some(Got::Miss);
         }
         // Under the model checker, let other threads run between the checks
-        // and the copy (a plain memory copy is no scheduling point of its own).
+        // and the copy (a plain memory copy is no scheduling point of its own),
+        // and between the copy's two halves.
         M::preempt();
+        let (src, n) = (self.frame(s, i).wrapping_add(offset), dst.len());
+        let first = if M::SPLIT_COPIES { n / 2 } else { n };
         // SAFETY: the frame lies in the mapped frame region whatever happens to the slot, and `offset + len <= page_size`. The bytes may be changing under us; they are used only if the checks below prove they did not.
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.frame(s, i).add(offset), dst.as_mut_ptr(), dst.len())
-        };
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), first) };
+        if M::SPLIT_COPIES {
+            M::preempt();
+            // SAFETY: as above, for the bytes after the first `first`.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    src.add(first),
+                    dst.as_mut_ptr().add(first),
+                    n - first,
+                )
+            };
+        }
         fence(Acquire);
         let v2 = w.load(Acquire);
         if v2 & (VALID | PENDING | WRITER | GEN_MASK) != v & (VALID | PENDING | WRITER | GEN_MASK)

@@ -91,6 +91,11 @@ pub trait Model: sealed::Sealed + Send + Sync + 'static {
     /// optimistic read's copy). Nothing on the real platform.
     #[inline]
     fn preempt() {}
+    /// Whether plain copies that race other threads (the optimistic read's)
+    /// are made in two steps with a [`Model::preempt`] between them, so that
+    /// a model checker can put another thread's stores in the middle of one.
+    /// False on the real platform, where the copy is one call.
+    const SPLIT_COPIES: bool = false;
 }
 
 /// Implement [`Word`] for an atomic type with std's `AtomicU32` methods.
@@ -242,6 +247,7 @@ pub(crate) mod shuttle_model {
 
     impl Model for Shuttle {
         type W = AtomicU32;
+        const SPLIT_COPIES: bool = true;
         fn spin() {
             shuttle::thread::yield_now();
         }

@@ -896,7 +896,14 @@ fn set_protocol(pages: usize, ids: [u64; 6]) {
                     };
                     if k == 2 && t == 0 {
                         match c.get_mut_with(0, p, load, store_to(&disk)) {
-                            Ok(mut g) => g.fill(0xAB),
+                            // In two halves, so that an optimistic copy may
+                            // fall between them (its copy is split too).
+                            Ok(mut g) => {
+                                let half = g.len() / 2;
+                                g[..half].fill(0xAB);
+                                shuttle::thread::yield_now();
+                                g[half..].fill(0xAB);
+                            }
                             Err(Error::AllPinned { .. }) => {}
                             Err(e) => panic!("{e}"),
                         }
