@@ -2104,18 +2104,7 @@ impl<M: Model> Core<M> {
     /// unpinned (evictable under its readers once the write-back ends).
     #[must_use]
     fn begin_writeback(&self, s: usize, i: usize) -> bool {
-        let w = self.state(s, i);
-        let mut cur = w.load(Acquire);
-        loop {
-            if pins(cur) >= MAX_PINS {
-                return false;
-            }
-            let next = ((cur | WRITEBACK) & !DIRTY) + PIN;
-            match w.compare_exchange(cur, next, AcqRel, Acquire) {
-                Ok(_) => return true,
-                Err(now) => cur = now,
-            }
-        }
+        add_pin_with::<M>(self.state(s, i), |v| (v | WRITEBACK) & !DIRTY)
     }
 
     /// The state word of `tag` if it is cached.
@@ -2429,12 +2418,19 @@ pub(super) fn pack(n: usize, level: usize) -> u64 {
 /// above and leave the page looking unpinned.
 #[inline]
 fn add_pin<M: Model>(w: &M::W) -> bool {
+    add_pin_with::<M>(w, |v| v)
+}
+
+/// [`add_pin`], the other bits changed by `flags` in the same
+/// compare-and-swap.
+#[inline]
+fn add_pin_with<M: Model>(w: &M::W, flags: impl Fn(u32) -> u32) -> bool {
     let mut cur = w.load(Acquire);
     loop {
         if pins(cur) >= MAX_PINS {
             return false;
         }
-        match w.compare_exchange(cur, cur + PIN, AcqRel, Acquire) {
+        match w.compare_exchange(cur, flags(cur) + PIN, AcqRel, Acquire) {
             Ok(_) => return true,
             Err(now) => cur = now,
         }
