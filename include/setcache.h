@@ -113,7 +113,10 @@ int setcache_store_open(const char *const *devices, size_t ndevices,
 /* Write every dirty page and close the store. -EBUSY (and nothing closed)
  * while files or queues of it are open. Any other error is the final write's,
  * and the store stays open (the handle too, its pages kept): free space and
- * close again, or give the pages up with setcache_store_discard. */
+ * close again, or give the pages up with setcache_store_discard. A file with
+ * a loss no handle accepted fails it every time, as in setcache_store_sync
+ * (the message names the file): open that file, setcache_accept_loss, close
+ * it, and close the store again. */
 int setcache_store_close(setcache_store *store);
 /* Close the store without writing its dirty pages (they are lost): after a
  * failed setcache_store_close. -EBUSY while files or queues of it are open. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # fio, unmodified, on files of a setcache store through the preload library:
-# every engine of {psync, pvsync, sync} x pattern of {read, write, randread,
+# every engine of {psync, pvsync, sync, splice} x pattern of {read, write, randread,
 # randwrite, randrw} x block size of {512, 4k, 64k} x {1, 4, 16} jobs, with
 # fio's own verification (crc32c, verify_fatal). Read patterns first lay the
 # files down with a verifiable write job. The cache (16 MiB) is smaller than
@@ -53,7 +53,7 @@ fi
 
 runs=0
 failed=0
-for engine in psync pvsync sync; do
+for engine in psync pvsync sync splice; do
     for pattern in read write randread randwrite randrw; do
         for combo in $combos; do
             bs=${combo%:*}
@@ -75,7 +75,7 @@ for engine in psync pvsync sync; do
             status=ok
             if [ "$trace" = 1 ]; then
                 strace -f -y -qq -o "$work/trace" \
-                    -e trace=read,write,pread64,pwrite64,readv,writev,preadv,pwritev,preadv2,pwritev2,mmap \
+                    -e trace=read,write,pread64,pwrite64,readv,writev,preadv,pwritev,preadv2,pwritev2,mmap,splice,tee \
                     "${env_args[@]}" fio "${common[@]}" "${job[@]}" >"$work/out" 2>&1 || status=failed
                 # A placeholder is the store's directory: strace -y shows it as <dir>.
                 touched=$(grep -c "<$work/dir>" "$work/trace" || true)

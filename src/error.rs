@@ -132,6 +132,9 @@ pub enum Error {
     Engine(String),
     /// The store is shutting down.
     Closed,
+    /// A thread of the store's own ended after an internal fault (a panic,
+    /// reported when it happened); what it served is refused from then on.
+    ThreadEnded(String),
     /// A task sent to run on a cached page panicked; the partition that ran it
     /// goes on serving.
     TaskPanicked {
@@ -352,6 +355,7 @@ impl fmt::Display for Error {
                 write!(f, "{what} {}: {source}", path.display())
             }
             Error::Engine(s) => write!(f, "I/O engine: {s}"),
+            Error::ThreadEnded(s) => write!(f, "{s} ended after an internal fault"),
             Error::Closed => write!(f, "the store is closed"),
             Error::TaskPanicked {
                 file,

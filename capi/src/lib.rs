@@ -533,7 +533,7 @@ pub unsafe extern "C" fn setcache_loss_pending(file: *mut setcache_file) -> c_in
     call_int(|| {
         // SAFETY: the caller's live handle.
         let f = unsafe { handle(file, "the file") }?;
-        Ok(f.file.loss_pending() as i64)
+        Ok(f.file.loss_pending()? as i64)
     })
 }
 
@@ -1310,6 +1310,51 @@ mod tests {
             }
             let _ = std::fs::remove_dir_all(&dir);
         }
+    }
+
+    /// A store close that fails on a loss (pages written before a failed
+    /// fsync had left the cache) fails again on every retry while the loss
+    /// stands; once a handle of the file accepts it, the store closes, as
+    /// the header says.
+    #[test]
+    fn a_store_close_failing_on_a_loss_closes_once_it_is_accepted() {
+        let sw = Arc::new(SimSwitches::default());
+        let (dir, s) = sim_store("close-loss", &sw);
+        let name = CString::new("k").unwrap();
+        let (mut f, mut b) = (std::ptr::null_mut(), std::ptr::null_mut());
+        // SAFETY: live handles and buffers of this test.
+        unsafe {
+            assert_eq!(setcache_create(s, name.as_ptr(), 64 * 4096, &mut f), 0);
+            let page = [0x6Bu8; 4096];
+            for p in 0..64u64 {
+                assert_eq!(
+                    setcache_pwrite(f, page.as_ptr().cast(), 4096, p * 4096),
+                    4096
+                );
+            }
+            assert_eq!(setcache_close(f), 0);
+            sw.fsync_failures.store(1, Ordering::Release);
+            assert_eq!(setcache_store_close(s), -libc::ENOSPC);
+            assert_eq!(
+                setcache_store_close(s),
+                -libc::ENOSPC,
+                "a retry while the loss stands"
+            );
+            let msg = CStr::from_ptr(setcache_last_error())
+                .to_string_lossy()
+                .into_owned();
+            assert!(msg.contains("\"k\""), "the message names the file: {msg}");
+            assert_eq!(setcache_open(s, name.as_ptr(), &mut b), 0);
+            assert_eq!(setcache_accept_loss(b), 1);
+            assert_eq!(setcache_close(b), 0);
+            assert_eq!(
+                setcache_store_close(s),
+                0,
+                "{}",
+                CStr::from_ptr(setcache_last_error()).to_string_lossy()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

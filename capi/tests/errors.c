@@ -41,12 +41,17 @@ static int stop_at_first(const char *name, void *ctx) {
 struct other {
     setcache_queue *q;
     setcache_page *pin;
-    int queue_rc, pin_rc;
+    setcache_file *file;
+    int queue_rc, pin_rc, submit_rc, poll_rc;
     char queue_msg[256], pin_msg[256];
 };
 
 static void *from_other_thread(void *p) {
     struct other *o = p;
+    char buf[16];
+    struct setcache_completion c;
+    o->submit_rc = setcache_submit_read(o->q, o->file, buf, sizeof buf, 0, 5);
+    o->poll_rc = setcache_poll(o->q, &c, 1, 0);
     o->queue_rc = setcache_queue_free(o->q);
     snprintf(o->queue_msg, sizeof o->queue_msg, "%s", setcache_last_error());
     o->pin_rc = setcache_unpin(o->pin);
@@ -163,6 +168,11 @@ int main(int argc, char **argv) {
     setcache_page *again = NULL;
     expect("pin: a page this thread holds mutably", setcache_pin(file, 0, &data, &len, &again),
            EDEADLK, "guard");
+    /* Calls that would wait for this thread's own pin fail at once. */
+    expect("sync: a page this thread pins for writing", setcache_sync(file), EDEADLK, NULL);
+    expect("store_sync: the same", setcache_store_sync(store), EDEADLK, NULL);
+    expect("set_len: a cut over the same", setcache_set_len(file, 100), EDEADLK, NULL);
+    expect_ok("  the length stays", setcache_len(file) == 10000 ? 0 : -1);
     {
         /* Queued, the same read fails in its completion, at once. */
         char one[16];
@@ -182,13 +192,15 @@ int main(int argc, char **argv) {
     expect("unpin: a file handle cast to a pin", setcache_unpin((setcache_page *)file), EBADF,
            "not a live pin handle");
 
-    struct other o = {.q = q, .pin = pin};
+    struct other o = {.q = q, .pin = pin, .file = file};
     pthread_t t;
     pthread_create(&t, NULL, from_other_thread, &o);
     pthread_join(t, NULL);
     expect("queue_free from another thread", o.queue_rc, EPERM, NULL);
     expect_ok("  its message names the other thread", strstr(o.queue_msg, "another thread") ? 0 : -1);
     expect("unpin from another thread", o.pin_rc, EPERM, NULL);
+    expect("submit_read from another thread", o.submit_rc, EPERM, NULL);
+    expect("poll from another thread", o.poll_rc, EPERM, NULL);
     expect_ok("  its message names the other thread", strstr(o.pin_msg, "another thread") ? 0 : -1);
 
     expect_ok("unpin", setcache_unpin(pin));
@@ -226,6 +238,11 @@ int main(int argc, char **argv) {
     expect("len: a deleted file's handle", setcache_len(other), ESTALE, "deleted");
     expect("pwrite of nothing: a deleted file's handle", setcache_pwrite(other, NULL, 0, 0), ESTALE,
            "deleted");
+    expect("set_len: a deleted file's handle", setcache_set_len(other, 0), ESTALE, "deleted");
+    expect("sync: a deleted file's handle", setcache_sync(other), ESTALE, "deleted");
+    expect("accept_loss: a deleted file's handle", setcache_accept_loss(other), ESTALE, "deleted");
+    expect("loss_pending: a deleted file's handle", setcache_loss_pending(other), ESTALE,
+           "deleted");
     expect_ok("close g", setcache_close(other));
     expect_ok("close f", setcache_close(file));
     expect_ok("delete f", setcache_delete(store, "f"));
@@ -243,6 +260,10 @@ int main(int argc, char **argv) {
     expect_ok("store_discard", setcache_store_discard(store));
     expect_ok("store_open after a discard", setcache_store_open(devices, 2, &small, &store));
     expect_ok("delete h", setcache_delete(store, "h"));
+    expect_ok("queue_new with no file open", setcache_queue_new(store, 2, &q));
+    expect("store_close: a queue open", setcache_store_close(store), EBUSY, "still open");
+    expect("store_discard: a queue open", setcache_store_discard(store), EBUSY, "still open");
+    expect_ok("queue_free", setcache_queue_free(q));
     expect_ok("store_close", setcache_store_close(store));
     printf("%d failures\n", failures);
     return failures != 0;

@@ -1,8 +1,8 @@
 //! Copies between descriptors inside the kernel (`sendfile`,
-//! `copy_file_range`), where one side is a file of the store: the kernel
-//! cannot reach the store's bytes, so the copy goes through a buffer, by this
-//! library's own reads and writes, with the kernel's rules for offsets and
-//! access modes.
+//! `copy_file_range`, `splice`), where one side is a file of the store: the
+//! kernel cannot reach the store's bytes, so the copy goes through a
+//! buffer, by this library's own reads and writes, with the kernel's rules
+//! for offsets, access modes and (for `splice`) the pipe's room.
 
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
@@ -35,6 +35,11 @@ fn status(fd: c_int) -> Result<c_int, i32> {
         -1 => Err(last_errno()),
         s => Ok(s),
     }
+}
+
+/// Both descriptors' status flags, or the first one's error.
+fn statuses(a: c_int, b: c_int) -> Result<(c_int, c_int), i32> {
+    Ok((status(a)?, status(b)?))
 }
 
 /// Where a side of the copy reads or writes: at an offset the caller keeps
@@ -171,9 +176,9 @@ pub unsafe extern "C" fn sendfile64(
         return unsafe { real::sendfile64()(out_fd, in_fd, offset, count) };
     }
     // Linux's checks: each side's access mode, no appending output.
-    let (si, so) = match (status(in_fd), status(out_fd)) {
-        (Ok(i), Ok(o)) => (i, o),
-        (Err(e), _) | (_, Err(e)) => return fail(e),
+    let (si, so) = match statuses(in_fd, out_fd) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
     };
     if si & libc::O_ACCMODE == libc::O_WRONLY || so & libc::O_ACCMODE == libc::O_RDONLY {
         return fail(libc::EBADF);
@@ -227,9 +232,9 @@ pub unsafe extern "C" fn copy_file_range(
     }
     // In the kernel's order: a bad descriptor, then the flags, then what
     // the files are, then how they are open.
-    let (si, so) = match (status(fd_in), status(fd_out)) {
-        (Ok(i), Ok(o)) => (i, o),
-        (Err(e), _) | (_, Err(e)) => return fail(e),
+    let (si, so) = match statuses(fd_in, fd_out) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
     };
     if flags != 0 {
         return fail(libc::EINVAL);
@@ -297,4 +302,326 @@ pub unsafe extern "C" fn copy_file_range(
         }
     }
     rc
+}
+
+/// The flags `splice` and `tee` know (the kernel's `SPLICE_F_ALL`).
+const SPLICE_F_ALL: c_uint =
+    libc::SPLICE_F_MOVE | libc::SPLICE_F_NONBLOCK | libc::SPLICE_F_MORE | libc::SPLICE_F_GIFT;
+
+/// Whether `fd` (not a store file) is a pipe or a FIFO.
+fn is_pipe(fd: c_int) -> bool {
+    // SAFETY: an all-zero stat is a valid value to be filled.
+    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a live struct stat to fill.
+    let rc = unsafe { real::fstat64()(fd, &mut st) };
+    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+}
+
+/// A `splice` offset: `None` for the descriptor's position, `EINVAL` for a
+/// negative one or one whose range passes the largest offset (the kernel's
+/// check of a range).
+fn splice_offset(p: *const off64_t, len: usize) -> Result<Option<i64>, i32> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: a non-null offset points at the caller's offset.
+    let o = unsafe { *p };
+    if o < 0 || o.checked_add(len as i64).is_none() {
+        return Err(libc::EINVAL);
+    }
+    Ok(Some(o))
+}
+
+/// Bytes a pipe has room for: its size less what it holds (more than the
+/// kernel's count of free buffers when one is partly filled, never less).
+fn pipe_room(pipe: c_int) -> Result<usize, i32> {
+    // SAFETY: F_GETPIPE_SZ takes no argument.
+    let size = unsafe { real::fcntl64()(pipe, libc::F_GETPIPE_SZ) };
+    if size < 0 {
+        return Err(last_errno());
+    }
+    let mut held: c_int = 0;
+    // SAFETY: FIONREAD fills the int it is given.
+    if unsafe { real::ioctl()(pipe, libc::FIONREAD, &mut held as *mut c_int) } < 0 {
+        return Err(last_errno());
+    }
+    Ok((size as usize).saturating_sub(held.max(0) as usize))
+}
+
+/// Waits until `fd` is ready for `events`; returns the events it reported.
+fn wait_for(fd: c_int, events: i16) -> Result<i16, i32> {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: `p` is one live pollfd.
+    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+        return Err(last_errno());
+    }
+    Ok(p.revents)
+}
+
+/// One read or write of a pipe that does not wait (`RWF_NOWAIT`, or a plain
+/// call on a kernel whose pipes do not take the flag): the bytes moved, or
+/// the error.
+fn pipe_nowait(pipe: c_int, buf: *mut u8, len: usize, write: bool) -> Result<usize, i32> {
+    let iov = libc::iovec {
+        iov_base: buf.cast(),
+        iov_len: len,
+    };
+    // SAFETY: `iov` names `len` live bytes at `buf`; offset -1 is the pipe's stream.
+    let mut n = unsafe {
+        if write {
+            real::pwritev2()(pipe, &iov, 1, -1, libc::RWF_NOWAIT)
+        } else {
+            real::preadv2()(pipe, &iov, 1, -1, libc::RWF_NOWAIT)
+        }
+    };
+    if n < 0 && last_errno() == libc::EOPNOTSUPP {
+        // SAFETY: as above.
+        n = unsafe {
+            if write {
+                real::write()(pipe, buf.cast(), len)
+            } else {
+                real::read()(pipe, buf.cast(), len)
+            }
+        };
+    }
+    if n < 0 {
+        Err(last_errno())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// `splice` from a store file into a pipe: up to `len` bytes, no more than
+/// the pipe has room for, waiting for room unless `nonblock`. The file's
+/// offset or position moves by what the pipe took.
+fn splice_to_pipe(
+    fd_in: c_int,
+    mut src: At<'_>,
+    pipe: c_int,
+    len: usize,
+    nonblock: bool,
+) -> ssize_t {
+    let room = loop {
+        match pipe_room(pipe) {
+            Err(e) => return fail(e),
+            Ok(0) if nonblock => return fail(libc::EAGAIN),
+            Ok(0) => match wait_for(pipe, libc::POLLOUT) {
+                Err(e) => return fail(e),
+                // No reader: the write below fails `EPIPE` (and raises
+                // SIGPIPE), as the kernel's splice does.
+                Ok(ev) if ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 => break 1,
+                Ok(_) => {}
+            },
+            Ok(n) => break n,
+        }
+    };
+    let want = len.min(room).min(CHUNK);
+    let mut buf = setcache::AlignedBuf::new(want);
+    let got = match read_side(fd_in, &mut src, &mut buf[..want]) {
+        Ok(0) => return 0,
+        Ok(n) => n,
+        Err(e) => return fail(e),
+    };
+    let mut put = 0;
+    let mut failure = None;
+    while put < got {
+        match pipe_nowait(pipe, buf[put..got].as_mut_ptr(), got - put, true) {
+            Ok(n) => put += n,
+            // The pipe filled meanwhile: wait for room before anything moved.
+            Err(libc::EAGAIN) if put == 0 && !nonblock => {
+                if let Err(e) = wait_for(pipe, libc::POLLOUT) {
+                    failure = Some(e);
+                    break;
+                }
+            }
+            Err(e) => {
+                failure = Some(e);
+                break;
+            }
+        }
+    }
+    match &mut src {
+        At::Offset(off) => **off += put as i64,
+        At::Position if put < got => {
+            // SAFETY: moves a position back by bytes it was moved past.
+            unsafe { calls::lseek64(fd_in, -((got - put) as i64), libc::SEEK_CUR) };
+        }
+        At::Position => {}
+    }
+    match failure {
+        Some(e) if put == 0 => fail(e),
+        _ => put as ssize_t,
+    }
+}
+
+/// A pipe of this library's own, closed when dropped.
+struct SidePipe([c_int; 2]);
+
+impl Drop for SidePipe {
+    fn drop(&mut self) {
+        for fd in self.0 {
+            // SAFETY: closes a descriptor this value made and owns.
+            unsafe { real::close()(fd) };
+        }
+    }
+}
+
+/// `splice` from a pipe into a store file: what the pipe holds, up to `len`
+/// bytes, waiting for its first bytes unless `flags` or the pipe say not to.
+/// The bytes are first looked at (`tee` into a pipe of this call's own) and
+/// taken from the caller's pipe only as far as the file took them, so a
+/// write that fails leaves them in the pipe, as the kernel's splice does.
+fn splice_from_pipe(
+    pipe: c_int,
+    fd_out: c_int,
+    mut dst: At<'_>,
+    len: usize,
+    flags: c_uint,
+) -> ssize_t {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return fail(last_errno());
+    }
+    let side = SidePipe(fds);
+    // As large as the caller's pipe, so that one look sees all it holds.
+    // SAFETY: F_GETPIPE_SZ takes no argument; F_SETPIPE_SZ an int.
+    unsafe {
+        let size = real::fcntl64()(pipe, libc::F_GETPIPE_SZ);
+        if size > real::fcntl64()(side.0[1], libc::F_GETPIPE_SZ) {
+            real::fcntl64()(side.0[1], libc::F_SETPIPE_SZ, size);
+        }
+    }
+    let want = len.min(CHUNK);
+    // SAFETY: both are pipes; the kernel waits or refuses as its splice would.
+    let n = unsafe { libc::tee(pipe, side.0[1], want, flags & libc::SPLICE_F_NONBLOCK) };
+    if n <= 0 {
+        return if n < 0 { fail(last_errno()) } else { 0 };
+    }
+    let n = n as usize;
+    let mut buf = setcache::AlignedBuf::new(n);
+    let mut seen = 0;
+    while seen < n {
+        match pipe_nowait(side.0[0], buf[seen..n].as_mut_ptr(), n - seen, false) {
+            Ok(0) => return fail(libc::EIO),
+            Ok(k) => seen += k,
+            Err(e) => return fail(e),
+        }
+    }
+    let (put, err) = write_side(fd_out, &mut dst, &buf[..n]);
+    if let At::Offset(off) = &mut dst {
+        **off += put as i64;
+    }
+    // Take from the caller's pipe the bytes the file took.
+    let mut taken = 0;
+    while taken < put {
+        match pipe_nowait(pipe, buf[taken..put].as_mut_ptr(), put - taken, false) {
+            Ok(k) if k > 0 => taken += k,
+            _ => break,
+        }
+    }
+    match err {
+        Some(e) if put == 0 => fail(e),
+        _ => put as ssize_t,
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn splice(
+    fd_in: c_int,
+    off_in: *mut off64_t,
+    fd_out: c_int,
+    off_out: *mut off64_t,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
+    let (din, dout) = (ours(fd_in), ours(fd_out));
+    if !din && !dout {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::splice()(fd_in, off_in, fd_out, off_out, len, flags) };
+    }
+    // In the kernel's order: nothing to move, the flags, a bad descriptor,
+    // an offset given for a pipe, the access modes, then what the sides are.
+    if len == 0 {
+        return 0;
+    }
+    if flags & !SPLICE_F_ALL != 0 {
+        return fail(libc::EINVAL);
+    }
+    let (si, so) = match statuses(fd_in, fd_out) {
+        Ok(f) => f,
+        Err(e) => return fail(e),
+    };
+    let (pin, pout) = (!din && is_pipe(fd_in), !dout && is_pipe(fd_out));
+    if (pin && !off_in.is_null()) || (pout && !off_out.is_null()) {
+        return fail(libc::ESPIPE);
+    }
+    if si & libc::O_ACCMODE == libc::O_WRONLY || so & libc::O_ACCMODE == libc::O_RDONLY {
+        return fail(libc::EBADF);
+    }
+    if len > isize::MAX as usize {
+        return fail(libc::EINVAL);
+    }
+    let len = len.min(MAX_RW);
+    if pin {
+        if so & libc::O_APPEND != 0 {
+            return fail(libc::EINVAL);
+        }
+        let mut off = match splice_offset(off_out, len) {
+            Ok(o) => o,
+            Err(e) => return fail(e),
+        };
+        let dst = off.as_mut().map_or(At::Position, At::Offset);
+        let rc = splice_from_pipe(fd_in, fd_out, dst, len, flags);
+        if let Some(o) = off {
+            // SAFETY: as in `splice_offset`; the offset moves by the bytes moved.
+            unsafe { *off_out = o };
+        }
+        rc
+    } else if pout {
+        let mut off = match splice_offset(off_in, len) {
+            Ok(o) => o,
+            Err(e) => return fail(e),
+        };
+        let nonblock = flags & libc::SPLICE_F_NONBLOCK != 0 || so & libc::O_NONBLOCK != 0;
+        let src = off.as_mut().map_or(At::Position, At::Offset);
+        let rc = splice_to_pipe(fd_in, src, fd_out, len, nonblock);
+        if let Some(o) = off {
+            // SAFETY: as above.
+            unsafe { *off_in = o };
+        }
+        rc
+    } else {
+        fail(libc::EINVAL)
+    }
+}
+
+/// `tee` between pipes only: a store file on either side is refused as the
+/// kernel refuses a regular file (`EINVAL`, after the flags and the access
+/// modes).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn tee(fd_in: c_int, fd_out: c_int, len: size_t, flags: c_uint) -> ssize_t {
+    if !ours(fd_in) && !ours(fd_out) {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::tee()(fd_in, fd_out, len, flags) };
+    }
+    if flags & !SPLICE_F_ALL != 0 {
+        return fail(libc::EINVAL);
+    }
+    if len == 0 {
+        return 0;
+    }
+    match (status(fd_in), status(fd_out)) {
+        (Err(e), _) | (_, Err(e)) => fail(e),
+        (Ok(i), Ok(o))
+            if i & libc::O_ACCMODE == libc::O_WRONLY || o & libc::O_ACCMODE == libc::O_RDONLY =>
+        {
+            fail(libc::EBADF)
+        }
+        _ => fail(libc::EINVAL),
+    }
 }

@@ -203,6 +203,8 @@ real! {
     lockf64: fn(c_int, c_int, off64_t) -> c_int;
     sendfile64: fn(c_int, c_int, *mut off64_t, size_t) -> ssize_t;
     copy_file_range: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+    splice: fn(c_int, *mut off64_t, c_int, *mut off64_t, size_t, c_uint) -> ssize_t;
+    tee: fn(c_int, c_int, size_t, c_uint) -> ssize_t;
     glob: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
     glob64: fn(*const c_char, c_int, Option<GlobError>, *mut GlobT) -> c_int;
     nftw: fn(*const c_char, Option<crate::dir::NftwFn>, c_int, c_int) -> c_int;

@@ -582,6 +582,66 @@ static void more_calls(void) {
     show("copy_file_range into a directory", copy_file_range(a, NULL, dfd, NULL, 10, 0));
     close(dfd);
     show("copy_file_range into -1 with flags", copy_file_range(a, NULL, -1, NULL, 10, 1));
+    /* splice between a file and a pipe, both ways; tee refuses a file. The
+     * pipe does not block, so a run whose store calls fail (no store to
+     * open) reads nothing from it rather than waits. */
+    if (pipe2(pfd, O_NONBLOCK) == 0) {
+        char got[9000];
+        loff_t so = 100;
+        show("splice 3000 from 100 into a pipe", splice(a, &so, pfd[1], NULL, 3000, 0));
+        show("  offset after it", so);
+        show("  the source's position", lseek(a, 0, SEEK_CUR));
+        show("  read from the pipe", read(pfd[0], got, sizeof got));
+        show("  its bytes", sum((unsigned char *)got, 3000));
+        lseek(a, 10, SEEK_SET);
+        show("splice from the position", splice(a, NULL, pfd[1], NULL, 500, SPLICE_F_MORE));
+        show("  the source's position", lseek(a, 0, SEEK_CUR));
+        show("  read from the pipe", read(pfd[0], got, sizeof got));
+        show("  its bytes", sum((unsigned char *)got, 500));
+        so = 0;
+        show("splice more than the pipe holds", splice(a, &so, pfd[1], NULL, 100000, 0));
+        show("  read from the pipe", read(pfd[0], got, sizeof got));
+        show("  its bytes", sum((unsigned char *)got, 9000));
+        show("a pipe of one page", fcntl(pfd[1], F_SETPIPE_SZ, 4096));
+        so = 0;
+        show("splice into it", splice(a, &so, pfd[1], NULL, 9000, 0));
+        show("splice into it full, SPLICE_F_NONBLOCK", splice(a, &so, pfd[1], NULL, 10, SPLICE_F_NONBLOCK));
+        show("  offset after it", so);
+        show("  read from the pipe", read(pfd[0], got, sizeof got));
+        so = 20000;
+        show("splice past the end", splice(a, &so, pfd[1], NULL, 10, 0));
+        so = -1;
+        show("splice from a negative offset", splice(a, &so, pfd[1], NULL, 10, 0));
+        show("splice with an offset for the pipe", splice(a, NULL, pfd[1], &so, 10, 0));
+        show("splice with an unknown flag", splice(a, NULL, pfd[1], NULL, 10, 0x100));
+        show("splice of nothing", splice(a, NULL, pfd[1], NULL, 0, 0x100));
+        show("splice between two files", splice(a, NULL, c, NULL, 10, 0));
+        show("splice into O_RDONLY", splice(pfd[0], NULL, b, NULL, 10, 0));
+        show("splice from a pipe's write end", splice(pfd[1], NULL, c, NULL, 10, 0));
+        show("splice into -1", splice(a, NULL, -1, NULL, 10, 0));
+        show("write 19 into the pipe", write(pfd[1], "hello spliced bytes", 19));
+        loff_t wo = 5000;
+        show("splice from a pipe into the file", splice(pfd[0], NULL, c, &wo, 100, 0));
+        show("  offset after it", wo);
+        show("write 7 into the pipe", write(pfd[1], "and two", 7));
+        lseek(c, 20, SEEK_SET);
+        show("splice from a pipe at the position", splice(pfd[0], NULL, c, NULL, 3, 0));
+        show("  the target's position", lseek(c, 0, SEEK_CUR));
+        show("splice the rest", splice(pfd[0], NULL, c, NULL, 100, 0));
+        show("  the target's position", lseek(c, 0, SEEK_CUR));
+        show("splice from an empty pipe, SPLICE_F_NONBLOCK", splice(pfd[0], NULL, c, NULL, 10, SPLICE_F_NONBLOCK));
+        int ap = open(path("k2"), O_WRONLY | O_APPEND);
+        show("write 1 into the pipe", write(pfd[1], "x", 1));
+        show("splice into O_APPEND", splice(pfd[0], NULL, ap, NULL, 10, 0));
+        close(ap);
+        show("  what the pipe still holds", read(pfd[0], got, sizeof got));
+        show("tee of a file", tee(a, pfd[1], 10, 0));
+        show("tee into a file", tee(pfd[0], c, 10, 0));
+        show("tee into O_RDONLY", tee(pfd[0], b, 10, 0));
+        close(pfd[1]);
+        show("splice from a pipe no one writes", splice(pfd[0], NULL, c, NULL, 10, 0));
+        close(pfd[0]);
+    }
     struct stat st;
     fstat(c, &st);
     show("  size of the copy", st.st_size);

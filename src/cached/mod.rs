@@ -1013,6 +1013,11 @@ impl CachedFile {
                 let most = (sh.cache.capacity_pages() as u64 / 2).max(1);
                 let last = end.div_ceil(ps).min(first.saturating_add(most));
                 let chunk = staging::run_pages(ps as usize) as u64 * 8;
+                // Windows waiting for the thread, at most about the cache's
+                // pages: advice asked faster than the device reads it is
+                // dropped past that (it is a hint), as a stream's windows are.
+                let bound = (sh.cache.capacity_pages() as u64 / chunk)
+                    .max(shared::Ahead::STREAM_QUEUE as u64) as usize;
                 let mut p = first;
                 while p < last {
                     let n = chunk.min(last - p);
@@ -1022,8 +1027,10 @@ impl CachedFile {
                         first: p,
                         pages: n,
                     };
-                    if !sh.ahead.push(w) {
-                        return Err(Error::Closed);
+                    match sh.ahead.push_within(w, bound) {
+                        shared::Pushed::Queued => {}
+                        shared::Pushed::Full => break,
+                        shared::Pushed::Stopped => return Err(sh.ahead.stopped_error()),
                     }
                     p += n;
                 }
@@ -1531,12 +1538,15 @@ impl CachedFile {
     /// Whether this handle's [`CachedFile::sync`] would fail now with
     /// [`Error::SyncLost`] (a loss it has not accepted, and not been told of
     /// after some handle accepted it), found without a sync and without
-    /// counting anyone as told.
-    pub fn loss_pending(&self) -> bool {
-        self.entry
+    /// counting anyone as told. [`Error::FileGone`] once the file was
+    /// deleted, as its other calls.
+    pub fn loss_pending(&self) -> Result<bool> {
+        self.entry.check()?;
+        Ok(self
+            .entry
             .durable()
             .loss_for(shared::Asker::Quiet(&self.loss))
-            .is_some()
+            .is_some())
     }
 
     /// Accept the losses earlier failed fsyncs left ([`Error::SyncLost`])
@@ -1548,8 +1558,10 @@ impl CachedFile {
     /// the next sync reports it. Returns whether this handle had a loss to
     /// accept. [`Error::ReadOnly`] on a read-only handle: a read-only handle
     /// told of a loss keeps failing its syncs until a writable handle
-    /// accepts it.
+    /// accepts it. [`Error::FileGone`] once the file was deleted, as its
+    /// other calls.
     pub fn accept_loss(&self) -> Result<bool> {
+        self.entry.check()?;
         self.accept_reported_loss()
     }
 

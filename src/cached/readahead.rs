@@ -544,6 +544,16 @@ impl Drop for Worker<'_> {
                 self.sh.staging.give(slot);
             }
         }
+        // No window is read from now on: the thread looks stopped (idle,
+        // and refusing advice), not alive with a queue that only grows.
+        let ahead = &self.sh.ahead;
+        let mut q = ahead.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if !q.1 && std::thread::panicking() {
+            ahead.failed.store(true, Ordering::Relaxed);
+        }
+        q.1 = true;
+        q.0.clear();
+        ahead.cv.notify_all();
     }
 }
 
@@ -792,17 +802,9 @@ mod tests {
         (dir, cs)
     }
 
-    /// A stream's windows wait for the readahead thread in a bounded queue:
-    /// a thread asking for them faster than they are read (small reads in
-    /// steps on a file advised sequential: each read a new stream with the
-    /// largest window) queued one window a read, without bound.
-    #[test]
-    fn windows_asked_faster_than_they_are_read_are_dropped_past_a_bound() {
-        let (dir, cs) = store_of("ra-flood", 64, 64);
-        let cf = cs.open_file("f").unwrap();
-        let sh = &cf.shared;
-        // The readahead thread held inside its first window's read, away
-        // from the queue, while the windows come.
+    /// Holds the store's readahead thread inside its read of a first window
+    /// of `cf` (away from the queue) until the returned sender sends, or 20 s.
+    fn hold_readahead(cf: &crate::cached::CachedFile) -> std::sync::mpsc::Sender<()> {
         let (held, release) = (std::sync::mpsc::channel(), std::sync::mpsc::channel::<()>());
         let (tx, rx_release) = (held.0, release.1);
         AFTER_LENGTH.arm(
@@ -816,6 +818,21 @@ mod tests {
         held.1
             .recv_timeout(Duration::from_secs(10))
             .expect("the readahead thread never took the window");
+        release.0
+    }
+
+    /// A stream's windows wait for the readahead thread in a bounded queue:
+    /// a thread asking for them faster than they are read (small reads in
+    /// steps on a file advised sequential: each read a new stream with the
+    /// largest window) queued one window a read, without bound.
+    #[test]
+    fn windows_asked_faster_than_they_are_read_are_dropped_past_a_bound() {
+        let (dir, cs) = store_of("ra-flood", 64, 64);
+        let cf = cs.open_file("f").unwrap();
+        let sh = &cf.shared;
+        // The readahead thread held inside its first window's read, away
+        // from the queue, while the windows come.
+        let release = hold_readahead(&cf);
         for i in 0..10_000 {
             sh.ahead.push_stream(super::Window {
                 entry: cf.entry.clone(),
@@ -825,7 +842,7 @@ mod tests {
             });
         }
         let len = sh.ahead.queue.lock().unwrap().0.len();
-        release.0.send(()).unwrap();
+        release.send(()).unwrap();
         assert_eq!(len, crate::cached::shared::Ahead::STREAM_QUEUE);
         drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
@@ -871,6 +888,39 @@ mod tests {
             assert_eq!(cf.read_at(p * 4096, &mut b).unwrap(), 4096);
             assert!(b.iter().all(|&x| x == 0), "page {p}");
         }
+        // The thread that ended is not waited for as if it were alive: the
+        // store's readahead is idle, and advice it cannot serve is refused.
+        let t0 = Instant::now();
+        while !cs.readahead_idle() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "readahead still busy 10 s after its thread's panic"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        match cf.advise(0, 4096, Advice::WillNeed) {
+            Err(crate::Error::ThreadEnded(_)) => {}
+            other => panic!("advice after the readahead thread's panic: {other:?}"),
+        }
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `WillNeed` advice waits for the readahead thread in a bounded queue
+    /// too: advice asked faster than it is read queued a window per call,
+    /// without bound, and kept a stream's windows out meanwhile.
+    #[test]
+    fn advice_asked_faster_than_it_is_read_is_dropped_past_a_bound() {
+        let (dir, cs) = store_of("ra-advice-flood", 64, 64);
+        let cf = cs.open_file("f").unwrap();
+        let sh = &cf.shared;
+        let release = hold_readahead(&cf);
+        for i in 0..10_000u64 {
+            cf.advise((i % 64) * 4096, 4096, Advice::WillNeed).unwrap();
+        }
+        let len = sh.ahead.queue.lock().unwrap().0.len();
+        release.send(()).unwrap();
+        assert_eq!(len, crate::cached::shared::Ahead::STREAM_QUEUE);
         drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }

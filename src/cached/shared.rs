@@ -84,6 +84,19 @@ pub(crate) struct Ahead {
     /// The thread waits for work: no window queued or being read and no
     /// read in flight (written under `queue`'s lock).
     pub(crate) waiting: AtomicBool,
+    /// The thread ended by a panic (set with the queue's stop flag).
+    pub(crate) failed: AtomicBool,
+}
+
+/// What became of a window handed to the readahead thread.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pushed {
+    /// It waits for the thread.
+    Queued,
+    /// As many windows as the bound allows wait already: it was dropped.
+    Full,
+    /// The thread has stopped: it was dropped.
+    Stopped,
 }
 
 impl Ahead {
@@ -93,6 +106,7 @@ impl Ahead {
             cv: Condvar::new(),
             max_pages: AtomicUsize::new(max_pages),
             waiting: AtomicBool::new(false),
+            failed: AtomicBool::new(false),
         }
     }
 
@@ -102,10 +116,14 @@ impl Ahead {
         q.1 || (q.0.is_empty() && self.waiting.load(Ordering::Relaxed))
     }
 
-    /// Hand `w` to the readahead thread; false (`w` dropped) once it has
-    /// stopped.
-    pub(crate) fn push(&self, w: Window) -> bool {
-        self.push_within(w, usize::MAX)
+    /// The error for work the stopped thread will not do: the store is
+    /// closing, or the thread ended by a panic.
+    pub(crate) fn stopped_error(&self) -> Error {
+        if self.failed.load(Ordering::Relaxed) {
+            Error::ThreadEnded("the store's readahead thread".into())
+        } else {
+            Error::Closed
+        }
     }
 
     /// Hand a stream's window `w` to the readahead thread, unless
@@ -120,16 +138,18 @@ impl Ahead {
     /// Most windows waiting for the readahead thread that a stream adds to.
     pub(crate) const STREAM_QUEUE: usize = 256;
 
-    fn push_within(&self, w: Window, limit: usize) -> bool {
+    /// Hand `w` to the readahead thread unless `limit` windows wait already.
+    pub(crate) fn push_within(&self, w: Window, limit: usize) -> Pushed {
         let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         if q.1 {
-            return false;
+            return Pushed::Stopped;
         }
-        if q.0.len() < limit {
-            q.0.push_back(w);
-            self.cv.notify_one();
+        if q.0.len() >= limit {
+            return Pushed::Full;
         }
-        true
+        q.0.push_back(w);
+        self.cv.notify_one();
+        Pushed::Queued
     }
 }
 

@@ -280,17 +280,12 @@ impl File {
     /// the file is opened again. (A failure the device does not survive, as
     /// `EIO`, fails the device instead.)
     pub fn sync(&self) -> Result<()> {
-        if let Some(first) = &*self
-            .inner
-            .sync_lost
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-        {
-            return Err(Error::SyncLost {
-                file: self.name(),
-                first: Box::new(first.clone()),
-            });
+        if let Some(e) = self.lost() {
+            return Err(e);
         }
+        // Failures of the file's counted fsyncs so far: one counted while
+        // this sync runs took the kernel's report of what it may have cost.
+        let before = self.meta_fsync_failures();
         // Writes that completed since the last sync began (each backing
         // file's flag taken, none left set by a short cut).
         let written = self
@@ -301,20 +296,60 @@ impl File {
         // (A failure of the fsyncs is counted: a page cache over this file,
         // whose own next fsync will not hear of what this one may have cost,
         // must write again what it wrote since its last good one.)
-        let r = self.sync_as(true).map_err(|(e, _)| e);
+        let (r, covered) = self.sync_as(true, written);
+        let r = r.map_err(|(e, _)| e);
         // (A failure the device does not survive fails it, and every later
         // request with it; one it survives, out of space say, sticks here.)
-        if let Err(e) = &r
-            && e.can_pass()
-            && written
-        {
+        if let Err(e) = &r {
+            if covered {
+                self.stick(e);
+            }
+            return r;
+        }
+        // This fsync passed, but another of the file's that ran beside it
+        // and failed may have taken the kernel's one report of pages both
+        // were to cover (its stick, if it had writes to cover, is made
+        // before its count; this waits for both). The writes this sync took
+        // may be gone then too.
+        self.inner.wait_fsyncs_counted();
+        if let Some(e) = self.lost() {
+            return Err(e);
+        }
+        if covered && self.meta_fsync_failures() != before {
+            if let Some(e) = self.meta_fsync_error() {
+                self.stick(&e);
+            }
+            if let Some(e) = self.lost() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The loss a failed fsync left on this handle, as its syncs report it.
+    fn lost(&self) -> Option<Error> {
+        let lost = self
+            .inner
+            .sync_lost
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        lost.as_ref().map(|first| Error::SyncLost {
+            file: self.name(),
+            first: Box::new(first.clone()),
+        })
+    }
+
+    /// A failed fsync `e` may have cost writes: this handle's later syncs
+    /// fail with it, if it is one the device survives (one it does not
+    /// fails the device, and every later request with it).
+    fn stick(&self, e: &Error) {
+        if e.can_pass() || e.errno().is_some_and(crate::error::error_can_pass) {
             self.inner
                 .sync_lost
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .get_or_insert_with(|| e.clone());
         }
-        r
     }
 
     /// How many fsyncs of metadata steps failed on this handle, and the last
@@ -342,23 +377,30 @@ impl File {
     /// the kernel's report before this one has counted its failure
     /// (`meta_fsync_failures`): a count read after this holds it.
     pub(crate) fn sync_again_told(&self) -> std::result::Result<(), (Error, bool)> {
-        let r = self.sync_as(false);
+        let (r, _) = self.sync_as(false, false);
         self.inner.wait_fsyncs_counted();
         r
     }
 
     /// `File::sync`'s work (`counted`: a failure of the fsyncs is counted
-    /// in `meta_fsync_failures`), or a page cache's.
-    fn sync_as(&self, counted: bool) -> std::result::Result<(), (Error, bool)> {
+    /// in `meta_fsync_failures`), or a page cache's. Also returns whether
+    /// the fsyncs were to cover writes (`written`, the flags the caller took,
+    /// or those taken here after the headers); a counted failure that covered
+    /// some sticks before it is counted.
+    #[allow(clippy::type_complexity)]
+    fn sync_as(
+        &self,
+        counted: bool,
+        written: bool,
+    ) -> (std::result::Result<(), (Error, bool)>, bool) {
         // A length grown lazily becomes durable with this fsync: one header
         // write per device first (a failure of the sizes' fsync there is
         // one of the fsyncs).
         let before = self.meta_fsync_failures();
-        let headers = self
-            .inner
-            .store
-            .write_stale_headers(&self.inner)
-            .map_err(|e| (e, self.meta_fsync_failures() != before))?;
+        let headers = match self.inner.store.write_stale_headers(&self.inner) {
+            Ok(h) => h,
+            Err(e) => return (Err((e, self.meta_fsync_failures() != before)), written),
+        };
         // Writes this fsync covers, as `File::sync` takes them (which has
         // taken them already when it is the caller): they count again for
         // the next sync should this one fail. (Taken after the headers, so
@@ -376,6 +418,7 @@ impl File {
                 }
             }
         };
+        let covered = written || taken.contains(&true);
         let r = if counted {
             let _counting = self.inner.fsync_counted();
             let r = self.fsync_all();
@@ -383,6 +426,11 @@ impl File {
                 #[cfg(test)]
                 if let Some(hook) = FAILED_BEFORE_COUNTED.take(Arc::as_ptr(&self.inner) as usize) {
                     hook();
+                }
+                // Stuck before the count, and both before the counting
+                // ends: a sync that waits for the counting finds the loss.
+                if covered {
+                    self.stick(e);
                 }
                 self.inner.count_fsync_failure(e);
             }
@@ -399,7 +447,7 @@ impl File {
                 .header_stale
                 .store(true, std::sync::atomic::Ordering::Release);
         }
-        r
+        (r, covered)
     }
 
     /// An fsync of every backing file, then the check that each is still the

@@ -752,3 +752,119 @@ fn lazy_growths_clear_past_the_end_once_and_after_a_write_there() {
         "bytes written past the end came back with the growth"
     );
 }
+
+/// A store on simulated devices under `d` whose failed fsyncs (`ENOSPC`)
+/// drop the file's writes since its last good one, as the kernel may.
+fn sim_open(d: &Dir) -> (Store, std::sync::Arc<crate::storage::io::SimSwitches>) {
+    use crate::storage::io::{SimConfig, SimMedia, SimSwitches};
+    use std::sync::atomic::Ordering;
+    let sw = std::sync::Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let opts = StoreOptions {
+        engine: EngineKind::Sim(SimConfig {
+            media: SimMedia::new(),
+            switches: sw.clone(),
+            ..SimConfig::default()
+        }),
+        block_pages: 1,
+        ..StoreOptions::default()
+    };
+    (Store::open(&d.roots(), opts).unwrap(), sw)
+}
+
+/// Pages 0 and 1 of `f` (on two devices), each byte of each page `v`.
+fn write_two(f: &crate::storage::file::File, v: u8) {
+    let mut b = AlignedBuf::new(4096);
+    b.fill(v);
+    f.write_at(0, &b).unwrap();
+    f.write_at(4096, &b).unwrap();
+}
+
+/// The first bytes of pages 0 and 1 of `f`.
+fn read_two(f: &crate::storage::file::File) -> [u8; 2] {
+    let mut b = AlignedBuf::new(8192);
+    f.read_at(0, &mut b).unwrap();
+    [b[0], b[4096]]
+}
+
+/// Two syncs of one file at once, through two handles: the first's fsync
+/// fails (and the kernel, here the simulation, drops the writes it was to
+/// cover, the second's among them) and takes the one report of it; the
+/// second's fsync then passes. The second must not return `Ok` for writes
+/// that are gone: it waits for the first's failure to be counted and fails
+/// with the loss.
+#[test]
+fn a_sync_beside_anothers_failed_fsync_does_not_pass() {
+    use std::sync::atomic::Ordering;
+    let d = Dir::new("sync-beside");
+    let (s, sw) = sim_open(&d);
+    let f = s.create("f", 8192, LayoutKind::Stripe).unwrap();
+    let g = f.clone();
+    write_two(&f, 1);
+    f.sync().unwrap();
+    write_two(&g, 2);
+    sw.fsync_failures.store(1, Ordering::Release);
+    let (paused_tx, paused_rx) = std::sync::mpsc::channel::<()>();
+    crate::storage::file::FAILED_BEFORE_COUNTED.arm(
+        std::sync::Arc::as_ptr(&f.inner) as usize,
+        Box::new(move || {
+            paused_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }),
+    );
+    let (first, second) = std::thread::scope(|sc| {
+        let t = sc.spawn(|| f.sync());
+        paused_rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the first sync's fsync did not fail");
+        let second = g.sync();
+        (t.join().unwrap(), second)
+    });
+    assert!(first.is_err(), "the first sync passed");
+    assert!(
+        second.is_err(),
+        "a sync passed beside another's failed fsync of the file, which may have cost its writes (pages read {:?})",
+        read_two(&g)
+    );
+    match g.sync() {
+        Err(Error::SyncLost { .. }) => {}
+        other => panic!("the next sync: {other:?}"),
+    }
+}
+
+/// A write that completes while a sync writes a lazy growth's headers is
+/// covered by that sync's fsync (its flag is taken after the headers); when
+/// the fsync fails, the write may be gone, so the loss sticks as it does for
+/// writes made before the sync began: the writer's own next sync, whose
+/// fsync passes, must not return `Ok`.
+#[test]
+fn a_write_during_a_failing_sync_is_not_passed_by_the_next() {
+    use std::sync::atomic::Ordering;
+    let d = Dir::new("write-during-sync");
+    let (s, sw) = sim_open(&d);
+    let f = s.create("f", 8192, LayoutKind::Stripe).unwrap();
+    let g = f.clone();
+    write_two(&f, 1);
+    f.sync().unwrap();
+    f.grow_lazily(1 << 20).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    HEADERS_PAUSE.arm(&*f.inner as *const _ as usize, tx);
+    sw.fsync_failures.store(1, Ordering::Release);
+    let first = std::thread::scope(|sc| {
+        let t = sc.spawn(|| f.sync());
+        rx.recv().unwrap();
+        // The first sync took no writes; this one completes while it
+        // writes the headers, before its fsync.
+        write_two(&g, 2);
+        t.join().unwrap()
+    });
+    assert!(first.is_err(), "the sync's fsync did not fail");
+    sw.fsync_failures.store(0, Ordering::Release);
+    let next = g.sync();
+    assert!(
+        matches!(next, Err(Error::SyncLost { .. })),
+        "the writer's sync after the failed one: {next:?} (pages read {:?})",
+        read_two(&g)
+    );
+}
