@@ -332,8 +332,9 @@ fn splice_offset(p: *const off64_t, len: usize) -> Result<Option<i64>, i32> {
     Ok(Some(o))
 }
 
-/// Bytes a pipe has room for: its size less what it holds (more than the
-/// kernel's count of free buffers when one is partly filled, never less).
+/// Bytes a pipe has room for, in whole buffers as the kernel counts them:
+/// its buffers less those its bytes fill (fewer than the kernel's count
+/// when its bytes lie in more buffers than they need, never more).
 fn pipe_room(pipe: c_int) -> Result<usize, i32> {
     // SAFETY: F_GETPIPE_SZ takes no argument.
     let size = unsafe { real::fcntl64()(pipe, libc::F_GETPIPE_SZ) };
@@ -345,54 +346,99 @@ fn pipe_room(pipe: c_int) -> Result<usize, i32> {
     if unsafe { real::ioctl()(pipe, libc::FIONREAD, &mut held as *mut c_int) } < 0 {
         return Err(last_errno());
     }
-    Ok((size as usize).saturating_sub(held.max(0) as usize))
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(512) as usize;
+    let used = (held.max(0) as usize).div_ceil(page);
+    Ok((size as usize / page).saturating_sub(used) * page)
 }
 
-/// Waits until `fd` is ready for `events`; returns the events it reported.
-fn wait_for(fd: c_int, events: i16) -> Result<i16, i32> {
+/// The events `fd` is ready for, waiting up to `ms` milliseconds (-1: until
+/// one comes).
+fn poll_one(fd: c_int, events: i16, ms: c_int) -> Result<i16, i32> {
     let mut p = libc::pollfd {
         fd,
         events,
         revents: 0,
     };
     // SAFETY: `p` is one live pollfd.
-    if unsafe { libc::poll(&mut p, 1, -1) } < 0 {
+    if unsafe { libc::poll(&mut p, 1, ms) } < 0 {
         return Err(last_errno());
     }
     Ok(p.revents)
 }
 
-/// One read or write of a pipe that does not wait (`RWF_NOWAIT`, or a plain
-/// call on a kernel whose pipes do not take the flag): the bytes moved, or
-/// the error.
+/// A pipe with no reader: `EPIPE`, with SIGPIPE raised on this thread, as
+/// the kernel answers a write to it.
+fn broken_pipe() -> ssize_t {
+    // SAFETY: raises a signal on the calling thread; its disposition decides.
+    unsafe { libc::raise(libc::SIGPIPE) };
+    fail(libc::EPIPE)
+}
+
+/// One read or write of a pipe that does not wait: `RWF_NOWAIT`, or, where
+/// the pipe does not take the flag (a FIFO; a kernel before 6.4), the same
+/// pipe opened again without blocking for the one call. The bytes moved, or
+/// the error (`EPIPE`, with SIGPIPE, for a write with no reader).
 fn pipe_nowait(pipe: c_int, buf: *mut u8, len: usize, write: bool) -> Result<usize, i32> {
     let iov = libc::iovec {
         iov_base: buf.cast(),
         iov_len: len,
     };
     // SAFETY: `iov` names `len` live bytes at `buf`; offset -1 is the pipe's stream.
-    let mut n = unsafe {
+    let n = unsafe {
         if write {
             real::pwritev2()(pipe, &iov, 1, -1, libc::RWF_NOWAIT)
         } else {
             real::preadv2()(pipe, &iov, 1, -1, libc::RWF_NOWAIT)
         }
     };
-    if n < 0 && last_errno() == libc::EOPNOTSUPP {
-        // SAFETY: as above.
-        n = unsafe {
-            if write {
-                real::write()(pipe, buf.cast(), len)
-            } else {
-                real::read()(pipe, buf.cast(), len)
+    if n >= 0 {
+        return Ok(n as usize);
+    }
+    let e = last_errno();
+    if e != libc::EOPNOTSUPP {
+        return Err(e);
+    }
+    let path = format!("/proc/self/fd/{pipe}\0");
+    let mode = if write {
+        libc::O_WRONLY
+    } else {
+        libc::O_RDONLY
+    };
+    // SAFETY: a NUL-terminated path; the descriptor is this call's own.
+    let fd = unsafe {
+        real::open64()(
+            path.as_ptr().cast(),
+            mode | libc::O_NONBLOCK | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return match last_errno() {
+            // A FIFO opened for writing with no reader: as a write to it.
+            libc::ENXIO => {
+                // SAFETY: raises a signal on the calling thread.
+                unsafe { libc::raise(libc::SIGPIPE) };
+                Err(libc::EPIPE)
             }
+            e => Err(e),
         };
     }
-    if n < 0 {
+    // SAFETY: as above, on the descriptor just opened.
+    let n = unsafe {
+        if write {
+            real::write()(fd, buf.cast(), len)
+        } else {
+            real::read()(fd, buf.cast(), len)
+        }
+    };
+    let r = if n < 0 {
         Err(last_errno())
     } else {
         Ok(n as usize)
-    }
+    };
+    // SAFETY: closes the descriptor opened above.
+    unsafe { real::close()(fd) };
+    r
 }
 
 /// `splice` from a store file into a pipe: up to `len` bytes, no more than
@@ -406,16 +452,21 @@ fn splice_to_pipe(
     nonblock: bool,
 ) -> ssize_t {
     let room = loop {
+        // No reader: refused before the file is read, as the kernel's wait
+        // for room refuses it (also at the file's end).
+        match poll_one(pipe, libc::POLLOUT, 0) {
+            Err(e) => return fail(e),
+            Ok(ev) if ev & libc::POLLERR != 0 => return broken_pipe(),
+            Ok(_) => {}
+        }
         match pipe_room(pipe) {
             Err(e) => return fail(e),
             Ok(0) if nonblock => return fail(libc::EAGAIN),
-            Ok(0) => match wait_for(pipe, libc::POLLOUT) {
-                Err(e) => return fail(e),
-                // No reader: the write below fails `EPIPE` (and raises
-                // SIGPIPE), as the kernel's splice does.
-                Ok(ev) if ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0 => break 1,
-                Ok(_) => {}
-            },
+            Ok(0) => {
+                if let Err(e) = poll_one(pipe, libc::POLLOUT, -1) {
+                    return fail(e);
+                }
+            }
             Ok(n) => break n,
         }
     };
@@ -430,13 +481,17 @@ fn splice_to_pipe(
     let mut failure = None;
     while put < got {
         match pipe_nowait(pipe, buf[put..got].as_mut_ptr(), got - put, true) {
-            Ok(n) => put += n,
+            Ok(n) if n > 0 => put += n,
             // The pipe filled meanwhile: wait for room before anything moved.
-            Err(libc::EAGAIN) if put == 0 && !nonblock => {
-                if let Err(e) = wait_for(pipe, libc::POLLOUT) {
+            Ok(_) | Err(libc::EAGAIN) if put == 0 && !nonblock => {
+                if let Err(e) = poll_one(pipe, libc::POLLOUT, -1) {
                     failure = Some(e);
                     break;
                 }
+            }
+            Ok(_) => {
+                failure = Some(libc::EAGAIN);
+                break;
             }
             Err(e) => {
                 failure = Some(e);

@@ -642,6 +642,58 @@ static void more_calls(void) {
         show("splice from a pipe no one writes", splice(pfd[0], NULL, c, NULL, 10, 0));
         close(pfd[0]);
     }
+    /* splice from an O_DIRECT file into a pipe that holds bytes (the room is
+     * whole buffers); into a blocking FIFO, whose writes take no flag not to
+     * wait; at the file's end into a pipe no one reads. */
+    {
+        static char got[70000];
+        loff_t so = 0;
+        int dfd2 = open(path("k1"), O_RDONLY | O_DIRECT);
+        int q[2];
+        if (dfd2 >= 0 && pipe2(q, O_NONBLOCK) == 0) {
+            show("write 100 into a pipe", write(q[1], buf, 100));
+            show("splice O_DIRECT into it", splice(dfd2, &so, q[1], NULL, 65536, 0));
+            show("  offset after it", so);
+            show("  read from the pipe", read(q[0], got, sizeof got));
+            close(q[0]);
+            close(q[1]);
+        }
+        if (dfd2 >= 0)
+            close(dfd2);
+        char fifo[64];
+        snprintf(fifo, sizeof fifo, "/tmp/setcache-probe-fifo-%d", (int)getpid());
+        unlink(fifo);
+        /* Written through a blocking descriptor, read through one that does
+         * not block (a run with no store reads nothing rather than waits). */
+        int ff = mkfifo(fifo, 0600) == 0 ? open(fifo, O_RDWR) : -1;
+        int fr = ff >= 0 ? open(fifo, O_RDONLY | O_NONBLOCK) : -1;
+        if (ff >= 0 && fr >= 0) {
+            show("a FIFO of one page", fcntl(ff, F_SETPIPE_SZ, 4096));
+            so = 0;
+            show("splice into the FIFO", splice(a, &so, ff, NULL, 9000, 0));
+            show("splice into it full, SPLICE_F_NONBLOCK", splice(a, &so, ff, NULL, 10, SPLICE_F_NONBLOCK));
+            show("  read 100 from it", read(fr, got, 100));
+            show("splice beside its buffer, SPLICE_F_NONBLOCK", splice(a, &so, ff, NULL, 10, SPLICE_F_NONBLOCK));
+            show("  read the rest", read(fr, got, sizeof got));
+            show("splice into it again", splice(a, &so, ff, NULL, 9000, 0));
+            show("  offset after it", so);
+        }
+        if (fr >= 0)
+            close(fr);
+        if (ff >= 0)
+            close(ff);
+        unlink(fifo);
+        int r2[2];
+        if (pipe(r2) == 0) {
+            close(r2[0]);
+            void (*before)(int) = signal(SIGPIPE, SIG_IGN);
+            so = 9000;
+            show("splice at the end into a pipe no reader", splice(a, &so, r2[1], NULL, 10, 0));
+            show("  offset after it", so);
+            signal(SIGPIPE, before);
+            close(r2[1]);
+        }
+    }
     struct stat st;
     fstat(c, &st);
     show("  size of the copy", st.st_size);

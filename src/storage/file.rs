@@ -106,6 +106,13 @@ impl FileInner {
     }
 }
 
+/// Called by a sync of the file whose `FileInner` is at this address once
+/// its devices' states are checked, before its fsyncs (tests run another
+/// thread's failing step there).
+#[cfg(test)]
+pub(crate) static BEFORE_FSYNCS: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
+
 /// Called by a counted fsync (`File::sync`'s) that failed, before its
 /// failure is counted (tests hold it there).
 #[cfg(test)]
@@ -315,13 +322,14 @@ impl File {
         if let Some(e) = self.lost() {
             return Err(e);
         }
-        if covered && self.meta_fsync_failures() != before {
-            if let Some(e) = self.meta_fsync_error() {
-                self.stick(&e);
-            }
-            if let Some(e) = self.lost() {
-                return Err(e);
-            }
+        if covered
+            && self.meta_fsync_failures() != before
+            && let Some(e) = self.meta_fsync_error()
+        {
+            self.stick(&e);
+            // One the device did not survive failed the device instead:
+            // this sync fails with it, as its own fsync's failure would.
+            return Err(self.lost().unwrap_or(e));
         }
         Ok(())
     }
@@ -459,6 +467,10 @@ impl File {
         let joiner = Joiner::new(self.name_arc(), 0, Sink::Thread(std::thread::current()));
         for b in &self.inner.backings {
             b.state.check().map_err(|e| (e, true))?;
+        }
+        #[cfg(test)]
+        if let Some(hook) = BEFORE_FSYNCS.take(Arc::as_ptr(&self.inner) as usize) {
+            hook();
         }
         joiner.expect(self.inner.backings.len());
         // One device: the caller syncs it itself, as `sync_io` reads (no

@@ -467,8 +467,12 @@ fn fsync_plain(fd: &Fd) -> std::io::Result<()> {
 /// later `File::sync` calls fail (`SyncLost`) if it was written since its last
 /// sync began; a page cache over the file writes again at its next sync what
 /// it wrote since its last good fsync (`File::meta_fsync_failures`).
+///
+/// The device's failure or the stick comes before the count (as in
+/// `File::sync`'s own counted fsync): a `File::sync` that took the written
+/// flags between the two would otherwise find the count it began with, no
+/// stick, and pass.
 fn fsync_failed(f: &FileInner, i: usize, e: &Error) {
-    f.count_fsync_failure(e);
     if !e.errno().is_some_and(crate::error::error_can_pass) {
         f.backings[i].state.fail(e);
     } else if f.backings.iter().any(|b| b.written.load(Ordering::Acquire)) {
@@ -477,7 +481,19 @@ fn fsync_failed(f: &FileInner, i: usize, e: &Error) {
             .unwrap_or_else(|p| p.into_inner())
             .get_or_insert_with(|| e.clone());
     }
+    f.count_fsync_failure(e);
+    #[cfg(test)]
+    if let Some(hook) = META_FSYNC_COUNTED.take(f as *const FileInner as usize) {
+        hook();
+    }
 }
+
+/// In unit tests: run by a metadata step's failed fsync of the open file
+/// whose `FileInner` is at this address, once the failure is counted (the
+/// step still holds its share of the counting lock).
+#[cfg(test)]
+pub(crate) static META_FSYNC_COUNTED: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
+    crate::util::hook::TestHook::new();
 
 fn truncate(fd: &Fd, len: u64) -> std::io::Result<()> {
     // SAFETY: plain system call on an open descriptor.

@@ -868,3 +868,78 @@ fn a_write_during_a_failing_sync_is_not_passed_by_the_next() {
         read_two(&g)
     );
 }
+
+/// A `set_len` whose fsync fails (`ENOSPC`) after a write: the step counts
+/// the failure and marks the loss. A `File::sync` that began between the two
+/// (the count already moved, the written flags taken before the step looked
+/// at them) found neither and passed. The loss is marked before the count.
+#[test]
+fn a_sync_between_a_failed_steps_count_and_its_stick_does_not_pass() {
+    use super::{FSYNC_FD_ERRNO, META_FSYNC_COUNTED};
+    let d = Dir::new("meta-beside");
+    let s = d.open().unwrap();
+    make(&s, "a", 8192, 1);
+    let f = s.open_file("a").unwrap();
+    let g = f.clone();
+    let mut b = AlignedBuf::new(4096);
+    b.fill(5);
+    g.write_at(0, &b).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    META_FSYNC_COUNTED.arm(
+        &*f.inner as *const _ as usize,
+        Box::new(move || {
+            // (On the step's thread: its later fsyncs pass, so that this
+            // failure is the only one counted.)
+            FSYNC_FD_ERRNO.set(0);
+            std::thread::spawn(move || tx.send(g.sync()).unwrap());
+            // The sync takes the flags and waits for the counting meanwhile.
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }),
+    );
+    FSYNC_FD_ERRNO.set(libc::ENOSPC);
+    let r = f.set_len(16384);
+    FSYNC_FD_ERRNO.set(0);
+    assert!(r.is_err(), "the set_len's fsync did not fail");
+    let synced = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the sync did not end");
+    assert!(
+        matches!(synced, Err(Error::SyncLost { .. })),
+        "a sync beside a failed set_len fsync that took the report of its write: {synced:?}"
+    );
+}
+
+/// A failed metadata fsync the device does not survive (`EIO`), beside a
+/// `File::sync` that had found the devices well and covered a write: the
+/// step fails the device and sticks nothing; the sync's own fsync then
+/// passes (the report went to the step). It must fail, not pass.
+#[test]
+fn a_sync_beside_a_failed_steps_device_failure_does_not_pass() {
+    use super::FSYNC_FD_ERRNO;
+    let d = Dir::new("meta-eio-beside");
+    let s = d.open().unwrap();
+    make(&s, "a", 8192, 1);
+    let f = s.open_file("a").unwrap();
+    let step = f.clone();
+    let mut b = AlignedBuf::new(4096);
+    b.fill(5);
+    f.write_at(0, &b).unwrap();
+    crate::storage::file::BEFORE_FSYNCS.arm(
+        std::sync::Arc::as_ptr(&f.inner) as usize,
+        Box::new(move || {
+            std::thread::spawn(move || {
+                FSYNC_FD_ERRNO.set(libc::EIO);
+                let r = step.set_len(16384);
+                FSYNC_FD_ERRNO.set(0);
+                assert!(r.is_err(), "the set_len's fsync did not fail");
+            })
+            .join()
+            .unwrap();
+        }),
+    );
+    let r = f.sync();
+    assert!(
+        r.is_err(),
+        "a sync passed beside a failed fsync that failed the device"
+    );
+}
