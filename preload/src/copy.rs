@@ -138,16 +138,21 @@ fn copy(fd_in: c_int, mut src: At<'_>, fd_out: c_int, mut dst: At<'_>, len: usiz
     }
 }
 
-/// `EINVAL` unless `fd` (not a store file) is a regular file (`EISDIR` for
-/// a directory), as the kernel's `copy_file_range` answers.
-fn regular(fd: c_int) -> Result<(), i32> {
+/// The file type bits of `fd` (not a store file), by the kernel's `fstat`.
+fn file_type(fd: c_int) -> Result<libc::mode_t, i32> {
     // SAFETY: an all-zero stat is a valid value to be filled.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     // SAFETY: `st` is a live struct stat to fill.
     if unsafe { real::fstat64()(fd, &mut st) } < 0 {
         return Err(last_errno());
     }
-    match st.st_mode & libc::S_IFMT {
+    Ok(st.st_mode & libc::S_IFMT)
+}
+
+/// `EINVAL` unless `fd` (not a store file) is a regular file (`EISDIR` for
+/// a directory), as the kernel's `copy_file_range` answers.
+fn regular(fd: c_int) -> Result<(), i32> {
+    match file_type(fd)? {
         libc::S_IFREG => Ok(()),
         libc::S_IFDIR => Err(libc::EISDIR),
         _ => Err(libc::EINVAL),
@@ -310,11 +315,7 @@ const SPLICE_F_ALL: c_uint =
 
 /// Whether `fd` (not a store file) is a pipe or a FIFO.
 fn is_pipe(fd: c_int) -> bool {
-    // SAFETY: an all-zero stat is a valid value to be filled.
-    let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a live struct stat to fill.
-    let rc = unsafe { real::fstat64()(fd, &mut st) };
-    rc == 0 && st.st_mode & libc::S_IFMT == libc::S_IFIFO
+    file_type(fd) == Ok(libc::S_IFIFO)
 }
 
 /// A `splice` offset: `None` for the descriptor's position, `EINVAL` for a
