@@ -160,6 +160,14 @@ pub(crate) static AFTER_WALK_VISIT: crate::util::hook::TestHook<
     Box<dyn FnOnce() + Send>,
 > = crate::util::hook::TestHook::new();
 
+/// In unit tests: for a cache (its `Core`'s address), what its next hit
+/// without a pin on a cold page runs between its checks and its warming.
+#[cfg(test)]
+pub(crate) static BEFORE_COLD_HIT_WARMS: crate::util::hook::TestHook<
+    usize,
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();
+
 /// In unit tests: for a cache (its `Core`'s address), what its next
 /// lock-free hit runs (`f(state, set, slot)`) between its checks and its pin.
 #[cfg(test)]
@@ -792,7 +800,11 @@ impl<M: Model> Core<M> {
     #[inline(always)]
     fn note_hit(&self, s: usize, i: usize, tag: u64, v: u32) {
         if v & COLD != 0 {
-            self.warm(s, i);
+            #[cfg(test)]
+            if let Some(f) = BEFORE_COLD_HIT_WARMS.take(self as *const Self as usize) {
+                f();
+            }
+            self.warm_seen(s, i, v);
         }
         if self.hit_to_record(s, i) {
             self.record_hit(s, i, tag);
@@ -2261,6 +2273,22 @@ impl<M: Model> Core<M> {
         let w = self.state(s, i);
         if w.load(Relaxed) & COLD != 0 {
             w.fetch_and(!COLD, Relaxed);
+        }
+    }
+
+    /// [`Core::warm`] for a reader that holds no pin, only the slot's state
+    /// `v` as it checked it: the page is warmed only while the slot still
+    /// holds it (the same sighting bits), so that a page claimed cold into
+    /// the slot since (read ahead after an eviction) stays cold.
+    #[inline]
+    fn warm_seen(&self, s: usize, i: usize, v: u32) {
+        let w = self.state(s, i);
+        let mut x = w.load(Relaxed);
+        while x & COLD != 0 && x & SIGHT_MASK == v & SIGHT_MASK {
+            match w.compare_exchange(x, x & !COLD, Relaxed, Relaxed) {
+                Ok(_) => break,
+                Err(now) => x = now,
+            }
         }
     }
 

@@ -1383,6 +1383,53 @@ fn cold_pages_go_first_and_a_plain_read_warms_them() {
     );
 }
 
+/// A hit without a pin on a cold page warms it only while its slot still
+/// holds it: a page read ahead into the slot between the hit's checks and
+/// its warming (the cold page evicted meanwhile) stays cold, first to go.
+#[test]
+fn a_hit_on_a_cold_page_leaves_the_next_cold_page_in_its_slot_cold() {
+    let c = Arc::new(PageCache::<Os>::new(opts(4, 4, 4, PolicyKind::Lru)).unwrap());
+    let disk: Disk = Mutex::default();
+    let ahead = |c: &PageCache<Os>, p: u64| {
+        let mut f = c.claim_ahead(0, p).unwrap().expect("absent, room");
+        f.frame_mut().copy_from_slice(&initial(0, p));
+        drop(f.finish(Ok(())).unwrap());
+    };
+    // Pages 1, 2 and 3 stay pinned: page 0, read ahead, has the one free slot.
+    let held: Vec<_> = (1..4)
+        .map(|p| c.get_with(0, p, load_from(&disk), store_to(&disk)).unwrap())
+        .collect();
+    ahead(&c, 0);
+    let cold = |c: &PageCache<Os>, p: u64| {
+        c.core
+            .state_of(tag_of(0, p).unwrap())
+            .is_some_and(|v| v & core::COLD != 0)
+    };
+    assert!(cold(&c, 0));
+    let ahead_of_warming = c.clone();
+    let ran = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ran2 = ran.clone();
+    core::BEFORE_COLD_HIT_WARMS.arm(
+        &c.core as *const _ as usize,
+        Box::new(move || {
+            ran2.store(true, Ordering::Release);
+            ahead(&ahead_of_warming, 100);
+        }),
+    );
+    let mut b = [0u8; 8];
+    assert!(c.try_read(0, 0, 0, &mut b).unwrap());
+    assert!(ran.load(Ordering::Acquire), "the hit took another path");
+    assert!(
+        c.core.state_of(tag_of(0, 0).unwrap()).is_none(),
+        "page 0 was not evicted for page 100"
+    );
+    assert!(
+        cold(&c, 100),
+        "a page read ahead into the slot was warmed by a hit on the page before it"
+    );
+    drop(held);
+}
+
 /// A page coming in cold (read ahead, a stream's miss) that takes the slot
 /// of a cold page nobody used leaves the set's policy state as it was: the
 /// policy is told neither of the eviction nor of the insertion (so keeps no
