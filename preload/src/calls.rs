@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use libc::{iovec, off_t, off64_t, size_t, ssize_t};
 use setcache::{Advice, Error};
 
-use crate::path::{Place, classify};
+use crate::path::{Place, classify, classify_as};
 use crate::real;
 use crate::state::{self, Desc, State};
 use crate::{fail, set_errno, warn_once};
@@ -739,7 +739,10 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
     flags: c_int,
     mode: libc::mode_t,
 ) -> c_int {
-    if !matches!(classify(libc::AT_FDCWD, path), Place::Outside | Place::Root) {
+    if !matches!(
+        classify_as(libc::AT_FDCWD, path, follows_open(flags)),
+        Place::Outside | Place::Root
+    ) {
         warn_once(
             "spawn open",
             "posix_spawn_file_actions_addopen of a file in SETCACHE_DIR refused (EINVAL): the spawned program would open a real file there, outside the store",
@@ -1038,7 +1041,7 @@ pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
         Place::Root => int_ret(Err(libc::EISDIR)),
@@ -1219,7 +1222,9 @@ fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), 
         e => fail("open", &e),
     })?;
     let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
-    if flags & libc::O_TRUNC != 0 && writable && !node.file.is_empty() {
+    // As Linux: `O_TRUNC` empties the file whatever the access mode (an
+    // `O_RDONLY` open too), but not through `O_PATH`.
+    if flags & libc::O_TRUNC != 0 && !path_only && !node.file.is_empty() {
         let _g = lock(&node.grow);
         node.note_written();
         let r = node.file.set_len(0);
@@ -1239,6 +1244,14 @@ fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), 
     state::insert(fd, d)
 }
 
+/// Whether an open with `flags` follows a link its path ends in: not with
+/// `O_NOFOLLOW` (the kernel's `ELOOP`), nor with `O_CREAT | O_EXCL` (its
+/// `EEXIST`, whatever the link names).
+fn follows_open(flags: c_int) -> bool {
+    let excl = libc::O_CREAT | libc::O_EXCL;
+    flags & libc::O_NOFOLLOW == 0 && flags & excl != excl
+}
+
 /// `open`-like calls: inside the store, a placeholder; else `pass()`.
 fn open_via(
     dirfd: c_int,
@@ -1246,7 +1259,7 @@ fn open_via(
     flags: c_int,
     pass: impl FnOnce() -> c_int,
 ) -> c_int {
-    match classify(dirfd, path) {
+    match classify_as(dirfd, path, follows_open(flags)) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(open_inside(&name, flags)),
         // The directory itself is a real one (listing is served by opendir).
@@ -1568,16 +1581,22 @@ fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
     if new < 0 {
         return new;
     }
-    let replaced = state::remove(new);
-    if let Some(d) = old
-        && let Err(e) = state::insert(new, d)
-    {
-        // SAFETY: closes the copy just made.
-        unsafe { real::close()(new) };
-        replaced.into_iter().for_each(implicit_close);
-        set_errno(e);
-        return -1;
-    }
+    let replaced = match old {
+        // Replaced in one step: a call on `new` meanwhile on another thread
+        // finds the file it stood for or this one, never no file.
+        Some(d) => match state::insert_replacing(new, d) {
+            Ok(r) => r,
+            Err(e) => {
+                let replaced = state::remove(new);
+                // SAFETY: closes the copy just made.
+                unsafe { real::close()(new) };
+                replaced.into_iter().for_each(implicit_close);
+                set_errno(e);
+                return -1;
+            }
+        },
+        None => state::remove(new),
+    };
     replaced.into_iter().for_each(implicit_close);
     new
 }
@@ -1862,15 +1881,21 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
     }
 }
 
-fn rename_names(from: &str, to: &str) -> Result<c_int, i32> {
-    with_state(|s| rename_in(s, from, to))
+fn rename_names(from: &str, to: &str, replace: bool) -> Result<c_int, i32> {
+    with_state(|s| rename_in(s, from, to, replace))
 }
 
-/// `rename` of two names of the store's directory.
-pub(crate) fn rename_in(s: &State, from: &str, to: &str) -> Result<c_int, i32> {
+/// `rename` of two names of the store's directory: over a file `to` when
+/// `replace`, else (`RENAME_NOREPLACE`) refused `EEXIST` if there is one,
+/// in the same step as the rename (a file made under `to` by another thread
+/// meanwhile is never replaced).
+pub(crate) fn rename_in(s: &State, from: &str, to: &str, replace: bool) -> Result<c_int, i32> {
     if from == to {
         return state::len_of(s, from)
-            .map(|_| 0)
+            .and_then(|_| match replace {
+                true => Ok(0),
+                false => Err(Error::FileExists(to.to_string())),
+            })
             .map_err(|e| e.posix_errno());
     }
     // The source must exist before the target is replaced; the target
@@ -1878,6 +1903,28 @@ pub(crate) fn rename_in(s: &State, from: &str, to: &str) -> Result<c_int, i32> {
     // replacement is one logged operation).
     state::len_of(s, from).map_err(|e| e.posix_errno())?;
     let mut nodes = state::lock_nodes(s);
+    if !replace {
+        return match s.cs.rename(from, to) {
+            Ok(()) => {
+                state::renamed(&mut nodes, from, to);
+                Ok(0)
+            }
+            Err(e @ (Error::FileExists(_) | Error::FileNotFound(_))) => Err(e.posix_errno()),
+            Err(e) => {
+                // As a replacement's failure below: the table follows
+                // the store, or forgets the names when it cannot tell.
+                match still_listed(s, from) {
+                    Some(true) => {}
+                    Some(false) => state::renamed(&mut nodes, from, to),
+                    None => {
+                        state::forget(s, &mut nodes, from);
+                        state::forget(s, &mut nodes, to);
+                    }
+                }
+                Err(fail("rename", &e))
+            }
+        };
+    }
     if let Err(e) = s.cs.replace(from, to) {
         // Begun (the store finishes it at its next operation: the
         // listing) or not: the table of names follows the store, and
@@ -1911,19 +1958,30 @@ fn rename_at(
     match (classify(dir1, from), classify(dir2, to)) {
         (Place::Outside, Place::Outside) => None,
         (Place::Inside(a), Place::Inside(b)) => {
+            // The kernel's checks of the flags, first: bits it does not
+            // know, and the two that exclude each other.
+            let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
+            let both = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+            if flags & !known != 0
+                || flags & both == both
+                || (flags & libc::RENAME_WHITEOUT != 0 && flags & libc::RENAME_EXCHANGE != 0)
+            {
+                return Some(int_ret(Err(libc::EINVAL)));
+            }
             if flags & libc::RENAME_EXCHANGE != 0 {
                 return Some(int_ret(Err(unsupported(
                     "renameat2 with RENAME_EXCHANGE",
                     libc::EINVAL,
                 ))));
             }
-            if flags & libc::RENAME_NOREPLACE != 0
-                && let Ok(s) = state::state()
-                && state::len_of(s, &b).is_ok()
-            {
-                return Some(int_ret(Err(libc::EEXIST)));
+            if flags & libc::RENAME_WHITEOUT != 0 {
+                return Some(int_ret(Err(unsupported(
+                    "renameat2 with RENAME_WHITEOUT",
+                    libc::EINVAL,
+                ))));
             }
-            Some(int_ret(rename_names(&a, &b)))
+            let replace = flags & libc::RENAME_NOREPLACE == 0;
+            Some(int_ret(rename_names(&a, &b, replace)))
         }
         (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
         (Place::Root, _) | (_, Place::Root) => Some(int_ret(Err(libc::EBUSY))),
@@ -2281,10 +2339,10 @@ pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat64) -> c_int {
 }
 
 macro_rules! path_stat {
-    ($($name:ident;)*) => {$(
+    ($($name:ident($follow:expr);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, out: *mut libc::stat64) -> c_int {
-            match classify(libc::AT_FDCWD, path) {
+            match classify_as(libc::AT_FDCWD, path, $follow) {
                 Place::Bad(e) => int_ret(Err(e)),
                 Place::Inside(name) => int_ret(stat_name(&name, out)),
                 // SAFETY: passed through with the caller's arguments.
@@ -2295,10 +2353,10 @@ macro_rules! path_stat {
 }
 
 path_stat! {
-    stat;
-    stat64;
-    lstat;
-    lstat64;
+    stat(true);
+    stat64(true);
+    lstat(false);
+    lstat64(false);
 }
 
 /// Whether a path given with `AT_EMPTY_PATH` names the descriptor itself:
@@ -2323,7 +2381,7 @@ pub unsafe extern "C" fn fstatat64(
             return int_ret(Err(libc::EBADF));
         }
     } else {
-        match classify(dirfd, path) {
+        match classify_as(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
             Place::Inside(name) => return int_ret(stat_name(&name, out)),
             Place::Bad(e) => return int_ret(Err(e)),
             Place::Root | Place::Outside => {}
@@ -2415,7 +2473,7 @@ pub unsafe extern "C" fn statx(
             None => return unsafe { real::statx()(dirfd, path, flags, mask, out) },
         }
     } else {
-        match classify(dirfd, path) {
+        match classify_as(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
             Place::Bad(e) => Err(e),
             Place::Inside(name) => stat_name(&name, &mut st),
             // SAFETY: passed through with the caller's arguments.
@@ -2440,7 +2498,7 @@ fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
         // SAFETY: passed through with the caller's arguments.
@@ -2469,7 +2527,7 @@ pub unsafe extern "C" fn faccessat(
             return int_ret(Err(libc::EBADF));
         }
     }
-    match classify(dirfd, path) {
+    match classify_as(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
         // SAFETY: passed through with the caller's arguments.
@@ -2539,10 +2597,10 @@ fd_meta! {
 /// Calls on a path that change its file's owner, mode or times: on a file
 /// of the store, they succeed if it exists.
 macro_rules! path_meta {
-    ($($name:ident($($a:ident: $t:ty),*);)*) => {$(
+    ($($name:ident($($a:ident: $t:ty),*) $flags:expr;)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char $(, $a: $t)*) -> c_int {
-            match meta_at(libc::AT_FDCWD, path, 0, false) {
+            match meta_at(libc::AT_FDCWD, path, $flags, false) {
                 Some(rc) => rc,
                 // SAFETY: passed through with the caller's arguments.
                 None => unsafe { real::$name()(path $(, $a)*) },
@@ -2552,12 +2610,12 @@ macro_rules! path_meta {
 }
 
 path_meta! {
-    chmod(mode: libc::mode_t);
-    chown(uid: libc::uid_t, gid: libc::gid_t);
-    lchown(uid: libc::uid_t, gid: libc::gid_t);
-    utime(times: *const libc::utimbuf);
-    utimes(times: *const libc::timeval);
-    lutimes(times: *const libc::timeval);
+    chmod(mode: libc::mode_t) 0;
+    chown(uid: libc::uid_t, gid: libc::gid_t) 0;
+    lchown(uid: libc::uid_t, gid: libc::gid_t) libc::AT_SYMLINK_NOFOLLOW;
+    utime(times: *const libc::utimbuf) 0;
+    utimes(times: *const libc::timeval) 0;
+    lutimes(times: *const libc::timeval) libc::AT_SYMLINK_NOFOLLOW;
 }
 
 /// An owner, mode or times change of `path` relative to `dirfd`, or of
@@ -2572,7 +2630,7 @@ fn meta_at(dirfd: c_int, path: *const c_char, flags: c_int, null_is_fd: bool) ->
         }
         return state::desc(dirfd).map(|_| 0);
     }
-    match classify(dirfd, path) {
+    match classify_as(dirfd, path, flags & libc::AT_SYMLINK_NOFOLLOW == 0) {
         Place::Bad(e) => Some(int_ret(Err(e))),
         Place::Inside(name) => Some(int_ret(access_name(&name, 0))),
         _ => None,
@@ -2650,7 +2708,7 @@ fn no_xattr(name: &str, list: bool) -> ssize_t {
 }
 
 macro_rules! path_xattr {
-    ($($name:ident;)*) => {$(
+    ($($name:ident($follow:expr);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(
             path: *const c_char,
@@ -2658,7 +2716,7 @@ macro_rules! path_xattr {
             value: *mut c_void,
             size: size_t,
         ) -> ssize_t {
-            match classify(libc::AT_FDCWD, path) {
+            match classify_as(libc::AT_FDCWD, path, $follow) {
                 Place::Bad(e) => size_ret(Err(e)),
                 Place::Inside(name) => no_xattr(&name, false),
                 // SAFETY: passed through with the caller's arguments.
@@ -2669,15 +2727,15 @@ macro_rules! path_xattr {
 }
 
 path_xattr! {
-    getxattr;
-    lgetxattr;
+    getxattr(true);
+    lgetxattr(false);
 }
 
 macro_rules! path_listxattr {
-    ($($name:ident;)*) => {$(
+    ($($name:ident($follow:expr);)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(path: *const c_char, list: *mut c_char, size: size_t) -> ssize_t {
-            match classify(libc::AT_FDCWD, path) {
+            match classify_as(libc::AT_FDCWD, path, $follow) {
                 Place::Bad(e) => size_ret(Err(e)),
                 Place::Inside(name) => no_xattr(&name, true),
                 // SAFETY: passed through with the caller's arguments.
@@ -2688,8 +2746,8 @@ macro_rules! path_listxattr {
 }
 
 path_listxattr! {
-    listxattr;
-    llistxattr;
+    listxattr(true);
+    llistxattr(false);
 }
 
 #[unsafe(no_mangle)]
@@ -2761,7 +2819,7 @@ fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => {
             set_errno(e);
             std::ptr::null_mut()

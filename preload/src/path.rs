@@ -106,8 +106,20 @@ fn names_a_directory(path: &[u8]) -> bool {
     path.len() > 1 && matches!(last, b"" | b"." | b"..")
 }
 
-/// Where `path` (relative to `dirfd` when it is relative) points.
+/// Where `path` (relative to `dirfd` when it is relative) points, for a
+/// call that acts on a link it ends in, not on what the link names
+/// (`unlink`, `rename`, `lstat`, `readlink`).
 pub(crate) fn classify(dirfd: c_int, path: *const c_char) -> Place {
+    classify_as(dirfd, path, false)
+}
+
+/// [`classify`] for a call that follows a link the path ends in (`open`
+/// without `O_NOFOLLOW`, `stat`, `truncate`, `access`) when `follow`: a
+/// link outside the store that names a file of the store (`/tmp/l` to
+/// `SETCACHE_DIR/f`) is that file. Passed to the kernel, such a call made
+/// or read a file in the store's directory on disk, which no call of the
+/// store sees.
+pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Place {
     let Some(cfg) = state::config() else {
         return Place::Outside;
     };
@@ -116,7 +128,74 @@ pub(crate) fn classify(dirfd: c_int, path: *const c_char) -> Place {
     }
     // SAFETY: the caller passes a C string, as the function it stands in for requires.
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
-    place_of(cfg, dirfd, p)
+    let place = place_of(cfg, dirfd, p);
+    if !follow || !matches!(place, Place::Outside) {
+        return place;
+    }
+    followed(cfg, dirfd, p)
+}
+
+/// Links the kernel follows for one path at most before `ELOOP`.
+const MAX_LINKS: usize = 40;
+
+/// Where outside path `p` (relative to `dirfd`) points once the links it
+/// ends in are followed, as the kernel follows them; a link of its
+/// directories is looked through by [`place_of`] at each step.
+fn followed(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
+    let mut at = p.to_vec();
+    for _ in 0..MAX_LINKS {
+        let Some(target) = link_target(dirfd, &at) else {
+            return Place::Outside;
+        };
+        at = if target.first() == Some(&b'/') {
+            target
+        } else {
+            // Relative to the link's directory (`dirfd` itself for a bare name).
+            match at.iter().rposition(|&b| b == b'/') {
+                Some(i) => [&at[..=i], &target[..]].concat(),
+                None => target,
+            }
+        };
+        match place_of(cfg, dirfd, &at) {
+            Place::Outside => {}
+            place => return place,
+        }
+    }
+    // A link past the kernel's bound: the kernel answers `ELOOP`, whatever
+    // the chain names.
+    Place::Outside
+}
+
+/// What the link at `path` (relative to `dirfd`) holds, if it is one. A
+/// system call of its own, not the C library's `readlinkat`, which this
+/// library stands in for. The caller's `errno` is kept.
+fn link_target(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
+    if path.is_empty() || path.contains(&0) {
+        return None;
+    }
+    let mut c = Vec::with_capacity(path.len() + 1);
+    c.extend_from_slice(path);
+    c.push(0);
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: this thread's errno.
+    let saved = unsafe { *libc::__errno_location() };
+    // SAFETY: a NUL-terminated path and a buffer of ours of the length given.
+    let n = unsafe {
+        libc::syscall(
+            libc::SYS_readlinkat,
+            dirfd,
+            c.as_ptr(),
+            buf.as_mut_ptr(),
+            buf.len(),
+        )
+    };
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() = saved };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(buf)
 }
 
 fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {

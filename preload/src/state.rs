@@ -41,13 +41,27 @@ pub(crate) struct State {
 /// Files kept open after their last close.
 const KEPT: usize = 32;
 
-/// Keep `n` open for a while after its last descriptor closed.
+/// Keep `n` open for a while after its last descriptor closed, if it is
+/// still the file its name opens: a file deleted or replaced while open
+/// goes with its last holder, as the kernel frees a file's space at its
+/// last close (kept, it held its backing files open, and their space).
 pub(crate) fn keep(s: &State, n: Arc<Node>) {
     let out = {
-        let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
-        k.retain(|x| !Arc::ptr_eq(x, &n));
-        k.push_back(n);
-        if k.len() > KEPT { k.pop_front() } else { None }
+        // The table's lock first, as `forget` takes them: a delete's
+        // `forget` comes wholly before this look or after the push.
+        let nodes = lock_nodes(s);
+        let name = n.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let named = nodes
+            .get(&name)
+            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&n)));
+        if named {
+            let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+            k.retain(|x| !Arc::ptr_eq(x, &n));
+            k.push_back(n);
+            if k.len() > KEPT { k.pop_front() } else { None }
+        } else {
+            Some(n)
+        }
     };
     // Dropped outside the lock: the last reference syncs the file, and other
     // threads' closes and `stat`s wait on this lock.
@@ -725,12 +739,19 @@ pub(crate) fn parents_placeholder(fd: c_int) -> bool {
 
 /// Make `fd` stand for `d` (replacing what it stood for).
 pub(crate) fn insert(fd: c_int, d: Arc<Desc>) -> Result<(), i32> {
+    insert_replacing(fd, d).map(drop)
+}
+
+/// [`insert`], returning what `fd` stood for: in one step, so that another
+/// thread's call on `fd` finds the old file or the new one, never nothing
+/// (a `dup2` from one file of the store over another's descriptor).
+pub(crate) fn insert_replacing(fd: c_int, d: Arc<Desc>) -> Result<Option<Arc<Desc>>, i32> {
     let s = slot(fd, true).ok_or(libc::EMFILE)?;
     let old = s.write().unwrap_or_else(|p| p.into_inner()).replace(d);
     if old.is_none() {
         LIVE.fetch_add(1, Ordering::Relaxed);
     }
-    Ok(())
+    Ok(old)
 }
 
 /// `fd` no longer stands for anything; what it stood for.
@@ -906,6 +927,30 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A file deleted, or replaced by a rename, while open is not kept after
+    /// its last close (kept, it held its backing files, and so their space,
+    /// until 32 more closes); a file still under its name is.
+    #[test]
+    fn a_file_deleted_or_replaced_while_open_is_not_kept() {
+        let (dir, s) = two_devices("gone");
+        let d = node(&s, "d", true, false, true).unwrap();
+        crate::calls::unlink_in(&s, "d").unwrap();
+        keep(&s, d);
+        assert_eq!(s.kept.lock().unwrap().len(), 0, "a deleted file was kept");
+        let t = node(&s, "t", true, false, true).unwrap();
+        drop(node(&s, "u", true, false, true).unwrap());
+        crate::calls::rename_in(&s, "u", "t", true).unwrap();
+        let kept_as = |n: &Arc<Node>| s.kept.lock().unwrap().iter().any(|k| Arc::ptr_eq(k, n));
+        let replaced = Arc::clone(&t);
+        keep(&s, t);
+        assert!(!kept_as(&replaced), "a replaced file was kept");
+        let u = node(&s, "t", false, false, false).unwrap();
+        keep(&s, Arc::clone(&u));
+        assert!(kept_as(&u), "the file under its name was not kept");
+        drop(s);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A loss a failed fsync left (pages written back, pushed out of the
     /// cache, then the fsync failing) stays the file's through a length
     /// asked for and a reader's open; a writer's open
@@ -1047,7 +1092,7 @@ mod tests {
         n.file.write_at(0, &[0xAB; 3 * 4096]).unwrap();
         n.file.sync().unwrap();
         std::fs::create_dir_all(blocker.join("x")).unwrap();
-        assert!(crate::calls::rename_in(&s, "a", "b").is_err());
+        assert!(crate::calls::rename_in(&s, "a", "b", true).is_err());
         std::fs::remove_dir_all(&blocker).unwrap();
         // The retry's open of the old name, as `open(O_CREAT | O_TRUNC)`.
         let again = node(&s, "a", true, false, true).unwrap();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use libc::{off64_t, size_t, ssize_t};
 
-use crate::path::{Place, classify};
+use crate::path::{Place, classify_as};
 use crate::{calls, real, set_errno};
 
 type ReadFn = unsafe extern "C" fn(*mut c_void, *mut c_char, size_t) -> ssize_t;
@@ -192,9 +192,16 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
     unsafe { fopen64(path, mode) }
 }
 
+/// Whether `fopen` with `mode` follows a link its path ends in: not with
+/// `x` (`O_CREAT | O_EXCL`, the kernel's `EEXIST` for any link).
+fn follows_fopen(mode: *const c_char) -> bool {
+    // SAFETY: the caller passes a C string, as `fopen` requires (null checked).
+    !mode.is_null() && !unsafe { CStr::from_ptr(mode) }.to_bytes().contains(&b'x')
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, follows_fopen(mode)) {
         Place::Bad(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -272,7 +279,7 @@ pub unsafe extern "C" fn freopen64(
     mode: *const c_char,
     stream: *mut libc::FILE,
 ) -> *mut libc::FILE {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, follows_fopen(mode)) {
         Place::Bad(e) => {
             set_errno(e);
             std::ptr::null_mut()

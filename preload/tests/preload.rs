@@ -457,6 +457,46 @@ fn paths_through_a_link_to_the_store_reach_its_files() {
     }
 }
 
+/// A link outside the store that names a file of the store (`out/lf` to
+/// `SETCACHE_DIR/lf`) is that file for the calls that follow links (`open`,
+/// `stat`), as the kernel's would be: a file written through it reads back
+/// through the store's path and through the link, and nothing is made in the
+/// store's directory on disk, where no call of the store would see it.
+#[test]
+fn a_link_outside_the_store_to_one_of_its_files_reaches_that_file() {
+    let s = Setup::new("filelink");
+    let prog = probe(&s.p("bin"), true);
+    std::fs::create_dir(s.p("out")).unwrap();
+    // One link by its absolute path, one relative to the link's directory
+    // through another link.
+    std::os::unix::fs::symlink(s.p("store").join("lf"), s.p("out").join("lf")).unwrap();
+    std::os::unix::fs::symlink("lf", s.p("out").join("again")).unwrap();
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("out")).args(["put", "again", "hello"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("again: put 5 sync 0 close 0"), "{t}");
+    assert!(
+        std::fs::symlink_metadata(s.p("store").join("lf")).is_err(),
+        "the write through the link made a file in the store's directory on disk"
+    );
+    for (d, name) in [("store", "lf"), ("out", "lf"), ("out", "again")] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p(d)).args(["cat", name]);
+        let t = text(&run(c).stdout);
+        assert!(
+            t.contains(&format!("{name}: 5 hello")),
+            "read through {d}/{name}: {t}"
+        );
+    }
+    // The links themselves are still links, outside the store.
+    assert!(
+        std::fs::symlink_metadata(s.p("out").join("lf"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}
+
 /// A walk that starts at `q/..`, where `q` is a symbolic link, walks the
 /// parent of `q`'s target, as the kernel resolves it: a directory there that
 /// happens to be named `store` is that directory (its files shown), not
@@ -598,6 +638,27 @@ fn a_last_close_syncs_while_another_thread_stats_the_file() {
             "{n} lost its bytes:\n{t}"
         );
     }
+}
+
+/// A descriptor that `dup2` makes, again and again, a copy of one file of
+/// the store or of another's, while another thread writes through it: each
+/// write reaches one of the two files, as the kernel's would; none fails for
+/// finding the number standing for nothing between the two.
+#[test]
+fn a_write_beside_dup2_between_two_files_of_the_store_never_fails() {
+    let s = Setup::new("dup2race");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("dup2-race");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("dup2 race: failed dup2                   0"),
+        "{t}"
+    );
+    assert!(
+        t.contains("dup2 race: failed writes                 0"),
+        "{t}"
+    );
 }
 
 /// A reader following a file another thread appends to never finds zeros

@@ -881,8 +881,29 @@ static void common(void) {
     close(fd);
     show("rename p2 over p3", rename(path("p2"), path("p3")));
     show_size("stat p3", "p3");
+    fd = open(path("p4"), O_CREAT | O_WRONLY, 0644);
+    close(fd);
+    show("renameat2 NOREPLACE over p4",
+         renameat2(AT_FDCWD, path("p3"), AT_FDCWD, path("p4"), RENAME_NOREPLACE));
+    show("renameat2 an unknown flag",
+         renameat2(AT_FDCWD, path("p3"), AT_FDCWD, path("p5"), 1u << 7));
+    show("renameat2 NOREPLACE|EXCHANGE",
+         renameat2(AT_FDCWD, path("p3"), AT_FDCWD, path("p5"), RENAME_NOREPLACE | RENAME_EXCHANGE));
+    show("renameat2 NOREPLACE p4 p5",
+         renameat2(AT_FDCWD, path("p4"), AT_FDCWD, path("p5"), RENAME_NOREPLACE));
+    show("renameat2 NOREPLACE p5 p5",
+         renameat2(AT_FDCWD, path("p5"), AT_FDCWD, path("p5"), RENAME_NOREPLACE));
+    show_size("stat p4", "p4");
+    show("unlink p5", unlink(path("p5")));
     list("list");
 
+    fd = open(path("p3"), O_RDONLY | O_TRUNC);
+    fstat(fd, &st);
+    show("O_RDONLY|O_TRUNC size", st.st_size);
+    close(fd);
+    fd = open(path("p3"), O_WRONLY);
+    show("write p3 again", write(fd, buf, 3000));
+    close(fd);
     fd = open(path("p3"), O_RDWR | O_TRUNC);
     fstat(fd, &st);
     show("O_TRUNC size", st.st_size);
@@ -1479,6 +1500,44 @@ static void tail_race(void) {
     close(rfd);
 }
 
+static volatile int dup_done;
+
+static void *dup_writer(void *arg) {
+    int fd = *(int *)arg;
+    long bad = 0;
+    char b[512];
+    memset(b, 'w', sizeof b);
+    while (!dup_done)
+        if (pwrite(fd, b, sizeof b, 0) != (ssize_t)sizeof b)
+            bad++;
+    printf("%-40s %ld\n", "dup2 race: failed writes", bad);
+    return NULL;
+}
+
+/* One thread writes to a descriptor while another makes it, again and
+ * again, a copy of one file of the store or of another's: each write goes
+ * to one file or the other, as the kernel's would, and none fails. */
+static void dup2_race(void) {
+    int a = open(path("da"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    int b = open(path("db"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    int x = dup(a);
+    if (a < 0 || b < 0 || x < 0)
+        abort();
+    pthread_t t;
+    if (pthread_create(&t, NULL, dup_writer, &x) != 0)
+        abort();
+    long failed = 0;
+    for (int i = 0; i < 100000; i++)
+        if (dup2(i % 2 ? a : b, x) != x)
+            failed++;
+    dup_done = 1;
+    pthread_join(t, NULL);
+    printf("%-40s %ld\n", "dup2 race: failed dup2", failed);
+    close(x);
+    close(a);
+    close(b);
+}
+
 static int shrink_fd;
 static volatile int shrink_done;
 
@@ -1733,6 +1792,8 @@ int main(int argc, char **argv) {
         shrink_race();
     else if (argc > 2 && strcmp(argv[2], "tail-race") == 0)
         tail_race();
+    else if (argc > 2 && strcmp(argv[2], "dup2-race") == 0)
+        dup2_race();
     else if (argc > 2 && strcmp(argv[2], "main-ends-first") == 0)
         main_ends_first(1);
     else if (argc > 2 && strcmp(argv[2], "main-ends-untouched") == 0)
