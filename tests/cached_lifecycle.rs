@@ -291,6 +291,61 @@ fn a_growth_after_a_shrink_waits_only_for_guards_past_the_end() {
     drop(g);
 }
 
+/// A growth after a shrink (the logged path, which takes the file's sync
+/// lock) by a thread holding a guard of a dirty page below the end, while
+/// another thread's sync of the file waits for that page: the growth is
+/// refused after the pin wait (`HeldByCaller`) instead of waiting for ever
+/// beside the sync, and the sync ends once the guard goes. An extending
+/// write takes the same path.
+#[test]
+fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
+    let tmp = TempDir::new("grow-beside-sync");
+    let cs = CachedStore::new(
+        Store::open(&tmp.devices(1), StoreOptions::default()).unwrap(),
+        CacheOptions {
+            pin_wait: Duration::from_millis(300),
+            ..cache(16)
+        },
+    )
+    .unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.set_len(4 * 4096).unwrap();
+    cf.write_at(0, &[7; 4096]).unwrap();
+    let g = cf.page(0).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !done.load(Ordering::SeqCst) {
+                eprintln!("a growth and a sync waited 60 s for each other");
+                std::process::exit(3);
+            }
+        });
+    }
+    let syncer = {
+        let cf = cf.clone();
+        std::thread::spawn(move || cf.sync())
+    };
+    // The sync waits for page 0 (dirty, pinned by the guard) under its lock.
+    std::thread::sleep(Duration::from_millis(200));
+    let r = cf.grow(5 * 4096);
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "growth: {r:?}");
+    let r = cf.write_extending(4 * 4096, &[1; 10]);
+    assert!(
+        matches!(r, Err(Error::HeldByCaller(_))),
+        "extending write: {r:?}"
+    );
+    drop(g);
+    syncer.join().unwrap().unwrap();
+    done.store(true, Ordering::SeqCst);
+    // With the sync done, both go through while a guard is held.
+    let g = cf.page(0).unwrap();
+    cf.write_extending(4 * 4096, &[1; 10]).unwrap();
+    assert_eq!(cf.len(), 4 * 4096 + 10);
+    drop(g);
+}
+
 /// Lengths are exact to the byte: a file of 1000 bytes reads 1000 bytes, a
 /// shrink to an odd length and a grow show zeros past the cut, and the length
 /// survives a reopen.

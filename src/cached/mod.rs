@@ -1663,6 +1663,35 @@ impl CachedFile {
         self.resize_to(len, true, self.real_len() / ps, None)
     }
 
+    /// The file's sync lock, for a length change. A sync that holds it waits
+    /// for every dirty page of the file, one this thread holds a guard of
+    /// too (below `held_from`, which `resize_to` lets be): a thread holding
+    /// a guard of the file waits for the lock at most the pin wait, then is
+    /// refused, where waiting on would wait for ever beside the sync.
+    fn lock_syncing(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
+        let e = &*self.entry;
+        let name = || self.entry.file.name();
+        if Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name).is_ok() {
+            return Ok(e.syncing.lock().unwrap_or_else(|p| p.into_inner()));
+        }
+        let deadline = std::time::Instant::now() + self.shared.cache.pin_wait();
+        loop {
+            match e.syncing.try_lock() {
+                Ok(g) => return Ok(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if std::time::Instant::now() >= deadline {
+                return Err(Error::HeldByCaller(format!(
+                    "a length change of {:?} beside a sync of it, which waits for a page \
+                     this thread holds a guard of",
+                    name()
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(500));
+        }
+    }
+
     /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;
     /// refused while this thread holds a guard of page `held_from` of the
     /// file or a later one (an extending write's cut back from its own pages).
@@ -1699,7 +1728,7 @@ impl CachedFile {
         }
         // No sync of the file runs meanwhile: its writes are never cut by a
         // shrink between their preparation and their submission.
-        let _no_sync = e.syncing.lock().unwrap_or_else(|p| p.into_inner());
+        let _no_sync = self.lock_syncing()?;
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         // Make the cache hold nothing past `end` and zeros past it in its
