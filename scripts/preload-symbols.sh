@@ -33,7 +33,7 @@ catalogue="open open64 openat openat64 __open_2 __open64_2 __openat_2 __openat64
 creat creat64 close close_range closefrom read __read_chk write pread pread64
 __pread_chk __pread64_chk pwrite pwrite64 readv writev preadv preadv64 pwritev
 pwritev64 preadv2 pwritev2 preadv64v2 pwritev64v2 lseek lseek64 fsync fdatasync
-sync_file_range syncfs ftruncate ftruncate64 truncate truncate64 fallocate fallocate64
+sync_file_range syncfs readahead ftruncate ftruncate64 truncate truncate64 fallocate fallocate64
 posix_fallocate posix_fallocate64 posix_fadvise posix_fadvise64 fstat fstat64 stat
 stat64 lstat lstat64 fstatat fstatat64 statx __fxstat __fxstat64 __xstat __xstat64
 __lxstat __lxstat64 __fxstatat __fxstatat64 access faccessat euidaccess readlink

@@ -145,10 +145,12 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     if !d.writable {
         return Err(libc::EBADF);
     }
-    check_direct(d, data.as_ptr() as usize, data.len(), off.unwrap_or(0))?;
+    let append = d.append() || off.is_none();
+    // (An append's offset is checked at the end, below.)
+    let checked_at = if append { 0 } else { off.unwrap_or(0) };
+    check_direct(d, data.as_ptr() as usize, data.len(), checked_at)?;
     let f = &d.node.file;
     let n = data.len() as u64;
-    let append = d.append() || off.is_none();
     let what = if append { "append" } else { "write" };
     let end_of = |at: u64| {
         at.checked_add(n)
@@ -179,6 +181,11 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     let _g = lock(&d.node.grow);
     let size = d.node.len();
     let at = if append { size } else { off.unwrap_or(0) };
+    if append {
+        // An `O_DIRECT` append's offset is the end: aligned there, as the
+        // kernel checks it.
+        check_direct(d, data.as_ptr() as usize, data.len(), at)?;
+    }
     let end = end_of(at)?;
     if n == 0 {
         return Ok(at);
@@ -702,6 +709,8 @@ pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::syncfs()(fd) },
+        // The kernel takes no `O_PATH` descriptor here.
+        Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
         Some(_) => int_ret(state::sync_store("syncfs").map(|()| 0)),
     }
 }
@@ -969,7 +978,19 @@ pub unsafe extern "C" fn sync_file_range(
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::sync_file_range()(fd, off, n, flags) },
-        Some(_) if off < 0 || n < 0 => int_ret(Err(libc::EINVAL)),
+        // In the kernel's order: the descriptor, then the flags and range.
+        Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
+        Some(_)
+            if off < 0
+                || n < 0
+                || flags
+                    & !(libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER)
+                    != 0 =>
+        {
+            int_ret(Err(libc::EINVAL))
+        }
         // Waiting for the range's write-back: the whole file is synced.
         Some(d) if flags & libc::SYNC_FILE_RANGE_WAIT_AFTER != 0 => sync_desc(&d),
         // Starting write-back: the flusher does that on its own.
@@ -978,6 +999,9 @@ pub unsafe extern "C" fn sync_file_range(
 }
 
 fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
+    if d.path_only() {
+        return Err(libc::EBADF);
+    }
     let len = offset(len)?;
     if !d.writable {
         return Err(libc::EINVAL);
@@ -1119,6 +1143,9 @@ pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c
 /// `posix_fadvise` on a file of the store: the hints of
 /// [`setcache::CachedFile::advise`]; returns the error number.
 fn fadvise(d: &Desc, off: i64, len: i64, advice: c_int) -> c_int {
+    if d.path_only() {
+        return libc::EBADF;
+    }
     if off < 0 || len < 0 {
         return libc::EINVAL;
     }
@@ -1161,6 +1188,24 @@ pub unsafe extern "C" fn posix_fadvise64(
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::posix_fadvise64()(fd, off, len, advice) },
         Some(d) => fadvise(&d, off, len, advice),
+    }
+}
+
+/// `readahead` of a file of the store: its `WillNeed` hint, as the kernel's
+/// is `POSIX_FADV_WILLNEED`'s (a descriptor not open for reading refused).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::readahead()(fd, off, n) },
+        Some(d) if d.path_only() || !d.readable => size_ret(Err(libc::EBADF)),
+        Some(d) => {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            match fadvise(&d, off, n, libc::POSIX_FADV_WILLNEED) {
+                0 => 0,
+                e => size_ret(Err(e)),
+            }
+        }
     }
 }
 
@@ -1650,6 +1695,16 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     dup_follow(d, rc)
 }
 
+/// `O_LARGEFILE` as the kernel reports it in `F_GETFL`: set by every open
+/// of a 64-bit process but one with `O_PATH` (the C library's headers have
+/// it 0 on 64-bit targets).
+#[cfg(target_arch = "x86_64")]
+const KERNEL_O_LARGEFILE: c_int = 0o100000;
+#[cfg(target_arch = "aarch64")]
+const KERNEL_O_LARGEFILE: c_int = 0o400000;
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+const KERNEL_O_LARGEFILE: c_int = libc::O_LARGEFILE;
+
 /// `fcntl` on a placeholder.
 fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
     match cmd {
@@ -1660,7 +1715,11 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
         }
         // SAFETY: the descriptor flags (close-on-exec) are the placeholder's own.
         libc::F_GETFD | libc::F_SETFD => unsafe { real::fcntl64()(fd, cmd, arg) },
-        libc::F_GETFL => d.status.load(Ordering::Relaxed),
+        libc::F_GETFL if d.path_only() => d.status.load(Ordering::Relaxed),
+        libc::F_GETFL => d.status.load(Ordering::Relaxed) | KERNEL_O_LARGEFILE,
+        // The kernel's `fcntl` takes only the commands above on an `O_PATH`
+        // descriptor.
+        _ if d.path_only() => int_ret(Err(libc::EBADF)),
         libc::F_SETFL => {
             let changeable = libc::O_APPEND | libc::O_NONBLOCK | libc::O_DIRECT | libc::O_NOATIME;
             let new = arg as c_int & changeable;
@@ -1808,7 +1867,13 @@ pub unsafe extern "C" fn mmap64(
     fd: c_int,
     off: off64_t,
 ) -> *mut c_void {
-    if flags & libc::MAP_ANONYMOUS == 0 && state::desc(fd).is_some() {
+    if flags & libc::MAP_ANONYMOUS == 0
+        && let Some(d) = state::desc(fd)
+    {
+        if d.path_only() {
+            set_errno(libc::EBADF);
+            return libc::MAP_FAILED;
+        }
         return refuse_map();
     }
     // SAFETY: passed through with the caller's arguments.

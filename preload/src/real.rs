@@ -124,6 +124,7 @@ real! {
     execveat: fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int;
     fdatasync: fn(c_int) -> c_int;
     sync_file_range: fn(c_int, off64_t, off64_t, c_uint) -> c_int;
+    readahead: fn(c_int, off64_t, size_t) -> ssize_t;
     ftruncate64: fn(c_int, off64_t) -> c_int;
     truncate64: fn(*const c_char, off64_t) -> c_int;
     fallocate64: fn(c_int, c_int, off64_t, off64_t) -> c_int;

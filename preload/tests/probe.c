@@ -208,8 +208,21 @@ static void edges(void) {
     show("fsync on O_PATH", fsync(fd));
     show("fdatasync on O_PATH", fdatasync(fd));
     show("lseek on O_PATH", lseek(fd, 0, SEEK_SET));
+    show("ftruncate on O_PATH", ftruncate(fd, 0));
+    show("posix_fadvise on O_PATH", posix_fadvise(fd, 0, 0, POSIX_FADV_WILLNEED));
+    show("sync_file_range on O_PATH", sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE));
+    show("syncfs on O_PATH", syncfs(fd));
+    show("F_SETFL on O_PATH", fcntl(fd, F_SETFL, O_APPEND));
+    show("mmap on O_PATH", mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0);
+    show("readahead on O_PATH", readahead(fd, 0, 4096));
+    show("F_GETFL on O_PATH", fcntl(fd, F_GETFL));
+    close(fd);
+    fd = open(path("v"), O_RDONLY);
+    show("readahead", readahead(fd, 0, 4096));
+    show("sync_file_range of an unknown flag", sync_file_range(fd, 0, 0, 1u << 5));
     close(fd);
     fd = open(path("v"), O_WRONLY);
+    show("readahead on O_WRONLY", readahead(fd, 0, 4096));
     show("pread of nothing on O_WRONLY", pread(fd, got, 0, 0));
     struct iovec none = {got, 0};
     show("preadv of nothing on O_WRONLY", preadv(fd, &none, 1, 0));
@@ -852,6 +865,7 @@ static void common(void) {
     show("F_DUPFD_CLOEXEC >= 50", d3 >= 50);
     show("F_GETFD of it", fcntl(d3, F_GETFD));
     show("F_GETFL access mode", fcntl(fd, F_GETFL) & O_ACCMODE);
+    show("F_GETFL", fcntl(fd, F_GETFL));
     show("F_SETFL O_APPEND", fcntl(fd, F_SETFL, O_APPEND));
     show("F_GETFL has O_APPEND", (fcntl(fd, F_GETFL) & O_APPEND) != 0);
     show("pwrite with O_APPEND (appends)", pwrite(fd, "xy", 2, 0));
@@ -953,8 +967,17 @@ static void common(void) {
     show("O_DIRECT pwritev of two buffers", pwritev(fd, halves, 2, 0));
     struct iovec odd[2] = {{al, 4096}, {(char *)al + 4096, 100}};
     show("O_DIRECT pwritev, one misaligned", pwritev(fd, odd, 2, 0));
-    free(al);
     close(fd);
+    /* An O_DIRECT append is aligned at the file's end, not at offset 0. */
+    fd = open(path("da"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    show("write 100 to da", write(fd, buf, 100));
+    close(fd);
+    fd = open(path("da"), O_WRONLY | O_APPEND | O_DIRECT);
+    show("O_DIRECT append at an unaligned end", write(fd, al, 4096));
+    close(fd);
+    show_size("stat da", "da");
+    unlink(path("da"));
+    free(al);
 
     FILE *f = fopen(path("s"), "w");
     show("fopen w", f ? 0 : -1);
