@@ -826,6 +826,42 @@ fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
     );
 }
 
+/// A task queued for the thread's home partition, then a mutable guard of
+/// its page taken by the same thread before the task starts (home requests
+/// start at the queue's next flush): the task, which would pin the page
+/// under that guard, fails `HeldByCaller` at once, not `Busy` after the pin
+/// wait.
+#[test]
+fn a_home_task_on_a_page_its_thread_took_mutably_since_is_refused_at_once() {
+    let (_tmp, store) = numbered_store("parts-own-guard-later", "g");
+    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    let cf = cs.open_file("g").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let t = std::time::Instant::now();
+    for page in 0..4u64 {
+        let off = page * 4096;
+        let mut q = p.queue_on(8, Some(p.partition_of(&cf, off))).unwrap();
+        let mut done = Vec::new();
+        q.task(&cf, off + 10, sum_from, 0, 0);
+        {
+            let _m = cf.page_mut(off).unwrap();
+            q.drain();
+            q.take_completions(&mut done);
+        }
+        assert_eq!(done.len(), 1);
+        assert!(
+            matches!(done[0].result, Err(Error::HeldByCaller(_))),
+            "page {page}: {:?}",
+            done[0].result
+        );
+    }
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "a task waited for its own thread's guard: {:?}",
+        t.elapsed()
+    );
+}
+
 /// A request for another partition, alone in its bundle, goes out within a
 /// few waits even while the thread's own home hits satisfy every wait: it is
 /// not held back until seven more come for that partition.

@@ -995,7 +995,17 @@ impl<'a> CachedQueue<'a> {
                     Err(e) => return self.complete(r.into(), false, Some(e)),
                 }
             }
-            _ => PageWant::Pin,
+            _ => {
+                // A pin (a task's) of a page this thread holds mutably
+                // would wait for that guard until the pin wait ends (taken
+                // after the request was added, before this start): refused
+                // at once, as a guard's hold is.
+                let ps = f.shared.cache.page_size() as u64;
+                if let Err(e) = f.check_held(page * ps, page * ps + 1, false) {
+                    return self.complete(r.into(), false, Some(e));
+                }
+                PageWant::Pin
+            }
         };
         // Page references in order are a stream as reads are (a future's
         // was noted on its own thread).
