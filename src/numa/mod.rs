@@ -1048,7 +1048,9 @@ fn worker(
     }));
     if let Err(e) = r {
         // The application threads waiting for its replies see the flag and
-        // fail (their waits look at least every 10 ms).
+        // fail: their waits look every 10 ms, or, while the thread's home
+        // partition has requests of its own in flight, when one of those
+        // ends (within the pin wait, or the I/O wait for a page in I/O).
         p.dead.store(true, Release);
         std::panic::resume_unwind(e);
     }
