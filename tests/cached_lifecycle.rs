@@ -294,9 +294,9 @@ fn a_growth_after_a_shrink_waits_only_for_guards_past_the_end() {
 /// A growth after a shrink (the logged path, which takes the file's sync
 /// lock) by a thread holding a guard of a dirty page below the end, while
 /// another thread's sync of the file waits for that page: the growth is
-/// refused after the pin wait (`HeldByCaller`) instead of waiting for ever
-/// beside the sync, and the sync ends once the guard goes. An extending
-/// write takes the same path.
+/// refused (`HeldByCaller`) instead of waiting for ever beside the sync, and
+/// the sync ends once the guard goes. An extending write takes the same
+/// path.
 #[test]
 fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
     let tmp = TempDir::new("grow-beside-sync");
@@ -344,6 +344,55 @@ fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
     cf.write_extending(4 * 4096, &[1; 10]).unwrap();
     assert_eq!(cf.len(), 4 * 4096 + 10);
     drop(g);
+}
+
+/// As above with a third thread between them: a `set_len` (holding no
+/// guard) that holds the length-change lock while it waits for the sync,
+/// which waits for the guard of the thread whose growth waits for that
+/// lock. The growth is refused, as the sync waits for a page its thread
+/// holds; the sync and the `set_len` end once the guard goes.
+#[test]
+fn a_growth_behind_a_set_len_waiting_for_a_sync_waiting_for_its_guard_is_refused() {
+    let tmp = TempDir::new("grow-behind-set-len");
+    let cs = CachedStore::new(
+        Store::open(&tmp.devices(1), StoreOptions::default()).unwrap(),
+        cache(16),
+    )
+    .unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.set_len(4 * 4096).unwrap();
+    cf.write_at(0, &[7; 4096]).unwrap();
+    let g = cf.page(0).unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(60));
+            if !done.load(Ordering::SeqCst) {
+                eprintln!("a growth, a set_len and a sync waited 60 s for each other");
+                std::process::exit(3);
+            }
+        });
+    }
+    let syncer = {
+        let cf = cf.clone();
+        std::thread::spawn(move || cf.sync())
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let cutter = {
+        let cf = cf.clone();
+        std::thread::spawn(move || cf.set_len(3 * 4096))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    let t = std::time::Instant::now();
+    let r = cf.grow(5 * 4096);
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "growth: {r:?}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    drop(g);
+    syncer.join().unwrap().unwrap();
+    cutter.join().unwrap().unwrap();
+    done.store(true, Ordering::SeqCst);
+    assert_eq!(cf.len(), 3 * 4096);
 }
 
 /// Lengths are exact to the byte: a file of 1000 bytes reads 1000 bytes, a

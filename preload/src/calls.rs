@@ -2020,19 +2020,22 @@ fn rename_at(
     to: *const c_char,
     flags: c_uint,
 ) -> Option<c_int> {
-    match (classify(dir1, from), classify(dir2, to)) {
-        (Place::Outside, Place::Outside) => None,
+    let places = (classify(dir1, from), classify(dir2, to));
+    if matches!(places, (Place::Outside, Place::Outside)) {
+        return None;
+    }
+    // The kernel's checks of the flags, before any of the names: bits it
+    // does not know, and the two that exclude each other.
+    let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
+    let both = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
+    if flags & !known != 0
+        || flags & both == both
+        || (flags & libc::RENAME_WHITEOUT != 0 && flags & libc::RENAME_EXCHANGE != 0)
+    {
+        return Some(int_ret(Err(libc::EINVAL)));
+    }
+    match places {
         (Place::Inside(a), Place::Inside(b)) => {
-            // The kernel's checks of the flags, first: bits it does not
-            // know, and the two that exclude each other.
-            let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
-            let both = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE;
-            if flags & !known != 0
-                || flags & both == both
-                || (flags & libc::RENAME_WHITEOUT != 0 && flags & libc::RENAME_EXCHANGE != 0)
-            {
-                return Some(int_ret(Err(libc::EINVAL)));
-            }
             if flags & libc::RENAME_EXCHANGE != 0 {
                 return Some(int_ret(Err(unsupported(
                     "renameat2 with RENAME_EXCHANGE",

@@ -13,7 +13,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::path::{Place, classify};
+use crate::path::{Place, classify, classify_as};
 use crate::{real, set_errno, state};
 
 /// [`Listing::magic`] of a live listing.
@@ -108,7 +108,9 @@ fn open_listing(fd: Option<c_int>) -> Result<*mut libc::DIR, i32> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
-    match classify(libc::AT_FDCWD, path) {
+    // A link to the store's directory is that directory (the kernel's
+    // `opendir` follows links).
+    match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => {
             set_errno(e);
             std::ptr::null_mut()
@@ -340,7 +342,7 @@ pub unsafe extern "C" fn scandir64(
     filter: Option<real::ScanFilter64>,
     order: Option<real::ScanOrder64>,
 ) -> c_int {
-    match classify(libc::AT_FDCWD, path) {
+    match classify_as(libc::AT_FDCWD, path, true) {
         Place::Root => {}
         Place::Bad(e) => {
             set_errno(e);
@@ -432,7 +434,7 @@ pub unsafe extern "C" fn scandir(
     filter: Option<real::ScanFilter>,
     order: Option<real::ScanOrder>,
 ) -> c_int {
-    if matches!(classify(libc::AT_FDCWD, path), Place::Outside) {
+    if matches!(classify_as(libc::AT_FDCWD, path, true), Place::Outside) {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::scandir()(path, out, filter, order) };
     }

@@ -132,7 +132,40 @@ pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Pl
     if !follow || !matches!(place, Place::Outside) {
         return place;
     }
-    followed(cfg, dirfd, p)
+    if let Some(name) = descriptor_link(p) {
+        return Place::Inside(name);
+    }
+    match followed(cfg, dirfd, p) {
+        // `l/` where `l` links to a file: as the kernel says of a file so
+        // named.
+        Place::Inside(_) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+        place => place,
+    }
+}
+
+/// The file of the store behind `/proc/self/fd/N` (`/dev/fd/N`,
+/// `/proc/thread-self/fd/N`, `/proc/<this process>/fd/N`) when descriptor
+/// `N` is one of the store's: its link names the placeholder's directory,
+/// the store's, where the kernel would open that directory.
+fn descriptor_link(p: &[u8]) -> Option<String> {
+    let pid = format!("/proc/{}/fd/", std::process::id());
+    let n = [
+        &b"/proc/self/fd/"[..],
+        b"/dev/fd/",
+        b"/proc/thread-self/fd/",
+        pid.as_bytes(),
+    ]
+    .iter()
+    .find_map(|pre| p.strip_prefix(*pre))?;
+    let fd: c_int = std::str::from_utf8(n).ok()?.parse().ok()?;
+    let d = state::desc(fd)?;
+    let name = d
+        .node
+        .name
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    Some(name)
 }
 
 /// Links the kernel follows for one path at most before `ELOOP`.
@@ -142,7 +175,11 @@ const MAX_LINKS: usize = 40;
 /// ends in are followed, as the kernel follows them; a link of its
 /// directories is looked through by [`place_of`] at each step.
 fn followed(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
+    // The link itself, not what a trailing `/` would follow it to.
     let mut at = p.to_vec();
+    while at.len() > 1 && at.last() == Some(&b'/') {
+        at.pop();
+    }
     for _ in 0..MAX_LINKS {
         let Some(target) = link_target(dirfd, &at) else {
             return Place::Outside;
@@ -176,7 +213,7 @@ fn link_target(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
     let mut c = Vec::with_capacity(path.len() + 1);
     c.extend_from_slice(path);
     c.push(0);
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    let mut buf = [0u8; libc::PATH_MAX as usize];
     // SAFETY: this thread's errno.
     let saved = unsafe { *libc::__errno_location() };
     // SAFETY: a NUL-terminated path and a buffer of ours of the length given.
@@ -194,8 +231,7 @@ fn link_target(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
     if n <= 0 {
         return None;
     }
-    buf.truncate(n as usize);
-    Some(buf)
+    Some(buf[..n as usize].to_vec())
 }
 
 fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {

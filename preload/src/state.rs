@@ -47,20 +47,16 @@ const KEPT: usize = 32;
 /// last close (kept, it held its backing files open, and their space).
 pub(crate) fn keep(s: &State, n: Arc<Node>) {
     let out = {
-        // The table's lock first, as `forget` takes them: a delete's
-        // `forget` comes wholly before this look or after the push.
-        let nodes = lock_nodes(s);
-        let name = n.name.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let named = nodes
-            .get(&name)
-            .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(&n)));
-        if named {
-            let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+        // Looked at under the list's lock: `forget` marks the node before it
+        // takes that lock to take the node out, so it comes wholly before
+        // this look or after the push.
+        let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if n.forgotten.load(Ordering::Acquire) {
+            Some(n)
+        } else {
             k.retain(|x| !Arc::ptr_eq(x, &n));
             k.push_back(n);
             if k.len() > KEPT { k.pop_front() } else { None }
-        } else {
-            Some(n)
         }
     };
     // Dropped outside the lock: the last reference syncs the file, and other
@@ -89,6 +85,9 @@ pub(crate) struct Node {
     /// Written (or its length changed) through this node since the last sync
     /// its last close made: the next last close (or the drop) syncs.
     pub(crate) written: AtomicBool,
+    /// Deleted, or replaced by a rename, while open: not kept after its
+    /// last close.
+    pub(crate) forgotten: AtomicBool,
     /// Its open file descriptions alive: the drop of the last one is the
     /// file's last close (a thread's lookup by name holds the node a while,
     /// but no description).
@@ -842,6 +841,7 @@ pub(crate) fn node(
         name: Mutex::new(name.to_string()),
         grow: Mutex::new(()),
         written: AtomicBool::new(false),
+        forgotten: AtomicBool::new(false),
         descs: AtomicUsize::new(0),
         flocks: crate::lock::Flocks::default(),
     });
@@ -886,6 +886,7 @@ pub(crate) fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String,
 /// `name` was deleted: a later open finds the store's file, not the node.
 pub(crate) fn forget(s: &State, nodes: &mut HashMap<String, Weak<Node>>, name: &str) {
     if let Some(n) = nodes.remove(name).and_then(|w| w.upgrade()) {
+        n.forgotten.store(true, Ordering::Release);
         s.kept
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -192,11 +192,19 @@ pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut
     unsafe { fopen64(path, mode) }
 }
 
-/// Whether `fopen` with `mode` follows a link its path ends in: not with
-/// `x` (`O_CREAT | O_EXCL`, the kernel's `EEXIST` for any link).
+/// Whether `fopen` with `mode` follows a link its path ends in: not when it
+/// creates exclusively (`w` or `a` with `x`: `O_CREAT | O_EXCL`, the
+/// kernel's `EEXIST` for any link). The C library reads the mode's letters
+/// up to a `,` (`,ccs=` follows).
 fn follows_fopen(mode: *const c_char) -> bool {
+    if mode.is_null() {
+        return false;
+    }
     // SAFETY: the caller passes a C string, as `fopen` requires (null checked).
-    !mode.is_null() && !unsafe { CStr::from_ptr(mode) }.to_bytes().contains(&b'x')
+    let m = unsafe { CStr::from_ptr(mode) }.to_bytes();
+    let m = m.split(|&b| b == b',').next().unwrap_or_default();
+    let creates = matches!(m.first(), Some(b'w' | b'a'));
+    !(creates && m.contains(&b'x'))
 }
 
 #[unsafe(no_mangle)]

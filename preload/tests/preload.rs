@@ -495,6 +495,45 @@ fn a_link_outside_the_store_to_one_of_its_files_reaches_that_file() {
             .file_type()
             .is_symlink()
     );
+    // `lf/` names a directory, which the file is not; a link to the
+    // store's directory lists the store.
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("out")).args(["stat", "lf", "lf/"]);
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("lf                                       size 5 regular 1"),
+        "{t}"
+    );
+    assert!(
+        t.contains("lf/                                      -1 ENOTDIR"),
+        "{t}"
+    );
+    std::os::unix::fs::symlink(s.p("store"), s.p("storelink")).unwrap();
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("storelink")).arg("ls");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("ls                                       . .. lf"),
+        "{t}"
+    );
+}
+
+/// A file of the store opened again through `/proc/self/fd/N` or
+/// `/dev/fd/N` is that file, as the kernel reopens a file there: the link
+/// names the placeholder's directory, the store's, which the kernel would
+/// open instead.
+#[test]
+fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
+    let s = Setup::new("reopen");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["put", "rf", "hello"]);
+    run(c);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["reopen-fd", "rf"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("reopen /proc/self/fd/%d: 5 hello"), "{t}");
+    assert!(t.contains("reopen /dev/fd/%d: 5 hello"), "{t}");
 }
 
 /// A walk that starts at `q/..`, where `q` is a symbolic link, walks the

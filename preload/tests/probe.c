@@ -1234,6 +1234,33 @@ static void cat(int argc, char **argv) {
     }
 }
 
+/* Stats each of argv[3..]: its size, or the errno. */
+static void stat_names(int argc, char **argv) {
+    for (int i = 3; i < argc; i++)
+        show_size(argv[i], argv[i]);
+}
+
+/* Opens file argv[3], then opens it again through /proc/self/fd/N and
+ * /dev/fd/N, reading each. */
+static void reopen_by_fd(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: probe DIR reopen-fd NAME\n");
+        exit(2);
+    }
+    int fd = open(path(argv[3]), O_RDONLY);
+    const char *forms[] = {"/proc/self/fd/%d", "/dev/fd/%d"};
+    for (int i = 0; i < 2; i++) {
+        char p[64], b[64] = "";
+        snprintf(p, sizeof p, forms[i], fd);
+        int again = open(p, O_RDONLY);
+        long long n = again < 0 ? -1 : read(again, b, sizeof b - 1);
+        printf("reopen %s: %lld %s\n", forms[i], n, n > 0 ? b : "");
+        if (again >= 0)
+            close(again);
+    }
+    close(fd);
+}
+
 static int on_walk_print(const char *p, const struct stat *sb, int type, struct FTW *f) {
     (void)sb, (void)type, (void)f;
     printf("walked %s\n", p);
@@ -1829,6 +1856,12 @@ int main(int argc, char **argv) {
         cat(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "put") == 0)
         put(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "stat") == 0)
+        stat_names(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "ls") == 0)
+        list("ls");
+    else if (argc > 2 && strcmp(argv[2], "reopen-fd") == 0)
+        reopen_by_fd(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "temp") == 0)
         temp_files();
     else if (argc > 2 && strcmp(argv[2], "walk") == 0)

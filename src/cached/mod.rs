@@ -1394,7 +1394,7 @@ impl CachedFile {
             return self.write_at(offset, data);
         }
         let e = &*self.entry;
-        let _one = e.extending.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.lock_beside_sync(&e.extending)?;
         let old = self.len();
         if end <= old {
             return self.write_at(offset, data);
@@ -1413,7 +1413,7 @@ impl CachedFile {
         {
             // Under the lock every length change takes: a growth that came
             // after `old` was read is not hidden, even for a moment.
-            let _no_resize = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+            let _no_resize = self.lock_beside_sync(&e.resizing)?;
             e.shown.store(old.max(self.real_len()), Ordering::Release);
         }
         let _show = Show(&e.shown);
@@ -1634,7 +1634,7 @@ impl CachedFile {
         self.shared.check_len(&self.entry.file.name(), len)?;
         let e = &*self.entry;
         {
-            let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+            let _one = self.lock_beside_sync(&e.resizing)?;
             if len <= self.real_len() {
                 if len > Self::len_of(e) {
                     // Long enough only through an extending write still under
@@ -1663,32 +1663,45 @@ impl CachedFile {
         self.resize_to(len, true, self.real_len() / ps, None)
     }
 
-    /// The file's sync lock, for a length change. A sync that holds it waits
-    /// for every dirty page of the file, one this thread holds a guard of
-    /// too (below `held_from`, which `resize_to` lets be): a thread holding
-    /// a guard of the file waits for the lock at most the pin wait, then is
-    /// refused, where waiting on would wait for ever beside the sync.
-    fn lock_syncing(&self) -> Result<std::sync::MutexGuard<'_, ()>> {
-        let e = &*self.entry;
+    /// Lock `m`, one of the file's locks that a length change takes
+    /// (`extending`, `resizing`, `syncing`) and whose holder may be waiting
+    /// for a sync of the file, or be that sync. A sync holding `syncing`
+    /// waits for every dirty page of the file while others use it: a thread
+    /// that holds a guard of such a page would wait for the sync, and the
+    /// sync for it, for ever. Such a thread waits only while the sync waits
+    /// for no page it holds, then is refused; a thread holding no guard of
+    /// the file waits as for any lock.
+    fn lock_beside_sync<'m>(&self, m: &'m Mutex<()>) -> Result<std::sync::MutexGuard<'m, ()>> {
+        let (store, id) = (self.store_key(), self.id);
         let name = || self.entry.file.name();
-        if Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name).is_ok() {
-            return Ok(e.syncing.lock().unwrap_or_else(|p| p.into_inner()));
+        if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok() {
+            return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        let deadline = std::time::Instant::now() + self.shared.cache.pin_wait();
+        let mut pause = 1u64;
         loop {
-            match e.syncing.try_lock() {
+            match m.try_lock() {
                 Ok(g) => return Ok(g),
                 Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
                 Err(std::sync::TryLockError::WouldBlock) => {}
             }
-            if std::time::Instant::now() >= deadline {
+            let waits = self
+                .entry
+                .sync_waits
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone();
+            if let Some(p) = waits
+                .into_iter()
+                .find(|&p| Hold::check(store, id, || p..p + 1, true, name).is_err())
+            {
                 return Err(Error::HeldByCaller(format!(
-                    "a length change of {:?} beside a sync of it, which waits for a page \
-                     this thread holds a guard of",
+                    "a length change of {:?} beside a sync of it, which waits for page {p}, \
+                     of which this thread holds a guard",
                     name()
                 )));
             }
-            std::thread::sleep(std::time::Duration::from_micros(500));
+            std::thread::sleep(std::time::Duration::from_micros(pause));
+            pause = (pause * 2).min(1000);
         }
     }
 
@@ -1719,7 +1732,7 @@ impl CachedFile {
             name,
         )?;
         let e = &*self.entry;
-        let _one = e.resizing.lock().unwrap_or_else(|p| p.into_inner());
+        let _one = self.lock_beside_sync(&e.resizing)?;
         if grow_only && len <= self.real_len() {
             return Ok(None);
         }
@@ -1728,7 +1741,7 @@ impl CachedFile {
         }
         // No sync of the file runs meanwhile: its writes are never cut by a
         // shrink between their preparation and their submission.
-        let _no_sync = self.lock_syncing()?;
+        let _no_sync = self.lock_beside_sync(&e.syncing)?;
         let sh = &*self.shared;
         let ps = sh.cache.page_size() as u64;
         // Make the cache hold nothing past `end` and zeros past it in its

@@ -194,6 +194,11 @@ pub(crate) struct Entry {
     /// Serialises the file's syncs: a sync that met a failed fsync makes its
     /// pages dirty again before the next sync starts writing.
     pub(crate) syncing: Mutex<()>,
+    /// The pages the sync that holds `syncing` waits for while others use
+    /// them (empty while it waits for none): a thread that holds a guard of
+    /// one of them and would wait for `syncing` (or a lock whose holder
+    /// waits for it) is refused instead of waiting for ever.
+    pub(crate) sync_waits: Mutex<Vec<u64>>,
     /// How the file will be read (`readahead::Advice` as a number).
     pub(crate) advice: AtomicU8,
     /// Writable paged arrays of word elements made (or being made) over the
@@ -468,6 +473,7 @@ impl Entry {
             resizing: Mutex::new(()),
             shrunk: AtomicBool::new(false),
             syncing: Mutex::new(()),
+            sync_waits: Mutex::new(Vec::new()),
             advice: AtomicU8::new(0),
             word_arrays: AtomicUsize::new(0),
             parked_pins: AtomicUsize::new(0),

@@ -510,6 +510,15 @@ impl Shared {
                 }
             }
         };
+        // The pages this sync waits for, shown while it waits (emptied
+        // however it ends).
+        struct Waits<'a>(&'a std::sync::Mutex<Vec<u64>>);
+        impl Drop for Waits<'_> {
+            fn drop(&mut self) {
+                self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            }
+        }
+        let _waits = Waits(&e.sync_waits);
         self.answer_meta_fsyncs(&e, id);
         // Only the sets where the file's pages turned dirty since the last
         // sync: the cost follows what is dirty, not the cache.
@@ -649,6 +658,10 @@ impl Shared {
                         e.file.name()
                     )));
                 } else {
+                    e.sync_waits
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .clone_from(&pending);
                     std::thread::sleep(Duration::from_micros(pause));
                     pause = (pause * 2).min(1000);
                 }
