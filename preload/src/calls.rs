@@ -1903,6 +1903,9 @@ fn unlink_name(name: &str) -> Result<c_int, i32> {
 
 /// `unlink` of a name of the store's directory.
 pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
+    // Nodes forgotten go after the table's lock (declared first, dropped
+    // last): the last holder's drop syncs the file.
+    let mut gone = Vec::new();
     let mut nodes = state::lock_nodes(s);
     if let Err(e) = s.cs.delete(name) {
         if let Error::FileNotFound(_) = e {
@@ -1911,11 +1914,11 @@ pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
         // Begun and finished later, or not begun: the table of names
         // follows the store, and forgets the name when it cannot tell.
         if still_listed(s, name) != Some(true) {
-            state::forget(s, &mut nodes, name);
+            state::forget(s, &mut nodes, &mut gone, name);
         }
         return Err(fail("unlink", &e));
     }
-    state::forget(s, &mut nodes, name);
+    state::forget(s, &mut nodes, &mut gone, name);
     Ok(0)
 }
 
@@ -1967,6 +1970,9 @@ pub(crate) fn rename_in(s: &State, from: &str, to: &str, replace: bool) -> Resul
     // names the old file or the new one at every moment (the store's
     // replacement is one logged operation).
     state::len_of(s, from).map_err(|e| e.posix_errno())?;
+    // Nodes forgotten go after the table's lock (declared first, dropped
+    // last): the last holder's drop syncs the file.
+    let mut gone = Vec::new();
     let mut nodes = state::lock_nodes(s);
     if !replace {
         return match s.cs.rename(from, to) {
@@ -1982,8 +1988,8 @@ pub(crate) fn rename_in(s: &State, from: &str, to: &str, replace: bool) -> Resul
                     Some(true) => {}
                     Some(false) => state::renamed(&mut nodes, from, to),
                     None => {
-                        state::forget(s, &mut nodes, from);
-                        state::forget(s, &mut nodes, to);
+                        state::forget(s, &mut nodes, &mut gone, from);
+                        state::forget(s, &mut nodes, &mut gone, to);
                     }
                 }
                 Err(fail("rename", &e))
@@ -1998,17 +2004,17 @@ pub(crate) fn rename_in(s: &State, from: &str, to: &str, replace: bool) -> Resul
         match still_listed(s, from) {
             Some(true) => {}
             Some(false) => {
-                state::forget(s, &mut nodes, to);
+                state::forget(s, &mut nodes, &mut gone, to);
                 state::renamed(&mut nodes, from, to);
             }
             None => {
-                state::forget(s, &mut nodes, from);
-                state::forget(s, &mut nodes, to);
+                state::forget(s, &mut nodes, &mut gone, from);
+                state::forget(s, &mut nodes, &mut gone, to);
             }
         }
         return Err(fail("rename", &e));
     }
-    state::forget(s, &mut nodes, to);
+    state::forget(s, &mut nodes, &mut gone, to);
     state::renamed(&mut nodes, from, to);
     Ok(0)
 }

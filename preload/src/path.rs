@@ -128,12 +128,31 @@ pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Pl
     }
     // SAFETY: the caller passes a C string, as the function it stands in for requires.
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    if let Some((d, rest)) = descriptor_link(p) {
+        return match rest {
+            // `/proc/self/fd/N/x`, `/proc/self/fd/N/`: below a file, which
+            // the kernel refuses (its link names the placeholder's
+            // directory, the store's, where `x` would be a file of it).
+            Some(_) => Place::Bad(libc::ENOTDIR),
+            None if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+            None if !follow => Place::Outside,
+            // A file deleted or replaced since: its descriptors fail so
+            // (the store cannot open it again by any name).
+            None if d.node.forgotten.load(std::sync::atomic::Ordering::Acquire) => {
+                Place::Bad(libc::ESTALE)
+            }
+            None => Place::Inside(
+                d.node
+                    .name
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone(),
+            ),
+        };
+    }
     let place = place_of(cfg, dirfd, p);
     if !follow || !matches!(place, Place::Outside) {
         return place;
-    }
-    if let Some(name) = descriptor_link(p) {
-        return Place::Inside(name);
     }
     match followed(cfg, dirfd, p) {
         // `l/` where `l` links to a file: as the kernel says of a file so
@@ -143,29 +162,34 @@ pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Pl
     }
 }
 
-/// The file of the store behind `/proc/self/fd/N` (`/dev/fd/N`,
-/// `/proc/thread-self/fd/N`, `/proc/<this process>/fd/N`) when descriptor
-/// `N` is one of the store's: its link names the placeholder's directory,
-/// the store's, where the kernel would open that directory.
-fn descriptor_link(p: &[u8]) -> Option<String> {
+/// The store descriptor behind `/proc/self/fd/N` (`/dev/fd/N`,
+/// `/proc/thread-self/fd/N`, `/proc/<this process>/fd/N`), and whether the
+/// path goes on below it (`Some` of the rest). Only a descriptor of the
+/// store's: its kernel link names the placeholder's directory, the store's.
+fn descriptor_link(p: &[u8]) -> Option<(std::sync::Arc<state::Desc>, Option<Vec<u8>>)> {
+    if !(p.starts_with(b"/proc/") || p.starts_with(b"/dev/")) {
+        return None;
+    }
+    let full = normalise(b"", p);
     let pid = format!("/proc/{}/fd/", std::process::id());
-    let n = [
+    let after = [
         &b"/proc/self/fd/"[..],
         b"/dev/fd/",
         b"/proc/thread-self/fd/",
         pid.as_bytes(),
     ]
     .iter()
-    .find_map(|pre| p.strip_prefix(*pre))?;
+    .find_map(|pre| full.strip_prefix(*pre))?;
+    let (n, rest) = match after.iter().position(|&b| b == b'/') {
+        Some(i) => (&after[..i], Some(after[i..].to_vec())),
+        None => (after, None),
+    };
+    // As `/proc` reads a number: digits only, no leading zero.
+    if n.is_empty() || !n.iter().all(u8::is_ascii_digit) || (n.len() > 1 && n[0] == b'0') {
+        return None;
+    }
     let fd: c_int = std::str::from_utf8(n).ok()?.parse().ok()?;
-    let d = state::desc(fd)?;
-    let name = d
-        .node
-        .name
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
-    Some(name)
+    Some((state::desc(fd)?, rest))
 }
 
 /// Links the kernel follows for one path at most before `ELOOP`.

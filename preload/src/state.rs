@@ -884,13 +884,22 @@ pub(crate) fn lock_nodes(s: &State) -> std::sync::MutexGuard<'_, HashMap<String,
 }
 
 /// `name` was deleted: a later open finds the store's file, not the node.
-pub(crate) fn forget(s: &State, nodes: &mut HashMap<String, Weak<Node>>, name: &str) {
+/// The node, and a kept hold of it, go into `gone`, for the caller to drop
+/// after the table's lock: a last holder's drop syncs the file.
+pub(crate) fn forget(
+    s: &State,
+    nodes: &mut HashMap<String, Weak<Node>>,
+    gone: &mut Vec<Arc<Node>>,
+    name: &str,
+) {
     if let Some(n) = nodes.remove(name).and_then(|w| w.upgrade()) {
         n.forgotten.store(true, Ordering::Release);
-        s.kept
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|x| !Arc::ptr_eq(x, &n));
+        let mut k = s.kept.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = k.iter().position(|x| Arc::ptr_eq(x, &n)) {
+            gone.extend(k.remove(i));
+        }
+        drop(k);
+        gone.push(n);
     }
 }
 

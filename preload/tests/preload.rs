@@ -534,6 +534,20 @@ fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
     let t = text(&run(c).stdout);
     assert!(t.contains("reopen /proc/self/fd/%d: 5 hello"), "{t}");
     assert!(t.contains("reopen /dev/fd/%d: 5 hello"), "{t}");
+    // Nothing below it, and not the file made under its name since.
+    assert!(
+        t.contains("open /proc/self/fd/N/x O_CREAT           -1 ENOTDIR"),
+        "{t}"
+    );
+    assert!(
+        t.contains("x after                                  -1 ENOENT"),
+        "{t}"
+    );
+    assert!(!t.contains("reopen after the delete: 5 other"), "{t}");
+    assert!(
+        t.contains("reopen after the delete                  -1 ESTALE"),
+        "{t}"
+    );
 }
 
 /// A walk that starts at `q/..`, where `q` is a symbolic link, walks the

@@ -1258,6 +1258,25 @@ static void reopen_by_fd(int argc, char **argv) {
         if (again >= 0)
             close(again);
     }
+    /* Below the descriptor's link: a file has nothing below it. */
+    char below[80];
+    snprintf(below, sizeof below, "/proc/self/fd/%d/x", fd);
+    show("open /proc/self/fd/N/x O_CREAT", open(below, O_CREAT | O_WRONLY, 0644));
+    show_size("x after", "x");
+    /* The file deleted and another made under its name: the descriptor's
+     * link is not the new file. */
+    unlink(path(argv[3]));
+    int other = open(path(argv[3]), O_CREAT | O_WRONLY, 0644);
+    show("write the new file", write(other, "other", 5));
+    close(other);
+    char p[64], b[64] = "";
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    int again = open(p, O_RDONLY);
+    long long n = again < 0 ? -1 : read(again, b, sizeof b - 1);
+    if (again < 0)
+        show("reopen after the delete", -1);
+    else
+        printf("reopen after the delete: %lld %s\n", n, b);
     close(fd);
 }
 

@@ -1667,14 +1667,22 @@ impl CachedFile {
     /// (`extending`, `resizing`, `syncing`) and whose holder may be waiting
     /// for a sync of the file, or be that sync. A sync holding `syncing`
     /// waits for every dirty page of the file while others use it: a thread
-    /// that holds a guard of such a page would wait for the sync, and the
-    /// sync for it, for ever. Such a thread waits only while the sync waits
-    /// for no page it holds, then is refused; a thread holding no guard of
-    /// the file waits as for any lock.
+    /// that holds a guard of such a page, or owes its write-back (a request
+    /// queue of this thread started it and has not been polled since),
+    /// would wait for the sync, and the sync for it, for ever. Such a thread
+    /// waits only while the sync waits for none of its pages, then is
+    /// refused; a thread holding and owing nothing of the file waits as for
+    /// any lock.
     fn lock_beside_sync<'m>(&self, m: &'m Mutex<()>) -> Result<std::sync::MutexGuard<'m, ()>> {
-        let (store, id) = (self.store_key(), self.id);
+        let (store, id, sh) = (self.store_key(), self.id, &*self.shared);
         let name = || self.entry.file.name();
-        if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok() {
+        let holds = |p: u64| {
+            Hold::check(store, id, || p..p + 1, true, name).is_err()
+                || writeback::owes_page(sh, id, p)
+        };
+        if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok()
+            && !writeback::owes_write_backs(sh, id)
+        {
             return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
         let mut pause = 1u64;
@@ -1690,13 +1698,11 @@ impl CachedFile {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone();
-            if let Some(p) = waits
-                .into_iter()
-                .find(|&p| Hold::check(store, id, || p..p + 1, true, name).is_err())
-            {
+            if let Some(p) = waits.into_iter().find(|&p| holds(p)) {
                 return Err(Error::HeldByCaller(format!(
                     "a length change of {:?} beside a sync of it, which waits for page {p}, \
-                     of which this thread holds a guard",
+                     which this thread holds a guard of or owes the write-back of (poll its \
+                     request queues first)",
                     name()
                 )));
             }

@@ -410,7 +410,7 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
 
 /// Whether a request queue of this thread holds page `page` of file `id` of
 /// `sh`'s cache under a write-back it has not settled.
-fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
+pub(crate) fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
     let key = (sh as *const Shared as usize, id);
     OWED.try_with(|o| {
         o.borrow()
@@ -575,6 +575,8 @@ impl Shared {
         let mut pause = 1u64;
         // Since this sync last wrote a page or saw one come free.
         let mut since = Instant::now();
+        // Whether `Entry::sync_waits` shows pages.
+        let mut shown = false;
         while !pending.is_empty() {
             let mut busy = Vec::new();
             let mut started = false;
@@ -594,6 +596,15 @@ impl Shared {
                 since = Instant::now();
             }
             pending = busy;
+            // Shown while it waits, as it is each round (a page written
+            // since leaves the list; none left, the list empties).
+            if shown || !pending.is_empty() {
+                e.sync_waits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .clone_from(&pending);
+                shown = !pending.is_empty();
+            }
             if !pending.is_empty() {
                 if w.in_flight() == 0 && since.elapsed() >= self.cache.pin_wait() {
                     // Perhaps the write-backs of a request queue of this
@@ -658,10 +669,6 @@ impl Shared {
                         e.file.name()
                     )));
                 } else {
-                    e.sync_waits
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .clone_from(&pending);
                     std::thread::sleep(Duration::from_micros(pause));
                     pause = (pause * 2).min(1000);
                 }
