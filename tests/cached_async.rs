@@ -874,9 +874,23 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
     }
 }
 
-/// Ends the process (exit code 3) unless dropped within 60 s, so that a call
-/// that would wait for ever fails its test instead of hanging the run.
-/// Dropped, as unwinding from a failed assertion drops it, it stands down.
+/// A store on devices that answer in 20-30 ms with file `f` of 64 pages,
+/// each written (dirty) through a cache of 16 pages, readahead off: a
+/// request queue's reads of it evict dirty victims, whose write-backs the
+/// queue owes until it is polled.
+fn every_page_dirty_on_slow_devices(name: &str) -> (TempDir, CachedStore) {
+    let tmp = TempDir::new(name);
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
+    let cs = CachedStore::with_flusher(store, cache(16, 16), None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    for p in 0..64u64 {
+        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+    }
+    (tmp, cs)
+}
+
 /// A growth after a shrink (which takes the file's sync lock) by a thread
 /// whose request queue owes the write-backs of dirty pages (started for its
 /// reads' victims, not polled since), while another thread's sync waits for
@@ -885,16 +899,8 @@ fn a_sync_waiting_for_its_own_queues_write_backs_fails_instead_of_hanging() {
 /// queue is drained the sync ends and the growth goes through.
 #[test]
 fn a_growth_beside_a_sync_waiting_for_its_own_queues_write_backs_is_refused() {
-    let tmp = TempDir::new("grow-own-queue");
-    let slow = slow_devices();
-    let store = Store::open(&tmp.devices(2), slow.clone()).unwrap();
-    drop(store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap());
-    let cs = CachedStore::with_flusher(store, cache(16, 16), None).unwrap();
-    cs.set_readahead(0);
+    let (_tmp, cs) = every_page_dirty_on_slow_devices("grow-own-queue");
     let cf = cs.open_file("f").unwrap();
-    for p in 0..64u64 {
-        cf.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
-    }
     cf.set_len(63 * 4096).unwrap();
     let mut q = cs.queue(16);
     q.submit(
@@ -917,6 +923,38 @@ fn a_growth_beside_a_sync_waiting_for_its_own_queues_write_backs_is_refused() {
     assert_eq!(cf.len(), 64 * 4096);
 }
 
+/// A sync by a thread whose request queue owes the write-backs of dirty
+/// pages, beside another thread's sync that waits for those pages under the
+/// file's sync lock: it fails `HeldByCaller` instead of waiting for that
+/// sync, which waits for the queue, for ever; once the queue is drained
+/// both syncs pass.
+#[test]
+fn a_sync_beside_a_sync_waiting_for_its_own_queues_write_backs_is_refused() {
+    let (_tmp, cs) = every_page_dirty_on_slow_devices("sync-beside-own-queue");
+    let cf = cs.open_file("f").unwrap();
+    let mut q = cs.queue(16);
+    q.submit(
+        (0..64u64)
+            .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+            .collect(),
+    );
+    let watchdog = Watchdog::new("two syncs and a queue waited 60 s for each other");
+    let syncer = {
+        let cf = cf.clone();
+        std::thread::spawn(move || cf.sync())
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let r = cf.sync();
+    assert!(matches!(r, Err(Error::HeldByCaller(_))), "sync: {r:?}");
+    q.drain();
+    syncer.join().unwrap().unwrap();
+    cf.sync().unwrap();
+    drop(watchdog);
+}
+
+/// Ends the process (exit code 3) unless dropped within 60 s, so that a call
+/// that would wait for ever fails its test instead of hanging the run.
+/// Dropped, as unwinding from a failed assertion drops it, it stands down.
 struct Watchdog(std::sync::Arc<std::sync::atomic::AtomicBool>);
 
 impl Watchdog {

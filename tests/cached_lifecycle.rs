@@ -291,15 +291,10 @@ fn a_growth_after_a_shrink_waits_only_for_guards_past_the_end() {
     drop(g);
 }
 
-/// A growth after a shrink (the logged path, which takes the file's sync
-/// lock) by a thread holding a guard of a dirty page below the end, while
-/// another thread's sync of the file waits for that page: the growth is
-/// refused (`HeldByCaller`) instead of waiting for ever beside the sync, and
-/// the sync ends once the guard goes. An extending write takes the same
-/// path.
-#[test]
-fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
-    let tmp = TempDir::new("grow-beside-sync");
+/// A store with file `f`, cut from 1 MiB to 4 pages (so that its next
+/// growth takes the logged path) and its page 0 written (dirty).
+fn shrunk_file_with_a_dirty_page(name: &str) -> (TempDir, CachedStore, setcache::CachedFile) {
+    let tmp = TempDir::new(name);
     let cs = CachedStore::new(
         Store::open(&tmp.devices(1), StoreOptions::default()).unwrap(),
         CacheOptions {
@@ -311,18 +306,36 @@ fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
     let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
     cf.set_len(4 * 4096).unwrap();
     cf.write_at(0, &[7; 4096]).unwrap();
-    let g = cf.page(0).unwrap();
+    (tmp, cs, cf)
+}
+
+/// Ends the process (exit code 3, `what` on stderr) unless the flag it
+/// returns is set within 60 s: a test whose threads would wait for each
+/// other for ever fails instead of hanging the run.
+fn watchdog(what: &'static str) -> Arc<std::sync::atomic::AtomicBool> {
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(60));
-            if !done.load(Ordering::SeqCst) {
-                eprintln!("a growth and a sync waited 60 s for each other");
-                std::process::exit(3);
-            }
-        });
-    }
+    let seen = done.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        if !seen.load(Ordering::SeqCst) {
+            eprintln!("{what}");
+            std::process::exit(3);
+        }
+    });
+    done
+}
+
+/// A growth after a shrink (the logged path, which takes the file's sync
+/// lock) by a thread holding a guard of a dirty page below the end, while
+/// another thread's sync of the file waits for that page: the growth is
+/// refused (`HeldByCaller`) instead of waiting for ever beside the sync, and
+/// the sync ends once the guard goes. An extending write takes the same
+/// path.
+#[test]
+fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
+    let (_tmp, _cs, cf) = shrunk_file_with_a_dirty_page("grow-beside-sync");
+    let g = cf.page(0).unwrap();
+    let done = watchdog("a growth and a sync waited 60 s for each other");
     let syncer = {
         let cf = cf.clone();
         std::thread::spawn(move || cf.sync())
@@ -353,27 +366,9 @@ fn a_growth_beside_a_sync_waiting_for_this_threads_guard_is_refused() {
 /// holds; the sync and the `set_len` end once the guard goes.
 #[test]
 fn a_growth_behind_a_set_len_waiting_for_a_sync_waiting_for_its_guard_is_refused() {
-    let tmp = TempDir::new("grow-behind-set-len");
-    let cs = CachedStore::new(
-        Store::open(&tmp.devices(1), StoreOptions::default()).unwrap(),
-        cache(16),
-    )
-    .unwrap();
-    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
-    cf.set_len(4 * 4096).unwrap();
-    cf.write_at(0, &[7; 4096]).unwrap();
+    let (_tmp, _cs, cf) = shrunk_file_with_a_dirty_page("grow-behind-set-len");
     let g = cf.page(0).unwrap();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let done = done.clone();
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_secs(60));
-            if !done.load(Ordering::SeqCst) {
-                eprintln!("a growth, a set_len and a sync waited 60 s for each other");
-                std::process::exit(3);
-            }
-        });
-    }
+    let done = watchdog("a growth, a set_len and a sync waited 60 s for each other");
     let syncer = {
         let cf = cf.clone();
         std::thread::spawn(move || cf.sync())

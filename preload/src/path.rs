@@ -170,7 +170,13 @@ fn descriptor_link(p: &[u8]) -> Option<(std::sync::Arc<state::Desc>, Option<Vec<
     if !(p.starts_with(b"/proc/") || p.starts_with(b"/dev/")) {
         return None;
     }
-    let full = normalise(b"", p);
+    // Repeated `/` go, but not `.` nor `..`: below the number, any name is
+    // below a file.
+    let mut full = Vec::with_capacity(p.len());
+    for c in p.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
+        full.push(b'/');
+        full.extend_from_slice(c);
+    }
     let pid = format!("/proc/{}/fd/", std::process::id());
     let after = [
         &b"/proc/self/fd/"[..],

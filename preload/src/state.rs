@@ -816,13 +816,17 @@ pub(crate) fn node(
 ) -> Result<Arc<Node>, Error> {
     let mut nodes = s.nodes.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(n) = nodes.get(name).and_then(Weak::upgrade) {
-        if create && excl {
-            return Err(Error::FileExists(name.to_string()));
-        }
-        if writer && n.descs.load(Ordering::Acquire) == 0 {
-            n.file.accept_reported_loss()?;
-        }
-        return Ok(n);
+        let r = if create && excl {
+            Err(Error::FileExists(name.to_string()))
+        } else if writer && n.descs.load(Ordering::Acquire) == 0 {
+            n.file.accept_reported_loss().map(drop)
+        } else {
+            Ok(())
+        };
+        // A node refused goes after the table's lock: if its last holder
+        // closed meanwhile, its drop syncs the file.
+        drop(nodes);
+        return r.map(|()| n);
     }
     let opened = if writer {
         s.cs.open_file(name)

@@ -543,6 +543,10 @@ fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
         t.contains("x after                                  -1 ENOENT"),
         "{t}"
     );
+    assert!(
+        t.contains("open /proc/self/fd/N/../N                -1 ENOTDIR"),
+        "{t}"
+    );
     assert!(!t.contains("reopen after the delete: 5 other"), "{t}");
     assert!(
         t.contains("reopen after the delete                  -1 ESTALE"),

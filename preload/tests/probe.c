@@ -1262,6 +1262,8 @@ static void reopen_by_fd(int argc, char **argv) {
     char below[80];
     snprintf(below, sizeof below, "/proc/self/fd/%d/x", fd);
     show("open /proc/self/fd/N/x O_CREAT", open(below, O_CREAT | O_WRONLY, 0644));
+    snprintf(below, sizeof below, "/proc/self/fd/%d/../%d", fd, fd);
+    show("open /proc/self/fd/N/../N", open(below, O_RDONLY));
     show_size("x after", "x");
     /* The file deleted and another made under its name: the descriptor's
      * link is not the new file. */

@@ -1676,39 +1676,27 @@ impl CachedFile {
     fn lock_beside_sync<'m>(&self, m: &'m Mutex<()>) -> Result<std::sync::MutexGuard<'m, ()>> {
         let (store, id, sh) = (self.store_key(), self.id, &*self.shared);
         let name = || self.entry.file.name();
+        // Whether the sync waits for this thread on page `p`: its queue's
+        // write-back, or its guard of a page no one is writing back (one
+        // under another's write-back leaves the sync's list when that ends).
         let holds = |p: u64| {
-            Hold::check(store, id, || p..p + 1, true, name).is_err()
-                || writeback::owes_page(sh, id, p)
+            writeback::owes_page(sh, id, p)
+                || (Hold::check(store, id, || p..p + 1, true, name).is_err()
+                    && !sh.cache.writing_back(id, p).unwrap_or(false))
         };
         if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok()
             && !writeback::owes_write_backs(sh, id)
         {
             return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        let mut pause = 1u64;
-        loop {
-            match m.try_lock() {
-                Ok(g) => return Ok(g),
-                Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
-                Err(std::sync::TryLockError::WouldBlock) => {}
-            }
-            let waits = self
-                .entry
-                .sync_waits
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .clone();
-            if let Some(p) = waits.into_iter().find(|&p| holds(p)) {
-                return Err(Error::HeldByCaller(format!(
-                    "a length change of {:?} beside a sync of it, which waits for page {p}, \
-                     which this thread holds a guard of or owes the write-back of (poll its \
-                     request queues first)",
-                    name()
-                )));
-            }
-            std::thread::sleep(std::time::Duration::from_micros(pause));
-            pause = (pause * 2).min(1000);
-        }
+        writeback::lock_unless_sync_waits_on(&self.entry, m, holds).map_err(|p| {
+            Error::HeldByCaller(format!(
+                "a length change of {:?} beside a sync of it, which waits for page {p}, \
+                 which this thread holds a guard of or owes the write-back of (poll its \
+                 request queues first)",
+                name()
+            ))
+        })
     }
 
     /// `set_len`, or with `grow_only` a growth that leaves a longer file alone;

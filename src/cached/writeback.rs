@@ -410,6 +410,36 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
 
 /// Whether a request queue of this thread holds page `page` of file `id` of
 /// `sh`'s cache under a write-back it has not settled.
+/// Lock `m`, one of the file's locks that a sync of the file may hold or
+/// wait behind, for a thread the sync may be waiting for: while the sync
+/// that holds `e.syncing` waits for none of the pages `mine` says are this
+/// thread's to let go, it polls; once it does, it gives up with that page
+/// (waiting on would wait for ever, the sync for it and it for the sync).
+pub(crate) fn lock_unless_sync_waits_on<'m>(
+    e: &Entry,
+    m: &'m std::sync::Mutex<()>,
+    mine: impl Fn(u64) -> bool,
+) -> std::result::Result<std::sync::MutexGuard<'m, ()>, u64> {
+    let mut pause = 1u64;
+    loop {
+        match m.try_lock() {
+            Ok(g) => return Ok(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
+        let waits = e
+            .sync_waits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(p) = waits.into_iter().find(|&p| mine(p)) {
+            return Err(p);
+        }
+        std::thread::sleep(Duration::from_micros(pause));
+        pause = (pause * 2).min(1000);
+    }
+}
+
 pub(crate) fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
     let key = (sh as *const Shared as usize, id);
     OWED.try_with(|o| {
@@ -499,7 +529,19 @@ impl Shared {
         // One sync of a file at a time: a sync whose fsync failed has made its
         // pages dirty again before the next one starts writing, so the next
         // one's good fsync (the kernel reports a failure once) covers them.
-        let _one = if wait {
+        let _one = if wait && owes_write_backs(self, id) {
+            // This thread's request queue owes write-backs of the file: a
+            // sync holding the lock may wait for them, which only this
+            // thread can finish (by polling the queue).
+            lock_unless_sync_waits_on(&e, &e.syncing, |p| owes_page(self, id, p)).map_err(|p| {
+                Error::HeldByCaller(format!(
+                    "a sync of {:?} beside another, which waits for page {p}, whose \
+                     write-back a request queue of this thread holds: poll, wait for or \
+                     drain the queue first",
+                    e.file.name()
+                ))
+            })?
+        } else if wait {
             e.syncing.lock().unwrap_or_else(|p| p.into_inner())
         } else {
             match e.syncing.try_lock() {
