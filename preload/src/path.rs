@@ -129,26 +129,7 @@ pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Pl
     // SAFETY: the caller passes a C string, as the function it stands in for requires.
     let p = unsafe { CStr::from_ptr(path) }.to_bytes();
     if let Some((d, rest)) = descriptor_link(p) {
-        return match rest {
-            // `/proc/self/fd/N/x`, `/proc/self/fd/N/`: below a file, which
-            // the kernel refuses (its link names the placeholder's
-            // directory, the store's, where `x` would be a file of it).
-            Some(_) => Place::Bad(libc::ENOTDIR),
-            None if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
-            None if !follow => Place::Outside,
-            // A file deleted or replaced since: its descriptors fail so
-            // (the store cannot open it again by any name).
-            None if d.node.forgotten.load(std::sync::atomic::Ordering::Acquire) => {
-                Place::Bad(libc::ESTALE)
-            }
-            None => Place::Inside(
-                d.node
-                    .name
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .clone(),
-            ),
-        };
+        return descriptor_place(&d, rest.is_some() || names_a_directory(p), follow);
     }
     let place = place_of(cfg, dirfd, p);
     if !follow || !matches!(place, Place::Outside) {
@@ -162,40 +143,76 @@ pub(crate) fn classify_as(dirfd: c_int, path: *const c_char, follow: bool) -> Pl
     }
 }
 
-/// The store descriptor behind `/proc/self/fd/N` (`/dev/fd/N`,
-/// `/proc/thread-self/fd/N`, `/proc/<this process>/fd/N`), and whether the
-/// path goes on below it (`Some` of the rest). Only a descriptor of the
-/// store's: its kernel link names the placeholder's directory, the store's.
+/// Where a descriptor link of store descriptor `d` points (see
+/// [`descriptor_link`]): `below` when the path goes on past the number (or
+/// ends in `/`), for a call that follows the link when `follow`.
+fn descriptor_place(d: &state::Desc, below: bool, follow: bool) -> Place {
+    if below {
+        // `/proc/self/fd/N/x`, `/proc/self/fd/N/`: below a file, which the
+        // kernel refuses (its link names the placeholder's directory, the
+        // store's, where `x` would be a file of it).
+        return Place::Bad(libc::ENOTDIR);
+    }
+    if !follow {
+        return Place::Outside;
+    }
+    if d.node.forgotten.load(std::sync::atomic::Ordering::Acquire) {
+        // A file deleted or replaced since: its descriptors fail so (the
+        // store cannot open it again by any name).
+        return Place::Bad(libc::ESTALE);
+    }
+    Place::Inside(
+        d.node
+            .name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone(),
+    )
+}
+
+/// The store descriptor behind a descriptor's link: `/proc/self/fd/N`,
+/// `/dev/fd/N`, `/proc/thread-self/fd/N`, `/proc/<this process or one of
+/// its threads>/fd/N`, `/proc/self/task/<thread>/fd/N`,
+/// `/proc/<this process>/task/<thread>/fd/N`; and whether the path goes on
+/// below it (`Some` of the rest). Only a descriptor of the store's: its
+/// kernel link names the placeholder's directory, the store's.
 fn descriptor_link(p: &[u8]) -> Option<(std::sync::Arc<state::Desc>, Option<Vec<u8>>)> {
     if !(p.starts_with(b"/proc/") || p.starts_with(b"/dev/")) {
         return None;
     }
     // Repeated `/` go, but not `.` nor `..`: below the number, any name is
     // below a file.
-    let mut full = Vec::with_capacity(p.len());
-    for c in p.split(|&b| b == b'/').filter(|c| !c.is_empty()) {
-        full.push(b'/');
-        full.extend_from_slice(c);
-    }
-    let pid = format!("/proc/{}/fd/", std::process::id());
-    let after = [
-        &b"/proc/self/fd/"[..],
-        b"/dev/fd/",
-        b"/proc/thread-self/fd/",
-        pid.as_bytes(),
-    ]
-    .iter()
-    .find_map(|pre| full.strip_prefix(*pre))?;
-    let (n, rest) = match after.iter().position(|&b| b == b'/') {
-        Some(i) => (&after[..i], Some(after[i..].to_vec())),
-        None => (after, None),
-    };
+    let parts: Vec<&[u8]> = p.split(|&b| b == b'/').filter(|c| !c.is_empty()).collect();
     // As `/proc` reads a number: digits only, no leading zero.
-    if n.is_empty() || !n.iter().all(u8::is_ascii_digit) || (n.len() > 1 && n[0] == b'0') {
-        return None;
-    }
-    let fd: c_int = std::str::from_utf8(n).ok()?.parse().ok()?;
-    Some((state::desc(fd)?, rest))
+    let number = |c: &[u8]| -> Option<u64> {
+        if c.is_empty() || !c.iter().all(u8::is_ascii_digit) || (c.len() > 1 && c[0] == b'0') {
+            return None;
+        }
+        std::str::from_utf8(c).ok()?.parse().ok()
+    };
+    let pid = u64::from(std::process::id());
+    let ours = |c: &[u8]| {
+        number(c).is_some_and(|n| {
+            // SAFETY: gettid takes no argument and cannot fail.
+            n == pid || n == unsafe { libc::gettid() } as u64
+        })
+    };
+    let rest = match parts.as_slice() {
+        [b"dev", b"fd", rest @ ..] => rest,
+        [b"proc", b"self" | b"thread-self", b"fd", rest @ ..] => rest,
+        [b"proc", b"self", b"task", t, b"fd", rest @ ..] if number(t).is_some() => rest,
+        [b"proc", p, b"task", t, b"fd", rest @ ..]
+            if number(p) == Some(pid) && number(t).is_some() =>
+        {
+            rest
+        }
+        [b"proc", p, b"fd", rest @ ..] if ours(p) => rest,
+        _ => return None,
+    };
+    let (n, below) = rest.split_first()?;
+    let fd = c_int::try_from(number(n)?).ok()?;
+    let below = (!below.is_empty()).then(|| below.join(&b'/'));
+    Some((state::desc(fd)?, below))
 }
 
 /// Links the kernel follows for one path at most before `ELOOP`.
@@ -223,6 +240,10 @@ fn followed(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
                 None => target,
             }
         };
+        // A descriptor's link on the way (`/dev/stdin` to `/proc/self/fd/0`).
+        if let Some((d, rest)) = descriptor_link(&at) {
+            return descriptor_place(&d, rest.is_some(), true);
+        }
         match place_of(cfg, dirfd, &at) {
             Place::Outside => {}
             place => return place,

@@ -534,6 +534,8 @@ fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
     let t = text(&run(c).stdout);
     assert!(t.contains("reopen /proc/self/fd/%d: 5 hello"), "{t}");
     assert!(t.contains("reopen /dev/fd/%d: 5 hello"), "{t}");
+    assert!(t.contains("reopen /proc/self/task/T/fd/N: 5 hello"), "{t}");
+    assert!(t.contains("reopen /dev/stdin: 5 hello"), "{t}");
     // Nothing below it, and not the file made under its name since.
     assert!(
         t.contains("open /proc/self/fd/N/x O_CREAT           -1 ENOTDIR"),

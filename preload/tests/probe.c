@@ -1258,6 +1258,24 @@ static void reopen_by_fd(int argc, char **argv) {
         if (again >= 0)
             close(again);
     }
+    /* Through the thread's own directory, and /dev/stdin once 0 is a copy. */
+    char t[96], tb[64] = "";
+    snprintf(t, sizeof t, "/proc/self/task/%d/fd/%d", (int)gettid(), fd);
+    int again = open(t, O_RDONLY);
+    long long tn = again < 0 ? -1 : read(again, tb, sizeof tb - 1);
+    printf("reopen /proc/self/task/T/fd/N: %lld %s\n", tn, tn > 0 ? tb : "");
+    if (again >= 0)
+        close(again);
+    int saved = dup(0);
+    dup2(fd, 0);
+    memset(tb, 0, sizeof tb);
+    again = open("/dev/stdin", O_RDONLY);
+    tn = again < 0 ? -1 : read(again, tb, sizeof tb - 1);
+    printf("reopen /dev/stdin: %lld %s\n", tn, tn > 0 ? tb : "");
+    if (again >= 0)
+        close(again);
+    dup2(saved, 0);
+    close(saved);
     /* Below the descriptor's link: a file has nothing below it. */
     char below[80];
     snprintf(below, sizeof below, "/proc/self/fd/%d/x", fd);
@@ -1273,7 +1291,7 @@ static void reopen_by_fd(int argc, char **argv) {
     close(other);
     char p[64], b[64] = "";
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
-    int again = open(p, O_RDONLY);
+    again = open(p, O_RDONLY);
     long long n = again < 0 ? -1 : read(again, b, sizeof b - 1);
     if (again < 0)
         show("reopen after the delete", -1);

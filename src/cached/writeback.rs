@@ -408,8 +408,6 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
         .unwrap_or(false)
 }
 
-/// Whether a request queue of this thread holds page `page` of file `id` of
-/// `sh`'s cache under a write-back it has not settled.
 /// Lock `m`, one of the file's locks that a sync of the file may hold or
 /// wait behind, for a thread the sync may be waiting for: while the sync
 /// that holds `e.syncing` waits for none of the pages `mine` says are this
@@ -440,6 +438,8 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
     }
 }
 
+/// Whether a request queue of this thread holds page `page` of file `id` of
+/// `sh`'s cache under a write-back it has not settled.
 pub(crate) fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
     let key = (sh as *const Shared as usize, id);
     OWED.try_with(|o| {
