@@ -1974,45 +1974,36 @@ pub(crate) fn rename_in(s: &State, from: &str, to: &str, replace: bool) -> Resul
     // last): the last holder's drop syncs the file.
     let mut gone = Vec::new();
     let mut nodes = state::lock_nodes(s);
-    if !replace {
-        return match s.cs.rename(from, to) {
-            Ok(()) => {
-                state::renamed(&mut nodes, from, to);
-                Ok(0)
-            }
-            Err(e @ (Error::FileExists(_) | Error::FileNotFound(_))) => Err(e.posix_errno()),
-            Err(e) => {
-                // As a replacement's failure below: the table follows
-                // the store, or forgets the names when it cannot tell.
-                match still_listed(s, from) {
-                    Some(true) => {}
-                    Some(false) => state::renamed(&mut nodes, from, to),
-                    None => {
-                        state::forget(s, &mut nodes, &mut gone, from);
-                        state::forget(s, &mut nodes, &mut gone, to);
-                    }
-                }
-                Err(fail("rename", &e))
-            }
-        };
-    }
-    if let Err(e) = s.cs.replace(from, to) {
-        // Begun (the store finishes it at its next operation: the
-        // listing) or not: the table of names follows the store, and
-        // forgets both names when it cannot tell, so that a later open
-        // of either finds what the store has under it.
-        match still_listed(s, from) {
-            Some(true) => {}
-            Some(false) => {
-                state::forget(s, &mut nodes, &mut gone, to);
-                state::renamed(&mut nodes, from, to);
-            }
-            None => {
-                state::forget(s, &mut nodes, &mut gone, from);
-                state::forget(s, &mut nodes, &mut gone, to);
-            }
+    // Without `replace`, the store's `rename`, which refuses an existing
+    // target in the same step.
+    let r = if replace {
+        s.cs.replace(from, to)
+    } else {
+        s.cs.rename(from, to)
+    };
+    match r {
+        Ok(()) => {}
+        Err(e @ (Error::FileExists(_) | Error::FileNotFound(_))) if !replace => {
+            return Err(e.posix_errno());
         }
-        return Err(fail("rename", &e));
+        Err(e) => {
+            // Begun (the store finishes it at its next operation: the
+            // listing) or not: the table of names follows the store, and
+            // forgets both names when it cannot tell, so that a later open
+            // of either finds what the store has under it.
+            match still_listed(s, from) {
+                Some(true) => {}
+                Some(false) => {
+                    state::forget(s, &mut nodes, &mut gone, to);
+                    state::renamed(&mut nodes, from, to);
+                }
+                None => {
+                    state::forget(s, &mut nodes, &mut gone, from);
+                    state::forget(s, &mut nodes, &mut gone, to);
+                }
+            }
+            return Err(fail("rename", &e));
+        }
     }
     state::forget(s, &mut nodes, &mut gone, to);
     state::renamed(&mut nodes, from, to);
