@@ -20,7 +20,10 @@
  * promise. Nor may a call on a file, or on a store and its
  * files, run in another thread while that file or store is being closed:
  * -EBUSY guards against handles still held, not against calls made at the
- * same moment (the close may free what the other call reads). Release a
+ * same moment (the close may free what the other call reads). The same holds
+ * for a queue or a pin: another thread's call on one is refused -EPERM only
+ * while its owner has not begun to free it (the free may release what that
+ * call reads). Release a
  * thread's pins and free its queues before
  * the thread exits: no other thread may, and until then a file with a pin
  * cannot be closed (-EBUSY), nor the store while any pin or queue of it

@@ -952,6 +952,61 @@ fn a_sync_beside_a_sync_waiting_for_its_own_queues_write_backs_is_refused() {
     drop(watchdog);
 }
 
+/// A growth after a shrink by a thread holding a guard of a page that
+/// another thread's request queue is writing back (the guard taken after
+/// that write-back began), while a sync waits for the write-back under the
+/// file's sync lock: the sync waits for the other thread, not for the
+/// guard (the page is clean once its write-back ends), so the growth waits
+/// for the sync instead of being refused, and goes through once the other
+/// thread drains its queue.
+#[test]
+fn a_growth_holding_a_guard_of_a_page_under_another_threads_write_back_waits_for_the_sync() {
+    let (_tmp, cs) = every_page_dirty_on_slow_devices("grow-guard-under-write-back");
+    let cf = cs.open_file("f").unwrap();
+    cf.set_len(63 * 4096).unwrap();
+    let dirty_before: Vec<u64> = (cs.cache().pages().into_iter())
+        .filter(|p| p.dirty && p.page < 60)
+        .map(|p| p.page)
+        .collect();
+    assert!(!dirty_before.is_empty(), "no dirty page below 60 is cached");
+    let (submitted_tx, submitted_rx) = std::sync::mpsc::channel();
+    let watchdog = Watchdog::new("a growth and a sync waited 60 s for each other");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Reads of pages no longer cached: their victims are dirty, and
+            // their write-backs (with the region's other dirty pages) stay
+            // this thread's until it polls.
+            let mut q = cs.queue(16);
+            q.submit(
+                (0..4u64)
+                    .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+                    .collect(),
+            );
+            submitted_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(1500));
+            q.drain();
+        });
+        submitted_rx.recv().unwrap();
+        // A page dirty before and clean now is under that queue's write-back.
+        let clean: Vec<u64> = (cs.cache().pages().into_iter())
+            .filter(|p| !p.dirty && dirty_before.contains(&p.page))
+            .map(|p| p.page)
+            .collect();
+        let guard = clean
+            .iter()
+            .find_map(|&p| cf.page_if_cached(p * 4096).unwrap())
+            .expect("a guard of a page under the queue's write-back");
+        let syncer = s.spawn(|| cf.sync());
+        std::thread::sleep(Duration::from_millis(300));
+        let r = cf.grow(64 * 4096);
+        assert!(r.is_ok(), "growth: {r:?}");
+        drop(guard);
+        syncer.join().unwrap().unwrap();
+    });
+    drop(watchdog);
+    assert_eq!(cf.len(), 64 * 4096);
+}
+
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call
 /// that would wait for ever fails its test instead of hanging the run.
 /// Dropped, as unwinding from a failed assertion drops it, it stands down.

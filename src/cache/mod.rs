@@ -940,6 +940,17 @@ impl<M: Model> PageCache<M> {
             .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
     }
 
+    /// As [`PageCache::write_pending`], saying why: `Some(true)` while its
+    /// write-back is in flight, `Some(false)` while it is dirty with none
+    /// (held by a writer or pinned, say), `None` when nothing is pending.
+    pub(crate) fn write_pending_why(&self, file: u32, page: u64) -> Result<Option<bool>> {
+        Ok(self
+            .core
+            .state_of(tag_of(file, page)?)
+            .filter(|v| v & (core::DIRTY | core::WRITEBACK) != 0)
+            .map(|v| v & core::WRITEBACK != 0))
+    }
+
     /// Whether `page` of `file` is cached with its write-back in flight.
     pub(crate) fn writing_back(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self

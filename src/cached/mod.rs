@@ -1677,12 +1677,15 @@ impl CachedFile {
         let (store, id, sh) = (self.store_key(), self.id, &*self.shared);
         let name = || self.entry.file.name();
         // Whether the sync waits for this thread on page `p`: its queue's
-        // write-back, or its guard of a page no one is writing back (one
-        // under another's write-back leaves the sync's list when that ends).
-        let holds = |p: u64| {
+        // write-back, or its guard of a page the sync found under no
+        // write-back (`wb`). A guard of a page under another's write-back
+        // does not count: the page leaves the sync's list when that ends.
+        // The sync's finding, not the page's state now: a write-back ended
+        // since the sync's latest round leaves the page in the list until
+        // its next.
+        let holds = |p: u64, wb: bool| {
             writeback::owes_page(sh, id, p)
-                || (Hold::check(store, id, || p..p + 1, true, name).is_err()
-                    && !sh.cache.writing_back(id, p).unwrap_or(false))
+                || (!wb && Hold::check(store, id, || p..p + 1, true, name).is_err())
         };
         if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok()
             && !writeback::owes_write_backs(sh, id)

@@ -195,10 +195,13 @@ pub(crate) struct Entry {
     /// pages dirty again before the next sync starts writing.
     pub(crate) syncing: Mutex<()>,
     /// The pages the sync that holds `syncing` waits for while others use
-    /// them (empty while it waits for none): a thread that holds a guard of
-    /// one of them and would wait for `syncing` (or a lock whose holder
-    /// waits for it) is refused instead of waiting for ever.
-    pub(crate) sync_waits: Mutex<Vec<u64>>,
+    /// them (empty while it waits for none), each with whether it waited for
+    /// the page's write-back (true) or for its writer or readers, as it found
+    /// them in its latest round: a thread that holds a guard of one it waits
+    /// for the readers of, or owes the write-back of one, and would wait for
+    /// `syncing` (or a lock whose holder waits for it) is refused instead of
+    /// waiting for ever.
+    pub(crate) sync_waits: Mutex<Vec<(u64, bool)>>,
     /// How the file will be read (`readahead::Advice` as a number).
     pub(crate) advice: AtomicU8,
     /// Writable paged arrays of word elements made (or being made) over the

@@ -411,12 +411,13 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
 /// Lock `m`, one of the file's locks that a sync of the file may hold or
 /// wait behind, for a thread the sync may be waiting for: while the sync
 /// that holds `e.syncing` waits for none of the pages `mine` says are this
-/// thread's to let go, it polls; once it does, it gives up with that page
+/// thread's to let go (given each page and whether the sync waits for its
+/// write-back), it polls; once it does, it gives up with that page
 /// (waiting on would wait for ever, the sync for it and it for the sync).
 pub(crate) fn lock_unless_sync_waits_on<'m>(
     e: &Entry,
     m: &'m std::sync::Mutex<()>,
-    mine: impl Fn(u64) -> bool,
+    mine: impl Fn(u64, bool) -> bool,
 ) -> std::result::Result<std::sync::MutexGuard<'m, ()>, u64> {
     let mut pause = 1u64;
     loop {
@@ -430,7 +431,7 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        if let Some(p) = waits.into_iter().find(|&p| mine(p)) {
+        if let Some((p, _)) = waits.into_iter().find(|&(p, wb)| mine(p, wb)) {
             return Err(p);
         }
         std::thread::sleep(Duration::from_micros(pause));
@@ -533,14 +534,16 @@ impl Shared {
             // This thread's request queue owes write-backs of the file: a
             // sync holding the lock may wait for them, which only this
             // thread can finish (by polling the queue).
-            lock_unless_sync_waits_on(&e, &e.syncing, |p| owes_page(self, id, p)).map_err(|p| {
-                Error::HeldByCaller(format!(
-                    "a sync of {:?} beside another, which waits for page {p}, whose \
+            lock_unless_sync_waits_on(&e, &e.syncing, |p, _| owes_page(self, id, p)).map_err(
+                |p| {
+                    Error::HeldByCaller(format!(
+                        "a sync of {:?} beside another, which waits for page {p}, whose \
                      write-back a request queue of this thread holds: poll, wait for or \
                      drain the queue first",
-                    e.file.name()
-                ))
-            })?
+                        e.file.name()
+                    ))
+                },
+            )?
         } else if wait {
             e.syncing.lock().unwrap_or_else(|p| p.into_inner())
         } else {
@@ -554,7 +557,7 @@ impl Shared {
         };
         // The pages this sync waits for, shown while it waits (emptied
         // however it ends).
-        struct Waits<'a>(&'a std::sync::Mutex<Vec<u64>>);
+        struct Waits<'a>(&'a std::sync::Mutex<Vec<(u64, bool)>>);
         impl Drop for Waits<'_> {
             fn drop(&mut self) {
                 self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -621,16 +624,18 @@ impl Shared {
         let mut shown = false;
         while !pending.is_empty() {
             let mut busy = Vec::new();
+            let mut why = Vec::new();
             let mut started = false;
             let pending_len = pending.len();
             for p in pending {
                 if w.write(id, p) {
                     started = true;
-                } else if self.cache.write_pending(id, p)? {
+                } else if let Some(wb) = self.cache.write_pending_why(id, p)? {
                     // Busy (a writer holds it, or a write-back is in flight,
                     // perhaps our own): wait for it, so that the fsync below
                     // covers the bytes.
                     busy.push(p);
+                    why.push((p, wb));
                 }
             }
             w.poll();
@@ -641,10 +646,7 @@ impl Shared {
             // Shown while it waits, as it is each round (a page written
             // since leaves the list; none left, the list empties).
             if shown || !pending.is_empty() {
-                e.sync_waits
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone_from(&pending);
+                *e.sync_waits.lock().unwrap_or_else(|p| p.into_inner()) = why;
                 shown = !pending.is_empty();
             }
             if !pending.is_empty() {
