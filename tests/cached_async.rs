@@ -1007,6 +1007,58 @@ fn a_growth_holding_a_guard_of_a_page_under_another_threads_write_back_waits_for
     assert_eq!(cf.len(), 64 * 4096);
 }
 
+/// An extending write by a thread whose request queue owes the write-back of
+/// a dirty page, while another thread's extending write (holding the file's
+/// lock for extending writes) waits for that write-back: it fails
+/// `HeldByCaller` instead of waiting for the lock, whose holder waits for
+/// the queue, for ever; once the queue is drained the other write lands and
+/// this one goes through.
+#[test]
+fn an_extending_write_beside_one_waiting_for_its_own_queues_write_back_is_refused() {
+    let (_tmp, cs) = every_page_dirty_on_slow_devices("extend-beside-own-queue");
+    let cf = cs.open_file("f").unwrap();
+    let dirty_before: Vec<u64> = (cs.cache().pages().into_iter())
+        .filter(|p| p.dirty && p.page >= 8)
+        .map(|p| p.page)
+        .collect();
+    let mut q = cs.queue(16);
+    q.submit(
+        (0..4u64)
+            .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+            .collect(),
+    );
+    // A page dirty before and clean now is under the queue's write-back.
+    let owed = (cs.cache().pages().into_iter())
+        .filter(|p| !p.dirty && dirty_before.contains(&p.page))
+        .map(|p| p.page)
+        .min()
+        .expect("a page under the queue's write-back");
+    let watchdog = Watchdog::new("two extending writes and a queue waited 60 s for each other");
+    std::thread::scope(|s| {
+        let writer =
+            s.spawn(|| cf.write_extending(owed * 4096, &vec![9; (65 - owed as usize) * 4096]));
+        std::thread::sleep(Duration::from_millis(300));
+        let r = cf.write_extending(65 * 4096, &[7; 4096]);
+        assert!(
+            matches!(r, Err(Error::HeldByCaller(_))),
+            "extending write: {r:?}"
+        );
+        q.drain();
+        writer.join().unwrap().unwrap();
+    });
+    cf.write_extending(65 * 4096, &[7; 4096]).unwrap();
+    drop(watchdog);
+    assert_eq!(cf.len(), 66 * 4096);
+    let mut b = vec![0; 4096];
+    cf.read_at(owed * 4096, &mut b).unwrap();
+    assert!(
+        b.iter().all(|&x| x == 9),
+        "the other extending write's bytes"
+    );
+    cf.read_at(65 * 4096, &mut b).unwrap();
+    assert!(b.iter().all(|&x| x == 7), "this write's bytes");
+}
+
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call
 /// that would wait for ever fails its test instead of hanging the run.
 /// Dropped, as unwinding from a failed assertion drops it, it stands down.

@@ -951,6 +951,16 @@ impl<M: Model> PageCache<M> {
             .map(|v| v & core::WRITEBACK != 0))
     }
 
+    /// Whether `page` of `file` is cached with its write-back in flight and
+    /// someone waiting for it to end (`WAITERS`; a waiter that gave up may
+    /// leave the mark until the write-back ends).
+    pub(crate) fn write_back_waited_for(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self
+            .core
+            .state_of(tag_of(file, page)?)
+            .is_some_and(|v| v & core::WRITEBACK != 0 && v & core::WAITERS != 0))
+    }
+
     /// Whether `page` of `file` is cached with its write-back in flight.
     pub(crate) fn writing_back(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self

@@ -1692,13 +1692,21 @@ impl CachedFile {
         {
             return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        writeback::lock_unless_sync_waits_on(&self.entry, m, holds).map_err(|p| {
-            Error::HeldByCaller(format!(
-                "a length change of {:?} beside a sync of it, which waits for page {p}, \
-                 which this thread holds a guard of or owes the write-back of (poll its \
-                 request queues first)",
-                name()
-            ))
+        writeback::lock_unless_sync_waits_on(sh, id, &self.entry, m, holds).map_err(|w| {
+            Error::HeldByCaller(match w {
+                writeback::WaitedOn::BySync(p) => format!(
+                    "a length change of {:?} beside a sync of it, which waits for page {p}, \
+                     which this thread holds a guard of or owes the write-back of (poll its \
+                     request queues first)",
+                    name()
+                ),
+                writeback::WaitedOn::ByWriter(p) => format!(
+                    "a length change of {:?} beside another, while a thread waits for the \
+                     write-back of page {p}, which a request queue of this thread owes (poll \
+                     its request queues first)",
+                    name()
+                ),
+            })
         })
     }
 

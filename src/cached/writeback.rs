@@ -408,17 +408,35 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Who waits for a thread that wants one of a file's length-change locks
+/// (see [`lock_unless_sync_waits_on`]).
+pub(crate) enum WaitedOn {
+    /// The sync holding the file's sync lock waits for this page.
+    BySync(u64),
+    /// Another thread waits for the write-back of this page, which a request
+    /// queue of this thread owes.
+    ByWriter(u64),
+}
+
 /// Lock `m`, one of the file's locks that a sync of the file may hold or
 /// wait behind, for a thread the sync may be waiting for: while the sync
 /// that holds `e.syncing` waits for none of the pages `mine` says are this
 /// thread's to let go (given each page and whether the sync waits for its
-/// write-back), it polls; once it does, it gives up with that page
-/// (waiting on would wait for ever, the sync for it and it for the sync).
+/// write-back), and no thread waits for the write-back of a page of the
+/// file that this thread's request queues owe (a writer holding
+/// `extending`, say, which would hold it until this thread polls), it
+/// polls; once either happens, it gives up with that page (waiting on would
+/// wait for ever, the other for it and it for the other). The second look
+/// cannot tell the lock's holder from any other waiter: a thread owing a
+/// write-back someone waits for is refused even where the holder would
+/// have ended.
 pub(crate) fn lock_unless_sync_waits_on<'m>(
+    sh: &Shared,
+    id: u32,
     e: &Entry,
     m: &'m std::sync::Mutex<()>,
     mine: impl Fn(u64, bool) -> bool,
-) -> std::result::Result<std::sync::MutexGuard<'m, ()>, u64> {
+) -> std::result::Result<std::sync::MutexGuard<'m, ()>, WaitedOn> {
     let mut pause = 1u64;
     loop {
         match m.try_lock() {
@@ -432,11 +450,29 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if let Some((p, _)) = waits.into_iter().find(|&(p, wb)| mine(p, wb)) {
-            return Err(p);
+            return Err(WaitedOn::BySync(p));
+        }
+        if let Some(p) = owed_page_waited_for(sh, id) {
+            return Err(WaitedOn::ByWriter(p));
         }
         std::thread::sleep(Duration::from_micros(pause));
         pause = (pause * 2).min(1000);
     }
+}
+
+/// A page of file `id` of `sh`'s cache whose write-back a request queue of
+/// this thread owes and someone waits for the end of.
+fn owed_page_waited_for(sh: &Shared, id: u32) -> Option<u64> {
+    let key = (sh as *const Shared as usize, id);
+    let owed: Vec<u64> = OWED
+        .try_with(|o| {
+            (o.borrow().iter())
+                .filter(|(k, ..)| *k == key)
+                .flat_map(|(.., p)| p.iter().copied())
+                .collect()
+        })
+        .unwrap_or_default();
+    (owed.into_iter()).find(|&p| sh.cache.write_back_waited_for(id, p).unwrap_or(false))
 }
 
 /// Whether a request queue of this thread holds page `page` of file `id` of
@@ -534,16 +570,20 @@ impl Shared {
             // This thread's request queue owes write-backs of the file: a
             // sync holding the lock may wait for them, which only this
             // thread can finish (by polling the queue).
-            lock_unless_sync_waits_on(&e, &e.syncing, |p, _| owes_page(self, id, p)).map_err(
-                |p| {
+            lock_unless_sync_waits_on(self, id, &e, &e.syncing, |p, _| owes_page(self, id, p))
+                .map_err(|w| {
+                    let by = match w {
+                        WaitedOn::BySync(p) => format!("another, which waits for page {p}"),
+                        WaitedOn::ByWriter(p) => format!(
+                            "a thread holding one of its locks, which perhaps waits for page {p}"
+                        ),
+                    };
                     Error::HeldByCaller(format!(
-                        "a sync of {:?} beside another, which waits for page {p}, whose \
-                     write-back a request queue of this thread holds: poll, wait for or \
-                     drain the queue first",
+                        "a sync of {:?} beside {by}, whose write-back a request queue of this \
+                         thread holds: poll, wait for or drain the queue first",
                         e.file.name()
                     ))
-                },
-            )?
+                })?
         } else if wait {
             e.syncing.lock().unwrap_or_else(|p| p.into_inner())
         } else {

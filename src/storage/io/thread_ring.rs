@@ -232,8 +232,16 @@ impl ThreadRing {
             // completes: an iovec array it points at does not move.
             let op = self.slab[idx].insert(op);
             let entry = build_entry(op, None, fixed).user_data(idx as u64);
-            // SAFETY: the entry's iovec array lives in `self.slab[idx]`, the buffers are kept alive by the request's owner until the completion, and the SQ has as many entries as the slab, so it has room for this one.
-            let pushed = unsafe { self.ring.submission().push(&entry) };
+            // SAFETY: the entry's iovec array lives in `self.slab[idx]`, and the buffers are kept alive by the request's owner until the completion.
+            let mut pushed = unsafe { self.ring.submission().push(&entry) };
+            if pushed.is_err() {
+                // The SQ is as large as the slab, but the doorbell's read
+                // takes an entry too, and a refused enter can leave it
+                // unsent: pass what is queued to the kernel, then retry.
+                self.submit_now();
+                // SAFETY: as above.
+                pushed = unsafe { self.ring.submission().push(&entry) };
+            }
             match pushed {
                 Ok(()) => {
                     self.unsubmitted += 1;

@@ -266,6 +266,32 @@ impl Worker {
             self.enter(closed);
             self.reap();
         }
+        self.settle_wake();
+    }
+
+    /// The wake-up read posted last writes into `self.wake_buf`: make it
+    /// complete (the eventfd is the mailbox's, still open) and reap it before
+    /// the ring and the buffer go; should it stay in the kernel after all
+    /// that, its 8 bytes are leaked, not freed.
+    fn settle_wake(&mut self) {
+        for _ in 0..100 {
+            if !self.wake_armed {
+                return;
+            }
+            let Some(fd) = self.mailbox.wake_fd() else {
+                break;
+            };
+            let one: u64 = 1;
+            // SAFETY: writes 8 bytes from a live u64 to the mailbox's eventfd.
+            let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            let ts = types::Timespec::from(std::time::Duration::from_millis(10));
+            let args = types::SubmitArgs::new().timespec(&ts);
+            let _ = self.ring.submitter().submit_with_args(1, &args);
+            self.reap();
+        }
+        if self.wake_armed {
+            std::mem::forget(std::mem::take(&mut self.wake_buf));
+        }
     }
 
     fn arm_wake(&mut self) {
