@@ -2168,8 +2168,16 @@ pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
 /// A hard link from `from` to `to`: refused when either is in the store (a
 /// file of the store has one name; one outside cannot be linked into it, as
 /// across file systems); `None` when neither is.
-fn link_at(d1: c_int, from: *const c_char, d2: c_int, to: *const c_char) -> Option<c_int> {
-    match (classify(d1, from), classify(d2, to)) {
+/// `follow`: `from` is followed should it be a link (`linkat`'s
+/// `AT_SYMLINK_FOLLOW`), to a file of the store as to any other.
+fn link_at(
+    d1: c_int,
+    from: *const c_char,
+    d2: c_int,
+    to: *const c_char,
+    follow: bool,
+) -> Option<c_int> {
+    match (classify_as(d1, from, follow), classify(d2, to)) {
         (Place::Outside, Place::Outside) => None,
         (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
         (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
@@ -2184,7 +2192,7 @@ fn link_at(d1: c_int, from: *const c_char, d2: c_int, to: *const c_char) -> Opti
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
-    link_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to)
+    link_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to, false)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::link()(from, to) })
 }
@@ -2197,7 +2205,11 @@ pub unsafe extern "C" fn linkat(
     to: *const c_char,
     flags: c_int,
 ) -> c_int {
-    link_at(d1, from, d2, to)
+    // The kernel refuses flags it does not know before it looks at a name.
+    if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
+    link_at(d1, from, d2, to, flags & libc::AT_SYMLINK_FOLLOW != 0)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::linkat()(d1, from, d2, to, flags) })
 }
@@ -2608,8 +2620,27 @@ fn readlink_name(name: &str) -> ssize_t {
     }))
 }
 
+/// `readlink` of a store descriptor's link: `text` into `buf` (`n` bytes at
+/// most, cut short as the kernel's, no NUL).
+fn readlink_text(text: &[u8], buf: *mut c_char, n: size_t) -> ssize_t {
+    // The kernel takes the size as an `int`, and refuses one not above 0.
+    if n == 0 || n > c_int::MAX as size_t {
+        return size_ret(Err(libc::EINVAL));
+    }
+    if buf.is_null() {
+        return size_ret(Err(libc::EFAULT));
+    }
+    let k = text.len().min(n);
+    // SAFETY: the caller's buffer holds `n` bytes (readlink's contract), and `k` is at most `n`.
+    unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), k) };
+    k as ssize_t
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+    if let Some(t) = crate::path::descriptor_link_text(path) {
+        return readlink_text(&t, buf, n);
+    }
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => size_ret(Err(e)),
         Place::Inside(name) => readlink_name(&name),
@@ -2625,6 +2656,9 @@ pub unsafe extern "C" fn readlinkat(
     buf: *mut c_char,
     n: size_t,
 ) -> ssize_t {
+    if let Some(t) = crate::path::descriptor_link_text(path) {
+        return readlink_text(&t, buf, n);
+    }
     match classify(dirfd, path) {
         Place::Bad(e) => size_ret(Err(e)),
         Place::Inside(name) => readlink_name(&name),

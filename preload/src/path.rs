@@ -170,6 +170,39 @@ fn descriptor_place(d: &state::Desc, below: bool, follow: bool) -> Place {
     )
 }
 
+/// What `readlink` of a store descriptor's link (`/proc/self/fd/N` and the
+/// other forms [`descriptor_link`] knows) says: the file's path in the
+/// store's directory (resolved), as the kernel's link of a file gives it,
+/// with ` (deleted)` after it once the file was deleted or replaced, as the
+/// kernel's; `None` for any other path (the kernel's link of a store
+/// descriptor names the placeholder's directory).
+pub(crate) fn descriptor_link_text(path: *const c_char) -> Option<Vec<u8>> {
+    let cfg = state::config()?;
+    if path.is_null() || state::in_setup() {
+        return None;
+    }
+    // SAFETY: the caller passes a C string, as the function it stands in for requires.
+    let p = unsafe { CStr::from_ptr(path) }.to_bytes();
+    let (d, rest) = descriptor_link(p)?;
+    if rest.is_some() || names_a_directory(p) {
+        // Below a file: `classify` refuses it.
+        return None;
+    }
+    let mut t = cfg.canonical.clone().unwrap_or_else(|| cfg.dir.clone());
+    t.push(b'/');
+    t.extend_from_slice(
+        d.node
+            .name
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_bytes(),
+    );
+    if d.node.forgotten.load(std::sync::atomic::Ordering::Acquire) {
+        t.extend_from_slice(b" (deleted)");
+    }
+    Some(t)
+}
+
 /// The store descriptor behind a descriptor's link: `/proc/self/fd/N`,
 /// `/dev/fd/N`, `/proc/thread-self/fd/N`, `/proc/<this process or one of
 /// its threads>/fd/N`, `/proc/self/task/<thread>/fd/N`,

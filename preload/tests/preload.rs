@@ -495,6 +495,17 @@ fn a_link_outside_the_store_to_one_of_its_files_reaches_that_file() {
             .file_type()
             .is_symlink()
     );
+    // A hard link of what the link names, as of any file of the store,
+    // is refused `EXDEV` (the kernel would look for it on disk, `ENOENT`);
+    // a flag `linkat` does not know, `EINVAL` first.
+    let mut c = s.preloaded(&prog);
+    let to = s.p("out").join("hard");
+    c.arg(s.p("out")).args(["link", "lf"]).arg(&to);
+    let t = text(&run(c).stdout);
+    let words = t.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("linkat AT_SYMLINK_FOLLOW -1 EXDEV"), "{t}");
+    assert!(words.contains("linkat unknown flag -1 EINVAL"), "{t}");
+    assert!(std::fs::symlink_metadata(&to).is_err(), "a link was made");
     // `lf/` names a directory, which the file is not; a link to the
     // store's directory lists the store.
     let mut c = s.preloaded(&prog);
@@ -552,6 +563,29 @@ fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
     assert!(!t.contains("reopen after the delete: 5 other"), "{t}");
     assert!(
         t.contains("reopen after the delete                  -1 ESTALE"),
+        "{t}"
+    );
+    // Its link reads as the file's path, cut short as asked, and marked
+    // once the file is deleted, as the kernel's link of a file reads.
+    let at = std::fs::canonicalize(s.p("store")).unwrap().join("rf");
+    let at = at.display();
+    let n = at.to_string().len();
+    assert!(
+        t.contains(&format!("readlink /proc/self/fd/N: {n} {at}|")),
+        "{t}"
+    );
+    let three = &at.to_string()[..3];
+    assert!(
+        t.contains(&format!(
+            "readlink /proc/self/fd/N into 3 bytes: 3 {three}|"
+        )),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!(
+            "readlink /proc/self/fd/N after the delete: {} {at} (deleted)|",
+            n + 10
+        )),
         "{t}"
     );
 }

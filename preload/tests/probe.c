@@ -1240,6 +1240,18 @@ static void stat_names(int argc, char **argv) {
         show_size(argv[i], argv[i]);
 }
 
+/* linkat of argv[3] (a name in the probe's directory) to argv[4] (a path)
+ * following a link argv[3] ends in, then with a flag linkat does not know. */
+static void link_names(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: probe DIR link NAME TO\n");
+        exit(2);
+    }
+    show("linkat AT_SYMLINK_FOLLOW",
+         linkat(AT_FDCWD, path(argv[3]), AT_FDCWD, argv[4], AT_SYMLINK_FOLLOW));
+    show("linkat unknown flag", linkat(AT_FDCWD, path(argv[3]), AT_FDCWD, argv[4], 0x40000));
+}
+
 /* Opens file argv[3], then opens it again through /proc/self/fd/N and
  * /dev/fd/N, reading each. */
 static void reopen_by_fd(int argc, char **argv) {
@@ -1283,9 +1295,20 @@ static void reopen_by_fd(int argc, char **argv) {
     snprintf(below, sizeof below, "/proc/self/fd/%d/../%d", fd, fd);
     show("open /proc/self/fd/N/../N", open(below, O_RDONLY));
     show_size("x after", "x");
+    /* What the descriptor's link says: the file's path, as for any file. */
+    char said[PATH_MAX + 32] = "", lp[64];
+    snprintf(lp, sizeof lp, "/proc/self/fd/%d", fd);
+    ssize_t sn = readlink(lp, said, sizeof said - 1);
+    printf("readlink /proc/self/fd/N: %zd %s|\n", sn, sn > 0 ? said : "");
+    memset(said, 0, sizeof said);
+    sn = readlink(lp, said, 3);
+    printf("readlink /proc/self/fd/N into 3 bytes: %zd %s|\n", sn, sn > 0 ? said : "");
     /* The file deleted and another made under its name: the descriptor's
      * link is not the new file. */
     unlink(path(argv[3]));
+    memset(said, 0, sizeof said);
+    sn = readlink(lp, said, sizeof said - 1);
+    printf("readlink /proc/self/fd/N after the delete: %zd %s|\n", sn, sn > 0 ? said : "");
     int other = open(path(argv[3]), O_CREAT | O_WRONLY, 0644);
     show("write the new file", write(other, "other", 5));
     close(other);
@@ -1899,6 +1922,8 @@ int main(int argc, char **argv) {
         stat_names(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "ls") == 0)
         list("ls");
+    else if (argc > 2 && strcmp(argv[2], "link") == 0)
+        link_names(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "reopen-fd") == 0)
         reopen_by_fd(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "temp") == 0)
