@@ -224,6 +224,44 @@ fn differential_against_a_byte_array() {
     }
 }
 
+/// A page the flusher found under a mutable guard (its set due, its flag
+/// cleared) is written back soon after the guard goes, while another
+/// thread keeps writing another page (so the flusher never idles).
+#[test]
+fn a_page_the_flusher_found_busy_is_written_back_beside_a_steady_stream_of_writes() {
+    let tmp = TempDir::new("flush-busy-later");
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    drop(store.create("f", 1024 * 4096, LayoutKind::Stripe).unwrap());
+    let flush = FlushOptions {
+        dirty_at: Some(1),
+        ..FlushOptions::default()
+    };
+    let cs = CachedStore::with_flusher(store, cache(256, 256), Some(flush)).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let dirty_still = std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                cf.write_at(600 * 4096, &[1; 4096]).unwrap();
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        let g = cf.page_mut(7 * 4096).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(g);
+        let t = Instant::now();
+        let dirty = || cs.cache().dirty_pages().iter().any(|p| p.page == 7);
+        while dirty() && t.elapsed() < Duration::from_secs(2) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let d = dirty();
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        d
+    });
+    assert!(!dirty_still, "page 7 still dirty 2 s after its guard went");
+}
+
 /// The flusher writes back sets that fill with dirty pages, merging dirty
 /// neighbours in the file into one write; `sync` finds little left to do.
 #[test]
@@ -1015,48 +1053,169 @@ fn a_growth_holding_a_guard_of_a_page_under_another_threads_write_back_waits_for
 /// this one goes through.
 #[test]
 fn an_extending_write_beside_one_waiting_for_its_own_queues_write_back_is_refused() {
-    let (_tmp, cs) = every_page_dirty_on_slow_devices("extend-beside-own-queue");
-    let cf = cs.open_file("f").unwrap();
-    let dirty_before: Vec<u64> = (cs.cache().pages().into_iter())
-        .filter(|p| p.dirty && p.page >= 8)
-        .map(|p| p.page)
-        .collect();
-    let mut q = cs.queue(16);
-    q.submit(
-        (0..4u64)
-            .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
-            .collect(),
-    );
-    // A page dirty before and clean now is under the queue's write-back.
-    let owed = (cs.cache().pages().into_iter())
-        .filter(|p| !p.dirty && dirty_before.contains(&p.page))
-        .map(|p| p.page)
-        .min()
-        .expect("a page under the queue's write-back");
-    let watchdog = Watchdog::new("two extending writes and a queue waited 60 s for each other");
-    std::thread::scope(|s| {
-        let writer =
-            s.spawn(|| cf.write_extending(owed * 4096, &vec![9; (65 - owed as usize) * 4096]));
-        std::thread::sleep(Duration::from_millis(300));
-        let r = cf.write_extending(65 * 4096, &[7; 4096]);
-        assert!(
-            matches!(r, Err(Error::HeldByCaller(_))),
-            "extending write: {r:?}"
+    // A write-back the queue's submit already reaped (the machine slow to
+    // come back to this thread) leaves nothing to wait for: tried again.
+    for attempt in 0.. {
+        let (_tmp, cs) = every_page_dirty_on_slow_devices("extend-beside-own-queue");
+        let cf = cs.open_file("f").unwrap();
+        let dirty_before: Vec<u64> = (cs.cache().pages().into_iter())
+            .filter(|p| p.dirty && p.page >= 8)
+            .map(|p| p.page)
+            .collect();
+        let mut q = cs.queue(16);
+        q.submit(
+            (0..4u64)
+                .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+                .collect(),
         );
-        q.drain();
-        writer.join().unwrap().unwrap();
-    });
-    cf.write_extending(65 * 4096, &[7; 4096]).unwrap();
-    drop(watchdog);
-    assert_eq!(cf.len(), 66 * 4096);
+        // A page dirty before and clean now is under the queue's write-back.
+        let owed = (cs.cache().pages().into_iter())
+            .filter(|p| !p.dirty && dirty_before.contains(&p.page))
+            .map(|p| p.page)
+            .min()
+            .expect("a page under the queue's write-back");
+        let watchdog = Watchdog::new("two extending writes and a queue waited 60 s for each other");
+        let waited = std::thread::scope(|s| {
+            let writer =
+                s.spawn(|| cf.write_extending(owed * 4096, &vec![9; (65 - owed as usize) * 4096]));
+            let waited = writer_waits(&writer, &cf, 65 * 4096);
+            if waited {
+                let r = cf.write_extending(65 * 4096, &[7; 4096]);
+                assert!(
+                    matches!(r, Err(Error::HeldByCaller(_))),
+                    "extending write: {r:?}"
+                );
+            }
+            q.drain();
+            writer.join().unwrap().unwrap();
+            waited
+        });
+        drop(watchdog);
+        if !waited {
+            assert!(attempt < 5, "the other write never waited for the queue");
+            continue;
+        }
+        cf.write_extending(65 * 4096, &[7; 4096]).unwrap();
+        assert_eq!(cf.len(), 66 * 4096);
+        let mut b = vec![0; 4096];
+        cf.read_at(owed * 4096, &mut b).unwrap();
+        assert!(
+            b.iter().all(|&x| x == 9),
+            "the other extending write's bytes"
+        );
+        cf.read_at(65 * 4096, &mut b).unwrap();
+        assert!(b.iter().all(|&x| x == 7), "this write's bytes");
+        return;
+    }
+}
+
+/// Whether `writer`, an extending write of `cf` to `len` bytes, is waiting
+/// (its growth done, the write itself not ended 200 ms later).
+fn writer_waits<T>(
+    writer: &std::thread::ScopedJoinHandle<'_, T>,
+    cf: &CachedFile,
+    len: u64,
+) -> bool {
+    let t = Instant::now();
+    while cf.file().len() < len && !writer.is_finished() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the extending write never grew the file"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    !writer.is_finished()
+}
+
+/// An extending write by a thread whose request queue holds the read of a
+/// page in flight (a read, or a write of part of a page not cached, which
+/// reads it first), while another thread's extending write (holding the
+/// file's lock for extending writes) waits for that read: it fails
+/// `HeldByCaller` instead of waiting for the lock for ever; once the queue
+/// is drained both go through.
+#[test]
+fn an_extending_write_beside_one_waiting_for_its_own_queues_read_is_refused() {
+    for kind in ["read", "write of part of a page"] {
+        for attempt in 0.. {
+            let tmp = TempDir::new("extend-beside-own-fill");
+            let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+            let mut q = cs.queue(4);
+            q.submit(vec![if kind == "read" {
+                CachedRequest::tagged(OpKind::Read, &cf, 100 * 4096, vec![0; 4096], 0)
+            } else {
+                CachedRequest::tagged(OpKind::Write, &cf, 100 * 4096 + 8, vec![5; 100], 0)
+            }]);
+            let watchdog = Watchdog::new("two extending writes and a queue's read waited 60 s");
+            let waited = std::thread::scope(|s| {
+                let writer = s.spawn(|| cf.write_extending(100 * 4096, &vec![9; 29 * 4096]));
+                let waited = writer_waits(&writer, &cf, 129 * 4096);
+                if waited {
+                    let r = cf.write_extending(129 * 4096, &[7; 4096]);
+                    assert!(matches!(r, Err(Error::HeldByCaller(_))), "{kind}: {r:?}");
+                }
+                q.drain();
+                writer.join().unwrap().unwrap();
+                waited
+            });
+            drop(watchdog);
+            if !waited {
+                assert!(
+                    attempt < 5,
+                    "{kind}: the other write never waited for the queue"
+                );
+                continue;
+            }
+            cf.write_extending(129 * 4096, &[7; 4096]).unwrap();
+            assert_eq!(cf.len(), 130 * 4096);
+            break;
+        }
+    }
+}
+
+/// A thread holding a mutable guard of a page another thread waits to read,
+/// that other thread holding a mutable guard of a dirty page a sync waits
+/// for: a growth after a shrink by the first thread (which takes the sync's
+/// lock) fails `HeldByCaller` instead of waiting for ever (it for the sync,
+/// the sync for the reader, the reader for it), though the sync waits for
+/// none of its pages; once its guard goes, all three end.
+#[test]
+fn a_growth_by_a_guard_holder_another_thread_waits_for_beside_a_sync_is_refused() {
+    let tmp = TempDir::new("grow-guard-chain");
+    let (_cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+    cf.set_len(127 * 4096).unwrap();
+    cf.write_at(5 * 4096, &[1; 4096]).unwrap();
     let mut b = vec![0; 4096];
-    cf.read_at(owed * 4096, &mut b).unwrap();
-    assert!(
-        b.iter().all(|&x| x == 9),
-        "the other extending write's bytes"
-    );
-    cf.read_at(65 * 4096, &mut b).unwrap();
-    assert!(b.iter().all(|&x| x == 7), "this write's bytes");
+    cf.read_at(9 * 4096, &mut b).unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    let watchdog = Watchdog::new("a shrink, a sync and a reader waited 60 s for each other");
+    std::thread::scope(|s| {
+        let cf = &cf;
+        let reader = s.spawn(move || {
+            let g = cf.page_mut(5 * 4096).unwrap();
+            held_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            let mut b = vec![0; 4096];
+            let r = cf.read_at(9 * 4096, &mut b);
+            drop(g);
+            r
+        });
+        held_rx.recv().unwrap();
+        let syncer = s.spawn(|| cf.sync());
+        std::thread::sleep(Duration::from_millis(200));
+        let mine = cf.page_mut(9 * 4096).unwrap();
+        go_tx.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let r = cf.grow(128 * 4096);
+        assert!(matches!(r, Err(Error::HeldByCaller(_))), "growth: {r:?}");
+        drop(mine);
+        reader.join().unwrap().unwrap();
+        syncer.join().unwrap().unwrap();
+    });
+    drop(watchdog);
+    cf.grow(128 * 4096).unwrap();
+    assert_eq!(cf.len(), 128 * 4096);
 }
 
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call

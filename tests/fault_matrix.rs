@@ -87,6 +87,19 @@ impl Rig {
         cs
     }
 
+    /// A cached store of 256 pages whose flusher writes back every dirty
+    /// page, with `f` open.
+    fn flushing(&self) -> (CachedStore, CachedFile) {
+        let flush = FlushOptions {
+            dirty_at: Some(1),
+            ..FlushOptions::default()
+        };
+        let cs = CachedStore::with_flusher(self.store(), small_cache(256), Some(flush)).unwrap();
+        cs.set_readahead(0);
+        let f = cs.open_file("f").unwrap();
+        (cs, f)
+    }
+
     /// A cached store with `f` open and its pages `hits` read (so cached).
     fn warm(&self, hits: &[usize]) -> (CachedStore, CachedFile) {
         let cs = self.cached(256);
@@ -264,6 +277,40 @@ fn eio_on_read() {
         "bytes synced before the fault",
     );
     same(&rig.reopened("raw"), &rig.data, "after reopen");
+}
+
+/// The flusher's count of pages written back leaves out its writes that
+/// failed (out of room here); the page stays dirty, and a sync writes it.
+#[test]
+fn the_flushers_page_count_leaves_out_failed_writes() {
+    let rig = Rig::new("flush_count");
+    let mut want = rig.data.clone();
+    {
+        let (cs, f) = rig.flushing();
+        rig.sw.write_errno.store(libc::ENOSPC, Ordering::Release);
+        f.write_at(3 * PAGE as u64, &[0x44; PAGE]).unwrap();
+        want[3 * PAGE..4 * PAGE].fill(0x44);
+        let t = Instant::now();
+        while cs.flusher_counts().writes < 1 {
+            assert!(t.elapsed() < Duration::from_secs(30), "no write tried");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // The write's pages are counted, or not, when it is settled.
+        std::thread::sleep(Duration::from_millis(100));
+        let c = cs.flusher_counts();
+        assert_eq!(c.pages, 0, "a failed write counted as pages written: {c:?}");
+        assert!(
+            cs.cache().dirty_pages().iter().any(|p| p.page == 3),
+            "the page is dirty still"
+        );
+        rig.sw.write_errno.store(0, Ordering::Release);
+        f.sync().unwrap();
+    }
+    same(
+        &rig.reopened("f"),
+        &want,
+        "the page written after the failures",
+    );
 }
 
 #[test]
@@ -702,13 +749,7 @@ fn a_failed_fsync_through_the_file_under_a_cache_counts_for_its_sync() {
     let mut want = rig.data.clone();
     {
         // The flusher writes each dirty page back; it stays cached.
-        let flush = FlushOptions {
-            dirty_at: Some(1),
-            ..FlushOptions::default()
-        };
-        let cs = CachedStore::with_flusher(rig.store(), small_cache(256), Some(flush)).unwrap();
-        cs.set_readahead(0);
-        let f = cs.open_file("f").unwrap();
+        let (cs, f) = rig.flushing();
         // A page on each device: the failed fsync is the first device's.
         f.write_at(2 * PAGE as u64, &[0x43; 2 * PAGE]).unwrap();
         want[2 * PAGE..4 * PAGE].fill(0x43);

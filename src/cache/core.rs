@@ -299,11 +299,32 @@ pub(crate) fn note_queue_fill(core: usize, tag: u64, started: bool) {
 /// Whether request queues of this thread hold any fill or write-back in
 /// flight: I/O that only this thread finishes, which another thread may be
 /// waiting for while this one waits for it.
-fn queue_io() -> bool {
+pub(crate) fn queue_io() -> bool {
     QUEUE_FILLS
         .try_with(|v| !v.borrow().is_empty())
         .unwrap_or(false)
         || QUEUE_WRITE_BACKS.try_with(|n| n.get() > 0).unwrap_or(false)
+}
+
+impl<M: Model> Core<M> {
+    /// The tag of a fill that a request queue of this thread holds in flight
+    /// in this cache and that someone waits for (`WAITERS`): only this
+    /// thread ends it, by polling that queue.
+    pub(crate) fn own_fill_waited_for(&self) -> Option<u64> {
+        let me = self as *const Self as usize;
+        let tags: Vec<u64> = QUEUE_FILLS
+            .try_with(|v| {
+                (v.borrow().iter())
+                    .filter(|&&(c, _)| c == me)
+                    .map(|&(_, t)| t)
+                    .collect()
+            })
+            .unwrap_or_default();
+        (tags.into_iter()).find(|&t| {
+            self.state_of(t)
+                .is_some_and(|v| v & PENDING != 0 && v & WAITERS != 0)
+        })
+    }
 }
 
 /// Whether a request queue of this thread holds the fill of `tag` in the

@@ -25,7 +25,9 @@ pub mod sync;
 use std::time::Duration;
 
 pub(crate) use self::core::Mode;
-pub(crate) use self::core::{CROSS_FILL_WAITS, Got, Sighting, note_queue_write_back, still_at};
+pub(crate) use self::core::{
+    CROSS_FILL_WAITS, Got, Sighting, note_queue_write_back, queue_io, still_at,
+};
 use self::core::{Core, Found};
 use self::policy::Policy as _;
 pub use self::policy::PolicyKind;
@@ -951,14 +953,22 @@ impl<M: Model> PageCache<M> {
             .map(|v| v & core::WRITEBACK != 0))
     }
 
-    /// Whether `page` of `file` is cached with its write-back in flight and
-    /// someone waiting for it to end (`WAITERS`; a waiter that gave up may
-    /// leave the mark until the write-back ends).
-    pub(crate) fn write_back_waited_for(&self, file: u32, page: u64) -> Result<bool> {
+    /// Whether `page` of `file` is cached with someone waiting for its state
+    /// to change (`WAITERS`: for its write-back, its fill, its writer or its
+    /// readers to end; a waiter that gave up may leave the mark until the
+    /// next such change).
+    pub(crate) fn waited_for(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self
             .core
             .state_of(tag_of(file, page)?)
-            .is_some_and(|v| v & core::WRITEBACK != 0 && v & core::WAITERS != 0))
+            .is_some_and(|v| v & core::WAITERS != 0))
+    }
+
+    /// A page (file, page) whose fill a request queue of this thread holds in
+    /// flight in this cache and that someone waits for.
+    pub(crate) fn own_fill_waited_for(&self) -> Option<(u32, u64)> {
+        let tag = self.core.own_fill_waited_for()?;
+        Some((dirty::file_of(tag), tag & ((1 << dirty::FILE_SHIFT) - 1)))
     }
 
     /// Whether `page` of `file` is cached with its write-back in flight.

@@ -24,7 +24,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::cache::PageCache;
 use crate::cached::shared::Shared;
@@ -58,10 +58,11 @@ impl Default for FlushOptions {
 /// [`CachedStore::flusher_counts`](crate::CachedStore::flusher_counts).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct FlusherCounts {
-    /// Pages written back.
+    /// Pages written back (not those of a write that failed, nor those that
+    /// an fsync failed since left dirty).
     pub pages: u64,
-    /// Device writes issued for them: fewer than `pages` when neighbouring
-    /// dirty pages were merged into one write.
+    /// Device writes issued, failed ones too: fewer than `pages` when
+    /// neighbouring dirty pages were merged into one write.
     pub writes: u64,
 }
 
@@ -174,6 +175,9 @@ fn due_pages(
 static AFTER_LOOK: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
 
+/// How often the flusher looks again at due sets it found busy.
+const LATER: Duration = Duration::from_millis(50);
+
 fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
     let mut w = Writer::new(shared, opts.depth, opts.max_merge, true);
@@ -185,9 +189,12 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     };
     // Due sets one of whose pages was dirty but busy when the flusher came
     // (a writer inside it, or a pin): their flags are cleared, so no write
-    // would queue them again before the set's next one. Looked at again at
-    // the next idle tick.
+    // would queue them again before the set's next one. Looked at again
+    // every `LATER` (at the next idle tick, or with the next due sets once
+    // that long has passed: a steady stream of other writes never lets
+    // the flusher idle).
     let mut later: Vec<usize> = Vec::new();
+    let mut later_at = Instant::now();
     loop {
         // While the device is busy, let due sets gather: a larger batch,
         // sorted, gives longer ascending runs and more merged neighbours.
@@ -200,17 +207,26 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
         }
         let due: Vec<usize> = {
             let mut g = st.due.lock().unwrap_or_else(|p| p.into_inner());
+            if !later.is_empty() && later_at.elapsed() >= LATER {
+                g.append(&mut later);
+                later_at = Instant::now();
+            }
             while g.is_empty() && !st.stop.load(Ordering::SeqCst) && w.in_flight() == 0 {
                 let (next, waited) = st
                     .cv
                     .wait_timeout(
                         g,
-                        Duration::from_millis(if later.is_empty() { 100 } else { 50 }),
+                        if later.is_empty() {
+                            Duration::from_millis(100)
+                        } else {
+                            LATER
+                        },
                     )
                     .unwrap_or_else(|p| p.into_inner());
                 g = next;
                 if waited.timed_out() && g.is_empty() {
                     g.append(&mut later);
+                    later_at = Instant::now();
                 }
             }
             std::mem::take(&mut *g)

@@ -327,6 +327,33 @@ impl Drop for FutureClaim {
     }
 }
 
+/// A page (file, page) of `sh`'s cache that this thread holds a guard of
+/// and someone waits for (its `WAITERS` mark).
+fn guard_waited_for(sh: &Shared) -> Option<(u32, u64)> {
+    if HOLDING.get() == 0 {
+        return None;
+    }
+    let me = sh as *const Shared as usize;
+    let held: Vec<(u32, u64)> = HELD
+        .try_with(|h| {
+            (h.borrow().iter())
+                .filter(|k| k.0 == me)
+                .map(|&(_, f, p, _)| (f, p))
+                .collect()
+        })
+        .unwrap_or_default();
+    (held.into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false))
+}
+
+/// Whether this thread holds a guard of a page of `sh`'s cache.
+fn holds_guard_in(sh: &Shared) -> bool {
+    let me = sh as *const Shared as usize;
+    HOLDING.get() > 0
+        && HELD
+            .try_with(|h| h.borrow().iter().any(|k| k.0 == me))
+            .unwrap_or(false)
+}
+
 impl Hold {
     /// How holds name the store whose shared state is `shared`.
     fn store_key(shared: &Arc<Shared>) -> usize {
@@ -794,7 +821,8 @@ impl CachedStore {
             } else {
                 shared::Asker::NoOne
             };
-            match self.inner.sync_file(id, who) {
+            // (No guard of the store is held: see `check_store` above.)
+            match self.inner.sync_file(id, who, &shared::Guards::NONE) {
                 // Deleted meanwhile: nothing of it is to be synced.
                 Err(_) if self.inner.entry(id).is_err() => {}
                 Err(e) => {
@@ -1520,8 +1548,12 @@ impl CachedFile {
         let name = || self.entry.file.name();
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
-        self.shared
-            .sync_file(self.id, who)
+        let sh = &*self.shared;
+        let guards = shared::Guards {
+            any: holds_guard_in(sh),
+            waited_for: &|| guard_waited_for(sh),
+        };
+        sh.sync_file(self.id, who, &guards)
             .map_err(|e| self.gone_or(e))
     }
 
@@ -1687,12 +1719,14 @@ impl CachedFile {
             writeback::owes_page(sh, id, p)
                 || (!wb && Hold::check(store, id, || p..p + 1, true, name).is_err())
         };
-        if Hold::check(store, id, || 0..u64::MAX, true, name).is_ok()
-            && !writeback::owes_write_backs(sh, id)
-        {
+        let guards = shared::Guards {
+            any: holds_guard_in(sh),
+            waited_for: &|| guard_waited_for(sh),
+        };
+        if !writeback::holds_anything(&guards) {
             return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }
-        writeback::lock_unless_sync_waits_on(sh, id, &self.entry, m, holds).map_err(|w| {
+        writeback::lock_unless_sync_waits_on(sh, &self.entry, m, holds, &guards).map_err(|w| {
             Error::HeldByCaller(match w {
                 writeback::WaitedOn::BySync(p) => format!(
                     "a length change of {:?} beside a sync of it, which waits for page {p}, \
@@ -1700,10 +1734,10 @@ impl CachedFile {
                      request queues first)",
                     name()
                 ),
-                writeback::WaitedOn::ByWriter(p) => format!(
-                    "a length change of {:?} beside another, while a thread waits for the \
-                     write-back of page {p}, which a request queue of this thread owes (poll \
-                     its request queues first)",
+                writeback::WaitedOn::ByOther(p) => format!(
+                    "a length change of {:?} beside another, while a thread waits for {p}, \
+                     which this thread holds a guard of or a request queue of this thread has \
+                     not finished (poll its request queues, or drop the guard, first)",
                     name()
                 ),
             })

@@ -744,7 +744,10 @@ impl Shared {
             // Synced now: nothing of theirs is owed to a later sync.
             // (A loss no handle accepted fails the sync: the entry stays
             // with it, for the file's next open to be told.)
-            idle.retain(|&(_, id)| self.sync_file_as(id, false, Asker::NoOne).is_ok());
+            idle.retain(|&(_, id)| {
+                self.sync_file_as(id, false, Asker::NoOne, &Guards::NONE)
+                    .is_ok()
+            });
             let dead = {
                 let mut files = self.files.write().unwrap_or_else(|p| p.into_inner());
                 let ids: Vec<u32> = idle
@@ -997,6 +1000,25 @@ pub(crate) static AFTER_STORE: crate::util::hook::TestHook<usize, Box<dyn FnOnce
 #[cfg(test)]
 pub(crate) static AFTER_LOAD_LENGTH: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
+
+/// This thread's page guards, which the layer above keeps: whether it holds
+/// one in the cache, and a look for one another thread waits for.
+pub(crate) struct Guards<'g> {
+    pub(crate) any: bool,
+    pub(crate) waited_for: &'g dyn Fn() -> Option<(u32, u64)>,
+}
+
+fn no_guard() -> Option<(u32, u64)> {
+    None
+}
+
+impl Guards<'_> {
+    /// A thread that holds no guard of the cache.
+    pub(crate) const NONE: Guards<'static> = Guards {
+        any: false,
+        waited_for: &no_guard,
+    };
+}
 
 #[cfg(test)]
 mod tests {

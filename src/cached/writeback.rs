@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cache::{PageCache, WriteBack};
-use crate::cached::shared::{Asker, Durable, Entry, PageSet, Shared};
+use crate::cached::shared::{Asker, Durable, Entry, Guards, PageSet, Shared};
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, MAX_REQUEST, Mem, OpKind};
 use crate::storage::queue::Queue;
@@ -84,7 +84,8 @@ pub(crate) struct Writer<'a> {
     frames: Vec<*mut u8>,
     runs: Slab<Run<'a>>,
     max_merge: usize,
-    /// Pages written and device writes issued, successful or not.
+    /// Pages written (by writes that passed, and that no fsync failed
+    /// since), and device writes issued, successful or not.
     pub(crate) pages: u64,
     pub(crate) writes: u64,
     /// The first failure seen.
@@ -242,7 +243,11 @@ impl<'a> Writer<'a> {
                 }
                 r
             };
-            self.pages += run.pages.len() as u64;
+            // Pages that reached the device: not those of a failed write,
+            // nor those a failed fsync since left dirty.
+            if r.is_ok() && !kept {
+                self.pages += run.pages.len() as u64;
+            }
             self.writes += 1;
             for wb in run.pages {
                 if kept {
@@ -413,29 +418,30 @@ pub(crate) fn owes_write_backs(sh: &Shared, id: u32) -> bool {
 pub(crate) enum WaitedOn {
     /// The sync holding the file's sync lock waits for this page.
     BySync(u64),
-    /// Another thread waits for the write-back of this page, which a request
-    /// queue of this thread owes.
-    ByWriter(u64),
+    /// Another thread waits for this page (named so), which this thread
+    /// holds a guard of, or whose write-back or read a request queue of this
+    /// thread has not finished.
+    ByOther(String),
 }
 
 /// Lock `m`, one of the file's locks that a sync of the file may hold or
 /// wait behind, for a thread the sync may be waiting for: while the sync
 /// that holds `e.syncing` waits for none of the pages `mine` says are this
 /// thread's to let go (given each page and whether the sync waits for its
-/// write-back), and no thread waits for the write-back of a page of the
-/// file that this thread's request queues owe (a writer holding
-/// `extending`, say, which would hold it until this thread polls), it
-/// polls; once either happens, it gives up with that page (waiting on would
-/// wait for ever, the other for it and it for the other). The second look
-/// cannot tell the lock's holder from any other waiter: a thread owing a
-/// write-back someone waits for is refused even where the holder would
-/// have ended.
+/// write-back), and no thread waits for what only this thread can end (see
+/// [`this_thread_waited_for`]: a writer holding `extending` may, and would
+/// hold it until this thread ends it), it polls; once either happens, it
+/// gives up with that page (waiting on would wait for ever, the other for
+/// it and it for the other). The second look cannot tell the lock's holder
+/// from any other waiter, nor a waiter from one that gave up and left its
+/// mark: a thread that something of its own is waited for by anyone is
+/// refused even where the holder would have ended.
 pub(crate) fn lock_unless_sync_waits_on<'m>(
     sh: &Shared,
-    id: u32,
     e: &Entry,
     m: &'m std::sync::Mutex<()>,
     mine: impl Fn(u64, bool) -> bool,
+    g: &Guards<'_>,
 ) -> std::result::Result<std::sync::MutexGuard<'m, ()>, WaitedOn> {
     let mut pause = 1u64;
     loop {
@@ -452,27 +458,40 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
         if let Some((p, _)) = waits.into_iter().find(|&(p, wb)| mine(p, wb)) {
             return Err(WaitedOn::BySync(p));
         }
-        if let Some(p) = owed_page_waited_for(sh, id) {
-            return Err(WaitedOn::ByWriter(p));
+        if let Some((f, p)) = this_thread_waited_for(sh, g) {
+            let name = sh.entry(f).map(|e| e.file.name()).unwrap_or_default();
+            return Err(WaitedOn::ByOther(format!("page {p} of {name:?}")));
         }
         std::thread::sleep(Duration::from_micros(pause));
         pause = (pause * 2).min(1000);
     }
 }
 
-/// A page of file `id` of `sh`'s cache whose write-back a request queue of
-/// this thread owes and someone waits for the end of.
-fn owed_page_waited_for(sh: &Shared, id: u32) -> Option<u64> {
-    let key = (sh as *const Shared as usize, id);
-    let owed: Vec<u64> = OWED
+/// A page (file, page) of `sh`'s cache that another thread waits for and
+/// only this thread can let go: one it holds a guard of (`g`), whose
+/// write-back a request queue of this thread owes, or whose fill one holds
+/// in flight (the page's `WAITERS` mark). Such a thread must not wait for a
+/// lock whose holder may be that waiter.
+pub(crate) fn this_thread_waited_for(sh: &Shared, g: &Guards<'_>) -> Option<(u32, u64)> {
+    let me = sh as *const Shared as usize;
+    let owed: Vec<(u32, u64)> = OWED
         .try_with(|o| {
             (o.borrow().iter())
-                .filter(|(k, ..)| *k == key)
-                .flat_map(|(.., p)| p.iter().copied())
+                .filter(|(k, ..)| k.0 == me)
+                .flat_map(|((_, f), _, p)| p.iter().map(|&p| (*f, p)))
                 .collect()
         })
         .unwrap_or_default();
-    (owed.into_iter()).find(|&p| sh.cache.write_back_waited_for(id, p).unwrap_or(false))
+    (g.waited_for)()
+        .or_else(|| (owed.into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false)))
+        .or_else(|| sh.cache.own_fill_waited_for())
+}
+
+/// Whether this thread holds anything another thread may wait for that
+/// only this thread can let go: a guard of a page of the cache (`g`), or
+/// request queues' I/O in flight (in any cache).
+pub(crate) fn holds_anything(g: &Guards<'_>) -> bool {
+    g.any || crate::cache::queue_io()
 }
 
 /// Whether a request queue of this thread holds page `page` of file `id` of
@@ -551,8 +570,8 @@ impl Shared {
     /// Write back every dirty page of file `id` (32 writes in flight, dirty
     /// neighbours merged into one write), waiting for pages that are busy (a
     /// writer holds them, or another write-back runs), then fsync.
-    pub(crate) fn sync_file(&self, id: u32, who: Asker<'_>) -> Result<()> {
-        self.sync_file_as(id, true, who)
+    pub(crate) fn sync_file(&self, id: u32, who: Asker<'_>, g: &Guards<'_>) -> Result<()> {
+        self.sync_file_as(id, true, who, g)
     }
 
     /// As [`Shared::sync_file`]; without `wait`, fails [`Error::Busy`] at
@@ -560,27 +579,35 @@ impl Shared {
     /// others hold (what is left dirty stays marked for the next sync).
     /// `who` asks: the loss a failed fsync left that it has not accepted
     /// fails the sync ([`Error::SyncLost`]).
-    pub(crate) fn sync_file_as(&self, id: u32, wait: bool, who: Asker<'_>) -> Result<()> {
+    pub(crate) fn sync_file_as(
+        &self,
+        id: u32,
+        wait: bool,
+        who: Asker<'_>,
+        g: &Guards<'_>,
+    ) -> Result<()> {
         self.retire_finished();
         let e = self.entry(id)?;
         // One sync of a file at a time: a sync whose fsync failed has made its
         // pages dirty again before the next one starts writing, so the next
         // one's good fsync (the kernel reports a failure once) covers them.
-        let _one = if wait && owes_write_backs(self, id) {
-            // This thread's request queue owes write-backs of the file: a
-            // sync holding the lock may wait for them, which only this
-            // thread can finish (by polling the queue).
-            lock_unless_sync_waits_on(self, id, &e, &e.syncing, |p, _| owes_page(self, id, p))
+        let _one = if wait && holds_anything(g) {
+            // This thread's request queue owes write-backs of the file, or
+            // it holds what another may wait for: a sync holding the lock may
+            // wait for them, which only this thread can finish (by polling
+            // the queue, or letting its guards go).
+            lock_unless_sync_waits_on(self, &e, &e.syncing, |p, _| owes_page(self, id, p), g)
                 .map_err(|w| {
                     let by = match w {
                         WaitedOn::BySync(p) => format!("another, which waits for page {p}"),
-                        WaitedOn::ByWriter(p) => format!(
-                            "a thread holding one of its locks, which perhaps waits for page {p}"
+                        WaitedOn::ByOther(p) => format!(
+                            "a thread holding one of its locks, which perhaps waits for {p}"
                         ),
                     };
                     Error::HeldByCaller(format!(
-                        "a sync of {:?} beside {by}, whose write-back a request queue of this \
-                         thread holds: poll, wait for or drain the queue first",
+                        "a sync of {:?} beside {by}, which this thread holds a guard of or a \
+                         request queue of this thread has not finished: poll, wait for or \
+                         drain the queue, or drop the guard, first",
                         e.file.name()
                     ))
                 })?
