@@ -37,7 +37,7 @@ sync_file_range syncfs readahead ftruncate ftruncate64 truncate truncate64 fallo
 posix_fallocate posix_fallocate64 posix_fadvise posix_fadvise64 fstat fstat64 stat
 stat64 lstat lstat64 fstatat fstatat64 statx __fxstat __fxstat64 __xstat __xstat64
 __lxstat __lxstat64 __fxstatat __fxstatat64 access faccessat euidaccess readlink
-readlinkat fchmod fchown chmod chown lchown fchownat fchmodat utime utimes lutimes
+readlinkat __readlink_chk __readlinkat_chk fchmod fchown chmod chown lchown fchownat fchmodat utime utimes lutimes
 futimes futimesat futimens utimensat glob glob64 nftw nftw64 ftw ftw64
 unlink unlinkat rename renameat renameat2 link linkat symlink symlinkat mkdir
 mkdirat rmdir dup dup2 dup3 fcntl fcntl64 ioctl flock lockf lockf64 mmap mmap64
@@ -46,7 +46,7 @@ readdir_r readdir64_r closedir rewinddir seekdir telldir dirfd scandir scandir64
 fopen fopen64 fdopen freopen freopen64 getxattr lgetxattr fgetxattr listxattr
 llistxattr flistxattr setxattr lsetxattr fsetxattr splice vmsplice tee sendfile
 sendfile64 copy_file_range statfs statfs64 fstatfs fstatfs64 statvfs statvfs64
-realpath __realpath_chk aio_read aio_read64 aio_write aio_write64 aio_fsync
+realpath __realpath_chk canonicalize_file_name aio_read aio_read64 aio_write aio_write64 aio_fsync
 aio_fsync64 aio_error aio_error64 aio_return aio_return64 aio_suspend aio_suspend64
 aio_cancel aio_cancel64 remove mkstemp mkstemp64 mkostemp mkostemp64 mkstemps mkstemps64
 mkostemps mkostemps64"

@@ -1181,41 +1181,112 @@ fn an_extending_write_beside_one_waiting_for_its_own_queues_read_is_refused() {
 /// none of its pages; once its guard goes, all three end.
 #[test]
 fn a_growth_by_a_guard_holder_another_thread_waits_for_beside_a_sync_is_refused() {
-    let tmp = TempDir::new("grow-guard-chain");
-    let (_cs, cf) = threes_behind_a_small_cache(&tmp, 16);
-    cf.set_len(127 * 4096).unwrap();
-    cf.write_at(5 * 4096, &[1; 4096]).unwrap();
-    let mut b = vec![0; 4096];
-    cf.read_at(9 * 4096, &mut b).unwrap();
-    let (held_tx, held_rx) = std::sync::mpsc::channel();
-    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-    let watchdog = Watchdog::new("a shrink, a sync and a reader waited 60 s for each other");
-    std::thread::scope(|s| {
-        let cf = &cf;
-        let reader = s.spawn(move || {
-            let g = cf.page_mut(5 * 4096).unwrap();
-            held_tx.send(()).unwrap();
-            go_rx.recv().unwrap();
-            let mut b = vec![0; 4096];
-            let r = cf.read_at(9 * 4096, &mut b);
-            drop(g);
-            r
+    // A sync that had not yet taken its lock when the growth came lets the
+    // growth through: tried again.
+    for attempt in 0.. {
+        let tmp = TempDir::new("grow-guard-chain");
+        let (_cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+        cf.set_len(127 * 4096).unwrap();
+        cf.write_at(5 * 4096, &[1; 4096]).unwrap();
+        let mut b = vec![0; 4096];
+        cf.read_at(9 * 4096, &mut b).unwrap();
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let watchdog = Watchdog::new("a growth, a sync and a reader waited 60 s for each other");
+        let refused = std::thread::scope(|s| {
+            let cf = &cf;
+            let reader = s.spawn(move || {
+                let g = cf.page_mut(5 * 4096).unwrap();
+                held_tx.send(()).unwrap();
+                go_rx.recv().unwrap();
+                let mut b = vec![0; 4096];
+                let r = cf.read_at(9 * 4096, &mut b);
+                drop(g);
+                r
+            });
+            held_rx.recv().unwrap();
+            let syncer = s.spawn(|| cf.sync());
+            std::thread::sleep(Duration::from_millis(200));
+            let mine = cf.page_mut(9 * 4096).unwrap();
+            go_tx.send(()).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            let r = cf.grow(128 * 4096);
+            assert!(
+                matches!(r, Err(Error::HeldByCaller(_)) | Ok(())),
+                "growth: {r:?}"
+            );
+            drop(mine);
+            reader.join().unwrap().unwrap();
+            syncer.join().unwrap().unwrap();
+            r.is_err()
         });
-        held_rx.recv().unwrap();
-        let syncer = s.spawn(|| cf.sync());
-        std::thread::sleep(Duration::from_millis(200));
-        let mine = cf.page_mut(9 * 4096).unwrap();
-        go_tx.send(()).unwrap();
-        std::thread::sleep(Duration::from_millis(300));
-        let r = cf.grow(128 * 4096);
-        assert!(matches!(r, Err(Error::HeldByCaller(_))), "growth: {r:?}");
-        drop(mine);
-        reader.join().unwrap().unwrap();
-        syncer.join().unwrap().unwrap();
-    });
-    drop(watchdog);
-    cf.grow(128 * 4096).unwrap();
-    assert_eq!(cf.len(), 128 * 4096);
+        drop(watchdog);
+        if !refused {
+            assert!(
+                attempt < 5,
+                "the sync never took its lock before the growth"
+            );
+            continue;
+        }
+        cf.grow(128 * 4096).unwrap();
+        assert_eq!(cf.len(), 128 * 4096);
+        break;
+    }
+}
+
+/// A sync by a thread whose request queue holds the read of a page in
+/// flight, while another thread holds a mutable guard of a dirty page of
+/// the file (which the sync waits for) and waits to read that page: the
+/// sync fails `HeldByCaller` after the pin wait instead of waiting for ever
+/// (it for the reader, the reader for its queue); once the queue is drained
+/// the reader and a sync go through.
+#[test]
+fn a_sync_waiting_for_a_reader_of_its_own_queues_read_is_refused() {
+    for attempt in 0.. {
+        let tmp = TempDir::new("sync-beside-own-fill");
+        let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+        cf.write_at(5 * 4096, &[1; 4096]).unwrap();
+        let mut q = cs.queue(4);
+        q.submit(vec![CachedRequest::tagged(
+            OpKind::Read,
+            &cf,
+            100 * 4096,
+            vec![0; 4096],
+            0,
+        )]);
+        let (held_tx, held_rx) = std::sync::mpsc::channel();
+        let watchdog = Watchdog::new("a sync and a reader of its queue's read waited 60 s");
+        let waited = std::thread::scope(|s| {
+            let cf = &cf;
+            let reader = s.spawn(move || {
+                let g = cf.page_mut(5 * 4096).unwrap();
+                held_tx.send(()).unwrap();
+                let mut b = vec![0; 4096];
+                let r = cf.read_at(100 * 4096, &mut b);
+                drop(g);
+                r
+            });
+            held_rx.recv().unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+            // The read was still in flight when the reader came (else it
+            // read the page at once, and there is nothing to wait for).
+            let waited = !reader.is_finished();
+            if waited {
+                let r = cf.sync();
+                assert!(matches!(r, Err(Error::HeldByCaller(_))), "sync: {r:?}");
+            }
+            q.drain();
+            reader.join().unwrap().unwrap();
+            waited
+        });
+        drop(watchdog);
+        if !waited {
+            assert!(attempt < 5, "the reader never waited for the queue's read");
+            continue;
+        }
+        cf.sync().unwrap();
+        break;
+    }
 }
 
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call

@@ -344,21 +344,6 @@ pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __pread64_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    off: off64_t,
-    buflen: size_t,
-) -> ssize_t {
-    if n > buflen {
-        crate::fatal("buffer overflow detected in pread64");
-    }
-    // SAFETY: the caller's arguments, checked as the fortified function does.
-    unsafe { pread64(fd, buf, n, off) }
-}
-
-#[unsafe(no_mangle)]
 pub unsafe extern "C" fn __pread_chk(
     fd: c_int,
     buf: *mut c_void,
@@ -425,20 +410,6 @@ pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t
         None => unsafe { real::read()(fd, buf, n) },
         Some(d) => size_ret(read_pos(&d, buf, n)),
     }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn __read_chk(
-    fd: c_int,
-    buf: *mut c_void,
-    n: size_t,
-    buflen: size_t,
-) -> ssize_t {
-    if n > buflen {
-        crate::fatal("buffer overflow detected in read");
-    }
-    // SAFETY: the caller's arguments, checked as the fortified function does.
-    unsafe { read(fd, buf, n) }
 }
 
 #[unsafe(no_mangle)]
@@ -2649,6 +2620,33 @@ pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size
     }
 }
 
+/// The fortified forms that a caller built with `_FORTIFY_SOURCE` calls for
+/// a buffer of known size (`buflen`): the C library's check of the length
+/// asked for against it (fatal past it, as the C library's), then this
+/// library's function (the C library's forms call its own, past this
+/// library's).
+macro_rules! fortified {
+    ($($name:ident => $plain:ident($($a:ident: $t:ty),*) asking $n:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name($($a: $t,)* buflen: size_t) -> ssize_t {
+            if $n > buflen {
+                crate::fatal(concat!("buffer overflow detected in ", stringify!($plain)));
+            }
+            // SAFETY: the caller's arguments, checked as the fortified function does.
+            unsafe { $plain($($a),*) }
+        }
+    )*};
+}
+
+fortified! {
+    __read_chk => read(fd: c_int, buf: *mut c_void, n: size_t) asking n;
+    __pread64_chk => pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) asking n;
+    __readlink_chk => readlink(path: *const c_char, buf: *mut c_char, n: size_t) asking n;
+    __readlinkat_chk => readlinkat(
+        dirfd: c_int, path: *const c_char, buf: *mut c_char, n: size_t
+    ) asking n;
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn readlinkat(
     dirfd: c_int,
@@ -2882,7 +2880,9 @@ fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
             e => fail("realpath", &e),
         })?;
         let cfg = state::config().ok_or(libc::EINVAL)?;
-        let mut full = cfg.dir.clone();
+        // Resolved, as the C library's is (and as `readlink` of a store
+        // descriptor's link reads).
+        let mut full = cfg.canonical.clone().unwrap_or_else(|| cfg.dir.clone());
         full.push(b'/');
         full.extend_from_slice(name.as_bytes());
         if full.len() >= libc::PATH_MAX as usize {
@@ -2940,4 +2940,12 @@ pub unsafe extern "C" fn __realpath_chk(
     }
     // SAFETY: the caller's arguments, checked as the fortified function does.
     unsafe { realpath(path, resolved) }
+}
+
+/// `realpath(path, NULL)`, which the C library's calls inside itself, past
+/// this library's `realpath`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+    // SAFETY: the caller's path; the result is allocated for the caller.
+    unsafe { realpath(path, std::ptr::null_mut()) }
 }

@@ -574,6 +574,15 @@ fn a_store_file_reopened_through_proc_self_fd_is_that_file() {
         t.contains(&format!("readlink /proc/self/fd/N: {n} {at}|")),
         "{t}"
     );
+    assert!(
+        t.contains(&format!("__readlink_chk /proc/self/fd/N: {n} {at}|")),
+        "{t}"
+    );
+    assert!(
+        t.contains(&format!("canonicalize_file_name /proc/self/fd/N: {at}|")),
+        "{t}"
+    );
+    assert!(t.contains(&format!("realpath NAME: {at}|")), "{t}");
     let three = &at.to_string()[..3];
     assert!(
         t.contains(&format!(

@@ -44,6 +44,10 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+/* The C library's fortified readlink, which a program built with
+ * _FORTIFY_SOURCE calls. */
+extern ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen);
+
 static char dir[4096];
 
 static const char *path(const char *name) {
@@ -1303,6 +1307,17 @@ static void reopen_by_fd(int argc, char **argv) {
     memset(said, 0, sizeof said);
     sn = readlink(lp, said, 3);
     printf("readlink /proc/self/fd/N into 3 bytes: %zd %s|\n", sn, sn > 0 ? said : "");
+    /* As a program built with _FORTIFY_SOURCE calls it, and as the C
+     * library's canonicalize_file_name and realpath see it. */
+    memset(said, 0, sizeof said);
+    sn = __readlink_chk(lp, said, sizeof said - 1, sizeof said);
+    printf("__readlink_chk /proc/self/fd/N: %zd %s|\n", sn, sn > 0 ? said : "");
+    char *canon = canonicalize_file_name(lp);
+    printf("canonicalize_file_name /proc/self/fd/N: %s|\n", canon ? canon : "(null)");
+    free(canon);
+    canon = realpath(path(argv[3]), NULL);
+    printf("realpath NAME: %s|\n", canon ? canon : "(null)");
+    free(canon);
     /* The file deleted and another made under its name: the descriptor's
      * link is not the new file. */
     unlink(path(argv[3]));

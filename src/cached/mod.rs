@@ -327,8 +327,9 @@ impl Drop for FutureClaim {
     }
 }
 
-/// A page (file, page) of `sh`'s cache that this thread holds a guard of
-/// and someone waits for (its `WAITERS` mark).
+/// A page (file, page) of `sh`'s cache that this thread holds a mutable
+/// guard of and someone waits for (its `WAITERS` mark). Not a shared
+/// guard's: only a writer waits for one, and only for the pin wait.
 fn guard_waited_for(sh: &Shared) -> Option<(u32, u64)> {
     if HOLDING.get() == 0 {
         return None;
@@ -336,8 +337,12 @@ fn guard_waited_for(sh: &Shared) -> Option<(u32, u64)> {
     let me = sh as *const Shared as usize;
     let held: Vec<(u32, u64)> = HELD
         .try_with(|h| {
-            (h.borrow().iter())
-                .filter(|k| k.0 == me)
+            let h = h.borrow();
+            if h.mutable == 0 {
+                return Vec::new();
+            }
+            (h.iter())
+                .filter(|k| k.0 == me && k.3)
                 .map(|&(_, f, p, _)| (f, p))
                 .collect()
         })

@@ -660,7 +660,7 @@ impl Shared {
             sets,
             done: false,
         };
-        let r = self.write_and_fsync(id, &e, pending, wait, who);
+        let r = self.write_and_fsync(id, &e, pending, wait, who, g);
         remark.done = r.is_ok();
         r
     }
@@ -674,6 +674,7 @@ impl Shared {
         mut pending: Vec<u64>,
         wait: bool,
         who: Asker<'_>,
+        g: &Guards<'_>,
     ) -> Result<()> {
         // This thread's sync queue, kept from its last sync: its ring is set
         // up once, not for every sync (a database syncs at every commit).
@@ -739,6 +740,21 @@ impl Shared {
                             )),
                         }
                     };
+                    // Or another thread waits for what only this one can
+                    // let go (its mutable guard, its queue's fill), and may
+                    // be what this sync waits for.
+                    let why = why.or_else(|| {
+                        let (f, p) = holds_anything(g)
+                            .then(|| this_thread_waited_for(self, g))
+                            .flatten()?;
+                        let name = self.entry(f).map(|e| e.file.name()).unwrap_or_default();
+                        Some(format!(
+                            "another thread waits for page {p} of {name:?}, which this thread \
+                             holds a guard of or a request queue of this thread has not \
+                             finished: poll, wait for or drain the queue, or drop the guard, \
+                             first"
+                        ))
+                    });
                     if let Some(why) = why {
                         let q = w.into_queue();
                         let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
