@@ -62,8 +62,10 @@ pub enum Error {
     },
     /// A write to a file opened read-only.
     ReadOnly(String),
-    /// The calling thread holds a page guard that the call would wait for
-    /// (it would wait for itself forever).
+    /// The call would wait for something only the calling thread can end:
+    /// a page guard it holds, or I/O its request queues started and only it
+    /// finishes by polling (it would wait for itself for ever, directly or
+    /// through another thread waiting for it).
     HeldByCaller(String),
     /// The calling thread holds as many page guards as a thread may.
     TooManyPins {
@@ -367,7 +369,8 @@ impl fmt::Display for Error {
             ),
             Error::HeldByCaller(s) => write!(
                 f,
-                "{s}: this thread holds a guard of that page, and the call would wait for it to drop"
+                "{s}: the call would wait for something only this thread can end (a page \
+                 guard it holds, or I/O its request queues started)"
             ),
             Error::TooManyPins { held } => write!(
                 f,

@@ -1289,6 +1289,45 @@ fn a_sync_waiting_for_a_reader_of_its_own_queues_read_is_refused() {
     }
 }
 
+/// Two threads, each holding a mutable guard of a page of the file the other
+/// syncs: at least one sync fails `HeldByCaller` once it has waited the pin
+/// wait (each waited for the other's guard for ever); then both files sync.
+#[test]
+fn two_syncs_each_waiting_for_the_others_guard_do_not_wait_for_ever() {
+    let tmp = TempDir::new("sync-cross-guards");
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+    let cg = cs.create("g", 16 * 4096, LayoutKind::Stripe).unwrap();
+    let both = std::sync::Barrier::new(2);
+    let watchdog = Watchdog::new("two syncs waited 60 s for each other's guards");
+    let (ra, rb) = std::thread::scope(|s| {
+        let a = s.spawn(|| {
+            let g = cf.page_mut(0).unwrap();
+            both.wait();
+            let r = cg.sync();
+            drop(g);
+            r
+        });
+        let b = s.spawn(|| {
+            let g = cg.page_mut(0).unwrap();
+            both.wait();
+            let r = cf.sync();
+            drop(g);
+            r
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    drop(watchdog);
+    for r in [&ra, &rb] {
+        assert!(
+            matches!(r, Ok(()) | Err(Error::HeldByCaller(_))),
+            "{ra:?} {rb:?}"
+        );
+    }
+    assert!(ra.is_err() || rb.is_err(), "{ra:?} {rb:?}");
+    cf.sync().unwrap();
+    cg.sync().unwrap();
+}
+
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call
 /// that would wait for ever fails its test instead of hanging the run.
 /// Dropped, as unwinding from a failed assertion drops it, it stands down.

@@ -350,6 +350,31 @@ fn guard_waited_for(sh: &Shared) -> Option<(u32, u64)> {
     (held.into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false))
 }
 
+/// This thread's guards of pages of `sh`'s cache, as the layers below
+/// look at them.
+fn guards_of(sh: &Shared) -> shared::Guards {
+    shared::Guards {
+        any: holds_guard_in(sh),
+        waited_for: guard_waited_for,
+        held: guards_held,
+    }
+}
+
+/// The pages (file, page) of `sh`'s cache this thread holds guards of.
+fn guards_held(sh: &Shared) -> Vec<(u32, u64)> {
+    if HOLDING.get() == 0 {
+        return Vec::new();
+    }
+    let me = sh as *const Shared as usize;
+    HELD.try_with(|h| {
+        (h.borrow().iter())
+            .filter(|k| k.0 == me)
+            .map(|&(_, f, p, _)| (f, p))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
 /// Whether this thread holds a guard of a page of `sh`'s cache.
 fn holds_guard_in(sh: &Shared) -> bool {
     let me = sh as *const Shared as usize;
@@ -1541,8 +1566,12 @@ impl CachedFile {
     /// [`CachedFile::file`], refuses writes around the cache). A thread holding a page guard
     /// of this file gets [`Error::HeldByCaller`] (the sync would wait for
     /// the guard), as does one whose sync has waited the pin wait for pages
-    /// under write-back while a [`CachedQueue`] of the same thread holds
-    /// write-backs it has not finished (poll, wait for or drain it first).
+    /// in use while a [`CachedQueue`] of the same thread holds write-backs it
+    /// has not finished (poll, wait for or drain it first), or while another
+    /// thread waits for something only this one can end: a page of another
+    /// file this thread holds a guard of (waited for by that file's sync, or
+    /// a mutable guard waited for by anyone), or a read its queue holds in
+    /// flight.
     pub fn sync(&self) -> Result<()> {
         self.sync_asking(shared::Asker::Handle(&self.loss))
     }
@@ -1554,11 +1583,7 @@ impl CachedFile {
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
         let sh = &*self.shared;
-        let guards = shared::Guards {
-            any: holds_guard_in(sh),
-            waited_for: &|| guard_waited_for(sh),
-        };
-        sh.sync_file(self.id, who, &guards)
+        sh.sync_file(self.id, who, &guards_of(sh))
             .map_err(|e| self.gone_or(e))
     }
 
@@ -1724,10 +1749,7 @@ impl CachedFile {
             writeback::owes_page(sh, id, p)
                 || (!wb && Hold::check(store, id, || p..p + 1, true, name).is_err())
         };
-        let guards = shared::Guards {
-            any: holds_guard_in(sh),
-            waited_for: &|| guard_waited_for(sh),
-        };
+        let guards = guards_of(sh);
         if !writeback::holds_anything(&guards) {
             return Ok(m.lock().unwrap_or_else(|p| p.into_inner()));
         }

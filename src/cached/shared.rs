@@ -1002,21 +1002,21 @@ pub(crate) static AFTER_LOAD_LENGTH: crate::util::hook::TestHook<usize, Box<dyn 
     crate::util::hook::TestHook::new();
 
 /// This thread's page guards, which the layer above keeps: whether it holds
-/// one in the cache, and a look for one another thread waits for.
-pub(crate) struct Guards<'g> {
+/// one in the cache, a look for a mutable one another thread waits for, and
+/// the pages of all it holds.
+#[derive(Clone, Copy)]
+pub(crate) struct Guards {
     pub(crate) any: bool,
-    pub(crate) waited_for: &'g dyn Fn() -> Option<(u32, u64)>,
+    pub(crate) waited_for: fn(&Shared) -> Option<(u32, u64)>,
+    pub(crate) held: fn(&Shared) -> Vec<(u32, u64)>,
 }
 
-fn no_guard() -> Option<(u32, u64)> {
-    None
-}
-
-impl Guards<'_> {
+impl Guards {
     /// A thread that holds no guard of the cache.
-    pub(crate) const NONE: Guards<'static> = Guards {
+    pub(crate) const NONE: Guards = Guards {
         any: false,
-        waited_for: &no_guard,
+        waited_for: |_| None,
+        held: |_| Vec::new(),
     };
 }
 

@@ -441,7 +441,7 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
     e: &Entry,
     m: &'m std::sync::Mutex<()>,
     mine: impl Fn(u64, bool) -> bool,
-    g: &Guards<'_>,
+    g: &Guards,
 ) -> std::result::Result<std::sync::MutexGuard<'m, ()>, WaitedOn> {
     let mut pause = 1u64;
     loop {
@@ -472,7 +472,7 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
 /// write-back a request queue of this thread owes, or whose fill one holds
 /// in flight (the page's `WAITERS` mark). Such a thread must not wait for a
 /// lock whose holder may be that waiter.
-pub(crate) fn this_thread_waited_for(sh: &Shared, g: &Guards<'_>) -> Option<(u32, u64)> {
+pub(crate) fn this_thread_waited_for(sh: &Shared, g: &Guards) -> Option<(u32, u64)> {
     let me = sh as *const Shared as usize;
     let owed: Vec<(u32, u64)> = OWED
         .try_with(|o| {
@@ -482,15 +482,46 @@ pub(crate) fn this_thread_waited_for(sh: &Shared, g: &Guards<'_>) -> Option<(u32
                 .collect()
         })
         .unwrap_or_default();
-    (g.waited_for)()
+    (g.waited_for)(sh)
         .or_else(|| (owed.into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false)))
         .or_else(|| sh.cache.own_fill_waited_for())
+}
+
+/// A page (file, page) of a file other than `id` of `sh`'s cache that
+/// the sync of that file waits for and only this thread can let go: one it
+/// holds a guard of (that the sync found under no write-back), or whose
+/// write-back a request queue of this thread owes. Two threads each
+/// syncing a file the other holds a guard of would wait for ever.
+fn waited_for_by_another_sync(sh: &Shared, id: u32, g: &Guards) -> Option<(u32, u64)> {
+    let me = sh as *const Shared as usize;
+    let mut mine: Vec<(u32, u64, bool)> = ((g.held)(sh).into_iter())
+        .map(|(f, p)| (f, p, true))
+        .collect();
+    let _ = OWED.try_with(|o| {
+        for ((s, f), _, pages) in o.borrow().iter() {
+            if *s == me {
+                mine.extend(pages.iter().map(|&p| (*f, p, false)));
+            }
+        }
+    });
+    (mine.into_iter())
+        .filter(|&(f, ..)| f != id)
+        .find(|&(f, p, guard)| {
+            sh.entry(f).is_ok_and(|e| {
+                (e.sync_waits
+                    .lock()
+                    .unwrap_or_else(|x| x.into_inner())
+                    .iter())
+                .any(|&(q, wb)| q == p && !(guard && wb))
+            })
+        })
+        .map(|(f, p, _)| (f, p))
 }
 
 /// Whether this thread holds anything another thread may wait for that
 /// only this thread can let go: a guard of a page of the cache (`g`), or
 /// request queues' I/O in flight (in any cache).
-pub(crate) fn holds_anything(g: &Guards<'_>) -> bool {
+pub(crate) fn holds_anything(g: &Guards) -> bool {
     g.any || crate::cache::queue_io()
 }
 
@@ -570,7 +601,7 @@ impl Shared {
     /// Write back every dirty page of file `id` (32 writes in flight, dirty
     /// neighbours merged into one write), waiting for pages that are busy (a
     /// writer holds them, or another write-back runs), then fsync.
-    pub(crate) fn sync_file(&self, id: u32, who: Asker<'_>, g: &Guards<'_>) -> Result<()> {
+    pub(crate) fn sync_file(&self, id: u32, who: Asker<'_>, g: &Guards) -> Result<()> {
         self.sync_file_as(id, true, who, g)
     }
 
@@ -584,7 +615,7 @@ impl Shared {
         id: u32,
         wait: bool,
         who: Asker<'_>,
-        g: &Guards<'_>,
+        g: &Guards,
     ) -> Result<()> {
         self.retire_finished();
         let e = self.entry(id)?;
@@ -674,7 +705,7 @@ impl Shared {
         mut pending: Vec<u64>,
         wait: bool,
         who: Asker<'_>,
-        g: &Guards<'_>,
+        g: &Guards,
     ) -> Result<()> {
         // This thread's sync queue, kept from its last sync: its ring is set
         // up once, not for every sync (a database syncs at every commit).
@@ -740,6 +771,18 @@ impl Shared {
                             )),
                         }
                     };
+                    // Or another file's sync waits for this thread (its
+                    // guard, its queue's write-back), and perhaps holds what
+                    // this sync waits for.
+                    let why = why.or_else(|| {
+                        let (f, p) = waited_for_by_another_sync(self, id, g)?;
+                        let name = self.entry(f).map(|e| e.file.name()).unwrap_or_default();
+                        Some(format!(
+                            "a sync of {name:?} waits for its page {p}, which this thread holds \
+                             a guard of or a request queue of this thread owes the write-back \
+                             of: drop the guard, or poll, wait for or drain the queue, first"
+                        ))
+                    });
                     // Or another thread waits for what only this one can
                     // let go (its mutable guard, its queue's fill), and may
                     // be what this sync waits for.
