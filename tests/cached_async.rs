@@ -1328,6 +1328,56 @@ fn two_syncs_each_waiting_for_the_others_guard_do_not_wait_for_ever() {
     cg.sync().unwrap();
 }
 
+/// Two threads, each holding a mutable guard of a page of a file whose sync
+/// (by a third and a fourth thread) waits for it, each then syncing the
+/// other file, whose sync lock is taken: at least one fails `HeldByCaller`
+/// instead of all four waiting for ever; then every sync ends.
+#[test]
+fn syncs_of_each_others_guarded_files_behind_other_syncs_do_not_wait_for_ever() {
+    let tmp = TempDir::new("sync-cross-guards-four");
+    let (cs, cf) = threes_behind_a_small_cache(&tmp, 16);
+    let cg = cs.create("g", 16 * 4096, LayoutKind::Stripe).unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let go = std::sync::Barrier::new(3);
+    let watchdog = Watchdog::new("four syncs waited 60 s for each other's guards");
+    let (ra, rt) = std::thread::scope(|s| {
+        let guarded_sync = |mine: &'static str| {
+            let (held_tx, go, cf, cg) = (held_tx.clone(), &go, &cf, &cg);
+            move || {
+                let (guarded, synced) = if mine == "f" { (cf, cg) } else { (cg, cf) };
+                let g = guarded.page_mut(0).unwrap();
+                held_tx.send(()).unwrap();
+                go.wait();
+                let r = synced.sync();
+                drop(g);
+                r
+            }
+        };
+        let a = s.spawn(guarded_sync("f"));
+        let t = s.spawn(guarded_sync("g"));
+        held_rx.recv().unwrap();
+        held_rx.recv().unwrap();
+        let u = s.spawn(|| cf.sync());
+        let v = s.spawn(|| cg.sync());
+        std::thread::sleep(Duration::from_millis(300));
+        go.wait();
+        let (ra, rt) = (a.join().unwrap(), t.join().unwrap());
+        u.join().unwrap().unwrap();
+        v.join().unwrap().unwrap();
+        (ra, rt)
+    });
+    drop(watchdog);
+    for r in [&ra, &rt] {
+        assert!(
+            matches!(r, Ok(()) | Err(Error::HeldByCaller(_))),
+            "{ra:?} {rt:?}"
+        );
+    }
+    assert!(ra.is_err() || rt.is_err(), "{ra:?} {rt:?}");
+    cf.sync().unwrap();
+    cg.sync().unwrap();
+}
+
 /// Ends the process (exit code 3) unless dropped within 60 s, so that a call
 /// that would wait for ever fails its test instead of hanging the run.
 /// Dropped, as unwinding from a failed assertion drops it, it stands down.

@@ -462,6 +462,14 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
             let name = sh.entry(f).map(|e| e.file.name()).unwrap_or_default();
             return Err(WaitedOn::ByOther(format!("page {p} of {name:?}")));
         }
+        // A sync of another file waiting for this thread, whose own lock may
+        // be what another thread holding what this one waits for wants.
+        if let Some((f, p)) = waited_for_by_another_sync(sh, u32::MAX, g) {
+            let name = sh.entry(f).map(|e| e.file.name()).unwrap_or_default();
+            return Err(WaitedOn::ByOther(format!(
+                "page {p} of {name:?} (its sync waits for it)"
+            )));
+        }
         std::thread::sleep(Duration::from_micros(pause));
         pause = (pause * 2).min(1000);
     }
@@ -487,8 +495,9 @@ pub(crate) fn this_thread_waited_for(sh: &Shared, g: &Guards) -> Option<(u32, u6
         .or_else(|| sh.cache.own_fill_waited_for())
 }
 
-/// A page (file, page) of a file other than `id` of `sh`'s cache that
-/// the sync of that file waits for and only this thread can let go: one it
+/// A page (file, page) of a file other than `id` (any file, given
+/// `u32::MAX`) of `sh`'s cache that the sync of that file waits for and
+/// only this thread can let go: one it
 /// holds a guard of (that the sync found under no write-back), or whose
 /// write-back a request queue of this thread owes. Two threads each
 /// syncing a file the other holds a guard of would wait for ever.
