@@ -444,6 +444,7 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
     g: &Guards,
 ) -> std::result::Result<std::sync::MutexGuard<'m, ()>, WaitedOn> {
     let mut pause = 1u64;
+    let polled = Instant::now();
     loop {
         match m.try_lock() {
             Ok(g) => return Ok(g),
@@ -463,8 +464,12 @@ pub(crate) fn lock_unless_sync_waits_on<'m>(
             return Err(WaitedOn::ByOther(format!("page {p} of {name:?}")));
         }
         // A sync of another file waiting for this thread, whose own lock may
-        // be what another thread holding what this one waits for wants.
-        if let Some((f, p)) = waited_for_by_another_sync(sh, u32::MAX, g) {
+        // be what another thread holding what this one waits for wants:
+        // looked at once the lock has been polled for the pin wait (a cycle
+        // never clears; a holder merely slow lets go before that).
+        if polled.elapsed() >= sh.cache.pin_wait()
+            && let Some((f, p)) = waited_for_by_another_sync(sh, u32::MAX, g)
+        {
             let name = sh.entry(f).map(|e| e.file.name()).unwrap_or_default();
             return Err(WaitedOn::ByOther(format!(
                 "page {p} of {name:?} (its sync waits for it)"
