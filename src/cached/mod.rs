@@ -331,23 +331,7 @@ impl Drop for FutureClaim {
 /// guard of and someone waits for (its `WAITERS` mark). Not a shared
 /// guard's: only a writer waits for one, and only for the pin wait.
 fn guard_waited_for(sh: &Shared) -> Option<(u32, u64)> {
-    if HOLDING.get() == 0 {
-        return None;
-    }
-    let me = sh as *const Shared as usize;
-    let held: Vec<(u32, u64)> = HELD
-        .try_with(|h| {
-            let h = h.borrow();
-            if h.mutable == 0 {
-                return Vec::new();
-            }
-            (h.iter())
-                .filter(|k| k.0 == me && k.3)
-                .map(|&(_, f, p, _)| (f, p))
-                .collect()
-        })
-        .unwrap_or_default();
-    (held.into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false))
+    (held_pages(sh, true).into_iter()).find(|&(f, p)| sh.cache.waited_for(f, p).unwrap_or(false))
 }
 
 /// This thread's guards of pages of `sh`'s cache, as the layers below
@@ -362,13 +346,23 @@ fn guards_of(sh: &Shared) -> shared::Guards {
 
 /// The pages (file, page) of `sh`'s cache this thread holds guards of.
 fn guards_held(sh: &Shared) -> Vec<(u32, u64)> {
+    held_pages(sh, false)
+}
+
+/// The pages (file, page) of `sh`'s cache this thread holds guards of, or
+/// with `mutable_only`, mutable guards of.
+fn held_pages(sh: &Shared, mutable_only: bool) -> Vec<(u32, u64)> {
     if HOLDING.get() == 0 {
         return Vec::new();
     }
     let me = sh as *const Shared as usize;
     HELD.try_with(|h| {
-        (h.borrow().iter())
-            .filter(|k| k.0 == me)
+        let h = h.borrow();
+        if mutable_only && h.mutable == 0 {
+            return Vec::new();
+        }
+        (h.iter())
+            .filter(|k| k.0 == me && (k.3 || !mutable_only))
             .map(|&(_, f, p, _)| (f, p))
             .collect()
     })
