@@ -12,7 +12,7 @@
 #
 #   scripts/sqlite-preload.sh [--short]
 #
-# Full: 1.1 million rows (a 1.2 GiB database), 100 kills. --short: 20,000
+# Full: 1.1 million rows (a 1.5 GB database), 100 kills. --short: 20,000
 # rows, 20 kills. Installs sqlite3 and libsqlite3-dev from the distribution's
 # packages if missing; SETCACHE_PRELOAD_LIB names a library built already.
 set -euo pipefail

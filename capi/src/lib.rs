@@ -425,6 +425,8 @@ pub unsafe extern "C" fn setcache_store_discard(store: *mut setcache_store) -> c
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
         no_users(s)?;
+        // The pages still dirty are given up, not written back at the drop.
+        s.cs.discard_at_close();
         // SAFETY: made by Box::into_raw in setcache_store_open; not used after this.
         unsafe { free(store) };
         Ok(0)

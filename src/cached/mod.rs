@@ -72,6 +72,11 @@ use shared::{Ahead, Entry, Shared};
 
 /// A store whose files are read and written through one page cache.
 ///
+/// Its files and queues keep the store open: when the last of them and this
+/// handle are gone, the pages still dirty are written back and synced (an
+/// error then goes to stderr; [`CachedStore::close`] returns it, and
+/// [`CachedStore::discard_at_close`] gives the pages up instead).
+///
 /// ```
 /// use setcache::{AlignedBuf, CacheOptions, CachedStore, LayoutKind, Store, StoreOptions};
 ///
@@ -85,7 +90,8 @@ use shared::{Ahead, Entry, Shared};
 /// let f = cs.create("kv", 1 << 20, LayoutKind::Stripe)?;
 /// f.write_at(10_000, b"through the cache")?;
 /// cs.sync()?; // every file: dirty pages written back, then fsync
-/// drop((f, cs)); // stops the flusher and closes the store
+/// drop(f);
+/// cs.close()?; // syncs again, stops the flusher and closes the store
 ///
 /// // The bytes are in the store, read here without a cache.
 /// let store = Store::open(&roots, StoreOptions::default())?;
@@ -550,6 +556,7 @@ impl CachedStore {
             idle_keep: AtomicUsize::new(shared::idle_keep(store_devices)),
             trim_at: AtomicUsize::new(shared::idle_keep(store_devices)),
             trimming: Mutex::new(()),
+            discard: std::sync::atomic::AtomicBool::new(false),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -819,51 +826,28 @@ impl CachedStore {
         self.sync_as(false)
     }
 
+    /// Sync every file ([`CachedStore::sync`]), then close this handle. The
+    /// error is the sync's; the handle is closed either way. Dropping a
+    /// store's last handle (this one, or the last of its files and queues)
+    /// writes back and syncs what is still dirty too, but can only print
+    /// an error on stderr: `close` returns it.
+    pub fn close(self) -> Result<()> {
+        self.sync()
+    }
+
+    /// Give up the pages still dirty when the store's last handle goes (this
+    /// one, or the last of its files and queues): they are then not written
+    /// back, and no error is reported. For a store whose devices can no
+    /// longer take them, or whose changes are to be dropped; pages written
+    /// back before (by eviction, the flusher or a sync) stay written.
+    pub fn discard_at_close(&self) {
+        self.inner.discard.store(true, Ordering::Release);
+    }
+
     fn sync_as(&self, told: bool) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
-        self.inner.retire_finished();
-        // Files deleted or replaced through the store itself, not the
-        // cache: nothing of them is to be synced (their backing files are
-        // gone, and each sync would fail on them).
-        self.inner.retire_stale(None);
-        let files: Vec<u32> = self
-            .inner
-            .files
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
-            .collect();
-        let mut first = None;
-        for id in files {
-            // The loss this file's sync met, if any: reported only if its
-            // error is the one returned (another file's loss stays unheard,
-            // for its next open to meet).
-            let met = AtomicU64::new(0);
-            let who = if told && first.is_none() {
-                shared::Asker::Store(&met)
-            } else {
-                shared::Asker::NoOne
-            };
-            // (No guard of the store is held: see `check_store` above.)
-            match self.inner.sync_file(id, who, &shared::Guards::NONE) {
-                // Deleted meanwhile: nothing of it is to be synced.
-                Err(_) if self.inner.entry(id).is_err() => {}
-                Err(e) => {
-                    if first.is_none() {
-                        let loss = met.load(Ordering::Acquire);
-                        if loss > 0
-                            && let Ok(entry) = self.inner.entry(id)
-                        {
-                            entry.durable().heard(loss);
-                        }
-                        first = Some(e);
-                    }
-                }
-                Ok(()) => {}
-            }
-        }
-        first.map_or(Ok(()), Err)
+        // (No guard of the store is held: just checked.)
+        self.inner.sync_all(told)
     }
 }
 

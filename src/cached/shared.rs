@@ -43,6 +43,9 @@ pub(crate) struct Shared {
     pub(crate) trim_at: AtomicUsize,
     /// One trim at a time.
     pub(crate) trimming: Mutex<()>,
+    /// Set by `CachedStore::discard`: the last handle's drop gives the dirty
+    /// pages up instead of writing them back.
+    pub(crate) discard: AtomicBool,
 }
 
 /// Threads a layer above keeps for the store (the futures' I/O workers):
@@ -586,6 +589,25 @@ impl Entry {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // The last handle of the store (its `CachedStore`, a file, a queue)
+        // is gone, and with it every guard and request: what is still dirty
+        // is written back and synced now, as a close of the store would,
+        // unless the store was discarded. The error has no caller to go to.
+        if !self.discard.load(Ordering::Acquire) {
+            let synced =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_all(false)));
+            match synced {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!(
+                    "setcache: a cached store closed by its last handle's drop could not write \
+                     back its dirty pages: {e} (CachedStore::sync before the drop reports this)"
+                ),
+                Err(_) => eprintln!(
+                    "setcache: a cached store closed by its last handle's drop panicked writing \
+                     back its dirty pages"
+                ),
+            }
+        }
         self.store.release_from_cache();
     }
 }
@@ -634,6 +656,54 @@ impl Shared {
     /// their start from now on if none were started.
     pub(crate) fn stop_workers(&self) {
         self.aio.get_or_init(|| Box::new(NoWorkers)).stop();
+    }
+
+    /// Sync every file of the store (see `CachedStore::sync`); `told`: the
+    /// first error's loss counts as reported. The caller holds no guard of
+    /// the store.
+    pub(crate) fn sync_all(&self, told: bool) -> Result<()> {
+        self.retire_finished();
+        // Files deleted or replaced through the store itself, not the
+        // cache: nothing of them is to be synced (their backing files are
+        // gone, and each sync would fail on them).
+        self.retire_stale(None);
+        let files: Vec<u32> = self
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        let mut first = None;
+        for id in files {
+            // The loss this file's sync met, if any: reported only if its
+            // error is the one returned (another file's loss stays unheard,
+            // for its next open to meet).
+            let met = AtomicU64::new(0);
+            let who = if told && first.is_none() {
+                Asker::Store(&met)
+            } else {
+                Asker::NoOne
+            };
+            // (The caller holds no guard of the store.)
+            match self.sync_file(id, who, &Guards::NONE) {
+                // Deleted meanwhile: nothing of it is to be synced.
+                Err(_) if self.entry(id).is_err() => {}
+                Err(e) => {
+                    if first.is_none() {
+                        let loss = met.load(Ordering::Acquire);
+                        if loss > 0
+                            && let Ok(entry) = self.entry(id)
+                        {
+                            entry.durable().heard(loss);
+                        }
+                        first = Some(e);
+                    }
+                }
+                Ok(()) => {}
+            }
+        }
+        first.map_or(Ok(()), Err)
     }
 
     /// Retire the entries that are no longer the store's file of their name
