@@ -75,6 +75,9 @@ fn read_all(store: &Store, name: &str, len: usize) -> Vec<u8> {
 /// every write.
 #[test]
 fn differential_against_a_byte_array() {
+    // Sizes the cache took: a run in which every resize came back busy
+    // would not have tested one.
+    let mut sizes = std::collections::BTreeSet::new();
     for (ename, opts) in uring_and_sim() {
         let tmp = TempDir::new("cached-diff");
         let roots = tmp.devices(2);
@@ -208,7 +211,10 @@ fn differential_against_a_byte_array() {
                     _ => {
                         let pages = [16, 32, 20, 24][rng.below(4) as usize];
                         match cs.cache().resize(pages * 4096) {
-                            Ok(()) | Err(Error::ResizeBusy(_)) => {}
+                            Ok(()) => {
+                                sizes.insert(cs.cache().capacity_pages());
+                            }
+                            Err(Error::ResizeBusy(_)) => {}
                             Err(e) => panic!("{ename}: resize: {e}"),
                         }
                     }
@@ -222,6 +228,7 @@ fn differential_against_a_byte_array() {
             );
         }
     }
+    assert!(sizes.len() >= 2, "the cache took too few sizes: {sizes:?}");
 }
 
 /// A page the flusher found under a mutable guard (its set due, its flag

@@ -213,7 +213,12 @@ fn a_second_cache_of_one_store_is_refused() {
     assert!(msg.contains("already has a page cache"), "{msg}");
     assert!(msg.contains(&roots[0].display().to_string()), "{msg}");
     // A second store on the same directories is refused by their locks.
-    assert!(Store::open(&roots, StoreOptions::default()).is_err());
+    match Store::open(&roots, StoreOptions::default()) {
+        Err(Error::StoreLocked { holder, .. }) => {
+            assert_eq!(holder, Some(std::process::id()), "the lock's holder")
+        }
+        other => panic!("a second store on locked roots: {:?}", other.err()),
+    }
     drop(f);
     drop(first);
     let second = CachedStore::new(store, cache(16)).unwrap();

@@ -77,6 +77,9 @@ fn with(n: usize) -> PartitionOptions {
 /// bytes; after each reopen the devices hold every write.
 #[test]
 fn partitions_against_a_byte_array() {
+    // Sizes the cache took: a run in which every resize came back busy
+    // would not have tested one.
+    let mut sizes = std::collections::BTreeSet::new();
     let (_, opts) = engines()
         .into_iter()
         .find(|e| e.0 == "uring")
@@ -215,7 +218,10 @@ fn partitions_against_a_byte_array() {
                     _ => {
                         let pages = [16, 32, 20, 24][rng.below(4) as usize];
                         match cs.cache().resize(pages * 4096) {
-                            Ok(()) | Err(Error::ResizeBusy(_)) => {}
+                            Ok(()) => {
+                                sizes.insert(cs.cache().capacity_pages());
+                            }
+                            Err(Error::ResizeBusy(_)) => {}
                             Err(e) => panic!("resize: {e}"),
                         }
                     }
@@ -231,6 +237,7 @@ fn partitions_against_a_byte_array() {
             "{parts} partitions: each ran some tasks: {served:?}"
         );
     }
+    assert!(sizes.len() >= 2, "the cache took too few sizes: {sizes:?}");
 }
 
 enum Want {
@@ -695,8 +702,17 @@ fn a_file_of_another_store_is_refused_and_leaves_this_cache_alone() {
             }
         }
     }
-    // Whatever readahead would have done has had the time to.
-    std::thread::sleep(Duration::from_millis(300));
+    // Whatever readahead would have done is done: windows go to its thread
+    // before a request's completion, and it is idle once it read them.
+    let since = std::time::Instant::now();
+    while !csa.readahead_idle() {
+        assert!(
+            since.elapsed() < Duration::from_secs(30),
+            "readahead never idle"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
     let mut b = vec![0u8; 64 * 4096];
     fa.read_at(0, &mut b).unwrap();
     for (i, page) in b.chunks(4096).enumerate() {
