@@ -971,6 +971,14 @@ impl<M: Model> PageCache<M> {
         Some((dirty::file_of(tag), tag & ((1 << dirty::FILE_SHIFT) - 1)))
     }
 
+    /// Whether `page` of `file` is cached and dirty (its state word now).
+    pub(crate) fn dirty(&self, file: u32, page: u64) -> Result<bool> {
+        Ok(self
+            .core
+            .state_of(tag_of(file, page)?)
+            .is_some_and(|v| v & core::DIRTY != 0))
+    }
+
     /// Whether `page` of `file` is cached with its write-back in flight.
     pub(crate) fn writing_back(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self

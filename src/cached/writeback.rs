@@ -520,6 +520,10 @@ fn waited_for_by_another_sync(sh: &Shared, id: u32, g: &Guards) -> Option<(u32, 
     });
     (mine.into_iter())
         .filter(|&(f, ..)| f != id)
+        // A guarded page clean now stays clean while the guard lives (a
+        // write waits for it): the sync no longer waits for it, whatever its
+        // list, renewed once a round, still says.
+        .filter(|&(f, p, guard)| !guard || sh.cache.dirty(f, p).unwrap_or(false))
         .find(|&(f, p, guard)| {
             sh.entry(f).is_ok_and(|e| {
                 (e.sync_waits
