@@ -765,6 +765,36 @@ fn a_failed_fsync_after_a_write_that_outlived_anothers_sync_fails_later_syncs() 
     assert!(matches!(e, Error::SyncLost { .. }), "{e}");
 }
 
+/// A store whose last handle goes while a page of it is held for good (a
+/// guard leaked with `mem::forget`, so that nothing can let go of it) is
+/// closed all the same: its drop's sync fails that file at once rather
+/// than wait for ever, writes the other files, and gives the store back
+/// for another cache.
+#[test]
+fn the_last_handles_drop_beside_a_leaked_guard_ends() {
+    let tmp = TempDir::new("drop-leaked");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let again = store.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let cs = CachedStore::new(store, cache(64)).unwrap();
+        let f = cs.create("held", MIB, LayoutKind::Stripe).unwrap();
+        let g = cs.create("free", MIB, LayoutKind::Stripe).unwrap();
+        f.write_at(0, b"dirty").unwrap();
+        g.write_at(8192, b"other").unwrap();
+        std::mem::forget(f.page_mut(0).unwrap());
+        drop((f, g, cs));
+        tx.send(()).unwrap();
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .expect("the drop waited for a page nothing can let go of");
+    let cs = CachedStore::new(again, cache(64)).expect("the store given back");
+    let mut b = [0u8; 5];
+    cs.open_file("free").unwrap().read_at(8192, &mut b).unwrap();
+    assert_eq!(&b, b"other", "the other file written back");
+}
+
 /// The bytes at `at` of file `name`, read through a new store on `roots`
 /// without a cache.
 fn on_the_devices(roots: &[std::path::PathBuf], name: &str, at: u64, len: usize) -> Vec<u8> {

@@ -72,8 +72,8 @@ use shared::{Ahead, Entry, Shared};
 
 /// A store whose files are read and written through one page cache.
 ///
-/// Its files and queues keep the store open: when the last of them and this
-/// handle are gone, the pages still dirty are written back and synced (an
+/// Its files keep the store open: when the last of them and this handle are
+/// gone, the pages still dirty are written back and synced (an
 /// error then goes to stderr; [`CachedStore::close`] returns it, and
 /// [`CachedStore::discard_at_close`] gives the pages up instead).
 ///
@@ -557,6 +557,7 @@ impl CachedStore {
             trim_at: AtomicUsize::new(shared::idle_keep(store_devices)),
             trimming: Mutex::new(()),
             discard: std::sync::atomic::AtomicBool::new(false),
+            pid: std::process::id(),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -828,9 +829,10 @@ impl CachedStore {
 
     /// Sync every file ([`CachedStore::sync`]), then close this handle. The
     /// error is the sync's; the handle is closed either way. Dropping a
-    /// store's last handle (this one, or the last of its files and queues)
-    /// writes back and syncs what is still dirty too, but can only print
-    /// an error on stderr: `close` returns it.
+    /// store's last handle (this one, or the last of its files) writes back
+    /// and syncs what is still dirty too, but can only print an error on
+    /// stderr: `close` returns it. (After a failed `close` of the last
+    /// handle, the drop tries once more, and prints what it meets.)
     pub fn close(self) -> Result<()> {
         self.sync()
     }
@@ -847,7 +849,7 @@ impl CachedStore {
     fn sync_as(&self, told: bool) -> Result<()> {
         Hold::check_store(Hold::store_key(&self.inner))?;
         // (No guard of the store is held: just checked.)
-        self.inner.sync_all(told)
+        self.inner.sync_all(told, true)
     }
 }
 

@@ -43,9 +43,12 @@ pub(crate) struct Shared {
     pub(crate) trim_at: AtomicUsize,
     /// One trim at a time.
     pub(crate) trimming: Mutex<()>,
-    /// Set by `CachedStore::discard`: the last handle's drop gives the dirty
-    /// pages up instead of writing them back.
+    /// Set by `CachedStore::discard_at_close`: the last handle's drop gives
+    /// the dirty pages up instead of writing them back.
     pub(crate) discard: AtomicBool,
+    /// The process that made the cache: a child made by `fork` that drops
+    /// the last handle writes nothing back (its pages are the parent's).
+    pub(crate) pid: u32,
 }
 
 /// Threads a layer above keeps for the store (the futures' I/O workers):
@@ -589,24 +592,25 @@ impl Entry {
 
 impl Drop for Shared {
     fn drop(&mut self) {
-        // The last handle of the store (its `CachedStore`, a file, a queue)
-        // is gone, and with it every guard and request: what is still dirty
-        // is written back and synced now, as a close of the store would,
-        // unless the store was discarded. The error has no caller to go to.
-        if !self.discard.load(Ordering::Acquire) {
-            let synced =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.sync_all(false)));
-            match synced {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => eprintln!(
-                    "setcache: a cached store closed by its last handle's drop could not write \
-                     back its dirty pages: {e} (CachedStore::sync before the drop reports this)"
-                ),
-                Err(_) => eprintln!(
-                    "setcache: a cached store closed by its last handle's drop panicked writing \
-                     back its dirty pages"
-                ),
-            }
+        // The last handle of the store (its `CachedStore`, a file, a page
+        // future's pin) is gone: what is still dirty is written back and
+        // synced now, as a close of the store would, unless the store was
+        // discarded or this is a child made by `fork`. Nothing can let go of
+        // a page now, so a page still held (a guard or a queue leaked with
+        // `mem::forget`) fails its file's sync at once instead of being
+        // waited for. The error has no caller to go to: stderr.
+        if !self.discard.load(Ordering::Acquire) && self.pid == std::process::id() {
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                let said = match self.sync_all(false, false) {
+                    Ok(()) => return,
+                    Err(e) => format!(
+                        "setcache: a cached store closed by its last handle's drop: its sync \
+                         failed: {e} (CachedStore::close reports this)"
+                    ),
+                };
+                use std::io::Write;
+                let _ = writeln!(std::io::stderr(), "{said}");
+            }));
         }
         self.store.release_from_cache();
     }
@@ -661,7 +665,9 @@ impl Shared {
     /// Sync every file of the store (see `CachedStore::sync`); `told`: the
     /// first error's loss counts as reported. The caller holds no guard of
     /// the store.
-    pub(crate) fn sync_all(&self, told: bool) -> Result<()> {
+    /// Without `wait`, a file whose sync would wait for pages others hold
+    /// fails `Busy` at once (see [`Shared::sync_file_as`]).
+    pub(crate) fn sync_all(&self, told: bool, wait: bool) -> Result<()> {
         self.retire_finished();
         // Files deleted or replaced through the store itself, not the
         // cache: nothing of them is to be synced (their backing files are
@@ -686,7 +692,7 @@ impl Shared {
                 Asker::NoOne
             };
             // (The caller holds no guard of the store.)
-            match self.sync_file(id, who, &Guards::NONE) {
+            match self.sync_file_as(id, wait, who, &Guards::NONE) {
                 // Deleted meanwhile: nothing of it is to be synced.
                 Err(_) if self.entry(id).is_err() => {}
                 Err(e) => {
