@@ -29,6 +29,15 @@
  * cannot be closed (-EBUSY), nor the store while any pin or queue of it
  * lives, and a sync waits for a page pinned for writing.
  *
+ * A child made by fork() cannot use the handles its parent made: they hold
+ * the parent's store (its threads, rings and dirty pages). Every call with
+ * one fails -EBADF, and setcache_close, setcache_queue_free, setcache_unpin,
+ * setcache_store_close and setcache_store_discard let it go there, writing
+ * nothing, and return 0. The child may open a store of its own on other
+ * directories (the parent holds its own). A child made by the raw clone
+ * system call, which runs no pthread_atfork handler, is not told apart: it
+ * must make no call with its parent's handles.
+ *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
  * or being read or written back by a queue, fails -EBUSY after it; a call

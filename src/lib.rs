@@ -58,9 +58,10 @@
 #![warn(missing_docs)]
 
 // Layers, lowest first (a layer imports only from the ones above it in this
-// list; `tests/layering.rs` checks it): shared pieces; the storage layer; the
-// set-associative page cache; cached files joining the two; the hit-ratio
-// simulator.
+// list, and not from the others of its own line; `tests/layering.rs` checks
+// it): shared pieces; the storage layer; the set-associative page cache;
+// cached files joining the two; above them, side by side, the paged arrays,
+// the partitioned mode and the hit-ratio simulator.
 mod error;
 mod util;
 
@@ -68,8 +69,9 @@ mod storage;
 
 pub mod cache;
 
-mod array;
 mod cached;
+
+mod array;
 mod numa;
 
 #[cfg(feature = "tools")]
@@ -77,6 +79,11 @@ pub mod hitsim;
 
 #[cfg(test)]
 mod test_alloc;
+
+/// The README's examples, compiled as doc tests so that they keep to the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeExamples;
 
 pub use array::{
     ArrayIter, ArrayReader, Element, MAX_ELEMENT_BYTES, MAX_PAR_THREADS, PagedArray, Run, RunIter,

@@ -586,6 +586,24 @@ fn a_plain_files_failed_fsync_fails_its_later_syncs() {
     assert!(got.iter().all(|&x| x == 0xB2));
 }
 
+/// A cached store of 16 pages on simulated media whose file `f` lost pages:
+/// far more pages than the cache holds were written, so the early ones were
+/// written back and evicted before a sync whose fsync then failed.
+fn a_file_with_a_loss(
+    roots: &[std::path::PathBuf],
+    media: &Arc<SimMedia>,
+) -> (Arc<SimSwitches>, CachedStore, setcache::CachedFile) {
+    let sw = Arc::new(SimSwitches::default());
+    sw.keep_synced.store(true, Ordering::Release);
+    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
+    let cs = CachedStore::with_flusher(sim_store(roots, media, &sw), cache(16), None).unwrap();
+    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
+    cf.write_at(0, &pattern(4, 0, 128 * 4096)).unwrap();
+    sw.fsync_failures.store(1, Ordering::Release);
+    assert!(cf.sync().is_err());
+    (sw, cs, cf)
+}
+
 /// If a page written before a failed fsync has left the cache, it cannot be
 /// written again: the file's syncs fail until it is opened again.
 #[test]
@@ -593,16 +611,7 @@ fn failed_fsync_after_pages_left_the_cache_fails_until_reopened() {
     let tmp = TempDir::new("fsynclost");
     let roots = tmp.devices(1);
     let media = SimMedia::new();
-    let sw = Arc::new(SimSwitches::default());
-    sw.keep_synced.store(true, Ordering::Release);
-    sw.fsync_errno.store(libc::ENOSPC, Ordering::Release);
-    let cs = CachedStore::with_flusher(sim_store(&roots, &media, &sw), cache(16), None).unwrap();
-    let cf = cs.create("f", MIB, LayoutKind::Stripe).unwrap();
-    // Far more pages than the cache holds: the early ones are written back
-    // and evicted before the sync.
-    cf.write_at(0, &pattern(4, 0, 128 * 4096)).unwrap();
-    sw.fsync_failures.store(1, Ordering::Release);
-    assert!(cf.sync().is_err());
+    let (_sw, cs, cf) = a_file_with_a_loss(&roots, &media);
     for _ in 0..2 {
         let e = cf.sync().unwrap_err();
         assert!(matches!(e, Error::SyncLost { .. }), "{e}");
@@ -868,4 +877,121 @@ fn the_last_handles_drop_writes_dirty_pages_back() {
         b"hello",
         "a discarded store"
     );
+}
+
+/// A queue leaked with `mem::forget` keeps no hold on the store: its last
+/// handle's drop still writes the dirty pages back and gives the store back
+/// for another cache (a queue that kept a handle of its own on the shared
+/// state kept the store for good, its pages never written).
+#[test]
+fn a_leaked_queue_keeps_no_hold_on_the_store() {
+    let tmp = TempDir::new("drop-leaked-queue");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let raw = store.clone();
+    let cs = CachedStore::new(store, cache(64)).unwrap();
+    let f = cs.create("q", MIB, LayoutKind::Stripe).unwrap();
+    f.write_at(300, b"queued").unwrap();
+    std::mem::forget(cs.queue(4));
+    drop((f, cs));
+    let cs = CachedStore::new(raw, cache(64)).expect("the store given back");
+    let mut b = [0u8; 6];
+    cs.open_file("q").unwrap().read_at(300, &mut b).unwrap();
+    assert_eq!(&b, b"queued");
+    drop(cs);
+    assert_eq!(on_the_devices(&roots, "q", 300, 6), b"queued");
+}
+
+/// A loss no handle accepted fails the drop's sync of its file before the
+/// fsync; the drop prints it, accepts it (no handle is left to) and syncs
+/// again, so that the pages written after the loss are made durable: a power
+/// cut right after the drop finds no write that no fsync covered.
+#[test]
+fn the_last_handles_drop_syncs_the_pages_written_after_a_loss() {
+    let tmp = TempDir::new("drop-after-loss");
+    let roots = tmp.devices(1);
+    let media = SimMedia::new();
+    let (sw, cs, f) = a_file_with_a_loss(&roots, &media);
+    let e = f.sync().unwrap_err();
+    assert!(matches!(e, Error::SyncLost { .. }), "{e}");
+    f.write_at(200 * 4096, b"after").unwrap();
+    drop((f, cs));
+    let cut = media.cut_power(7);
+    assert_eq!(
+        (cut.kept, cut.dropped, cut.torn),
+        (0, 0, 0),
+        "writes the drop's sync left without an fsync"
+    );
+    media.power_on();
+    let cs = CachedStore::new(sim_store(&roots, &media, &sw), cache(64)).unwrap();
+    let mut b = [0u8; 5];
+    cs.open_file("f")
+        .unwrap()
+        .read_at(200 * 4096, &mut b)
+        .unwrap();
+    assert_eq!(&b, b"after");
+}
+
+/// A futures' worker that ends the store (the task it woke dropped the
+/// store's handle) syncs it before that drop returns: the worker's own
+/// handle on the shared state goes only once it has finished, on a thread no
+/// one waits for, which the process may end first.
+#[test]
+fn a_store_dropped_by_a_woken_task_is_synced_before_the_drop_returns() {
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::task::{Context, Wake, Waker};
+
+    struct Ender {
+        cs: Mutex<Option<CachedStore>>,
+        raw: Store,
+        tx: Mutex<Option<std::sync::mpsc::Sender<Vec<u8>>>>,
+    }
+    impl Wake for Ender {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            let Some(cs) = self.cs.lock().unwrap().take() else {
+                return;
+            };
+            drop(cs);
+            // What the devices hold once the drop has returned.
+            let mut page = setcache::AlignedBuf::new(4096);
+            self.raw
+                .open_file("w")
+                .unwrap()
+                .read_at(0, &mut page)
+                .unwrap();
+            if let Some(tx) = self.tx.lock().unwrap().take() {
+                let _ = tx.send(page[100..105].to_vec());
+            }
+        }
+    }
+
+    let tmp = TempDir::new("drop-in-wake");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let raw = store.clone();
+    let cs = CachedStore::new(store, cache(64)).unwrap();
+    let f = cs.create("w", MIB, LayoutKind::Stripe).unwrap();
+    f.write_at(100, b"hello").unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ender = Arc::new(Ender {
+        cs: Mutex::new(Some(cs)),
+        raw,
+        tx: Mutex::new(Some(tx)),
+    });
+    let waker = Waker::from(ender.clone());
+    {
+        // A miss: the worker reads it, then wakes the task.
+        let mut read = std::pin::pin!(f.read_at_async(16 * 4096, vec![0; 4096]));
+        let mut cx = Context::from_waker(&waker);
+        assert!(read.as_mut().poll(&mut cx).is_pending(), "a miss at once");
+        let got = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the worker woke the task");
+        assert_eq!(got, b"hello", "the page written when the drop returned");
+    }
+    drop(f);
 }

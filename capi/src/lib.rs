@@ -121,9 +121,34 @@ fn tag_of<T: Tagged>() -> AtomicU64 {
     AtomicU64::new(T::TAG)
 }
 
-/// A shared reference to a handle: calls on one handle may come from several
-/// threads at once, so no `&mut` is made of a store, file or page handle.
-unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
+/// The forks this library's `atfork` handler saw in this process's line
+/// (a child inherits its parent's count and adds one).
+static FORKS: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_child() {
+    FORKS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The count of [`FORKS`] when a handle was made, in the word after its tag:
+/// a handle made before a `fork` is the parent's in the child. Its store's
+/// threads, rings and dirty pages are the parent's, so the child neither
+/// uses it (`EBADF`) nor runs any of its drop (a free there lets it go
+/// unread). A child made by the raw system call, which runs no `atfork`
+/// handler, is not told apart.
+#[repr(transparent)]
+struct Born(u64);
+
+fn born() -> Born {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: registers a plain `extern "C"` function with no arguments.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+    Born(FORKS.load(Ordering::Relaxed))
+}
+
+/// A handle of kind `T` by its tag, made in this process or not.
+unsafe fn tagged<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
     if p.is_null() {
         return Err(einval(format!("{what} is NULL")));
     }
@@ -142,6 +167,52 @@ unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
     }
     // SAFETY: a live handle of this kind (its tag, above).
     Ok(unsafe { &*p })
+}
+
+/// Whether handle `h` was made in this process, not before a `fork` by its
+/// parent (see [`Born`]).
+fn made_here<T: Tagged>(h: &T) -> bool {
+    // SAFETY: every handle is `repr(C)` with its tag first and its `Born` second.
+    let born = unsafe { &*(h as *const T).cast::<Born>().add(1) };
+    born.0 == FORKS.load(Ordering::Relaxed)
+}
+
+/// A shared reference to a handle: calls on one handle may come from several
+/// threads at once, so no `&mut` is made of a store, file or page handle.
+unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
+    // SAFETY: NULL or the caller's handle.
+    let h = unsafe { tagged(p, what) }?;
+    if !made_here(h) {
+        return Err(Fail(
+            libc::EBADF,
+            format!(
+                "{what} was made before a fork, by the parent process: a child cannot use it \
+                 (freeing it there only lets it go, writing nothing)"
+            ),
+        ));
+    }
+    Ok(h)
+}
+
+/// For the calls that free a handle: in a child made by `fork`, a handle
+/// made before the fork is let go of without its drop (which would use the
+/// parent's threads, rings and dirty pages), and `true` is returned; `false`
+/// for a handle of this process, which the caller frees as usual.
+unsafe fn let_go_in_child<T: Tagged>(p: *mut T, what: &str) -> Result<bool, Fail> {
+    // SAFETY: NULL or the caller's handle.
+    let h = unsafe { tagged(p, what) }?;
+    if made_here(h) {
+        return Ok(false);
+    }
+    // Its memory stays, unread: the child's copy of the parent's.
+    h_tag(h).store(FREED, Ordering::Relaxed);
+    Ok(true)
+}
+
+/// A handle's tag word.
+fn h_tag<T: Tagged>(h: &T) -> &AtomicU64 {
+    // SAFETY: every handle is `repr(C)` with its tag first.
+    unsafe { &*(h as *const T).cast::<AtomicU64>() }
 }
 
 /// Free a handle made by `out`: its tag is cleared first, so that a later
@@ -210,6 +281,8 @@ pub struct setcache_stats {
 pub struct setcache_store {
     /// First: see [`Tagged`].
     tag: AtomicU64,
+    /// Second: see [`Born`].
+    born: Born,
     cs: Arc<CachedStore>,
     /// Files and queues open on it.
     users: Arc<AtomicUsize>,
@@ -238,6 +311,8 @@ impl Drop for Use {
 pub struct setcache_file {
     /// First: see [`Tagged`].
     tag: AtomicU64,
+    /// Second: see [`Born`].
+    born: Born,
     file: Arc<CachedFile>,
     /// Last: see [`Use`].
     _use: Use,
@@ -247,6 +322,8 @@ pub struct setcache_file {
 pub struct setcache_queue {
     /// First: see [`Tagged`].
     tag: AtomicU64,
+    /// Second: see [`Born`].
+    born: Born,
     owner: ThreadId,
     /// Made `&mut` by its owner thread only (`own_queue`).
     state: std::cell::UnsafeCell<QueueState>,
@@ -283,6 +360,8 @@ enum Guard {
 pub struct setcache_page {
     /// First: see [`Tagged`].
     tag: AtomicU64,
+    /// Second: see [`Born`].
+    born: Born,
     /// Before the file: the page goes before the file it borrows.
     #[allow(dead_code)]
     g: Guard,
@@ -386,6 +465,7 @@ pub unsafe extern "C" fn setcache_store_open(
             out_store,
             setcache_store {
                 tag: tag_of::<setcache_store>(),
+                born: born(),
                 cs: Arc::new(cs),
                 users: Arc::new(AtomicUsize::new(0)),
             },
@@ -407,6 +487,10 @@ fn no_users(s: &setcache_store) -> Result<(), Fail> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_int {
     call_int(|| {
+        // SAFETY: NULL or the caller's handle.
+        if unsafe { let_go_in_child(store, "the store") }? {
+            return Ok(0);
+        }
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
         no_users(s)?;
@@ -422,6 +506,10 @@ pub unsafe extern "C" fn setcache_store_close(store: *mut setcache_store) -> c_i
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_store_discard(store: *mut setcache_store) -> c_int {
     call_int(|| {
+        // SAFETY: NULL or the caller's handle.
+        if unsafe { let_go_in_child(store, "the store") }? {
+            return Ok(0);
+        }
         // SAFETY: the caller's live handle.
         let s = unsafe { handle(store, "the store") }?;
         no_users(s)?;
@@ -478,6 +566,7 @@ fn new_file(s: &setcache_store, f: CachedFile, o: *mut *mut setcache_file) -> Re
         o,
         setcache_file {
             tag: tag_of::<setcache_file>(),
+            born: born(),
             file: Arc::new(f),
             _use: Use::of(&s.users),
         },
@@ -542,6 +631,10 @@ pub unsafe extern "C" fn setcache_loss_pending(file: *mut setcache_file) -> c_in
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_close(file: *mut setcache_file) -> c_int {
     call_int(|| {
+        // SAFETY: NULL or the caller's handle.
+        if unsafe { let_go_in_child(file, "the file") }? {
+            return Ok(0);
+        }
         // SAFETY: the caller's live handle.
         let f = unsafe { handle(file, "the file") }?;
         let pins = Arc::strong_count(&f.file) - 1;
@@ -735,6 +828,7 @@ pub unsafe extern "C" fn setcache_queue_new(
             out_queue,
             setcache_queue {
                 tag: tag_of::<setcache_queue>(),
+                born: born(),
                 owner: std::thread::current().id(),
                 state: std::cell::UnsafeCell::new(QueueState {
                     q,
@@ -752,6 +846,10 @@ pub unsafe extern "C" fn setcache_queue_new(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_queue_free(queue: *mut setcache_queue) -> c_int {
     call_int(|| {
+        // SAFETY: NULL or the caller's handle.
+        if unsafe { let_go_in_child(queue, "the queue") }? {
+            return Ok(0);
+        }
         // SAFETY: the caller's live handle.
         unsafe { own_queue(queue) }?;
         // SAFETY: made by Box::into_raw in setcache_queue_new; not used after this.
@@ -983,6 +1081,7 @@ fn pin_common(
         out_pin,
         setcache_page {
             tag: tag_of::<setcache_page>(),
+            born: born(),
             g,
             owner: std::thread::current().id(),
             _file: file,
@@ -1015,6 +1114,10 @@ pub unsafe extern "C" fn setcache_pin_mut(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_unpin(pin: *mut setcache_page) -> c_int {
     call_int(|| {
+        // SAFETY: NULL or the caller's handle.
+        if unsafe { let_go_in_child(pin, "the pin") }? {
+            return Ok(0);
+        }
         // SAFETY: the caller's live handle.
         let p = unsafe { handle(pin, "the pin") }?;
         mine(p.owner, "the pin")?;
@@ -1066,6 +1169,100 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// A child made by `fork` cannot use its parent's handles (they are the
+    /// parent's store: its threads, rings and dirty pages): each call fails
+    /// `EBADF`, and the calls that free handles let them go there without
+    /// writing anything. The parent's pages stay as the parent wrote them.
+    #[test]
+    fn a_child_made_by_fork_cannot_use_its_parents_handles() {
+        let dir = std::env::temp_dir().join(format!("setcache-capi-fork-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let dev = CString::new(dir.to_str().unwrap()).unwrap();
+        let devs = [dev.as_ptr()];
+        let open = || {
+            let mut s = std::ptr::null_mut();
+            // SAFETY: live values of this test.
+            let r = unsafe { setcache_store_open(devs.as_ptr(), 1, std::ptr::null(), &mut s) };
+            assert_eq!(r, 0);
+            s
+        };
+        let s = open();
+        let mut f = std::ptr::null_mut();
+        // SAFETY: live handles and values of this test.
+        unsafe {
+            assert_eq!(setcache_create(s, c"f".as_ptr(), 8192, &mut f), 0);
+            assert_eq!(setcache_pwrite(f, b"A".as_ptr().cast(), 1, 10), 1);
+        }
+        // SAFETY: the child makes only calls into this library, then `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            // SAFETY: the parent's handles, in the child.
+            let code = unsafe {
+                let mut b = [0u8; 1];
+                let mut q = std::ptr::null_mut();
+                if setcache_pwrite(f, b"B".as_ptr().cast(), 1, 10) != -(libc::EBADF as i64) {
+                    1
+                } else if setcache_pread(f, b.as_mut_ptr().cast(), 1, 10) != -(libc::EBADF as i64) {
+                    2
+                } else if setcache_sync(f) != -libc::EBADF || setcache_store_sync(s) != -libc::EBADF
+                {
+                    3
+                } else if setcache_queue_new(s, 4, &mut q) != -libc::EBADF {
+                    4
+                } else if setcache_close(f) != 0 || setcache_store_close(s) != 0 {
+                    5
+                } else if setcache_close(f) != -libc::EBADF {
+                    6
+                } else {
+                    0
+                }
+            };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let t0 = std::time::Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: waits for this test's child.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if t0.elapsed() > std::time::Duration::from_secs(60) {
+                // SAFETY: this test's child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("the child hung in the library");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(libc::WIFEXITED(status), "the child died: status {status}");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child's first unexpected call"
+        );
+        let mut b = [0u8; 1];
+        // SAFETY: live handles of this test.
+        unsafe {
+            assert_eq!(setcache_pread(f, b.as_mut_ptr().cast(), 1, 10), 1);
+            assert_eq!(&b, b"A");
+            assert_eq!(setcache_close(f), 0);
+            assert_eq!(setcache_store_close(s), 0);
+        }
+        let s = open();
+        // SAFETY: live handles of this test.
+        unsafe {
+            assert_eq!(setcache_open(s, c"f".as_ptr(), &mut f), 0);
+            assert_eq!(setcache_pread(f, b.as_mut_ptr().cast(), 1, 10), 1);
+            assert_eq!(&b, b"A", "what the parent wrote, written back by its close");
+            assert_eq!(setcache_close(f), 0);
+            assert_eq!(setcache_store_close(s), 0);
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A store of one simulated device under a new directory, whose fsyncs
     /// fail with `ENOSPC` as `sw` says, with a cache of 16 pages.
     fn sim_store(tag: &str, sw: &Arc<SimSwitches>) -> (std::path::PathBuf, *mut setcache_store) {
@@ -1090,6 +1287,7 @@ mod tests {
         };
         let s = Box::into_raw(Box::new(setcache_store {
             tag: tag_of::<setcache_store>(),
+            born: born(),
             cs: Arc::new(CachedStore::with_flusher(store, cache, None).unwrap()),
             users: Arc::new(AtomicUsize::new(0)),
         }));
@@ -1152,6 +1350,7 @@ mod tests {
             let boxed = Box::from_raw(kept);
             let copy = Box::into_raw(Box::new(setcache_file {
                 tag: tag_of::<setcache_file>(),
+                born: born(),
                 file: boxed.file.clone(),
                 _use: Use::of(&(*s).users),
             }));

@@ -246,8 +246,8 @@ fn driver(sh: &Shared) -> Option<&Driver> {
 }
 
 impl Workers for Driver {
-    fn stop(&self) {
-        Driver::stop(self);
+    fn stop(&self) -> bool {
+        Driver::stop(self)
     }
 
     fn as_any(&self) -> &dyn std::any::Any {
@@ -339,8 +339,8 @@ impl Driver {
     }
 
     /// Stop the workers once every request they hold is done; later requests
-    /// fail with [`Error::Closed`].
-    fn stop(&self) {
+    /// fail with [`Error::Closed`]. Whether the caller is one of them.
+    fn stop(&self) -> bool {
         let mut g = self.threads.lock().unwrap_or_else(|p| p.into_inner());
         g.1 = true;
         if let Some(v) = self.inboxes.get() {
@@ -352,11 +352,15 @@ impl Driver {
         // A worker that ends the store (a task it woke dropped the last
         // handle) cannot wait for itself: it stops on its own once idle.
         let me = std::thread::current().id();
+        let mut mine = false;
         for t in g.0.drain(..) {
             if t.thread().id() != me {
                 let _ = t.join();
+            } else {
+                mine = true;
             }
         }
+        mine
     }
 }
 

@@ -855,12 +855,36 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
-        self.inner.stop_workers();
+        if self.inner.pid != std::process::id() {
+            // A child made by `fork`: the threads are the parent's (not in
+            // this process, nor to be joined), and a lock one of them held
+            // at the fork is held here for good. Nothing is stopped or
+            // written (the pages are the parent's).
+            std::mem::forget(self.ahead.take());
+            std::mem::forget(self.flusher.take());
+            return;
+        }
+        let on_worker = self.inner.stop_workers();
         if let Some(r) = self.ahead.take() {
             r.stop();
         }
         if let Some(f) = self.flusher.take() {
             f.stop();
+        }
+        if on_worker {
+            // A futures' worker ends the store (a task it woke dropped this
+            // handle): the worker's own handle on the shared state goes only
+            // once it has finished its requests, on a thread no one waits
+            // for, which the process may end first. The store is synced
+            // here, before this drop returns; the last handle's drop still
+            // runs after it, writes what the worker's last requests left, and
+            // reports what still fails (a page the worker holds is `Busy`
+            // here, so this sync's own error is not the one to print).
+            if !self.inner.discard.load(Ordering::Acquire) {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.inner.sync_all(false, false)
+                }));
+            }
         }
     }
 }

@@ -492,7 +492,6 @@ enum Step {
 /// ```
 pub struct CachedQueue<'a> {
     sh: &'a Shared,
-    shared_arc: Arc<Shared>,
     q: Queue,
     live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
@@ -568,7 +567,6 @@ impl<'a> CachedQueue<'a> {
         unsafe { q.register_frames(sh.cache.frame_chunks()) };
         CachedQueue {
             sh,
-            shared_arc: sh.clone(),
             q,
             live: Slab::new(),
             fills: Slab::new(),
@@ -796,7 +794,7 @@ impl<'a> CachedQueue<'a> {
     }
 
     fn check(&self, r: &CachedRequest<'_>) -> Result<()> {
-        if !Arc::ptr_eq(&r.file.shared, &self.shared_arc) {
+        if !std::ptr::eq(&*r.file.shared, self.sh) {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} belongs to another cached store than this queue",
                 r.file.entry.file.name()
@@ -978,7 +976,7 @@ impl<'a> CachedQueue<'a> {
     /// then the page looked up as a page guard's reader.
     fn start_page(&mut self, r: CachedRequest<'_>) {
         let f = r.file;
-        let checked = if Arc::ptr_eq(&f.shared, &self.shared_arc) {
+        let checked = if std::ptr::eq(&*f.shared, self.sh) {
             f.page_span(r.offset)
         } else {
             self.check(&r).map(|()| (0, 0, 0))

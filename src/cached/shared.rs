@@ -55,8 +55,10 @@ pub(crate) struct Shared {
 /// stopped with the store, otherwise opaque here.
 pub(crate) trait Workers: Send + Sync {
     /// Stop the threads once the requests they hold are done; later requests
-    /// fail with [`Error::Closed`].
-    fn stop(&self);
+    /// fail with [`Error::Closed`]. Whether the caller is one of them (a
+    /// task it woke dropped the store's handle), which stops on its own once
+    /// idle and is not waited for.
+    fn stop(&self) -> bool;
     /// The concrete type, for its owner.
     fn as_any(&self) -> &dyn std::any::Any;
 }
@@ -66,7 +68,9 @@ pub(crate) trait Workers: Send + Sync {
 struct NoWorkers;
 
 impl Workers for NoWorkers {
-    fn stop(&self) {}
+    fn stop(&self) -> bool {
+        false
+    }
     fn as_any(&self) -> &dyn std::any::Any {
         self
     }
@@ -595,24 +599,67 @@ impl Drop for Shared {
         // The last handle of the store (its `CachedStore`, a file, a page
         // future's pin) is gone: what is still dirty is written back and
         // synced now, as a close of the store would, unless the store was
-        // discarded or this is a child made by `fork`. Nothing can let go of
-        // a page now, so a page still held (a guard or a queue leaked with
-        // `mem::forget`) fails its file's sync at once instead of being
-        // waited for. The error has no caller to go to: stderr.
+        // discarded or this is a child made by `fork`.
         if !self.discard.load(Ordering::Acquire) && self.pid == std::process::id() {
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                let said = match self.sync_all(false, false) {
-                    Ok(()) => return,
-                    Err(e) => format!(
-                        "setcache: a cached store closed by its last handle's drop: its sync \
-                         failed: {e} (CachedStore::close reports this)"
-                    ),
-                };
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr(), "{said}");
-            }));
+            self.sync_at_close();
         }
         self.store.release_from_cache();
+    }
+}
+
+impl Shared {
+    /// The sync of a store whose last handle goes (see `Drop`), run where no
+    /// handle is left to let go of a page: a page still held (a guard leaked
+    /// with `mem::forget`) fails its file's sync at once instead of being
+    /// waited for. The error has no caller to go to: stderr. A loss no
+    /// handle accepted fails its file's sync before the fsync; once printed,
+    /// it is accepted (no handle is left to), and the store is synced again,
+    /// so that the pages written since the loss are made durable.
+    pub(crate) fn sync_at_close(&self) {
+        let say = |e: &Error| {
+            let said = format!(
+                "setcache: a cached store closed by its last handle's drop: its sync failed: \
+                 {e} (CachedStore::close reports this)"
+            );
+            use std::io::Write;
+            let _ = writeln!(std::io::stderr(), "{said}");
+        };
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let Err(e) = self.sync_all(false, false) else {
+                return;
+            };
+            say(&e);
+            if !self.accept_every_loss() {
+                return;
+            }
+            if let Err(again) = self.sync_all(false, false)
+                && again.to_string() != e.to_string()
+            {
+                say(&again);
+            }
+        }));
+    }
+
+    /// Accept every file's losses (see [`Shared::sync_at_close`]); whether
+    /// there was one.
+    fn accept_every_loss(&self) -> bool {
+        let entries: Vec<Arc<Entry>> = self
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        let mut had = false;
+        for e in entries {
+            let mut d = e.durable();
+            let newest = d.lost_gen;
+            if d.accepted_gen < newest {
+                had = true;
+                d.accept(&LossSeen::default(), newest);
+            }
+        }
+        had
     }
 }
 
@@ -657,9 +704,10 @@ pub(crate) fn unlist(
 
 impl Shared {
     /// Stop the workers a layer above started for this store, and refuse
-    /// their start from now on if none were started.
-    pub(crate) fn stop_workers(&self) {
-        self.aio.get_or_init(|| Box::new(NoWorkers)).stop();
+    /// their start from now on if none were started. Whether the caller is
+    /// one of them (see [`Workers::stop`]).
+    pub(crate) fn stop_workers(&self) -> bool {
+        self.aio.get_or_init(|| Box::new(NoWorkers)).stop()
     }
 
     /// Sync every file of the store (see `CachedStore::sync`); `told`: the

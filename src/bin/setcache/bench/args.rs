@@ -105,9 +105,9 @@ pub(crate) struct BenchArgs {
     /// Percentage of reads in a randrw workload [default: 50]
     #[arg(long, value_name = "PCT", value_parser = clap::value_parser!(u8).range(0..=100))]
     pub(crate) rwmix_read: Option<u8>,
-    /// Block size of each request: for the cached engines (setcache, setcache-numa) any
-    /// size from 1 byte; for the others a multiple of 512 that divides 4k or is a
-    /// multiple of it
+    /// Block size of each request: for the cached engines (setcache, setcache-numa,
+    /// linux-buffered, mmap) any size from 1 byte; for the others (direct, direct-copy,
+    /// linux-direct) a multiple of 512 that divides 4k or is a multiple of it
     #[arg(long, value_name = "SIZE", default_value = "4k", value_parser = size_arg)]
     pub(crate) bs: u64,
     /// Thread counts to run, comma-separated (one run per count)

@@ -337,7 +337,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         check_bs(a.bs).map_err(|e| {
             format!(
                 "{e}; the uncached engines ({}) need this, the cached ones (setcache, \
-                 linux-buffered, mmap) take any size",
+                 setcache-numa, linux-buffered, mmap) take any size",
                 uncached.join(", ")
             )
         })?;
@@ -346,7 +346,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         if !uncached.is_empty() {
             return Err(format!(
                 "--rw graphwalk reads 16 to {WALK_MAX_READ} bytes anywhere: the cached engines \
-                 (setcache, linux-buffered, mmap) only, not {}",
+                 (setcache, setcache-numa, linux-buffered, mmap) only, not {}",
                 uncached.join(", ")
             ));
         }
