@@ -34,9 +34,10 @@
  * one fails -EBADF, and setcache_close, setcache_queue_free, setcache_unpin,
  * setcache_store_close and setcache_store_discard let it go there, writing
  * nothing, and return 0. The child may open a store of its own on other
- * directories (the parent holds its own). A child made by the raw clone
- * system call, which runs no pthread_atfork handler, is not told apart: it
- * must make no call with its parent's handles.
+ * directories (the parent holds its own). A child made by a call that runs
+ * no pthread_atfork handler (the raw clone system call, _Fork, vfork) is told
+ * apart only by the calls that free handles: it must make no other call with
+ * its parent's handles.
  *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,

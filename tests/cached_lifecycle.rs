@@ -879,29 +879,6 @@ fn the_last_handles_drop_writes_dirty_pages_back() {
     );
 }
 
-/// A queue leaked with `mem::forget` keeps no hold on the store: its last
-/// handle's drop still writes the dirty pages back and gives the store back
-/// for another cache (a queue that kept a handle of its own on the shared
-/// state kept the store for good, its pages never written).
-#[test]
-fn a_leaked_queue_keeps_no_hold_on_the_store() {
-    let tmp = TempDir::new("drop-leaked-queue");
-    let roots = tmp.devices(2);
-    let store = Store::open(&roots, StoreOptions::default()).unwrap();
-    let raw = store.clone();
-    let cs = CachedStore::new(store, cache(64)).unwrap();
-    let f = cs.create("q", MIB, LayoutKind::Stripe).unwrap();
-    f.write_at(300, b"queued").unwrap();
-    std::mem::forget(cs.queue(4));
-    drop((f, cs));
-    let cs = CachedStore::new(raw, cache(64)).expect("the store given back");
-    let mut b = [0u8; 6];
-    cs.open_file("q").unwrap().read_at(300, &mut b).unwrap();
-    assert_eq!(&b, b"queued");
-    drop(cs);
-    assert_eq!(on_the_devices(&roots, "q", 300, 6), b"queued");
-}
-
 /// A loss no handle accepted fails the drop's sync of its file before the
 /// fsync; the drop prints it, accepts it (no handle is left to) and syncs
 /// again, so that the pages written after the loss are made durable: a power

@@ -129,22 +129,32 @@ extern "C" fn after_fork_child() {
     FORKS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// The count of [`FORKS`] when a handle was made, in the word after its tag:
-/// a handle made before a `fork` is the parent's in the child. Its store's
-/// threads, rings and dirty pages are the parent's, so the child neither
-/// uses it (`EBADF`) nor runs any of its drop (a free there lets it go
-/// unread). A child made by the raw system call, which runs no `atfork`
-/// handler, is not told apart.
-#[repr(transparent)]
-struct Born(u64);
+/// The count of [`FORKS`] and the process when a handle was made, in the
+/// words after its tag: a handle made before a `fork` is the parent's in the
+/// child. Its store's threads, rings and dirty pages are the parent's, so
+/// the child neither uses it (`EBADF`) nor runs any of its drop (a free
+/// there lets it go unread). A child made by a call that runs no `atfork`
+/// handler (the raw system call, `_Fork`, `vfork`) is told apart only by the
+/// frees, by its process id.
+#[repr(C)]
+struct Born {
+    forks: u64,
+    pid: libc::pid_t,
+}
 
 fn born() -> Born {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
+    static WATCHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    // (Not a `Once`: a child forked while another thread ran it would wait
+    // for it for ever.)
+    if !WATCHING.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function with no arguments.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    });
-    Born(FORKS.load(Ordering::Relaxed))
+    }
+    Born {
+        forks: FORKS.load(Ordering::Relaxed),
+        // SAFETY: plain getter.
+        pid: unsafe { libc::getpid() },
+    }
 }
 
 /// A handle of kind `T` by its tag, made in this process or not.
@@ -169,12 +179,16 @@ unsafe fn tagged<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
     Ok(unsafe { &*p })
 }
 
+/// A handle's [`Born`].
+fn born_of<T: Tagged>(h: &T) -> &Born {
+    // SAFETY: every handle is `repr(C)` with its tag (8 bytes) first and its `Born` (8-aligned) second.
+    unsafe { &*(h as *const T).cast::<u8>().add(8).cast::<Born>() }
+}
+
 /// Whether handle `h` was made in this process, not before a `fork` by its
 /// parent (see [`Born`]).
 fn made_here<T: Tagged>(h: &T) -> bool {
-    // SAFETY: every handle is `repr(C)` with its tag first and its `Born` second.
-    let born = unsafe { &*(h as *const T).cast::<Born>().add(1) };
-    born.0 == FORKS.load(Ordering::Relaxed)
+    born_of(h).forks == FORKS.load(Ordering::Relaxed)
 }
 
 /// A shared reference to a handle: calls on one handle may come from several
@@ -201,7 +215,8 @@ unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
 unsafe fn let_go_in_child<T: Tagged>(p: *mut T, what: &str) -> Result<bool, Fail> {
     // SAFETY: NULL or the caller's handle.
     let h = unsafe { tagged(p, what) }?;
-    if made_here(h) {
+    // SAFETY: plain getter.
+    if made_here(h) && born_of(h).pid == unsafe { libc::getpid() } {
         return Ok(false);
     }
     // Its memory stays, unread: the child's copy of the parent's.

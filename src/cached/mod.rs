@@ -879,11 +879,9 @@ impl Drop for CachedStore {
             // here, before this drop returns; the last handle's drop still
             // runs after it, writes what the worker's last requests left, and
             // reports what still fails (a page the worker holds is `Busy`
-            // here, so this sync's own error is not the one to print).
+            // here, so this sync prints only the losses it accepts).
             if !self.inner.discard.load(Ordering::Acquire) {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    self.inner.sync_all(false, false)
-                }));
+                self.inner.sync_at_close(false);
             }
         }
     }

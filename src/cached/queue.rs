@@ -492,6 +492,7 @@ enum Step {
 /// ```
 pub struct CachedQueue<'a> {
     sh: &'a Shared,
+    shared_arc: Arc<Shared>,
     q: Queue,
     live: Slab<Live<'a>>,
     fills: Slab<Waiting<'a>>,
@@ -567,6 +568,7 @@ impl<'a> CachedQueue<'a> {
         unsafe { q.register_frames(sh.cache.frame_chunks()) };
         CachedQueue {
             sh,
+            shared_arc: sh.clone(),
             q,
             live: Slab::new(),
             fills: Slab::new(),
@@ -794,7 +796,7 @@ impl<'a> CachedQueue<'a> {
     }
 
     fn check(&self, r: &CachedRequest<'_>) -> Result<()> {
-        if !std::ptr::eq(&*r.file.shared, self.sh) {
+        if !Arc::ptr_eq(&r.file.shared, &self.shared_arc) {
             return Err(Error::InvalidArgument(format!(
                 "file {:?} belongs to another cached store than this queue",
                 r.file.entry.file.name()
@@ -976,7 +978,7 @@ impl<'a> CachedQueue<'a> {
     /// then the page looked up as a page guard's reader.
     fn start_page(&mut self, r: CachedRequest<'_>) {
         let f = r.file;
-        let checked = if std::ptr::eq(&*f.shared, self.sh) {
+        let checked = if Arc::ptr_eq(&f.shared, &self.shared_arc) {
             f.page_span(r.offset)
         } else {
             self.check(&r).map(|()| (0, 0, 0))

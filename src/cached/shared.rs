@@ -601,7 +601,7 @@ impl Drop for Shared {
         // synced now, as a close of the store would, unless the store was
         // discarded or this is a child made by `fork`.
         if !self.discard.load(Ordering::Acquire) && self.pid == std::process::id() {
-            self.sync_at_close();
+            self.sync_at_close(true);
         }
         self.store.release_from_cache();
     }
@@ -611,11 +611,13 @@ impl Shared {
     /// The sync of a store whose last handle goes (see `Drop`), run where no
     /// handle is left to let go of a page: a page still held (a guard leaked
     /// with `mem::forget`) fails its file's sync at once instead of being
-    /// waited for. The error has no caller to go to: stderr. A loss no
-    /// handle accepted fails its file's sync before the fsync; once printed,
-    /// it is accepted (no handle is left to), and the store is synced again,
-    /// so that the pages written since the loss are made durable.
-    pub(crate) fn sync_at_close(&self) {
+    /// waited for. The errors have no caller to go to: stderr. A loss no
+    /// handle accepted fails its file's sync before the fsync; each such
+    /// loss is printed and then accepted (no handle is left to), and the
+    /// store is synced again, so that the pages written since are made
+    /// durable. Without `report`, only the losses are printed (for a sync
+    /// that another, made later by the last handle's drop, follows).
+    pub(crate) fn sync_at_close(&self, report: bool) {
         let say = |e: &Error| {
             let said = format!(
                 "setcache: a cached store closed by its last handle's drop: its sync failed: \
@@ -628,11 +630,18 @@ impl Shared {
             let Err(e) = self.sync_all(false, false) else {
                 return;
             };
-            say(&e);
-            if !self.accept_every_loss() {
+            if report && !matches!(e, Error::SyncLost { .. }) {
+                say(&e);
+            }
+            let losses = self.accept_every_loss();
+            for loss in &losses {
+                say(loss);
+            }
+            if losses.is_empty() {
                 return;
             }
             if let Err(again) = self.sync_all(false, false)
+                && report
                 && again.to_string() != e.to_string()
             {
                 say(&again);
@@ -640,9 +649,9 @@ impl Shared {
         }));
     }
 
-    /// Accept every file's losses (see [`Shared::sync_at_close`]); whether
-    /// there was one.
-    fn accept_every_loss(&self) -> bool {
+    /// Accept every file's losses (see [`Shared::sync_at_close`]); the
+    /// error of each file that had one.
+    fn accept_every_loss(&self) -> Vec<Error> {
         let entries: Vec<Arc<Entry>> = self
             .files
             .read()
@@ -650,12 +659,17 @@ impl Shared {
             .values()
             .cloned()
             .collect();
-        let mut had = false;
+        let mut had = Vec::new();
         for e in entries {
             let mut d = e.durable();
             let newest = d.lost_gen;
             if d.accepted_gen < newest {
-                had = true;
+                if let Some(lost) = d.loss_for(Asker::NoOne) {
+                    had.push(Error::SyncLost {
+                        file: e.file.name(),
+                        first: Box::new(lost),
+                    });
+                }
                 d.accept(&LossSeen::default(), newest);
             }
         }
