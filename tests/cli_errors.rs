@@ -932,6 +932,10 @@ fn bench_page_references_and_the_sync_api() {
             &["--touch", "give --access ref"],
         ),
         (
+            &["--engine", "direct,linux-buffered", "--access", "ref"],
+            &["--access ref", "give one of them"],
+        ),
+        (
             &[
                 "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "8k",
             ],

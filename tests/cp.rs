@@ -107,6 +107,11 @@ fn a_copy_out_never_destroys_its_source_or_an_old_destination() {
         &cp(&d, &["--force", "store:a", backing.to_str().unwrap()]),
         "backing file of store:a",
     );
+    // Nor the other way: the store file the copy replaces is its source.
+    refused(
+        &cp(&d, &["--force", backing.to_str().unwrap(), "store:a"]),
+        "backing file of store:a",
+    );
     let back = d.join("back.bin");
     ok(&cp(&d, &["store:a", back.to_str().unwrap()]));
     assert!(std::fs::read(&back).unwrap() == data, "store:a was damaged");

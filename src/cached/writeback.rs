@@ -848,6 +848,14 @@ impl Shared {
                     // `poll`): the pages they covered are clean now, so
                     // look again at once.
                 } else if !wait {
+                    // A page found busy under a write-back of this sync's
+                    // own, which this round's poll then ended, is not in use:
+                    // only the pages still pending now are held by others.
+                    let before = pending.len();
+                    pending.retain(|&p| matches!(self.cache.write_pending_why(id, p), Ok(Some(_))));
+                    if pending.len() < before {
+                        continue;
+                    }
                     // Held by others: the sets go back (see `Remark`).
                     let q = w.into_queue();
                     let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));

@@ -169,8 +169,11 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
             ));
         }
     }
-    if a.rounds == 0 || a.ops < 512 {
-        return Err("--rounds must be at least 1 and --ops at least 512".into());
+    if a.rounds == 0 {
+        return Err("--rounds 0: it must be at least 1".into());
+    }
+    if a.ops < 512 {
+        return Err(format!("--ops {}: it must be at least 512", a.ops));
     }
     // A bound far above any real run's, below what would never end.
     const MAX_ROUNDS: usize = 100_000;
@@ -194,6 +197,15 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
         Some(s) => parse_size(s)?,
         None => bytes + bytes / 2,
     };
+    <setcache::PageCache>::check(&CacheOptions {
+        size: usize::try_from(cache).unwrap_or(usize::MAX),
+        page_size: page as usize,
+        ..CacheOptions::default()
+    })
+    .map_err(|e| match &a.cache_size {
+        Some(s) => format!("--cache-size {s}: {e}"),
+        None => format!("the array's cache of {cache} bytes (no --cache-size): {e}"),
+    })?;
     // What the run holds at once: the vector, the cache with its staging
     // area, one workload's indices and an array reader's translation tables
     // for every thread (checked before anything is made).

@@ -54,6 +54,11 @@ fn start_copy(
     len: u64,
     force: bool,
 ) -> Result<(String, CachedFile), String> {
+    // A bad name is named as given, not as the temporary name made of it.
+    match cs.store().info(name) {
+        Ok(_) | Err(Error::FileNotFound(_)) => {}
+        Err(e) => return Err(format!("store:{name}: {e}")),
+    }
     if !force && cs.store().info(name).is_ok() {
         return Err(format!("store:{name} exists (give --force to replace it)"));
     }
@@ -275,11 +280,13 @@ fn copy_in(
 }
 
 fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
-    let store = Store::open(&a.devices, StoreOptions::default()).map_err(|e| e.to_string())?;
     let cache = CacheOptions {
         size: usize::try_from(a.cache_size).map_err(|_| "--cache-size is too large")?,
         ..CacheOptions::default()
     };
+    <setcache::PageCache>::check(&cache)
+        .map_err(|e| format!("--cache-size {}: {e}", a.cache_size))?;
+    let store = Store::open(&a.devices, StoreOptions::default()).map_err(|e| e.to_string())?;
     let cs = CachedStore::new(store, cache).map_err(|e| e.to_string())?;
     let start = Instant::now();
     let mut buf = vec![0u8; CHUNK];
@@ -292,6 +299,25 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
                 .map_err(|e| format!("cannot stat {}: {e}", from.display()))?;
             if meta.is_dir() {
                 return Err(format!("{} is a directory", from.display()));
+            }
+            // A backing file of the store file the copy replaces.
+            if cs.store().info(to).is_ok() {
+                use std::os::unix::fs::MetadataExt;
+                let own = cs
+                    .store()
+                    .backing_paths(to)
+                    .map_err(|e| e.to_string())?
+                    .into_iter()
+                    .any(|p| {
+                        std::fs::metadata(p)
+                            .is_ok_and(|b| (b.dev(), b.ino()) == (meta.dev(), meta.ino()))
+                    });
+                if own {
+                    return Err(format!(
+                        "{} is a backing file of store:{to}: the copy would destroy its source",
+                        from.display()
+                    ));
+                }
             }
             // A regular file's length is known (the store file is made that
             // long; one that grows meanwhile is copied to its end all the

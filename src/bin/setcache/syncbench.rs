@@ -50,9 +50,13 @@ pub(crate) fn run(a: SyncArgs) -> Result<(), String> {
     if !(1..=100_000).contains(&a.rounds) {
         return Err(format!("--rounds {} is outside 1..=100000", a.rounds));
     }
-    if let Some(&d) = a.dirty.iter().find(|&&d| d > 65536 || d as u64 > pages) {
+    if let Some(&d) = a.dirty.iter().find(|&&d| d > 65536) {
+        return Err(format!("--dirty {d} is above 65536"));
+    }
+    if let Some(&d) = a.dirty.iter().find(|&&d| d as u64 > pages) {
         return Err(format!(
-            "--dirty {d} is above 65536 or the file's {pages} pages (--file-size {})",
+            "--dirty {d} is above the file's {pages} pages (--file-size {}): give a larger \
+             --file-size",
             a.file_size
         ));
     }

@@ -193,8 +193,7 @@ pub(crate) struct BenchArgs {
     pub(crate) access: AccessArg,
     /// Bytes read from each block with --access ref, at its start (the mmap
     /// engine then reads the same bytes through its mapping)
-    #[arg(long, value_name = "BYTES", default_value_t = 64,
-          value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "BYTES", default_value = "64", value_parser = touch_arg)]
     pub(crate) touch: u64,
     /// Partitions of the setcache-numa engine [default: one per NUMA node]
     #[arg(long, value_name = "N",
@@ -212,7 +211,8 @@ pub(crate) struct BenchArgs {
     /// (seconds before it starts), e.g.
     /// `name=scan,rw=read,bs=128k,iodepth=1` and
     /// `name=hot,rw=randread,size=192M`. Replaces --threads and --hit-ratio;
-    /// bs and iodepth default to --bs and --iodepth
+    /// bs and iodepth default to --bs and --iodepth. Writes are synced after
+    /// the run, outside the jobs' times
     #[arg(long = "job", value_name = "SPEC", value_parser = super::jobs::job_arg)]
     pub(crate) job: Vec<super::jobs::JobSpec>,
     /// Run every engine N times, taking turns (engine A, B, A, B, ...), and report
@@ -307,6 +307,14 @@ fn runtime_arg(s: &str) -> Result<f64, String> {
 
 fn ramp_arg(s: &str) -> Result<f64, String> {
     secs(s, false)
+}
+
+/// `--touch`: a size (suffixes as `--bs`), at least one byte.
+fn touch_arg(text: &str) -> Result<u64, String> {
+    match size_arg(text)? {
+        0 => Err("it must be at least 1 byte".to_string()),
+        n => Ok(n),
+    }
 }
 
 #[cfg(test)]

@@ -541,6 +541,12 @@ pub(crate) fn run_jobs(
     })?;
     let (a, b) = edges.into_inner().unwrap_or_else(|p| p.into_inner());
     let ra = ahead(a, b);
+    // The jobs' writes are synced after the run, outside its time (each job
+    // is measured on its own, and one sync covers them all).
+    if jobs.iter().any(|j| j.rw.writes()) {
+        file.sync()
+            .map_err(|e| format!("setcache engine: the sync after the jobs: {e}"))?;
+    }
     let results = jobs
         .iter()
         .zip(per_job)

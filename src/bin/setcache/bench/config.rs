@@ -563,6 +563,17 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             "--poll-us sets how long a direct engine's thread polls: give --engine direct or direct-copy",
         ),
         (
+            a.access == AccessArg::Ref
+                && !engines.iter().any(|e| {
+                    matches!(
+                        e,
+                        Engine::Setcache | Engine::SetcacheNuma | Engine::DirectCopy | Engine::Mmap
+                    )
+                }),
+            "--access ref changes what the setcache, direct-copy and mmap engines do with a \
+             block: give one of them",
+        ),
+        (
             a.touch != DEFAULT_TOUCH && a.access != AccessArg::Ref,
             "--touch is the bytes an --access ref read touches: give --access ref",
         ),

@@ -23,28 +23,32 @@ const STOP: u8 = 2;
 /// Latencies up to a minute, in nanoseconds, three significant digits.
 const MAX_LAT_NS: u64 = 60_000_000_000;
 
-/// Set by SIGINT: the current run stops early and no further run starts.
+/// Set by SIGINT or SIGTERM: the current run stops early and no further run
+/// starts.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_sigint(sig: libc::c_int) {
     if INTERRUPTED.swap(true, Ordering::SeqCst) {
-        // A second Ctrl-C ends the process now, as without the handler:
+        // A second signal ends the process now, as without the handler:
         // the first may wait on something that never comes (a read of an
         // idle pipe is restarted after the handler).
         // SAFETY: signal and raise are async-signal-safe.
         unsafe {
-            libc::signal(libc::SIGINT, libc::SIG_DFL);
-            libc::raise(libc::SIGINT);
+            libc::signal(sig, libc::SIG_DFL);
+            libc::raise(sig);
         }
     }
 }
 
-/// Make Ctrl-C stop the bench cleanly (temporary files and cgroups are
-/// removed); a second Ctrl-C ends it at once.
+/// Make Ctrl-C (SIGINT) or SIGTERM (`kill`, `timeout`) stop the command
+/// cleanly (temporary files and cgroups are removed); a second one ends it
+/// at once.
 pub(crate) fn install_sigint() {
     let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic and re-raises, both async-signal-safe.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
 }
 
 pub(crate) fn interrupted() -> bool {

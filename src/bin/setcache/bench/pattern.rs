@@ -82,7 +82,7 @@ impl Dist {
         match theta.parse::<f64>() {
             Ok(t) if t.is_finite() && t > 0.0 && t <= 100.0 => Ok(Dist::Zipf(t)),
             _ => Err(format!(
-                "bad zipf theta {theta:?} in --dist {s:?}: it must be a number above 0 (e.g. 0.99 or 1.2)"
+                "bad zipf theta {theta:?} in --dist {s:?}: it must be a number above 0 and at most 100 (e.g. 0.99 or 1.2)"
             )),
         }
     }

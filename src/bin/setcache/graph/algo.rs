@@ -299,7 +299,7 @@ pub(crate) fn bfs<G: Graph>(
                     a.prefetch(&ahead);
                     let past = |u: u32, t: u32| {
                         fail.set(format!(
-                            "vertex {u} has a neighbour {t} past the last vertex"
+                            "vertex {u} has a neighbour {t} past the last vertex: the graph's targets are damaged (run again with --regen to make the graph anew)"
                         ));
                     };
                     let r = if up {
@@ -459,7 +459,7 @@ pub(crate) fn pagerank<G: Graph>(
                     for &t in list {
                         let Some(c) = contrib.get(t as usize) else {
                             fail.set(format!(
-                                "vertex {v} has a neighbour {t} past the last vertex"
+                                "vertex {v} has a neighbour {t} past the last vertex: the graph's targets are damaged (run again with --regen to make the graph anew)"
                             ));
                             return;
                         };
@@ -571,7 +571,7 @@ pub(crate) fn check_bfs<G: Graph>(
                 for &t in list {
                     let Some(&dt) = depth.get(t as usize) else {
                         bad.get_or_insert(format!(
-                            "vertex {v} has a neighbour {t} past the last vertex"
+                            "vertex {v} has a neighbour {t} past the last vertex: the graph's targets are damaged (run again with --regen to make the graph anew)"
                         ));
                         continue;
                     };

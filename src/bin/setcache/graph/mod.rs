@@ -142,8 +142,14 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
     if a.threads == 0 || a.threads > 1024 {
         return Err(format!("--threads {}: give 1 to 1024", a.threads));
     }
-    if a.roots == 0 || a.iterations == 0 || a.depth == 0 {
-        return Err("--roots, --iterations and --depth must be at least 1".into());
+    for (n, flag) in [
+        (a.roots as u64, "--roots"),
+        (a.iterations as u64, "--iterations"),
+        (a.depth as u64, "--depth"),
+    ] {
+        if n == 0 {
+            return Err(format!("{flag} 0: it must be at least 1"));
+        }
     }
     // Each root is a whole search and each iteration a sweep of the graph:
     // a count past these is a slip, which would run for days.
