@@ -45,7 +45,9 @@
  * that would wait for this thread's own pin (a write over a page it pins, a
  * read of a page it pins for writing, queued on this thread's queue or not, a
  * sync or set_len of the file, the store's sync) fails -EDEADLK at once (a
- * queued one in its completion). A sync, though, waits without limit
+ * queued one in its completion). A page that needs a frame in a cache set
+ * every page of which is pinned waits for a pin to go, up to one second, and
+ * fails -EBUSY, whoever holds the pins (this thread too). A sync, though, waits without limit
  * for a page a queue is writing back: poll a queue until nothing is in flight
  * before a thread waits for another's sync.
  *
@@ -176,7 +178,8 @@ int setcache_rename(setcache_store *store, const char *from, const char *to);
  * from `each` reads like this call's own -errno: stop with a positive one, or
  * note why in `ctx`. `each` should return: a C++ exception thrown through
  * this call ends the process (abort, as a throw from a noexcept function
- * does); a longjmp out of it is undefined. */
+ * does); a longjmp out of it is undefined, and so is closing or discarding
+ * the store from inside it. */
 int setcache_list(setcache_store *store, int (*each)(const char *name, void *ctx), void *ctx);
 
 /* Read up to `len` bytes at `offset`: the bytes read (fewer at the end of the
@@ -207,8 +210,13 @@ int setcache_queue_free(setcache_queue *queue);
 /* Queue a read of `len` bytes at `offset` into `buf` (which must stay valid
  * until its completion is polled); the read must lie inside the file (-EINVAL
  * past its end, or for `len` 0). A queued read or write moves at most
- * 0x7ffff000 bytes (-ENOMEM past that). The pages a queue's requests use stay
- * busy for other threads until this thread polls their completions. */
+ * 0x7ffff000 bytes (-ENOMEM past that). The range is checked at the submit;
+ * a request whose file another thread shrank below it before the request
+ * started completes with -EFBIG, one given a file of another store with
+ * -EINVAL, and one whose file was deleted meanwhile with -ESTALE. A queue's
+ * requests run in any order: two writes in flight over the same bytes may
+ * land interleaved, page by page. The pages a queue's requests use stay busy for other threads until
+ * this thread polls their completions. */
 int setcache_submit_read(setcache_queue *queue, setcache_file *file, void *buf, size_t len,
                          uint64_t offset, uint64_t tag);
 /* Queue a write of `len` bytes from `buf` (copied at once) at `offset`,

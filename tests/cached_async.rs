@@ -2382,3 +2382,51 @@ fn a_shrink_into_a_page_this_threads_queue_reads_in_fails_at_once() {
     cf.read_at(p * 4096, &mut b).unwrap();
     assert!(b[..4].iter().all(|&x| x == 3) && b[4..].iter().all(|&x| x == 0));
 }
+
+/// A thread that cuts a file while a request queue of its own still reads
+/// pages past the new end is refused at once (`HeldByCaller`), as a wait
+/// for its own pins is: only it can end those reads, by polling. The file
+/// keeps its length, and the queue's read completes whole.
+#[test]
+fn cutting_a_file_under_this_threads_own_queued_read_is_refused_at_once() {
+    let tmp = TempDir::new("cut-own-read");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let data = pattern(9, 0, 64 * 4096);
+    {
+        let cs = CachedStore::new(store.clone(), cache(256, 256)).unwrap();
+        let f = cs
+            .create("cut", data.len() as u64, LayoutKind::Stripe)
+            .unwrap();
+        f.write_at(0, &data).unwrap();
+        f.sync().unwrap();
+    }
+    // A cold cache: the queued read's pages are filled from the devices.
+    let cs = CachedStore::new(store, cache(256, 256)).unwrap();
+    let f = cs.open_file("cut").unwrap();
+    let mut q = cs.queue(4);
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Read,
+        &f,
+        0,
+        vec![0; data.len()],
+        1,
+    )]);
+    let t0 = Instant::now();
+    let e = f.set_len(10).unwrap_err();
+    assert!(matches!(e, Error::HeldByCaller(_)), "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "refused after {:?}, not at once",
+        t0.elapsed()
+    );
+    assert_eq!(f.len(), data.len() as u64, "the length stays");
+    q.drain();
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    let (_, c) = done.pop().expect("the read completed");
+    c.result.unwrap();
+    assert!(c.buf == data, "the read's bytes");
+    drop(q);
+    f.set_len(10).unwrap();
+}

@@ -936,6 +936,10 @@ fn bench_page_references_and_the_sync_api() {
             &["--access ref", "give one of them"],
         ),
         (
+            &["--engine", "setcache-numa", "--compute", "--access", "ref"],
+            &["--access ref", "give one of them"],
+        ),
+        (
             &[
                 "--engine", "setcache", "--api", "sync", "--access", "ref", "--bs", "8k",
             ],

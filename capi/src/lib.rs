@@ -453,6 +453,13 @@ pub unsafe extern "C" fn setcache_store_open(
             copts.partitions = match o.partitions {
                 0 => 1,
                 u32::MAX => 0,
+                n if n as usize > setcache::MAX_PARTITIONS => {
+                    return Err(einval(format!(
+                        "{n} partitions: give 0 or 1 (no partitions), 2 to {}, or \
+                         SETCACHE_PARTITIONS_PER_NODE (one per NUMA node)",
+                        setcache::MAX_PARTITIONS
+                    )));
+                }
                 n => n as usize,
             };
             if o.reserved != 0 {

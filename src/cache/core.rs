@@ -327,6 +327,22 @@ impl<M: Model> Core<M> {
     }
 }
 
+impl<M: Model> Core<M> {
+    /// A tag in `tags` whose fill a request queue of this thread holds in
+    /// flight in this cache (only this thread ends it, by polling).
+    pub(crate) fn own_fill_in(&self, tags: std::ops::RangeInclusive<u64>) -> Option<u64> {
+        let me = self as *const Self as usize;
+        QUEUE_FILLS
+            .try_with(|v| {
+                (v.borrow().iter())
+                    .find(|&&(c, t)| c == me && tags.contains(&t))
+                    .map(|&(_, t)| t)
+            })
+            .ok()
+            .flatten()
+    }
+}
+
 /// Whether a request queue of this thread holds the fill of `tag` in the
 /// cache whose core is at `core`.
 fn own_queue_fill(core: usize, tag: u64) -> bool {

@@ -971,6 +971,15 @@ impl<M: Model> PageCache<M> {
         Some((dirty::file_of(tag), tag & ((1 << dirty::FILE_SHIFT) - 1)))
     }
 
+    /// A page of `file` from `from` on whose fill a request queue of this
+    /// thread holds in flight (only this thread ends it, by polling).
+    pub(crate) fn own_fill_from(&self, file: u32, from: u64) -> Option<u64> {
+        let first = tag_of(file, from.min(MAX_PAGE)).ok()?;
+        let last = ((file as u64) << 40) | MAX_PAGE;
+        let tag = self.core.own_fill_in(first..=last)?;
+        Some(tag & ((1 << dirty::FILE_SHIFT) - 1))
+    }
+
     /// Whether `page` of `file` is cached and dirty (its state word now).
     pub(crate) fn dirty(&self, file: u32, page: u64) -> Result<bool> {
         Ok(self

@@ -1654,8 +1654,11 @@ impl CachedFile {
     /// committed, the change completes even if this returns an error. Writes
     /// racing a shrink may be lost, never shown past the end after a later
     /// growth. The file must not be in use on this thread (a queue not
-    /// drained); a thread holding a page guard of the file gets
-    /// [`Error::HeldByCaller`] (the change would wait for the guard).
+    /// drained); a thread holding a page guard of the file, or whose request
+    /// queue still reads a page the shrink drops, gets [`Error::HeldByCaller`]
+    /// before anything changes (the change would wait for the guard, or for a
+    /// read only this thread ends by polling); one whose queue reads the page
+    /// the new end cuts gets it once the change is committed.
     pub fn set_len(&self, len: u64) -> Result<()> {
         let r = self.resize_to(len, false, 0, None).map(drop);
         if r.is_ok() {
@@ -1800,6 +1803,21 @@ impl CachedFile {
             name,
         )?;
         let e = &*self.entry;
+        // A shrink waits for the pages it drops; one that a request queue of
+        // this thread is reading only this thread can let go (by polling).
+        if !grow_only
+            && len < self.real_len()
+            && let Some(page) = self
+                .shared
+                .cache
+                .own_fill_from(self.id, len.div_ceil(self.shared.cache.page_size() as u64))
+        {
+            return Err(Error::HeldByCaller(format!(
+                "{:?} cut to {len} bytes while a request queue of this thread reads its \
+                 page {page}: poll or drain the queue first",
+                name()
+            )));
+        }
         let _one = self.lock_beside_sync(&e.resizing)?;
         if grow_only && len <= self.real_len() {
             return Ok(None);

@@ -852,8 +852,20 @@ impl Shared {
                     // own, which this round's poll then ended, is not in use:
                     // only the pages still pending now are held by others.
                     let before = pending.len();
-                    pending.retain(|&p| matches!(self.cache.write_pending_why(id, p), Ok(Some(_))));
-                    if pending.len() < before {
+                    let mut still = Vec::with_capacity(before);
+                    for &p in &pending {
+                        if let Some(wb) = self.cache.write_pending_why(id, p)? {
+                            still.push((p, wb));
+                        }
+                    }
+                    if still.len() < before {
+                        pending = still.iter().map(|&(p, _)| p).collect();
+                        // What `Entry::sync_waits` shows follows (others
+                        // read it while this sync goes on to its fsync).
+                        if shown {
+                            shown = !still.is_empty();
+                            *e.sync_waits.lock().unwrap_or_else(|p| p.into_inner()) = still;
+                        }
                         continue;
                     }
                     // Held by others: the sets go back (see `Remark`).

@@ -564,12 +564,9 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         ),
         (
             a.access == AccessArg::Ref
-                && !engines.iter().any(|e| {
-                    matches!(
-                        e,
-                        Engine::Setcache | Engine::SetcacheNuma | Engine::DirectCopy | Engine::Mmap
-                    )
-                }),
+                && !engines
+                    .iter()
+                    .any(|e| matches!(e, Engine::Setcache | Engine::DirectCopy | Engine::Mmap)),
             "--access ref changes what the setcache, direct-copy and mmap engines do with a \
              block: give one of them",
         ),
