@@ -41,11 +41,13 @@
  *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
- * or being read or written back by a queue, fails -EBUSY after it; a call
- * that would wait for this thread's own pin (a write over a page it pins, a
- * read of a page it pins for writing, queued on this thread's queue or not, a
- * sync or set_len of the file, the store's sync) fails -EDEADLK at once (a
- * queued one in its completion). A page that needs a frame in a cache set
+ * or being read or written back by a queue, fails -EBUSY after it (a pwrite
+ * that grows the file may wait twice, once more to cut the length back: up
+ * to two seconds); a call that would wait for this thread's own pin (a write
+ * over a page it pins, a read of a page it pins for writing, queued on this
+ * thread's queue or not, a sync or set_len of the file, the store's sync),
+ * or a set_len that would drop pages this thread's queue still reads or
+ * writes back, fails -EDEADLK at once (a queued one in its completion). A page that needs a frame in a cache set
  * every page of which is pinned waits for a pin to go, up to one second, and
  * fails -EBUSY, whoever holds the pins (this thread too). A sync, though, waits without limit
  * for a page a queue is writing back: poll a queue until nothing is in flight

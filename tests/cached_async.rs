@@ -2430,3 +2430,39 @@ fn cutting_a_file_under_this_threads_own_queued_read_is_refused_at_once() {
     drop(q);
     f.set_len(10).unwrap();
 }
+
+/// As a read, a write-back this thread's request queue started of a page the
+/// shrink drops (the victim of a miss of another file) is this thread's to
+/// end: the shrink fails `HeldByCaller` at once, changing nothing.
+#[test]
+fn cutting_a_file_under_this_threads_own_queued_write_back_is_refused_at_once() {
+    let tmp = TempDir::new("cut-own-wb");
+    let roots = tmp.devices(1);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    // One set of four pages, no flusher: only the queue writes them back.
+    let cs = CachedStore::with_flusher(store, cache(4, 4), None).unwrap();
+    let x = cs.create("x", 4 * 4096, LayoutKind::Stripe).unwrap();
+    let y = cs.create("y", 4 * 4096, LayoutKind::Stripe).unwrap();
+    x.write_at(0, &pattern(3, 0, 4 * 4096)).unwrap();
+    let mut q = cs.queue(4);
+    // A miss of y: its frame is a dirty page of x, written back first.
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Read,
+        &y,
+        0,
+        vec![0; 4096],
+        1,
+    )]);
+    let t0 = Instant::now();
+    let e = x.set_len(0).unwrap_err();
+    assert!(matches!(e, Error::HeldByCaller(_)), "{e}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "refused after {:?}, not at once",
+        t0.elapsed()
+    );
+    assert_eq!(x.len(), 4 * 4096, "the length stays");
+    q.drain();
+    drop(q);
+    x.set_len(0).unwrap();
+}

@@ -1655,7 +1655,7 @@ impl CachedFile {
     /// racing a shrink may be lost, never shown past the end after a later
     /// growth. The file must not be in use on this thread (a queue not
     /// drained); a thread holding a page guard of the file, or whose request
-    /// queue still reads a page the shrink drops, gets [`Error::HeldByCaller`]
+    /// queue still reads or writes back a page the shrink drops, gets [`Error::HeldByCaller`]
     /// before anything changes (the change would wait for the guard, or for a
     /// read only this thread ends by polling); one whose queue reads the page
     /// the new end cuts gets it once the change is committed.
@@ -1804,19 +1804,25 @@ impl CachedFile {
         )?;
         let e = &*self.entry;
         // A shrink waits for the pages it drops; one that a request queue of
-        // this thread is reading only this thread can let go (by polling).
-        if !grow_only
-            && len < self.real_len()
-            && let Some(page) = self
+        // this thread is reading or writing back only this thread can let go
+        // (by polling).
+        if !grow_only && len < self.real_len() {
+            let from = len.div_ceil(self.shared.cache.page_size() as u64);
+            let own = (self
                 .shared
                 .cache
-                .own_fill_from(self.id, len.div_ceil(self.shared.cache.page_size() as u64))
-        {
-            return Err(Error::HeldByCaller(format!(
-                "{:?} cut to {len} bytes while a request queue of this thread reads its \
-                 page {page}: poll or drain the queue first",
-                name()
-            )));
+                .own_fill_from(self.id, from)
+                .map(|p| (p, "reads")))
+            .or_else(|| {
+                writeback::owed_page_from(&self.shared, self.id, from).map(|p| (p, "writes back"))
+            });
+            if let Some((page, what)) = own {
+                return Err(Error::HeldByCaller(format!(
+                    "{:?} cut to {len} bytes while a request queue of this thread {what} its \
+                     page {page}: poll or drain the queue first",
+                    name()
+                )));
+            }
         }
         let _one = self.lock_beside_sync(&e.resizing)?;
         if grow_only && len <= self.real_len() {

@@ -555,6 +555,21 @@ pub(crate) fn owes_page(sh: &Shared, id: u32, page: u64) -> bool {
     .unwrap_or(false)
 }
 
+/// A page of file `id` from `from` on whose write-back (or hold for a
+/// write) a request queue of this thread has not settled.
+pub(crate) fn owed_page_from(sh: &Shared, id: u32, from: u64) -> Option<u64> {
+    let key = (sh as *const Shared as usize, id);
+    OWED.try_with(|o| {
+        o.borrow()
+            .iter()
+            .filter(|(k, ..)| *k == key)
+            .flat_map(|(_, _, p)| p.iter().copied())
+            .find(|&p| p >= from)
+    })
+    .ok()
+    .flatten()
+}
+
 impl Shared {
     /// Refuses a synchronous write of `page` of file `id` whose write-back
     /// a request queue of this thread started and has not settled: the
