@@ -36,8 +36,9 @@
  * nothing, and return 0. The child may open a store of its own on other
  * directories (the parent holds its own). A child made by a call that runs
  * no pthread_atfork handler (the raw clone system call, _Fork, vfork) is told
- * apart only by the calls that free handles: it must make no other call with
- * its parent's handles.
+ * apart only by the calls that free handles, which return 0 there and change
+ * nothing (a vfork child shares the parent's memory): it must make no other
+ * call with its parent's handles.
  *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,

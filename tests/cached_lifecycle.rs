@@ -1006,3 +1006,52 @@ fn the_last_handles_drop_syncs_a_long_run_of_dirty_pages() {
         );
     }
 }
+
+/// A child made by `fork` that drops its copy of the store's last handle
+/// neither stops nor joins the parent's threads, nor drops the store (whose
+/// drop would finish the parent's metadata steps and join its engine
+/// threads): it ends at once, and the parent's store goes on.
+#[test]
+fn a_forked_child_dropping_the_store_ends_at_once() {
+    let tmp = TempDir::new("fork-drop");
+    let roots = tmp.devices(2);
+    let cs = CachedStore::new(
+        Store::open(&roots, StoreOptions::default()).unwrap(),
+        cache(64),
+    )
+    .unwrap();
+    let f = cs.create("p", MIB, LayoutKind::Stripe).unwrap();
+    f.write_at(0, b"parent").unwrap();
+    drop(f);
+    // SAFETY: the child only drops its copy of the store, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(cs);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let t0 = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            // SAFETY: this test's child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child's drop of the store hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    let f = cs.open_file("p").unwrap();
+    let mut b = [0u8; 6];
+    f.read_at(0, &mut b).unwrap();
+    assert_eq!(&b, b"parent");
+    f.sync().unwrap();
+}

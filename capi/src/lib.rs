@@ -215,9 +215,15 @@ unsafe fn handle<'a, T: Tagged>(p: *mut T, what: &str) -> Result<&'a T, Fail> {
 unsafe fn let_go_in_child<T: Tagged>(p: *mut T, what: &str) -> Result<bool, Fail> {
     // SAFETY: NULL or the caller's handle.
     let h = unsafe { tagged(p, what) }?;
-    // SAFETY: plain getter.
-    if made_here(h) && born_of(h).pid == unsafe { libc::getpid() } {
-        return Ok(false);
+    if made_here(h) {
+        // SAFETY: plain getter.
+        if born_of(h).pid == unsafe { libc::getpid() } {
+            return Ok(false);
+        }
+        // A child made without the handler (`_Fork`, `vfork`): it may share
+        // the parent's memory (`vfork`), where the handle must stay the
+        // parent's: let go of without a mark.
+        return Ok(true);
     }
     // Its memory stays, unread: the child's copy of the parent's.
     h_tag(h).store(FREED, Ordering::Relaxed);

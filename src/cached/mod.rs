@@ -862,6 +862,10 @@ impl Drop for CachedStore {
             // written (the pages are the parent's).
             std::mem::forget(self.ahead.take());
             std::mem::forget(self.flusher.take());
+            // Nor is the shared state ever dropped here: its store's drop
+            // would take the parent's locks, finish the parent's metadata
+            // steps and join the parent's engine threads.
+            std::mem::forget(Arc::clone(&self.inner));
             return;
         }
         let on_worker = self.inner.stop_workers();
@@ -879,9 +883,12 @@ impl Drop for CachedStore {
             // here, before this drop returns; the last handle's drop still
             // runs after it, writes what the worker's last requests left, and
             // reports what still fails (a page the worker holds is `Busy`
-            // here, so this sync prints only the losses it accepts).
+            // here, and file handles may still be open, for whose holders
+            // the losses a sync meets are: nothing is printed or accepted).
             if !self.inner.discard.load(Ordering::Acquire) {
-                self.inner.sync_at_close(false);
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    self.inner.sync_all(false, false)
+                }));
             }
         }
     }

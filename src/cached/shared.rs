@@ -601,7 +601,7 @@ impl Drop for Shared {
         // synced now, as a close of the store would, unless the store was
         // discarded or this is a child made by `fork`.
         if !self.discard.load(Ordering::Acquire) && self.pid == std::process::id() {
-            self.sync_at_close(true);
+            self.sync_at_close();
         }
         self.store.release_from_cache();
     }
@@ -615,9 +615,8 @@ impl Shared {
     /// handle accepted fails its file's sync before the fsync; each such
     /// loss is printed and then accepted (no handle is left to), and the
     /// store is synced again, so that the pages written since are made
-    /// durable. Without `report`, only the losses are printed (for a sync
-    /// that another, made later by the last handle's drop, follows).
-    pub(crate) fn sync_at_close(&self, report: bool) {
+    /// durable.
+    pub(crate) fn sync_at_close(&self) {
         let say = |e: &Error| {
             let said = format!(
                 "setcache: a cached store closed by its last handle's drop: its sync failed: \
@@ -630,7 +629,7 @@ impl Shared {
             let Err(e) = self.sync_all(false, false) else {
                 return;
             };
-            if report && !matches!(e, Error::SyncLost { .. }) {
+            if !matches!(e, Error::SyncLost { .. }) {
                 say(&e);
             }
             let losses = self.accept_every_loss();
@@ -641,7 +640,6 @@ impl Shared {
                 return;
             }
             if let Err(again) = self.sync_all(false, false)
-                && report
                 && again.to_string() != e.to_string()
             {
                 say(&again);
