@@ -8,7 +8,9 @@
  * thread that made them, and refuse others with -EPERM), returns 0 (or a count
  * of bytes or items) on success and a negative errno on failure, and leaves a
  * message naming what was wrong that setcache_last_error() returns on the
- * same thread. Offsets and lengths are in bytes and need no alignment.
+ * same thread. Offsets and lengths are in bytes and need no alignment; an
+ * offset or file length above INT64_MAX (a negative off_t cast to uint64_t)
+ * fails -EINVAL, as the kernel refuses a negative one.
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
  * with an internal error: setcache_close, setcache_queue_free,

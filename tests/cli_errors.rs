@@ -679,10 +679,13 @@ fn sim_checks_its_output_paths_before_simulating() {
         dir.to_str().unwrap(),
     );
     let trace = ["--trace", "uniform:pages=100,ops=1000", "--policy", "lru"];
-    let cases: [(&str, &str, &[&str]); 3] = [
+    // Even root cannot make a file in /sys: found by opening it, before the run.
+    let sys = "/sys/setcache-results.json";
+    let cases: [(&str, &str, &[&str]); 4] = [
         ("--json", json, &[json, "missing is not a directory"]),
         ("--plot", svg, &[svg, "missing is not a directory"]),
         ("--json", here, &[here, "it is a directory"]),
+        ("--json", sys, &["cannot write", sys]),
     ];
     for (flag, path, words) in cases {
         let mut args = trace.to_vec();

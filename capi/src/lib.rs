@@ -46,6 +46,19 @@ fn einval(msg: impl Into<String>) -> Fail {
     Fail(libc::EINVAL, msg.into())
 }
 
+/// `v`, an offset or file length, if it fits an `off_t`: a larger one is a
+/// negative `off_t` cast to the header's `uint64_t`, which the kernel refuses
+/// `EINVAL` (a read there would otherwise read nothing, as past the end).
+fn position(v: u64, what: &str) -> Result<u64, Fail> {
+    if v > i64::MAX as u64 {
+        return Err(einval(format!(
+            "{what} {v} is above INT64_MAX (a negative off_t is {})",
+            v as i64
+        )));
+    }
+    Ok(v)
+}
+
 /// Run `f`; its error (or panic) becomes a negative errno and this thread's message.
 fn call(f: impl FnOnce() -> Result<i64, Fail>) -> i64 {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -614,6 +627,7 @@ pub unsafe extern "C" fn setcache_create(
         if out_file.is_null() {
             return Err(einval("the output pointer is NULL"));
         }
+        let len = position(len, "the length")?;
         let f = s.cs.create(name, len, LayoutKind::Stripe)?;
         new_file(s, f, out_file)
     })
@@ -746,6 +760,7 @@ pub unsafe extern "C" fn setcache_pread(
     call(|| {
         // SAFETY: the caller's live handle.
         let f = unsafe { handle(file, "the file") }?;
+        let offset = position(offset, "the offset")?;
         if buf.is_null() && len > 0 {
             return Err(einval("the buffer is NULL"));
         }
@@ -780,7 +795,8 @@ pub unsafe extern "C" fn setcache_pwrite(
         let f = unsafe { handle(file, "the file") }?;
         if len == 0 {
             // Nothing moves, but a deleted file's handle still fails.
-            f.file.write_extending(offset, &[])?;
+            f.file
+                .write_extending(position(offset, "the offset")?, &[])?;
             return Ok(0);
         }
         if buf.is_null() {
@@ -792,6 +808,7 @@ pub unsafe extern "C" fn setcache_pwrite(
         offset
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
+        let offset = position(offset, "the offset")?;
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
         // Past the end: the file grows (durable with the next sync, as the
@@ -817,7 +834,8 @@ pub unsafe extern "C" fn setcache_len(file: *mut setcache_file) -> i64 {
 pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.
-        unsafe { handle(file, "the file") }?.file.set_len(len)?;
+        let f = unsafe { handle(file, "the file") }?;
+        f.file.set_len(position(len, "the length")?)?;
         Ok(0)
     })
 }
@@ -895,6 +913,7 @@ fn submit(
     offset: u64,
     tag: u64,
 ) -> Result<i64, Fail> {
+    let offset = position(offset, "the offset")?;
     if buf.is_null() || len == 0 {
         return Err(einval("the buffer is NULL or empty"));
     }
@@ -1082,6 +1101,7 @@ fn pin_common(
 ) -> Result<i64, Fail> {
     // SAFETY: the caller's live handle.
     let f = unsafe { handle(file, "the file") }?;
+    let offset = position(offset, "the offset")?;
     if data.is_null() || len.is_null() || out_pin.is_null() {
         return Err(einval("an output pointer is NULL"));
     }

@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
     const char *devices[] = {argv[1], argv[2]};
     const char *missing[] = {"/nonexistent/setcache-device"};
     setcache_store *store = NULL, *second = NULL;
-    setcache_file *file = NULL, *other = NULL;
+    setcache_file *file = NULL, *other = NULL, *big_unused = NULL;
     setcache_queue *q = NULL;
     setcache_page *pin = NULL;
 
@@ -126,6 +126,19 @@ int main(int argc, char **argv) {
            EINVAL, "largest");
     expect("pwrite: offset overflows", setcache_pwrite(file, buf, 10, UINT64_MAX - 3), EFBIG,
            "overflow");
+    /* A negative off_t cast to the header's uint64_t: refused, as the kernel
+     * refuses it, not read as past the end. */
+    expect("pread: negative offset", setcache_pread(file, buf, 10, (uint64_t)(int64_t)-1), EINVAL,
+           "INT64_MAX");
+    expect("pwrite: negative offset", setcache_pwrite(file, buf, 1, (uint64_t)(int64_t)-2), EINVAL,
+           "INT64_MAX");
+    expect("pwrite: nothing at a negative offset",
+           setcache_pwrite(file, buf, 0, (uint64_t)(int64_t)-2), EINVAL, "INT64_MAX");
+    expect("set_len: negative length", setcache_set_len(file, (uint64_t)(int64_t)-4096), EINVAL,
+           "INT64_MAX");
+    expect("create: negative length",
+           setcache_create(store, "neg", (uint64_t)INT64_MAX + 1, &big_unused), EINVAL, "INT64_MAX");
+    expect_ok("set_len: the length kept", setcache_len(file) == 10000 ? 0 : -1);
     expect("pread: NULL file", setcache_pread(NULL, buf, 10, 0), EINVAL, "NULL");
     expect("len: NULL file", setcache_len(NULL), EINVAL, "NULL");
     expect("set_len: NULL file", setcache_set_len(NULL, 0), EINVAL, "NULL");
@@ -138,6 +151,8 @@ int main(int argc, char **argv) {
            "past the end");
     expect("submit_write: NULL buffer", setcache_submit_write(q, file, NULL, 64, 0, 1), EINVAL,
            "NULL");
+    expect("submit_read: negative offset",
+           setcache_submit_read(q, file, buf, 64, (uint64_t)(int64_t)-64, 1), EINVAL, "INT64_MAX");
     /* A request longer than the memory the process can have: refused with
      * ENOMEM before anything of it is touched (its buffer is not read). */
     setcache_file *big;
@@ -157,6 +172,8 @@ int main(int argc, char **argv) {
     const void *data;
     size_t len;
     expect("pin: past the end", setcache_pin(file, 10000, &data, &len, &pin), EFBIG, "past the end");
+    expect("pin: negative offset", setcache_pin(file, (uint64_t)(int64_t)-1, &data, &len, &pin),
+           EINVAL, "INT64_MAX");
     expect("pin_mut: past the end", setcache_pin_mut(file, 10000, (void **)&data, &len, &pin),
            EFBIG, "past the end");
     expect("pin_mut: NULL output", setcache_pin_mut(file, 0, NULL, &len, &pin), EINVAL, "NULL");

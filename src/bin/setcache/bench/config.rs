@@ -112,9 +112,38 @@ fn same_file(a: &Path, b: &Path) -> bool {
     place(a).is_some_and(|x| Some(x) == place(b))
 }
 
+/// Open `out` for writing as the run's end will, changing nothing: an
+/// existing file is opened without truncating it (a FIFO with no reader yet,
+/// which would block the open, counts as writable); a new one is created and
+/// removed again. Finds a read-only file system, a file or directory without
+/// write permission and a name too long before the run, not after it.
+fn try_write(out: &Path) -> std::io::Result<()> {
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::metadata(out) {
+        Ok(_) => {
+            let opened = OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+                .open(out);
+            match opened {
+                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(()),
+                r => r.map(drop),
+            }
+        }
+        // A link to a missing file is left as it is: the run's end creates its target.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && out.is_symlink() => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            OpenOptions::new().write(true).create_new(true).open(out)?;
+            std::fs::remove_file(out)
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Refuse output files that cannot be written, before anything runs: an
-/// empty path, one whose parent is not a directory, or one that is a
-/// directory; one that is the trace file `input` or another of the outputs
+/// empty path, one whose parent is not a directory, one that is a
+/// directory or that cannot be opened for writing; one that is the trace file `input` or another of the outputs
 /// (the results would be written over what was read, or over each other);
 /// and one named as a setcache store names its files (a backing `.scf`, the
 /// store's `.setcache-*`), which results would overwrite. `bench`, `sim` and
@@ -163,6 +192,7 @@ pub(crate) fn check_outputs<'a>(
         if out.is_dir() {
             return Err(format!("cannot write {}: it is a directory", out.display()));
         }
+        try_write(out).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
     }
     Ok(())
 }
