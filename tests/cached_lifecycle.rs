@@ -1007,6 +1007,58 @@ fn the_last_handles_drop_syncs_a_long_run_of_dirty_pages() {
     }
 }
 
+/// As above when the last handle the child drops is a file's (the parent
+/// dropped its `CachedStore` before the fork, and the file kept the store):
+/// the child neither finishes the parent's metadata steps nor stops the
+/// parent's engines, and the parent's file goes on.
+#[test]
+fn a_forked_child_dropping_the_last_file_handle_ends_at_once() {
+    let tmp = TempDir::new("fork-drop-file");
+    let roots = tmp.devices(2);
+    let cs = CachedStore::new(
+        Store::open(&roots, StoreOptions::default()).unwrap(),
+        cache(64),
+    )
+    .unwrap();
+    let f = cs.create("p", MIB, LayoutKind::Stripe).unwrap();
+    f.write_at(0, b"parent").unwrap();
+    drop(cs);
+    // SAFETY: the child only drops its copy of the file, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(f);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let t0 = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            // SAFETY: this test's child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child's drop of the file hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    // The parent's engines still run: a miss is read and a write made durable.
+    f.write_at(MIB - 6, b"later!").unwrap();
+    f.sync().unwrap();
+    let mut b = [0u8; 6];
+    f.read_at(0, &mut b).unwrap();
+    assert_eq!(&b, b"parent");
+    f.read_at(MIB - 6, &mut b).unwrap();
+    assert_eq!(&b, b"later!");
+}
+
 /// A child made by `fork` that drops its copy of the store's last handle
 /// neither stops nor joins the parent's threads, nor drops the store (whose
 /// drop would finish the parent's metadata steps and join its engine

@@ -205,3 +205,57 @@ fn a_second_ctrl_c_ends_a_copy_waiting_on_its_source() {
     assert!(!status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A copy from a pipe whose writer sends nothing (a FIFO held open, idle):
+/// one SIGTERM (as `kill` or `timeout` send) ends it cleanly, with no file
+/// made in the store and no temporary file left behind.
+#[test]
+fn one_sigterm_ends_a_copy_waiting_on_an_idle_pipe() {
+    let d = std::env::temp_dir().join(format!("setcache-cp-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(d.join("d0")).unwrap();
+    let fifo = d.join("in.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
+        .args(["cp", "--devices", d.join("d0").to_str().unwrap()])
+        .args([fifo.to_str().unwrap(), "store:x"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The writer's end, held open and idle: the copy's open returns, and its
+    // reads then wait.
+    let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    let temporary = || {
+        std::fs::read_dir(d.join("d0"))
+            .unwrap()
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().contains(".cp-"))
+    };
+    let t = std::time::Instant::now();
+    while !temporary() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the copy ended unasked"
+        );
+        assert!(t.elapsed().as_secs() < 60, "no temporary file after 60 s");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    // SAFETY: plain system call on our child, not yet reaped.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let t = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t.elapsed().as_secs() >= 10 {
+            let _ = child.kill();
+            panic!("the copy still waited on its pipe 10 s after SIGTERM");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let o = child.wait_with_output().unwrap();
+    refused(&o, "interrupted");
+    assert!(!temporary(), "the temporary file stayed");
+    drop(writer);
+    let _ = std::fs::remove_dir_all(&d);
+}

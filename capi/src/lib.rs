@@ -155,14 +155,31 @@ struct Born {
     pid: libc::pid_t,
 }
 
-fn born() -> Born {
-    static WATCHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Whether [`after_fork_child`] is registered: set by the loader's call of
+/// [`WATCH_FORKS`] before any handle can be made, so that no thread makes one
+/// while another is still registering (a `fork` in that gap would leave the
+/// child's count unchanged). A program that links the static library without
+/// running the library's constructors registers at its first handle instead.
+static WATCHING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn watch_forks() {
     // (Not a `Once`: a child forked while another thread ran it would wait
     // for it for ever.)
     if !WATCHING.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function with no arguments.
         unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
     }
+}
+
+/// Run by the dynamic loader when the library is loaded (and by the C
+/// runtime's start for a static link that keeps this object), before `main`
+/// or `dlopen` returns.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static WATCH_FORKS: extern "C" fn() = watch_forks;
+
+fn born() -> Born {
+    watch_forks();
     Born {
         forks: FORKS.load(Ordering::Relaxed),
         // SAFETY: plain getter.

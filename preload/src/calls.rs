@@ -87,6 +87,36 @@ fn user_buf<T>(p: *const T, n: usize) -> Result<(), i32> {
     Ok(())
 }
 
+/// A caller's buffer of `n` bytes at `p` for `read`, `write`, `pread` or
+/// `pwrite`, as the kernel takes it: `EFAULT` for a null pointer with bytes
+/// to move or a span past the user address space (the kernel's `access_ok`,
+/// which refuses any count from 2^63 on); then the count one call moves, at
+/// most `MAX_RW`.
+fn user_data<T>(p: *const T, n: usize) -> Result<usize, i32> {
+    if n > 0 && p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    if (p as usize)
+        .checked_add(n)
+        .is_none_or(|end| end > i64::MAX as usize)
+    {
+        return Err(libc::EFAULT);
+    }
+    Ok(n.min(MAX_RW))
+}
+
+/// The kernel's check of a positioned call's range: `n` bytes from `off` must
+/// end at an offset a file can have.
+fn span(off: u64, n: usize) -> Result<(), i32> {
+    if off
+        .checked_add(n as u64)
+        .is_none_or(|end| end > i64::MAX as u64)
+    {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
 fn offset(off: i64) -> Result<u64, i32> {
     u64::try_from(off).map_err(|_| libc::EINVAL)
 }
@@ -307,7 +337,12 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
 
 fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, i32> {
     let off = offset(off)?;
-    user_buf(buf, n)?;
+    if !d.readable {
+        return Err(libc::EBADF);
+    }
+    let whole = n;
+    let n = user_data(buf, n)?;
+    span(off, whole)?;
     if n == 0 {
         // A descriptor not open for reading refuses even a read of nothing.
         return if d.readable { Ok(0) } else { Err(libc::EBADF) };
@@ -319,7 +354,12 @@ fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, 
 
 fn pwrite_desc(d: &Desc, buf: *const c_void, n: size_t, off: i64) -> Result<usize, i32> {
     let off = offset(off)?;
-    user_buf(buf, n)?;
+    if !d.writable {
+        return Err(libc::EBADF);
+    }
+    let whole = n;
+    let n = user_data(buf, n)?;
+    span(off, whole)?;
     if n == 0 {
         return write_at(d, &[], Some(off)).map(|_| 0);
     }
@@ -376,11 +416,11 @@ pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: o
 }
 
 fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
-    user_buf(buf, n)?;
     if !d.readable {
         // As the kernel: the access mode first, even for no bytes.
         return Err(libc::EBADF);
     }
+    let n = user_data(buf, n)?;
     let mut pos = lock(&d.pos);
     if n == 0 {
         return Ok(0);
@@ -417,10 +457,12 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::write()(fd, buf, n) },
+        Some(d) if !d.writable => size_ret(Err(libc::EBADF)),
         Some(d) => {
-            if let Err(e) = user_buf(buf, n) {
-                return size_ret(Err(e));
-            }
+            let n = match user_data(buf, n) {
+                Ok(n) => n,
+                Err(e) => return size_ret(Err(e)),
+            };
             let data: &[u8] = if n == 0 {
                 &[]
             } else {
@@ -469,12 +511,19 @@ unsafe fn writev_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>)
 
 /// The `preadv2`/`pwritev2` flags the store honours: a write with
 /// `RWF_DSYNC` or `RWF_SYNC` is synced; `RWF_HIPRI` is a hint; `RWF_APPEND`
-/// appends. Others (`RWF_NOWAIT`) are refused as a file system without them does.
+/// appends. Others (`RWF_NOWAIT`, `RWF_NOAPPEND`, newer ones) are refused
+/// `EOPNOTSUPP`, as a file system without them does, naming them.
 fn rwf(d: &Desc, flags: c_int, write: bool) -> Result<(bool, bool), i32> {
     let known = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND;
-    if flags & !known != 0 {
+    let other = flags & !known;
+    if other != 0 {
+        let name = match other {
+            libc::RWF_NOWAIT => " (RWF_NOWAIT)",
+            0x20 => " (RWF_NOAPPEND)",
+            _ => "",
+        };
         return Err(unsupported(
-            "preadv2/pwritev2 with RWF_NOWAIT",
+            &format!("preadv2/pwritev2 with flags {other:#x}{name}"),
             libc::EOPNOTSUPP,
         ));
     }
@@ -1714,14 +1763,20 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             }
             // SAFETY: these commands pass a struct flock, read here and filled by F_GETLK.
             let (kind, whence) = unsafe { (c_int::from((*p).l_type), c_int::from((*p).l_whence)) };
-            if !matches!(whence, libc::SEEK_SET | libc::SEEK_CUR | libc::SEEK_END) {
-                return int_ret(Err(libc::EINVAL));
-            }
+            // SAFETY: as above.
+            let (start, len) = unsafe { ((*p).l_start, (*p).l_len) };
+            // In the kernel's order: a lock's range, then its type and the
+            // access mode; a test's type, then its range.
+            let range = || crate::lock::record_lock_range(&d, whence, start, len);
             if cmd != libc::F_GETLK {
-                return int_ret(crate::lock::record_lock_allowed(&d, kind).map(|()| 0));
+                let r = range().and_then(|()| crate::lock::record_lock_allowed(&d, kind));
+                return int_ret(r.map(|()| 0));
             }
             if !matches!(kind, libc::F_RDLCK | libc::F_WRLCK) {
                 return int_ret(Err(libc::EINVAL));
+            }
+            if let Err(e) = range() {
+                return int_ret(Err(e));
             }
             // SAFETY: as above.
             unsafe { (*p).l_type = libc::F_UNLCK as libc::c_short };
@@ -2421,6 +2476,9 @@ pub unsafe extern "C" fn fstatat64(
     out: *mut libc::stat64,
     flags: c_int,
 ) -> c_int {
+    if flags & !STAT_FLAGS != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
     if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
         if let Some(d) = state::desc(dirfd) {
             return int_ret(stat_desc(&d, out));
@@ -2511,6 +2569,12 @@ pub unsafe extern "C" fn statx(
     mask: c_uint,
     out: *mut libc::statx,
 ) -> c_int {
+    // The kernel's checks, before any path is looked at: known flags, one
+    // sync type, no reserved bit in the mask.
+    let sync = libc::AT_STATX_FORCE_SYNC | libc::AT_STATX_DONT_SYNC;
+    if flags & !STAT_FLAGS != 0 || flags & sync == sync || mask & STATX_RESERVED != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
     // SAFETY: a zeroed stat64 is valid.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     let r = if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
@@ -2531,6 +2595,20 @@ pub unsafe extern "C" fn statx(
     int_ret(r.and_then(|_| statx_of(&st, out)))
 }
 
+/// The flags the kernel's `fstatat` and `statx` take; others fail `EINVAL`.
+const STAT_FLAGS: c_int = libc::AT_SYMLINK_NOFOLLOW
+    | libc::AT_NO_AUTOMOUNT
+    | libc::AT_EMPTY_PATH
+    | libc::AT_STATX_FORCE_SYNC
+    | libc::AT_STATX_DONT_SYNC;
+
+/// `statx`'s mask bit kept for a later extension (`STATX__RESERVED`).
+const STATX_RESERVED: c_uint = 0x8000_0000;
+
+/// The modes `access` and `faccessat` know: `F_OK` or any of `R_OK`, `W_OK`
+/// and `X_OK`.
+const ACCESS_MODES: c_int = libc::R_OK | libc::W_OK | libc::X_OK;
+
 fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
     with_state(|s| {
         state::len_of(s, name).map_err(|e| match e {
@@ -2546,6 +2624,9 @@ fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    if mode & !ACCESS_MODES != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
@@ -2561,6 +2642,10 @@ pub unsafe extern "C" fn faccessat(
     mode: c_int,
     flags: c_int,
 ) -> c_int {
+    let known = libc::AT_EACCESS | libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH;
+    if mode & !ACCESS_MODES != 0 || flags & !known != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
     if flags & libc::AT_EMPTY_PATH != 0 && empty(path) {
         // The descriptor itself: an open file of the store is there, and
         // none is executable.

@@ -191,6 +191,16 @@ pub unsafe extern "C" fn sendfile64(
     if so & libc::O_APPEND != 0 {
         return fail(libc::EINVAL);
     }
+    // The kernel splices from a file it can read pages of: a pipe or a
+    // socket as the source fails `EINVAL` there (where reading it here would
+    // wait on an idle one).
+    if !ours(in_fd) {
+        match file_type(in_fd) {
+            Ok(libc::S_IFIFO | libc::S_IFSOCK) => return fail(libc::EINVAL),
+            Ok(_) => {}
+            Err(e) => return fail(e),
+        }
+    }
     let mut off = 0i64;
     let src = if offset.is_null() {
         At::Position

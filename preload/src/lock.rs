@@ -162,6 +162,33 @@ fn ret(r: Result<c_int, i32>) -> c_int {
 
 /// Whether `d`'s access mode lets it take a record lock of type `kind`
 /// (`F_RDLCK` needs reading, `F_WRLCK` writing; `F_UNLCK` anything).
+/// The kernel's check of a record lock's range: `start` from `whence` (the
+/// start of the file, the position, the end) and `len` bytes on (0: to the
+/// end and beyond; negative: before `start`). A range that begins before
+/// the file fails `EINVAL`, one that ends past the largest offset
+/// `EOVERFLOW`.
+pub(crate) fn record_lock_range(d: &Desc, whence: c_int, start: i64, len: i64) -> Result<(), i32> {
+    let base = match whence {
+        libc::SEEK_SET => 0,
+        libc::SEEK_CUR => {
+            i64::try_from(*d.pos.lock().unwrap_or_else(|p| p.into_inner())).unwrap_or(i64::MAX)
+        }
+        libc::SEEK_END => i64::try_from(d.node.len()).unwrap_or(i64::MAX),
+        _ => return Err(libc::EINVAL),
+    };
+    let from = base.checked_add(start).ok_or(libc::EOVERFLOW)?;
+    if from < 0 {
+        return Err(libc::EINVAL);
+    }
+    if len > 0 && from.checked_add(len - 1).is_none() {
+        return Err(libc::EOVERFLOW);
+    }
+    if len < 0 && from + len < 0 {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
 pub(crate) fn record_lock_allowed(d: &Desc, kind: c_int) -> Result<(), i32> {
     match kind {
         libc::F_RDLCK if !d.readable => Err(libc::EBADF),

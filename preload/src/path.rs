@@ -323,6 +323,9 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         normalise(b"", p)
     } else {
         match base_of(dirfd) {
+            // An empty path names nothing (the kernel's answer without
+            // `AT_EMPTY_PATH`, which callers look for before this).
+            Some(b) if b == b"\0" && p.is_empty() => return Place::Bad(libc::ENOENT),
             Some(b) if b == b"\0" => return Place::Bad(libc::ENOTDIR),
             Some(b) => normalise(&b, p),
             None => return Place::Outside,
@@ -341,8 +344,20 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         // `$DIR/f/` or `$DIR/f/.`: as the kernel says of a file so named
         // (an unlink, a truncating open or a rename must not act on `f`).
         Some(Place::Inside(_)) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+        Some(Place::Inside(n)) if n.contains('/') => Place::Bad(below_a_name(&n)),
         Some(place) => place,
         None => Place::Outside,
+    }
+}
+
+/// The kernel's answer for a path below a name of the store (`$DIR/f/x`),
+/// which has no directories: `ENOTDIR` when `f` is a file of it (a path
+/// through a file), `ENOENT` when it is nothing.
+fn below_a_name(name: &str) -> i32 {
+    let first = name.split('/').next().unwrap_or_default();
+    match state::state() {
+        Ok(s) if s.cs.store().info(first).is_ok() => libc::ENOTDIR,
+        _ => libc::ENOENT,
     }
 }
 

@@ -22,6 +22,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <glob.h>
+#include <limits.h>
 #include <setjmp.h>
 #include <pthread.h>
 #include <signal.h>
@@ -808,6 +809,83 @@ static void more_calls(void) {
     unlink(path("k2"));
 }
 
+/* What the kernel checks before it looks at a path or moves a byte: unknown
+ * flags and modes, an empty path without AT_EMPTY_PATH, a path through a file,
+ * and a pipe as sendfile's source. */
+static void flag_checks(void) {
+    int fd = open(path("fc"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("write fc", write(fd, "0123456789", 10));
+    struct stat st;
+    show("fstatat flag 0x1", fstatat(AT_FDCWD, path("fc"), &st, 0x1));
+    show("fstatat AT_REMOVEDIR", fstatat(AT_FDCWD, path("fc"), &st, AT_REMOVEDIR));
+    show("fstatat AT_STATX_DONT_SYNC", fstatat(AT_FDCWD, path("fc"), &st, AT_STATX_DONT_SYNC));
+    show("fstatat empty path, no AT_EMPTY_PATH", fstatat(fd, "", &st, 0));
+    struct statx sx;
+    show("statx flag 0x1", statx(AT_FDCWD, path("fc"), 0x1, STATX_SIZE, &sx));
+    show("statx both sync types", statx(AT_FDCWD, path("fc"),
+                                        AT_STATX_FORCE_SYNC | AT_STATX_DONT_SYNC, STATX_SIZE, &sx));
+    show("statx reserved mask bit", statx(AT_FDCWD, path("fc"), 0, 0x80000000u, &sx));
+    show("statx empty path, no AT_EMPTY_PATH", statx(fd, "", 0, STATX_SIZE, &sx));
+    show("access mode 8", access(path("fc"), 8));
+    show("faccessat mode 8", faccessat(AT_FDCWD, path("fc"), 8, 0));
+    show("faccessat flag 0x1", faccessat(AT_FDCWD, path("fc"), F_OK, 0x1));
+    show("faccessat AT_EACCESS", faccessat(AT_FDCWD, path("fc"), R_OK, AT_EACCESS));
+    show("open fc/x", open(path("fc/x"), O_RDONLY));
+    show("open fc/x O_CREAT", open(path("fc/x"), O_CREAT | O_WRONLY, 0644));
+    show("open nothing/x O_CREAT", open(path("nothing/x"), O_CREAT | O_WRONLY, 0644));
+    show("fstatat fc/x", fstatat(AT_FDCWD, path("fc/x"), &st, 0));
+    show("fstatat nothing/x", fstatat(AT_FDCWD, path("nothing/x"), &st, 0));
+    int p[2];
+    if (pipe(p) == 0) {
+        show("sendfile from an idle pipe", sendfile(fd, p[0], NULL, 10));
+        show("write the pipe", write(p[1], "abc", 3));
+        show("sendfile from a pipe with bytes", sendfile(fd, p[0], NULL, 3));
+        close(p[0]);
+        close(p[1]);
+    }
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = -1, .l_len = 0};
+    show("F_SETLK from -1", fcntl(fd, F_SETLK, &fl));
+    fl.l_start = 0;
+    fl.l_len = -5;
+    show("F_SETLK 5 bytes before 0", fcntl(fd, F_SETLK, &fl));
+    fl.l_start = INT64_MAX;
+    fl.l_len = 10;
+    show("F_SETLK past the largest offset", fcntl(fd, F_SETLK, &fl));
+    show("F_GETLK past the largest offset", fcntl(fd, F_GETLK, &fl));
+    fl.l_whence = SEEK_END;
+    fl.l_start = -100;
+    fl.l_len = 1;
+    show("F_SETLK 100 before the end of 10 bytes", fcntl(fd, F_SETLK, &fl));
+    fl.l_start = -3;
+    fl.l_len = -2;
+    fl.l_type = F_WRLCK;
+    show("F_SETLK the 2 bytes before the last 3", fcntl(fd, F_SETLK, &fl));
+    fl.l_whence = 7;
+    show("F_SETLK whence 7", fcntl(fd, F_SETLK, &fl));
+    fl.l_type = 9;
+    show("F_GETLK type 9 whence 7", fcntl(fd, F_GETLK, &fl));
+    char small[16];
+    /* (Through volatiles: the compiler refuses these sizes and the NULLs
+     * below where it sees them.) */
+    volatile size_t most = SSIZE_MAX, top = (size_t)1 << 63;
+    void *volatile none = NULL;
+    show("pread SSIZE_MAX bytes", pread(fd, small, most, 0));
+    show("read 2^63 bytes", read(fd, small, top));
+    show("write 2^63 bytes", write(fd, small, top));
+    show("pread 10 ending past the largest offset", pread(fd, small, 10, INT64_MAX - 9));
+    show("pwrite 10 ending past the largest offset", pwrite(fd, small, 10, INT64_MAX - 9));
+    int ap = open(path("fc"), O_WRONLY | O_APPEND);
+    show("pwrite O_APPEND at the largest offset", pwrite(ap, "CD", 2, INT64_MAX));
+    close(ap);
+    int ro = open(path("fc"), O_RDONLY);
+    show("write O_RDONLY, NULL buffer", write(ro, none, 10));
+    show("pwrite O_RDONLY, NULL buffer", pwrite(ro, none, 10, 0));
+    close(ro);
+    show("fc's size still", lseek(fd, 0, SEEK_END));
+    close(fd);
+    show("unlink fc", unlink(path("fc")));
+}
+
 static void common(void) {
     unsigned char buf[20000], back[20000];
     for (size_t i = 0; i < sizeof buf; i++)
@@ -1025,6 +1103,7 @@ static void common(void) {
 
     edges();
     more_calls();
+    flag_checks();
     show("open missing", open(path("missing"), O_RDONLY));
     show("unlink p3", unlink(path("p3")));
     show("unlink p3 again", unlink(path("p3")));

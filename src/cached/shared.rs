@@ -613,7 +613,8 @@ impl Shared {
     /// with `mem::forget`) fails its file's sync at once instead of being
     /// waited for. The errors have no caller to go to: stderr. A loss no
     /// handle accepted fails its file's sync before the fsync; each such
-    /// loss is printed and then accepted (no handle is left to), and the
+    /// file's oldest unaccepted loss is printed, every one is then accepted
+    /// (no handle is left to), and the
     /// store is synced again, so that the pages written since are made
     /// durable.
     pub(crate) fn sync_at_close(&self) {

@@ -141,6 +141,8 @@ pub(crate) struct StoreInner {
     /// (`begin_meta`), counted: a page cache then looks for its files that
     /// a finished delete or replace took the name from.
     finished_later: AtomicU64,
+    /// The process that opened it (see `Drop`).
+    pid: u32,
     /// Path lookups of backing files by `sync` (tests count them).
     #[cfg(test)]
     pub(crate) lookups: AtomicU64,
@@ -179,6 +181,14 @@ impl Meta {
 
 impl Drop for StoreInner {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A child made by `fork` dropping its copy: the metadata steps
+            // and the engines' threads are the parent's (the engines let
+            // theirs be), and a lock a parent's thread held at the fork
+            // stays held here: the root locks' list is not touched either.
+            std::mem::forget(std::mem::take(&mut self._locks));
+            return;
+        }
         // A failed operation's record still whole on disk would be carried
         // out by the next open: a last try to withdraw it.
         let withdraw = self.meta.get_mut().map_or_else(
@@ -1091,6 +1101,7 @@ impl Store {
                 cached: std::sync::atomic::AtomicBool::new(false),
                 watch,
                 finished_later: AtomicU64::new(0),
+                pid: std::process::id(),
                 #[cfg(test)]
                 lookups: AtomicU64::new(0),
             }),

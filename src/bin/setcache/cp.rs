@@ -249,8 +249,13 @@ pub(crate) fn run(a: CpArgs) -> Result<(), String> {
 /// is copied is copied whole, as far as its end when the copy reaches it.
 /// A source found shorter than `len` is an error (it was cut meanwhile).
 /// The bytes copied.
+/// `waits`: the source's descriptor when it is not a regular file (a pipe, a
+/// FIFO, a terminal), whose reads may wait for ever: each read then waits
+/// first in `poll`, a fifth of a second at a time, so that a signal that
+/// came meanwhile is seen (a read interrupted by the handler is restarted).
 fn copy_in(
     f: &mut impl Read,
+    waits: Option<std::os::fd::RawFd>,
     name: &str,
     len: u64,
     out: &CachedFile,
@@ -259,6 +264,20 @@ fn copy_in(
     let mut at = 0u64;
     loop {
         go_on()?;
+        if let Some(fd) = waits {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd, on the stack, for the call's length.
+            let r = unsafe { libc::poll(&mut p, 1, 200) };
+            let eintr = || std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR);
+            if r == 0 || (r < 0 && eintr()) {
+                continue;
+            }
+            // Ready, ended, or an error (which the read then reports).
+        }
         let n = f
             .read(buf)
             .map_err(|e| format!("read {name} at {at}: {e}"))?;
@@ -326,7 +345,16 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
             let regular = meta.is_file() && meta.len() > 0;
             let len = if regular { meta.len() } else { 0 };
             let (tmp, out) = start_copy(&cs, to, len, a.force)?;
-            let r = copy_in(&mut f, &from.display().to_string(), len, &out, &mut buf);
+            use std::os::fd::AsRawFd;
+            let waits = (!meta.is_file()).then(|| f.as_raw_fd());
+            let r = copy_in(
+                &mut f,
+                waits,
+                &from.display().to_string(),
+                len,
+                &out,
+                &mut buf,
+            );
             end_copy(&cs, &tmp, out, to, a.force, r)?
         }
         (Side::Stored(from), Side::Plain(to)) => copy_out(&cs, from, to, a.force, &mut buf)?,
@@ -386,7 +414,7 @@ mod tests {
         let said = 1u64 << 20;
         let out = cs.create("grown", said, LayoutKind::Stripe).unwrap();
         let mut buf = vec![0u8; 1 << 16];
-        let n = copy_in(&mut &src[..], "src", said, &out, &mut buf).unwrap();
+        let n = copy_in(&mut &src[..], None, "src", said, &out, &mut buf).unwrap();
         assert_eq!(
             n,
             src.len() as u64,
@@ -397,7 +425,7 @@ mod tests {
         out.read_at(0, &mut back).unwrap();
         assert!(back == src, "the bytes copied differ");
         let short = cs.create("short", said, LayoutKind::Stripe).unwrap();
-        let e = copy_in(&mut &src[..1000], "src", said, &short, &mut buf).unwrap_err();
+        let e = copy_in(&mut &src[..1000], None, "src", said, &short, &mut buf).unwrap_err();
         assert!(e.contains("ended at 1000 bytes"), "{e}");
         drop((out, short, cs));
         let _ = std::fs::remove_dir_all(&dir);

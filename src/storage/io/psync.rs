@@ -14,6 +14,9 @@ use crate::error::{Error, Result};
 pub(crate) struct PsyncEngine {
     mailbox: Arc<Mailbox>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// The process that started it: in a child made by `fork` the threads
+    /// are the parent's, neither stopped nor joined there.
+    pid: u32,
 }
 
 impl PsyncEngine {
@@ -44,6 +47,7 @@ impl PsyncEngine {
         Ok(Arc::new(PsyncEngine {
             mailbox,
             threads: Mutex::new(threads),
+            pid: std::process::id(),
         }))
     }
 }
@@ -103,6 +107,9 @@ impl DeviceEngine for PsyncEngine {
         self.mailbox.push(ops);
     }
     fn shutdown(&self) {
+        if std::process::id() != self.pid {
+            return;
+        }
         self.mailbox.close();
         let hs: Vec<_> = self
             .threads

@@ -203,6 +203,9 @@ pub(crate) struct SimEngine {
     media: Arc<SimMedia>,
     mailbox: Arc<Mailbox>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    /// The process that started it: in a child made by `fork` the threads
+    /// are the parent's, neither stopped nor joined there.
+    pid: u32,
 }
 
 /// splitmix64 step: a small, well-mixed, seedable generator.
@@ -232,6 +235,7 @@ impl SimEngine {
             media,
             mailbox,
             thread: Mutex::new(Some(h)),
+            pid: std::process::id(),
         }))
     }
 }
@@ -448,6 +452,9 @@ impl DeviceEngine for SimEngine {
         }
     }
     fn shutdown(&self) {
+        if std::process::id() != self.pid {
+            return;
+        }
         self.mailbox.close();
         let h = self.thread.lock().ok().and_then(|mut g| g.take());
         if let Some(h) = h {

@@ -37,6 +37,9 @@ pub(crate) struct UringEngine {
     thread: Mutex<Option<JoinHandle<()>>>,
     file_slots: Option<Arc<Mutex<Vec<u32>>>>,
     buf_slots: Option<Arc<Mutex<Vec<u16>>>>,
+    /// The process that started it: in a child made by `fork` the threads
+    /// are the parent's, neither stopped nor joined there.
+    pid: u32,
 }
 
 impl UringEngine {
@@ -111,6 +114,7 @@ impl UringEngine {
             thread: Mutex::new(Some(handle)),
             file_slots: files_ok.then_some(file_slots),
             buf_slots: bufs_ok.then_some(buf_slots),
+            pid: std::process::id(),
         }))
     }
 }
@@ -199,6 +203,9 @@ impl DeviceEngine for UringEngine {
     }
 
     fn unregister_buffer(&self, index: u16) {
+        if std::process::id() != self.pid {
+            return;
+        }
         self.mailbox.push_ctrl(Ctrl::UnregisterBuf { index });
     }
 
@@ -207,6 +214,9 @@ impl DeviceEngine for UringEngine {
     }
 
     fn shutdown(&self) {
+        if std::process::id() != self.pid {
+            return;
+        }
         self.mailbox.close();
         let h = self.thread.lock().ok().and_then(|mut g| g.take());
         if let Some(h) = h {
