@@ -1166,7 +1166,9 @@ fn fadvise(d: &Desc, off: i64, len: i64, advice: c_int) -> c_int {
     if d.path_only() {
         return libc::EBADF;
     }
-    if off < 0 || len < 0 {
+    // The kernel refuses a negative length, not a negative offset (a range
+    // advice there concerns no page of the file).
+    if len < 0 {
         return libc::EINVAL;
     }
     let a = match advice {
@@ -1178,6 +1180,10 @@ fn fadvise(d: &Desc, off: i64, len: i64, advice: c_int) -> c_int {
         libc::POSIX_FADV_NOREUSE => return 0,
         _ => return libc::EINVAL,
     };
+    if off < 0 && matches!(a, Advice::WillNeed | Advice::DontNeed) {
+        return 0;
+    }
+    let off = off.max(0);
     let f = &d.node.file;
     let file_len = f.len();
     let (off, len) = (off as u64, len as u64);
@@ -1220,8 +1226,9 @@ pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_
         None => unsafe { real::readahead()(fd, off, n) },
         Some(d) if d.path_only() || !d.readable => size_ret(Err(libc::EBADF)),
         Some(d) => {
-            let n = i64::try_from(n).unwrap_or(i64::MAX);
-            match fadvise(&d, off, n, libc::POSIX_FADV_WILLNEED) {
+            // The count becomes the advice's signed length, as in the
+            // kernel: one from 2^63 on is negative, and refused.
+            match fadvise(&d, off, n as i64, libc::POSIX_FADV_WILLNEED) {
                 0 => 0,
                 e => size_ret(Err(e)),
             }
@@ -1242,6 +1249,10 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     let s = state::state()?;
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(unsupported("O_TMPFILE in SETCACHE_DIR", libc::EOPNOTSUPP));
+    }
+    if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT != 0 {
+        // Refused by the kernel before it looks at the path.
+        return Err(libc::EINVAL);
     }
     if flags & libc::O_DIRECTORY != 0 {
         return Err(libc::ENOTDIR);
@@ -1726,6 +1737,14 @@ const KERNEL_O_LARGEFILE: c_int = 0o400000;
 const KERNEL_O_LARGEFILE: c_int = libc::O_LARGEFILE;
 
 /// `fcntl` on a placeholder.
+/// `fcntl` commands the `libc` crate does not name on every target
+/// (`linux/fcntl.h`), and the largest write-lifetime hint.
+const F_GETSIG: c_int = 11;
+const F_GET_RW_HINT: c_int = 1035;
+const F_SET_RW_HINT: c_int = 1036;
+const RWH_WRITE_LIFE_EXTREME: u64 = 5;
+const DN_MULTISHOT: u32 = 0x8000_0000;
+
 fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
@@ -1782,6 +1801,33 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             unsafe { (*p).l_type = libc::F_UNLCK as libc::c_short };
             0
         }
+        // What the kernel answers of a regular file nothing was asked of: no
+        // owner nor signal for I/O events (which a regular file never has),
+        // no lease, no write-lifetime hint (a hint given is taken and let go);
+        // no directory to watch (a request that drops the watches is done);
+        // no pipe.
+        libc::F_GETOWN | F_GETSIG => 0,
+        libc::F_GETLEASE => libc::F_UNLCK,
+        F_GET_RW_HINT | F_SET_RW_HINT => {
+            let p = arg as *mut u64;
+            if p.is_null() {
+                return int_ret(Err(libc::EFAULT));
+            }
+            if cmd == F_GET_RW_HINT {
+                // SAFETY: the command passes a pointer to a u64, written here.
+                unsafe { p.write_unaligned(0) };
+                return 0;
+            }
+            // SAFETY: the command passes a pointer to a u64, read here.
+            let hint = unsafe { p.read_unaligned() };
+            if hint > RWH_WRITE_LIFE_EXTREME {
+                return int_ret(Err(libc::EINVAL));
+            }
+            0
+        }
+        libc::F_NOTIFY if arg as u32 & !DN_MULTISHOT == 0 => 0,
+        libc::F_NOTIFY => int_ret(Err(libc::ENOTDIR)),
+        libc::F_GETPIPE_SZ | libc::F_SETPIPE_SZ => int_ret(Err(libc::EBADF)),
         libc::F_OFD_SETLK | libc::F_OFD_SETLKW | libc::F_OFD_GETLK => int_ret(Err(unsupported(
             "open file description locks (F_OFD_*)",
             libc::EINVAL,

@@ -198,11 +198,17 @@ pub(crate) fn record_lock_allowed(d: &Desc, kind: c_int) -> Result<(), i32> {
     }
 }
 
+/// `flock`'s old mandatory-lock bit (`linux/fcntl.h`).
+const LOCK_MAND: c_int = 32;
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::flock()(fd, op) },
+        // The kernel ignores a request with `LOCK_MAND` (unsupported since
+        // Linux 5.15), succeeding before it looks at anything else.
+        Some(_) if op & LOCK_MAND != 0 => 0,
         Some(d) if d.path_only() => ret(Err(libc::EBADF)),
         Some(d) => ret(d.node.flocks.apply(holder(&d), op).map(|()| 0)),
     }
