@@ -10,7 +10,8 @@
  * message naming what was wrong that setcache_last_error() returns on the
  * same thread. Offsets and lengths are in bytes and need no alignment; an
  * offset or file length above INT64_MAX (a negative off_t cast to uint64_t)
- * fails -EINVAL, as the kernel refuses a negative one.
+ * fails -EINVAL, as the kernel refuses a negative one (a setcache_pwrite
+ * whose offset plus length passes 2^64 fails -EFBIG first).
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
  * with an internal error: setcache_close, setcache_queue_free,

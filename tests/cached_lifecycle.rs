@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use common::{TempDir, engines, pattern, small_cache as cache};
 use setcache::{
-    CacheOptions, CachedStore, EngineKind, Error, FlushOptions, LayoutKind, SimConfig, SimMedia,
-    SimSwitches, Store, StoreOptions,
+    AlignedBuf, CacheOptions, CachedRequest, CachedStore, EngineKind, Error, FlushOptions,
+    LayoutKind, OpKind, SimConfig, SimMedia, SimSwitches, Store, StoreOptions,
 };
 
 const MIB: u64 = 1 << 20;
@@ -1004,6 +1004,78 @@ fn the_last_handles_drop_syncs_a_long_run_of_dirty_pages() {
             (0, 0, 0),
             "round {round}: writes the drop's sync left without an fsync"
         );
+    }
+}
+
+/// A child made by `fork` while the parent's queue has reads in flight, that
+/// drops its copy of the queue: it neither waits for the parent's reads nor
+/// takes their completions from the rings the two processes share, so it ends
+/// at once and the parent's queue finishes every read with the right bytes.
+#[test]
+fn a_forked_child_dropping_a_queue_leaves_the_parents_reads_to_it() {
+    let tmp = TempDir::new("fork-drop-queue");
+    let roots = tmp.devices(2);
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let len = 4 * MIB;
+    {
+        let f = store.create("q", len, LayoutKind::Stripe).unwrap();
+        let mut b = AlignedBuf::new(len as usize);
+        b.copy_from_slice(&pattern(7, 0, len as usize));
+        f.write_at(0, &b).unwrap();
+        f.sync().unwrap();
+    }
+    let cs = CachedStore::new(store, cache(256)).unwrap();
+    let f = cs.open_file("q").unwrap();
+    let mut q = cs.queue(32);
+    let pages: Vec<u64> = (0..32u64).map(|i| i * 31 % 1024).collect();
+    q.submit(
+        pages
+            .iter()
+            .map(|&p| CachedRequest::tagged(OpKind::Read, &f, p * 4096, vec![0; 4096], p))
+            .collect(),
+    );
+    // SAFETY: the child only drops its copy of the queue, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(q);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let t0 = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            // SAFETY: this test's child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child's drop of the queue hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    let t0 = std::time::Instant::now();
+    while q.outstanding() > 0 {
+        q.poll();
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{} of the parent's reads never finished after the child's drop",
+            q.outstanding()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), pages.len());
+    for (p, c) in done {
+        assert!(c.result.is_ok(), "page {p}: {:?}", c.result);
+        assert!(c.buf == pattern(7, p * 4096, 4096), "page {p}: wrong bytes");
     }
 }
 

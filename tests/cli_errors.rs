@@ -698,6 +698,54 @@ fn sim_checks_its_output_paths_before_simulating() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--json` naming a FIFO a reader already waits on: the results reach the
+/// reader (the check before the run opens no FIFO, which would end the
+/// reader's wait with nothing and leave the run's write waiting for ever).
+#[test]
+fn sim_writes_its_json_into_a_fifo_with_a_reader() {
+    let dir = scratch("sim-fifo");
+    let fifo = dir.join("r.json");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let path = fifo.clone();
+    let reader = std::thread::spawn(move || {
+        let mut got = String::new();
+        std::fs::File::open(&path)
+            .unwrap()
+            .read_to_string(&mut got)
+            .unwrap();
+        got
+    });
+    let args = [
+        "sim",
+        "--trace",
+        "uniform:pages=100,ops=1000",
+        "--policy",
+        "lru",
+        "--json",
+        fifo.to_str().unwrap(),
+    ];
+    let limits = Limits {
+        address_space: Some(SIM_MEMORY),
+        ..Limits::default()
+    };
+    let r = run_for(&dir, &args, limits, Duration::from_secs(30));
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let got = reader.join().unwrap();
+    assert!(
+        got.trim_start().starts_with('{') && got.contains("lru"),
+        "the reader got {got:?}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// `sim` and `bench` refuse, before they run, results written over the trace
 /// they read (the trace would be lost) or `--json` and `--plot` naming one
 /// file (one result written over the other), however the paths are spelled.

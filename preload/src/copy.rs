@@ -180,31 +180,30 @@ pub unsafe extern "C" fn sendfile64(
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::sendfile64()(out_fd, in_fd, offset, count) };
     }
-    // Linux's checks: each side's access mode, no appending output.
+    // Linux's checks, in its order: the source's access mode; an offset
+    // given for a source that cannot be read at one (a pipe, a socket, a
+    // terminal: `ESPIPE`), or a negative one; the output's access mode; no
+    // appending output; and a source it can splice from (seekable: `EINVAL`
+    // for the rest, where reading it here would wait on an idle one).
     let (si, so) = match statuses(in_fd, out_fd) {
         Ok(f) => f,
         Err(e) => return fail(e),
     };
-    if si & libc::O_ACCMODE == libc::O_WRONLY || so & libc::O_ACCMODE == libc::O_RDONLY {
+    if si & libc::O_ACCMODE == libc::O_WRONLY {
         return fail(libc::EBADF);
     }
-    if so & libc::O_APPEND != 0 {
-        return fail(libc::EINVAL);
-    }
-    // The kernel splices from a file it can read pages of: a pipe or a
-    // socket as the source fails `EINVAL` there (where reading it here would
-    // wait on an idle one).
-    if !ours(in_fd) {
-        match file_type(in_fd) {
-            Ok(libc::S_IFIFO | libc::S_IFSOCK) => return fail(libc::EINVAL),
-            Ok(_) => {}
-            Err(e) => return fail(e),
-        }
-    }
+    let seekable = ours(in_fd) || {
+        // SAFETY: plain system call; moves nothing (SEEK_CUR by 0).
+        let at = unsafe { real::lseek64()(in_fd, 0, libc::SEEK_CUR) };
+        at >= 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESPIPE)
+    };
     let mut off = 0i64;
     let src = if offset.is_null() {
         At::Position
     } else {
+        if !seekable {
+            return fail(libc::ESPIPE);
+        }
         // SAFETY: a non-null offset points at the caller's offset, read and updated.
         off = unsafe { *offset };
         if off < 0 {
@@ -212,6 +211,12 @@ pub unsafe extern "C" fn sendfile64(
         }
         At::Offset(&mut off)
     };
+    if so & libc::O_ACCMODE == libc::O_RDONLY {
+        return fail(libc::EBADF);
+    }
+    if so & libc::O_APPEND != 0 || !seekable {
+        return fail(libc::EINVAL);
+    }
     let rc = copy(in_fd, src, out_fd, At::Position, count);
     if !offset.is_null() {
         // SAFETY: as above.

@@ -160,8 +160,6 @@ fn ret(r: Result<c_int, i32>) -> c_int {
     })
 }
 
-/// Whether `d`'s access mode lets it take a record lock of type `kind`
-/// (`F_RDLCK` needs reading, `F_WRLCK` writing; `F_UNLCK` anything).
 /// The kernel's check of a record lock's range: `start` from `whence` (the
 /// start of the file, the position, the end) and `len` bytes on (0: to the
 /// end and beyond; negative: before `start`). A range that begins before
@@ -189,6 +187,8 @@ pub(crate) fn record_lock_range(d: &Desc, whence: c_int, start: i64, len: i64) -
     Ok(())
 }
 
+/// Whether `d`'s access mode lets it take a record lock of type `kind`
+/// (`F_RDLCK` needs reading, `F_WRLCK` writing; `F_UNLCK` anything).
 pub(crate) fn record_lock_allowed(d: &Desc, kind: c_int) -> Result<(), i32> {
     match kind {
         libc::F_RDLCK if !d.readable => Err(libc::EBADF),

@@ -840,6 +840,8 @@ static void flag_checks(void) {
         show("sendfile from an idle pipe", sendfile(fd, p[0], NULL, 10));
         show("write the pipe", write(p[1], "abc", 3));
         show("sendfile from a pipe with bytes", sendfile(fd, p[0], NULL, 3));
+        off_t at = 0;
+        show("sendfile from a pipe at an offset", sendfile(fd, p[0], &at, 3));
         close(p[0]);
         close(p[1]);
     }

@@ -1694,6 +1694,12 @@ impl<'a> CachedQueue<'a> {
 
 impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
+        if self.sh.pid != std::process::id() {
+            // A child made by `fork`: the fills in flight are the parent's
+            // (their device queue's drop leaves them be), and nothing is
+            // drained or released here.
+            return;
+        }
         // Frames of fills in flight are claimed until their reads finish, and
         // only this queue finishes them: a callback that panics in the drain
         // consumed its request, so the drain goes on after it, and the first

@@ -600,7 +600,16 @@ impl Drop for Shared {
         // future's pin) is gone: what is still dirty is written back and
         // synced now, as a close of the store would, unless the store was
         // discarded or this is a child made by `fork`.
-        if !self.discard.load(Ordering::Acquire) && self.pid == std::process::id() {
+        if self.pid != std::process::id() {
+            // A child made by `fork`: the futures' workers are the parent's
+            // threads (their handles are not let go of here), and the store's
+            // drop leaves the parent's steps and engines alone.
+            if let Some(w) = self.aio.take() {
+                std::mem::forget(w);
+            }
+            return;
+        }
+        if !self.discard.load(Ordering::Acquire) {
             self.sync_at_close();
         }
         self.store.release_from_cache();

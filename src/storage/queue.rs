@@ -242,6 +242,10 @@ pub struct Queue {
     /// A flush of one operation with nothing else in flight performs it on
     /// the calling thread (see [`Queue::set_lone_in_caller`]).
     lone_in_caller: bool,
+    /// The process that made it: a child made by `fork` that drops its copy
+    /// neither waits for the parent's requests nor enters the parent's rings
+    /// (whose completion queues the two processes share).
+    pid: u32,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -272,6 +276,7 @@ impl Queue {
             tagged: Vec::new(),
             bell: None,
             lone_in_caller: false,
+            pid: std::process::id(),
             _not_send: PhantomData,
         }
     }
@@ -753,6 +758,16 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A child made by `fork`: the requests in flight are the
+            // parent's, whose completions the child must not take from the
+            // rings they share. Their buffers, callbacks and the rings are
+            // left as they are (no callback runs, nothing is waited for).
+            std::mem::forget(std::mem::take(&mut self.rings));
+            std::mem::forget(std::mem::take(&mut self.slots));
+            std::mem::forget(std::mem::take(&mut self.batches));
+            return;
+        }
         // Buffers of requests in flight are owned here: they must outlive the
         // I/O, even when a callback this drain runs panics (unwinding out of
         // here at the first one would free the buffers, with the fields, under

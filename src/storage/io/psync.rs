@@ -108,6 +108,11 @@ impl DeviceEngine for PsyncEngine {
     }
     fn shutdown(&self) {
         if std::process::id() != self.pid {
+            // Nor are the handles let go of (detaches of threads the child
+            // does not have).
+            if let Ok(mut hs) = self.threads.try_lock() {
+                std::mem::forget(std::mem::take(&mut *hs));
+            }
             return;
         }
         self.mailbox.close();

@@ -453,6 +453,11 @@ impl DeviceEngine for SimEngine {
     }
     fn shutdown(&self) {
         if std::process::id() != self.pid {
+            // Nor is the handle let go of (a detach of a thread the child
+            // does not have).
+            if let Ok(mut h) = self.thread.try_lock() {
+                std::mem::forget(h.take());
+            }
             return;
         }
         self.mailbox.close();

@@ -186,6 +186,9 @@ impl DeviceEngine for UringEngine {
     }
 
     fn unregister_file(&self, slot: u32) {
+        if std::process::id() != self.pid {
+            return;
+        }
         self.mailbox.push_ctrl(Ctrl::UnregisterFile { slot });
     }
 
@@ -215,6 +218,11 @@ impl DeviceEngine for UringEngine {
 
     fn shutdown(&self) {
         if std::process::id() != self.pid {
+            // Nor is the handle let go of (a detach of a thread the child
+            // does not have).
+            if let Ok(mut h) = self.thread.try_lock() {
+                std::mem::forget(h.take());
+            }
             return;
         }
         self.mailbox.close();

@@ -113,24 +113,17 @@ fn same_file(a: &Path, b: &Path) -> bool {
 }
 
 /// Open `out` for writing as the run's end will, changing nothing: an
-/// existing file is opened without truncating it (a FIFO with no reader yet,
-/// which would block the open, counts as writable); a new one is created and
-/// removed again. Finds a read-only file system, a file or directory without
-/// write permission and a name too long before the run, not after it.
+/// existing regular file is opened without truncating it; a new one is
+/// created and removed again. Finds a read-only file system, a file or
+/// directory without write permission and a name too long before the run,
+/// not after it. Anything else that exists (a FIFO, a terminal, a device) is
+/// left unopened: an open and close would end a reader already waiting on a
+/// FIFO, or block for one.
 fn try_write(out: &Path) -> std::io::Result<()> {
     use std::fs::OpenOptions;
-    use std::os::unix::fs::OpenOptionsExt;
     match std::fs::metadata(out) {
-        Ok(_) => {
-            let opened = OpenOptions::new()
-                .write(true)
-                .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-                .open(out);
-            match opened {
-                Err(e) if e.raw_os_error() == Some(libc::ENXIO) => Ok(()),
-                r => r.map(drop),
-            }
-        }
+        Ok(m) if !m.is_file() => Ok(()),
+        Ok(_) => OpenOptions::new().write(true).open(out).map(drop),
         // A link to a missing file is left as it is: the run's end creates its target.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && out.is_symlink() => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
