@@ -919,3 +919,70 @@ fn a_lone_remote_request_is_sent_while_home_hits_satisfy_the_waits() {
     );
     q.drain();
 }
+
+/// A child made by `fork` while the parent's partitioned queue has reads out
+/// (at its home partition and at the other), that drops its copies of the
+/// queue and of the partitions: it ends at once (nothing drained, no worker
+/// told or joined), and the parent's queue gets every answer with the right
+/// bytes.
+#[test]
+fn a_forked_child_dropping_the_partitions_leaves_the_parents_requests_to_them() {
+    let (_tmp, store) = numbered_store("parts-fork", "t");
+    let cs = CachedStore::new(store, cache(32, 32, 2)).unwrap();
+    let cf = cs.open_file("t").unwrap();
+    let p = Partitions::new(&cs, with(2)).unwrap();
+    let mut q = p.queue_on(64, Some(0)).unwrap();
+    for page in 0..64u64 {
+        q.read(&cf, page * 4096, vec![0; 4096], page);
+    }
+    q.flush();
+    assert_eq!(q.outstanding(), 64);
+    // SAFETY: the child only drops its copies, then `_exit`s.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        drop(q);
+        drop(p);
+        // SAFETY: ends the child at once.
+        unsafe { libc::_exit(0) };
+    }
+    let t0 = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            // SAFETY: this test's child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("the child's drop of the partitions hung");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "status {status}"
+    );
+    let t0 = std::time::Instant::now();
+    while q.outstanding() > 0 {
+        q.poll();
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{} of the parent's reads never answered after the child's drop",
+            q.outstanding()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut done: Vec<PartCompletion> = Vec::new();
+    q.take_completions(&mut done);
+    assert_eq!(done.len(), 64);
+    for c in done {
+        assert!(c.result.is_ok(), "page {}: {:?}", c.tag, c.result);
+        assert!(
+            c.buf.iter().all(|&b| b == c.tag as u8),
+            "page {}: wrong bytes",
+            c.tag
+        );
+    }
+}

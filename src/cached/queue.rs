@@ -1697,7 +1697,17 @@ impl Drop for CachedQueue<'_> {
         if self.sh.pid != std::process::id() {
             // A child made by `fork`: the fills in flight are the parent's
             // (their device queue's drop leaves them be), and nothing is
-            // drained or released here.
+            // drained or released here. The requests, fills, write-backs
+            // owed, pins and guards are left as they are, unfinished: their
+            // drops would take cache locks a parent's thread may have held at
+            // the fork (held in the child for good), and run no callback.
+            std::mem::forget(std::mem::replace(&mut self.live, Slab::new()));
+            std::mem::forget(std::mem::replace(&mut self.fills, Slab::new()));
+            std::mem::forget(std::mem::replace(&mut self.ops, Slab::new()));
+            std::mem::forget(self.run.take());
+            std::mem::forget(std::mem::take(&mut self.done));
+            std::mem::forget(std::mem::take(&mut self.guards));
+            std::mem::forget(std::mem::take(&mut self.pins));
             return;
         }
         // Frames of fills in flight are claimed until their reads finish, and

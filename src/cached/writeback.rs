@@ -742,10 +742,13 @@ impl Shared {
     ) -> Result<()> {
         // This thread's sync queue, kept from its last sync: its ring is set
         // up once, not for every sync (a database syncs at every commit).
+        // (Not one kept by the thread `fork` copied into this process: its
+        // rings are the parent's.)
         let q = SYNC_QUEUE
             .try_with(|c| c.borrow_mut().take())
             .ok()
             .flatten()
+            .filter(Queue::made_here)
             .unwrap_or_else(|| Queue::new(SYNC_DEPTH));
         let mut w = Writer::with_queue(self, q, SYNC_MERGE, false);
         w.q.set_lone_in_caller();

@@ -478,6 +478,12 @@ impl<'cs> Partitions<'cs> {
 
 impl Drop for Partitions<'_> {
     fn drop(&mut self) {
+        if self.sh.pid != std::process::id() {
+            // A child made by `fork`: the workers are the parent's threads
+            // (their bells the parent's eventfds), neither told nor joined.
+            std::mem::forget(std::mem::take(&mut self.threads));
+            return;
+        }
         for p in &self.parts {
             p.closing.store(true, Release);
             p.bell.ring();
@@ -967,6 +973,13 @@ impl From<Reply> for PartCompletion {
 
 impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
+        if self.parts.sh.pid != std::process::id() {
+            // A child made by `fork`: the requests out are the parent's
+            // (answered to the parent's copy), and the home partition's
+            // queue is the parent's too: nothing is drained, closed or rung.
+            std::mem::forget(self.local.take());
+            return;
+        }
         // Unwinding (a worker's stop, say): the requests still out are left
         // to their workers, which own their buffers. The drain panics if a
         // worker holding some of them stopped: the links are closed all the

@@ -251,6 +251,12 @@ pub struct Queue {
 }
 
 impl Queue {
+    /// Whether this process made the queue (not a copy a child made by
+    /// `fork` inherited, whose rings are the parent's).
+    pub(crate) fn made_here(&self) -> bool {
+        self.pid == std::process::id()
+    }
+
     /// A queue allowing `depth` requests in flight (taken into
     /// `1..=`[`MAX_QUEUE_DEPTH`]).
     pub fn new(depth: usize) -> Queue {

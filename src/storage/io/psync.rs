@@ -108,11 +108,7 @@ impl DeviceEngine for PsyncEngine {
     }
     fn shutdown(&self) {
         if std::process::id() != self.pid {
-            // Nor are the handles let go of (detaches of threads the child
-            // does not have).
-            if let Ok(mut hs) = self.threads.try_lock() {
-                std::mem::forget(std::mem::take(&mut *hs));
-            }
+            // A child made by `fork` (the drop keeps the threads' handles).
             return;
         }
         self.mailbox.close();
@@ -129,6 +125,13 @@ impl DeviceEngine for PsyncEngine {
 
 impl Drop for PsyncEngine {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A child made by `fork`: the threads' handles are not let go
+            // of (detaches of threads the child does not have).
+            let hs = self.threads.get_mut().map(std::mem::take);
+            std::mem::forget(hs.unwrap_or_else(|p| std::mem::take(p.into_inner())));
+            return;
+        }
         self.shutdown();
     }
 }

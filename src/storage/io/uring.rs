@@ -218,11 +218,7 @@ impl DeviceEngine for UringEngine {
 
     fn shutdown(&self) {
         if std::process::id() != self.pid {
-            // Nor is the handle let go of (a detach of a thread the child
-            // does not have).
-            if let Ok(mut h) = self.thread.try_lock() {
-                std::mem::forget(h.take());
-            }
+            // A child made by `fork` (the drop keeps the thread's handle).
             return;
         }
         self.mailbox.close();
@@ -235,6 +231,13 @@ impl DeviceEngine for UringEngine {
 
 impl Drop for UringEngine {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A child made by `fork`: the thread's handle is not let go of
+            // (a detach of a thread the child does not have).
+            let h = self.thread.get_mut().map(Option::take);
+            std::mem::forget(h.unwrap_or_else(|p| p.into_inner().take()));
+            return;
+        }
         self.shutdown();
     }
 }
