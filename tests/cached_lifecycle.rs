@@ -1044,24 +1044,7 @@ fn a_forked_child_dropping_a_queue_leaves_the_parents_reads_to_it() {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(0) };
     }
-    let t0 = std::time::Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for this test's child.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            // SAFETY: this test's child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child's drop of the queue hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status}"
-    );
+    common::child_ends_well(pid, "the child's drop of the queue");
     let t0 = std::time::Instant::now();
     while q.outstanding() > 0 {
         q.poll();
@@ -1105,24 +1088,7 @@ fn a_forked_child_dropping_the_last_file_handle_ends_at_once() {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(0) };
     }
-    let t0 = std::time::Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for this test's child.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            // SAFETY: this test's child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child's drop of the file hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status}"
-    );
+    common::child_ends_well(pid, "the child's drop of the file");
     // The parent's engines still run: a miss is read and a write made durable.
     f.write_at(MIB - 6, b"later!").unwrap();
     f.sync().unwrap();
@@ -1157,24 +1123,7 @@ fn a_forked_child_dropping_the_store_ends_at_once() {
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(0) };
     }
-    let t0 = std::time::Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for this test's child.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            // SAFETY: this test's child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child's drop of the store hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status}"
-    );
+    common::child_ends_well(pid, "the child's drop of the store");
     let f = cs.open_file("p").unwrap();
     let mut b = [0u8; 6];
     f.read_at(0, &mut b).unwrap();

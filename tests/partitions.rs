@@ -946,24 +946,7 @@ fn a_forked_child_dropping_the_partitions_leaves_the_parents_requests_to_them() 
         // SAFETY: ends the child at once.
         unsafe { libc::_exit(0) };
     }
-    let t0 = std::time::Instant::now();
-    let mut status = 0;
-    loop {
-        // SAFETY: waits for this test's child.
-        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
-            break;
-        }
-        if t0.elapsed() > Duration::from_secs(30) {
-            // SAFETY: this test's child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            panic!("the child's drop of the partitions hung");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert!(
-        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        "status {status}"
-    );
+    common::child_ends_well(pid, "the child's drop of the partitions");
     let t0 = std::time::Instant::now();
     while q.outstanding() > 0 {
         q.poll();

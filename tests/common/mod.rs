@@ -384,3 +384,27 @@ impl Drop for LoopFs {
         let _ = std::fs::remove_file(&self.image);
     }
 }
+
+/// Wait for child `pid` (made by `fork`) to end, up to 30 s: a child still
+/// running then is killed and the test fails with "`what` hung". The child
+/// must have ended by `_exit(0)`.
+pub fn child_ends_well(pid: libc::pid_t, what: &str) {
+    let t0 = std::time::Instant::now();
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for this test's child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            break;
+        }
+        if t0.elapsed() > std::time::Duration::from_secs(30) {
+            // SAFETY: this test's child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("{what} hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "{what}: status {status}"
+    );
+}
