@@ -1246,13 +1246,13 @@ pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice
 
 /// Open file `name` of the store with `flags`: a placeholder descriptor.
 pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
+    if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT != 0 {
+        // Refused by the kernel before anything else.
+        return Err(libc::EINVAL);
+    }
     let s = state::state()?;
     if flags & libc::O_TMPFILE == libc::O_TMPFILE {
         return Err(unsupported("O_TMPFILE in SETCACHE_DIR", libc::EOPNOTSUPP));
-    }
-    if flags & libc::O_DIRECTORY != 0 && flags & libc::O_CREAT != 0 {
-        // Refused by the kernel before it looks at the path.
-        return Err(libc::EINVAL);
     }
     if flags & libc::O_DIRECTORY != 0 {
         return Err(libc::ENOTDIR);
@@ -1335,7 +1335,10 @@ fn open_via(
     flags: c_int,
     pass: impl FnOnce() -> c_int,
 ) -> c_int {
+    let both = libc::O_DIRECTORY | libc::O_CREAT;
     match classify_as(dirfd, path, follows_open(flags)) {
+        // The kernel refuses these flags before it looks at the path.
+        Place::Bad(_) | Place::Inside(_) if flags & both == both => int_ret(Err(libc::EINVAL)),
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(open_inside(&name, flags)),
         // The directory itself is a real one (listing is served by opendir).
@@ -1803,9 +1806,9 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
         }
         // What the kernel answers of a regular file nothing was asked of: no
         // owner nor signal for I/O events (which a regular file never has),
-        // no lease, no write-lifetime hint (a hint given is taken and let go);
-        // no directory to watch (a request that drops the watches is done);
-        // no pipe.
+        // no lease; the write-lifetime hint given last (kept with the file,
+        // read back, used for nothing); no directory to watch (a request that
+        // drops the watches is done); no pipe.
         libc::F_GETOWN | F_GETSIG => 0,
         libc::F_GETLEASE => libc::F_UNLCK,
         F_GET_RW_HINT | F_SET_RW_HINT => {
@@ -1814,8 +1817,9 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
                 return int_ret(Err(libc::EFAULT));
             }
             if cmd == F_GET_RW_HINT {
+                let hint = d.node.rw_hint.load(Ordering::Relaxed);
                 // SAFETY: the command passes a pointer to a u64, written here.
-                unsafe { p.write_unaligned(0) };
+                unsafe { p.write_unaligned(hint) };
                 return 0;
             }
             // SAFETY: the command passes a pointer to a u64, read here.
@@ -1823,6 +1827,7 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             if hint > RWH_WRITE_LIFE_EXTREME {
                 return int_ret(Err(libc::EINVAL));
             }
+            d.node.rw_hint.store(hint, Ordering::Relaxed);
             0
         }
         libc::F_NOTIFY if arg as u32 & !DN_MULTISHOT == 0 => 0,

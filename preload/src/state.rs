@@ -102,6 +102,9 @@ pub(crate) struct Node {
     /// after the file's length; at most the file's length, but for a shrink's
     /// moment, where a read of the cut part reads nothing.
     size: AtomicU64,
+    /// The write-lifetime hint `fcntl(F_SET_RW_HINT)` gave (0: none), which
+    /// the kernel keeps with the file and `F_GET_RW_HINT` reads back.
+    pub(crate) rw_hint: AtomicU64,
 }
 
 impl Node {
@@ -848,6 +851,7 @@ pub(crate) fn node(
         forgotten: AtomicBool::new(false),
         descs: AtomicUsize::new(0),
         flocks: crate::lock::Flocks::default(),
+        rw_hint: AtomicU64::new(0),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

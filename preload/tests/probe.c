@@ -900,6 +900,12 @@ static void flag_checks(void) {
     show("F_SET_RW_HINT 2", fcntl(fd, F_SET_RW_HINT, &hint));
     hint = 9;
     show("F_SET_RW_HINT 9", fcntl(fd, F_SET_RW_HINT, &hint));
+    int fd2 = open(path("fc"), O_RDONLY);
+    hint = 7;
+    show("F_GET_RW_HINT on another description", fcntl(fd2, F_GET_RW_HINT, &hint));
+    show("  the hint set before", (long long)hint);
+    close(fd2);
+    show("open fc/ O_DIRECTORY|O_CREAT", open(path("fc/"), O_RDWR | O_DIRECTORY | O_CREAT, 0644));
     show("F_NOTIFY 0", fcntl(fd, F_NOTIFY, 0));
     show("F_NOTIFY DN_MODIFY", fcntl(fd, F_NOTIFY, DN_MODIFY));
     show("F_GETPIPE_SZ", fcntl(fd, F_GETPIPE_SZ));

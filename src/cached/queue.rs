@@ -1697,16 +1697,26 @@ impl Drop for CachedQueue<'_> {
         if self.sh.pid != std::process::id() {
             // A child made by `fork`: the fills in flight are the parent's
             // (their device queue's drop leaves them be), and nothing is
-            // drained or released here. The requests, fills, write-backs
-            // owed, pins and guards are left as they are, unfinished: their
-            // drops would take cache locks a parent's thread may have held at
-            // the fork (held in the child for good), and run no callback.
-            std::mem::forget(std::mem::replace(&mut self.live, Slab::new()));
-            std::mem::forget(std::mem::replace(&mut self.fills, Slab::new()));
-            std::mem::forget(std::mem::replace(&mut self.ops, Slab::new()));
-            std::mem::forget(self.run.take());
-            std::mem::forget(std::mem::take(&mut self.done));
-            std::mem::forget(std::mem::take(&mut self.guards));
+            // drained or released here. The fills and the write-backs owed
+            // are left unfinished (finishing them would take cache locks a
+            // parent's thread may have held at the fork, held in the child
+            // for good), but this thread's counts of them are undone, as
+            // their drops would: the thread may go on with a store of the
+            // child's own. The rest (requests, guards, which release their
+            // pins and holds without a lock) drops as it is; no callback runs.
+            for w in self.fills.take_all() {
+                w.job.note_queued(false);
+                match w.job {
+                    Job::Read(f) => std::mem::forget(f),
+                    Job::Write(f, mut owed) => {
+                        std::mem::forget(f);
+                        std::mem::forget(owed.take());
+                    }
+                    Job::Victim(mut owed) | Job::Near(mut owed) => {
+                        std::mem::forget(owed.take());
+                    }
+                }
+            }
             std::mem::forget(std::mem::take(&mut self.pins));
             return;
         }
@@ -1756,6 +1766,61 @@ mod tests {
     use super::*;
     use crate::cache::{CacheOptions, PolicyKind};
     use crate::{AlignedBuf, LayoutKind, Store};
+
+    /// A child made by `fork` while this thread's queue had fills in flight
+    /// drops its copy of the queue: the fills are left to the parent, but
+    /// the thread's own count of them is undone, so that the thread (the
+    /// child's only one) goes on as one with no queued I/O, as it may with
+    /// a store of the child's own.
+    #[test]
+    fn a_forked_childs_queue_drop_undoes_the_threads_counts() {
+        let dir = crate::cached::scratch_dir("fork-counts");
+        let store = Store::open(&[&dir], crate::StoreOptions::default()).unwrap();
+        let f = store.create("f", 256 * 4096, LayoutKind::Stripe).unwrap();
+        let mut b = AlignedBuf::new(256 * 4096);
+        b.fill(5);
+        f.write_at(0, &b).unwrap();
+        f.sync().unwrap();
+        drop(f);
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let mut q = cs.queue(32);
+        q.submit(
+            (0..32u64)
+                .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4 * 4096, vec![0; 4096], p))
+                .collect(),
+        );
+        assert!(crate::cache::queue_io(), "no fill counted for the thread");
+        // SAFETY: the child only drops its copy of the queue and reads a
+        // thread-local count, then `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            drop(q);
+            let code = if crate::cache::queue_io() { 3 } else { 0 };
+            // SAFETY: ends the child at once.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for this test's child.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child's thread still counted queued fills after the queue's drop (status {status})"
+        );
+        q.drain();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 32);
+        assert!(
+            done.iter()
+                .all(|(_, c)| c.result.is_ok() && c.buf.iter().all(|&x| x == 5))
+        );
+        drop(q);
+        drop(cf);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     const PAGES: u64 = 8192;
 

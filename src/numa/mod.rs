@@ -975,9 +975,8 @@ impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
         if self.parts.sh.pid != std::process::id() {
             // A child made by `fork`: the requests out are the parent's
-            // (answered to the parent's copy), and the home partition's
-            // queue is the parent's too: nothing is drained, closed or rung.
-            std::mem::forget(self.local.take());
+            // (answered to the parent's copy): nothing is drained, closed or
+            // rung (the home partition's queue leaves its own in a child).
             return;
         }
         // Unwinding (a worker's stop, say): the requests still out are left
