@@ -89,8 +89,9 @@ fn user_buf<T>(p: *const T, n: usize) -> Result<(), i32> {
 
 /// A caller's buffer of `n` bytes at `p` for `read`, `write`, `pread` or
 /// `pwrite`, as the kernel takes it: `EFAULT` for a null pointer with bytes
-/// to move or a span past the user address space (the kernel's `access_ok`,
-/// which refuses any count from 2^63 on); then the count one call moves, at
+/// to move or a span past 2^63 (the kernel's `access_ok` refuses that on
+/// every kernel, and on some a lower end, at the top of its user space,
+/// which this does not know); then the count one call moves, at
 /// most `MAX_RW`.
 fn user_data<T>(p: *const T, n: usize) -> Result<usize, i32> {
     if n > 0 && p.is_null() {

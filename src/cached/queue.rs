@@ -1702,8 +1702,21 @@ impl Drop for CachedQueue<'_> {
             // parent's thread may have held at the fork, held in the child
             // for good), but this thread's counts of them are undone, as
             // their drops would: the thread may go on with a store of the
-            // child's own. The rest (requests, guards, which release their
-            // pins and holds without a lock) drops as it is; no callback runs.
+            // child's own. The requests' callbacks are neither run nor
+            // dropped (what they hold is the parent's too: a channel's
+            // sender, a buffered writer); their pages, holds and buffers go,
+            // as the guards do (a pin's and a hold's release take no lock).
+            for l in self.live.take_all() {
+                let Live { req, page, .. } = l;
+                drop(page);
+                let Req {
+                    file, buf, notify, ..
+                } = req;
+                drop((file, buf));
+                if let Notify::Callback(c) = notify {
+                    std::mem::forget(c);
+                }
+            }
             for w in self.fills.take_all() {
                 w.job.note_queued(false);
                 match w.job {
