@@ -149,6 +149,11 @@ fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
 /// showing readers the longer length.
 fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
     let f = &d.node.file;
+    // Past the largest file: the kernel's answer there (which writes the
+    // part of a write that fits: here none of it is).
+    if end > state::largest() {
+        return Err(libc::EFBIG);
+    }
     if end > f.len() {
         d.node.note_written();
         f.grow(end).map_err(|e| fail("write past the end", &e))?;
@@ -159,7 +164,13 @@ fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
 /// Write `data` at `off`, or at the end when `off` is `None` or the file is
 /// open for appending; returns where the write ended.
 fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
-    let end = write_unsynced(d, data, off)?;
+    write_at_as(d, data, off, d.append())
+}
+
+/// [`write_at`], with the descriptor's `O_APPEND` taken as `appending` says
+/// (`pwritev2`'s `RWF_NOAPPEND` writes at its offset on an appending one).
+fn write_at_as(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> Result<u64, i32> {
+    let end = write_unsynced(d, data, off, appending)?;
     if !data.is_empty() {
         d.node.note_written();
         if d.status.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 || state::exited()
@@ -172,11 +183,11 @@ fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
     Ok(end)
 }
 
-fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
+fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> Result<u64, i32> {
     if !d.writable {
         return Err(libc::EBADF);
     }
-    let append = d.append() || off.is_none();
+    let append = appending || off.is_none();
     // (An append's offset is checked at the end, below.)
     let checked_at = if append { 0 } else { off.unwrap_or(0) };
     check_direct(d, data.as_ptr() as usize, data.len(), checked_at)?;
@@ -252,11 +263,21 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
     let v = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
     let mut total = 0usize;
     for x in v {
-        user_buf(x.iov_base, x.iov_len)?;
         total = total
             .checked_add(x.iov_len)
             .filter(|&t| t <= isize::MAX as usize)
             .ok_or(libc::EINVAL)?;
+    }
+    // The kernel copies the buffers in order and stops at the first it
+    // cannot reach: the ones before a null buffer with bytes to move are
+    // moved (a short count), and with none of them to move it is `EFAULT`.
+    let reachable = v
+        .iter()
+        .position(|x| x.iov_len > 0 && x.iov_base.is_null())
+        .unwrap_or(v.len());
+    let v = &v[..reachable];
+    if reachable < cnt as usize && v.iter().all(|x| x.iov_len == 0) {
+        return Err(libc::EFAULT);
     }
     Ok(v)
 }
@@ -292,7 +313,12 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
 /// longer request is cut short there.
 const MAX_RW: usize = 0x7fff_f000;
 
-unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize, u64), i32> {
+unsafe fn write_iov(
+    d: &Desc,
+    iov: &[iovec],
+    off: Option<u64>,
+    appending: bool,
+) -> Result<(usize, u64), i32> {
     let total: usize = iov.iter().map(|v| v.iov_len).sum::<usize>().min(MAX_RW);
     let mut space: Vec<u8>;
     let joined: &[u8] = match iov.iter().filter(|v| v.iov_len > 0).count() {
@@ -332,7 +358,7 @@ unsafe fn write_iov(d: &Desc, iov: &[iovec], off: Option<u64>) -> Result<(usize,
             &all[..]
         }
     };
-    let end = write_at(d, joined, off)?;
+    let end = write_at_as(d, joined, off, appending)?;
     Ok((total, end))
 }
 
@@ -491,16 +517,26 @@ unsafe fn readv_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) 
     size_ret(r)
 }
 
-unsafe fn writev_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
+/// A vectored write at `off` (the position when `None`), the descriptor's
+/// `O_APPEND` taken as `appending` says.
+unsafe fn writev_desc(
+    d: &Desc,
+    iov: *const iovec,
+    cnt: c_int,
+    off: Option<i64>,
+    appending: bool,
+) -> ssize_t {
     // SAFETY: the caller's iovec array.
     let r = unsafe { iovs(iov, cnt) }.and_then(|v| match off {
-        // SAFETY: the caller's buffers.
-        Some(o) => offset(o).and_then(|o| unsafe { write_iov(d, v, Some(o)) }.map(|r| r.0)),
+        Some(o) => {
+            // SAFETY: the caller's buffers.
+            offset(o).and_then(|o| unsafe { write_iov(d, v, Some(o), appending) }.map(|r| r.0))
+        }
         None => {
             let mut pos = lock(&d.pos);
-            let at = if d.append() { None } else { Some(*pos) };
+            let at = if appending { None } else { Some(*pos) };
             // SAFETY: the caller's buffers.
-            let (n, end) = unsafe { write_iov(d, v, at) }?;
+            let (n, end) = unsafe { write_iov(d, v, at, appending) }?;
             if n > 0 {
                 *pos = end;
             }
@@ -510,17 +546,23 @@ unsafe fn writev_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>)
     size_ret(r)
 }
 
+/// `RWF_NOAPPEND` (Linux 6.9 on), which the libc crate does not name.
+const RWF_NOAPPEND: c_int = 0x20;
+
 /// The `preadv2`/`pwritev2` flags the store honours: a write with
 /// `RWF_DSYNC` or `RWF_SYNC` is synced; `RWF_HIPRI` is a hint; `RWF_APPEND`
-/// appends. Others (`RWF_NOWAIT`, `RWF_NOAPPEND`, newer ones) are refused
-/// `EOPNOTSUPP`, as a file system without them does, naming them.
+/// appends; `RWF_NOAPPEND` writes at the offset on a descriptor open for
+/// appending (`EINVAL` beside `RWF_APPEND`, as in the kernel). Others
+/// (`RWF_NOWAIT`, newer ones) are refused `EOPNOTSUPP`, as a file system
+/// without them does, naming them. Returns whether to sync, and whether the
+/// write appends.
 fn rwf(d: &Desc, flags: c_int, write: bool) -> Result<(bool, bool), i32> {
-    let known = libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND;
+    let known =
+        libc::RWF_HIPRI | libc::RWF_DSYNC | libc::RWF_SYNC | libc::RWF_APPEND | RWF_NOAPPEND;
     let other = flags & !known;
     if other != 0 {
         let name = match other {
             libc::RWF_NOWAIT => " (RWF_NOWAIT)",
-            0x20 => " (RWF_NOAPPEND)",
             _ => "",
         };
         return Err(unsupported(
@@ -528,9 +570,16 @@ fn rwf(d: &Desc, flags: c_int, write: bool) -> Result<(bool, bool), i32> {
             libc::EOPNOTSUPP,
         ));
     }
-    let _ = d;
+    if flags & libc::RWF_APPEND != 0 && flags & RWF_NOAPPEND != 0 {
+        return Err(libc::EINVAL);
+    }
     let sync = write && flags & (libc::RWF_DSYNC | libc::RWF_SYNC) != 0;
-    Ok((sync, write && flags & libc::RWF_APPEND != 0))
+    let append = if flags & RWF_NOAPPEND != 0 {
+        false
+    } else {
+        flags & libc::RWF_APPEND != 0 || d.append()
+    };
+    Ok((sync, write && append))
 }
 
 macro_rules! vector_calls {
@@ -551,7 +600,7 @@ macro_rules! vector_calls {
                 // SAFETY: passed through with the caller's arguments.
                 None => unsafe { real::$real_write()(fd, iov, cnt, off) },
                 // SAFETY: the caller's iovecs.
-                Some(d) => unsafe { writev_desc(&d, iov, cnt, Some(off as i64)) },
+                Some(d) => unsafe { writev_desc(&d, iov, cnt, Some(off as i64), d.append()) },
             }
         }
     )*};
@@ -562,6 +611,32 @@ vector_calls! {
     preadv64, pwritev64, off64_t, preadv64, pwritev64;
 }
 
+/// `preadv2`'s and `pwritev2`'s checks, in the kernel's order: a negative
+/// offset other than -1, the access mode, the iovecs, a call that moves
+/// nothing (`None`: it returns 0, whatever its flags), then the flags
+/// ([`rwf`]).
+unsafe fn vector2_checks(
+    d: &Desc,
+    iov: *const iovec,
+    cnt: c_int,
+    off: i64,
+    flags: c_int,
+    write: bool,
+) -> Result<Option<(bool, bool)>, i32> {
+    if off < -1 {
+        return Err(libc::EINVAL);
+    }
+    if !(if write { d.writable } else { d.readable }) {
+        return Err(libc::EBADF);
+    }
+    // SAFETY: the caller's iovec array.
+    let v = unsafe { iovs(iov, cnt) }?;
+    if v.iter().all(|x| x.iov_len == 0) {
+        return Ok(None);
+    }
+    rwf(d, flags, write).map(Some)
+}
+
 macro_rules! vector2_calls {
     ($($read:ident, $write:ident, $off:ty;)*) => {$(
         #[unsafe(no_mangle)]
@@ -569,10 +644,12 @@ macro_rules! vector2_calls {
             match state::desc(fd) {
                 // SAFETY: passed through with the caller's arguments.
                 None => unsafe { real::$read()(fd, iov, cnt, off, flags) },
-                Some(d) => match rwf(&d, flags, false) {
+                // SAFETY: the caller's iovecs.
+                Some(d) => match unsafe { vector2_checks(&d, iov, cnt, off as i64, flags, false) } {
                     Err(e) => size_ret(Err(e)),
+                    Ok(None) => 0,
                     // SAFETY: the caller's iovecs.
-                    Ok(_) => unsafe { readv_desc(&d, iov, cnt, (off != -1).then_some(off as i64)) },
+                    Ok(Some(_)) => unsafe { readv_desc(&d, iov, cnt, (off != -1).then_some(off as i64)) },
                 },
             }
         }
@@ -582,16 +659,18 @@ macro_rules! vector2_calls {
             match state::desc(fd) {
                 // SAFETY: passed through with the caller's arguments.
                 None => unsafe { real::$write()(fd, iov, cnt, off, flags) },
-                Some(d) => match rwf(&d, flags, true) {
+                // SAFETY: the caller's iovecs.
+                Some(d) => match unsafe { vector2_checks(&d, iov, cnt, off as i64, flags, true) } {
                     Err(e) => size_ret(Err(e)),
-                    Ok((sync, append)) => {
+                    Ok(None) => 0,
+                    Ok(Some((sync, append))) => {
                         let at = if append || off == -1 { None } else { Some(off as i64) };
                         let n = if append {
                             // At the end; with offset -1 the file position
                             // moves past what was written, as on Linux.
                             let pos = (off == -1).then(|| lock(&d.pos));
                             // SAFETY: the caller's iovecs.
-                            match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None) }) {
+                            match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None, true) }) {
                                 Ok((n, end)) => {
                                     // Nothing written: the position stays, as on Linux.
                                     if let Some(mut pos) = pos.filter(|_| n > 0) {
@@ -603,7 +682,7 @@ macro_rules! vector2_calls {
                             }
                         } else {
                             // SAFETY: the caller's iovecs.
-                            unsafe { writev_desc(&d, iov, cnt, at) }
+                            unsafe { writev_desc(&d, iov, cnt, at, false) }
                         };
                         if n >= 0 && sync {
                             if let Err(e) = d.node.file.sync() {
@@ -639,7 +718,7 @@ pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssi
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::writev()(fd, iov, cnt) },
         // SAFETY: the caller's iovecs.
-        Some(d) => unsafe { writev_desc(&d, iov, cnt, None) },
+        Some(d) => unsafe { writev_desc(&d, iov, cnt, None, d.append()) },
     }
 }
 
@@ -659,7 +738,9 @@ fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
         libc::SEEK_HOLE => len,
         _ => return Err(libc::EINVAL),
     };
-    if new < 0 {
+    // Past the largest file too, as `vfs_setpos` answers past a file
+    // system's largest.
+    if new < 0 || new as u64 > state::largest() {
         return Err(libc::EINVAL);
     }
     *pos = new as u64;
@@ -1004,6 +1085,7 @@ pub unsafe extern "C" fn sync_file_range(
         Some(_)
             if off < 0
                 || n < 0
+                || off.checked_add(n).is_none()
                 || flags
                     & !(libc::SYNC_FILE_RANGE_WAIT_BEFORE
                         | libc::SYNC_FILE_RANGE_WRITE
@@ -1026,6 +1108,9 @@ fn set_len(d: &Desc, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
     if !d.writable {
         return Err(libc::EINVAL);
+    }
+    if len > state::largest() {
+        return Err(libc::EFBIG);
     }
     let _g = lock(&d.node.grow);
     d.node.note_written();
@@ -1070,6 +1155,9 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
     let n = state::node(s, name, false, false, false).map_err(|e| fail("truncate", &e))?;
+    if len > s.cs.max_file_len() {
+        return Err(libc::EFBIG);
+    }
     let _g = lock(&n.grow);
     n.note_written();
     let r = n.file.set_len(len);
@@ -1095,16 +1183,30 @@ pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int 
     }
 }
 
+/// The `fallocate` mode bits Linux knows (keep size, punch, no hide stale,
+/// collapse, zero, insert, unshare, write zeroes).
+const FALLOC_FL_KNOWN: c_int = 0xff;
+
 /// `fallocate`: mode 0 grows the file to cover the range (the store
 /// allocates nothing ahead); `FALLOC_FL_KEEP_SIZE` does nothing; holes and
 /// ranges (punch, zero, collapse, insert) are refused.
 fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
+    // In the kernel's order (`vfs_fallocate`): the range, mode bits no
+    // kernel knows, the access mode, a range past the largest file; then
+    // the modes this file system refuses.
     if off < 0 || len <= 0 {
         return Err(libc::EINVAL);
+    }
+    if mode & !FALLOC_FL_KNOWN != 0 {
+        return Err(libc::EOPNOTSUPP);
     }
     if !d.writable {
         return Err(libc::EBADF);
     }
+    let end = (off as u64)
+        .checked_add(len as u64)
+        .filter(|&e| e <= state::largest())
+        .ok_or(libc::EFBIG)?;
     if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
         return Err(unsupported(
             "fallocate with punch, zero, collapse or insert ranges",
@@ -1114,7 +1216,6 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
     if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
         return Ok(0);
     }
-    let end = (off as u64).checked_add(len as u64).ok_or(libc::EFBIG)?;
     let _g = lock(&d.node.grow);
     let r = grow_to(d, end);
     d.node.publish_len();

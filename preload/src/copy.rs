@@ -149,6 +149,24 @@ fn file_type(fd: c_int) -> Result<libc::mode_t, i32> {
     Ok(st.st_mode & libc::S_IFMT)
 }
 
+/// Where a copy's side starts: the offset given, or the descriptor's
+/// position (a store file's own, or the kernel's for another file).
+fn start_of(
+    fd: c_int,
+    given: Option<i64>,
+    d: &Option<std::sync::Arc<state::Desc>>,
+) -> Result<i64, i32> {
+    match (given, d) {
+        (Some(o), _) => Ok(o),
+        (None, Some(d)) => Ok(*d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64),
+        (None, None) => {
+            // SAFETY: plain system call; moves nothing (SEEK_CUR by 0).
+            let at = unsafe { real::lseek64()(fd, 0, libc::SEEK_CUR) };
+            if at < 0 { Err(last_errno()) } else { Ok(at) }
+        }
+    }
+}
+
 /// `EINVAL` unless `fd` (not a store file) is a regular file (`EISDIR` for
 /// a directory), as the kernel's `copy_file_range` answers.
 fn regular(fd: c_int) -> Result<(), i32> {
@@ -274,47 +292,61 @@ pub unsafe extern "C" fn copy_file_range(
     {
         return fail(libc::EBADF);
     }
-    let read_off = |p: *mut off64_t| -> Result<Option<i64>, i32> {
-        if p.is_null() {
-            return Ok(None);
-        }
+    // The offsets as given (negative ones too), and where each side starts:
+    // its offset, or the descriptor's position.
+    let given = |p: *mut off64_t| -> Option<i64> {
         // SAFETY: a non-null offset points at the caller's offset.
-        match unsafe { *p } {
-            o if o < 0 => Err(libc::EINVAL),
-            o => Ok(Some(o)),
-        }
+        (!p.is_null()).then(|| unsafe { *p })
     };
-    let (mut a, mut b) = match (read_off(off_in), read_off(off_out)) {
-        (Ok(a), Ok(b)) => (a, b),
+    let (mut a, mut b) = (given(off_in), given(off_out));
+    let (from, to) = match (start_of(fd_in, a, &din), start_of(fd_out, b, &dout)) {
+        (Ok(x), Ok(y)) => (x, y),
         (Err(e), _) | (_, Err(e)) => return fail(e),
     };
-    let start = |off: Option<i64>, d: &state::Desc| {
-        off.unwrap_or_else(|| *d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64)
-    };
-    // As the kernel: an output range whose end passes the largest file
-    // size is refused (the input's is cut at its file's end).
-    if let Some(o) = &dout
-        && i64::try_from(len)
-            .ok()
-            .and_then(|n| start(b, o).checked_add(n))
-            .is_none()
-    {
-        return fail(libc::EFBIG);
+    // The kernel's checks, in its order: a range that wraps past 2^64
+    // (`EOVERFLOW`); the input cut at its end (a store file's: another
+    // file is read until its reads end, as one of `/proc`, whose size says
+    // nothing of what it reads, must be); an output from the store's
+    // largest file length on (`EFBIG`), cut there; overlapping ranges in one
+    // file; then a negative offset (`EINVAL`).
+    let wraps = |at: i64| (at as u64).checked_add(len as u64).is_none();
+    if wraps(from) || wraps(to) {
+        return fail(libc::EOVERFLOW);
     }
-    // Within one file the two ranges must not overlap, the input's cut at
-    // the file's end first.
+    let mut n = match (&din, u64::try_from(from)) {
+        (Some(i), Ok(x)) => {
+            let size_in = i.node.len();
+            len.min(usize::try_from(size_in.saturating_sub(x)).unwrap_or(usize::MAX))
+        }
+        _ => len,
+    };
+    if dout.is_some()
+        && let Ok(y) = u64::try_from(to)
+    {
+        let most = state::largest();
+        if y >= most {
+            return fail(libc::EFBIG);
+        }
+        n = n.min(usize::try_from(most - y).unwrap_or(usize::MAX));
+    }
+    // Within one file the two ranges must not overlap.
     if let (Some(i), Some(o)) = (&din, &dout)
         && std::sync::Arc::ptr_eq(&i.node, &o.node)
     {
-        let (x, y) = (start(a, i), start(b, o));
-        let n = (len.min(MAX_RW) as i64).min((i.node.len() as i64 - x).max(0));
-        if n > 0 && x < y + n && y < x + n {
+        let m = i64::try_from(n).unwrap_or(i64::MAX);
+        if m > 0 && from < to.saturating_add(m) && to < from.saturating_add(m) {
             return fail(libc::EINVAL);
         }
     }
+    if from < 0 || to < 0 {
+        return fail(libc::EINVAL);
+    }
+    if n == 0 {
+        return 0;
+    }
     let src = a.as_mut().map_or(At::Position, At::Offset);
     let dst = b.as_mut().map_or(At::Position, At::Offset);
-    let rc = copy(fd_in, src, fd_out, dst, len);
+    let rc = copy(fd_in, src, fd_out, dst, n);
     for (p, v) in [(off_in, a), (off_out, b)] {
         if let Some(v) = v {
             // SAFETY: as above; the offset moves by the bytes copied.

@@ -439,6 +439,16 @@ pub(crate) fn state() -> Result<&'static State, i32> {
     }
 }
 
+/// The longest a store file may be (`CachedStore::max_file_len`): offsets
+/// and lengths past it are the kernel's past a file system's largest file
+/// (`EFBIG`, or `EINVAL` from `lseek`). `i64::MAX` before the store is open.
+pub(crate) fn largest() -> u64 {
+    match STATE.get() {
+        Some(Ok(s)) => s.cs.max_file_len(),
+        _ => i64::MAX as u64,
+    }
+}
+
 /// Bytes from a size like `512M`, `4G`, `65536`.
 pub(crate) fn parse_size(s: &str) -> Option<u64> {
     let s = s.trim();

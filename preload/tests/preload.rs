@@ -1072,3 +1072,49 @@ fn a_vfork_child_leaves_the_parents_store_alone() {
         "{t}"
     );
 }
+
+/// Offsets and lengths past the largest file the store takes (2^52 bytes
+/// with 4 KiB pages) get the kernel's answers past a file system's largest
+/// file (ext4's, on the machines this runs on): `EFBIG` from a length or a
+/// write there, `EINVAL` from `lseek`, and a write or copy of nothing there
+/// as the kernel takes it. They were `EINVAL` from the cache's check, and
+/// `lseek` there succeeded.
+#[test]
+fn offsets_past_the_largest_file_get_the_kernels_answers() {
+    let s = Setup::new("largest");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("largest");
+    let t = text(&run(c).stdout);
+    let want = [
+        ("write lg", "10"),
+        ("ftruncate 2^60", "-1 EFBIG"),
+        ("truncate 2^60", "-1 EFBIG"),
+        ("fallocate 1 at 2^60", "-1 EFBIG"),
+        ("fallocate 2^60 at 0", "-1 EFBIG"),
+        ("fallocate KEEP_SIZE 1 at 2^60", "-1 EFBIG"),
+        ("fallocate PUNCH_HOLE 1 at 2^60", "-1 EFBIG"),
+        ("lseek to 2^60", "-1 EINVAL"),
+        ("lseek to the end + 2^60", "-1 EINVAL"),
+        ("lseek to the largest offset", "-1 EINVAL"),
+        ("pwrite 2 at 2^60", "-1 EFBIG"),
+        ("pwrite 0 at 2^60", "0"),
+        ("copy_file_range to 2^60", "-1 EFBIG"),
+        ("copy_file_range 0 bytes to 2^60", "-1 EFBIG"),
+        ("sync_file_range 5 from 2^60", "0"),
+        ("lg's size", "10"),
+        ("lg2's size", "0"),
+    ];
+    let got: Vec<(String, String)> = t
+        .lines()
+        .map(|l| {
+            let (k, v) = l.split_at(l.len().min(41));
+            (k.trim_end().to_string(), v.trim().to_string())
+        })
+        .collect();
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(got, want, "{t}");
+}

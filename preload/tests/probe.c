@@ -49,6 +49,10 @@
  * _FORTIFY_SOURCE calls. */
 extern ssize_t __readlink_chk(const char *path, char *buf, size_t len, size_t buflen);
 
+#ifndef RWF_NOAPPEND
+#define RWF_NOAPPEND 0x20
+#endif
+
 static char dir[4096];
 
 static const char *path(const char *name) {
@@ -203,6 +207,23 @@ static void edges(void) {
     show("write after", write(fd, "BBBB", 4));
     char got[16] = "";
     show("pread", pread(fd, got, sizeof got - 1, 0));
+    printf("%-40s %s\n", "  bytes", got);
+    close(fd);
+    /* RWF_NOAPPEND (Linux 6.9 on): at the offset or the position on a
+     * descriptor open for appending; not with RWF_APPEND. */
+    fd = open(path("v"), O_RDWR | O_APPEND);
+    struct iovec cc = {"CC", 2}, dd = {"DD", 2}, ee = {"EE", 2};
+    show("pwritev2 RWF_NOAPPEND at 1", pwritev2(fd, &cc, 1, 1, RWF_NOAPPEND));
+    show("position after", lseek(fd, 0, SEEK_CUR));
+    show("pwritev2 RWF_NOAPPEND at -1", pwritev2(fd, &dd, 1, -1, RWF_NOAPPEND));
+    show("position after", lseek(fd, 0, SEEK_CUR));
+    show("pwritev2 RWF_APPEND|RWF_NOAPPEND at 5",
+         pwritev2(fd, &ee, 1, 5, RWF_APPEND | RWF_NOAPPEND));
+    show("pwritev2 at 0, no flag", pwritev2(fd, &ee, 1, 0, 0));
+    struct iovec back = {got, sizeof got - 1};
+    memset(got, 0, sizeof got);
+    show("preadv2 RWF_APPEND|RWF_NOAPPEND", preadv2(fd, &back, 1, 0, RWF_APPEND | RWF_NOAPPEND));
+    show("preadv2 RWF_NOAPPEND", preadv2(fd, &back, 1, 0, RWF_NOAPPEND));
     printf("%-40s %s\n", "  bytes", got);
     close(fd);
     /* Calls a descriptor's access mode refuses, even for no bytes. */
@@ -910,8 +931,88 @@ static void flag_checks(void) {
     show("F_NOTIFY DN_MODIFY", fcntl(fd, F_NOTIFY, DN_MODIFY));
     show("F_GETPIPE_SZ", fcntl(fd, F_GETPIPE_SZ));
     show("fc's size still", lseek(fd, 0, SEEK_END));
+    /* Ranges past 2^64 and past the largest offset: the same on every file
+     * system (the largest file's own lines are in largest_file()). */
+    int cf = open(path("cf"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    off64_t ci = -1, co = 0;
+    show("copy_file_range from -1", copy_file_range(fd, &ci, cf, &co, 5, 0));
+    ci = 0, co = -1;
+    show("copy_file_range to -1", copy_file_range(fd, &ci, cf, &co, 5, 0));
+    ci = -1, co = 0;
+    show("copy_file_range from -1, 0 bytes", copy_file_range(fd, &ci, cf, &co, 0, 0));
+    ci = 5, co = 0;
+    show("copy_file_range SIZE_MAX from 5", copy_file_range(fd, &ci, cf, &co, SIZE_MAX, 0));
+    ci = INT64_MAX - 2, co = 0;
+    show("copy_file_range 5 from the largest-2", copy_file_range(fd, &ci, cf, &co, 5, 0));
+    show("  its offsets", (long long)(ci - (INT64_MAX - 2) + co));
+    ci = 20, co = 0;
+    show("copy_file_range from past the end", copy_file_range(fd, &ci, cf, &co, 5, 0));
+    show("sync_file_range 5 from the largest-2",
+         sync_file_range(fd, INT64_MAX - 2, 5, SYNC_FILE_RANGE_WRITE));
+    show("sync_file_range 1 from the largest",
+         sync_file_range(fd, INT64_MAX, 1, SYNC_FILE_RANGE_WRITE));
+    show("sync_file_range to the end from the largest",
+         sync_file_range(fd, INT64_MAX, 0, SYNC_FILE_RANGE_WRITE));
+    char four[4];
+    struct iovec then_null[2] = {{four, 4}, {none, 10}};
+    show("preadv into 4 bytes, then NULL", preadv(fd, then_null, 2, 0));
+    show("pwritev from 4 bytes, then NULL", pwritev(cf, then_null, 2, 0));
+    struct iovec empty_then_null[2] = {{four, 0}, {none, 10}};
+    show("preadv into 0 bytes, then NULL", preadv(fd, empty_then_null, 2, 0));
+    show("pwritev from 0 bytes, then NULL", pwritev(cf, empty_then_null, 2, 0));
+    int ap2 = open(path("cf"), O_RDWR | O_APPEND);
+    struct iovec two = {"ab", 2}, nothing = {four, 0};
+    show("pwritev2 O_APPEND at -2", pwritev2(ap2, &two, 1, -2, 0));
+    show("pwritev2 of nothing, RWF_APPEND|RWF_NOAPPEND",
+         pwritev2(ap2, &nothing, 1, 0, RWF_APPEND | RWF_NOAPPEND));
+    close(ap2);
+    int ro2 = open(path("cf"), O_RDONLY);
+    show("pwritev2 RWF_APPEND|RWF_NOAPPEND, O_RDONLY",
+         pwritev2(ro2, &two, 1, 0, RWF_APPEND | RWF_NOAPPEND));
+    close(ro2);
+    show("ftruncate cf to 4 GiB", ftruncate(cf, (off_t)4 << 30));
+    ci = 0, co = (off64_t)3 << 30;
+    show("copy_file_range 4 GiB over itself",
+         copy_file_range(cf, &ci, cf, &co, (size_t)4 << 30, 0));
+    show("ftruncate cf to 4", ftruncate(cf, 4));
+    show("cf's size", lseek(cf, 0, SEEK_END));
+    close(cf);
+    unlink(path("cf"));
     close(fd);
     show("unlink fc", unlink(path("fc")));
+}
+
+/* Offsets and lengths past the largest file a file system takes (2^60 is
+ * past ext4's and the store's, not tmpfs's): asserted by the test that runs
+ * this, not compared with a local directory. */
+static void largest_file(void) {
+    const off64_t big = (off64_t)1 << 60;
+    int fd = open(path("lg"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    int fo = open(path("lg2"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("write lg", write(fd, "0123456789", 10));
+    show("ftruncate 2^60", ftruncate(fd, big));
+    show("truncate 2^60", truncate(path("lg"), big));
+    show("fallocate 1 at 2^60", fallocate(fd, 0, big, 1));
+    show("fallocate 2^60 at 0", fallocate(fd, 0, 0, big));
+    show("fallocate KEEP_SIZE 1 at 2^60", fallocate(fd, FALLOC_FL_KEEP_SIZE, big, 1));
+    show("fallocate PUNCH_HOLE 1 at 2^60",
+         fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, big, 1));
+    show("lseek to 2^60", lseek(fd, big, SEEK_SET));
+    show("lseek to the end + 2^60", lseek(fd, big, SEEK_END));
+    show("lseek to the largest offset", lseek(fd, INT64_MAX, SEEK_SET));
+    show("pwrite 2 at 2^60", pwrite(fd, "ab", 2, big));
+    show("pwrite 0 at 2^60", pwrite(fd, "ab", 0, big));
+    off64_t ci = 0, co = big;
+    show("copy_file_range to 2^60", copy_file_range(fd, &ci, fo, &co, 5, 0));
+    ci = 0, co = big;
+    show("copy_file_range 0 bytes to 2^60", copy_file_range(fd, &ci, fo, &co, 0, 0));
+    show("sync_file_range 5 from 2^60", sync_file_range(fd, big, 5, SYNC_FILE_RANGE_WRITE));
+    show("lg's size", lseek(fd, 0, SEEK_END));
+    show("lg2's size", lseek(fo, 0, SEEK_END));
+    close(fo);
+    close(fd);
+    unlink(path("lg"));
+    unlink(path("lg2"));
 }
 
 static void common(void) {
@@ -2052,6 +2153,8 @@ int main(int argc, char **argv) {
         temp_files();
     else if (argc > 2 && strcmp(argv[2], "walk") == 0)
         walk_from(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "largest") == 0)
+        largest_file();
     else
         common();
     return 0;

@@ -57,6 +57,7 @@ pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};
 pub use view::CacheView;
 
+use crate::util::origin::Origin;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -557,7 +558,7 @@ impl CachedStore {
             trim_at: AtomicUsize::new(shared::idle_keep(store_devices)),
             trimming: Mutex::new(()),
             discard: std::sync::atomic::AtomicBool::new(false),
-            pid: std::process::id(),
+            origin: Origin::here(),
         });
         let flusher = match flush {
             Some(f) => Some(Flusher::start(inner.clone(), f)?),
@@ -625,6 +626,15 @@ impl CachedStore {
     /// eviction of clean pages (a view that cannot lose written bytes).
     pub fn cache(&self) -> CacheView<'_> {
         CacheView::new(&self.inner.cache)
+    }
+
+    /// The longest a file of this store may be: the store's largest length
+    /// or the most the cache's page numbers reach, whichever is less (2^52
+    /// bytes with 4 KiB pages). A longer `create`, `set_len`, `grow` or
+    /// extending write is refused with [`Error::InvalidArgument`]; a backing
+    /// file system may refuse less ([`Error::Os`] with `EFBIG`).
+    pub fn max_file_len(&self) -> u64 {
+        self.inner.max_file_len()
     }
 
     /// The page cache itself, for the crate's own tests.
@@ -855,7 +865,7 @@ impl CachedStore {
 
 impl Drop for CachedStore {
     fn drop(&mut self) {
-        if self.inner.pid != std::process::id() {
+        if !self.inner.origin.is_here() {
             // A child made by `fork`: the threads are the parent's (not in
             // this process, nor to be joined), and a lock one of them held
             // at the fork is held here for good. Nothing is stopped or

@@ -1694,7 +1694,7 @@ impl<'a> CachedQueue<'a> {
 
 impl Drop for CachedQueue<'_> {
     fn drop(&mut self) {
-        if self.sh.pid != std::process::id() {
+        if !self.sh.origin.is_here() {
             // A child made by `fork`: the fills in flight are the parent's
             // (their device queue's drop leaves them be), and nothing is
             // drained or released here. The fills and the write-backs owed

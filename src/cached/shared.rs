@@ -9,6 +9,7 @@ use crate::cached::staging::Staging;
 use crate::error::{Error, Result};
 use crate::storage::file::{DIRECT_ALIGN, File};
 use crate::storage::store::Store;
+use crate::util::origin::Origin;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -48,7 +49,7 @@ pub(crate) struct Shared {
     pub(crate) discard: AtomicBool,
     /// The process that made the cache: a child made by `fork` that drops
     /// the last handle writes nothing back (its pages are the parent's).
-    pub(crate) pid: u32,
+    pub(crate) origin: Origin,
 }
 
 /// Threads a layer above keeps for the store (the futures' I/O workers):
@@ -600,7 +601,7 @@ impl Drop for Shared {
         // future's pin) is gone: what is still dirty is written back and
         // synced now, as a close of the store would, unless the store was
         // discarded or this is a child made by `fork`.
-        if self.pid != std::process::id() {
+        if !self.origin.is_here() {
             // A child made by `fork`: the futures' workers are the parent's
             // threads (their handles are not let go of here), and the store's
             // drop leaves the parent's steps and engines alone.
@@ -848,12 +849,21 @@ impl Shared {
             .push((id, Arc::downgrade(&e)));
     }
 
+    /// The longest file: the cache's page numbers' reach, within the store's
+    /// largest length.
+    pub(crate) fn max_file_len(&self) -> u64 {
+        let ps = self.cache.page_size() as u64;
+        (crate::cache::MAX_PAGE + 1)
+            .saturating_mul(ps)
+            .min(crate::storage::header::MAX_LEN)
+    }
+
     /// `Ok` if a file of `len` bytes fits the cache's page numbers
     /// (`cache::MAX_PAGE`), refused before any store step otherwise: its pages
     /// past them could never be cached.
     pub(crate) fn check_len(&self, name: &str, len: u64) -> Result<()> {
         let ps = self.cache.page_size() as u64;
-        let most = (crate::cache::MAX_PAGE + 1).saturating_mul(ps);
+        let most = self.max_file_len();
         if len > most {
             return Err(Error::InvalidArgument(format!(
                 "file {name:?}: a length of {len} bytes is past the most a cache of \

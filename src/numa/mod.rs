@@ -478,7 +478,7 @@ impl<'cs> Partitions<'cs> {
 
 impl Drop for Partitions<'_> {
     fn drop(&mut self) {
-        if self.sh.pid != std::process::id() {
+        if !self.sh.origin.is_here() {
             // A child made by `fork`: the workers are the parent's threads
             // (their bells the parent's eventfds), neither told nor joined.
             std::mem::forget(std::mem::take(&mut self.threads));
@@ -973,7 +973,7 @@ impl From<Reply> for PartCompletion {
 
 impl Drop for PartQueue<'_> {
     fn drop(&mut self) {
-        if self.parts.sh.pid != std::process::id() {
+        if !self.parts.sh.origin.is_here() {
             // A child made by `fork`: the requests out are the parent's
             // (answered to the parent's copy): nothing is drained, closed or
             // rung (the home partition's queue leaves its own in a child).

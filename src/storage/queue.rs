@@ -7,6 +7,7 @@
 //! At most `depth` requests are in flight; `submit` runs callbacks of finished
 //! requests to make room before it sends more.
 
+use crate::util::origin::Origin;
 use std::marker::PhantomData;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -245,7 +246,7 @@ pub struct Queue {
     /// The process that made it: a child made by `fork` that drops its copy
     /// neither waits for the parent's requests nor enters the parent's rings
     /// (whose completion queues the two processes share).
-    pid: u32,
+    origin: Origin,
     /// The queue belongs to the thread that made it (callbacks are not `Send`).
     _not_send: PhantomData<*const ()>,
 }
@@ -254,7 +255,7 @@ impl Queue {
     /// Whether this process made the queue (not a copy a child made by
     /// `fork` inherited, whose rings are the parent's).
     pub(crate) fn made_here(&self) -> bool {
-        self.pid == std::process::id()
+        self.origin.is_here()
     }
 
     /// A queue allowing `depth` requests in flight (taken into
@@ -282,7 +283,7 @@ impl Queue {
             tagged: Vec::new(),
             bell: None,
             lone_in_caller: false,
-            pid: std::process::id(),
+            origin: Origin::here(),
             _not_send: PhantomData,
         }
     }
@@ -764,7 +765,7 @@ impl Queue {
 
 impl Drop for Queue {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork`: the requests in flight are the
             // parent's, whose completions the child must not take from the
             // rings they share. Their buffers, callbacks and the rings are

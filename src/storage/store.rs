@@ -20,6 +20,7 @@ mod crash_tests;
 #[cfg(test)]
 mod prop_tests;
 
+use crate::util::origin::Origin;
 use std::collections::{BTreeSet, HashMap};
 use std::fs;
 use std::os::fd::AsRawFd;
@@ -142,7 +143,7 @@ pub(crate) struct StoreInner {
     /// a finished delete or replace took the name from.
     finished_later: AtomicU64,
     /// The process that opened it (see `Drop`).
-    pid: u32,
+    origin: Origin,
     /// Path lookups of backing files by `sync` (tests count them).
     #[cfg(test)]
     pub(crate) lookups: AtomicU64,
@@ -181,7 +182,7 @@ impl Meta {
 
 impl Drop for StoreInner {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork` dropping its copy: the metadata steps
             // and the engines' threads are the parent's (the engines let
             // theirs be), and a lock a parent's thread held at the fork
@@ -838,7 +839,7 @@ pub(crate) struct RootLock {
     /// Its (device, inode), listed in [`HELD`].
     id: (u64, u64),
     /// The process that took it.
-    pid: u32,
+    origin: Origin,
 }
 
 impl Drop for RootLock {
@@ -857,7 +858,7 @@ impl Drop for RootLock {
         // open of the roots was refused for that while). Only by the process
         // that took it: a forked child dropping its copy of the store must
         // not free its parent's roots.
-        if std::process::id() == self.pid {
+        if self.origin.is_here() {
             // SAFETY: plain system call on an open descriptor.
             unsafe { libc::flock(self.fd.as_raw_fd(), libc::LOCK_UN) };
         }
@@ -902,7 +903,7 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
             let lock = RootLock {
                 fd,
                 id,
-                pid: std::process::id(),
+                origin: Origin::here(),
             };
             let pid = format!("{}\n", std::process::id());
             truncate(&lock.fd, 0)
@@ -1101,7 +1102,7 @@ impl Store {
                 cached: std::sync::atomic::AtomicBool::new(false),
                 watch,
                 finished_later: AtomicU64::new(0),
-                pid: std::process::id(),
+                origin: Origin::here(),
                 #[cfg(test)]
                 lookups: AtomicU64::new(0),
             }),

@@ -6,6 +6,7 @@ pub(crate) mod hook;
 pub(crate) mod map;
 pub(crate) mod mix;
 pub(crate) mod nodes;
+pub(crate) mod origin;
 pub(crate) mod panics;
 pub(crate) mod room;
 pub(crate) mod size;

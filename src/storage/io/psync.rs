@@ -4,6 +4,7 @@
 //! takes one operation at a time from the device's mailbox, so the device sees up to
 //! `psync_threads` requests at once.
 
+use crate::util::origin::Origin;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -16,7 +17,7 @@ pub(crate) struct PsyncEngine {
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// The process that started it: in a child made by `fork` the threads
     /// are the parent's, neither stopped nor joined there.
-    pid: u32,
+    origin: Origin,
 }
 
 impl PsyncEngine {
@@ -47,7 +48,7 @@ impl PsyncEngine {
         Ok(Arc::new(PsyncEngine {
             mailbox,
             threads: Mutex::new(threads),
-            pid: std::process::id(),
+            origin: Origin::here(),
         }))
     }
 }
@@ -107,7 +108,7 @@ impl DeviceEngine for PsyncEngine {
         self.mailbox.push(ops);
     }
     fn shutdown(&self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork` (the drop keeps the threads' handles).
             return;
         }
@@ -125,7 +126,7 @@ impl DeviceEngine for PsyncEngine {
 
 impl Drop for PsyncEngine {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork`: the threads' handles are not let go
             // of (detaches of threads the child does not have).
             let hs = self.threads.get_mut().map(std::mem::take);

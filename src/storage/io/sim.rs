@@ -11,6 +11,7 @@
 //! that no fsync covered yet. The same seed and the same submissions give the same
 //! outcomes.
 
+use crate::util::origin::Origin;
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
@@ -205,7 +206,7 @@ pub(crate) struct SimEngine {
     thread: Mutex<Option<JoinHandle<()>>>,
     /// The process that started it: in a child made by `fork` the threads
     /// are the parent's, neither stopped nor joined there.
-    pid: u32,
+    origin: Origin,
 }
 
 /// splitmix64 step: a small, well-mixed, seedable generator.
@@ -235,7 +236,7 @@ impl SimEngine {
             media,
             mailbox,
             thread: Mutex::new(Some(h)),
-            pid: std::process::id(),
+            origin: Origin::here(),
         }))
     }
 }
@@ -452,7 +453,7 @@ impl DeviceEngine for SimEngine {
         }
     }
     fn shutdown(&self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork` (the drop keeps the thread's handle).
             return;
         }
@@ -466,7 +467,7 @@ impl DeviceEngine for SimEngine {
 
 impl Drop for SimEngine {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork`: the thread's handle is not let go of
             // (a detach of a thread the child does not have).
             let h = self.thread.get_mut().map(Option::take);

@@ -10,6 +10,7 @@
 //! sparse fixed-buffer table where the kernel allows; operations fall back to plain
 //! descriptors and buffers when a registration failed.
 
+use crate::util::origin::Origin;
 use std::collections::VecDeque;
 use std::os::fd::RawFd;
 use std::sync::{Arc, Mutex};
@@ -39,7 +40,7 @@ pub(crate) struct UringEngine {
     buf_slots: Option<Arc<Mutex<Vec<u16>>>>,
     /// The process that started it: in a child made by `fork` the threads
     /// are the parent's, neither stopped nor joined there.
-    pid: u32,
+    origin: Origin,
 }
 
 impl UringEngine {
@@ -114,7 +115,7 @@ impl UringEngine {
             thread: Mutex::new(Some(handle)),
             file_slots: files_ok.then_some(file_slots),
             buf_slots: bufs_ok.then_some(buf_slots),
-            pid: std::process::id(),
+            origin: Origin::here(),
         }))
     }
 }
@@ -186,7 +187,7 @@ impl DeviceEngine for UringEngine {
     }
 
     fn unregister_file(&self, slot: u32) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             return;
         }
         self.mailbox.push_ctrl(Ctrl::UnregisterFile { slot });
@@ -206,7 +207,7 @@ impl DeviceEngine for UringEngine {
     }
 
     fn unregister_buffer(&self, index: u16) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             return;
         }
         self.mailbox.push_ctrl(Ctrl::UnregisterBuf { index });
@@ -217,7 +218,7 @@ impl DeviceEngine for UringEngine {
     }
 
     fn shutdown(&self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork` (the drop keeps the thread's handle).
             return;
         }
@@ -231,7 +232,7 @@ impl DeviceEngine for UringEngine {
 
 impl Drop for UringEngine {
     fn drop(&mut self) {
-        if std::process::id() != self.pid {
+        if !self.origin.is_here() {
             // A child made by `fork`: the thread's handle is not let go of
             // (a detach of a thread the child does not have).
             let h = self.thread.get_mut().map(Option::take);
