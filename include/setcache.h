@@ -11,7 +11,10 @@
  * same thread. Offsets and lengths are in bytes and need no alignment; an
  * offset or file length above INT64_MAX (a negative off_t cast to uint64_t)
  * fails -EINVAL, as the kernel refuses a negative one (a setcache_pwrite
- * whose offset plus length passes 2^64 fails -EFBIG first).
+ * whose offset plus length passes 2^64 fails -EFBIG first). A length given
+ * to setcache_create or setcache_set_len, or a setcache_pwrite ending, past
+ * the store's largest file (2^52 bytes with 4 KiB pages) fails -EFBIG, as the
+ * kernel's past a file system's largest file.
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
  * with an internal error: setcache_close, setcache_queue_free,
@@ -55,7 +58,13 @@
  * every page of which is pinned waits for a pin to go, up to one second, and
  * fails -EBUSY, whoever holds the pins (this thread too). A sync, though, waits without limit
  * for a page a queue is writing back: poll a queue until nothing is in flight
- * before a thread waits for another's sync.
+ * before a thread waits for another's sync. And a blocking read (pread,
+ * pin) of a page another thread pins for writing waits until that pin goes,
+ * as a reader waits for a writer's lock, with no limit, unless this thread's
+ * queues hold reads or write-backs in flight (the writer may be waiting for
+ * one of them): then it fails -EDEADLK after 30 pin waits. A queued read of
+ * such a page fails -EBUSY after one second. A thread that holds a pin_mut
+ * must not wait for a thread that reads its page.
  *
  * This header is checked against the library's Rust source by its tests.
  */

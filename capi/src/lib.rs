@@ -59,6 +59,19 @@ fn position(v: u64, what: &str) -> Result<u64, Fail> {
     Ok(v)
 }
 
+/// `Ok` if a file may be `end` bytes long (at most `most`, the store's
+/// largest file): past it is `EFBIG`, as the kernel's past a file system's
+/// largest file.
+fn within_largest(end: u64, most: u64, what: &str) -> Result<(), Fail> {
+    if end > most {
+        return Err(Fail(
+            libc::EFBIG,
+            format!("{what} {end} is past the store's largest file, {most} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 /// Run `f`; its error (or panic) becomes a negative errno and this thread's message.
 fn call(f: impl FnOnce() -> Result<i64, Fail>) -> i64 {
     match catch_unwind(AssertUnwindSafe(f)) {
@@ -645,6 +658,7 @@ pub unsafe extern "C" fn setcache_create(
             return Err(einval("the output pointer is NULL"));
         }
         let len = position(len, "the length")?;
+        within_largest(len, s.cs.max_file_len(), "the length")?;
         let f = s.cs.create(name, len, LayoutKind::Stripe)?;
         new_file(s, f, out_file)
     })
@@ -826,6 +840,8 @@ pub unsafe extern "C" fn setcache_pwrite(
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
         let offset = position(offset, "the offset")?;
+        let end = position(offset + len as u64, "the write's end")?;
+        within_largest(end, f.file.max_len(), "the write's end")?;
         // SAFETY: the caller's buffer of `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
         // Past the end: the file grows (durable with the next sync, as the
@@ -852,7 +868,9 @@ pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) ->
     call_int(|| {
         // SAFETY: the caller's live handle.
         let f = unsafe { handle(file, "the file") }?;
-        f.file.set_len(position(len, "the length")?)?;
+        let len = position(len, "the length")?;
+        within_largest(len, f.file.max_len(), "the length")?;
+        f.file.set_len(len)?;
         Ok(0)
     })
 }

@@ -126,6 +126,21 @@ int main(int argc, char **argv) {
            EINVAL, "largest");
     expect("pwrite: offset overflows", setcache_pwrite(file, buf, 10, UINT64_MAX - 3), EFBIG,
            "overflow");
+    /* Past the store's largest file (2^52 bytes with 4 KiB pages): EFBIG, as
+     * the kernel's past a file system's largest file; nothing changes. */
+    int64_t len_before = setcache_len(file);
+    expect("pwrite: past the largest file", setcache_pwrite(file, buf, 1, (uint64_t)1 << 52),
+           EFBIG, "largest file");
+    expect("pwrite: ending past INT64_MAX", setcache_pwrite(file, buf, 2, INT64_MAX - 1), EINVAL,
+           "INT64_MAX");
+    expect("set_len: past the largest file", setcache_set_len(file, (uint64_t)1 << 53), EFBIG,
+           "largest file");
+    expect("create: past the largest file",
+           setcache_create(store, "toolong", (uint64_t)1 << 53, &big_unused), EFBIG, "largest file");
+    if (setcache_len(file) != len_before) {
+        fprintf(stderr, "FAIL: the length moved past the largest file\n");
+        failures++;
+    }
     /* A negative off_t cast to the header's uint64_t: refused, as the kernel
      * refuses it, not read as past the end. */
     expect("pread: negative offset", setcache_pread(file, buf, 10, (uint64_t)(int64_t)-1), EINVAL,

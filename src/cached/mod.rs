@@ -939,6 +939,12 @@ impl CachedFile {
         CachedFile::len_of(&self.entry)
     }
 
+    /// The longest the file may be: its store's
+    /// [`CachedStore::max_file_len`].
+    pub fn max_len(&self) -> u64 {
+        self.shared.max_file_len()
+    }
+
     /// [`CachedFile::len`] of the file whose entry is `entry`.
     #[inline]
     pub(crate) fn len_of(entry: &Entry) -> u64 {
