@@ -1154,7 +1154,10 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
-    let n = state::node(s, name, false, false, false).map_err(|e| fail("truncate", &e))?;
+    let n = state::node(s, name, false, false, false).map_err(|e| match e {
+        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+        e => fail("truncate", &e),
+    })?;
     if len > s.cs.max_file_len() {
         return Err(libc::EFBIG);
     }
@@ -2272,8 +2275,47 @@ fn make_at(dir: c_int, path: *const c_char, what: &str) -> Option<c_int> {
     match classify(dir, path) {
         Place::Outside => None,
         Place::Bad(e) => Some(int_ret(Err(e))),
+        // A name a file of the store has is taken, as any name is on a
+        // local file system (`mkdir -p` and the like look for `EEXIST`).
+        Place::Inside(name) if state::state().is_ok_and(|s| state::len_of(s, &name).is_ok()) => {
+            Some(int_ret(Err(libc::EEXIST)))
+        }
         Place::Inside(_) => Some(int_ret(Err(unsupported(what, libc::EPERM)))),
         Place::Root => Some(int_ret(Err(libc::EEXIST))),
+    }
+}
+
+// The C library makes FIFOs and temporary directories by its own calls to
+// the kernel, past this library's `mknodat` and `mkdir`: they are taken
+// here.
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: libc::mode_t) -> c_int {
+    make_at(libc::AT_FDCWD, path, MKNOD)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::mkfifo()(path, mode) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkfifoat(dir: c_int, path: *const c_char, mode: libc::mode_t) -> c_int {
+    make_at(dir, path, MKNOD)
+        // SAFETY: passed through with the caller's arguments.
+        .unwrap_or_else(|| unsafe { real::mkfifoat()(dir, path, mode) })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
+    match classify(libc::AT_FDCWD, template) {
+        Place::Inside(_) | Place::Root => {
+            set_errno(unsupported(MKDIR, libc::EPERM));
+            std::ptr::null_mut()
+        }
+        Place::Bad(e) => {
+            set_errno(e);
+            std::ptr::null_mut()
+        }
+        // SAFETY: passed through with the caller's arguments.
+        Place::Outside => unsafe { real::mkdtemp()(template) },
     }
 }
 
@@ -2531,7 +2573,7 @@ pub unsafe extern "C" fn mkostemps64(
 // ---- attributes ---------------------------------------------------------
 
 /// An inode number for a name: stable while the name is.
-pub(crate) fn ino_of(name: &[u8]) -> u64 {
+pub(crate) fn name_ino(name: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in name {
         h ^= b as u64;
@@ -2540,7 +2582,35 @@ pub(crate) fn ino_of(name: &[u8]) -> u64 {
     h | 1
 }
 
+/// The inode number of store file `name`: its first backing file's (device
+/// and inode mixed into one number), which a rename keeps, as a local file
+/// system keeps a renamed file's, and which a file made anew under the name
+/// does not share. A name whose backing file cannot be examined (deleted
+/// meanwhile) gets one from the name.
+pub(crate) fn ino_of(s: &State, name: &str) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let first =
+        s.cs.store()
+            .backing_paths(name)
+            .ok()
+            .and_then(|p| p.into_iter().next());
+    if let Some(c) = first.and_then(|p| std::ffi::CString::new(p.as_os_str().as_bytes()).ok()) {
+        // SAFETY: a zeroed stat64 is valid.
+        let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a stat buffer, both live here.
+        if unsafe { real::stat64()(c.as_ptr(), &mut st) } == 0 {
+            let mixed = (st.st_ino ^ st.st_dev.rotate_left(40)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            return mixed | 1;
+        }
+    }
+    name_ino(name.as_bytes())
+}
+
 fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<c_int, i32> {
+    fill_stat_as(s, ino_of(s, name), len, out)
+}
+
+fn fill_stat_as(s: &State, ino: u64, len: u64, out: *mut libc::stat64) -> Result<c_int, i32> {
     if out.is_null() {
         return Err(libc::EFAULT);
     }
@@ -2548,7 +2618,7 @@ fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<
     // SAFETY: a zeroed stat64 is valid.
     let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
     st.st_dev = cfg.dev_ino.0;
-    st.st_ino = ino_of(name.as_bytes());
+    st.st_ino = ino;
     st.st_nlink = 1;
     st.st_mode = libc::S_IFREG | 0o644;
     (st.st_uid, st.st_gid) = s.owner;
@@ -2565,8 +2635,8 @@ fn fill_stat(s: &State, name: &str, len: u64, out: *mut libc::stat64) -> Result<
 
 fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
-    let name = lock(&d.node.name).clone();
-    fill_stat(s, &name, d.node.len(), out)
+    let ino = d.node.ino(|| ino_of(s, &lock(&d.node.name)));
+    fill_stat_as(s, ino, d.node.len(), out)
 }
 
 fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {
@@ -2788,6 +2858,27 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
     }
 }
 
+/// `euidaccess` and `eaccess`: `access` with the effective ids, which the
+/// C library answers by its own `fstatat`, past this library's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+    if mode & !ACCESS_MODES != 0 {
+        return int_ret(Err(libc::EINVAL));
+    }
+    match classify_as(libc::AT_FDCWD, path, true) {
+        Place::Bad(e) => int_ret(Err(e)),
+        Place::Inside(name) => int_ret(access_name(&name, mode)),
+        // SAFETY: passed through with the caller's arguments.
+        _ => unsafe { real::euidaccess()(path, mode) },
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: the same call, as the C library's `eaccess` is.
+    unsafe { euidaccess(path, mode) }
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn faccessat(
     dirfd: c_int,
@@ -2951,6 +3042,7 @@ path_meta! {
     utime(times: *const libc::utimbuf) 0;
     utimes(times: *const libc::timeval) 0;
     lutimes(times: *const libc::timeval) libc::AT_SYMLINK_NOFOLLOW;
+    lchmod(mode: libc::mode_t) libc::AT_SYMLINK_NOFOLLOW;
 }
 
 /// An owner, mode or times change of `path` relative to `dirfd`, or of
@@ -3083,6 +3175,134 @@ macro_rules! path_listxattr {
 path_listxattr! {
     listxattr(true);
     llistxattr(false);
+}
+
+/// Setting or removing an attribute of a file of the store: `EOPNOTSUPP`,
+/// as a file system without extended attributes answers (callers such as
+/// the ACL library's then fall back to `fchmod`), or `ENOENT` for a missing
+/// file.
+fn xattr_refused(name: &str) -> c_int {
+    int_ret(with_state(|s| {
+        state::len_of(s, name).map_err(|e| match e {
+            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+            e => fail("setxattr", &e),
+        })?;
+        Err(libc::EOPNOTSUPP)
+    }))
+}
+
+macro_rules! path_setxattr {
+    ($($name:ident($follow:expr);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(
+            path: *const c_char,
+            attr: *const c_char,
+            value: *const c_void,
+            size: size_t,
+            flags: c_int,
+        ) -> c_int {
+            match classify_as(libc::AT_FDCWD, path, $follow) {
+                Place::Bad(e) => int_ret(Err(e)),
+                Place::Inside(name) => xattr_refused(&name),
+                // SAFETY: passed through with the caller's arguments.
+                _ => unsafe { real::$name()(path, attr, value, size, flags) },
+            }
+        }
+    )*};
+}
+
+path_setxattr! {
+    setxattr(true);
+    lsetxattr(false);
+}
+
+macro_rules! path_removexattr {
+    ($($name:ident($follow:expr);)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, attr: *const c_char) -> c_int {
+            match classify_as(libc::AT_FDCWD, path, $follow) {
+                Place::Bad(e) => int_ret(Err(e)),
+                Place::Inside(name) => xattr_refused(&name),
+                // SAFETY: passed through with the caller's arguments.
+                _ => unsafe { real::$name()(path, attr) },
+            }
+        }
+    )*};
+}
+
+path_removexattr! {
+    removexattr(true);
+    lremovexattr(false);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fsetxattr(
+    fd: c_int,
+    attr: *const c_char,
+    value: *const c_void,
+    size: size_t,
+    flags: c_int,
+) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fsetxattr()(fd, attr, value, size, flags) },
+        Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
+        Some(_) => int_ret(Err(libc::EOPNOTSUPP)),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fremovexattr(fd: c_int, attr: *const c_char) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fremovexattr()(fd, attr) },
+        Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
+        Some(_) => int_ret(Err(libc::EOPNOTSUPP)),
+    }
+}
+
+// ---- file system figures: a file of the store's are its directory's ------
+
+/// The real path to ask for the figures of `path`'s file system: the
+/// store's directory for a file of the store that exists (`Err(ENOENT)` for
+/// one that does not), `path` itself outside the store.
+fn figures_path(path: *const c_char) -> Result<*const c_char, i32> {
+    match classify_as(libc::AT_FDCWD, path, true) {
+        Place::Bad(e) => Err(e),
+        Place::Inside(name) => with_state(|s| {
+            state::len_of(s, &name).map_err(|e| match e {
+                Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+                e => fail("statvfs", &e),
+            })?;
+            Ok(state::config().ok_or(libc::EINVAL)?.dir_c.as_ptr())
+        }),
+        _ => Ok(path),
+    }
+}
+
+macro_rules! path_figures {
+    ($($name:ident($buf:ty) -> $ret:ty;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: $buf) -> $ret {
+            match figures_path(path) {
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+                // SAFETY: the caller's buffer (or name), and a path that lives
+                // as long as the store's settings.
+                Ok(p) => unsafe { real::$name()(p, buf) },
+            }
+        }
+    )*};
+}
+
+path_figures! {
+    statvfs(*mut libc::statvfs) -> c_int;
+    statvfs64(*mut libc::statvfs64) -> c_int;
+    statfs(*mut libc::statfs) -> c_int;
+    statfs64(*mut libc::statfs64) -> c_int;
+    pathconf(c_int) -> libc::c_long;
 }
 
 #[unsafe(no_mangle)]

@@ -181,7 +181,10 @@ fn next(l: &mut Listing) -> *mut libc::dirent64 {
     e.d_ino = match name.as_slice() {
         b"." => l.dots[0],
         b".." => l.dots[1],
-        n => crate::calls::ino_of(n),
+        n => match (state::state(), std::str::from_utf8(n)) {
+            (Ok(s), Ok(name)) => crate::calls::ino_of(s, name),
+            _ => crate::calls::name_ino(n),
+        },
     };
     e.d_off = l.next as i64;
     e.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;

@@ -105,9 +105,24 @@ pub(crate) struct Node {
     /// The write-lifetime hint `fcntl(F_SET_RW_HINT)` gave (0: none), which
     /// the kernel keeps with the file and `F_GET_RW_HINT` reads back.
     pub(crate) rw_hint: AtomicU64,
+    /// Its inode number (`calls::ino_of`) once asked for (0 before): a
+    /// rename keeps it.
+    ino: AtomicU64,
 }
 
 impl Node {
+    /// Its inode number, found by `find` the first time.
+    pub(crate) fn ino(&self, find: impl FnOnce() -> u64) -> u64 {
+        match self.ino.load(Ordering::Relaxed) {
+            0 => {
+                let ino = find();
+                self.ino.store(ino, Ordering::Relaxed);
+                ino
+            }
+            ino => ino,
+        }
+    }
+
     /// The file's length as this process's readers see it (see `size`).
     pub(crate) fn len(&self) -> u64 {
         self.size.load(Ordering::Acquire)
@@ -310,8 +325,18 @@ fn read_config() -> Option<Config> {
     // SAFETY: `dir_c` is a C string and `st` a stat buffer.
     let rc = unsafe { crate::real::stat64()(dir_c.as_ptr(), &mut st) };
     if rc != 0 || st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        // A relative path is taken from each process's own working
+        // directory: a program started elsewhere finds none there.
+        let relative = if raw[0] == b'/' {
+            String::new()
+        } else {
+            format!(
+                " (SETCACHE_DIR={:?} is relative: each process takes it from its own working directory; give an absolute path)",
+                String::from_utf8_lossy(raw)
+            )
+        };
         crate::fatal(&format!(
-            "SETCACHE_DIR {} is not a directory: create it first (it stays empty: its files live in the store)",
+            "SETCACHE_DIR {} is not a directory: create it first (it stays empty: its files live in the store){relative}",
             String::from_utf8_lossy(&dir)
         ));
     }
@@ -410,7 +435,7 @@ pub(crate) fn state() -> Result<&'static State, i32> {
     if forked() {
         crate::warn_once(
             "fork",
-            "the store belongs to the parent process: a child made by fork cannot use it (run fio with --thread)",
+            "the store belongs to the parent process: a child made by fork cannot use it (run the program's workers as threads: fio's --thread, for one)",
         );
         return Err(libc::EBADF);
     }
@@ -743,7 +768,7 @@ pub(crate) fn parents_placeholder(fd: c_int) -> bool {
     if store {
         crate::warn_once(
             "fork",
-            "the store belongs to the parent process: a child made by fork cannot use it (run fio with --thread)",
+            "the store belongs to the parent process: a child made by fork cannot use it (run the program's workers as threads: fio's --thread, for one)",
         );
     }
     store
@@ -862,6 +887,7 @@ pub(crate) fn node(
         descs: AtomicUsize::new(0),
         flocks: crate::lock::Flocks::default(),
         rw_hint: AtomicU64::new(0),
+        ino: AtomicU64::new(0),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

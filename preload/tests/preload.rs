@@ -249,12 +249,27 @@ fn unsupported_calls_fail_with_a_clear_errno_and_message() {
         assert_eq!(line(what), "-1 EPERM", "{what}");
     }
     assert_eq!(line("link from outside"), "-1 EXDEV");
-    for name in ["sub2", "fifo", "sym", "m2", "ln"] {
+    // The C library's own calls to the kernel behind these are taken too.
+    for what in ["mkfifo inside", "mkfifoat inside", "mkdtemp inside"] {
+        assert_eq!(line(what), "-1 EPERM", "{what}");
+    }
+    // No extended attributes: the answer of a file system without them,
+    // which the ACL library (`cp -p`, `install`) takes as "use fchmod".
+    for what in ["setxattr", "fsetxattr", "removexattr", "fremovexattr"] {
+        assert_eq!(line(what), "-1 EOPNOTSUPP", "{what}");
+    }
+    assert_eq!(line("setxattr of a missing file"), "-1 ENOENT");
+    for name in ["sub2", "fifo", "sym", "m2", "ln", "fifo2", "fifo3"] {
         assert!(
             std::fs::symlink_metadata(s.p("store").join(name)).is_err(),
             "{name} made in the store's directory"
         );
     }
+    assert_eq!(
+        std::fs::read_dir(s.p("store")).unwrap().count(),
+        0,
+        "a name made in the store's directory"
+    );
     // The refused mapping did not disturb the file.
     assert_eq!(line("read after refused mmap"), "1");
     let err = text(&out.stderr);

@@ -40,7 +40,10 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/uio.h>
+#include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -930,6 +933,29 @@ static void flag_checks(void) {
     show("F_NOTIFY 0", fcntl(fd, F_NOTIFY, 0));
     show("F_NOTIFY DN_MODIFY", fcntl(fd, F_NOTIFY, DN_MODIFY));
     show("F_GETPIPE_SZ", fcntl(fd, F_GETPIPE_SZ));
+    /* Calls the C library answers by its own calls to the kernel. */
+    show("euidaccess R_OK", euidaccess(path("fc"), R_OK));
+    show("eaccess W_OK", eaccess(path("fc"), W_OK));
+    show("euidaccess of a missing file", euidaccess(path("nothing"), F_OK));
+    show("mkdir over a file", mkdir(path("fc"), 0755));
+    show("mkfifo over a file", mkfifo(path("fc"), 0644));
+    struct statvfs sv;
+    show("statvfs", statvfs(path("fc"), &sv));
+    show("  its longest name", (long long)sv.f_namemax);
+    show("statvfs of a missing file", statvfs(path("nothing"), &sv));
+    struct statfs sf;
+    show("statfs", statfs(path("fc"), &sf));
+    show("  its longest name", (long long)sf.f_namelen);
+    show("pathconf _PC_NAME_MAX", pathconf(path("fc"), _PC_NAME_MAX));
+    show("pathconf of a missing file", pathconf(path("nothing"), _PC_NAME_MAX));
+    show("lchmod", lchmod(path("fc"), 0644));
+    struct stat before, after, named;
+    fstat(fd, &before);
+    show("rename fc fc2", rename(path("fc"), path("fc2")));
+    fstat(fd, &after);
+    stat(path("fc2"), &named);
+    show("  the inode kept", before.st_ino == after.st_ino && after.st_ino == named.st_ino);
+    show("rename fc2 fc", rename(path("fc2"), path("fc")));
     show("fc's size still", lseek(fd, 0, SEEK_END));
     /* Ranges past 2^64 and past the largest offset: the same on every file
      * system (the largest file's own lines are in largest_file()). */
@@ -1314,6 +1340,16 @@ static void refused(void) {
     show("link from outside", link(outside, path("ln")));
     close(o);
     unlink(outside);
+    show("mkfifo inside", mkfifo(path("fifo2"), 0644));
+    show("mkfifoat inside", mkfifoat(AT_FDCWD, path("fifo3"), 0644));
+    char tmpl[4200];
+    snprintf(tmpl, sizeof tmpl, "%s", path("tdXXXXXX"));
+    show("mkdtemp inside", mkdtemp(tmpl) ? 0 : -1);
+    show("setxattr", setxattr(path("m"), "user.k", "v", 1, 0));
+    show("fsetxattr", fsetxattr(fd, "user.k", "v", 1, 0));
+    show("removexattr", removexattr(path("m"), "user.k"));
+    show("fremovexattr", fremovexattr(fd, "user.k"));
+    show("setxattr of a missing file", setxattr(path("nothing"), "user.k", "v", 1, 0));
     close(fd);
     unlink(path("m"));
 }
