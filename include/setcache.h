@@ -14,7 +14,8 @@
  * whose offset plus length passes 2^64 fails -EFBIG first). A length given
  * to setcache_create or setcache_set_len, or a setcache_pwrite ending, past
  * the store's largest file (2^52 bytes with 4 KiB pages) fails -EFBIG, as the
- * kernel's past a file system's largest file.
+ * kernel's past a file system's largest file (a write that only ends past it
+ * writes nothing, where the kernel writes the part that fits).
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
  * with an internal error: setcache_close, setcache_queue_free,

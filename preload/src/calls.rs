@@ -2305,8 +2305,17 @@ pub unsafe extern "C" fn mkfifoat(dir: c_int, path: *const c_char, mode: libc::m
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
+    // SAFETY: a non-null template is the caller's C string.
+    let six_x = !template.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(template) }
+            .to_bytes()
+            .ends_with(b"XXXXXX");
+    if !six_x {
+        // SAFETY: the C library's answer to a template it refuses.
+        return unsafe { real::mkdtemp()(template) };
+    }
     match classify(libc::AT_FDCWD, template) {
-        Place::Inside(_) | Place::Root => {
+        Place::Inside(_) => {
             set_errno(unsupported(MKDIR, libc::EPERM));
             std::ptr::null_mut()
         }
@@ -2314,8 +2323,9 @@ pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
             set_errno(e);
             std::ptr::null_mut()
         }
-        // SAFETY: passed through with the caller's arguments.
-        Place::Outside => unsafe { real::mkdtemp()(template) },
+        // SAFETY: passed through with the caller's arguments (the store's
+        // directory itself as a template names a sibling of it).
+        Place::Outside | Place::Root => unsafe { real::mkdtemp()(template) },
     }
 }
 
@@ -2635,7 +2645,7 @@ fn fill_stat_as(s: &State, ino: u64, len: u64, out: *mut libc::stat64) -> Result
 
 fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
-    let ino = d.node.ino(|| ino_of(s, &lock(&d.node.name)));
+    let ino = d.node.ino();
     fill_stat_as(s, ino, d.node.len(), out)
 }
 
@@ -3181,14 +3191,40 @@ path_listxattr! {
 /// as a file system without extended attributes answers (callers such as
 /// the ACL library's then fall back to `fchmod`), or `ENOENT` for a missing
 /// file.
-fn xattr_refused(name: &str) -> c_int {
-    int_ret(with_state(|s| {
-        state::len_of(s, name).map_err(|e| match e {
-            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-            e => fail("setxattr", &e),
-        })?;
-        Err(libc::EOPNOTSUPP)
+fn xattr_refused(name: &str, args: Result<(), i32>) -> c_int {
+    int_ret(args.and_then(|()| {
+        with_state(|s| {
+            state::len_of(s, name).map_err(|e| match e {
+                Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+                e => fail("setxattr", &e),
+            })?;
+            Err(libc::EOPNOTSUPP)
+        })
     }))
+}
+
+/// The kernel's checks of an attribute call's arguments, made before it
+/// looks at the file: the flags (`EINVAL`), the name (`EFAULT` for none,
+/// `ERANGE` for an empty one or one past 255 bytes), the value's size past
+/// 64 KiB (`E2BIG`). `value` is `None` for a removal.
+fn xattr_args(attr: *const c_char, value: Option<(size_t, c_int)>) -> Result<(), i32> {
+    if let Some((_, flags)) = value
+        && flags & !(libc::XATTR_CREATE | libc::XATTR_REPLACE) != 0
+    {
+        return Err(libc::EINVAL);
+    }
+    if attr.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: a non-null attribute name is the caller's C string.
+    let n = unsafe { std::ffi::CStr::from_ptr(attr) }.to_bytes().len();
+    if n == 0 || n > 255 {
+        return Err(libc::ERANGE);
+    }
+    match value {
+        Some((size, _)) if size > 65536 => Err(libc::E2BIG),
+        _ => Ok(()),
+    }
 }
 
 macro_rules! path_setxattr {
@@ -3203,7 +3239,7 @@ macro_rules! path_setxattr {
         ) -> c_int {
             match classify_as(libc::AT_FDCWD, path, $follow) {
                 Place::Bad(e) => int_ret(Err(e)),
-                Place::Inside(name) => xattr_refused(&name),
+                Place::Inside(name) => xattr_refused(&name, xattr_args(attr, Some((size, flags)))),
                 // SAFETY: passed through with the caller's arguments.
                 _ => unsafe { real::$name()(path, attr, value, size, flags) },
             }
@@ -3222,7 +3258,7 @@ macro_rules! path_removexattr {
         pub unsafe extern "C" fn $name(path: *const c_char, attr: *const c_char) -> c_int {
             match classify_as(libc::AT_FDCWD, path, $follow) {
                 Place::Bad(e) => int_ret(Err(e)),
-                Place::Inside(name) => xattr_refused(&name),
+                Place::Inside(name) => xattr_refused(&name, xattr_args(attr, None)),
                 // SAFETY: passed through with the caller's arguments.
                 _ => unsafe { real::$name()(path, attr) },
             }
@@ -3247,7 +3283,7 @@ pub unsafe extern "C" fn fsetxattr(
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fsetxattr()(fd, attr, value, size, flags) },
         Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
-        Some(_) => int_ret(Err(libc::EOPNOTSUPP)),
+        Some(_) => int_ret(xattr_args(attr, Some((size, flags))).and(Err(libc::EOPNOTSUPP))),
     }
 }
 
@@ -3257,7 +3293,7 @@ pub unsafe extern "C" fn fremovexattr(fd: c_int, attr: *const c_char) -> c_int {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fremovexattr()(fd, attr) },
         Some(d) if d.path_only() => int_ret(Err(libc::EBADF)),
-        Some(_) => int_ret(Err(libc::EOPNOTSUPP)),
+        Some(_) => int_ret(xattr_args(attr, None).and(Err(libc::EOPNOTSUPP))),
     }
 }
 

@@ -105,22 +105,15 @@ pub(crate) struct Node {
     /// The write-lifetime hint `fcntl(F_SET_RW_HINT)` gave (0: none), which
     /// the kernel keeps with the file and `F_GET_RW_HINT` reads back.
     pub(crate) rw_hint: AtomicU64,
-    /// Its inode number (`calls::ino_of`) once asked for (0 before): a
-    /// rename keeps it.
-    ino: AtomicU64,
+    /// Its inode number (`calls::ino_of`), taken when it was opened: a
+    /// rename keeps it, and so does a delete or a replacement of its name.
+    ino: u64,
 }
 
 impl Node {
-    /// Its inode number, found by `find` the first time.
-    pub(crate) fn ino(&self, find: impl FnOnce() -> u64) -> u64 {
-        match self.ino.load(Ordering::Relaxed) {
-            0 => {
-                let ino = find();
-                self.ino.store(ino, Ordering::Relaxed);
-                ino
-            }
-            ino => ino,
-        }
+    /// Its inode number.
+    pub(crate) fn ino(&self) -> u64 {
+        self.ino
     }
 
     /// The file's length as this process's readers see it (see `size`).
@@ -887,7 +880,9 @@ pub(crate) fn node(
         descs: AtomicUsize::new(0),
         flocks: crate::lock::Flocks::default(),
         rw_hint: AtomicU64::new(0),
-        ino: AtomicU64::new(0),
+        // Taken at the open, from the file it opened: a later look by
+        // name could find another file (the name replaced meanwhile).
+        ino: crate::calls::ino_of(s, name),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

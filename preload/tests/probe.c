@@ -956,6 +956,28 @@ static void flag_checks(void) {
     stat(path("fc2"), &named);
     show("  the inode kept", before.st_ino == after.st_ino && after.st_ino == named.st_ino);
     show("rename fc2 fc", rename(path("fc2"), path("fc")));
+    /* An open file keeps its inode number when its name is replaced or
+     * deleted before it is asked for. */
+    close(open(path("ia"), O_CREAT | O_WRONLY, 0644));
+    close(open(path("ib"), O_CREAT | O_WRONLY, 0644));
+    struct stat ia, ib, held;
+    stat(path("ia"), &ia);
+    stat(path("ib"), &ib);
+    int ifd = open(path("ia"), O_RDONLY);
+    show("rename ib over ia", rename(path("ib"), path("ia")));
+    fstat(ifd, &held);
+    show("  the open file's inode, not the new one's",
+         held.st_ino == ia.st_ino && held.st_ino != ib.st_ino);
+    show("unlink ia", unlink(path("ia")));
+    fstat(ifd, &held);
+    show("  the inode after the unlink", held.st_ino == ia.st_ino);
+    close(ifd);
+    /* Attribute calls' arguments, checked before the file is. */
+    show("setxattr flags 4", setxattr(path("fc"), "user.k", "v", 1, 4));
+    show("setxattr of an empty name", setxattr(path("fc"), "", "v", 1, 0));
+    static char big_value[70000];
+    show("fsetxattr of 70000 bytes", fsetxattr(fd, "user.k", big_value, sizeof big_value, 0));
+    show("removexattr of an empty name", removexattr(path("fc"), ""));
     show("fc's size still", lseek(fd, 0, SEEK_END));
     /* Ranges past 2^64 and past the largest offset: the same on every file
      * system (the largest file's own lines are in largest_file()). */
