@@ -34,6 +34,7 @@ mod copy;
 mod dir;
 mod lock;
 mod path;
+mod ready;
 mod real;
 mod state;
 mod stdio;

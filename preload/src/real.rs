@@ -165,6 +165,11 @@ real! {
     mknod: fn(*const c_char, libc::mode_t, libc::dev_t) -> c_int;
     mknodat: fn(c_int, *const c_char, libc::mode_t, libc::dev_t) -> c_int;
     mkfifo: fn(*const c_char, libc::mode_t) -> c_int;
+    poll: fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int;
+    ppoll: fn(*mut libc::pollfd, libc::nfds_t, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    select: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *mut libc::timeval) -> c_int;
+    pselect: fn(c_int, *mut libc::fd_set, *mut libc::fd_set, *mut libc::fd_set, *const libc::timespec, *const libc::sigset_t) -> c_int;
+    epoll_ctl: fn(c_int, c_int, c_int, *mut libc::epoll_event) -> c_int;
     mkfifoat: fn(c_int, *const c_char, libc::mode_t) -> c_int;
     mkdtemp: fn(*mut c_char) -> *mut c_char;
     euidaccess: fn(*const c_char, c_int) -> c_int;

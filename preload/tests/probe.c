@@ -33,7 +33,10 @@
 #include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
+#include <sys/select.h>
 #include <sys/sendfile.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -978,6 +981,41 @@ static void flag_checks(void) {
     static char big_value[70000];
     show("fsetxattr of 70000 bytes", fsetxattr(fd, "user.k", big_value, sizeof big_value, 0));
     show("removexattr of an empty name", removexattr(path("fc"), ""));
+    /* A regular file is always ready; epoll takes none. */
+    int rp[2];
+    /* (Short waits: a file that is ready ends them at once.) */
+    if (fd >= 0 && pipe(rp) == 0) {
+        struct pollfd pf[3] = {{fd, POLLIN | POLLOUT, 0}, {rp[0], POLLIN, 0}, {fd, POLLPRI, 0}};
+        show("poll a file, an idle pipe, POLLPRI", poll(pf, 3, 200));
+        show("  the file's events", pf[0].revents);
+        show("  the pipe's", pf[1].revents);
+        show("  POLLPRI alone", pf[2].revents);
+        struct timespec ts = {0, 200000000};
+        pf[0].revents = pf[1].revents = 0;
+        show("ppoll the file and the pipe", ppoll(pf, 2, &ts, NULL));
+        show("  the file's events", pf[0].revents);
+        fd_set rs, ws, es;
+        FD_ZERO(&rs);
+        FD_ZERO(&ws);
+        FD_ZERO(&es);
+        FD_SET(fd, &rs);
+        FD_SET(fd, &ws);
+        FD_SET(fd, &es);
+        FD_SET(rp[0], &rs);
+        struct timeval tv = {0, 200000};
+        int top = (fd > rp[0] ? fd : rp[0]) + 1;
+        show("select a file and an idle pipe", select(top, &rs, &ws, &es, &tv));
+        show("  read, write, exception", FD_ISSET(fd, &rs) * 100 + FD_ISSET(fd, &ws) * 10 +
+                                             FD_ISSET(fd, &es));
+        show("  the pipe readable", FD_ISSET(rp[0], &rs));
+        int ep = epoll_create1(0);
+        struct epoll_event ev = {.events = EPOLLIN};
+        show("epoll_ctl ADD a file", epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev));
+        show("epoll_ctl DEL a file", epoll_ctl(ep, EPOLL_CTL_DEL, fd, &ev));
+        close(ep);
+        close(rp[0]);
+        close(rp[1]);
+    }
     show("fc's size still", lseek(fd, 0, SEEK_END));
     /* Ranges past 2^64 and past the largest offset: the same on every file
      * system (the largest file's own lines are in largest_file()). */
