@@ -17,6 +17,17 @@ use crate::{real, set_errno, state};
 /// What the kernel's poll of a regular file answers.
 const FILE_READY: i16 = libc::POLLIN | libc::POLLOUT | libc::POLLRDNORM | libc::POLLWRNORM;
 
+/// No wait: the timeout a call gets when a store file is ready.
+static NO_WAIT: timespec = timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+};
+
+/// `timeout`, or no wait when a store file is ready (`now`).
+fn or_now(now: bool, timeout: *const timespec) -> *const timespec {
+    if now { &NO_WAIT } else { timeout }
+}
+
 fn ours(fd: c_int) -> bool {
     fd >= 0 && state::desc(fd).is_some()
 }
@@ -95,14 +106,10 @@ pub unsafe extern "C" fn ppoll(
     timeout: *const timespec,
     mask: *const sigset_t,
 ) -> c_int {
-    let zero = timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     // SAFETY: the caller's entries; passed through with its arguments.
     unsafe {
         poll_with(fds, n, |p, now| {
-            real::ppoll()(p, n, if now { &raw const zero } else { timeout }, mask)
+            real::ppoll()(p, n, or_now(now, timeout), mask)
         })
     }
 }
@@ -221,21 +228,10 @@ pub unsafe extern "C" fn pselect(
     timeout: *const timespec,
     mask: *const sigset_t,
 ) -> c_int {
-    let zero = timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
     // SAFETY: the caller's sets; passed through with its arguments.
     unsafe {
         select_with(n, [r, w, e], |[r, w, e], now| {
-            real::pselect()(
-                n,
-                r,
-                w,
-                e,
-                if now { &raw const zero } else { timeout },
-                mask,
-            )
+            real::pselect()(n, r, w, e, or_now(now, timeout), mask)
         })
     }
 }
