@@ -1154,10 +1154,7 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
-    let n = state::node(s, name, false, false, false).map_err(|e| match e {
-        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-        e => fail("truncate", &e),
-    })?;
+    let n = state::node(s, name, false, false, false).map_err(missing_is_enoent("truncate"))?;
     if len > s.cs.max_file_len() {
         return Err(libc::EFBIG);
     }
@@ -2069,6 +2066,22 @@ fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, 
     f(state::state()?)
 }
 
+/// A store error as call `what` answers it: `ENOENT` for a name the store
+/// has no file of (or could not have), the error's own errno (and a
+/// message) otherwise.
+fn missing_is_enoent(what: &str) -> impl FnOnce(Error) -> i32 + '_ {
+    move |e| match e {
+        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+        e => fail(what, &e),
+    }
+}
+
+/// The length of store file `name`, `ENOENT` for none (see
+/// [`missing_is_enoent`]).
+fn len_or_enoent(s: &State, name: &str, what: &str) -> Result<u64, i32> {
+    state::len_of(s, name).map_err(missing_is_enoent(what))
+}
+
 /// Whether the store still lists `name`, after an operation on it failed
 /// (which the store may have begun, and finishes at its next operation: this
 /// one); `None` when that cannot be told.
@@ -2651,10 +2664,7 @@ fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
 
 fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
-    let len = state::len_of(s, name).map_err(|e| match e {
-        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-        e => fail("stat", &e),
-    })?;
+    let len = len_or_enoent(s, name, "stat")?;
     fill_stat(s, name, len, out)
 }
 
@@ -2844,10 +2854,7 @@ const ACCESS_MODES: c_int = libc::R_OK | libc::W_OK | libc::X_OK;
 
 fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
     with_state(|s| {
-        state::len_of(s, name).map_err(|e| match e {
-            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-            e => fail("access", &e),
-        })?;
+        len_or_enoent(s, name, "access")?;
         if mode & libc::X_OK != 0 {
             return Err(libc::EACCES);
         }
@@ -2855,32 +2862,31 @@ fn access_name(name: &str, mode: c_int) -> Result<c_int, i32> {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+/// `access` of `path`, or `outside` (the C library's call) for a path
+/// outside the store.
+fn access_path(path: *const c_char, mode: c_int, outside: impl FnOnce() -> c_int) -> c_int {
     if mode & !ACCESS_MODES != 0 {
         return int_ret(Err(libc::EINVAL));
     }
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(access_name(&name, mode)),
-        // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::access()(path, mode) },
+        _ => outside(),
     }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    // SAFETY: passed through with the caller's arguments.
+    access_path(path, mode, || unsafe { real::access()(path, mode) })
 }
 
 /// `euidaccess` and `eaccess`: `access` with the effective ids, which the
 /// C library answers by its own `fstatat`, past this library's.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
-    if mode & !ACCESS_MODES != 0 {
-        return int_ret(Err(libc::EINVAL));
-    }
-    match classify_as(libc::AT_FDCWD, path, true) {
-        Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(name) => int_ret(access_name(&name, mode)),
-        // SAFETY: passed through with the caller's arguments.
-        _ => unsafe { real::euidaccess()(path, mode) },
-    }
+    // SAFETY: passed through with the caller's arguments.
+    access_path(path, mode, || unsafe { real::euidaccess()(path, mode) })
 }
 
 #[unsafe(no_mangle)]
@@ -3136,10 +3142,7 @@ pub unsafe extern "C" fn futimesat(
 
 fn no_xattr(name: &str, list: bool) -> ssize_t {
     size_ret(with_state(|s| {
-        state::len_of(s, name).map_err(|e| match e {
-            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-            e => fail("getxattr", &e),
-        })?;
+        len_or_enoent(s, name, "getxattr")?;
         if list { Ok(0) } else { Err(libc::ENODATA) }
     }))
 }
@@ -3194,10 +3197,7 @@ path_listxattr! {
 fn xattr_refused(name: &str, args: Result<(), i32>) -> c_int {
     int_ret(args.and_then(|()| {
         with_state(|s| {
-            state::len_of(s, name).map_err(|e| match e {
-                Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-                e => fail("setxattr", &e),
-            })?;
+            len_or_enoent(s, name, "setxattr")?;
             Err(libc::EOPNOTSUPP)
         })
     }))
@@ -3306,10 +3306,7 @@ fn figures_path(path: *const c_char) -> Result<*const c_char, i32> {
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => Err(e),
         Place::Inside(name) => with_state(|s| {
-            state::len_of(s, &name).map_err(|e| match e {
-                Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-                e => fail("statvfs", &e),
-            })?;
+            len_or_enoent(s, &name, "statvfs")?;
             Ok(state::config().ok_or(libc::EINVAL)?.dir_c.as_ptr())
         }),
         _ => Ok(path),
@@ -3369,10 +3366,7 @@ pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) 
 /// `realpath` of file `name` of the store: `SETCACHE_DIR/name` when it exists.
 fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
     let r = with_state(|s| {
-        state::len_of(s, name).map_err(|e| match e {
-            Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
-            e => fail("realpath", &e),
-        })?;
+        len_or_enoent(s, name, "realpath")?;
         let cfg = state::config().ok_or(libc::EINVAL)?;
         // Resolved, as the C library's is (and as `readlink` of a store
         // descriptor's link reads).
