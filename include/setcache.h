@@ -53,7 +53,7 @@
  * that grows the file may wait twice, once more to cut the length back: up
  * to two seconds); a call that would wait for this thread's own pin (a write
  * over a page it pins, a read of a page it pins for writing, queued on this
- * thread's queue or not, a sync or set_len of the file, the store's sync),
+ * thread's queue or not, a sync, set_len or delete of the file, the store's sync),
  * or a set_len that would drop pages this thread's queue still reads or
  * writes back, fails -EDEADLK at once (a queued one in its completion). A page that needs a frame in a cache set
  * every page of which is pinned waits for a pin to go, up to one second, and
@@ -184,7 +184,9 @@ int setcache_loss_pending(setcache_file *file);
 int setcache_close(setcache_file *file);
 /* Delete a file; open handles of it fail with -ESTALE afterwards. An error may
  * come after the file was deleted (its cached pages could not all be dropped):
- * setcache_open tells (-ENOENT). */
+ * setcache_open tells (-ENOENT). -EDEADLK at once, the file kept, while this
+ * thread pins a page of it or a queue of this thread reads or writes back one
+ * of its pages (poll the queue first). */
 int setcache_delete(setcache_store *store, const char *name);
 /* Rename a file; -EEXIST if `to` exists. Open handles follow it. */
 int setcache_rename(setcache_store *store, const char *from, const char *to);

@@ -116,6 +116,63 @@ fn waiting_for_ones_own_guard_is_an_error() {
     cf.sync().unwrap();
 }
 
+/// A delete or replacement of a file drops its pages, and would wait for
+/// what this thread holds of them: a guard (shared or mutable) or a read its
+/// request queue has not polled. Each is refused at once and the file stays
+/// whole; once let go, the same call passes. Another file's guard does not
+/// stand in the way.
+#[test]
+fn deleting_a_file_one_holds_a_page_of_is_refused_at_once() {
+    let tmp = TempDir::new("guards-delete-self");
+    let len = 8 * PS;
+    let cs = rig(&tmp, len, 16, Duration::from_secs(30));
+    let cf = cs.open_file("data").unwrap();
+    let other = cs
+        .create("other", PS as u64, setcache::LayoutKind::Stripe)
+        .unwrap();
+    let held = |r: Result<(), Error>| matches!(r, Err(Error::HeldByCaller(_)));
+    let t = Instant::now();
+    {
+        let g = cf.page(PS as u64).unwrap();
+        assert!(held(cs.delete("data")));
+        assert!(held(cs.replace("other", "data")));
+        assert_eq!(&g[..], &pattern(1, 0, len)[PS..2 * PS]);
+    }
+    {
+        let mut m = cf.page_mut(2 * PS as u64).unwrap();
+        m[..4].copy_from_slice(b"MINE");
+        let e = cs.delete("data").unwrap_err();
+        assert!(matches!(e, Error::HeldByCaller(_)), "{e}");
+        assert!(e.to_string().contains("\"data\""), "{e}");
+    }
+    assert!(t.elapsed() < Duration::from_secs(10), "nothing waited");
+    let mut b = [0u8; 4];
+    cf.read_at(2 * PS as u64, &mut b).unwrap();
+    assert_eq!(&b, b"MINE");
+    // A read the thread's queue has not polled: the page's fill is its own.
+    let mut q = cs.queue(4);
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Read,
+        &cf,
+        6 * PS as u64,
+        vec![0; 16],
+        0,
+    )]);
+    assert!(held(cs.delete("data")));
+    q.drain();
+    let mut out = Vec::new();
+    q.take_completions(&mut out);
+    assert!(out[0].1.result.is_ok(), "{:?}", out[0].1.result);
+    // A guard of another file is no reason.
+    {
+        let _g = other.page(0).unwrap();
+        cs.delete("data").unwrap();
+    }
+    let e = cf.read_at(0, &mut b).unwrap_err();
+    assert!(matches!(e, Error::FileGone(_)), "{e}");
+    assert!(matches!(cs.open_file("data"), Err(Error::FileNotFound(_))));
+}
+
 /// Another thread's writer waits for the shared guards of its page, and
 /// gives up with `Busy` after the pin wait while one stays; a mutable guard
 /// excludes readers of its page in other threads until it drops.

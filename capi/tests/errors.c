@@ -205,6 +205,9 @@ int main(int argc, char **argv) {
     expect("store_sync: the same", setcache_store_sync(store), EDEADLK, NULL);
     expect("set_len: a cut over the same", setcache_set_len(file, 100), EDEADLK, NULL);
     expect_ok("  the length stays", setcache_len(file) == 10000 ? 0 : -1);
+    expect("delete: a file this thread pins a page of", setcache_delete(store, "f"), EDEADLK,
+           "guard");
+    expect_ok("  the file stays", setcache_len(file) == 10000 ? 0 : -1);
     {
         /* Queued, the same read fails in its completion, at once. */
         char one[16];

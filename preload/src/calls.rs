@@ -97,6 +97,13 @@ fn user_data<T>(p: *const T, n: usize) -> Result<usize, i32> {
     if n > 0 && p.is_null() {
         return Err(libc::EFAULT);
     }
+    user_dest(p, n)
+}
+
+/// [`user_data`] for a buffer a read fills: a null one passes here (the
+/// kernel finds it unreachable only when it copies, and a read at the end
+/// copies nothing: see [`null_read`]).
+fn user_dest<T>(p: *const T, n: usize) -> Result<usize, i32> {
     if (p as usize)
         .checked_add(n)
         .is_none_or(|end| end > i64::MAX as usize)
@@ -149,8 +156,8 @@ fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
 /// showing readers the longer length.
 fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
     let f = &d.node.file;
-    // Past the largest file: the kernel's answer there (which writes the
-    // part of a write that fits: here none of it is).
+    // Past the largest file: the kernel's answer there (a write is cut at
+    // it before it comes here).
     if end > state::largest() {
         return Err(libc::EFBIG);
     }
@@ -162,15 +169,21 @@ fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
 }
 
 /// Write `data` at `off`, or at the end when `off` is `None` or the file is
-/// open for appending; returns where the write ended.
-fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<u64, i32> {
+/// open for appending; returns how many bytes it wrote (all of them, but
+/// for a write cut at the largest file) and where the write ended.
+fn write_at(d: &Desc, data: &[u8], off: Option<u64>) -> Result<(usize, u64), i32> {
     write_at_as(d, data, off, d.append())
 }
 
 /// [`write_at`], with the descriptor's `O_APPEND` taken as `appending` says
 /// (`pwritev2`'s `RWF_NOAPPEND` writes at its offset on an appending one).
-fn write_at_as(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> Result<u64, i32> {
-    let end = write_unsynced(d, data, off, appending)?;
+fn write_at_as(
+    d: &Desc,
+    data: &[u8],
+    off: Option<u64>,
+    appending: bool,
+) -> Result<(usize, u64), i32> {
+    let (written, end) = write_unsynced(d, data, off, appending)?;
     if !data.is_empty() {
         d.node.note_written();
         if d.status.load(Ordering::Relaxed) & (libc::O_SYNC | libc::O_DSYNC) != 0 || state::exited()
@@ -180,10 +193,15 @@ fn write_at_as(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> Resu
             d.node.file.sync().map_err(|e| fail("write (O_SYNC)", &e))?;
         }
     }
-    Ok(end)
+    Ok((written, end))
 }
 
-fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> Result<u64, i32> {
+fn write_unsynced(
+    d: &Desc,
+    data: &[u8],
+    off: Option<u64>,
+    appending: bool,
+) -> Result<(usize, u64), i32> {
     if !d.writable {
         return Err(libc::EBADF);
     }
@@ -203,12 +221,12 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> R
         let at = off.unwrap_or(0);
         let end = end_of(at)?;
         if n == 0 {
-            return Ok(at);
+            return Ok((0, at));
         }
         if end <= d.node.len() {
             // Inside the file: no length changes.
             match f.write_at(at, data) {
-                Ok(_) => return Ok(end),
+                Ok(_) => return Ok((data.len(), end)),
                 // A shrink (another thread's `ftruncate`) cut the file
                 // meanwhile: the write reaches past the new end, and grows
                 // the file as below, as a local file system's would.
@@ -228,15 +246,23 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> R
         // kernel checks it.
         check_direct(d, data.as_ptr() as usize, data.len(), at)?;
     }
-    let end = end_of(at)?;
+    end_of(at)?;
     if n == 0 {
-        return Ok(at);
+        return Ok((0, at));
     }
+    // As the kernel: a write from the largest file's end on fails, and one
+    // that only ends past it writes the part before it (a short count).
+    let largest = state::largest();
+    if at >= largest {
+        return Err(libc::EFBIG);
+    }
+    let data = &data[..(largest - at).min(n) as usize];
+    let end = at + data.len() as u64;
     grow_to(d, end)?;
     match f.write_at(at, data) {
         Ok(_) => {
             d.node.publish_end(end);
-            Ok(end)
+            Ok((data.len(), end))
         }
         Err(e) => {
             // A failed write leaves the file as long as it was: the growth
@@ -250,8 +276,10 @@ fn write_unsynced(d: &Desc, data: &[u8], off: Option<u64>, appending: bool) -> R
     }
 }
 
-/// The buffers of an iovec array.
-unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
+/// The buffers of an iovec array; with `reading`, for a read, those up to
+/// and with the first null buffer with bytes to move (which
+/// [`read_iov`] reads nothing into).
+unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int, reading: bool) -> Result<&'a [iovec], i32> {
     if !(0..=libc::UIO_MAXIOV).contains(&cnt) {
         return Err(libc::EINVAL);
     }
@@ -275,6 +303,9 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int) -> Result<&'a [iovec], i32> {
         .iter()
         .position(|x| x.iov_len > 0 && x.iov_base.is_null())
         .unwrap_or(v.len());
+    if reading {
+        return Ok(&v[..(reachable + 1).min(v.len())]);
+    }
     let v = &v[..reachable];
     if reachable < cnt as usize && v.iter().all(|x| x.iov_len == 0) {
         return Err(libc::EFAULT);
@@ -291,6 +322,14 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     for v in iov {
         if v.iov_len == 0 {
             continue;
+        }
+        if v.iov_base.is_null() {
+            // The buffers before it are the call's (a short read); with none,
+            // a read at the end reads nothing and one before it fails.
+            if done > 0 {
+                break;
+            }
+            return null_read(d, off);
         }
         // SAFETY: each iovec describes a writable buffer of the caller.
         let buf = unsafe { std::slice::from_raw_parts_mut(v.iov_base.cast::<u8>(), v.iov_len) };
@@ -358,8 +397,18 @@ unsafe fn write_iov(
             &all[..]
         }
     };
-    let end = write_at_as(d, joined, off, appending)?;
-    Ok((total, end))
+    let (written, end) = write_at_as(d, joined, off, appending)?;
+    Ok((written.min(total), end))
+}
+
+/// A read into a null buffer at `off`: nothing to copy at or past the end
+/// (0, as the kernel), `EFAULT` where there are bytes to copy.
+fn null_read(d: &Desc, off: u64) -> Result<usize, i32> {
+    if off >= d.node.len() {
+        Ok(0)
+    } else {
+        Err(libc::EFAULT)
+    }
 }
 
 fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, i32> {
@@ -368,11 +417,14 @@ fn pread_desc(d: &Desc, buf: *mut c_void, n: size_t, off: i64) -> Result<usize, 
         return Err(libc::EBADF);
     }
     let whole = n;
-    let n = user_data(buf, n)?;
+    let n = user_dest(buf, n)?;
     span(off, whole)?;
     if n == 0 {
         // A descriptor not open for reading refuses even a read of nothing.
         return if d.readable { Ok(0) } else { Err(libc::EBADF) };
+    }
+    if buf.is_null() {
+        return null_read(d, off);
     }
     // SAFETY: the caller passes a writable buffer of `n` bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
@@ -392,7 +444,7 @@ fn pwrite_desc(d: &Desc, buf: *const c_void, n: size_t, off: i64) -> Result<usiz
     }
     // SAFETY: the caller passes a readable buffer of `n` bytes.
     let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
-    write_at(d, data, Some(off)).map(|_| n)
+    write_at(d, data, Some(off)).map(|(written, _)| written)
 }
 
 #[unsafe(no_mangle)]
@@ -447,10 +499,13 @@ fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
         // As the kernel: the access mode first, even for no bytes.
         return Err(libc::EBADF);
     }
-    let n = user_data(buf, n)?;
+    let n = user_dest(buf, n)?;
     let mut pos = lock(&d.pos);
     if n == 0 {
         return Ok(0);
+    }
+    if buf.is_null() {
+        return null_read(d, *pos);
     }
     // SAFETY: the caller passes a writable buffer of `n` bytes.
     let buf = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
@@ -462,12 +517,12 @@ fn read_pos(d: &Desc, buf: *mut c_void, n: size_t) -> Result<usize, i32> {
 fn write_pos(d: &Desc, data: &[u8]) -> Result<usize, i32> {
     let mut pos = lock(&d.pos);
     let at = if d.append() { None } else { Some(*pos) };
-    let end = write_at(d, data, at)?;
+    let (written, end) = write_at(d, data, at)?;
     // A write of nothing leaves the position, even when appending (as Linux).
     if !data.is_empty() {
         *pos = end;
     }
-    Ok(data.len())
+    Ok(written)
 }
 
 #[unsafe(no_mangle)]
@@ -503,7 +558,7 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 
 unsafe fn readv_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
     // SAFETY: the caller's iovec array.
-    let r = unsafe { iovs(iov, cnt) }.and_then(|v| match off {
+    let r = unsafe { iovs(iov, cnt, true) }.and_then(|v| match off {
         // SAFETY: the caller's buffers.
         Some(o) => offset(o).and_then(|o| unsafe { read_iov(d, v, o) }),
         None => {
@@ -527,7 +582,7 @@ unsafe fn writev_desc(
     appending: bool,
 ) -> ssize_t {
     // SAFETY: the caller's iovec array.
-    let r = unsafe { iovs(iov, cnt) }.and_then(|v| match off {
+    let r = unsafe { iovs(iov, cnt, false) }.and_then(|v| match off {
         Some(o) => {
             // SAFETY: the caller's buffers.
             offset(o).and_then(|o| unsafe { write_iov(d, v, Some(o), appending) }.map(|r| r.0))
@@ -630,7 +685,7 @@ unsafe fn vector2_checks(
         return Err(libc::EBADF);
     }
     // SAFETY: the caller's iovec array.
-    let v = unsafe { iovs(iov, cnt) }?;
+    let v = unsafe { iovs(iov, cnt, !write) }?;
     if v.iter().all(|x| x.iov_len == 0) {
         return Ok(None);
     }
@@ -670,7 +725,7 @@ macro_rules! vector2_calls {
                             // moves past what was written, as on Linux.
                             let pos = (off == -1).then(|| lock(&d.pos));
                             // SAFETY: the caller's iovecs.
-                            match unsafe { iovs(iov, cnt) }.and_then(|v| unsafe { write_iov(&d, v, None, true) }) {
+                            match unsafe { iovs(iov, cnt, false) }.and_then(|v| unsafe { write_iov(&d, v, None, true) }) {
                                 Ok((n, end)) => {
                                     // Nothing written: the position stays, as on Linux.
                                     if let Some(mut pos) = pos.filter(|_| n > 0) {
@@ -2360,9 +2415,40 @@ pub unsafe extern "C" fn mkdirat(dir: c_int, path: *const c_char, mode: libc::mo
         .unwrap_or_else(|| unsafe { real::mkdirat()(dir, path, mode) })
 }
 
+/// `mknod` of `path` with `mode` taken here, or `None` for the kernel: a
+/// regular file (type `S_IFREG` or none) is made in the store, empty, as
+/// `open` with `O_CREAT | O_EXCL` makes it; other types are refused. The
+/// type is looked at first, before the name, as the kernel does.
+fn mknod_at(dir: c_int, path: *const c_char, mode: libc::mode_t) -> Option<c_int> {
+    let place = match classify(dir, path) {
+        Place::Outside => return None,
+        p => p,
+    };
+    match mode & libc::S_IFMT {
+        0 | libc::S_IFREG => {}
+        libc::S_IFCHR | libc::S_IFBLK | libc::S_IFIFO | libc::S_IFSOCK => {
+            return make_at(dir, path, MKNOD);
+        }
+        libc::S_IFDIR => return Some(int_ret(Err(libc::EPERM))),
+        _ => return Some(int_ret(Err(libc::EINVAL))),
+    }
+    Some(int_ret(match place {
+        Place::Inside(name) => state::state().and_then(|s| {
+            let n = state::node(s, &name, true, true, true).map_err(|e| match e {
+                Error::FileExists(_) => libc::EEXIST,
+                e => fail("mknod", &e),
+            })?;
+            state::keep(s, n);
+            Ok(0)
+        }),
+        Place::Bad(e) => Err(e),
+        Place::Root | Place::Outside => Err(libc::EEXIST),
+    }))
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn mknod(path: *const c_char, mode: libc::mode_t, dev: libc::dev_t) -> c_int {
-    make_at(libc::AT_FDCWD, path, MKNOD)
+    mknod_at(libc::AT_FDCWD, path, mode)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mknod()(path, mode, dev) })
 }
@@ -2374,7 +2460,7 @@ pub unsafe extern "C" fn mknodat(
     mode: libc::mode_t,
     dev: libc::dev_t,
 ) -> c_int {
-    make_at(dir, path, MKNOD)
+    mknod_at(dir, path, mode)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mknodat()(dir, path, mode, dev) })
 }

@@ -1088,6 +1088,40 @@ fn a_vfork_child_leaves_the_parents_store_alone() {
     );
 }
 
+/// A write that only ends past the largest file writes the part before it
+/// and returns that short count, and one from there on fails `EFBIG`, as
+/// the kernel's: the same transcript as on a plain directory, each at its
+/// own largest file (found by the probe with `ftruncate`). The store's
+/// devices are on tmpfs, whose files reach the store's largest (ext4's stop
+/// short of it).
+#[test]
+fn writes_ending_past_the_largest_file_are_cut_there() {
+    let s = Setup::new("at-largest");
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm for devices that hold the largest file");
+        return;
+    }
+    let devs = shm.join(format!(
+        "setcache-preload-at-largest-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&devs);
+    std::fs::create_dir_all(&devs).unwrap();
+    let prog = probe(&s.p("bin"), true);
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("plain")).arg("at-largest");
+    let plain = text(&run(plain).stdout);
+    assert!(plain.contains("pwrite 2 ending one past it"), "{plain}");
+    let mut c = s.preloaded(&prog);
+    c.env("SETCACHE_DEVICES", &devs)
+        .arg(s.p("store"))
+        .arg("at-largest");
+    let out = run(c);
+    let _ = std::fs::remove_dir_all(&devs);
+    assert_eq!(text(&out.stdout), plain, "{}", text(&out.stderr));
+}
+
 /// Offsets and lengths past the largest file the store takes (2^52 bytes
 /// with 4 KiB pages) get the kernel's answers past a file system's largest
 /// file (ext4's, on the machines this runs on): `EFBIG` from a length or a

@@ -1101,6 +1101,40 @@ static void largest_file(void) {
     unlink(path("lg2"));
 }
 
+/* Writes cut at the largest file, wherever that is: found with ftruncate,
+ * which takes every length up to it and none past it. */
+static void at_largest(void) {
+    int fd = open(path("al"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    long long lo = 0, hi = INT64_MAX;
+    while (lo < hi) {
+        long long mid = lo + (long long)(((unsigned long long)hi - lo + 1) / 2);
+        if (ftruncate(fd, mid) == 0)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    show("the largest length past 2^40", lo > (1LL << 40));
+    show("ftruncate to it", ftruncate(fd, lo));
+    show("ftruncate past it", ftruncate(fd, lo + 1));
+    show("ftruncate 0", ftruncate(fd, 0));
+    show("pwrite 2 ending one past it", pwrite(fd, "ab", 2, lo - 1));
+    show("  the size is the largest", lseek(fd, 0, SEEK_END) == lo);
+    char b[4] = {0};
+    show("  pread its last byte", pread(fd, b, 4, lo - 1));
+    show("  the byte written", b[0] == 'a');
+    show("pwrite 2 at it", pwrite(fd, "ab", 2, lo));
+    show("lseek to one before it", lseek(fd, lo - 1, SEEK_SET) == lo - 1);
+    show("write 3 from there", write(fd, "xyz", 3));
+    show("  the position is the largest", lseek(fd, 0, SEEK_CUR) == lo);
+    show("write 3 from it", write(fd, "xyz", 3));
+    struct iovec v[2] = {{"12", 2}, {"34", 2}};
+    show("pwritev 2+2 ending one past it", pwritev(fd, v, 2, lo - 3));
+    show("  the bytes written", pread(fd, b, 4, lo - 3) == 3 && memcmp(b, "123", 3) == 0);
+    show("ftruncate 0 again", ftruncate(fd, 0));
+    close(fd);
+    unlink(path("al"));
+}
+
 static void common(void) {
     unsigned char buf[20000], back[20000];
     for (size_t i = 0; i < sizeof buf; i++)
@@ -1125,6 +1159,31 @@ static void common(void) {
         show("write from NULL", write(fd, nul, 10));
         struct iovec bad[1] = {{nul, 10}};
         show("preadv into NULL", preadv(fd, bad, 1, 0));
+        /* At or past the end there is nothing to copy: no fault. */
+        show("pread into NULL at the end", pread(fd, nul, 10, 10100));
+        off_t here = lseek(fd, 0, SEEK_CUR);
+        lseek(fd, 0, SEEK_END);
+        show("read into NULL at the end", read(fd, nul, 10));
+        struct iovec bad2[2] = {{nul, 10}, {back, 5}};
+        show("readv into NULL at the end", readv(fd, bad2, 2));
+        show("preadv into NULL past the end", preadv(fd, bad2, 2, 20000));
+        show("preadv2 into NULL at the end", preadv2(fd, bad2, 2, 10100, 0));
+        lseek(fd, here, SEEK_SET);
+    }
+    {
+        /* A regular file by mknod, and what it refuses, type first. */
+        struct stat ms;
+        show("mknod S_IFREG", mknod(path("mk"), S_IFREG | 0644, 0));
+        show("  a regular file of 0 bytes",
+             stat(path("mk"), &ms) == 0 && S_ISREG(ms.st_mode) && ms.st_size == 0);
+        show("mknod S_IFREG again", mknod(path("mk"), S_IFREG | 0644, 0));
+        show("mknodat of no type", mknodat(AT_FDCWD, path("mk2"), 0644, 0));
+        show("  a regular file", stat(path("mk2"), &ms) == 0 && S_ISREG(ms.st_mode));
+        show("mknod of a bad type over a file", mknod(path("mk"), 0170000 | 0644, 0));
+        show("mknod S_IFDIR", mknod(path("mk3"), S_IFDIR | 0755, 0));
+        show("mknod S_IFDIR over a file", mknod(path("mk"), S_IFDIR | 0755, 0));
+        unlink(path("mk"));
+        unlink(path("mk2"));
     }
     show("lseek end", lseek(fd, 0, SEEK_END));
     show("write 4 at the end", write(fd, "tail", 4));
@@ -2251,6 +2310,8 @@ int main(int argc, char **argv) {
         walk_from(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "largest") == 0)
         largest_file();
+    else if (argc > 2 && strcmp(argv[2], "at-largest") == 0)
+        at_largest();
     else
         common();
     return 0;

@@ -780,9 +780,11 @@ impl CachedStore {
 
     /// Delete a file (as [`Store::delete`]): its cached pages are dropped,
     /// dirty ones unwritten, and handles to it fail with [`Error::FileGone`].
-    /// The file must not be in use on this thread (a page guard held, or a
-    /// queue not drained).
+    /// A thread that holds a guard of one of its pages, an unfinished page
+    /// future of it, or a request queue's unpolled read or write-back of it
+    /// gets [`Error::HeldByCaller`] at once, and the file stays.
     pub fn delete(&self, name: &str) -> Result<()> {
+        self.check_unheld(name, "a delete")?;
         let r = self.inner.store.delete(name);
         // Even after a failure: a delete the store has committed (and will
         // finish) no longer names the file.
@@ -803,8 +805,11 @@ impl CachedStore {
     /// [`Store::replace`]: `to` names the old file or the new one at every
     /// moment, also after a crash). Handles of `from` follow it with its
     /// cached pages; handles of the replaced file fail as after
-    /// [`CachedStore::delete`], and its pages are dropped unwritten.
+    /// [`CachedStore::delete`], and its pages are dropped unwritten. A thread
+    /// holding something of the replaced file's pages is refused as by
+    /// [`CachedStore::delete`].
     pub fn replace(&self, from: &str, to: &str) -> Result<()> {
+        self.check_unheld(to, "a replacement")?;
         let r = self.inner.store.replace(from, to);
         // Even after a failure: a replacement the store has begun (and will
         // finish) no longer names the old file.
@@ -854,6 +859,41 @@ impl CachedStore {
     /// back before (by eviction, the flusher or a sync) stay written.
     pub fn discard_at_close(&self) {
         self.inner.discard.store(true, Ordering::Release);
+    }
+
+    /// Refuses `what` (a delete or replacement) of the file `name`, whose
+    /// cached pages it drops, while this thread holds something of them
+    /// that the drop would wait for: a page guard, an unfinished page
+    /// future, or a request queue's read or write-back not yet polled.
+    /// Only this thread can let those go, so the call fails at once (as a
+    /// write over a page the thread holds does) and the file stays.
+    fn check_unheld(&self, name: &str, what: &str) -> Result<()> {
+        let sh = &*self.inner;
+        let ids: Vec<u32> = (sh.files.read().unwrap_or_else(|p| p.into_inner()))
+            .iter()
+            .filter(|(_, e)| *e.file.name_arc() == *name)
+            .map(|(&id, _)| id)
+            .collect();
+        let store = Hold::store_key(&self.inner);
+        for id in ids {
+            let held = if Hold::check(store, id, || 0..u64::MAX, true, || name.into()).is_err() {
+                Some("holds a guard of one of its pages (drop it first)")
+            } else if writeback::page_futures_unended(Some((sh, id))) > 0 {
+                Some("has a page future of it not yet ended (finish or drop it first)")
+            } else if sh.cache.own_fill_from(id, 0).is_some() {
+                Some("has a request queue reading one of its pages (poll or drain it first)")
+            } else if writeback::owed_page_from(sh, id, 0).is_some() {
+                Some("has a request queue writing one of its pages back (poll or drain it first)")
+            } else {
+                None
+            };
+            if let Some(why) = held {
+                return Err(Error::HeldByCaller(format!(
+                    "{what} of {name:?} while this thread {why}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn sync_as(&self, told: bool) -> Result<()> {
