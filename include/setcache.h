@@ -12,10 +12,13 @@
  * offset or file length above INT64_MAX (a negative off_t cast to uint64_t)
  * fails -EINVAL, as the kernel refuses a negative one (a setcache_pwrite
  * whose offset plus length passes 2^64 fails -EFBIG first). A length given
- * to setcache_create or setcache_set_len, or a setcache_pwrite ending, past
- * the store's largest file (2^52 bytes with 4 KiB pages) fails -EFBIG, as the
- * kernel's past a file system's largest file (a write that only ends past it
- * writes nothing, where the kernel writes the part that fits).
+ * to setcache_create or setcache_set_len past the store's largest file (2^52
+ * bytes with 4 KiB pages), or a setcache_pwrite from its end on, fails
+ * -EFBIG, as the kernel's past a file system's largest file; a
+ * setcache_pwrite that only ends past it writes the part before it and
+ * returns that count, as the kernel's. (The device directories' file system
+ * may stop short of that length: ext4's largest file is 16 TiB, and a length
+ * or write past what it takes fails -EFBIG.)
  *
  * A handle must not be used after the call that frees it returned 0 (or -EIO
  * with an internal error: setcache_close, setcache_queue_free,
@@ -47,13 +50,25 @@
  * nothing (a vfork child shares the parent's memory): it must make no other
  * call with its parent's handles.
  *
+ * A program that ends with stores still open keeps what it wrote, as on a
+ * local file system: when the process exits normally (exit, or a return from
+ * main) the library writes and syncs every store still open, without waiting
+ * for a page another thread pins or a queue writes back (what then fails is
+ * said on stderr, and is lost); _exit, abort or a signal that ends the
+ * process lose what no sync covered. The library defines pthread_exit,
+ * passing every call on to the C library's: when the main thread ends by it
+ * with a store open, the process ends (by exit(0)) once only the store's
+ * threads are left, as it would after its last thread, instead of never.
+ *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
  * or being read or written back by a queue, fails -EBUSY after it (a pwrite
  * that grows the file may wait twice, once more to cut the length back: up
  * to two seconds); a call that would wait for this thread's own pin (a write
  * over a page it pins, a read of a page it pins for writing, queued on this
- * thread's queue or not, a sync, set_len or delete of the file, the store's sync),
+ * thread's queue or not, a sync or delete of the file, a set_len that drops or
+ * clears a page it pins (the page the shorter length ends in, or a later one),
+ * the store's sync),
  * or a set_len that would drop pages this thread's queue still reads or
  * writes back, fails -EDEADLK at once (a queued one in its completion). A page that needs a frame in a cache set
  * every page of which is pinned waits for a pin to go, up to one second, and

@@ -5,7 +5,9 @@
 # transactions with synchronous=FULL in journal modes DELETE, TRUNCATE and
 # PERSIST, by compiled drivers (sqlite/sqlbench.c) using prepared statements;
 # PRAGMA integrity_check by the sqlite3 shell; WAL refused with a clear error
-# (its -shm file is mapped into memory, which the library refuses); and a
+# (its -shm file is mapped into memory, which the library refuses), the
+# database it left in WAL mode brought back, and WAL in exclusive locking mode
+# (no -shm file) working; and a
 # crash loop: a writer committing numbered transactions killed with SIGKILL at
 # random moments, the database checked (integrity, and every transaction the
 # writer saw committed) after each kill, and the writer started again.
@@ -71,6 +73,20 @@ wal=$(on_store "$bench" wal "$work/view/wal.db" 2>"$work/wal.err")
 echo "$wal"
 grep -q "extended 5386" <<<"$wal" || { echo "WAL was not refused with SQLITE_IOERR_SHMMAP" >&2; exit 1; }
 grep -q "mmap of a file in SETCACHE_DIR" "$work/wal.err" || { echo "no message for the refused mapping" >&2; exit 1; }
+# The database that refusal left in WAL mode is not lost: in exclusive locking
+# mode (its WAL index in the process's memory, no mapping) it opens, and goes
+# back to a rollback journal; after that it opens as any other.
+back=$(on_store sqlite3 "$work/view/wal.db" "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=DELETE; PRAGMA integrity_check;" | tr '\n' ' ')
+echo "the WAL database back to a rollback journal: $back"
+[ "$back" = "exclusive delete ok " ] || { echo "the WAL database did not come back: $back" >&2; exit 1; }
+again=$(on_store sqlite3 "$work/view/wal.db" "PRAGMA journal_mode; PRAGMA integrity_check;" | tr '\n' ' ')
+[ "$again" = "delete ok " ] || { echo "the WAL database after it came back: $again" >&2; exit 1; }
+# And WAL mode itself works in exclusive locking mode, across opens.
+walx=$work/view/walx.db
+on_store sqlite3 "$walx" "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; CREATE TABLE t(x); INSERT INTO t VALUES(1),(2),(3);" >/dev/null
+ex=$(on_store sqlite3 "$walx" "PRAGMA locking_mode=EXCLUSIVE; INSERT INTO t VALUES(4); SELECT count(*) FROM t; PRAGMA journal_mode; PRAGMA integrity_check;" | tr '\n' ' ')
+echo "WAL in exclusive locking mode: $ex"
+[ "$ex" = "exclusive 4 wal ok " ] || { echo "WAL in exclusive locking mode failed: $ex" >&2; exit 1; }
 
 # The crash loop, over the three journal modes in turn.
 crashdb=$work/view/crash.db

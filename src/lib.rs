@@ -110,3 +110,4 @@ pub use storage::{
     SimSwitches, Store, StoreOptions,
 };
 pub use util::fds;
+pub use util::process;

@@ -47,6 +47,7 @@ fn bad_device_roots() {
 
     let e = Store::open(&[roots[0].clone(), roots[0].clone()], opts()).unwrap_err();
     assert!(e.to_string().contains("same directory as device 0"), "{e}");
+    assert_eq!(e.posix_errno(), libc::EINVAL, "{e}");
 }
 
 /// A device root on a file system whose direct I/O needs 4 KiB alignment is

@@ -116,6 +116,37 @@ fn waiting_for_ones_own_guard_is_an_error() {
     cf.sync().unwrap();
 }
 
+/// A guard of a file's last, partial page does not keep its own thread from
+/// growing the file by a write past that page (nor by `set_len`): the
+/// growth leaves the page alone, and the guard still shows what it showed.
+/// A write into the guarded page itself is still refused.
+#[test]
+fn a_guard_of_the_last_page_lets_its_thread_write_past_it() {
+    let tmp = TempDir::new("guards-tail");
+    let len = PS + 1904;
+    let cs = rig(&tmp, len, 16, Duration::from_secs(30));
+    let cf = cs.open_file("data").unwrap();
+    let truth = pattern(1, 0, len);
+    let t = Instant::now();
+    let g = cf.page(PS as u64 + 5).unwrap();
+    assert_eq!(g.len(), 1904);
+    cf.write_extending(2 * PS as u64, b"A").unwrap();
+    assert_eq!(cf.len(), 2 * PS as u64 + 1);
+    cf.write_extending(10 * PS as u64, b"B").unwrap();
+    cf.set_len(12 * PS as u64).unwrap();
+    assert_eq!(&g[..], &truth[PS..]);
+    let e = cf.write_extending(PS as u64 + 1000, b"C").unwrap_err();
+    assert!(matches!(e, Error::HeldByCaller(_)), "{e}");
+    drop(g);
+    assert!(t.elapsed() < Duration::from_secs(10), "nothing waited");
+    let mut b = vec![0u8; 2 * PS + 1];
+    cf.read_at(0, &mut b).unwrap();
+    assert_eq!(&b[..len], &truth[..]);
+    assert!(b[len..2 * PS].iter().all(|&x| x == 0));
+    assert_eq!(b[2 * PS], b'A');
+    cf.sync().unwrap();
+}
+
 /// A delete or replacement of a file drops its pages, and would wait for
 /// what this thread holds of them: a guard (shared or mutable) or a read its
 /// request queue has not polled. Each is refused at once and the file stays

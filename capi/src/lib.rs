@@ -191,6 +191,119 @@ extern "C" fn watch_forks() {
 #[unsafe(link_section = ".init_array")]
 static WATCH_FORKS: extern "C" fn() = watch_forks;
 
+/// A store opened in this process: the fork count and process it was opened
+/// in (a child's copy is its parent's), and the store while it is open.
+type OpenStore = (u64, libc::pid_t, std::sync::Weak<CachedStore>);
+
+/// The stores opened in this process, for the exit handler and
+/// `pthread_exit`. Weak: a store closed is gone from it.
+static OPEN: std::sync::Mutex<Vec<OpenStore>> = std::sync::Mutex::new(Vec::new());
+
+/// The exit handler is registered.
+static EXIT_HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The list of open stores, or `None` if another thread keeps it locked for
+/// a second (a thread of the parent that held it at a `fork`, in a child).
+fn open_stores() -> Option<std::sync::MutexGuard<'static, Vec<OpenStore>>> {
+    for _ in 0..100 {
+        match OPEN.try_lock() {
+            Ok(g) => return Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+    None
+}
+
+/// The stores of [`OPEN`] opened in this process and still open.
+fn stores_here() -> Vec<Arc<CachedStore>> {
+    let forks = FORKS.load(Ordering::Relaxed);
+    // SAFETY: plain getter.
+    let pid = unsafe { libc::getpid() };
+    open_stores()
+        .map(|l| {
+            l.iter()
+                .filter(|(f, p, _)| *f == forks && *p == pid)
+                .filter_map(|(_, _, w)| w.upgrade())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// What a program wrote survives its exit on a local file system (the
+/// kernel keeps it): here, when the process exits normally (`exit`, or a
+/// return from `main`), the dirty pages of every store still open in it are
+/// written and synced. A page another thread holds then is not waited for
+/// (see `CachedStore::sync_at_exit`); what fails is said on stderr.
+extern "C" fn sync_at_exit() {
+    for cs in stores_here() {
+        if let Err(e) = cs.sync_at_exit() {
+            eprintln!("setcache: writing a store's dirty pages at the process's exit failed: {e}");
+        }
+    }
+}
+
+/// Note a store just opened in [`OPEN`] (registering the exit handler at
+/// the first), and end the process with the program's threads if its main
+/// thread has ended already.
+fn note_open(cs: &Arc<CachedStore>) {
+    let b = born();
+    if let Some(mut l) = open_stores() {
+        l.retain(|(_, _, w)| w.strong_count() > 0);
+        l.push((b.forks, b.pid, Arc::downgrade(cs)));
+    }
+    if !EXIT_HANDLER.swap(true, Ordering::AcqRel) {
+        // SAFETY: registers a plain `extern "C"` function with no arguments.
+        unsafe { libc::atexit(sync_at_exit) };
+    }
+    if let Err(e) = setcache::process::store_opened() {
+        eprintln!(
+            "setcache: no thread to end the process after the main thread's pthread_exit: {e}"
+        );
+    }
+}
+
+/// `pthread_exit`, passed on to the C library's: from the main thread of a
+/// process with a store open, the process would otherwise never end (the
+/// store's threads live on after the program's last thread); a thread of the
+/// store's then ends it with `exit(0)` (which syncs the stores) once only
+/// the store's threads are left, as the program's last thread ending would.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
+    // SAFETY: plain getters.
+    if unsafe { libc::gettid() == libc::getpid() }
+        && let Err(e) = setcache::process::main_thread_ends(|| !stores_here().is_empty())
+    {
+        eprintln!(
+            "setcache: no thread to end the process after the main thread's pthread_exit: {e}"
+        );
+    }
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut f = NEXT.load(Ordering::Relaxed);
+    if f == 0 {
+        // SAFETY: a NUL-terminated name; RTLD_NEXT asks for the next definition (the C library's).
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_exit".as_ptr()) } as usize;
+        NEXT.store(f, Ordering::Relaxed);
+    }
+    if f == 0 {
+        // No C library behind this one to pass the call to (a fully static
+        // program): the thread ends without its cleanup handlers.
+        eprintln!(
+            "setcache: pthread_exit: the C library's is not found; the thread ends without its cleanup"
+        );
+        loop {
+            // SAFETY: ends this thread only.
+            unsafe { libc::syscall(libc::SYS_exit, 0) };
+        }
+    }
+    // SAFETY: the C library's `pthread_exit`, which has this signature and does not return.
+    let next = unsafe { std::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void) -> !>(f) };
+    // SAFETY: the caller's argument, passed on.
+    unsafe { next(retval) }
+}
+
 fn born() -> Born {
     watch_forks();
     Born {
@@ -532,12 +645,14 @@ pub unsafe extern "C" fn setcache_store_open(
                 n => cs.set_readahead(usize::try_from(n).unwrap_or(usize::MAX)),
             }
         }
+        let cs = Arc::new(cs);
+        note_open(&cs);
         out(
             out_store,
             setcache_store {
                 tag: tag_of::<setcache_store>(),
                 born: born(),
-                cs: Arc::new(cs),
+                cs,
                 users: Arc::new(AtomicUsize::new(0)),
             },
         )
@@ -840,9 +955,13 @@ pub unsafe extern "C" fn setcache_pwrite(
             .checked_add(len as u64)
             .ok_or_else(|| Fail(libc::EFBIG, "offset + length overflows".into()))?;
         let offset = position(offset, "the offset")?;
-        let end = position(offset + len as u64, "the write's end")?;
-        within_largest(end, f.file.max_len(), "the write's end")?;
-        // SAFETY: the caller's buffer of `len` bytes.
+        position(offset + len as u64, "the write's end")?;
+        // As the kernel's: a write from the largest file's end on fails, one
+        // that only ends past it writes the part before it (a short count).
+        let most = f.file.max_len();
+        within_largest(offset + 1, most, "the write's first byte, at")?;
+        let len = len.min((most - offset).try_into().unwrap_or(usize::MAX));
+        // SAFETY: the caller's buffer of at least `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
         // Past the end: the file grows (durable with the next sync, as the
         // bytes are), and readers see its new length only with the bytes in.

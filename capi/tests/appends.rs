@@ -167,3 +167,46 @@ fn a_failed_write_past_the_end_leaves_the_length() {
     }
     let _ = std::fs::remove_dir_all(&d);
 }
+
+/// A write that only ends past the store's largest file writes the part
+/// before it and returns that count, as the kernel's; one from there on
+/// fails `EFBIG` and writes nothing. The device is on tmpfs, whose files
+/// reach the store's largest (ext4's stop at 16 TiB).
+#[test]
+fn a_write_ending_past_the_largest_file_is_cut_there() {
+    let shm = Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm for a device that holds the largest file");
+        return;
+    }
+    let d = shm.join(format!("setcache-capi-largest-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let (store, [f, g]) = open(&d, "f", 0);
+    let most: u64 = 1 << 52;
+    let data = *b"abcd";
+    // SAFETY: live handles and buffers of the lengths given.
+    unsafe {
+        assert_eq!(
+            setcache_pwrite(f, data.as_ptr().cast::<c_void>(), 4, most - 3),
+            3
+        );
+        assert_eq!(setcache_len(g), most as i64);
+        let mut back = [0u8; 4];
+        assert_eq!(
+            setcache_pread(g, back.as_mut_ptr().cast::<c_void>(), 4, most - 3),
+            3
+        );
+        assert_eq!(&back[..3], b"abc");
+        assert_eq!(
+            setcache_pwrite(f, data.as_ptr().cast::<c_void>(), 1, most),
+            -(libc::EFBIG as i64)
+        );
+        assert_eq!(setcache_len(g), most as i64);
+        assert_eq!(setcache_set_len(f, 0), 0);
+        assert_eq!(setcache_close(f), 0);
+        assert_eq!(setcache_close(g), 0);
+        assert_eq!(setcache_store_close(store), 0);
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -111,6 +111,84 @@ fn every_call_reports_its_errors() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// `prog DEVICE_DIR_0 DEVICE_DIR_1 mode`, ended by SIGKILL after 60 s:
+/// whether it ended by itself with status 0, and its output and errors.
+fn run_mode(prog: &Path, dir: &Path, mode: &str) -> (bool, String, String) {
+    use std::process::Stdio;
+    let mut child = Command::new(prog)
+        .env("LD_LIBRARY_PATH", deps())
+        .arg(dir.join("d0"))
+        .arg(dir.join("d1"))
+        .arg(mode)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let ended = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st.success();
+        }
+        if t.elapsed() > std::time::Duration::from_secs(60) {
+            let _ = child.kill();
+            break false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    (
+        ended,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A program that ends without closing its store keeps what it wrote: by
+/// `exit`, by returning from `main`, and by its main thread's
+/// `pthread_exit` (which ends the process with its last thread, not never);
+/// an exit beside a page another thread pins for writing for good does not
+/// wait for it. On the shared and the static library.
+#[test]
+fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
+    for shared in [true, false] {
+        let d = scratch(if shared { "exits-so" } else { "exits-a" });
+        let prog = d.join("exits");
+        compile(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/exits.c"),
+            &prog,
+            shared,
+        );
+        for mode in ["exit", "return", "pthread_exit", "pinned"] {
+            for sub in ["d0", "d1"] {
+                let _ = std::fs::remove_dir_all(d.join(sub));
+                std::fs::create_dir_all(d.join(sub)).unwrap();
+            }
+            let (ended, out, err) = run_mode(&prog, &d, mode);
+            assert!(
+                ended,
+                "{mode} (shared {shared}): did not end by itself\n{out}\n{err}"
+            );
+            let (ok, check, err2) = run_mode(&prog, &d, "check");
+            assert!(ok, "check after {mode}: {check}\n{err2}");
+            assert!(
+                check.contains("kept: 22 [written before the end]"),
+                "{mode} (shared {shared}): {check}\n{err}"
+            );
+            if mode == "pthread_exit" {
+                assert!(
+                    check.contains("late: 24 [written after main ended]"),
+                    "{check}\n{err}"
+                );
+            }
+            if mode == "pinned" {
+                // The pinned page's file was not waited for, and said so.
+                assert!(err.contains("at the process's exit failed"), "{err}");
+            }
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
 /// A C++ exception thrown by `setcache_list`'s callback ends the process
 /// with SIGABRT at the library's catch: it neither runs on through the
 /// library's frames to the program's `catch` nor returns.

@@ -284,6 +284,23 @@ int main(int argc, char **argv) {
     expect("unpin: NULL", setcache_unpin(NULL), EINVAL, "NULL");
     expect("queue_free: NULL", setcache_queue_free(NULL), EINVAL, "NULL");
     expect("close: NULL", setcache_close(NULL), EINVAL, "NULL");
+    {
+        /* A pin of the last, partial page: this thread still grows the file
+         * past it (the growth leaves the page alone), not over it. */
+        setcache_file *tail;
+        setcache_page *tp;
+        const void *tdata;
+        size_t tlen;
+        expect_ok("create tail", setcache_create(store, "tail", 6000, &tail));
+        expect_ok("pin tail's last page", setcache_pin(tail, 5000, &tdata, &tlen, &tp));
+        expect_ok("pwrite past the pinned last page",
+                  setcache_pwrite(tail, "A", 1, 8192) == 1 ? 0 : -1);
+        expect_ok("set_len: a growth past it", setcache_set_len(tail, 1 << 20));
+        expect("pwrite: into the pinned page", setcache_pwrite(tail, "B", 1, 5000), EDEADLK, NULL);
+        expect_ok("unpin tail", setcache_unpin(tp));
+        expect_ok("close tail", setcache_close(tail));
+        expect_ok("delete tail", setcache_delete(store, "tail"));
+    }
     expect_ok("store_close", setcache_store_close(store));
     expect("store_close: NULL", setcache_store_close(NULL), EINVAL, "NULL");
     /* A store given up: its dirty pages are dropped, and the directories

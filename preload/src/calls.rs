@@ -1452,6 +1452,9 @@ fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), 
     let writable = !path_only && (acc == libc::O_WRONLY || acc == libc::O_RDWR);
     let node = state::node(s, name, create, excl, writable).map_err(|e| match e {
         Error::FileNotFound(_) | Error::FileExists(_) => e.posix_errno(),
+        // A name the store cannot hold names no file of it; a create of one
+        // is refused with the store's reason.
+        Error::InvalidName { .. } if !create => libc::ENOENT,
         e => fail("open", &e),
     })?;
     let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
@@ -1905,6 +1908,77 @@ const F_SET_RW_HINT: c_int = 1036;
 const RWH_WRITE_LIFE_EXTREME: u64 = 5;
 const DN_MULTISHOT: u32 = 0x8000_0000;
 
+const F_SETSIG: c_int = 10;
+/// `struct f_owner_ex`'s kinds of owner (`fcntl.h`).
+const F_OWNER_TID: c_int = 0;
+const F_OWNER_PID: c_int = 1;
+const F_OWNER_PGRP: c_int = 2;
+const F_SETOWN_EX: c_int = 15;
+const F_GETOWN_EX: c_int = 16;
+
+/// `struct f_owner_ex` (`fcntl.h`).
+#[repr(C)]
+struct FOwnerEx {
+    kind: c_int,
+    pid: libc::pid_t,
+}
+/// The kernel's highest signal number (`_NSIG`).
+const NSIG: c_int = 64;
+
+/// Whether process (or with `group`, process group) `id` exists, as the
+/// kernel's `F_SETOWN` asks: `ESRCH` if not.
+fn owner_exists(id: libc::pid_t, group: bool) -> Result<(), i32> {
+    let target = if group { -id } else { id };
+    // SAFETY: signal 0 only asks whether the target exists.
+    if unsafe { libc::kill(target, 0) } == 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        // There, but not ours to signal.
+        Some(libc::EPERM) => Ok(()),
+        _ => Err(libc::ESRCH),
+    }
+}
+
+/// `F_SETOWN`'s argument: a process, or negated, a process group; 0 none.
+fn set_owner(d: &Desc, who: c_int) -> Result<(), i32> {
+    if who == c_int::MIN {
+        return Err(libc::EINVAL);
+    }
+    let (kind, id) = if who < 0 {
+        (F_OWNER_PGRP, -who)
+    } else {
+        (F_OWNER_PID, who)
+    };
+    if id != 0 {
+        owner_exists(id, kind == F_OWNER_PGRP)?;
+    }
+    *lock(&d.owner) = (kind, id);
+    Ok(())
+}
+
+/// `F_SETOWN_EX`'s owner: a thread, a process or a process group.
+fn set_owner_ex(d: &Desc, kind: c_int, id: libc::pid_t) -> Result<(), i32> {
+    if !matches!(kind, F_OWNER_TID | F_OWNER_PID | F_OWNER_PGRP) {
+        return Err(libc::EINVAL);
+    }
+    if id < 0 {
+        return Err(libc::EINVAL);
+    }
+    if id != 0 {
+        if kind == F_OWNER_TID {
+            // A thread of any process: its directory under /proc.
+            if !std::path::Path::new(&format!("/proc/{id}")).exists() {
+                return Err(libc::ESRCH);
+            }
+        } else {
+            owner_exists(id, kind == F_OWNER_PGRP)?;
+        }
+    }
+    *lock(&d.owner) = (kind, id);
+    Ok(())
+}
+
 fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
     match cmd {
         libc::F_DUPFD | libc::F_DUPFD_CLOEXEC => {
@@ -1961,12 +2035,41 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             unsafe { (*p).l_type = libc::F_UNLCK as libc::c_short };
             0
         }
+        // The owner and signal for I/O events (which a regular file never
+        // has): kept with the description and read back, checked as the
+        // kernel checks them.
+        libc::F_SETOWN => int_ret(set_owner(&d, arg as c_int).map(|()| 0)),
+        libc::F_GETOWN => {
+            let (kind, id) = *lock(&d.owner);
+            if kind == F_OWNER_PGRP { -id } else { id }
+        }
+        F_SETOWN_EX | F_GETOWN_EX => {
+            let p = arg as *mut FOwnerEx;
+            if p.is_null() {
+                return int_ret(Err(libc::EFAULT));
+            }
+            if cmd == F_GETOWN_EX {
+                let (kind, id) = *lock(&d.owner);
+                // SAFETY: the command passes a struct f_owner_ex to fill.
+                unsafe { p.write_unaligned(FOwnerEx { kind, pid: id }) };
+                return 0;
+            }
+            // SAFETY: the command passes a struct f_owner_ex to read.
+            let o = unsafe { p.read_unaligned() };
+            int_ret(set_owner_ex(&d, o.kind, o.pid).map(|()| 0))
+        }
+        F_SETSIG => {
+            if arg > NSIG as c_ulong {
+                return int_ret(Err(libc::EINVAL));
+            }
+            d.signal.store(arg as c_int, Ordering::Relaxed);
+            0
+        }
+        F_GETSIG => d.signal.load(Ordering::Relaxed),
         // What the kernel answers of a regular file nothing was asked of: no
-        // owner nor signal for I/O events (which a regular file never has),
-        // no lease; the write-lifetime hint given last (kept with the file,
+        // lease; the write-lifetime hint given last (kept with the file,
         // read back, used for nothing); no directory to watch (a request that
         // drops the watches is done); no pipe.
-        libc::F_GETOWN | F_GETSIG => 0,
         libc::F_GETLEASE => libc::F_UNLCK,
         F_GET_RW_HINT | F_SET_RW_HINT => {
             let p = arg as *mut u64;
@@ -2065,8 +2168,36 @@ fn ioctl_desc(fd: c_int, d: &Desc, req: c_ulong, arg: c_ulong) -> Result<c_int, 
                 _ => Ok(0),
             }
         }
+        // Non-blocking I/O: the description's `O_NONBLOCK`, as `F_SETFL`
+        // sets it (reads and writes of a regular file never block on it).
+        libc::FIONBIO => {
+            let on = read_int_arg(arg)?;
+            let flag = if on != 0 { libc::O_NONBLOCK } else { 0 };
+            let _ = d
+                .status
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| {
+                    Some((s & !libc::O_NONBLOCK) | flag)
+                });
+            Ok(0)
+        }
+        // Signal-driven I/O: a regular file has none to turn on (the
+        // kernel's `ENOTTY`); turning it off is done (it never was on).
+        libc::FIOASYNC => match read_int_arg(arg)? {
+            0 => Ok(0),
+            _ => Err(libc::ENOTTY),
+        },
         _ => Err(libc::ENOTTY),
     }
+}
+
+/// The `int` an `ioctl` passes a pointer to.
+fn read_int_arg(arg: c_ulong) -> Result<c_int, i32> {
+    let p = arg as *const c_int;
+    if p.is_null() {
+        return Err(libc::EFAULT);
+    }
+    // SAFETY: the request passes a pointer to an int, read here.
+    Ok(unsafe { p.read_unaligned() })
 }
 
 // ---- mapping: refused ----------------------------------------------------
@@ -2158,7 +2289,8 @@ pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
     let mut gone = Vec::new();
     let mut nodes = state::lock_nodes(s);
     if let Err(e) = s.cs.delete(name) {
-        if let Error::FileNotFound(_) = e {
+        // A name the store cannot hold names no file of it.
+        if let Error::FileNotFound(_) | Error::InvalidName { .. } = e {
             return Err(libc::ENOENT);
         }
         // Begun and finished later, or not begun: the table of names
@@ -2189,11 +2321,8 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
-        Place::Root => int_ret(Err(if flags & libc::AT_REMOVEDIR != 0 {
-            libc::EBUSY
-        } else {
-            libc::EISDIR
-        })),
+        Place::Root if flags & libc::AT_REMOVEDIR != 0 => int_ret(rmdir_root()),
+        Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::unlinkat()(dirfd, path, flags) },
     }
@@ -2299,8 +2428,47 @@ fn rename_at(
             Some(int_ret(rename_names(&a, &b, replace)))
         }
         (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
+        (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
+            Some(int_ret(rename_with_root(&places, flags)))
+        }
         (Place::Root, _) | (_, Place::Root) => Some(int_ret(Err(libc::EBUSY))),
         _ => Some(int_ret(Err(libc::EXDEV))),
+    }
+}
+
+/// A rename between a store file and the store's directory itself, in the
+/// kernel's order: the source must exist, a target there refuses
+/// `RENAME_NOREPLACE`, a directory does not go into itself (`EINVAL`) nor a
+/// file over the directory it is in (`ENOTEMPTY`); the directory renamed to
+/// itself stays.
+fn rename_with_root(places: &(Place, Place), flags: c_uint) -> Result<c_int, i32> {
+    let s = state::state()?;
+    let exists = |p: &Place| match p {
+        Place::Inside(n) => state::len_of(s, n).is_ok(),
+        _ => true,
+    };
+    if !exists(&places.0) {
+        return Err(libc::ENOENT);
+    }
+    if flags & libc::RENAME_NOREPLACE != 0 && exists(&places.1) {
+        return Err(libc::EEXIST);
+    }
+    match places {
+        (Place::Root, Place::Root) => Ok(0),
+        (Place::Root, _) => Err(libc::EINVAL),
+        _ if flags & libc::RENAME_EXCHANGE != 0 => Err(libc::EINVAL),
+        _ => Err(libc::ENOTEMPTY),
+    }
+}
+
+/// `rmdir` of the store's directory: not while the store holds files
+/// (`ENOTEMPTY`, as of any directory); empty, it is still the store's, in
+/// use as a mount point is (`EBUSY`).
+fn rmdir_root() -> Result<c_int, i32> {
+    let s = state::state()?;
+    match s.cs.store().list() {
+        Ok(names) if !names.is_empty() => Err(libc::ENOTEMPTY),
+        _ => Err(libc::EBUSY),
     }
 }
 
@@ -2552,7 +2720,7 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
             state::len_of(s, &name).map_err(|e| e.posix_errno())?;
             Err(libc::ENOTDIR)
         })),
-        Place::Root => int_ret(Err(libc::EBUSY)),
+        Place::Root => int_ret(rmdir_root()),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::rmdir()(path) },
     }
@@ -2565,7 +2733,7 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
-        Place::Root => int_ret(Err(libc::EBUSY)),
+        Place::Root => int_ret(rmdir_root()),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::remove()(path) },
     }

@@ -188,6 +188,11 @@ pub(crate) struct Desc {
     pub(crate) status: AtomicI32,
     /// The file position of `read`, `write` and `lseek`.
     pub(crate) pos: Mutex<u64>,
+    /// The owner `F_SETOWN` or `F_SETOWN_EX` set (its `F_OWNER_*` type and
+    /// id; none is 0), and the signal `F_SETSIG` set: kept and read back,
+    /// used for nothing (a regular file has no I/O events to signal).
+    pub(crate) owner: Mutex<(c_int, libc::pid_t)>,
+    pub(crate) signal: AtomicI32,
 }
 
 impl Drop for Desc {
@@ -234,6 +239,8 @@ impl Desc {
             writable,
             status: AtomicI32::new(status),
             pos: Mutex::new(0),
+            owner: Mutex::new((1, 0)),
+            signal: AtomicI32::new(0),
         }
     }
 
@@ -344,13 +351,6 @@ fn read_config() -> Option<Config> {
 /// The store, opened on first use; `Err` (an errno and why) when it cannot be.
 static STATE: OnceLock<Result<State, (i32, String)>> = OnceLock::new();
 
-/// The main thread ended by `pthread_exit`.
-static MAIN_ENDED: AtomicBool = AtomicBool::new(false);
-
-/// A thread to end the process once the program's threads have ended was
-/// started.
-static ENDER: AtomicBool = AtomicBool::new(false);
-
 /// Set in a child process after `fork`: the store belongs to the parent.
 static FORKED: AtomicBool = AtomicBool::new(false);
 
@@ -439,11 +439,14 @@ pub(crate) fn state() -> Result<&'static State, i32> {
                 let _g = SetupGuard::enter();
                 STATE.get_or_init(open_state)
             };
-            // The main thread ended before the store was opened: its
-            // threads must not keep the process alive either.
-            std::sync::atomic::fence(Ordering::SeqCst);
-            if MAIN_ENDED.load(Ordering::Acquire) {
-                end_with_the_program();
+            // The main thread may have ended before the store was opened:
+            // its threads must not keep the process alive either.
+            if r.is_ok()
+                && let Err(e) = setcache::process::store_opened()
+            {
+                crate::say(&format!(
+                    "no thread to end the process after the main thread's pthread_exit: {e}"
+                ));
             }
             r
         }
@@ -609,53 +612,17 @@ extern "C" fn sync_at_exit() {
 }
 
 /// The main thread is ending by `pthread_exit`: if the store is open in
-/// this process, start a thread (named as the store's are) that ends the
-/// process with `exit(0)` once no thread but the store's is left, as the
-/// kernel would end it after the program's last thread (the exit handlers
-/// then sync the store, as at any exit).
+/// this process, a thread (named as the store's are) ends the process with
+/// `exit(0)` once no thread but the store's is left, as the kernel would end
+/// it after the program's last thread (the exit handlers then sync the
+/// store, as at any exit).
 pub(crate) fn end_with_the_program() {
-    MAIN_ENDED.store(true, Ordering::Release);
-    // Against `state`'s opening: it sets the store, then looks at
-    // `MAIN_ENDED`; this sets that, then looks at the store. The fences
-    // keep both from missing the other.
-    std::sync::atomic::fence(Ordering::SeqCst);
-    if forked() || !matches!(STATE.get(), Some(Ok(_))) || ENDER.swap(true, Ordering::AcqRel) {
-        return;
-    }
-    let spawned = std::thread::Builder::new()
-        .name("setcache-exit".into())
-        .spawn(|| {
-            while program_threads_left() {
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            // SAFETY: ends the process as its last thread's end would.
-            unsafe { libc::exit(0) }
-        });
-    if let Err(e) = spawned {
+    let open = || !forked() && matches!(STATE.get(), Some(Ok(_)));
+    if let Err(e) = setcache::process::main_thread_ends(open) {
         crate::say(&format!(
             "no thread to end the process after the main thread's pthread_exit: {e}"
         ));
     }
-}
-
-/// Whether a thread of the program (not the store's, named `setcache-*`, nor
-/// the kernel's io_uring workers, `iou-*`) is alive besides the main thread,
-/// which has ended.
-fn program_threads_left() -> bool {
-    // SAFETY: plain getter.
-    let main = unsafe { libc::getpid() }.to_string();
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
-        return false;
-    };
-    tasks.flatten().any(|t| {
-        let tid = t.file_name();
-        if tid.to_str() == Some(main.as_str()) {
-            return false;
-        }
-        // A thread that ended since the listing has no name left.
-        let comm = std::fs::read(t.path().join("comm")).unwrap_or_default();
-        !comm.is_empty() && !comm.starts_with(b"setcache") && !comm.starts_with(b"iou-")
-    })
 }
 
 /// Write and sync the store's dirty pages and lengths if it is open in this

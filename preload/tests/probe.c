@@ -936,6 +936,41 @@ static void flag_checks(void) {
     show("F_NOTIFY 0", fcntl(fd, F_NOTIFY, 0));
     show("F_NOTIFY DN_MODIFY", fcntl(fd, F_NOTIFY, DN_MODIFY));
     show("F_GETPIPE_SZ", fcntl(fd, F_GETPIPE_SZ));
+    /* The owner and signal for I/O events: kept and read back. */
+    show("F_SETOWN this process", fcntl(fd, F_SETOWN, getpid()));
+    show("  F_GETOWN is it", fcntl(fd, F_GETOWN) == getpid());
+    show("F_SETOWN this group", fcntl(fd, F_SETOWN, -getpgrp()));
+    show("  F_GETOWN is it", fcntl(fd, F_GETOWN) == -getpgrp());
+    show("F_SETOWN a missing process", fcntl(fd, F_SETOWN, 0x3ffffff0));
+    struct f_owner_ex ox = {F_OWNER_TID, (pid_t)syscall(SYS_gettid)};
+    show("F_SETOWN_EX this thread", fcntl(fd, F_SETOWN_EX, &ox));
+    struct f_owner_ex back = {0, 0};
+    show("F_GETOWN_EX", fcntl(fd, F_GETOWN_EX, &back));
+    show("  the same", back.type == ox.type && back.pid == ox.pid);
+    ox.type = 7;
+    show("F_SETOWN_EX of a bad type", fcntl(fd, F_SETOWN_EX, &ox));
+    show("F_SETOWN none", fcntl(fd, F_SETOWN, 0));
+    show("F_SETSIG SIGUSR1", fcntl(fd, F_SETSIG, SIGUSR1));
+    show("  F_GETSIG", fcntl(fd, F_GETSIG));
+    show("F_SETSIG 65", fcntl(fd, F_SETSIG, 65));
+    show("F_SETSIG 0", fcntl(fd, F_SETSIG, 0));
+    int one = 1, zero = 0;
+    show("FIONBIO on", ioctl(fd, FIONBIO, &one));
+    show("  O_NONBLOCK", (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
+    show("FIONBIO off", ioctl(fd, FIONBIO, &zero));
+    show("  O_NONBLOCK", (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0);
+    show("FIOASYNC off", ioctl(fd, FIOASYNC, &zero));
+    show("FIOASYNC on", ioctl(fd, FIOASYNC, &one));
+    /* The directory itself beside its files. */
+    show("rename a file to the directory", rename(path("fc"), dir));
+    show("rename the directory into itself", rename(dir, path("fc")));
+    show("renameat2 NOREPLACE to the directory",
+         renameat2(AT_FDCWD, path("fc"), AT_FDCWD, dir, RENAME_NOREPLACE));
+    show("rename a missing file to the directory", rename(path("nothing"), dir));
+    show("rename the directory to itself", rename(dir, dir));
+    show("rmdir the directory with files", rmdir(dir));
+    show("unlinkat AT_REMOVEDIR the same", unlinkat(AT_FDCWD, dir, AT_REMOVEDIR));
+    show("rename a file to itself", rename(path("fc"), path("fc")));
     /* Calls the C library answers by its own calls to the kernel. */
     show("euidaccess R_OK", euidaccess(path("fc"), R_OK));
     show("eaccess W_OK", eaccess(path("fc"), W_OK));
@@ -1184,6 +1219,13 @@ static void common(void) {
         show("mknod S_IFDIR over a file", mknod(path("mk"), S_IFDIR | 0755, 0));
         unlink(path("mk"));
         unlink(path("mk2"));
+    }
+    {
+        /* A name the store cannot hold (a leading '.') names no file. */
+        struct stat hs;
+        show("stat of a missing .name", stat(path(".hid"), &hs));
+        show("unlink of a missing .name", unlink(path(".hid")));
+        show("open of a missing .name", open(path(".hid"), O_RDONLY));
     }
     show("lseek end", lseek(fd, 0, SEEK_END));
     show("write 4 at the end", write(fd, "tail", 4));

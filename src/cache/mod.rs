@@ -464,7 +464,7 @@ impl<M: Model> PageCache<M> {
                 }
                 Found::Held => {
                     return Err(Error::Busy(format!(
-                        "page {page} of cache file {file} stayed pinned by readers (page guards) for {} ms",
+                        "page {page} of cache file {file} stayed pinned by page guards (readers, or a writer) for {} ms",
                         self.core.pin_wait.as_millis()
                     )));
                 }

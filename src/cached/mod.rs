@@ -842,6 +842,17 @@ impl CachedStore {
         self.sync_as(false)
     }
 
+    /// As [`CachedStore::sync_unheard`], for a process's exit handler, which
+    /// must not wait for what other threads hold (they may never let it go
+    /// before the process ends): a file whose sync would wait for a page
+    /// another thread holds or writes back, or for another sync of it,
+    /// fails [`Error::Busy`] at once, and the error returned is the first
+    /// met; what is left dirty stays so.
+    pub fn sync_at_exit(&self) -> Result<()> {
+        Hold::check_store(Hold::store_key(&self.inner))?;
+        self.inner.sync_all(false, false)
+    }
+
     /// Sync every file ([`CachedStore::sync`]), then close this handle. The
     /// error is the sync's; the handle is closed either way. Dropping a
     /// store's last handle (this one, or the last of its files) writes back
@@ -1522,10 +1533,14 @@ impl CachedFile {
         if end <= old {
             return self.write_at(offset, data);
         }
-        // Refusals that need no growth come before it.
+        // Refusals that need no growth come before it: the pages the write
+        // fills. (A guard of the old last page does not stand in the way of
+        // a write past it: the growth leaves that page alone, but after a
+        // shrink, when it clears the page's tail and refuses the guard's
+        // holder itself.)
         self.entry.check()?;
         let ps = self.shared.cache.page_size() as u64;
-        self.check_held(offset.min(old / ps * ps), end, true)?;
+        self.check_held(offset, end, true)?;
         /// Lets the length show again however the write ends (a panic too).
         struct Show<'a>(&'a AtomicU64);
         impl Drop for Show<'_> {
@@ -1717,13 +1732,17 @@ impl CachedFile {
     /// committed, the change completes even if this returns an error. Writes
     /// racing a shrink may be lost, never shown past the end after a later
     /// growth. The file must not be in use on this thread (a queue not
-    /// drained); a thread holding a page guard of the file, or whose request
-    /// queue still reads or writes back a page the shrink drops, gets [`Error::HeldByCaller`]
-    /// before anything changes (the change would wait for the guard, or for a
-    /// read only this thread ends by polling); one whose queue reads the page
-    /// the new end cuts gets it once the change is committed.
+    /// drained); a thread holding a page guard of the page the shorter of
+    /// the two lengths ends in or of a later one (the pages the change drops
+    /// or clears), or whose request queue still reads or writes back a page
+    /// the shrink drops, gets [`Error::HeldByCaller`] before anything changes
+    /// (the change would wait for the guard, or for a read only this thread
+    /// ends by polling); one whose queue reads the page the new end cuts
+    /// gets it once the change is committed.
     pub fn set_len(&self, len: u64) -> Result<()> {
-        let r = self.resize_to(len, false, 0, None).map(drop);
+        let ps = self.shared.cache.page_size() as u64;
+        let touched_from = len.min(self.real_len()) / ps;
+        let r = self.resize_to(len, false, touched_from, None).map(drop);
         if r.is_ok() {
             // As in `grow`: a set length shows at once.
             self.entry.shown.fetch_max(len, Ordering::AcqRel);

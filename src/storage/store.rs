@@ -1053,11 +1053,11 @@ impl Store {
             let r = r.as_ref();
             let id = check_root(i, r, opts.direct_io)?;
             if let Some(j) = seen.insert(id, i) {
-                return Err(Error::BadDevice {
-                    device: i,
-                    root: r.to_path_buf(),
-                    problem: format!("is the same directory as device {j}"),
-                });
+                // A list given wrong, not a bad directory (`EINVAL`).
+                return Err(Error::InvalidArgument(format!(
+                    "device {i} ({}): is the same directory as device {j}",
+                    r.display()
+                )));
             }
             paths.push(r.to_path_buf());
         }

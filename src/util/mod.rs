@@ -8,6 +8,7 @@ pub(crate) mod mix;
 pub(crate) mod nodes;
 pub(crate) mod origin;
 pub(crate) mod panics;
+pub mod process;
 pub(crate) mod room;
 pub(crate) mod size;
 pub(crate) mod slab;

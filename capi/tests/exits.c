@@ -1,0 +1,124 @@
+/* A program that ends without closing its store keeps what it wrote, as on a
+ * local file system: at `exit` (or a return from main) the library writes
+ * and syncs every store still open; when the main thread ends by
+ * pthread_exit, the process ends with the program's last thread (the
+ * store's threads do not keep it alive) and the same happens.
+ *
+ *   exits DEVICE_DIR_0 DEVICE_DIR_1 MODE
+ *
+ * MODE: "exit" (write, then exit(0)), "return" (write, then return from
+ * main), "pthread_exit" (write; a second thread writes 200 ms later; the
+ * main thread ends by pthread_exit), "pinned" (write; another thread pins a
+ * page of another file for writing and never lets it go; exit(0) must not
+ * wait for it), or "check" (print what each file holds).
+ */
+#define _GNU_SOURCE
+#include <setcache.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static setcache_store *store;
+
+static void die(const char *what, long long rc) {
+    fprintf(stderr, "%s: %lld: %s\n", what, rc, setcache_last_error());
+    exit(2);
+}
+
+static void put(const char *name, const char *text) {
+    setcache_file *f;
+    int rc = setcache_create(store, name, 0, &f);
+    if (rc < 0)
+        die("create", rc);
+    long long n = setcache_pwrite(f, text, strlen(text), 0);
+    if (n != (long long)strlen(text))
+        die("pwrite", n);
+    if ((rc = setcache_close(f)) < 0)
+        die("close", rc);
+}
+
+static void *later(void *arg) {
+    (void)arg;
+    struct timespec t = {0, 200 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    put("late", "written after main ended");
+    return NULL;
+}
+
+static pthread_mutex_t never = PTHREAD_MUTEX_INITIALIZER;
+static volatile int pinned;
+
+static void *hold(void *arg) {
+    (void)arg;
+    setcache_file *g;
+    setcache_page *pin;
+    void *data;
+    size_t len;
+    int rc = setcache_create(store, "held", 4096, &g);
+    if (rc < 0)
+        die("create held", rc);
+    if ((rc = setcache_pin_mut(g, 0, &data, &len, &pin)) < 0)
+        die("pin_mut", rc);
+    memcpy(data, "dirty", 5);
+    pinned = 1;
+    /* Never let go (main holds the lock): the exit must not wait for this pin. */
+    pthread_mutex_lock(&never);
+    return NULL;
+}
+
+static void show(const char *name) {
+    setcache_file *f;
+    char buf[64] = {0};
+    int rc = setcache_open(store, name, &f);
+    if (rc < 0) {
+        printf("%s: %s\n", name, setcache_last_error());
+        return;
+    }
+    long long n = setcache_pread(f, buf, sizeof buf - 1, 0);
+    printf("%s: %lld [%s]\n", name, n, n > 0 ? buf : "");
+    setcache_close(f);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: exits DEVICE_DIR_0 DEVICE_DIR_1 MODE\n");
+        return 2;
+    }
+    const char *devices[2] = {argv[1], argv[2]};
+    int rc = setcache_store_open(devices, 2, NULL, &store);
+    if (rc < 0)
+        die("store_open", rc);
+    const char *mode = argv[3];
+    if (strcmp(mode, "check") == 0) {
+        show("kept");
+        show("late");
+        show("held");
+        fflush(stdout);
+        return setcache_store_close(store) < 0 ? 1 : 0;
+    }
+    put("kept", "written before the end");
+    if (strcmp(mode, "exit") == 0)
+        exit(0);
+    if (strcmp(mode, "return") == 0)
+        return 0;
+    if (strcmp(mode, "pthread_exit") == 0) {
+        pthread_t t;
+        pthread_create(&t, NULL, later, NULL);
+        pthread_detach(t);
+        pthread_exit(NULL);
+    }
+    if (strcmp(mode, "pinned") == 0) {
+        pthread_mutex_lock(&never);
+        pthread_t t;
+        pthread_create(&t, NULL, hold, NULL);
+        while (!pinned)
+            usleep(1000);
+        exit(0);
+    }
+    fprintf(stderr, "unknown mode %s\n", mode);
+    return 2;
+}

@@ -1,0 +1,85 @@
+//! A C program's end beside a store's threads, for the libraries that put
+//! the crate under C programs (the C interface, the preload library).
+//!
+//! A process ends when its last thread does. A store's threads (its
+//! engines, flusher and readahead) live until the store closes, so a program
+//! whose main thread ends by `pthread_exit` with a store still open would
+//! never end. Such a library calls [`main_thread_ends`] from its
+//! `pthread_exit` and [`store_opened`] after it opens a store: once both
+//! have happened (in either order), a thread named as the store's ends the
+//! process with `exit(0)` when no thread of the program is left, as the end
+//! of its last thread would have (the exit handlers then run, as at any
+//! exit).
+
+use std::sync::atomic::{AtomicBool, Ordering, fence};
+
+/// The main thread ended by `pthread_exit`.
+static MAIN_ENDED: AtomicBool = AtomicBool::new(false);
+
+/// The thread that ends the process was started.
+static ENDER: AtomicBool = AtomicBool::new(false);
+
+/// The main thread is ending by `pthread_exit` (the caller checked that it
+/// is the main one); `store_open` says whether a store of the caller's is
+/// open in this process now. If one is, the thread that ends the process is
+/// started (once); an error is the system's refusal to start it.
+pub fn main_thread_ends(store_open: impl FnOnce() -> bool) -> std::io::Result<()> {
+    MAIN_ENDED.store(true, Ordering::Release);
+    // Against `store_opened`: the opener sets its store, then looks at
+    // `MAIN_ENDED`; this sets that, then looks at the stores. The fences
+    // keep both from missing the other.
+    fence(Ordering::SeqCst);
+    if !store_open() {
+        return Ok(());
+    }
+    start_ender()
+}
+
+/// A store was opened (and is now seen by the `store_open` of a later
+/// [`main_thread_ends`]): if the main thread has ended already, its threads
+/// must not keep the process alive either.
+pub fn store_opened() -> std::io::Result<()> {
+    fence(Ordering::SeqCst);
+    if MAIN_ENDED.load(Ordering::Acquire) {
+        return start_ender();
+    }
+    Ok(())
+}
+
+fn start_ender() -> std::io::Result<()> {
+    if ENDER.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    let spawned = std::thread::Builder::new()
+        .name("setcache-exit".into())
+        .spawn(|| {
+            while program_threads_left() {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            // SAFETY: ends the process as its last thread's end would.
+            unsafe { libc::exit(0) }
+        });
+    spawned.map(drop).inspect_err(|_| {
+        ENDER.store(false, Ordering::Release);
+    })
+}
+
+/// Whether a thread of the program (not the crate's, named `setcache*`, nor
+/// the kernel's io_uring workers, `iou-*`) is alive besides the main thread,
+/// which has ended.
+fn program_threads_left() -> bool {
+    // SAFETY: plain getter.
+    let main = unsafe { libc::getpid() }.to_string();
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.flatten().any(|t| {
+        let tid = t.file_name();
+        if tid.to_str() == Some(main.as_str()) {
+            return false;
+        }
+        // A thread that ended since the listing has no name left.
+        let comm = std::fs::read(t.path().join("comm")).unwrap_or_default();
+        !comm.is_empty() && !comm.starts_with(b"setcache") && !comm.starts_with(b"iou-")
+    })
+}
