@@ -1130,3 +1130,72 @@ fn a_forked_child_dropping_the_store_ends_at_once() {
     assert_eq!(&b, b"parent");
     f.sync().unwrap();
 }
+
+/// The devices of the store a child run of
+/// `a_store_left_open_is_synced_at_the_programs_exit` writes to.
+const EXIT_CHILD: &str = "SETCACHE_TEST_EXIT_CHILD";
+
+/// A program that ends with a store still open (leaked, as one kept in a
+/// static is never dropped) keeps what it wrote through it, as on a local
+/// file system: the child run of this test writes through a store it
+/// leaks and ends with `std::process::exit`, which runs no destructor, and
+/// the data and the file's growth are on the devices after it. A page the
+/// child's other thread holds for good is not waited for (the child ends).
+#[test]
+fn a_store_left_open_is_synced_at_the_programs_exit() {
+    if let Ok(dir) = std::env::var(EXIT_CHILD) {
+        let roots: Vec<std::path::PathBuf> = std::env::split_paths(&dir).collect();
+        let store = Store::open(&roots, StoreOptions::default()).unwrap();
+        let cs: &'static CachedStore =
+            Box::leak(Box::new(CachedStore::new(store, cache(64)).unwrap()));
+        let f = cs.create("kept", 0, LayoutKind::Stripe).unwrap();
+        f.write_extending(0, b"written before the exit").unwrap();
+        let held = cs.create("held", 4096, LayoutKind::Stripe).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut g = held.page_mut(0).unwrap();
+            g[..5].copy_from_slice(b"dirty");
+            tx.send(()).unwrap();
+            // Held until the process ends.
+            std::thread::park();
+            drop(g);
+        });
+        rx.recv().unwrap();
+        std::process::exit(0);
+    }
+    let tmp = TempDir::new("exit-sync");
+    let roots = tmp.devices(2);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_store_left_open_is_synced_at_the_programs_exit",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(EXIT_CHILD, std::env::join_paths(&roots).unwrap())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if t.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("the child's exit waited 60 s for a page its other thread holds");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(status.success(), "the child failed: {err}");
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store, cache(64)).unwrap();
+    let f = cs.open_file("kept").unwrap();
+    assert_eq!(f.len(), 23, "the growth was lost");
+    let mut b = [0u8; 23];
+    f.read_at(0, &mut b).unwrap();
+    assert_eq!(&b, b"written before the exit");
+}

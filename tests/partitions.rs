@@ -407,6 +407,9 @@ fn partitions_stop_after_a_queue_was_leaked() {
     let cs: &'static CachedStore = Box::leak(Box::new(
         CachedStore::new(store, cache(512, 512, 2)).unwrap(),
     ));
+    // Leaked, it would be synced at the process's exit, after its
+    // directory went with the test.
+    cs.discard_at_close();
     let cf = cs.open_file("p").unwrap();
     let p = Partitions::new(cs, with(2)).unwrap();
     let mut q = p.queue_on(16, Some(0)).unwrap();

@@ -191,73 +191,11 @@ extern "C" fn watch_forks() {
 #[unsafe(link_section = ".init_array")]
 static WATCH_FORKS: extern "C" fn() = watch_forks;
 
-/// A store opened in this process: the fork count and process it was opened
-/// in (a child's copy is its parent's), and the store while it is open.
-type OpenStore = (u64, libc::pid_t, std::sync::Weak<CachedStore>);
-
-/// The stores opened in this process, for the exit handler and
-/// `pthread_exit`. Weak: a store closed is gone from it.
-static OPEN: std::sync::Mutex<Vec<OpenStore>> = std::sync::Mutex::new(Vec::new());
-
-/// The exit handler is registered.
-static EXIT_HANDLER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// The list of open stores, or `None` if another thread keeps it locked for
-/// a second (a thread of the parent that held it at a `fork`, in a child).
-fn open_stores() -> Option<std::sync::MutexGuard<'static, Vec<OpenStore>>> {
-    for _ in 0..100 {
-        match OPEN.try_lock() {
-            Ok(g) => return Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-        }
-    }
-    None
-}
-
-/// The stores of [`OPEN`] opened in this process and still open.
-fn stores_here() -> Vec<Arc<CachedStore>> {
-    let forks = FORKS.load(Ordering::Relaxed);
-    // SAFETY: plain getter.
-    let pid = unsafe { libc::getpid() };
-    open_stores()
-        .map(|l| {
-            l.iter()
-                .filter(|(f, p, _)| *f == forks && *p == pid)
-                .filter_map(|(_, _, w)| w.upgrade())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
-/// What a program wrote survives its exit on a local file system (the
-/// kernel keeps it): here, when the process exits normally (`exit`, or a
-/// return from `main`), the dirty pages of every store still open in it are
-/// written and synced. A page another thread holds then is not waited for
-/// (see `CachedStore::sync_at_exit`); what fails is said on stderr.
-extern "C" fn sync_at_exit() {
-    for cs in stores_here() {
-        if let Err(e) = cs.sync_at_exit() {
-            eprintln!("setcache: writing a store's dirty pages at the process's exit failed: {e}");
-        }
-    }
-}
-
-/// Note a store just opened in [`OPEN`] (registering the exit handler at
-/// the first), and end the process with the program's threads if its main
-/// thread has ended already.
-fn note_open(cs: &Arc<CachedStore>) {
-    let b = born();
-    if let Some(mut l) = open_stores() {
-        l.retain(|(_, _, w)| w.strong_count() > 0);
-        l.push((b.forks, b.pid, Arc::downgrade(cs)));
-    }
-    if !EXIT_HANDLER.swap(true, Ordering::AcqRel) {
-        // SAFETY: registers a plain `extern "C"` function with no arguments.
-        unsafe { libc::atexit(sync_at_exit) };
-    }
+/// After a store's open: if the main thread has ended by `pthread_exit`
+/// already, the store's threads must not keep the process alive. (What the
+/// store holds dirty when the process exits is written and synced by the
+/// exit handler the crate registers at its first store.)
+fn note_open() {
     if let Err(e) = setcache::process::store_opened() {
         eprintln!(
             "setcache: no thread to end the process after the main thread's pthread_exit: {e}"
@@ -274,7 +212,7 @@ fn note_open(cs: &Arc<CachedStore>) {
 pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
     // SAFETY: plain getters.
     if unsafe { libc::gettid() == libc::getpid() }
-        && let Err(e) = setcache::process::main_thread_ends(|| !stores_here().is_empty())
+        && let Err(e) = setcache::process::main_thread_ends(CachedStore::any_open_in_this_process)
     {
         eprintln!(
             "setcache: no thread to end the process after the main thread's pthread_exit: {e}"
@@ -646,7 +584,7 @@ pub unsafe extern "C" fn setcache_store_open(
             }
         }
         let cs = Arc::new(cs);
-        note_open(&cs);
+        note_open();
         out(
             out_store,
             setcache_store {

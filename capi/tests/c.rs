@@ -180,10 +180,6 @@ fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
                     "{check}\n{err}"
                 );
             }
-            if mode == "pinned" {
-                // The pinned page's file was not waited for, and said so.
-                assert!(err.contains("at the process's exit failed"), "{err}");
-            }
         }
         let _ = std::fs::remove_dir_all(&d);
     }

@@ -43,6 +43,7 @@
 //! failure dropped.
 
 pub(crate) mod aio;
+mod at_exit;
 mod flusher;
 mod queue;
 pub(crate) mod readahead;
@@ -573,6 +574,7 @@ impl CachedStore {
                 return Err(e);
             }
         };
+        at_exit::note(&inner);
         Ok(CachedStore {
             inner,
             flusher,
@@ -847,10 +849,21 @@ impl CachedStore {
     /// before the process ends): a file whose sync would wait for a page
     /// another thread holds or writes back, or for another sync of it,
     /// fails [`Error::Busy`] at once, and the error returned is the first
-    /// met; what is left dirty stays so.
+    /// met; what is left dirty stays so. A store whose pages are to be given
+    /// up ([`CachedStore::discard_at_close`]) is left as it is.
     pub fn sync_at_exit(&self) -> Result<()> {
-        Hold::check_store(Hold::store_key(&self.inner))?;
-        self.inner.sync_all(false, false)
+        at_exit::sync_one(&self.inner)
+    }
+
+    /// Whether a cached store made in this process (not in its parent,
+    /// before a `fork`) is open: its threads then keep the process alive
+    /// (see [`crate::process`]). What such a store has dirty when the process
+    /// exits normally (a return from `main`, `std::process::exit`, the C
+    /// library's `exit`) is written and synced then, by an exit handler the
+    /// crate registers at the first store, as by [`CachedStore::sync_at_exit`];
+    /// what fails is said on stderr.
+    pub fn any_open_in_this_process() -> bool {
+        !at_exit::open_here().is_empty()
     }
 
     /// Sync every file ([`CachedStore::sync`]), then close this handle. The
