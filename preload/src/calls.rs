@@ -313,6 +313,14 @@ unsafe fn iovs<'a>(iov: *const iovec, cnt: c_int, reading: bool) -> Result<&'a [
     Ok(v)
 }
 
+/// The bytes an iovec array asks to move, at most what one call moves (the
+/// kernel's check of a positioned call's range counts those).
+fn iov_total(iov: &[iovec]) -> usize {
+    iov.iter()
+        .fold(0usize, |t, v| t.saturating_add(v.iov_len))
+        .min(MAX_RW)
+}
+
 unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     // A descriptor not open for reading refuses even a read of nothing.
     if !d.readable {
@@ -559,8 +567,13 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
 unsafe fn readv_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
     // SAFETY: the caller's iovec array.
     let r = unsafe { iovs(iov, cnt, true) }.and_then(|v| match off {
-        // SAFETY: the caller's buffers.
-        Some(o) => offset(o).and_then(|o| unsafe { read_iov(d, v, o) }),
+        Some(o) => offset(o).and_then(|o| {
+            if d.readable {
+                span(o, iov_total(v))?;
+            }
+            // SAFETY: the caller's buffers.
+            unsafe { read_iov(d, v, o) }
+        }),
         None => {
             let mut pos = lock(&d.pos);
             // SAFETY: the caller's buffers.
@@ -583,10 +596,13 @@ unsafe fn writev_desc(
 ) -> ssize_t {
     // SAFETY: the caller's iovec array.
     let r = unsafe { iovs(iov, cnt, false) }.and_then(|v| match off {
-        Some(o) => {
+        Some(o) => offset(o).and_then(|o| {
+            if d.writable {
+                span(o, iov_total(v))?;
+            }
             // SAFETY: the caller's buffers.
-            offset(o).and_then(|o| unsafe { write_iov(d, v, Some(o), appending) }.map(|r| r.0))
-        }
+            unsafe { write_iov(d, v, Some(o), appending) }.map(|r| r.0)
+        }),
         None => {
             let mut pos = lock(&d.pos);
             let at = if appending { None } else { Some(*pos) };
@@ -1209,7 +1225,8 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 
 fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
     let len = offset(len)?;
-    let n = state::node(s, name, false, false, false).map_err(missing_is_enoent("truncate"))?;
+    let n =
+        state::node(s, name, false, false, false).map_err(missing_is_enoent("truncate", name))?;
     if len > s.cs.max_file_len() {
         return Err(libc::EFBIG);
     }
@@ -1454,7 +1471,7 @@ fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), 
         Error::FileNotFound(_) | Error::FileExists(_) => e.posix_errno(),
         // A name the store cannot hold names no file of it; a create of one
         // is refused with the store's reason.
-        Error::InvalidName { .. } if !create => libc::ENOENT,
+        Error::InvalidName { .. } if !create => no_such_name(name),
         e => fail("open", &e),
     })?;
     let readable = !path_only && (acc == libc::O_RDONLY || acc == libc::O_RDWR);
@@ -1925,22 +1942,51 @@ struct FOwnerEx {
 /// The kernel's highest signal number (`_NSIG`).
 const NSIG: c_int = 64;
 
-/// Whether process (or with `group`, process group) `id` exists, as the
-/// kernel's `F_SETOWN` asks: `ESRCH` if not.
-fn owner_exists(id: libc::pid_t, group: bool) -> Result<(), i32> {
-    let target = if group { -id } else { id };
-    // SAFETY: signal 0 only asks whether the target exists.
-    if unsafe { libc::kill(target, 0) } == 0 {
-        return Ok(());
-    }
-    match std::io::Error::last_os_error().raw_os_error() {
-        // There, but not ours to signal.
-        Some(libc::EPERM) => Ok(()),
-        _ => Err(libc::ESRCH),
+/// Whether a task (a process or a thread) numbered `id` exists, as the
+/// kernel's `F_SETOWN` and `F_SETOWN_EX` look an owner up (by number only,
+/// whatever its kind): `ESRCH` if not.
+fn task_exists(id: libc::pid_t) -> Result<(), i32> {
+    if id > 0 && std::path::Path::new(&format!("/proc/{id}")).exists() {
+        Ok(())
+    } else {
+        Err(libc::ESRCH)
     }
 }
 
-/// `F_SETOWN`'s argument: a process, or negated, a process group; 0 none.
+/// Whether the owner `(kind, id)` set before still names a task of its kind,
+/// as the kernel's `F_GETOWN` and `F_GETOWN_EX` ask (0 is reported if not):
+/// a process by its leader, a thread by its id, a group by a member.
+fn owner_alive(kind: c_int, id: libc::pid_t) -> bool {
+    if id <= 0 {
+        return false;
+    }
+    match kind {
+        F_OWNER_PGRP if id == 1 => {
+            // (`kill(-1, ..)` asks of every process, not of group 1.)
+            // SAFETY: plain getter.
+            unsafe { libc::getpgid(1) == 1 }
+        }
+        F_OWNER_PGRP => {
+            // SAFETY: signal 0 only asks whether the group has a member.
+            let rc = unsafe { libc::kill(-id, 0) };
+            rc == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+        F_OWNER_PID => {
+            std::fs::read_to_string(format!("/proc/{id}/status"))
+                .ok()
+                .and_then(|t| {
+                    t.lines()
+                        .find_map(|l| l.strip_prefix("Tgid:"))
+                        .and_then(|v| v.trim().parse::<libc::pid_t>().ok())
+                })
+                == Some(id)
+        }
+        _ => task_exists(id).is_ok(),
+    }
+}
+
+/// `F_SETOWN`'s argument (the low 32 bits, as the kernel reads it): a
+/// process, or negated, a process group; 0 none.
 fn set_owner(d: &Desc, who: c_int) -> Result<(), i32> {
     if who == c_int::MIN {
         return Err(libc::EINVAL);
@@ -1951,7 +1997,7 @@ fn set_owner(d: &Desc, who: c_int) -> Result<(), i32> {
         (F_OWNER_PID, who)
     };
     if id != 0 {
-        owner_exists(id, kind == F_OWNER_PGRP)?;
+        task_exists(id)?;
     }
     *lock(&d.owner) = (kind, id);
     Ok(())
@@ -1962,21 +2008,17 @@ fn set_owner_ex(d: &Desc, kind: c_int, id: libc::pid_t) -> Result<(), i32> {
     if !matches!(kind, F_OWNER_TID | F_OWNER_PID | F_OWNER_PGRP) {
         return Err(libc::EINVAL);
     }
-    if id < 0 {
-        return Err(libc::EINVAL);
-    }
     if id != 0 {
-        if kind == F_OWNER_TID {
-            // A thread of any process: its directory under /proc.
-            if !std::path::Path::new(&format!("/proc/{id}")).exists() {
-                return Err(libc::ESRCH);
-            }
-        } else {
-            owner_exists(id, kind == F_OWNER_PGRP)?;
-        }
+        task_exists(id)?;
     }
     *lock(&d.owner) = (kind, id);
     Ok(())
+}
+
+/// The owner `F_GETOWN_EX` reports: 0 for one no task of its kind has now.
+fn owner_now(d: &Desc) -> (c_int, libc::pid_t) {
+    let (kind, id) = *lock(&d.owner);
+    (kind, if owner_alive(kind, id) { id } else { 0 })
 }
 
 fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
@@ -2040,7 +2082,7 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
         // kernel checks them.
         libc::F_SETOWN => int_ret(set_owner(&d, arg as c_int).map(|()| 0)),
         libc::F_GETOWN => {
-            let (kind, id) = *lock(&d.owner);
+            let (kind, id) = owner_now(&d);
             if kind == F_OWNER_PGRP { -id } else { id }
         }
         F_SETOWN_EX | F_GETOWN_EX => {
@@ -2049,7 +2091,7 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
                 return int_ret(Err(libc::EFAULT));
             }
             if cmd == F_GETOWN_EX {
-                let (kind, id) = *lock(&d.owner);
+                let (kind, id) = owner_now(&d);
                 // SAFETY: the command passes a struct f_owner_ex to fill.
                 unsafe { p.write_unaligned(FOwnerEx { kind, pid: id }) };
                 return 0;
@@ -2059,10 +2101,12 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
             int_ret(set_owner_ex(&d, o.kind, o.pid).map(|()| 0))
         }
         F_SETSIG => {
-            if arg > NSIG as c_ulong {
+            // The low 32 bits, as the kernel reads the argument.
+            let sig = arg as c_int;
+            if !(0..=NSIG).contains(&sig) {
                 return int_ret(Err(libc::EINVAL));
             }
-            d.signal.store(arg as c_int, Ordering::Relaxed);
+            d.signal.store(sig, Ordering::Relaxed);
             0
         }
         F_GETSIG => d.signal.load(Ordering::Relaxed),
@@ -2252,20 +2296,32 @@ fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, 
     f(state::state()?)
 }
 
-/// A store error as call `what` answers it: `ENOENT` for a name the store
-/// has no file of (or could not have), the error's own errno (and a
-/// message) otherwise.
-fn missing_is_enoent(what: &str) -> impl FnOnce(Error) -> i32 + '_ {
+/// A store error as call `what` on `name` answers it: `ENOENT` for a name
+/// the store has no file of (or could not have: see [`no_such_name`]), the
+/// error's own errno (and a message) otherwise.
+fn missing_is_enoent<'a>(what: &'a str, name: &'a str) -> impl FnOnce(Error) -> i32 + 'a {
     move |e| match e {
-        Error::InvalidName { .. } | Error::FileNotFound(_) => libc::ENOENT,
+        Error::FileNotFound(_) => libc::ENOENT,
+        Error::InvalidName { .. } => no_such_name(name),
         e => fail(what, &e),
+    }
+}
+
+/// The kernel's answer for a lookup of a name the store cannot hold: no
+/// such file (`ENOENT`), but a name longer than a file system's names may
+/// be is `ENAMETOOLONG` first.
+fn no_such_name(name: &str) -> i32 {
+    if name.len() > libc::NAME_MAX as usize {
+        libc::ENAMETOOLONG
+    } else {
+        libc::ENOENT
     }
 }
 
 /// The length of store file `name`, `ENOENT` for none (see
 /// [`missing_is_enoent`]).
 fn len_or_enoent(s: &State, name: &str, what: &str) -> Result<u64, i32> {
-    state::len_of(s, name).map_err(missing_is_enoent(what))
+    state::len_of(s, name).map_err(missing_is_enoent(what, name))
 }
 
 /// Whether the store still lists `name`, after an operation on it failed
@@ -2290,8 +2346,10 @@ pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
     let mut nodes = state::lock_nodes(s);
     if let Err(e) = s.cs.delete(name) {
         // A name the store cannot hold names no file of it.
-        if let Error::FileNotFound(_) | Error::InvalidName { .. } = e {
-            return Err(libc::ENOENT);
+        match e {
+            Error::FileNotFound(_) => return Err(libc::ENOENT),
+            Error::InvalidName { .. } => return Err(no_such_name(name)),
+            _ => {}
         }
         // Begun and finished later, or not begun: the table of names
         // follows the store, and forgets the name when it cannot tell.
@@ -2321,7 +2379,7 @@ pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_in
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
-        Place::Root if flags & libc::AT_REMOVEDIR != 0 => int_ret(rmdir_root()),
+        Place::Root if flags & libc::AT_REMOVEDIR != 0 => int_ret(rmdir_root(path)),
         Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::unlinkat()(dirfd, path, flags) },
@@ -2429,19 +2487,70 @@ fn rename_at(
         }
         (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
         (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
-            Some(int_ret(rename_with_root(&places, flags)))
+            Some(int_ret(rename_with_root(&places, from, to, flags)))
         }
         (Place::Root, _) | (_, Place::Root) => Some(int_ret(Err(libc::EBUSY))),
         _ => Some(int_ret(Err(libc::EXDEV))),
     }
 }
 
+/// How a path the library took for the store's directory itself ends, as
+/// given: the kernel answers an empty path, and one ending in `.` or `..`,
+/// before it looks at what they name.
+#[derive(Clone, Copy, PartialEq)]
+enum Ending {
+    Empty,
+    Dot,
+    DotDot,
+    Name,
+}
+
+fn ending(p: *const c_char) -> Ending {
+    if p.is_null() {
+        return Ending::Name;
+    }
+    // SAFETY: a non-null path is the caller's C string.
+    let b = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+    match b.rsplit(|&c| c == b'/').next() {
+        _ if b.is_empty() => Ending::Empty,
+        Some(b".") => Ending::Dot,
+        Some(b"..") => Ending::DotDot,
+        _ => Ending::Name,
+    }
+}
+
+/// Whether the caller's path ends in `/`.
+fn ends_in_slash(p: *const c_char) -> bool {
+    // SAFETY: a non-null path is the caller's C string.
+    !p.is_null()
+        && unsafe { std::ffi::CStr::from_ptr(p) }
+            .to_bytes()
+            .ends_with(b"/")
+}
+
 /// A rename between a store file and the store's directory itself, in the
-/// kernel's order: the source must exist, a target there refuses
-/// `RENAME_NOREPLACE`, a directory does not go into itself (`EINVAL`) nor a
-/// file over the directory it is in (`ENOTEMPTY`); the directory renamed to
-/// itself stays.
-fn rename_with_root(places: &(Place, Place), flags: c_uint) -> Result<c_int, i32> {
+/// kernel's order: an empty path names nothing (`ENOENT`), a `.` or `..`
+/// cannot be renamed nor renamed over (`EBUSY`), the source must exist, a
+/// target there refuses `RENAME_NOREPLACE`, a file does not take a name
+/// ending in `/` (`ENOTDIR`), a directory does not go into itself (`EINVAL`)
+/// nor a file over the directory it is in (`ENOTEMPTY`); the directory
+/// renamed to itself stays.
+fn rename_with_root(
+    places: &(Place, Place),
+    from: *const c_char,
+    to: *const c_char,
+    flags: c_uint,
+) -> Result<c_int, i32> {
+    let (a, b) = (ending(from), ending(to));
+    if a == Ending::Empty || b == Ending::Empty {
+        return Err(libc::ENOENT);
+    }
+    if [a, b]
+        .iter()
+        .any(|e| matches!(e, Ending::Dot | Ending::DotDot))
+    {
+        return Err(libc::EBUSY);
+    }
     let s = state::state()?;
     let exists = |p: &Place| match p {
         Place::Inside(n) => state::len_of(s, n).is_ok(),
@@ -2453,6 +2562,9 @@ fn rename_with_root(places: &(Place, Place), flags: c_uint) -> Result<c_int, i32
     if flags & libc::RENAME_NOREPLACE != 0 && exists(&places.1) {
         return Err(libc::EEXIST);
     }
+    if matches!(places.0, Place::Inside(_)) && ends_in_slash(to) {
+        return Err(libc::ENOTDIR);
+    }
     match places {
         (Place::Root, Place::Root) => Ok(0),
         (Place::Root, _) => Err(libc::EINVAL),
@@ -2461,10 +2573,18 @@ fn rename_with_root(places: &(Place, Place), flags: c_uint) -> Result<c_int, i32
     }
 }
 
-/// `rmdir` of the store's directory: not while the store holds files
-/// (`ENOTEMPTY`, as of any directory); empty, it is still the store's, in
-/// use as a mount point is (`EBUSY`).
-fn rmdir_root() -> Result<c_int, i32> {
+/// `rmdir` of the store's directory by `path`: an empty path names nothing
+/// (`ENOENT`), a `.` is refused (`EINVAL`) and a `..` is never empty
+/// (`ENOTEMPTY`), as the kernel answers before it looks further; not while
+/// the store holds files (`ENOTEMPTY`, as of any directory); empty, it is
+/// still the store's, in use as a mount point is (`EBUSY`).
+fn rmdir_root(path: *const c_char) -> Result<c_int, i32> {
+    match ending(path) {
+        Ending::Empty => return Err(libc::ENOENT),
+        Ending::Dot => return Err(libc::EINVAL),
+        Ending::DotDot => return Err(libc::ENOTEMPTY),
+        Ending::Name => {}
+    }
     let s = state::state()?;
     match s.cs.store().list() {
         Ok(names) if !names.is_empty() => Err(libc::ENOTEMPTY),
@@ -2610,6 +2730,7 @@ fn mknod_at(dir: c_int, path: *const c_char, mode: libc::mode_t) -> Option<c_int
             Ok(0)
         }),
         Place::Bad(e) => Err(e),
+        Place::Root if ending(path) == Ending::Empty => Err(libc::ENOENT),
         Place::Root | Place::Outside => Err(libc::EEXIST),
     }))
 }
@@ -2720,7 +2841,7 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
             state::len_of(s, &name).map_err(|e| e.posix_errno())?;
             Err(libc::ENOTDIR)
         })),
-        Place::Root => int_ret(rmdir_root()),
+        Place::Root => int_ret(rmdir_root(path)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::rmdir()(path) },
     }
@@ -2733,7 +2854,7 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
-        Place::Root => int_ret(rmdir_root()),
+        Place::Root => int_ret(rmdir_root(path)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::remove()(path) },
     }

@@ -395,9 +395,23 @@ fn by_the_kernel(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
     }
     if is_store_dir(cfg, dirfd, dir) {
         inside(name)
+    } else if names_the_store(cfg, name) && is_store_dir(cfg, dirfd, p) {
+        // The directory itself by its own name in its parent, reached
+        // through a `..` or a link (`../st` from inside it): a `rmdir` or
+        // `rename` of it must not go to the kernel, whose copy is empty.
+        Place::Root
     } else {
         Place::Outside
     }
+}
+
+/// Whether `name` is the store's directory's own name (its last component,
+/// as given or resolved): only a path ending so can name the directory
+/// itself rather than a link to it, which is what one more `stat` decides.
+fn names_the_store(cfg: &Config, name: &[u8]) -> bool {
+    let last = |d: &[u8]| d.rsplit(|&b| b == b'/').next().map(<[u8]>::to_vec);
+    last(&cfg.dir).as_deref() == Some(name)
+        || cfg.canonical.as_deref().and_then(last).as_deref() == Some(name)
 }
 
 fn inside(name: &[u8]) -> Place {

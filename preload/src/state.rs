@@ -239,7 +239,8 @@ impl Desc {
             writable,
             status: AtomicI32::new(status),
             pos: Mutex::new(0),
-            owner: Mutex::new((1, 0)),
+            // None yet, of the kind `F_GETOWN_EX` reports then (a thread's).
+            owner: Mutex::new((0, 0)),
             signal: AtomicI32::new(0),
         }
     }

@@ -971,6 +971,57 @@ static void flag_checks(void) {
     show("rmdir the directory with files", rmdir(dir));
     show("unlinkat AT_REMOVEDIR the same", unlinkat(AT_FDCWD, dir, AT_REMOVEDIR));
     show("rename a file to itself", rename(path("fc"), path("fc")));
+    {
+        /* The directory by other forms of its path. */
+        char up[4200], dot[4200], slash[4200];
+        const char *base = strrchr(dir, '/') + 1;
+        snprintf(up, sizeof up, "../%s", base);
+        snprintf(dot, sizeof dot, "%s/.", dir);
+        snprintf(slash, sizeof slash, "%s/", dir);
+        char here[4200];
+        if (getcwd(here, sizeof here) && chdir(dir) == 0) {
+            show("rmdir of it through ..", rmdir(up));
+            show("rename of it through ..", rename(up, "fc2-none"));
+            show("rmdir .", rmdir("."));
+            show("chdir back", chdir(here));
+        }
+        show("rename it/. to it", rename(dot, dir));
+        show("rename a file to it/.", rename(path("fc"), dot));
+        show("rename a file to it/", rename(path("fc"), slash));
+        show("rmdir it/.", rmdir(dot));
+        int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+        show("unlinkat of \"\" AT_REMOVEDIR", unlinkat(dfd, "", AT_REMOVEDIR));
+        show("renameat to \"\"", renameat(dfd, "fc", dfd, ""));
+        show("mknodat of \"\"", mknodat(dfd, "", S_IFREG | 0644, 0));
+        close(dfd);
+    }
+    {
+        /* Owners as the kernel looks them up: any task by its number. */
+        int not_leader = getpgrp() != getpid();
+        show("F_SETOWN -getpid()", fcntl(fd, F_SETOWN, -getpid()));
+        show("  F_GETOWN", fcntl(fd, F_GETOWN) == (not_leader ? 0 : -getpid()));
+        struct f_owner_ex neg = {F_OWNER_PID, -5};
+        show("F_SETOWN_EX of a negative pid", fcntl(fd, F_SETOWN_EX, &neg));
+        show("F_SETSIG with high bits", fcntl(fd, F_SETSIG, 0x100000005L));
+        show("  F_GETSIG", fcntl(fd, F_GETSIG));
+        fcntl(fd, F_SETSIG, 0);
+        int fresh = open(path("fc"), O_RDONLY);
+        struct f_owner_ex fo = {9, 9};
+        show("F_GETOWN_EX of a new description", fcntl(fresh, F_GETOWN_EX, &fo));
+        show("  its type and pid", fo.type * 1000 + fo.pid);
+        close(fresh);
+    }
+    {
+        char longname[300];
+        memset(longname, 'n', sizeof longname - 1);
+        longname[sizeof longname - 1] = 0;
+        show("unlink of a 299-byte name", unlink(path(longname)));
+        show("open of a 299-byte name", open(path(longname), O_RDONLY));
+        char buf[8];
+        struct iovec two[1] = {{buf, 8}};
+        show("preadv past the largest offset", preadv(fd, two, 1, INT64_MAX - 5));
+        show("pwritev past the largest offset", pwritev(fd, two, 1, INT64_MAX - 5));
+    }
     /* Calls the C library answers by its own calls to the kernel. */
     show("euidaccess R_OK", euidaccess(path("fc"), R_OK));
     show("eaccess W_OK", eaccess(path("fc"), W_OK));
