@@ -54,11 +54,18 @@
  * local file system: when the process exits normally (exit, or a return from
  * main) the library writes and syncs every store still open, without waiting
  * for a page another thread pins or a queue writes back (what then fails is
- * said on stderr, and is lost); _exit, abort or a signal that ends the
- * process lose what no sync covered. The library defines pthread_exit,
- * passing every call on to the C library's: when the main thread ends by it
- * with a store open, the process ends (by exit(0)) once only the store's
- * threads are left, as it would after its last thread, instead of never.
+ * said on stderr, and is lost: a file with such a page is written but not
+ * fsynced), nor more than a minute without progress (an exit from a signal
+ * handler that interrupted a call of this library, whose locks the exiting
+ * thread then holds); _exit, abort or a signal that ends the process lose
+ * what no sync covered. The library defines pthread_exit, passing every call
+ * on to the C library's: when the main thread ends by it with a store open,
+ * the process ends (by exit(0)) once only the store's threads are left, as
+ * it would after its last thread, instead of never. (Not when the library is
+ * loaded by dlopen, whose definitions come after the C library's; in a fully
+ * static program, with no C library's pthread_exit to pass the call to, the
+ * thread is cancelled instead: its cleanup handlers run, and a join gets
+ * PTHREAD_CANCELED.)
  *
  * Pages in use wait for their user, up to one second: another thread's write
  * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
@@ -67,7 +74,9 @@
  * to two seconds); a call that would wait for this thread's own pin (a write
  * over a page it pins, a read of a page it pins for writing, queued on this
  * thread's queue or not, a sync or delete of the file, a set_len that drops or
- * clears a page it pins (the page the shorter length ends in, or a later one),
+ * clears a page it pins (the page the shorter length ends in, or a later one;
+ * after a shrink, a growth clears the old last page's tail too, so a write or
+ * set_len past a page it pins there is refused until the file has grown once),
  * the store's sync),
  * or a set_len that would drop pages this thread's queue still reads or
  * writes back, fails -EDEADLK at once (a queued one in its completion). A page that needs a frame in a cache set

@@ -227,13 +227,22 @@ pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
     }
     if f == 0 {
         // No C library behind this one to pass the call to (a fully static
-        // program): the thread ends without its cleanup handlers.
-        eprintln!(
-            "setcache: pthread_exit: the C library's is not found; the thread ends without its cleanup"
-        );
-        loop {
-            // SAFETY: ends this thread only.
-            unsafe { libc::syscall(libc::SYS_exit, 0) };
+        // program): the thread is cancelled instead, which runs its cleanup
+        // handlers and destructors as `pthread_exit` would (a join gets
+        // PTHREAD_CANCELED, not `retval`).
+        unsafe extern "C" {
+            fn pthread_testcancel();
+            fn pthread_setcancelstate(state: c_int, old: *mut c_int) -> c_int;
+        }
+        /// `PTHREAD_CANCEL_ENABLE` (`pthread.h`).
+        const CANCEL_ENABLE: c_int = 0;
+        // SAFETY: this thread's own cancellation, as pthread_exit ends it.
+        unsafe {
+            pthread_setcancelstate(CANCEL_ENABLE, std::ptr::null_mut());
+            libc::pthread_cancel(libc::pthread_self());
+            loop {
+                pthread_testcancel();
+            }
         }
     }
     // SAFETY: the C library's `pthread_exit`, which has this signature and does not return.
@@ -897,7 +906,12 @@ pub unsafe extern "C" fn setcache_pwrite(
         // As the kernel's: a write from the largest file's end on fails, one
         // that only ends past it writes the part before it (a short count).
         let most = f.file.max_len();
-        within_largest(offset + 1, most, "the write's first byte, at")?;
+        if offset >= most {
+            return Err(Fail(
+                libc::EFBIG,
+                format!("the offset {offset} is at or past the store's largest file, {most} bytes"),
+            ));
+        }
         let len = len.min((most - offset).try_into().unwrap_or(usize::MAX));
         // SAFETY: the caller's buffer of at least `len` bytes.
         let b = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };

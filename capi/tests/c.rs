@@ -158,7 +158,7 @@ fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
             &prog,
             shared,
         );
-        for mode in ["exit", "return", "pthread_exit", "pinned"] {
+        for mode in ["exit", "return", "pthread_exit", "pinned", "fork"] {
             for sub in ["d0", "d1"] {
                 let _ = std::fs::remove_dir_all(d.join(sub));
                 std::fs::create_dir_all(d.join(sub)).unwrap();
@@ -174,6 +174,12 @@ fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
                 check.contains("kept: 22 [written before the end]"),
                 "{mode} (shared {shared}): {check}\n{err}"
             );
+            if mode == "fork" {
+                assert!(
+                    check.contains("status: 14 [child exited 7]"),
+                    "{check}\n{err}"
+                );
+            }
             if mode == "pthread_exit" {
                 assert!(
                     check.contains("late: 24 [written after main ended]"),

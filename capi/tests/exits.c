@@ -10,7 +10,9 @@
  * main), "pthread_exit" (write; a second thread writes 200 ms later; the
  * main thread ends by pthread_exit), "pinned" (write; another thread pins a
  * page of another file for writing and never lets it go; exit(0) must not
- * wait for it), or "check" (print what each file holds).
+ * wait for it), "fork" (the main thread ends by pthread_exit; a worker's
+ * child opens a store of its own and works 200 ms, then exits 7: it must
+ * not be ended early), or "check" (print what each file holds).
  */
 #define _GNU_SOURCE
 #include <setcache.h>
@@ -19,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -70,6 +74,45 @@ static void *hold(void *arg) {
     return NULL;
 }
 
+static const char *dev_dirs[2];
+
+/* A worker of a process whose main thread ended: its child (made by fork)
+ * opens a store of its own and works on; it must not be ended early by
+ * what the parent's main thread did. The child's exit status is kept. */
+static void *forker(void *arg) {
+    (void)arg;
+    pid_t pid = fork();
+    if (pid == 0) {
+        char d[2][4200];
+        const char *cd[2];
+        for (int i = 0; i < 2; i++) {
+            snprintf(d[i], sizeof d[i], "%s/child", dev_dirs[i]);
+            mkdir(d[i], 0755);
+            cd[i] = d[i];
+        }
+        setcache_store *cs;
+        if (setcache_store_open(cd, 2, NULL, &cs) < 0)
+            _exit(3);
+        setcache_file *f;
+        if (setcache_create(cs, "c", 0, &f) < 0)
+            _exit(4);
+        for (int i = 0; i < 20; i++) {
+            struct timespec t = {0, 10 * 1000 * 1000};
+            nanosleep(&t, NULL);
+            if (setcache_pwrite(f, "x", 1, (uint64_t)i) != 1)
+                _exit(5);
+        }
+        setcache_close(f);
+        _exit(setcache_store_close(cs) < 0 ? 6 : 7);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    char text[64];
+    snprintf(text, sizeof text, "child exited %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+    put("status", text);
+    return NULL;
+}
+
 static void show(const char *name) {
     setcache_file *f;
     char buf[64] = {0};
@@ -97,6 +140,7 @@ int main(int argc, char **argv) {
         show("kept");
         show("late");
         show("held");
+        show("status");
         fflush(stdout);
         return setcache_store_close(store) < 0 ? 1 : 0;
     }
@@ -108,6 +152,14 @@ int main(int argc, char **argv) {
     if (strcmp(mode, "pthread_exit") == 0) {
         pthread_t t;
         pthread_create(&t, NULL, later, NULL);
+        pthread_detach(t);
+        pthread_exit(NULL);
+    }
+    if (strcmp(mode, "fork") == 0) {
+        dev_dirs[0] = argv[1];
+        dev_dirs[1] = argv[2];
+        pthread_t t;
+        pthread_create(&t, NULL, forker, NULL);
         pthread_detach(t);
         pthread_exit(NULL);
     }

@@ -10,15 +10,16 @@
 //! The handler does not wait for what other threads hold (they may never
 //! let it go before the process ends): a file whose sync would wait for a
 //! page another thread pins or writes back fails at once, and what fails is
-//! said on stderr. `_exit`, `abort` or a signal that ends the process lose
-//! what no sync covered.
+//! said on stderr. Nor for the thread that called `exit` (see
+//! [`sync_open_stores`]). `_exit`, `abort` or a signal that ends the process
+//! lose what no sync covered.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use super::Hold;
 use super::shared::Shared;
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// The stores made in this process (or, in a child made by `fork`, its
 /// parent's, which [`Shared::origin`] tells apart).
@@ -76,10 +77,62 @@ pub(crate) fn sync_one(sh: &Shared) -> Result<()> {
     sh.sync_all(false, false)
 }
 
+/// How long the exit waits for a file's sync before it gives up (see
+/// [`sync_open_stores`]).
+const STUCK: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The exit handler. The syncs run on a thread of their own, which the
+/// exiting thread waits for: a thread that calls `exit` while it holds one
+/// of the store's locks (from a signal handler that interrupted a call of
+/// the crate) would wait for itself for ever. A sync that makes no progress
+/// (no file finished) for a minute is given up then, said on stderr, and the
+/// process ends, its pages unwritten.
 extern "C" fn sync_open_stores() {
-    for sh in open_here() {
-        if let Err(e) = sync_one(&sh) {
-            eprintln!("setcache: writing a store's dirty pages at the process's exit failed: {e}");
+    let stores = open_here();
+    if stores.is_empty() {
+        return;
+    }
+    let say = |e: &Error| {
+        eprintln!("setcache: writing a store's dirty pages at the process's exit failed: {e}");
+    };
+    let done = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
+    let total = stores.len();
+    let d = done.clone();
+    let spawned = std::thread::Builder::new()
+        .name("setcache-exit".into())
+        .spawn(move || {
+            for sh in stores {
+                if let Err(e) = sync_one(&sh) {
+                    say(&e);
+                }
+                let (n, cv) = &*d;
+                *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+                cv.notify_all();
+            }
+        });
+    if spawned.is_err() {
+        // No thread to be had: the syncs run here.
+        for sh in open_here() {
+            if let Err(e) = sync_one(&sh) {
+                say(&e);
+            }
+        }
+        return;
+    }
+    let (n, cv) = &*done;
+    let mut finished = n.lock().unwrap_or_else(|p| p.into_inner());
+    while *finished < total {
+        let before = *finished;
+        let (g, t) = cv
+            .wait_timeout_while(finished, STUCK, |f| *f == before)
+            .unwrap_or_else(|p| p.into_inner());
+        finished = g;
+        if t.timed_out() {
+            eprintln!(
+                "setcache: the store's sync at the process's exit made no progress in {} s                  (a lock held by the thread that called exit, from a signal handler?):                  given up, its dirty pages unwritten",
+                STUCK.as_secs()
+            );
+            return;
         }
     }
 }

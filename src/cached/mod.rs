@@ -1523,7 +1523,9 @@ impl CachedFile {
     /// Readers see the longer length only once the bytes are in: a reader
     /// that follows the file's end never reads zeros where such a write puts
     /// bytes. A write that fails leaves the file as long as it was (unless
-    /// its length changed meanwhile through another call), with what
+    /// its length changed meanwhile through another call, or this thread
+    /// holds a guard of the old last page, whose tail the cut back would
+    /// clear: then it stays longer), with what
     /// [`CachedFile::write_at`] leaves inside it. Extending writes of one
     /// file run one at a time; a write inside the file is a `write_at`.
     pub fn write_extending(&self, offset: u64, data: &[u8]) -> Result<()> {
@@ -1550,7 +1552,9 @@ impl CachedFile {
         // fills. (A guard of the old last page does not stand in the way of
         // a write past it: the growth leaves that page alone, but after a
         // shrink, when it clears the page's tail and refuses the guard's
-        // holder itself.)
+        // holder itself. Should the write fail, the cut back to the old
+        // length clears that page's tail too, and is refused then: the file
+        // stays longer, as a failed write past the end may leave it.)
         self.entry.check()?;
         let ps = self.shared.cache.page_size() as u64;
         self.check_held(offset, end, true)?;
