@@ -129,7 +129,9 @@ extern "C" fn sync_open_stores() {
         finished = g;
         if t.timed_out() {
             eprintln!(
-                "setcache: the store's sync at the process's exit made no progress in {} s                  (a lock held by the thread that called exit, from a signal handler?):                  given up, its dirty pages unwritten",
+                "setcache: the store's sync at the process's exit made no progress in {} s \
+                 (a lock held by the thread that called exit, from a signal handler?): \
+                 given up, its dirty pages unwritten",
                 STUCK.as_secs()
             );
             return;
