@@ -939,8 +939,6 @@ static void flag_checks(void) {
     /* The owner and signal for I/O events: kept and read back. */
     show("F_SETOWN this process", fcntl(fd, F_SETOWN, getpid()));
     show("  F_GETOWN is it", fcntl(fd, F_GETOWN) == getpid());
-    show("F_SETOWN this group", fcntl(fd, F_SETOWN, -getpgrp()));
-    show("  F_GETOWN is it", fcntl(fd, F_GETOWN) == -getpgrp());
     show("F_SETOWN a missing process", fcntl(fd, F_SETOWN, 0x3ffffff0));
     struct f_owner_ex ox = {F_OWNER_TID, (pid_t)syscall(SYS_gettid)};
     show("F_SETOWN_EX this thread", fcntl(fd, F_SETOWN_EX, &ox));
