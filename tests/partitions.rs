@@ -903,22 +903,26 @@ fn a_lone_remote_request_is_sent_while_home_hits_satisfy_the_waits() {
     let mut done = Vec::new();
     let mut waits = 0;
     let mut found = None;
-    // (The worker runs when the scheduler lets it: the thread gives way
-    // between its waits, as a thread with work of its own between them
-    // would, and the bound is far above the few waits the bundle sits.)
-    while found.is_none() && waits < 2000 {
+    // (The worker runs when the scheduler lets it, which on a loaded
+    // machine can take many waits: the thread sleeps briefly between its
+    // waits, as a thread with work of its own between them would, and the
+    // bound is in time. A bundle held back until it fills would never be
+    // sent here, since no other request for partition 1 follows.)
+    let start = std::time::Instant::now();
+    while found.is_none() && start.elapsed() < Duration::from_secs(30) {
         let page = home[waits % home.len()];
         q.read(&cf, page * 4096, vec![0; 64], page);
         q.wait(1);
         waits += 1;
         q.take_completions(&mut done);
         found = done.iter().find(|c| c.tag == u64::MAX).map(|c| c.buf[0]);
-        std::thread::yield_now();
+        std::thread::sleep(Duration::from_micros(100));
     }
     assert_eq!(
         found,
         Some(remote as u8),
-        "the remote read was not answered in {waits} waits that home hits satisfied"
+        "the remote read was not answered in {waits} waits ({:?}) that home hits satisfied",
+        start.elapsed()
     );
     q.drain();
 }
