@@ -372,11 +372,11 @@ fn a_trace_replayed_once_on_one_thread_hits_as_the_simulator_says() {
 fn a_block_trace_replays_at_its_own_timing_scaled() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-speed-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    // An MSR trace of 101 requests of 8 KiB over 0.6 s (FILETIME: 100 ns ticks).
+    // An MSR trace of 101 requests of 8 KiB over 3 s (FILETIME: 100 ns ticks).
     let trace = dir.join("msr.csv");
     let mut text = String::new();
     for r in 0..=100u64 {
-        let ticks = 128_000_000_000_000_000 + r * 60_000;
+        let ticks = 128_000_000_000_000_000 + r * 300_000;
         let rw = if r % 4 == 0 { "Write" } else { "Read" };
         text.push_str(&format!(
             "{ticks},hm,0,{rw},{},8192,100\n",
@@ -421,11 +421,11 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
         let secs = ops / json_field(&json, "setcache", "iops");
         (ops, secs, elapsed)
     };
-    // 202 accesses (two pages a request), at the trace's pace: about 0.6 s.
+    // 202 accesses (two pages a request), at the trace's pace: about 3 s.
     let (ops, secs, _) = run("1");
     assert_eq!(ops, 202.0);
-    assert!((0.55..5.0).contains(&secs), "replayed at 1x in {secs} s");
-    // Ten times faster: about 0.06 s.
+    assert!((2.9..15.0).contains(&secs), "replayed at 1x in {secs} s");
+    // Ten times faster: about 0.3 s (a loaded machine's stalls have room).
     let (ops, fast, _) = run("10");
     assert_eq!(ops, 202.0);
     assert!(

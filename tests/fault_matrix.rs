@@ -567,7 +567,7 @@ fn latency_spike() {
     });
     rig.sw.stall_us.store(0, Ordering::Release);
     let hit = *slowest_hit.lock().unwrap();
-    assert!(hit < Duration::from_secs(1), "a hit waited {hit:?}");
+    assert!(hit < Duration::from_secs(2), "a hit waited {hit:?}");
     assert!(cs.store().device_errors().iter().all(Option::is_none));
     f.sync().unwrap();
     drop((f, raw, cs));

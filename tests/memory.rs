@@ -207,7 +207,7 @@ fn a_one_pib_cache_is_refused_at_once() {
     )
     .err()
     .expect("a 1 PiB cache is refused");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     check_refusal(&e, "1 PiB", 1 << 50);
 }
 
@@ -234,7 +234,7 @@ fn a_cache_just_above_mem_available_is_refused() {
     let e = CachedStore::new(store.clone(), opts.clone())
         .err()
         .expect("a cache above MemAvailable is refused");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     check_refusal(&e, &asked, size);
     let e = PageCache::<setcache::cache::sync::Os>::new(opts)
         .err()
@@ -268,7 +268,7 @@ fn growing_past_the_machines_memory_is_refused() {
     let sets = c.sets();
     let t0 = Instant::now();
     let e = c.resize(max).expect_err("growing to max_size is refused");
-    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
     let Error::NotEnoughMemory {
         needed, available, ..
     } = &e

@@ -796,7 +796,13 @@ fn a_queue_dropped_while_unwinding_leaves_no_page_pinned() {
 #[test]
 fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
     let (_tmp, store) = numbered_store("parts-own-guard", "g");
-    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    // (A pin wait far above the bound below: waiting for its own guard
+    // would take it.)
+    let opts = CacheOptions {
+        pin_wait: Duration::from_secs(30),
+        ..cache(512, 512, 2)
+    };
+    let cs = CachedStore::new(store, opts).unwrap();
     let cf = cs.open_file("g").unwrap();
     let p = Partitions::new(&cs, with(2)).unwrap();
     let held = |r: &Result<(), Error>| matches!(r, Err(Error::HeldByCaller(_)));
@@ -839,7 +845,7 @@ fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
         }
     }
     assert!(
-        t.elapsed() < Duration::from_secs(4),
+        t.elapsed() < Duration::from_secs(15),
         "a request waited for its own thread's guard: {:?}",
         t.elapsed()
     );
@@ -853,7 +859,13 @@ fn a_request_on_a_page_its_own_thread_holds_is_refused_at_once() {
 #[test]
 fn a_home_task_on_a_page_its_thread_took_mutably_since_is_refused_at_once() {
     let (_tmp, store) = numbered_store("parts-own-guard-later", "g");
-    let cs = CachedStore::new(store, cache(512, 512, 2)).unwrap();
+    // (A pin wait far above the bound below: waiting for its own guard
+    // would take it.)
+    let opts = CacheOptions {
+        pin_wait: Duration::from_secs(30),
+        ..cache(512, 512, 2)
+    };
+    let cs = CachedStore::new(store, opts).unwrap();
     let cf = cs.open_file("g").unwrap();
     let p = Partitions::new(&cs, with(2)).unwrap();
     let t = std::time::Instant::now();
@@ -875,7 +887,7 @@ fn a_home_task_on_a_page_its_thread_took_mutably_since_is_refused_at_once() {
         );
     }
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        t.elapsed() < Duration::from_secs(10),
         "a task waited for its own thread's guard: {:?}",
         t.elapsed()
     );

@@ -301,10 +301,17 @@ static void on_signal(int sig) {
     (void)sig;
 }
 
+static volatile sig_atomic_t poked_done;
+
+/* Signals the main thread every 100 ms until it says its blocked call
+   returned: one sent before the call began would be spent. */
 static void *poke_main(void *arg) {
     (void)arg;
-    usleep(100000);
-    pthread_kill(main_thread, SIGUSR1);
+    while (!poked_done) {
+        usleep(100000);
+        if (!poked_done)
+            pthread_kill(main_thread, SIGUSR1);
+    }
     return NULL;
 }
 
@@ -531,8 +538,11 @@ static void more_calls(void) {
     sigaction(SIGUSR1, &sa, NULL);
     show("flock EX", flock(a, LOCK_EX));
     main_thread = pthread_self();
+    poked_done = 0;
     pthread_create(&t, NULL, poke_main, NULL);
-    show("flock SH interrupted by a signal", flock(b, LOCK_SH));
+    int interrupted = flock(b, LOCK_SH);
+    poked_done = 1;
+    show("flock SH interrupted by a signal", interrupted);
     pthread_join(t, NULL);
     show("flock UN", flock(a, LOCK_UN));
 
@@ -1904,9 +1914,14 @@ static void fork_race(void) {
             readdir(race_dir);
             _exit(0);
         }
-        int st, waited = 0;
+        /* A child not ended in 10 s (a loaded machine ends it in far
+           less) is stuck on a lock held at the fork: one is enough. */
+        int st;
+        struct timespec t0, now;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         while (waitpid(pid, &st, WNOHANG) == 0) {
-            if (++waited > 2000) {
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            if (now.tv_sec - t0.tv_sec > 10) {
                 kill(pid, SIGKILL);
                 waitpid(pid, &st, 0);
                 hung++;
@@ -1914,6 +1929,8 @@ static void fork_race(void) {
             }
             usleep(1000);
         }
+        if (hung)
+            break;
     }
     race_stop = 1;
     pthread_join(t, NULL);

@@ -14,7 +14,7 @@
 //! [`sync_open_stores`]). `_exit`, `abort` or a signal that ends the process
 //! lose what no sync covered.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use super::Hold;
@@ -28,26 +28,63 @@ static OPEN: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 /// The exit handler is registered.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// The list, or `None` if it stays locked for a second (in a child made by
-/// `fork`, by a thread of the parent that held it then).
-fn list() -> Option<MutexGuard<'static, Vec<Weak<Shared>>>> {
-    for _ in 0..100 {
+/// The process whose thread holds [`OPEN`] (0 while nobody does): a child
+/// made by `fork` while a thread of its parent held the list finds its copy
+/// locked for good, and the parent's number here.
+static HOLDER: AtomicU32 = AtomicU32::new(0);
+
+/// How long a thread waits for the list before it gives up (it is held for
+/// a few steps at a time; a holder this late is stuck).
+const LIST_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// [`OPEN`] locked, its holder noted in [`HOLDER`].
+struct Listed(MutexGuard<'static, Vec<Weak<Shared>>>);
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        HOLDER.store(0, Ordering::Release);
+    }
+}
+
+/// The list, or `None` if a thread of the process this one was forked from
+/// held it at the fork (it stays locked in this copy), or if it stays
+/// locked for [`LIST_WAIT`].
+fn list() -> Option<Listed> {
+    // SAFETY: `getpid` takes no arguments and cannot fail.
+    let me = unsafe { libc::getpid() } as u32;
+    let start = std::time::Instant::now();
+    loop {
         match OPEN.try_lock() {
-            Ok(g) => return Some(g),
-            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Ok(g) => {
+                HOLDER.store(me, Ordering::Release);
+                return Some(Listed(g));
+            }
+            Err(TryLockError::Poisoned(p)) => {
+                HOLDER.store(me, Ordering::Release);
+                return Some(Listed(p.into_inner()));
+            }
             Err(TryLockError::WouldBlock) => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
+                let holder = HOLDER.load(Ordering::Acquire);
+                if (holder != 0 && holder != me) || start.elapsed() > LIST_WAIT {
+                    return None;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
     }
-    None
 }
 
 /// Note a store just made (and register the exit handler at the first).
 pub(crate) fn note(sh: &Arc<Shared>) {
-    if let Some(mut l) = list() {
-        l.retain(|w| w.strong_count() > 0);
-        l.push(Arc::downgrade(sh));
+    match list() {
+        Some(mut l) => {
+            l.0.retain(|w| w.strong_count() > 0);
+            l.0.push(Arc::downgrade(sh));
+        }
+        None => eprintln!(
+            "setcache: the list of open stores stayed locked: this store is not synced at \
+             the process's exit unless it is closed"
+        ),
     }
     if !REGISTERED.swap(true, Ordering::AcqRel) {
         // SAFETY: registers a plain `extern "C"` function with no arguments.
@@ -57,14 +94,12 @@ pub(crate) fn note(sh: &Arc<Shared>) {
 
 /// The stores made in this process and still open.
 pub(crate) fn open_here() -> Vec<Arc<Shared>> {
-    list()
-        .map(|l| {
-            l.iter()
-                .filter_map(Weak::upgrade)
-                .filter(|sh| sh.origin.is_here())
-                .collect()
-        })
-        .unwrap_or_default()
+    // (Upgraded under the lock, sorted out after it: a store whose last
+    // other handle went meanwhile is dropped here, with the list free.)
+    let all: Vec<Arc<Shared>> = list()
+        .map(|l| l.0.iter().filter_map(Weak::upgrade).collect())
+        .unwrap_or_default();
+    all.into_iter().filter(|sh| sh.origin.is_here()).collect()
 }
 
 /// Write and sync one store at the process's exit (see the module's text);

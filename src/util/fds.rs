@@ -483,7 +483,7 @@ mod tests {
                     let _h = hold();
                     let _ = held_tx.send(());
                 });
-                let got = held_rx.recv_timeout(std::time::Duration::from_secs(5));
+                let got = held_rx.recv_timeout(std::time::Duration::from_secs(30));
                 assert!(got.is_ok(), "a hold waited for the listing");
             }),
         );
