@@ -2796,16 +2796,63 @@ fn link_at(
     to: *const c_char,
     follow: bool,
 ) -> Option<c_int> {
-    match (classify_as(d1, from, follow), classify(d2, to)) {
+    let (src, dst) = (classify_as(d1, from, follow), classify(d2, to));
+    match (&src, &dst) {
         (Place::Outside, Place::Outside) => None,
-        (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(e))),
-        (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
-            Some(int_ret(Err(unsupported(
-                "link in SETCACHE_DIR (a file of the store has one name)",
-                libc::EPERM,
-            ))))
+        (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(*e))),
+        _ => {
+            // As the kernel: a missing source, then a name taken, then the
+            // refusal (a second name in the store, or across file systems).
+            let at = |place: &Place, dir: c_int, path: *const c_char, follow: bool| {
+                link_end(place, dir, path, follow)
+            };
+            let r = at(&src, d1, from, follow).and_then(|there| {
+                if !there {
+                    return Err(libc::ENOENT);
+                }
+                if at(&dst, d2, to, false)? {
+                    return Err(libc::EEXIST);
+                }
+                Err(match (&src, &dst) {
+                    (Place::Inside(_) | Place::Root, Place::Inside(_) | Place::Root) => {
+                        unsupported(
+                            "link in SETCACHE_DIR (a file of the store has one name)",
+                            libc::EPERM,
+                        )
+                    }
+                    _ => libc::EXDEV,
+                })
+            });
+            Some(int_ret(r))
         }
-        _ => Some(int_ret(Err(libc::EXDEV))),
+    }
+}
+
+/// Whether an end of a `link` names something: a file of the store, the
+/// store's directory, or (outside) whatever the kernel finds; an error other
+/// than `ENOENT` from the kernel's look is the answer.
+fn link_end(place: &Place, dir: c_int, path: *const c_char, follow: bool) -> Result<bool, i32> {
+    match place {
+        Place::Root => Ok(true),
+        Place::Inside(name) => {
+            let s = state::state()?;
+            Ok(state::len_of(s, name).is_ok())
+        }
+        Place::Bad(e) => Err(*e),
+        Place::Outside => {
+            // SAFETY: an all-zero stat is a valid value for the kernel to fill.
+            let mut st: libc::stat64 = unsafe { std::mem::zeroed() };
+            let flags = if follow { 0 } else { libc::AT_SYMLINK_NOFOLLOW };
+            // SAFETY: the caller's path, passed as given; `st` is valid.
+            if unsafe { real::fstatat64()(dir, path, &mut st, flags) } == 0 {
+                return Ok(true);
+            }
+            // SAFETY: reads this thread's errno.
+            match unsafe { *libc::__errno_location() } {
+                libc::ENOENT => Ok(false),
+                e => Err(e),
+            }
+        }
     }
 }
 

@@ -213,6 +213,16 @@ real! {
     fdopen: fn(c_int, *const c_char) -> *mut libc::FILE;
     fileno: fn(*mut libc::FILE) -> c_int;
     fileno_unlocked: fn(*mut libc::FILE) -> c_int;
+    fgetwc: fn(*mut libc::FILE) -> u32;
+    fgetwc_unlocked: fn(*mut libc::FILE) -> u32;
+    fgetws: fn(*mut libc::wchar_t, c_int, *mut libc::FILE) -> *mut libc::wchar_t;
+    fgetws_unlocked: fn(*mut libc::wchar_t, c_int, *mut libc::FILE) -> *mut libc::wchar_t;
+    fputwc: fn(u32, *mut libc::FILE) -> u32;
+    fputwc_unlocked: fn(u32, *mut libc::FILE) -> u32;
+    fputws: fn(*const libc::wchar_t, *mut libc::FILE) -> c_int;
+    fputws_unlocked: fn(*const libc::wchar_t, *mut libc::FILE) -> c_int;
+    ungetwc: fn(u32, *mut libc::FILE) -> u32;
+    fwide: fn(*mut libc::FILE, c_int) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;

@@ -297,3 +297,295 @@ pub unsafe extern "C" fn freopen64(
         _ => unsafe { real::freopen64()(path, mode, stream) },
     }
 }
+
+// ---- wide characters ---------------------------------------------------
+//
+// A stream made by `fopencookie` has no wide-character area: glibc's
+// `fgetwc` and `fgetws` on it read through a null pointer, and its
+// `fputwc` and `fputws` fail without an errno. On a stream of the store
+// these read and write the characters' multibyte forms (in the locale's
+// encoding) through the narrow calls, which the stream serves. `fwprintf`
+// and `vfwprintf` take variable arguments, which a stand-in cannot pass on:
+// they stay refused (-1).
+
+/// glibc's `WEOF`.
+const WEOF: u32 = u32::MAX;
+/// The longest multibyte character of any locale (glibc's `MB_LEN_MAX`).
+const MB_LEN_MAX: usize = 16;
+
+unsafe extern "C" {
+    fn mbrtowc(
+        pwc: *mut libc::wchar_t,
+        s: *const c_char,
+        n: size_t,
+        ps: *mut libc::mbstate_t,
+    ) -> size_t;
+    fn wcrtomb(s: *mut c_char, wc: libc::wchar_t, ps: *mut libc::mbstate_t) -> size_t;
+}
+
+fn fresh_state() -> libc::mbstate_t {
+    // SAFETY: the all-zero state is the initial conversion state.
+    unsafe { std::mem::zeroed() }
+}
+
+/// The next character of stream `f` of the store, `None` at the end
+/// (`Err(EILSEQ)` for bytes that are no character, or one cut by the end).
+fn get_wide(f: *mut libc::FILE) -> Result<Option<u32>, i32> {
+    let mut st = fresh_state();
+    let mut got = false;
+    loop {
+        // SAFETY: a stream of this library, open (the caller's to keep so).
+        let c = unsafe { libc::fgetc(f) };
+        if c == libc::EOF {
+            return if got { Err(libc::EILSEQ) } else { Ok(None) };
+        }
+        got = true;
+        let byte = c as u8 as c_char;
+        let mut wc: libc::wchar_t = 0;
+        // SAFETY: one byte at `&byte`; `wc` and `st` are valid.
+        let n = unsafe { mbrtowc(&mut wc, &byte, 1, &mut st) };
+        match n {
+            // The character goes on in the next byte.
+            n if n == (-2isize) as size_t => continue,
+            n if n == (-1isize) as size_t => return Err(libc::EILSEQ),
+            _ => return Ok(Some(wc as u32)),
+        }
+    }
+}
+
+/// The multibyte form of `wc` in the locale's encoding.
+fn multibyte(wc: u32) -> Result<([c_char; MB_LEN_MAX], usize), i32> {
+    let mut buf = [0 as c_char; MB_LEN_MAX];
+    let mut st = fresh_state();
+    // SAFETY: `buf` holds any character's form; `st` is valid.
+    let n = unsafe { wcrtomb(buf.as_mut_ptr(), wc as libc::wchar_t, &mut st) };
+    if n == (-1isize) as size_t {
+        return Err(libc::EILSEQ);
+    }
+    Ok((buf, n))
+}
+
+fn put_wide(wc: u32, f: *mut libc::FILE) -> Result<(), i32> {
+    let (buf, n) = multibyte(wc)?;
+    // SAFETY: `n` bytes of `buf`, to a stream of this library.
+    if unsafe { libc::fwrite(buf.as_ptr().cast(), 1, n, f) } != n {
+        // SAFETY: reads this thread's errno, which the failed write set.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    Ok(())
+}
+
+fn wide_ret(r: Result<Option<u32>, i32>) -> u32 {
+    match r {
+        Ok(Some(wc)) => wc,
+        Ok(None) => WEOF,
+        Err(e) => {
+            set_errno(e);
+            WEOF
+        }
+    }
+}
+
+/// Is `f` a stream of the store? (Then the wide calls are served here.)
+fn ours(f: *mut libc::FILE) -> bool {
+    placeholder_of(f).is_some()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fgetwc(f: *mut libc::FILE) -> u32 {
+    if ours(f) {
+        return wide_ret(get_wide(f));
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fgetwc()(f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getwc(f: *mut libc::FILE) -> u32 {
+    // SAFETY: the same function, as in the C library.
+    unsafe { fgetwc(f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fgetwc_unlocked(f: *mut libc::FILE) -> u32 {
+    if ours(f) {
+        return wide_ret(get_wide(f));
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fgetwc_unlocked()(f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn getwc_unlocked(f: *mut libc::FILE) -> u32 {
+    // SAFETY: the same function, as in the C library.
+    unsafe { fgetwc_unlocked(f) }
+}
+
+/// `fgetws` on a stream of the store: up to `n - 1` characters, to the end
+/// of a line.
+fn get_line_wide(ws: *mut libc::wchar_t, n: c_int, f: *mut libc::FILE) -> *mut libc::wchar_t {
+    if n <= 0 {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    let mut i = 0usize;
+    while i + 1 < n as usize {
+        match get_wide(f) {
+            Ok(Some(wc)) => {
+                // SAFETY: the caller's buffer holds `n` characters; i < n - 1.
+                unsafe { *ws.add(i) = wc as libc::wchar_t };
+                i += 1;
+                if wc == u32::from(b'\n') {
+                    break;
+                }
+            }
+            Ok(None) if i == 0 => return std::ptr::null_mut(),
+            Ok(None) => break,
+            Err(e) => {
+                set_errno(e);
+                return std::ptr::null_mut();
+            }
+        }
+    }
+    // SAFETY: i < n.
+    unsafe { *ws.add(i) = 0 };
+    ws
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fgetws(
+    ws: *mut libc::wchar_t,
+    n: c_int,
+    f: *mut libc::FILE,
+) -> *mut libc::wchar_t {
+    if ours(f) {
+        return get_line_wide(ws, n, f);
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fgetws()(ws, n, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fgetws_unlocked(
+    ws: *mut libc::wchar_t,
+    n: c_int,
+    f: *mut libc::FILE,
+) -> *mut libc::wchar_t {
+    if ours(f) {
+        return get_line_wide(ws, n, f);
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fgetws_unlocked()(ws, n, f) }
+}
+
+fn put_ret(wc: u32, r: Result<(), i32>) -> u32 {
+    match r {
+        Ok(()) => wc,
+        Err(e) => {
+            set_errno(e);
+            WEOF
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fputwc(wc: u32, f: *mut libc::FILE) -> u32 {
+    if ours(f) {
+        return put_ret(wc, put_wide(wc, f));
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fputwc()(wc, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn putwc(wc: u32, f: *mut libc::FILE) -> u32 {
+    // SAFETY: the same function, as in the C library.
+    unsafe { fputwc(wc, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fputwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
+    if ours(f) {
+        return put_ret(wc, put_wide(wc, f));
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fputwc_unlocked()(wc, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn putwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
+    // SAFETY: the same function, as in the C library.
+    unsafe { fputwc_unlocked(wc, f) }
+}
+
+/// `fputws` on a stream of the store: 1, or -1 with `errno`.
+fn put_string_wide(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
+    let mut i = 0usize;
+    loop {
+        // SAFETY: the caller's string ends with a null character.
+        let wc = unsafe { *ws.add(i) };
+        if wc == 0 {
+            return 1;
+        }
+        if let Err(e) = put_wide(wc as u32, f) {
+            set_errno(e);
+            return -1;
+        }
+        i += 1;
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fputws(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
+    if ours(f) {
+        return put_string_wide(ws, f);
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fputws()(ws, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fputws_unlocked(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
+    if ours(f) {
+        return put_string_wide(ws, f);
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fputws_unlocked()(ws, f) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ungetwc(wc: u32, f: *mut libc::FILE) -> u32 {
+    if !ours(f) {
+        // SAFETY: passed through with the caller's arguments.
+        return unsafe { real::ungetwc()(wc, f) };
+    }
+    if wc == WEOF {
+        return WEOF;
+    }
+    let (buf, n) = match multibyte(wc) {
+        Ok(b) => b,
+        Err(e) => {
+            set_errno(e);
+            return WEOF;
+        }
+    };
+    // The bytes back in reverse, so that they are read again in order.
+    for &b in buf[..n].iter().rev() {
+        // SAFETY: a stream of this library.
+        if unsafe { libc::ungetc(c_int::from(b as u8), f) } == libc::EOF {
+            return WEOF;
+        }
+    }
+    wc
+}
+
+/// A stream of the store reads and writes wide characters as above, bytes
+/// as ever: it takes the orientation asked for, and has none until asked.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fwide(f: *mut libc::FILE, mode: c_int) -> c_int {
+    if ours(f) {
+        return mode.signum();
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::fwide()(f, mode) }
+}

@@ -864,8 +864,8 @@ fn descriptors_closed_wholesale_leave_the_stores_own_open() {
     let t = text(&out.stdout);
     for (what, result) in [
         ("write first", "5"),
-        ("store descriptors below the file", "1"),
-        ("close_range below the file", "0"),
+        ("store descriptors besides the file", "1"),
+        ("close_range above the file", "0"),
         ("store descriptors left open", "1"),
         ("dup2 onto one of the store's", "-1 EBADF"),
         ("dup3 onto one of the store's", "-1 EBADF"),
@@ -1166,4 +1166,38 @@ fn offsets_past_the_largest_file_get_the_kernels_answers() {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     assert_eq!(got, want, "{t}");
+}
+
+/// The store's own descriptors (lock files, backing files, rings,
+/// doorbells) leave the low numbers to the program, which counts on them:
+/// a shell's `exec 3< file` reads the file, not a lock file the store opened
+/// at 3; a program whose standard output is closed gets an error writing
+/// to it, and its words go into none of the store's files.
+#[test]
+fn the_stores_own_descriptors_leave_the_low_numbers_to_the_program() {
+    let s = Setup::new("low-fds");
+    let src = s.p("outside").join("data");
+    std::fs::write(&src, "first line\nsecond\n").unwrap();
+    let sh = |script: &str| {
+        let mut c = s.preloaded(Path::new("/bin/sh"));
+        c.current_dir(s.p("store")).arg("-c").arg(script);
+        c
+    };
+    run(sh(&format!("cp {} data", src.display())));
+    let o = run(sh("exec 3< data; read x <&3; echo \"got: $x\""));
+    assert_eq!(text(&o.stdout), "got: first line\n", "{}", text(&o.stderr));
+    let o = sh("exec >&-; : < data; echo meant-for-stdout")
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "a write to a closed stdout succeeded");
+    for dev in ["dev0", "dev1"] {
+        for e in std::fs::read_dir(s.p(dev)).unwrap().flatten() {
+            let bytes = std::fs::read(e.path()).unwrap_or_default();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("meant-for-stdout"),
+                "the program's output went into {}",
+                e.path().display()
+            );
+        }
+    }
 }

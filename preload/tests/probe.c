@@ -50,6 +50,8 @@
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
+#include <wchar.h>
+#include <locale.h>
 
 /* The C library's fortified readlink, which a program built with
  * _FORTIFY_SOURCE calls. */
@@ -500,6 +502,38 @@ static void show_sum(const char *what, const char *name, size_t n) {
 }
 
 /* Locks, owners and times, copies inside the kernel, ioctl and glob. */
+/* Wide characters through stdio: written and read back in UTF-8, the
+ * orientation of a fresh stream, a character pushed back. */
+static void wide_chars(void) {
+    setlocale(LC_CTYPE, "C.UTF-8");
+    FILE *f = fopen(path("wide"), "w");
+    show("fwide of a fresh stream", f ? fwide(f, 0) : -2);
+    show("fputws", f ? (fputws(L"h\u00e9llo w\u00f6rld\n", f) >= 0 ? 0 : -1) : -2);
+    show("fputwc", f ? (fputwc(L'\u20ac', f) == L'\u20ac' ? 0 : -1) : -2);
+    show("putwc", f ? (putwc(L'\n', f) == L'\n' ? 0 : -1) : -2);
+    if (f)
+        fclose(f);
+    show_size("stat wide", "wide");
+    f = fopen(path("wide"), "r");
+    wchar_t line[64];
+    show("fgetws", f ? (fgetws(line, 64, f) ? (long long)wcslen(line) : -1) : -2);
+    show("  its third character", f ? (long long)line[2] : -2);
+    wint_t c = f ? fgetwc(f) : WEOF;
+    show("fgetwc", (long long)c);
+    show("ungetwc", f ? (ungetwc(c, f) == c ? 0 : -1) : -2);
+    show("getwc after it", f ? (long long)getwc(f) : -2);
+    show("getwc the line's end", f ? (long long)getwc(f) : -2);
+    show("fgetwc at the end is WEOF", f ? (fgetwc(f) == WEOF) : -2);
+    show("fgetws at the end is NULL", f ? (fgetws(line, 64, f) == NULL) : -2);
+    if (f)
+        fclose(f);
+    /* A link onto a name in use, and of a missing file. */
+    show("link onto a name in use", link(path("wide"), path("s")));
+    show("link of a missing file", link(path("no-such"), path("wide2")));
+    unlink(path("wide"));
+    setlocale(LC_CTYPE, "C");
+}
+
 static void more_calls(void) {
     unsigned char buf[9000];
     for (size_t i = 0; i < sizeof buf; i++)
@@ -1477,6 +1511,7 @@ static void common(void) {
         fclose(f);
 
     edges();
+    wide_chars();
     more_calls();
     flag_checks();
     show("open missing", open(path("missing"), O_RDONLY));
@@ -2289,18 +2324,19 @@ static int open_count(int from, int below) {
  * while a store file is written: the store's own stay open, so what was
  * written reaches the devices. */
 static void close_all(void) {
-    /* What the process inherited goes first: below the file's descriptor
-     * there are then only the store's. */
+    /* What the process inherited goes first: besides the file's
+     * descriptor there are then only the store's (which it keeps above the
+     * numbers programs count on). */
     closefrom(3);
+    int top = (int)sysconf(_SC_OPEN_MAX);
     int a = open(path("ca"), O_CREAT | O_RDWR | O_TRUNC, 0644);
     show("write first", write(a, "first", 5));
-    /* Below the file's descriptor, save stdio: the store's own. */
-    int ours = open_count(3, a);
-    printf("%-40s %d\n", "store descriptors below the file", ours > 0);
-    show("close_range below the file", close_range(3, (unsigned)a - 1, 0));
-    printf("%-40s %d\n", "store descriptors left open", open_count(3, a) == ours);
+    int ours = open_count(3, top) - 1;
+    printf("%-40s %d\n", "store descriptors besides the file", ours > 0);
+    show("close_range above the file", close_range((unsigned)a + 1, ~0u, 0));
+    printf("%-40s %d\n", "store descriptors left open", open_count(3, top) - 1 == ours);
     int some = 3;
-    while (some < a && fcntl(some, F_GETFD) < 0)
+    while (some < top && (some == a || fcntl(some, F_GETFD) < 0))
         some++;
     show("dup2 onto one of the store's", dup2(0, some));
     show("dup3 onto one of the store's", dup3(0, some, O_CLOEXEC));
@@ -2316,7 +2352,7 @@ static void close_all(void) {
     /* Its last close is closefrom's: the sync there needs the store's. */
     closefrom(3);
     show("fcntl of the file after closefrom", fcntl(a, F_GETFD));
-    printf("%-40s %d\n", "store descriptors after closefrom", open_count(3, 1024) > 0);
+    printf("%-40s %d\n", "store descriptors after closefrom", open_count(3, top) > 0);
     char buf[32] = "";
     int b = open(path("ca"), O_RDONLY);
     show("pread", pread(b, buf, sizeof buf - 1, 0));
@@ -2336,11 +2372,14 @@ static void fork_outlive(int raw) {
     if (pid == 0) {
         /* A raw child is told apart at its first call into the library. */
         int o = open(path("fo"), O_RDONLY);
-        /* The parent's store is not the child's: its numbers are free to
-         * take over. */
-        int r = dup2(0, fd - 1);
-        printf("%-40s %d\n", "child: dup2 onto a store number", r == fd - 1);
-        printf("%-40s %d\n", "child: close of it", close(fd - 1));
+        /* The parent's store is not the child's: its numbers (the open
+         * ones past the file's) are free to take over. */
+        int top = (int)sysconf(_SC_OPEN_MAX), n = fd + 1;
+        while (n < top && fcntl(n, F_GETFD) < 0)
+            n++;
+        int r = dup2(0, n);
+        printf("%-40s %d\n", "child: dup2 onto a store number", r == n);
+        printf("%-40s %d\n", "child: close of it", close(n));
         int dev = open("/dev/null", O_WRONLY);
         dup2(dev, 1);
         dup2(dev, 2);

@@ -385,6 +385,68 @@ fn close_raw(fd: RawFd) {
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
+/// The lowest number a kept descriptor is moved to (0: none is moved): half
+/// the process's limit of open descriptors, at most 1024. Programs count on
+/// low numbers being theirs: a shell's `exec 3< file` takes number 3, a
+/// program whose standard output is closed writes to number 1 and expects
+/// `EBADF`; a backing file or a lock file there would take those reads and
+/// writes. The kernel gives the lowest free number, so each kept
+/// descriptor is moved up (close-on-exec, as every one is made).
+fn floor() -> RawFd {
+    static FLOOR: AtomicI32 = AtomicI32::new(-1);
+    let f = FLOOR.load(Ordering::Relaxed);
+    if f >= 0 {
+        return f;
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: `lim` is a valid rlimit for the kernel to fill.
+    let soft = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur
+    } else {
+        0
+    };
+    let half = (soft / 2).min(1024) as RawFd;
+    // (A limit this small leaves no room above the program's numbers.)
+    let f = if half < 16 { 0 } else { half };
+    FLOOR.store(f, Ordering::Relaxed);
+    f
+}
+
+/// `fd`, moved to the lowest free number from [`floor`] up if it is below
+/// it (the low number closed); itself if it is not, or if no number there
+/// is free.
+fn raised(fd: RawFd) -> RawFd {
+    match high_copy(fd) {
+        Some(high) => {
+            close_raw(fd);
+            high
+        }
+        None => fd,
+    }
+}
+
+/// A copy of `fd` (close-on-exec) at the lowest free number from [`floor`]
+/// up, if `fd` is below it and a number there is free: for a descriptor
+/// that its maker must close itself (a ring's).
+pub(crate) fn high_copy(fd: RawFd) -> Option<RawFd> {
+    let floor = floor();
+    if fd >= floor {
+        return None;
+    }
+    // SAFETY: the raw system call (not a stand-in for the C library's
+    // `fcntl`) duplicates a descriptor the crate just made.
+    let high = unsafe { libc::syscall(libc::SYS_fcntl, fd, libc::F_DUPFD_CLOEXEC, floor) };
+    (high >= 0).then_some(high as RawFd)
+}
+
+/// Close a copy [`high_copy`] made and that is not used.
+pub(crate) fn close_copy(fd: RawFd) {
+    close_raw(fd);
+}
+
 /// A descriptor the crate keeps: named in the map while it lives, closed
 /// when dropped.
 #[derive(Debug)]
@@ -399,6 +461,7 @@ impl Fd {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        let fd = raised(fd);
         OURS.insert(fd);
         Ok(Fd(fd))
     }
@@ -411,6 +474,7 @@ impl Fd {
         if fd < 0 {
             return Err(std::io::Error::last_os_error());
         }
+        let fd = raised(fd);
         LOCKS.insert(fd);
         OURS.insert(fd);
         Ok(Fd(fd))

@@ -138,7 +138,19 @@ impl Ring {
         build: impl FnOnce() -> std::io::Result<io_uring::IoUring>,
     ) -> std::io::Result<Ring> {
         let _g = fds::pass();
-        let ring = build()?;
+        let mut ring = build()?;
+        // Moved up from the low numbers a program counts on (see
+        // `util::fds`): the same ring, mapped again through a copy of its
+        // descriptor at a high number, before anything is registered on it.
+        if let Some(high) = fds::high_copy(ring.as_raw_fd()) {
+            // SAFETY: `high` is a fresh descriptor of this ring, owned by the
+            // new handle from here, and the parameters are the kernel's own
+            // for the ring.
+            match unsafe { io_uring::IoUring::from_fd(high, ring.params().clone()) } {
+                Ok(moved) => ring = moved,
+                Err(_) => fds::close_copy(high),
+            }
+        }
         fds::name(ring.as_raw_fd());
         Ok(Ring(std::mem::ManuallyDrop::new(ring)))
     }
