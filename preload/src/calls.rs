@@ -866,6 +866,25 @@ pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
     unsafe { real::pthread_exit()(retval) }
 }
 
+/// `_exit` (and `_Exit`): no exit handler runs, yet a local file system
+/// keeps what the process wrote (the kernel holds it): the store's dirty
+/// pages and lengths are written and synced first (`sh` ends every script
+/// so, after its `echo`s into files). Stdio's buffers are dropped, as the
+/// C library's `_exit` drops them.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    state::sync_before_exit();
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real::_exit()(status) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    state::sync_before_exit();
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real::_Exit()(status) }
+}
+
 /// `sync`: the store's dirty pages and lengths too, as a local file
 /// system's would be.
 #[unsafe(no_mangle)]

@@ -89,6 +89,8 @@ real_variadic! {
 
 real! {
     pthread_exit: fn(*mut c_void) -> !;
+    _exit: fn(c_int) -> !;
+    _Exit: fn(c_int) -> !;
     __open64_2: fn(*const c_char, c_int) -> c_int;
     __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
     creat64: fn(*const c_char, libc::mode_t) -> c_int;

@@ -612,6 +612,19 @@ extern "C" fn sync_at_exit() {
     }
 }
 
+/// The process ends by `_exit`: if the store is open in this process (not
+/// a child made by `fork`), it is written and synced as at an exit, on the
+/// crate's exit thread (so a call from a signal handler that interrupted
+/// one of the store's holds gives up after a minute instead of waiting for
+/// itself), and any write another thread makes meanwhile syncs itself.
+pub(crate) fn sync_before_exit() {
+    if forked() || !matches!(STATE.get(), Some(Ok(_))) {
+        return;
+    }
+    EXITED.store(true, Ordering::Release);
+    setcache::CachedStore::sync_all_open_in_this_process();
+}
+
 /// The main thread is ending by `pthread_exit`: if the store is open in
 /// this process, a thread (named as the store's are) ends the process with
 /// `exit(0)` once no thread but the store's is left, as the kernel would end

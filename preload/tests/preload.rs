@@ -446,6 +446,38 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("xa: 7 \n"), "{t}");
 }
 
+/// A process that ends by `_exit` or `_Exit` (no exit handler runs) with
+/// files written and open keeps what it wrote and the lengths it set, as on
+/// a local file system; so does a shell, which ends every script so.
+#[test]
+fn what_a_process_ending_by_underscore_exit_wrote_is_kept() {
+    let s = Setup::new("underscore-exit");
+    let prog = probe(&s.p("bin"), true);
+    for how in ["_exit", "_Exit"] {
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["underscore-exit", how]);
+        run(c);
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["cat", "ue"]);
+        let t = text(&run(c).stdout);
+        assert!(t.contains("ue: 13 kept at _exit"), "{how}: {t}");
+        let mut c = s.preloaded(&prog);
+        c.arg(s.p("store")).args(["stat", "ug"]);
+        let t = text(&run(c).stdout);
+        assert!(t.contains("size 5000 "), "{how}: {t}");
+    }
+    let mut c = s.preloaded(Path::new("/bin/sh"));
+    c.current_dir(s.p("store"))
+        .arg("-c")
+        .arg("echo hello > sh1; printf '%s\\n' a b >> sh1; exec 3> sh2; echo x >&3");
+    run(c);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "sh1", "sh2"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("sh1: 10 hello\na\nb\n"), "{t}");
+    assert!(t.contains("sh2: 2 x\n"), "{t}");
+}
+
 /// A path through another name of the store's directory (a symbolic link
 /// to it) reaches the store's files, as the kernel's would reach a
 /// directory's: a file written through the link reads back through the

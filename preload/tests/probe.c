@@ -9,7 +9,8 @@
  *   probe DIR refused    calls a file of the store must refuse (mmap, mkdir)
  *   probe DIR fork       descriptors used by a child after fork
  *   probe DIR fork-race  children forked while a thread reads, closing
- *   probe DIR reopen     files closed, opened again, written, then _exit
+ *   probe DIR reopen     files closed, opened again, written, then a raw exit
+ *   probe DIR underscore-exit _exit|_Exit  files written, left open, then that
  *   probe DIR close-race PREFIX  the same while another thread stats each file
  *   probe DIR exit-writes  a write from an exit handler that runs late
  *   probe DIR late-dtor  writes from thread-specific values' destructors
@@ -1674,6 +1675,21 @@ static void reopen(void) {
     show("write j", write(fd, "journal", 7));
     show("close j again", close(fd));
     fflush(stdout);
+    /* The raw system call, which no library sees (as a kill would end the
+     * process): only what the calls above made durable is kept. */
+    syscall(SYS_exit_group, 0);
+}
+
+/* Files written, not closed, then `_exit` or `_Exit`, which run no exit
+ * handler: what was written is kept, as a local file system keeps it. */
+static void underscore_exit(const char *how) {
+    int fd = open(path("ue"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("write ue", write(fd, "kept at _exit", 13));
+    int g = open(path("ug"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("ftruncate ug", ftruncate(g, 5000));
+    fflush(stdout);
+    if (strcmp(how, "_Exit") == 0)
+        _Exit(0);
     _exit(0);
 }
 
@@ -2039,7 +2055,8 @@ static void implicit_syncs(void) {
     show("write y", write(y, "fs", 2));
     show("syncfs y", syncfs(y));
     fflush(stdout);
-    _exit(0);
+    /* As in `reopen`: an end no library sees. */
+    syscall(SYS_exit_group, 0);
 }
 
 /* The stat entry points of C libraries before 2.33, as programs built
@@ -2421,6 +2438,8 @@ int main(int argc, char **argv) {
         execl_write(argv, argv[2]);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
         implicit_syncs();
+    else if (argc > 3 && strcmp(argv[2], "underscore-exit") == 0)
+        underscore_exit(argv[3]);
     else if (argc > 2 && strcmp(argv[2], "vfork-exec") == 0)
         vfork_exec();
     else if (argc > 2 && strcmp(argv[2], "old-stat") == 0)

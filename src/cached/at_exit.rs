@@ -122,7 +122,7 @@ const STUCK: std::time::Duration = std::time::Duration::from_secs(60);
 /// the crate) would wait for itself for ever. A sync that makes no progress
 /// (no file finished) for a minute is given up then, said on stderr, and the
 /// process ends, its pages unwritten.
-extern "C" fn sync_open_stores() {
+pub(crate) extern "C" fn sync_open_stores() {
     let stores = open_here();
     if stores.is_empty() {
         return;

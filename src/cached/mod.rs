@@ -866,6 +866,17 @@ impl CachedStore {
         !at_exit::open_here().is_empty()
     }
 
+    /// Write and sync every cached store open in this process, as the exit
+    /// handler does (on a thread of its own, not waiting for pages other
+    /// threads hold, given up after a minute without progress; what fails
+    /// is said on stderr). For a process about to end by a way that runs
+    /// no exit handler: `_exit`, which a library standing in for the C
+    /// library's calls serves so, as a local file system keeps what such a
+    /// process wrote.
+    pub fn sync_all_open_in_this_process() {
+        at_exit::sync_open_stores();
+    }
+
     /// Sync every file ([`CachedStore::sync`]), then close this handle. The
     /// error is the sync's; the handle is closed either way. Dropping a
     /// store's last handle (this one, or the last of its files) writes back
