@@ -885,6 +885,22 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
     unsafe { real::_Exit()(status) }
 }
 
+/// `chdir` into a file of the store: it is no directory (`ENOTDIR`), or
+/// not there (`ENOENT`), as the kernel says of a path through a regular
+/// file; anywhere else, the kernel's.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+    match classify(libc::AT_FDCWD, path) {
+        Place::Inside(name) => {
+            let there = state::state().is_ok_and(|s| state::len_of(s, &name).is_ok());
+            int_ret(Err(if there { libc::ENOTDIR } else { libc::ENOENT }))
+        }
+        Place::Bad(e) => int_ret(Err(e)),
+        // SAFETY: passed through with the caller's argument.
+        Place::Outside | Place::Root => unsafe { real::chdir()(path) },
+    }
+}
+
 /// `sync`: the store's dirty pages and lengths too, as a local file
 /// system's would be.
 #[unsafe(no_mangle)]

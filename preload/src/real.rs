@@ -227,6 +227,7 @@ real! {
     fwide: fn(*mut libc::FILE, c_int) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
+    chdir: fn(*const c_char) -> c_int;
     getxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
     lgetxattr: fn(*const c_char, *const c_char, *mut c_void, size_t) -> ssize_t;
     fgetxattr: fn(c_int, *const c_char, *mut c_void, size_t) -> ssize_t;

@@ -528,6 +528,8 @@ static void wide_chars(void) {
     show("fgetws at the end is NULL", f ? (fgetws(line, 64, f) == NULL) : -2);
     if (f)
         fclose(f);
+    show("chdir into a file", chdir(path("wide")));
+    show("chdir into a missing name", chdir(path("no-such")));
     /* A link onto a name in use, and of a missing file. */
     show("link onto a name in use", link(path("wide"), path("s")));
     show("link of a missing file", link(path("no-such"), path("wide2")));
