@@ -1238,3 +1238,72 @@ fn a_store_left_open_is_synced_at_the_programs_exit() {
     f.read_at(0, &mut b).unwrap();
     assert_eq!(&b, b"written before the exit");
 }
+
+/// Children made by `fork` while other threads open and close stores (and
+/// so hold, a few steps at a time, the process's lists of the roots it
+/// locked and of the stores it made) open stores of their own, write
+/// through them and end by `exit` without closing them: none waits for
+/// ever for a list a thread of its parent held at the fork, and each keeps
+/// what it wrote (its exit syncs the store it noted). A stress form: the
+/// unit tests of the two lists hold each one across the fork on purpose.
+#[test]
+fn children_forked_while_stores_open_and_close_open_their_own_and_keep_their_writes() {
+    let tmp = TempDir::new("fork-lists");
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let busy: Vec<_> = (0..2)
+        .map(|t| {
+            let roots = vec![tmp.path().join(format!("busy{t}"))];
+            std::fs::create_dir_all(&roots[0]).unwrap();
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Acquire) {
+                    let s = Store::open(&roots, StoreOptions::default()).unwrap();
+                    drop(CachedStore::new(s, cache(16)).unwrap());
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    let t0 = std::time::Instant::now();
+    let mut children = Vec::new();
+    while children.len() < 120 && t0.elapsed() < Duration::from_secs(30) {
+        let roots = vec![tmp.path().join(format!("child{}", children.len()))];
+        std::fs::create_dir_all(&roots[0]).unwrap();
+        // SAFETY: the child opens its own store, writes, and ends by `exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let s = Store::open(&roots, StoreOptions::default()).unwrap();
+            let cs = Box::leak(Box::new(CachedStore::new(s, cache(16)).unwrap()));
+            let f = cs.create("f", 0, LayoutKind::Stripe).unwrap();
+            f.write_extending(0, b"kept").unwrap();
+            std::process::exit(0);
+        }
+        common::child_ends_well(pid, &format!("child {}", children.len()));
+        children.push(roots);
+    }
+    stop.store(true, Ordering::Release);
+    let rounds: u64 = busy.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(rounds > 0);
+    for (i, roots) in children.iter().enumerate() {
+        let cs = CachedStore::new(
+            Store::open(roots, StoreOptions::default()).unwrap(),
+            cache(16),
+        )
+        .unwrap();
+        let f = cs
+            .open_file("f")
+            .unwrap_or_else(|e| panic!("child {i} of {}: {e}", children.len()));
+        let mut b = [0u8; 4];
+        assert_eq!(
+            f.len(),
+            4,
+            "child {i} of {}: its write was lost",
+            children.len()
+        );
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(&b, b"kept", "child {i}");
+    }
+}

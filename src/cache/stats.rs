@@ -75,15 +75,40 @@ struct Block {
 /// The counters of one cache.
 pub(crate) struct StatsHub {
     id: u64,
-    blocks: Mutex<Vec<Arc<Block>>>,
+    blocks: Mutex<Blocks>,
     /// Events of threads whose locals are gone (exiting, or running the
     /// process's exit handlers), counted with atomic adds.
     orphan: Block,
 }
 
+/// The blocks of the threads that touched a cache. A block whose thread
+/// has ended (the list holds its only handle) is folded into the orphan
+/// block and let go, when the list has doubled since the last fold: a
+/// program that starts many short threads keeps a block per live thread,
+/// not one per thread it ever ran.
+struct Blocks {
+    all: Vec<Arc<Block>>,
+    /// The length at which the next fold is tried.
+    fold_at: usize,
+}
+
+/// The fewest blocks a fold is tried at.
+const FOLD_FROM: usize = 64;
+
+/// A thread's blocks, by cache id. Its drop (at the thread's end) forgets
+/// the block in `LAST` first, so that no later count of the ending thread
+/// writes through it to a block a fold has let go.
+struct Locals(Vec<(u64, Arc<Block>)>);
+
+impl Drop for Locals {
+    fn drop(&mut self) {
+        LAST.with(|c| c.set((0, std::ptr::null())));
+    }
+}
+
 thread_local! {
     /// This thread's blocks, by cache id.
-    static LOCAL: RefCell<Vec<(u64, Arc<Block>)>> = const { RefCell::new(Vec::new()) };
+    static LOCAL: RefCell<Locals> = const { RefCell::new(Locals(Vec::new())) };
     /// The block this thread used last, and its cache's id: a hot path that
     /// counts into one cache finds its block without the lookup above.
     static LAST: Cell<(u64, *const Block)> = const { Cell::new((0, std::ptr::null())) };
@@ -94,7 +119,10 @@ impl StatsHub {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         StatsHub {
             id: NEXT.fetch_add(1, Ordering::Relaxed),
-            blocks: Mutex::new(Vec::new()),
+            blocks: Mutex::new(Blocks {
+                all: Vec::new(),
+                fold_at: FOLD_FROM,
+            }),
             orphan: Block::default(),
         }
     }
@@ -122,11 +150,11 @@ impl StatsHub {
     #[cold]
     fn add_slow(&self, s: Stat, n: u64) {
         let counted = LOCAL.try_with(|l| {
-            let mut l = l.borrow_mut();
+            let l = &mut l.borrow_mut().0;
             let b = match l.iter().position(|(id, _)| *id == self.id) {
                 Some(p) => &l[p].1,
                 None => {
-                    let b = self.register(&mut l);
+                    let b = self.register(l);
                     &l[b].1
                 }
             };
@@ -147,12 +175,37 @@ impl StatsHub {
         // Forget blocks of caches that are gone (only this thread holds them).
         l.retain(|(_, b)| Arc::strong_count(b) > 1);
         let b = Arc::new(Block::default());
-        self.blocks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(b.clone());
+        let mut blocks = self.blocks.lock().unwrap_or_else(|p| p.into_inner());
+        if blocks.all.len() >= blocks.fold_at {
+            self.fold(&mut blocks.all);
+            blocks.fold_at = (blocks.all.len() * 2).max(FOLD_FROM);
+        }
+        blocks.all.push(b.clone());
+        drop(blocks);
         l.push((self.id, b));
         l.len() - 1
+    }
+
+    /// Fold the blocks of ended threads into the orphan block (under the
+    /// list's lock, so a snapshot sees each count once).
+    fn fold(&self, all: &mut Vec<Arc<Block>>) {
+        all.retain(|b| {
+            if Arc::strong_count(b) > 1 {
+                return true;
+            }
+            // The thread's last writes happened before its handle's drop.
+            std::sync::atomic::fence(Ordering::Acquire);
+            for (o, c) in self.orphan.v.iter().zip(b.v.iter()) {
+                o.fetch_add(c.load(Ordering::Relaxed), Ordering::Relaxed);
+            }
+            false
+        });
+    }
+
+    /// How many threads' blocks the cache keeps.
+    #[cfg(test)]
+    fn blocks_kept(&self) -> usize {
+        self.blocks.lock().unwrap().all.len()
     }
 
     pub(crate) fn snapshot(&self) -> CacheStats {
@@ -160,7 +213,13 @@ impl StatsHub {
         for (s, c) in sum.iter_mut().zip(self.orphan.v.iter()) {
             *s += c.load(Ordering::Relaxed);
         }
-        for b in self.blocks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+        for b in self
+            .blocks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .all
+            .iter()
+        {
             for (s, c) in sum.iter_mut().zip(b.v.iter()) {
                 *s += c.load(Ordering::Relaxed);
             }
@@ -178,5 +237,37 @@ impl StatsHub {
             readahead_used: sum[Stat::ReadaheadUsed as usize],
             passed: sum[Stat::Passed as usize],
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Many short threads that each count into one cache leave it a block
+    /// per live thread, not one per thread it ever ran, and no count is
+    /// lost in the fold.
+    #[test]
+    fn ended_threads_blocks_are_folded_and_their_counts_kept() {
+        let hub = Arc::new(StatsHub::new());
+        let threads = 1000u64;
+        for t in 0..threads {
+            let h = hub.clone();
+            std::thread::spawn(move || {
+                h.bump(Stat::Hits);
+                h.add(Stat::Misses, t);
+            })
+            .join()
+            .unwrap();
+        }
+        hub.bump(Stat::Hits);
+        let s = hub.snapshot();
+        assert_eq!(s.hits, threads + 1);
+        assert_eq!(s.misses, threads * (threads - 1) / 2);
+        assert!(
+            hub.blocks_kept() <= 2 * FOLD_FROM,
+            "{} blocks kept for one live thread",
+            hub.blocks_kept()
+        );
     }
 }

@@ -28,9 +28,10 @@ static OPEN: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 /// The exit handler is registered.
 static REGISTERED: AtomicBool = AtomicBool::new(false);
 
-/// The process whose thread holds [`OPEN`] (0 while nobody does): a child
-/// made by `fork` while a thread of its parent held the list finds its copy
-/// locked for good, and the parent's number here.
+/// The process whose thread holds [`OPEN`] (0 while nobody does). The
+/// forking thread takes the list across a `fork` (see [`note`]); a child
+/// made by the raw system call while a thread of its parent held it finds
+/// its copy locked for good, and the parent's number here.
 static HOLDER: AtomicU32 = AtomicU32::new(0);
 
 /// How long a thread waits for the list before it gives up (it is held for
@@ -76,6 +77,12 @@ fn list() -> Option<Listed> {
 
 /// Note a store just made (and register the exit handler at the first).
 pub(crate) fn note(sh: &Arc<Shared>) {
+    // The forking thread takes the list across a `fork`: a child made while
+    // another thread held it finds it free, and notes the stores it opens.
+    static LISTED: std::sync::Once = std::sync::Once::new();
+    LISTED.call_once(|| {
+        crate::util::fork_locks::list(|| list().map(|l| Box::new(l) as Box<dyn std::any::Any>))
+    });
     match list() {
         Some(mut l) => {
             l.0.retain(|w| w.strong_count() > 0);
@@ -171,5 +178,32 @@ pub(crate) extern "C" fn sync_open_stores() {
             );
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child forked while another thread of its parent holds the list of
+    /// open stores notes the store it makes (and so syncs it at its exit).
+    #[test]
+    fn a_child_forked_while_the_list_is_held_notes_its_own_store() {
+        let dir = crate::cached::scratch_dir("exit-list");
+        let s = crate::Store::open(&[&dir], crate::StoreOptions::default()).unwrap();
+        drop(crate::CachedStore::new(s, crate::cached::small_cache(16)).unwrap());
+        let code = crate::util::fork_locks::in_child_while_held(list, || {
+            let Ok(s) = crate::Store::open(&[&dir], crate::StoreOptions::default()) else {
+                return 2;
+            };
+            let Ok(cs) = crate::CachedStore::new(s, crate::cached::small_cache(16)) else {
+                return 3;
+            };
+            let noted = open_here().len();
+            drop(cs);
+            i32::from(noted != 1)
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(code, Some(0), "the child did not note its store (or hung)");
     }
 }

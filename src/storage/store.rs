@@ -823,7 +823,24 @@ fn open_regular(path: &Path) -> std::io::Result<Fd> {
 }
 
 /// The lock files this process holds through open stores, by (device, inode).
+/// Free in a child made by `fork` ([`crate::util::fork_locks`]).
 static HELD: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+/// [`HELD`] locked: each path of this file takes it here.
+fn held() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    static LISTED: std::sync::Once = std::sync::Once::new();
+    LISTED.call_once(|| {
+        crate::util::fork_locks::list(|| {
+            crate::util::fork_locks::take_within(|| match HELD.try_lock() {
+                Ok(g) => Some(g),
+                Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(std::sync::TryLockError::WouldBlock) => None,
+            })
+            .map(|g| Box::new(g) as Box<dyn std::any::Any>)
+        })
+    });
+    HELD.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// How long a lock that this process let go of may still look held: a child
 /// another thread made by `clone`, `vfork` or `posix_spawn` (which run no
@@ -847,7 +864,7 @@ impl Drop for RootLock {
         // Unlisted before the lock goes (the field drops after this): another
         // opener that fails to lock it meanwhile sees it unlisted and waits
         // for the release rather than reporting it held.
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = held();
         if let Some(i) = held.iter().position(|&x| x == self.id) {
             held.swap_remove(i);
         }
@@ -886,7 +903,7 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
     loop {
         // Listed before the lock is taken: a store of this process that
         // holds the lock is always listed.
-        let mut held = HELD.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = held();
         // SAFETY: plain system call on an open descriptor.
         if unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
             // The lock file may have been removed (or replaced) between the
@@ -2335,5 +2352,25 @@ impl StoreInner {
         }
         f.len.store(len, Ordering::Release);
         hooked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A child forked while another thread of its parent holds the list of
+    /// locked roots (as an open of another store does, for a few steps)
+    /// locks a root of its own instead of waiting for ever.
+    #[test]
+    fn a_child_forked_while_the_roots_list_is_held_locks_its_own_root() {
+        let dir = std::env::temp_dir().join(format!("setcache-held-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        drop(held());
+        let code = crate::util::fork_locks::in_child_while_held(held, || {
+            i32::from(lock_root(0, &dir).is_err())
+        });
+        let _ = fs::remove_dir_all(&dir);
+        assert_eq!(code, Some(0), "the child's lock of its root failed or hung");
     }
 }

@@ -1,6 +1,7 @@
 //! Small pieces every layer shares.
 
 pub mod fds;
+pub(crate) mod fork_locks;
 #[cfg(test)]
 pub(crate) mod hook;
 pub(crate) mod map;
