@@ -83,7 +83,10 @@
  * every page of which is pinned waits for a pin to go, up to one second, and
  * fails -EBUSY, whoever holds the pins (this thread too). A sync, though, waits without limit
  * for a page a queue is writing back: poll a queue until nothing is in flight
- * before a thread waits for another's sync. And a blocking read (pread,
+ * before a thread waits for another's sync. A sync (of a file or the store)
+ * that would wait behind another thread's sync which itself waits for a page
+ * this thread pins or this thread's queue reads or writes back fails -EDEADLK
+ * (at once, or after a pin wait), as would a wait for itself. And a blocking read (pread,
  * pin) of a page another thread pins for writing waits until that pin goes,
  * as a reader waits for a writer's lock, with no limit, unless this thread's
  * queues hold reads or write-backs in flight (the writer may be waiting for
@@ -162,7 +165,9 @@ const char *setcache_last_error(void);
 
 /* Open the store on `ndevices` device directories (each must exist). `opts`
  * may be NULL. A directory in use by another open store, in this process or
- * another, is refused with -EBUSY. */
+ * another, is refused with -EBUSY; one missing or not a directory with
+ * -ENOTDIR, one without write bits with -EACCES, one on a read-only file
+ * system with -EROFS. */
 int setcache_store_open(const char *const *devices, size_t ndevices,
                         const struct setcache_options *opts, setcache_store **out);
 /* Write every dirty page and close the store. -EBUSY (and nothing closed)

@@ -26,6 +26,10 @@ pub enum Error {
         root: PathBuf,
         /// What is wrong with it.
         problem: String,
+        /// The error number of a write the check tried in it (`EROFS` on a
+        /// read-only file system, `EACCES` where writes are not allowed), if
+        /// that is what was wrong.
+        errno: Option<i32>,
     },
     /// The header of a backing file is missing, corrupt or disagrees with its siblings.
     BadHeader {
@@ -276,6 +280,7 @@ impl Error {
     pub fn errno(&self) -> Option<i32> {
         match self {
             Error::Io { errno, .. } => Some(*errno),
+            Error::BadDevice { errno, .. } => *errno,
             Error::Os { source, .. } => source.raw_os_error(),
             Error::DeviceFailed { first, .. } => first.errno(),
             Error::SyncLost { first, .. } => first.errno(),
@@ -292,6 +297,7 @@ impl fmt::Display for Error {
                 device,
                 root,
                 problem,
+                ..
             } => write!(f, "device {device} ({}): {problem}", root.display()),
             Error::BadHeader {
                 device,

@@ -1065,15 +1065,22 @@ fn a_forked_child_dropping_a_queue_leaves_the_parents_reads_to_it() {
     let cs = CachedStore::new(store, cache(256)).unwrap();
     let f = cs.open_file("q").unwrap();
     let mut q = cs.queue(32);
-    let pages: Vec<u64> = (0..32u64).map(|i| i * 31 % 1024).collect();
-    q.submit(
-        pages
-            .iter()
-            .map(|&p| CachedRequest::tagged(OpKind::Read, &f, p * 4096, vec![0; 4096], p))
-            .collect(),
-    );
-    // (Some may have been read at once, on this thread, most of them on a
-    // loaded machine that let the thread go in its submit.)
+    // Some may be read at once, on this thread, all of them on a loaded
+    // machine that let the thread go in its submit: then 32 more pages,
+    // not read before, are asked for, until some are in flight.
+    let mut pages: Vec<u64> = Vec::new();
+    for round in 0..32u64 {
+        let more: Vec<u64> = (0..32u64).map(|i| (round * 32 + i) * 31 % 1024).collect();
+        q.submit(
+            more.iter()
+                .map(|&p| CachedRequest::tagged(OpKind::Read, &f, p * 4096, vec![0; 4096], p))
+                .collect(),
+        );
+        pages.extend(more);
+        if q.outstanding() >= 1 {
+            break;
+        }
+    }
     assert!(q.outstanding() >= 1, "{}", q.outstanding());
     // SAFETY: the child only drops its copy of the queue, then `_exit`s.
     let pid = unsafe { libc::fork() };

@@ -31,6 +31,7 @@ fn bad_device_roots() {
     let e = Store::open(&[roots[0].clone(), missing], opts()).unwrap_err();
     assert!(matches!(e, Error::BadDevice { device: 1, .. }), "{e}");
     assert!(e.to_string().contains("does not exist"), "{e}");
+    assert_eq!(e.posix_errno(), libc::ENOTDIR, "{e}");
 
     let file = tmp.path().join("plain");
     std::fs::write(&file, b"keep me").unwrap();
@@ -43,7 +44,30 @@ fn bad_device_roots() {
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     let e = Store::open(std::slice::from_ref(&ro), opts()).unwrap_err();
     assert!(e.to_string().contains("read-only"), "{e}");
+    assert_eq!(e.posix_errno(), libc::EACCES, "{e}");
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    // A read-only file system (where this process may mount one): EROFS.
+    let ro_fs = tmp.path().join("ro-fs");
+    std::fs::create_dir(&ro_fs).unwrap();
+    let target = std::ffi::CString::new(ro_fs.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: valid C strings; a tmpfs mounted read-only on this test's own directory.
+    let mounted = unsafe {
+        libc::mount(
+            c"none".as_ptr(),
+            target.as_ptr(),
+            c"tmpfs".as_ptr(),
+            libc::MS_RDONLY,
+            std::ptr::null(),
+        )
+    } == 0;
+    if mounted {
+        let e = Store::open(std::slice::from_ref(&ro_fs), opts()).unwrap_err();
+        // SAFETY: the mount made above.
+        unsafe { libc::umount(target.as_ptr()) };
+        assert!(e.to_string().contains("read-only file system"), "{e}");
+        assert_eq!(e.posix_errno(), libc::EROFS, "{e}");
+    }
 
     let e = Store::open(&[roots[0].clone(), roots[0].clone()], opts()).unwrap_err();
     assert!(e.to_string().contains("same directory as device 0"), "{e}");

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static int failures;
 
@@ -77,6 +78,18 @@ int main(int argc, char **argv) {
            "at most 256");
     expect("store_open: missing directory", setcache_store_open(missing, 1, NULL, &store),
            ENOTDIR, "does not exist");
+    /* A device directory without write bits, beside the first: EACCES, as a
+     * write into it would be. */
+    char ro_dir[4096];
+    snprintf(ro_dir, sizeof ro_dir, "%s/../read-only-device", argv[1]);
+    if (mkdir(ro_dir, 0555) != 0 && errno != EEXIST) {
+        fprintf(stderr, "mkdir %s: %s\n", ro_dir, strerror(errno));
+        return 1;
+    }
+    chmod(ro_dir, 0555);
+    const char *read_only[] = {ro_dir};
+    expect("store_open: read-only directory", setcache_store_open(read_only, 1, NULL, &store),
+           EACCES, "is read-only");
     struct setcache_options bad = {.page_size = 3000};
     expect("store_open: bad page size", setcache_store_open(devices, 2, &bad, &store), EINVAL,
            "page size");

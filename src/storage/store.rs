@@ -294,11 +294,13 @@ pub(crate) fn validate_name(name: &str) -> Result<()> {
 
 /// Check that a device root is a usable, writable directory.
 fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
-    let bad = |problem: String| Error::BadDevice {
+    let bad_with = |problem: String, errno: Option<i32>| Error::BadDevice {
         device,
         root: root.to_path_buf(),
         problem,
+        errno,
     };
+    let bad = |problem: String| bad_with(problem, None);
     let md = fs::metadata(root).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => bad("does not exist".into()),
         _ => bad(format!("cannot be examined: {e}")),
@@ -307,7 +309,10 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
         return Err(bad("is not a directory".into()));
     }
     if md.mode() & 0o222 == 0 {
-        return Err(bad(format!("is read-only (mode {:o})", md.mode() & 0o7777)));
+        return Err(bad_with(
+            format!("is read-only (mode {:o})", md.mode() & 0o7777),
+            Some(libc::EACCES),
+        ));
     }
     let probe = root.join(format!(".setcache-probe-{}", std::process::id()));
     let flags = if direct { libc::O_DIRECT } else { 0 };
@@ -325,11 +330,13 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
         Err(e) => {
             let _ = fs::remove_file(&probe);
             return Err(match e.raw_os_error() {
-                Some(libc::EROFS) => bad("is on a read-only file system".into()),
+                Some(libc::EROFS) => {
+                    bad_with("is on a read-only file system".into(), Some(libc::EROFS))
+                }
                 Some(libc::EINVAL) if direct => bad(
                     "its file system does not support O_DIRECT (open the store with direct_io = false)".into(),
                 ),
-                _ => bad(format!("is not writable: {e}")),
+                _ => bad_with(format!("is not writable: {e}"), e.raw_os_error()),
             });
         }
     }
