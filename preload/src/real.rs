@@ -225,6 +225,8 @@ real! {
     fputws_unlocked: fn(*const libc::wchar_t, *mut libc::FILE) -> c_int;
     ungetwc: fn(u32, *mut libc::FILE) -> u32;
     fwide: fn(*mut libc::FILE, c_int) -> c_int;
+    vfwprintf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __vfwprintf_chk: fn(*mut libc::FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     chdir: fn(*const c_char) -> c_int;

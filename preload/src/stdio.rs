@@ -304,9 +304,9 @@ pub unsafe extern "C" fn freopen64(
 // `fgetwc` and `fgetws` on it read through a null pointer, and its
 // `fputwc` and `fputws` fail without an errno. On a stream of the store
 // these read and write the characters' multibyte forms (in the locale's
-// encoding) through the narrow calls, which the stream serves. `fwprintf`
-// and `vfwprintf` take variable arguments, which a stand-in cannot pass on:
-// they stay refused (-1).
+// encoding) through the narrow calls, which the stream serves; `fwprintf`
+// and `vfwprintf` (and their fortified forms) format into a wide memory
+// stream of the C library's, and write that so.
 
 /// glibc's `WEOF`.
 const WEOF: u32 = u32::MAX;
@@ -589,3 +589,186 @@ pub unsafe extern "C" fn fwide(f: *mut libc::FILE, mode: c_int) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     unsafe { real::fwide()(f, mode) }
 }
+
+// ---- fwprintf, vfwprintf ----------------------------------------------------
+
+unsafe extern "C" {
+    fn open_wmemstream(ptr: *mut *mut libc::wchar_t, size: *mut size_t) -> *mut libc::FILE;
+}
+
+/// `vfwprintf` on a stream of the store: `print` (the C library's own
+/// `vfwprintf` or its fortified form) formats into a wide memory stream,
+/// whose characters are then written as `fputws` writes. The number of
+/// characters, or -1 with `errno`.
+fn print_wide(f: *mut libc::FILE, print: impl FnOnce(*mut libc::FILE) -> c_int) -> c_int {
+    let mut buf: *mut libc::wchar_t = std::ptr::null_mut();
+    let mut len: size_t = 0;
+    // SAFETY: `buf` and `len` outlive the stream, which is closed below.
+    let ms = unsafe { open_wmemstream(&mut buf, &mut len) };
+    if ms.is_null() {
+        return -1;
+    }
+    let n = print(ms);
+    // SAFETY: the memory stream made above; closing it sets `buf` and `len`.
+    let closed = unsafe { libc::fclose(ms) };
+    let mut r = if n >= 0 && closed == 0 { n } else { -1 };
+    if r >= 0 {
+        for i in 0..len {
+            // SAFETY: the stream left `len` characters at `buf`.
+            let wc = unsafe { *buf.add(i) };
+            if let Err(e) = put_wide(wc as u32, f) {
+                set_errno(e);
+                r = -1;
+                break;
+            }
+        }
+    }
+    // SAFETY: the memory stream's buffer, the caller's to free.
+    unsafe { libc::free(buf.cast()) };
+    r
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn vfwprintf(
+    f: *mut libc::FILE,
+    fmt: *const libc::wchar_t,
+    ap: *mut c_void,
+) -> c_int {
+    if ours(f) {
+        // SAFETY: the caller's format and arguments, to a stream of the C library.
+        return print_wide(f, |ms| unsafe { real::vfwprintf()(ms, fmt, ap) });
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::vfwprintf()(f, fmt, ap) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __vfwprintf_chk(
+    f: *mut libc::FILE,
+    flag: c_int,
+    fmt: *const libc::wchar_t,
+    ap: *mut c_void,
+) -> c_int {
+    if ours(f) {
+        // SAFETY: the caller's format and arguments, to a stream of the C library.
+        return print_wide(f, |ms| unsafe {
+            real::__vfwprintf_chk()(ms, flag, fmt, ap)
+        });
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::__vfwprintf_chk()(f, flag, fmt, ap) }
+}
+
+// `fwprintf` and `__fwprintf_chk` take their arguments as C variadic ones,
+// which a stable Rust function cannot declare. Each is a naked function that
+// makes the `va_list` the C compiler's own `va_start` would (the argument
+// registers stored in a save area, the caller's stack arguments beside it,
+// the named arguments counted as taken) and calls the `v` form above with
+// it, the named arguments left where they arrived.
+
+/// A trampoline for a function of `$named` named pointer-or-integer
+/// arguments followed by variadic ones: `$body(named..., va_list)`, the
+/// `va_list` passed as the argument after the named ones.
+macro_rules! wprintf_trampoline {
+    ($name:ident, $body:ident, named = $named:literal, x86_ap = $xap:literal, arm_ap = $aap:literal) => {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a naked function of assembly only, which keeps the ABI's
+        // stack alignment and passes the C caller's arguments on unchanged.
+        #[unsafe(naked)]
+        // SAFETY: the C library's own name, which this library stands in for
+        // with the same signature.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() -> c_int {
+            // The frame: the save area (six general registers, eight vector
+            // ones: 176 bytes) at rsp, the `va_list` (gp_offset, fp_offset,
+            // overflow_arg_area, reg_save_area) at rsp + 176; 200 bytes,
+            // which leave rsp 16-byte aligned (it is 8 past at entry). The
+            // caller's stack arguments start 8 above the frame's top.
+            core::arch::naked_asm!(
+                "sub rsp, 200",
+                "mov [rsp], rdi",
+                "mov [rsp + 8], rsi",
+                "mov [rsp + 16], rdx",
+                "mov [rsp + 24], rcx",
+                "mov [rsp + 32], r8",
+                "mov [rsp + 40], r9",
+                "movaps [rsp + 48], xmm0",
+                "movaps [rsp + 64], xmm1",
+                "movaps [rsp + 80], xmm2",
+                "movaps [rsp + 96], xmm3",
+                "movaps [rsp + 112], xmm4",
+                "movaps [rsp + 128], xmm5",
+                "movaps [rsp + 144], xmm6",
+                "movaps [rsp + 160], xmm7",
+                "mov dword ptr [rsp + 176], {gp}",
+                "mov dword ptr [rsp + 180], 48",
+                "lea rax, [rsp + 208]",
+                "mov [rsp + 184], rax",
+                "mov [rsp + 192], rsp",
+                concat!("lea ", $xap, ", [rsp + 176]"),
+                "call {body}",
+                "add rsp, 200",
+                "ret",
+                gp = const $named * 8,
+                body = sym $body,
+            )
+        }
+
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: as for x86-64: assembly only, the stack kept aligned.
+        #[unsafe(naked)]
+        // SAFETY: as for x86-64: the C library's name and signature.
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $name() -> c_int {
+            // The frame: x0-x7 at sp (64 bytes), q0-q7 at sp + 64 (128), the
+            // `va_list` (__stack, __gr_top, __vr_top, __gr_offs, __vr_offs)
+            // at sp + 192 (32), the link register at sp + 224; 240 bytes in
+            // all, sp kept 16-byte aligned. The caller's stack arguments
+            // start at the frame's top.
+            core::arch::naked_asm!(
+                "sub sp, sp, #240",
+                "stp x0, x1, [sp]",
+                "stp x2, x3, [sp, #16]",
+                "stp x4, x5, [sp, #32]",
+                "stp x6, x7, [sp, #48]",
+                "stp q0, q1, [sp, #64]",
+                "stp q2, q3, [sp, #96]",
+                "stp q4, q5, [sp, #128]",
+                "stp q6, q7, [sp, #160]",
+                "add x9, sp, #240",
+                "str x9, [sp, #192]",
+                "add x9, sp, #64",
+                "str x9, [sp, #200]",
+                "add x9, sp, #192",
+                "str x9, [sp, #208]",
+                "mov w9, #{gr_offs}",
+                "str w9, [sp, #216]",
+                "mov w9, #-128",
+                "str w9, [sp, #220]",
+                "str x30, [sp, #224]",
+                concat!("add ", $aap, ", sp, #192"),
+                "bl {body}",
+                "ldr x30, [sp, #224]",
+                "add sp, sp, #240",
+                "ret",
+                gr_offs = const -(8 - $named) * 8,
+                body = sym $body,
+            )
+        }
+    };
+}
+
+wprintf_trampoline!(
+    fwprintf,
+    vfwprintf,
+    named = 2,
+    x86_ap = "rdx",
+    arm_ap = "x2"
+);
+wprintf_trampoline!(
+    __fwprintf_chk,
+    __vfwprintf_chk,
+    named = 3,
+    x86_ap = "rcx",
+    arm_ap = "x3"
+);

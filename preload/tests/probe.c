@@ -28,6 +28,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -505,6 +506,17 @@ static void show_sum(const char *what, const char *name, size_t n) {
 /* Locks, owners and times, copies inside the kernel, ioctl and glob. */
 /* Wide characters through stdio: written and read back in UTF-8, the
  * orientation of a fresh stream, a character pushed back. */
+/* The fortified form, which programs built with _FORTIFY_SOURCE call. */
+extern int __fwprintf_chk(FILE *f, int flag, const wchar_t *fmt, ...);
+
+static int wide_vprint(FILE *f, const wchar_t *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vfwprintf(f, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
 static void wide_chars(void) {
     setlocale(LC_CTYPE, "C.UTF-8");
     FILE *f = fopen(path("wide"), "w");
@@ -515,6 +527,26 @@ static void wide_chars(void) {
     if (f)
         fclose(f);
     show_size("stat wide", "wide");
+    /* Formatted wide output: more arguments than the registers hold, of
+     * both kinds, so that some come from the caller's stack. */
+    FILE *g = fopen(path("wide-printed"), "w");
+    show("fwprintf", g ? fwprintf(g, L"%d %d %d %d %d %d %d|%ls|%s|%.1f %.1f %.1f %.1f %.1f "
+                                     L"%.1f %.1f %.1f %.1f %.1f\n",
+                                  1, 2, 3, 4, 5, 6, 7, L"w\u00f6rld", "narrow", 0.5, 1.5, 2.5,
+                                  3.5, 4.5, 5.5, 6.5, 7.5, 8.5, 9.5)
+                       : -2);
+    show("vfwprintf", g ? wide_vprint(g, L"%ls %d\n", L"\u20ac", 99) : -2);
+    show("__fwprintf_chk", g ? __fwprintf_chk(g, 1, L"%5d|%-3lc|\n", 12, L'\u00e9') : -2);
+    if (g)
+        fclose(g);
+    show_size("stat wide-printed", "wide-printed");
+    g = fopen(path("wide-printed"), "r");
+    char printed[256];
+    while (g && fgets(printed, sizeof printed, g))
+        printf("  printed: %s", printed);
+    if (g)
+        fclose(g);
+    unlink(path("wide-printed"));
     f = fopen(path("wide"), "r");
     wchar_t line[64];
     show("fgetws", f ? (fgetws(line, 64, f) ? (long long)wcslen(line) : -1) : -2);
