@@ -7,7 +7,7 @@
 #![allow(clippy::missing_safety_doc)]
 #![allow(unreachable_pub)]
 
-use std::ffi::{c_char, c_int, c_uint, c_ulong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_ulong, c_void};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
@@ -992,11 +992,53 @@ fn before_exec() -> Result<(), i32> {
     state::sync_store("exec (writing the store's data first)")
 }
 
-/// The `exec` functions: the store synced, then the C library's own.
+/// Whether `path` (from `dirfd`) names a program the kernel could not run
+/// because it is in the store: a store file is no executable (`EACCES`, as
+/// the kernel says of a file without execute permission), a missing name
+/// `ENOENT`. `None` for a path outside the store.
+fn store_exec(dirfd: c_int, path: *const c_char) -> Option<c_int> {
+    if path.is_null() {
+        return None;
+    }
+    match classify(dirfd, path) {
+        Place::Inside(name) => {
+            let there = state::state().is_ok_and(|s| state::len_of(s, &name).is_ok());
+            Some(if there { libc::EACCES } else { libc::ENOENT })
+        }
+        Place::Bad(e) => Some(e),
+        Place::Outside | Place::Root => None,
+    }
+}
+
+/// As [`store_exec`] for a name `execvp` searches `PATH` for unless it
+/// holds a slash (a search is the C library's own).
+fn store_exec_searched(file: *const c_char) -> Option<c_int> {
+    // SAFETY: the caller's name, a C string.
+    if file.is_null() || !unsafe { CStr::from_ptr(file) }.to_bytes().contains(&b'/') {
+        return None;
+    }
+    store_exec(libc::AT_FDCWD, file)
+}
+
+/// As [`store_exec`] for `execveat`: with `AT_EMPTY_PATH` and an empty
+/// path, the descriptor itself is the program.
+fn store_exec_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<c_int> {
+    // SAFETY: the caller's path, a C string.
+    if flags & libc::AT_EMPTY_PATH != 0 && !path.is_null() && unsafe { *path } == 0 {
+        return state::desc(dirfd).map(|_| libc::EACCES);
+    }
+    store_exec(dirfd, path)
+}
+
+/// The `exec` functions: a store file refused as the kernel refuses a file
+/// it cannot run (`check`), else the store synced, then the C library's own.
 macro_rules! exec_after_sync {
-    ($($name:ident($($arg:ident: $ty:ty),*);)*) => {$(
+    ($($name:ident($($arg:ident: $ty:ty),*) if $check:expr;)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
+            if let Some(e) = $check {
+                return int_ret(Err(e));
+            }
             if let Err(e) = before_exec() {
                 return int_ret(Err(e));
             }
@@ -1007,18 +1049,23 @@ macro_rules! exec_after_sync {
 }
 
 exec_after_sync! {
-    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char);
-    execv(path: *const c_char, argv: *const *const c_char);
-    execvp(file: *const c_char, argv: *const *const c_char);
-    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char);
-    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char);
+    execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char)
+        if store_exec(libc::AT_FDCWD, path);
+    execv(path: *const c_char, argv: *const *const c_char)
+        if store_exec(libc::AT_FDCWD, path);
+    execvp(file: *const c_char, argv: *const *const c_char)
+        if store_exec_searched(file);
+    execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char)
+        if store_exec_searched(file);
+    fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char)
+        if state::desc(fd).map(|_| libc::EACCES);
     execveat(
         dirfd: c_int,
         path: *const c_char,
         argv: *const *const c_char,
         envp: *const *const c_char,
         flags: c_int
-    );
+    ) if store_exec_at(dirfd, path, flags);
 }
 
 // ---- execl, execle, execlp --------------------------------------------------

@@ -560,6 +560,14 @@ static void wide_chars(void) {
     show("fgetws at the end is NULL", f ? (fgetws(line, 64, f) == NULL) : -2);
     if (f)
         fclose(f);
+    /* A file of the store is no program (nor one without execute bits). */
+    char *no_args[] = {"x", NULL};
+    show("execv of a file", execv(path("wide"), no_args));
+    show("execv of a missing file", execv(path("no-such"), no_args));
+    show("execve through a file", execve(path("wide/x"), no_args, environ));
+    int wfd = open(path("wide"), O_RDONLY);
+    show("fexecve of a file", fexecve(wfd, no_args, environ));
+    close(wfd);
     show("chdir into a file", chdir(path("wide")));
     show("chdir into a missing name", chdir(path("no-such")));
     /* A link onto a name in use, and of a missing file. */
