@@ -109,5 +109,6 @@ pub use storage::{
     MAX_QUEUE_DEPTH, MAX_REQUEST, OpKind, PowerCut, Queue, Request, SimConfig, SimMedia,
     SimSwitches, Store, StoreOptions,
 };
+pub use util::cancel;
 pub use util::fds;
 pub use util::process;

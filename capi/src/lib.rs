@@ -74,6 +74,11 @@ fn within_largest(end: u64, most: u64, what: &str) -> Result<(), Fail> {
 
 /// Run `f`; its error (or panic) becomes a negative errno and this thread's message.
 fn call(f: impl FnOnce() -> Result<i64, Fail>) -> i64 {
+    // The crate's blocking calls are cancellation points of the C library:
+    // a thread cancelled in one would abort the process (see
+    // `setcache::cancel`). A cancel waits for the thread's next cancellation
+    // point outside this library.
+    let _off = setcache::cancel::off();
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => v,
         Ok(Err(Fail(errno, msg))) => {

@@ -147,7 +147,9 @@ fn run_mode(prog: &Path, dir: &Path, mode: &str) -> (bool, String, String) {
 /// `exit`, by returning from `main`, and by its main thread's
 /// `pthread_exit` (which ends the process with its last thread, not never);
 /// an exit beside a page another thread pins for writing for good does not
-/// wait for it. On the shared and the static library.
+/// wait for it; threads cancelled while they write and sync through the
+/// library are cancelled outside it, and the program goes on. On the shared
+/// and the static library.
 #[test]
 fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
     for shared in [true, false] {
@@ -158,7 +160,7 @@ fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
             &prog,
             shared,
         );
-        for mode in ["exit", "return", "pthread_exit", "pinned", "fork"] {
+        for mode in ["exit", "return", "pthread_exit", "pinned", "fork", "cancel"] {
             for sub in ["d0", "d1"] {
                 let _ = std::fs::remove_dir_all(d.join(sub));
                 std::fs::create_dir_all(d.join(sub)).unwrap();
@@ -177,6 +179,12 @@ fn a_program_that_ends_without_closing_its_store_keeps_what_it_wrote() {
             if mode == "fork" {
                 assert!(
                     check.contains("status: 14 [child exited 7]"),
+                    "{check}\n{err}"
+                );
+            }
+            if mode == "cancel" {
+                assert!(
+                    check.contains("status: 12 [cancelled 40]"),
                     "{check}\n{err}"
                 );
             }

@@ -113,6 +113,23 @@ static void *forker(void *arg) {
     return NULL;
 }
 
+/* A thread that writes and syncs its own file until it is cancelled, at its
+ * own cancellation point (the library's calls hold cancellation off). */
+static void *writer(void *arg) {
+    char name[16], buf[8192];
+    snprintf(name, sizeof name, "w%ld", (long)(intptr_t)arg);
+    memset(buf, 'w', sizeof buf);
+    setcache_file *f;
+    if (setcache_create(store, name, 0, &f) < 0 && setcache_open(store, name, &f) < 0)
+        return NULL;
+    for (uint64_t i = 0;; i++) {
+        setcache_pwrite(f, buf, sizeof buf, (i % 64) * sizeof buf);
+        setcache_sync(f);
+        pthread_testcancel();
+    }
+    return NULL;
+}
+
 static void show(const char *name) {
     setcache_file *f;
     char buf[64] = {0};
@@ -162,6 +179,27 @@ int main(int argc, char **argv) {
         pthread_create(&t, NULL, forker, NULL);
         pthread_detach(t);
         pthread_exit(NULL);
+    }
+    if (strcmp(mode, "cancel") == 0) {
+        /* Threads cancelled while they write and sync through the library:
+         * none is cancelled inside it, and the process goes on. */
+        int cancelled = 0;
+        for (int round = 0; round < 20; round++) {
+            pthread_t t[2];
+            for (long k = 0; k < 2; k++)
+                pthread_create(&t[k], NULL, writer, (void *)(intptr_t)k);
+            usleep(5000);
+            for (int k = 0; k < 2; k++) {
+                void *r;
+                pthread_cancel(t[k]);
+                pthread_join(t[k], &r);
+                cancelled += r == PTHREAD_CANCELED;
+            }
+        }
+        char text[64];
+        snprintf(text, sizeof text, "cancelled %d", cancelled);
+        put("status", text);
+        exit(0);
     }
     if (strcmp(mode, "pinned") == 0) {
         pthread_mutex_lock(&never);

@@ -1,5 +1,6 @@
 //! Small pieces every layer shares.
 
+pub mod cancel;
 pub mod fds;
 pub(crate) mod fork_locks;
 #[cfg(test)]
