@@ -5,7 +5,10 @@
  * for the static library).
  *
  * Every call is safe to make from any thread (queues and pins belong to the
- * thread that made them, and refuse others with -EPERM), returns 0 (or a count
+ * thread that made them, and refuse others with -EPERM), holds the thread's
+ * cancellation off while it runs (pthread_cancel takes effect at the thread's
+ * next cancellation point outside the library: a thread that only waits in
+ * the library's calls, a queue's wait say, is not cancelled there), returns 0 (or a count
  * of bytes or items) on success and a negative errno on failure, and leaves a
  * message naming what was wrong that setcache_last_error() returns on the
  * same thread. Offsets and lengths are in bytes and need no alignment; an

@@ -456,22 +456,35 @@ fn pwrite_desc(d: &Desc, buf: *const c_void, n: size_t, off: i64) -> Result<usiz
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off64_t) -> ssize_t {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn pread64(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off64_t,
+) -> ssize_t {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::pread64()(fd, buf, n, off) },
         Some(d) => size_ret(pread_desc(&d, buf, n, off)),
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+pub unsafe extern "C-unwind" fn pread(
+    fd: c_int,
+    buf: *mut c_void,
+    n: size_t,
+    off: off_t,
+) -> ssize_t {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { pread64(fd, buf, n, off) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __pread_chk(
+pub unsafe extern "C-unwind" fn __pread_chk(
     fd: c_int,
     buf: *mut c_void,
     n: size_t,
@@ -483,21 +496,29 @@ pub unsafe extern "C" fn __pread_chk(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pwrite64(
+pub unsafe extern "C-unwind" fn pwrite64(
     fd: c_int,
     buf: *const c_void,
     n: size_t,
     off: off64_t,
 ) -> ssize_t {
-    match state::desc(fd) {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::pwrite64()(fd, buf, n, off) },
         Some(d) => size_ret(pwrite_desc(&d, buf, n, off)),
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+pub unsafe extern "C-unwind" fn pwrite(
+    fd: c_int,
+    buf: *const c_void,
+    n: size_t,
+    off: off_t,
+) -> ssize_t {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { pwrite64(fd, buf, n, off) }
 }
@@ -534,17 +555,20 @@ fn write_pos(d: &Desc, data: &[u8]) -> Result<usize, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::read()(fd, buf, n) },
         Some(d) => size_ret(read_pos(&d, buf, n)),
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::write()(fd, buf, n) },
         Some(d) if !d.writable => size_ret(Err(libc::EBADF)),
@@ -561,7 +585,10 @@ pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssiz
             };
             size_ret(write_pos(&d, data))
         }
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 unsafe fn readv_desc(d: &Desc, iov: *const iovec, cnt: c_int, off: Option<i64>) -> ssize_t {
@@ -774,23 +801,29 @@ vector2_calls! {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::readv()(fd, iov, cnt) },
         // SAFETY: the caller's iovecs.
         Some(d) => unsafe { readv_desc(&d, iov, cnt, None) },
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::writev()(fd, iov, cnt) },
         // SAFETY: the caller's iovecs.
         Some(d) => unsafe { writev_desc(&d, iov, cnt, None, d.append()) },
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
@@ -819,7 +852,7 @@ fn seek(d: &Desc, off: i64, whence: c_int) -> Result<u64, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
+pub unsafe extern "C-unwind" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off64_t {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::lseek64()(fd, off, whence) },
@@ -828,7 +861,7 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off6
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
+pub unsafe extern "C-unwind" fn lseek(fd: c_int, off: off_t, whence: c_int) -> off_t {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { lseek64(fd, off, whence) }
 }
@@ -843,12 +876,15 @@ fn sync_desc(d: &Desc) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn fsync(fd: c_int) -> c_int {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fsync()(fd) },
         Some(d) => sync_desc(&d),
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 /// `pthread_exit`: from the main thread of a process whose store is open,
@@ -857,7 +893,7 @@ pub unsafe extern "C" fn fsync(fd: c_int) -> c_int {
 /// program's last thread ending would, once only the store's threads are
 /// left. Any other call goes to the C library.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
+pub unsafe extern "C-unwind" fn pthread_exit(retval: *mut c_void) -> ! {
     // SAFETY: plain getters.
     if unsafe { libc::gettid() == libc::getpid() } {
         state::end_with_the_program();
@@ -872,14 +908,14 @@ pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
 /// so, after its `echo`s into files). Stdio's buffers are dropped, as the
 /// C library's `_exit` drops them.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+pub unsafe extern "C-unwind" fn _exit(status: c_int) -> ! {
     state::sync_before_exit();
     // SAFETY: the caller's argument, passed on.
     unsafe { real::_exit()(status) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+pub unsafe extern "C-unwind" fn _Exit(status: c_int) -> ! {
     state::sync_before_exit();
     // SAFETY: the caller's argument, passed on.
     unsafe { real::_Exit()(status) }
@@ -889,10 +925,10 @@ pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
 /// not there (`ENOENT`), as the kernel says of a path through a regular
 /// file; anywhere else, the kernel's.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn chdir(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Inside(name) => {
-            let there = state::state().is_ok_and(|s| state::len_of(s, &name).is_ok());
+            let there = state::state().is_ok_and(|s| state::len_of(&s, &name).is_ok());
             int_ret(Err(if there { libc::ENOTDIR } else { libc::ENOENT }))
         }
         Place::Bad(e) => int_ret(Err(e)),
@@ -904,7 +940,7 @@ pub unsafe extern "C" fn chdir(path: *const c_char) -> c_int {
 /// `sync`: the store's dirty pages and lengths too, as a local file
 /// system's would be.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sync() {
+pub unsafe extern "C-unwind" fn sync() {
     let _ = state::sync_store("sync");
     // SAFETY: no arguments.
     unsafe { real::sync()() };
@@ -913,7 +949,7 @@ pub unsafe extern "C" fn sync() {
 /// `syncfs` of a store file's descriptor syncs the store; any other goes to
 /// the kernel.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn syncfs(fd: c_int) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::syncfs()(fd) },
@@ -937,7 +973,7 @@ pub unsafe extern "C" fn syncfs(fd: c_int) -> c_int {
 /// would run on the parent's rings. A child of `fork` has its own copy,
 /// which this library knows to leave alone.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn vfork() -> libc::pid_t {
+pub unsafe extern "C-unwind" fn vfork() -> libc::pid_t {
     // SAFETY: no arguments.
     unsafe { real::fork()() }
 }
@@ -949,7 +985,7 @@ pub unsafe extern "C" fn vfork() -> libc::pid_t {
 /// process's own: a program started by `posix_spawn` opens them itself,
 /// under the library in its turn).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
+pub unsafe extern "C-unwind" fn posix_spawn_file_actions_addopen(
     actions: *mut libc::posix_spawn_file_actions_t,
     fd: c_int,
     path: *const c_char,
@@ -972,7 +1008,7 @@ pub unsafe extern "C" fn posix_spawn_file_actions_addopen(
 
 /// `_Fork` runs no `atfork` handler: its child is marked here.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn _Fork() -> libc::pid_t {
+pub unsafe extern "C-unwind" fn _Fork() -> libc::pid_t {
     // SAFETY: no arguments.
     let pid = unsafe { real::_Fork()() };
     if pid == 0 {
@@ -1002,7 +1038,7 @@ fn store_exec(dirfd: c_int, path: *const c_char) -> Option<c_int> {
     }
     match classify(dirfd, path) {
         Place::Inside(name) => {
-            let there = state::state().is_ok_and(|s| state::len_of(s, &name).is_ok());
+            let there = state::state().is_ok_and(|s| state::len_of(&s, &name).is_ok());
             Some(if there { libc::EACCES } else { libc::ENOENT })
         }
         Place::Bad(e) => Some(e),
@@ -1215,16 +1251,19 @@ execl_trampoline!(execlp, EXECLP);
 execl_trampoline!(execle, EXECLE);
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdatasync(fd: c_int) -> c_int {
-    match state::desc(fd) {
+pub unsafe extern "C-unwind" fn fdatasync(fd: c_int) -> c_int {
+    let r = match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fdatasync()(fd) },
         Some(d) => sync_desc(&d),
-    }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
+    r
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sync_file_range(
+pub unsafe extern "C-unwind" fn sync_file_range(
     fd: c_int,
     off: off64_t,
     n: off64_t,
@@ -1291,7 +1330,7 @@ fn synced_after_exit(d: &Desc, what: &str) -> Result<(), i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
+pub unsafe extern "C-unwind" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::ftruncate64()(fd, len) },
@@ -1300,7 +1339,7 @@ pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
+pub unsafe extern "C-unwind" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { ftruncate64(fd, len) }
 }
@@ -1321,16 +1360,16 @@ fn truncate_path(s: &State, name: &str, len: i64) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn truncate(path: *const c_char, len: off_t) -> c_int {
+pub unsafe extern "C-unwind" fn truncate(path: *const c_char, len: off_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { truncate64(path, len) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
+pub unsafe extern "C-unwind" fn truncate64(path: *const c_char, len: off64_t) -> c_int {
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(s, &name, len))),
+        Place::Inside(name) => int_ret(state::state().and_then(|s| truncate_path(&s, &name, len))),
         Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::truncate64()(path, len) },
@@ -1379,7 +1418,12 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: off64_t) -> c_int {
+pub unsafe extern "C-unwind" fn fallocate64(
+    fd: c_int,
+    mode: c_int,
+    off: off64_t,
+    len: off64_t,
+) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fallocate64()(fd, mode, off, len) },
@@ -1388,7 +1432,7 @@ pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, off: off64_t, len: 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
+pub unsafe extern "C-unwind" fn fallocate(fd: c_int, mode: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { fallocate64(fd, mode, off, len) }
 }
@@ -1402,7 +1446,7 @@ fn allocate_posix(d: &Desc, off: i64, len: i64) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
+pub unsafe extern "C-unwind" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::posix_fallocate64()(fd, off, len) },
@@ -1411,7 +1455,7 @@ pub unsafe extern "C" fn posix_fallocate64(fd: c_int, off: off64_t, len: off64_t
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
+pub unsafe extern "C-unwind" fn posix_fallocate(fd: c_int, off: off_t, len: off_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { posix_fallocate64(fd, off, len) }
 }
@@ -1460,7 +1504,7 @@ fn fadvise(d: &Desc, off: i64, len: i64, advice: c_int) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_fadvise64(
+pub unsafe extern "C-unwind" fn posix_fadvise64(
     fd: c_int,
     off: off64_t,
     len: off64_t,
@@ -1476,7 +1520,7 @@ pub unsafe extern "C" fn posix_fadvise64(
 /// `readahead` of a file of the store: its `WillNeed` hint, as the kernel's
 /// is `POSIX_FADV_WILLNEED`'s (a descriptor not open for reading refused).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
+pub unsafe extern "C-unwind" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_t {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::readahead()(fd, off, n) },
@@ -1493,7 +1537,12 @@ pub unsafe extern "C" fn readahead(fd: c_int, off: off64_t, n: size_t) -> ssize_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn posix_fadvise(fd: c_int, off: off_t, len: off_t, advice: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn posix_fadvise(
+    fd: c_int,
+    off: off_t,
+    len: off_t,
+    advice: c_int,
+) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { posix_fadvise64(fd, off, len, advice) }
 }
@@ -1533,7 +1582,7 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
         .ok()
         .filter(|&f| f < state::MAX_FD)
         .ok_or(libc::EMFILE)
-        .and_then(|_| open_as(s, name, flags, fd));
+        .and_then(|_| open_as(&s, name, flags, fd));
     if r.is_err() {
         // SAFETY: closes the placeholder just made.
         unsafe { real::close()(fd) };
@@ -1606,13 +1655,13 @@ fn open_via(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn open(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
     unsafe { open64(path, flags, mode) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
+pub unsafe extern "C-unwind" fn open64(path: *const c_char, flags: c_int, mode: c_uint) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     open_via(libc::AT_FDCWD, path, flags, || unsafe {
         real::open64()(path, flags, mode)
@@ -1620,7 +1669,7 @@ pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: c_uint)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn openat(
+pub unsafe extern "C-unwind" fn openat(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -1631,7 +1680,7 @@ pub unsafe extern "C" fn openat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn openat64(
+pub unsafe extern "C-unwind" fn openat64(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -1644,13 +1693,13 @@ pub unsafe extern "C" fn openat64(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
     unsafe { __open64_2(path, flags) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     open_via(libc::AT_FDCWD, path, flags, || unsafe {
         real::__open64_2()(path, flags)
@@ -1658,13 +1707,21 @@ pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn __openat_2(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> c_int {
     // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
     unsafe { __openat64_2(dirfd, path, flags) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn __openat64_2(
+    dirfd: c_int,
+    path: *const c_char,
+    flags: c_int,
+) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     open_via(dirfd, path, flags, || unsafe {
         real::__openat64_2()(dirfd, path, flags)
@@ -1674,13 +1731,13 @@ pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: 
 const CREAT: c_int = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn creat(path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn creat(path: *const c_char, mode: libc::mode_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux (O_LARGEFILE is implied).
     unsafe { creat64(path, mode) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn creat64(path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn creat64(path: *const c_char, mode: libc::mode_t) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     open_via(libc::AT_FDCWD, path, CREAT, || unsafe {
         real::creat64()(path, mode)
@@ -1730,16 +1787,24 @@ fn ours_refused(call: &str, fd: c_int) -> bool {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     if refused_ours("close", fd) {
         return -1;
     }
     let gone = state::remove(fd);
-    // SAFETY: passed through with the caller's arguments (a placeholder is a real descriptor).
-    let rc = unsafe { real::close()(fd) };
-    if let Some(d) = gone {
-        return last_close(d, rc);
-    }
+    let rc = {
+        // Cancellation off while the description may be the last one's:
+        // its drop writes the file's data.
+        let _off = gone.as_ref().map(|_| setcache::cancel::off());
+        // SAFETY: passed through with the caller's arguments (a placeholder is a real descriptor).
+        let rc = unsafe { real::close()(fd) };
+        match gone {
+            Some(d) => last_close(d, rc),
+            None => rc,
+        }
+    };
+    // A cancel sent while the store held cancellation off.
+    state::cancel_point();
     rc
 }
 
@@ -1836,7 +1901,7 @@ fn close_each(lo: c_uint, hi: c_uint) {
 /// before its `exec`) the range closes in the private copy and the
 /// library's table follows it.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
     let known = (libc::CLOSE_RANGE_CLOEXEC | libc::CLOSE_RANGE_UNSHARE) as c_int;
     if flags & !known != 0 || first > last {
         set_errno(libc::EINVAL);
@@ -1881,7 +1946,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
 
 /// `closefrom` leaves the store's own descriptors open, as `close_range`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn closefrom(first: c_int) {
+pub unsafe extern "C-unwind" fn closefrom(first: c_int) {
     let gone = close_around(first.max(0) as c_uint, c_uint::MAX, |lo, hi, open_above| {
         if open_above {
             // SAFETY: closes from a number above the store's descriptors.
@@ -1899,7 +1964,7 @@ pub unsafe extern "C" fn closefrom(first: c_int) {
 /// A copy of a store file's placeholder asked for at `new`, a number past
 /// the library's table: refused (`EBADF`, as for a number past the limit)
 /// before the kernel closes what the caller has there.
-fn past_the_table(d: &Option<Arc<Desc>>, new: c_int) -> bool {
+fn past_the_table(d: &Option<state::Held>, new: c_int) -> bool {
     if d.is_none() || (new as usize) < state::MAX_FD {
         return false;
     }
@@ -1940,15 +2005,15 @@ fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup(fd: c_int) -> c_int {
     let d = state::desc(fd);
     // SAFETY: passed through with the caller's arguments.
     let new = unsafe { real::dup()(fd) };
-    dup_follow(d, new)
+    dup_follow(d.as_ref().map(state::Held::arc), new)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup2(fd: c_int, new: c_int) -> c_int {
     if fd == new {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::dup2()(fd, new) };
@@ -1967,11 +2032,11 @@ pub unsafe extern "C" fn dup2(fd: c_int, new: c_int) -> c_int {
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup2()(fd, new) }
     };
-    dup_follow(d, rc)
+    dup_follow(d.as_ref().map(state::Held::arc), rc)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
     let d = state::desc(fd);
     if past_the_table(&d, new) {
         return -1;
@@ -1985,7 +2050,7 @@ pub unsafe extern "C" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_int {
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup3()(fd, new, flags) }
     };
-    dup_follow(d, rc)
+    dup_follow(d.as_ref().map(state::Held::arc), rc)
 }
 
 /// `O_LARGEFILE` as the kernel reports it in `F_GETFL`: set by every open
@@ -2231,13 +2296,13 @@ fn fcntl_desc(fd: c_int, d: Arc<Desc>, cmd: c_int, arg: c_ulong) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { fcntl64(fd, cmd, arg) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
+pub unsafe extern "C-unwind" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
     match state::desc(fd) {
         // The descriptor's own flags and copies are the kernel's; what it
         // would say of the placeholder's file is not the store file's.
@@ -2250,12 +2315,12 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: c_ulong) -> c_int {
         }
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fcntl64()(fd, cmd, arg) },
-        Some(d) => fcntl_desc(fd, d, cmd, arg),
+        Some(d) => fcntl_desc(fd, d.arc(), cmd, arg),
     }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
+pub unsafe extern "C-unwind" fn ioctl(fd: c_int, req: c_ulong, arg: c_ulong) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::ioctl()(fd, req, arg) },
@@ -2337,7 +2402,7 @@ fn refuse_map() -> *mut c_void {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mmap(
+pub unsafe extern "C-unwind" fn mmap(
     addr: *mut c_void,
     len: size_t,
     prot: c_int,
@@ -2350,7 +2415,7 @@ pub unsafe extern "C" fn mmap(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mmap64(
+pub unsafe extern "C-unwind" fn mmap64(
     addr: *mut c_void,
     len: size_t,
     prot: c_int,
@@ -2374,8 +2439,9 @@ pub unsafe extern "C" fn mmap64(
 // ---- names -----------------------------------------------------------------
 
 /// The store, or why not; for calls on names.
-fn with_state<T>(f: impl FnOnce(&'static State) -> Result<T, i32>) -> Result<T, i32> {
-    f(state::state()?)
+fn with_state<T>(f: impl FnOnce(&State) -> Result<T, i32>) -> Result<T, i32> {
+    let s = state::state()?;
+    f(&s)
 }
 
 /// A store error as call `what` on `name` answers it: `ENOENT` for a name
@@ -2445,7 +2511,7 @@ pub(crate) fn unlink_in(s: &State, name: &str) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn unlink(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
@@ -2456,7 +2522,7 @@ pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     match classify(dirfd, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
@@ -2635,7 +2701,7 @@ fn rename_with_root(
     }
     let s = state::state()?;
     let exists = |p: &Place| match p {
-        Place::Inside(n) => state::len_of(s, n).is_ok(),
+        Place::Inside(n) => state::len_of(&s, n).is_ok(),
         _ => true,
     };
     if !exists(&places.0) {
@@ -2675,14 +2741,14 @@ fn rmdir_root(path: *const c_char) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn rename(from: *const c_char, to: *const c_char) -> c_int {
     rename_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to, 0)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::rename()(from, to) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn renameat(
+pub unsafe extern "C-unwind" fn renameat(
     d1: c_int,
     from: *const c_char,
     d2: c_int,
@@ -2694,7 +2760,7 @@ pub unsafe extern "C" fn renameat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn renameat2(
+pub unsafe extern "C-unwind" fn renameat2(
     d1: c_int,
     from: *const c_char,
     d2: c_int,
@@ -2715,7 +2781,7 @@ fn make_at(dir: c_int, path: *const c_char, what: &str) -> Option<c_int> {
         Place::Bad(e) => Some(int_ret(Err(e))),
         // A name a file of the store has is taken, as any name is on a
         // local file system (`mkdir -p` and the like look for `EEXIST`).
-        Place::Inside(name) if state::state().is_ok_and(|s| state::len_of(s, &name).is_ok()) => {
+        Place::Inside(name) if state::state().is_ok_and(|s| state::len_of(&s, &name).is_ok()) => {
             Some(int_ret(Err(libc::EEXIST)))
         }
         Place::Inside(_) => Some(int_ret(Err(unsupported(what, libc::EPERM)))),
@@ -2728,21 +2794,25 @@ fn make_at(dir: c_int, path: *const c_char, what: &str) -> Option<c_int> {
 // here.
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkfifo(path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn mkfifo(path: *const c_char, mode: libc::mode_t) -> c_int {
     make_at(libc::AT_FDCWD, path, MKNOD)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mkfifo()(path, mode) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkfifoat(dir: c_int, path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn mkfifoat(
+    dir: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+) -> c_int {
     make_at(dir, path, MKNOD)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mkfifoat()(dir, path, mode) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkdtemp(template: *mut c_char) -> *mut c_char {
+pub unsafe extern "C-unwind" fn mkdtemp(template: *mut c_char) -> *mut c_char {
     // SAFETY: a non-null template is the caller's C string.
     let six_x = !template.is_null()
         && unsafe { std::ffi::CStr::from_ptr(template) }
@@ -2772,14 +2842,18 @@ const MKNOD: &str = "mknod in SETCACHE_DIR (the store holds regular files only)"
 const SYMLINK: &str = "symlink in SETCACHE_DIR (the store holds regular files only)";
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn mkdir(path: *const c_char, mode: libc::mode_t) -> c_int {
     make_at(libc::AT_FDCWD, path, MKDIR)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mkdir()(path, mode) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkdirat(dir: c_int, path: *const c_char, mode: libc::mode_t) -> c_int {
+pub unsafe extern "C-unwind" fn mkdirat(
+    dir: c_int,
+    path: *const c_char,
+    mode: libc::mode_t,
+) -> c_int {
     make_at(dir, path, MKDIR)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mkdirat()(dir, path, mode) })
@@ -2804,11 +2878,11 @@ fn mknod_at(dir: c_int, path: *const c_char, mode: libc::mode_t) -> Option<c_int
     }
     Some(int_ret(match place {
         Place::Inside(name) => state::state().and_then(|s| {
-            let n = state::node(s, &name, true, true, true).map_err(|e| match e {
+            let n = state::node(&s, &name, true, true, true).map_err(|e| match e {
                 Error::FileExists(_) => libc::EEXIST,
                 e => fail("mknod", &e),
             })?;
-            state::keep(s, n);
+            state::keep(&s, n);
             Ok(0)
         }),
         Place::Bad(e) => Err(e),
@@ -2818,14 +2892,18 @@ fn mknod_at(dir: c_int, path: *const c_char, mode: libc::mode_t) -> Option<c_int
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mknod(path: *const c_char, mode: libc::mode_t, dev: libc::dev_t) -> c_int {
+pub unsafe extern "C-unwind" fn mknod(
+    path: *const c_char,
+    mode: libc::mode_t,
+    dev: libc::dev_t,
+) -> c_int {
     mknod_at(libc::AT_FDCWD, path, mode)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::mknod()(path, mode, dev) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mknodat(
+pub unsafe extern "C-unwind" fn mknodat(
     dir: c_int,
     path: *const c_char,
     mode: libc::mode_t,
@@ -2837,14 +2915,14 @@ pub unsafe extern "C" fn mknodat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
     make_at(libc::AT_FDCWD, path, SYMLINK)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::symlink()(target, path) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn symlinkat(
+pub unsafe extern "C-unwind" fn symlinkat(
     target: *const c_char,
     dir: c_int,
     path: *const c_char,
@@ -2857,7 +2935,7 @@ pub unsafe extern "C" fn symlinkat(
 /// A file of the store is no directory: its descriptor's placeholder (the
 /// store's directory) would otherwise become the working directory.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchdir(fd: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn fchdir(fd: c_int) -> c_int {
     match state::desc(fd) {
         Some(_) => int_ret(Err(libc::ENOTDIR)),
         None if state::parents_placeholder(fd) => int_ret(Err(libc::EBADF)),
@@ -2918,7 +2996,7 @@ fn link_end(place: &Place, dir: c_int, path: *const c_char, follow: bool) -> Res
         Place::Root => Ok(true),
         Place::Inside(name) => {
             let s = state::state()?;
-            Ok(state::len_of(s, name).is_ok())
+            Ok(state::len_of(&s, name).is_ok())
         }
         Place::Bad(e) => Err(*e),
         Place::Outside => {
@@ -2939,14 +3017,14 @@ fn link_end(place: &Place, dir: c_int, path: *const c_char, follow: bool) -> Res
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn link(from: *const c_char, to: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn link(from: *const c_char, to: *const c_char) -> c_int {
     link_at(libc::AT_FDCWD, from, libc::AT_FDCWD, to, false)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::link()(from, to) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn linkat(
+pub unsafe extern "C-unwind" fn linkat(
     d1: c_int,
     from: *const c_char,
     d2: c_int,
@@ -2963,7 +3041,7 @@ pub unsafe extern "C" fn linkat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn rmdir(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(with_state(|s| {
@@ -2979,7 +3057,7 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 /// `remove`: the C library's calls `unlink` (and `rmdir` for a directory)
 /// inside itself, past this library's `unlink`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn remove(path: *const c_char) -> c_int {
     match classify(libc::AT_FDCWD, path) {
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(unlink_name(&name)),
@@ -3042,43 +3120,43 @@ unsafe fn make_temp(template: *mut c_char, suffix_len: c_int, flags: c_int) -> c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkstemp(template: *mut c_char) -> c_int {
+pub unsafe extern "C-unwind" fn mkstemp(template: *mut c_char) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, 0, 0) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkstemp64(template: *mut c_char) -> c_int {
+pub unsafe extern "C-unwind" fn mkstemp64(template: *mut c_char) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, 0, 0) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn mkostemp(template: *mut c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, 0, flags) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn mkostemp64(template: *mut c_char, flags: c_int) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, 0, flags) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkstemps(template: *mut c_char, suffix_len: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn mkstemps(template: *mut c_char, suffix_len: c_int) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, suffix_len, 0) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkstemps64(template: *mut c_char, suffix_len: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn mkstemps64(template: *mut c_char, suffix_len: c_int) -> c_int {
     // SAFETY: the caller's template.
     unsafe { make_temp(template, suffix_len, 0) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkostemps(
+pub unsafe extern "C-unwind" fn mkostemps(
     template: *mut c_char,
     suffix_len: c_int,
     flags: c_int,
@@ -3088,7 +3166,7 @@ pub unsafe extern "C" fn mkostemps(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn mkostemps64(
+pub unsafe extern "C-unwind" fn mkostemps64(
     template: *mut c_char,
     suffix_len: c_int,
     flags: c_int,
@@ -3163,17 +3241,17 @@ fn fill_stat_as(s: &State, ino: u64, len: u64, out: *mut libc::stat64) -> Result
 fn stat_desc(d: &Desc, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
     let ino = d.node.ino();
-    fill_stat_as(s, ino, d.node.len(), out)
+    fill_stat_as(&s, ino, d.node.len(), out)
 }
 
 fn stat_name(name: &str, out: *mut libc::stat64) -> Result<c_int, i32> {
     let s = state::state()?;
-    let len = len_or_enoent(s, name, "stat")?;
-    fill_stat(s, name, len, out)
+    let len = len_or_enoent(&s, name, "stat")?;
+    fill_stat(&s, name, len, out)
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
+pub unsafe extern "C-unwind" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
     match state::desc(fd) {
         None if state::parents_placeholder(fd) => int_ret(Err(libc::EBADF)),
         // SAFETY: passed through with the caller's arguments.
@@ -3183,7 +3261,7 @@ pub unsafe extern "C" fn fstat64(fd: c_int, out: *mut libc::stat64) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstat(fd: c_int, out: *mut libc::stat64) -> c_int {
+pub unsafe extern "C-unwind" fn fstat(fd: c_int, out: *mut libc::stat64) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { fstat64(fd, out) }
 }
@@ -3217,7 +3295,7 @@ fn empty(path: *const c_char) -> bool {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstatat64(
+pub unsafe extern "C-unwind" fn fstatat64(
     dirfd: c_int,
     path: *const c_char,
     out: *mut libc::stat64,
@@ -3245,7 +3323,7 @@ pub unsafe extern "C" fn fstatat64(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fstatat(
+pub unsafe extern "C-unwind" fn fstatat(
     dirfd: c_int,
     path: *const c_char,
     out: *mut libc::stat64,
@@ -3309,7 +3387,7 @@ fn statx_of(st: &libc::stat64, out: *mut libc::statx) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn statx(
+pub unsafe extern "C-unwind" fn statx(
     dirfd: c_int,
     path: *const c_char,
     flags: c_int,
@@ -3380,7 +3458,7 @@ fn access_path(path: *const c_char, mode: c_int, outside: impl FnOnce() -> c_int
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn access(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     access_path(path, mode, || unsafe { real::access()(path, mode) })
 }
@@ -3388,19 +3466,19 @@ pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
 /// `euidaccess` and `eaccess`: `access` with the effective ids, which the
 /// C library answers by its own `fstatat`, past this library's.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn euidaccess(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: passed through with the caller's arguments.
     access_path(path, mode, || unsafe { real::euidaccess()(path, mode) })
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn eaccess(path: *const c_char, mode: c_int) -> c_int {
     // SAFETY: the same call, as the C library's `eaccess` is.
     unsafe { euidaccess(path, mode) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn faccessat(
+pub unsafe extern "C-unwind" fn faccessat(
     dirfd: c_int,
     path: *const c_char,
     mode: c_int,
@@ -3457,7 +3535,11 @@ fn readlink_text(text: &[u8], buf: *mut c_char, n: size_t) -> ssize_t {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readlink(path: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t {
+pub unsafe extern "C-unwind" fn readlink(
+    path: *const c_char,
+    buf: *mut c_char,
+    n: size_t,
+) -> ssize_t {
     if let Some(t) = crate::path::descriptor_link_text(path) {
         return readlink_text(&t, buf, n);
     }
@@ -3497,7 +3579,7 @@ fortified! {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readlinkat(
+pub unsafe extern "C-unwind" fn readlinkat(
     dirfd: c_int,
     path: *const c_char,
     buf: *mut c_char,
@@ -3585,7 +3667,7 @@ fn meta_at(dirfd: c_int, path: *const c_char, flags: c_int, null_is_fd: bool) ->
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchownat(
+pub unsafe extern "C-unwind" fn fchownat(
     dirfd: c_int,
     path: *const c_char,
     uid: libc::uid_t,
@@ -3600,7 +3682,7 @@ pub unsafe extern "C" fn fchownat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fchmodat(
+pub unsafe extern "C-unwind" fn fchmodat(
     dirfd: c_int,
     path: *const c_char,
     mode: libc::mode_t,
@@ -3614,7 +3696,7 @@ pub unsafe extern "C" fn fchmodat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn utimensat(
+pub unsafe extern "C-unwind" fn utimensat(
     dirfd: c_int,
     path: *const c_char,
     times: *const libc::timespec,
@@ -3630,7 +3712,7 @@ pub unsafe extern "C" fn utimensat(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn futimesat(
+pub unsafe extern "C-unwind" fn futimesat(
     dirfd: c_int,
     path: *const c_char,
     times: *const libc::timeval,
@@ -3776,7 +3858,7 @@ path_removexattr! {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fsetxattr(
+pub unsafe extern "C-unwind" fn fsetxattr(
     fd: c_int,
     attr: *const c_char,
     value: *const c_void,
@@ -3792,7 +3874,7 @@ pub unsafe extern "C" fn fsetxattr(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fremovexattr(fd: c_int, attr: *const c_char) -> c_int {
+pub unsafe extern "C-unwind" fn fremovexattr(fd: c_int, attr: *const c_char) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fremovexattr()(fd, attr) },
@@ -3843,7 +3925,7 @@ path_figures! {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetxattr(
+pub unsafe extern "C-unwind" fn fgetxattr(
     fd: c_int,
     attr: *const c_char,
     value: *mut c_void,
@@ -3857,7 +3939,7 @@ pub unsafe extern "C" fn fgetxattr(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
+pub unsafe extern "C-unwind" fn flistxattr(fd: c_int, list: *mut c_char, size: size_t) -> ssize_t {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::flistxattr()(fd, list, size) },
@@ -3909,7 +3991,10 @@ fn realpath_name(name: &str, resolved: *mut c_char) -> *mut c_char {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) -> *mut c_char {
+pub unsafe extern "C-unwind" fn realpath(
+    path: *const c_char,
+    resolved: *mut c_char,
+) -> *mut c_char {
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => {
             set_errno(e);
@@ -3922,7 +4007,7 @@ pub unsafe extern "C" fn realpath(path: *const c_char, resolved: *mut c_char) ->
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __realpath_chk(
+pub unsafe extern "C-unwind" fn __realpath_chk(
     path: *const c_char,
     resolved: *mut c_char,
     len: size_t,
@@ -3937,7 +4022,7 @@ pub unsafe extern "C" fn __realpath_chk(
 /// `realpath(path, NULL)`, which the C library's calls inside itself, past
 /// this library's `realpath`.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
+pub unsafe extern "C-unwind" fn canonicalize_file_name(path: *const c_char) -> *mut c_char {
     // SAFETY: the caller's path; the result is allocated for the caller.
     unsafe { realpath(path, std::ptr::null_mut()) }
 }

@@ -151,11 +151,7 @@ fn file_type(fd: c_int) -> Result<libc::mode_t, i32> {
 
 /// Where a copy's side starts: the offset given, or the descriptor's
 /// position (a store file's own, or the kernel's for another file).
-fn start_of(
-    fd: c_int,
-    given: Option<i64>,
-    d: &Option<std::sync::Arc<state::Desc>>,
-) -> Result<i64, i32> {
+fn start_of(fd: c_int, given: Option<i64>, d: &Option<state::Held>) -> Result<i64, i32> {
     match (given, d) {
         (Some(o), _) => Ok(o),
         (None, Some(d)) => Ok(*d.pos.lock().unwrap_or_else(|p| p.into_inner()) as i64),
@@ -188,7 +184,7 @@ fn fail(e: i32) -> ssize_t {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sendfile64(
+pub unsafe extern "C-unwind" fn sendfile64(
     out_fd: c_int,
     in_fd: c_int,
     offset: *mut off64_t,
@@ -229,6 +225,16 @@ pub unsafe extern "C" fn sendfile64(
         }
         At::Offset(&mut off)
     };
+    // The count, checked against the source's range as Linux does: one
+    // negative as a signed size, or passing the largest offset from the
+    // given one, is `EINVAL`.
+    let Ok(signed) = i64::try_from(count) else {
+        return fail(libc::EINVAL);
+    };
+    // SAFETY: as above (read again: `off` is lent to `src`).
+    if !offset.is_null() && unsafe { *offset }.checked_add(signed).is_none() {
+        return fail(libc::EINVAL);
+    }
     if so & libc::O_ACCMODE == libc::O_RDONLY {
         return fail(libc::EBADF);
     }
@@ -244,7 +250,7 @@ pub unsafe extern "C" fn sendfile64(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn sendfile(
+pub unsafe extern "C-unwind" fn sendfile(
     out_fd: c_int,
     in_fd: c_int,
     offset: *mut libc::off_t,
@@ -255,7 +261,7 @@ pub unsafe extern "C" fn sendfile(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn copy_file_range(
+pub unsafe extern "C-unwind" fn copy_file_range(
     fd_in: c_int,
     off_in: *mut off64_t,
     fd_out: c_int,
@@ -634,7 +640,7 @@ fn splice_from_pipe(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn splice(
+pub unsafe extern "C-unwind" fn splice(
     fd_in: c_int,
     off_in: *mut off64_t,
     fd_out: c_int,
@@ -707,7 +713,12 @@ pub unsafe extern "C" fn splice(
 /// kernel refuses a regular file (`EINVAL`, after the flags and the access
 /// modes).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn tee(fd_in: c_int, fd_out: c_int, len: size_t, flags: c_uint) -> ssize_t {
+pub unsafe extern "C-unwind" fn tee(
+    fd_in: c_int,
+    fd_out: c_int,
+    len: size_t,
+    flags: c_uint,
+) -> ssize_t {
     if !ours(fd_in) && !ours(fd_out) {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::tee()(fd_in, fd_out, len, flags) };

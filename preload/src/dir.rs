@@ -107,7 +107,7 @@ fn open_listing(fd: Option<c_int>) -> Result<*mut libc::DIR, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
+pub unsafe extern "C-unwind" fn opendir(path: *const c_char) -> *mut libc::DIR {
     // A link to the store's directory is that directory (the kernel's
     // `opendir` follows links).
     match classify_as(libc::AT_FDCWD, path, true) {
@@ -135,7 +135,7 @@ pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut libc::DIR {
 /// and gnulib's `fts` open it: `openat` of the directory, then this) lists the store;
 /// of a store file's descriptor, `ENOTDIR`; any other goes to the C library.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdopendir(fd: c_int) -> *mut libc::DIR {
+pub unsafe extern "C-unwind" fn fdopendir(fd: c_int) -> *mut libc::DIR {
     if state::desc(fd).is_some() {
         set_errno(libc::ENOTDIR);
         return std::ptr::null_mut();
@@ -182,7 +182,7 @@ fn next(l: &mut Listing) -> *mut libc::dirent64 {
         b"." => l.dots[0],
         b".." => l.dots[1],
         n => match (state::state(), std::str::from_utf8(n)) {
-            (Ok(s), Ok(name)) => crate::calls::ino_of(s, name),
+            (Ok(s), Ok(name)) => crate::calls::ino_of(&s, name),
             _ => crate::calls::name_ino(n),
         },
     };
@@ -197,7 +197,7 @@ fn next(l: &mut Listing) -> *mut libc::dirent64 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir64(dir: *mut libc::DIR) -> *mut libc::dirent64 {
+pub unsafe extern "C-unwind" fn readdir64(dir: *mut libc::DIR) -> *mut libc::dirent64 {
     match ours(dir) {
         // SAFETY: a live listing made by open_listing.
         Some(l) => next(unsafe { &mut *l }),
@@ -207,7 +207,7 @@ pub unsafe extern "C" fn readdir64(dir: *mut libc::DIR) -> *mut libc::dirent64 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent {
+pub unsafe extern "C-unwind" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent {
     match ours(dir) {
         // SAFETY: a live listing; dirent and dirent64 are one layout on 64-bit Linux.
         Some(l) => next(unsafe { &mut *l }).cast(),
@@ -217,7 +217,7 @@ pub unsafe extern "C" fn readdir(dir: *mut libc::DIR) -> *mut libc::dirent {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn rewinddir(dir: *mut libc::DIR) {
+pub unsafe extern "C-unwind" fn rewinddir(dir: *mut libc::DIR) {
     match ours(dir) {
         Some(l) => {
             // SAFETY: a live listing made by open_listing.
@@ -238,7 +238,7 @@ pub unsafe extern "C" fn rewinddir(dir: *mut libc::DIR) {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn dirfd(dir: *mut libc::DIR) -> c_int {
+pub unsafe extern "C-unwind" fn dirfd(dir: *mut libc::DIR) -> c_int {
     match ours(dir) {
         // SAFETY: a live listing made by open_listing.
         Some(l) => unsafe { (*l).fd },
@@ -248,7 +248,7 @@ pub unsafe extern "C" fn dirfd(dir: *mut libc::DIR) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
+pub unsafe extern "C-unwind" fn closedir(dir: *mut libc::DIR) -> c_int {
     if let Some(l) = ours(dir) {
         if let Some(mut list) = state::lock_unless_held_at_fork(&OURS) {
             list.retain(|&p| p != dir as usize);
@@ -266,7 +266,7 @@ pub unsafe extern "C" fn closedir(dir: *mut libc::DIR) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn telldir(dir: *mut libc::DIR) -> libc::c_long {
+pub unsafe extern "C-unwind" fn telldir(dir: *mut libc::DIR) -> libc::c_long {
     match ours(dir) {
         // SAFETY: a live listing made by open_listing.
         Some(l) => unsafe { (*l).next as libc::c_long },
@@ -276,7 +276,7 @@ pub unsafe extern "C" fn telldir(dir: *mut libc::DIR) -> libc::c_long {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn seekdir(dir: *mut libc::DIR, pos: libc::c_long) {
+pub unsafe extern "C-unwind" fn seekdir(dir: *mut libc::DIR, pos: libc::c_long) {
     match ours(dir) {
         // SAFETY: a live listing made by open_listing.
         Some(l) => unsafe { (*l).next = usize::try_from(pos).unwrap_or(usize::MAX) },
@@ -306,7 +306,7 @@ unsafe fn next_into(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir64_r(
+pub unsafe extern "C-unwind" fn readdir64_r(
     dir: *mut libc::DIR,
     entry: *mut libc::dirent64,
     result: *mut *mut libc::dirent64,
@@ -320,7 +320,7 @@ pub unsafe extern "C" fn readdir64_r(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn readdir_r(
+pub unsafe extern "C-unwind" fn readdir_r(
     dir: *mut libc::DIR,
     entry: *mut libc::dirent,
     result: *mut *mut libc::dirent,
@@ -339,7 +339,7 @@ pub unsafe extern "C" fn readdir_r(
 /// opens the directory without the `opendir` above, so it would list the
 /// directory on the disk, which holds none of the store's files.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn scandir64(
+pub unsafe extern "C-unwind" fn scandir64(
     path: *const c_char,
     out: *mut *mut *mut libc::dirent64,
     filter: Option<real::ScanFilter64>,
@@ -431,7 +431,7 @@ pub unsafe extern "C" fn scandir64(
 
 /// `scandir`: as [`scandir64`] (one layout on 64-bit Linux).
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn scandir(
+pub unsafe extern "C-unwind" fn scandir(
     path: *const c_char,
     out: *mut *mut *mut libc::dirent,
     filter: Option<real::ScanFilter>,
@@ -489,7 +489,7 @@ unsafe extern "C" fn glob_lstat(path: *const c_char, out: *mut libc::stat64) -> 
 /// `SETCACHE_DIR` shows the store's files. A caller that passes its own
 /// functions keeps them.
 unsafe fn glob_with(
-    real: unsafe extern "C" fn(
+    real: unsafe extern "C-unwind" fn(
         *const c_char,
         c_int,
         Option<real::GlobError>,
@@ -519,7 +519,7 @@ unsafe fn glob_with(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn glob(
+pub unsafe extern "C-unwind" fn glob(
     pattern: *const c_char,
     flags: c_int,
     errfunc: Option<real::GlobError>,
@@ -530,7 +530,7 @@ pub unsafe extern "C" fn glob(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn glob64(
+pub unsafe extern "C-unwind" fn glob64(
     pattern: *const c_char,
     flags: c_int,
     errfunc: Option<real::GlobError>,

@@ -202,7 +202,7 @@ pub(crate) fn record_lock_allowed(d: &Desc, kind: c_int) -> Result<(), i32> {
 const LOCK_MAND: c_int = 32;
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn flock(fd: c_int, op: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn flock(fd: c_int, op: c_int) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::flock()(fd, op) },
@@ -237,7 +237,7 @@ fn lockf_desc(d: &Arc<Desc>, cmd: c_int, len: i64) -> Result<c_int, i32> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: libc::off64_t) -> c_int {
+pub unsafe extern "C-unwind" fn lockf64(fd: c_int, cmd: c_int, len: libc::off64_t) -> c_int {
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::lockf64()(fd, cmd, len) },
@@ -247,7 +247,7 @@ pub unsafe extern "C" fn lockf64(fd: c_int, cmd: c_int, len: libc::off64_t) -> c
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn lockf(fd: c_int, cmd: c_int, len: libc::off_t) -> c_int {
+pub unsafe extern "C-unwind" fn lockf(fd: c_int, cmd: c_int, len: libc::off_t) -> c_int {
     // SAFETY: the same function on 64-bit Linux, where the offset types agree.
     unsafe { lockf64(fd, cmd, len) }
 }

@@ -209,7 +209,7 @@ pub(crate) fn descriptor_link_text(path: *const c_char) -> Option<Vec<u8>> {
 /// `/proc/<this process>/task/<thread>/fd/N`; and whether the path goes on
 /// below it (`Some` of the rest). Only a descriptor of the store's: its
 /// kernel link names the placeholder's directory, the store's.
-fn descriptor_link(p: &[u8]) -> Option<(std::sync::Arc<state::Desc>, Option<Vec<u8>>)> {
+fn descriptor_link(p: &[u8]) -> Option<(state::Held, Option<Vec<u8>>)> {
     if !(p.starts_with(b"/proc/") || p.starts_with(b"/dev/")) {
         return None;
     }

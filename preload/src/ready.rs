@@ -76,7 +76,7 @@ unsafe fn poll_with(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_int {
     // SAFETY: the caller's entries; passed through with its arguments.
     unsafe {
         poll_with(fds, n, |p, now| {
@@ -86,7 +86,7 @@ pub unsafe extern "C" fn poll(fds: *mut pollfd, n: nfds_t, timeout: c_int) -> c_
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __poll_chk(
+pub unsafe extern "C-unwind" fn __poll_chk(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: c_int,
@@ -100,7 +100,7 @@ pub unsafe extern "C" fn __poll_chk(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ppoll(
+pub unsafe extern "C-unwind" fn ppoll(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: *const timespec,
@@ -115,7 +115,7 @@ pub unsafe extern "C" fn ppoll(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __ppoll_chk(
+pub unsafe extern "C-unwind" fn __ppoll_chk(
     fds: *mut pollfd,
     n: nfds_t,
     timeout: *const timespec,
@@ -200,7 +200,7 @@ unsafe fn select_with(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn select(
+pub unsafe extern "C-unwind" fn select(
     n: c_int,
     r: *mut fd_set,
     w: *mut fd_set,
@@ -220,7 +220,7 @@ pub unsafe extern "C" fn select(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn pselect(
+pub unsafe extern "C-unwind" fn pselect(
     n: c_int,
     r: *mut fd_set,
     w: *mut fd_set,
@@ -239,7 +239,7 @@ pub unsafe extern "C" fn pselect(
 /// `epoll` takes no regular file: `EPERM` for a store file, whatever the
 /// operation, as the kernel answers for one.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn epoll_ctl(
+pub unsafe extern "C-unwind" fn epoll_ctl(
     epfd: c_int,
     op: c_int,
     fd: c_int,

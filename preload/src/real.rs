@@ -29,11 +29,11 @@ macro_rules! real {
     ($($name:ident: fn($($arg:ty),*) -> $ret:ty;)*) => {
         $(
             #[allow(dead_code, non_snake_case)]
-            pub(crate) fn $name() -> unsafe extern "C" fn($($arg),*) -> $ret {
+            pub(crate) fn $name() -> unsafe extern "C-unwind" fn($($arg),*) -> $ret {
                 static SLOT: AtomicUsize = AtomicUsize::new(0);
                 let p = resolve(&SLOT, concat!(stringify!($name), "\0").as_bytes());
                 // SAFETY: the C library's symbol of this name has this C signature.
-                unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(p) }
+                unsafe { std::mem::transmute::<usize, unsafe extern "C-unwind" fn($($arg),*) -> $ret>(p) }
             }
         )*
     };

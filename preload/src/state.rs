@@ -202,6 +202,8 @@ impl Drop for Desc {
     /// written, even if this one ends with `_exit`), and the file is kept
     /// open a while for the next open.
     fn drop(&mut self) {
+        // The file's sync below makes blocking calls (see [`StateRef`]).
+        let _off = setcache::cancel::off();
         // Its `flock` lock goes with it.
         self.node.flocks.release(crate::lock::holder(self));
         if self.node.descs.fetch_sub(1, Ordering::AcqRel) != 1 || forked() {
@@ -223,7 +225,7 @@ impl Drop for Desc {
         if r.is_ok()
             && let Ok(s) = state()
         {
-            keep(s, Arc::clone(node));
+            keep(&s, Arc::clone(node));
         }
         let _ = RELEASED.try_with(|c| c.set(Some(r)));
     }
@@ -424,8 +426,60 @@ fn watch_for_a_fork() {
     WIPED_IN_CHILD.store(flag, Ordering::Release);
 }
 
+/// The store, with cancellation held off on the calling thread while this
+/// lives: the crate's blocking calls are cancellation points of the C
+/// library, and a cancel acted on inside one would abort the process (see
+/// `setcache::cancel`). A stand-in for a cancellation point acts on a
+/// pending cancel at its end ([`cancel_point`]).
+pub(crate) struct StateRef {
+    s: &'static State,
+    _off: setcache::cancel::Off,
+}
+
+impl std::ops::Deref for StateRef {
+    type Target = State;
+    fn deref(&self) -> &State {
+        self.s
+    }
+}
+
+/// A descriptor's open file description, with cancellation held off on the
+/// calling thread while this lives (as [`StateRef`]).
+pub(crate) struct Held {
+    d: Arc<Desc>,
+    _off: setcache::cancel::Off,
+}
+
+impl Held {
+    /// Another handle of the description (cancellation stays off while
+    /// `self` lives, not with the copy).
+    pub(crate) fn arc(&self) -> Arc<Desc> {
+        self.d.clone()
+    }
+}
+
+impl std::ops::Deref for Held {
+    type Target = Arc<Desc>;
+    fn deref(&self) -> &Arc<Desc> {
+        &self.d
+    }
+}
+
+/// The end of a stand-in for a function that is a cancellation point, once
+/// nothing of the call is left to drop: a cancel sent while the store held
+/// cancellation off is acted on here, as the C library's function would
+/// have (the stand-in is of the `"C-unwind"` ABI, so the unwind passes it).
+pub(crate) fn cancel_point() {
+    setcache::cancel::point();
+}
+
 /// The store, opened from the environment at the first call that needs it.
-pub(crate) fn state() -> Result<&'static State, i32> {
+pub(crate) fn state() -> Result<StateRef, i32> {
+    let _off = setcache::cancel::off();
+    state_raw().map(|s| StateRef { s, _off })
+}
+
+fn state_raw() -> Result<&'static State, i32> {
     if forked() {
         crate::warn_once(
             "fork",
@@ -705,7 +759,16 @@ fn slot(fd: c_int, make: bool) -> Option<&'static Slot> {
 
 /// The description behind placeholder `fd`, if it is one.
 #[inline]
-pub(crate) fn desc(fd: c_int) -> Option<Arc<Desc>> {
+pub(crate) fn desc(fd: c_int) -> Option<Held> {
+    let d = desc_raw(fd)?;
+    Some(Held {
+        d,
+        _off: setcache::cancel::off(),
+    })
+}
+
+#[inline]
+fn desc_raw(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
     }

@@ -94,7 +94,7 @@ fn placeholder_of(f: *mut libc::FILE) -> Option<c_int> {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fileno(f: *mut libc::FILE) -> c_int {
+pub unsafe extern "C-unwind" fn fileno(f: *mut libc::FILE) -> c_int {
     match placeholder_of(f) {
         Some(fd) => fd,
         // SAFETY: passed through with the caller's arguments.
@@ -103,7 +103,7 @@ pub unsafe extern "C" fn fileno(f: *mut libc::FILE) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fileno_unlocked(f: *mut libc::FILE) -> c_int {
+pub unsafe extern "C-unwind" fn fileno_unlocked(f: *mut libc::FILE) -> c_int {
     match placeholder_of(f) {
         Some(fd) => fd,
         // SAFETY: passed through with the caller's arguments.
@@ -187,7 +187,7 @@ fn stream_of(fd: c_int, flags: c_int, own: bool) -> *mut libc::FILE {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+pub unsafe extern "C-unwind" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
     // SAFETY: the same function on 64-bit Linux.
     unsafe { fopen64(path, mode) }
 }
@@ -208,7 +208,10 @@ fn follows_fopen(mode: *const c_char) -> bool {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+pub unsafe extern "C-unwind" fn fopen64(
+    path: *const c_char,
+    mode: *const c_char,
+) -> *mut libc::FILE {
     match classify_as(libc::AT_FDCWD, path, follows_fopen(mode)) {
         Place::Bad(e) => {
             set_errno(e);
@@ -221,7 +224,7 @@ pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *m
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
+pub unsafe extern "C-unwind" fn fdopen(fd: c_int, mode: *const c_char) -> *mut libc::FILE {
     let Some(d) = crate::state::desc(fd) else {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::fdopen()(fd, mode) };
@@ -272,7 +275,7 @@ fn refuse_freopen() -> *mut libc::FILE {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn freopen(
+pub unsafe extern "C-unwind" fn freopen(
     path: *const c_char,
     mode: *const c_char,
     stream: *mut libc::FILE,
@@ -282,7 +285,7 @@ pub unsafe extern "C" fn freopen(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn freopen64(
+pub unsafe extern "C-unwind" fn freopen64(
     path: *const c_char,
     mode: *const c_char,
     stream: *mut libc::FILE,
@@ -392,7 +395,7 @@ fn ours(f: *mut libc::FILE) -> bool {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetwc(f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn fgetwc(f: *mut libc::FILE) -> u32 {
     if ours(f) {
         return wide_ret(get_wide(f));
     }
@@ -401,13 +404,13 @@ pub unsafe extern "C" fn fgetwc(f: *mut libc::FILE) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn getwc(f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn getwc(f: *mut libc::FILE) -> u32 {
     // SAFETY: the same function, as in the C library.
     unsafe { fgetwc(f) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetwc_unlocked(f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn fgetwc_unlocked(f: *mut libc::FILE) -> u32 {
     if ours(f) {
         return wide_ret(get_wide(f));
     }
@@ -416,7 +419,7 @@ pub unsafe extern "C" fn fgetwc_unlocked(f: *mut libc::FILE) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn getwc_unlocked(f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn getwc_unlocked(f: *mut libc::FILE) -> u32 {
     // SAFETY: the same function, as in the C library.
     unsafe { fgetwc_unlocked(f) }
 }
@@ -453,7 +456,7 @@ fn get_line_wide(ws: *mut libc::wchar_t, n: c_int, f: *mut libc::FILE) -> *mut l
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetws(
+pub unsafe extern "C-unwind" fn fgetws(
     ws: *mut libc::wchar_t,
     n: c_int,
     f: *mut libc::FILE,
@@ -466,7 +469,7 @@ pub unsafe extern "C" fn fgetws(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fgetws_unlocked(
+pub unsafe extern "C-unwind" fn fgetws_unlocked(
     ws: *mut libc::wchar_t,
     n: c_int,
     f: *mut libc::FILE,
@@ -489,7 +492,7 @@ fn put_ret(wc: u32, r: Result<(), i32>) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputwc(wc: u32, f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn fputwc(wc: u32, f: *mut libc::FILE) -> u32 {
     if ours(f) {
         return put_ret(wc, put_wide(wc, f));
     }
@@ -498,13 +501,13 @@ pub unsafe extern "C" fn fputwc(wc: u32, f: *mut libc::FILE) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn putwc(wc: u32, f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn putwc(wc: u32, f: *mut libc::FILE) -> u32 {
     // SAFETY: the same function, as in the C library.
     unsafe { fputwc(wc, f) }
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn fputwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
     if ours(f) {
         return put_ret(wc, put_wide(wc, f));
     }
@@ -513,7 +516,7 @@ pub unsafe extern "C" fn fputwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn putwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn putwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
     // SAFETY: the same function, as in the C library.
     unsafe { fputwc_unlocked(wc, f) }
 }
@@ -536,7 +539,7 @@ fn put_string_wide(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputws(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
+pub unsafe extern "C-unwind" fn fputws(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
     if ours(f) {
         return put_string_wide(ws, f);
     }
@@ -545,7 +548,10 @@ pub unsafe extern "C" fn fputws(ws: *const libc::wchar_t, f: *mut libc::FILE) ->
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fputws_unlocked(ws: *const libc::wchar_t, f: *mut libc::FILE) -> c_int {
+pub unsafe extern "C-unwind" fn fputws_unlocked(
+    ws: *const libc::wchar_t,
+    f: *mut libc::FILE,
+) -> c_int {
     if ours(f) {
         return put_string_wide(ws, f);
     }
@@ -554,7 +560,7 @@ pub unsafe extern "C" fn fputws_unlocked(ws: *const libc::wchar_t, f: *mut libc:
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn ungetwc(wc: u32, f: *mut libc::FILE) -> u32 {
+pub unsafe extern "C-unwind" fn ungetwc(wc: u32, f: *mut libc::FILE) -> u32 {
     if !ours(f) {
         // SAFETY: passed through with the caller's arguments.
         return unsafe { real::ungetwc()(wc, f) };
@@ -582,7 +588,7 @@ pub unsafe extern "C" fn ungetwc(wc: u32, f: *mut libc::FILE) -> u32 {
 /// A stream of the store reads and writes wide characters as above, bytes
 /// as ever: it takes the orientation asked for, and has none until asked.
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn fwide(f: *mut libc::FILE, mode: c_int) -> c_int {
+pub unsafe extern "C-unwind" fn fwide(f: *mut libc::FILE, mode: c_int) -> c_int {
     if ours(f) {
         return mode.signum();
     }
@@ -629,7 +635,7 @@ fn print_wide(f: *mut libc::FILE, print: impl FnOnce(*mut libc::FILE) -> c_int) 
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn vfwprintf(
+pub unsafe extern "C-unwind" fn vfwprintf(
     f: *mut libc::FILE,
     fmt: *const libc::wchar_t,
     ap: *mut c_void,
@@ -643,7 +649,7 @@ pub unsafe extern "C" fn vfwprintf(
 }
 
 #[unsafe(no_mangle)]
-pub unsafe extern "C" fn __vfwprintf_chk(
+pub unsafe extern "C-unwind" fn __vfwprintf_chk(
     f: *mut libc::FILE,
     flag: c_int,
     fmt: *const libc::wchar_t,

@@ -478,6 +478,37 @@ fn what_a_process_ending_by_underscore_exit_wrote_is_kept() {
     assert!(t.contains("sh2: 2 x\n"), "{t}");
 }
 
+/// Threads cancelled while they write and sync files of the store are
+/// cancelled at those calls, as on a local file system, and the process goes
+/// on: a cancel acted on inside the library's own blocking calls would
+/// unwind through frames that cannot unwind (the process aborted).
+#[test]
+fn threads_cancelled_while_they_write_and_sync_are_cancelled_at_their_calls() {
+    let s = Setup::new("cancel");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("cancel");
+    let t = text(&run(c).stdout);
+    assert!(t.contains("threads cancelled"), "{t}");
+    let counts: Vec<u32> = t
+        .lines()
+        .find_map(|l| l.strip_prefix("threads cancelled"))
+        .map(|r| {
+            r.split(" of ")
+                .filter_map(|x| x.trim().parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(
+        counts.len() == 2 && counts[0] == counts[1] && counts[1] >= 2,
+        "{t}"
+    );
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "cw"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("cw: 1 x"), "{t}");
+}
+
 /// A path through another name of the store's directory (a symbolic link
 /// to it) reaches the store's files, as the kernel's would reach a
 /// directory's: a file written through the link reads back through the

@@ -11,6 +11,7 @@
  *   probe DIR fork-race  children forked while a thread reads, closing
  *   probe DIR reopen     files closed, opened again, written, then a raw exit
  *   probe DIR underscore-exit _exit|_Exit  files written, left open, then that
+ *   probe DIR cancel               threads cancelled while they write and sync
  *   probe DIR close-race PREFIX  the same while another thread stats each file
  *   probe DIR exit-writes  a write from an exit handler that runs late
  *   probe DIR late-dtor  writes from thread-specific values' destructors
@@ -685,6 +686,10 @@ static void more_calls(void) {
     off = 20000;
     show("sendfile past the end", sendfile(c, a, &off, 10));
     show("sendfile into O_RDONLY", sendfile(b, a, NULL, 10));
+    off = 0;
+    show("sendfile of SIZE_MAX bytes", sendfile(c, a, &off, SIZE_MAX));
+    off = INT64_MAX - 2;
+    show("sendfile past the largest offset", sendfile(c, a, &off, 5));
     loff_t oi = 50, oo = 9000;
     show("copy_file_range 2000", copy_file_range(a, &oi, c, &oo, 2000, 0));
     show("  offsets after it", oi * 100000 + oo);
@@ -1735,6 +1740,36 @@ static void underscore_exit(const char *how) {
     _exit(0);
 }
 
+/* A thread that writes and syncs a file of the store until it is
+ * cancelled: at one of those calls, which are cancellation points. */
+static void *cancelled_writer(void *arg) {
+    int fd = open(path((const char *)arg), O_CREAT | O_RDWR, 0644);
+    for (;;) {
+        pwrite(fd, "x", 1, 0);
+        fsync(fd);
+    }
+    return NULL;
+}
+
+/* Threads cancelled while they write and sync files of the store: each is
+ * cancelled (at a call it makes, not inside the library, where an unwind
+ * would end the process), and the process goes on. */
+static void cancel_writers(void) {
+    close(open(path("cw"), O_CREAT | O_RDWR, 0644));
+    int cancelled = 0, r = 0;
+    time_t start = time(NULL);
+    for (; r < 40 && time(NULL) - start < 20; r++) {
+        pthread_t t;
+        void *res;
+        pthread_create(&t, NULL, cancelled_writer, (void *)(r % 2 ? "cw" : "cv"));
+        usleep(5000);
+        pthread_cancel(t);
+        pthread_join(t, &res);
+        cancelled += res == PTHREAD_CANCELED;
+    }
+    printf("%-40s %d of %d\n", "threads cancelled", cancelled, r);
+}
+
 static int late_fd = -1, late_grown = -1, late_allocated = -1;
 
 static void late_write(void) {
@@ -2482,6 +2517,8 @@ int main(int argc, char **argv) {
         implicit_syncs();
     else if (argc > 3 && strcmp(argv[2], "underscore-exit") == 0)
         underscore_exit(argv[3]);
+    else if (argc > 2 && strcmp(argv[2], "cancel") == 0)
+        cancel_writers();
     else if (argc > 2 && strcmp(argv[2], "vfork-exec") == 0)
         vfork_exec();
     else if (argc > 2 && strcmp(argv[2], "old-stat") == 0)
