@@ -58,7 +58,8 @@
  * main) the library writes and syncs every store still open, without waiting
  * for a page another thread pins or a queue writes back (what then fails is
  * said on stderr, and is lost: a file with such a page is written but not
- * fsynced), nor more than a minute without progress (an exit from a signal
+ * fsynced; another thread's sync of a file is waited for up to five seconds),
+ * nor more than a minute without progress (an exit from a signal
  * handler that interrupted a call of this library, whose locks the exiting
  * thread then holds); _exit, abort or a signal that ends the process lose
  * what no sync covered. The library defines pthread_exit, passing every call

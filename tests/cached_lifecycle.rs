@@ -1314,3 +1314,35 @@ fn children_forked_while_stores_open_and_close_open_their_own_and_keep_their_wri
         assert_eq!(&b, b"kept", "child {i}");
     }
 }
+
+/// The exit's sync of a store (`CachedStore::sync_at_exit`) beside another
+/// thread's sync of one of its files waits for that sync to end instead of
+/// failing `Busy` ("is being synced", which the exit handler printed as a
+/// failure though that sync wrote the pages): on devices slow enough that
+/// the other sync is still running when the exit's comes.
+#[test]
+fn the_exits_sync_beside_another_threads_sync_waits_for_it() {
+    let tmp = TempDir::new("exit-beside-sync");
+    let store = Store::open(&tmp.devices(2), common::sim_devices(20_000, 30_000)).unwrap();
+    // No flusher: a page it wrote back at that moment would be `Busy` too.
+    let cs = CachedStore::with_flusher(store, cache(256), None).unwrap();
+    let f = cs.create("f", 0, LayoutKind::Stripe).unwrap();
+    for round in 0..3u64 {
+        // Dirty pages in many regions, so that the sync writes for a while.
+        for p in 0..32u64 {
+            f.write_extending(p * 64 * 1024, &[round as u8 + 1; 4096])
+                .unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        let g = f.clone();
+        let other = std::thread::spawn(move || {
+            tx.send(()).unwrap();
+            g.sync()
+        });
+        rx.recv().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let r = cs.sync_at_exit();
+        other.join().unwrap().unwrap();
+        assert!(r.is_ok(), "round {round}: {r:?}");
+    }
+}

@@ -10,8 +10,9 @@
 //! The handler does not wait for what other threads hold (they may never
 //! let it go before the process ends): a file whose sync would wait for a
 //! page another thread pins or writes back fails at once, and what fails is
-//! said on stderr. Nor for the thread that called `exit` (see
-//! [`sync_open_stores`]). `_exit`, `abort` or a signal that ends the process
+//! said on stderr; nor for the thread that called `exit` (see
+//! [`sync_open_stores`]). Another thread's sync of a file, which writes the
+//! same pages, is waited for up to five seconds. `_exit`, `abort` or a signal that ends the process
 //! lose what no sync covered.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -109,14 +110,30 @@ pub(crate) fn open_here() -> Vec<Arc<Shared>> {
     all.into_iter().filter(|sh| sh.origin.is_here()).collect()
 }
 
+/// How long the exit's sync waits for another thread's sync of one of the
+/// store's files to end (that sync writes the same pages; one that waits for
+/// a page held for good is given up after it).
+const BESIDE_SYNC: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Write and sync one store at the process's exit (see the module's text);
-/// a store whose pages are to be given up is left.
+/// a store whose pages are to be given up is left. A file another thread is
+/// syncing is tried again until that sync ends, up to [`BESIDE_SYNC`].
 pub(crate) fn sync_one(sh: &Shared) -> Result<()> {
     if sh.discard.load(Ordering::Acquire) {
         return Ok(());
     }
     Hold::check_store(sh as *const Shared as usize)?;
-    sh.sync_all(false, false)
+    let start = std::time::Instant::now();
+    loop {
+        match sh.sync_all(false, false) {
+            Err(Error::Busy(m))
+                if m.ends_with(super::writeback::BEING_SYNCED) && start.elapsed() < BESIDE_SYNC =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            r => return r,
+        }
+    }
 }
 
 /// How long the exit waits for a file's sync before it gives up (see

@@ -847,9 +847,10 @@ impl CachedStore {
     /// As [`CachedStore::sync_unheard`], for a process's exit handler, which
     /// must not wait for what other threads hold (they may never let it go
     /// before the process ends): a file whose sync would wait for a page
-    /// another thread holds or writes back, or for another sync of it,
-    /// fails [`Error::Busy`] at once, and the error returned is the first
-    /// met; what is left dirty stays so. A store whose pages are to be given
+    /// another thread holds or writes back fails [`Error::Busy`] at once,
+    /// one another thread is syncing after that sync ends or five seconds
+    /// (whichever comes first), and the error returned is the first met;
+    /// what is left dirty stays so. A store whose pages are to be given
     /// up ([`CachedStore::discard_at_close`]) is left as it is.
     pub fn sync_at_exit(&self) -> Result<()> {
         at_exit::sync_one(&self.inner)

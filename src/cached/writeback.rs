@@ -607,6 +607,10 @@ impl Shared {
     }
 }
 
+/// How a sync that does not wait says that another sync of the file holds
+/// it (the end of its [`Error::Busy`] message).
+pub(crate) const BEING_SYNCED: &str = "is being synced";
+
 /// Bytes of the file region whose dirty pages are written together.
 ///
 /// The disk here (and SSDs generally, whose mapping units and write buffers
@@ -682,7 +686,7 @@ impl Shared {
                 Ok(g) => g,
                 Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
                 Err(std::sync::TryLockError::WouldBlock) => {
-                    return Err(Error::Busy(format!("{:?} is being synced", e.file.name())));
+                    return Err(Error::Busy(format!("{:?} {BEING_SYNCED}", e.file.name())));
                 }
             }
         };
