@@ -81,16 +81,13 @@ unsafe extern "C" {
 const PTHREAD_CANCEL_DISABLE: libc::c_int = 1;
 
 /// A cancellation point: a cancel sent to this thread (with cancellation
-/// on) is acted on here, by unwinding the thread through the C library.
-/// Call it only where nothing is left to drop in any Rust frame between here
-/// and the C caller, from a function of the `"C-unwind"` ABI, with no
-/// [`Off`] alive: the stand-in for a function that is a cancellation point,
-/// at its end.
+/// on) is acted on here, by unwinding the thread through the C library;
+/// while an [`Off`] guard lives it does nothing (cancellation is off). Call
+/// it only where nothing is left to drop in any Rust frame between here and
+/// the C caller, from a function of the `"C-unwind"` ABI: the stand-in for a
+/// function that is a cancellation point, at its end.
 pub fn point() {
-    let off = DEPTH.try_with(|d| d.get().0 > 0).unwrap_or(true);
-    if !off {
-        // SAFETY: no arguments; the unwind it may start is the caller's to
-        // let through (see above).
-        unsafe { pthread_testcancel() };
-    }
+    // SAFETY: no arguments; the unwind it may start is the caller's to let
+    // through (see above).
+    unsafe { pthread_testcancel() };
 }
