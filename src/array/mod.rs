@@ -575,7 +575,7 @@ impl<T: Element> PagedArray<T> {
                 let (f, lo) = (&f, (k * chunk).min(self.len));
                 let hi = (lo + chunk).min(self.len);
                 let run = move || f(&mut self.reader(), lo..hi);
-                match std::thread::Builder::new().spawn_scoped(s, run) {
+                match crate::util::fork_locks::spawn_scoped(std::thread::Builder::new(), s, run) {
                     Ok(h) => hs.push(h),
                     Err(e) => {
                         // The threads started finish their shares; the call

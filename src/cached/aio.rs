@@ -291,9 +291,10 @@ impl Driver {
         }
         for (k, inbox) in inboxes.iter().enumerate() {
             let (sh, ib) = (sh.clone(), inbox.clone());
-            let spawned = std::thread::Builder::new()
-                .name(format!("setcache-aio{k}"))
-                .spawn(move || run(sh, ib));
+            let spawned = crate::util::fork_locks::spawn(
+                std::thread::Builder::new().name(format!("setcache-aio{k}")),
+                move || run(sh, ib),
+            );
             match spawned {
                 Ok(t) => g.0.push(t),
                 Err(e) => {

@@ -157,9 +157,9 @@ pub(crate) extern "C" fn sync_open_stores() {
     let done = Arc::new((Mutex::new(0usize), std::sync::Condvar::new()));
     let total = stores.len();
     let d = done.clone();
-    let spawned = std::thread::Builder::new()
-        .name("setcache-exit".into())
-        .spawn(move || {
+    let spawned = crate::util::fork_locks::spawn(
+        std::thread::Builder::new().name("setcache-exit".into()),
+        move || {
             for sh in stores {
                 if let Err(e) = sync_one(&sh) {
                     say(&e);
@@ -168,7 +168,8 @@ pub(crate) extern "C" fn sync_open_stores() {
                 *n.lock().unwrap_or_else(|p| p.into_inner()) += 1;
                 cv.notify_all();
             }
-        });
+        },
+    );
     if spawned.is_err() {
         // No thread to be had: the syncs run here.
         for sh in open_here() {

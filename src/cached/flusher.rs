@@ -109,10 +109,11 @@ impl Flusher {
         }
         let st = state.clone();
         let low = at / 2;
-        let thread = std::thread::Builder::new()
-            .name("setcache-flush".to_string())
-            .spawn(move || run(&shared, &st, low, opts))
-            .map_err(|e| Error::InvalidArgument(format!("cannot start the flusher thread: {e}")))?;
+        let thread = crate::util::fork_locks::spawn(
+            std::thread::Builder::new().name("setcache-flush".to_string()),
+            move || run(&shared, &st, low, opts),
+        )
+        .map_err(|e| Error::InvalidArgument(format!("cannot start the flusher thread: {e}")))?;
         Ok(Flusher {
             state,
             thread: Some(thread),

@@ -371,12 +371,11 @@ pub(crate) struct Reader {
 impl Reader {
     pub(crate) fn start(shared: Arc<Shared>) -> Result<Reader> {
         let sh = shared.clone();
-        let thread = std::thread::Builder::new()
-            .name("setcache-ahead".to_string())
-            .spawn(move || run(&sh))
-            .map_err(|e| {
-                Error::InvalidArgument(format!("cannot start the readahead thread: {e}"))
-            })?;
+        let thread = crate::util::fork_locks::spawn(
+            std::thread::Builder::new().name("setcache-ahead".to_string()),
+            move || run(&sh),
+        )
+        .map_err(|e| Error::InvalidArgument(format!("cannot start the readahead thread: {e}")))?;
         Ok(Reader {
             shared,
             thread: Some(thread),

@@ -341,10 +341,11 @@ impl<'cs> Partitions<'cs> {
             }
             let (sh, pt) = (me.sh.clone(), part.clone());
             let (bound_tx, bound_rx) = std::sync::mpsc::sync_channel(1);
-            let t = std::thread::Builder::new()
-                .name(format!("setcache-part{p}"))
-                .spawn(move || worker(sh, pt, p, depth, cpus, bound_tx))
-                .map_err(|e| Error::Engine(format!("cannot start partition {p}'s worker: {e}")))?;
+            let t = crate::util::fork_locks::spawn(
+                std::thread::Builder::new().name(format!("setcache-part{p}")),
+                move || worker(sh, pt, p, depth, cpus, bound_tx),
+            )
+            .map_err(|e| Error::Engine(format!("cannot start partition {p}'s worker: {e}")))?;
             me.parts.push(part);
             me.threads.push(t);
             // A worker says at once whether its binding held (an emulated

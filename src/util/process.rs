@@ -66,15 +66,16 @@ fn start_ender() -> std::io::Result<()> {
             "/proc/self/task cannot be read, so the program's threads cannot be told apart",
         ));
     }
-    let spawned = std::thread::Builder::new()
-        .name("setcache-exit".into())
-        .spawn(|| {
+    let spawned = crate::util::fork_locks::spawn(
+        std::thread::Builder::new().name("setcache-exit".into()),
+        || {
             while program_threads_left() {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
             // SAFETY: ends the process as its last thread's end would.
             unsafe { libc::exit(0) }
-        });
+        },
+    );
     spawned.map(drop).inspect_err(|_| {
         ENDER.store(0, Ordering::Release);
     })

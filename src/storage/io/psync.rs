@@ -29,9 +29,9 @@ impl PsyncEngine {
             let mb = mailbox.clone();
             let cpu = p.cpu;
             let dev = p.device;
-            let h = std::thread::Builder::new()
-                .name(format!("setcache-psync-{dev}.{i}"))
-                .spawn(move || {
+            let h = crate::util::fork_locks::spawn(
+                std::thread::Builder::new().name(format!("setcache-psync-{dev}.{i}")),
+                move || {
                     if let Some(c) = cpu {
                         let _ = super::pin_to_cpu(c);
                     }
@@ -41,8 +41,9 @@ impl PsyncEngine {
                         let r = execute(&op);
                         op.finish(r);
                     }
-                })
-                .map_err(|e| Error::Engine(format!("spawn psync thread for device {dev}: {e}")))?;
+                },
+            )
+            .map_err(|e| Error::Engine(format!("spawn psync thread for device {dev}: {e}")))?;
             threads.push(h);
         }
         Ok(Arc::new(PsyncEngine {

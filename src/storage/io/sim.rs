@@ -227,10 +227,11 @@ impl SimEngine {
         let media = cfg.media.clone();
         let cfg = cfg.clone();
         let dev = p.device;
-        let h = std::thread::Builder::new()
-            .name(format!("setcache-sim-{dev}"))
-            .spawn(move || run(dev, depth, &mb, &cfg))
-            .map_err(|e| Error::Engine(format!("spawn sim thread for device {dev}: {e}")))?;
+        let h = crate::util::fork_locks::spawn(
+            std::thread::Builder::new().name(format!("setcache-sim-{dev}")),
+            move || run(dev, depth, &mb, &cfg),
+        )
+        .map_err(|e| Error::Engine(format!("spawn sim thread for device {dev}: {e}")))?;
         Ok(Arc::new(SimEngine {
             device: dev,
             media,

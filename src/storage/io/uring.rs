@@ -57,9 +57,9 @@ impl UringEngine {
         let dev = p.device;
         let mb = mailbox.clone();
         let (fs, bs) = (file_slots.clone(), buf_slots.clone());
-        let handle = std::thread::Builder::new()
-            .name(format!("setcache-uring-{dev}"))
-            .spawn(move || {
+        let handle = crate::util::fork_locks::spawn(
+            std::thread::Builder::new().name(format!("setcache-uring-{dev}")),
+            move || {
                 if let Some(c) = cpu
                     && let Err(e) = super::pin_to_cpu(c)
                 {
@@ -95,8 +95,9 @@ impl UringEngine {
                     done: Vec::with_capacity(depth as usize),
                 };
                 worker.run();
-            })
-            .map_err(|e| Error::Engine(format!("spawn I/O thread for device {dev}: {e}")))?;
+            },
+        )
+        .map_err(|e| Error::Engine(format!("spawn I/O thread for device {dev}: {e}")))?;
         let setup = rx
             .recv()
             .unwrap_or_else(|_| Err(std::io::Error::other("the I/O thread died during setup")));
