@@ -15,9 +15,9 @@ use libc::{iovec, off_t, off64_t, size_t, ssize_t};
 use setcache::{Advice, Error};
 
 use crate::path::{Place, classify, classify_as};
-use crate::real;
 use crate::state::{self, Desc, State};
 use crate::{fail, set_errno, warn_once};
+use crate::{real, stdio};
 
 fn int_ret(r: Result<c_int, i32>) -> c_int {
     match r {
@@ -1791,6 +1791,7 @@ pub unsafe extern "C-unwind" fn close(fd: c_int) -> c_int {
     if refused_ours("close", fd) {
         return -1;
     }
+    stdio::std_released(fd);
     let gone = state::remove(fd);
     let rc = {
         // Cancellation off while the description may be the last one's:
@@ -1845,6 +1846,9 @@ fn close_around(
     last: c_uint,
     mut close: impl FnMut(c_uint, c_uint, bool),
 ) -> Vec<Arc<Desc>> {
+    for n in first..=last.min(2) {
+        stdio::std_released(n as c_int);
+    }
     let hold = hold_store_fds();
     let gone = state::remove_range(first as usize, last as usize);
     let mut lo = first;
@@ -2029,9 +2033,11 @@ pub unsafe extern "C-unwind" fn dup2(fd: c_int, new: c_int) -> c_int {
         if ours_refused("dup2", new) {
             return -1;
         }
+        std_before_copy(d.is_some(), new);
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup2()(fd, new) }
     };
+    std_after_copy(d.is_some(), rc);
     dup_follow(d.as_ref().map(state::Held::arc), rc)
 }
 
@@ -2047,10 +2053,33 @@ pub unsafe extern "C-unwind" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_i
         if fd != new && ours_refused("dup3", new) {
             return -1;
         }
+        if fd != new {
+            std_before_copy(d.is_some(), new);
+        }
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup3()(fd, new, flags) }
     };
+    std_after_copy(d.is_some(), rc);
     dup_follow(d.as_ref().map(state::Held::arc), rc)
+}
+
+/// Before `new` becomes a copy of another descriptor (`ours`: a store
+/// file's): its standard stream, if it is 0, 1 or 2, is readied (see
+/// `stdio`'s standard streams).
+fn std_before_copy(ours: bool, new: c_int) {
+    if ours {
+        stdio::before_std_copy(new);
+    } else {
+        stdio::std_released(new);
+    }
+}
+
+/// After `new` became a copy of a store file's descriptor (`ours`), or failed
+/// to (`new` < 0).
+fn std_after_copy(ours: bool, new: c_int) {
+    if ours && new >= 0 {
+        stdio::after_std_copy(new);
+    }
 }
 
 /// `O_LARGEFILE` as the kernel reports it in `F_GETFL`: set by every open

@@ -67,6 +67,15 @@ static STREAMS: Mutex<Vec<(usize, c_int)>> = Mutex::new(Vec::new());
 /// `STREAMS`' length: none, and `fileno` costs one load.
 static STREAM_COUNT: AtomicUsize = AtomicUsize::new(0);
 
+/// Forget the stream at `f` (its placeholder may serve another stream).
+fn forget_stream_at(f: *mut libc::FILE) {
+    let Some(mut s) = crate::state::lock_unless_held_at_fork(&STREAMS) else {
+        return;
+    };
+    s.retain(|&(p, _)| p != f as usize);
+    STREAM_COUNT.store(s.len(), Ordering::Relaxed);
+}
+
 fn forget_stream(fd: c_int) {
     // In a child made by `fork` while another thread held the list: left.
     let Some(mut s) = crate::state::lock_unless_held_at_fork(&STREAMS) else {
@@ -263,6 +272,138 @@ fn at_end_for_appending(fd: c_int, mode: &[u8]) {
     if mode.first() == Some(&b'a') && !mode.contains(&b'+') {
         // SAFETY: a placeholder of ours; the position moves to the end.
         unsafe { calls::lseek64(fd, 0, libc::SEEK_END) };
+    }
+}
+
+// ---- standard streams over files of the store ----------------------------
+//
+// glibc's `stdin`, `stdout` and `stderr` read and write their descriptors
+// inside the C library, out of this library's reach: once `dup2` or `dup3`
+// makes 0, 1 or 2 a copy of a store file's placeholder (a shell's `echo x >
+// file` in its own process, `2>&1` after it), the stream would meet the
+// placeholder itself (`EBADF`). So the C library's stream pointer is turned,
+// for that while, to a stream of this library's over the same number,
+// unbuffered for output (nothing waits in it for an exit that syncs the
+// store before the C library's last flush), and turned back before the
+// number is closed or made a copy of a descriptor not of the store.
+
+unsafe extern "C" {
+    static mut stdin: *mut libc::FILE;
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// For 0, 1 and 2: the C library's own stream, and the stand-in in its
+/// place, while the number is a copy of a store file's placeholder.
+static STD_SWAPS: Mutex<[Option<(usize, usize)>; 3]> = Mutex::new([None; 3]);
+/// Which of 0, 1 and 2 have a stand-in (a bit each): one load otherwise.
+static STD_SWAPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// The C library's pointer to the standard stream of `n` (0, 1 or 2).
+fn std_pointer(n: c_int) -> *mut *mut libc::FILE {
+    match n {
+        0 => &raw mut stdin,
+        1 => &raw mut stdout,
+        _ => &raw mut stderr,
+    }
+}
+
+fn is_std(n: c_int) -> bool {
+    (0..3).contains(&n)
+}
+
+/// Before `n` becomes a copy of a store file's placeholder: what the C
+/// library's stream of that number holds goes where it was written to.
+pub(crate) fn before_std_copy(n: c_int) {
+    if !is_std(n) || n == 0 || STD_SWAPPED.load(Ordering::Acquire) & (1 << n) != 0 {
+        return;
+    }
+    // SAFETY: reads the C library's pointer to its own stream.
+    let f = unsafe { *std_pointer(n) };
+    if !f.is_null() {
+        // SAFETY: the C library's own open stream.
+        unsafe { libc::fflush(f) };
+    }
+}
+
+/// `n` became a copy of a store file's placeholder: its standard stream
+/// reads or writes through this library from now on.
+pub(crate) fn after_std_copy(n: c_int) {
+    if !is_std(n) {
+        return;
+    }
+    let Some(mut g) = crate::state::lock_unless_held_at_fork(&STD_SWAPS) else {
+        return;
+    };
+    if g[n as usize].is_some() {
+        // A stand-in already: it follows the number to the new file.
+        return;
+    }
+    let io = CookieIo {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(std_cookie_close),
+    };
+    let mode = if n == 0 { c"r" } else { c"w" };
+    // SAFETY: the cookie is the descriptor's number; the functions match glibc's types.
+    let f = unsafe { fopencookie(n as usize as *mut c_void, mode.as_ptr(), io) };
+    if f.is_null() {
+        return;
+    }
+    if n != 0 {
+        // SAFETY: a stream just made, not yet used.
+        unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0) };
+    }
+    {
+        let mut st = STREAMS.lock().unwrap_or_else(|p| p.into_inner());
+        st.push((f as usize, n));
+        STREAM_COUNT.store(st.len(), Ordering::Relaxed);
+    }
+    let ptr = std_pointer(n);
+    // SAFETY: the C library's pointer to its standard stream; swapped under `STD_SWAPS`.
+    let own = unsafe { std::mem::replace(&mut *ptr, f) };
+    g[n as usize] = Some((own as usize, f as usize));
+    STD_SWAPPED.fetch_or(1 << n, Ordering::AcqRel);
+}
+
+/// Before `n` is closed, or made a copy of a descriptor not of the store:
+/// the C library's own stream comes back in its place.
+pub(crate) fn std_released(n: c_int) {
+    if !is_std(n) || STD_SWAPPED.load(Ordering::Acquire) & (1 << n) == 0 {
+        return;
+    }
+    let Some(stand_in) = take_swap(n) else {
+        return;
+    };
+    forget_stream_at(stand_in as *mut libc::FILE);
+    // SAFETY: the stand-in made in `after_std_copy`, its swap taken, so its close leaves `n` open.
+    unsafe { libc::fclose(stand_in as *mut libc::FILE) };
+}
+
+/// Put the C library's stream of `n` back; the stand-in, if there was one.
+fn take_swap(n: c_int) -> Option<usize> {
+    let mut g = crate::state::lock_unless_held_at_fork(&STD_SWAPS)?;
+    let (own, stand_in) = g[n as usize].take()?;
+    STD_SWAPPED.fetch_and(!(1 << n), Ordering::AcqRel);
+    // SAFETY: the C library's pointer to its standard stream; swapped under `STD_SWAPS`.
+    unsafe { *std_pointer(n) = own as *mut libc::FILE };
+    Some(stand_in)
+}
+
+/// A stand-in's close: by the program's `fclose` (the number closes, as
+/// the C library's own stream's would, and that stream is back in the
+/// pointer), or by `std_released` (the number stays).
+unsafe extern "C" fn std_cookie_close(cookie: *mut c_void) -> c_int {
+    let n = fd_of(cookie);
+    match take_swap(n) {
+        Some(f) => {
+            forget_stream_at(f as *mut libc::FILE);
+            // SAFETY: the program closes its standard stream, and so the number.
+            unsafe { calls::close(n) }
+        }
+        // `std_released`'s close: the number stays.
+        None => 0,
     }
 }
 

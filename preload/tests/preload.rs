@@ -478,6 +478,32 @@ fn what_a_process_ending_by_underscore_exit_wrote_is_kept() {
     assert!(t.contains("sh2: 2 x\n"), "{t}");
 }
 
+/// A shell's builtins redirected in the shell's own process (bash's `echo`,
+/// `printf` and `read` with `>`, `>>`, `<`, `2>` and `>&2`, which go through
+/// the C library's standard streams) write and read files of the store.
+#[test]
+fn a_shells_redirected_builtins_write_and_read_files_of_the_store() {
+    let s = Setup::new("builtins");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(Path::new("/bin/bash"));
+    c.current_dir(s.p("store")).arg("-c").arg(
+        "echo hello > f; printf '%s\\n' a b >> f; read x < f; echo \"read: $x\"; \
+         while read l; do echo \"line: $l\"; done < f; echo to-err 2> e >&2; echo still",
+    );
+    let out = run(c);
+    assert_eq!(
+        text(&out.stdout),
+        "read: hello\nline: hello\nline: a\nline: b\nstill\n",
+        "{}",
+        text(&out.stderr)
+    );
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["cat", "f", "e"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("f: 10 hello\na\nb\n"), "{t}");
+    assert!(t.contains("e: 7 to-err\n"), "{t}");
+}
+
 /// Threads cancelled while they write and sync files of the store are
 /// cancelled at those calls, as on a local file system, and the process goes
 /// on: a cancel acted on inside the library's own blocking calls would

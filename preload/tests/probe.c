@@ -1311,6 +1311,62 @@ static void at_largest(void) {
     unlink(path("al"));
 }
 
+/* The standard streams made copies of a file's descriptor by dup2, as a
+   shell's builtins redirected in its own process are: what stdout and
+   stderr write goes to the file, stdin reads it. */
+static void std_streams(void) {
+    fflush(stdout);
+    int saved_in = dup(0), saved_out = dup(1), saved_err = dup(2);
+    int fd = open(path("so"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int rc = dup2(fd, 1);
+    close(fd);
+    printf("printf %d\n", 42);
+    puts("puts");
+    putchar('c');
+    putchar('\n');
+    fwrite("fwrite\n", 1, 7, stdout);
+    printf("fileno %d\n", fileno(stdout));
+    int flushed = fflush(stdout);
+    int err = ferror(stdout);
+    dup2(saved_out, 1);
+    show("dup2 of a file onto 1", rc);
+    show("fflush of stdout over it", flushed);
+    show("ferror of stdout over it", err);
+    fd = open(path("se"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    rc = dup2(fd, 2);
+    close(fd);
+    fprintf(stderr, "to stderr\n");
+    int again = dup2(2, 1);
+    printf("to stdout after 1>&2\n");
+    fflush(stdout);
+    dup2(saved_out, 1);
+    dup2(saved_err, 2);
+    show("dup2 of a file onto 2", rc);
+    show("dup2 of 2 onto 1", again);
+    fd = open(path("so"), O_RDONLY);
+    rc = dup2(fd, 0);
+    close(fd);
+    char line[100];
+    int lines = 0;
+    unsigned h = 0;
+    while (fgets(line, sizeof line, stdin)) {
+        lines++;
+        h = h * 31 + sum((const unsigned char *)line, strlen(line));
+    }
+    int eof = feof(stdin);
+    clearerr(stdin);
+    dup2(saved_in, 0);
+    close(saved_in);
+    close(saved_out);
+    close(saved_err);
+    show("dup2 of a file onto 0", rc);
+    printf("%-40s %d lines, eof %d, sum %u\n", "stdin over a file", lines, eof, h);
+    show_sum("what stdout wrote", "so", 100);
+    show_sum("what stderr and 1>&2 wrote", "se", 100);
+    unlink(path("so"));
+    unlink(path("se"));
+}
+
 static void common(void) {
     unsigned char buf[20000], back[20000];
     for (size_t i = 0; i < sizeof buf; i++)
@@ -1581,6 +1637,7 @@ static void common(void) {
         closedir(rd);
         unlink(path("made-later"));
     }
+    std_streams();
     const char *names[] = {"a", "c", "d", "s"};
     for (int i = 0; i < 4; i++)
         unlink(path(names[i]));
