@@ -6,7 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn scratch() -> PathBuf {
-    let d = std::env::temp_dir().join(format!("setcache-cp-{}", std::process::id()));
+    scratch_named("main")
+}
+
+/// A fresh directory of its own for one test, with device directories `d0`
+/// and `d1` (tests run at once).
+fn scratch_named(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("setcache-cp-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     for sub in ["d0", "d1"] {
         std::fs::create_dir_all(d.join(sub)).unwrap();
@@ -292,4 +298,115 @@ fn one_sigterm_ends_a_copy_waiting_on_an_idle_pipe() {
     assert!(!temporary(), "the temporary file stayed");
     drop(writer);
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A copy from a FIFO no writer has opened, or into one no reader has
+/// opened, waits in no `open` that a signal's handler cannot end: one Ctrl-C
+/// ends it with "interrupted" (it waited for ever, Ctrl-C or not, with the
+/// store's devices locked).
+#[test]
+fn one_ctrl_c_ends_a_copy_waiting_for_a_fifos_other_end() {
+    let d = scratch_named("fifo-ends").join("files");
+    std::fs::create_dir_all(&d).unwrap();
+    let fifo = d.join("f.fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let base = d.parent().unwrap().to_path_buf();
+    let plain = d.join("a.txt");
+    std::fs::write(&plain, b"some bytes").unwrap();
+    ok(&cp(&base, &[plain.to_str().unwrap(), "store:a"]));
+    let f = fifo.to_str().unwrap();
+    for args in [[f, "store:x", ""], ["--force", "store:a", f]] {
+        let args: Vec<&str> = args.into_iter().filter(|a| !a.is_empty()).collect();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .arg("cp")
+            .arg("--devices")
+            .arg(format!(
+                "{},{}",
+                base.join("d0").display(),
+                base.join("d1").display()
+            ))
+            .args(&args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id() as i32;
+        let caught = || {
+            let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            text.lines()
+                .find_map(|l| l.strip_prefix("SigCgt:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+                .is_some_and(|mask| mask & (1 << (libc::SIGINT - 1)) != 0)
+        };
+        let t = std::time::Instant::now();
+        while !caught() {
+            assert!(
+                t.elapsed().as_secs() < 20,
+                "{args:?}: Ctrl-C not caught after 20 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Waiting for the other end by now.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        // SAFETY: plain system call on our child, not yet reaped.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let t = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t.elapsed().as_secs() >= 10 {
+                let _ = child.kill();
+                panic!("{args:?}: the copy still waited 10 s after one Ctrl-C");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        refused(&child.wait_with_output().unwrap(), "interrupted");
+    }
+    let _ = std::fs::remove_dir_all(&base);
+}
+
+/// A forced copy out over a file keeps that file's mode (it took the
+/// umask's, opening a private file to everyone); over a symbolic link it
+/// writes the file the link names and leaves the link; a link to nothing is
+/// refused, as cp(1) refuses it.
+#[test]
+fn a_forced_copy_out_keeps_the_files_mode_and_writes_through_a_link() {
+    use std::os::unix::fs::PermissionsExt;
+    let base = scratch_named("modes");
+    let d = base.join("files");
+    std::fs::create_dir_all(&d).unwrap();
+    let src = d.join("src.txt");
+    std::fs::write(&src, b"new contents").unwrap();
+    ok(&cp(&base, &[src.to_str().unwrap(), "store:a"]));
+    let private = d.join("private.bin");
+    std::fs::write(&private, b"old").unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    ok(&cp(
+        &base,
+        &["--force", "store:a", private.to_str().unwrap()],
+    ));
+    let mode = std::fs::metadata(&private).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600, "the mode of the file replaced");
+    assert_eq!(std::fs::read(&private).unwrap(), b"new contents");
+
+    let target = d.join("target.txt");
+    std::fs::write(&target, b"old").unwrap();
+    let link = d.join("link");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    ok(&cp(&base, &["--force", "store:a", link.to_str().unwrap()]));
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(std::fs::read(&target).unwrap(), b"new contents");
+
+    let dangling = d.join("dangling");
+    std::os::unix::fs::symlink(d.join("nowhere"), &dangling).unwrap();
+    refused(
+        &cp(&base, &["--force", "store:a", dangling.to_str().unwrap()]),
+        "symbolic link to no file",
+    );
+    assert!(!d.join("nowhere").exists());
+    let _ = std::fs::remove_dir_all(&base);
 }

@@ -3,7 +3,6 @@
 //! that what parses passes its validation or fails it with a message; this one
 //! that any command line parses or fails to, never panicking.
 
-use clap::Parser as _;
 use proptest::prelude::*;
 
 use crate::Cli;
@@ -286,7 +285,7 @@ pub(crate) fn argv(
 /// panic or an allocation past the bound. An error renders as text.
 pub(crate) fn parse(argv: &[String]) -> Result<Result<Cli, String>, TestCaseError> {
     let n: usize = argv.iter().map(|a| a.len() + 1).sum();
-    let (r, largest) = largest_alloc(|| Cli::try_parse_from(argv).map_err(|e| e.to_string()));
+    let (r, largest) = largest_alloc(|| crate::parse_cli(argv).map_err(|e| e.to_string()));
     prop_assert!(
         largest <= input_bound(n),
         "{argv:?}: {largest} bytes asked for at once"
@@ -328,6 +327,6 @@ fn demo_arguments_parse() {
         .iter()
         .chain(crate::bench::DEMO_ARGS)
         .map(|s| s.to_string());
-    let cli = Cli::try_parse_from(argv).unwrap();
+    let cli = crate::parse_cli(argv).unwrap();
     assert!(matches!(cli.command, Some(crate::Command::Bench(_))));
 }

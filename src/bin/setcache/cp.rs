@@ -19,7 +19,9 @@ pub(crate) struct CpArgs {
     /// The store's device directories, comma separated (each must exist)
     #[arg(long, value_delimiter = ',', required = true)]
     devices: Vec<PathBuf>,
-    /// Replace the destination if it exists
+    /// Replace the destination if it exists (a plain file is replaced by a
+    /// new one with its mode and owner: other hard links to it keep the old
+    /// contents; a symbolic link is followed to its file)
     #[arg(long)]
     force: bool,
     /// Page cache size for the copy
@@ -151,6 +153,21 @@ fn copy_out(
 ) -> Result<u64, String> {
     use std::os::unix::fs::MetadataExt;
     let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
+    // A symbolic link is written through, to the file it names (as cp(1)
+    // does); one that names nothing is refused, as cp(1) refuses it.
+    let resolved;
+    let to = if std::fs::symlink_metadata(to).is_ok_and(|m| m.file_type().is_symlink()) {
+        resolved = std::fs::canonicalize(to).map_err(|e| {
+            format!(
+                "{} is a symbolic link to no file ({e}): not writing through it",
+                to.display()
+            )
+        })?;
+        resolved.as_path()
+    } else {
+        to
+    };
+    let mut replaced = None;
     if let Ok(m) = std::fs::metadata(to) {
         if m.is_dir() {
             return Err(format!("{} is a directory", to.display()));
@@ -175,12 +192,10 @@ fn copy_out(
         }
         if !m.is_file() {
             // A device or a pipe is written into, as cp(1) does.
-            let mut out = OpenOptions::new()
-                .write(true)
-                .open(to)
-                .map_err(|e| format!("cannot open {}: {e}", to.display()))?;
+            let mut out = open_to_write(to, &m)?;
             return write_out(&f, &mut out, to, buf);
         }
+        replaced = Some(m);
     }
     let name = to.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.ok_or_else(|| format!("{} names no file", to.display()))?;
@@ -191,6 +206,14 @@ fn copy_out(
         .open(&tmp)
         .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut copy = || -> Result<u64, String> {
+        if let Some(m) = &replaced {
+            // The file replaced keeps its mode (not the umask's, which may
+            // open it to others) and, where this process may set it, its
+            // owner.
+            let _ = std::os::unix::fs::fchown(&out, Some(m.uid()), Some(m.gid()));
+            out.set_permissions(m.permissions())
+                .map_err(|e| format!("cannot set the mode of {}: {e}", tmp.display()))?;
+        }
         let len = write_out(&f, &mut out, &tmp, buf)?;
         out.sync_all()
             .map_err(|e| format!("sync {}: {e}", tmp.display()))?;
@@ -221,6 +244,64 @@ fn copy_out(
     // Renamed: gone already; linked: its first name goes; failed: all of it.
     let _ = std::fs::remove_file(&tmp);
     r
+}
+
+/// Open `path` (a device or a FIFO, `m` its metadata) to write into. A
+/// FIFO's open waits for a reader: it is tried without waiting, a fifth of
+/// a second apart, so that Ctrl-C stops the wait.
+fn open_to_write(path: &std::path::Path, m: &std::fs::Metadata) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let cannot = |e: std::io::Error| format!("cannot open {}: {e}", path.display());
+    if !m.file_type().is_fifo() {
+        return OpenOptions::new().write(true).open(path).map_err(cannot);
+    }
+    loop {
+        go_on()?;
+        match OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(path)
+        {
+            Ok(f) => return blocking(f).map_err(cannot),
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => {
+                std::thread::sleep(std::time::Duration::from_millis(200));
+            }
+            Err(e) => return Err(cannot(e)),
+        }
+    }
+}
+
+/// Open `path` to read from; a FIFO without waiting for a writer (its
+/// reads then wait in `copy_in`'s poll, which Ctrl-C stops).
+fn open_to_read(path: &std::path::Path) -> Result<std::fs::File, String> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let cannot = |e: std::io::Error| format!("cannot open {}: {e}", path.display());
+    let fifo = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo());
+    if !fifo {
+        return std::fs::File::open(path).map_err(cannot);
+    }
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(cannot)?;
+    blocking(f).map_err(cannot)
+}
+
+/// `f` with `O_NONBLOCK` cleared.
+fn blocking(f: std::fs::File) -> std::io::Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: reads the status flags of a descriptor this function owns.
+    let flags = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) };
+    if flags < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: sets the status flags of the same descriptor.
+    let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(f)
 }
 
 pub(crate) fn run(a: CpArgs) -> Result<(), String> {
@@ -311,8 +392,7 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
     let mut buf = vec![0u8; CHUNK];
     let copied = match (src, dst) {
         (Side::Plain(from), Side::Stored(to)) => {
-            let mut f = std::fs::File::open(from)
-                .map_err(|e| format!("cannot open {}: {e}", from.display()))?;
+            let mut f = open_to_read(from)?;
             let meta = f
                 .metadata()
                 .map_err(|e| format!("cannot stat {}: {e}", from.display()))?;

@@ -48,7 +48,7 @@ mod threads;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -91,11 +91,36 @@ enum Command {
     GraphChild,
 }
 
+/// The ids of the flags `m` took from the command line (not defaulted).
+fn given_in(m: &clap::ArgMatches) -> Vec<String> {
+    m.ids()
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.to_string())
+        .collect()
+}
+
+/// The command line parsed, with the flags each command was given noted
+/// (`BenchArgs::given`, `GraphArgs::given`).
+fn parse_cli<I, T>(argv: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let m = Cli::command().try_get_matches_from(argv)?;
+    let mut cli = Cli::from_arg_matches(&m)?;
+    match (&mut cli.command, m.subcommand()) {
+        (Some(Command::Bench(a)), Some((_, sm))) => a.given = given_in(sm),
+        (Some(Command::Graph(a)), Some((_, sm))) => a.given = given_in(sm),
+        _ => {}
+    }
+    Ok(cli)
+}
+
 fn main() -> ExitCode {
     // Past the file-size limit a write then fails with EFBIG, which is
     // reported, instead of SIGXFSZ killing the process without a word.
     bench::fsize::ignore_sigxfsz();
-    let cli = Cli::parse();
+    let cli = parse_cli(std::env::args_os()).unwrap_or_else(|e| e.exit());
     let result = match cli.command {
         Some(Command::Bench(args)) => bench::run(*args),
         Some(Command::Hitbench(args)) => hitbench::run(args),
@@ -108,7 +133,7 @@ fn main() -> ExitCode {
         Some(Command::GraphChild) => return ExitCode::from(graph::child_main() as u8),
         None => {
             let argv = ["setcache", "bench"].iter().chain(bench::DEMO_ARGS);
-            let demo = Cli::parse_from(argv);
+            let demo = parse_cli(argv).unwrap_or_else(|e| e.exit());
             say!(
                 "no arguments: running a demo, `setcache bench {}` (see `setcache bench --help`)",
                 bench::DEMO_ARGS.join(" ")

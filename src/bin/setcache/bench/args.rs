@@ -77,6 +77,11 @@ pub(crate) enum AccessArg {
 #[derive(Args, Clone, Debug)]
 #[command(about = ABOUT, long_about = LONG_ABOUT)]
 pub(crate) struct BenchArgs {
+    /// The flags given on the command line (clap's ids), as against those
+    /// left at their defaults: a flag the run would ignore is refused when
+    /// given, whatever its value.
+    #[arg(skip)]
+    pub(crate) given: Vec<String>,
     /// Directory for the device roots and the bench file [default: a fresh temporary
     /// directory, removed at the end]
     #[arg(long, value_name = "DIR")]
@@ -314,6 +319,13 @@ fn touch_arg(text: &str) -> Result<u64, String> {
     match size_arg(text)? {
         0 => Err("it must be at least 1 byte".to_string()),
         n => Ok(n),
+    }
+}
+
+impl BenchArgs {
+    /// Whether flag `id` (clap's id: the field's name) was given.
+    pub(crate) fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
     }
 }
 

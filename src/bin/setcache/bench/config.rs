@@ -134,6 +134,10 @@ fn try_write(out: &Path) -> std::io::Result<()> {
     }
 }
 
+/// The name of the marker of a completely prefilled bench file, beside the
+/// device roots (`prep` writes it; results must not).
+pub(crate) const MARKER: &str = "bench.filled";
+
 /// Refuse output files that cannot be written, before anything runs: an
 /// empty path, one whose parent is not a directory, one that is a
 /// directory or that cannot be opened for writing; one that is the trace file `input` or another of the outputs
@@ -262,13 +266,6 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
     .map_err(|e| e.to_string())
 }
 
-/// Check the flags together.
-/// `--touch`'s default.
-const DEFAULT_TOUCH: u64 = 64;
-
-/// The file's default size (`--file-size`), which `--trace` replaces.
-const DEFAULT_FILE_SIZE: u64 = 1 << 30;
-
 /// Load the trace of `--trace` and size the file to it; refuse the flags
 /// that describe generated requests.
 fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
@@ -279,15 +276,15 @@ fn load_trace(a: &mut BenchArgs) -> Result<Option<Arc<Replay>>, String> {
         return Ok(None);
     };
     let clash = [
-        (a.rw != Pattern::RandRead, "--rw"),
+        (a.given("rw"), "--rw"),
         (a.rwmix_read.is_some(), "--rwmix-read"),
-        (a.dist != Dist::Uniform, "--dist"),
+        (a.given("dist"), "--dist"),
         (!a.hit_ratio.is_empty(), "--hit-ratio"),
         (a.hot_size.is_some(), "--hot-size"),
         (!a.job.is_empty(), "--job"),
         (a.compare_fio, "--compare-fio"),
         (a.access == AccessArg::Ref, "--access ref"),
-        (a.file_size != DEFAULT_FILE_SIZE, "--file-size"),
+        (a.given("file_size"), "--file-size"),
     ];
     if let Some((_, flag)) = clash.iter().find(|c| c.0) {
         return Err(format!(
@@ -460,6 +457,22 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     } else {
         hit_targets.push(None);
     }
+    // The bench's own marker of a filled bench file, beside the device
+    // roots: results written over it would have the next run fill again.
+    if let Some(dir) = &a.dir {
+        let marker = dir.join(MARKER);
+        if let Some(out) = [&a.json, &a.plot]
+            .into_iter()
+            .flatten()
+            .find(|o| same_file(o, &marker) || *o == &marker)
+        {
+            return Err(format!(
+                "cannot write {}: it is the bench's marker of a filled bench file in {}",
+                out.display(),
+                dir.display()
+            ));
+        }
+    }
     check_outputs(
         [&a.json, &a.plot]
             .into_iter()
@@ -579,7 +592,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             "--api chooses how the setcache engine is called: give --engine setcache",
         ),
         (
-            a.poll_us > 0
+            a.given("poll_us")
                 && !engines
                     .iter()
                     .any(|e| matches!(e, Engine::Direct | Engine::DirectCopy)),
@@ -594,7 +607,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
              block: give one of them",
         ),
         (
-            a.touch != DEFAULT_TOUCH && a.access != AccessArg::Ref,
+            a.given("touch") && a.access != AccessArg::Ref,
             "--touch is the bytes an --access ref read touches: give --access ref",
         ),
     ];
@@ -654,9 +667,9 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
         // one thread, copies; flags for the generated workload would be
         // ignored, and the figures would name what was not run.
         let ignored: Vec<&str> = [
-            (a.dist != Dist::Uniform, "--dist"),
+            (a.given("dist"), "--dist"),
             (a.rwmix_read.is_some(), "--rwmix-read"),
-            (a.threads != [1], "--threads"),
+            (a.given("threads"), "--threads"),
             (a.access != AccessArg::Copy, "--access"),
             (a.compute, "--compute"),
         ]
@@ -690,7 +703,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             ));
         }
         // Each job names its own pattern.
-        if a.rw != Pattern::RandRead {
+        if a.given("rw") {
             return Err(format!(
                 "--job runs take each job's rw=, and --rw {} would be ignored: drop --rw",
                 a.rw
@@ -827,6 +840,65 @@ mod tests {
             "job a: delay=5s would never start",
         );
         refused(&job("rw=read,rw=randwrite"), "job key \"rw\" given twice");
+        // A flag the run would ignore, given at its default value too.
+        refused(
+            &["--engine", "setcache", "--touch", "64"],
+            "--touch is the bytes an --access ref read touches",
+        );
+        refused(
+            &[
+                "--engine",
+                "setcache",
+                "--job",
+                "rw=randread",
+                "--threads",
+                "1",
+            ],
+            "drop --threads",
+        );
+        refused(
+            &[
+                "--engine",
+                "setcache",
+                "--job",
+                "rw=randread",
+                "--rw",
+                "randread",
+            ],
+            "drop --rw",
+        );
+        refused(
+            &["--engine", "setcache", "--json", "/tmp/x/bench.filled"],
+            "the bench's marker of a filled bench file",
+        );
+        // (`bench_argv` gives --file-size; these give the default, 1G.)
+        for (flag, value) in [("--file-size", "1G"), ("--rw", "randread")] {
+            let argv: Vec<String> = ["setcache", "bench", "--dir", "/tmp/x", "--engine"]
+                .iter()
+                .chain(&[
+                    "setcache",
+                    "--trace",
+                    "uniform:pages=100,ops=1000",
+                    flag,
+                    value,
+                ])
+                .map(|s| s.to_string())
+                .collect();
+            let Ok(Ok(cli)) = parse(&argv) else {
+                panic!("{argv:?} did not parse");
+            };
+            let Some(crate::Command::Bench(a)) = cli.command else {
+                panic!("not bench arguments");
+            };
+            let Err(e) = validate(*a) else {
+                panic!("--trace with {flag} {value} accepted");
+            };
+            assert!(e.contains(&format!("drop {flag}")), "{flag}: {e}");
+        }
+        refused(
+            &["--engine", "setcache", "--poll-us", "0"],
+            "--poll-us sets how long a direct engine's thread polls",
+        );
     }
 
     /// Settings the run would round or leave unused are refused, naming the

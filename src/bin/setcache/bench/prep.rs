@@ -18,8 +18,8 @@ use super::workload::{Rng, mix64};
 
 /// Name of the bench file in the store.
 pub(crate) const FILE_NAME: &str = "bench";
-/// Marker of a completely prefilled bench file, beside the device roots.
-const MARKER: &str = "bench.filled";
+// The marker of a completely prefilled bench file, beside the device roots.
+use super::config::MARKER;
 /// The marker's text while the bench file is being made and filled.
 const FILLING: &str = "being filled\n";
 /// Prefill write size.

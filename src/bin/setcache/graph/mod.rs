@@ -37,6 +37,10 @@ pub(crate) use child::{CHILD_SUBCOMMAND, child_main};
 /// Graph analytics over setcache, mmap and memory.
 #[derive(Args, Debug)]
 pub(crate) struct GraphArgs {
+    /// The flags given on the command line (clap's ids), as against those
+    /// left at their defaults.
+    #[arg(skip)]
+    pub(crate) given: Vec<String>,
     /// Directory of the graph's store (one device directory; the graph is
     /// generated there once and reused)
     #[arg(long)]
@@ -173,21 +177,22 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if a.depth != DEFAULT_DEPTH && !a.backing.iter().any(|b| b == "setcache") {
+    let given = |id: &str| a.given.iter().any(|g| g == id);
+    if given("depth") && !a.backing.iter().any(|b| b == "setcache") {
         return Err(format!(
             "--depth {} counts setcache's reads in flight, and --backing names no setcache: add \
              it or drop --depth",
             a.depth
         ));
     }
-    if a.roots != DEFAULT_ROOTS && !a.algo.iter().any(|al| al == "bfs") {
+    if given("roots") && !a.algo.iter().any(|al| al == "bfs") {
         return Err(format!(
             "--roots {} counts breadth-first searches, and --algo names no bfs: add it or drop \
              --roots",
             a.roots
         ));
     }
-    if a.iterations != DEFAULT_ITERATIONS && !a.algo.iter().any(|al| al == "pagerank") {
+    if given("iterations") && !a.algo.iter().any(|al| al == "pagerank") {
         return Err(format!(
             "--iterations {} counts PageRank's sweeps, and --algo names no pagerank: add it or \
              drop --iterations",
@@ -834,10 +839,9 @@ fn summary(
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser as _;
     use setcache::CachedStore;
 
-    use crate::{Cli, Command};
+    use crate::Command;
 
     /// The setcache backing's cache and its staging area together stay
     /// within what the budget leaves, and the cache takes most of it.
@@ -953,10 +957,7 @@ mod tests {
 
     fn run_args(args: &[&str]) -> Result<(), String> {
         let argv = ["setcache", "graph"].iter().chain(args);
-        match Cli::try_parse_from(argv)
-            .map_err(|e| e.to_string())?
-            .command
-        {
+        match crate::parse_cli(argv).map_err(|e| e.to_string())?.command {
             Some(Command::Graph(a)) => super::run(a),
             _ => Err("not the graph command".into()),
         }
@@ -977,6 +978,19 @@ mod tests {
         refused(&["--dir", d, "--edge-factor", "0"], "--edge-factor 0");
         refused(&["--dir", d, "--roots", "0"], "--roots");
         refused(&["--dir", d, "--budget", "12Q"], "12Q");
+        // A flag the run would ignore, given at its default value too.
+        refused(
+            &["--dir", d, "--roots", "4", "--algo", "pagerank"],
+            "--algo names no bfs",
+        );
+        refused(
+            &["--dir", d, "--iterations", "10", "--algo", "bfs"],
+            "--algo names no pagerank",
+        );
+        refused(
+            &["--dir", d, "--depth", "512", "--backing", "memory"],
+            "--backing names no setcache",
+        );
         // Before anything is generated, not after every run.
         refused(
             &["--dir", d, "--json", "/nonexistent/r.json"],
