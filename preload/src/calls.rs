@@ -326,6 +326,11 @@ unsafe fn read_iov(d: &Desc, iov: &[iovec], off: u64) -> Result<usize, i32> {
     if !d.readable {
         return Err(libc::EBADF);
     }
+    // O_DIRECT's rule holds for each buffer, all checked before any is read
+    // (a later misaligned one failed nothing: the read came back short).
+    for v in iov.iter().filter(|v| v.iov_len > 0) {
+        check_direct(d, v.iov_base as usize, v.iov_len, off)?;
+    }
     let mut done = 0usize;
     for v in iov {
         if v.iov_len == 0 {
@@ -919,6 +924,40 @@ pub unsafe extern "C-unwind" fn _Exit(status: c_int) -> ! {
     state::sync_before_exit();
     // SAFETY: the caller's argument, passed on.
     unsafe { real::_Exit()(status) }
+}
+
+/// `quick_exit` runs the handlers `at_quick_exit` registered and then the C
+/// library's own `_exit`, which this library cannot stand in for: the
+/// store's sync is registered as the first of those handlers (so that it
+/// runs last, after any that write files), before the program's first
+/// `at_quick_exit` or at `quick_exit` itself.
+fn quick_sync_registered() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        unsafe extern "C" fn quick_sync() {
+            state::sync_before_exit();
+        }
+        // SAFETY: registers a plain function with no arguments, as the main program's.
+        unsafe { real::__cxa_at_quick_exit()(Some(quick_sync), std::ptr::null_mut()) };
+    });
+}
+
+/// `at_quick_exit` (which the C library's static part turns into this).
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __cxa_at_quick_exit(
+    f: Option<unsafe extern "C" fn()>,
+    dso: *mut c_void,
+) -> c_int {
+    quick_sync_registered();
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { real::__cxa_at_quick_exit()(f, dso) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn quick_exit(status: c_int) -> ! {
+    quick_sync_registered();
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real::quick_exit()(status) }
 }
 
 /// `chdir` into a file of the store: it is no directory (`ENOTDIR`), or
@@ -1560,7 +1599,7 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
         return Err(unsupported("O_TMPFILE in SETCACHE_DIR", libc::EOPNOTSUPP));
     }
     if flags & libc::O_DIRECTORY != 0 {
-        return Err(libc::ENOTDIR);
+        return Err(crate::path::not_a_directory(name));
     }
     // The placeholder first, as the kernel takes a descriptor number before
     // it creates or truncates anything: an open that fails for want of a
@@ -2406,9 +2445,17 @@ fn ioctl_desc(fd: c_int, d: &Desc, req: c_ulong, arg: c_ulong) -> Result<c_int, 
             0 => Ok(0),
             _ => Err(libc::ENOTTY),
         },
+        // Blocks shared with another file (`cp --reflink`): the store shares
+        // none, as a file system without them says (`EOPNOTSUPP`, ext4's).
+        FICLONE | FICLONERANGE | FIDEDUPERANGE => Err(libc::EOPNOTSUPP),
         _ => Err(libc::ENOTTY),
     }
 }
+
+/// The block-sharing requests (`linux/fs.h`).
+const FICLONE: c_ulong = 0x4004_9409;
+const FICLONERANGE: c_ulong = 0x4020_940d;
+const FIDEDUPERANGE: c_ulong = 0xc018_9436;
 
 /// The `int` an `ioctl` passes a pointer to.
 fn read_int_arg(arg: c_ulong) -> Result<c_int, i32> {
@@ -2554,7 +2601,9 @@ pub unsafe extern "C-unwind" fn unlink(path: *const c_char) -> c_int {
 pub unsafe extern "C-unwind" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
     match classify(dirfd, path) {
         Place::Bad(e) => int_ret(Err(e)),
-        Place::Inside(_) if flags & libc::AT_REMOVEDIR != 0 => int_ret(Err(libc::ENOTDIR)),
+        Place::Inside(name) if flags & libc::AT_REMOVEDIR != 0 => {
+            int_ret(Err(crate::path::not_a_directory(&name)))
+        }
         Place::Inside(name) => int_ret(unlink_name(&name)),
         Place::Root if flags & libc::AT_REMOVEDIR != 0 => int_ret(rmdir_root(path)),
         Place::Root => int_ret(Err(libc::EISDIR)),

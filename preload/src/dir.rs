@@ -122,8 +122,8 @@ pub unsafe extern "C-unwind" fn opendir(path: *const c_char) -> *mut libc::DIR {
                 std::ptr::null_mut()
             }
         },
-        Place::Inside(_) => {
-            set_errno(libc::ENOTDIR);
+        Place::Inside(name) => {
+            set_errno(crate::path::not_a_directory(&name));
             std::ptr::null_mut()
         }
         // SAFETY: passed through with the caller's arguments.
@@ -351,8 +351,8 @@ pub unsafe extern "C-unwind" fn scandir64(
             set_errno(e);
             return -1;
         }
-        Place::Inside(_) => {
-            set_errno(libc::ENOTDIR);
+        Place::Inside(name) => {
+            set_errno(crate::path::not_a_directory(&name));
             return -1;
         }
         // SAFETY: passed through with the caller's arguments.

@@ -353,6 +353,13 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
 /// The kernel's answer for a path below a name of the store (`$DIR/f/x`),
 /// which has no directories: `ENOTDIR` when `f` is a file of it (a path
 /// through a file), `ENOENT` when it is nothing.
+/// What the kernel says of a file of the store named where a directory is
+/// wanted (`opendir`, `O_DIRECTORY`, `rmdir`): `ENOTDIR` when the store has
+/// it, `ENOENT` when not.
+pub(crate) fn not_a_directory(name: &str) -> i32 {
+    below_a_name(name)
+}
+
 fn below_a_name(name: &str) -> i32 {
     let first = name.split('/').next().unwrap_or_default();
     match state::state() {

@@ -91,6 +91,8 @@ real! {
     pthread_exit: fn(*mut c_void) -> !;
     _exit: fn(c_int) -> !;
     _Exit: fn(c_int) -> !;
+    quick_exit: fn(c_int) -> !;
+    __cxa_at_quick_exit: fn(Option<unsafe extern "C" fn()>, *mut c_void) -> c_int;
     __open64_2: fn(*const c_char, c_int) -> c_int;
     __openat64_2: fn(c_int, *const c_char, c_int) -> c_int;
     creat64: fn(*const c_char, libc::mode_t) -> c_int;

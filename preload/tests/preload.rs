@@ -446,17 +446,24 @@ fn last_closes_after_a_reopen_and_writes_after_the_exit_sync_are_durable() {
     assert!(t.contains("xa: 7 \n"), "{t}");
 }
 
-/// A process that ends by `_exit` or `_Exit` (no exit handler runs) with
+/// A process that ends by `_exit`, `_Exit` or `quick_exit` (no exit handler runs) with
 /// files written and open keeps what it wrote and the lengths it set, as on
 /// a local file system; so does a shell, which ends every script so.
 #[test]
 fn what_a_process_ending_by_underscore_exit_wrote_is_kept() {
     let s = Setup::new("underscore-exit");
     let prog = probe(&s.p("bin"), true);
-    for how in ["_exit", "_Exit"] {
+    for how in ["_exit", "_Exit", "quick_exit"] {
         let mut c = s.preloaded(&prog);
         c.arg(s.p("store")).args(["underscore-exit", how]);
         run(c);
+        if how == "quick_exit" {
+            // What the program's own `at_quick_exit` handler wrote too.
+            let mut c = s.preloaded(&prog);
+            c.arg(s.p("store")).args(["cat", "uq"]);
+            let t = text(&run(c).stdout);
+            assert!(t.contains("uq: 16 by at_quick_exit"), "{t}");
+        }
         let mut c = s.preloaded(&prog);
         c.arg(s.p("store")).args(["cat", "ue"]);
         let t = text(&run(c).stdout);

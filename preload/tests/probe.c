@@ -1311,6 +1311,45 @@ static void at_largest(void) {
     unlink(path("al"));
 }
 
+/* A directory asked for where a file is, or where nothing is; blocks shared
+   with another file; an O_DIRECT vectored read whose second buffer is not
+   aligned (refused whole, before anything is read). */
+static void directory_errnos(void) {
+    close(open(path("de"), O_CREAT | O_RDWR | O_TRUNC, 0644));
+    errno = 0;
+    DIR *d = opendir(path("de-missing"));
+    show("opendir of a missing name", d ? 0 : -1);
+    if (d)
+        closedir(d);
+    d = opendir(path("de"));
+    show("opendir of a file", d ? 0 : -1);
+    if (d)
+        closedir(d);
+    show("open O_DIRECTORY of a missing name", open(path("de-missing"), O_RDONLY | O_DIRECTORY));
+    show("open O_DIRECTORY of a file", open(path("de"), O_RDONLY | O_DIRECTORY));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    show("unlinkat AT_REMOVEDIR of a missing name", unlinkat(dfd, "de-missing", AT_REMOVEDIR));
+    show("unlinkat AT_REMOVEDIR of a file", unlinkat(dfd, "de", AT_REMOVEDIR));
+    close(dfd);
+    int a = open(path("de"), O_RDONLY), b = open(path("de2"), O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    show("ioctl FICLONE", ioctl(b, 0x40049409, a));
+    close(a);
+    close(b);
+    static char space[16384] __attribute__((aligned(4096)));
+    int od = open(path("de"), O_RDWR | O_DIRECT);
+    if (od >= 0) {
+        struct iovec w[2] = {{space, 512}, {space + 4096, 512}};
+        show("pwritev O_DIRECT", pwritev(od, w, 2, 0));
+        struct iovec r[2] = {{space, 512}, {space + 8193, 512}};
+        show("preadv O_DIRECT, second buffer unaligned", preadv(od, r, 2, 0));
+        struct iovec r2[2] = {{space, 512}, {space + 8192, 4}};
+        show("preadv O_DIRECT, second length unaligned", preadv(od, r2, 2, 0));
+        close(od);
+    }
+    unlink(path("de"));
+    unlink(path("de2"));
+}
+
 /* The standard streams made copies of a file's descriptor by dup2, as a
    shell's builtins redirected in its own process are: what stdout and
    stderr write goes to the file, stdin reads it. */
@@ -1637,6 +1676,7 @@ static void common(void) {
         closedir(rd);
         unlink(path("made-later"));
     }
+    directory_errnos();
     std_streams();
     const char *names[] = {"a", "c", "d", "s"};
     for (int i = 0; i < 4; i++)
@@ -1786,7 +1826,15 @@ static void reopen(void) {
 
 /* Files written, not closed, then `_exit` or `_Exit`, which run no exit
  * handler: what was written is kept, as a local file system keeps it. */
+/* An at_quick_exit handler that writes a file of the store. */
+static void quick_exit_writer(void) {
+    int fd = open(path("uq"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    write(fd, "by at_quick_exit", 16);
+}
+
 static void underscore_exit(const char *how) {
+    if (strcmp(how, "quick_exit") == 0)
+        at_quick_exit(quick_exit_writer);
     int fd = open(path("ue"), O_CREAT | O_RDWR | O_TRUNC, 0644);
     show("write ue", write(fd, "kept at _exit", 13));
     int g = open(path("ug"), O_CREAT | O_RDWR | O_TRUNC, 0644);
@@ -1794,6 +1842,8 @@ static void underscore_exit(const char *how) {
     fflush(stdout);
     if (strcmp(how, "_Exit") == 0)
         _Exit(0);
+    if (strcmp(how, "quick_exit") == 0)
+        quick_exit(0);
     _exit(0);
 }
 
