@@ -1105,10 +1105,18 @@ fn store_exec_at(dirfd: c_int, path: *const c_char, flags: c_int) -> Option<c_in
     store_exec(dirfd, path)
 }
 
+unsafe extern "C" {
+    /// The process's environment, which `execv` and `execvp` pass on.
+    static environ: *const *const c_char;
+}
+
 /// The `exec` functions: a store file refused as the kernel refuses a file
-/// it cannot run (`check`), else the store synced, then the C library's own.
+/// it cannot run (`check`), else the store synced, then the C library's own,
+/// with the store descriptors the new image inherits named in its
+/// environment (`inherit`): `env` is the environment the call passes on,
+/// `call` the C library's call given the new one as `$e`.
 macro_rules! exec_after_sync {
-    ($($name:ident($($arg:ident: $ty:ty),*) if $check:expr;)*) => {$(
+    ($($name:ident($($arg:ident: $ty:ty),*) if $check:expr; env $env:expr => |$e:ident| $call:expr;)*) => {$(
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name($($arg: $ty),*) -> c_int {
             if let Some(e) = $check {
@@ -1117,8 +1125,16 @@ macro_rules! exec_after_sync {
             if let Err(e) = before_exec() {
                 return int_ret(Err(e));
             }
-            // SAFETY: passed through with the caller's arguments.
-            unsafe { real::$name()($($arg),*) }
+            // SAFETY: the environment the call passes on, a null-ended array of C strings.
+            match unsafe { crate::inherit::env_for($env) } {
+                Some(new) => {
+                    let $e = new.as_ptr();
+                    // SAFETY: the caller's arguments, with the new environment.
+                    unsafe { $call }
+                }
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$name()($($arg),*) },
+            }
         }
     )*};
 }
@@ -1126,14 +1142,19 @@ macro_rules! exec_after_sync {
 exec_after_sync! {
     execve(path: *const c_char, argv: *const *const c_char, envp: *const *const c_char)
         if store_exec(libc::AT_FDCWD, path);
+        env envp => |e| real::execve()(path, argv, e);
     execv(path: *const c_char, argv: *const *const c_char)
         if store_exec(libc::AT_FDCWD, path);
+        env environ => |e| real::execve()(path, argv, e);
     execvp(file: *const c_char, argv: *const *const c_char)
         if store_exec_searched(file);
+        env environ => |e| real::execvpe()(file, argv, e);
     execvpe(file: *const c_char, argv: *const *const c_char, envp: *const *const c_char)
         if store_exec_searched(file);
+        env envp => |e| real::execvpe()(file, argv, e);
     fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char)
         if state::desc(fd).map(|_| libc::EACCES);
+        env envp => |e| real::fexecve()(fd, argv, e);
     execveat(
         dirfd: c_int,
         path: *const c_char,
@@ -1141,6 +1162,7 @@ exec_after_sync! {
         envp: *const *const c_char,
         flags: c_int
     ) if store_exec_at(dirfd, path, flags);
+        env envp => |e| real::execveat()(dirfd, path, argv, e, flags);
 }
 
 // ---- execl, execle, execlp --------------------------------------------------
@@ -1631,7 +1653,7 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
 
 /// The rest of [`open_inside`], once placeholder `fd` is made: the file
 /// found or made, truncated with `O_TRUNC`, and `fd` standing for it.
-fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), i32> {
+pub(crate) fn open_as(s: &state::State, name: &str, flags: c_int, fd: c_int) -> Result<(), i32> {
     let path_only = flags & libc::O_PATH != 0;
     let acc = flags & libc::O_ACCMODE;
     let create = flags & libc::O_CREAT != 0 && !path_only;

@@ -32,6 +32,7 @@ compile_error!(
 mod calls;
 mod copy;
 mod dir;
+mod inherit;
 mod lock;
 mod path;
 mod ready;

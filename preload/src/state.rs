@@ -770,9 +770,12 @@ pub(crate) fn desc(fd: c_int) -> Option<Held> {
 #[inline]
 fn desc_raw(fd: c_int) -> Option<Arc<Desc>> {
     if LIVE.load(Ordering::Relaxed) == 0 {
-        return None;
+        // A descriptor inherited across `exec`, at its first use.
+        return crate::inherit::adopt(fd);
     }
-    let slot = slot(fd, false)?;
+    let Some(slot) = slot(fd, false) else {
+        return crate::inherit::adopt(fd);
+    };
     if forked() {
         // The kernel refuses the placeholder itself (EBADF) for reads and
         // writes; the calls it answers on a placeholder look at
@@ -780,7 +783,44 @@ fn desc_raw(fd: c_int) -> Option<Arc<Desc>> {
         parents_placeholder(fd);
         return None;
     }
-    slot.read().unwrap_or_else(|p| p.into_inner()).clone()
+    let d = slot.read().unwrap_or_else(|p| p.into_inner()).clone();
+    d.or_else(|| crate::inherit::adopt(fd))
+}
+
+/// What `fd` stands for in the table now (no descriptor is taken up).
+pub(crate) fn in_table(fd: c_int) -> Option<Arc<Desc>> {
+    slot(fd, false)?
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
+/// Every number the table holds a description at, with it; a slot another
+/// thread holds locked is left out (in a child made by `fork` its lock may
+/// be held for good).
+pub(crate) fn held_now() -> Vec<(c_int, Arc<Desc>)> {
+    let mut held = Vec::new();
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return held;
+    }
+    for (k, chunk) in TABLE.iter().enumerate() {
+        let p = chunk.load(Ordering::Acquire);
+        if p.is_null() {
+            continue;
+        }
+        // SAFETY: a published chunk is never freed.
+        for (i, s) in unsafe { &*p }.iter().enumerate() {
+            let d = match s.try_read() {
+                Ok(g) => g.clone(),
+                Err(TryLockError::Poisoned(p)) => p.into_inner().clone(),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            if let Some(d) = d {
+                held.push(((k * CHUNK + i) as c_int, d));
+            }
+        }
+    }
+    held
 }
 
 /// In a child made by `fork`: whether `fd` is a placeholder of the parent's
@@ -820,6 +860,7 @@ pub(crate) fn insert(fd: c_int, d: Arc<Desc>) -> Result<(), i32> {
 /// thread's call on `fd` finds the old file or the new one, never nothing
 /// (a `dup2` from one file of the store over another's descriptor).
 pub(crate) fn insert_replacing(fd: c_int, d: Arc<Desc>) -> Result<Option<Arc<Desc>>, i32> {
+    crate::inherit::forget(fd, fd);
     let s = slot(fd, true).ok_or(libc::EMFILE)?;
     let old = s.write().unwrap_or_else(|p| p.into_inner()).replace(d);
     if old.is_none() {
@@ -832,6 +873,10 @@ pub(crate) fn insert_replacing(fd: c_int, d: Arc<Desc>) -> Result<Option<Arc<Des
 /// `remove` of every number of `first..=last` (below `MAX_FD`), looking
 /// only at the table's chunks that exist.
 pub(crate) fn remove_range(first: usize, last: usize) -> Vec<Arc<Desc>> {
+    crate::inherit::forget(
+        c_int::try_from(first).unwrap_or(c_int::MAX),
+        c_int::try_from(last).unwrap_or(c_int::MAX),
+    );
     let mut gone = Vec::new();
     let last = last.min(MAX_FD - 1);
     let mut fd = first;
@@ -847,6 +892,7 @@ pub(crate) fn remove_range(first: usize, last: usize) -> Vec<Arc<Desc>> {
 }
 
 pub(crate) fn remove(fd: c_int) -> Option<Arc<Desc>> {
+    crate::inherit::forget(fd, fd);
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
     }

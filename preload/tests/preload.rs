@@ -511,6 +511,34 @@ fn a_shells_redirected_builtins_write_and_read_files_of_the_store() {
     assert!(t.contains("e: 7 to-err\n"), "{t}");
 }
 
+/// Programs a shell runs with their standard streams redirected to and from
+/// files of the store (`cmd > f`, `cmd < f`, `>>`, `2>`), which the shell's
+/// child opens before it runs the program: the program's store takes up the
+/// descriptors it inherits across the `exec` (they were bare placeholders
+/// there, and every such program failed with EBADF).
+#[test]
+fn programs_a_shell_runs_read_and_write_files_of_the_store_on_their_standard_streams() {
+    let s = Setup::new("inherited");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(Path::new("/bin/bash"));
+    c.current_dir(s.p("store")).arg("-c").arg(
+        "/usr/bin/printf 'c\\nb\\na\\n' > s && sort < s > t && /usr/bin/printf 'd\\n' >> t \
+         && { ls /nonexistent-setcache-name 2> e; cat t s > both; } \
+         && tr a-z A-Z < both > up && echo done",
+    );
+    let out = run(c);
+    assert_eq!(text(&out.stdout), "done\n", "{}", text(&out.stderr));
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store"))
+        .args(["cat", "s", "t", "both", "up", "e"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("s: 6 c\nb\na\n"), "{t}");
+    assert!(t.contains("t: 8 a\nb\nc\nd\n"), "{t}");
+    assert!(t.contains("both: 14 a\nb\nc\nd\nc\nb\na\n"), "{t}");
+    assert!(t.contains("up: 14 A\nB\nC\nD\nC\nB\nA\n"), "{t}");
+    assert!(t.contains("nonexistent-setcache-name"), "{t}");
+}
+
 /// Threads cancelled while they write and sync files of the store are
 /// cancelled at those calls, as on a local file system, and the process goes
 /// on: a cancel acted on inside the library's own blocking calls would
