@@ -1647,6 +1647,10 @@ pub(crate) fn open_inside(name: &str, flags: c_int) -> Result<c_int, i32> {
     if r.is_err() {
         // SAFETY: closes the placeholder just made.
         unsafe { real::close()(fd) };
+    } else if fd < 3 {
+        // At a free 0, 1 or 2 (after its `close`): the standard stream
+        // follows, as the kernel's number would carry it.
+        stdio::after_std_copy(fd, true);
     }
     r.map(|()| fd)
 }
@@ -2049,6 +2053,10 @@ fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
     if new < 0 {
         return new;
     }
+    if old.is_some() {
+        // `dup` or `F_DUPFD` onto a free 0, 1 or 2 (after its `close`).
+        stdio::after_std_copy(new, true);
+    }
     let replaced = match old {
         // Replaced in one step: a call on `new` meanwhile on another thread
         // finds the file it stood for or this one, never no file.
@@ -2139,7 +2147,8 @@ fn std_before_copy(ours: bool, new: c_int) {
 /// to (`new` < 0).
 fn std_after_copy(ours: bool, new: c_int) {
     if ours && new >= 0 {
-        stdio::after_std_copy(new);
+        // The store is open: its exit sync flushes the stream first.
+        stdio::after_std_copy(new, true);
     }
 }
 

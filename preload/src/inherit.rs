@@ -28,6 +28,9 @@ const VAR: &str = "SETCACHE_INHERITED_FDS";
 /// One descriptor inherited and not yet used.
 struct Entry {
     fd: c_int,
+    /// The open file description in the process that named it: numbers
+    /// with one id share one description here too (`cmd > f 2>&1`).
+    id: u64,
     status: c_int,
     pos: u64,
     name: String,
@@ -40,6 +43,9 @@ static ANY: AtomicBool = AtomicBool::new(false);
 /// Held while one is taken up, so that a second thread's call on the same
 /// number waits for it rather than finding nothing.
 static ADOPTING: Mutex<()> = Mutex::new(());
+/// The process the list was taken in: a child it forks does not pass the
+/// descriptors it has not used on (see [`list_now`]).
+static LOAD_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
 
 thread_local! {
     /// This thread is taking one up: the store's open meanwhile looks up
@@ -78,17 +84,33 @@ extern "C" fn at_load() {
     if list.is_empty() {
         return;
     }
+    // SAFETY: a plain getter.
+    LOAD_PID.store(unsafe { libc::getpid() }, Ordering::Relaxed);
     *pending() = list;
     ANY.store(true, Ordering::Release);
+    if !std.is_empty() {
+        // The stand-ins buffer as the C library's streams do; what they hold
+        // at the exit is flushed by this handler, registered before any of
+        // the program's and so run after them (the store, opened then for
+        // the flush, registers its own exit sync, which the C library runs
+        // next).
+        // SAFETY: registers a plain function with no arguments.
+        unsafe { libc::atexit(flush_at_exit) };
+    }
     for fd in std {
-        crate::stdio::after_std_copy(fd);
+        crate::stdio::after_std_copy(fd, true);
     }
 }
 
-/// `fd:status:pos:name-in-hex`.
+extern "C" fn flush_at_exit() {
+    crate::stdio::flush_stand_ins();
+}
+
+/// `fd:id:status:pos:name-in-hex`.
 fn parse(item: &str) -> Option<Entry> {
-    let mut it = item.splitn(4, ':');
+    let mut it = item.splitn(5, ':');
     let fd = it.next()?.parse().ok()?;
+    let id = it.next()?.parse().ok()?;
     let status = it.next()?.parse().ok()?;
     let pos = it.next()?.parse().ok()?;
     let hex = it.next()?.as_bytes();
@@ -102,6 +124,7 @@ fn parse(item: &str) -> Option<Entry> {
     let name = String::from_utf8(bytes?).ok()?;
     Some(Entry {
         fd,
+        id,
         status,
         pos,
         name,
@@ -175,12 +198,24 @@ fn adopt_now(fd: c_int) -> Option<Arc<Desc>> {
     }
 }
 
+/// Take `e` up, and with it every other number of its description.
 fn take_up(e: &Entry) -> Result<Arc<Desc>, i32> {
     let s = state::state()?;
     let flags = e.status & !(libc::O_CREAT | libc::O_EXCL | libc::O_TRUNC | libc::O_CLOEXEC);
     calls::open_as(&s, &e.name, flags, e.fd)?;
     let d = state::in_table(e.fd).ok_or(libc::EBADF)?;
     *d.pos.lock().unwrap_or_else(|p| p.into_inner()) = e.pos;
+    let same: Vec<c_int> = {
+        let mut p = pending();
+        let fds = p.iter().filter(|o| o.id == e.id).map(|o| o.fd).collect();
+        p.retain(|o| o.id != e.id);
+        ANY.store(!p.is_empty(), Ordering::Release);
+        fds
+    };
+    for fd in same {
+        // Numbers the kernel still has as placeholders (checked at load).
+        let _ = state::insert(fd, Arc::clone(&d));
+    }
     Ok(d)
 }
 
@@ -201,15 +236,21 @@ fn closes_at_exec(fd: c_int) -> bool {
     f < 0 || f & libc::FD_CLOEXEC != 0
 }
 
-fn entry_text(fd: c_int, status: c_int, pos: u64, name: &str) -> String {
+fn entry_text(fd: c_int, id: u64, status: c_int, pos: u64, name: &str) -> String {
     let hex: String = name.bytes().map(|b| format!("{b:02x}")).collect();
-    format!("{fd}:{status}:{pos}:{hex}")
+    format!("{fd}:{id}:{status}:{pos}:{hex}")
 }
 
 /// The list for the next image: every store descriptor that stays open
 /// across the `exec` (none of a file deleted since), and those inherited
-/// and not yet used. Locks other threads hold are not waited for (in a child
-/// made by `fork` they may be held for good): such a descriptor is left out.
+/// and not yet used, but only in the process that inherited them: a child
+/// it forked passes none of them on. The store keeps no file position
+/// between processes, so of the processes that inherit one description only
+/// one may use it (a shell's `sh -c "a; b" > f` would have `b` write over
+/// what `a` wrote); the others find the bare placeholder (`EBADF`), as
+/// every program did before. Locks other threads hold are not waited for
+/// (in a child made by `fork` they may be held for good): such a
+/// descriptor is left out.
 fn list_now() -> String {
     let mut out = Vec::new();
     for (fd, d) in state::held_now() {
@@ -226,13 +267,23 @@ fn list_now() -> String {
             Err(TryLockError::Poisoned(p)) => p.into_inner().clone(),
             Err(TryLockError::WouldBlock) => continue,
         };
-        out.push(entry_text(fd, d.status.load(Ordering::Relaxed), pos, &name));
+        let id = Arc::as_ptr(&d) as u64;
+        out.push(entry_text(
+            fd,
+            id,
+            d.status.load(Ordering::Relaxed),
+            pos,
+            &name,
+        ));
     }
+    // SAFETY: a plain getter.
+    let me = unsafe { libc::getpid() };
     if ANY.load(Ordering::Acquire)
+        && LOAD_PID.load(Ordering::Relaxed) == me
         && let Ok(p) = PENDING.try_lock()
     {
         for e in p.iter().filter(|e| !closes_at_exec(e.fd)) {
-            out.push(entry_text(e.fd, e.status, e.pos, &e.name));
+            out.push(entry_text(e.fd, e.id, e.status, e.pos, &e.name));
         }
     }
     out.join(",")

@@ -327,8 +327,11 @@ pub(crate) fn before_std_copy(n: c_int) {
 }
 
 /// `n` became a copy of a store file's placeholder: its standard stream
-/// reads or writes through this library from now on.
-pub(crate) fn after_std_copy(n: c_int) {
+/// reads or writes through this library from now on, with a buffer of its
+/// own when `buffered` (the caller has an exit flush for it: the store's
+/// exit sync flushes every stream first, and so does the handler for
+/// descriptors inherited across `exec`), unbuffered otherwise.
+pub(crate) fn after_std_copy(n: c_int, buffered: bool) {
     if !is_std(n) {
         return;
     }
@@ -351,7 +354,8 @@ pub(crate) fn after_std_copy(n: c_int) {
     if f.is_null() {
         return;
     }
-    if n != 0 {
+    // Standard error is unbuffered, as the C library's own.
+    if n == 2 || (n == 1 && !buffered) {
         // SAFETY: a stream just made, not yet used.
         unsafe { libc::setvbuf(f, std::ptr::null_mut(), libc::_IONBF, 0) };
     }
@@ -365,6 +369,21 @@ pub(crate) fn after_std_copy(n: c_int) {
     let own = unsafe { std::mem::replace(&mut *ptr, f) };
     g[n as usize] = Some((own as usize, f as usize));
     STD_SWAPPED.fetch_or(1 << n, Ordering::AcqRel);
+}
+
+/// Flush the stand-ins of the standard streams.
+pub(crate) fn flush_stand_ins() {
+    if STD_SWAPPED.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let stand_ins: Vec<usize> = match crate::state::lock_unless_held_at_fork(&STD_SWAPS) {
+        Some(g) => g.iter().flatten().map(|&(_, f)| f).collect(),
+        None => return,
+    };
+    for f in stand_ins {
+        // SAFETY: a stand-in of ours, open while listed.
+        unsafe { libc::fflush(f as *mut libc::FILE) };
+    }
 }
 
 /// Before `n` is closed, or made a copy of a descriptor not of the store:

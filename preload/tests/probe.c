@@ -1395,6 +1395,19 @@ static void std_streams(void) {
     int eof = feof(stdin);
     clearerr(stdin);
     dup2(saved_in, 0);
+    /* 1 closed, then a file's descriptor lands on it by dup, then by open. */
+    fd = open(path("sd"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    fflush(stdout);
+    close(1);
+    int got = dup(fd);
+    printf("via dup at %d\n", got);
+    fflush(stdout);
+    close(1);
+    int at = open(path("sd2"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    printf("via open at %d\n", at);
+    fflush(stdout);
+    dup2(saved_out, 1);
+    close(fd);
     close(saved_in);
     close(saved_out);
     close(saved_err);
@@ -1402,8 +1415,12 @@ static void std_streams(void) {
     printf("%-40s %d lines, eof %d, sum %u\n", "stdin over a file", lines, eof, h);
     show_sum("what stdout wrote", "so", 100);
     show_sum("what stderr and 1>&2 wrote", "se", 100);
+    show_sum("what a dup onto a closed 1 wrote", "sd", 100);
+    show_sum("what an open onto a closed 1 wrote", "sd2", 100);
     unlink(path("so"));
     unlink(path("se"));
+    unlink(path("sd"));
+    unlink(path("sd2"));
 }
 
 static void common(void) {
