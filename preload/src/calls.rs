@@ -2053,15 +2053,17 @@ fn dup_follow(old: Option<Arc<Desc>>, new: c_int) -> c_int {
     if new < 0 {
         return new;
     }
-    if old.is_some() {
-        // `dup` or `F_DUPFD` onto a free 0, 1 or 2 (after its `close`).
-        stdio::after_std_copy(new, true);
-    }
     let replaced = match old {
         // Replaced in one step: a call on `new` meanwhile on another thread
         // finds the file it stood for or this one, never no file.
         Some(d) => match state::insert_replacing(new, d) {
-            Ok(r) => r,
+            Ok(r) => {
+                // A store file's copy at 0, 1 or 2 (`dup2`, `dup3`, or `dup`
+                // and `F_DUPFD` onto a free one): its standard stream follows.
+                // The store is open, and its exit sync flushes the stream.
+                stdio::after_std_copy(new, true);
+                r
+            }
             Err(e) => {
                 let replaced = state::remove(new);
                 // SAFETY: closes the copy just made.
@@ -2106,7 +2108,6 @@ pub unsafe extern "C-unwind" fn dup2(fd: c_int, new: c_int) -> c_int {
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup2()(fd, new) }
     };
-    std_after_copy(d.is_some(), rc);
     dup_follow(d.as_ref().map(state::Held::arc), rc)
 }
 
@@ -2128,7 +2129,6 @@ pub unsafe extern "C-unwind" fn dup3(fd: c_int, new: c_int, flags: c_int) -> c_i
         // SAFETY: passed through with the caller's arguments.
         unsafe { real::dup3()(fd, new, flags) }
     };
-    std_after_copy(d.is_some(), rc);
     dup_follow(d.as_ref().map(state::Held::arc), rc)
 }
 
@@ -2140,15 +2140,6 @@ fn std_before_copy(ours: bool, new: c_int) {
         stdio::before_std_copy(new);
     } else {
         stdio::std_released(new);
-    }
-}
-
-/// After `new` became a copy of a store file's descriptor (`ours`), or failed
-/// to (`new` < 0).
-fn std_after_copy(ours: bool, new: c_int) {
-    if ours && new >= 0 {
-        // The store is open: its exit sync flushes the stream first.
-        stdio::after_std_copy(new, true);
     }
 }
 

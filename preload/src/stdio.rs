@@ -67,22 +67,23 @@ static STREAMS: Mutex<Vec<(usize, c_int)>> = Mutex::new(Vec::new());
 /// `STREAMS`' length: none, and `fileno` costs one load.
 static STREAM_COUNT: AtomicUsize = AtomicUsize::new(0);
 
-/// Forget the stream at `f` (its placeholder may serve another stream).
-fn forget_stream_at(f: *mut libc::FILE) {
-    let Some(mut s) = crate::state::lock_unless_held_at_fork(&STREAMS) else {
-        return;
-    };
-    s.retain(|&(p, _)| p != f as usize);
-    STREAM_COUNT.store(s.len(), Ordering::Relaxed);
-}
-
-fn forget_stream(fd: c_int) {
+/// Forget the streams `gone` picks (by stream and placeholder).
+fn forget_streams(gone: impl Fn(usize, c_int) -> bool) {
     // In a child made by `fork` while another thread held the list: left.
     let Some(mut s) = crate::state::lock_unless_held_at_fork(&STREAMS) else {
         return;
     };
-    s.retain(|&(_, d)| d != fd);
+    s.retain(|&(p, d)| !gone(p, d));
     STREAM_COUNT.store(s.len(), Ordering::Relaxed);
+}
+
+/// Forget the stream at `f` (its placeholder may serve another stream).
+fn forget_stream_at(f: *mut libc::FILE) {
+    forget_streams(|p, _| p == f as usize);
+}
+
+fn forget_stream(fd: c_int) {
+    forget_streams(|_, d| d == fd);
 }
 
 unsafe extern "C" fn cookie_close(cookie: *mut c_void) -> c_int {

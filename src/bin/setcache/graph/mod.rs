@@ -104,6 +104,13 @@ const DEFAULT_DEPTH: usize = 512;
 /// `--iterations` when not given.
 const DEFAULT_ITERATIONS: usize = 10;
 
+impl GraphArgs {
+    /// Whether flag `id` (clap's id: the field's name) was given.
+    fn given(&self, id: &str) -> bool {
+        self.given.iter().any(|g| g == id)
+    }
+}
+
 /// One line of the report.
 struct Row {
     algo: String,
@@ -177,22 +184,21 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    let given = |id: &str| a.given.iter().any(|g| g == id);
-    if given("depth") && !a.backing.iter().any(|b| b == "setcache") {
+    if a.given("depth") && !a.backing.iter().any(|b| b == "setcache") {
         return Err(format!(
             "--depth {} counts setcache's reads in flight, and --backing names no setcache: add \
              it or drop --depth",
             a.depth
         ));
     }
-    if given("roots") && !a.algo.iter().any(|al| al == "bfs") {
+    if a.given("roots") && !a.algo.iter().any(|al| al == "bfs") {
         return Err(format!(
             "--roots {} counts breadth-first searches, and --algo names no bfs: add it or drop \
              --roots",
             a.roots
         ));
     }
-    if given("iterations") && !a.algo.iter().any(|al| al == "pagerank") {
+    if a.given("iterations") && !a.algo.iter().any(|al| al == "pagerank") {
         return Err(format!(
             "--iterations {} counts PageRank's sweeps, and --algo names no pagerank: add it or \
              drop --iterations",
