@@ -229,6 +229,10 @@ real! {
     fwide: fn(*mut libc::FILE, c_int) -> c_int;
     vfwprintf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
     __vfwprintf_chk: fn(*mut libc::FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;
+    vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
+    __vdprintf_chk: fn(c_int, c_int, *const c_char, *mut c_void) -> c_int;
+    vasprintf: fn(*mut *mut c_char, *const c_char, *mut c_void) -> c_int;
+    __vasprintf_chk: fn(*mut *mut c_char, c_int, *const c_char, *mut c_void) -> c_int;
     freopen64: fn(*const c_char, *const c_char, *mut libc::FILE) -> *mut libc::FILE;
     realpath: fn(*const c_char, *mut c_char) -> *mut c_char;
     chdir: fn(*const c_char) -> c_int;

@@ -826,12 +826,13 @@ pub unsafe extern "C-unwind" fn __vfwprintf_chk(
     unsafe { real::__vfwprintf_chk()(f, flag, fmt, ap) }
 }
 
-// `fwprintf` and `__fwprintf_chk` take their arguments as C variadic ones,
-// which a stable Rust function cannot declare. Each is a naked function that
-// makes the `va_list` the C compiler's own `va_start` would (the argument
-// registers stored in a save area, the caller's stack arguments beside it,
-// the named arguments counted as taken) and calls the `v` form above with
-// it, the named arguments left where they arrived.
+// `fwprintf` and `__fwprintf_chk` (and `dprintf` and `__dprintf_chk`, below)
+// take their arguments as C variadic ones, which a stable Rust function
+// cannot declare. Each is a naked function that makes the `va_list` the C
+// compiler's own `va_start` would (the argument registers stored in a save
+// area, the caller's stack arguments beside it, the named arguments counted
+// as taken) and calls its `v` form with it, the named arguments left where
+// they arrived.
 
 /// A trampoline for a function of `$named` named pointer-or-integer
 /// arguments followed by variadic ones: `$body(named..., va_list)`, the
@@ -935,6 +936,81 @@ wprintf_trampoline!(
 wprintf_trampoline!(
     __fwprintf_chk,
     __vfwprintf_chk,
+    named = 3,
+    x86_ap = "rcx",
+    arm_ap = "x3"
+);
+
+// ---- dprintf, vdprintf ------------------------------------------------------
+
+/// `vdprintf` onto a descriptor of the store: `print` (the C library's own
+/// `vasprintf` or its fortified form) formats into memory, and the bytes are
+/// written as `write` writes them, at the description's position. The bytes
+/// written, or -1 with `errno` (some may have been written, as the C
+/// library's own `dprintf` may leave part of its output behind).
+fn print_fd(fd: c_int, print: impl FnOnce(*mut *mut c_char) -> c_int) -> c_int {
+    let mut buf: *mut c_char = std::ptr::null_mut();
+    let n = print(&mut buf);
+    if n < 0 {
+        // `vasprintf` leaves nothing to free when it fails.
+        return -1;
+    }
+    let len = n as usize;
+    let mut done = 0usize;
+    let mut r = n;
+    while done < len {
+        // SAFETY: `buf` holds the `len` bytes `vasprintf` made.
+        let w = unsafe { calls::write(fd, buf.add(done).cast(), len - done) };
+        if w <= 0 {
+            if w == 0 {
+                set_errno(libc::EIO);
+            }
+            r = -1;
+            break;
+        }
+        done += w as usize;
+    }
+    // SAFETY: the buffer `vasprintf` allocated, the caller's to free.
+    unsafe { libc::free(buf.cast()) };
+    r
+}
+
+/// Whether `fd` is a descriptor of the store (its own `write` serves it).
+fn ours_fd(fd: c_int) -> bool {
+    crate::state::desc(fd).is_some()
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn vdprintf(fd: c_int, fmt: *const c_char, ap: *mut c_void) -> c_int {
+    if ours_fd(fd) {
+        // SAFETY: the caller's format and arguments, formatted into memory.
+        return print_fd(fd, |out| unsafe { real::vasprintf()(out, fmt, ap) });
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::vdprintf()(fd, fmt, ap) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __vdprintf_chk(
+    fd: c_int,
+    flag: c_int,
+    fmt: *const c_char,
+    ap: *mut c_void,
+) -> c_int {
+    if ours_fd(fd) {
+        // SAFETY: the caller's format and arguments, formatted into memory.
+        return print_fd(fd, |out| unsafe {
+            real::__vasprintf_chk()(out, flag, fmt, ap)
+        });
+    }
+    // SAFETY: passed through with the caller's arguments.
+    unsafe { real::__vdprintf_chk()(fd, flag, fmt, ap) }
+}
+
+wprintf_trampoline!(dprintf, vdprintf, named = 2, x86_ap = "rdx", arm_ap = "x2");
+wprintf_trampoline!(
+    __dprintf_chk,
+    __vdprintf_chk,
     named = 3,
     x86_ap = "rcx",
     arm_ap = "x3"

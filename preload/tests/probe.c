@@ -1350,6 +1350,52 @@ static void directory_errnos(void) {
     unlink(path("de2"));
 }
 
+/* Formatted output straight to a descriptor: dprintf formats inside the C
+ * library, whose write is out of a preloaded library's reach. More arguments
+ * than the registers hold, of both kinds; the fortified form too. */
+extern int __dprintf_chk(int fd, int flag, const char *fmt, ...);
+
+static int fd_vprint(int fd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vdprintf(fd, fmt, ap);
+    va_end(ap);
+    return n;
+}
+
+static void fd_printing(void) {
+    int fd = open(path("printed"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    show("dprintf", fd >= 0 ? dprintf(fd, "%d %d %d %d %d %d %d|%s|%.1f %.1f %.1f %.1f %.1f "
+                                          "%.1f %.1f %.1f %.1f %.1f\n",
+                                      1, 2, 3, 4, 5, 6, 7, "many", 0.5, 1.5, 2.5, 3.5, 4.5, 5.5,
+                                      6.5, 7.5, 8.5, 9.5)
+                            : -2);
+    show("vdprintf", fd >= 0 ? fd_vprint(fd, "%s=%ld\n", "long", 1234567890123L) : -2);
+    show("__dprintf_chk", fd >= 0 ? __dprintf_chk(fd, 1, "%5d|%-3c|\n", 12, 'x') : -2);
+    show("dprintf of nothing", fd >= 0 ? dprintf(fd, "%s", "") : -2);
+    show("the position after them", fd >= 0 ? (long long)lseek(fd, 0, SEEK_CUR) : -2);
+    /* At the position, over bytes written before. */
+    show("lseek back", fd >= 0 ? (long long)lseek(fd, 2, SEEK_SET) : -2);
+    show("dprintf over them", fd >= 0 ? dprintf(fd, "<%c>", 'o') : -2);
+    if (fd >= 0)
+        close(fd);
+    show_size("stat printed", "printed");
+    FILE *g = fopen(path("printed"), "r");
+    char line[256];
+    while (g && fgets(line, sizeof line, g))
+        printf("  printed: %s", line);
+    if (g)
+        fclose(g);
+    int ro = open(path("printed"), O_RDONLY);
+    errno = 0;
+    int r = ro >= 0 ? dprintf(ro, "refused %d\n", 1) : -2;
+    printf("%-40s %d %s\n", "dprintf to a read-only descriptor", r, r < 0 ? strerror(errno) : "");
+    if (ro >= 0)
+        close(ro);
+    show_size("stat printed after it", "printed");
+    unlink(path("printed"));
+}
+
 /* The standard streams made copies of a file's descriptor by dup2, as a
    shell's builtins redirected in its own process are: what stdout and
    stderr write goes to the file, stdin reads it. */
@@ -1695,6 +1741,7 @@ static void common(void) {
     }
     directory_errnos();
     std_streams();
+    fd_printing();
     const char *names[] = {"a", "c", "d", "s"};
     for (int i = 0; i < 4; i++)
         unlink(path(names[i]));
