@@ -183,6 +183,14 @@ fn adopt_now(fd: c_int) -> Option<Arc<Desc>> {
     IN_ADOPT.with(|a| a.set(false));
     match r {
         Ok(d) => Some(d),
+        Err(libc::EBUSY) => {
+            // Another process holds the store now: the next use of the
+            // number tries again (the store's own refusal said why, once).
+            let mut p = pending();
+            p.push(e);
+            ANY.store(true, Ordering::Release);
+            None
+        }
         Err(errno) => {
             crate::warn_once(
                 "inherited",

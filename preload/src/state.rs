@@ -351,8 +351,29 @@ fn read_config() -> Option<Config> {
     })
 }
 
-/// The store, opened on first use; `Err` (an errno and why) when it cannot be.
+/// The store, opened on first use; `Err` (an errno and why) when it cannot
+/// be. A store another process holds is not kept as an answer (see
+/// [`Refusal`]).
 static STATE: OnceLock<Result<State, (i32, String)>> = OnceLock::new();
+
+/// Held while a thread tries to open the store, so that one tries at a time.
+static OPENING: Mutex<()> = Mutex::new(());
+
+/// Why the store could not be opened.
+enum Refusal {
+    /// For good (the environment's settings, the devices): every later call
+    /// gets the same answer.
+    Final(i32, String),
+    /// Another process holds the store now: tried again at the next call,
+    /// so that a program that outlives the holder can go on.
+    Busy(i32, String),
+}
+
+impl From<(i32, String)> for Refusal {
+    fn from((errno, why): (i32, String)) -> Refusal {
+        Refusal::Final(errno, why)
+    }
+}
 
 /// Set in a child process after `fork`: the store belongs to the parent.
 static FORKED: AtomicBool = AtomicBool::new(false);
@@ -492,7 +513,23 @@ fn state_raw() -> Result<&'static State, i32> {
         None => {
             let r = {
                 let _g = SetupGuard::enter();
-                STATE.get_or_init(open_state)
+                let _one = OPENING.lock().unwrap_or_else(|p| p.into_inner());
+                match STATE.get() {
+                    Some(r) => r,
+                    None => match open_state() {
+                        Ok(s) => STATE.get_or_init(|| Ok(s)),
+                        Err(Refusal::Final(errno, why)) => STATE.get_or_init(|| Err((errno, why))),
+                        Err(Refusal::Busy(errno, why)) => {
+                            // Not kept: another process holds the store
+                            // now, and this one's next call tries again.
+                            crate::warn_once(
+                                "busy",
+                                &format!("{why} (tried again at the next call)"),
+                            );
+                            return Err(errno);
+                        }
+                    },
+                }
             };
             // The main thread may have ended before the store was opened:
             // its threads must not keep the process alive either.
@@ -550,7 +587,7 @@ fn env_size(name: &str, default: u64) -> Result<u64, (i32, String)> {
     }
 }
 
-fn open_state() -> Result<State, (i32, String)> {
+fn open_state() -> Result<State, Refusal> {
     let cfg = config().ok_or((libc::EINVAL, "SETCACHE_DIR is not set".to_string()))?;
     let devices = std::env::var("SETCACHE_DEVICES").map_err(|_| {
         (
@@ -572,7 +609,7 @@ fn open_state() -> Result<State, (i32, String)> {
     for r in &roots {
         let n = crate::path::normalise(b"", r.as_os_str().as_encoded_bytes());
         if crate::path::under(&n, &cfg.dir) || crate::path::under(&cfg.dir, &n) {
-            return Err((
+            return Err(Refusal::Final(
                 libc::EINVAL,
                 format!(
                     "device directory {} and SETCACHE_DIR {} must not contain one another",
@@ -590,11 +627,21 @@ fn open_state() -> Result<State, (i32, String)> {
         ..StoreOptions::default()
     };
     // Before the store takes its roots' locks and starts its threads: a
-    // child forked from now on is known as one.
-    watch_for_a_fork();
-    // SAFETY: registers a plain `extern "C"` function with no arguments.
-    unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
-    let store = Store::open(&roots, store_opts).map_err(fail)?;
+    // child forked from now on is known as one (once, however many tries).
+    static WATCHING: std::sync::Once = std::sync::Once::new();
+    WATCHING.call_once(|| {
+        watch_for_a_fork();
+        // SAFETY: registers a plain `extern "C"` function with no arguments.
+        unsafe { libc::pthread_atfork(None, None, Some(after_fork_child)) };
+    });
+    let store = match Store::open(&roots, store_opts) {
+        Ok(s) => s,
+        Err(e @ Error::StoreLocked { .. }) => {
+            let (errno, why) = fail(e);
+            return Err(Refusal::Busy(errno, why));
+        }
+        Err(e) => return Err(fail(e).into()),
+    };
     let partitions = match std::env::var("SETCACHE_PARTITIONS") {
         Err(_) => 1,
         Ok(v) => v.parse::<usize>().map_err(|_| {

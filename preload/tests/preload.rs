@@ -1157,6 +1157,83 @@ fn execl_execlp_and_execle_keep_what_was_written() {
     }
 }
 
+/// A store another process holds is refused (`EBUSY`, and `EBADF` for a
+/// descriptor inherited across `exec`) but not for good: once that process
+/// has let it go, the same program opens files of the store and takes up the
+/// inherited descriptor at its position.
+#[test]
+fn a_store_another_process_held_is_opened_once_it_lets_go() {
+    let s = Setup::new("busy");
+    let prog = probe(&s.p("bin"), true);
+    let marks = s.p("outside");
+    let wait_for = |name: &str| {
+        let p = marks.join(name);
+        let start = std::time::Instant::now();
+        while !p.exists() {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(60),
+                "no marker {name}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("inherit-busy").arg(&marks);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(run(c));
+    });
+    // Between the exec and the new image's first use, another process
+    // takes the store.
+    wait_for("execd");
+    let mut holder = s.preloaded(&prog);
+    holder.arg(s.p("store")).arg("hold").arg(&marks);
+    let (htx, hrx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = htx.send(run(holder));
+    });
+    wait_for("tried");
+    std::fs::write(marks.join("release"), b"").unwrap();
+    let held = hrx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the holder ended");
+    assert!(
+        text(&held.stdout).contains(&line("holder released", "0")),
+        "{}",
+        text(&held.stdout)
+    );
+    std::fs::write(marks.join("released"), b"").unwrap();
+    let out = rx
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the probe ended");
+    let t = text(&out.stdout);
+    for (what, result) in [
+        ("its descriptor", "3"),
+        ("write while it holds it", "-1 EBADF"),
+        ("open while it holds it", "-1 EBUSY"),
+        ("write once it is gone", "4"),
+        ("open once it is gone", "4"),
+        ("write the new file", "4"),
+        ("stat inh", "size 8 regular 1 mode 644"),
+    ] {
+        assert!(
+            t.contains(&line(what, result)),
+            "{what:?} is not {result:?} in:\n{t}\n{}",
+            text(&out.stderr)
+        );
+    }
+    assert!(
+        text(&out.stderr).contains("tried again at the next call"),
+        "{}",
+        text(&out.stderr)
+    );
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("cat").arg("inh").arg("other");
+    let t = text(&run(c).stdout);
+    assert!(t.contains("inh: 8 one\ntwo\n"), "{t}");
+    assert!(t.contains("other: 4 new\n"), "{t}");
+}
+
 /// Programs that list a directory through a descriptor (`openat`, then
 /// `fdopendir`, as `fts` does) see the store's files: `find` names them and
 /// `cp -r` copies them out whole.

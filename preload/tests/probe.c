@@ -2249,6 +2249,69 @@ static void exec_write(char **argv) {
     abort();
 }
 
+/* Markers in a directory outside the store, for the test that runs these
+ * modes side by side. */
+static void mark(const char *outside, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", outside, name);
+    int fd = open(p, O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0)
+        close(fd);
+}
+
+/* Waits (up to 60 s) for marker `name`; 0 when it came. */
+static int await_mark(const char *outside, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", outside, name);
+    for (int i = 0; i < 3000; i++) {
+        if (access(p, F_OK) == 0)
+            return 0;
+        usleep(20000);
+    }
+    return -1;
+}
+
+/* Holds the store (a file of it open) from marker "held" until the marker
+ * "release" appears. */
+static void hold(const char *outside) {
+    int fd = open(path("holder"), O_CREAT | O_WRONLY, 0644);
+    show("holder open", fd);
+    mark(outside, "held");
+    show("holder released", await_mark(outside, "release"));
+    close(fd);
+}
+
+/* Opens a file of the store, writes to it and execs itself with the
+ * descriptor open; the new image uses it only after another process took
+ * the store (its take-up and an open are refused: EBADF, EBUSY), and again
+ * after that process let the store go (both work then). */
+static void inherit_busy(char **argv, const char *outside) {
+    int fd = open(path("inh"), O_CREAT | O_RDWR, 0644);
+    show("write before the exec", write(fd, "one\n", 4));
+    show("its descriptor", fd);
+    fflush(stdout);
+    char *args[] = {argv[0], argv[1], "inherit-busy-2", (char *)outside, NULL};
+    execv(argv[0], args);
+    abort();
+}
+
+static void inherit_busy_2(const char *outside) {
+    mark(outside, "execd");
+    show("another process holds the store", await_mark(outside, "held"));
+    show("write while it holds it", write(3, "two\n", 4));
+    show("open while it holds it", open(path("other"), O_CREAT | O_WRONLY, 0644));
+    mark(outside, "tried");
+    show("the other process is gone", await_mark(outside, "released"));
+    show("write once it is gone", write(3, "two\n", 4));
+    int fd = open(path("other"), O_CREAT | O_WRONLY, 0644);
+    show("open once it is gone", fd);
+    show("write the new file", fd >= 0 ? write(fd, "new\n", 4) : -1);
+    if (fd >= 0)
+        close(fd);
+    close(3);
+    show_size("stat inh", "inh");
+}
+
 /* Writes more than the store's devices have room for, then execs: the sync
  * before the exec fails, and the exec is refused with its error. */
 static void exec_full(void) {
@@ -2682,6 +2745,12 @@ int main(int argc, char **argv) {
         fork_outlive(argc > 3 && strcmp(argv[3], "raw") == 0);
     else if (argc > 2 && strcmp(argv[2], "exec-full") == 0)
         exec_full();
+    else if (argc > 3 && strcmp(argv[2], "hold") == 0)
+        hold(argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "inherit-busy") == 0)
+        inherit_busy(argv, argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "inherit-busy-2") == 0)
+        inherit_busy_2(argv[3]);
     else if (argc > 2 && strncmp(argv[2], "execl", 5) == 0)
         execl_write(argv, argv[2]);
     else if (argc > 2 && strcmp(argv[2], "implicit-syncs") == 0)
