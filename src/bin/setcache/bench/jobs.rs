@@ -114,6 +114,12 @@ pub(crate) fn resolve(
         } else {
             s.name.clone()
         };
+        if jobs.iter().any(|j: &Job| j.name == name) {
+            return Err(format!(
+                "job {name}: two jobs have this name (given, or job<N> for the N-th unnamed \
+                 one): name each job differently, its rows and records are told apart by it"
+            ));
+        }
         let bs = s.bs.unwrap_or(bs);
         if s.offset >= file_len {
             return Err(format!(
@@ -242,6 +248,14 @@ mod tests {
         let ok = r("rw=randread,offset=256k,bs=100").unwrap();
         assert_eq!((ok[0].bs, ok[0].size, ok[0].iodepth), (100, 768 << 10, 32));
         assert_eq!(ok[0].name, "job1");
+        // Two jobs of one name, given or the default of an unnamed one.
+        let two =
+            |a: &str, b: &str| resolve(&[job_arg(a).unwrap(), job_arg(b).unwrap()], 4096, 32, file);
+        let e = two("name=scan,rw=read", "name=scan,rw=randread").unwrap_err();
+        assert!(e.contains("job scan: two jobs have this name"), "{e}");
+        let e = two("rw=read", "name=job1,rw=randread").unwrap_err();
+        assert!(e.contains("job job1: two jobs"), "{e}");
+        assert_eq!(two("rw=read", "name=job1x,rw=read").unwrap().len(), 2);
     }
 
     use crate::test_alloc::{input_bound, largest_alloc};
