@@ -410,3 +410,38 @@ fn a_forced_copy_out_keeps_the_files_mode_and_writes_through_a_link() {
     assert!(!d.join("nowhere").exists());
     let _ = std::fs::remove_dir_all(&base);
 }
+
+/// Plain paths are the system's bytes, UTF-8 or not: a file whose name is
+/// not UTF-8 goes in and comes back out under another such name. A store
+/// name that is not UTF-8 is refused by what is wrong with it.
+#[test]
+fn plain_paths_that_are_not_utf8_are_copied() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let d = scratch_named("bytes");
+    let src = d.join(OsStr::from_bytes(b"caf\xe9-in.bin"));
+    let out = d.join(OsStr::from_bytes(b"caf\xe9-out.bin"));
+    let data: Vec<u8> = (0..70_001u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let run = |args: &[&OsStr]| {
+        Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .arg("cp")
+            .arg("--devices")
+            .arg(format!(
+                "{},{}",
+                d.join("d0").display(),
+                d.join("d1").display()
+            ))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    ok(&run(&[src.as_os_str(), OsStr::new("store:cafe")]));
+    ok(&run(&[OsStr::new("store:cafe"), out.as_os_str()]));
+    assert!(std::fs::read(&out).unwrap() == data, "the copy differs");
+    refused(
+        &run(&[src.as_os_str(), OsStr::from_bytes(b"store:caf\xe9")]),
+        "is not UTF-8",
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}

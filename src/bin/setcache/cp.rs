@@ -27,10 +27,10 @@ pub(crate) struct CpArgs {
     /// Page cache size for the copy
     #[arg(long, default_value = "64M", value_parser = size_arg)]
     cache_size: u64,
-    /// What to copy: a plain path, or store:NAME
-    src: String,
-    /// Where to: a plain path, or store:NAME
-    dst: String,
+    /// What to copy: a plain path (any bytes), or store:NAME
+    src: std::ffi::OsString,
+    /// Where to: a plain path (any bytes), or store:NAME
+    dst: std::ffi::OsString,
 }
 
 /// One side of a copy.
@@ -39,10 +39,18 @@ enum Side {
     Stored(String),
 }
 
-fn side(s: &str) -> Side {
-    match s.strip_prefix("store:") {
-        Some(name) => Side::Stored(name.to_string()),
-        None => Side::Plain(PathBuf::from(s)),
+/// A plain path may be any bytes, as the system's; a store name is UTF-8.
+fn side(s: &std::ffi::OsStr) -> Result<Side, String> {
+    use std::os::unix::ffi::OsStrExt;
+    match s.as_bytes().strip_prefix(b"store:") {
+        Some(name) => match std::str::from_utf8(name) {
+            Ok(name) => Ok(Side::Stored(name.to_string())),
+            Err(_) => Err(format!(
+                "store name {:?} is not UTF-8: the store's names are text",
+                String::from_utf8_lossy(name)
+            )),
+        },
+        None => Ok(Side::Plain(PathBuf::from(s))),
     }
 }
 
@@ -305,7 +313,7 @@ fn blocking(f: std::fs::File) -> std::io::Result<std::fs::File> {
 }
 
 pub(crate) fn run(a: CpArgs) -> Result<(), String> {
-    let (src, dst) = (side(&a.src), side(&a.dst));
+    let (src, dst) = (side(&a.src)?, side(&a.dst)?);
     if let (Side::Plain(_), Side::Plain(_)) = (&src, &dst) {
         return Err("one side of the copy must be a file of the store, written store:NAME".into());
     }
