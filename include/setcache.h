@@ -55,10 +55,11 @@
  *
  * A program that ends with stores still open keeps what it wrote, as on a
  * local file system: when the process exits normally (exit, or a return from
- * main) the library writes and syncs every store still open, without waiting
- * for a page another thread pins or a queue writes back (what then fails is
- * said on stderr, and is lost: a file with such a page is written but not
- * fsynced; another thread's sync of a file is waited for up to five seconds),
+ * main) the library writes and syncs every store still open, waiting at most
+ * two seconds for pages another thread pins or a queue writes back (the
+ * rest of such a file, and its length, are written and synced; what then
+ * fails is said on stderr, and the pages held are lost; another thread's
+ * sync of a file is waited for up to five seconds),
  * nor more than a minute without progress (an exit from a signal
  * handler that interrupted a call of this library, whose locks the exiting
  * thread then holds); _exit, abort or a signal that ends the process lose

@@ -8,9 +8,11 @@
 //! is leaked, kept in a static, or owned by a thread still running.
 //!
 //! The handler does not wait for what other threads hold (they may never
-//! let it go before the process ends): a file whose sync would wait for a
-//! page another thread pins or writes back fails at once, and what fails is
-//! said on stderr; nor for the thread that called `exit` (see
+//! let it go before the process ends): a file's sync writes the pages it
+//! can, makes them durable with the file's length, and goes again for pages
+//! another thread held, for up to two seconds (a thread still writing holds
+//! each page only while it copies); what is still held then fails, and is
+//! said on stderr. Nor does it wait for the thread that called `exit` (see
 //! [`sync_open_stores`]). Another thread's sync of a file, which writes the
 //! same pages, is waited for up to five seconds. `_exit`, `abort` or a signal that ends the process
 //! lose what no sync covered.
@@ -131,10 +133,25 @@ pub(crate) fn sync_one(sh: &Shared) -> Result<()> {
             {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
+            // Pages another thread held (one still writing while the
+            // process exits holds each only for its copy): what was written
+            // is durable, and the sync goes again for the rest while
+            // [`HELD_PAGES`] lasts.
+            Err(Error::Busy(m))
+                if m.ends_with(super::writeback::IN_USE) && start.elapsed() < HELD_PAGES =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
             r => return r,
         }
     }
 }
+
+/// How long the exit's sync goes again for pages other threads held (see
+/// [`sync_one`]): a thread writing while the process exits lets each page go
+/// after its copy, so every page dirty when the exit began is written in a
+/// later round; a page held for good is given up after this.
+const HELD_PAGES: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long the exit waits for a file's sync before it gives up (see
 /// [`sync_open_stores`]).

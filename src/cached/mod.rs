@@ -846,9 +846,10 @@ impl CachedStore {
 
     /// As [`CachedStore::sync_unheard`], for a process's exit handler, which
     /// must not wait for what other threads hold (they may never let it go
-    /// before the process ends): a file whose sync would wait for a page
-    /// another thread holds or writes back fails [`Error::Busy`] at once,
-    /// one another thread is syncing after that sync ends or five seconds
+    /// before the process ends): a file's sync writes the pages it can and
+    /// makes them durable with the file's length; for pages another thread
+    /// holds or writes back it goes again for up to two seconds, then fails
+    /// [`Error::Busy`]; one another thread is syncing after that sync ends or five seconds
     /// (whichever comes first), and the error returned is the first met;
     /// what is left dirty stays so. A store whose pages are to be given
     /// up ([`CachedStore::discard_at_close`]) is left as it is.

@@ -744,15 +744,17 @@ impl Shared {
         // cache: nothing of them is to be synced (their backing files are
         // gone, and each sync would fail on them).
         self.retire_stale(None);
-        let files: Vec<u32> = self
+        // With their entries: a file deleted meanwhile is told by its own
+        // entry, retired, not by its id, which may name another file by then.
+        let files: Vec<(u32, Arc<Entry>)> = self
             .files
             .read()
             .unwrap_or_else(|p| p.into_inner())
-            .keys()
-            .copied()
+            .iter()
+            .map(|(&id, e)| (id, e.clone()))
             .collect();
         let mut first = None;
-        for id in files {
+        for (id, entry) in files {
             // The loss this file's sync met, if any: reported only if its
             // error is the one returned (another file's loss stays unheard,
             // for its next open to meet).
@@ -765,13 +767,16 @@ impl Shared {
             // (The caller holds no guard of the store.)
             match self.sync_file_as(id, wait, who, &Guards::NONE) {
                 // Deleted meanwhile: nothing of it is to be synced.
-                Err(_) if self.entry(id).is_err() => {}
+                Err(_) if entry.gone.load(Ordering::Acquire) => {}
+                // Deleted or replaced through the store while this sync
+                // looked at its backing files, its entry not yet retired by
+                // the thread that did it: as deleted.
+                Err(Error::FileGone(_) | Error::BackingGone { .. }) if self.retired_now(&entry) => {
+                }
                 Err(e) => {
                     if first.is_none() {
                         let loss = met.load(Ordering::Acquire);
-                        if loss > 0
-                            && let Ok(entry) = self.entry(id)
-                        {
+                        if loss > 0 {
                             entry.durable().heard(loss);
                         }
                         first = Some(e);
@@ -781,6 +786,14 @@ impl Shared {
             }
         }
         first.map_or(Ok(()), Err)
+    }
+
+    /// Whether the file of entry `e` is retired once the store is asked whether
+    /// it still names that file (a delete or replacement the store has
+    /// committed retires it here, as the thread that made it is about to).
+    fn retired_now(&self, e: &Entry) -> bool {
+        self.retire_stale(Some(&e.file.name()));
+        e.gone.load(Ordering::Acquire)
     }
 
     /// Retire the entries that are no longer the store's file of their name

@@ -611,6 +611,11 @@ impl Shared {
 /// it (the end of its [`Error::Busy`] message).
 pub(crate) const BEING_SYNCED: &str = "is being synced";
 
+/// How a sync that does not wait says that pages of the file were held by
+/// others (the end of its [`Error::Busy`] message); what it could write it
+/// made durable.
+pub(crate) const IN_USE: &str = "are in use";
+
 /// Bytes of the file region whose dirty pages are written together.
 ///
 /// The disk here (and SSDs generally, whose mapping units and write buffers
@@ -761,6 +766,8 @@ impl Shared {
         let mut since = Instant::now();
         // Whether `Entry::sync_waits` shows pages.
         let mut shown = false;
+        // Without `wait`: the pages others held when this sync gave up.
+        let mut held = None;
         while !pending.is_empty() {
             let mut busy = Vec::new();
             let mut why = Vec::new();
@@ -890,20 +897,33 @@ impl Shared {
                         }
                         continue;
                     }
-                    // Held by others: the sets go back (see `Remark`).
-                    let q = w.into_queue();
-                    let _ = SYNC_QUEUE.try_with(|c| *c.borrow_mut() = Some(q));
-                    return Err(Error::Busy(format!(
-                        "{} pages of {:?} are in use",
-                        pending.len(),
-                        e.file.name()
-                    )));
+                    // Held by others: what this sync wrote is still made
+                    // durable below, with the headers of a growth (the
+                    // length of the writes that ended is not lost with the
+                    // pages others hold), and then the sync fails; the sets
+                    // go back (see `Remark`).
+                    held = Some(pending.len());
+                    break;
                 } else {
                     std::thread::sleep(Duration::from_micros(pause));
                     pause = (pause * 2).min(1000);
                 }
             }
         }
+        let r = self.fsync_written(id, e, w, who);
+        match held {
+            Some(n) if r.is_ok() => Err(Error::Busy(format!(
+                "{n} pages of {:?} {IN_USE}",
+                e.file.name()
+            ))),
+            _ => r,
+        }
+    }
+
+    /// The end of [`Shared::write_and_fsync`] once its writes are sent:
+    /// wait for them, then fsync (and write a growth's headers) if anything
+    /// was written since the last good fsync.
+    fn fsync_written(&self, id: u32, e: &Entry, mut w: Writer<'_>, who: Asker<'_>) -> Result<()> {
         w.drain();
         let failed = w.failed.take();
         let q = w.into_queue();
