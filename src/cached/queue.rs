@@ -1788,7 +1788,18 @@ mod tests {
     #[test]
     fn a_forked_childs_queue_drop_undoes_the_threads_counts() {
         let dir = crate::cached::scratch_dir("fork-counts");
-        let store = Store::open(&[&dir], crate::StoreOptions::default()).unwrap();
+        // A device slow enough that the fills are still in flight at the
+        // fork, however loaded the machine (the kernel's page cache answers
+        // a real device's reads of this file at once, and a fill reaped by
+        // the submit itself leaves nothing for the child to undo).
+        let opts = crate::StoreOptions {
+            engine: crate::EngineKind::Sim(crate::SimConfig {
+                latency_us: (200_000, 300_000),
+                ..crate::SimConfig::default()
+            }),
+            ..crate::StoreOptions::default()
+        };
+        let store = Store::open(&[&dir], opts).unwrap();
         let f = store.create("f", 256 * 4096, LayoutKind::Stripe).unwrap();
         let mut b = AlignedBuf::new(256 * 4096);
         b.fill(5);
