@@ -1303,6 +1303,89 @@ fn a_stores_sync_beside_deletes_of_closed_files_succeeds() {
 }
 
 /// The devices of the store a child run of
+/// `files_made_and_closed_one_by_one_never_run_out_of_descriptors` uses.
+const FDS_CHILD: &str = "SETCACHE_TEST_FDS_CHILD";
+
+/// A program under a small descriptor limit that makes, writes and closes
+/// files one after another on a store of many devices never runs out of
+/// descriptors: closed files kept open for a later open (one descriptor per
+/// device each) are fewer than the limit allows, and an open or create that
+/// meets the limit gives the idle ones back and tries again. Before, the
+/// cache kept at least 16 closed files whatever the limit (16 of 8 devices
+/// are 128 descriptors), and the creates failed with EMFILE.
+#[test]
+fn files_made_and_closed_one_by_one_never_run_out_of_descriptors() {
+    if let Ok(dir) = std::env::var(FDS_CHILD) {
+        let lim = libc::rlimit {
+            rlim_cur: 96,
+            rlim_max: 96,
+        };
+        // SAFETY: sets this child process's own descriptor limit.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) }, 0);
+        let roots: Vec<std::path::PathBuf> = std::env::split_paths(&dir).collect();
+        let cs = CachedStore::new(
+            Store::open(&roots, StoreOptions::default()).unwrap(),
+            cache(64),
+        )
+        .unwrap();
+        // Descriptors the program itself holds meanwhile: enough that the
+        // idle files' meet the limit, and must be given back.
+        let mine: Vec<std::fs::File> = (0..44)
+            .map(|_| std::fs::File::open("/dev/null").unwrap())
+            .collect();
+        for i in 0..300u32 {
+            let name = format!("f{i}");
+            let f = cs
+                .create(&name, 0, LayoutKind::Stripe)
+                .unwrap_or_else(|e| panic!("create of file {i}: {e}"));
+            f.write_extending(0, &i.to_le_bytes()).unwrap();
+            drop(f);
+            if i % 7 == 0 {
+                // And an open of an older one now and then.
+                let g = cs
+                    .open_file(&format!("f{}", i / 2))
+                    .unwrap_or_else(|e| panic!("open of file {}: {e}", i / 2));
+                let mut b = [0u8; 4];
+                g.read_at(0, &mut b).unwrap();
+                assert_eq!(u32::from_le_bytes(b), i / 2);
+            }
+        }
+        drop(mine);
+        cs.close().unwrap();
+        return;
+    }
+    let tmp = TempDir::new("fd-limit");
+    let roots = tmp.devices(8);
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "files_made_and_closed_one_by_one_never_run_out_of_descriptors",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(FDS_CHILD, std::env::join_paths(&roots).unwrap())
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the child failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cs = CachedStore::new(
+        Store::open(&roots, StoreOptions::default()).unwrap(),
+        cache(64),
+    )
+    .unwrap();
+    for i in (0..300u32).step_by(37) {
+        let f = cs.open_file(&format!("f{i}")).unwrap();
+        let mut b = [0u8; 4];
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(u32::from_le_bytes(b), i);
+    }
+}
+
+/// The devices of the store a child run of
 /// `what_a_thread_appended_before_the_exit_is_kept` appends to.
 const APPEND_CHILD: &str = "SETCACHE_TEST_APPEND_CHILD";
 

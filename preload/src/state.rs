@@ -38,8 +38,45 @@ pub(crate) struct State {
     pub(crate) kept: Mutex<std::collections::VecDeque<Arc<Node>>>,
 }
 
-/// Files kept open after their last close.
+/// Files kept open after their last close, at most.
 const KEPT: usize = 32;
+
+/// Files kept open after their last close for a store of `devices` devices:
+/// [`KEPT`], or fewer where each one's descriptors (one per device) would
+/// take more than an eighth of what the process may open (16 files of 32
+/// devices are half of 1,024; the cache keeps idle files of its own too).
+fn kept_most(devices: usize) -> usize {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into `lim`, which outlives the call.
+    let nofile = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        lim.rlim_cur.min(1 << 20) as usize
+    } else {
+        1024
+    };
+    (nofile / 8 / devices.max(1)).clamp(1, KEPT)
+}
+
+/// Out of descriptors: let go of every file kept after its last close (its
+/// descriptors go once the cache retires it), so that an open can be tried
+/// again.
+fn shed_kept(s: &State) {
+    let all: Vec<Arc<Node>> = s
+        .kept
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .drain(..)
+        .collect();
+    // Outside the list's lock, as in `keep`.
+    drop(all);
+}
+
+/// Whether `e` says the process (or the system) is out of descriptors.
+fn out_of_descriptors(e: &Error) -> bool {
+    matches!(e.errno(), Some(libc::EMFILE | libc::ENFILE))
+}
 
 /// Keep `n` open for a while after its last descriptor closed, if it is
 /// still the file its name opens: a file deleted or replaced while open
@@ -56,7 +93,11 @@ pub(crate) fn keep(s: &State, n: Arc<Node>) {
         } else {
             k.retain(|x| !Arc::ptr_eq(x, &n));
             k.push_back(n);
-            if k.len() > KEPT { k.pop_front() } else { None }
+            if k.len() > kept_most(s.cs.store().devices()) {
+                k.pop_front()
+            } else {
+                None
+            }
         }
     };
     // Dropped outside the lock: the last reference syncs the file, and other
@@ -996,15 +1037,32 @@ pub(crate) fn node(
         drop(nodes);
         return r.map(|()| n);
     }
-    let opened = if writer {
-        s.cs.open_file(name)
-    } else {
-        s.cs.open_file_keeping_loss(name)
+    let open = || {
+        if writer {
+            s.cs.open_file(name)
+        } else {
+            s.cs.open_file_keeping_loss(name)
+        }
+    };
+    // Out of descriptors: the files kept after their last close let go of
+    // theirs, and the open (or create) is tried again.
+    let opened = match open() {
+        Err(e) if out_of_descriptors(&e) => {
+            shed_kept(s);
+            open()
+        }
+        r => r,
     };
     let file = match opened {
         Ok(_) if create && excl => return Err(Error::FileExists(name.to_string())),
         Ok(f) => f,
-        Err(Error::FileNotFound(_)) if create => s.cs.create(name, 0, LAYOUT)?,
+        Err(Error::FileNotFound(_)) if create => match s.cs.create(name, 0, LAYOUT) {
+            Err(e) if out_of_descriptors(&e) => {
+                shed_kept(s);
+                s.cs.create(name, 0, LAYOUT)?
+            }
+            r => r?,
+        },
         Err(e) => return Err(e),
     };
     let n = Arc::new(Node {

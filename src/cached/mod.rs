@@ -648,7 +648,15 @@ impl CachedStore {
     /// Create a file (as [`Store::create`]) and open it through the cache.
     pub fn create(&self, name: &str, size: u64, layout: LayoutKind) -> Result<CachedFile> {
         self.inner.check_len(name, size)?;
-        let f = self.inner.store.create(name, size, layout);
+        let f = match self.inner.store.create(name, size, layout) {
+            // Idle files' descriptors (one per device each) are given back,
+            // and the create is tried again.
+            Err(e) if shared::out_of_descriptors(&e) => {
+                self.inner.shed_idle();
+                self.inner.store.create(name, size, layout)
+            }
+            r => r,
+        };
         self.inner.retire_finished();
         self.attach(f?, false, true)
     }
@@ -688,7 +696,14 @@ impl CachedStore {
     fn open_as(&self, name: &str, read_only: bool, accept_loss: bool) -> Result<CachedFile> {
         let mut tries = 0;
         loop {
-            let f = self.inner.store.open_file(name);
+            let f = match self.inner.store.open_file(name) {
+                // As in `create`: idle files give their descriptors back.
+                Err(e) if shared::out_of_descriptors(&e) => {
+                    self.inner.shed_idle();
+                    self.inner.store.open_file(name)
+                }
+                r => r,
+            };
             self.inner.retire_finished();
             if let Err(Error::FileNotFound(_)) = &f {
                 // Deleted through the store itself: its entry (which would

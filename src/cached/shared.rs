@@ -688,7 +688,9 @@ impl Shared {
 
 /// How many entries without a handle a cache of a store of `devices`
 /// devices keeps (`Shared::idle_keep`): a quarter of the descriptors the
-/// process may open, one per device each, between 16 and 1,024 entries.
+/// process may open, one per device each, between 1 and 1,024 entries (a
+/// floor above what the limit allows would spend descriptors the program
+/// needs: 16 idle files of 24 devices are 384 of 1,024).
 pub(crate) fn idle_keep(devices: usize) -> usize {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -701,7 +703,12 @@ pub(crate) fn idle_keep(devices: usize) -> usize {
         1024
     };
     let per = nofile / 4 / devices.max(1) as u64;
-    per.clamp(16, 1024) as usize
+    per.clamp(1, 1024) as usize
+}
+
+/// Whether `e` says the process (or the system) is out of descriptors.
+pub(crate) fn out_of_descriptors(e: &Error) -> bool {
+    matches!(e.errno(), Some(libc::EMFILE | libc::ENFILE))
 }
 
 /// Retired ids still held at their retirement that gather before a
@@ -895,10 +902,22 @@ impl Shared {
     /// sync fails stays, with the failure its next sync reports. The table
     /// is looked at again once it has grown by a quarter of `idle_keep`.
     pub(crate) fn trim_idle(&self) {
+        self.trim_idle_to(self.idle_keep.load(Ordering::Relaxed));
+    }
+
+    /// Out of descriptors: retire every entry without a handle that syncs
+    /// without waiting (their descriptors go), so that an open or create
+    /// can be tried again.
+    pub(crate) fn shed_idle(&self) {
+        self.trim_idle_to(0);
+    }
+
+    /// [`Shared::trim_idle`] down to three quarters of `keep` entries
+    /// without a handle.
+    fn trim_idle_to(&self, keep: usize) {
         let Ok(_one) = self.trimming.try_lock() else {
             return;
         };
-        let keep = self.idle_keep.load(Ordering::Relaxed);
         let mut idle: Vec<(u64, u32)> = self
             .files
             .read()
@@ -933,8 +952,8 @@ impl Shared {
             self.retire_idle(dead);
         }
         let len = self.files.read().unwrap_or_else(|p| p.into_inner()).len();
-        self.trim_at
-            .store(len + (keep / 4).max(1), Ordering::Relaxed);
+        let every = self.idle_keep.load(Ordering::Relaxed) / 4;
+        self.trim_at.store(len + every.max(1), Ordering::Relaxed);
     }
 
     /// Retire entries that had no handle when they left the table: as
