@@ -1701,6 +1701,12 @@ fn follows_open(flags: c_int) -> bool {
     flags & libc::O_NOFOLLOW == 0 && flags & excl != excl
 }
 
+/// Whether C string `path` (not null) ends in `/`, `/.` or `/..`.
+fn names_a_directory_c(path: *const c_char) -> bool {
+    // SAFETY: a C string the caller passed and `classify_as` already read.
+    !path.is_null() && crate::path::names_a_directory(unsafe { CStr::from_ptr(path) }.to_bytes())
+}
+
 /// `open`-like calls: inside the store, a placeholder; else `pass()`.
 fn open_via(
     dirfd: c_int,
@@ -1712,8 +1718,19 @@ fn open_via(
     match classify_as(dirfd, path, follows_open(flags)) {
         // The kernel refuses these flags before it looks at the path.
         Place::Bad(_) | Place::Inside(_) if flags & both == both => int_ret(Err(libc::EINVAL)),
+        // `name/` to create: the kernel's answer whatever `name` is.
+        Place::Bad(_) if flags & libc::O_CREAT != 0 && names_a_directory_c(path) => {
+            int_ret(Err(libc::EISDIR))
+        }
         Place::Bad(e) => int_ret(Err(e)),
         Place::Inside(name) => int_ret(open_inside(&name, flags)),
+        // An unnamed file in the store's directory would be the kernel's,
+        // outside the store, and could never be linked into it: refused as
+        // inside the store.
+        Place::Root if flags & libc::O_TMPFILE == libc::O_TMPFILE => int_ret(Err(unsupported(
+            "O_TMPFILE in SETCACHE_DIR",
+            libc::EOPNOTSUPP,
+        ))),
         // The directory itself is a real one (listing is served by opendir).
         Place::Root | Place::Outside => pass(),
     }

@@ -101,7 +101,7 @@ fn base_of(dirfd: c_int) -> Option<Vec<u8>> {
 
 /// Whether `path`'s last component is empty, `.` or `..` (`f/`, `f/.`):
 /// the path then names a directory, and no file of the store is one.
-fn names_a_directory(path: &[u8]) -> bool {
+pub(crate) fn names_a_directory(path: &[u8]) -> bool {
     let last = path.rsplit(|&b| b == b'/').next().unwrap_or_default();
     path.len() > 1 && matches!(last, b"" | b"." | b"..")
 }
@@ -341,9 +341,10 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&full, c)))
         .or_else(|| through_a_link(cfg, &full));
     match place {
-        // `$DIR/f/` or `$DIR/f/.`: as the kernel says of a file so named
-        // (an unlink, a truncating open or a rename must not act on `f`).
-        Some(Place::Inside(_)) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
+        // `$DIR/f/` or `$DIR/f/.`: as the kernel says of a file so named,
+        // or of nothing (an unlink, a truncating open or a rename must not
+        // act on `f`).
+        Some(Place::Inside(n)) if names_a_directory(p) => Place::Bad(below_a_name(&n)),
         Some(Place::Inside(n)) if n.contains('/') => Place::Bad(below_a_name(&n)),
         Some(place) => place,
         None => Place::Outside,

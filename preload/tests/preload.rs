@@ -259,6 +259,9 @@ fn unsupported_calls_fail_with_a_clear_errno_and_message() {
         assert_eq!(line(what), "-1 EOPNOTSUPP", "{what}");
     }
     assert_eq!(line("setxattr of a missing file"), "-1 ENOENT");
+    // It would be the kernel's file, outside the store, and could never be
+    // linked into it.
+    assert_eq!(line("O_TMPFILE in the store's directory"), "-1 EOPNOTSUPP");
     for name in ["sub2", "fifo", "sym", "m2", "ln", "fifo2", "fifo3"] {
         assert!(
             std::fs::symlink_metadata(s.p("store").join(name)).is_err(),

@@ -1327,6 +1327,16 @@ static void directory_errnos(void) {
         closedir(d);
     show("open O_DIRECTORY of a missing name", open(path("de-missing"), O_RDONLY | O_DIRECTORY));
     show("open O_DIRECTORY of a file", open(path("de"), O_RDONLY | O_DIRECTORY));
+    /* A name and a trailing slash: a file so named, or nothing. */
+    show("open of a missing name/", open(path("de-missing/"), O_RDONLY));
+    show("open O_CREAT of a missing name/", open(path("de-missing/"), O_CREAT | O_WRONLY, 0644));
+    show("open of a file/", open(path("de/"), O_RDONLY));
+    show("open O_CREAT of a file/", open(path("de/"), O_CREAT | O_WRONLY, 0644));
+    struct stat sst;
+    show("stat of a missing name/", stat(path("de-missing/"), &sst));
+    show("stat of a file/", stat(path("de/"), &sst));
+    show("unlink of a missing name/", unlink(path("de-missing/")));
+    show("unlink of a file/", unlink(path("de/")));
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
     show("unlinkat AT_REMOVEDIR of a missing name", unlinkat(dfd, "de-missing", AT_REMOVEDIR));
     show("unlinkat AT_REMOVEDIR of a file", unlinkat(dfd, "de", AT_REMOVEDIR));
@@ -1814,6 +1824,11 @@ static void refused(void) {
     show("removexattr", removexattr(path("m"), "user.k"));
     show("fremovexattr", fremovexattr(fd, "user.k"));
     show("setxattr of a missing file", setxattr(path("nothing"), "user.k", "v", 1, 0));
+    /* An unnamed file in the store's directory itself, and inside it. */
+    int t = open(dir, O_RDWR | O_TMPFILE, 0600);
+    show("O_TMPFILE in the store's directory", t);
+    if (t >= 0)
+        close(t);
     close(fd);
     unlink(path("m"));
 }
