@@ -20,7 +20,7 @@ fn scratch_named(tag: &str) -> PathBuf {
     d
 }
 
-fn cp(d: &Path, args: &[&str]) -> Output {
+fn cp<S: AsRef<std::ffi::OsStr>>(d: &Path, args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_setcache"))
         .arg("cp")
         .arg("--devices")
@@ -423,19 +423,7 @@ fn plain_paths_that_are_not_utf8_are_copied() {
     let out = d.join(OsStr::from_bytes(b"caf\xe9-out.bin"));
     let data: Vec<u8> = (0..70_001u32).map(|i| (i % 251) as u8).collect();
     std::fs::write(&src, &data).unwrap();
-    let run = |args: &[&OsStr]| {
-        Command::new(env!("CARGO_BIN_EXE_setcache"))
-            .arg("cp")
-            .arg("--devices")
-            .arg(format!(
-                "{},{}",
-                d.join("d0").display(),
-                d.join("d1").display()
-            ))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let run = |args: &[&OsStr]| cp(&d, args);
     ok(&run(&[src.as_os_str(), OsStr::new("store:cafe")]));
     ok(&run(&[OsStr::new("store:cafe"), out.as_os_str()]));
     assert!(std::fs::read(&out).unwrap() == data, "the copy differs");
