@@ -156,7 +156,18 @@ fn a_guard_of_the_last_page_lets_its_thread_write_past_it() {
 fn deleting_a_file_one_holds_a_page_of_is_refused_at_once() {
     let tmp = TempDir::new("guards-delete-self");
     let len = 8 * PS;
-    let cs = rig(&tmp, len, 16, Duration::from_secs(30));
+    // Slow simulated devices: the queue's read below is still in flight when
+    // the delete comes, however fast the disk under the test answers (a
+    // read the kernel's page cache served at the submit, reaped there, left
+    // nothing for the delete to be refused for).
+    let cs = common::cached_rig_on(
+        &tmp,
+        len,
+        16,
+        4,
+        Duration::from_secs(30),
+        common::sim_devices(20_000, 30_000),
+    );
     let cf = cs.open_file("data").unwrap();
     let other = cs
         .create("other", PS as u64, setcache::LayoutKind::Stripe)
