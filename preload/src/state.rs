@@ -36,6 +36,8 @@ pub(crate) struct State {
     /// opens the same few files again and again (a database's journal) finds
     /// them without opening their backing files again.
     pub(crate) kept: Mutex<std::collections::VecDeque<Arc<Node>>>,
+    /// How many `kept` holds at most ([`kept_most`], at the store's open).
+    kept_most: usize,
 }
 
 /// Files kept open after their last close, at most.
@@ -93,7 +95,7 @@ pub(crate) fn keep(s: &State, n: Arc<Node>) {
         } else {
             k.retain(|x| !Arc::ptr_eq(x, &n));
             k.push_back(n);
-            if k.len() > kept_most(s.cs.store().devices()) {
+            if k.len() > s.kept_most {
                 k.pop_front()
             } else {
                 None
@@ -701,6 +703,8 @@ fn open_state() -> Result<State, Refusal> {
         ..CacheOptions::default()
     };
     let cs = CachedStore::new(store, opts).map_err(fail)?;
+    // The limit as it is at the open (a shell's `ulimit -n` comes first).
+    let kept_most = kept_most(cs.store().devices());
     // SAFETY: registers a plain `extern "C"` function with no arguments.
     unsafe { libc::atexit(sync_at_exit) };
     let opened = std::time::SystemTime::now()
@@ -714,6 +718,7 @@ fn open_state() -> Result<State, Refusal> {
         opened,
         owner,
         kept: Mutex::new(std::collections::VecDeque::new()),
+        kept_most,
     })
 }
 
@@ -1233,6 +1238,7 @@ mod tests {
             opened: 0,
             owner: (0, 0),
             kept: Mutex::new(std::collections::VecDeque::new()),
+            kept_most: KEPT,
         };
         let lost = |n: &Node| matches!(n.file.sync(), Err(Error::SyncLost { .. }));
         {
@@ -1401,6 +1407,7 @@ mod tests {
             opened: 0,
             owner: (0, 0),
             kept: Mutex::new(std::collections::VecDeque::new()),
+            kept_most: KEPT,
         };
         (dir, s)
     }
