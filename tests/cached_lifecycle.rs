@@ -660,6 +660,106 @@ fn failed_fsync_after_pages_left_the_cache_fails_until_reopened() {
     cf.sync().unwrap();
 }
 
+/// Free bytes of the file system holding `p`.
+fn free_bytes(p: &std::path::Path) -> u64 {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: `statvfs` is plain data; zeroed is a valid value to overwrite.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: statvfs fills the struct; `c` is a valid path.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    assert_eq!(r, 0);
+    st.f_bavail * st.f_frsize
+}
+
+/// A reserved range takes its space on the devices at once, past the file's
+/// end too, and keeps it through the store's close and open and a growth
+/// over it (lazy or by `set_len`), so that its pages are written back after
+/// everything else on the file system was taken; a reservation larger than
+/// the room fails with `ENOSPC` naming the device, and bad ranges and
+/// read-only handles are refused.
+#[test]
+fn a_reserved_range_is_written_back_on_a_full_file_system() {
+    let tmp = TempDir::new("reserve");
+    let Some(fs) = common::Tmpfs::mount(&tmp.path().join("mnt"), 24) else {
+        return;
+    };
+    let roots: Vec<_> = (0..2).map(|i| fs.0.join(format!("dev{i}"))).collect();
+    for r in &roots {
+        std::fs::create_dir_all(r).unwrap();
+    }
+    let opts = StoreOptions {
+        engine: EngineKind::Uring,
+        direct_io: false,
+        ..StoreOptions::default()
+    };
+    let open = || {
+        let roomy = CacheOptions {
+            size: 64 << 20,
+            ..CacheOptions::default()
+        };
+        CachedStore::new(Store::open(&roots, opts.clone()).unwrap(), roomy).unwrap()
+    };
+    // Files ending inside a block, ranges from an odd offset past their ends
+    // across both devices' blocks.
+    let (at, n) = (10_000u64, 4 * MIB + 100_000);
+    {
+        let cs = open();
+        for name in ["lazy", "set"] {
+            let cf = cs.create(name, at, LayoutKind::Stripe).unwrap();
+            let e = cf.reserve(at, 64 * MIB).unwrap_err();
+            assert_eq!(e.errno(), Some(libc::ENOSPC), "{e}");
+            assert!(e.to_string().contains("reserve"), "{e}");
+            let before = free_bytes(&fs.0);
+            cf.reserve(at, n).unwrap();
+            let taken = before.saturating_sub(free_bytes(&fs.0));
+            assert!(
+                taken >= n - 64 * 1024,
+                "a reservation of {n} bytes took {taken} bytes of the file system"
+            );
+            assert_eq!(cf.len(), at, "a reservation changed the length");
+        }
+        cs.close().unwrap();
+    }
+    // Opened again (the growths then clear each backing file's tail first).
+    let cs = open();
+    let lazy = cs.open_file("lazy").unwrap();
+    let set = cs.open_file("set").unwrap();
+    lazy.grow(at + n).unwrap();
+    set.set_len(at + n).unwrap();
+    // Take the rest of the file system.
+    {
+        use std::io::Write;
+        let mut b = std::fs::File::create(fs.0.join("ballast")).unwrap();
+        for chunk in [MIB as usize, 4096] {
+            while b.write_all(&vec![1u8; chunk]).is_ok() {}
+        }
+    }
+    assert!(free_bytes(&fs.0) < 64 * 1024, "the ballast left room");
+    let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    for cf in [&lazy, &set] {
+        cf.write_at(at, &data).unwrap();
+        cf.sync().unwrap_or_else(|e| {
+            panic!(
+                "sync of a reserved range on a full file system ({}): {e}",
+                cf.file().name()
+            )
+        });
+        let mut back = vec![0u8; n as usize];
+        cf.read_at(at, &mut back).unwrap();
+        assert!(back == data);
+    }
+    // Bad input.
+    let e = lazy.reserve(0, 0).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let e = lazy.reserve(u64::MAX - 1, 10).unwrap_err();
+    assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
+    let ro = cs.open_file_read_only("lazy").unwrap();
+    let e = ro.reserve(0, 4096).unwrap_err();
+    assert!(matches!(e, Error::ReadOnly(_)), "{e}");
+    drop((ro, lazy, set));
+    cs.close().unwrap();
+}
+
 /// On a real, small file system: fill it until the flusher gets ENOSPC, free
 /// space, and the next `sync` writes everything and succeeds; then fill it
 /// again until `sync` itself gets ENOSPC, free space, and sync again. Reads of
@@ -680,15 +780,7 @@ fn a_full_file_system_recovers_when_space_is_freed() {
     let len = 16 * MIB;
     let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
     let ballast = fs.0.join("ballast");
-    let free = |p: &std::path::Path| {
-        let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: `statvfs` is plain data; zeroed is a valid value to overwrite.
-        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-        // SAFETY: statvfs fills the struct; `c` is a valid path.
-        let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-        assert_eq!(r, 0);
-        st.f_bavail * st.f_frsize
-    };
+    let free = free_bytes;
     let leave = |mib: u64| {
         let fill = free(&fs.0).saturating_sub(mib * MIB);
         std::fs::write(&ballast, vec![1u8; fill as usize]).unwrap();

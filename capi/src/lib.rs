@@ -952,6 +952,32 @@ pub unsafe extern "C" fn setcache_set_len(file: *mut setcache_file, len: u64) ->
 }
 
 #[unsafe(no_mangle)]
+pub unsafe extern "C" fn setcache_reserve(
+    file: *mut setcache_file,
+    offset: u64,
+    len: u64,
+) -> c_int {
+    call_int(|| {
+        // SAFETY: the caller's live handle.
+        let f = unsafe { handle(file, "the file") }?;
+        let offset = position(offset, "the offset")?;
+        let len = position(len, "the length")?;
+        if len == 0 {
+            return Err(einval(
+                "a reservation of 0 bytes (the length must be positive)",
+            ));
+        }
+        within_largest(
+            offset.saturating_add(len),
+            f.file.max_len(),
+            "the range's end",
+        )?;
+        f.file.reserve(offset, len)?;
+        Ok(0)
+    })
+}
+
+#[unsafe(no_mangle)]
 pub unsafe extern "C" fn setcache_sync(file: *mut setcache_file) -> c_int {
     call_int(|| {
         // SAFETY: the caller's live handle.

@@ -166,6 +166,14 @@ int main(int argc, char **argv) {
            "INT64_MAX");
     expect("create: negative length",
            setcache_create(store, "neg", (uint64_t)INT64_MAX + 1, &big_unused), EINVAL, "INT64_MAX");
+    expect("reserve: nothing", setcache_reserve(file, 0, 0), EINVAL, "0 bytes");
+    expect("reserve: past the largest file", setcache_reserve(file, 0, (uint64_t)1 << 53), EFBIG,
+           "largest file");
+    expect("reserve: negative offset", setcache_reserve(file, (uint64_t)(int64_t)-1, 10), EINVAL,
+           "INT64_MAX");
+    expect("reserve: NULL file", setcache_reserve(NULL, 0, 10), EINVAL, "NULL");
+    /* Past the end too; the length stays (checked below). */
+    expect_ok("reserve", setcache_reserve(file, 4096, 1 << 20));
     expect_ok("set_len: the length kept", setcache_len(file) == 10000 ? 0 : -1);
     expect("pread: NULL file", setcache_pread(NULL, buf, 10, 0), EINVAL, "NULL");
     expect("len: NULL file", setcache_len(NULL), EINVAL, "NULL");

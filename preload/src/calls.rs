@@ -1441,10 +1441,13 @@ pub unsafe extern "C-unwind" fn truncate64(path: *const c_char, len: off64_t) ->
 /// collapse, zero, insert, unshare, write zeroes).
 const FALLOC_FL_KNOWN: c_int = 0xff;
 
-/// `fallocate`: mode 0 grows the file to cover the range (the store
-/// allocates nothing ahead); `FALLOC_FL_KEEP_SIZE` does nothing; holes and
-/// ranges (punch, zero, collapse, insert) are refused.
-fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
+/// `fallocate`: the range's space is reserved on the devices (so that
+/// writes there cannot fail later for want of it), and mode 0 grows the file
+/// to cover the range, which `FALLOC_FL_KEEP_SIZE` does not; holes and ranges
+/// (punch, zero, collapse, insert) are refused. With `posix`
+/// (`posix_fallocate`), devices whose file system cannot allocate ahead get
+/// the growth alone, as the C library's own emulation would give them.
+fn allocate(d: &Desc, mode: c_int, off: i64, len: i64, posix: bool) -> Result<c_int, i32> {
     // In the kernel's order (`vfs_fallocate`): the range, mode bits no
     // kernel knows, the access mode, a range past the largest file; then
     // the modes this file system refuses.
@@ -1467,10 +1470,27 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64) -> Result<c_int, i32> {
             libc::EOPNOTSUPP,
         ));
     }
+    // Under the growth lock, as the kernel's is under the inode's: no cut
+    // comes between the reservation and the growth.
+    let _g = lock(&d.node.grow);
+    match d.node.file.reserve(off as u64, len as u64) {
+        Ok(()) => {}
+        Err(e) if posix && e.errno() == Some(libc::EOPNOTSUPP) => {}
+        // Space the devices lack is the caller's to handle, as the kernel's
+        // answer would be: no warning.
+        Err(e) => {
+            return Err(match e.errno() {
+                Some(
+                    n
+                    @ (libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EOPNOTSUPP | libc::EINTR),
+                ) => n,
+                _ => fail("fallocate", &e),
+            });
+        }
+    }
     if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
         return Ok(0);
     }
-    let _g = lock(&d.node.grow);
     let r = grow_to(d, end);
     d.node.publish_len();
     r?;
@@ -1488,7 +1508,7 @@ pub unsafe extern "C-unwind" fn fallocate64(
     match state::desc(fd) {
         // SAFETY: passed through with the caller's arguments.
         None => unsafe { real::fallocate64()(fd, mode, off, len) },
-        Some(d) => int_ret(allocate(&d, mode, off, len)),
+        Some(d) => int_ret(allocate(&d, mode, off, len, false)),
     }
 }
 
@@ -1500,7 +1520,7 @@ pub unsafe extern "C-unwind" fn fallocate(fd: c_int, mode: c_int, off: off_t, le
 
 /// `posix_fallocate` returns the error instead of setting errno.
 fn allocate_posix(d: &Desc, off: i64, len: i64) -> c_int {
-    match allocate(d, 0, off, len) {
+    match allocate(d, 0, off, len, true) {
         Ok(_) => 0,
         Err(e) => e,
     }

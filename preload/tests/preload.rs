@@ -1077,6 +1077,63 @@ fn a_forked_child_that_outlives_its_parent_leaves_the_roots_unlocked() {
     }
 }
 
+/// A small tmpfs mounted at `mnt` with two device directories, taken down
+/// when dropped (detached if still busy); `None` (and why) where this process
+/// may not mount, which fails the test instead when `CI` is set.
+struct SmallFs(PathBuf);
+
+impl SmallFs {
+    fn mount(mnt: PathBuf, size: &str) -> Option<SmallFs> {
+        std::fs::create_dir_all(&mnt).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(&mnt)
+            .output()
+            .expect("run mount");
+        if !mounted.status.success() {
+            let why = text(&mounted.stderr);
+            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+            assert!(
+                !ci,
+                "CI is set, but a small tmpfs cannot be mounted ({why})"
+            );
+            eprintln!("skipped: cannot mount a small tmpfs ({why})");
+            return None;
+        }
+        for d in ["dev0", "dev1"] {
+            std::fs::create_dir_all(mnt.join(d)).unwrap();
+        }
+        Some(SmallFs(mnt))
+    }
+
+    /// `SETCACHE_DEVICES` for its two directories.
+    fn devices(&self) -> String {
+        format!(
+            "{},{}",
+            self.0.join("dev0").display(),
+            self.0.join("dev1").display()
+        )
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let umount = |lazy: bool| {
+            let mut u = Command::new("umount");
+            if lazy {
+                u.arg("-l");
+            }
+            let st = u.arg(&self.0).stderr(std::process::Stdio::null()).status();
+            st.is_ok_and(|st| st.success())
+        };
+        let mut tries = 0;
+        while !umount(tries == 50) && tries < 50 {
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
 /// An `exec` whose sync of the store fails (the devices on a file system
 /// too small for what was written) is refused with the sync's error, where
 /// the new image would have dropped the pages this one holds.
@@ -1084,57 +1141,54 @@ fn a_forked_child_that_outlives_its_parent_leaves_the_roots_unlocked() {
 fn an_exec_whose_sync_fails_is_refused() {
     let s = Setup::new("exec-full");
     let prog = probe(&s.p("bin"), true);
-    let mnt = s.p("small");
-    std::fs::create_dir_all(&mnt).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-        .arg(&mnt)
-        .output()
-        .expect("run mount");
-    if !mounted.status.success() {
-        let why = text(&mounted.stderr);
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        assert!(
-            !ci,
-            "CI is set, but a small tmpfs cannot be mounted ({why})"
-        );
-        eprintln!("skipped: cannot mount a small tmpfs ({why})");
+    let Some(fs) = SmallFs::mount(s.p("small"), "1m") else {
         return;
-    }
-    for d in ["dev0", "dev1"] {
-        std::fs::create_dir_all(mnt.join(d)).unwrap();
-    }
+    };
     let mut c = s.preloaded(&prog);
-    c.env(
-        "SETCACHE_DEVICES",
-        format!(
-            "{},{}",
-            mnt.join("dev0").display(),
-            mnt.join("dev1").display()
-        ),
-    );
+    c.env("SETCACHE_DEVICES", fs.devices());
     c.arg(s.p("store")).arg("exec-full");
     let out = c.output().expect("run the probe");
-    // Unmounted before the setup's directory goes (detached if busy).
-    let umount = |lazy: bool| {
-        let mut u = Command::new("umount");
-        if lazy {
-            u.arg("-l");
-        }
-        let st = u.arg(&mnt).stderr(std::process::Stdio::null()).status();
-        st.is_ok_and(|st| st.success())
-    };
-    let mut tries = 0;
-    while !umount(tries == 50) && tries < 50 {
-        tries += 1;
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // Unmounted before the setup's directory goes.
+    drop(fs);
     let t = text(&out.stdout);
     let line = t
         .lines()
         .find(|l| l.starts_with("exec after a failed sync"))
         .unwrap_or_else(|| panic!("the exec went ahead:\n{t}\n{}", text(&out.stderr)));
     assert!(line.ends_with("-1 ENOSPC"), "{line}");
+}
+
+/// `posix_fallocate` on a store file reserves the devices' space: one
+/// larger than the room fails `ENOSPC`, and the range of one that fits is
+/// written back at `fsync` and `close` after everything else on the file
+/// system was taken.
+#[test]
+fn posix_fallocate_reserves_the_devices_space() {
+    let s = Setup::new("fallocate-full");
+    let prog = probe(&s.p("bin"), true);
+    let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
+        return;
+    };
+    let mut c = s.preloaded(&prog);
+    c.env("SETCACHE_DEVICES", fs.devices());
+    c.arg(s.p("store"))
+        .arg("fallocate-full")
+        .arg(fs.0.join("ballast"));
+    let out = c.output().expect("run the probe");
+    drop(fs);
+    let t = text(&out.stdout);
+    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
+    for want in [
+        line("reserve past the room", "-1 ENOSPC"),
+        line("reserve 1 MiB", "0"),
+        line("size", "1048576"),
+        line("ballast filled the rest", "1 ENOSPC"),
+        line("writes failed", "0"),
+        line("fsync", "0"),
+        line("close", "0"),
+    ] {
+        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
+    }
 }
 
 /// `execl`, `execlp` and `execle` (variadic: read from the calling

@@ -2343,6 +2343,37 @@ static void exec_full(void) {
     show("exec after a failed sync", execv("/bin/true", args));
 }
 
+/* On devices on a small file system (the test mounts it): a reservation
+ * larger than the room fails; one that fits holds once the rest of the file
+ * system is taken (`ballast`, outside the store), so that the range's writes
+ * reach the devices at fsync and close. */
+static void fallocate_full(const char *ballast) {
+    int fd = open(path("pre"), O_CREAT | O_RDWR, 0644);
+    int rc = posix_fallocate(fd, 0, 64 << 20);
+    errno = rc;
+    show("reserve past the room", rc ? -1 : 0);
+    rc = posix_fallocate(fd, 0, 1 << 20);
+    errno = rc;
+    show("reserve 1 MiB", rc ? -1 : 0);
+    show("size", lseek(fd, 0, SEEK_END));
+    static char chunk[65536];
+    memset(chunk, 0x5A, sizeof chunk);
+    int b = open(ballast, O_CREAT | O_WRONLY, 0644);
+    long filled = 0;
+    ssize_t n;
+    while ((n = write(b, chunk, sizeof chunk)) > 0)
+        filled += n;
+    printf("%-40s %d %s\n", "ballast filled the rest", filled > 0, strerrorname_np(errno));
+    close(b);
+    int failed = 0;
+    for (int i = 0; i < 16; i++)
+        if (pwrite(fd, chunk, sizeof chunk, (off_t)i * (off_t)sizeof chunk) != (ssize_t)sizeof chunk)
+            failed++;
+    printf("%-40s %d\n", "writes failed", failed);
+    show("fsync", fsync(fd));
+    show("close", close(fd));
+}
+
 extern char **environ;
 
 /* As exec_write, through execl, execlp or execle (`how`), with a list long
@@ -2760,6 +2791,8 @@ int main(int argc, char **argv) {
         fork_outlive(argc > 3 && strcmp(argv[3], "raw") == 0);
     else if (argc > 2 && strcmp(argv[2], "exec-full") == 0)
         exec_full();
+    else if (argc > 3 && strcmp(argv[2], "fallocate-full") == 0)
+        fallocate_full(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "hold") == 0)
         hold(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "inherit-busy") == 0)

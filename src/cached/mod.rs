@@ -1816,6 +1816,23 @@ impl CachedFile {
         r.map(drop)
     }
 
+    /// Reserve space on the devices for bytes `offset..offset + len`, inside
+    /// the file or past its end, so that the write-back of pages written there
+    /// cannot fail for want of space: [`File::reserve`], which says what it
+    /// keeps and for how long. The length and the bytes do not change.
+    /// Errors as [`File::reserve`], and [`Error::ReadOnly`] on a read-only
+    /// handle; a range past [`CachedStore::max_file_len`] is refused.
+    pub fn reserve(&self, offset: u64, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        self.entry.check()?;
+        if let Some(end) = offset.checked_add(len) {
+            self.shared.check_len(&self.entry.file.name(), end)?;
+        }
+        self.entry.file.reserve(offset, len)
+    }
+
     /// [`CachedFile::grow`], the longer length not shown past an extending
     /// write's hold.
     /// Returns the length it grew the file from (read under the resize

@@ -208,6 +208,25 @@ impl File {
         self.inner.store.set_len(&self.inner, len)
     }
 
+    /// Reserve space on the devices for bytes `offset..offset + len`, inside
+    /// the file or past its end, so that writes there cannot fail later for
+    /// want of space: each backing file's part of the range is allocated
+    /// (`fallocate` keeping its size). The file's length and bytes do not
+    /// change (a hole still reads as zeros), and a later growth over the range
+    /// keeps its space. A length that cuts the range off frees its space (on
+    /// file systems that drop a file's preallocation at a cut, ext4 among
+    /// them). The reservation is durable when this returns (one fsync per
+    /// device).
+    ///
+    /// Errors: a zero `len` or a range past the largest file length
+    /// ([`Error::InvalidArgument`]); a device out of space ([`Error::Os`]
+    /// with `ENOSPC`, naming the device and its backing file, some devices'
+    /// parts perhaps taken); a backing file system without `fallocate`
+    /// (`EOPNOTSUPP`); a failed device ([`Error::DeviceFailed`]).
+    pub fn reserve(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner.store.reserve(&self.inner, offset, len)
+    }
+
     /// Change the length under the cache that holds the file's pages:
     /// `before_cut(old length)` runs once the change is committed and I/O past
     /// a shorter end is refused, before any device changes.

@@ -513,6 +513,28 @@ fn fsync_failed(f: &FileInner, i: usize, e: &Error) {
 pub(crate) static META_FSYNC_COUNTED: crate::util::hook::TestHook<usize, Box<dyn FnOnce() + Send>> =
     crate::util::hook::TestHook::new();
 
+/// Allocate `len` bytes at `from` without changing the file's size.
+fn allocate_keep_size(fd: &Fd, from: u64, len: u64) -> std::io::Result<()> {
+    loop {
+        // SAFETY: plain system call on an open descriptor.
+        let rc = unsafe {
+            libc::fallocate(
+                fd.as_raw_fd(),
+                libc::FALLOC_FL_KEEP_SIZE,
+                from as i64,
+                len as i64,
+            )
+        };
+        if rc == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
 fn truncate(fd: &Fd, len: u64) -> std::io::Result<()> {
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::ftruncate(fd.as_raw_fd(), len as i64) } == 0 {
@@ -692,8 +714,17 @@ fn zero_range(fd: &Fd, from: u64, to: u64, may_cut: bool) -> std::io::Result<()>
     if from >= to {
         return Ok(());
     }
+    let blocks = fstat(fd)?.st_blocks;
     let e = match punch_hole(fd, from, to - from) {
-        Ok(()) => return Ok(()),
+        Ok(()) => {
+            // Space the range held (reserved ahead by `reserve`, or a crash's
+            // leftovers) is taken again: a growth over a reservation must
+            // not give it up.
+            if fstat(fd)?.st_blocks < blocks {
+                allocate_keep_size(fd, from, to - from)?;
+            }
+            return Ok(());
+        }
         Err(e) => e,
     };
     if !matches!(
@@ -2139,7 +2170,9 @@ impl StoreInner {
             zero_range(fd, end, have.min(size), true).map_err(io)?;
         }
         p.engine.discard(p.media, end - HEADER_BYTES);
-        if fstat(fd).map_err(io)?.st_size as u64 != size {
+        // A cut truncates even to the same size, which frees space reserved
+        // past the end (ext4 drops a file's preallocation there).
+        if new < old || fstat(fd).map_err(io)?.st_size as u64 != size {
             crash_point()?;
             truncate(fd, size).map_err(io)?;
         }
@@ -2168,6 +2201,52 @@ impl StoreInner {
         // it may land past.
         if let Some(f) = p.file {
             f.backings[i].tail_clear.store(new > old, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// Reserve device space for bytes `offset..offset + len` of `f` (see
+    /// `File::reserve`): each backing file's part of the range, taken with
+    /// `FALLOC_FL_KEEP_SIZE`, so that no size changes.
+    pub(crate) fn reserve(&self, f: &FileInner, offset: u64, len: u64) -> Result<()> {
+        if len == 0 {
+            return Err(Error::InvalidArgument(
+                "a reservation of 0 bytes (the length must be positive)".to_string(),
+            ));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= MAX_LEN)
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "a reservation of {len} bytes at {offset} ends past the largest file \
+                     length ({MAX_LEN} bytes)"
+                ))
+            })?;
+        // Under the metadata lock: no length change cuts a backing file while
+        // its range is being taken.
+        let _meta = self.begin_meta()?;
+        let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let paths = self.backing_paths(&name);
+        for (i, b) in f.backings.iter().enumerate() {
+            b.state.check()?;
+            // A device's bytes of a file are its blocks in the file's order,
+            // so the range's part on it is one run.
+            let from = f.layout.device_end(i, offset);
+            let to = f.layout.device_end(i, end);
+            if to <= from {
+                continue;
+            }
+            let io = |e| Error::os(format!("device {i}: reserve"), &paths[i], e);
+            allocate_keep_size(&b.fd, HEADER_BYTES + from, to - from).map_err(io)?;
+            // Durable when this returns: a later sync with nothing to write
+            // would not fsync.
+            let _counting = f.fsync_counted();
+            fsync_fd(&b.fd).map_err(|e| {
+                let e = io(e);
+                fsync_failed(f, i, &e);
+                e
+            })?;
         }
         Ok(())
     }
