@@ -2511,6 +2511,84 @@ fn ioctl_desc(fd: c_int, d: &Desc, req: c_ulong, arg: c_ulong) -> Result<c_int, 
     }
 }
 
+/// A file of the store is no terminal: the terminal calls get the kernel's
+/// answer for a regular file (`ENOTTY`; `EBADF` on an `O_PATH` descriptor).
+/// The C library makes their `ioctl`s inside itself, where the placeholder
+/// would answer `EBADF`.
+fn no_tty(d: &Desc) -> i32 {
+    if d.path_only() {
+        libc::EBADF
+    } else {
+        libc::ENOTTY
+    }
+}
+
+/// Stand-ins for the terminal calls that return -1 and set errno: passed
+/// through for other descriptors, [`no_tty`] for the store's.
+macro_rules! tty_calls {
+    ($($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty;)*) => {
+        $(
+            #[unsafe(no_mangle)]
+            pub unsafe extern "C-unwind" fn $name(fd: c_int $(, $arg: $ty)*) -> $ret {
+                match state::desc(fd) {
+                    // SAFETY: passed through with the caller's arguments.
+                    None => unsafe { real::$name()(fd $(, $arg)*) },
+                    Some(d) => {
+                        set_errno(no_tty(&d));
+                        -1
+                    }
+                }
+            }
+        )*
+    };
+}
+
+tty_calls! {
+    tcgetattr(t: *mut libc::termios) -> c_int;
+    tcsetattr(when: c_int, t: *const libc::termios) -> c_int;
+    tcgetpgrp() -> libc::pid_t;
+    tcsetpgrp(pgrp: libc::pid_t) -> c_int;
+    tcgetsid() -> libc::pid_t;
+    tcflush(queue: c_int) -> c_int;
+    tcdrain() -> c_int;
+    tcflow(action: c_int) -> c_int;
+    tcsendbreak(duration: c_int) -> c_int;
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn isatty(fd: c_int) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's argument.
+        None => unsafe { real::isatty()(fd) },
+        Some(d) => {
+            set_errno(no_tty(&d));
+            0
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn ttyname(fd: c_int) -> *mut c_char {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's argument.
+        None => unsafe { real::ttyname()(fd) },
+        Some(d) => {
+            set_errno(no_tty(&d));
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `ttyname_r` returns the error instead of setting errno.
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn ttyname_r(fd: c_int, buf: *mut c_char, len: size_t) -> c_int {
+    match state::desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::ttyname_r()(fd, buf, len) },
+        Some(d) => no_tty(&d),
+    }
+}
+
 /// The block-sharing requests (`linux/fs.h`).
 const FICLONE: c_ulong = 0x4004_9409;
 const FICLONERANGE: c_ulong = 0x4020_940d;

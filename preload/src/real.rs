@@ -89,6 +89,18 @@ real_variadic! {
 
 real! {
     pthread_exit: fn(*mut c_void) -> !;
+    isatty: fn(c_int) -> c_int;
+    tcgetattr: fn(c_int, *mut libc::termios) -> c_int;
+    tcsetattr: fn(c_int, c_int, *const libc::termios) -> c_int;
+    ttyname: fn(c_int) -> *mut c_char;
+    ttyname_r: fn(c_int, *mut c_char, size_t) -> c_int;
+    tcgetpgrp: fn(c_int) -> libc::pid_t;
+    tcsetpgrp: fn(c_int, libc::pid_t) -> c_int;
+    tcgetsid: fn(c_int) -> libc::pid_t;
+    tcflush: fn(c_int, c_int) -> c_int;
+    tcdrain: fn(c_int) -> c_int;
+    tcflow: fn(c_int, c_int) -> c_int;
+    tcsendbreak: fn(c_int, c_int) -> c_int;
     _exit: fn(c_int) -> !;
     _Exit: fn(c_int) -> !;
     quick_exit: fn(c_int) -> !;

@@ -50,6 +50,7 @@
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <time.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -79,6 +80,34 @@ static void show(const char *what, long long rc) {
         printf("%-40s -1 %s\n", what, strerrorname_np(errno));
     else
         printf("%-40s %lld\n", what, rc);
+}
+
+/* The terminal calls on descriptor `fd`: a regular file is no terminal. */
+static void tty_calls(int fd, const char *how) {
+    char what[64], buf[64];
+    struct termios t;
+    errno = 0;
+    int r = isatty(fd);
+    snprintf(what, sizeof what, "isatty %s", how);
+    printf("%-40s %d %s\n", what, r, strerrorname_np(errno));
+    snprintf(what, sizeof what, "tcgetattr %s", how);
+    show(what, tcgetattr(fd, &t));
+    snprintf(what, sizeof what, "tcsetattr %s", how);
+    memset(&t, 0, sizeof t);
+    show(what, tcsetattr(fd, TCSANOW, &t));
+    snprintf(what, sizeof what, "tcgetpgrp %s", how);
+    show(what, tcgetpgrp(fd));
+    snprintf(what, sizeof what, "tcflush %s", how);
+    show(what, tcflush(fd, TCIFLUSH));
+    snprintf(what, sizeof what, "tcdrain %s", how);
+    show(what, tcdrain(fd));
+    errno = 0;
+    char *name = ttyname(fd);
+    snprintf(what, sizeof what, "ttyname %s", how);
+    printf("%-40s %s %s\n", what, name ? "a name" : "NULL", strerrorname_np(errno));
+    r = ttyname_r(fd, buf, sizeof buf);
+    snprintf(what, sizeof what, "ttyname_r %s", how);
+    printf("%-40s %s\n", what, r ? strerrorname_np(r) : "0");
 }
 
 static unsigned sum(const unsigned char *p, size_t n) {
@@ -253,6 +282,10 @@ static void edges(void) {
     show("mmap on O_PATH", mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED ? -1 : 0);
     show("readahead on O_PATH", readahead(fd, 0, 4096));
     show("F_GETFL on O_PATH", fcntl(fd, F_GETFL));
+    tty_calls(fd, "on O_PATH");
+    close(fd);
+    fd = open(path("v"), O_RDONLY);
+    tty_calls(fd, "");
     close(fd);
     fd = open(path("v"), O_RDONLY);
     show("readahead", readahead(fd, 0, 4096));
