@@ -186,6 +186,47 @@ fn a_copy_out_never_destroys_its_source_or_an_old_destination() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A copy out into a device directory of the store is refused, over another
+/// store file's backing file (with `--force`) or under a new name, and the
+/// other file stays whole; a copy out to standard output on a pipe, to
+/// `/dev/null` (without `--force`: nothing is replaced) and under a name
+/// near the longest a directory takes arrives whole.
+#[test]
+fn a_copy_out_into_a_device_directory_is_refused_and_odd_destinations_work() {
+    let d = scratch_named("devdir");
+    let a: Vec<u8> = (0..1_000_003u64).map(|i| (i % 249) as u8).collect();
+    let b: Vec<u8> = (0..300_001u64).map(|i| (i % 241) as u8).collect();
+    for (name, data) in [("a", &a), ("b", &b)] {
+        let src = d.join(format!("{name}.in"));
+        std::fs::write(&src, data).unwrap();
+        ok(&cp(&d, &[src.to_str().unwrap(), &format!("store:{name}")]));
+    }
+    let other = d.join("d1").join("b.scf");
+    assert!(other.exists(), "store:b's backing file is named b.scf");
+    refused(
+        &cp(&d, &["--force", "store:a", other.to_str().unwrap()]),
+        "inside the store's device directory",
+    );
+    let new = d.join("d0").join("new.scf");
+    refused(
+        &cp(&d, &["store:a", new.to_str().unwrap()]),
+        "inside the store's device directory",
+    );
+    assert!(!new.exists(), "a file was made in a device directory");
+    let back = d.join("b.out");
+    ok(&cp(&d, &["store:b", back.to_str().unwrap()]));
+    assert!(std::fs::read(&back).unwrap() == b, "store:b was damaged");
+    // Standard output on a pipe (`output` reads it through one).
+    let o = cp(&d, &["store:a", "/dev/stdout"]);
+    ok(&o);
+    assert!(o.stdout == a, "{} bytes on the pipe", o.stdout.len());
+    ok(&cp(&d, &["store:a", "/dev/null"]));
+    let long = d.join("x".repeat(250));
+    ok(&cp(&d, &["store:a", long.to_str().unwrap()]));
+    assert!(std::fs::read(&long).unwrap() == a);
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A copy waiting on a source that sends nothing (a FIFO nobody writes):
 /// the first Ctrl-C cannot end the wait, a second ends the process.
 #[test]

@@ -172,11 +172,13 @@ pub fn warm_requests(len: usize, fraction: f64) -> usize {
     ((len as f64 * fraction.clamp(0.0, 1.0)).round() as usize).min(len)
 }
 
-/// The memory, in bytes, that the simulator plans to stay within: the
-/// machine's physical memory, or less when the process's address-space or
-/// data limit (`ulimit -v`, `ulimit -d`) or its cgroup's `memory.max` is
-/// lower. Sizes that come from the user (trace lengths, cache sizes) are
-/// checked against it before anything of that size is allocated.
+/// The memory, in bytes, that the simulator plans to stay within: what this
+/// process could still get ([`crate::cache::memory_room`]: the machine's available
+/// memory and swap, and its memory cgroup's room), or less when the
+/// machine's physical memory, the process's address-space or data limit
+/// (`ulimit -v`, `ulimit -d`) or its cgroup's `memory.max` is lower. Sizes
+/// that come from the user (trace lengths, cache sizes) are checked against
+/// it before anything of that size is allocated.
 pub fn memory_limit() -> u64 {
     // SAFETY: sysconf only reads system constants.
     let (pages, page) = unsafe {
@@ -200,7 +202,8 @@ pub fn memory_limit() -> u64 {
             limit = limit.min(r.rlim_cur);
         }
     }
-    limit.min(cgroup_memory_max())
+    let room = crate::util::room::memory_room().map_or(u64::MAX, |r| r.bytes);
+    limit.min(cgroup_memory_max()).min(room)
 }
 
 /// The smallest `memory.max` of this process's cgroup (v2) and its

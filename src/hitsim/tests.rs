@@ -483,6 +483,17 @@ fn caches_beyond_the_machine_are_refused_before_allocating() {
         assert_eq!(r.hits_full, 1000 - 101, "{p}");
     }
     assert!(memory_limit() > 1 << 20);
+    // Within what the process could still get, not the machine's whole
+    // memory (a cache between the two was once let through, to be killed).
+    if let Some(room) = crate::cache::memory_room() {
+        assert!(
+            memory_limit() <= room.bytes,
+            "the limit {} is above the room {} ({})",
+            memory_limit(),
+            room.bytes,
+            room.sources
+        );
+    }
     assert_eq!(show_bytes(1536), "1.5 KiB");
     assert_eq!(show_bytes(100), "100 B");
 }

@@ -150,10 +150,14 @@ fn write_out(
 
 /// Copy store file `f` to the plain path `to`: into a new file beside it,
 /// synced, then renamed to `to` (over it only with `force`), so that a copy
-/// that fails or is stopped leaves `to` as it was. Refused onto one of the
-/// store file's own backing files, which the copy would destroy.
+/// that fails or is stopped leaves `to` as it was. A device or a pipe is
+/// written into. Refused onto one of the store file's own backing files,
+/// which the copy would destroy, and anywhere inside a device directory of
+/// the store (`devices`), where it would overwrite another file's or make a
+/// name the store takes for one of its own.
 fn copy_out(
     cs: &CachedStore,
+    devices: &[PathBuf],
     from: &str,
     to: &std::path::Path,
     force: bool,
@@ -162,21 +166,34 @@ fn copy_out(
     use std::os::unix::fs::MetadataExt;
     let f = cs.open_file_read_only(from).map_err(|e| e.to_string())?;
     // A symbolic link is written through, to the file it names (as cp(1)
-    // does); one that names nothing is refused, as cp(1) refuses it.
+    // does); one that names nothing is refused, as cp(1) refuses it. A
+    // link the kernel follows to no path (`/dev/stdout` on a pipe) names a
+    // pipe or a device, written into.
     let resolved;
     let to = if std::fs::symlink_metadata(to).is_ok_and(|m| m.file_type().is_symlink()) {
-        resolved = std::fs::canonicalize(to).map_err(|e| {
-            format!(
-                "{} is a symbolic link to no file ({e}): not writing through it",
-                to.display()
-            )
-        })?;
-        resolved.as_path()
+        match std::fs::canonicalize(to) {
+            Ok(p) => {
+                resolved = p;
+                resolved.as_path()
+            }
+            Err(e) => match std::fs::metadata(to) {
+                Ok(m) if !m.is_file() && !m.is_dir() => {
+                    let mut out = open_to_write(to, &m)?;
+                    return write_out(&f, &mut out, to, buf);
+                }
+                _ => {
+                    return Err(format!(
+                        "{} is a symbolic link to no file ({e}): not writing through it",
+                        to.display()
+                    ));
+                }
+            },
+        }
     } else {
         to
     };
-    let mut replaced = None;
-    if let Ok(m) = std::fs::metadata(to) {
+    let existing = std::fs::metadata(to).ok();
+    if let Some(m) = &existing {
         if m.is_dir() {
             return Err(format!("{} is a directory", to.display()));
         }
@@ -192,22 +209,45 @@ fn copy_out(
                 to.display()
             ));
         }
+    }
+    // Another file's backing file, or a new name the store would take for
+    // one of its own.
+    if let Some(root) = in_device_dir(to, devices) {
+        return Err(format!(
+            "{} is inside the store's device directory {}: writing there would damage the \
+             store, whose files' backing files live there",
+            to.display(),
+            root.display()
+        ));
+    }
+    let mut replaced = None;
+    if let Some(m) = existing {
+        if !m.is_file() {
+            // A device or a pipe is written into, as cp(1) does: nothing is
+            // replaced.
+            let mut out = open_to_write(to, &m)?;
+            return write_out(&f, &mut out, to, buf);
+        }
         if !force {
             return Err(format!(
                 "{} exists (give --force to replace it)",
                 to.display()
             ));
         }
-        if !m.is_file() {
-            // A device or a pipe is written into, as cp(1) does.
-            let mut out = open_to_write(to, &m)?;
-            return write_out(&f, &mut out, to, buf);
-        }
         replaced = Some(m);
     }
     let name = to.file_name().map(|n| n.to_string_lossy().into_owned());
     let name = name.ok_or_else(|| format!("{} names no file", to.display()))?;
-    let tmp = to.with_file_name(format!(".{name}.cp-{}", std::process::id()));
+    let pid = std::process::id();
+    let mut tmp_name = format!(".{name}.cp-{pid}");
+    if tmp_name.len() > NAME_MAX {
+        // A name near the longest a directory takes: a short one of its own.
+        use std::hash::{Hash, Hasher};
+        let mut h = std::hash::DefaultHasher::new();
+        name.hash(&mut h);
+        tmp_name = format!(".cp-{pid}-{:016x}", h.finish());
+    }
+    let tmp = to.with_file_name(tmp_name);
     let mut out = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -252,6 +292,24 @@ fn copy_out(
     // Renamed: gone already; linked: its first name goes; failed: all of it.
     let _ = std::fs::remove_file(&tmp);
     r
+}
+
+/// The longest name a directory entry takes (Linux's `NAME_MAX`).
+const NAME_MAX: usize = 255;
+
+/// The device directory of the store (one of `devices`) that plain path `to`
+/// would be made in, if any: its directory, with symbolic links resolved, is
+/// one of them or inside one.
+fn in_device_dir(to: &std::path::Path, devices: &[PathBuf]) -> Option<PathBuf> {
+    let parent = match to.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    let dir = std::fs::canonicalize(parent).ok()?;
+    devices
+        .iter()
+        .filter_map(|d| std::fs::canonicalize(d).ok())
+        .find(|root| dir.starts_with(root))
 }
 
 /// Open `path` (a device or a FIFO, `m` its metadata) to write into. A
@@ -445,7 +503,9 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
             );
             end_copy(&cs, &tmp, out, to, a.force, r)?
         }
-        (Side::Stored(from), Side::Plain(to)) => copy_out(&cs, from, to, a.force, &mut buf)?,
+        (Side::Stored(from), Side::Plain(to)) => {
+            copy_out(&cs, &a.devices, from, to, a.force, &mut buf)?
+        }
         (Side::Stored(from), Side::Stored(to)) => {
             if from == to {
                 return Err(format!("store:{from} is both source and destination"));
