@@ -249,14 +249,14 @@ int64_t setcache_len(setcache_file *file);
  * length took effect (shrinking, a page past the new end another thread pins
  * stays cached: -EBUSY): setcache_len tells which. */
 int setcache_set_len(setcache_file *file, uint64_t len);
-/* Reserve space on the devices for `len` bytes at `offset`, inside the file
- * or past its end, so that writing them back cannot fail later for want of
- * space (what posix_fallocate promises); the length and the bytes do not
- * change. A shorter length that cuts the range off frees its space. -EINVAL
- * for a zero `len`, -EFBIG for a range past the store's largest file, -ENOSPC
- * when a device lacks the room (part of the range may be taken), -EOPNOTSUPP
- * where a device's file system cannot allocate ahead, -EBADF on a read-only
- * handle. */
+/* Reserve space on the devices for `len` bytes at `offset` (the whole pages
+ * they touch, as pages are written back whole), inside the file or past its
+ * end, so that writing them back cannot fail later for want of space (what
+ * posix_fallocate promises); the length and the bytes do not change. A
+ * shorter length that cuts the range off frees its space. -EINVAL for a zero
+ * `len`, -EFBIG for a range past the store's largest file, -ENOSPC when a
+ * device lacks the room (part of the range may be taken), -EOPNOTSUPP where a
+ * device's file system cannot allocate ahead, -EBADF on a read-only handle. */
 int setcache_reserve(setcache_file *file, uint64_t offset, uint64_t len);
 /* Write the file's dirty pages and make them durable. After a failed fsync
  * left a loss (pages written before it had left the cache), this sync and

@@ -760,6 +760,47 @@ fn a_reserved_range_is_written_back_on_a_full_file_system() {
     cs.close().unwrap();
 }
 
+/// A reservation of a few bytes inside a page of a cache of pages larger
+/// than the file system's blocks covers the whole page, which the
+/// write-back writes: those bytes written on a full file system are synced.
+#[test]
+fn a_reservation_inside_a_large_page_covers_the_page() {
+    let tmp = TempDir::new("reserve-page");
+    let Some(fs) = common::Tmpfs::mount(&tmp.path().join("mnt"), 16) else {
+        return;
+    };
+    let root = fs.0.join("dev0");
+    std::fs::create_dir_all(&root).unwrap();
+    let ps = 16384usize;
+    let opts = StoreOptions {
+        engine: EngineKind::Uring,
+        direct_io: false,
+        page_size: ps as u32,
+        ..StoreOptions::default()
+    };
+    let cache = CacheOptions {
+        size: 4 << 20,
+        page_size: ps,
+        ..CacheOptions::default()
+    };
+    let cs = CachedStore::new(Store::open(&[&root], opts).unwrap(), cache).unwrap();
+    let cf = cs.create("f", 4 * MIB, LayoutKind::Stripe).unwrap();
+    let at = 3 * ps as u64 + 100;
+    cf.reserve(at, 100).unwrap();
+    {
+        use std::io::Write;
+        let mut b = std::fs::File::create(fs.0.join("ballast")).unwrap();
+        for chunk in [MIB as usize, 4096] {
+            while b.write_all(&vec![1u8; chunk]).is_ok() {}
+        }
+    }
+    cf.write_at(at, &[9u8; 100]).unwrap();
+    cf.sync()
+        .unwrap_or_else(|e| panic!("sync of 100 reserved bytes in a 16 KiB page: {e}"));
+    drop(cf);
+    cs.close().unwrap();
+}
+
 /// On a real, small file system: fill it until the flusher gets ENOSPC, free
 /// space, and the next `sync` writes everything and succeeds; then fill it
 /// again until `sync` itself gets ENOSPC, free space, and sync again. Reads of

@@ -1567,12 +1567,32 @@ impl CachedFile {
             // As `pwrite` of no bytes: the length stays.
             return self.entry.check().map_err(|e| self.gone_or(e));
         }
+        // Inside the file: a `write_at`, unless a cut comes between the
+        // length read and the write (which then finds the range past the
+        // end): then it grows the file as any write past the end.
         if end <= self.len() {
-            return self.write_at(offset, data);
+            #[cfg(test)]
+            if let Some(between) = INSIDE_WRITE_LENGTH.take(Arc::as_ptr(&self.entry) as usize) {
+                between();
+            }
+            match self.write_at(offset, data) {
+                Err(Error::OutOfRange { .. }) => {}
+                r => return r,
+            }
         }
         let e = &*self.entry;
         let _one = self.lock_beside_sync(&e.extending)?;
-        let old = self.len();
+        let mut old = self.len();
+        // (Bounded: each turn needs another cut to land inside the write.)
+        for _ in 0..8 {
+            if end > old {
+                break;
+            }
+            match self.write_at(offset, data) {
+                Err(Error::OutOfRange { .. }) => old = self.len(),
+                r => return r,
+            }
+        }
         if end <= old {
             return self.write_at(offset, data);
         }
@@ -1818,7 +1838,8 @@ impl CachedFile {
 
     /// Reserve space on the devices for bytes `offset..offset + len`, inside
     /// the file or past its end, so that the write-back of pages written there
-    /// cannot fail for want of space: [`File::reserve`], which says what it
+    /// cannot fail for want of space: [`File::reserve`] of the whole pages the
+    /// range touches (a page is written back whole), which says what it
     /// keeps and for how long. The length and the bytes do not change.
     /// Errors as [`File::reserve`], and [`Error::ReadOnly`] on a read-only
     /// handle; a range past [`CachedStore::max_file_len`] is refused.
@@ -1827,10 +1848,20 @@ impl CachedFile {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
-        if let Some(end) = offset.checked_add(len) {
-            self.shared.check_len(&self.entry.file.name(), end)?;
+        let Some(end) = offset.checked_add(len) else {
+            // Refused by the store, with the range in its message.
+            return self.entry.file.reserve(offset, len);
+        };
+        self.shared.check_len(&self.entry.file.name(), end)?;
+        if len == 0 {
+            return self.entry.file.reserve(offset, len);
         }
-        self.entry.file.reserve(offset, len)
+        // Whole pages: a page is written back whole, not only the bytes of
+        // the range in it.
+        let ps = self.shared.cache.page_size() as u64;
+        let from = offset / ps * ps;
+        let to = end.div_ceil(ps).saturating_mul(ps);
+        self.entry.file.reserve(from, to - from)
     }
 
     /// [`CachedFile::grow`], the longer length not shown past an extending
@@ -2083,3 +2114,11 @@ pub(crate) fn small_cache(pages: usize) -> CacheOptions {
         ..CacheOptions::default()
     }
 }
+
+/// Run by `CachedFile::write_extending` on the entry at this address between
+/// its look at the file's length and its write inside it.
+#[cfg(test)]
+pub(crate) static INSIDE_WRITE_LENGTH: crate::util::hook::TestHook<
+    usize,
+    Box<dyn FnOnce() + Send>,
+> = crate::util::hook::TestHook::new();

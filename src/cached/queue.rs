@@ -1187,7 +1187,9 @@ impl<'a> CachedQueue<'a> {
             f[n..].fill(0);
         }
         if !(n as u64).is_multiple_of(DIRECT_ALIGN) {
-            let r = self.sh.load(fid, page, f);
+            // Through the request's own entry: a file deleted meanwhile is
+            // no longer in the table, and is told as gone.
+            let r = Shared::load_of(entry, page, f);
             return self.complete_fill(job, req, page, r);
         }
         entry.note_fill(page);
@@ -1476,8 +1478,8 @@ impl<'a> CachedQueue<'a> {
                 let reads = matches!(w.job, Job::Read(_) | Job::Write(..));
                 let r = match r {
                     Err(Error::OutOfRange { .. }) if reads => {
-                        let fid = self.live.get(w.req).expect("live request").req.file.id;
-                        self.sh.load(fid, w.page, w.job.frame())
+                        let entry = &self.live.get(w.req).expect("live request").req.file.entry;
+                        Shared::load_of(entry, w.page, w.job.frame())
                     }
                     r => r,
                 };

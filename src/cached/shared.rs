@@ -1258,6 +1258,75 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// An extending write whose range was inside the file when it looked,
+    /// but which a shrink then cut, grows the file as a write past the end
+    /// does, instead of failing `OutOfRange`.
+    #[test]
+    fn a_write_inside_the_file_that_a_shrink_overtakes_grows_it() {
+        let dir = crate::cached::scratch_dir("write-shrink");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(store.create("f", 100_000, LayoutKind::Stripe).unwrap());
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let e = cf.entry.clone();
+        crate::cached::INSIDE_WRITE_LENGTH.arm(
+            Arc::as_ptr(&cf.entry) as usize,
+            Box::new(move || {
+                e.file
+                    .set_len_cached(1000, &mut |_| Ok(()))
+                    .map(drop)
+                    .unwrap()
+            }),
+        );
+        let data = vec![7u8; 8192];
+        cf.write_extending(60_000, &data)
+            .unwrap_or_else(|e| panic!("a write a shrink overtook: {e}"));
+        assert_eq!(cf.len(), 60_000 + 8192);
+        let mut back = vec![0u8; 8192];
+        cf.read_at(60_000, &mut back).unwrap();
+        assert!(back == data);
+        cf.sync().unwrap();
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A request queue's fill of a last page that ends inside a sector (read
+    /// at once, not queued), whose file is deleted between the queue's look
+    /// at the length and the read, fails as a deleted file's read does
+    /// (`FileGone`), not as one of an unknown cache id.
+    #[test]
+    fn a_queued_fill_of_a_deleted_files_last_sector_says_it_is_gone() {
+        let dir = crate::cached::scratch_dir("fill-gone");
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        drop(store.create("f", 5000, LayoutKind::Stripe).unwrap());
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
+        let cf = cs.open_file("f").unwrap();
+        let (sh, id) = (cf.shared.clone(), cf.id);
+        super::AFTER_LOAD_LENGTH.arm(
+            Arc::as_ptr(&cf.entry) as usize,
+            Box::new(move || {
+                // What a delete does: out of the table, and gone.
+                let gone = sh.files.write().unwrap().remove(&id).unwrap();
+                gone.gone.store(true, Ordering::Release);
+            }),
+        );
+        let mut q = cs.queue(4);
+        let req = crate::CachedRequest::tagged(crate::OpKind::Read, &cf, 4096, vec![0; 10], 0);
+        q.submit(vec![req]);
+        q.wait(1);
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        let (_, c) = done.pop().expect("a completion");
+        assert!(
+            matches!(c.result, Err(crate::Error::FileGone(_))),
+            "{:?}",
+            c.result
+        );
+        drop(q);
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A fill that read the file's length before a shrink cut it reads what
     /// is still inside the file instead of failing `OutOfRange` (a
     /// synchronous read, then a request queue's); the bytes the reader asked

@@ -682,7 +682,7 @@ fn conclude(
                     Ok("ok (structure only: no in-memory run; the reference)".into())
                 }
                 (None, _) if !have_memory => ranks_alone(&m.ranks),
-                (None, _) => Err("no in-memory run to compare with".into()),
+                (None, _) => Err("the in-memory run failed: no reference to compare with".into()),
                 (Some(r), "bfs") => {
                     match r.checks.iter().zip(&m.checks).position(|(x, y)| x != y) {
                         None if r.checks.len() == m.checks.len() => Ok("ok".into()),
