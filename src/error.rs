@@ -249,7 +249,8 @@ impl Error {
     /// OS error number when there is one, else the nearest standard one, e.g.
     /// `ENOENT` for [`Error::FileNotFound`], `EEXIST` for
     /// [`Error::FileExists`], `EBUSY` for [`Error::StoreLocked`], `ESTALE`
-    /// for [`Error::FileGone`], `ENOMEM` for [`Error::NotEnoughMemory`].
+    /// for [`Error::FileGone`], `ENOMEM` for [`Error::NotEnoughMemory`],
+    /// `ENOSPC` for a write cut short ([`Error::ShortTransfer`]).
     pub fn posix_errno(&self) -> i32 {
         if let Some(e) = self.errno() {
             return e;
@@ -267,6 +268,10 @@ impl Error {
             Error::TooManyPins { .. } => libc::EMFILE,
             Error::Busy(_) | Error::AllPinned { .. } | Error::ResizeBusy(_) => libc::EBUSY,
             Error::OutOfRange { .. } => libc::EFBIG,
+            // A write to a regular file is cut short by the file system
+            // running out of space part way (as `write(2)` answers a count,
+            // and `ENOSPC` to the next call).
+            Error::ShortTransfer { op: "write", .. } => libc::ENOSPC,
             Error::StoreLocked { .. } => libc::EBUSY,
             Error::FileGone(_) | Error::BackingGone { .. } => libc::ESTALE,
             Error::Closed => libc::ESHUTDOWN,

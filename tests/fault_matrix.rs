@@ -434,6 +434,8 @@ fn short_write() {
             } => assert_eq!((*op, *expected, *got), ("write", 4096, 2048)),
             other => panic!("{other}"),
         }
+        // To a POSIX caller: out of space part way, not an I/O error.
+        assert_eq!(e.posix_errno(), libc::ENOSPC, "{e}");
         assert!(store.device_errors().iter().all(Option::is_none));
     }
     let mut want = rig.data.clone();
