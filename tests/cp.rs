@@ -213,6 +213,10 @@ fn a_copy_out_into_a_device_directory_is_refused_and_odd_destinations_work() {
         "inside the store's device directory",
     );
     assert!(!new.exists(), "a file was made in a device directory");
+    // A directory below one is no device directory.
+    let below = d.join("d0").join("backup");
+    std::fs::create_dir_all(&below).unwrap();
+    ok(&cp(&d, &["store:a", below.join("a.scf").to_str().unwrap()]));
     let back = d.join("b.out");
     ok(&cp(&d, &["store:b", back.to_str().unwrap()]));
     assert!(std::fs::read(&back).unwrap() == b, "store:b was damaged");

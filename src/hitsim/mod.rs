@@ -180,6 +180,13 @@ pub fn warm_requests(len: usize, fraction: f64) -> usize {
 /// that come from the user (trace lengths, cache sizes) are checked against
 /// it before anything of that size is allocated.
 pub fn memory_limit() -> u64 {
+    let room = crate::util::room::memory_room().map_or(u64::MAX, |r| r.bytes);
+    static_limit().min(room)
+}
+
+/// [`memory_limit`] without what the machine has free now: its physical
+/// memory, the process's limits and its cgroup's `memory.max`.
+fn static_limit() -> u64 {
     // SAFETY: sysconf only reads system constants.
     let (pages, page) = unsafe {
         (
@@ -202,8 +209,7 @@ pub fn memory_limit() -> u64 {
             limit = limit.min(r.rlim_cur);
         }
     }
-    let room = crate::util::room::memory_room().map_or(u64::MAX, |r| r.bytes);
-    limit.min(cgroup_memory_max()).min(room)
+    limit.min(cgroup_memory_max())
 }
 
 /// The smallest `memory.max` of this process's cgroup (v2) and its
@@ -301,7 +307,8 @@ pub fn check(
     }
     let model = model_bytes(policy, cache_pages, set_size, trace.footprint, trace.len());
     let held = trace.bytes();
-    let limit = memory_limit();
+    // The trace is in memory already (what is free now does not count it).
+    let limit = memory_limit().saturating_add(held).min(static_limit());
     if model.saturating_add(held) > limit {
         let what = if policy.is_sa() {
             format!("{policy} (sets of {set_size})")

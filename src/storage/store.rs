@@ -710,18 +710,27 @@ fn write_header(fd: &Fd, h: &Header) -> std::io::Result<()> {
 /// intent record, which recovery finishes should it stop in between); without
 /// `may_cut`, writes zeros over the rest, so that the file is never shorter than
 /// its header needs (a lazy growth, which has no record).
-fn zero_range(fd: &Fd, from: u64, to: u64, may_cut: bool) -> std::io::Result<()> {
+///
+/// With `keep` (a growth), a range the punch found wholly allocated (a
+/// reservation made ahead by `reserve` past the old end) is allocated again,
+/// so that the growth does not give the reservation up. Only then, since that
+/// takes no more than the punch freed, and as a best effort: its failure (the
+/// space taken meanwhile) is not the growth's.
+fn zero_range(fd: &Fd, from: u64, to: u64, may_cut: bool, keep: bool) -> std::io::Result<()> {
     if from >= to {
         return Ok(());
     }
-    let blocks = fstat(fd)?.st_blocks;
+    let before = if keep { Some(fstat(fd)?) } else { None };
     let e = match punch_hole(fd, from, to - from) {
         Ok(()) => {
-            // Space the range held (reserved ahead by `reserve`, or a crash's
-            // leftovers) is taken again: a growth over a reservation must
-            // not give it up.
-            if fstat(fd)?.st_blocks < blocks {
-                allocate_keep_size(fd, from, to - from)?;
+            if let Some(st) = before {
+                let freed = (st.st_blocks - fstat(fd)?.st_blocks).max(0) as u64 * 512;
+                // The punch frees whole blocks only: the partial ones at its
+                // two ends stay.
+                let edges = 2 * (st.st_blksize.max(512) as u64);
+                if freed > 0 && freed + edges >= to - from {
+                    let _ = allocate_keep_size(fd, from, to - from);
+                }
             }
             return Ok(());
         }
@@ -2167,7 +2176,7 @@ impl StoreInner {
         let have = fstat(fd).map_err(io)?.st_size as u64;
         if end < have.min(size) {
             crash_point()?;
-            zero_range(fd, end, have.min(size), true).map_err(io)?;
+            zero_range(fd, end, have.min(size), true, new > old).map_err(io)?;
         }
         p.engine.discard(p.media, end - HEADER_BYTES);
         // A cut truncates even to the same size, which frees space reserved
@@ -2225,25 +2234,29 @@ impl StoreInner {
             })?;
         // Under the metadata lock: no length change cuts a backing file while
         // its range is being taken.
-        let _meta = self.begin_meta()?;
+        let meta = self.begin_meta()?;
         let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
         let paths = self.backing_paths(&name);
+        let io = |i: usize, e| Error::os(format!("device {i}: reserve"), &paths[i], e);
+        let mut taken = Vec::new();
         for (i, b) in f.backings.iter().enumerate() {
             b.state.check()?;
             // A device's bytes of a file are its blocks in the file's order,
             // so the range's part on it is one run.
             let from = f.layout.device_end(i, offset);
             let to = f.layout.device_end(i, end);
-            if to <= from {
-                continue;
+            if to > from {
+                allocate_keep_size(&b.fd, HEADER_BYTES + from, to - from).map_err(|e| io(i, e))?;
+                taken.push(i);
             }
-            let io = |e| Error::os(format!("device {i}: reserve"), &paths[i], e);
-            allocate_keep_size(&b.fd, HEADER_BYTES + from, to - from).map_err(io)?;
-            // Durable when this returns: a later sync with nothing to write
-            // would not fsync.
+        }
+        drop(meta);
+        // Durable when this returns (a later sync with nothing to write would
+        // not fsync); outside the lock, which other files' operations wait on.
+        for i in taken {
             let _counting = f.fsync_counted();
-            fsync_fd(&b.fd).map_err(|e| {
-                let e = io(e);
+            fsync_fd(&f.backings[i].fd).map_err(|e| {
+                let e = io(i, e);
                 fsync_failed(f, i, &e);
                 e
             })?;
@@ -2282,7 +2295,7 @@ impl StoreInner {
             let unclear = end < have && !b.tail_clear.load(Ordering::Acquire);
             let mut now = have;
             if unclear && end < have.min(size) {
-                zero_range(&b.fd, end, have.min(size), false).map_err(io)?;
+                zero_range(&b.fd, end, have.min(size), false, true).map_err(io)?;
                 // (Where holes cannot be punched, the last sector is written
                 // whole, which may lengthen the file.)
                 now = fstat(&b.fd).map_err(io)?.st_size as u64;

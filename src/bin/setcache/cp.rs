@@ -154,7 +154,8 @@ fn write_out(
 /// written into. Refused onto one of the store file's own backing files,
 /// which the copy would destroy, and anywhere inside a device directory of
 /// the store (`devices`), where it would overwrite another file's or make a
-/// name the store takes for one of its own.
+/// name the store takes for one of its own (a directory below one is left
+/// alone: the store makes nothing there).
 fn copy_out(
     cs: &CachedStore,
     devices: &[PathBuf],
@@ -298,18 +299,19 @@ fn copy_out(
 const NAME_MAX: usize = 255;
 
 /// The device directory of the store (one of `devices`) that plain path `to`
-/// would be made in, if any: its directory, with symbolic links resolved, is
-/// one of them or inside one.
+/// would be made in, if any: its directory is one of them (the same
+/// directory, however reached: a symbolic link, `..`, a bind mount).
 fn in_device_dir(to: &std::path::Path, devices: &[PathBuf]) -> Option<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
     let parent = match to.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => std::path::Path::new("."),
     };
-    let dir = std::fs::canonicalize(parent).ok()?;
+    let dir = std::fs::metadata(parent).ok()?;
     devices
         .iter()
-        .filter_map(|d| std::fs::canonicalize(d).ok())
-        .find(|root| dir.starts_with(root))
+        .find(|d| std::fs::metadata(d).is_ok_and(|m| (m.dev(), m.ino()) == (dir.dev(), dir.ino())))
+        .cloned()
 }
 
 /// Open `path` (a device or a FIFO, `m` its metadata) to write into. A
