@@ -231,6 +231,39 @@ fn a_copy_out_into_a_device_directory_is_refused_and_odd_destinations_work() {
     let _ = std::fs::remove_dir_all(&d);
 }
 
+/// A sparse file copied into the store and back out keeps its holes (the
+/// backing files and the copy out take about the bytes written, not the
+/// length) and arrives byte for byte.
+#[test]
+fn holes_stay_holes_both_ways() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let d = scratch_named("holes");
+    let src = d.join("sparse.in");
+    let f = std::fs::File::create(&src).unwrap();
+    let len = 40u64 << 20;
+    f.set_len(len).unwrap();
+    for at in [0, 10 << 20, (20 << 20) + 4096 + 17, len - 100] {
+        f.write_all_at(&[0xA5; 100], at).unwrap();
+    }
+    drop(f);
+    ok(&cp(&d, &[src.to_str().unwrap(), "store:s"]));
+    let used = |p: &Path| std::fs::metadata(p).unwrap().blocks() * 512;
+    let backing: u64 = ["d0", "d1"]
+        .iter()
+        .map(|dev| used(&d.join(dev).join("s.scf")))
+        .sum();
+    assert!(backing < 4 << 20, "the store's copy takes {backing} bytes");
+    let out = d.join("sparse.out");
+    ok(&cp(&d, &["store:s", out.to_str().unwrap()]));
+    assert!(std::fs::read(&out).unwrap() == std::fs::read(&src).unwrap());
+    assert!(
+        used(&out) < 4 << 20,
+        "the copy out takes {} bytes",
+        used(&out)
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
 /// A copy waiting on a source that sends nothing (a FIFO nobody writes):
 /// the first Ctrl-C cannot end the wait, a second ends the process.
 #[test]

@@ -129,24 +129,59 @@ fn go_on() -> Result<(), String> {
     Ok(())
 }
 
-/// Write all of store file `f` to `out` (at `path`), chunk by chunk.
+/// Write all of store file `f` to `out` (at `path`), chunk by chunk. With
+/// `sparse` (`out` a new, empty regular file), chunks of zeros are skipped
+/// and the length set at the end, so that holes stay holes.
 fn write_out(
     f: &CachedFile,
     out: &mut std::fs::File,
     path: &std::path::Path,
     buf: &mut [u8],
+    sparse: bool,
 ) -> Result<u64, String> {
+    use std::io::{Seek, SeekFrom};
     let len = f.len();
     let mut at = 0u64;
+    let failed = |e: std::io::Error| format!("write {}: {e}", path.display());
     while at < len {
         go_on()?;
         let n = f.read_at(at, buf).map_err(|e| e.to_string())?;
-        out.write_all(&buf[..n])
-            .map_err(|e| format!("write {}: {e}", path.display()))?;
+        if sparse {
+            for r in data_runs(&buf[..n]) {
+                out.seek(SeekFrom::Start(at + r.start as u64))
+                    .map_err(failed)?;
+                out.write_all(&buf[r]).map_err(failed)?;
+            }
+        } else {
+            out.write_all(&buf[..n]).map_err(failed)?;
+        }
         at += n as u64;
+    }
+    if sparse {
+        out.set_len(len).map_err(failed)?;
     }
     Ok(len)
 }
+
+/// The runs of `b` (as ranges) that hold anything but zeros, in pieces of
+/// `HOLE` bytes: what a sparse copy writes, leaving the rest holes.
+fn data_runs(b: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+    for (k, piece) in b.chunks(HOLE).enumerate() {
+        if piece.iter().all(|&x| x == 0) {
+            continue;
+        }
+        let (from, to) = (k * HOLE, k * HOLE + piece.len());
+        match runs.last_mut() {
+            Some(r) if r.end == from => r.end = to,
+            _ => runs.push(from..to),
+        }
+    }
+    runs
+}
+
+/// The smallest hole a copy keeps: a page.
+const HOLE: usize = 4096;
 
 /// Copy store file `f` to the plain path `to`: into a new file beside it,
 /// synced, then renamed to `to` (over it only with `force`), so that a copy
@@ -180,7 +215,7 @@ fn copy_out(
             Err(e) => match std::fs::metadata(to) {
                 Ok(m) if !m.is_file() && !m.is_dir() => {
                     let mut out = open_to_write(to, &m)?;
-                    return write_out(&f, &mut out, to, buf);
+                    return write_out(&f, &mut out, to, buf, false);
                 }
                 _ => {
                     return Err(format!(
@@ -227,7 +262,7 @@ fn copy_out(
             // A device or a pipe is written into, as cp(1) does: nothing is
             // replaced.
             let mut out = open_to_write(to, &m)?;
-            return write_out(&f, &mut out, to, buf);
+            return write_out(&f, &mut out, to, buf, false);
         }
         if !force {
             return Err(format!(
@@ -263,7 +298,7 @@ fn copy_out(
             out.set_permissions(m.permissions())
                 .map_err(|e| format!("cannot set the mode of {}: {e}", tmp.display()))?;
         }
-        let len = write_out(&f, &mut out, &tmp, buf)?;
+        let len = write_out(&f, &mut out, &tmp, buf, true)?;
         out.sync_all()
             .map_err(|e| format!("sync {}: {e}", tmp.display()))?;
         // Without --force, a file that appeared at `to` meanwhile stays: a
@@ -436,7 +471,11 @@ fn copy_in(
         if at + n as u64 > len {
             out.grow(at + n as u64).map_err(|e| e.to_string())?;
         }
-        out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
+        // The store file is new, zeros throughout: a hole stays one.
+        for r in data_runs(&buf[..n]) {
+            out.write_at(at + r.start as u64, &buf[r])
+                .map_err(|e| e.to_string())?;
+        }
         at += n as u64;
     }
     if at < len {
@@ -520,7 +559,10 @@ fn copy(a: &CpArgs, src: &Side, dst: &Side) -> Result<(), String> {
                 while at < len {
                     go_on()?;
                     let n = f.read_at(at, &mut buf).map_err(|e| e.to_string())?;
-                    out.write_at(at, &buf[..n]).map_err(|e| e.to_string())?;
+                    for r in data_runs(&buf[..n]) {
+                        out.write_at(at + r.start as u64, &buf[r])
+                            .map_err(|e| e.to_string())?;
+                    }
                     at += n as u64;
                 }
                 Ok(len)
