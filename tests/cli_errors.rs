@@ -1750,3 +1750,46 @@ fn refusals_come_first_and_keep_the_users_files() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `bench --dir` is refused as read-only only where this process may not
+/// write: a directory of mode 555 is writable by root (once refused by its
+/// mode bits alone), and a run shorter than 0.1 s is refused by name (once
+/// run, reporting 0 requests a second).
+#[test]
+fn bench_asks_whether_it_may_write_in_its_directory_and_refuses_a_blink_of_a_run() {
+    let d = std::env::temp_dir().join(format!("setcache-cli-ro-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    let bench = |dir: &Path, runtime: &str| {
+        Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .args(["bench", "--dir"])
+            .arg(dir)
+            .args([
+                "--file-size",
+                "4M",
+                "--engine",
+                "direct",
+                "--rw",
+                "randread",
+            ])
+            .args(["--runtime", runtime, "--ramp", "0", "--no-progress"])
+            .output()
+            .unwrap()
+    };
+    let o = bench(&d, "0.0001");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("0.1 s at least"),
+        "{err}"
+    );
+    // SAFETY: plain system call.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let ro = d.join("ro");
+        std::fs::create_dir_all(&ro).unwrap();
+        std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let o = bench(&ro, "0.2");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}

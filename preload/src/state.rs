@@ -621,12 +621,17 @@ pub(crate) fn parse_size(s: &str) -> Option<u64> {
 fn env_size(name: &str, default: u64) -> Result<u64, (i32, String)> {
     match std::env::var(name) {
         Err(_) => Ok(default),
-        Ok(v) => parse_size(&v).filter(|&n| n > 0).ok_or_else(|| {
-            (
+        Ok(v) => match parse_size(&v) {
+            Some(0) => Err((
+                libc::EINVAL,
+                format!("{name}={v:?}: the size must be above 0"),
+            )),
+            Some(n) => Ok(n),
+            None => Err((
                 libc::EINVAL,
                 format!("{name}={v:?} is not a size (bytes, or a number with K, M, G or T)"),
-            )
-        }),
+            )),
+        },
     }
 }
 
@@ -664,9 +669,16 @@ fn open_state() -> Result<State, Refusal> {
     }
     let cache = env_size("SETCACHE_CACHE_SIZE", 256 << 20)?;
     let page = env_size("SETCACHE_PAGE_SIZE", 4096)?;
+    // Checked whole before it is narrowed (4G would read as 0).
+    let page = u32::try_from(page).map_err(|_| {
+        (
+            libc::EINVAL,
+            format!("SETCACHE_PAGE_SIZE={page} is larger than the largest page (1 MiB)"),
+        )
+    })?;
     let fail = |e: Error| (e.posix_errno(), format!("cannot open the store: {e}"));
     let store_opts = StoreOptions {
-        page_size: page as u32,
+        page_size: page,
         ..StoreOptions::default()
     };
     // Before the store takes its roots' locks and starts its threads: a

@@ -1077,6 +1077,38 @@ fn a_forked_child_that_outlives_its_parent_leaves_the_roots_unlocked() {
     }
 }
 
+/// Sizes in the environment that the library cannot use are refused with
+/// a message naming the setting and what is wrong with it: a page size of
+/// 4 GiB (once read as 0 after its narrowing) and a cache of no bytes.
+#[test]
+fn bad_sizes_in_the_environment_are_named() {
+    let s = Setup::new("bad-sizes");
+    for (var, value, says) in [
+        (
+            "SETCACHE_PAGE_SIZE",
+            "4G",
+            "SETCACHE_PAGE_SIZE=4294967296 is larger than the largest page",
+        ),
+        (
+            "SETCACHE_CACHE_SIZE",
+            "0",
+            "SETCACHE_CACHE_SIZE=\"0\": the size must be above 0",
+        ),
+    ] {
+        let mut c = s.preloaded(Path::new("/bin/sh"));
+        c.env(var, value)
+            .arg("-c")
+            .arg(format!("echo hi > {}", s.p("store").join("x").display()));
+        let out = c.output().expect("run sh");
+        let err = text(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{var}={value}: status {:?}, stderr:\n{err}",
+            out.status
+        );
+    }
+}
+
 /// A small tmpfs mounted at `mnt` with two device directories, taken down
 /// when dropped (detached if still busy); `None` (and why) where this process
 /// may not mount, which fails the test instead when `CI` is set.

@@ -51,7 +51,7 @@ pub(crate) const BENCH_FLAGS: &[Flag] = &[
         "--dist",
         &["uniform", "zipf:0.99", "zipf:0", "zipf:1.2", "pareto"],
     ),
-    ("--runtime", &["3", "0.5", "0", "86401", "nan"]),
+    ("--runtime", &["3", "0.5", "0.01", "0", "86401", "nan"]),
     ("--ramp", &["0", "1", "-1"]),
     ("--policy", &["gclock", "sa-lru", "arc"]),
     ("--repeat", &["1", "3", "99", "100"]),

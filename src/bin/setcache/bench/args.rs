@@ -162,7 +162,7 @@ pub(crate) struct BenchArgs {
     /// timestamps; each access waits for its time) instead of as fast as possible
     #[arg(long, value_name = "X")]
     pub(crate) replay_speed: Option<f64>,
-    /// Measured seconds per run
+    /// Measured seconds per run (0.1 at least)
     #[arg(long, value_name = "SECS", default_value = "10", value_parser = runtime_arg)]
     pub(crate) runtime: f64,
     /// Seconds run before measuring (warms the cache)
@@ -307,7 +307,13 @@ fn secs(s: &str, min_exclusive: bool) -> Result<f64, String> {
 }
 
 fn runtime_arg(s: &str) -> Result<f64, String> {
-    secs(s, true)
+    let v = secs(s, true)?;
+    // A run shorter than this completes no request on a slow disk, and its
+    // figures would be zeros.
+    if v < 0.1 {
+        return Err(format!("{s} seconds: a run must last 0.1 s at least"));
+    }
+    Ok(v)
 }
 
 fn ramp_arg(s: &str) -> Result<f64, String> {
@@ -341,6 +347,7 @@ mod tests {
         assert!(percent_arg("-1").is_err());
         assert_eq!(percent_arg("90%"), Ok(90.0));
         assert!(runtime_arg("0").is_err());
+        assert!(runtime_arg("0.0001").is_err());
         assert_eq!(ramp_arg("0"), Ok(0.0));
         assert_eq!(runtime_arg("2.5s"), Ok(2.5));
         assert!(layout_arg("raid5").is_err());
@@ -398,7 +405,7 @@ mod tests {
                 prop_assert!((0.0..=100.0).contains(&p));
             }
             if let Ok(s) = runtime {
-                prop_assert!(s > 0.0 && s <= 86_400.0);
+                prop_assert!((0.1..=86_400.0).contains(&s));
             }
             if let Ok(s) = ramp {
                 prop_assert!((0.0..=86_400.0).contains(&s));

@@ -51,8 +51,11 @@ impl Workspace {
             Ok(m) if !m.is_dir() => {
                 return Err(format!("--dir {} is not a directory", dir.display()));
             }
-            Ok(m) if m.permissions().readonly() => {
-                return Err(format!("--dir {} is read-only", dir.display()));
+            Ok(_) if !writable(dir) => {
+                return Err(format!(
+                    "--dir {} is read-only (this process may not write in it)",
+                    dir.display()
+                ));
             }
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -347,4 +350,14 @@ pub(crate) fn cold(paths: &[PathBuf]) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether this process may make files in directory `dir` (`access(W_OK)`:
+/// its user and groups, root's override, a read-only mount).
+fn writable(dir: &Path) -> bool {
+    let Ok(c) = CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid C string for the call's length.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
