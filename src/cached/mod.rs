@@ -1848,14 +1848,11 @@ impl CachedFile {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
-        let Some(end) = offset.checked_add(len) else {
+        let Some(end) = offset.checked_add(len).filter(|_| len > 0) else {
             // Refused by the store, with the range in its message.
             return self.entry.file.reserve(offset, len);
         };
         self.shared.check_len(&self.entry.file.name(), end)?;
-        if len == 0 {
-            return self.entry.file.reserve(offset, len);
-        }
         // Whole pages: a page is written back whole, not only the bytes of
         // the range in it.
         let ps = self.shared.cache.page_size() as u64;

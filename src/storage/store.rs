@@ -515,17 +515,14 @@ pub(crate) static META_FSYNC_COUNTED: crate::util::hook::TestHook<usize, Box<dyn
 
 /// Allocate `len` bytes at `from` without changing the file's size.
 fn allocate_keep_size(fd: &Fd, from: u64, len: u64) -> std::io::Result<()> {
+    fallocate(fd, libc::FALLOC_FL_KEEP_SIZE, from, len)
+}
+
+/// `fallocate(2)` in `mode` of `len` bytes at `from`, again if interrupted.
+fn fallocate(fd: &Fd, mode: libc::c_int, from: u64, len: u64) -> std::io::Result<()> {
     loop {
         // SAFETY: plain system call on an open descriptor.
-        let rc = unsafe {
-            libc::fallocate(
-                fd.as_raw_fd(),
-                libc::FALLOC_FL_KEEP_SIZE,
-                from as i64,
-                len as i64,
-            )
-        };
-        if rc == 0 {
+        if unsafe { libc::fallocate(fd.as_raw_fd(), mode, from as i64, len as i64) } == 0 {
             return Ok(());
         }
         let e = std::io::Error::last_os_error();
@@ -787,20 +784,12 @@ fn punch_hole(fd: &Fd, from: u64, len: u64) -> std::io::Result<()> {
     if NO_PUNCH.get() {
         return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
     }
-    // SAFETY: plain system call on an open descriptor.
-    let rc = unsafe {
-        libc::fallocate(
-            fd.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            from as i64,
-            len as i64,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
+    fallocate(
+        fd,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        from,
+        len,
+    )
 }
 
 /// The record that undoes the length change `intent` records: the same file
