@@ -158,6 +158,42 @@ fn several_apis_take_turns_as_engines_do() {
 /// (no data file made, no engine run), with both sizes in the message; the
 /// Linux engines, whose `--cache-size` is only a cgroup limit, are not held
 /// to it.
+/// A job's hit ratio is its reads' (a write of whole pages needs no device
+/// read, which made a job of writes show nearly every request a hit): a job
+/// of writes alone shows none, and a mixed job over a file four times its
+/// cache hits about as its reads do.
+#[test]
+fn a_jobs_hit_ratio_counts_its_reads_alone() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-jobhit-{}", std::process::id()));
+    let (ok, out, err) = bench(
+        &dir,
+        &[
+            "--engine",
+            "setcache",
+            "--job",
+            "name=w,rw=randwrite",
+            "--job",
+            "name=m,rw=randrw",
+        ],
+    );
+    assert!(ok, "{err}\n{out}");
+    let hit = |job: &str| {
+        let line = out
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(job))
+            .unwrap_or_else(|| panic!("no job {job} in\n{out}"));
+        let at = line.find(" hit ").expect(line) + " hit ".len();
+        line[at..].split_whitespace().next().unwrap().to_string()
+    };
+    assert_eq!(hit("w"), "-", "{out}");
+    let m: f64 = hit("m").trim_end_matches('%').parse().unwrap();
+    assert!(
+        m < 50.0,
+        "a 4 MiB cache over 16 MiB hit {m}% of the reads\n{out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_cache_larger_than_memory_is_refused_before_anything_runs() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-mem-{}", std::process::id()));
@@ -484,6 +520,9 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
         "Timestamp,Response,IOType,LUN,Offset,Size\n0,0,R,0,0,4096\n20000000000000,0,R,0,4096,4096\n",
     )
     .unwrap();
+    // The run lasts its runtime all the same, though its last access came
+    // at once: one access in 0.3 s, not in the moment it took.
+    let json = dir.join("huge.json");
     let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
         .args(["bench", "--dir"])
         .arg(dir.join("h"))
@@ -495,13 +534,20 @@ fn a_block_trace_replays_at_its_own_timing_scaled() {
             "--cache-size",
             "1M",
             "--engine",
-            "setcache",
+            "setcache,setcache-numa",
         ])
-        .args(["--ramp", "0", "--runtime", "0.3", "--no-progress"])
+        .args(["--ramp", "0", "--runtime", "0.3", "--no-progress", "--json"])
+        .arg(&json)
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "a replay of a huge timestamp: {err}");
+    for engine in ["setcache", "setcache-numa"] {
+        let ops = json_field(&json, engine, "ops");
+        let secs = ops / json_field(&json, engine, "iops");
+        assert_eq!(ops, 1.0, "{engine}");
+        assert!(secs >= 0.25, "{engine}: one access timed over {secs} s");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -78,7 +78,6 @@ const UNLOCKED: u32 = 0;
 const LOCKED: u32 = 1;
 const CONTENDED: u32 = 2;
 
-/// Why a lookup returned instead of a page.
 /// Who looks a page up, for what its page becomes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Mode {
@@ -1430,6 +1429,28 @@ impl<M: Model> Core<M> {
         wake_word::<M>(state, old);
     }
 
+    /// A reader's lock-free pin of `tag` (no claim, no wait): the set's lock
+    /// is not taken, and the hit is counted and heard by the policy as a
+    /// locked lookup's would be. `None` when the page is not cached and
+    /// readable at once, or for readahead (which never pins a page present).
+    pub(crate) fn fast_read(&self, tag: u64, mode: Mode) -> Option<(usize, usize)> {
+        if mode == Mode::Ahead {
+            return None;
+        }
+        let h = mix64(tag);
+        let (s, i) = if mode.warms() {
+            self.fast_hit::<true>(tag, h)
+        } else {
+            self.fast_hit::<false>(tag, h)
+        }?;
+        if mode.warms() {
+            self.warm(s, i);
+        }
+        self.stats.bump(Stat::Hits);
+        self.duel.observe_access(self.first_now(h), tag);
+        Some((s, i))
+    }
+
     /// Find `tag`, pinning it, or claim a frame for it, on behalf of `mode`'s
     /// kind of reader. Blocks while the page is being filled, while a writer
     /// holds it (or, for `write`, while anyone holds it), and with a bounded
@@ -1448,20 +1469,11 @@ impl<M: Model> Core<M> {
         let ahead = mode == Mode::Ahead;
         // A caller that does not wait has just tried the optimistic path
         // (but one that wants only a page present has not).
-        if !write && (!nowait || mode.present_only()) {
-            let hit = if mode.warms() {
-                self.fast_hit::<true>(tag, h)
-            } else {
-                self.fast_hit::<false>(tag, h)
-            };
-            if let Some((s, i)) = hit {
-                if mode.warms() {
-                    self.warm(s, i);
-                }
-                self.stats.bump(Stat::Hits);
-                self.duel.observe_access(self.first_now(h), tag);
-                return Ok(Found::Hit(s, i));
-            }
+        if !write
+            && (!nowait || mode.present_only())
+            && let Some((s, i)) = self.fast_read(tag, mode)
+        {
+            return Ok(Found::Hit(s, i));
         }
         let mut backoff = Backoff::default();
         loop {

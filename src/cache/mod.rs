@@ -580,6 +580,15 @@ impl<M: Model> PageCache<M> {
         page: u64,
         mode: Mode,
     ) -> Result<Option<Lookup<'_, M>>> {
+        // A page request's first look takes the lock-free pin, as a
+        // synchronous reader's does (the locked lookup after it assumes that
+        // a caller that does not wait has tried that already).
+        let tag = tag_of(file, page)?;
+        if let Some((s, i)) = self.core.fast_read(tag, mode) {
+            return Ok(Some(Lookup::Hit(PageRef {
+                at: At::new(&self.core, s, i, tag),
+            })));
+        }
         self.lookup_read(file, page, true, mode)
     }
 

@@ -51,6 +51,7 @@ use setcache::{
     TranslationStats,
 };
 
+use crate::bench::median;
 use crate::bench::rng::Rng;
 use crate::bench::size::{format_size, parse_size};
 use crate::bench::zipf::Zipf;
@@ -251,15 +252,21 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     if dir.exists() && !dir.is_dir() {
         return Err(format!("--dir {}: not a directory", dir.display()));
     }
-    // A --dir this run makes goes again at its end (if nothing else is in it).
-    let dir_made = !dir.exists();
+    // A --dir this run makes goes again at its end (if nothing else is in
+    // it), with the directories above it that it made too, deepest first.
+    let dirs_made: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
+    let unmake = || {
+        for d in &dirs_made {
+            if std::fs::remove_dir(d).is_err() {
+                break;
+            }
+        }
+    };
     std::fs::create_dir_all(&dir).map_err(|e| format!("--dir {}: {e}", dir.display()))?;
     let made = match claim_root(&dir, &root) {
         Ok(made) => made,
         Err(e) => {
-            if dir_made {
-                let _ = std::fs::remove_dir(&dir);
-            }
+            unmake();
             return Err(e);
         }
     };
@@ -273,8 +280,8 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
             }
             if a.dir.is_none() {
                 let _ = std::fs::remove_dir_all(&dir);
-            } else if dir_made {
-                let _ = std::fs::remove_dir(&dir);
+            } else {
+                unmake();
             }
             return Err(err(e));
         }
@@ -313,8 +320,8 @@ pub(crate) fn run(a: ArrayArgs) -> Result<(), String> {
     let _ = std::fs::remove_dir(&root);
     if a.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
-    } else if dir_made {
-        let _ = std::fs::remove_dir(&dir);
+    } else {
+        unmake();
     }
     result
 }
@@ -462,9 +469,9 @@ fn measure(a: &ArrayArgs, store: Store, n: u64, cache: u64, page: u64) -> Result
         out!(
             "{:<13} {:>14.0} {:>14.0} {:>9.3} {:>8} {:>9}  {}",
             w,
-            median(&mut vr),
-            median(&mut ar),
-            median(&mut ratios),
+            median(&mut vr).unwrap_or(0.0),
+            median(&mut ar).unwrap_or(0.0),
+            median(&mut ratios).unwrap_or(0.0),
             share(&all),
             misses,
             rounds.join(" ")
@@ -573,11 +580,6 @@ fn rounds(
 
 /// What a run stopped by Ctrl-C returns.
 const STOPPED: &str = "interrupted";
-
-fn median(x: &mut [f64]) -> f64 {
-    x.sort_by(|a, b| a.total_cmp(b));
-    x[x.len() / 2]
-}
 
 /// The vector as plain words, for a workload that only reads it.
 fn words(v: &[AtomicU64]) -> &[u64] {

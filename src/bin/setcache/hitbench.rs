@@ -445,10 +445,11 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
                         rates[j].push(r);
                     }
                 }
+                let median_of = |mut v: Vec<f64>| crate::bench::median(&mut v).unwrap_or(0.0);
                 let ratio_of =
-                    |j: usize| median((0..rounds).map(|r| rates[j][r] / rates[0][r]).collect());
+                    |j: usize| median_of((0..rounds).map(|r| rates[j][r] / rates[0][r]).collect());
                 let (hit_ratio, floor) = (ratio_of(2), ratio_of(1));
-                let medians: Vec<f64> = rates.iter().cloned().map(median).collect();
+                let medians: Vec<f64> = rates.iter().cloned().map(median_of).collect();
                 let (bare, meta, hit, pinned) = (medians[0], medians[1], medians[2], medians[3]);
                 let in_place = if a.sum {
                     format!(
@@ -480,20 +481,6 @@ pub(crate) fn run(a: HitArgs) -> Result<(), String> {
         say!("  cache counters: {} hits, {} misses", st.hits, st.misses);
     }
     Ok(())
-}
-
-/// The median of `v` (the mean of the middle two for an even count).
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return 0.0;
-    }
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 #[cfg(test)]

@@ -174,8 +174,7 @@ fn rows(
                 f.sync().map_err(|e| e.to_string())?;
                 times.push(t.elapsed().as_secs_f64());
             }
-            times.sort_by(f64::total_cmp);
-            let med = times[times.len() / 2];
+            let med = crate::bench::median(&mut times).unwrap_or(0.0);
             let p90 = times[(times.len() * 9 / 10).min(times.len() - 1)];
             let per = if d == 0 {
                 "-".to_string()

@@ -465,7 +465,9 @@ fn account(
             Ok(()) if measuring => {
                 let lat = Duration::from_nanos(now.saturating_sub(submitted));
                 stats.record(lat, c.kind == OpKind::Read);
-                *hits += u64::from(c.hit);
+                // Reads only, as the cache's own ratio: a write of whole
+                // pages needs no device read, which is no hit.
+                *hits += u64::from(c.hit && c.kind == OpKind::Read);
             }
             Ok(()) => {}
             Err(e) => {
@@ -557,7 +559,8 @@ pub(crate) fn run_jobs(
                 job: j.clone(),
                 ops: st.ops,
                 secs: m.secs,
-                hit_ratio: (st.ops > 0).then(|| h.load(Ordering::Relaxed) as f64 / st.ops as f64),
+                hit_ratio: (st.reads > 0)
+                    .then(|| h.load(Ordering::Relaxed) as f64 / st.reads as f64),
                 lat: Lat::from_hist(&st.hist),
             }
         })

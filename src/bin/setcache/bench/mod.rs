@@ -29,6 +29,7 @@ mod plot;
 pub(crate) mod prep;
 mod progress;
 mod report;
+pub(crate) use report::median;
 pub(crate) mod rng;
 pub(crate) mod size;
 pub(crate) mod svg;

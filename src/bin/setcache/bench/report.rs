@@ -7,7 +7,9 @@ pub(crate) use super::outcome::{Lat, Outcome, RunResult};
 use super::plot;
 use super::size::format_size;
 
-fn median(v: &mut [f64]) -> Option<f64> {
+/// The median of `v` (sorted in place): the mean of the two middle values
+/// for an even count; `None` for none.
+pub(crate) fn median(v: &mut [f64]) -> Option<f64> {
     v.sort_by(f64::total_cmp);
     match v.len() {
         0 => None,

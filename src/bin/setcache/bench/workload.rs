@@ -283,6 +283,11 @@ struct Cursor {
     start: Option<Instant>,
     /// An access taken from the trace that is not due yet, and when it is.
     held: Option<(Op, Instant)>,
+    /// At a replay speed, once the next access falls after the run's end:
+    /// that end, until which the thread idles instead of ending at once (the
+    /// run's time is its runtime, not the moment the accesses inside it ran
+    /// out, so that its rate is not that of a shorter run).
+    idle_until: Option<Instant>,
 }
 
 /// What a thread does next ([`OpGen::next_due`]).
@@ -310,17 +315,21 @@ impl Cursor {
             pass: 0,
             start: None,
             held: None,
+            idle_until: None,
         }
     }
 
     /// The next access, at once if it is due, else (`wait`) after sleeping
     /// until it is.
     fn next(&mut self, bs: u64, wait: bool) -> Next {
+        if self.idle_until.is_some() {
+            return self.idle(wait);
+        }
         let (op, due) = match self.held.take() {
             Some(h) => h,
             None => match self.take(bs) {
                 Some(h) => h,
-                None => return Next::End,
+                None => return self.idle(wait),
             },
         };
         let now = Instant::now();
@@ -334,8 +343,24 @@ impl Cursor {
         Next::Op(op)
     }
 
+    /// The replay has nothing more to make: the run's end, once it has come
+    /// (at once, without `wait`, when it has not: `Later` it).
+    fn idle(&mut self, wait: bool) -> Next {
+        if let Some(until) = self.idle_until {
+            let now = Instant::now();
+            if until > now {
+                if !wait {
+                    return Next::Later(until);
+                }
+                std::thread::sleep(until - now);
+            }
+        }
+        Next::End
+    }
+
     /// The next access from the trace and when it is due (now for an
-    /// untimed replay); `None` when the passes are made.
+    /// untimed replay); `None` when the passes are made, or when the next
+    /// access falls after the run's end (`idle_until` then set).
     fn take(&mut self, bs: u64) -> Option<(Op, Instant)> {
         let r = &*self.r;
         if self.first >= r.n_chunks() {
@@ -364,12 +389,15 @@ impl Cursor {
             let at_us =
                 t.saturating_add(u64::from(self.pass).saturating_mul(r.span_us())) as f64 / speed;
             // Due past what a Duration holds, or after the run has ended:
-            // never, so the replay ends.
-            let after = Duration::try_from_secs_f64(at_us / 1e6).ok()?;
-            if r.deadline.is_some_and(|d| after > d) {
-                return None;
+            // never, so the replay ends, at the run's end.
+            let after = Duration::try_from_secs_f64(at_us / 1e6)
+                .ok()
+                .filter(|a| r.deadline.is_none_or(|d| *a <= d))
+                .and_then(|a| start.checked_add(a));
+            if after.is_none() {
+                self.idle_until = r.deadline.and_then(|d| start.checked_add(d));
             }
-            due = Some(start.checked_add(after)?);
+            due = Some(after?);
         }
         let op = Op {
             read: !r.trace.is_write(i),

@@ -261,11 +261,54 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         true => format!("{b} bytes"),
         false => mib(b),
     });
+    // Each thread's reader of the lists keeps translation tables sized to
+    // the cache: memory of the setcache backing, out of its budget (counted
+    // as if the cache had all of it, which it does not), for `entries` list
+    // entries. The offsets are read through the thread's queue, without a
+    // reader.
+    let tables = |budget: u64, entries: u64| {
+        let pages = |bytes: u64| bytes.div_ceil(4096);
+        let of = |bytes| setcache::reader_table_bytes(pages(budget), pages(bytes));
+        a.threads as u64 * of(entries * 4)
+    };
+    // What a budget must hold for `algo` beside a cache of 1 MiB: its
+    // per-vertex arrays, read buffers and translation tables (which grow
+    // with the budget), and, in the mmap child's cgroup too, its arrays and
+    // the check after each search.
+    let need = |algo: &str, b: u64, entries: u64| {
+        let tables = if with_setcache { tables(b, entries) } else { 0 };
+        let check = if algo == "bfs" {
+            algo::CHECK_BYTES * n
+        } else {
+            0
+        };
+        (fixed_need(algo) + tables, vertex_bytes(algo, n) + check)
+    };
+    let fits = |algo: &str, b: u64, entries: u64| {
+        let (setcache, arrays) = need(algo, b, entries);
+        b >= setcache + (1 << 20) && b >= arrays
+    };
+    // The least budget that fits (the tables grow with it: looked for from
+    // below), in whole MiB, to tell a budget refused.
+    let least = |algo: &str, entries: u64| {
+        let mut b = fixed_need(algo) + (1 << 20);
+        for _ in 0..1 << 12 {
+            if fits(algo, b, entries) {
+                break;
+            }
+            let (setcache, arrays) = need(algo, b, entries);
+            b = (setcache + (1 << 20)).max(arrays).max(b + (1 << 20));
+        }
+        format!("{} MiB", b.div_ceil(1 << 20))
+    };
+    // Before a graph is made its lists' count is not known: at most two
+    // entries an edge, which is what the estimate takes.
     if let Some(b) = budget
         && let Some(algo) = a.algo.iter().find(|x| b < fixed_need(x) + (1 << 20))
     {
         return Err(format!(
-            "--budget {given}: {algo} needs {} for its per-vertex arrays and read buffers and a cache of 1 MiB at least",
+            "--budget {given}: {algo} needs about {} at least here: its per-vertex arrays and read buffers ({}), translation tables for the graph's lists, and a cache of 1 MiB",
+            least(algo, n.saturating_mul(u64::from(spec.edge_factor)) * 2),
             mib(fixed_need(algo))
         ));
     }
@@ -297,31 +340,16 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
         a.threads,
         budget.map_or("none (everything cached)".into(), mib)
     );
-    // Each thread's reader of the lists keeps translation tables sized to
-    // the cache: memory of the setcache backing, out of its budget (counted
-    // as if the cache had all of it, which it does not). The offsets are
-    // read through the thread's queue, without a reader.
-    let tables = |budget: u64| {
-        let pages = |bytes: u64| bytes.div_ceil(4096);
-        let of = |bytes| setcache::reader_table_bytes(pages(budget), pages(bytes));
-        a.threads as u64 * of(entries * 4)
-    };
     if let Some(b) = budget {
         for algo in &a.algo {
-            // The read buffers and translation tables are setcache's alone.
-            let need = fixed_need(algo) + if with_setcache { tables(b) } else { 0 };
-            // The check after each search, in the mmap child's cgroup too.
-            let check = if algo == "bfs" {
-                algo::CHECK_BYTES * n
-            } else {
-                0
-            };
-            if b < need + (1 << 20) || b < vertex_bytes(algo, n) + check {
+            if !fits(algo, b, entries) {
+                let (setcache, arrays) = need(algo, b, entries);
                 return Err(format!(
-                    "--budget {}: {algo} needs {} for its per-vertex arrays, read buffers and translation tables and a cache of 1 MiB at least, and {} for its arrays and checks",
+                    "--budget {}: {algo} needs {} at least (at this budget: its per-vertex arrays, read buffers and translation tables ({}) and a cache of 1 MiB, and its arrays and checks ({}))",
                     mib(b),
-                    mib(need),
-                    mib(vertex_bytes(algo, n) + check)
+                    least(algo, entries),
+                    mib(setcache),
+                    mib(arrays)
                 ));
             }
         }
@@ -368,7 +396,7 @@ pub(crate) fn run(a: GraphArgs) -> Result<(), String> {
                     // So do the readers' translation tables.
                     let per_vertex = per_vertex
                         + a.threads as u64 * algo::read_buffers(algo, a.depth, n)
-                        + budget.map_or(0, tables);
+                        + budget.map_or(0, |b| tables(b, entries));
                     // So does the store's staging area (the sweeps' runs
                     // land there): the cache is what is left.
                     let cache = match budget {
