@@ -152,6 +152,56 @@ fn read_at(d: &Desc, buf: &mut [u8], off: u64) -> Result<usize, i32> {
     }
 }
 
+/// Take the devices' space for bytes `from..end` that a write past the end
+/// puts in (with `grow` held), before it grows the file: a device without
+/// that room fails the write now with `ENOSPC` (or `EDQUOT`), as a local
+/// file system's write does, instead of the write-back at a later `fsync`
+/// or `close`, which a program may not check (or never make: an exit
+/// syncs). Whole pages, and an eighth of the file more (at most 8 MiB),
+/// so that a file written in small appends takes its space in a few calls,
+/// not one a page: the node keeps where its reservations reach, and its
+/// last close gives back what lies past the end. The bytes between the old
+/// end and `from` (a write that leaves a hole) are not taken, nor are holes
+/// inside the file that writes fill later: their write-back may still find
+/// the devices full. A device whose file system cannot allocate ahead takes
+/// nothing, as before.
+fn reserve_growth(d: &Desc, from: u64, end: u64) -> Result<(), i32> {
+    let n = &d.node;
+    let from = from.max(n.reserved.load(Ordering::Acquire));
+    if from >= end {
+        return Ok(());
+    }
+    let ahead = end
+        .saturating_add((end / 8).min(8 << 20))
+        .min(state::largest());
+    // The room for this write alone, when there is none for more.
+    let r = n
+        .file
+        .reserve_unsynced(from, ahead - from)
+        .map(|()| ahead)
+        .or_else(|e| match e.errno() {
+            Some(libc::ENOSPC | libc::EDQUOT) if ahead > end => {
+                n.file.reserve_unsynced(from, end - from).map(|()| end)
+            }
+            _ => Err(e),
+        });
+    match r {
+        Ok(to) => {
+            let ps = state::state().map_or(1, |s| s.cs.cache().page_size() as u64);
+            n.reserved
+                .fetch_max(to.div_ceil(ps).saturating_mul(ps), Ordering::AcqRel);
+            Ok(())
+        }
+        Err(e) => match e.errno() {
+            Some(libc::EOPNOTSUPP) => Ok(()),
+            // Space the devices lack is the caller's to handle, with no
+            // warning, as the kernel's answer would be.
+            Some(x @ (libc::ENOSPC | libc::EDQUOT)) => Err(x),
+            _ => Err(fail("write past the end", &e)),
+        },
+    }
+}
+
 /// Grow the file to at least `end` bytes (with `grow` held), without
 /// showing readers the longer length.
 fn grow_to(d: &Desc, end: u64) -> Result<(), i32> {
@@ -258,6 +308,7 @@ fn write_unsynced(
     }
     let data = &data[..(largest - at).min(n) as usize];
     let end = at + data.len() as u64;
+    reserve_growth(d, at.max(size), end)?;
     grow_to(d, end)?;
     match f.write_at(at, data) {
         Ok(_) => {
@@ -271,6 +322,8 @@ fn write_unsynced(
             if f.len() > size && f.set_len(size).is_err() {
                 d.node.publish_len();
             }
+            // The cut gave the space past the old end back.
+            d.node.reserved.fetch_min(f.len(), Ordering::AcqRel);
             Err(fail(what, &e))
         }
     }

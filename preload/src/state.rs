@@ -151,6 +151,11 @@ pub(crate) struct Node {
     /// Its inode number (`calls::ino_of`), taken when it was opened: a
     /// rename keeps it, and so does a delete or a replacement of its name.
     ino: u64,
+    /// Where the devices' space writes past the end reserved reaches (whole
+    /// pages; under `grow`): a write that grows the file no further than
+    /// this takes none. A cut gives the space past the new end back, and
+    /// brings this down with the length (`publish_len`).
+    pub(crate) reserved: AtomicU64,
 }
 
 impl Node {
@@ -167,7 +172,9 @@ impl Node {
     /// Make the length readers see the file's own, after a change made
     /// under `grow`.
     pub(crate) fn publish_len(&self) {
-        self.size.store(self.file.len(), Ordering::Release);
+        let len = self.file.len();
+        self.reserved.fetch_min(len, Ordering::AcqRel);
+        self.size.store(len, Ordering::Release);
     }
 
     /// After a write's bytes are in: readers see the file `end` bytes long,
@@ -264,6 +271,17 @@ impl Drop for Desc {
         {
             node.written.store(true, Ordering::Relaxed);
             r = Err(crate::fail("close (writing the file's data)", &e));
+        }
+        // The space writes reserved past the end goes back (under `grow`:
+        // no write past the end takes more meanwhile; a writer holding it
+        // now keeps it). Best effort: what stays is given back by the next
+        // cut.
+        if r.is_ok()
+            && node.reserved.load(Ordering::Acquire) > node.file.len()
+            && let Ok(_g) = node.grow.try_lock()
+            && node.file.trim_reservations().is_ok()
+        {
+            node.reserved.fetch_min(node.file.len(), Ordering::AcqRel);
         }
         if r.is_ok()
             && let Ok(s) = state()
@@ -1095,6 +1113,7 @@ pub(crate) fn node(
         // Taken at the open, from the file it opened: a later look by
         // name could find another file (the name replaced meanwhile).
         ino: crate::calls::ino_of(s, name),
+        reserved: AtomicU64::new(0),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

@@ -1223,6 +1223,38 @@ fn posix_fallocate_reserves_the_devices_space() {
     }
 }
 
+/// Appends to a store file on a full file system fail at the write, with
+/// `ENOSPC`, as a local file system's do: a program that never checks its
+/// `close` (or never makes one) learns of it, and what it wrote before stays
+/// whole. (The write-back at `fsync` and `close` failed instead, and the
+/// file was left shorter than the writes that had succeeded.)
+#[test]
+fn appends_past_the_room_fail_at_the_write() {
+    let s = Setup::new("append-full");
+    let prog = probe(&s.p("bin"), true);
+    let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
+        return;
+    };
+    let mut c = s.preloaded(&prog);
+    c.env("SETCACHE_DEVICES", fs.devices());
+    c.arg(s.p("store")).arg("append-full");
+    let out = c.output().expect("run the probe");
+    drop(fs);
+    let t = text(&out.stdout);
+    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
+    for want in [
+        line("a write failed", "1 ENOSPC"),
+        line("some were written", "1"),
+        line("fsync", "0"),
+        line("close", "0"),
+        line("read back as long", "1"),
+        line("read back the same", "1"),
+        line("close again", "0"),
+    ] {
+        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
+    }
+}
+
 /// `execl`, `execlp` and `execle` (variadic: read from the calling
 /// convention's slots) sync the store as the other `exec` functions do,
 /// with a list long enough that part of it is on the stack.

@@ -2367,8 +2367,12 @@ static void exec_full(void) {
     static char chunk[65536];
     memset(chunk, 0x5A, sizeof chunk);
     int failed = 0;
+    /* Into a file grown first (its holes take no space until written
+     * back): writes past the end would take their space at once, and fail
+     * there. */
+    show("grow", ftruncate(fd, 32 * (off_t)sizeof chunk));
     for (int i = 0; i < 32; i++)
-        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+        if (pwrite(fd, chunk, sizeof chunk, i * (off_t)sizeof chunk) != (ssize_t)sizeof chunk)
             failed++;
     printf("%-40s %d\n", "writes failed", failed);
     fflush(stdout);
@@ -2405,6 +2409,40 @@ static void fallocate_full(const char *ballast) {
     printf("%-40s %d\n", "writes failed", failed);
     show("fsync", fsync(fd));
     show("close", close(fd));
+}
+
+/* Appends of 64 KiB to a store file on a small file system until one fails
+ * (at most 1024): the failure is the write's, ENOSPC, as a local file
+ * system's, not the write-back's at fsync or close; what was written stays,
+ * whole, and reads back in a new open after fsync and close succeed. */
+static void append_full(void) {
+    static char chunk[65536];
+    int fd = open(path("grown"), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    long total = 0;
+    ssize_t n = 0;
+    for (int i = 0; i < 1024; i++) {
+        memset(chunk, 'a' + i % 26, sizeof chunk);
+        n = write(fd, chunk, sizeof chunk);
+        if (n <= 0)
+            break;
+        total += n;
+    }
+    printf("%-40s %d %s\n", "a write failed", n < 0, n < 0 ? strerrorname_np(errno) : "-");
+    printf("%-40s %d\n", "some were written", total > 0);
+    show("fsync", fsync(fd));
+    show("close", close(fd));
+    fd = open(path("grown"), O_RDONLY);
+    printf("%-40s %d\n", "read back as long", lseek(fd, 0, SEEK_END) == total);
+    int same = 1;
+    for (long at = 0; at < total; at += n) {
+        n = pread(fd, chunk, sizeof chunk, at);
+        if (n <= 0)
+            break;
+        for (ssize_t j = 0; j < n; j++)
+            same &= chunk[j] == 'a' + (int)((at + j) / 65536 % 26);
+    }
+    printf("%-40s %d\n", "read back the same", same);
+    show("close again", close(fd));
 }
 
 extern char **environ;
@@ -2826,6 +2864,8 @@ int main(int argc, char **argv) {
         exec_full();
     else if (argc > 3 && strcmp(argv[2], "fallocate-full") == 0)
         fallocate_full(argv[3]);
+    else if (argc > 2 && strcmp(argv[2], "append-full") == 0)
+        append_full();
     else if (argc > 3 && strcmp(argv[2], "hold") == 0)
         hold(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "inherit-busy") == 0)

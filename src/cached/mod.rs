@@ -1844,13 +1844,46 @@ impl CachedFile {
     /// Errors as [`File::reserve`], and [`Error::ReadOnly`] on a read-only
     /// handle; a range past [`CachedStore::max_file_len`] is refused.
     pub fn reserve(&self, offset: u64, len: u64) -> Result<()> {
+        self.reserve_as(offset, len, true)
+    }
+
+    /// [`CachedFile::reserve`] without making the reservation durable: the
+    /// devices' space is taken now (a full device answers `ENOSPC` here),
+    /// and a crash before the file's next [`CachedFile::sync`] may give it
+    /// back (never data: the pages written there were not durable either).
+    /// For a writer that wants a full device to fail its write, as a local
+    /// file system's does, rather than the write-back at a later sync or
+    /// close: reserve the range, then write it. Costs one `fallocate` per
+    /// device the range touches, and no fsync.
+    pub fn reserve_unsynced(&self, offset: u64, len: u64) -> Result<()> {
+        self.reserve_as(offset, len, false)
+    }
+
+    /// Give back the devices' space reserved past the file's end (by
+    /// [`CachedFile::reserve`] or [`CachedFile::reserve_unsynced`] past it):
+    /// each backing file is cut to its own size, which frees what lies past
+    /// it and keeps every byte of the file. Errors: a failed device, or the
+    /// file deleted.
+    pub fn trim_reservations(&self) -> Result<()> {
         if self.read_only {
             return Err(Error::ReadOnly(self.entry.file.name()));
         }
         self.entry.check()?;
+        self.entry.file.trim_past_end()
+    }
+
+    fn reserve_as(&self, offset: u64, len: u64, durable: bool) -> Result<()> {
+        if self.read_only {
+            return Err(Error::ReadOnly(self.entry.file.name()));
+        }
+        self.entry.check()?;
+        let take = |from: u64, len: u64| match durable {
+            true => self.entry.file.reserve(from, len),
+            false => self.entry.file.reserve_unsynced(from, len),
+        };
         let Some(end) = offset.checked_add(len).filter(|_| len > 0) else {
             // Refused by the store, with the range in its message.
-            return self.entry.file.reserve(offset, len);
+            return take(offset, len);
         };
         self.shared.check_len(&self.entry.file.name(), end)?;
         // Whole pages: a page is written back whole, not only the bytes of
@@ -1858,7 +1891,7 @@ impl CachedFile {
         let ps = self.shared.cache.page_size() as u64;
         let from = offset / ps * ps;
         let to = end.div_ceil(ps).saturating_mul(ps);
-        self.entry.file.reserve(from, to - from)
+        take(from, to - from)
     }
 
     /// [`CachedFile::grow`], the longer length not shown past an extending

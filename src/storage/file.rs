@@ -224,7 +224,21 @@ impl File {
     /// parts perhaps taken); a backing file system without `fallocate`
     /// (`EOPNOTSUPP`); a failed device ([`Error::DeviceFailed`]).
     pub fn reserve(&self, offset: u64, len: u64) -> Result<()> {
-        self.inner.store.reserve(&self.inner, offset, len)
+        self.inner.store.reserve(&self.inner, offset, len, true)
+    }
+
+    /// [`File::reserve`] without its fsync: the space is taken (or `ENOSPC`
+    /// is the answer now), but a crash before the next sync of the file may
+    /// give it back. For a writer that wants a full device to fail its
+    /// write rather than the write-back, whose sync makes both durable.
+    pub(crate) fn reserve_unsynced(&self, offset: u64, len: u64) -> Result<()> {
+        self.inner.store.reserve(&self.inner, offset, len, false)
+    }
+
+    /// Free the space reserved past each backing file's end (see
+    /// `CachedFile::trim_reservations`).
+    pub(crate) fn trim_past_end(&self) -> Result<()> {
+        self.inner.store.trim_past_end(&self.inner)
     }
 
     /// Change the length under the cache that holds the file's pages:

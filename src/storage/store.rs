@@ -2205,8 +2205,15 @@ impl StoreInner {
 
     /// Reserve device space for bytes `offset..offset + len` of `f` (see
     /// `File::reserve`): each backing file's part of the range, taken with
-    /// `FALLOC_FL_KEEP_SIZE`, so that no size changes.
-    pub(crate) fn reserve(&self, f: &FileInner, offset: u64, len: u64) -> Result<()> {
+    /// `FALLOC_FL_KEEP_SIZE`, so that no size changes; with `durable`, made
+    /// durable before this returns.
+    pub(crate) fn reserve(
+        &self,
+        f: &FileInner,
+        offset: u64,
+        len: u64,
+        durable: bool,
+    ) -> Result<()> {
         if len == 0 {
             return Err(Error::InvalidArgument(
                 "a reservation of 0 bytes (the length must be positive)".to_string(),
@@ -2240,6 +2247,9 @@ impl StoreInner {
             }
         }
         drop(meta);
+        if !durable {
+            return Ok(());
+        }
         // Durable when this returns (a later sync with nothing to write would
         // not fsync); outside the lock, which other files' operations wait on.
         for i in taken {
@@ -2249,6 +2259,29 @@ impl StoreInner {
                 fsync_failed(f, i, &e);
                 e
             })?;
+        }
+        Ok(())
+    }
+
+    /// Cut each backing file of `f` to its own size: the space reserved past
+    /// it (`FALLOC_FL_KEEP_SIZE`) is freed, every byte kept. Under the
+    /// metadata lock, so that no length change comes between the size read
+    /// and the cut.
+    pub(crate) fn trim_past_end(&self, f: &FileInner) -> Result<()> {
+        let _meta = self.begin_meta()?;
+        let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let paths = self.backing_paths(&name);
+        for (i, b) in f.backings.iter().enumerate() {
+            b.state.check()?;
+            let io = |e| {
+                Error::os(
+                    format!("device {i}: give back reserved space of"),
+                    &paths[i],
+                    e,
+                )
+            };
+            let size = fstat(&b.fd).map_err(io)?.st_size as u64;
+            truncate(&b.fd, size).map_err(io)?;
         }
         Ok(())
     }
