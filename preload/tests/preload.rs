@@ -1255,6 +1255,39 @@ fn appends_past_the_room_fail_at_the_write() {
     }
 }
 
+/// A file cut on a full file system: the cut needs no room (it makes some),
+/// as the kernel's. (Its intent record found no room, and the cut failed
+/// `ENOSPC`: SQLite's rollback of a transaction that had filled the devices
+/// failed that way, leaving a hot journal that no later open could roll back.)
+#[test]
+fn a_cut_on_a_full_file_system_succeeds_and_gives_the_space_back() {
+    let s = Setup::new("cut-full");
+    let prog = probe(&s.p("bin"), true);
+    let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
+        return;
+    };
+    let mut c = s.preloaded(&prog);
+    c.env("SETCACHE_DEVICES", fs.devices());
+    c.arg(s.p("store"))
+        .arg("cut-full")
+        .arg(fs.0.join("ballast"));
+    let out = c.output().expect("run the probe");
+    drop(fs);
+    let t = text(&out.stdout);
+    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
+    for want in [
+        line("fsync", "0"),
+        line("ballast filled the rest", "1 ENOSPC"),
+        line("cut on a full file system", "0"),
+        line("size after the cut", "4096"),
+        line("fsync after the cut", "0"),
+        line("the space came back", "1"),
+        line("close", "0"),
+    ] {
+        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
+    }
+}
+
 /// `execl`, `execlp` and `execle` (variadic: read from the calling
 /// convention's slots) sync the store as the other `exec` functions do,
 /// with a list long enough that part of it is on the stack.

@@ -2445,6 +2445,31 @@ static void append_full(void) {
     show("close again", close(fd));
 }
 
+/* A file of the store cut on a full file system (`ballast`, outside the
+ * store, takes the rest of it): the cut succeeds, as the kernel's, and
+ * gives its space back, which a write outside then takes. */
+static void cut_full(const char *ballast) {
+    static char chunk[65536];
+    memset(chunk, 0x33, sizeof chunk);
+    int fd = open(path("cut"), O_CREAT | O_RDWR, 0644);
+    for (int i = 0; i < 16; i++)
+        if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
+            show("write", -1);
+    show("fsync", fsync(fd));
+    int b = open(ballast, O_CREAT | O_WRONLY, 0644);
+    long filled = 0;
+    ssize_t n;
+    while ((n = write(b, chunk, sizeof chunk)) > 0)
+        filled += n;
+    printf("%-40s %d %s\n", "ballast filled the rest", filled > 0, strerrorname_np(errno));
+    show("cut on a full file system", ftruncate(fd, 4096));
+    show("size after the cut", lseek(fd, 0, SEEK_END));
+    show("fsync after the cut", fsync(fd));
+    printf("%-40s %d\n", "the space came back", write(b, chunk, sizeof chunk) > 0);
+    close(b);
+    show("close", close(fd));
+}
+
 extern char **environ;
 
 /* As exec_write, through execl, execlp or execle (`how`), with a list long
@@ -2864,6 +2889,8 @@ int main(int argc, char **argv) {
         exec_full();
     else if (argc > 3 && strcmp(argv[2], "fallocate-full") == 0)
         fallocate_full(argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "cut-full") == 0)
+        cut_full(argv[3]);
     else if (argc > 2 && strcmp(argv[2], "append-full") == 0)
         append_full();
     else if (argc > 3 && strcmp(argv[2], "hold") == 0)

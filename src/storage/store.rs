@@ -2431,7 +2431,19 @@ impl StoreInner {
             old_len: old,
             new_len: len,
         });
-        self.write_intent(&mut meta, &intent)?;
+        let recorded = match self.write_intent(&mut meta, &intent) {
+            Ok(()) => true,
+            // A device 0 too full for the record: a cut, which makes room,
+            // goes without one (a program's rollback of a write that found
+            // the devices full is such a cut). Each device's header takes
+            // the new length before its backing file is cut, so that after a
+            // crash at any step no backing file is shorter than its header
+            // says, and the headers' shortest length (the new one, once any
+            // header has it) stands at the next open, as after a crash inside
+            // a lazy growth: the file is as it was, or as it is after.
+            Err(e) if len < old && matches!(e.posix_errno(), libc::ENOSPC | libc::EDQUOT) => false,
+            Err(e) => return Err(e),
+        };
         if len < old {
             // Refuse new I/O past the new end before the space goes.
             f.len.store(len, Ordering::Release);
@@ -2451,6 +2463,17 @@ impl StoreInner {
                 media: b.ino,
             })
             .collect();
+        if !recorded {
+            let headed = pieces
+                .iter()
+                .try_for_each(|p| self.write_length(p, &f.layout, f.uid, len));
+            if let Err(e) = headed {
+                // Finished by the next metadata operation (a cut again),
+                // which needs no record either.
+                meta.pending = Some(intent);
+                return Err(e);
+            }
+        }
         match self.resize_all(&pieces, &f.layout, f.uid, old, len) {
             Ok(Resized::Done) => {}
             Ok(Resized::RolledBack(e)) => {
@@ -2467,12 +2490,39 @@ impl StoreInner {
                 return Err(e);
             }
         }
-        if let Err(e) = self.remove_intent() {
+        if recorded && let Err(e) = self.remove_intent() {
             meta.leave_pending(intent, len > old);
             return Err(e);
         }
         f.len.store(len, Ordering::Release);
         hooked
+    }
+
+    /// Write and fsync the header of one backing file with length `len`,
+    /// changing nothing else (the first step of a cut without an intent
+    /// record).
+    fn write_length(&self, p: &Piece<'_>, l: &Layout, uid: u64, len: u64) -> Result<()> {
+        let i = p.device;
+        let io = |e| Error::os(format!("device {i}: set length of"), p.path, e);
+        let h = Header {
+            layout: l.kind(),
+            block_bytes: l.block_bytes(),
+            len,
+            devices: self.roots.len() as u32,
+            device_index: i as u32,
+            file_uid: uid,
+        };
+        crash_point()?;
+        write_header(p.fd, &h).map_err(io)?;
+        crash_point()?;
+        let _counting = p.file.map(FileInner::fsync_counted);
+        fsync_fd(p.fd).map_err(|e| {
+            let e = io(e);
+            if let Some(f) = p.file {
+                fsync_failed(f, i, &e);
+            }
+            e
+        })
     }
 }
 

@@ -597,6 +597,63 @@ fn a_device_too_full_for_an_intent_record_still_deletes() {
     }
 }
 
+/// A device 0 too full for an intent record refused a cut too, though it
+/// makes room (a program rolling back a write that found the devices full
+/// cuts its file back, and was refused, so that its file kept the space and
+/// it could not open it again). A cut goes on without its record now:
+/// stopped at any step, the file opens at its old length, whole, or at the
+/// new one with the bytes below it, and a growth then reads zeros past it.
+#[test]
+fn a_device_too_full_for_an_intent_record_still_cuts() {
+    for k in 0.. {
+        let d = Dir::new("nospace-cut");
+        let s = d.open().unwrap();
+        make(&s, "a", 5000, 1);
+        make(&s, "b", 70_000, 2);
+        let f = s.open_file("b").unwrap();
+        intent_no_space(true);
+        crash_after(Some(k));
+        let r = f.set_len(30_001);
+        crash_after(None);
+        if r.is_ok() {
+            let grown = f.set_len(100_000);
+            assert!(grown.is_err(), "a growth went on without its record");
+        }
+        intent_no_space(false);
+        drop(f);
+        drop_as_if_dead(s);
+        let s = d.open().expect("open after the cut");
+        let mut b = AlignedBuf::new(5120);
+        s.open_file("a").unwrap().read_at(0, &mut b).unwrap();
+        assert_eq!(&b[..5000], &pattern(1, 5000)[..], "step {k}: a changed");
+        let f = s.open_file("b").expect("b opens");
+        let whole = pattern(2, 70_000);
+        let len = f.len();
+        assert!(len == 70_000 || len == 30_001, "step {k}: b is {len} bytes");
+        if len == 30_001 {
+            f.set_len(70_000).unwrap();
+        }
+        let mut b = AlignedBuf::new(70_144);
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(&b[..30_001], &whole[..30_001], "step {k}: below the cut");
+        if len == 70_000 {
+            assert_eq!(&b[..70_000], &whole[..], "step {k}: b not whole");
+        } else {
+            assert!(
+                b[30_001..70_000].iter().all(|&x| x == 0),
+                "step {k}: cut bytes came back"
+            );
+        }
+        drop((f, s));
+        if let Err(e) = r {
+            assert!(is_simulated(&e), "step {k}: {e}");
+            continue;
+        }
+        assert!(k > 3, "the cut took {k} steps");
+        break;
+    }
+}
+
 /// On a file system that cannot punch holes, a growth clears the rest of the
 /// sector the old end lies in by reading it and writing it back: a write of
 /// that sector's bytes below the end, landing between the two, was undone.
