@@ -194,6 +194,32 @@ fn a_jobs_hit_ratio_counts_its_reads_alone() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A hot region larger than the cache cannot give the hit ratio asked for:
+/// the run goes on (an overflowing hot set is a workload too), and says so.
+#[test]
+fn a_hot_region_larger_than_the_cache_is_noted() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-hot-{}", std::process::id()));
+    let note = "is larger than --cache-size";
+    for (hot, noted) in [("8M", true), ("2M", false)] {
+        let (ok, out, err) = bench(
+            &dir,
+            &[
+                "--engine",
+                "setcache",
+                "--rw",
+                "randread",
+                "--hit-ratio",
+                "100",
+                "--hot-size",
+                hot,
+            ],
+        );
+        assert!(ok, "{err}\n{out}");
+        assert_eq!(err.contains(note), noted, "--hot-size {hot}: {err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_cache_larger_than_memory_is_refused_before_anything_runs() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-mem-{}", std::process::id()));

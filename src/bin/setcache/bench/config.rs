@@ -448,6 +448,14 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             Some(hot) => HotSpot::sized(0.5, hot, a.bs, a.file_size / a.bs)?,
             None => HotSpot::for_cache(0.5, cache, a.bs, a.file_size / a.bs)?,
         };
+        if let Some(hot) = a.hot_size.filter(|&h| h > cache) {
+            say!(
+                "note: --hot-size {} is larger than --cache-size {}: the hot region does not fit, \
+                 so a cache's hit ratio stays under the target (the measured one is in the table)",
+                format_size(hot),
+                format_size(cache)
+            );
+        }
         for &p in &a.hit_ratio {
             let f = p / 100.0;
             if !hit_targets.contains(&Some(f)) {
