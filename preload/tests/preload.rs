@@ -1190,37 +1190,54 @@ fn an_exec_whose_sync_fails_is_refused() {
     assert!(line.ends_with("-1 ENOSPC"), "{line}");
 }
 
-/// `posix_fallocate` on a store file reserves the devices' space: one
-/// larger than the room fails `ENOSPC`, and the range of one that fits is
-/// written back at `fsync` and `close` after everything else on the file
-/// system was taken.
-#[test]
-fn posix_fallocate_reserves_the_devices_space() {
-    let s = Setup::new("fallocate-full");
+/// Run the probe's `mode` on devices on a tmpfs of 4 MiB (with `ballast`,
+/// the path of a file there outside the store as its argument) and check
+/// that its transcript has every line of `want`. Skipped where no tmpfs can
+/// be mounted (outside CI).
+fn on_a_small_fs(tag: &str, mode: &str, ballast: bool, want: &[String]) {
+    let s = Setup::new(tag);
     let prog = probe(&s.p("bin"), true);
     let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
         return;
     };
     let mut c = s.preloaded(&prog);
     c.env("SETCACHE_DEVICES", fs.devices());
-    c.arg(s.p("store"))
-        .arg("fallocate-full")
-        .arg(fs.0.join("ballast"));
+    c.arg(s.p("store")).arg(mode);
+    if ballast {
+        c.arg(fs.0.join("ballast"));
+    }
     let out = c.output().expect("run the probe");
     drop(fs);
     let t = text(&out.stdout);
-    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
-    for want in [
-        line("reserve past the room", "-1 ENOSPC"),
-        line("reserve 1 MiB", "0"),
-        line("size", "1048576"),
-        line("ballast filled the rest", "1 ENOSPC"),
-        line("writes failed", "0"),
-        line("fsync", "0"),
-        line("close", "0"),
-    ] {
-        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
+    for w in want {
+        assert!(
+            t.contains(w),
+            "{mode}: no {w:?} in:\n{t}\nstderr:\n{}",
+            text(&out.stderr)
+        );
     }
+}
+
+/// `posix_fallocate` on a store file reserves the devices' space: one
+/// larger than the room fails `ENOSPC`, and the range of one that fits is
+/// written back at `fsync` and `close` after everything else on the file
+/// system was taken.
+#[test]
+fn posix_fallocate_reserves_the_devices_space() {
+    on_a_small_fs(
+        "fallocate-full",
+        "fallocate-full",
+        true,
+        &[
+            line("reserve past the room", "-1 ENOSPC"),
+            line("reserve 1 MiB", "0"),
+            line("size", "1048576"),
+            line("ballast filled the rest", "1 ENOSPC"),
+            line("writes failed", "0"),
+            line("fsync", "0"),
+            line("close", "0"),
+        ],
+    );
 }
 
 /// Appends to a store file on a full file system fail at the write, with
@@ -1230,29 +1247,20 @@ fn posix_fallocate_reserves_the_devices_space() {
 /// file was left shorter than the writes that had succeeded.)
 #[test]
 fn appends_past_the_room_fail_at_the_write() {
-    let s = Setup::new("append-full");
-    let prog = probe(&s.p("bin"), true);
-    let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
-        return;
-    };
-    let mut c = s.preloaded(&prog);
-    c.env("SETCACHE_DEVICES", fs.devices());
-    c.arg(s.p("store")).arg("append-full");
-    let out = c.output().expect("run the probe");
-    drop(fs);
-    let t = text(&out.stdout);
-    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
-    for want in [
-        line("a write failed", "1 ENOSPC"),
-        line("some were written", "1"),
-        line("fsync", "0"),
-        line("close", "0"),
-        line("read back as long", "1"),
-        line("read back the same", "1"),
-        line("close again", "0"),
-    ] {
-        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
-    }
+    on_a_small_fs(
+        "append-full",
+        "append-full",
+        false,
+        &[
+            line("a write failed", "1 ENOSPC"),
+            line("some were written", "1"),
+            line("fsync", "0"),
+            line("close", "0"),
+            line("read back as long", "1"),
+            line("read back the same", "1"),
+            line("close again", "0"),
+        ],
+    );
 }
 
 /// A file cut on a full file system: the cut needs no room (it makes some),
@@ -1261,31 +1269,20 @@ fn appends_past_the_room_fail_at_the_write() {
 /// failed that way, leaving a hot journal that no later open could roll back.)
 #[test]
 fn a_cut_on_a_full_file_system_succeeds_and_gives_the_space_back() {
-    let s = Setup::new("cut-full");
-    let prog = probe(&s.p("bin"), true);
-    let Some(fs) = SmallFs::mount(s.p("small"), "4m") else {
-        return;
-    };
-    let mut c = s.preloaded(&prog);
-    c.env("SETCACHE_DEVICES", fs.devices());
-    c.arg(s.p("store"))
-        .arg("cut-full")
-        .arg(fs.0.join("ballast"));
-    let out = c.output().expect("run the probe");
-    drop(fs);
-    let t = text(&out.stdout);
-    let why = || format!("{t}\nstderr:\n{}", text(&out.stderr));
-    for want in [
-        line("fsync", "0"),
-        line("ballast filled the rest", "1 ENOSPC"),
-        line("cut on a full file system", "0"),
-        line("size after the cut", "4096"),
-        line("fsync after the cut", "0"),
-        line("the space came back", "1"),
-        line("close", "0"),
-    ] {
-        assert!(t.contains(&want), "no {want:?} in:\n{}", why());
-    }
+    on_a_small_fs(
+        "cut-full",
+        "cut-full",
+        true,
+        &[
+            line("fsync", "0"),
+            line("ballast filled the rest", "1 ENOSPC"),
+            line("cut on a full file system", "0"),
+            line("size after the cut", "4096"),
+            line("fsync after the cut", "0"),
+            line("the space came back", "1"),
+            line("close", "0"),
+        ],
+    );
 }
 
 /// `execl`, `execlp` and `execle` (variadic: read from the calling

@@ -2380,6 +2380,20 @@ static void exec_full(void) {
     show("exec after a failed sync", execv("/bin/true", args));
 }
 
+/* Write `ballast` (outside the store, on the devices' small file system)
+ * until the file system is full; its descriptor, still open. */
+static int fill_up(const char *ballast) {
+    static char chunk[65536];
+    memset(chunk, 0x77, sizeof chunk);
+    int b = open(ballast, O_CREAT | O_WRONLY, 0644);
+    long filled = 0;
+    ssize_t n;
+    while ((n = write(b, chunk, sizeof chunk)) > 0)
+        filled += n;
+    printf("%-40s %d %s\n", "ballast filled the rest", filled > 0, strerrorname_np(errno));
+    return b;
+}
+
 /* On devices on a small file system (the test mounts it): a reservation
  * larger than the room fails; one that fits holds once the rest of the file
  * system is taken (`ballast`, outside the store), so that the range's writes
@@ -2395,13 +2409,7 @@ static void fallocate_full(const char *ballast) {
     show("size", lseek(fd, 0, SEEK_END));
     static char chunk[65536];
     memset(chunk, 0x5A, sizeof chunk);
-    int b = open(ballast, O_CREAT | O_WRONLY, 0644);
-    long filled = 0;
-    ssize_t n;
-    while ((n = write(b, chunk, sizeof chunk)) > 0)
-        filled += n;
-    printf("%-40s %d %s\n", "ballast filled the rest", filled > 0, strerrorname_np(errno));
-    close(b);
+    close(fill_up(ballast));
     int failed = 0;
     for (int i = 0; i < 16; i++)
         if (pwrite(fd, chunk, sizeof chunk, (off_t)i * (off_t)sizeof chunk) != (ssize_t)sizeof chunk)
@@ -2456,12 +2464,7 @@ static void cut_full(const char *ballast) {
         if (write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk)
             show("write", -1);
     show("fsync", fsync(fd));
-    int b = open(ballast, O_CREAT | O_WRONLY, 0644);
-    long filled = 0;
-    ssize_t n;
-    while ((n = write(b, chunk, sizeof chunk)) > 0)
-        filled += n;
-    printf("%-40s %d %s\n", "ballast filled the rest", filled > 0, strerrorname_np(errno));
+    int b = fill_up(ballast);
     show("cut on a full file system", ftruncate(fd, 4096));
     show("size after the cut", lseek(fd, 0, SEEK_END));
     show("fsync after the cut", fsync(fd));
