@@ -16,6 +16,9 @@
 //! it finds `WAITERS` set. Waiters re-check their condition, so wake-ups may be
 //! spurious.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::hash::BuildHasherDefault;
 use std::marker::PhantomData;
 use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{AtomicU8, AtomicU64, fence};
@@ -257,17 +260,49 @@ pub(crate) const CROSS_FILL_WAITS: u32 = 30;
 
 thread_local! {
     /// Fills that request queues of this thread hold in flight, by cache (its
-    /// core's address) and tag. Only this thread finishes them (it reaps their
-    /// reads when it polls a queue), so a blocking lookup of its own that
-    /// meets one of these pages being filled must not wait for it. At most a
-    /// queue's depth of entries each: looked through only when a lookup has
-    /// waited the pin wait for a fill.
-    static QUEUE_FILLS: std::cell::RefCell<Vec<(usize, u64)>> =
-        const { std::cell::RefCell::new(Vec::new()) };
+    /// core's address) and tag, with how many times each was started and not
+    /// yet taken back. Only this thread finishes them (it reaps their reads
+    /// when it polls a queue), so a blocking lookup of its own that meets one
+    /// of these pages being filled must not wait for it. A queue holds one
+    /// entry for every page its requests read in, which for large requests
+    /// is many times its depth (a 1 MiB read is 256 pages): kept in a hash
+    /// map, since a list, searched at every fill's end, made a deep queue of
+    /// large reads quadratic.
+    static QUEUE_FILLS: std::cell::RefCell<QueueFills> =
+        const { std::cell::RefCell::new(HashMap::with_hasher(BuildHasherDefault::new())) };
     /// Write-backs (and pages held for a queued write) that request queues
     /// of this thread hold in flight, in any cache: these too only this
     /// thread finishes.
     static QUEUE_WRITE_BACKS: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Fills in flight by (cache, tag): see `QUEUE_FILLS`.
+type QueueFills = HashMap<(usize, u64), u32, BuildHasherDefault<KeyHasher>>;
+
+/// The hasher of `QueueFills`' keys: a cache's address and a tag, each
+/// folded in, and one `mix64` at the end (no per-key random state: the keys
+/// are this thread's own).
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl std::hash::Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        mix64(self.0)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.0 = self.0.rotate_left(29) ^ x;
+    }
+
+    fn write_usize(&mut self, x: usize) {
+        self.write_u64(x as u64);
+    }
 }
 
 /// A request queue of this thread has started (`started`) or settled a
@@ -288,9 +323,13 @@ pub(crate) fn note_queue_fill(core: usize, tag: u64, started: bool) {
     let _ = QUEUE_FILLS.try_with(|v| {
         let mut v = v.borrow_mut();
         if started {
-            v.push((core, tag));
-        } else if let Some(k) = v.iter().rposition(|&x| x == (core, tag)) {
-            v.swap_remove(k);
+            *v.entry((core, tag)).or_insert(0) += 1;
+        } else if let Entry::Occupied(mut e) = v.entry((core, tag)) {
+            if *e.get() > 1 {
+                *e.get_mut() -= 1;
+            } else {
+                e.remove();
+            }
         }
     });
 }
@@ -313,7 +352,7 @@ impl<M: Model> Core<M> {
         let me = self as *const Self as usize;
         let tags: Vec<u64> = QUEUE_FILLS
             .try_with(|v| {
-                (v.borrow().iter())
+                (v.borrow().keys())
                     .filter(|&&(c, _)| c == me)
                     .map(|&(_, t)| t)
                     .collect()
@@ -333,7 +372,7 @@ impl<M: Model> Core<M> {
         let me = self as *const Self as usize;
         QUEUE_FILLS
             .try_with(|v| {
-                (v.borrow().iter())
+                (v.borrow().keys())
                     .find(|&&(c, t)| c == me && tags.contains(&t))
                     .map(|&(_, t)| t)
             })
@@ -346,7 +385,7 @@ impl<M: Model> Core<M> {
 /// cache whose core is at `core`.
 fn own_queue_fill(core: usize, tag: u64) -> bool {
     QUEUE_FILLS
-        .try_with(|v| v.borrow().contains(&(core, tag)))
+        .try_with(|v| v.borrow().contains_key(&(core, tag)))
         .unwrap_or(false)
 }
 
