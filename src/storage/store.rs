@@ -2174,26 +2174,7 @@ impl StoreInner {
             crash_point()?;
             truncate(fd, size).map_err(io)?;
         }
-        let h = Header {
-            layout: l.kind(),
-            block_bytes: l.block_bytes(),
-            len: new,
-            devices: self.roots.len() as u32,
-            device_index: i as u32,
-            file_uid: uid,
-        };
-        crash_point()?;
-        write_header(fd, &h).map_err(io)?;
-        crash_point()?;
-        let counting = p.file.map(FileInner::fsync_counted);
-        fsync_fd(fd).map_err(|e| {
-            let e = io(e);
-            if let Some(f) = p.file {
-                fsync_failed(f, i, &e);
-            }
-            e
-        })?;
-        drop(counting);
+        self.write_length(p, l, uid, new)?;
         // Past the end, cleared and fsynced: clear for a later lazy growth,
         // unless this was a cut, which a write still in flight from before
         // it may land past.
@@ -2499,8 +2480,8 @@ impl StoreInner {
     }
 
     /// Write and fsync the header of one backing file with length `len`,
-    /// changing nothing else (the first step of a cut without an intent
-    /// record).
+    /// changing nothing else: the last step of `resize_backing`, and the
+    /// first of a cut without an intent record.
     fn write_length(&self, p: &Piece<'_>, l: &Layout, uid: u64, len: u64) -> Result<()> {
         let i = p.device;
         let io = |e| Error::os(format!("device {i}: set length of"), p.path, e);
