@@ -1709,3 +1709,46 @@ fn the_exits_sync_beside_another_threads_sync_waits_for_it() {
         assert!(r.is_ok(), "round {round}: {r:?}");
     }
 }
+
+/// `is_allocated` tells the holes a growth left (on two devices), pages
+/// written back as having their space, a range with any hole as not, an
+/// empty range as whole, and a deleted file's look as an error.
+#[test]
+fn holes_are_told_until_their_pages_are_written_back() {
+    let tmp = TempDir::new("holes");
+    let cs = CachedStore::new(
+        Store::open(&tmp.devices(2), StoreOptions::default()).unwrap(),
+        cache(16),
+    )
+    .unwrap();
+    let cf = cs.create("h", 0, LayoutKind::Stripe).unwrap();
+    cf.set_len(4 * MIB).unwrap();
+    assert!(
+        !cf.is_allocated(0, 4 * MIB).unwrap(),
+        "a grown file told whole"
+    );
+    assert!(
+        cf.is_allocated(MIB, 0).unwrap(),
+        "an empty range told a hole"
+    );
+    cf.write_at(MIB + 100, &[7; 8000]).unwrap();
+    cf.sync().unwrap();
+    assert!(cf.is_allocated(MIB + 100, 8000).unwrap());
+    assert!(cf.is_allocated(MIB, 8192).unwrap());
+    assert!(
+        !cf.is_allocated(MIB, 8193).unwrap(),
+        "the next page told whole"
+    );
+    assert!(!cf.is_allocated(0, 4096).unwrap());
+    cf.write_at(0, &vec![9; 4 * MIB as usize]).unwrap();
+    cf.sync().unwrap();
+    assert!(
+        cf.is_allocated(0, 4 * MIB).unwrap(),
+        "a file written out told a hole"
+    );
+    let ro = cs.open_file_read_only("h").unwrap();
+    assert!(ro.is_allocated(3 * MIB, 4096).unwrap());
+    drop(ro);
+    cs.delete("h").unwrap();
+    assert!(cf.is_allocated(0, 4096).is_err(), "a deleted file's look");
+}

@@ -187,7 +187,7 @@ fn reserve_growth(d: &Desc, from: u64, end: u64) -> Result<(), i32> {
         });
     match r {
         Ok(to) => {
-            let ps = state::state().map_or(1, |s| s.cs.cache().page_size() as u64);
+            let ps = page_size();
             n.reserved
                 .fetch_max(to.div_ceil(ps).saturating_mul(ps), Ordering::AcqRel);
             Ok(())
@@ -200,6 +200,83 @@ fn reserve_growth(d: &Desc, from: u64, end: u64) -> Result<(), i32> {
             _ => Err(fail("write past the end", &e)),
         },
     }
+}
+
+/// The store's page size.
+fn page_size() -> u64 {
+    state::state().map_or(1, |s| s.cs.cache().page_size() as u64)
+}
+
+/// Take the devices' space for the pages of bytes `at..end`, inside the file,
+/// that lie in a hole (one a growth by `ftruncate` or a write past the end
+/// left, or one the file had when it was opened), with `grow` held: a device
+/// without that room fails the write now with `ENOSPC` (or `EDQUOT`), as a
+/// local file system's write into a hole does, instead of the write-back. The
+/// node's `whole` says how far from the start the file is known to have its
+/// space; a write that ends below it looks at nothing. The first write past
+/// it looks at the rest of the file (`lseek` with `SEEK_HOLE` on each
+/// backing file): a file written out whole is then known whole. In a file
+/// with holes, a write that goes on from `whole` takes the space from there
+/// to its end and a little more (up to 16 times its own length, an eighth of
+/// the file, 8 MiB, inside the length), so that a file filled in order takes
+/// its space in few calls; one further in looks at its own pages and takes
+/// the space of those alone, so that a sparse file stays sparse. A file
+/// system that cannot allocate ahead takes nothing, as before.
+fn reserve_holes(d: &Desc, at: u64, end: u64) -> Result<(), i32> {
+    let n = &d.node;
+    let f = &n.file;
+    let whole = n.whole.load(Ordering::Acquire);
+    if end <= whole {
+        return Ok(());
+    }
+    let ps = page_size();
+    let up = |x: u64| x.div_ceil(ps).saturating_mul(ps);
+    let len = f.len().max(end);
+    let whole_to = |to: u64| {
+        n.whole.fetch_max(up(to), Ordering::AcqRel);
+    };
+    let look = |from: u64, to: u64| {
+        f.is_allocated(from, to - from)
+            .map_err(|e| fail("write into a hole", &e))
+    };
+    // Whether it took the space (false: the file system cannot).
+    let take = |from: u64, to: u64| match f.reserve_unsynced(from, to - from) {
+        Ok(()) => Ok(true),
+        Err(e) => match e.errno() {
+            Some(libc::EOPNOTSUPP) => Ok(false),
+            // Space the devices lack is the caller's to handle, with no
+            // warning, as the kernel's answer would be.
+            Some(x @ (libc::ENOSPC | libc::EDQUOT)) => Err(x),
+            _ => Err(fail("write into a hole", &e)),
+        },
+    };
+    if !n.holey.load(Ordering::Acquire) {
+        if look(whole, len)? {
+            whole_to(len);
+            return Ok(());
+        }
+        n.holey.store(true, Ordering::Release);
+    }
+    if at > whole {
+        if !look(at, end)? {
+            take(at, end)?;
+        }
+        return Ok(());
+    }
+    // On from the part known whole: a file filled in order.
+    let more = (end - at).saturating_mul(16).min(end / 8).min(8 << 20);
+    let ahead = end.saturating_add(more).min(len);
+    let to = match take(whole, ahead) {
+        Ok(_) => ahead,
+        // The room for this write alone, when there is none for more.
+        Err(libc::ENOSPC | libc::EDQUOT) if ahead > end => {
+            take(whole, end)?;
+            end
+        }
+        Err(x) => return Err(x),
+    };
+    whole_to(to);
+    Ok(())
 }
 
 /// Grow the file to at least `end` bytes (with `grow` held), without
@@ -274,7 +351,14 @@ fn write_unsynced(
             return Ok((0, at));
         }
         if end <= d.node.len() {
-            // Inside the file: no length changes.
+            // Inside the file: no length changes. A write into a hole takes
+            // its space first (under `grow`, as the length's changes).
+            if end > d.node.whole.load(Ordering::Acquire) {
+                let _g = lock(&d.node.grow);
+                if end <= d.node.len() {
+                    reserve_holes(d, at, end)?;
+                }
+            }
             match f.write_at(at, data) {
                 Ok(_) => return Ok((data.len(), end)),
                 // A shrink (another thread's `ftruncate`) cut the file
@@ -308,7 +392,18 @@ fn write_unsynced(
     }
     let data = &data[..(largest - at).min(n) as usize];
     let end = at + data.len() as u64;
+    if at < size {
+        // The part inside the file may lie in a hole.
+        reserve_holes(d, at, size)?;
+    }
     reserve_growth(d, at.max(size), end)?;
+    // A file known whole up to its end stays so through a growth with no
+    // hole before it.
+    if at <= size && d.node.whole.load(Ordering::Acquire) >= size {
+        d.node
+            .whole
+            .fetch_max(end.div_ceil(page_size()) * page_size(), Ordering::AcqRel);
+    }
     grow_to(d, end)?;
     match f.write_at(at, data) {
         Ok(_) => {
@@ -324,6 +419,7 @@ fn write_unsynced(
             }
             // The cut gave the space past the old end back.
             d.node.reserved.fetch_min(f.len(), Ordering::AcqRel);
+            d.node.whole.fetch_min(f.len(), Ordering::AcqRel);
             Err(fail(what, &e))
         }
     }

@@ -156,6 +156,14 @@ pub(crate) struct Node {
     /// this takes none. A cut gives the space past the new end back, and
     /// brings this down with the length (`publish_len`).
     pub(crate) reserved: AtomicU64,
+    /// Bytes below this (whole pages; under `grow`) have their devices'
+    /// space: an in-file write that ends below it takes no look for holes. A
+    /// cut brings it down with the length (`publish_len`).
+    pub(crate) whole: AtomicU64,
+    /// The part of the file from `whole` on was seen to have a hole (under
+    /// `grow`): an in-file write past `whole` looks at its own pages only,
+    /// not again at the rest of the file. A change of length clears it.
+    pub(crate) holey: AtomicBool,
 }
 
 impl Node {
@@ -174,6 +182,8 @@ impl Node {
     pub(crate) fn publish_len(&self) {
         let len = self.file.len();
         self.reserved.fetch_min(len, Ordering::AcqRel);
+        self.whole.fetch_min(len, Ordering::AcqRel);
+        self.holey.store(false, Ordering::Release);
         self.size.store(len, Ordering::Release);
     }
 
@@ -1114,6 +1124,8 @@ pub(crate) fn node(
         // name could find another file (the name replaced meanwhile).
         ino: crate::calls::ino_of(s, name),
         reserved: AtomicU64::new(0),
+        whole: AtomicU64::new(0),
+        holey: AtomicBool::new(false),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

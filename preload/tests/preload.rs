@@ -1112,6 +1112,14 @@ fn bad_sizes_in_the_environment_are_named() {
 /// A small tmpfs mounted at `mnt` with two device directories, taken down
 /// when dropped (detached if still busy); `None` (and why) where this process
 /// may not mount, which fails the test instead when `CI` is set.
+/// A test that cannot make what it needs (`what`, for `why`) is skipped,
+/// with a word on stderr; where `CI` is set it fails instead.
+fn skipped_unless_ci(what: &str, why: &str) {
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    assert!(!ci, "CI is set, but {what} ({why})");
+    eprintln!("skipped: {what} ({why})");
+}
+
 struct SmallFs(PathBuf);
 
 impl SmallFs {
@@ -1123,13 +1131,7 @@ impl SmallFs {
             .output()
             .expect("run mount");
         if !mounted.status.success() {
-            let why = text(&mounted.stderr);
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            assert!(
-                !ci,
-                "CI is set, but a small tmpfs cannot be mounted ({why})"
-            );
-            eprintln!("skipped: cannot mount a small tmpfs ({why})");
+            skipped_unless_ci("a small tmpfs cannot be mounted", &text(&mounted.stderr));
             return None;
         }
         for d in ["dev0", "dev1"] {
@@ -1166,14 +1168,96 @@ impl Drop for SmallFs {
     }
 }
 
+/// A small ext2 file system on a loop device: one that cannot allocate
+/// ahead (`fallocate` is `EOPNOTSUPP`), so that writes into a file's holes
+/// take no space until their write-back.
+struct NoAllocFs {
+    dir: PathBuf,
+    dev: String,
+    image: PathBuf,
+}
+
+impl NoAllocFs {
+    fn mount(dir: PathBuf, kib: u64) -> Option<NoAllocFs> {
+        let image = dir.with_extension("img");
+        let run = |cmd: &str, args: &[&str]| -> Result<String, String> {
+            let out = Command::new(cmd)
+                .args(args)
+                .output()
+                .map_err(|e| format!("{cmd}: {e}"))?;
+            if out.status.success() {
+                Ok(text(&out.stdout).trim().to_string())
+            } else {
+                Err(format!("{cmd}: {}", text(&out.stderr).trim()))
+            }
+        };
+        let made = (|| {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            let f = std::fs::File::create(&image).map_err(|e| e.to_string())?;
+            f.set_len(kib << 10).map_err(|e| e.to_string())?;
+            let img = image.to_str().unwrap();
+            let dev = run("losetup", &["-f", "--show", img])?;
+            let fs = NoAllocFs {
+                dir: dir.clone(),
+                dev: dev.clone(),
+                image: image.clone(),
+            };
+            run("mkfs.ext2", &["-q", &dev])?;
+            run("mount", &[&dev, dir.to_str().unwrap()])?;
+            for d in ["dev0", "dev1"] {
+                std::fs::create_dir_all(dir.join(d)).map_err(|e| e.to_string())?;
+            }
+            Ok::<_, String>(fs)
+        })();
+        if let Err(why) = &made {
+            let _ = std::fs::remove_file(&image);
+            skipped_unless_ci("a loop file system cannot be made", why);
+        }
+        made.ok()
+    }
+
+    /// `SETCACHE_DEVICES` for its two directories.
+    fn devices(&self) -> String {
+        format!(
+            "{},{}",
+            self.dir.join("dev0").display(),
+            self.dir.join("dev1").display()
+        )
+    }
+}
+
+impl Drop for NoAllocFs {
+    fn drop(&mut self) {
+        for lazy in [false, true] {
+            let mut u = Command::new("umount");
+            if lazy {
+                u.arg("-l");
+            }
+            let st = u
+                .arg(&self.dir)
+                .stderr(std::process::Stdio::null())
+                .status();
+            if st.is_ok_and(|st| st.success()) {
+                break;
+            }
+        }
+        let _ = Command::new("losetup")
+            .args(["-d", &self.dev])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
 /// An `exec` whose sync of the store fails (the devices on a file system
-/// too small for what was written) is refused with the sync's error, where
-/// the new image would have dropped the pages this one holds.
+/// too small for what was written, which cannot take the space of writes
+/// into holes ahead) is refused with the sync's error, where the new image
+/// would have dropped the pages this one holds.
 #[test]
 fn an_exec_whose_sync_fails_is_refused() {
     let s = Setup::new("exec-full");
     let prog = probe(&s.p("bin"), true);
-    let Some(fs) = SmallFs::mount(s.p("small"), "1m") else {
+    let Some(fs) = NoAllocFs::mount(s.p("small"), 1024) else {
         return;
     };
     let mut c = s.preloaded(&prog);
@@ -1257,6 +1341,31 @@ fn appends_past_the_room_fail_at_the_write() {
             line("fsync", "0"),
             line("close", "0"),
             line("read back as long", "1"),
+            line("read back the same", "1"),
+            line("close again", "0"),
+        ],
+    );
+}
+
+/// Writes into the holes of a file grown by `ftruncate` past the room of a
+/// small file system fail at the write, `ENOSPC`, as a local file system's
+/// do; everything written before reads back after `fsync` and `close`
+/// succeed. (They took no space: every write succeeded, and the write-back
+/// failed at `fsync`, which a program may not check.)
+#[test]
+fn writes_into_holes_past_the_room_fail_at_the_write() {
+    on_a_small_fs(
+        "hole-full",
+        "hole-full",
+        false,
+        &[
+            line("grow past the room", "0"),
+            line("a write far in", "65536"),
+            line("a write failed", "1 ENOSPC"),
+            line("some were written", "1"),
+            line("fsync", "0"),
+            line("close", "0"),
+            line("size", "67108864"),
             line("read back the same", "1"),
             line("close again", "0"),
         ],

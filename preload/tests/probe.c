@@ -2367,8 +2367,9 @@ static void exec_full(void) {
     static char chunk[65536];
     memset(chunk, 0x5A, sizeof chunk);
     int failed = 0;
-    /* Into a file grown first (its holes take no space until written
-     * back): writes past the end would take their space at once, and fail
+    /* Into a file grown first, on a file system that cannot allocate
+     * ahead (its holes take no space until written back): elsewhere, writes
+     * into holes and past the end take their space at once, and fail
      * there. */
     show("grow", ftruncate(fd, 32 * (off_t)sizeof chunk));
     for (int i = 0; i < 32; i++)
@@ -2419,6 +2420,22 @@ static void fallocate_full(const char *ballast) {
     show("close", close(fd));
 }
 
+/* Whether the first `total` bytes of `fd` are 64 KiB runs of 'a', 'b', ...
+ * 'z', 'a', ... as the writers below write them. */
+static int lettered(int fd, long total) {
+    static char chunk[65536];
+    int same = 1;
+    ssize_t n;
+    for (long at = 0; at < total; at += n) {
+        n = pread(fd, chunk, sizeof chunk, at);
+        if (n <= 0)
+            return 0;
+        for (ssize_t j = 0; j < n; j++)
+            same &= chunk[j] == 'a' + (int)((at + j) / 65536 % 26);
+    }
+    return same;
+}
+
 /* Appends of 64 KiB to a store file on a small file system until one fails
  * (at most 1024): the failure is the write's, ENOSPC, as a local file
  * system's, not the write-back's at fsync or close; what was written stays,
@@ -2441,14 +2458,44 @@ static void append_full(void) {
     show("close", close(fd));
     fd = open(path("grown"), O_RDONLY);
     printf("%-40s %d\n", "read back as long", lseek(fd, 0, SEEK_END) == total);
-    int same = 1;
-    for (long at = 0; at < total; at += n) {
-        n = pread(fd, chunk, sizeof chunk, at);
+    printf("%-40s %d\n", "read back the same", lettered(fd, total));
+    show("close again", close(fd));
+}
+
+/* A store file on a small file system grown by ftruncate far past the
+ * room, then written inside its length: once far in, then 64 KiB at a time
+ * from the start until a write fails (at most 1024). The failure is the
+ * write's, ENOSPC, as a local file system's write into a hole, not the
+ * write-back's at fsync or close; what was written reads back in a new open,
+ * the rest as zeros. */
+static void hole_full(void) {
+    static char chunk[65536];
+    int fd = open(path("holes"), O_CREAT | O_RDWR, 0644);
+    show("grow past the room", ftruncate(fd, 64 << 20));
+    memset(chunk, 'Z', sizeof chunk);
+    show("a write far in", pwrite(fd, chunk, sizeof chunk, 48 << 20));
+    long total = 0;
+    ssize_t n = 0;
+    for (int i = 0; i < 1024; i++) {
+        memset(chunk, 'a' + i % 26, sizeof chunk);
+        n = pwrite(fd, chunk, sizeof chunk, total);
         if (n <= 0)
             break;
-        for (ssize_t j = 0; j < n; j++)
-            same &= chunk[j] == 'a' + (int)((at + j) / 65536 % 26);
+        total += n;
     }
+    printf("%-40s %d %s\n", "a write failed", n < 0, n < 0 ? strerrorname_np(errno) : "-");
+    printf("%-40s %d\n", "some were written", total > 0);
+    show("fsync", fsync(fd));
+    show("close", close(fd));
+    fd = open(path("holes"), O_RDONLY);
+    show("size", lseek(fd, 0, SEEK_END));
+    int same = lettered(fd, total);
+    n = pread(fd, chunk, sizeof chunk, 48 << 20);
+    for (ssize_t j = 0; j < n; j++)
+        same &= chunk[j] == 'Z';
+    n = pread(fd, chunk, sizeof chunk, total);
+    for (ssize_t j = 0; j < n; j++)
+        same &= chunk[j] == 0;
     printf("%-40s %d\n", "read back the same", same);
     show("close again", close(fd));
 }
@@ -2896,6 +2943,8 @@ int main(int argc, char **argv) {
         cut_full(argv[3]);
     else if (argc > 2 && strcmp(argv[2], "append-full") == 0)
         append_full();
+    else if (argc > 2 && strcmp(argv[2], "hole-full") == 0)
+        hole_full();
     else if (argc > 3 && strcmp(argv[2], "hold") == 0)
         hold(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "inherit-busy") == 0)

@@ -1859,6 +1859,26 @@ impl CachedFile {
         self.reserve_as(offset, len, false)
     }
 
+    /// Whether the devices hold space for every page that the bytes
+    /// `offset..offset + len` touch, so that their write-back cannot fail for want of it: no
+    /// backing file has a hole there, as its file system tells (`SEEK_HOLE`;
+    /// one that cannot look for holes tells none). Space reserved but not yet
+    /// written may be told as a hole. A writer that wants a full device to
+    /// fail its write inside the file (into a hole that a growth left) asks
+    /// this, and [`CachedFile::reserve_unsynced`] if not. Costs one `lseek`
+    /// per device the range touches. Errors: a failed device, the file
+    /// deleted.
+    pub fn is_allocated(&self, offset: u64, len: u64) -> Result<bool> {
+        self.entry.check()?;
+        let ps = self.shared.cache.page_size() as u64;
+        let from = offset / ps * ps;
+        let to = offset.saturating_add(len).div_ceil(ps).saturating_mul(ps);
+        if to <= from {
+            return Ok(true);
+        }
+        self.entry.file.allocated(from, to - from)
+    }
+
     /// Give back the devices' space reserved past the file's end (by
     /// [`CachedFile::reserve`] or [`CachedFile::reserve_unsynced`] past it):
     /// each backing file is cut to its own size, which frees what lies past

@@ -235,6 +235,12 @@ impl File {
         self.inner.store.reserve(&self.inner, offset, len, false)
     }
 
+    /// Whether the devices hold space for every byte of `offset..offset +
+    /// len` (see `Store::allocated`).
+    pub(crate) fn allocated(&self, offset: u64, len: u64) -> Result<bool> {
+        self.inner.store.allocated(&self.inner, offset, len)
+    }
+
     /// Free the space reserved past each backing file's end (see
     /// `CachedFile::trim_reservations`).
     pub(crate) fn trim_past_end(&self) -> Result<()> {

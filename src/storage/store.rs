@@ -2244,6 +2244,44 @@ impl StoreInner {
         Ok(())
     }
 
+    /// Whether every byte of the devices' runs that hold bytes
+    /// `offset..offset + len` of `f` has its space (no hole in a backing
+    /// file, as `SEEK_HOLE` tells). A file system may tell space reserved
+    /// (`FALLOC_FL_KEEP_SIZE`) but never written as a hole; one that cannot
+    /// look for holes tells none.
+    pub(crate) fn allocated(&self, f: &FileInner, offset: u64, len: u64) -> Result<bool> {
+        let end = offset.saturating_add(len).min(MAX_LEN);
+        for (i, b) in f.backings.iter().enumerate() {
+            b.state.check()?;
+            let from = HEADER_BYTES + f.layout.device_end(i, offset);
+            let to = HEADER_BYTES + f.layout.device_end(i, end);
+            if to <= from {
+                continue;
+            }
+            // SAFETY: plain system call on an open descriptor; the offset it
+            // moves is used by no read or write (they give their offsets).
+            let hole = unsafe { libc::lseek(b.fd.as_raw_fd(), from as i64, libc::SEEK_HOLE) };
+            if hole < 0 {
+                let e = std::io::Error::last_os_error();
+                // At or past the backing file's end: nothing there yet.
+                if e.raw_os_error() == Some(libc::ENXIO) {
+                    return Ok(false);
+                }
+                let name = f.name.read().unwrap_or_else(|p| p.into_inner()).clone();
+                let paths = self.backing_paths(&name);
+                return Err(Error::os(
+                    format!("device {i}: look for holes in"),
+                    &paths[i],
+                    e,
+                ));
+            }
+            if (hole as u64) < to {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Cut each backing file of `f` to its own size: the space reserved past
     /// it (`FALLOC_FL_KEEP_SIZE`) is freed, every byte kept. Under the
     /// metadata lock, so that no length change comes between the size read
