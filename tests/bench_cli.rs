@@ -684,3 +684,89 @@ fn graph_runs_without_a_budget_read_nothing_while_timed() {
     std::fs::remove_dir_all(&dir).unwrap();
     std::fs::remove_file(&json).unwrap();
 }
+
+/// Caches the cache engines cannot serve are refused before any engine runs,
+/// naming the figures: more than four times as many pages in flight as the
+/// cache holds (such a run went on for many times its length and failed
+/// "busy"), and a cache too small for a set per partition (refused only once
+/// the engines listed before setcache-numa had run); a partitioned cache
+/// whose sets were rounded down to a multiple of its partitions says so.
+#[test]
+fn caches_the_engines_cannot_serve_are_refused_before_anything_runs() {
+    let dir = std::env::temp_dir().join(format!("setcache-bench-flight-{}", std::process::id()));
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
+            .arg("bench")
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--file-size", "16M", "--runtime", "0.3", "--no-progress"])
+            .args(args)
+            .output()
+            .expect("run the bench binary");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // 4M: 1024 pages; 2 threads x 4096 requests of one page.
+    let deep = [
+        "--engine",
+        "setcache",
+        "--cache-size",
+        "4M",
+        "--threads",
+        "2",
+        "--iodepth",
+        "4096",
+    ];
+    let (ok, out, err) = run(&deep);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("setcache engine: 2 threads x --iodepth 4096 x 1 page(s) a request keep 8192 pages in flight, more than four times the 1024 pages"),
+        "{err}"
+    );
+    assert!(!out.contains("IOPS"), "ran before the refusal: {out}");
+    let (ok, out, err) = run(&[
+        "--engine",
+        "setcache,setcache-numa",
+        "--partitions",
+        "2",
+        "--cache-size",
+        "64k",
+        "--threads",
+        "1",
+        "--iodepth",
+        "4",
+    ]);
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("setcache-numa engine: invalid argument: cache size 65536 bytes is smaller than one set per partition"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("IOPS"),
+        "setcache ran before the refusal: {out}"
+    );
+    // 9000k: 187 sets of 12 pages, 128 once a multiple of 64 partitions.
+    let (ok, out, err) = run(&[
+        "--engine",
+        "setcache-numa",
+        "--partitions",
+        "64",
+        "--cache-size",
+        "9000k",
+        "--threads",
+        "1",
+        "--iodepth",
+        "4",
+    ]);
+    assert!(ok, "{err}\n{out}");
+    assert!(
+        err.contains(
+            "note: setcache-numa's cache holds 6M (128 sets of 12 pages), not the 9000k asked"
+        ),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -14,8 +14,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use setcache::{
-    CacheOptions, CacheStats, CachedCompletion, CachedFile, CachedRequest, CachedStore,
-    FlusherCounts, OpKind, PolicyKind, Store,
+    CacheStats, CachedCompletion, CachedFile, CachedRequest, CachedStore, FlusherCounts, OpKind,
+    PolicyKind, Store,
 };
 
 use super::config::cache_bytes;
@@ -37,15 +37,9 @@ pub(crate) fn open(
     readahead: Option<u64>,
     partitions: usize,
 ) -> Result<(CachedStore, CachedFile), String> {
-    let defaults = CacheOptions::default();
     let cs = CachedStore::new(
         store.clone(),
-        CacheOptions {
-            size: cache_bytes(cache_size, file_len) as usize,
-            policy: policy.unwrap_or(defaults.policy),
-            partitions,
-            ..defaults
-        },
+        super::config::cache_options(cache_size, file_len, policy, partitions),
     )
     .map_err(|e| format!("{engine} engine: {e}"))?;
     if let Some(bytes) = readahead {
@@ -216,7 +210,7 @@ fn page_body(
     let mut error = None;
     let mut ended = false;
     while error.is_none() && !ctl.stopped() && !ended {
-        measuring = phase(me, ctl, cs, edges, measuring);
+        measuring = phase(ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         let mut later = None;
         if free > 0 {
@@ -323,7 +317,7 @@ fn thread_body(
     }
     let mut ended = false;
     while error.is_none() && !ctl.stopped() && !ended {
-        measuring = phase(me, ctl, cs, edges, measuring);
+        measuring = phase(ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         let mut later = None;
         if !free.is_empty() {
@@ -411,7 +405,7 @@ fn sync_body(
     let mut ops = OpGen::new(w, me.t, me.threads);
     let fail = |e: setcache::Error| format!("setcache engine: {e}");
     while !ctl.stopped() {
-        measuring = phase(me, ctl, cs, edges, measuring);
+        measuring = phase(ctl, cs, edges, measuring);
         let Some(op) = ops.next_op() else {
             break;
         };

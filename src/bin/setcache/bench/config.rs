@@ -205,6 +205,23 @@ pub(crate) fn cache_bytes(cache_size: Option<u64>, file_len: u64) -> u64 {
     cache_size.unwrap_or((file_len / 4).max(16 << 20))
 }
 
+/// The options of an engine's cache: `cache_size`, else a quarter of the file
+/// of `file_len` bytes; its sets divided among `partitions` (0: one per node).
+pub(crate) fn cache_options(
+    cache_size: Option<u64>,
+    file_len: u64,
+    policy: Option<setcache::PolicyKind>,
+    partitions: usize,
+) -> setcache::CacheOptions {
+    let defaults = setcache::CacheOptions::default();
+    setcache::CacheOptions {
+        size: cache_bytes(cache_size, file_len) as usize,
+        policy: policy.unwrap_or(defaults.policy),
+        partitions,
+        ..defaults
+    }
+}
+
 /// Refuse a cache that the in-process engines (setcache's cache, direct-copy's
 /// frame pool) could not hold, before anything runs: the memory is reserved
 /// up front and touched as the run goes, so it would fail only once the
@@ -264,6 +281,75 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
         )
     })
     .map_err(|e| e.to_string())
+}
+
+/// Refuse, before any engine runs, a cache that an engine could not make (one
+/// too small for a set per partition), and more than four times as many
+/// pages in flight as an engine's cache holds: each miss in flight holds a
+/// frame until its request ends, so requests wait for frames that others
+/// hold, each up to the cache's pin wait, and such a run went on many times
+/// longer than asked and failed `busy` (up to twice as many ran, on a fast
+/// device).
+fn check_cache_engines(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
+    for &e in engines {
+        let partitions = match e {
+            Engine::Setcache => 1,
+            Engine::SetcacheNuma => a.partitions.map_or(0, |n| n as usize),
+            _ => continue,
+        };
+        let opts = cache_options(a.cache_size, a.file_size, a.policy, partitions);
+        setcache::PageCache::<setcache::cache::sync::Os>::check(&opts)
+            .map_err(|err| format!("{} engine: {err}", e.name()))?;
+        let page = opts.page_size as u64;
+        // A request's pages: one more for a block that may cross a page.
+        let pages = |bs: u64| {
+            bs.div_ceil(page) + u64::from(!bs.is_multiple_of(page) && !page.is_multiple_of(bs))
+        };
+        let sync = e == Engine::Setcache && a.api.iter().all(|&p| p == ApiArg::Sync);
+        let (in_flight, how) = if a.job.is_empty() {
+            let threads = a.threads.iter().copied().max().unwrap_or(1) as u64;
+            let depth = if sync { 1 } else { u64::from(a.iodepth) };
+            let n = threads.saturating_mul(depth).saturating_mul(pages(a.bs));
+            let depth_text = if sync {
+                "1 call (--api sync)".to_string()
+            } else {
+                format!("--iodepth {}", a.iodepth)
+            };
+            let text = format!(
+                "{threads} threads x {depth_text} x {} page(s) a request",
+                pages(a.bs)
+            );
+            (n, text)
+        } else {
+            let n = a.job.iter().fold(0u64, |sum, j| {
+                (j.threads as u64)
+                    .saturating_mul(u64::from(j.iodepth.unwrap_or(a.iodepth)))
+                    .saturating_mul(pages(j.bs.unwrap_or(a.bs)))
+                    .saturating_add(sum)
+            });
+            (
+                n,
+                "each --job's threads x iodepth x pages a request, summed".to_string(),
+            )
+        };
+        let cache_pages = opts.size as u64 / page;
+        if in_flight > cache_pages.saturating_mul(4) {
+            return Err(format!(
+                "{} engine: {how} keep {in_flight} pages in flight, more than four times the \
+                 {cache_pages} pages of its cache of {} ({}): each miss holds a frame until its \
+                 request ends, so requests would wait for frames that others hold and fail \
+                 busy; give a smaller --iodepth or fewer threads, or a larger --cache-size",
+                e.name(),
+                format_size(opts.size as u64),
+                if a.cache_size.is_some() {
+                    "--cache-size"
+                } else {
+                    "no --cache-size: a quarter of the file, at least 16M"
+                },
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Load the trace of `--trace` and size the file to it; refuse the flags
@@ -644,6 +730,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             ));
         }
     }
+    check_cache_engines(&a, &engines)?;
     if a.partitions.is_some() && !engines.contains(&Engine::SetcacheNuma) {
         return Err(
             "--partitions sets the setcache-numa engine's partitions: give --engine setcache-numa"

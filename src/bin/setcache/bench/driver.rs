@@ -432,18 +432,17 @@ pub(crate) struct Me {
 pub(crate) type StatEdges =
     std::sync::Mutex<(Option<setcache::CacheStats>, Option<setcache::CacheStats>)>;
 
-/// The run's phase for this thread: whether it is measuring now. Thread 0
-/// snapshots the cache's counters when measuring starts.
-pub(crate) fn phase(
-    me: Me,
-    ctl: &Ctl,
-    cs: &setcache::CachedStore,
-    edges: &StatEdges,
-    was: bool,
-) -> bool {
+/// The run's phase for this thread: whether it is measuring now. The first
+/// thread to see measuring start snapshots the cache's counters (thread 0
+/// alone did: one that waited for its requests through the whole measured
+/// period left the run without a hit ratio).
+pub(crate) fn phase(ctl: &Ctl, cs: &setcache::CachedStore, edges: &StatEdges, was: bool) -> bool {
     let now = ctl.measuring();
-    if me.slot == 0 && now && !was {
-        edges.lock().unwrap_or_else(|p| p.into_inner()).0 = Some(cs.cache().stats());
+    if now && !was {
+        let mut e = edges.lock().unwrap_or_else(|p| p.into_inner());
+        if e.0.is_none() {
+            e.0 = Some(cs.cache().stats());
+        }
     }
     now
 }

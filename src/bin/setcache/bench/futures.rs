@@ -135,7 +135,7 @@ pub(crate) fn body(
     let mut now = Instant::now();
     let mut finished: Vec<(Instant, bool)> = Vec::with_capacity(64);
     loop {
-        measuring = phase(me, ctl, cs, edges, measuring);
+        measuring = phase(ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         if start_new && (ctl.stopped() || error.is_some() || ended) {
             replayed = ended && error.is_none() && !ctl.stopped();

@@ -398,6 +398,17 @@ fn run_one(
             );
         }
     }
+    // A run in which no request finished measured nothing: its row of zeros
+    // would read as a figure.
+    if out.ops == 0 && !out.interrupted {
+        return Err(format!(
+            "{}: no request finished in the measured {:.2} s ({threads} threads, {} requests \
+             in flight each): give a longer --runtime or --ramp, or fewer requests in flight",
+            engine.name(),
+            out.secs,
+            if engine.is_async() { a.iodepth } else { 1 }
+        ));
+    }
     Ok(RunResult {
         // With several APIs, the setcache engine's rows say which.
         engine: if engine == Engine::Setcache && b.cfg.apis.len() > 1 {

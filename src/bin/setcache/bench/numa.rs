@@ -58,8 +58,11 @@ pub(crate) fn run(
     )
     .map_err(|e| format!("setcache-numa engine: {e}"))?;
     say!(
-        "setcache-numa: {} partitions{}; each thread serves its home partition's pages itself, the others' by message",
-        parts.count(),
+        "setcache-numa: {}{}; {}",
+        match parts.count() {
+            1 => "1 partition".to_string(),
+            n => format!("{n} partitions"),
+        },
         if parts.emulated() {
             " (emulated: workers not bound to nodes, threads' homes taken in turn)".to_string()
         } else {
@@ -71,8 +74,29 @@ pub(crate) fn run(
                 Some(why) => format!(", one per node, {workers}, memory not ({why})"),
                 None => format!(", one per node, {workers}"),
             }
+        },
+        if parts.count() == 1 {
+            "each thread serves its pages itself"
+        } else {
+            "each thread serves its home partition's pages itself, the others' by message"
         }
     );
+    // The sets are a multiple of the partitions: with many partitions and a
+    // small cache, fewer than an undivided cache of the size has.
+    let c = cs.cache();
+    let set_bytes = (c.assoc() * c.page_size()) as u64;
+    let asked = super::config::cache_bytes(cache_size, w.file_len);
+    if (c.sets() as u64) < asked / set_bytes {
+        say!(
+            "note: setcache-numa's cache holds {} ({} sets of {} pages), not the {} asked: its \
+             sets are a multiple of its {} partitions (a hit ratio's target may be out of reach)",
+            super::size::format_size(c.capacity_pages() as u64 * c.page_size() as u64),
+            c.sets(),
+            c.assoc(),
+            super::size::format_size(asked),
+            parts.count()
+        );
+    }
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let mut m = run_threads(threads, timing, |t, ctl| {
         let me = Me {
@@ -145,7 +169,7 @@ fn body(
     let mut slots = depth;
     let mut ended = false;
     while error.is_none() && !ctl.stopped() && !ended {
-        measuring = phase(me, ctl, cs, edges, measuring);
+        measuring = phase(ctl, cs, edges, measuring);
         ctl.publish(me.slot, stats.ops);
         let submitted = epoch.elapsed().as_nanos() as u64;
         let mut later = None;

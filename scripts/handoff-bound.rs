@@ -1,0 +1,268 @@
+//! The ceiling of emulated partitions on this machine: what handing half of
+//! each thread's page copies to another thread and back costs when there are
+//! more threads than CPUs, with nothing of the cache. Two application
+//! threads pick random 4 KiB blocks of a 1 GiB buffer on huge pages (as a
+//! cache's frames are) and copy each into one of 32 buffers of their own.
+//! `shared`: each thread copies every block itself. `partitioned`: a block's
+//! partition is its number's low bit; a thread copies its home partition's
+//! blocks itself and sends the others, in bundles, over a single-producer
+//! single-consumer ring to that partition's worker thread, which copies each
+//! block straight into the sender's buffer and sends the bundle back; each
+//! thread keeps 32 copies outstanding, as the bench's `--iodepth 32`. Two
+//! workers, four threads on the machine's CPUs. A thread with nothing to do
+//! yields the CPU (the cheapest hand-off when every CPU is busy: no sleep,
+//! no wake-up). No lookup, no pin, no allocation per request: what is left is
+//! the copies and the hand-offs.
+//!
+//! Run: `rustc --edition 2021 -C opt-level=3 scripts/handoff-bound.rs -o /tmp/handoff-bound && /tmp/handoff-bound`
+
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+const BLOCK: usize = 4096;
+const DEPTH: usize = 32;
+/// Most requests in one bundle.
+const BUNDLE: usize = 16;
+
+fn next(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
+
+extern "C" {
+    fn mmap(addr: *mut u8, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut u8;
+    fn madvise(addr: *mut u8, len: usize, advice: i32) -> i32;
+}
+
+/// A request: the block to copy and the slot of the sender's buffers.
+#[derive(Clone, Copy)]
+struct Req {
+    block: u64,
+    slot: u32,
+}
+
+/// A bounded single-producer single-consumer ring of bundles.
+struct Ring {
+    slots: Vec<UnsafeCell<Vec<Req>>>,
+    head: AtomicUsize,
+    tail: AtomicUsize,
+}
+
+unsafe impl Sync for Ring {}
+
+impl Ring {
+    fn new(n: usize) -> Ring {
+        Ring {
+            slots: (0..n).map(|_| UnsafeCell::new(Vec::new())).collect(),
+            head: AtomicUsize::new(0),
+            tail: AtomicUsize::new(0),
+        }
+    }
+
+    /// Push `b` (the producer only); gives it back when the ring is full.
+    fn push(&self, b: Vec<Req>) -> Result<(), Vec<Req>> {
+        let t = self.tail.load(Ordering::Relaxed);
+        if t - self.head.load(Ordering::Acquire) == self.slots.len() {
+            return Err(b);
+        }
+        unsafe { *self.slots[t % self.slots.len()].get() = b };
+        self.tail.store(t + 1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Pop a bundle (the consumer only).
+    fn pop(&self) -> Option<Vec<Req>> {
+        let h = self.head.load(Ordering::Relaxed);
+        if h == self.tail.load(Ordering::Acquire) {
+            return None;
+        }
+        let b = unsafe { std::mem::take(&mut *self.slots[h % self.slots.len()].get()) };
+        self.head.store(h + 1, Ordering::Release);
+        Some(b)
+    }
+}
+
+/// One application thread's links: requests to each partition, replies back.
+struct App {
+    to: [Ring; 2],
+    back: [Ring; 2],
+    bufs: UnsafeCell<Vec<u8>>,
+}
+
+unsafe impl Sync for App {}
+
+struct Mem(*const u8);
+unsafe impl Send for Mem {}
+unsafe impl Sync for Mem {}
+
+fn copy_block(mem: &Mem, block: u64, dst: *mut u8) {
+    unsafe { std::ptr::copy_nonoverlapping(mem.0.add(block as usize * BLOCK), dst, BLOCK) };
+}
+
+/// Copies a second by two threads, each copying every block itself.
+fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let hs: Vec<_> = (0..2u64)
+        .map(|t| {
+            let (mem, stop, done) = (mem.clone(), stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut bufs = vec![0u8; DEPTH * BLOCK];
+                let mut x = 0x9E37_79B9_7F4A_7C15 ^ (t + 1);
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..256 {
+                        let b = next(&mut x) % blocks;
+                        let slot = (n as usize) % DEPTH;
+                        copy_block(&mem, b, bufs[slot * BLOCK..].as_mut_ptr());
+                        n += 1;
+                    }
+                }
+                std::hint::black_box(&bufs);
+                done.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in hs {
+        h.join().unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / secs
+}
+
+/// Copies a second with two emulated partitions (see the module's comment).
+fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64) -> f64 {
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let apps: Vec<Arc<App>> = (0..2)
+        .map(|_| {
+            Arc::new(App {
+                to: [Ring::new(DEPTH), Ring::new(DEPTH)],
+                back: [Ring::new(DEPTH), Ring::new(DEPTH)],
+                bufs: UnsafeCell::new(vec![0u8; DEPTH * BLOCK]),
+            })
+        })
+        .collect();
+    let workers: Vec<_> = (0..2usize)
+        .map(|p| {
+            let (mem, stop, apps) = (mem.clone(), stop.clone(), apps.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    let mut any = false;
+                    for a in &apps {
+                        while let Some(b) = a.to[p].pop() {
+                            any = true;
+                            let base = unsafe { (*a.bufs.get()).as_mut_ptr() };
+                            for r in &b {
+                                copy_block(&mem, r.block, unsafe {
+                                    base.add(r.slot as usize * BLOCK)
+                                });
+                            }
+                            let mut b = b;
+                            while let Err(back) = a.back[p].push(b) {
+                                b = back;
+                                std::thread::yield_now();
+                            }
+                        }
+                    }
+                    if !any {
+                        std::thread::yield_now();
+                    }
+                }
+            })
+        })
+        .collect();
+    let hs: Vec<_> = (0..2usize)
+        .map(|home| {
+            let (mem, stop, done, app) = (mem.clone(), stop.clone(), done.clone(), apps[home].clone());
+            std::thread::spawn(move || {
+                let other = 1 - home;
+                let mut x = 0x9E37_79B9_7F4A_7C15 ^ (home as u64 + 1);
+                let mut free: Vec<u32> = (0..DEPTH as u32).collect();
+                let mut bundle: Vec<Req> = Vec::with_capacity(BUNDLE);
+                let mut n = 0u64;
+                let base = unsafe { (*app.bufs.get()).as_mut_ptr() };
+                while !stop.load(Ordering::Relaxed) {
+                    // Replies first: their slots are free again.
+                    while let Some(b) = app.back[other].pop() {
+                        n += b.len() as u64;
+                        free.extend(b.iter().map(|r| r.slot));
+                    }
+                    while let Some(slot) = free.pop() {
+                        let b = next(&mut x) % blocks;
+                        if (b & 1) as usize == home {
+                            copy_block(&mem, b, unsafe { base.add(slot as usize * BLOCK) });
+                            n += 1;
+                            free.push(slot);
+                        } else {
+                            bundle.push(Req { block: b, slot });
+                            if bundle.len() == BUNDLE {
+                                break;
+                            }
+                        }
+                    }
+                    if !bundle.is_empty() {
+                        let mut b = std::mem::replace(&mut bundle, Vec::with_capacity(BUNDLE));
+                        while let Err(back) = app.to[other].push(b) {
+                            b = back;
+                            std::thread::yield_now();
+                        }
+                    }
+                    if free.is_empty() {
+                        // Every slot is out with the worker: give it the CPU.
+                        std::thread::yield_now();
+                    }
+                }
+                done.fetch_add(n, Ordering::Relaxed);
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs_f64(secs));
+    stop.store(true, Ordering::Relaxed);
+    for h in hs.into_iter().chain(workers) {
+        h.join().unwrap();
+    }
+    done.load(Ordering::Relaxed) as f64 / secs
+}
+
+fn main() {
+    let size: usize = 1 << 30;
+    let blocks = (size / BLOCK) as u64;
+    // Anonymous, private, read and write; MADV_HUGEPAGE (14).
+    let p = unsafe { mmap(std::ptr::null_mut(), size, 3, 0x22, -1, 0) };
+    assert!(!p.is_null() && p as isize != -1, "mmap failed");
+    unsafe {
+        madvise(p, size, 14);
+        for i in (0..size).step_by(4096) {
+            *p.add(i) = i as u8;
+        }
+    }
+    let mem = Arc::new(Mem(p));
+    let secs = 2.0;
+    let mut ratios = Vec::new();
+    let t0 = Instant::now();
+    for round in 1..=5 {
+        let s = shared(&mem, blocks, secs);
+        let q = partitioned(&mem, blocks, secs);
+        println!(
+            "round {round}: shared {:.2} M copies/s, partitioned {:.2} M, ratio {:.3}",
+            s / 1e6,
+            q / 1e6,
+            q / s
+        );
+        ratios.push(q / s);
+    }
+    ratios.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "median ratio {:.3} (min {:.3}, max {:.3}) in {:.0} s",
+        ratios[2],
+        ratios[0],
+        ratios[4],
+        t0.elapsed().as_secs_f64()
+    );
+}
