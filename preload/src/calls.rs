@@ -1638,6 +1638,9 @@ fn allocate(d: &Desc, mode: c_int, off: i64, len: i64, posix: bool) -> Result<c_
         }
     }
     if mode & libc::FALLOC_FL_KEEP_SIZE != 0 {
+        if end > d.node.len() {
+            d.node.kept_past.store(true, Ordering::Release);
+        }
         return Ok(0);
     }
     let r = grow_to(d, end);

@@ -164,6 +164,10 @@ pub(crate) struct Node {
     /// `grow`): an in-file write past `whole` looks at its own pages only,
     /// not again at the rest of the file. A change of length clears it.
     pub(crate) holey: AtomicBool,
+    /// The program reserved space past the end itself (`fallocate` with
+    /// `FALLOC_FL_KEEP_SIZE`): the last close leaves what lies past the end,
+    /// which a local file system keeps too.
+    pub(crate) kept_past: AtomicBool,
 }
 
 impl Node {
@@ -288,6 +292,7 @@ impl Drop for Desc {
         // cut.
         if r.is_ok()
             && node.reserved.load(Ordering::Acquire) > node.file.len()
+            && !node.kept_past.load(Ordering::Acquire)
             && let Ok(_g) = node.grow.try_lock()
             && node.file.trim_reservations().is_ok()
         {
@@ -1126,6 +1131,7 @@ pub(crate) fn node(
         reserved: AtomicU64::new(0),
         whole: AtomicU64::new(0),
         holey: AtomicBool::new(false),
+        kept_past: AtomicBool::new(false),
     });
     nodes.retain(|_, w| w.strong_count() > 0);
     nodes.insert(name.to_string(), Arc::downgrade(&n));

@@ -1372,6 +1372,72 @@ fn writes_into_holes_past_the_room_fail_at_the_write() {
     );
 }
 
+/// Space a program reserved past the end (`FALLOC_FL_KEEP_SIZE`) outlives
+/// the file's last close: after a new open on a full file system, writes
+/// into it succeed and are written back. (The last close gave it back with
+/// the library's own reservations: "writes into the range failed 16".)
+#[test]
+fn space_kept_past_the_end_outlives_the_last_close() {
+    on_a_small_fs(
+        "kept-full",
+        "kept-full",
+        true,
+        &[
+            line("write", "4096"),
+            line("reserve past the end", "0"),
+            line("close", "0"),
+            line("ballast filled the rest", "1 ENOSPC"),
+            line("writes into the range failed", "0"),
+            line("fsync", "0"),
+            line("close again", "0"),
+        ],
+    );
+}
+
+/// A sparse file cut on a full file system to a length inside a hole, not
+/// on a page's edge: the cut, the `fsync` and the `close` succeed, as the
+/// kernel's. (The cut left the page of the new end dirty, whose write-back
+/// found no room: "fsync -1 ENOSPC", and `truncate(1)` failed at its close.)
+#[test]
+fn a_cut_inside_a_hole_on_a_full_file_system_needs_no_room() {
+    on_a_small_fs(
+        "cut-hole-full",
+        "cut-hole-full",
+        true,
+        &[
+            line("grow past the room", "0"),
+            line("ballast filled the rest", "1 ENOSPC"),
+            line("cut inside a hole", "0"),
+            line("size", "20000001"),
+            line("fsync", "0"),
+            line("close", "0"),
+        ],
+    );
+}
+
+/// A write at the end of a file cut inside a block, with room for its own
+/// pages alone: the growth it makes clears the rest of the block, and keeps
+/// the pages the write reserved; their write-back at `fsync` succeeds once
+/// the rest of the file system is taken. (The clearing gave them back: the
+/// `fsync` failed `ENOSPC`, the write the program saw succeed lost.)
+#[test]
+fn a_growth_keeps_the_space_its_write_reserved() {
+    on_a_small_fs(
+        "regrow-full",
+        "regrow-full",
+        true,
+        &[
+            line("writes failed", "0"),
+            line("cut inside a block", "0"),
+            line("room for three pages", "0"),
+            line("a write at the end", "5000"),
+            line("fsync after the rest was taken", "0"),
+            line("close", "0"),
+            line("read back the same", "1"),
+        ],
+    );
+}
+
 /// A file cut on a full file system: the cut needs no room (it makes some),
 /// as the kernel's. (Its intent record found no room, and the cut failed
 /// `ENOSPC`: SQLite's rollback of a transaction that had filled the devices

@@ -2500,6 +2500,80 @@ static void hole_full(void) {
     show("close again", close(fd));
 }
 
+/* Space reserved past the end with FALLOC_FL_KEEP_SIZE outlives the last
+ * close, as on a local file system: after a new open and the rest of the
+ * file system taken (`ballast`), writes into the range succeed and reach
+ * the devices. (The last close cut each backing file to its size, which gave
+ * the range back: the writes failed ENOSPC.) */
+static void kept_full(const char *ballast) {
+    static char chunk[65536];
+    memset(chunk, 0x4B, sizeof chunk);
+    int fd = open(path("kept"), O_CREAT | O_RDWR, 0644);
+    show("write", write(fd, chunk, 4096));
+    show("reserve past the end", fallocate(fd, FALLOC_FL_KEEP_SIZE, 4096, 1 << 20));
+    show("close", close(fd));
+    fd = open(path("kept"), O_RDWR);
+    close(fill_up(ballast));
+    int failed = 0;
+    for (int i = 0; i < 16; i++)
+        if (pwrite(fd, chunk, sizeof chunk, 4096 + (off_t)i * (off_t)sizeof chunk) != (ssize_t)sizeof chunk)
+            failed++;
+    printf("%-40s %d\n", "writes into the range failed", failed);
+    show("fsync", fsync(fd));
+    show("close again", close(fd));
+}
+
+/* A sparse store file cut, on a full file system (`ballast` takes the
+ * rest), to a length inside a hole and not on a page's edge: the cut
+ * succeeds, as the kernel's, and so do the fsync and close after it. (The
+ * cut loaded the page the new end falls in, cleared its tail and left it
+ * dirty: its write-back needed space the hole never had.) */
+static void cut_hole_full(const char *ballast) {
+    int fd = open(path("sparse"), O_CREAT | O_RDWR, 0644);
+    show("grow past the room", ftruncate(fd, 50 << 20));
+    close(fill_up(ballast));
+    show("cut inside a hole", ftruncate(fd, 20000001));
+    show("size", lseek(fd, 0, SEEK_END));
+    show("fsync", fsync(fd));
+    show("close", close(fd));
+}
+
+/* A store file cut inside a block, then written at its new end with room on
+ * the file system (`ballast` takes the rest) for that write's pages alone,
+ * the rest then taken: the write's growth clears the block past the old end,
+ * and with it gave back the pages the write had reserved, whose write-back
+ * then failed ENOSPC at fsync. Every step succeeds, and the write reads
+ * back in a new open. */
+static void regrow_full(const char *ballast) {
+    static char chunk[65536];
+    memset(chunk, 0x44, sizeof chunk);
+    int fd = open(path("regrow"), O_CREAT | O_RDWR, 0644);
+    int failed = 0;
+    for (int i = 0; i < 16; i++)
+        failed += write(fd, chunk, sizeof chunk) != (ssize_t)sizeof chunk;
+    printf("%-40s %d\n", "writes failed", failed);
+    show("fsync", fsync(fd));
+    show("cut inside a block", ftruncate(fd, 520 << 10));
+    int b = fill_up(ballast);
+    off_t full = lseek(b, 0, SEEK_END);
+    show("room for three pages", ftruncate(b, full - 3 * 4096));
+    memset(chunk, 0x55, 5000);
+    show("a write at the end", pwrite(fd, chunk, 5000, 520 << 10));
+    lseek(b, 0, SEEK_END);
+    while (write(b, chunk, 4096) > 0)
+        ;
+    show("fsync after the rest was taken", fsync(fd));
+    close(b);
+    show("close", close(fd));
+    fd = open(path("regrow"), O_RDONLY);
+    memset(chunk, 0, 5000);
+    int same = pread(fd, chunk, 5000, 520 << 10) == 5000;
+    for (int j = 0; j < 5000; j++)
+        same &= chunk[j] == 0x55;
+    printf("%-40s %d\n", "read back the same", same);
+    show("close again", close(fd));
+}
+
 /* A file of the store cut on a full file system (`ballast`, outside the
  * store, takes the rest of it): the cut succeeds, as the kernel's, and
  * gives its space back, which a write outside then takes. */
@@ -2941,6 +3015,12 @@ int main(int argc, char **argv) {
         fallocate_full(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "cut-full") == 0)
         cut_full(argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "regrow-full") == 0)
+        regrow_full(argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "cut-hole-full") == 0)
+        cut_hole_full(argv[3]);
+    else if (argc > 3 && strcmp(argv[2], "kept-full") == 0)
+        kept_full(argv[3]);
     else if (argc > 2 && strcmp(argv[2], "append-full") == 0)
         append_full();
     else if (argc > 2 && strcmp(argv[2], "hole-full") == 0)

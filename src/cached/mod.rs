@@ -1331,6 +1331,16 @@ impl CachedFile {
                     return Ok(());
                 }
                 Some(crate::cache::LookupMut::Miss(mut f)) => {
+                    // A page not cached that the devices hold as a hole reads
+                    // as zeros there, before the cut and after it: nothing to
+                    // clear, and no page to write back (whose space a full
+                    // device may not have). The claim goes unfilled; a reader
+                    // waiting for it reads the page anew.
+                    let ps = cache.page_size() as u64;
+                    if !self.entry.file.allocated(page * ps, ps).unwrap_or(true) {
+                        drop(f);
+                        return Ok(());
+                    }
                     let r = self.load(self.id, page, f.frame_mut());
                     f.finish(r)?[from..].fill(0);
                     return Ok(());

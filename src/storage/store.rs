@@ -700,6 +700,24 @@ fn write_header(fd: &Fd, h: &Header) -> std::io::Result<()> {
     pwrite_all(fd, &b, 0)
 }
 
+/// Punch bytes `from..to` of a backing file, taking again the space of every
+/// piece that had some (see `zero_range`). The first punch's error (the file
+/// system cannot punch) comes back before anything changed.
+fn punch_keeping(fd: &Fd, from: u64, to: u64) -> std::io::Result<()> {
+    let piece = ((to - from) / 64).next_multiple_of(4096).max(4096);
+    let mut at = from;
+    while at < to {
+        let end = (at / piece + 1).saturating_mul(piece).min(to);
+        let before = fstat(fd)?.st_blocks;
+        punch_hole(fd, at, end - at)?;
+        if fstat(fd)?.st_blocks != before {
+            allocate_keep_size(fd, at, end - at)?;
+        }
+        at = end;
+    }
+    Ok(())
+}
+
 /// Make bytes `from..to` of a backing file read as zeros. Punches a hole where the
 /// file system can (atomic with respect to direct I/O, and frees the space); else
 /// zeroes the partial sector at `from` and, with `may_cut`, cuts the file at the
@@ -708,29 +726,25 @@ fn write_header(fd: &Fd, h: &Header) -> std::io::Result<()> {
 /// `may_cut`, writes zeros over the rest, so that the file is never shorter than
 /// its header needs (a lazy growth, which has no record).
 ///
-/// With `keep` (a growth), a range the punch found wholly allocated (a
-/// reservation made ahead by `reserve` past the old end) is allocated again,
-/// so that the growth does not give the reservation up. Only then, since that
-/// takes no more than the punch freed, and as a best effort: its failure (the
-/// space taken meanwhile) is not the growth's.
+/// With `keep` (a growth), the space the range had stays taken: a reservation
+/// made ahead by `reserve` past the old end (a write's pages, before it grows
+/// the file) must outlive the growth, or the write-back of those pages may
+/// find the device full. The range is punched in pieces (a page each, for a
+/// range of up to 256 KiB; at most 64 pieces), and a piece whose punch freed
+/// space (or during which the file's allocation changed otherwise) is
+/// allocated again: exactly what it held, for pieces of a page. An error of
+/// that allocation is the growth's.
 fn zero_range(fd: &Fd, from: u64, to: u64, may_cut: bool, keep: bool) -> std::io::Result<()> {
     if from >= to {
         return Ok(());
     }
-    let before = if keep { Some(fstat(fd)?) } else { None };
-    let e = match punch_hole(fd, from, to - from) {
-        Ok(()) => {
-            if let Some(st) = before {
-                let freed = (st.st_blocks - fstat(fd)?.st_blocks).max(0) as u64 * 512;
-                // The punch frees whole blocks only: the partial ones at its
-                // two ends stay.
-                let edges = 2 * (st.st_blksize.max(512) as u64);
-                if freed > 0 && freed + edges >= to - from {
-                    let _ = allocate_keep_size(fd, from, to - from);
-                }
-            }
-            return Ok(());
-        }
+    let punched = if keep {
+        punch_keeping(fd, from, to)
+    } else {
+        punch_hole(fd, from, to - from)
+    };
+    let e = match punched {
+        Ok(()) => return Ok(()),
         Err(e) => e,
     };
     if !matches!(
