@@ -4,20 +4,19 @@
 use std::process::Command;
 
 fn bench(dir: &std::path::Path, extra: &[&str]) -> (bool, String, String) {
+    let base = ["--cache-size", "4M"];
+    bench_on(dir, &[&base, extra].concat())
+}
+
+/// `setcache bench` on a 16M file for 0.3 s with `args`: whether it
+/// succeeded, its stdout and its stderr.
+fn bench_on(dir: &std::path::Path, args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
         .arg("bench")
         .arg("--dir")
         .arg(dir)
-        .args([
-            "--file-size",
-            "16M",
-            "--cache-size",
-            "4M",
-            "--runtime",
-            "0.3",
-            "--no-progress",
-        ])
-        .args(extra)
+        .args(["--file-size", "16M", "--runtime", "0.3", "--no-progress"])
+        .args(args)
         .output()
         .expect("run the bench binary");
     (
@@ -694,21 +693,7 @@ fn graph_runs_without_a_budget_read_nothing_while_timed() {
 #[test]
 fn caches_the_engines_cannot_serve_are_refused_before_anything_runs() {
     let dir = std::env::temp_dir().join(format!("setcache-bench-flight-{}", std::process::id()));
-    let run = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_setcache"))
-            .arg("bench")
-            .arg("--dir")
-            .arg(&dir)
-            .args(["--file-size", "16M", "--runtime", "0.3", "--no-progress"])
-            .args(args)
-            .output()
-            .expect("run the bench binary");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run = |args: &[&str]| bench_on(&dir, args);
     // 4M: 1024 pages; 2 threads x 4096 requests of one page.
     let deep = [
         "--engine",
