@@ -180,8 +180,9 @@ fn reserve_growth(d: &Desc, from: u64, end: u64) -> Result<(), i32> {
         .reserve_unsynced(from, ahead - from)
         .map(|()| ahead)
         .or_else(|e| match e.errno() {
-            Some(libc::ENOSPC | libc::EDQUOT) if ahead > end => {
-                n.file.reserve_unsynced(from, end - from).map(|()| end)
+            // (Other files' reservations past their ends yield to it.)
+            Some(libc::ENOSPC | libc::EDQUOT) => {
+                with_room(d, || n.file.reserve_unsynced(from, end - from)).map(|()| end)
             }
             _ => Err(e),
         });
@@ -240,7 +241,7 @@ fn reserve_holes(d: &Desc, at: u64, end: u64) -> Result<(), i32> {
             .map_err(|e| fail("write into a hole", &e))
     };
     // Whether it took the space (false: the file system cannot).
-    let take = |from: u64, to: u64| match f.reserve_unsynced(from, to - from) {
+    let take = |from: u64, to: u64| match with_room(d, || f.reserve_unsynced(from, to - from)) {
         Ok(()) => Ok(true),
         Err(e) => match e.errno() {
             Some(libc::EOPNOTSUPP) => Ok(false),
@@ -277,6 +278,51 @@ fn reserve_holes(d: &Desc, at: u64, end: u64) -> Result<(), i32> {
     };
     whole_to(to);
     Ok(())
+}
+
+/// Give back the space other open files of the store reserved past their
+/// ends (their writes' eighth more), for a reservation the devices refused:
+/// whether any was given. A local file system's preallocation yields to
+/// other files' writes; this does too. Waits for nothing: the table of open
+/// files and each other file's `grow` are taken only if free now (the
+/// caller holds its own `grow`).
+fn yield_reservations(d: &Desc) -> bool {
+    let Ok(s) = state::state() else {
+        return false;
+    };
+    let others: Vec<Arc<state::Node>> = match s.nodes.try_lock() {
+        Ok(m) => m
+            .values()
+            .filter_map(std::sync::Weak::upgrade)
+            .filter(|n| !Arc::ptr_eq(n, &d.node))
+            .collect(),
+        Err(_) => return false,
+    };
+    let mut any = false;
+    for n in &others {
+        if n.reserved.load(Ordering::Acquire) > n.file.len()
+            && !n.kept_past.load(Ordering::Acquire)
+            && let Ok(_g) = n.grow.try_lock()
+            && n.file.trim_reservations().is_ok()
+        {
+            n.reserved.fetch_min(n.file.len(), Ordering::AcqRel);
+            any = true;
+        }
+    }
+    any
+}
+
+/// `take()`, once more after other files gave back what they reserved past
+/// their ends, if the devices lacked the room for it.
+fn with_room<T>(d: &Desc, take: impl Fn() -> setcache::Result<T>) -> setcache::Result<T> {
+    match take() {
+        Err(e)
+            if matches!(e.errno(), Some(libc::ENOSPC | libc::EDQUOT)) && yield_reservations(d) =>
+        {
+            take()
+        }
+        r => r,
+    }
 }
 
 /// Grow the file to at least `end` bytes (with `grow` held), without

@@ -1372,6 +1372,28 @@ fn writes_into_holes_past_the_room_fail_at_the_write() {
     );
 }
 
+/// What an open file's appends reserved past its end yields to another
+/// file's writes on a full file system, as a local file system's
+/// preallocation does: the second file's writes fail only once it is taken,
+/// and the first file's close frees nothing more. (It stayed the first
+/// file's until its close: "room after the first closed 1".)
+#[test]
+fn space_reserved_ahead_yields_to_other_files() {
+    on_a_small_fs(
+        "yield-full",
+        "yield-full",
+        false,
+        &[
+            line("writes of the first failed", "0"),
+            line("the second took the rest", "1 ENOSPC"),
+            line("close the first", "0"),
+            line("room after the first closed", "0"),
+            line("fsync", "0"),
+            line("close", "0"),
+        ],
+    );
+}
+
 /// Space a program reserved past the end (`FALLOC_FL_KEEP_SIZE`) outlives
 /// the file's last close: after a new open on a full file system, writes
 /// into it succeed and are written back. (The last close gave it back with

@@ -2500,6 +2500,31 @@ static void hole_full(void) {
     show("close again", close(fd));
 }
 
+/* Two store files on a small file system: the first appended to and left
+ * open (it keeps space reserved past its end for its next appends), the
+ * second appended to until a write fails. The failure comes only once the
+ * first file's reservation went to the second, as a local file system's
+ * preallocation yields: closing the first then frees no more room. */
+static void yield_full(void) {
+    static char chunk[65536];
+    memset(chunk, 'y', sizeof chunk);
+    int a = open(path("first"), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    int failed = 0;
+    for (int i = 0; i < 24; i++)
+        failed += write(a, chunk, sizeof chunk) != (ssize_t)sizeof chunk;
+    printf("%-40s %d\n", "writes of the first failed", failed);
+    int b = open(path("second"), O_CREAT | O_WRONLY | O_APPEND, 0644);
+    long total = 0;
+    ssize_t n;
+    while ((n = write(b, chunk, 4096)) > 0)
+        total += n;
+    printf("%-40s %d %s\n", "the second took the rest", total > 0, strerrorname_np(errno));
+    show("close the first", close(a));
+    printf("%-40s %d\n", "room after the first closed", write(b, chunk, 4096) > 0);
+    show("fsync", fsync(b));
+    show("close", close(b));
+}
+
 /* Space reserved past the end with FALLOC_FL_KEEP_SIZE outlives the last
  * close, as on a local file system: after a new open and the rest of the
  * file system taken (`ballast`), writes into the range succeed and reach
@@ -3021,6 +3046,8 @@ int main(int argc, char **argv) {
         cut_hole_full(argv[3]);
     else if (argc > 3 && strcmp(argv[2], "kept-full") == 0)
         kept_full(argv[3]);
+    else if (argc > 2 && strcmp(argv[2], "yield-full") == 0)
+        yield_full();
     else if (argc > 2 && strcmp(argv[2], "append-full") == 0)
         append_full();
     else if (argc > 2 && strcmp(argv[2], "hole-full") == 0)
