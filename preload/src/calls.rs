@@ -446,9 +446,10 @@ fn write_unsynced(
     // A file known whole up to its end stays so through a growth with no
     // hole before it.
     if at <= size && d.node.whole.load(Ordering::Acquire) >= size {
+        let ps = page_size();
         d.node
             .whole
-            .fetch_max(end.div_ceil(page_size()) * page_size(), Ordering::AcqRel);
+            .fetch_max(end.div_ceil(ps).saturating_mul(ps), Ordering::AcqRel);
     }
     grow_to(d, end)?;
     match f.write_at(at, data) {

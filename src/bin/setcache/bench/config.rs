@@ -222,6 +222,17 @@ pub(crate) fn cache_options(
     }
 }
 
+/// Over `--job`'s jobs, the sum of threads x iodepth x `each(bs)` (a
+/// request's bytes, or its pages).
+fn jobs_in_flight(a: &BenchArgs, each: impl Fn(u64) -> u64) -> u64 {
+    a.job.iter().fold(0u64, |sum, j| {
+        (j.threads as u64)
+            .saturating_mul(u64::from(j.iodepth.unwrap_or(a.iodepth)))
+            .saturating_mul(each(j.bs.unwrap_or(a.bs)))
+            .saturating_add(sum)
+    })
+}
+
 /// Refuse a cache that the in-process engines (setcache's cache, direct-copy's
 /// frame pool) could not hold, before anything runs: the memory is reserved
 /// up front and touched as the run goes, so it would fail only once the
@@ -253,12 +264,7 @@ fn check_cache_memory(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> {
         );
         (b, text)
     } else {
-        let b = a.job.iter().fold(0u64, |sum, j| {
-            (j.threads as u64)
-                .saturating_mul(u64::from(j.iodepth.unwrap_or(a.iodepth)))
-                .saturating_mul(j.bs.unwrap_or(a.bs))
-                .saturating_add(sum)
-        });
+        let b = jobs_in_flight(a, |bs| bs);
         let text = format!(
             "request buffers of {} (each --job's threads x iodepth x bs, summed)",
             format_size(b)
@@ -321,12 +327,7 @@ fn check_cache_engines(a: &BenchArgs, engines: &[Engine]) -> Result<(), String> 
             );
             (n, text)
         } else {
-            let n = a.job.iter().fold(0u64, |sum, j| {
-                (j.threads as u64)
-                    .saturating_mul(u64::from(j.iodepth.unwrap_or(a.iodepth)))
-                    .saturating_mul(pages(j.bs.unwrap_or(a.bs)))
-                    .saturating_add(sum)
-            });
+            let n = jobs_in_flight(a, pages);
             (
                 n,
                 "each --job's threads x iodepth x pages a request, summed".to_string(),
