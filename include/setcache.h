@@ -73,10 +73,15 @@
  * PTHREAD_CANCELED.)
  *
  * Pages in use wait for their user, up to one second: another thread's write
- * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned,
- * or being read or written back by a queue, fails -EBUSY after it (a pwrite
+ * (pwrite, a queued write, pin_mut, a shrinking set_len) over a page pinned
+ * fails -EBUSY after it (a pwrite
  * that grows the file may wait twice, once more to cut the length back: up
- * to two seconds); a call that would wait for this thread's own pin (a write
+ * to two seconds). A page whose read or write-back is in flight is waited
+ * for longer, as a slow device takes, up to 60 seconds (then -EBUSY; 30,
+ * then -EDEADLK, for a thread whose queues hold I/O): a queue's read or
+ * write-back ends only when its thread polls, so a thread that waits for
+ * another while its queue holds I/O unpolled makes the other's calls over
+ * those pages wait that long; a call that would wait for this thread's own pin (a write
  * over a page it pins, a read of a page it pins for writing, queued on this
  * thread's queue or not, a sync or delete of the file, a set_len that drops or
  * clears a page it pins (the page the shorter length ends in, or a later one;

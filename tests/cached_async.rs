@@ -2484,3 +2484,133 @@ fn cutting_a_file_under_this_threads_own_queued_write_back_is_refused_at_once() 
     drop(q);
     x.set_len(0).unwrap();
 }
+
+/// A store of one 64-page file of bytes 3 on devices that answer in 20-30 ms,
+/// under a cache of `pages` pages with a pin wait of 20 ms and no readahead.
+fn threes_with_a_short_pin_wait(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
+    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
+    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
+    let mut bytes = AlignedBuf::new(64 * 4096);
+    bytes.fill(3);
+    f.write_at(0, &bytes).unwrap();
+    f.sync().unwrap();
+    drop(f);
+    let opts = CacheOptions {
+        pin_wait: Duration::from_millis(20),
+        ..cache(pages, pages)
+    };
+    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
+    cs.set_readahead(0);
+    let cf = cs.open_file("f").unwrap();
+    (cs, cf)
+}
+
+/// A page another thread's request queue is reading in stays so until that
+/// thread polls. A thread with no queue I/O of its own that writes the page,
+/// reads it or takes a guard of it waits 60 pin waits, then fails `Busy`
+/// saying why, instead of hanging while the queue's thread waits for it;
+/// once the queue is polled, the same calls go through.
+#[test]
+fn calls_over_a_page_another_threads_unpolled_queue_reads_in_fail_busy() {
+    let tmp = TempDir::new("unpolled-queue-fill");
+    let (cs, cf) = threes_with_a_short_pin_wait(&tmp, 16);
+    let mut q = cs.queue(4);
+    q.submit(vec![CachedRequest::tagged(
+        OpKind::Read,
+        &cf,
+        5 * 4096,
+        vec![0; 4096],
+        5,
+    )]);
+    assert_eq!(q.outstanding(), 1, "the read is in flight");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let t = Instant::now();
+            let w = cf.write_at(5 * 4096 + 100, &[9; 100]);
+            let r = cf.read_at(5 * 4096, &mut [0; 64]).map(|_| ());
+            let g = cf.page(5 * 4096).map(|_| ());
+            tx.send(([("write", w), ("read", r), ("page", g)], t.elapsed()))
+                .unwrap();
+        });
+        let got = rx.recv_timeout(Duration::from_secs(20));
+        // Polled now either way: a thread waiting for ever goes on.
+        q.drain();
+        let (results, took) =
+            got.expect("calls over a page an unpolled queue reads in waited 20 s");
+        for (what, r) in results {
+            match r {
+                Err(Error::Busy(m)) => assert!(m.contains("being read in"), "{what}: {m}"),
+                other => panic!("{what}: expected Busy, got {other:?}"),
+            }
+        }
+        // Each waited its 60 pin waits of 20 ms.
+        assert!(took >= Duration::from_millis(3 * 1200), "{took:?}");
+    });
+    let mut done = Vec::new();
+    q.take_completions(&mut done);
+    assert!(done[0].1.result.is_ok(), "{:?}", done[0].1.result);
+    assert!(done[0].1.buf.iter().all(|&b| b == 3));
+    cf.write_at(5 * 4096 + 100, &[9; 100]).unwrap();
+    let mut b = [0; 4096];
+    cf.read_at(5 * 4096, &mut b).unwrap();
+    assert!(b[..100].iter().all(|&x| x == 3) && b[100..200].iter().all(|&x| x == 9));
+    assert!(cf.page(5 * 4096).unwrap()[100..200].iter().all(|&x| x == 9));
+}
+
+/// Pages whose write-backs another thread's request queue started (victims
+/// of its reads, on slow devices) stay under write-back until that thread
+/// polls. A thread with no queue I/O of its own writing over them waits 60
+/// pin waits for each, then fails `Busy` saying why, instead of hanging;
+/// its writes over the other pages go through, and none is lost.
+#[test]
+fn writes_over_pages_another_threads_unpolled_queue_writes_back_fail_busy() {
+    let tmp = TempDir::new("unpolled-queue-write-back");
+    let (cs, cf) = threes_with_a_short_pin_wait(&tmp, 32);
+    for p in 0..8u64 {
+        cf.write_at(p * 4096, &[p as u8 + 10; 4096]).unwrap();
+    }
+    let mut q = cs.queue(32);
+    q.submit(
+        (16..48u64)
+            .map(|p| CachedRequest::tagged(OpKind::Read, &cf, p * 4096, vec![0; 4096], p))
+            .collect(),
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let r: Vec<_> = (0..8u64)
+                .map(|p| cf.write_at(p * 4096, &[p as u8 + 100; 4096]))
+                .collect();
+            tx.send(r).unwrap();
+        });
+        let got = rx.recv_timeout(Duration::from_secs(40));
+        q.drain();
+        let results = got.expect("writes over pages an unpolled queue writes back waited 40 s");
+        let mut busy = 0;
+        for (p, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(()) => {}
+                // (Or its set full of pages under I/O, if it was evicted.)
+                Err(Error::Busy(m)) if m.contains("under I/O") => {}
+                Err(Error::Busy(m)) => {
+                    assert!(m.contains("being written back"), "page {p}: {m}");
+                    busy += 1;
+                }
+                Err(e) => panic!("page {p}: {e}"),
+            }
+        }
+        assert!(busy > 0, "no write met a write-back in flight");
+    });
+    drop(q);
+    // Every page holds its first bytes or the later write's, none lost.
+    for p in 0..8u64 {
+        let mut b = [0; 4096];
+        cf.read_at(p * 4096, &mut b).unwrap();
+        assert!(
+            b.iter().all(|&x| x == p as u8 + 10) || b.iter().all(|&x| x == p as u8 + 100),
+            "page {p}: {}",
+            b[0]
+        );
+    }
+}

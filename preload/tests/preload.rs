@@ -923,6 +923,27 @@ fn a_write_beside_dup2_between_two_files_of_the_store_never_fails() {
     );
 }
 
+/// Truncates by name, and closes of descriptors opened read-only, while
+/// another thread replaces the file again and again by a rename: none fails
+/// (the store's old file found replaced under a sync is one the store
+/// replaced itself, gone, not one taken away behind its back).
+#[test]
+fn calls_beside_a_rename_replacing_their_file_do_not_fail() {
+    let s = Setup::new("replace-race");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("replace-race");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("replace race: failed truncates           0"),
+        "{t}"
+    );
+    assert!(
+        t.contains("replace race: failed closes              0"),
+        "{t}"
+    );
+}
+
 /// A reader following a file another thread appends to never finds zeros
 /// below the length `fstat` gives: an append shows its new length only once
 /// its bytes are in, as on a local file system.

@@ -2790,6 +2790,59 @@ static void dup2_race(void) {
     close(b);
 }
 
+static volatile int replace_done;
+
+static void *replacer(void *arg) {
+    (void)arg;
+    /* Paths of its own: `path` keeps two, for one thread. */
+    char from[4200], to[4200];
+    snprintf(from, sizeof from, "%s/rt", dir);
+    snprintf(to, sizeof to, "%s/ra", dir);
+    static char b[1000];
+    memset(b, 'y', sizeof b);
+    while (!replace_done) {
+        int fd = open(from, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+        if (fd < 0 || write(fd, b, sizeof b) != (ssize_t)sizeof b || close(fd) != 0 ||
+            rename(from, to) != 0)
+            abort();
+    }
+    return NULL;
+}
+
+/* Calls by name, and the close of a descriptor opened read-only, while
+ * another thread again and again replaces the file by a rename: each is
+ * done on the old file or the new one, as the kernel's would be, and none
+ * fails for finding the old file replaced under it. */
+static void replace_race(void) {
+    char ra[4200];
+    snprintf(ra, sizeof ra, "%s/ra", dir);
+    int fd = open(ra, O_CREAT | O_WRONLY | O_TRUNC, 0644);
+    if (fd < 0 || close(fd) != 0)
+        abort();
+    pthread_t t;
+    if (pthread_create(&t, NULL, replacer, NULL) != 0)
+        abort();
+    long truncates = 0, closes = 0;
+    for (int i = 0; i < 3000; i++) {
+        struct stat st;
+        if (truncate(ra, 500) != 0)
+            truncates++;
+        if (stat(ra, &st) != 0)
+            abort();
+        fd = open(ra, O_RDONLY);
+        if (fd < 0)
+            abort();
+        /* The rename's moment, between the open and the close's sync. */
+        sched_yield();
+        if (close(fd) != 0)
+            closes++;
+    }
+    replace_done = 1;
+    pthread_join(t, NULL);
+    printf("%-40s %ld\n", "replace race: failed truncates", truncates);
+    printf("%-40s %ld\n", "replace race: failed closes", closes);
+}
+
 static int shrink_fd;
 static volatile int shrink_done;
 
@@ -3076,6 +3129,8 @@ int main(int argc, char **argv) {
         tail_race();
     else if (argc > 2 && strcmp(argv[2], "dup2-race") == 0)
         dup2_race();
+    else if (argc > 2 && strcmp(argv[2], "replace-race") == 0)
+        replace_race();
     else if (argc > 2 && strcmp(argv[2], "main-ends-first") == 0)
         main_ends_first(1);
     else if (argc > 2 && strcmp(argv[2], "main-ends-untouched") == 0)

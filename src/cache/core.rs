@@ -248,6 +248,12 @@ pub(crate) enum Found {
     /// flight: the write-back's owner may be waiting for one of them.
     /// Nothing is held.
     WriteBackHeld,
+    /// A thread with no request queue I/O of its own waited
+    /// [`LONE_IO_WAITS`] pin waits for another thread's read of the page
+    /// (`fill`) or its write-back to end: most likely a request queue's,
+    /// which ends only when its thread polls, and that thread does not.
+    /// Nothing is held.
+    IoHeld { fill: bool },
 }
 
 /// How many pin waits a blocking lookup waits for another thread's fill,
@@ -257,6 +263,15 @@ pub(crate) enum Found {
 /// wait for ever; a fill or write-back that is merely slow ends well within
 /// it.
 pub(crate) const CROSS_FILL_WAITS: u32 = 30;
+
+/// How many pin waits a blocking lookup of a thread whose request queues
+/// hold no I/O waits for another thread's fill or write-back (60 s with the
+/// default pin wait): a request queue's ends only when its thread polls,
+/// which a thread waiting for this one never does. Twice
+/// [`CROSS_FILL_WAITS`], so that when a queue's thread and this one wait for
+/// each other, the queue's gives way first (its bound is the shorter), polls,
+/// and this one goes on.
+pub(crate) const LONE_IO_WAITS: u32 = 2 * CROSS_FILL_WAITS;
 
 thread_local! {
     /// Fills that request queues of this thread hold in flight, by cache (its
@@ -1597,7 +1612,16 @@ impl<M: Model> Core<M> {
             self.unlock(s);
             self.stats.bump(Stat::CoalescedWaits);
             if !queue_io() {
-                self.wait_slot(s, i, |v| v & PENDING == 0);
+                // A synchronous reader's fill ends in the device's time, a
+                // request queue's only once its thread polls: bounded, so
+                // that a queue never polled fails this call instead of
+                // hanging it.
+                let deadline = M::now() + self.pin_wait * LONE_IO_WAITS;
+                self.wait_slot_until(s, i, |v| v & PENDING == 0, Some(deadline));
+                if w.load(Acquire) & PENDING != 0 {
+                    self.release(s, i, false);
+                    return Step::Done(Found::IoHeld { fill: true });
+                }
             } else {
                 // The fill may be one of this thread's queues', which would
                 // never end while the thread waits here: after the pin wait,
@@ -1655,12 +1679,23 @@ impl<M: Model> Core<M> {
                 if !free(v) && v & WRITEBACK == 0 && M::now() >= deadline {
                     return Step::Done(Found::Held);
                 }
-                if v & WRITEBACK != 0 && queue_io() {
-                    let longer = deadline + self.pin_wait * (CROSS_FILL_WAITS - 1);
+                if v & WRITEBACK != 0 {
+                    // As for a fill: a request queue's write-back ends only
+                    // once its thread polls.
+                    let waits = if queue_io() {
+                        CROSS_FILL_WAITS
+                    } else {
+                        LONE_IO_WAITS
+                    };
+                    let longer = deadline + self.pin_wait * (waits - 1);
                     let done = |v: u32| v & WRITEBACK == 0 || left(v);
                     self.wait_slot_until(s, i, done, Some(longer));
                     if !done(w.load(Acquire)) {
-                        return Step::Done(Found::WriteBackHeld);
+                        return Step::Done(if queue_io() {
+                            Found::WriteBackHeld
+                        } else {
+                            Found::IoHeld { fill: false }
+                        });
                     }
                 }
             } else if v & WRITER == 0 {

@@ -413,6 +413,7 @@ impl<M: Model> PageCache<M> {
                     unreachable!("only a writer waits for pins and write-backs")
                 }
                 Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
+                Found::IoHeld { fill } => return Err(self.io_held(file, page, fill)),
                 Found::WriterHeld => {
                     return Err(Error::HeldByCaller(format!(
                         "page {page} of cache file {file} was still held by a writer of another \
@@ -469,7 +470,17 @@ impl<M: Model> PageCache<M> {
                     )));
                 }
                 Found::FillHeld { own } => return Err(self.fill_held(file, page, own)),
+                Found::IoHeld { fill } => return Err(self.io_held(file, page, fill)),
             },
+        ))
+    }
+
+    fn io_held(&self, file: u32, page: u64, fill: bool) -> Error {
+        Error::Busy(format!(
+            "page {page} of cache file {file} was still being {} by another thread after \
+             {:.1} s: a request queue's I/O ends only when its thread polls the queue",
+            if fill { "read in" } else { "written back" },
+            (self.core.pin_wait * self::core::LONE_IO_WAITS).as_secs_f64()
         ))
     }
 

@@ -1738,8 +1738,16 @@ impl CachedFile {
         Hold::check(self.store_key(), self.id, || 0..u64::MAX, true, name)?;
         // Retired meanwhile (a delete finished by a later operation): gone.
         let sh = &*self.shared;
-        sh.sync_file(self.id, who, &guards_of(sh))
-            .map_err(|e| self.gone_or(e))
+        match sh.sync_file(self.id, who, &guards_of(sh)) {
+            // Deleted or replaced through the store while the sync looked at
+            // its backing files, its entry not yet retired by the thread that
+            // did it: as deleted (nothing is lost that a file without a name
+            // would keep).
+            Err(Error::BackingGone { .. }) if sh.retired_now(&self.entry) => {
+                Err(Error::FileGone(self.entry.file.name()))
+            }
+            r => r.map_err(|e| self.gone_or(e)),
+        }
     }
 
     /// As [`CachedFile::sync`], for a caller that cannot pass its error on

@@ -798,7 +798,7 @@ impl Shared {
     /// Whether the file of entry `e` is retired once the store is asked whether
     /// it still names that file (a delete or replacement the store has
     /// committed retires it here, as the thread that made it is about to).
-    fn retired_now(&self, e: &Entry) -> bool {
+    pub(crate) fn retired_now(&self, e: &Entry) -> bool {
         self.retire_stale(Some(&e.file.name()));
         e.gone.load(Ordering::Acquire)
     }
