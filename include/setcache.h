@@ -269,7 +269,8 @@ int setcache_reserve(setcache_file *file, uint64_t offset, uint64_t len);
  * setcache_accept_loss. */
 int setcache_sync(setcache_file *file);
 
-/* A queue keeping up to `depth` requests in flight, for this thread. */
+/* A queue keeping up to `depth` requests in flight, for this thread.
+ * -ENOMEM if its tables (less than 1 KiB a slot) cannot be allocated now. */
 int setcache_queue_new(setcache_store *store, uint32_t depth, setcache_queue **out);
 /* Wait for the queue's requests (their completions are dropped) and free it. */
 int setcache_queue_free(setcache_queue *queue);

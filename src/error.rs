@@ -220,10 +220,20 @@ pub enum Error {
         op: String,
         /// Why it could not be finished.
         problem: String,
+        /// The OS error behind `problem`, if there is one (out of
+        /// descriptors, say: passed on as the call's `errno`).
+        errno: Option<i32>,
     },
 }
 
 impl Error {
+    /// An operating-system error of a call that involves no path (a thread
+    /// that could not be started, memory that could not be mapped): its
+    /// errno passes through ([`Error::posix_errno`]).
+    pub(crate) fn os_call(what: impl Into<String>, source: io::Error) -> Self {
+        Error::os(what, PathBuf::new(), source)
+    }
+
     pub(crate) fn os(what: impl Into<String>, path: impl Into<PathBuf>, source: io::Error) -> Self {
         Error::Os {
             what: what.into(),
@@ -289,6 +299,7 @@ impl Error {
             Error::Os { source, .. } => source.raw_os_error(),
             Error::DeviceFailed { first, .. } => first.errno(),
             Error::SyncLost { first, .. } => first.errno(),
+            Error::Recovery { errno, .. } => *errno,
             _ => None,
         }
     }
@@ -364,6 +375,9 @@ impl fmt::Display for Error {
             Error::DeviceFailed { device, first } => {
                 write!(f, "device {device} failed earlier and is refused: {first}")
             }
+            Error::Os { what, path, source } if path.as_os_str().is_empty() => {
+                write!(f, "{what}: {source}")
+            }
             Error::Os { what, path, source } => {
                 write!(f, "{what} {}: {source}", path.display())
             }
@@ -438,7 +452,9 @@ impl fmt::Display for Error {
                 "file {file:?}: its backing file on device {device} ({}) {problem}; data written through this handle is not in the store",
                 path.display()
             ),
-            Error::Recovery { path, op, problem } => write!(
+            Error::Recovery {
+                path, op, problem, ..
+            } => write!(
                 f,
                 "cannot finish the interrupted {op} recorded in {}: {problem} (the record is kept and replayed again)",
                 path.display()
@@ -461,11 +477,19 @@ impl std::error::Error for Error {
 /// Whether an operation that failed with `errno` may succeed when tried again
 /// later without anything being wrong with the device: out of space (ENOSPC),
 /// over a quota (EDQUOT), past the process's file-size limit (EFBIG),
-/// interrupted (EINTR) or told to retry (EAGAIN). Every other error (EIO above
-/// all) fails the device for good.
+/// interrupted (EINTR), told to retry (EAGAIN), the kernel out of memory for
+/// it (ENOMEM) or the operation cancelled (ECANCELED: io_uring could not
+/// start a thread to run it). Every other error (EIO above all) fails the
+/// device for good.
 pub(crate) fn error_can_pass(errno: i32) -> bool {
     matches!(
         errno,
-        libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::EINTR | libc::EAGAIN
+        libc::ENOSPC
+            | libc::EDQUOT
+            | libc::EFBIG
+            | libc::EINTR
+            | libc::EAGAIN
+            | libc::ENOMEM
+            | libc::ECANCELED
     )
 }

@@ -1927,6 +1927,15 @@ fn slow_devices() -> StoreOptions {
 /// returns), under a cache of `pages` pages with a pin wait of 100 ms and no
 /// readahead.
 fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
+    threes_behind_a_small_cache_waiting(tmp, pages, Duration::from_millis(100))
+}
+
+/// [`threes_behind_a_small_cache`] with a pin wait of `pin_wait`.
+fn threes_behind_a_small_cache_waiting(
+    tmp: &TempDir,
+    pages: usize,
+    pin_wait: Duration,
+) -> (CachedStore, CachedFile) {
     // A read is still in flight when its submit returns (a fast disk, or the
     // host's cache of it, may answer at once).
     let slow = slow_devices();
@@ -1938,7 +1947,7 @@ fn threes_behind_a_small_cache(tmp: &TempDir, pages: usize) -> (CachedStore, Cac
     f.sync().unwrap();
     drop(f);
     let opts = CacheOptions {
-        pin_wait: Duration::from_millis(100),
+        pin_wait,
         ..cache(pages, pages)
     };
     let cs = CachedStore::with_flusher(store, opts, None).unwrap();
@@ -2485,26 +2494,6 @@ fn cutting_a_file_under_this_threads_own_queued_write_back_is_refused_at_once() 
     x.set_len(0).unwrap();
 }
 
-/// A store of one 64-page file of bytes 3 on devices that answer in 20-30 ms,
-/// under a cache of `pages` pages with a pin wait of 20 ms and no readahead.
-fn threes_with_a_short_pin_wait(tmp: &TempDir, pages: usize) -> (CachedStore, CachedFile) {
-    let store = Store::open(&tmp.devices(2), slow_devices()).unwrap();
-    let f = store.create("f", 64 * 4096, LayoutKind::Stripe).unwrap();
-    let mut bytes = AlignedBuf::new(64 * 4096);
-    bytes.fill(3);
-    f.write_at(0, &bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
-    let opts = CacheOptions {
-        pin_wait: Duration::from_millis(20),
-        ..cache(pages, pages)
-    };
-    let cs = CachedStore::with_flusher(store, opts, None).unwrap();
-    cs.set_readahead(0);
-    let cf = cs.open_file("f").unwrap();
-    (cs, cf)
-}
-
 /// A page another thread's request queue is reading in stays so until that
 /// thread polls. A thread with no queue I/O of its own that writes the page,
 /// reads it or takes a guard of it waits 60 pin waits, then fails `Busy`
@@ -2513,7 +2502,7 @@ fn threes_with_a_short_pin_wait(tmp: &TempDir, pages: usize) -> (CachedStore, Ca
 #[test]
 fn calls_over_a_page_another_threads_unpolled_queue_reads_in_fail_busy() {
     let tmp = TempDir::new("unpolled-queue-fill");
-    let (cs, cf) = threes_with_a_short_pin_wait(&tmp, 16);
+    let (cs, cf) = threes_behind_a_small_cache_waiting(&tmp, 16, Duration::from_millis(20));
     let mut q = cs.queue(4);
     q.submit(vec![CachedRequest::tagged(
         OpKind::Read,
@@ -2566,7 +2555,7 @@ fn calls_over_a_page_another_threads_unpolled_queue_reads_in_fail_busy() {
 #[test]
 fn writes_over_pages_another_threads_unpolled_queue_writes_back_fail_busy() {
     let tmp = TempDir::new("unpolled-queue-write-back");
-    let (cs, cf) = threes_with_a_short_pin_wait(&tmp, 32);
+    let (cs, cf) = threes_behind_a_small_cache_waiting(&tmp, 32, Duration::from_millis(20));
     for p in 0..8u64 {
         cf.write_at(p * 4096, &[p as u8 + 10; 4096]).unwrap();
     }
@@ -2613,4 +2602,156 @@ fn writes_over_pages_another_threads_unpolled_queue_writes_back_fail_busy() {
             b[0]
         );
     }
+}
+
+const PIDS_ENV: &str = "SETCACHE_TEST_PIDS_CHILD";
+
+/// The child of `writes_go_through_while_the_kernel_can_start_no_io_thread`,
+/// in a pids cgroup (`SETCACHE_TEST_PIDS_CHILD` names its `cgroup.procs`):
+/// takes every thread the cgroup allows, then writes 1 MiB through a cached
+/// store on io_uring and syncs, and says what the sync returned.
+fn pids_child(procs: &str, dir: &str) {
+    std::fs::write(procs, std::process::id().to_string()).unwrap();
+    let roots = [std::path::PathBuf::from(dir)];
+    let store = Store::open(&roots, StoreOptions::default()).unwrap();
+    drop(store.create("v", 0, LayoutKind::Stripe).unwrap());
+    let cs = CachedStore::new(store, cache(1024, 1024)).unwrap();
+    let cf = cs.open_file("v").unwrap();
+    let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let stop_rx = std::sync::Arc::new(std::sync::Mutex::new(stop_rx));
+    let mut held = Vec::new();
+    loop {
+        let rx = stop_rx.clone();
+        match std::thread::Builder::new().spawn(move || {
+            let _ = rx.lock().unwrap().recv();
+        }) {
+            Ok(h) => held.push(h),
+            Err(_) => break,
+        }
+        assert!(held.len() < 4096, "the cgroup's limit took no hold");
+    }
+    cf.write_extending(0, &vec![0x5a; 1 << 20]).unwrap();
+    let r = cf.sync();
+    println!("threads held {}; sync: {r:?}", held.len());
+    drop(stop_tx);
+    for h in held {
+        h.join().unwrap();
+    }
+    cf.sync().unwrap();
+}
+
+/// A process at its thread limit (a pids cgroup) whose store runs on
+/// io_uring: operations the kernel hands to a worker thread of its own, which
+/// it cannot start, come back cancelled (`ECANCELED`). They are done in a
+/// blocking call instead: the sync succeeds, no device is failed, and the
+/// data is there for the next process.
+#[test]
+fn writes_go_through_while_the_kernel_can_start_no_io_thread() {
+    if let (Ok(procs), Ok(dir)) = (std::env::var(PIDS_ENV), std::env::var("SETCACHE_TEST_DIR")) {
+        pids_child(&procs, &dir);
+        return;
+    }
+    let group = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/pids/setcache-test-{}",
+        std::process::id()
+    ));
+    if std::fs::create_dir(&group).is_err() || std::fs::write(group.join("pids.max"), "30").is_err()
+    {
+        let _ = std::fs::remove_dir(&group);
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        assert!(
+            !ci,
+            "CI is set, but no pids cgroup could be made (root and cgroup v1 needed)"
+        );
+        eprintln!("skipped: no pids cgroup could be made (root and cgroup v1 needed)");
+        return;
+    }
+    let tmp = TempDir::new("pids-limit");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "writes_go_through_while_the_kernel_can_start_no_io_thread",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(PIDS_ENV, group.join("cgroup.procs"))
+        .env("SETCACHE_TEST_DIR", tmp.path())
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir(&group);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("sync: Ok(())"), "{text}");
+    let store = Store::open(&[tmp.path()], StoreOptions::default()).unwrap();
+    assert_eq!(read_all(&store, "v", 1 << 20), vec![0x5a; 1 << 20]);
+}
+
+const AS_ENV: &str = "SETCACHE_TEST_AS_CHILD";
+
+/// A request queue asked for when the address space is at its limit
+/// (`RLIMIT_AS` a little above what the process maps) is refused with
+/// `ENOMEM` by `try_queue`, instead of the process ending on a failed
+/// allocation; without the limit it is made.
+#[test]
+fn a_queue_without_the_memory_for_its_tables_is_refused() {
+    let tmp = TempDir::new("queue-memory");
+    let store = Store::open(&tmp.devices(1), StoreOptions::default()).unwrap();
+    let cs = CachedStore::new(store, cache(64, 64)).unwrap();
+    if std::env::var(AS_ENV).is_ok() {
+        // The store's threads started first: none starts under the limit.
+        drop(cs.create("f", 4096, LayoutKind::Stripe).unwrap());
+        let cf = cs.open_file("f").unwrap();
+        cf.write_at(0, &[1; 4096]).unwrap();
+        cf.sync().unwrap();
+        let mut old = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: plain system calls with valid pointers.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut old) }, 0);
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+        let pages: u64 = statm.split_whitespace().next().unwrap().parse().unwrap();
+        // Room for the queue's tables at depth 16 (16 KiB), not at 65536.
+        let rl = libc::rlimit {
+            rlim_cur: pages * 4096 + (16 << 20),
+            rlim_max: old.rlim_max,
+        };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &rl) }, 0);
+        let big = cs.try_queue(65536).map(drop);
+        let small = cs.try_queue(16).map(drop);
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &old) }, 0);
+        match big {
+            Err(e) => {
+                assert_eq!(e.posix_errno(), libc::ENOMEM, "{e}");
+                println!("refused: {e}");
+            }
+            Ok(()) => println!("made"),
+        }
+        small.unwrap();
+        return;
+    }
+    drop(cs.try_queue(65536).unwrap());
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_queue_without_the_memory_for_its_tables_is_refused",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(AS_ENV, "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("refused: "), "{text}");
 }

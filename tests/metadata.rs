@@ -815,3 +815,25 @@ fn a_fifo_in_place_of_a_record_or_a_piece_is_refused_not_waited_on() {
         "{e2}"
     );
 }
+
+/// The probe file an opener killed part way left in a device directory
+/// (`.setcache-probe-PID`, its process gone) is removed by the next open; a
+/// running process's is left alone.
+#[test]
+fn probes_left_by_killed_openers_are_removed_at_open() {
+    let tmp = TempDir::new("stale-probe");
+    let roots = tmp.devices(1);
+    drop(Store::open(&roots, opts()).unwrap());
+    // A process that has ended: a child reaped.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    let stale = roots[0].join(format!(".setcache-probe-{dead}"));
+    let live = roots[0].join(".setcache-probe-1");
+    std::fs::write(&stale, [0; 4096]).unwrap();
+    std::fs::write(&live, []).unwrap();
+    drop(Store::open(&roots, opts()).unwrap());
+    assert!(!stale.exists(), "the dead opener's probe stayed");
+    assert!(live.exists(), "a live process's probe went");
+    std::fs::remove_file(&live).unwrap();
+}

@@ -1006,7 +1006,7 @@ pub unsafe extern "C" fn setcache_queue_new(
         // address, in its Arc) for longer than the queue: the queue is
         // declared first in the handle and so dropped first.
         // SAFETY: the borrowed store outlives the queue (above).
-        let q: CachedQueue<'static> = unsafe { std::mem::transmute(cs.queue(depth as usize)) };
+        let q: CachedQueue<'static> = unsafe { std::mem::transmute(cs.try_queue(depth as usize)?) };
         out(
             out_queue,
             setcache_queue {

@@ -944,6 +944,26 @@ fn calls_beside_a_rename_replacing_their_file_do_not_fail() {
     );
 }
 
+/// A create that finds the process out of descriptors fails `EMFILE`, as the
+/// kernel's does, even when the store, withdrawing the failed create's
+/// record, ran out of them too (it said `EIO`).
+#[test]
+fn a_create_out_of_descriptors_says_emfile() {
+    let s = Setup::new("emfile");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("emfile");
+    let t = text(&run(c).stdout);
+    assert!(
+        t.contains("create past the descriptors              EMFILE"),
+        "{t}"
+    );
+    assert!(
+        t.contains("opened before                            some"),
+        "{t}"
+    );
+}
+
 /// A reader following a file another thread appends to never finds zeros
 /// below the length `fstat` gives: an append shows its new length only once
 /// its bytes are in, as on a local file system.

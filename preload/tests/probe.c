@@ -2843,6 +2843,28 @@ static void replace_race(void) {
     printf("%-40s %ld\n", "replace race: failed closes", closes);
 }
 
+/* Creates files until the process runs out of descriptors (a limit of 64):
+ * the create that fails says EMFILE, as the kernel's would, whatever the
+ * store's own bookkeeping met on the way. */
+static void create_until_emfile(void) {
+    struct rlimit rl = {64, 64};
+    if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+        abort();
+    int opened = 0, err = 0;
+    for (int i = 0; i < 200; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "em%d", i);
+        int fd = open(path(name), O_CREAT | O_RDWR, 0644);
+        if (fd < 0) {
+            err = errno;
+            break;
+        }
+        opened++;
+    }
+    printf("%-40s %s\n", "create past the descriptors", err ? strerrorname_np(err) : "none");
+    printf("%-40s %s\n", "opened before", opened > 8 ? "some" : "few");
+}
+
 static int shrink_fd;
 static volatile int shrink_done;
 
@@ -3131,6 +3153,8 @@ int main(int argc, char **argv) {
         dup2_race();
     else if (argc > 2 && strcmp(argv[2], "replace-race") == 0)
         replace_race();
+    else if (argc > 2 && strcmp(argv[2], "emfile") == 0)
+        create_until_emfile();
     else if (argc > 2 && strcmp(argv[2], "main-ends-first") == 0)
         main_ends_first(1);
     else if (argc > 2 && strcmp(argv[2], "main-ends-untouched") == 0)

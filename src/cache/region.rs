@@ -25,9 +25,10 @@ impl Region {
         // and the set table then map with 2 MiB pages, which spares a TLB miss
         // on most lookups of a large cache.
         let ptr = map_anon(len, true).map_err(|e| {
-            Error::InvalidArgument(format!(
-                "cannot reserve {len} bytes for the cache's {what}: {e}"
-            ))
+            Error::os_call(
+                format!("cannot reserve {len} bytes for the cache's {what}"),
+                e,
+            )
         })?;
         Ok(Region { ptr, len })
     }

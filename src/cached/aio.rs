@@ -306,7 +306,7 @@ impl Driver {
                     for t in g.0.drain(..) {
                         let _ = t.join();
                     }
-                    return Err(Error::Engine(format!("cannot start an I/O worker: {e}")));
+                    return Err(Error::os_call("cannot start an I/O worker", e));
                 }
             }
         }

@@ -113,7 +113,7 @@ impl Flusher {
             std::thread::Builder::new().name("setcache-flush".to_string()),
             move || run(&shared, &st, low, opts),
         )
-        .map_err(|e| Error::InvalidArgument(format!("cannot start the flusher thread: {e}")))?;
+        .map_err(|e| Error::os_call("cannot start the flusher thread", e))?;
         Ok(Flusher {
             state,
             thread: Some(thread),

@@ -557,7 +557,32 @@ impl CachedStore {
     pub fn queue(&self, depth: usize) -> CachedQueue<'_> {
         CachedQueue::on(&self.inner, depth)
     }
+
+    /// [`CachedStore::queue`], refused with an error of `ENOMEM` instead of
+    /// ending the process when the memory its tables take for `depth`
+    /// requests (less than 1 KiB a slot) cannot be had now: the process's
+    /// address space at its limit (`ulimit -v`), say. An allocation failure
+    /// would abort the process, not return; this asks for that much at once
+    /// first, and gives it back.
+    pub fn try_queue(&self, depth: usize) -> Result<CachedQueue<'_>> {
+        let depth = depth.clamp(1, crate::MAX_QUEUE_DEPTH);
+        let needed = depth * QUEUE_BYTES_PER_SLOT;
+        let mut probe: Vec<u8> = Vec::new();
+        if probe.try_reserve_exact(needed).is_err() {
+            return Err(Error::os_call(
+                format!("cannot allocate the {needed} bytes of a request queue of depth {depth}"),
+                std::io::Error::from_raw_os_error(libc::ENOMEM),
+            ));
+        }
+        drop(probe);
+        Ok(self.queue(depth))
+    }
 }
+
+/// More than the bytes a request queue's tables take per slot of its depth,
+/// up front and at its fullest (its slots, joiners, free lists, completions
+/// and its ring's entries): what [`CachedStore::try_queue`] makes sure of.
+const QUEUE_BYTES_PER_SLOT: usize = 1024;
 
 impl<'a> CachedQueue<'a> {
     /// A queue on the cached store whose shared state is `sh`.

@@ -375,7 +375,7 @@ impl Reader {
             std::thread::Builder::new().name("setcache-ahead".to_string()),
             move || run(&sh),
         )
-        .map_err(|e| Error::InvalidArgument(format!("cannot start the readahead thread: {e}")))?;
+        .map_err(|e| Error::os_call("cannot start the readahead thread", e))?;
         Ok(Reader {
             shared,
             thread: Some(thread),

@@ -345,7 +345,7 @@ impl<'cs> Partitions<'cs> {
                 std::thread::Builder::new().name(format!("setcache-part{p}")),
                 move || worker(sh, pt, p, depth, cpus, bound_tx),
             )
-            .map_err(|e| Error::Engine(format!("cannot start partition {p}'s worker: {e}")))?;
+            .map_err(|e| Error::os_call(format!("cannot start partition {p}'s worker"), e))?;
             me.parts.push(part);
             me.threads.push(t);
             // A worker says at once whether its binding held (an emulated

@@ -326,6 +326,7 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
             drop(fd);
             let _ = fs::remove_file(&probe);
             aligned.map_err(bad)?;
+            remove_stale_probes(root);
         }
         Err(e) => {
             let _ = fs::remove_file(&probe);
@@ -341,6 +342,32 @@ fn check_root(device: usize, root: &Path, direct: bool) -> Result<(u64, u64)> {
         }
     }
     Ok((md.dev(), md.ino()))
+}
+
+/// Remove the probe files of openers killed part way (`.setcache-probe-PID`
+/// in `root`, PID no longer running): nothing else makes such names, and a
+/// live opener's is left alone (its own removal would only fail quietly).
+fn remove_stale_probes(root: &Path) {
+    let Ok(entries) = fs::read_dir(root) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(".setcache-probe-"))
+            .and_then(|p| p.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        // SAFETY: signal 0 only asks whether the process exists.
+        let gone = pid > 0
+            && unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        if gone {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Whether direct I/O on `fd` (a file opened with `O_DIRECT`) takes the
@@ -1701,6 +1728,7 @@ impl StoreInner {
             self.cancel_intent().map_err(|e| Error::Recovery {
                 path: self.intent_path(),
                 op: format!("withdrawal of the failed {}", intent.op),
+                errno: e.errno(),
                 problem: e.to_string(),
             })?;
             meta.withdraw = None;
@@ -1711,6 +1739,7 @@ impl StoreInner {
                 .map_err(|e| Error::Recovery {
                     path: self.intent_path(),
                     op: intent.op.to_string(),
+                    errno: e.errno(),
                     problem: e.to_string(),
                 })?;
             meta.pending = None;
@@ -1839,6 +1868,7 @@ impl StoreInner {
                         path,
                         op: "operation".into(),
                         problem,
+                        errno: None,
                     });
                 }
                 Decoded::Whole(intent) => {
@@ -1846,6 +1876,7 @@ impl StoreInner {
                         .map_err(|e| Error::Recovery {
                             path: path.clone(),
                             op: intent.op.to_string(),
+                            errno: e.errno(),
                             problem: e.to_string(),
                         })?;
                 }

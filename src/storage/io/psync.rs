@@ -43,7 +43,9 @@ impl PsyncEngine {
                     }
                 },
             )
-            .map_err(|e| Error::Engine(format!("spawn psync thread for device {dev}: {e}")))?;
+            .map_err(|e| {
+                Error::os_call(format!("cannot start a psync thread for device {dev}"), e)
+            })?;
             threads.push(h);
         }
         Ok(Arc::new(PsyncEngine {

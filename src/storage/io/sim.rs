@@ -231,7 +231,7 @@ impl SimEngine {
             std::thread::Builder::new().name(format!("setcache-sim-{dev}")),
             move || run(dev, depth, &mb, &cfg),
         )
-        .map_err(|e| Error::Engine(format!("spawn sim thread for device {dev}: {e}")))?;
+        .map_err(|e| Error::os_call(format!("cannot start the sim thread of device {dev}"), e))?;
         Ok(Arc::new(SimEngine {
             device: dev,
             media,

@@ -97,7 +97,7 @@ impl UringEngine {
                 worker.run();
             },
         )
-        .map_err(|e| Error::Engine(format!("spawn I/O thread for device {dev}: {e}")))?;
+        .map_err(|e| Error::os_call(format!("cannot start the I/O thread of device {dev}"), e))?;
         let setup = rx
             .recv()
             .unwrap_or_else(|_| Err(std::io::Error::other("the I/O thread died during setup")));
@@ -476,11 +476,29 @@ pub(super) fn finish_slot(slab: &mut [Option<DevOp>], free: &mut Vec<usize>, idx
         return;
     };
     free.push(idx);
-    op.finish(if res < 0 {
-        OpResult::Errno(-res)
+    let res = if res < 0 {
+        if kernel_could_not_run(-res) {
+            // Not the device's answer: the kernel found no way to run the
+            // operation (no worker thread could start, the process at its
+            // thread limit; or no memory for it). Done here as a blocking
+            // call instead, the device then answering for itself.
+            super::psync::execute(&op)
+        } else {
+            OpResult::Errno(-res)
+        }
     } else {
         OpResult::Done(res as usize)
-    });
+    };
+    op.finish(res);
+}
+
+/// Whether a completion's error `errno` says that io_uring could not run the
+/// operation at all, rather than that the device failed it: `ECANCELED`
+/// (an operation handed to a worker thread that could not be started), and
+/// `EAGAIN` or `ENOMEM` (the kernel short of resources for it). No operation
+/// of the engines is linked or cancelled, so none ends so otherwise.
+pub(super) fn kernel_could_not_run(errno: i32) -> bool {
+    matches!(errno, libc::ECANCELED | libc::EAGAIN | libc::ENOMEM)
 }
 
 /// The submission entry of one operation.
