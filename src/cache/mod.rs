@@ -739,6 +739,13 @@ impl<M: Model> PageCache<M> {
         tag_of(file, page).is_ok_and(|tag| self.core.wait_fill(tag, timeout))
     }
 
+    /// Whether `page` of `file` is in the cache (valid, or being filled) right
+    /// now: a hint, by a look without locks.
+    pub(crate) fn is_present(&self, file: u32, page: u64) -> bool {
+        tag_of(file, page)
+            .is_ok_and(|tag| self.core.find(crate::util::mix::mix64(tag), tag).is_some())
+    }
+
     /// Whether `page` of `file` is being filled right now (a hint, by a look
     /// without locks): a caller that does not wait can leave it for later
     /// without a lookup.

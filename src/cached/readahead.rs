@@ -166,6 +166,12 @@ const RECENT: u64 = 4 * STREAMS as u64;
 /// page + 1), and where the next goes.
 type UsedPages = ([(usize, u32, u64); STREAMS], usize);
 
+#[cfg(test)]
+thread_local! {
+    /// Windows this thread's reads sent to the readahead thread.
+    static SENT: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 thread_local! {
     static TABLE: RefCell<Table> = const {
         RefCell::new(Table {
@@ -291,7 +297,16 @@ pub(crate) fn note_read(
     if let Some((first, pages)) = want {
         let file_pages = entry.file.len().div_ceil(ps);
         let pages = pages.min(file_pages.saturating_sub(first));
-        if pages > 0 {
+        // A window whose first and last pages are cached already is most
+        // likely cached whole (a reader going over what it read before, or
+        // two neighbours read in a row by chance among random reads of a few
+        // hot pages): not sent, as waking the readahead thread for it would
+        // cost more than it saves.
+        let cached =
+            || sh.cache.is_present(id, first) && sh.cache.is_present(id, first + pages - 1);
+        if pages > 0 && !cached() {
+            #[cfg(test)]
+            SENT.with(|c| c.set(c.get() + 1));
             sh.ahead.push_stream(Window {
                 entry: entry.clone(),
                 id,
@@ -784,6 +799,44 @@ mod tests {
             "the written half came back as {:?}",
             &page[2048..2056]
         );
+        drop((cf, cs));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A stream over pages the cache holds already sends no window to the
+    /// readahead thread (whose wake-up would cost more than it saves); over
+    /// pages it does not hold, it does.
+    #[test]
+    fn a_stream_over_cached_pages_sends_no_window() {
+        let (dir, cs) = store_of("ra-cached", 64, 256);
+        let cf = cs.open_file("f").unwrap();
+        let mut b = vec![0u8; 4096];
+        let sent = || super::SENT.with(|c| c.get());
+        let before = sent();
+        for p in 0..32u64 {
+            cf.read_at(p * 4096, &mut b).unwrap();
+        }
+        assert!(
+            sent() > before,
+            "a stream over pages not cached sent no window"
+        );
+        let t0 = Instant::now();
+        while !cs.readahead_idle() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "readahead never ended"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for p in 0..64u64 {
+            cf.read_at(p * 4096, &mut b).unwrap();
+        }
+        // Everything is cached now: a stream over it again.
+        let again = sent();
+        for p in 0..64u64 {
+            cf.read_at(p * 4096, &mut b).unwrap();
+        }
+        assert_eq!(sent(), again, "a stream over cached pages sent windows");
         drop((cf, cs));
         let _ = std::fs::remove_dir_all(&dir);
     }
