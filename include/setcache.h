@@ -78,7 +78,8 @@
  * that grows the file may wait twice, once more to cut the length back: up
  * to two seconds). A page whose read or write-back is in flight is waited
  * for longer, as a slow device takes, up to 60 seconds (then -EBUSY; 30,
- * then -EDEADLK, for a thread whose queues hold I/O): a queue's read or
+ * then -EDEADLK, for a thread whose queues hold I/O; one, then -EDEADLK,
+ * for a read in of the page by this thread's own queue): a queue's read or
  * write-back ends only when its thread polls, so a thread that waits for
  * another while its queue holds I/O unpolled makes the other's calls over
  * those pages wait that long; a call that would wait for this thread's own pin (a write

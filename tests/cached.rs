@@ -158,6 +158,58 @@ fn a_length_past_the_caches_page_numbers_is_refused() {
     f.sync().unwrap();
 }
 
+/// A file made through a cache of 1 MiB pages, longer than a cache of 4 KiB
+/// pages reaches (2^52 bytes), is refused when such a cache opens it, naming
+/// the length and the limit (before, the open was taken and every access
+/// past 2^52 failed naming only a page number). On tmpfs, whose files may be
+/// that long; the backing files are sparse.
+#[test]
+fn a_file_past_the_caches_page_numbers_is_refused_at_open() {
+    let dir = common::FastDir::new("past-pages-open");
+    let dev = dir.path().join("dev0");
+    std::fs::create_dir_all(&dev).unwrap();
+    let opts = StoreOptions {
+        direct_io: false,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(std::slice::from_ref(&dev), opts).unwrap();
+    let most = (1u64 << 40) * 4096;
+    let big = setcache::CacheOptions {
+        size: 8 << 20,
+        page_size: 1 << 20,
+        ..small_cache(8)
+    };
+    let cs = CachedStore::new(store.clone(), big).unwrap();
+    let f = match cs.create("long", most + (1 << 20), LayoutKind::Stripe) {
+        Ok(f) => f,
+        // A file system that cannot hold a file that long (not tmpfs).
+        Err(e) if e.errno() == Some(libc::EFBIG) => return,
+        Err(e) => panic!("a file of 2^52 bytes and 1 MiB through 1 MiB pages: {e}"),
+    };
+    f.write_at(most, b"far end").unwrap();
+    f.sync().unwrap();
+    drop(f);
+    drop(cs);
+    let cs = CachedStore::new(store, small_cache(8)).unwrap();
+    for (what, r) in [
+        ("open_file", cs.open_file("long")),
+        ("open_file_read_only", cs.open_file_read_only("long")),
+        ("open_file_keeping_loss", cs.open_file_keeping_loss("long")),
+    ] {
+        match r {
+            Err(Error::InvalidArgument(m)) => {
+                assert!(
+                    m.contains("\"long\"") && m.contains(&most.to_string()),
+                    "{what}: {m}"
+                )
+            }
+            Err(e) => panic!("{what}: {e}"),
+            Ok(f) => panic!("{what} was taken, {} bytes long", f.len()),
+        }
+    }
+    cs.sync().unwrap();
+}
+
 /// An extending write of nothing past the end changes nothing, as `pwrite`
 /// of no bytes does; one of some bytes grows the file to its end.
 #[test]

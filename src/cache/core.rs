@@ -1682,7 +1682,8 @@ impl<M: Model> Core<M> {
                 if v & WRITEBACK != 0 {
                     // As for a fill: a request queue's write-back ends only
                     // once its thread polls.
-                    let waits = if queue_io() {
+                    let queued = queue_io();
+                    let waits = if queued {
                         CROSS_FILL_WAITS
                     } else {
                         LONE_IO_WAITS
@@ -1691,7 +1692,7 @@ impl<M: Model> Core<M> {
                     let done = |v: u32| v & WRITEBACK == 0 || left(v);
                     self.wait_slot_until(s, i, done, Some(longer));
                     if !done(w.load(Acquire)) {
-                        return Step::Done(if queue_io() {
+                        return Step::Done(if queued {
                             Found::WriteBackHeld
                         } else {
                             Found::IoHeld { fill: false }

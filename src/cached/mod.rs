@@ -710,7 +710,11 @@ impl CachedStore {
                 // fail every sync of the store) goes now.
                 self.inner.retire_stale(Some(name));
             }
-            match self.attach(f?, read_only, accept_loss) {
+            let f = f?;
+            // A file made through a cache of larger pages may reach past
+            // this cache's page numbers: refused here, not at its far end.
+            self.inner.check_open_len(name, f.len())?;
+            match self.attach(f, read_only, accept_loss) {
                 Err(Error::FileGone(_)) if tries < 8 => tries += 1,
                 r => return r,
             }

@@ -893,6 +893,21 @@ impl Shared {
         Ok(())
     }
 
+    /// As [`Shared::check_len`], for a file being opened whose length is
+    /// `len`: one made through a cache of larger pages may be longer than
+    /// this cache's page numbers reach.
+    pub(crate) fn check_open_len(&self, name: &str, len: u64) -> Result<()> {
+        let ps = self.cache.page_size() as u64;
+        let most = self.max_file_len();
+        if len > most {
+            return Err(Error::InvalidArgument(format!(
+                "file {name:?} is {len} bytes long, past the most a cache of {ps}-byte \
+                 pages holds, {most} bytes: open it through a cache of larger pages"
+            )));
+        }
+        Ok(())
+    }
+
     /// If more entries than `idle_keep` have no handle, sync the least
     /// recently opened of them (without waiting for pages in use or another
     /// sync) and retire those that synced and were not opened meanwhile,
