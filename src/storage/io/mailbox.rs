@@ -20,12 +20,25 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 use super::{DevOp, OpResult};
 
 /// Control messages, applied by the consumer before the operations queued after them.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) enum Ctrl {
-    RegisterFile { slot: u32, fd: i32 },
-    UnregisterFile { slot: u32 },
-    RegisterBuf { index: u16, addr: usize, len: usize },
-    UnregisterBuf { index: u16 },
+    RegisterFile {
+        slot: u32,
+        fd: i32,
+    },
+    UnregisterFile {
+        slot: u32,
+    },
+    RegisterBuf {
+        index: u16,
+        addr: usize,
+        len: usize,
+    },
+    UnregisterBuf {
+        index: u16,
+    },
+    /// Answered once every control message before it is applied.
+    Fence(std::sync::mpsc::SyncSender<()>),
 }
 
 pub(crate) struct Inner {

@@ -248,8 +248,23 @@ impl Drop for Backing {
             // The engine drops the registration before it looks at later messages; the
             // descriptor itself closes when `fd` drops right after this.
             self.engine.unregister_file(slot);
+            // An unlinked file's space comes back only with its last reference,
+            // which may be the registration: wait for the engine to let go, so that
+            // the last handle of a deleted file gives its space back before its
+            // drop returns, as a close of a deleted local file does.
+            if unlinked(self.fd.as_raw_fd()) {
+                self.engine.settle(std::time::Duration::from_secs(1));
+            }
         }
     }
+}
+
+/// Whether the open file `fd` has no name left (`st_nlink` 0).
+fn unlinked(fd: RawFd) -> bool {
+    // SAFETY: `stat` is plain data, for which all zeros is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `fstat` fills `st`, which lives across the call; `fd` is open.
+    unsafe { libc::fstat(fd, &mut st) == 0 && st.st_nlink == 0 }
 }
 
 /// How a device operation ended.
@@ -371,7 +386,13 @@ impl DevOp {
                 self.backing.state.fail(e);
             }
         }
-        self.done.piece_done(err);
+        // The operation's hold on its backing file goes before its request
+        // is told: the request's owner may then delete the file, whose space
+        // comes back when the last hold goes (a drop here, on an engine's
+        // thread, would come after the delete returned).
+        let DevOp { backing, done, .. } = self;
+        drop(backing);
+        done.piece_done(err);
     }
 }
 
@@ -386,6 +407,10 @@ pub(crate) trait DeviceEngine: Send + Sync {
         None
     }
     fn unregister_file(&self, _slot: u32) {}
+    /// Wait, up to `bound`, until the engine has let go of every file
+    /// unregistered before this call (a registered file's last reference
+    /// may be the engine's: an unlinked file's space comes back only then).
+    fn settle(&self, _bound: std::time::Duration) {}
     /// Register a buffer arena; returns its fixed-buffer index where supported.
     fn register_buffer(&self, _ptr: *mut u8, _len: usize) -> Option<u16> {
         None

@@ -194,6 +194,19 @@ impl DeviceEngine for UringEngine {
         self.mailbox.push_ctrl(Ctrl::UnregisterFile { slot });
     }
 
+    fn settle(&self, bound: std::time::Duration) {
+        if !self.origin.is_here() || self.file_slots.is_none() || IN_WORKER.get() {
+            // The ring's own thread applies the update at its next turn.
+            return;
+        }
+        // Control messages are applied in order, each update by a system
+        // call whose release of the file (the kernel's deferred close) runs
+        // before that call returns to the ring's thread.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.mailbox.push_ctrl(Ctrl::Fence(tx));
+        let _ = rx.recv_timeout(bound);
+    }
+
     fn register_buffer(&self, ptr: *mut u8, len: usize) -> Option<u16> {
         if len > (1 << 30) {
             return None; // the kernel refuses fixed buffers above 1 GiB
@@ -260,12 +273,19 @@ struct Worker {
     done: Vec<(usize, i32)>,
 }
 
+thread_local! {
+    /// Whether this thread is a device's ring thread (which must not wait
+    /// for its own turn).
+    static IN_WORKER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 impl Worker {
     fn in_flight(&self) -> usize {
         self.depth - self.free.len()
     }
 
     fn run(&mut self) {
+        IN_WORKER.set(true);
         let mut ctrl = Vec::new();
         let mut pending: VecDeque<DevOp> = VecDeque::new();
         loop {
@@ -346,6 +366,9 @@ impl Worker {
                 {
                     g.push(slot);
                 }
+            }
+            Ctrl::Fence(tx) => {
+                let _ = tx.try_send(());
             }
             Ctrl::RegisterBuf { index, addr, len } => {
                 let iov = libc::iovec {
