@@ -1283,6 +1283,33 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// As [`Core::lock_holder`], without waiting: `Err(())` when a set it
+    /// would look in is locked by another thread.
+    fn try_lock_holder(&self, h: u64, tag: u64) -> std::result::Result<Option<(usize, usize)>, ()> {
+        'again: loop {
+            let steps = self.steps.load(Acquire);
+            let t = self.table.load(Acquire);
+            let (s1, s2) = self.sets_at(h, t);
+            let n = if s1 == s2 { 1 } else { 2 };
+            for &s in &[s1, s2][..n] {
+                if !self.try_lock(s) {
+                    return Err(());
+                }
+                if self.steps.load(Acquire) != steps {
+                    self.unlock(s);
+                    continue 'again;
+                }
+                if let Some(found) = self.find_in(s, s, h, tag) {
+                    return Ok(Some(found));
+                }
+                self.unlock(s);
+            }
+            if self.steps.load(Acquire) == steps {
+                return Ok(None);
+            }
+        }
+    }
+
     /// Lock both candidate sets of hash `h` (in index order, as a resize
     /// does; once if they are one set): `(first, second)`, the table unchanged
     /// for `h` while they are held.
@@ -2224,6 +2251,24 @@ impl<M: Model> Core<M> {
     /// its slot, now pinned under write-back.
     pub(crate) fn start_writeback(&self, tag: u64) -> Option<(usize, usize)> {
         let (s, i) = self.lock_holder(mix64(tag), tag)?;
+        self.writeback_held(s, i)
+    }
+
+    /// As [`Core::start_writeback`], without waiting for a set's lock:
+    /// `Err(())` when another thread holds one it would look in.
+    pub(crate) fn try_start_writeback(
+        &self,
+        tag: u64,
+    ) -> std::result::Result<Option<(usize, usize)>, ()> {
+        let Some((s, i)) = self.try_lock_holder(mix64(tag), tag)? else {
+            return Ok(None);
+        };
+        Ok(self.writeback_held(s, i))
+    }
+
+    /// The write-back of slot `(s, i)`, whose set this thread locked, begun
+    /// if the page is dirty and idle; the set unlocked.
+    fn writeback_held(&self, s: usize, i: usize) -> Option<(usize, usize)> {
         let v = self.state(s, i).load(Acquire);
         let idle = v & DIRTY != 0 && pins(v) == 0 && v & (PENDING | WRITEBACK | WRITER) == 0;
         let started = idle && self.begin_writeback(s, i);

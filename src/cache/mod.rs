@@ -943,6 +943,43 @@ impl<M: Model> PageCache<M> {
         }))
     }
 
+    /// As [`PageCache::write_back`], never waiting for a set's lock:
+    /// `Ok(Err(SetLocked))` when another thread holds a set the page may be
+    /// in. For a writer that holds other pages under write-back meanwhile,
+    /// whose writers wait for it.
+    pub(crate) fn try_write_back(
+        &self,
+        file: u32,
+        page: u64,
+    ) -> Result<std::result::Result<Option<WriteBack<'_, M>>, SetLocked>> {
+        let tag = tag_of(file, page)?;
+        Ok(match self.core.try_start_writeback(tag) {
+            Ok(found) => Ok(found.map(|(s, i)| WriteBack {
+                at: At::new(&self.core, s, i, tag),
+                done: false,
+            })),
+            Err(()) => Err(SetLocked),
+        })
+    }
+
+    /// Hold the locks of the sets `page` of `file` may be in while `during`
+    /// runs (tests of code that must never wait for a set's lock).
+    #[cfg(test)]
+    pub(crate) fn holding_sets_of(&self, file: u32, page: u64, during: impl FnOnce()) {
+        let h = crate::util::mix::mix64(tag_of(file, page).expect("a page number in range"));
+        let (a, b) = self.core.sets_now(h);
+        let (a, b) = (a.min(b), a.max(b));
+        self.core.lock(a);
+        if b != a {
+            self.core.lock(b);
+        }
+        during();
+        if b != a {
+            self.core.unlock(b);
+        }
+        self.core.unlock(a);
+    }
+
     /// Whether `page` of `file` is cached, dirty and idle, read without a lock:
     /// a hint that may be stale by the time it is used (the flusher uses it to
     /// find the dirty pages near one it writes).
@@ -1638,6 +1675,11 @@ impl<'a, M: Model> FillMut<'a, M> {
         })
     }
 }
+
+/// A set's lock another thread held when [`PageCache::try_write_back`]
+/// looked.
+#[derive(Debug)]
+pub(crate) struct SetLocked;
 
 /// A dirty page handed back to be written. The page stays cached and readable;
 /// writers wait until [`WriteBack::finish`]. Dropping it unfinished counts as a

@@ -1335,7 +1335,10 @@ impl<'a> CachedQueue<'a> {
             if (start..end).contains(&q) {
                 continue;
             }
-            let Ok(Some(wb)) = cache.write_back(vf, q) else {
+            // Never waiting for a set's lock here: the runs sent so far hold
+            // their pages under write-back, and the lock's holder may be a
+            // writer waiting for one of them.
+            let Ok(Ok(Some(wb))) = cache.try_write_back(vf, q) else {
                 continue;
             };
             let (s0, near) = with_neighbours(cache, wb, limit, VICTIM_RUN);

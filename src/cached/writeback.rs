@@ -21,7 +21,9 @@ use crate::util::slab::Slab;
 /// Extend the write-back of one dirty page into a run: its neighbours in the
 /// file (`p+1, p+2, ...` then `p-1, ...`) that are cached, dirty and idle join
 /// it, due or not, up to `max` pages in all. Returns the run's first page and
-/// the guards in file order. Never waits: a busy neighbour ends the run.
+/// the guards in file order. Never waits, not even for a set's lock: a busy
+/// neighbour ends the run (the pages held so far are under write-back, and
+/// writers of them wait until the run is written).
 pub(crate) fn with_neighbours<'a>(
     cache: &'a PageCache,
     first: WriteBack<'a>,
@@ -33,8 +35,8 @@ pub(crate) fn with_neighbours<'a>(
     let mut after = Vec::new();
     let mut p = page + 1;
     while after.len() + 1 < max && p < pages_in_file {
-        match cache.write_back(file, p) {
-            Ok(Some(w)) => after.push(w),
+        match cache.try_write_back(file, p) {
+            Ok(Ok(Some(w))) => after.push(w),
             _ => break,
         }
         p += 1;
@@ -43,8 +45,8 @@ pub(crate) fn with_neighbours<'a>(
     let mut p = page;
     while before.len() + after.len() + 1 < max && p > 0 {
         p -= 1;
-        match cache.write_back(file, p) {
-            Ok(Some(w)) => before.push(w),
+        match cache.try_write_back(file, p) {
+            Ok(Ok(Some(w))) => before.push(w),
             _ => break,
         }
     }
@@ -146,7 +148,18 @@ impl<'a> Writer<'a> {
     pub(crate) fn write(&mut self, file: u32, page: u64) -> bool {
         let cache = &self.shared.cache;
         let ps = cache.page_size() as u64;
-        let Ok(Some(first)) = cache.write_back(file, page) else {
+        // The runs queued before this one hold their pages under write-back
+        // until they are sent: before a wait for a set's lock (whose holder
+        // may be a writer waiting for one of those pages), they go.
+        let first = match cache.try_write_back(file, page) {
+            Ok(Ok(w)) => w,
+            Ok(Err(_)) => {
+                self.q.flush_now();
+                cache.write_back(file, page).ok().flatten()
+            }
+            Err(_) => None,
+        };
+        let Some(first) = first else {
             return false; // clean now, busy, or not cached
         };
         let entry = match self.shared.entry(file) {
@@ -1183,7 +1196,7 @@ mod sync_tests {
     /// `ENOSPC` when told to (dropping what was written since the last good
     /// one), under a cache of one set of four pages with no flusher and
     /// nothing read ahead.
-    fn four_pages(
+    pub(super) fn four_pages(
         tag: &str,
         pin_wait: Duration,
     ) -> (
@@ -1426,5 +1439,117 @@ mod sync_tests {
         drop(f);
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+}
+
+/// Write-back never holds pages under write-back, unsent, while it waits for
+/// a set's lock: the lock's holder may be a thread whose writer waits for one
+/// of those pages (64 threads writing through a small cache stalled for
+/// seconds, then failed busy).
+#[cfg(test)]
+mod lock_wait_tests {
+    use std::sync::atomic::Ordering;
+    use std::sync::mpsc::channel;
+    use std::time::{Duration, Instant};
+
+    use super::{Writer, with_neighbours};
+
+    /// Pages 0-3 of `f` dirty, in a cache of one set of four pages.
+    fn dirty_four(
+        tag: &str,
+    ) -> (
+        std::path::PathBuf,
+        std::sync::Arc<crate::SimSwitches>,
+        crate::cached::CachedStore,
+    ) {
+        let (dir, _media, sw, cs) = super::sync_tests::four_pages(tag, Duration::from_secs(5));
+        let f = cs.open_file("f").unwrap();
+        for p in 0..4u64 {
+            f.write_at(p * 4096, &[p as u8 + 1; 4096]).unwrap();
+        }
+        drop(f);
+        (dir, sw, cs)
+    }
+
+    #[test]
+    fn a_run_is_extended_without_waiting_for_a_sets_lock() {
+        let (dir, _sw, cs) = dirty_four("neighbours-nowait");
+        let f = cs.open_file("f").unwrap();
+        let cache = &f.shared.cache;
+        let first = cache.write_back(f.id, 0).unwrap().expect("page 0 dirty");
+        let (held_tx, held_rx) = channel::<()>();
+        let (go_tx, go_rx) = channel::<()>();
+        let waited = std::thread::scope(|s| {
+            let holder = s.spawn(move || {
+                let mut waited = false;
+                cache.holding_sets_of(f.id, 1, || {
+                    held_tx.send(()).unwrap();
+                    // Told to let go once the run is made; a run that waits
+                    // for this lock is let go after two seconds.
+                    waited = go_rx.recv_timeout(Duration::from_secs(2)).is_err();
+                });
+                waited
+            });
+            held_rx.recv().unwrap();
+            let (start, pages) = with_neighbours(cache, first, 4 * 4096, 4);
+            let _ = go_tx.send(());
+            assert_eq!(start, 0);
+            // Page 1's set was locked: the run ends at page 0.
+            assert_eq!(pages.len(), 1, "a neighbour joined through a held lock");
+            for w in pages {
+                w.finish(Ok(())).unwrap();
+            }
+            holder.join().unwrap()
+        });
+        assert!(!waited, "the run waited for the set's lock");
+        drop(f);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn queued_runs_are_sent_before_a_wait_for_a_sets_lock() {
+        let (dir, sw, cs) = dirty_four("sent-before-wait");
+        let f = cs.open_file("f").unwrap();
+        let cache = &f.shared.cache;
+        // Runs of one page each, sent only when the writer flushes.
+        let mut w = Writer::new(&f.shared, 8, 1, false);
+        assert!(w.write(f.id, 0));
+        assert_eq!(w.q.unsent(), 1, "the run went before a flush");
+        let before = sw.taken.load(Ordering::Acquire);
+        let (held_tx, held_rx) = channel::<()>();
+        let reached = std::thread::scope(|s| {
+            let holder = s.spawn(|| {
+                let mut reached = false;
+                cache.holding_sets_of(f.id, 1, || {
+                    held_tx.send(()).unwrap();
+                    // While the lock is held (the writer waiting for it),
+                    // page 0's write must reach the device.
+                    let until = Instant::now() + Duration::from_secs(2);
+                    while Instant::now() < until {
+                        if sw.taken.load(Ordering::Acquire) > before {
+                            reached = true;
+                            break;
+                        }
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                });
+                reached
+            });
+            held_rx.recv().unwrap();
+            assert!(w.write(f.id, 1));
+            holder.join().unwrap()
+        });
+        w.drain();
+        assert!(w.failed.is_none(), "{:?}", w.failed);
+        assert_eq!(w.pages, 2);
+        assert!(
+            reached,
+            "the queued run stayed unsent while the writer waited for a set's lock"
+        );
+        drop(w);
+        drop(f);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
