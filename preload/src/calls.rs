@@ -3036,6 +3036,11 @@ fn rename_at(
     {
         return Some(int_ret(Err(libc::EINVAL)));
     }
+    // An empty path names nothing (without `AT_EMPTY_PATH`, which rename
+    // does not take): the kernel's answer before any other about the names.
+    if ending(from) == Ending::Empty || ending(to) == Ending::Empty {
+        return Some(int_ret(Err(libc::ENOENT)));
+    }
     match places {
         (Place::Inside(a), Place::Inside(b)) => {
             if flags & libc::RENAME_EXCHANGE != 0 {
@@ -3387,7 +3392,7 @@ fn link_at(
                 link_end(place, dir, path, follow)
             };
             let r = at(&src, d1, from, follow).and_then(|there| {
-                if !there {
+                if !there || ending(to) == Ending::Empty {
                     return Err(libc::ENOENT);
                 }
                 if at(&dst, d2, to, false)? {
@@ -3455,9 +3460,37 @@ pub unsafe extern "C-unwind" fn linkat(
     if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
         return int_ret(Err(libc::EINVAL));
     }
+    if flags & libc::AT_EMPTY_PATH != 0 && empty(from) && state::desc(d1).is_some() {
+        // A second name for an open file of the store, as `link` of its
+        // name: refused, in the kernel's order.
+        return int_ret(link_open_file(d2, to));
+    }
     link_at(d1, from, d2, to, flags & libc::AT_SYMLINK_FOLLOW != 0)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::linkat()(d1, from, d2, to, flags) })
+}
+
+/// `linkat(fd, "", d2, to, AT_EMPTY_PATH)` where `fd` is a descriptor of a
+/// file of the store: the new name's errors first (nothing, taken), then
+/// the refusal a `link` of the file's name gets.
+fn link_open_file(d2: c_int, to: *const c_char) -> Result<c_int, i32> {
+    if ending(to) == Ending::Empty {
+        return Err(libc::ENOENT);
+    }
+    let dst = classify(d2, to);
+    if let Place::Bad(e) = dst {
+        return Err(e);
+    }
+    if link_end(&dst, d2, to, false)? {
+        return Err(libc::EEXIST);
+    }
+    Err(match dst {
+        Place::Inside(_) | Place::Root => unsupported(
+            "link in SETCACHE_DIR (a file of the store has one name)",
+            libc::EPERM,
+        ),
+        _ => libc::EXDEV,
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -4305,43 +4338,145 @@ pub unsafe extern "C-unwind" fn fremovexattr(fd: c_int, attr: *const c_char) -> 
 
 // ---- file system figures: a file of the store's are its directory's ------
 
-/// The real path to ask for the figures of `path`'s file system: the
-/// store's directory for a file of the store that exists (`Err(ENOENT)` for
-/// one that does not), `path` itself outside the store.
-fn figures_path(path: *const c_char) -> Result<*const c_char, i32> {
+/// The longest name a file of the store may have: the store's own limit,
+/// below the 255 bytes of the file systems under it. A file system's
+/// figures asked of the store or of one of its files say this.
+const STORE_NAME_MAX: u64 = 200;
+
+/// The real path to ask for the figures of `path`'s file system, and
+/// whether it is the store's: the store's directory for a file of the store
+/// that exists (`Err(ENOENT)` for one that does not), `path` itself for the
+/// store's directory and outside the store.
+fn figures_path(path: *const c_char) -> Result<(*const c_char, bool), i32> {
     match classify_as(libc::AT_FDCWD, path, true) {
         Place::Bad(e) => Err(e),
         Place::Inside(name) => with_state(|s| {
             len_or_enoent(s, &name, "statvfs")?;
-            Ok(state::config().ok_or(libc::EINVAL)?.dir_c.as_ptr())
+            Ok((state::config().ok_or(libc::EINVAL)?.dir_c.as_ptr(), true))
         }),
-        _ => Ok(path),
+        Place::Root => Ok((path, true)),
+        Place::Outside => Ok((path, false)),
     }
 }
 
-macro_rules! path_figures {
-    ($($name:ident($buf:ty) -> $ret:ty;)*) => {$(
+/// Where the figures of descriptor `fd`'s file system come from: the
+/// store's directory for a descriptor of a file of the store, `None` for
+/// any other (asked of the kernel as it is).
+fn figures_desc(fd: c_int) -> Option<Result<*const c_char, i32>> {
+    if state::desc(fd).is_some() {
+        return Some(state::config().map(|c| c.dir_c.as_ptr()).ok_or(libc::EBADF));
+    }
+    state::parents_placeholder(fd).then_some(Err(libc::EBADF))
+}
+
+/// A file system's figures as the store's: its names' limit.
+trait StoreFigures {
+    fn store_names(&mut self);
+}
+
+impl StoreFigures for libc::statvfs {
+    fn store_names(&mut self) {
+        self.f_namemax = self.f_namemax.min(STORE_NAME_MAX as _);
+    }
+}
+
+impl StoreFigures for libc::statvfs64 {
+    fn store_names(&mut self) {
+        self.f_namemax = self.f_namemax.min(STORE_NAME_MAX as _);
+    }
+}
+
+impl StoreFigures for libc::statfs {
+    fn store_names(&mut self) {
+        self.f_namelen = self.f_namelen.min(STORE_NAME_MAX as _);
+    }
+}
+
+impl StoreFigures for libc::statfs64 {
+    fn store_names(&mut self) {
+        self.f_namelen = self.f_namelen.min(STORE_NAME_MAX as _);
+    }
+}
+
+/// `pathconf`'s answer `r` for `what`, of the store's when `store`.
+fn store_conf(r: libc::c_long, what: c_int, store: bool) -> libc::c_long {
+    if store && what == libc::_PC_NAME_MAX && r > STORE_NAME_MAX as libc::c_long {
+        STORE_NAME_MAX as libc::c_long
+    } else {
+        r
+    }
+}
+
+macro_rules! figures {
+    ($($name:ident, $fname:ident($buf:ty);)*) => {$(
         #[unsafe(no_mangle)]
-        pub unsafe extern "C" fn $name(path: *const c_char, buf: $buf) -> $ret {
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut $buf) -> c_int {
             match figures_path(path) {
-                Err(e) => {
-                    set_errno(e);
-                    -1
+                Err(e) => int_ret(Err(e)),
+                Ok((p, store)) => {
+                    // SAFETY: the caller's buffer, and a path that lives as
+                    // long as the store's settings.
+                    let r = unsafe { real::$name()(p, buf) };
+                    if r == 0 && store && !buf.is_null() {
+                        // SAFETY: filled by the call that passed.
+                        unsafe { (*buf).store_names() };
+                    }
+                    r
                 }
-                // SAFETY: the caller's buffer (or name), and a path that lives
-                // as long as the store's settings.
-                Ok(p) => unsafe { real::$name()(p, buf) },
+            }
+        }
+
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C" fn $fname(fd: c_int, buf: *mut $buf) -> c_int {
+            match figures_desc(fd) {
+                // SAFETY: passed through with the caller's arguments.
+                None => unsafe { real::$fname()(fd, buf) },
+                Some(Err(e)) => int_ret(Err(e)),
+                Some(Ok(p)) => {
+                    // SAFETY: as above.
+                    let r = unsafe { real::$name()(p, buf) };
+                    if r == 0 && !buf.is_null() {
+                        // SAFETY: filled by the call that passed.
+                        unsafe { (*buf).store_names() };
+                    }
+                    r
+                }
             }
         }
     )*};
 }
 
-path_figures! {
-    statvfs(*mut libc::statvfs) -> c_int;
-    statvfs64(*mut libc::statvfs64) -> c_int;
-    statfs(*mut libc::statfs) -> c_int;
-    statfs64(*mut libc::statfs64) -> c_int;
-    pathconf(c_int) -> libc::c_long;
+figures! {
+    statvfs, fstatvfs(libc::statvfs);
+    statvfs64, fstatvfs64(libc::statvfs64);
+    statfs, fstatfs(libc::statfs);
+    statfs64, fstatfs64(libc::statfs64);
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn pathconf(path: *const c_char, what: c_int) -> libc::c_long {
+    match figures_path(path) {
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+        // SAFETY: a path that lives as long as the store's settings.
+        Ok((p, store)) => store_conf(unsafe { real::pathconf()(p, what) }, what, store),
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fpathconf(fd: c_int, what: c_int) -> libc::c_long {
+    match figures_desc(fd) {
+        // SAFETY: passed through with the caller's arguments.
+        None => unsafe { real::fpathconf()(fd, what) },
+        Some(Err(e)) => {
+            set_errno(e);
+            -1
+        }
+        // SAFETY: as above.
+        Some(Ok(p)) => store_conf(unsafe { real::pathconf()(p, what) }, what, true),
+    }
 }
 
 #[unsafe(no_mangle)]

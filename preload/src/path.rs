@@ -319,19 +319,30 @@ fn link_target(dirfd: c_int, path: &[u8]) -> Option<Vec<u8>> {
 }
 
 fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
-    let full = if p.first() == Some(&b'/') {
-        normalise(b"", p)
+    let base = if p.first() == Some(&b'/') {
+        Vec::new()
     } else {
         match base_of(dirfd) {
             // An empty path names nothing (the kernel's answer without
             // `AT_EMPTY_PATH`, which callers look for before this).
             Some(b) if b == b"\0" && p.is_empty() => return Place::Bad(libc::ENOENT),
             Some(b) if b == b"\0" => return Place::Bad(libc::ENOTDIR),
-            Some(b) => normalise(&b, p),
+            Some(b) => b,
             None => return Place::Outside,
         }
     };
-    if p.split(|&b| b == b'/').any(|c| c == b"..") {
+    let full = normalise(&base, p);
+    if let Some(at) = first_dot_dot(p) {
+        // `$DIR/f/..` where `f` is a file of the store: the kernel stops at
+        // `f`, which is not a directory (on disk, the store's directory has
+        // no `f`: its look would say nothing is there).
+        let before = normalise(&base, &p[..at]);
+        if let Some(Place::Inside(n)) = relative_to(&before, &cfg.dir)
+            .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&before, c)))
+            && below_a_name(&n) == libc::ENOTDIR
+        {
+            return Place::Bad(libc::ENOTDIR);
+        }
         return match by_the_kernel(cfg, dirfd, p) {
             Place::Inside(_) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
             place => place,
@@ -349,6 +360,18 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         Some(place) => place,
         None => Place::Outside,
     }
+}
+
+/// Where the first `..` component of `p` starts, if it has one.
+fn first_dot_dot(p: &[u8]) -> Option<usize> {
+    let mut at = 0;
+    for c in p.split(|&b| b == b'/') {
+        if c == b".." {
+            return Some(at);
+        }
+        at += c.len() + 1;
+    }
+    None
 }
 
 /// The kernel's answer for a path below a name of the store (`$DIR/f/x`),

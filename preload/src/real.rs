@@ -195,6 +195,11 @@ real! {
     statfs: fn(*const c_char, *mut libc::statfs) -> c_int;
     statfs64: fn(*const c_char, *mut libc::statfs64) -> c_int;
     pathconf: fn(*const c_char, c_int) -> libc::c_long;
+    fstatvfs: fn(c_int, *mut libc::statvfs) -> c_int;
+    fstatvfs64: fn(c_int, *mut libc::statvfs64) -> c_int;
+    fstatfs: fn(c_int, *mut libc::statfs) -> c_int;
+    fstatfs64: fn(c_int, *mut libc::statfs64) -> c_int;
+    fpathconf: fn(c_int, c_int) -> libc::c_long;
     setxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int;
     lsetxattr: fn(*const c_char, *const c_char, *const c_void, size_t, c_int) -> c_int;
     fsetxattr: fn(c_int, *const c_char, *const c_void, size_t, c_int) -> c_int;
@@ -240,6 +245,11 @@ real! {
     ungetwc: fn(u32, *mut libc::FILE) -> u32;
     fwide: fn(*mut libc::FILE, c_int) -> c_int;
     vfwprintf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __fgetws_chk: fn(*mut libc::wchar_t, size_t, c_int, *mut libc::FILE) -> *mut libc::wchar_t;
+    __fgetws_unlocked_chk: fn(*mut libc::wchar_t, size_t, c_int, *mut libc::FILE) -> *mut libc::wchar_t;
+    vfwscanf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __isoc99_vfwscanf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
+    __isoc23_vfwscanf: fn(*mut libc::FILE, *const libc::wchar_t, *mut c_void) -> c_int;
     __vfwprintf_chk: fn(*mut libc::FILE, c_int, *const libc::wchar_t, *mut c_void) -> c_int;
     vdprintf: fn(c_int, *const c_char, *mut c_void) -> c_int;
     __vdprintf_chk: fn(c_int, c_int, *const c_char, *mut c_void) -> c_int;

@@ -642,6 +642,49 @@ pub unsafe extern "C-unwind" fn fgetws_unlocked(
     unsafe { real::fgetws_unlocked()(ws, n, f) }
 }
 
+unsafe extern "C" {
+    /// The C library's end of a program whose fortified call found its
+    /// buffer too small.
+    fn __chk_fail() -> !;
+}
+
+/// The fortified `fgetws` on a stream of the store: `size` is the buffer's
+/// room in characters, which `n` must not pass (as the C library's check).
+fn get_line_wide_chk(
+    ws: *mut libc::wchar_t,
+    size: size_t,
+    n: c_int,
+    f: *mut libc::FILE,
+) -> *mut libc::wchar_t {
+    if n > 0 && n as size_t > size {
+        // SAFETY: the C library's own end for an overflow it was told of.
+        unsafe { __chk_fail() }
+    }
+    get_line_wide(ws, n, f)
+}
+
+/// The checked `fgetws` and its unlocked form, as a fortified build calls
+/// them.
+macro_rules! checked_get_lines {
+    ($($name:ident),*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $name(
+            ws: *mut libc::wchar_t,
+            size: size_t,
+            n: c_int,
+            f: *mut libc::FILE,
+        ) -> *mut libc::wchar_t {
+            if ours(f) {
+                return get_line_wide_chk(ws, size, n, f);
+            }
+            // SAFETY: passed through with the caller's arguments.
+            unsafe { real::$name()(ws, size, n, f) }
+        }
+    )*};
+}
+
+checked_get_lines!(__fgetws_chk, __fgetws_unlocked_chk);
+
 fn put_ret(wc: u32, r: Result<(), i32>) -> u32 {
     match r {
         Ok(()) => wc,
@@ -680,6 +723,42 @@ pub unsafe extern "C-unwind" fn fputwc_unlocked(wc: u32, f: *mut libc::FILE) -> 
 pub unsafe extern "C-unwind" fn putwc_unlocked(wc: u32, f: *mut libc::FILE) -> u32 {
     // SAFETY: the same function, as in the C library.
     unsafe { fputwc_unlocked(wc, f) }
+}
+
+/// The C library's `stdin` or `stdout` as it stands now (a stand-in of this
+/// library's while 0 or 1 is a copy of a store file's placeholder).
+fn std_stream(n: c_int) -> *mut libc::FILE {
+    // SAFETY: reads the C library's pointer to its own stream.
+    unsafe { *std_pointer(n) }
+}
+
+// `getwchar`, `putwchar` and the other calls on the standard streams read
+// the C library's stream pointer inside the C library, where a stand-in
+// over a store file would meet the wide calls of its own: they are served
+// as their stream forms on the stream the pointer names.
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn getwchar() -> u32 {
+    // SAFETY: the C library's standard input stream.
+    unsafe { fgetwc(std_stream(0)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn getwchar_unlocked() -> u32 {
+    // SAFETY: the C library's standard input stream.
+    unsafe { fgetwc_unlocked(std_stream(0)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn putwchar(wc: u32) -> u32 {
+    // SAFETY: the C library's standard output stream.
+    unsafe { fputwc(wc, std_stream(1)) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn putwchar_unlocked(wc: u32) -> u32 {
+    // SAFETY: the C library's standard output stream.
+    unsafe { fputwc_unlocked(wc, std_stream(1)) }
 }
 
 /// `fputws` on a stream of the store: 1, or -1 with `errno`.
@@ -826,6 +905,75 @@ pub unsafe extern "C-unwind" fn __vfwprintf_chk(
     unsafe { real::__vfwprintf_chk()(f, flag, fmt, ap) }
 }
 
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn vwprintf(fmt: *const libc::wchar_t, ap: *mut c_void) -> c_int {
+    // SAFETY: the caller's format and arguments, to the standard output stream.
+    unsafe { vfwprintf(std_stream(1), fmt, ap) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C-unwind" fn __vwprintf_chk(
+    flag: c_int,
+    fmt: *const libc::wchar_t,
+    ap: *mut c_void,
+) -> c_int {
+    // SAFETY: the caller's format and arguments, to the standard output stream.
+    unsafe { __vfwprintf_chk(std_stream(1), flag, fmt, ap) }
+}
+
+// ---- the wide scanf family --------------------------------------------------
+//
+// A wide scan of a stream of the store would need the wide area the stream
+// lacks, and reads ahead of what it converts: it is refused (`EOF`, errno
+// `EOPNOTSUPP`, and a line on stderr naming the call), where the C library's
+// own would read through a null pointer or fail saying nothing. Wide scans
+// of other streams are the C library's.
+
+/// `vfwscanf` (`real`: the C library's form of the same name) on `f`.
+fn scan_wide(name: &str, f: *mut libc::FILE, real: impl FnOnce(*mut libc::FILE) -> c_int) -> c_int {
+    if ours(f) {
+        crate::warn_once(
+            name,
+            &format!(
+                "{name} on a stream of a file of the store is not served (a wide scan \
+                 needs the C library's wide-character area, which such a stream has \
+                 not): EOF, EOPNOTSUPP; read its bytes and convert them with mbrtowc"
+            ),
+        );
+        set_errno(libc::EOPNOTSUPP);
+        return libc::EOF;
+    }
+    real(f)
+}
+
+/// The wide scans of a stream (`$stream`, refused on a store file's) and of
+/// the standard input (`$std`), one pair per name the C library gives them.
+macro_rules! wide_scans {
+    ($($stream:ident, $std:ident;)*) => {$(
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $stream(
+            f: *mut libc::FILE,
+            fmt: *const libc::wchar_t,
+            ap: *mut c_void,
+        ) -> c_int {
+            // SAFETY: passed through with the caller's arguments.
+            scan_wide("fwscanf", f, |f| unsafe { real::$stream()(f, fmt, ap) })
+        }
+
+        #[unsafe(no_mangle)]
+        pub unsafe extern "C-unwind" fn $std(fmt: *const libc::wchar_t, ap: *mut c_void) -> c_int {
+            // SAFETY: the standard input stream, with the caller's arguments.
+            unsafe { $stream(std_stream(0), fmt, ap) }
+        }
+    )*};
+}
+
+wide_scans! {
+    vfwscanf, vwscanf;
+    __isoc99_vfwscanf, __isoc99_vwscanf;
+    __isoc23_vfwscanf, __isoc23_vwscanf;
+}
+
 // `fwprintf` and `__fwprintf_chk` (and `dprintf` and `__dprintf_chk`, below)
 // take their arguments as C variadic ones, which a stable Rust function
 // cannot declare. Each is a naked function that makes the `va_list` the C
@@ -939,6 +1087,45 @@ wprintf_trampoline!(
     named = 3,
     x86_ap = "rcx",
     arm_ap = "x3"
+);
+
+wprintf_trampoline!(wprintf, vwprintf, named = 1, x86_ap = "rsi", arm_ap = "x1");
+wprintf_trampoline!(
+    __wprintf_chk,
+    __vwprintf_chk,
+    named = 2,
+    x86_ap = "rdx",
+    arm_ap = "x2"
+);
+wprintf_trampoline!(fwscanf, vfwscanf, named = 2, x86_ap = "rdx", arm_ap = "x2");
+wprintf_trampoline!(
+    __isoc99_fwscanf,
+    __isoc99_vfwscanf,
+    named = 2,
+    x86_ap = "rdx",
+    arm_ap = "x2"
+);
+wprintf_trampoline!(
+    __isoc23_fwscanf,
+    __isoc23_vfwscanf,
+    named = 2,
+    x86_ap = "rdx",
+    arm_ap = "x2"
+);
+wprintf_trampoline!(wscanf, vwscanf, named = 1, x86_ap = "rsi", arm_ap = "x1");
+wprintf_trampoline!(
+    __isoc99_wscanf,
+    __isoc99_vwscanf,
+    named = 1,
+    x86_ap = "rsi",
+    arm_ap = "x1"
+);
+wprintf_trampoline!(
+    __isoc23_wscanf,
+    __isoc23_vwscanf,
+    named = 1,
+    x86_ap = "rsi",
+    arm_ap = "x1"
 );
 
 // ---- dprintf, vdprintf ------------------------------------------------------

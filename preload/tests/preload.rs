@@ -665,6 +665,8 @@ fn a_link_outside_the_store_to_one_of_its_files_reaches_that_file() {
     let words = t.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(words.contains("linkat AT_SYMLINK_FOLLOW -1 EXDEV"), "{t}");
     assert!(words.contains("linkat unknown flag -1 EINVAL"), "{t}");
+    // So is one of its open descriptor (`AT_EMPTY_PATH`).
+    assert!(words.contains("linkat AT_EMPTY_PATH -1 EXDEV"), "{t}");
     assert!(std::fs::symlink_metadata(&to).is_err(), "a link was made");
     // `lf/` names a directory, which the file is not; a link to the
     // store's directory lists the store.
@@ -962,6 +964,88 @@ fn a_create_out_of_descriptors_says_emfile() {
         t.contains("opened before                            some"),
         "{t}"
     );
+}
+
+/// The wide calls on standard streams that are copies of a store file's
+/// descriptor (`putwchar`, `wprintf`, `__wprintf_chk`, `getwchar`) and the
+/// fortified `fgetws` work as on the kernel's files (before, the first three
+/// ended the program with SIGSEGV, and `wprintf` wrote nothing and said
+/// nothing); a wide scan of a store stream is refused, saying so, where it
+/// failed saying nothing.
+#[test]
+fn wide_calls_on_standard_streams_over_store_files_work() {
+    let s = Setup::new("wide-std");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).arg("wide-std");
+    let out = run(c);
+    let e = text(&out.stderr);
+    for want in [
+        "putwchar 1 wprintf 7 __wprintf_chk 6 fflush 0\n",
+        "written 17: \u{e9}|42|\u{20ac}|\n    7\n",
+        "getwchar 233 120\n",
+        "__fgetws_chk line 3\n",
+        "fwscanf -1 errno Operation not supported 0\n",
+        "fwscanf on a stream of a file of the store is not served",
+    ] {
+        assert!(e.contains(want), "no {want:?} in:\n{e}");
+    }
+    // The kernel's files: the same, but for the scan.
+    let dir = s.p("plain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let k = Command::new(&prog)
+        .arg(&dir)
+        .arg("wide-std")
+        .output()
+        .unwrap();
+    let k = text(&k.stderr);
+    assert!(
+        k.contains("written 17: \u{e9}|42|\u{20ac}|\n    7\n"),
+        "{k}"
+    );
+    assert!(k.contains("fwscanf 2 errno - 12"), "{k}");
+}
+
+/// The figures of a store file's file system, asked by path or by
+/// descriptor, give the store's limit on names (200 bytes, where the file
+/// systems under it take 255): a program that sizes its names by them makes
+/// names the store takes. Before, they were the directory's on disk, and a
+/// name of 201-255 bytes that they allowed failed `ENAMETOOLONG`.
+#[test]
+fn the_stores_figures_give_its_limit_on_names() {
+    let s = Setup::new("names");
+    let prog = probe(&s.p("bin"), true);
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["names", "n1"]);
+    let t = text(&run(c).stdout);
+    for want in [
+        "statvfs 0 200\n",
+        "statfs 0 200\n",
+        "pathconf 200\n",
+        "fstatvfs 0 200\n",
+        "fstatfs 0 200\n",
+        "fpathconf 200\n",
+        "pathconf of the directory 200\n",
+    ] {
+        assert!(t.contains(want), "no {want:?} in:\n{t}");
+    }
+    // Outside the store, the library changes nothing.
+    let dir = s.p("outside");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut c = s.preloaded(&prog);
+    c.arg(&dir).args(["names", "n1"]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("fstatvfs 0 255\n"), "{t}");
+    assert!(t.contains("pathconf of the directory 255\n"), "{t}");
+    // A name of the longest length they give is taken; one byte more is not.
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["names", &"n".repeat(200)]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("fpathconf 200\n"), "{t}");
+    let mut c = s.preloaded(&prog);
+    c.arg(s.p("store")).args(["names", &"n".repeat(201)]);
+    let t = text(&run(c).stdout);
+    assert!(t.contains("fstatvfs -1 "), "{t}");
 }
 
 /// A reader following a file another thread appends to never finds zeros
