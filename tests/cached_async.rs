@@ -2755,3 +2755,55 @@ fn a_queue_without_the_memory_for_its_tables_is_refused() {
     );
     assert!(text.contains("refused: "), "{text}");
 }
+
+/// A queued read that gives up on a page says what held it when it gave up:
+/// here another thread's mutable guard, held past the pin wait; then a read
+/// of the page once the guard is gone passes.
+#[test]
+fn a_queued_read_given_up_says_what_held_the_page() {
+    let tmp = TempDir::new("busy-why");
+    let cs = common::cached_rig(&tmp, 64 * 4096, 64, 4, Duration::from_millis(200));
+    let cf = cs.open_file("data").unwrap();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let cf = &cf;
+        s.spawn(move || {
+            let g = cf.page_mut(3 * 4096).unwrap();
+            held_tx.send(()).unwrap();
+            let _ = go_rx.recv_timeout(Duration::from_secs(20));
+            drop(g);
+        });
+        held_rx.recv_timeout(Duration::from_secs(20)).unwrap();
+        let mut q = cs.queue(4);
+        q.submit(vec![CachedRequest::tagged(
+            OpKind::Read,
+            cf,
+            3 * 4096,
+            vec![0; 4096],
+            7,
+        )]);
+        let t = Instant::now();
+        while q.outstanding() > 0 {
+            assert!(
+                t.elapsed() < Duration::from_secs(20),
+                "the read never ended"
+            );
+            q.wait(1);
+        }
+        go_tx.send(()).unwrap();
+        let mut done = Vec::new();
+        q.take_completions(&mut done);
+        assert_eq!(done.len(), 1);
+        match &done[0].1.result {
+            Err(Error::Busy(m)) => {
+                assert!(m.contains("page 3 of file \"data\""), "{m}");
+                assert!(m.contains("(held by a writer when given up"), "{m}");
+            }
+            other => panic!("a read of a page a writer holds: {other:?}"),
+        }
+    });
+    let mut b = vec![0; 4096];
+    assert_eq!(cf.read_at(3 * 4096, &mut b).unwrap(), 4096);
+    assert_eq!(b, pattern(1, 3 * 4096, 4096));
+}

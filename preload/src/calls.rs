@@ -1926,12 +1926,6 @@ fn follows_open(flags: c_int) -> bool {
     flags & libc::O_NOFOLLOW == 0 && flags & excl != excl
 }
 
-/// Whether C string `path` (not null) ends in `/`, `/.` or `/..`.
-fn names_a_directory_c(path: *const c_char) -> bool {
-    // SAFETY: a C string the caller passed and `classify_as` already read.
-    !path.is_null() && crate::path::names_a_directory(unsafe { CStr::from_ptr(path) }.to_bytes())
-}
-
 /// `open`-like calls: inside the store, a placeholder; else `pass()`.
 fn open_via(
     dirfd: c_int,
@@ -1943,8 +1937,9 @@ fn open_via(
     match classify_as(dirfd, path, follows_open(flags)) {
         // The kernel refuses these flags before it looks at the path.
         Place::Bad(_) | Place::Inside(_) if flags & both == both => int_ret(Err(libc::EINVAL)),
-        // `name/` to create: the kernel's answer whatever `name` is.
-        Place::Bad(_) if flags & libc::O_CREAT != 0 && names_a_directory_c(path) => {
+        // `name/` to create: the kernel's answer whatever `name` is (but
+        // `f/.` and `f/..` walk through `f`, which must be a directory).
+        Place::Bad(_) if flags & libc::O_CREAT != 0 && ends_in_slash(path) => {
             int_ret(Err(libc::EISDIR))
         }
         Place::Bad(e) => int_ret(Err(e)),
@@ -2948,6 +2943,8 @@ pub unsafe extern "C-unwind" fn unlinkat(dirfd: c_int, path: *const c_char, flag
         }
         Place::Inside(name) => int_ret(unlink_name(&name)),
         Place::Root if flags & libc::AT_REMOVEDIR != 0 => int_ret(rmdir_root(path)),
+        // An empty path names nothing (`unlinkat` takes no `AT_EMPTY_PATH`).
+        Place::Root if ending(path) == Ending::Empty => int_ret(Err(libc::ENOENT)),
         Place::Root => int_ret(Err(libc::EISDIR)),
         // SAFETY: passed through with the caller's arguments.
         Place::Outside => unsafe { real::unlinkat()(dirfd, path, flags) },
@@ -3210,6 +3207,7 @@ fn make_at(dir: c_int, path: *const c_char, what: &str) -> Option<c_int> {
             Some(int_ret(Err(libc::EEXIST)))
         }
         Place::Inside(_) => Some(int_ret(Err(unsupported(what, libc::EPERM)))),
+        Place::Root if ending(path) == Ending::Empty => Some(int_ret(Err(libc::ENOENT))),
         Place::Root => Some(int_ret(Err(libc::EEXIST))),
     }
 }
@@ -3341,6 +3339,10 @@ pub unsafe extern "C-unwind" fn mknodat(
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C-unwind" fn symlink(target: *const c_char, path: *const c_char) -> c_int {
+    if ending(target) == Ending::Empty {
+        // The kernel's answer to an empty target, before it looks at `path`.
+        return int_ret(Err(libc::ENOENT));
+    }
     make_at(libc::AT_FDCWD, path, SYMLINK)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::symlink()(target, path) })
@@ -3352,6 +3354,9 @@ pub unsafe extern "C-unwind" fn symlinkat(
     dir: c_int,
     path: *const c_char,
 ) -> c_int {
+    if ending(target) == Ending::Empty {
+        return int_ret(Err(libc::ENOENT));
+    }
     make_at(dir, path, SYMLINK)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::symlinkat()(target, dir, path) })
@@ -3384,6 +3389,10 @@ fn link_at(
     let (src, dst) = (classify_as(d1, from, follow), classify(d2, to));
     match (&src, &dst) {
         (Place::Outside, Place::Outside) => None,
+        // An empty path names nothing (`AT_EMPTY_PATH` is looked for before).
+        _ if ending(from) == Ending::Empty || ending(to) == Ending::Empty => {
+            Some(int_ret(Err(libc::ENOENT)))
+        }
         (Place::Bad(e), _) | (_, Place::Bad(e)) => Some(int_ret(Err(*e))),
         _ => {
             // As the kernel: a missing source, then a name taken, then the
@@ -3460,37 +3469,58 @@ pub unsafe extern "C-unwind" fn linkat(
     if flags & !(libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH) != 0 {
         return int_ret(Err(libc::EINVAL));
     }
-    if flags & libc::AT_EMPTY_PATH != 0 && empty(from) && state::desc(d1).is_some() {
-        // A second name for an open file of the store, as `link` of its
-        // name: refused, in the kernel's order.
-        return int_ret(link_open_file(d2, to));
+    if flags & libc::AT_EMPTY_PATH != 0
+        && empty(from)
+        && let Some(r) = link_descriptor(d1, d2, to)
+    {
+        return int_ret(r);
     }
     link_at(d1, from, d2, to, flags & libc::AT_SYMLINK_FOLLOW != 0)
         // SAFETY: passed through with the caller's arguments.
         .unwrap_or_else(|| unsafe { real::linkat()(d1, from, d2, to, flags) })
 }
 
-/// `linkat(fd, "", d2, to, AT_EMPTY_PATH)` where `fd` is a descriptor of a
-/// file of the store: the new name's errors first (nothing, taken), then
-/// the refusal a `link` of the file's name gets.
-fn link_open_file(d2: c_int, to: *const c_char) -> Result<c_int, i32> {
-    if ending(to) == Ending::Empty {
-        return Err(libc::ENOENT);
+/// `linkat(fd, "", d2, to, AT_EMPTY_PATH)`, a second name for what `fd`
+/// is open on, when either end is the store's: refused in the kernel's
+/// order (a deleted file has none to give, then the new name's errors,
+/// then a directory has no second name, then the refusal a `link` of a
+/// name gets); `None` when neither end is the store's.
+fn link_descriptor(d1: c_int, d2: c_int, to: *const c_char) -> Option<Result<c_int, i32>> {
+    enum Source {
+        File,
+        Deleted,
+        StoreDir,
+        Other,
     }
+    let src = match state::desc(d1) {
+        Some(d) if d.node.forgotten.load(std::sync::atomic::Ordering::Acquire) => Source::Deleted,
+        Some(_) => Source::File,
+        None if d1 >= 0 && matches!(classify(d1, c".".as_ptr()), Place::Root) => Source::StoreDir,
+        None => Source::Other,
+    };
     let dst = classify(d2, to);
-    if let Place::Bad(e) = dst {
-        return Err(e);
+    if matches!((&src, &dst), (Source::Other, Place::Outside)) {
+        return None;
     }
-    if link_end(&dst, d2, to, false)? {
-        return Err(libc::EEXIST);
-    }
-    Err(match dst {
-        Place::Inside(_) | Place::Root => unsupported(
-            "link in SETCACHE_DIR (a file of the store has one name)",
-            libc::EPERM,
-        ),
-        _ => libc::EXDEV,
-    })
+    Some((|| {
+        if matches!(src, Source::Deleted) || ending(to) == Ending::Empty {
+            return Err(libc::ENOENT);
+        }
+        if let Place::Bad(e) = dst {
+            return Err(e);
+        }
+        if link_end(&dst, d2, to, false)? {
+            return Err(libc::EEXIST);
+        }
+        Err(match (src, dst) {
+            (Source::StoreDir, _) => libc::EPERM,
+            (Source::File, Place::Inside(_) | Place::Root) => unsupported(
+                "link in SETCACHE_DIR (a file of the store has one name)",
+                libc::EPERM,
+            ),
+            _ => libc::EXDEV,
+        })
+    })())
 }
 
 #[unsafe(no_mangle)]
@@ -4360,10 +4390,11 @@ fn figures_path(path: *const c_char) -> Result<(*const c_char, bool), i32> {
 }
 
 /// Where the figures of descriptor `fd`'s file system come from: the
-/// store's directory for a descriptor of a file of the store, `None` for
-/// any other (asked of the kernel as it is).
+/// store's directory for a descriptor of a file of the store or of that
+/// directory, `None` for any other (asked of the kernel as it is).
 fn figures_desc(fd: c_int) -> Option<Result<*const c_char, i32>> {
-    if state::desc(fd).is_some() {
+    if state::desc(fd).is_some() || (fd >= 0 && matches!(classify(fd, c".".as_ptr()), Place::Root))
+    {
         return Some(state::config().map(|c| c.dir_c.as_ptr()).ok_or(libc::EBADF));
     }
     state::parents_placeholder(fd).then_some(Err(libc::EBADF))

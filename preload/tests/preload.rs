@@ -667,6 +667,23 @@ fn a_link_outside_the_store_to_one_of_its_files_reaches_that_file() {
     assert!(words.contains("linkat unknown flag -1 EINVAL"), "{t}");
     // So is one of its open descriptor (`AT_EMPTY_PATH`).
     assert!(words.contains("linkat AT_EMPTY_PATH -1 EXDEV"), "{t}");
+    // By descriptor, in the kernel's order: a name in use, then a directory
+    // (which has no second name), then across file systems; a deleted file
+    // has no name to give.
+    let mut c = s.preloaded(&prog);
+    let outside = s.p("out").join("plain");
+    c.arg(s.p("store")).arg("link-fds").arg(&outside).arg("lfd");
+    let t = text(&run(c).stdout);
+    let words = t.split_whitespace().collect::<Vec<_>>().join(" ");
+    for want in [
+        "outside file to a new store name -1 EXDEV",
+        "outside file to a store name in use -1 EEXIST",
+        "the store's directory to outside -1 EPERM",
+        "store file to outside -1 EXDEV",
+        "deleted store file to outside -1 ENOENT",
+    ] {
+        assert!(words.contains(want), "no {want:?} in:\n{t}");
+    }
     assert!(std::fs::symlink_metadata(&to).is_err(), "a link was made");
     // `lf/` names a directory, which the file is not; a link to the
     // store's directory lists the store.
@@ -1026,6 +1043,7 @@ fn the_stores_figures_give_its_limit_on_names() {
         "fstatfs 0 200\n",
         "fpathconf 200\n",
         "pathconf of the directory 200\n",
+        "fstatvfs of the directory 0 200\n",
     ] {
         assert!(t.contains(want), "no {want:?} in:\n{t}");
     }

@@ -1118,6 +1118,12 @@ static void flag_checks(void) {
         show("rename a file to \"\"", rename(path("fc"), ""));
         show("link a file to \"\"", link(path("fc"), ""));
         show("open a file's ..", open(path("fc/.."), O_RDONLY));
+        show("open a file's .. O_CREAT", open(path("fc/.."), O_WRONLY | O_CREAT, 0644));
+        show("linkat of \"\" to a name", linkat(dfd, "", dfd, "h", 0));
+        show("unlinkat of \"\"", unlinkat(dfd, "", 0));
+        show("mkdirat of \"\"", mkdirat(dfd, "", 0755));
+        show("symlinkat to \"\"", symlinkat("x", dfd, ""));
+        show("symlink of \"\"", symlink("", path("h")));
         show("access below a file's ..", access(path("fc/../fc"), F_OK));
         show("mknodat of \"\"", mknodat(dfd, "", S_IFREG | 0644, 0));
         close(dfd);
@@ -2632,7 +2638,32 @@ static void name_limits(const char *name) {
     printf("fstatfs %d %ld\n", rc, (long)sf.f_namelen);
     printf("fpathconf %ld\n", fpathconf(fd, _PC_NAME_MAX));
     printf("pathconf of the directory %ld\n", pathconf(dir, _PC_NAME_MAX));
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    rc = fstatvfs(dfd, &sv);
+    printf("fstatvfs of the directory %d %lu\n", rc, (unsigned long)sv.f_namemax);
+    close(dfd);
     close(fd);
+}
+
+/*
+ * Second names by descriptor (AT_EMPTY_PATH) where one end is the store's:
+ * `outside` is a file outside it, `name` a file of it.
+ */
+static void link_fds(const char *outside, const char *name) {
+    int out = open(outside, O_RDWR | O_CREAT, 0644);
+    int in = open(path(name), O_RDWR | O_CREAT, 0644);
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    char other[4200];
+    snprintf(other, sizeof other, "%s-2", outside);
+    show("outside file to a new store name", linkat(out, "", AT_FDCWD, path("new"), AT_EMPTY_PATH));
+    show("outside file to a store name in use", linkat(out, "", AT_FDCWD, path(name), AT_EMPTY_PATH));
+    show("the store's directory to outside", linkat(dfd, "", AT_FDCWD, other, AT_EMPTY_PATH));
+    show("store file to outside", linkat(in, "", AT_FDCWD, other, AT_EMPTY_PATH));
+    unlink(path(name));
+    show("deleted store file to outside", linkat(in, "", AT_FDCWD, other, AT_EMPTY_PATH));
+    close(in);
+    close(out);
+    close(dfd);
 }
 
 static void wide_std(void) {
@@ -3260,6 +3291,8 @@ int main(int argc, char **argv) {
         largest_file();
     else if (argc > 2 && strcmp(argv[2], "at-largest") == 0)
         at_largest();
+    else if (argc > 4 && strcmp(argv[2], "link-fds") == 0)
+        link_fds(argv[3], argv[4]);
     else if (argc > 3 && strcmp(argv[2], "names") == 0)
         name_limits(argv[3]);
     else if (argc > 2 && strcmp(argv[2], "wide-std") == 0)

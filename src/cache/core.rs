@@ -706,6 +706,26 @@ impl<M: Model> Core<M> {
             .is_some_and(|(s, i)| self.state(s, i).load(Acquire) & (PENDING | WRITEBACK) != 0)
     }
 
+    /// What holds the page of `tag` now, in words, for an error that gave
+    /// up waiting for it (a look without a lock: it may have changed since).
+    pub(crate) fn why_busy(&self, tag: u64) -> &'static str {
+        let Some((s, i)) = self.find(mix64(tag), tag) else {
+            return "not cached, and no slot of its sets came free";
+        };
+        let v = self.state(s, i).load(Acquire);
+        if v & PENDING != 0 {
+            "being read in"
+        } else if v & WRITEBACK != 0 {
+            "being written back"
+        } else if v & WRITER != 0 {
+            "held by a writer"
+        } else if pins(v) > 0 {
+            "pinned by readers"
+        } else {
+            "free by the time it was given up"
+        }
+    }
+
     /// Whether a request queue of the calling thread holds the fill of `tag`
     /// in flight (only this thread finishes it).
     pub(crate) fn is_own_queue_fill(&self, tag: u64) -> bool {
@@ -1948,15 +1968,18 @@ impl<M: Model> Core<M> {
     /// them (worked out on a copy of the policy state, so nothing changes), as
     /// tags; with the number of dirty pages in the set. None of a set a
     /// shrink removed (its pages moved to its buddy, which the move marked
-    /// due itself).
-    pub(crate) fn dirty_in_order(&self, s: usize) -> (Vec<u64>, usize) {
+    /// due itself). Never waits for the set's lock: `None` when another
+    /// thread holds it.
+    pub(crate) fn try_dirty_in_order(&self, s: usize) -> Option<(Vec<u64>, usize)> {
         if s >= self.n_sets() {
-            return (Vec::new(), 0);
+            return Some((Vec::new(), 0));
         }
-        self.lock(s);
+        if !self.try_lock(s) {
+            return None;
+        }
         if s >= self.n_sets() {
             self.unlock(s);
-            return (Vec::new(), 0);
+            return Some((Vec::new(), 0));
         }
         // SAFETY: set `s` is locked until the unlock below.
         let g = unsafe { self.locked(s) };
@@ -1996,7 +2019,7 @@ impl<M: Model> Core<M> {
             left &= !(1 << i);
             order.push(tags[i]);
         }
-        (order, all_dirty)
+        Some((order, all_dirty))
     }
 
     /// Whether `tag` is cached, dirty and idle: a hint, read without the lock
@@ -2294,6 +2317,17 @@ impl<M: Model> Core<M> {
         let v = self.state(s, i).load(Acquire);
         self.unlock(s);
         Some(v)
+    }
+
+    /// As [`Core::state_of`], without waiting for a set's lock: `Err(())`
+    /// when another thread holds one it would look in.
+    pub(crate) fn try_state_of(&self, tag: u64) -> std::result::Result<Option<u32>, ()> {
+        let Some((s, i)) = self.try_lock_holder(mix64(tag), tag)? else {
+            return Ok(None);
+        };
+        let v = self.state(s, i).load(Acquire);
+        self.unlock(s);
+        Ok(Some(v))
     }
 
     /// Mark `tag` dirty if it is cached (not being filled), so that it is

@@ -765,6 +765,11 @@ impl<M: Model> PageCache<M> {
         tag_of(file, page).is_ok_and(|tag| self.core.is_in_io(tag))
     }
 
+    /// What holds `page` of `file` now, in words (see [`core::Core::why_busy`]).
+    pub(crate) fn why_busy(&self, file: u32, page: u64) -> &'static str {
+        tag_of(file, page).map_or("past the cache's pages", |tag| self.core.why_busy(tag))
+    }
+
     /// Make every translation made before now of a page of the sets `page`
     /// of `file` may live in stale (their change counts move), so that a
     /// paged array's reader looks the page up again: for a change that could
@@ -854,10 +859,14 @@ impl<M: Model> PageCache<M> {
     }
 
     /// The dirty, idle pages of `set`, soonest evicted first by its policy (the
-    /// policy state is not changed), and how many pages of the set are dirty.
-    pub(crate) fn dirty_in_eviction_order(&self, set: usize) -> (Vec<(u32, u64)>, usize) {
-        let (tags, n) = self.core.dirty_in_order(set);
-        (tags.into_iter().map(untag).collect(), n)
+    /// policy state is not changed), and how many pages of the set are dirty;
+    /// never waiting for the set's lock: `None` when another thread holds it.
+    pub(crate) fn try_dirty_in_eviction_order(
+        &self,
+        set: usize,
+    ) -> Option<(Vec<(u32, u64)>, usize)> {
+        let (tags, n) = self.core.try_dirty_in_order(set)?;
+        Some((tags.into_iter().map(untag).collect(), n))
     }
 
     /// The page for reading, loading it with `load(file, page, frame)` on a miss
@@ -999,15 +1008,13 @@ impl<M: Model> PageCache<M> {
 
     /// Whether `page` of `file` is cached with data not yet on the device:
     /// dirty, or its write-back still in flight.
+    #[cfg(test)]
     pub(crate) fn write_pending(&self, file: u32, page: u64) -> Result<bool> {
-        Ok(self
-            .core
-            .state_of(tag_of(file, page)?)
-            .is_some_and(|v| v & (core::DIRTY | core::WRITEBACK) != 0))
+        Ok(self.write_pending_why(file, page)?.is_some())
     }
 
-    /// As [`PageCache::write_pending`], saying why: `Some(true)` while its
-    /// write-back is in flight, `Some(false)` while it is dirty with none
+    /// Whether `page` of `file` is cached with data not yet on the device,
+    /// and why: `Some(true)` while its write-back is in flight, `Some(false)` while it is dirty with none
     /// (held by a writer or pinned, say), `None` when nothing is pending.
     pub(crate) fn write_pending_why(&self, file: u32, page: u64) -> Result<Option<bool>> {
         Ok(self
@@ -1015,6 +1022,21 @@ impl<M: Model> PageCache<M> {
             .state_of(tag_of(file, page)?)
             .filter(|v| v & (core::DIRTY | core::WRITEBACK) != 0)
             .map(|v| v & core::WRITEBACK != 0))
+    }
+
+    /// As [`PageCache::write_pending_why`], never waiting for a set's lock:
+    /// `Ok(Err(SetLocked))` when another thread holds one the page may be in.
+    pub(crate) fn try_write_pending_why(
+        &self,
+        file: u32,
+        page: u64,
+    ) -> Result<std::result::Result<Option<bool>, SetLocked>> {
+        Ok(match self.core.try_state_of(tag_of(file, page)?) {
+            Ok(v) => Ok(v
+                .filter(|v| v & (core::DIRTY | core::WRITEBACK) != 0)
+                .map(|v| v & core::WRITEBACK != 0)),
+            Err(()) => Err(SetLocked),
+        })
     }
 
     /// Whether `page` of `file` is cached with someone waiting for its state

@@ -150,8 +150,11 @@ const GATHER: usize = 4096;
 /// between a look at the set and a later clear would leave it unqueued, its
 /// dirty pages waiting for the set's next write or an eviction.
 /// Returns whether the set holds more dirty pages than `low` that were not
-/// idle (a writer inside them, or a pin) and so were not taken: its flag is
-/// cleared, so the flusher must look at it again itself.
+/// idle (a writer inside them, or a pin) and so were not taken, or its lock
+/// was held by another thread: its flag is cleared, so the flusher must look
+/// at it again itself. Never waits for the set's lock: the flusher's writes
+/// in flight hold their pages under write-back until it reaps them, and the
+/// lock's holder may be waiting for one.
 fn due_pages(
     cache: &PageCache,
     set: usize,
@@ -159,7 +162,9 @@ fn due_pages(
     pages: &mut Vec<(u32, u64, usize)>,
 ) -> bool {
     cache.flushed(set);
-    let (order, dirty) = cache.dirty_in_eviction_order(set);
+    let Some((order, dirty)) = cache.try_dirty_in_eviction_order(set) else {
+        return true;
+    };
     #[cfg(test)]
     if let Some(between) = AFTER_LOOK.take(cache as *const PageCache as usize) {
         between();
@@ -182,6 +187,7 @@ const LATER: Duration = Duration::from_millis(50);
 fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
     let cache = &shared.cache;
     let mut w = Writer::new(shared, opts.depth, opts.max_merge, true);
+    w.skip_locked = true;
     let (mut pages, mut writes) = (0, 0);
     let mut report = |w: &Writer<'_>| {
         st.pages.fetch_add(w.pages - pages, Ordering::Relaxed);
@@ -259,8 +265,12 @@ fn run(shared: &Shared, st: &State, low: usize, opts: FlushOptions) {
             }
         }
         for (file, page, set) in pages {
-            let busy = cache.write_pending(file, page).unwrap_or(false)
-                && !cache.writing_back(file, page).unwrap_or(true);
+            // Dirty with no write-back (a writer or a pin held it, or its
+            // set's lock was held), or its set's lock held now: later.
+            let busy = matches!(
+                cache.try_write_pending_why(file, page),
+                Ok(Ok(Some(false)) | Err(_))
+            );
             if busy && !later.contains(&set) {
                 later.push(set);
             }
@@ -342,6 +352,40 @@ mod tests {
         g.fill(page as u8 + 1);
     }
 
+    /// A due set whose lock another thread holds is left for a later look
+    /// at once, not waited for: the flusher's writes in flight hold their
+    /// pages under write-back until it reaps them, and the lock's holder may
+    /// be waiting for one of them.
+    #[test]
+    fn a_due_set_whose_lock_is_held_is_left_for_later() {
+        let cache = one_set();
+        dirty_page(&cache, 0);
+        let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+        let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+        let waited = std::thread::scope(|s| {
+            let cache = &cache;
+            let holder = s.spawn(move || {
+                let mut waited = false;
+                cache.holding_sets_of(1, 0, || {
+                    held_tx.send(()).unwrap();
+                    waited = go_rx.recv_timeout(Duration::from_secs(2)).is_err();
+                });
+                waited
+            });
+            held_rx.recv().unwrap();
+            let mut pages = Vec::new();
+            assert!(due_pages(cache, 0, 0, &mut pages), "not left for later");
+            let _ = go_tx.send(());
+            assert!(pages.is_empty(), "{pages:?}");
+            holder.join().unwrap()
+        });
+        assert!(!waited, "the look waited for the set's lock");
+        // Once the lock is free, the page is there to write.
+        let mut pages = Vec::new();
+        assert!(!due_pages(&cache, 0, 0, &mut pages));
+        assert_eq!(pages, [(1, 0, 0)]);
+    }
+
     /// A page dirtied while the flusher takes the pages of a due set, after
     /// its look at the set, flags and queues the set again: the set is not
     /// left holding as many dirty pages as make it due, and unqueued, until
@@ -368,7 +412,9 @@ mod tests {
         );
         let mut pages = Vec::new();
         assert!(!due_pages(&cache, 0, 1, &mut pages));
-        let (dirty_pages, _) = cache.dirty_in_eviction_order(0);
+        let (dirty_pages, _) = cache
+            .try_dirty_in_eviction_order(0)
+            .expect("the set's lock free");
         let pages: Vec<(u32, u64)> = pages.into_iter().map(|(f, p, _)| (f, p)).collect();
         let left = dirty_pages.iter().filter(|p| !pages.contains(p)).count();
         assert_eq!(left, 2, "taken {pages:?} of {dirty_pages:?}");

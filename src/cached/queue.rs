@@ -1620,10 +1620,13 @@ impl<'a> CachedQueue<'a> {
     /// `collect`.
     fn give_up_pending(&mut self) {
         while let Some((id, page, since)) = self.giving_up.pop() {
-            let name = self.live.get(id).map(|l| l.req.file.entry.file.name());
+            let file = self.live.get(id).map(|l| &l.req.file);
+            let name = file.map(|f| f.entry.file.name());
+            let why = file.map_or("", |f| self.sh.cache.why_busy(f.id, page));
             let e = Error::Busy(format!(
-                "page {page} of file {:?} stayed busy (being filled, written or its set \
-                 pinned) for {} ms",
+                "page {page} of file {:?} stayed busy for {} ms ({why} when given up; a \
+                 page waits while it is read in, written back, held by a writer or pinned, \
+                 and a miss while every slot of its sets is)",
                 name.unwrap_or_default(),
                 since.elapsed().as_millis()
             ));

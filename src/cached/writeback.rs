@@ -92,6 +92,10 @@ pub(crate) struct Writer<'a> {
     pub(crate) writes: u64,
     /// The first failure seen.
     pub(crate) failed: Option<Error>,
+    /// A page whose set's lock another thread holds is skipped (`write`
+    /// returns false) instead of waited for: the flusher's choice, which
+    /// looks at such pages again later.
+    pub(crate) skip_locked: bool,
 }
 
 impl<'a> Writer<'a> {
@@ -129,6 +133,7 @@ impl<'a> Writer<'a> {
             pages: 0,
             writes: 0,
             failed: None,
+            skip_locked: false,
         }
     }
 
@@ -153,6 +158,7 @@ impl<'a> Writer<'a> {
         // may be a writer waiting for one of those pages), they go.
         let first = match cache.try_write_back(file, page) {
             Ok(Ok(w)) => w,
+            Ok(Err(_)) if self.skip_locked => return false,
             Ok(Err(_)) => {
                 self.q.flush_now();
                 cache.write_back(file, page).ok().flatten()
@@ -1502,6 +1508,43 @@ mod lock_wait_tests {
             holder.join().unwrap()
         });
         assert!(!waited, "the run waited for the set's lock");
+        drop(f);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// The flusher's writer skips a page whose set's lock is held, at once
+    /// (the flusher looks at it again later).
+    #[test]
+    fn a_writer_that_skips_locked_pages_does_not_wait() {
+        let (dir, _sw, cs) = dirty_four("skip-locked");
+        let f = cs.open_file("f").unwrap();
+        let cache = &f.shared.cache;
+        let mut w = Writer::new(&f.shared, 8, 4, false);
+        w.skip_locked = true;
+        let (held_tx, held_rx) = channel::<()>();
+        let (go_tx, go_rx) = channel::<()>();
+        let waited = std::thread::scope(|s| {
+            let holder = s.spawn(move || {
+                let mut waited = false;
+                cache.holding_sets_of(f.id, 0, || {
+                    held_tx.send(()).unwrap();
+                    waited = go_rx.recv_timeout(Duration::from_secs(2)).is_err();
+                });
+                waited
+            });
+            held_rx.recv().unwrap();
+            assert!(!w.write(f.id, 0), "a write began through a held lock");
+            let _ = go_tx.send(());
+            holder.join().unwrap()
+        });
+        assert!(!waited, "the writer waited for the set's lock");
+        // Free again: the page and its neighbours go in one write.
+        assert!(w.write(f.id, 0));
+        w.drain();
+        assert!(w.failed.is_none(), "{:?}", w.failed);
+        assert_eq!((w.pages, w.writes), (4, 1));
+        drop(w);
         drop(f);
         drop(cs);
         let _ = std::fs::remove_dir_all(dir);

@@ -251,9 +251,11 @@ impl Drop for Backing {
             // An unlinked file's space comes back only with its last reference,
             // which may be the registration: wait for the engine to let go, so that
             // the last handle of a deleted file gives its space back before its
-            // drop returns, as a close of a deleted local file does.
+            // drop returns, as a close of a deleted local file does. The ring's
+            // thread answers in microseconds; the bound is for a machine so
+            // loaded that it does not run for seconds.
             if unlinked(self.fd.as_raw_fd()) {
-                self.engine.settle(std::time::Duration::from_secs(1));
+                self.engine.settle(std::time::Duration::from_secs(5));
             }
         }
     }
