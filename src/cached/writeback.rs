@@ -268,7 +268,13 @@ impl<'a> Writer<'a> {
                 self.pages += run.pages.len() as u64;
             }
             self.writes += 1;
-            for wb in run.pages {
+            // The file's entry goes before the pages are let go: a `sync`
+            // that waits for them may be followed at once by the file's
+            // delete, whose space must not stay held by this thread's last
+            // reference to the file.
+            let Run { entry, pages, .. } = run;
+            drop(entry);
+            for wb in pages {
                 if kept {
                     // Written before an fsync that failed since: dirty still.
                     drop(wb);

@@ -1622,6 +1622,7 @@ impl Store {
             meta.pending = Some(intent);
             return Err(e);
         }
+        inner.settle_engines();
         if let Err(e) = inner.remove_intent() {
             meta.pending = Some(intent);
             return Err(e);
@@ -2060,7 +2061,18 @@ impl StoreInner {
         for i in 0..self.roots.len() {
             remove_if_present(i, &self.backing_path(i, name))?;
         }
+        self.settle_engines();
         self.sync_dirs()
+    }
+
+    /// Wait, up to a bound, for each device's ring to apply the updates sent
+    /// to it so far: a registration that a closed file's last handle let go
+    /// of just before its delete is then gone, and with it the deleted
+    /// file's last hold on its space (one round trip to each ring's thread).
+    fn settle_engines(&self) {
+        for e in &self.engines {
+            e.settle(std::time::Duration::from_secs(5));
+        }
     }
 
     /// The identity in the header of the piece at `p` on device `i`; `None`
