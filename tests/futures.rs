@@ -551,6 +551,10 @@ impl Wake for Bomb {
 fn a_worker_that_panics_fails_its_requests_instead_of_leaving_them_waiting() {
     let tmp = TempDir::new("futures-bomb");
     let cs = rig(&tmp, 256 * PS, 64);
+    // Nothing read ahead: the last read must be a miss, which needs the
+    // worker (a window begun by the 32 reads in order could have brought it
+    // in, and the read then passed as a hit).
+    cs.set_readahead(0);
     let (tx, rx) = std::sync::mpsc::channel();
     // On a thread of its own, so that a hang fails the test instead of
     // stopping it.
