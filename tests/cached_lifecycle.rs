@@ -671,15 +671,6 @@ fn free_bytes(p: &std::path::Path) -> u64 {
     st.f_bavail * st.f_frsize
 }
 
-/// Fill the file system holding directory `dir` (a file `ballast` in it).
-fn take_the_rest(dir: &std::path::Path) {
-    use std::io::Write;
-    let mut b = std::fs::File::create(dir.join("ballast")).unwrap();
-    for chunk in [MIB as usize, 4096] {
-        while b.write_all(&vec![1u8; chunk]).is_ok() {}
-    }
-}
-
 /// A reserved range takes its space on the devices at once, past the file's
 /// end too, and keeps it through the store's close and open and a growth
 /// over it (lazy or by `set_len`), so that its pages are written back after
@@ -735,7 +726,7 @@ fn a_reserved_range_is_written_back_on_a_full_file_system() {
     let set = cs.open_file("set").unwrap();
     lazy.grow(at + n).unwrap();
     set.set_len(at + n).unwrap();
-    take_the_rest(&fs.0);
+    common::take_the_rest(&fs.0);
     assert!(free_bytes(&fs.0) < 64 * 1024, "the ballast left room");
     let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
     for cf in [&lazy, &set] {
@@ -789,7 +780,7 @@ fn a_reservation_inside_a_large_page_covers_the_page() {
     let cf = cs.create("f", 4 * MIB, LayoutKind::Stripe).unwrap();
     let at = 3 * ps as u64 + 100;
     cf.reserve(at, 100).unwrap();
-    take_the_rest(&fs.0);
+    common::take_the_rest(&fs.0);
     cf.write_at(at, &[9u8; 100]).unwrap();
     cf.sync()
         .unwrap_or_else(|e| panic!("sync of 100 reserved bytes in a 16 KiB page: {e}"));

@@ -6,17 +6,6 @@ mod common;
 use common::{TempDir, small_cache as cache};
 use setcache::{CachedStore, EngineKind, LayoutKind, Store, StoreOptions};
 
-const MIB: u64 = 1 << 20;
-
-/// Fill the file system holding directory `dir` (a file `ballast` in it).
-fn take_the_rest(dir: &std::path::Path) {
-    use std::io::Write;
-    let mut b = std::fs::File::create(dir.join("ballast")).unwrap();
-    for chunk in [MIB as usize, 4096] {
-        while b.write_all(&vec![1u8; chunk]).is_ok() {}
-    }
-}
-
 /// A deleted file's space is back when its delete (or, for a file still
 /// open, its last handle's drop) returns, as a local file system's: the
 /// ring's registration of its backing file, which may be the last reference,
@@ -54,7 +43,7 @@ fn a_deleted_files_space_is_back_when_the_delete_returns() {
         if round % 2 == 0 {
             drop(cf.take());
         }
-        take_the_rest(&fs.0);
+        common::take_the_rest(&fs.0);
         let mut b = std::fs::OpenOptions::new()
             .append(true)
             .open(fs.0.join("ballast"))

@@ -408,3 +408,12 @@ pub fn child_ends_well(pid: libc::pid_t, what: &str) {
         "{what}: status {status}"
     );
 }
+
+/// Fill the file system holding directory `dir` (a file `ballast` in it).
+pub fn take_the_rest(dir: &Path) {
+    use std::io::Write;
+    let mut b = std::fs::File::create(dir.join("ballast")).unwrap();
+    for chunk in [1usize << 20, 4096] {
+        while b.write_all(&vec![1u8; chunk]).is_ok() {}
+    }
+}
