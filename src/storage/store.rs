@@ -38,7 +38,7 @@ use crate::storage::buf::{AlignedBuf, Arena};
 use crate::storage::file::{DIRECT_ALIGN, File, FileInner};
 use crate::storage::header::{HEADER_BYTES, Header, MAX_LEN, V1};
 use crate::storage::io::{
-    Backing, DeviceEngine, DeviceState, EngineKind, EngineParams, start_engines,
+    Backing, DeviceEngine, DeviceState, EngineKind, EngineParams, cut_if_unnamed, start_engines,
 };
 use crate::storage::layout::{Layout, LayoutKind, MAX_DEVICES, mix64};
 use intent::{Decoded, INTENT_FILE, Intent, Op};
@@ -888,6 +888,16 @@ fn read_intent(path: &Path) -> std::io::Result<Vec<u8>> {
 /// Open `path` to read it, refusing (rather than waiting on) anything but a
 /// regular file: a FIFO under the name would block the open until a writer
 /// came.
+/// The regular file at `path` (not through a symbolic link), opened to be cut
+/// once its name is gone ([`cut_if_unnamed`]); `None` when there is none or
+/// it cannot be opened for writing (its space then comes back with its last
+/// reference).
+fn hold_for_cut(path: &Path) -> Option<Fd> {
+    let fd = open_raw(path, libc::O_RDWR | libc::O_NONBLOCK | libc::O_NOFOLLOW).ok()?;
+    let st = fstat(&fd).ok()?;
+    (st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(fd)
+}
+
 fn open_regular(path: &Path) -> std::io::Result<Fd> {
     let fd = open_raw(path, libc::O_RDONLY | libc::O_NONBLOCK)?;
     if fstat(&fd)?.st_mode & libc::S_IFMT != libc::S_IFREG {
@@ -1534,15 +1544,17 @@ impl Store {
             if !matches!(e.posix_errno(), libc::ENOSPC | libc::EDQUOT) {
                 return Err(e);
             }
-            meta.files.remove(name);
+            let cut = meta.forget(name);
             // Part-way, it is finished by the next metadata operation, as
             // a delete with its record is.
             return inner
-                .redo_delete(name)
+                .redo_delete(name, cut)
                 .inspect_err(|_| meta.pending = Some(intent));
         }
-        meta.files.remove(name);
-        let done = inner.redo_delete(name).and_then(|()| inner.remove_intent());
+        let cut = meta.forget(name);
+        let done = inner
+            .redo_delete(name, cut)
+            .and_then(|()| inner.remove_intent());
         if let Err(e) = done {
             meta.pending = Some(intent);
             return Err(e);
@@ -1617,7 +1629,8 @@ impl Store {
             uid,
         });
         inner.write_intent(&mut meta, &intent)?;
-        if let Err(e) = inner.redo_replace(&mut meta, from, to, uid) {
+        let cut = meta.files.get(to).is_none_or(|w| w.strong_count() == 0);
+        if let Err(e) = inner.redo_replace(&mut meta, from, to, uid, cut) {
             // Begun: it is finished later (at the next operation or open).
             meta.pending = Some(intent);
             return Err(e);
@@ -1689,6 +1702,13 @@ enum Resized {
 }
 
 impl Meta {
+    /// Forget the open file `name` (being deleted); whether no handle holds it.
+    fn forget(&mut self, name: &str) -> bool {
+        self.files
+            .remove(name)
+            .is_none_or(|w| w.strong_count() == 0)
+    }
+
     /// After `from` was renamed to `to` on the devices: the open file follows.
     fn rename_open(&mut self, from: &str, to: &str) {
         if let Some(w) = self.files.remove(from)
@@ -1901,8 +1921,9 @@ impl StoreInner {
         match &intent.op {
             Op::Create { name, uid } => self.undo_create(name, *uid),
             Op::Delete { name } => {
+                // Not cut: a handle a first pass forgot may still read it.
                 meta.files.remove(name);
-                self.redo_delete(name)
+                self.redo_delete(name, false)
             }
             Op::Rename { from, to } => {
                 let open = meta.files.get(from).and_then(Weak::upgrade);
@@ -1910,7 +1931,8 @@ impl StoreInner {
                 meta.rename_open(from, to);
                 self.sync_dirs()
             }
-            Op::Replace { from, to, uid } => self.redo_replace(meta, from, to, *uid),
+            // Not cut: a handle a first pass forgot may still read `to`.
+            Op::Replace { from, to, uid } => self.redo_replace(meta, from, to, *uid, false),
             Op::SetLen {
                 name,
                 uid,
@@ -2056,10 +2078,18 @@ impl StoreInner {
         self.sync_dirs()
     }
 
-    /// Roll a delete forward: remove the backing file on every device that has it.
-    fn redo_delete(&self, name: &str) -> Result<()> {
+    /// Roll a delete forward: remove the backing file on every device that has
+    /// it. With `cut` (no handle reads the file), each piece no name leads to
+    /// any more is cut to length 0 first, so that its space is back when this
+    /// returns, whatever else still holds it (see [`cut_if_unnamed`]).
+    fn redo_delete(&self, name: &str, cut: bool) -> Result<()> {
         for i in 0..self.roots.len() {
-            remove_if_present(i, &self.backing_path(i, name))?;
+            let path = self.backing_path(i, name);
+            let held = if cut { hold_for_cut(&path) } else { None };
+            remove_if_present(i, &path)?;
+            if let Some(fd) = held {
+                cut_if_unnamed(fd.as_raw_fd());
+            }
         }
         self.settle_engines();
         self.sync_dirs()
@@ -2108,14 +2138,25 @@ impl StoreInner {
     /// of the replaced file on devices where `from` has none; the replaced
     /// file's open handles are forgotten, `from`'s follow the name.
     /// Idempotent: a device already done has no piece of `from` and its piece
-    /// of `to` carries `uid`.
-    fn redo_replace(&self, meta: &mut Meta, from: &str, to: &str, uid: u64) -> Result<()> {
+    /// of `to` carries `uid`. With `cut` (no handle reads the replaced file),
+    /// its pieces are cut to length 0 once no name leads to them, as a
+    /// delete's are.
+    fn redo_replace(
+        &self,
+        meta: &mut Meta,
+        from: &str,
+        to: &str,
+        uid: u64,
+        cut: bool,
+    ) -> Result<()> {
         let open = meta.files.get(from).and_then(Weak::upgrade);
         let mut name = open
             .as_deref()
             .map(|f| f.name.write().unwrap_or_else(|p| p.into_inner()));
         for i in 0..self.roots.len() {
             let (src, dst) = (self.backing_path(i, from), self.backing_path(i, to));
+            // (An earlier pass's moved piece has a name: it is not cut.)
+            let held = if cut { hold_for_cut(&dst) } else { None };
             if exists(&src) {
                 crash_point()?;
                 fs::rename(&src, &dst)
@@ -2131,6 +2172,9 @@ impl StoreInner {
                     }
                     Err(e) => return Err(e),
                 }
+            }
+            if let Some(fd) = held {
+                cut_if_unnamed(fd.as_raw_fd());
             }
         }
         if let Some(n) = name.as_mut() {

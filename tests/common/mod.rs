@@ -285,6 +285,22 @@ impl Tmpfs {
     }
 }
 
+/// A store of one device on a tmpfs of `mib` MiB mounted for one test,
+/// through io_uring without direct I/O (which tmpfs refuses); `None` as
+/// [`Tmpfs::mount`].
+pub fn tmpfs_store(tmp: &TempDir, mib: u64) -> Option<(Tmpfs, Store)> {
+    let fs = Tmpfs::mount(&tmp.path().join("mnt"), mib)?;
+    let root = fs.0.join("dev0");
+    std::fs::create_dir_all(&root).unwrap();
+    let opts = StoreOptions {
+        engine: EngineKind::Uring,
+        direct_io: false,
+        ..StoreOptions::default()
+    };
+    let store = Store::open(&[&root], opts).unwrap();
+    Some((fs, store))
+}
+
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         unmount(&self.0);

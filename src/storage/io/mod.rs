@@ -212,6 +212,9 @@ pub(crate) struct Backing {
     pub(crate) state: Arc<DeviceState>,
     /// The device's engine; operations on this file are sent to it.
     pub(crate) engine: Arc<dyn DeviceEngine>,
+    /// The process that opened it: a child made by `fork` dropping its copy
+    /// leaves the file as it is.
+    origin: crate::util::origin::Origin,
 }
 
 impl Backing {
@@ -234,6 +237,7 @@ impl Backing {
             tail_clear: std::sync::atomic::AtomicBool::new(false),
             state,
             engine: engine.clone(),
+            origin: crate::util::origin::Origin::here(),
         }
     }
 
@@ -244,6 +248,11 @@ impl Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
+        // The last handle of a deleted file: its space comes back now, whoever
+        // else still holds the file (see [`cut_if_unnamed`]).
+        if self.origin.is_here() {
+            cut_if_unnamed(self.fd.as_raw_fd());
+        }
         if let Some(slot) = self.slot {
             // The engine drops the registration before it looks at later messages; the
             // descriptor itself closes when `fd` drops right after this.
@@ -258,6 +267,22 @@ impl Drop for Backing {
                 self.engine.settle(std::time::Duration::from_secs(5));
             }
         }
+    }
+}
+
+/// Give back the space of the open file `fd` if no name leads to it any more
+/// (`st_nlink` 0), by cutting it to length 0: its space otherwise comes back
+/// only with the kernel's last reference to the file, which the store does
+/// not control (a registration the ring lets go of, a request the kernel
+/// finishes on a worker of its own, a descriptor copied into a child by
+/// `fork`), and may come back after the delete or the close returned. Only
+/// for a file no handle of the store reads any more: nothing can read the
+/// cut bytes.
+pub(crate) fn cut_if_unnamed(fd: RawFd) {
+    if unlinked(fd) {
+        // SAFETY: `ftruncate` on an open descriptor; a failure (a file
+        // system that cannot) leaves the space to the last reference.
+        let _ = unsafe { libc::ftruncate(fd, 0) };
     }
 }
 
