@@ -1414,6 +1414,29 @@ impl<M: Model> Core<M> {
         }
     }
 
+    /// Wait until page `tag` is no longer being filled, written back or held
+    /// by a writer, or `timeout` has passed (at once if it is absent or none
+    /// of those), for a caller that holds none of them and would otherwise
+    /// poll: it sleeps on the page's word, which each of those ends wakes.
+    /// Holds no pin: should the page leave (and another take the slot), its
+    /// generation moves and the wait ends. Returns whether it waited.
+    pub(crate) fn wait_busy(&self, tag: u64, timeout: Duration) -> bool {
+        const BUSY: u32 = PENDING | WRITEBACK | WRITER;
+        let Some((s, i)) = self.lock_holder(mix64(tag), tag) else {
+            return false;
+        };
+        let v = self.state(s, i).load(Acquire);
+        self.unlock(s);
+        if v & BUSY == 0 {
+            return false;
+        }
+        let gen0 = v & GEN_MASK;
+        let deadline = M::now() + timeout;
+        let done = |v: u32| v & BUSY == 0 || v & GEN_MASK != gen0;
+        self.wait_slot_until(s, i, done, Some(deadline));
+        true
+    }
+
     /// Wait until page `tag` is no longer being filled, or `timeout` has
     /// passed (at once if it is absent or not being filled). Takes no fill:
     /// for callers that own none and would otherwise poll. Returns whether

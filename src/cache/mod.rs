@@ -732,6 +732,14 @@ impl<M: Model> PageCache<M> {
         self.try_read_as(file, page, offset, dst, true)
     }
 
+    /// Wait until `page` of `file` is no longer being filled, written back
+    /// or held by a writer, for at most `timeout` (at once if it is absent
+    /// or none of those): for a caller that holds none of them, instead of
+    /// polling. Returns whether it waited.
+    pub(crate) fn wait_busy(&self, file: u32, page: u64, timeout: std::time::Duration) -> bool {
+        tag_of(file, page).is_ok_and(|tag| self.core.wait_busy(tag, timeout))
+    }
+
     /// Wait until `page` of `file` is no longer being filled, for at most
     /// `timeout` (at once if it is absent or not being filled). For a caller
     /// that owns no fill, instead of polling. Returns whether it waited.

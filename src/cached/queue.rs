@@ -436,6 +436,11 @@ fn copy_out(fills: &mut Slab<Waiting<'_>>, s: &Slots, slot: &Slot, len: usize, p
 /// is in flight (unless the pin wait is longer): then it fails `Busy`.
 const IO_WAIT: Duration = Duration::from_secs(30);
 
+/// The first and the longest nap of a queue waiting for parked pages that no
+/// wait on a page covers.
+const NAP_MIN: Duration = Duration::from_micros(20);
+const NAP_MAX: Duration = Duration::from_millis(1);
+
 /// What became of one page of a request.
 enum Step {
     Done,
@@ -546,6 +551,10 @@ pub struct CachedQueue<'a> {
     /// Device operations not yet passed on after each request's start.
     #[cfg(test)]
     unsent_after_start: Vec<usize>,
+    /// Times a wait looked again at parked pages after a nap or a wait on
+    /// one of them.
+    #[cfg(test)]
+    parked_looks: usize,
 }
 
 impl CachedStore {
@@ -619,6 +628,8 @@ impl<'a> CachedQueue<'a> {
             missing: false,
             #[cfg(test)]
             unsent_after_start: Vec::new(),
+            #[cfg(test)]
+            parked_looks: 0,
         }
     }
 
@@ -763,7 +774,16 @@ impl<'a> CachedQueue<'a> {
         self.ran = 0;
         self.collect();
         let limit = self.sh.cache.pin_wait();
+        // The nap between looks at parked pages that no wait covers (pinned
+        // by readers, or a miss whose sets are full): doubled while nothing
+        // finishes, so that many threads waiting so do not take the CPUs
+        // from the threads that would free those pages.
+        let mut nap = NAP_MIN;
+        let mut ran = self.ran;
         while self.ran < n && self.outstanding > 0 && !(bell && self.q.bell_rang()) {
+            if self.ran > ran {
+                (nap, ran) = (NAP_MIN, self.ran);
+            }
             // A page busy for longer than the pin wait gives up, whether or
             // not the queue's other requests keep finishing meanwhile.
             let oldest = self.parked.iter().map(|p| p.2).min();
@@ -778,8 +798,11 @@ impl<'a> CachedQueue<'a> {
                 // another queue that does may never be polled: the wait is
                 // bounded (the pin wait, `IO_WAIT` for I/O in flight).
                 if let Some(&(req, page, _)) = self.parked.first() {
-                    // Most often another thread's fill (readahead): sleep
-                    // until it ends rather than poll.
+                    // Most often another thread's fill (readahead), the
+                    // flusher's write-back or another writer: sleep until it
+                    // ends rather than poll (pages a write-back holds wait for
+                    // a device, and threads polling for them would take the
+                    // CPU the kernel's completion of that write needs).
                     let fid = self.live.get(req).map(|l| l.req.file.id);
                     let cache = &self.sh.cache;
                     // A queue with a doorbell looks at it every millisecond.
@@ -788,8 +811,13 @@ impl<'a> CachedQueue<'a> {
                     } else {
                         limit - waited
                     };
-                    if !fid.is_some_and(|fid| cache.wait_fill(fid, page, slice)) {
-                        std::thread::sleep(Duration::from_micros(20));
+                    if !fid.is_some_and(|fid| cache.wait_busy(fid, page, slice)) {
+                        std::thread::sleep(nap.min(slice));
+                        nap = (nap * 2).min(NAP_MAX);
+                    }
+                    #[cfg(test)]
+                    {
+                        self.parked_looks += 1;
                     }
                 }
             } else {
@@ -1875,6 +1903,63 @@ mod tests {
         );
         drop(q);
         drop(cf);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A queued write of a page another thread writes back sleeps until the
+    /// write-back ends, and is woken by its end: it does not poll the page
+    /// meanwhile. (Many threads polling pages a write-back held took the
+    /// CPUs from the kernel's completion of that very write, on two cores
+    /// for up to 30 s.)
+    #[test]
+    fn a_write_to_a_page_under_write_back_sleeps_until_it_ends() {
+        let dir = crate::cached::scratch_dir("wait-write-back");
+        let store = Store::open(&[&dir], crate::StoreOptions::default()).unwrap();
+        let cs = CachedStore::new(store, crate::cached::small_cache(64)).unwrap();
+        let f = cs.create("f", 4096, LayoutKind::Stripe).unwrap();
+        f.write_at(0, &[1; 4096]).unwrap();
+        let cache = &f.shared.cache;
+        let wb = cache.write_back(f.id, 0).unwrap().expect("page 0 dirty");
+        let held = Duration::from_millis(300);
+        let (ended, looks, done_at) = std::thread::scope(|s| {
+            let ender = s.spawn(move || {
+                std::thread::sleep(held);
+                let at = std::time::Instant::now();
+                wb.finish(Ok(())).unwrap();
+                at
+            });
+            let mut q = cs.queue(4);
+            q.submit(vec![CachedRequest::tagged(
+                OpKind::Write,
+                &f,
+                0,
+                vec![2; 4096],
+                9,
+            )]);
+            assert_eq!(q.wait(1), 1, "the write did not finish");
+            let done_at = std::time::Instant::now();
+            let mut done = Vec::new();
+            q.take_completions(&mut done);
+            assert!(done[0].1.result.is_ok(), "{:?}", done[0].1.result);
+            (ender.join().unwrap(), q.parked_looks, done_at)
+        });
+        assert!(done_at >= ended, "the write finished during the write-back");
+        let late = done_at - ended;
+        assert!(
+            late < Duration::from_millis(100),
+            "woken {late:?} after the write-back ended"
+        );
+        // One look when the write-back ends (a wake-up of the futex for
+        // another change of the page's word may add a few).
+        assert!(
+            looks <= 5,
+            "looked at the page {looks} times in {held:?} while it was written back"
+        );
+        let mut b = [0; 4096];
+        f.read_at(0, &mut b).unwrap();
+        assert_eq!(b, [2; 4096]);
+        drop(f);
         drop(cs);
         let _ = std::fs::remove_dir_all(&dir);
     }
