@@ -339,9 +339,16 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         let before = normalise(&base, &p[..at]);
         if let Some(Place::Inside(n)) = relative_to(&before, &cfg.dir)
             .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&before, c)))
-            && below_a_name(&n) == libc::ENOTDIR
         {
-            return Place::Bad(libc::ENOTDIR);
+            if below_a_name(&n) == libc::ENOTDIR {
+                return Place::Bad(libc::ENOTDIR);
+            }
+            // `$DIR/nx/..` where the store has no `nx`, nor the directory on
+            // disk: the kernel stops at `nx` (a rename or link to such a path
+            // must not be taken for one that leaves the store).
+            if !on_disk(&before) {
+                return Place::Bad(libc::ENOENT);
+            }
         }
         return match by_the_kernel(cfg, dirfd, p) {
             Place::Inside(_) if names_a_directory(p) => Place::Bad(libc::ENOTDIR),
@@ -360,6 +367,35 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         Some(place) => place,
         None => Place::Outside,
     }
+}
+
+/// Whether something (a link not followed) is at the absolute `path` on
+/// disk. The caller's `errno` is kept.
+fn on_disk(path: &[u8]) -> bool {
+    if path.contains(&0) {
+        return true;
+    }
+    let mut c = Vec::with_capacity(path.len() + 1);
+    c.extend_from_slice(path);
+    c.push(0);
+    // SAFETY: `stat` is plain data, for which all zeros is a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: this thread's errno.
+    let saved = unsafe { *libc::__errno_location() };
+    // SAFETY: a NUL-terminated path and a `stat` of ours; a system call of
+    // its own, not the C library's `fstatat`, which this library stands in for.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_newfstatat,
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            &mut st as *mut libc::stat,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    // SAFETY: this thread's errno.
+    unsafe { *libc::__errno_location() = saved };
+    r == 0
 }
 
 /// Where the first `..` component of `p` starts, if it has one.

@@ -1125,6 +1125,10 @@ static void flag_checks(void) {
         show("symlinkat to \"\"", symlinkat("x", dfd, ""));
         show("symlink of \"\"", symlink("", path("h")));
         show("access below a file's ..", access(path("fc/../fc"), F_OK));
+        show("rename through a missing name's ..", rename(path("fc"), path("nx/../fd")));
+        show("rename from a missing name's ..", rename(path("nx/../fc"), path("fd")));
+        show("link through a missing name's ..", link(path("fc"), path("nx/../fd")));
+        show("open through a missing name's ..", open(path("nx/../fc"), O_RDONLY));
         show("mknodat of \"\"", mknodat(dfd, "", S_IFREG | 0644, 0));
         close(dfd);
     }
