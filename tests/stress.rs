@@ -1,0 +1,578 @@
+//! Many threads on the same pages of one file behind a small cache, with the
+//! flusher, evictions and syncs running all the time, through every way a
+//! page is read or written: queued reads, writes and page requests,
+//! synchronous copies, shared guards and mutable guards.
+//!
+//! Every write fills a whole page with a stamp (its thread and number), the
+//! page's number and words derived from the stamp, so a page read shows which
+//! write it holds, or that it is torn. Each thread logs when each of its
+//! requests began and when it saw it end. The checks, after the threads stop:
+//!
+//! * no request failed, and no page read was torn or held another page's
+//!   bytes;
+//! * every read shows a write to its page that began before the read ended,
+//!   and that no other write to the page superseded (began after it ended and
+//!   ended before the read began): an atomic register per page;
+//! * no thread went longer than [`STALL`] without a request of its own
+//!   ending;
+//! * after a sync, a close and a reopen, every page holds a write that no
+//!   other write superseded (none began after it ended).
+//!
+//! `SETCACHE_STRESS_SECS` (default 3) and `SETCACHE_STRESS_THREADS` (default
+//! 32) make the run longer and wider; CI runs it again at 64 threads for
+//! 20 s.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{Rng, TempDir};
+use setcache::layout::mix64;
+use setcache::{
+    CacheOptions, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
+    LayoutKind, OpKind, PageGuard, PolicyKind, Store, StoreOptions,
+};
+
+const PS: usize = 4096;
+const WORDS: usize = PS / 8;
+/// The file: three times the cache.
+const FILE_PAGES: u64 = 768;
+const CACHE_PAGES: usize = 256;
+/// Half of all requests go to these first pages, so that several threads
+/// are on one page at once.
+const HOT_PAGES: u64 = 24;
+const DEPTH: usize = 4;
+/// How long a page may stay busy before a request gives up: far longer than
+/// any request should wait, so that a failure is a defect, not a slow run.
+const PIN_WAIT: Duration = Duration::from_secs(10);
+/// The longest a thread may go without one of its requests ending.
+const STALL: Duration = Duration::from_secs(5);
+const NAME: &str = "stress";
+
+fn env_or(var: &str, default: u64) -> u64 {
+    match std::env::var(var) {
+        Ok(v) => v
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={v:?} is not a whole number")),
+        Err(_) => default,
+    }
+}
+
+/// The bytes of the write `stamp` to `page`.
+fn fill(buf: &mut [u8], stamp: u64, page: u64) {
+    for (i, w) in buf.chunks_exact_mut(8).enumerate() {
+        let v = match i {
+            0 => stamp,
+            1 => page,
+            _ => mix64(stamp ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
+        };
+        w.copy_from_slice(&v.to_le_bytes());
+    }
+}
+
+/// The stamp of the write a page read of `page` shows (0: never written), or
+/// what is wrong with it.
+fn decode(buf: &[u8], page: u64) -> Result<u64, String> {
+    assert_eq!(buf.len(), PS);
+    let word = |i: usize| u64::from_le_bytes(buf[i * 8..i * 8 + 8].try_into().unwrap());
+    let stamp = word(0);
+    if stamp == 0 {
+        return match (0..WORDS).find(|&i| word(i) != 0) {
+            None => Ok(0),
+            Some(i) => Err(format!(
+                "page {page}: word 0 is 0 (never written) but word {i} is {:#x}: torn",
+                word(i)
+            )),
+        };
+    }
+    if word(1) != page {
+        return Err(format!(
+            "page {page}: holds page {}'s bytes (stamp {stamp:#x})",
+            word(1)
+        ));
+    }
+    let mut want = vec![0u8; PS];
+    fill(&mut want, stamp, page);
+    match (0..WORDS).find(|&i| buf[i * 8..i * 8 + 8] != want[i * 8..i * 8 + 8]) {
+        None => Ok(stamp),
+        Some(i) => Err(format!(
+            "page {page}: torn, word {i} is not stamp {stamp:#x}'s"
+        )),
+    }
+}
+
+/// One request as its thread saw it: times in nanoseconds since the start.
+#[derive(Clone, Copy)]
+struct Op {
+    page: u64,
+    stamp: u64,
+    begin: u64,
+    end: u64,
+}
+
+#[derive(Default)]
+struct Log {
+    writes: Vec<Op>,
+    reads: Vec<Op>,
+    errors: Vec<String>,
+    longest_gap: Duration,
+    ops: u64,
+}
+
+/// What a thread does.
+#[derive(Clone, Copy, Debug)]
+enum Style {
+    /// A queue of tagged reads and writes.
+    Queue,
+    /// A queue of page requests and tagged writes.
+    QueuePages,
+    /// `read_at` and `write_at`.
+    Copies,
+    /// `page` and `page_mut`.
+    Guards,
+}
+
+struct Run<'a> {
+    t: u64,
+    rng: Rng,
+    seq: u64,
+    start: Instant,
+    deadline: Instant,
+    last_end: Instant,
+    log: Log,
+    cs: &'a CachedStore,
+    cf: &'a CachedFile,
+}
+
+impl Run<'_> {
+    fn now(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+
+    fn page(&mut self) -> u64 {
+        if self.rng.below(2) == 0 {
+            self.rng.below(HOT_PAGES)
+        } else {
+            self.rng.below(FILE_PAGES)
+        }
+    }
+
+    fn stamp(&mut self) -> u64 {
+        self.seq += 1;
+        (self.t + 1) << 40 | self.seq
+    }
+
+    fn ended(&mut self) {
+        let now = Instant::now();
+        self.log.longest_gap = self.log.longest_gap.max(now - self.last_end);
+        self.last_end = now;
+        self.log.ops += 1;
+    }
+
+    fn read_done(&mut self, page: u64, bytes: &[u8], begin: u64, how: &str) {
+        let end = self.now();
+        self.ended();
+        match decode(bytes, page) {
+            Ok(stamp) => self.log.reads.push(Op {
+                page,
+                stamp,
+                begin,
+                end,
+            }),
+            Err(e) => self
+                .log
+                .errors
+                .push(format!("thread {} ({how}): {e}", self.t)),
+        }
+    }
+
+    fn failed(&mut self, what: String) {
+        self.ended();
+        self.log.errors.push(format!("thread {}: {what}", self.t));
+    }
+
+    fn go(&mut self, style: Style) {
+        match style {
+            Style::Queue | Style::QueuePages => self.queued(matches!(style, Style::QueuePages)),
+            Style::Copies | Style::Guards => self.calls(matches!(style, Style::Guards)),
+        }
+    }
+
+    fn calls(&mut self, guards: bool) {
+        let cf = self.cf;
+        let mut buf = vec![0u8; PS];
+        while Instant::now() < self.deadline && self.log.errors.is_empty() {
+            let page = self.page();
+            let at = page * PS as u64;
+            let begin = self.now();
+            let write = self.rng.below(2) == 0;
+            match (guards, write) {
+                (false, false) => match cf.read_at(at, &mut buf) {
+                    Ok(n) if n == PS => self.read_done(page, &buf, begin, "read_at"),
+                    Ok(n) => self.failed(format!("read_at page {page}: {n} bytes, not {PS}")),
+                    Err(e) => self.failed(format!("read_at page {page}: {e}")),
+                },
+                (false, true) => {
+                    let stamp = self.stamp();
+                    fill(&mut buf, stamp, page);
+                    match cf.write_at(at, &buf) {
+                        Ok(()) => self.wrote(page, stamp, begin),
+                        Err(e) => self.failed(format!("write_at page {page}: {e}")),
+                    }
+                }
+                (true, false) => match cf.page(at) {
+                    Ok(g) => {
+                        let bytes: &[u8] = &g;
+                        let copy = bytes.to_vec();
+                        std::thread::yield_now();
+                        if g[..] != copy[..] {
+                            self.log.errors.push(format!(
+                                "thread {}: page {page} changed under a shared guard",
+                                self.t
+                            ));
+                        }
+                        drop(g);
+                        self.read_done(page, &copy, begin, "page");
+                    }
+                    Err(e) => self.failed(format!("page {page}: {e}")),
+                },
+                (true, true) => match cf.page_mut(at) {
+                    Ok(mut g) => {
+                        let stamp = self.stamp();
+                        // In two halves with a yield between: nobody may see
+                        // the half-filled page.
+                        let mut whole = vec![0u8; PS];
+                        fill(&mut whole, stamp, page);
+                        g[..PS / 2].copy_from_slice(&whole[..PS / 2]);
+                        std::thread::yield_now();
+                        g[PS / 2..].copy_from_slice(&whole[PS / 2..]);
+                        drop(g);
+                        self.wrote(page, stamp, begin);
+                    }
+                    Err(e) => self.failed(format!("page_mut page {page}: {e}")),
+                },
+            }
+        }
+    }
+
+    fn wrote(&mut self, page: u64, stamp: u64, begin: u64) {
+        let end = self.now();
+        self.ended();
+        self.log.writes.push(Op {
+            page,
+            stamp,
+            begin,
+            end,
+        });
+    }
+
+    fn queued(&mut self, pages: bool) {
+        let cf = self.cf;
+        let mut q = self.cs.queue(DEPTH);
+        // Tag: index into `pending`, which holds (page, stamp or 0 for a
+        // read, begin).
+        let mut pending: Vec<Option<(u64, u64, u64)>> = vec![None; DEPTH];
+        let mut done = Vec::new();
+        let mut guards = Vec::new();
+        let mut batch = Vec::new();
+        loop {
+            let open = Instant::now() < self.deadline && self.log.errors.is_empty();
+            if open {
+                for tag in 0..DEPTH {
+                    if pending[tag].is_some() {
+                        continue;
+                    }
+                    // A page request's guard is this thread's until the
+                    // batch is reaped, and a write by its holder to that page
+                    // is refused (it would wait for itself): with page
+                    // requests, no two requests in flight share a page.
+                    let page = loop {
+                        let page = self.page();
+                        if !pages || pending.iter().flatten().all(|&(p, _, _)| p != page) {
+                            break page;
+                        }
+                    };
+                    let slot = &mut pending[tag];
+                    let at = page * PS as u64;
+                    let begin = self.now();
+                    let tag = tag as u64;
+                    if self.rng.below(2) == 0 {
+                        let stamp = self.stamp();
+                        let mut buf = vec![0u8; PS];
+                        fill(&mut buf, stamp, page);
+                        batch.push(CachedRequest::tagged(OpKind::Write, cf, at, buf, tag));
+                        *slot = Some((page, stamp, begin));
+                    } else if pages {
+                        batch.push(CachedRequest::page(cf, at, tag));
+                        *slot = Some((page, 0, begin));
+                    } else {
+                        batch.push(CachedRequest::tagged(
+                            OpKind::Read,
+                            cf,
+                            at,
+                            vec![0u8; PS],
+                            tag,
+                        ));
+                        *slot = Some((page, 0, begin));
+                    }
+                }
+                q.submit_from(&mut batch);
+            }
+            // Requests that found their pages cached ended inside the submit.
+            self.reap(&mut q, &mut pending, &mut done, &mut guards);
+            if q.outstanding() == 0 {
+                if !open {
+                    break;
+                }
+                continue;
+            }
+            q.wait(1);
+            self.reap(&mut q, &mut pending, &mut done, &mut guards);
+        }
+    }
+
+    fn reap<'q>(
+        &mut self,
+        q: &mut CachedQueue<'q>,
+        pending: &mut [Option<(u64, u64, u64)>],
+        done: &mut Vec<(u64, CachedCompletion)>,
+        guards: &mut Vec<(u64, setcache::Result<PageGuard<'q>>)>,
+    ) {
+        q.take_completions(done);
+        q.take_pages(guards);
+        for (tag, c) in done.drain(..) {
+            let (page, stamp, begin) = pending[tag as usize].take().expect("a tag in use");
+            match (c.kind, c.result) {
+                (_, Err(e)) => self.failed(format!("queued {:?} of page {page}: {e}", c.kind)),
+                (OpKind::Write, Ok(())) => self.wrote(page, stamp, begin),
+                (OpKind::Read, Ok(())) => self.read_done(page, &c.buf, begin, "queued read"),
+            }
+        }
+        for (tag, g) in guards.drain(..) {
+            let (page, _, begin) = pending[tag as usize].take().expect("a tag in use");
+            match g {
+                Ok(g) => {
+                    let copy = g.to_vec();
+                    drop(g);
+                    self.read_done(page, &copy, begin, "queued page");
+                }
+                Err(e) => self.failed(format!("queued page request of page {page}: {e}")),
+            }
+        }
+    }
+}
+
+/// For each page, each write's stamp and the time the first write to the
+/// page that began after it ended ended (`u64::MAX`: none did): from then on,
+/// no read may show it.
+fn superseded(writes: &[Op]) -> HashMap<(u64, u64), (u64, u64)> {
+    let mut by_page: HashMap<u64, Vec<Op>> = (0..FILE_PAGES).map(|p| (p, Vec::new())).collect();
+    for w in writes {
+        by_page.entry(w.page).or_default().push(*w);
+    }
+    let mut out = HashMap::new();
+    for (page, mut ws) in by_page {
+        // Never written: the page as created, ended at time 0.
+        ws.push(Op {
+            page,
+            stamp: 0,
+            begin: 0,
+            end: 0,
+        });
+        ws.sort_by_key(|w| w.begin);
+        // Earliest end among the writes from index i on.
+        let mut min_end = vec![u64::MAX; ws.len() + 1];
+        for i in (0..ws.len()).rev() {
+            min_end[i] = min_end[i + 1].min(ws[i].end);
+        }
+        for w in &ws {
+            let first_after = ws.partition_point(|x| x.begin <= w.end);
+            out.insert((page, w.stamp), (w.begin, min_end[first_after]));
+        }
+    }
+    out
+}
+
+fn open(roots: &[std::path::PathBuf]) -> CachedStore {
+    let store = Store::open(roots, StoreOptions::default()).unwrap();
+    let sets = CACHE_PAGES / 12;
+    CachedStore::new(
+        store,
+        CacheOptions {
+            size: CACHE_PAGES * PS,
+            page_size: PS,
+            policy: PolicyKind::DEFAULT,
+            pin_wait: PIN_WAIT,
+            partitions: common::partitions_upto(sets),
+            ..CacheOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
+    let secs = env_or("SETCACHE_STRESS_SECS", 3);
+    let threads = env_or("SETCACHE_STRESS_THREADS", 32).max(4);
+    let tmp = TempDir::new("stress");
+    let roots = tmp.devices(2);
+    {
+        let store = Store::open(&roots, StoreOptions::default()).unwrap();
+        store
+            .create(NAME, FILE_PAGES * PS as u64, LayoutKind::Stripe)
+            .unwrap();
+    }
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    // A hang fails the test instead of holding CI until its own limit.
+    let finished = std::sync::Arc::new(AtomicBool::new(false));
+    let watch = finished.clone();
+    let limit = Duration::from_secs(secs) + 2 * STALL + Duration::from_secs(60);
+    std::thread::spawn(move || {
+        while start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(100));
+            if watch.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        eprintln!("stress: not finished after {limit:?}: a request or a sync hangs");
+        std::process::exit(101);
+    });
+    let cs = open(&roots);
+    let cf = cs.open_file(NAME).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut logs: Vec<(Style, Log)> = Vec::new();
+    let mut syncs = 0u64;
+    std::thread::scope(|s| {
+        // Syncs all along, so that write-back runs beside the flusher's.
+        let syncer = s.spawn(|| {
+            let mut n = 0u64;
+            let mut errors = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                if let Err(e) = cf.sync() {
+                    errors.push(format!("sync: {e}"));
+                }
+                n += 1;
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (n, errors)
+        });
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let style = [
+                    Style::Queue,
+                    Style::QueuePages,
+                    Style::Copies,
+                    Style::Guards,
+                ][t as usize % 4];
+                let (cs, cf) = (&cs, &cf);
+                s.spawn(move || {
+                    let mut run = Run {
+                        t,
+                        rng: Rng(0x5eed ^ t),
+                        seq: 0,
+                        start,
+                        deadline,
+                        last_end: Instant::now(),
+                        log: Log::default(),
+                        cs,
+                        cf,
+                    };
+                    run.go(style);
+                    (style, run.log)
+                })
+            })
+            .collect();
+        for w in workers {
+            logs.push(w.join().unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        let (n, errors) = syncer.join().unwrap();
+        assert!(errors.is_empty(), "syncs failed: {errors:?}");
+        syncs = n;
+    });
+    cs.sync().unwrap();
+    drop(cf);
+    cs.close().unwrap();
+
+    let mut errors = Vec::new();
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
+    for (t, (style, log)) in logs.iter().enumerate() {
+        assert!(log.ops > 0, "thread {t} ({style:?}) finished no request");
+        errors.extend(log.errors.iter().cloned());
+        if log.longest_gap > STALL {
+            errors.push(format!(
+                "thread {t} ({style:?}) went {:?} without a request ending",
+                log.longest_gap
+            ));
+        }
+        writes.extend_from_slice(&log.writes);
+        reads.extend_from_slice(&log.reads);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} errors, the first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    let ends = superseded(&writes);
+    let mut stale = 0u64;
+    let mut first = None;
+    for r in &reads {
+        let Some(&(w_begin, gone)) = ends.get(&(r.page, r.stamp)) else {
+            panic!(
+                "a read of page {} showed stamp {:#x}, which no thread wrote there",
+                r.page, r.stamp
+            );
+        };
+        assert!(
+            w_begin <= r.end,
+            "a read of page {} showed stamp {:#x}, which began after the read ended",
+            r.page,
+            r.stamp
+        );
+        if gone < r.begin {
+            stale += 1;
+            first.get_or_insert(*r);
+        }
+    }
+    if let Some(r) = first {
+        panic!(
+            "{stale} of {} reads showed a superseded write; the first: page {}, stamp {:#x}, \
+             read from {} to {} ns, that write superseded at {} ns",
+            reads.len(),
+            r.page,
+            r.stamp,
+            r.begin,
+            r.end,
+            ends[&(r.page, r.stamp)].1
+        );
+    }
+
+    // What a fresh store reads: a write no other write began after.
+    let cs = open(&roots);
+    let cf = cs.open_file(NAME).unwrap();
+    let mut buf = vec![0u8; PS];
+    for page in 0..FILE_PAGES {
+        assert_eq!(cf.read_at(page * PS as u64, &mut buf).unwrap(), PS);
+        let stamp = decode(&buf, page).unwrap_or_else(|e| panic!("after the reopen: {e}"));
+        let Some(&(_, gone)) = ends.get(&(page, stamp)) else {
+            panic!("after the reopen, page {page} holds stamp {stamp:#x}, never written there");
+        };
+        assert_eq!(
+            gone,
+            u64::MAX,
+            "after the reopen, page {page} holds stamp {stamp:#x}, superseded by a later write"
+        );
+    }
+    finished.store(true, Ordering::Relaxed);
+    eprintln!(
+        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs; the longest wait {:?}",
+        writes.len(),
+        reads.len(),
+        logs.iter().map(|(_, l)| l.longest_gap).max().unwrap()
+    );
+}
