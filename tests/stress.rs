@@ -1,7 +1,8 @@
 //! Many threads on the same pages of one file behind a small cache, with the
 //! flusher, evictions and syncs running all the time, through every way a
 //! page is read or written: queued reads, writes and page requests,
-//! synchronous copies, shared guards and mutable guards.
+//! synchronous copies, shared guards and mutable guards, and futures (some
+//! dropped before they finish).
 //!
 //! Every write fills a whole page with a stamp (its thread and number), the
 //! page's number and words derived from the stamp, so a page read shows which
@@ -25,7 +26,10 @@
 mod common;
 
 use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use common::{Rng, TempDir};
@@ -132,6 +136,28 @@ enum Style {
     Copies,
     /// `page` and `page_mut`.
     Guards,
+    /// Futures of reads, writes and pages, [`DEPTH`] at a time under a
+    /// minimal executor; one batch in eight dropped after its first poll.
+    Futures,
+}
+
+/// What a future of [`Style::Futures`] gives back: a page's bytes, or a
+/// write's outcome.
+enum Done {
+    Read(setcache::Result<Vec<u8>>),
+    Wrote(setcache::Result<()>),
+}
+
+type Task<'a> = Pin<Box<dyn Future<Output = Done> + 'a>>;
+
+/// The minimal executor's waker: unparks the thread, and says it was woken.
+struct Flag(AtomicBool, std::thread::Thread);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+        self.1.unpark();
+    }
 }
 
 struct Run<'a> {
@@ -197,6 +223,97 @@ impl Run<'_> {
         match style {
             Style::Queue | Style::QueuePages => self.queued(matches!(style, Style::QueuePages)),
             Style::Copies | Style::Guards => self.calls(matches!(style, Style::Guards)),
+            Style::Futures => self.futures(),
+        }
+    }
+
+    fn futures(&mut self) {
+        let cf = self.cf;
+        let me = std::thread::current();
+        while Instant::now() < self.deadline && self.log.errors.is_empty() {
+            let cancel = self.rng.below(8) == 0;
+            let mut tasks = Vec::new();
+            for _ in 0..DEPTH {
+                let page = self.page();
+                let at = page * PS as u64;
+                let begin = self.now();
+                let (stamp, task): (u64, Task<'_>) = match self.rng.below(3) {
+                    0 => {
+                        let stamp = self.stamp();
+                        let mut buf = vec![0u8; PS];
+                        fill(&mut buf, stamp, page);
+                        let task = async move { Done::Wrote(cf.write_at_async(at, buf).await.0) };
+                        (stamp, Box::pin(task))
+                    }
+                    1 => {
+                        let task = async move {
+                            let (n, buf) = cf.read_at_async(at, vec![0u8; PS]).await;
+                            Done::Read(n.map(|n| buf[..n].to_vec()))
+                        };
+                        (0, Box::pin(task))
+                    }
+                    _ => {
+                        let task =
+                            async move { Done::Read(cf.page_async(at).await.map(|g| g.to_vec())) };
+                        (0, Box::pin(task))
+                    }
+                };
+                let flag = Arc::new(Flag(AtomicBool::new(true), me.clone()));
+                tasks.push(Some((page, stamp, begin, task, flag)));
+            }
+            let mut left = tasks.len();
+            let mut first = true;
+            while left > 0 {
+                let mut polled = false;
+                for slot in tasks.iter_mut() {
+                    let Some((page, stamp, begin, task, flag)) = slot else {
+                        continue;
+                    };
+                    if !flag.0.swap(false, Ordering::AcqRel) {
+                        continue;
+                    }
+                    polled = true;
+                    let waker = Waker::from(flag.clone());
+                    let Poll::Ready(done) = task.as_mut().poll(&mut Context::from_waker(&waker))
+                    else {
+                        continue;
+                    };
+                    let (page, stamp, begin) = (*page, *stamp, *begin);
+                    *slot = None;
+                    left -= 1;
+                    match done {
+                        Done::Wrote(Ok(())) => self.wrote(page, stamp, begin),
+                        Done::Read(Ok(b)) if b.len() == PS => {
+                            self.read_done(page, &b, begin, "future")
+                        }
+                        Done::Read(Ok(b)) => {
+                            self.failed(format!("future read of page {page}: {} bytes", b.len()))
+                        }
+                        Done::Wrote(Err(e)) | Done::Read(Err(e)) => {
+                            self.failed(format!("future of page {page}: {e}"))
+                        }
+                    }
+                }
+                if first && cancel {
+                    // Dropped unfinished: a write may still land at any time
+                    // (it ends, for the checks, never), a read is forgotten.
+                    for (page, stamp, begin, _, _) in tasks.iter().flatten() {
+                        if *stamp != 0 {
+                            self.log.writes.push(Op {
+                                page: *page,
+                                stamp: *stamp,
+                                begin: *begin,
+                                end: u64::MAX,
+                            });
+                        }
+                    }
+                    break;
+                }
+                first = false;
+                if !polled {
+                    std::thread::park_timeout(Duration::from_millis(100));
+                }
+            }
         }
     }
 
@@ -427,7 +544,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
     // A hang fails the test instead of holding CI until its own limit.
-    let finished = std::sync::Arc::new(AtomicBool::new(false));
+    let finished = Arc::new(AtomicBool::new(false));
     let watch = finished.clone();
     let limit = Duration::from_secs(secs) + 2 * STALL + Duration::from_secs(60);
     std::thread::spawn(move || {
