@@ -583,7 +583,8 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
                     Style::QueuePages,
                     Style::Copies,
                     Style::Guards,
-                ][t as usize % 4];
+                    Style::Futures,
+                ][t as usize % 5];
                 let (cs, cf) = (&cs, &cf);
                 s.spawn(move || {
                     let mut run = Run {
@@ -686,8 +687,17 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
         );
     }
     finished.store(true, Ordering::Relaxed);
+    let mut by_style: Vec<(String, u64)> = Vec::new();
+    for (style, log) in &logs {
+        let name = format!("{style:?}");
+        match by_style.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, ops)) => *ops += log.ops,
+            None => by_style.push((name, log.ops)),
+        }
+    }
     eprintln!(
-        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs; the longest wait {:?}",
+        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs; requests by style \
+         {by_style:?}; the longest wait {:?}",
         writes.len(),
         reads.len(),
         logs.iter().map(|(_, l)| l.longest_gap).max().unwrap()
