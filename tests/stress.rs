@@ -1,8 +1,9 @@
 //! Many threads on the same pages of one file behind a small cache, with the
 //! flusher, evictions and syncs running all the time, through every way a
 //! page is read or written: queued reads, writes and page requests,
-//! synchronous copies, shared guards and mutable guards, and futures (some
-//! dropped before they finish).
+//! synchronous copies, shared guards and mutable guards, futures (some
+//! dropped before they finish), and partitioned queues whose tasks read pages
+//! in the partition that owns them.
 //!
 //! Every write fills a whole page with a stamp (its thread and number), the
 //! page's number and words derived from the stamp, so a page read shows which
@@ -36,7 +37,7 @@ use common::{Rng, TempDir};
 use setcache::layout::mix64;
 use setcache::{
     CacheOptions, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
-    LayoutKind, OpKind, PageGuard, PolicyKind, Store, StoreOptions,
+    LayoutKind, OpKind, PageGuard, PartitionOptions, Partitions, PolicyKind, Store, StoreOptions,
 };
 
 const PS: usize = 4096;
@@ -139,6 +140,15 @@ enum Style {
     /// Futures of reads, writes and pages, [`DEPTH`] at a time under a
     /// minimal executor; one batch in eight dropped after its first poll.
     Futures,
+    /// A partitioned mode's queue: reads, writes, and tasks that read the
+    /// page's stamp in the partition that owns it.
+    Parts,
+}
+
+/// The task of [`Style::Parts`]: the stamp of the write page `arg` holds, or
+/// `u64::MAX` if it is torn or another page's.
+fn stamp_task(page: &[u8], _at: usize, arg: u64) -> u64 {
+    decode(page, arg).unwrap_or(u64::MAX)
 }
 
 /// What a future of [`Style::Futures`] gives back: a page's bytes, or a
@@ -170,6 +180,7 @@ struct Run<'a> {
     log: Log,
     cs: &'a CachedStore,
     cf: &'a CachedFile,
+    parts: &'a Partitions<'a>,
 }
 
 impl Run<'_> {
@@ -224,6 +235,77 @@ impl Run<'_> {
             Style::Queue | Style::QueuePages => self.queued(matches!(style, Style::QueuePages)),
             Style::Copies | Style::Guards => self.calls(matches!(style, Style::Guards)),
             Style::Futures => self.futures(),
+            Style::Parts => self.partitioned(),
+        }
+    }
+
+    fn partitioned(&mut self) {
+        let cf = self.cf;
+        let mut q = match self.parts.queue(DEPTH) {
+            Ok(q) => q,
+            Err(e) => return self.failed(format!("a partitioned queue: {e}")),
+        };
+        // Tag: index into `pending`: (page, stamp or 0, begin, a task).
+        let mut pending: Vec<Option<(u64, u64, u64, bool)>> = vec![None; DEPTH];
+        let mut done = Vec::new();
+        loop {
+            let open = Instant::now() < self.deadline && self.log.errors.is_empty();
+            if open {
+                for tag in 0..DEPTH {
+                    if pending[tag].is_some() {
+                        continue;
+                    }
+                    let page = self.page();
+                    let at = page * PS as u64;
+                    let begin = self.now();
+                    let tagged = tag as u64;
+                    pending[tag] = Some(match self.rng.below(3) {
+                        0 => {
+                            let stamp = self.stamp();
+                            let mut buf = vec![0u8; PS];
+                            fill(&mut buf, stamp, page);
+                            q.write(cf, at, buf, tagged);
+                            (page, stamp, begin, false)
+                        }
+                        1 => {
+                            q.read(cf, at, vec![0u8; PS], tagged);
+                            (page, 0, begin, false)
+                        }
+                        _ => {
+                            q.task(cf, at, stamp_task, page, tagged);
+                            (page, 0, begin, true)
+                        }
+                    });
+                }
+                q.flush();
+            }
+            if q.outstanding() > 0 {
+                q.wait(1);
+            }
+            q.take_completions(&mut done);
+            for c in done.drain(..) {
+                let (page, stamp, begin, task) =
+                    pending[c.tag as usize].take().expect("a tag in use");
+                match c.result {
+                    Err(e) => self.failed(format!("partitioned request of page {page}: {e}")),
+                    Ok(()) if stamp != 0 => self.wrote(page, stamp, begin),
+                    Ok(()) if task && c.value == u64::MAX => {
+                        self.failed(format!("a task found page {page} torn or another's"))
+                    }
+                    Ok(()) if task => {
+                        // The task's stamp, as a read of it.
+                        let mut whole = vec![0u8; PS];
+                        if c.value != 0 {
+                            fill(&mut whole, c.value, page);
+                        }
+                        self.read_done(page, &whole, begin, "task")
+                    }
+                    Ok(()) => self.read_done(page, &c.buf, begin, "partitioned read"),
+                }
+            }
+            if !open && q.outstanding() == 0 {
+                break;
+            }
         }
     }
 
@@ -522,7 +604,9 @@ fn open(roots: &[std::path::PathBuf]) -> CachedStore {
             page_size: PS,
             policy: PolicyKind::DEFAULT,
             pin_wait: PIN_WAIT,
-            partitions: common::partitions_upto(sets),
+            // Two partitions at least, so that the partitioned queues send
+            // requests to a worker as well as serve their own.
+            partitions: common::partitions().max(2).min(sets),
             ..CacheOptions::default()
         },
     )
@@ -559,6 +643,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
     });
     let cs = open(&roots);
     let cf = cs.open_file(NAME).unwrap();
+    let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
     let stop = AtomicBool::new(false);
     let mut logs: Vec<(Style, Log)> = Vec::new();
     let mut syncs = 0u64;
@@ -584,8 +669,9 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
                     Style::Copies,
                     Style::Guards,
                     Style::Futures,
-                ][t as usize % 5];
-                let (cs, cf) = (&cs, &cf);
+                    Style::Parts,
+                ][t as usize % 6];
+                let (cs, cf, parts) = (&cs, &cf, &parts);
                 s.spawn(move || {
                     let mut run = Run {
                         t,
@@ -597,6 +683,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
                         log: Log::default(),
                         cs,
                         cf,
+                        parts,
                     };
                     run.go(style);
                     (style, run.log)
@@ -611,6 +698,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
         assert!(errors.is_empty(), "syncs failed: {errors:?}");
         syncs = n;
     });
+    drop(parts);
     cs.sync().unwrap();
     drop(cf);
     cs.close().unwrap();
