@@ -251,15 +251,15 @@ impl Run<'_> {
         loop {
             let open = Instant::now() < self.deadline && self.log.errors.is_empty();
             if open {
-                for tag in 0..DEPTH {
-                    if pending[tag].is_some() {
+                for (tag, slot) in pending.iter_mut().enumerate() {
+                    if slot.is_some() {
                         continue;
                     }
                     let page = self.page();
                     let at = page * PS as u64;
                     let begin = self.now();
                     let tagged = tag as u64;
-                    pending[tag] = Some(match self.rng.below(3) {
+                    *slot = Some(match self.rng.below(3) {
                         0 => {
                             let stamp = self.stamp();
                             let mut buf = vec![0u8; PS];
