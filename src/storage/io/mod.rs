@@ -248,10 +248,12 @@ impl Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
+        let fd = self.fd.as_raw_fd();
+        let gone = unlinked(fd);
         // The last handle of a deleted file: its space comes back now, whoever
         // else still holds the file (see [`cut_if_unnamed`]).
-        if self.origin.is_here() {
-            cut_if_unnamed(self.fd.as_raw_fd());
+        if gone && self.origin.is_here() {
+            cut(fd);
         }
         if let Some(slot) = self.slot {
             // The engine drops the registration before it looks at later messages; the
@@ -263,7 +265,7 @@ impl Drop for Backing {
             // drop returns, as a close of a deleted local file does. The ring's
             // thread answers in microseconds; the bound is for a machine so
             // loaded that it does not run for seconds.
-            if unlinked(self.fd.as_raw_fd()) {
+            if gone {
                 self.engine.settle(std::time::Duration::from_secs(5));
             }
         }
@@ -280,10 +282,15 @@ impl Drop for Backing {
 /// cut bytes.
 pub(crate) fn cut_if_unnamed(fd: RawFd) {
     if unlinked(fd) {
-        // SAFETY: `ftruncate` on an open descriptor; a failure (a file
-        // system that cannot) leaves the space to the last reference.
-        let _ = unsafe { libc::ftruncate(fd, 0) };
+        cut(fd);
     }
+}
+
+/// Cut the open file `fd` to length 0.
+fn cut(fd: RawFd) {
+    // SAFETY: `ftruncate` on an open descriptor; a failure (a file system
+    // that cannot) leaves the space to the last reference.
+    let _ = unsafe { libc::ftruncate(fd, 0) };
 }
 
 /// Whether the open file `fd` has no name left (`st_nlink` 0).
