@@ -3,7 +3,8 @@
 //! page is read or written: queued reads, writes and page requests,
 //! synchronous copies, shared guards and mutable guards, futures (some
 //! dropped before they finish), and partitioned queues whose tasks read pages
-//! in the partition that owns them.
+//! in the partition that owns them; meanwhile the cache is grown and shrunk
+//! over and over.
 //!
 //! Every write fills a whole page with a stamp (its thread and number), the
 //! page's number and words derived from the stamp, so a page read shows which
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use common::{Rng, TempDir};
 use setcache::layout::mix64;
 use setcache::{
-    CacheOptions, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
+    CacheOptions, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, Error,
     LayoutKind, OpKind, PageGuard, PartitionOptions, Partitions, PolicyKind, Store, StoreOptions,
 };
 
@@ -603,6 +604,7 @@ fn open(roots: &[std::path::PathBuf]) -> CachedStore {
             size: CACHE_PAGES * PS,
             page_size: PS,
             policy: PolicyKind::DEFAULT,
+            max_size: Some(2 * CACHE_PAGES * PS),
             pin_wait: PIN_WAIT,
             // Two partitions at least, so that the partitioned queues send
             // requests to a worker as well as serve their own.
@@ -647,6 +649,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
     let stop = AtomicBool::new(false);
     let mut logs: Vec<(Style, Log)> = Vec::new();
     let mut syncs = 0u64;
+    let mut resizes = (0u64, 0u64);
     std::thread::scope(|s| {
         // Syncs all along, so that write-back runs beside the flusher's.
         let syncer = s.spawn(|| {
@@ -660,6 +663,23 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
                 std::thread::sleep(Duration::from_millis(20));
             }
             (n, errors)
+        });
+        // The cache grown to twice its size and shrunk to half, in turns,
+        // while every path runs: pages move between sets under their users.
+        let resizer = s.spawn(|| {
+            let (mut done, mut busy) = (0u64, 0u64);
+            let mut errors = Vec::new();
+            let sizes = [2 * CACHE_PAGES, CACHE_PAGES / 2, CACHE_PAGES];
+            while !stop.load(Ordering::Relaxed) {
+                match cs.cache().resize(sizes[(done + busy) as usize % 3] * PS) {
+                    Ok(()) => done += 1,
+                    // Dirty pages left no room: the next size in turn.
+                    Err(Error::ResizeBusy(_)) => busy += 1,
+                    Err(e) => errors.push(format!("resize: {e}")),
+                }
+                std::thread::sleep(Duration::from_millis(30));
+            }
+            (done, busy, errors)
         });
         let workers: Vec<_> = (0..threads)
             .map(|t| {
@@ -697,6 +717,13 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
         let (n, errors) = syncer.join().unwrap();
         assert!(errors.is_empty(), "syncs failed: {errors:?}");
         syncs = n;
+        let (done, busy, errors) = resizer.join().unwrap();
+        assert!(errors.is_empty(), "resizes failed: {errors:?}");
+        assert!(
+            done > 0,
+            "no resize went through ({busy} found the cache busy)"
+        );
+        resizes = (done, busy);
     });
     drop(parts);
     cs.sync().unwrap();
@@ -784,7 +811,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
         }
     }
     eprintln!(
-        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs; requests by style \
+        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs, resizes {resizes:?} (done, busy); requests by style \
          {by_style:?}; the longest wait {:?}",
         writes.len(),
         reads.len(),
