@@ -4,7 +4,8 @@
 //! synchronous copies, shared guards and mutable guards, futures (some
 //! dropped before they finish), and partitioned queues whose tasks read pages
 //! in the partition that owns them; meanwhile the cache is grown and shrunk
-//! over and over.
+//! over and over. A second test does the same with the elements of an
+//! out-of-core array, each an 8-byte stamp.
 //!
 //! Every write fills a whole page with a stamp (its thread and number), the
 //! page's number and words derived from the stamp, so a page read shows which
@@ -38,7 +39,8 @@ use common::{Rng, TempDir};
 use setcache::layout::mix64;
 use setcache::{
     CacheOptions, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore, Error,
-    LayoutKind, OpKind, PageGuard, PartitionOptions, Partitions, PolicyKind, Store, StoreOptions,
+    LayoutKind, OpKind, PageGuard, PagedArray, PartitionOptions, Partitions, PolicyKind, Store,
+    StoreOptions,
 };
 
 const PS: usize = 4096;
@@ -564,19 +566,23 @@ impl Run<'_> {
     }
 }
 
-/// For each page, each write's stamp and the time the first write to the
-/// page that began after it ended ended (`u64::MAX`: none did): from then on,
-/// no read may show it.
-fn superseded(writes: &[Op]) -> HashMap<(u64, u64), (u64, u64)> {
-    let mut by_page: HashMap<u64, Vec<Op>> = (0..FILE_PAGES).map(|p| (p, Vec::new())).collect();
+/// For each (key, stamp) of a write: when it began, and when it was
+/// superseded (see [`superseded`]).
+type Ends = HashMap<(u64, u64), (u64, u64)>;
+
+/// For each key (a page, or an element), each write's stamp and the time
+/// the first write to the key that began after it ended ended (`u64::MAX`:
+/// none did): from then on, no read may show it. Every key starts as written
+/// by stamp 0 at time 0.
+fn superseded(writes: &[Op], keys: impl Iterator<Item = u64>) -> Ends {
+    let mut by_key: HashMap<u64, Vec<Op>> = keys.map(|k| (k, Vec::new())).collect();
     for w in writes {
-        by_page.entry(w.page).or_default().push(*w);
+        by_key.entry(w.page).or_default().push(*w);
     }
     let mut out = HashMap::new();
-    for (page, mut ws) in by_page {
-        // Never written: the page as created, ended at time 0.
+    for (key, mut ws) in by_key {
         ws.push(Op {
-            page,
+            page: key,
             stamp: 0,
             begin: 0,
             end: 0,
@@ -589,10 +595,169 @@ fn superseded(writes: &[Op]) -> HashMap<(u64, u64), (u64, u64)> {
         }
         for w in &ws {
             let first_after = ws.partition_point(|x| x.begin <= w.end);
-            out.insert((page, w.stamp), (w.begin, min_end[first_after]));
+            out.insert((key, w.stamp), (w.begin, min_end[first_after]));
         }
     }
     out
+}
+
+/// The checks of the threads' logs (named by their style): no error, no
+/// stall, every read a write not superseded before it began. Returns the
+/// writes' ends by key and stamp, and the counts of writes and reads.
+fn check_logs(
+    logs: &[(String, Log)],
+    keys: impl Iterator<Item = u64>,
+    what: &str,
+) -> (Ends, usize, usize) {
+    let mut errors = Vec::new();
+    let mut writes = Vec::new();
+    let mut reads = Vec::new();
+    for (t, (style, log)) in logs.iter().enumerate() {
+        assert!(log.ops > 0, "thread {t} ({style}) finished no request");
+        errors.extend(log.errors.iter().cloned());
+        if log.longest_gap > STALL {
+            errors.push(format!(
+                "thread {t} ({style}) went {:?} without a request ending",
+                log.longest_gap
+            ));
+        }
+        writes.extend_from_slice(&log.writes);
+        reads.extend_from_slice(&log.reads);
+    }
+    assert!(
+        errors.is_empty(),
+        "{} errors, the first: {:?}",
+        errors.len(),
+        &errors[..errors.len().min(5)]
+    );
+    let ends = superseded(&writes, keys);
+    let mut stale = 0u64;
+    let mut first = None;
+    for r in &reads {
+        let Some(&(w_begin, gone)) = ends.get(&(r.page, r.stamp)) else {
+            panic!(
+                "a read of {what} {} showed stamp {:#x}, which no thread wrote there",
+                r.page, r.stamp
+            );
+        };
+        assert!(
+            w_begin <= r.end,
+            "a read of {what} {} showed stamp {:#x}, which began after the read ended",
+            r.page,
+            r.stamp
+        );
+        if gone < r.begin {
+            stale += 1;
+            first.get_or_insert(*r);
+        }
+    }
+    if let Some(r) = first {
+        panic!(
+            "{stale} of {} reads showed a superseded write; the first: {what} {}, stamp {:#x}, \
+             read from {} to {} ns, that write superseded at {} ns",
+            reads.len(),
+            r.page,
+            r.stamp,
+            r.begin,
+            r.end,
+            ends[&(r.page, r.stamp)].1
+        );
+    }
+    (ends, writes.len(), reads.len())
+}
+
+/// What a reopened store holds for `key`, `stamp`: a write no other write
+/// began after.
+fn check_last(ends: &Ends, what: &str, key: u64, stamp: u64) {
+    let Some(&(_, gone)) = ends.get(&(key, stamp)) else {
+        panic!("after the reopen, {what} {key} holds stamp {stamp:#x}, never written there");
+    };
+    assert_eq!(
+        gone,
+        u64::MAX,
+        "after the reopen, {what} {key} holds stamp {stamp:#x}, superseded by a later write"
+    );
+}
+
+/// Requests finished by each style of thread, in the order first seen.
+fn by_style(logs: &[(String, Log)]) -> Vec<(&str, u64)> {
+    let mut out: Vec<(&str, u64)> = Vec::new();
+    for (style, log) in logs {
+        match out.iter_mut().find(|(n, _)| *n == style) {
+            Some((_, ops)) => *ops += log.ops,
+            None => out.push((style, log.ops)),
+        }
+    }
+    out
+}
+
+/// A hang fails the test instead of holding CI until its own limit: the
+/// process ends unless the flag is set within `secs` and the margins.
+fn watchdog(start: Instant, secs: u64) -> Arc<AtomicBool> {
+    let finished = Arc::new(AtomicBool::new(false));
+    let watch = finished.clone();
+    let limit = Duration::from_secs(secs) + 2 * STALL + Duration::from_secs(60);
+    std::thread::spawn(move || {
+        while start.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(100));
+            if watch.load(Ordering::Relaxed) {
+                return;
+            }
+        }
+        eprintln!("stress: not finished after {limit:?}: a request or a sync hangs");
+        std::process::exit(101);
+    });
+    finished
+}
+
+/// Sync with `sync` every 20 ms until `stop`, so that write-back runs
+/// beside the flusher's: how many, and the errors.
+fn syncs_until(stop: &AtomicBool, sync: impl Fn() -> setcache::Result<()>) -> (u64, Vec<String>) {
+    let mut n = 0u64;
+    let mut errors = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        if let Err(e) = sync() {
+            errors.push(format!("sync: {e}"));
+        }
+        n += 1;
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    (n, errors)
+}
+
+/// Grow the cache to twice its size and shrink it to half, in turns, every
+/// 30 ms until `stop`, so that pages move between sets under their users:
+/// resizes done, resizes that found dirty pages in the way, errors.
+fn resizes_until(stop: &AtomicBool, cs: &CachedStore) -> (u64, u64, Vec<String>) {
+    let (mut done, mut busy) = (0u64, 0u64);
+    let mut errors = Vec::new();
+    let sizes = [2 * CACHE_PAGES, CACHE_PAGES / 2, CACHE_PAGES];
+    while !stop.load(Ordering::Relaxed) {
+        match cs.cache().resize(sizes[(done + busy) as usize % 3] * PS) {
+            Ok(()) => done += 1,
+            // Dirty pages left no room: the next size in turn.
+            Err(Error::ResizeBusy(_)) => busy += 1,
+            Err(e) => errors.push(format!("resize: {e}")),
+        }
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    (done, busy, errors)
+}
+
+/// Join the syncer and the resizer, checking them.
+fn join_helpers(
+    syncer: std::thread::ScopedJoinHandle<'_, (u64, Vec<String>)>,
+    resizer: std::thread::ScopedJoinHandle<'_, (u64, u64, Vec<String>)>,
+) -> (u64, (u64, u64)) {
+    let (n, errors) = syncer.join().unwrap();
+    assert!(errors.is_empty(), "syncs failed: {errors:?}");
+    let (done, busy, errors) = resizer.join().unwrap();
+    assert!(errors.is_empty(), "resizes failed: {errors:?}");
+    assert!(
+        done > 0,
+        "no resize went through ({busy} found the cache busy)"
+    );
+    (n, (done, busy))
 }
 
 fn open(roots: &[std::path::PathBuf]) -> CachedStore {
@@ -615,10 +780,15 @@ fn open(roots: &[std::path::PathBuf]) -> CachedStore {
     .unwrap()
 }
 
-#[test]
-fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
+fn run_settings() -> (u64, u64) {
     let secs = env_or("SETCACHE_STRESS_SECS", 3);
     let threads = env_or("SETCACHE_STRESS_THREADS", 32).max(4);
+    (secs, threads)
+}
+
+#[test]
+fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
+    let (secs, threads) = run_settings();
     let tmp = TempDir::new("stress");
     let roots = tmp.devices(2);
     {
@@ -629,58 +799,15 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
     }
     let start = Instant::now();
     let deadline = start + Duration::from_secs(secs);
-    // A hang fails the test instead of holding CI until its own limit.
-    let finished = Arc::new(AtomicBool::new(false));
-    let watch = finished.clone();
-    let limit = Duration::from_secs(secs) + 2 * STALL + Duration::from_secs(60);
-    std::thread::spawn(move || {
-        while start.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(100));
-            if watch.load(Ordering::Relaxed) {
-                return;
-            }
-        }
-        eprintln!("stress: not finished after {limit:?}: a request or a sync hangs");
-        std::process::exit(101);
-    });
+    let finished = watchdog(start, secs);
     let cs = open(&roots);
     let cf = cs.open_file(NAME).unwrap();
     let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
     let stop = AtomicBool::new(false);
-    let mut logs: Vec<(Style, Log)> = Vec::new();
-    let mut syncs = 0u64;
-    let mut resizes = (0u64, 0u64);
-    std::thread::scope(|s| {
-        // Syncs all along, so that write-back runs beside the flusher's.
-        let syncer = s.spawn(|| {
-            let mut n = 0u64;
-            let mut errors = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                if let Err(e) = cf.sync() {
-                    errors.push(format!("sync: {e}"));
-                }
-                n += 1;
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (n, errors)
-        });
-        // The cache grown to twice its size and shrunk to half, in turns,
-        // while every path runs: pages move between sets under their users.
-        let resizer = s.spawn(|| {
-            let (mut done, mut busy) = (0u64, 0u64);
-            let mut errors = Vec::new();
-            let sizes = [2 * CACHE_PAGES, CACHE_PAGES / 2, CACHE_PAGES];
-            while !stop.load(Ordering::Relaxed) {
-                match cs.cache().resize(sizes[(done + busy) as usize % 3] * PS) {
-                    Ok(()) => done += 1,
-                    // Dirty pages left no room: the next size in turn.
-                    Err(Error::ResizeBusy(_)) => busy += 1,
-                    Err(e) => errors.push(format!("resize: {e}")),
-                }
-                std::thread::sleep(Duration::from_millis(30));
-            }
-            (done, busy, errors)
-        });
+    let mut logs: Vec<(String, Log)> = Vec::new();
+    let (syncs, resizes) = std::thread::scope(|s| {
+        let syncer = s.spawn(|| syncs_until(&stop, || cf.sync()));
+        let resizer = s.spawn(|| resizes_until(&stop, &cs));
         let workers: Vec<_> = (0..threads)
             .map(|t| {
                 let style = [
@@ -706,7 +833,7 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
                         parts,
                     };
                     run.go(style);
-                    (style, run.log)
+                    (format!("{style:?}"), run.log)
                 })
             })
             .collect();
@@ -714,76 +841,13 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
             logs.push(w.join().unwrap());
         }
         stop.store(true, Ordering::Relaxed);
-        let (n, errors) = syncer.join().unwrap();
-        assert!(errors.is_empty(), "syncs failed: {errors:?}");
-        syncs = n;
-        let (done, busy, errors) = resizer.join().unwrap();
-        assert!(errors.is_empty(), "resizes failed: {errors:?}");
-        assert!(
-            done > 0,
-            "no resize went through ({busy} found the cache busy)"
-        );
-        resizes = (done, busy);
+        join_helpers(syncer, resizer)
     });
     drop(parts);
     cs.sync().unwrap();
     drop(cf);
     cs.close().unwrap();
-
-    let mut errors = Vec::new();
-    let mut writes = Vec::new();
-    let mut reads = Vec::new();
-    for (t, (style, log)) in logs.iter().enumerate() {
-        assert!(log.ops > 0, "thread {t} ({style:?}) finished no request");
-        errors.extend(log.errors.iter().cloned());
-        if log.longest_gap > STALL {
-            errors.push(format!(
-                "thread {t} ({style:?}) went {:?} without a request ending",
-                log.longest_gap
-            ));
-        }
-        writes.extend_from_slice(&log.writes);
-        reads.extend_from_slice(&log.reads);
-    }
-    assert!(
-        errors.is_empty(),
-        "{} errors, the first: {:?}",
-        errors.len(),
-        &errors[..errors.len().min(5)]
-    );
-    let ends = superseded(&writes);
-    let mut stale = 0u64;
-    let mut first = None;
-    for r in &reads {
-        let Some(&(w_begin, gone)) = ends.get(&(r.page, r.stamp)) else {
-            panic!(
-                "a read of page {} showed stamp {:#x}, which no thread wrote there",
-                r.page, r.stamp
-            );
-        };
-        assert!(
-            w_begin <= r.end,
-            "a read of page {} showed stamp {:#x}, which began after the read ended",
-            r.page,
-            r.stamp
-        );
-        if gone < r.begin {
-            stale += 1;
-            first.get_or_insert(*r);
-        }
-    }
-    if let Some(r) = first {
-        panic!(
-            "{stale} of {} reads showed a superseded write; the first: page {}, stamp {:#x}, \
-             read from {} to {} ns, that write superseded at {} ns",
-            reads.len(),
-            r.page,
-            r.stamp,
-            r.begin,
-            r.end,
-            ends[&(r.page, r.stamp)].1
-        );
-    }
+    let (ends, writes, reads) = check_logs(&logs, 0..FILE_PAGES, "page");
 
     // What a fresh store reads: a write no other write began after.
     let cs = open(&roots);
@@ -792,29 +856,172 @@ fn many_threads_on_the_same_pages_see_whole_pages_in_order_and_never_stall() {
     for page in 0..FILE_PAGES {
         assert_eq!(cf.read_at(page * PS as u64, &mut buf).unwrap(), PS);
         let stamp = decode(&buf, page).unwrap_or_else(|e| panic!("after the reopen: {e}"));
-        let Some(&(_, gone)) = ends.get(&(page, stamp)) else {
-            panic!("after the reopen, page {page} holds stamp {stamp:#x}, never written there");
-        };
-        assert_eq!(
-            gone,
-            u64::MAX,
-            "after the reopen, page {page} holds stamp {stamp:#x}, superseded by a later write"
-        );
+        check_last(&ends, "page", page, stamp);
     }
     finished.store(true, Ordering::Relaxed);
-    let mut by_style: Vec<(String, u64)> = Vec::new();
-    for (style, log) in &logs {
-        let name = format!("{style:?}");
-        match by_style.iter_mut().find(|(n, _)| *n == name) {
-            Some((_, ops)) => *ops += log.ops,
-            None => by_style.push((name, log.ops)),
-        }
-    }
     eprintln!(
-        "{threads} threads, {secs} s: {} writes, {} reads, {syncs} syncs, resizes {resizes:?} (done, busy); requests by style \
-         {by_style:?}; the longest wait {:?}",
-        writes.len(),
-        reads.len(),
+        "{threads} threads, {secs} s: {writes} writes, {reads} reads, {syncs} syncs, resizes \
+         {resizes:?} (done, busy); requests by style {:?}; the longest wait {:?}",
+        by_style(&logs),
+        logs.iter().map(|(_, l)| l.longest_gap).max().unwrap()
+    );
+}
+
+/// The elements of the array test: on each page of the file, [`SLOTS`]
+/// elements of 8 bytes, 64 apart.
+const SLOTS: u64 = 8;
+const PER_PAGE: u64 = PS as u64 / 8;
+
+fn element(page: u64, slot: u64) -> u64 {
+    page * PER_PAGE + slot * (PER_PAGE / SLOTS)
+}
+
+/// What a thread of the array test does.
+#[derive(Clone, Copy, Debug)]
+enum ArrayStyle {
+    /// A reader's `get` and `set` (its translation tables).
+    Reader,
+    /// The array's own `get` and `set` (the shared cache).
+    Array,
+    /// A reader's `get_many` of a page's elements, and `set`.
+    Many,
+    /// A reader's runs over a page, in place, and the array's `set`.
+    Runs,
+}
+
+/// Many threads store and load the same 8-byte elements of an out-of-core
+/// array (a file three times the cache) through readers' translation tables,
+/// the shared cache, grouped loads and runs in place, while the cache is
+/// synced, resized and evicts: every load is an element's store no other
+/// store superseded before the load began, and after a reopen every element
+/// holds a store no later store superseded.
+#[test]
+fn many_threads_on_the_same_array_elements_load_them_in_order() {
+    let (secs, threads) = run_settings();
+    let tmp = TempDir::new("stress-array");
+    let roots = tmp.devices(2);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(secs);
+    let finished = watchdog(start, secs);
+    let cs = open(&roots);
+    let n = FILE_PAGES * PER_PAGE;
+    let a = PagedArray::<u64>::create(&cs, NAME, n, LayoutKind::Stripe).unwrap();
+    let stop = AtomicBool::new(false);
+    let mut logs: Vec<(String, Log)> = Vec::new();
+    let (syncs, resizes) = std::thread::scope(|s| {
+        let syncer = s.spawn(|| syncs_until(&stop, || a.sync()));
+        let resizer = s.spawn(|| resizes_until(&stop, &cs));
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let style = [
+                    ArrayStyle::Reader,
+                    ArrayStyle::Array,
+                    ArrayStyle::Many,
+                    ArrayStyle::Runs,
+                ][t as usize % 4];
+                let a = &a;
+                s.spawn(move || {
+                    let mut log = Log::default();
+                    let mut rng = Rng(0xa77a ^ t);
+                    let mut seq = 0u64;
+                    let mut last_end = Instant::now();
+                    let mut r = a.reader();
+                    let now = || start.elapsed().as_nanos() as u64;
+                    let mut ended = |log: &mut Log| {
+                        let at = Instant::now();
+                        log.longest_gap = log.longest_gap.max(at - last_end);
+                        last_end = at;
+                        log.ops += 1;
+                    };
+                    while Instant::now() < deadline && log.errors.is_empty() {
+                        let page = if rng.below(2) == 0 {
+                            rng.below(HOT_PAGES)
+                        } else {
+                            rng.below(FILE_PAGES)
+                        };
+                        let i = element(page, rng.below(SLOTS));
+                        let begin = now();
+                        if rng.below(2) == 0 {
+                            seq += 1;
+                            let stamp = (t + 1) << 40 | seq;
+                            let set = match style {
+                                ArrayStyle::Reader | ArrayStyle::Many => r.set(i, stamp),
+                                ArrayStyle::Array | ArrayStyle::Runs => a.set(i, stamp),
+                            };
+                            let end = now();
+                            ended(&mut log);
+                            match set {
+                                Ok(()) => log.writes.push(Op {
+                                    page: i,
+                                    stamp,
+                                    begin,
+                                    end,
+                                }),
+                                Err(e) => log.errors.push(format!("thread {t}: set {i}: {e}")),
+                            }
+                            continue;
+                        }
+                        // The elements loaded: one, or each of the page's.
+                        let mut got: Vec<(u64, u64)> = Vec::new();
+                        let load = match style {
+                            ArrayStyle::Reader => r.get(i).map(|v| got.push((i, v))),
+                            ArrayStyle::Array => a.get(i).map(|v| got.push((i, v))),
+                            ArrayStyle::Many => {
+                                let idx: Vec<u64> = (0..SLOTS).map(|k| element(page, k)).collect();
+                                let mut out = vec![0u64; idx.len()];
+                                r.get_many(&idx, &mut out)
+                                    .map(|()| got.extend(idx.iter().copied().zip(out)))
+                            }
+                            ArrayStyle::Runs => {
+                                let first = page * PER_PAGE;
+                                r.for_each_run(first..first + PER_PAGE, |at, run| {
+                                    for k in 0..run.len() {
+                                        let e = at + k as u64;
+                                        if (e % PER_PAGE).is_multiple_of(PER_PAGE / SLOTS) {
+                                            got.push((e, run.get(k)));
+                                        }
+                                    }
+                                })
+                            }
+                        };
+                        let end = now();
+                        ended(&mut log);
+                        match load {
+                            Ok(()) => log.reads.extend(got.into_iter().map(|(e, stamp)| Op {
+                                page: e,
+                                stamp,
+                                begin,
+                                end,
+                            })),
+                            Err(e) => log.errors.push(format!("thread {t}: load at {i}: {e}")),
+                        }
+                    }
+                    (format!("{style:?}"), log)
+                })
+            })
+            .collect();
+        for w in workers {
+            logs.push(w.join().unwrap());
+        }
+        stop.store(true, Ordering::Relaxed);
+        join_helpers(syncer, resizer)
+    });
+    a.sync().unwrap();
+    drop(a);
+    cs.close().unwrap();
+    let keys = (0..FILE_PAGES).flat_map(|p| (0..SLOTS).map(move |k| element(p, k)));
+    let (ends, writes, reads) = check_logs(&logs, keys.clone(), "element");
+
+    let cs = open(&roots);
+    let a = PagedArray::<u64>::open(&cs, NAME).unwrap();
+    for i in keys {
+        check_last(&ends, "element", i, a.get(i).unwrap());
+    }
+    finished.store(true, Ordering::Relaxed);
+    eprintln!(
+        "{threads} threads, {secs} s: {writes} stores, {reads} loads, {syncs} syncs, resizes \
+         {resizes:?} (done, busy); requests by style {:?}; the longest wait {:?}",
+        by_style(&logs),
         logs.iter().map(|(_, l)| l.longest_gap).max().unwrap()
     );
 }
