@@ -336,9 +336,13 @@ fn place_of(cfg: &Config, dirfd: c_int, p: &[u8]) -> Place {
         // `$DIR/f/..` where `f` is a file of the store: the kernel stops at
         // `f`, which is not a directory (on disk, the store's directory has
         // no `f`: its look would say nothing is there).
+        // The name before the `..` may be the store's by its path, or
+        // through a link to the store's directory (`$OUT/l/f/..` where `l`
+        // names it), which one `stat` of its directory tells.
         let before = normalise(&base, &p[..at]);
         if let Some(Place::Inside(n)) = relative_to(&before, &cfg.dir)
             .or_else(|| cfg.canonical.as_ref().and_then(|c| relative_to(&before, c)))
+            .or_else(|| through_a_link(cfg, &before))
         {
             if below_a_name(&n) == libc::ENOTDIR {
                 return Place::Bad(libc::ENOTDIR);

@@ -617,6 +617,35 @@ fn paths_through_a_link_to_the_store_reach_its_files() {
     }
 }
 
+/// Paths with `..` below a name of the store reached through a link to
+/// the store's directory (`$OUT/l/f/..` where `l` names it) answer as the
+/// kernel's do through a link to a plain directory: `ENOTDIR` below a file
+/// (the kernel follows the link, then stops at the file), `ENOENT` below a
+/// name the store does not have, for opens, renames, links and unlinks
+/// alike. Before, the library took them for paths outside the store, which
+/// the kernel answered `ENOENT` and renames `EXDEV`.
+#[test]
+fn dot_dots_through_a_link_to_the_store_answer_as_the_kernels() {
+    let s = Setup::new("dotdot-link");
+    let prog = probe(&s.p("bin"), true);
+    std::os::unix::fs::symlink(s.p("store"), s.p("l")).unwrap();
+    std::os::unix::fs::symlink(s.p("plain"), s.p("pl")).unwrap();
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("pl")).arg("dot-dots");
+    let plain = text(&run(plain).stdout);
+    assert!(plain.contains("-1 ENOTDIR"), "{plain}");
+    let mut through = s.preloaded(&prog);
+    through.arg(s.p("l")).arg("dot-dots");
+    let through = run(through);
+    assert_eq!(
+        text(&through.stdout),
+        plain,
+        "through a link to SETCACHE_DIR"
+    );
+    assert!(through.stderr.is_empty(), "{}", text(&through.stderr));
+    assert_eq!(std::fs::read_dir(s.p("store")).unwrap().count(), 0);
+}
+
 /// A link outside the store that names a file of the store (`out/lf` to
 /// `SETCACHE_DIR/lf`) is that file for the calls that follow links (`open`,
 /// `stat`), as the kernel's would be: a file written through it reads back

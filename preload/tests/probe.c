@@ -2071,6 +2071,31 @@ static void stat_names(int argc, char **argv) {
 
 /* linkat of argv[3] (a name in the probe's directory) to argv[4] (a path)
  * following a link argv[3] ends in, then with a flag linkat does not know. */
+/* Paths with `..` below a name of the directory (a file of it, and a name
+ * it does not have), given a path to the directory through a symbolic link
+ * (the kernel follows the link, then stops at the name). */
+static void dot_dots(void) {
+    int fd = open(path("dd"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    show("create dd", fd < 0 ? -1 : 0);
+    if (fd >= 0)
+        close(fd);
+    struct stat st;
+    show("open a file's ..", open(path("dd/.."), O_RDONLY));
+    show("open a file's .. O_CREAT", open(path("dd/.."), O_WRONLY | O_CREAT, 0644));
+    show("stat a file's ..", stat(path("dd/.."), &st));
+    show("access below a file's ..", access(path("dd/../dd"), F_OK));
+    show("rename to below a file's ..", rename(path("dd"), path("dd/../de")));
+    show("rename from below a file's ..", rename(path("dd/../dd"), path("de")));
+    show("link to below a file's ..", link(path("dd"), path("dd/../de")));
+    show("unlink below a file's ..", unlink(path("dd/../dd")));
+    show("open below a missing name's ..", open(path("nx/../dd"), O_RDONLY));
+    show("rename to below a missing name's ..", rename(path("dd"), path("nx/../de")));
+    show("rename from below a missing name's ..", rename(path("nx/../dd"), path("de")));
+    show("link to below a missing name's ..", link(path("dd"), path("nx/../de")));
+    show("stat de", stat(path("de"), &st));
+    show("unlink dd", unlink(path("dd")));
+}
+
 static void link_names(int argc, char **argv) {
     if (argc < 5) {
         fprintf(stderr, "usage: probe DIR link NAME TO\n");
@@ -3285,6 +3310,8 @@ int main(int argc, char **argv) {
         list("ls");
     else if (argc > 2 && strcmp(argv[2], "link") == 0)
         link_names(argc, argv);
+    else if (argc > 2 && strcmp(argv[2], "dot-dots") == 0)
+        dot_dots();
     else if (argc > 2 && strcmp(argv[2], "reopen-fd") == 0)
         reopen_by_fd(argc, argv);
     else if (argc > 2 && strcmp(argv[2], "temp") == 0)
