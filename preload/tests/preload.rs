@@ -646,6 +646,49 @@ fn dot_dots_through_a_link_to_the_store_answer_as_the_kernels() {
     assert_eq!(std::fs::read_dir(s.p("store")).unwrap().count(), 0);
 }
 
+/// Many threads of one unmodified C program (`tests/threads.c`) on the
+/// same file through `pread`, `pwrite` and `fsync`, on one shared descriptor
+/// and on descriptors of their own that they close and open again: every
+/// page read whole (one write's bytes), each thread's own pages read back
+/// as it last wrote them, during the run and through a new descriptor after
+/// it, no call failed. The same program on a plain directory checks its own
+/// checks against the kernel's page cache (its own pages only: Linux lets a
+/// buffered read see part of a write of the same page made at the same
+/// moment, which the store does not). `SETCACHE_STRESS_SECS` and
+/// `SETCACHE_STRESS_THREADS` as for the crate's stress tests.
+#[test]
+fn many_threads_on_one_file_through_the_library_lose_nothing() {
+    let s = Setup::new("threads");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/threads.c");
+    let prog = s.p("bin").join("threads");
+    let st = Command::new("cc")
+        .args(["-O1", "-Wall", "-Werror", "-pthread"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&prog)
+        .status()
+        .expect("run cc");
+    assert!(st.success(), "cc failed on {}", src.display());
+    let var = |name: &str, default: &str| std::env::var(name).unwrap_or(default.to_string());
+    let (secs, threads) = (
+        var("SETCACHE_STRESS_SECS", "3"),
+        var("SETCACHE_STRESS_THREADS", "32"),
+    );
+    let mut plain = Command::new(&prog);
+    plain.arg(s.p("plain")).args([&secs, &threads, "lax"]);
+    let plain = text(&run(plain).stdout);
+    assert!(plain.starts_with("ok "), "{plain}");
+    let mut store = s.preloaded(&prog);
+    // A cache of a third of the file: pages evicted and written back all
+    // the time.
+    store.env("SETCACHE_CACHE_SIZE", "1M");
+    store.arg(s.p("store")).args([&secs, &threads]);
+    let out = run(store);
+    let t = text(&out.stdout);
+    assert!(t.starts_with("ok "), "{t}\n{}", text(&out.stderr));
+    eprint!("plain directory: {plain}through the library: {t}");
+}
+
 /// A link outside the store that names a file of the store (`out/lf` to
 /// `SETCACHE_DIR/lf`) is that file for the calls that follow links (`open`,
 /// `stat`), as the kernel's would be: a file written through it reads back
