@@ -96,7 +96,7 @@ pub use cache::{
 pub use cached::{
     Advice, CacheView, CachedCompletion, CachedFile, CachedQueue, CachedRequest, CachedStore,
     DEFAULT_READAHEAD_BYTES, FlushOptions, FlusherCounts, Guarded, MAX_GUARDS_PER_THREAD, PageAt,
-    PageGuard, PageGuardMut, ReadAt, WriteAt,
+    PageGuard, PageGuardMut, ReadAt, WorkerCpus, WriteAt,
 };
 pub use error::{Error, Result};
 pub use numa::{

@@ -30,7 +30,7 @@ use crate::cache::{Got, RawPin};
 use crate::cached::queue::{CachedQueue, CachedRequest};
 use crate::cached::readahead;
 use crate::cached::shared::{Entry, Shared, Workers};
-use crate::cached::{CachedFile, FutureClaim, Guarded, Hold, PageGuard};
+use crate::cached::{CachedFile, CachedStore, FutureClaim, Guarded, Hold, PageGuard};
 use crate::error::{Error, Result};
 use crate::storage::file::OpKind;
 use crate::storage::queue::Bell;
@@ -179,6 +179,10 @@ struct Inbox {
     left: Mutex<(Vec<Waker>, Option<String>)>,
     /// Whether `left` holds wakers (a hint: read without its lock).
     has_left: AtomicBool,
+    /// The worker's thread id once it runs (0 before and after), and the
+    /// CPUs it is to run on. Both change under this lock only, so a
+    /// placement made while the worker starts is never lost.
+    placed: Mutex<(libc::pid_t, Vec<usize>)>,
 }
 
 impl Inbox {
@@ -189,7 +193,34 @@ impl Inbox {
             bell: Arc::new(Bell::new()?),
             left: Mutex::new((Vec::new(), None)),
             has_left: AtomicBool::new(false),
+            placed: Mutex::new((0, Vec::new())),
         })
+    }
+
+    /// Run the worker on `cpus` (none: leave it where it is), now if it
+    /// runs, else once it starts.
+    fn place(&self, cpus: Vec<usize>) -> std::io::Result<()> {
+        let mut g = self.placed.lock().unwrap_or_else(|p| p.into_inner());
+        g.1 = cpus;
+        if g.0 != 0 && !g.1.is_empty() {
+            crate::storage::io::set_thread_cpus(g.0, &g.1)?;
+        }
+        Ok(())
+    }
+
+    /// Called by the worker as it starts (`Some(tid)`) and as it ends (`None`).
+    fn started(&self, tid: Option<libc::pid_t>) {
+        let mut g = self.placed.lock().unwrap_or_else(|p| p.into_inner());
+        g.0 = tid.unwrap_or(0);
+        if tid.is_some()
+            && !g.1.is_empty()
+            && let Err(e) = crate::storage::io::set_thread_cpus(0, &g.1)
+        {
+            eprintln!(
+                "setcache: the futures' I/O worker cannot run on CPUs {} as placed: {e}",
+                crate::storage::io::cpu_list(&g.1)
+            );
+        }
     }
 
     /// Call the wakers the worker left. A waker that panics is reported to
@@ -222,11 +253,37 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "(no message)".into())
 }
 
+/// Where a cached store's futures' I/O workers run
+/// ([`CachedStore::place_futures_workers`](crate::CachedStore::place_futures_workers)).
+///
+/// A worker looks each page up, submits its device reads and copies pages
+/// out: with many futures in flight it is the busiest thread of a futures
+/// run. A CPU that also takes the device's completion interrupts spends part
+/// of its time on their softirqs, and the scheduler tends to put the worker
+/// there, where each completion wakes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum WorkerCpus {
+    /// On the CPUs the process may use that take none of the store's
+    /// devices' completion interrupts ([`Store::interrupt_cpus`](crate::Store::interrupt_cpus)),
+    /// looked up when the workers start or are placed. Where every CPU
+    /// takes some (an NVMe device with a queue per CPU) or none can be
+    /// found (tmpfs, a loop device), this is [`WorkerCpus::Anywhere`]. The
+    /// default.
+    #[default]
+    OffInterrupts,
+    /// On every CPU the process may use, wherever the scheduler puts them.
+    Anywhere,
+    /// Worker `k` on CPU `cpus[k % len]`. Every CPU must be one the process
+    /// may use; an empty list is refused.
+    Pinned(Vec<usize>),
+}
+
 /// The store's I/O workers for futures, started on first use.
 struct Driver {
     inboxes: std::sync::OnceLock<Vec<Arc<Inbox>>>,
-    /// The workers' threads, and whether the driver was stopped.
-    threads: Mutex<(Vec<JoinHandle<()>>, bool)>,
+    /// The workers' threads, whether the driver was stopped, and where the
+    /// workers are to run.
+    threads: Mutex<(Vec<JoinHandle<()>>, bool, WorkerCpus)>,
 }
 
 /// Numbers threads, to spread them over the workers.
@@ -259,7 +316,7 @@ impl Driver {
     fn new() -> Driver {
         Driver {
             inboxes: std::sync::OnceLock::new(),
-            threads: Mutex::new((Vec::new(), false)),
+            threads: Mutex::new((Vec::new(), false, WorkerCpus::default())),
         }
     }
 
@@ -289,6 +346,10 @@ impl Driver {
         for _ in 0..(cpus / 8).max(1) {
             inboxes.push(Arc::new(Inbox::new()?));
         }
+        // Not started yet: this only records where each is to run.
+        for (inbox, cpus) in inboxes.iter().zip(placements(sh, &g.2, inboxes.len())) {
+            let _ = inbox.place(cpus);
+        }
         for (k, inbox) in inboxes.iter().enumerate() {
             let (sh, ib) = (sh.clone(), inbox.clone());
             let spawned = crate::util::fork_locks::spawn(
@@ -312,6 +373,33 @@ impl Driver {
         }
         let _ = self.inboxes.set(inboxes);
         Ok(self.inboxes.get().expect("set above"))
+    }
+
+    /// Run the workers on `cpus` from now on (see [`WorkerCpus`]); those
+    /// not started yet, once they start.
+    fn place(&self, sh: &Arc<Shared>, cpus: WorkerCpus) -> Result<()> {
+        let mut g = self.threads.lock().unwrap_or_else(|p| p.into_inner());
+        if g.1 {
+            return Err(Error::Closed);
+        }
+        if let Some(v) = self.inboxes.get() {
+            for (k, (inbox, c)) in v.iter().zip(placements(sh, &cpus, v.len())).enumerate() {
+                inbox.place(c).map_err(|e| {
+                    Error::os_call(format!("cannot place the futures' I/O worker {k}"), e)
+                })?;
+            }
+        }
+        g.2 = cpus;
+        Ok(())
+    }
+
+    /// The CPUs each started worker is placed on (empty before they start).
+    fn placed(&self) -> Vec<Vec<usize>> {
+        self.inboxes.get().map_or_else(Vec::new, |v| {
+            v.iter()
+                .map(|i| i.placed.lock().unwrap_or_else(|p| p.into_inner()).1.clone())
+                .collect()
+        })
     }
 
     /// Hand `op` to this thread's worker; its number, or on refusal, the
@@ -365,6 +453,49 @@ impl Driver {
     }
 }
 
+/// The CPUs each of `n` workers is to run on under `how`; empty when the
+/// CPUs the process may use cannot be read (the workers stay where they are).
+fn placements(sh: &Shared, how: &WorkerCpus, n: usize) -> Vec<Vec<usize>> {
+    let allowed = crate::storage::io::allowed_cpus().unwrap_or_default();
+    match how {
+        WorkerCpus::Pinned(list) if !list.is_empty() => {
+            (0..n).map(|k| vec![list[k % list.len()]]).collect()
+        }
+        WorkerCpus::OffInterrupts => {
+            let busy = sh.store.interrupt_cpus();
+            let off: Vec<usize> = allowed
+                .iter()
+                .copied()
+                .filter(|c| busy.binary_search(c).is_err())
+                .collect();
+            let cpus = if off.is_empty() { allowed } else { off };
+            vec![cpus; n]
+        }
+        _ => vec![allowed; n],
+    }
+}
+
+/// See [`CachedStore::place_futures_workers`](crate::CachedStore::place_futures_workers).
+fn place(sh: &Arc<Shared>, cpus: WorkerCpus) -> Result<()> {
+    if let WorkerCpus::Pinned(list) = &cpus {
+        if list.is_empty() {
+            return Err(Error::InvalidArgument(
+                "futures' workers pinned to an empty list of CPUs".into(),
+            ));
+        }
+        crate::storage::store::check_cpus("WorkerCpus::Pinned", list)?;
+    }
+    match driver(sh) {
+        Some(d) => d.place(sh, cpus),
+        None => Err(Error::Closed),
+    }
+}
+
+/// See [`CachedStore::futures_workers_cpus`](crate::CachedStore::futures_workers_cpus).
+fn placed(sh: &Shared) -> Vec<Vec<usize>> {
+    driver(sh).map_or_else(Vec::new, Driver::placed)
+}
+
 /// A worker: take requests from the inbox in batches, run them on its own
 /// queue, hand each outcome to its slot. Should it panic (a task's waker
 /// that panics when woken, say), the inbox closes and every request it held
@@ -373,9 +504,12 @@ impl Driver {
 fn run(sh: Arc<Shared>, inbox: Arc<Inbox>) {
     let mut slots: Slots = Slab::new();
     let mut batch: Vec<Op> = Vec::new();
+    // SAFETY: `gettid` has no preconditions.
+    inbox.started(Some(unsafe { libc::gettid() }));
     let served = std::panic::catch_unwind(AssertUnwindSafe(|| {
         serve(&sh, &inbox, &mut slots, &mut batch)
     }));
+    inbox.started(None);
     let Err(p) = served else {
         return;
     };
@@ -956,6 +1090,36 @@ fn guard_of(f: &CachedFile, offset: u64, mut p: OwnedPin) -> Result<PageGuard<'_
     // Pinned: now the check that no array stores into it in place.
     f.entry.refs_allowed()?;
     Ok(Guarded::new(g, len, start, hold))
+}
+
+impl CachedStore {
+    /// Place the I/O workers that serve this store's futures (see
+    /// [`WorkerCpus`]; the default is [`WorkerCpus::OffInterrupts`]).
+    /// Workers already running move at once; the others start there. A CPU
+    /// this process may not use is refused with [`Error::InvalidArgument`]
+    /// naming it, and nothing changes.
+    ///
+    /// ```
+    /// use setcache::{CachedStore, CacheOptions, Store, StoreOptions, WorkerCpus};
+    ///
+    /// let dir = std::env::temp_dir().join(format!("setcache-doc-place-{}", std::process::id()));
+    /// std::fs::create_dir_all(&dir)?;
+    /// let cs = CachedStore::new(Store::open(&[&dir], StoreOptions::default())?, CacheOptions::default())?;
+    /// cs.place_futures_workers(WorkerCpus::Anywhere)?;
+    /// assert!(cs.place_futures_workers(WorkerCpus::Pinned(vec![usize::MAX >> 1])).is_err());
+    /// drop(cs);
+    /// # std::fs::remove_dir_all(&dir)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn place_futures_workers(&self, cpus: WorkerCpus) -> Result<()> {
+        place(&self.inner, cpus)
+    }
+
+    /// The CPUs each of the futures' I/O workers is placed on, one list per
+    /// worker; empty before the first future that needs a worker starts them.
+    pub fn futures_workers_cpus(&self) -> Vec<Vec<usize>> {
+        placed(&self.inner)
+    }
 }
 
 impl CachedFile {

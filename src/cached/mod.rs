@@ -52,7 +52,7 @@ pub(crate) mod staging;
 mod view;
 pub(crate) mod writeback;
 
-pub use aio::{PageAt, ReadAt, WriteAt};
+pub use aio::{PageAt, ReadAt, WorkerCpus, WriteAt};
 pub use flusher::{FlushOptions, FlusherCounts};
 pub use queue::{CachedCompletion, CachedQueue, CachedRequest};
 pub use readahead::{Advice, DEFAULT_MAX_BYTES as DEFAULT_READAHEAD_BYTES};

@@ -1041,16 +1041,16 @@ fn lock_root(device: usize, root: &Path) -> Result<RootLock> {
 /// Most threads per device of the psync engine.
 const MAX_PSYNC_THREADS: usize = 64;
 
-/// Refuse a CPU of `cpu_affinity` that this process may not run on.
-fn check_cpus(cpus: &[usize]) -> Result<()> {
+/// Refuse a CPU of `cpus` (the setting `what`) that this process may not run on.
+pub(crate) fn check_cpus(what: &str, cpus: &[usize]) -> Result<()> {
     let allowed = crate::storage::io::allowed_cpus().map_err(|e| {
         Error::InvalidArgument(format!(
-            "cpu_affinity given, but the CPUs this process may use cannot be read: {e}"
+            "{what} given, but the CPUs this process may use cannot be read: {e}"
         ))
     })?;
     if let Some(&bad) = cpus.iter().find(|c| allowed.binary_search(c).is_err()) {
         return Err(Error::InvalidArgument(format!(
-            "cpu_affinity names CPU {bad}, which this process may not use (it may use CPUs {})",
+            "{what} names CPU {bad}, which this process may not use (it may use CPUs {})",
             crate::storage::io::cpu_list(&allowed)
         )));
     }
@@ -1149,7 +1149,7 @@ impl Store {
             )));
         }
         if let Some(cpus) = &opts.cpu_affinity {
-            check_cpus(cpus)?;
+            check_cpus("cpu_affinity", cpus)?;
         }
         let mut seen: HashMap<(u64, u64), usize> = HashMap::new();
         let mut paths = Vec::with_capacity(roots.len());
@@ -1262,6 +1262,16 @@ impl Store {
                 writes: t.writes + s.counts.sum(crate::storage::io::COUNT_WRITES),
                 fsyncs: t.fsyncs + s.counts.sum(crate::storage::io::COUNT_FSYNCS),
             })
+    }
+
+    /// The CPUs that take the completion interrupts of the store's devices,
+    /// ascending: found through sysfs from each directory's block device
+    /// (the whole disk of a partition, the disks under a device-mapper or
+    /// md device) and `/proc/irq/N/effective_affinity_list` of its busy
+    /// vectors. Empty for directories without a block device of their own
+    /// (tmpfs) or whose interrupts cannot be found. Read afresh on each call.
+    pub fn interrupt_cpus(&self) -> Vec<usize> {
+        crate::storage::io::irq::interrupt_cpus(&self.inner.roots)
     }
 
     /// Number of devices.

@@ -64,6 +64,18 @@ pub(crate) const BENCH_FLAGS: &[Flag] = &[
     ("--no-progress", &[]),
     ("--readahead", &["off", "8M", "0", "4k", "1T", "x"]),
     ("--api", &["queue", "sync", "async", "callback"]),
+    (
+        "--futures-cpus",
+        &[
+            "off-interrupts",
+            "anywhere",
+            "0",
+            "0,1",
+            "1-0",
+            "99999",
+            "x",
+        ],
+    ),
     ("--access", &["copy", "ref", "mmap"]),
     ("--touch", &["1", "64", "4096", "4097", "0"]),
     (

@@ -12,6 +12,7 @@
 //! * `sim`: in-memory media with seeded latency and fault injection, for tests.
 
 pub(crate) mod fixed;
+pub(crate) mod irq;
 mod joiner;
 mod mailbox;
 pub(crate) mod psync;
@@ -568,15 +569,23 @@ pub(crate) fn cpu_list(cpus: &[usize]) -> String {
 
 /// Pin the calling thread to one CPU (best effort; the error is returned for a notice).
 pub(crate) fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
-    if cpu / MASK_BITS >= MAX_MASK_WORDS {
+    set_thread_cpus(0, &[cpu])
+}
+
+/// Let thread `tid` (0: the calling thread) run on `cpus` only.
+pub(crate) fn set_thread_cpus(tid: libc::pid_t, cpus: &[usize]) -> std::io::Result<()> {
+    let top = cpus.iter().copied().max().unwrap_or(0);
+    if cpus.is_empty() || top / MASK_BITS >= MAX_MASK_WORDS {
         return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
     }
-    let mut mask: Vec<MaskWord> = vec![0; (cpu / MASK_BITS + 1).max(MASK_WORDS)];
-    mask[cpu / MASK_BITS] |= 1 << (cpu % MASK_BITS);
+    let mut mask: Vec<MaskWord> = vec![0; (top / MASK_BITS + 1).max(MASK_WORDS)];
+    for &c in cpus {
+        mask[c / MASK_BITS] |= 1 << (c % MASK_BITS);
+    }
     // SAFETY: the kernel reads the `mask.len()` words passed, which `mask` holds; the mask has the layout of a (longer) `cpu_set_t`.
     let rc = unsafe {
         libc::sched_setaffinity(
-            0,
+            tid,
             mask.len() * std::mem::size_of::<MaskWord>(),
             mask.as_ptr().cast::<libc::cpu_set_t>(),
         )

@@ -191,6 +191,12 @@ pub(crate) struct BenchArgs {
         default_value = "queue"
     )]
     pub(crate) api: Vec<ApiArg>,
+    /// Where the futures' I/O workers of `--api async` run: `off-interrupts`
+    /// (the default: on CPUs that take none of the bench directory's
+    /// device's completion interrupts, where there are such CPUs),
+    /// `anywhere`, or a CPU list (`0`, `0,2-3`: worker k on the k-th CPU)
+    #[arg(long, value_name = "off-interrupts|anywhere|CPUS", value_parser = futures_cpus_arg)]
+    pub(crate) futures_cpus: Option<setcache::WorkerCpus>,
     /// How the setcache engine reads: `copy`, into the request's buffer; `ref`,
     /// a page reference (no copy) of which --touch bytes are read. Needs a
     /// read-only --rw
@@ -266,6 +272,34 @@ fn readahead_arg(s: &str) -> Result<u64, String> {
             Ok(n) => Ok(n),
             Err(e) => Err(format!("{e} (or `off`)")),
         },
+    }
+}
+
+fn futures_cpus_arg(s: &str) -> Result<setcache::WorkerCpus, String> {
+    match s.trim() {
+        "off-interrupts" => Ok(setcache::WorkerCpus::OffInterrupts),
+        "anywhere" => Ok(setcache::WorkerCpus::Anywhere),
+        t => {
+            let mut cpus = Vec::new();
+            for part in t.split(',') {
+                let bad = || {
+                    format!(
+                        "`{part}` is not a CPU or a range of CPUs (give off-interrupts, \
+                         anywhere or a list such as 0,2-3)"
+                    )
+                };
+                let (a, b) = part.split_once('-').unwrap_or((part, part));
+                let (a, b): (usize, usize) = (
+                    a.trim().parse().map_err(|_| bad())?,
+                    b.trim().parse().map_err(|_| bad())?,
+                );
+                if a > b || b - a >= 4096 {
+                    return Err(bad());
+                }
+                cpus.extend(a..=b);
+            }
+            Ok(setcache::WorkerCpus::Pinned(cpus))
+        }
     }
 }
 

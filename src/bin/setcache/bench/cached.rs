@@ -51,6 +51,41 @@ pub(crate) fn open(
     Ok((cs, file))
 }
 
+/// Place the futures' workers (`None`: where the store puts them by default).
+fn place_workers(cs: &CachedStore, cpus: Option<setcache::WorkerCpus>) -> Result<(), String> {
+    cs.place_futures_workers(cpus.unwrap_or_default())
+        .map_err(|e| format!("setcache engine: --futures-cpus: {e}"))
+}
+
+/// Say, once a call, where the futures' workers ran and which CPUs take the
+/// devices' interrupts.
+fn say_placed(cs: &CachedStore, store: &Store, how: &Option<setcache::WorkerCpus>) {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let busy = store.interrupt_cpus();
+    let lists: Vec<String> = cs
+        .futures_workers_cpus()
+        .iter()
+        .map(|c| format!("{c:?}"))
+        .collect();
+    say!(
+        "setcache: futures' workers ({}) on CPUs {}; the devices' interrupts on CPUs {}",
+        match how {
+            None | Some(setcache::WorkerCpus::OffInterrupts) => "off-interrupts",
+            Some(setcache::WorkerCpus::Anywhere) => "anywhere",
+            Some(setcache::WorkerCpus::Pinned(_)) => "pinned",
+        },
+        lists.join(" "),
+        if busy.is_empty() {
+            "(none found)".to_string()
+        } else {
+            format!("{busy:?}")
+        }
+    );
+}
+
 /// The cache's hit ratio between two snapshots of its counters.
 pub(crate) fn hit_ratio(a: Option<CacheStats>, b: Option<CacheStats>) -> Option<f64> {
     a.zip(b).and_then(|(a, b)| {
@@ -71,7 +106,7 @@ fn ahead(a: Option<CacheStats>, b: Option<CacheStats>) -> (u64, u64) {
 }
 
 /// How the engine's threads call the cache.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Calls {
     pub(crate) api: Api,
     /// Reads take a page reference and read this many bytes of it.
@@ -79,6 +114,8 @@ pub(crate) struct Calls {
     /// Each block read is summed ([`block_sum`]): on the copy, or with
     /// `touch`, on the page reference (the whole block, not `touch` bytes).
     pub(crate) compute: bool,
+    /// Where the futures' workers run (`None`: the store's default).
+    pub(crate) futures_cpus: Option<setcache::WorkerCpus>,
 }
 
 /// The computation `--compute` runs on each block read: the sum of its
@@ -123,6 +160,9 @@ pub(crate) fn run(
     let (cs, file) = open(
         "setcache", store, w.file_len, cache_size, policy, readahead, 1,
     )?;
+    if calls.api == Api::Async {
+        place_workers(&cs, calls.futures_cpus.clone())?;
+    }
     let edges: Mutex<(Option<CacheStats>, Option<CacheStats>)> = Mutex::new((None, None));
     let hits = AtomicU64::new(0);
     let mut m = run_threads(threads, timing, |t, ctl| {
@@ -148,6 +188,9 @@ pub(crate) fn run(
             }
         }
     })?;
+    if calls.api == Api::Async {
+        say_placed(&cs, store, &calls.futures_cpus);
+    }
     if w.replay.as_ref().is_some_and(|r| r.passes > 0) {
         // A replay's passes end thread by thread: its counters end when the
         // last thread's last request did.

@@ -687,6 +687,11 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             "--api chooses how the setcache engine is called: give --engine setcache",
         ),
         (
+            a.futures_cpus.is_some()
+                && !(engines.contains(&Engine::Setcache) && a.api.contains(&ApiArg::Async)),
+            "--futures-cpus places the setcache engine's futures' workers: give --engine setcache --api async",
+        ),
+        (
             a.given("poll_us")
                 && !engines
                     .iter()
@@ -1038,6 +1043,43 @@ mod tests {
                 &["--engine", "setcache", "--readahead", "6k"],
                 "whole number of 4k pages",
             ),
+            (
+                &["--engine", "setcache", "--futures-cpus", "0"],
+                "give --engine setcache --api async",
+            ),
+            (
+                &[
+                    "--engine",
+                    "direct",
+                    "--api",
+                    "async",
+                    "--futures-cpus",
+                    "0",
+                ],
+                "--api chooses",
+            ),
+            (
+                &[
+                    "--engine",
+                    "setcache",
+                    "--api",
+                    "async",
+                    "--futures-cpus",
+                    "3-1",
+                ],
+                "`3-1` is not a CPU or a range",
+            ),
+            (
+                &[
+                    "--engine",
+                    "setcache",
+                    "--api",
+                    "async",
+                    "--futures-cpus",
+                    "any",
+                ],
+                "`any` is not a CPU or a range",
+            ),
         ] {
             let e = check(args)
                 .err()
@@ -1052,6 +1094,22 @@ mod tests {
             &["--engine", "setcache", "--job", "rw=read"],
             &["--engine", "setcache", "--readahead", "4k"],
             &["--engine", "setcache", "--readahead", "0k"],
+            &[
+                "--engine",
+                "setcache",
+                "--api",
+                "async",
+                "--futures-cpus",
+                "0,2-3",
+            ],
+            &[
+                "--engine",
+                "setcache",
+                "--api",
+                "queue,async",
+                "--futures-cpus",
+                "anywhere",
+            ],
             &["--engine", "direct,direct-copy"],
             &["--engine", "direct"],
             &["--engine", "direct", "--hit-ratio", "50"],

@@ -361,6 +361,7 @@ fn run_one(
                 },
                 touch: b.cfg.touch().map(|n| n as usize),
                 compute: a.compute,
+                futures_cpus: a.futures_cpus.clone(),
             };
             let (out, ra) = cached::run(
                 b.store,
