@@ -1,13 +1,16 @@
 //! `--api async`: each thread keeps `--iodepth` futures of the setcache
 //! engine in flight under a small executor of its own. A finished future's
-//! slot starts the next request at once; a future that completes in its
-//! first poll (a hit) is followed by the next without a wake. The thread
-//! parks when no future is ready, and a waker unparks it.
+//! slot gets the next request's future at once, polled after the other
+//! slots ready in the round, as a task queue polls a task it was handed
+//! (the future asks for its page's set as it is made, and finds it in the
+//! CPU's cache by then); a future that completes in its first poll (a hit)
+//! is followed by the next without a wake. The thread parks when no future
+//! is ready, and a waker unparks it.
 //!
-//! The clock is read once per run of a slot, not twice per request, as the
-//! queue's loop reads it once per batch: a request's latency runs from the
-//! end of the run before the one that started it to the end of the run
-//! that saw it complete (never less than the truth).
+//! The clock is read once per round (up to 64 completions), not twice per
+//! request, as the queue's loop reads it once per batch: a request's
+//! latency runs from the end of the round before the one that started it
+//! to the end of the round that saw it complete (never less than the truth).
 
 use std::collections::VecDeque;
 use std::future::Future as _;
@@ -20,7 +23,7 @@ use std::time::{Duration, Instant};
 use setcache::{CachedFile, CachedStore, PageAt, PageGuard, ReadAt, WriteAt};
 
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, phase};
-use super::workload::{OpGen, Rng, Workload, fill_block, mix64};
+use super::workload::{Op, OpGen, Rng, Workload, fill_block, mix64};
 
 /// The futures a slot may hold (none is boxed).
 enum Fut<'f> {
@@ -168,88 +171,120 @@ pub(crate) fn body(
             now = Instant::now();
             continue;
         }
-        // Each slot in `todo` is polled, and while its future completes
-        // at once, the next request starts in it (a bounded run, so that
-        // the others and the clock get their turn).
+        // Each slot in `todo` is polled in turn. A slot whose future
+        // completed gets its next request's future at once and goes to the
+        // back of `todo`, polled after the slots before it, as a task queue
+        // polls a task it was just handed: the new future's hint (its
+        // page's set, asked for as the future is made) has time to arrive.
+        // A round ends after 64 completions (the clock, the wakers' list
+        // and the end of the run get their turn) or when `todo` is empty.
+        let mut completed = 0;
         while let Some(k) = todo.pop_front() {
-            let mut cx = Context::from_waker(&wakers_std[k]);
-            for _ in 0..64 {
-                if slots[k].is_none() {
-                    if !start_new {
-                        break;
+            if slots[k].is_none() {
+                if !start_new {
+                    continue;
+                }
+                match next_op(&mut ops, &mut hold_until, &mut ended) {
+                    Some(op) => {
+                        slots[k] = Some((make(file, op, &me, w, touch, &mut spare), now, op.read));
+                        live += 1;
                     }
-                    if hold_until.is_some() {
-                        held.push(k);
-                        break;
-                    }
-                    let Some(op) = ops.next_in_batch(&mut hold_until, &mut ended) else {
+                    None => {
                         if hold_until.is_some() {
                             held.push(k);
                         }
-                        break;
-                    };
-                    let at = me.base + op.offset;
-                    let fut = match (op.read, touch) {
-                        (true, Some(_)) => Fut::Page(file.page_async(at), (at % 4096) as usize),
-                        (true, None) => {
-                            let mut buf = spare.pop().expect("a buffer");
-                            buf.resize(op.len as usize, 0);
-                            Fut::Read(file.read_at_async(at, buf))
-                        }
-                        (false, _) => {
-                            let mut buf = spare.pop().expect("a buffer");
-                            if w.replay.is_some() {
-                                fill_block(op.offset / w.bs, &mut buf);
-                            }
-                            Fut::Write(file.write_at_async(at, buf))
-                        }
-                    };
-                    slots[k] = Some((fut, now, op.read));
-                    live += 1;
-                }
-                let (fut, t0, read) = slots[k].as_mut().expect("a future");
-                let (t0, read) = (*t0, *read);
-                let Poll::Ready(out) = fut.poll(&mut cx) else {
-                    break;
-                };
-                slots[k] = None;
-                live -= 1;
-                let r = match out {
-                    Out::Bytes(r, b) => {
-                        spare.push(b);
-                        r
-                    }
-                    Out::Page(g, i) => g.map(|g| {
-                        let n = touched.len();
-                        touched.copy_from_slice(&g[i..i + n]);
-                        std::hint::black_box(&touched);
-                    }),
-                };
-                match r {
-                    // A replay that made its passes counts its last
-                    // requests too.
-                    Ok(()) if measuring && (start_new || replayed) => finished.push((t0, read)),
-                    Ok(()) => {}
-                    Err(e) => {
-                        error.get_or_insert_with(|| format!("setcache engine: {e}"));
+                        continue;
                     }
                 }
-                if !start_new {
-                    break;
+            }
+            let mut cx = Context::from_waker(&wakers_std[k]);
+            let (fut, t0, read) = slots[k].as_mut().expect("a future");
+            let (t0, read) = (*t0, *read);
+            let Poll::Ready(out) = fut.poll(&mut cx) else {
+                continue;
+            };
+            slots[k] = None;
+            live -= 1;
+            let r = match out {
+                Out::Bytes(r, b) => {
+                    spare.push(b);
+                    r
+                }
+                Out::Page(g, i) => g.map(|g| {
+                    let n = touched.len();
+                    touched.copy_from_slice(&g[i..i + n]);
+                    std::hint::black_box(&touched);
+                }),
+            };
+            match r {
+                // A replay that made its passes counts its last
+                // requests too.
+                Ok(()) if measuring && (start_new || replayed) => finished.push((t0, read)),
+                Ok(()) => {}
+                Err(e) => {
+                    error.get_or_insert_with(|| format!("setcache engine: {e}"));
                 }
             }
-            now = Instant::now();
-            for (t0, read) in finished.drain(..) {
-                stats.record(now.saturating_duration_since(t0), read);
+            if start_new {
+                match next_op(&mut ops, &mut hold_until, &mut ended) {
+                    Some(op) => {
+                        slots[k] = Some((make(file, op, &me, w, touch, &mut spare), now, op.read));
+                        live += 1;
+                        todo.push_back(k);
+                    }
+                    None if hold_until.is_some() => held.push(k),
+                    None => {}
+                }
             }
-            if slots[k].is_none() && start_new && held.last() != Some(&k) {
-                todo.push_back(k);
+            completed += 1;
+            if completed == 64 {
                 break;
             }
+        }
+        now = Instant::now();
+        for (t0, read) in finished.drain(..) {
+            stats.record(now.saturating_duration_since(t0), read);
         }
     }
     match error {
         Some(e) => Err(e),
         None => Ok(stats),
+    }
+}
+
+/// The next request, unless a timed replay holds it until later
+/// (`hold_until` set) or has ended (`ended` set; it is not asked again).
+fn next_op(ops: &mut OpGen, hold_until: &mut Option<Instant>, ended: &mut bool) -> Option<Op> {
+    if hold_until.is_some() || *ended {
+        return None;
+    }
+    ops.next_in_batch(hold_until, ended)
+}
+
+/// The future of request `op`: a page reference with `touch`, else a read
+/// or write of a spare buffer.
+fn make<'f>(
+    file: &'f CachedFile,
+    op: Op,
+    me: &Me,
+    w: &Workload,
+    touch: Option<usize>,
+    spare: &mut Vec<Vec<u8>>,
+) -> Fut<'f> {
+    let at = me.base + op.offset;
+    match (op.read, touch) {
+        (true, Some(_)) => Fut::Page(file.page_async(at), (at % 4096) as usize),
+        (true, None) => {
+            let mut buf = spare.pop().expect("a buffer");
+            buf.resize(op.len as usize, 0);
+            Fut::Read(file.read_at_async(at, buf))
+        }
+        (false, _) => {
+            let mut buf = spare.pop().expect("a buffer");
+            if w.replay.is_some() {
+                fill_block(op.offset / w.bs, &mut buf);
+            }
+            Fut::Write(file.write_at_async(at, buf))
+        }
     }
 }
