@@ -45,8 +45,10 @@ pub fn nodes() -> Vec<Node> {
     out
 }
 
-/// `0-3,8,10-11` as a list of CPUs; None if malformed.
-fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
+/// `0-3,8,10-11` (as the kernel writes CPU lists, surrounding whitespace
+/// allowed) as a list of CPUs; None if malformed.
+pub(crate) fn parse_cpulist(s: &str) -> Option<Vec<usize>> {
+    let s = s.trim();
     let mut out = Vec::new();
     if s.is_empty() {
         return Some(out);

@@ -51,7 +51,7 @@ pub(crate) fn interrupt_cpus_in(dirs: &[PathBuf], sys: &Path, proc: &Path) -> Ve
                 std::fs::read_to_string(proc.join(format!("irq/{irq}/smp_affinity_list")))
             });
             if let Ok(l) = list {
-                cpus.extend(parse_cpu_list(&l).unwrap_or_default());
+                cpus.extend(crate::util::nodes::parse_cpulist(&l).unwrap_or_default());
             }
         }
     }
@@ -140,45 +140,20 @@ pub(crate) fn interrupt_counts(text: &str) -> Vec<(u32, u64)> {
     out
 }
 
-/// A kernel CPU list (`0-3,8,10-11`), or `None` if it is not one.
-pub(crate) fn parse_cpu_list(text: &str) -> Option<Vec<usize>> {
-    let text = text.trim();
-    let mut out = BTreeSet::new();
-    if text.is_empty() {
-        return Some(Vec::new());
-    }
-    for part in text.split(',') {
-        let part = part.trim();
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().ok()?, b.parse().ok()?);
-                if a > b || b - a > 1 << 20 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => {
-                out.insert(part.parse().ok()?);
-            }
-        }
-    }
-    Some(out.into_iter().collect())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn cpu_lists_parse_as_the_kernel_writes_them() {
-        assert_eq!(parse_cpu_list("1\n"), Some(vec![1]));
+        assert_eq!(crate::util::nodes::parse_cpulist("1\n"), Some(vec![1]));
         assert_eq!(
-            parse_cpu_list("0-3,8,10-11"),
+            crate::util::nodes::parse_cpulist("0-3,8,10-11"),
             Some(vec![0, 1, 2, 3, 8, 10, 11])
         );
-        assert_eq!(parse_cpu_list(""), Some(vec![]));
-        assert_eq!(parse_cpu_list("3-1"), None);
-        assert_eq!(parse_cpu_list("x"), None);
+        assert_eq!(crate::util::nodes::parse_cpulist(""), Some(vec![]));
+        assert_eq!(crate::util::nodes::parse_cpulist("3-1"), None);
+        assert_eq!(crate::util::nodes::parse_cpulist("x"), None);
     }
 
     #[test]
