@@ -64,11 +64,16 @@ pub struct PartitionOptions {
     /// Partitions: `None` for as many as the cache's sets are divided into
     /// ([`CacheOptions::partitions`](crate::CacheOptions::partitions), which
     /// is one per NUMA node when given as 0); a number must be that one.
-    /// A number other than the machine's nodes is emulated: the workers are
-    /// not bound to CPUs, nor the partitions' memory to nodes.
+    /// The partitions are real (each worker bound to its node's CPUs, each
+    /// partition's memory to the node) when the machine has two nodes or
+    /// more and there is one partition per cache node (`cache_nodes`, every
+    /// node by default); otherwise they are emulated: the workers are not
+    /// bound to CPUs, nor the partitions' memory to nodes.
     pub partitions: Option<usize>,
-    /// The nodes whose CPUs run the partitions' workers (partition `p` on the
-    /// `p`-th of them, modulo their number); `None` for every node. The
+    /// The nodes whose CPUs run the partitions' workers and hold their
+    /// memory (partition `p` on the `p`-th of them; a count of them other
+    /// than the partitions' makes the partitions emulated); `None` for
+    /// every node. The
     /// devices' I/O threads run where the store's `cpu_affinity` puts them, so
     /// that I/O nodes and caching nodes can be told apart as in the papers.
     pub cache_nodes: Option<Vec<usize>>,
@@ -372,8 +377,9 @@ impl<'cs> Partitions<'cs> {
 
     /// Why the partitions' sets and frames are not bound to their nodes'
     /// memory although the partitions are not emulated (the kernel refused
-    /// the binding: the workers serve them where they lie); `None` when
-    /// bound, or emulated.
+    /// the binding of the partition it names: that one and those after it
+    /// are served where their memory lies, those before it stay bound);
+    /// `None` when bound, or emulated.
     pub fn memory_unbound(&self) -> Option<&str> {
         self.unbound.as_deref()
     }
@@ -392,9 +398,38 @@ impl<'cs> Partitions<'cs> {
         self.sh.cache.partition_of(file.id, page)
     }
 
+    /// Bind the calling thread to the CPUs of partition `p`'s node, as its
+    /// worker is, so that a queue it makes next ([`Partitions::queue`]) has
+    /// `p` for its home and stays on that node. Refused with
+    /// `InvalidArgument` when the partitions are emulated (they have no node
+    /// of their own) or `p` is not a partition, and with `Os` naming the
+    /// call when the kernel refuses the affinity; the thread is not moved.
+    pub fn bind_thread(&self, p: usize) -> Result<()> {
+        if self.emulated {
+            return Err(Error::InvalidArgument(format!(
+                "cannot bind a thread to partition {p}: the {} partitions are emulated, with no \
+                 node of their own",
+                self.parts.len()
+            )));
+        }
+        let cpus = self.part_cpus.get(p).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "cannot bind a thread to partition {p}: there are {} partitions",
+                self.parts.len()
+            ))
+        })?;
+        bind(cpus).map_err(|why| {
+            Error::os_call(
+                format!("cannot bind a thread to partition {p}"),
+                std::io::Error::other(why),
+            )
+        })
+    }
+
     /// A queue for the calling thread, keeping at most `depth` requests
     /// outstanding (1 to 65,536). Its home is the partition of the node the
-    /// thread runs on (bind the thread first), or with emulated partitions
+    /// thread runs on (bind the thread first: [`Partitions::bind_thread`]),
+    /// or with emulated partitions
     /// the next one in turn: the queue serves its home's pages itself and
     /// sends messages for the others'.
     pub fn queue(&self, depth: usize) -> Result<PartQueue<'_>> {
@@ -438,7 +473,8 @@ impl<'cs> Partitions<'cs> {
         });
         for p in &self.parts {
             if p.dead.load(Acquire) {
-                // No worker takes it in: a request sent there fails at once.
+                // No worker takes it in: the queue's next `wait` or `poll`
+                // with a request counted there panics, naming the partition.
                 continue;
             }
             p.joining
@@ -1065,6 +1101,9 @@ fn worker(
         // partition has requests of its own in flight, when one of those
         // ends (within the pin wait, or the I/O wait for a page in I/O).
         p.dead.store(true, Release);
+        // Queues that joined and were never taken in: no one will, and
+        // each holds its rings and doorbell.
+        p.joining.lock().unwrap_or_else(|e| e.into_inner()).clear();
         std::panic::resume_unwind(e);
     }
 }
@@ -1214,6 +1253,78 @@ mod tests {
     use crate::storage::layout::LayoutKind;
     use crate::{Store, StoreOptions};
 
+    /// A server whose every round brings only tasks on cached pages, run at
+    /// once with nothing submitted (as a worker's rounds are while other
+    /// threads keep its rings full and it never reaches its wait), still
+    /// finishes the miss it sent to the devices before.
+    #[test]
+    fn a_server_kept_busy_by_tasks_on_cached_pages_finishes_its_misses() {
+        let dir = std::env::temp_dir().join(format!("setcache-part-busy-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = Store::open(&[&dir], StoreOptions::default()).unwrap();
+        let f = store.create("f", 16 * 4096, LayoutKind::Stripe).unwrap();
+        let mut b = crate::AlignedBuf::new(16 * 4096);
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (i / 4096 + 1) as u8;
+        }
+        f.write_at(0, &b).unwrap();
+        drop(f);
+        let cs = CachedStore::new(
+            store,
+            CacheOptions {
+                size: 4 << 20,
+                partitions: 2,
+                ..CacheOptions::default()
+            },
+        )
+        .unwrap();
+        let file = cs.open_file("f").unwrap();
+        let mut one = [0u8; 1];
+        file.read_at(0, &mut one).unwrap();
+        fn first_byte(page: &[u8], at: usize, _: u64) -> u64 {
+            page[at] as u64
+        }
+        let task = |offset: u64, tag: u64| Req {
+            what: What::Task(first_byte, 0),
+            file: 0,
+            offset,
+            buf: Vec::new(),
+            tag,
+            stream: false,
+        };
+        let files = [file.clone()];
+        let mut server: Server<'_, u32> = Server::new(&cs.inner, 8);
+        server.start(&mut vec![(0, task(8 * 4096, 1))], |_, n| &files[n as usize]);
+        assert_eq!(server.q.outstanding(), 1, "page 8 was not a miss");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let (mut missed, mut hits) = (None, 0u64);
+        while missed.is_none() && std::time::Instant::now() < deadline {
+            server.start(&mut vec![(0, task(0, 2))], |_, n| &files[n as usize]);
+            server.finish(|_, r| {
+                r.result.as_ref().unwrap();
+                match r.tag {
+                    1 => missed = Some(r.value),
+                    _ => {
+                        assert_eq!(r.value, 1);
+                        hits += 1;
+                    }
+                }
+            });
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            missed,
+            Some(9),
+            "a miss left unfinished through {hits} rounds of tasks on cached pages"
+        );
+        drop(server);
+        drop(files);
+        drop(file);
+        drop(cs);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// A queue that reads many files in turn, each let go after its read,
     /// does not keep them all open: past `NAMED_MAX` files named to a
     /// partition, at a moment when nothing is in flight there, the partition
@@ -1242,6 +1353,8 @@ mod tests {
         };
         let cs = CachedStore::new(store, opts).unwrap();
         let parts = Partitions::new(&cs, PartitionOptions::default()).unwrap();
+        let e = parts.bind_thread(0).unwrap_err().to_string();
+        assert!(e.contains("emulated"), "{e}");
         // Entries some handle besides the table's still holds.
         let held = || {
             cs.inner
@@ -1381,6 +1494,38 @@ mod tests {
                 ),
                 (want, got) => panic!("workers unbound: {got:?}, where {want:?} was due"),
             }
+            // A thread bound to a partition's node (on a thread of its own,
+            // so that this one keeps its CPUs) has that partition for its
+            // queue's home; a binding the kernel refuses names why, and a
+            // partition that is not there is refused.
+            let (bound, allowed, home) = std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    let p = if workers.is_none() { 0 } else { 1 };
+                    let bound = parts.bind_thread(p).map_err(|e| e.to_string());
+                    let status = std::fs::read_to_string("/proc/thread-self/status").unwrap();
+                    let allowed = status
+                        .lines()
+                        .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+                        .map(|v| v.trim().to_string());
+                    let home = bound.is_ok().then(|| parts.queue(4).unwrap().home());
+                    (bound, allowed, home)
+                })
+                .join()
+                .unwrap()
+            });
+            match workers {
+                None => {
+                    bound.unwrap();
+                    assert_eq!(allowed.as_deref(), Some("0"));
+                    assert_eq!(home, Some(Some(0)));
+                }
+                Some(word) => {
+                    let why = bound.unwrap_err();
+                    assert!(why.contains("partition 1") && why.contains(word), "{why}");
+                }
+            }
+            let e = parts.bind_thread(2).unwrap_err().to_string();
+            assert!(e.contains("there are 2 partitions"), "{e}");
             let mut q = parts.queue_on(16, None).unwrap();
             for k in 0..16u64 {
                 q.read(&f, k * 4096, vec![0; 4096], k);

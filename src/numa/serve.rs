@@ -54,8 +54,9 @@ impl<'a, K: Copy> Server<'a, K> {
 
     /// Start the requests of `batch` (left empty), whose file numbers
     /// `file_of` resolves. A task on a cached page runs at once; the rest go
-    /// to the queue (a hit is copied before this returns). Replies come out
-    /// of [`Server::finish`].
+    /// to the queue (a hit is copied before this returns). Either way the
+    /// queue's finished device operations are taken. Replies come out of
+    /// [`Server::finish`].
     pub(super) fn start<'f>(
         &mut self,
         batch: &mut Vec<(K, Req)>,
@@ -130,6 +131,11 @@ impl<'a, K: Copy> Server<'a, K> {
         }
         if !reqs.is_empty() {
             self.q.submit_from(&mut reqs);
+        } else if self.q.outstanding() > 0 {
+            // Submitting drives the devices; a round of tasks that all ran
+            // at once submits nothing, and a worker whose rings never empty
+            // never reaches its wait: its misses are taken here.
+            self.q.poll();
         }
     }
 
