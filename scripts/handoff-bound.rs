@@ -17,9 +17,17 @@
 //! With `compute`, the line of computing in the cache: `shared` copies each
 //! block and sums the copy's 64-bit words, `partitioned` sums each block in
 //! place (its home partition's itself, the others' in the worker, which
-//! sends back 8 bytes, not the block).
+//! sends back 8 bytes, not the block). With `compute search`, the same with
+//! a binary search of the block's words for a key (the bench's `--compute
+//! search`) in place of the sum: a task that reads a few lines of a block.
 //!
-//! Run: `rustc --edition 2021 -C opt-level=3 scripts/handoff-bound.rs -o /tmp/handoff-bound && /tmp/handoff-bound [compute]`
+//! With `coop`, no worker threads: each application thread, between its own
+//! requests, serves the bundles the other thread sent to its home partition
+//! (two threads on two CPUs, so nothing is handed over through the
+//! scheduler). What is left is the requests' and the copies' cache lines
+//! moving between the CPUs.
+//!
+//! Run: `rustc --edition 2021 -C opt-level=3 scripts/handoff-bound.rs -o /tmp/handoff-bound && /tmp/handoff-bound [compute [search]] [coop]`
 
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -115,15 +123,46 @@ fn block_sum(b: &[u8]) -> u64 {
         .fold(0u64, u64::wrapping_add)
 }
 
+/// The first of the block's words not less than `key`, by binary search.
+#[inline(never)]
+fn block_search(b: &[u8], key: u64) -> u64 {
+    let word = |i: usize| u64::from_le_bytes(b[i * 8..i * 8 + 8].try_into().unwrap());
+    let (mut lo, mut hi) = (0usize, b.len() / 8);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if word(mid) < key {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo as u64
+}
+
+/// What is computed on a block with `compute`.
+#[derive(Clone, Copy, PartialEq)]
+enum Task {
+    Sum,
+    Search,
+}
+
+fn run_task(task: Task, b: &[u8]) -> u64 {
+    match task {
+        Task::Sum => block_sum(b),
+        Task::Search => block_search(b, 1 << 63),
+    }
+}
+
 fn block_of(mem: &Mem, block: u64) -> &[u8] {
     unsafe { std::slice::from_raw_parts(mem.0.add(block as usize * BLOCK), BLOCK) }
 }
 
 /// One request's work where it is served: a copy into `dst`, or with
-/// `compute` the block's sum in place, its 8 bytes stored at `dst`.
-fn serve(mem: &Mem, block: u64, dst: *mut u8, compute: bool) {
-    if compute {
-        let v = block_sum(block_of(mem, block));
+/// `compute` the task's result on the block in place, its 8 bytes stored at
+/// `dst`.
+fn serve(mem: &Mem, block: u64, dst: *mut u8, compute: Option<Task>) {
+    if let Some(task) = compute {
+        let v = run_task(task, block_of(mem, block));
         unsafe { (dst as *mut u64).write_unaligned(v) };
     } else {
         copy_block(mem, block, dst);
@@ -131,7 +170,7 @@ fn serve(mem: &Mem, block: u64, dst: *mut u8, compute: bool) {
 }
 
 /// Copies a second by two threads, each copying every block itself.
-fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
+fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: Option<Task>) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let hs: Vec<_> = (0..2u64)
@@ -146,8 +185,8 @@ fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
                         let b = next(&mut x) % blocks;
                         let slot = (n as usize) % DEPTH;
                         copy_block(&mem, b, bufs[slot * BLOCK..].as_mut_ptr());
-                        if compute {
-                            std::hint::black_box(block_sum(&bufs[slot * BLOCK..][..BLOCK]));
+                        if let Some(task) = compute {
+                            std::hint::black_box(run_task(task, &bufs[slot * BLOCK..][..BLOCK]));
                         }
                         n += 1;
                     }
@@ -166,7 +205,7 @@ fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
 }
 
 /// Copies a second with two emulated partitions (see the module's comment).
-fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
+fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: Option<Task>, coop: bool) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let apps: Vec<Arc<App>> = (0..2)
@@ -178,7 +217,7 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
             })
         })
         .collect();
-    let workers: Vec<_> = (0..2usize)
+    let workers: Vec<_> = (0..if coop { 0 } else { 2usize })
         .map(|p| {
             let (mem, stop, apps) = (mem.clone(), stop.clone(), apps.clone());
             std::thread::spawn(move || {
@@ -214,6 +253,7 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
         .map(|home| {
             let (mem, stop, done, app) =
                 (mem.clone(), stop.clone(), done.clone(), apps[home].clone());
+            let peer = apps[1 - home].clone();
             std::thread::spawn(move || {
                 let other = 1 - home;
                 let mut x = 0x9E37_79B9_7F4A_7C15 ^ (home as u64 + 1);
@@ -222,6 +262,23 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
                 let mut n = 0u64;
                 let base = unsafe { (*app.bufs.get()).as_mut_ptr() };
                 while !stop.load(Ordering::Relaxed) {
+                    // With `coop`, the other thread's bundles to this
+                    // thread's home partition first, as its worker would.
+                    while let Some(b) = coop.then(|| peer.to[home].pop()).flatten() {
+                        let pb = unsafe { (*peer.bufs.get()).as_mut_ptr() };
+                        for r in &b {
+                            serve(
+                                &mem,
+                                r.block,
+                                unsafe { pb.add(r.slot as usize * BLOCK) },
+                                compute,
+                            );
+                        }
+                        let mut b = b;
+                        while let Err(back) = peer.back[home].push(b) {
+                            b = back;
+                        }
+                    }
                     // Replies first: their slots are free again.
                     while let Some(b) = app.back[other].pop() {
                         n += b.len() as u64;
@@ -247,7 +304,7 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: bool) -> f64 {
                             std::thread::yield_now();
                         }
                     }
-                    if free.is_empty() {
+                    if free.is_empty() && !coop {
                         // Every slot is out with the worker: give it the CPU.
                         std::thread::yield_now();
                     }
@@ -277,17 +334,35 @@ fn main() {
         }
     }
     let mem = Arc::new(Mem(p));
-    let compute = std::env::args().nth(1).as_deref() == Some("compute");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let given = |w: &str| args.iter().any(|a| a == w);
+    if let Some(a) = args
+        .iter()
+        .find(|a| !["compute", "search", "coop"].contains(&a.as_str()))
+    {
+        eprintln!("handoff-bound: unknown argument {a:?}: give compute, search, coop or none");
+        std::process::exit(2);
+    }
+    let compute = match (given("compute"), given("search")) {
+        (false, false) => None,
+        (true, false) => Some(Task::Sum),
+        (true, true) => Some(Task::Search),
+        (false, true) => {
+            eprintln!("handoff-bound: search is a kind of compute: give compute search");
+            std::process::exit(2);
+        }
+    };
+    let coop = given("coop");
     let secs = 2.0;
     let mut ratios = Vec::new();
     let t0 = Instant::now();
     // A round of each first, not counted: the first partitioned round of a
     // process runs at a fifth of the later ones.
     shared(&mem, blocks, secs / 2.0, compute);
-    partitioned(&mem, blocks, secs / 2.0, compute);
+    partitioned(&mem, blocks, secs / 2.0, compute, coop);
     for round in 1..=7 {
         let s = shared(&mem, blocks, secs, compute);
-        let q = partitioned(&mem, blocks, secs, compute);
+        let q = partitioned(&mem, blocks, secs, compute, coop);
         println!(
             "round {round}: shared {:.2} M blocks/s, partitioned {:.2} M, ratio {:.3}",
             s / 1e6,

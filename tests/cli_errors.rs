@@ -1125,6 +1125,17 @@ fn bench_partitions_and_compute() {
         "{}",
         r.stderr
     );
+    let r = bench(
+        &dir,
+        &["--engine", "setcache-numa", "--compute", "max"],
+        None,
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("--compute") && r.stderr.contains("search"),
+        "{}",
+        r.stderr
+    );
     for extra in [
         &[
             "--engine",
@@ -1143,11 +1154,37 @@ fn bench_partitions_and_compute() {
             "--bs",
             "512",
         ],
+        &[
+            "--engine",
+            "setcache-numa,setcache",
+            "--partitions",
+            "2",
+            "--compute",
+            "search",
+        ],
     ] {
         let r = bench(&dir, extra, None);
         assert_ok(&r, &extra.join(" "));
         assert!(r.stdout.contains("setcache-numa"), "{}", r.stdout);
     }
+    // The search in place, through page references, and the header line
+    // saying which computation ran where.
+    let extra = [
+        "--engine",
+        "setcache",
+        "--access",
+        "ref",
+        "--compute=search",
+        "--bs",
+        "1k",
+    ];
+    let r = bench(&dir, &extra, None);
+    assert_ok(&r, &extra.join(" "));
+    assert!(
+        r.stderr.contains("searched for a key") && r.stderr.contains("in place"),
+        "{}",
+        r.stderr
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

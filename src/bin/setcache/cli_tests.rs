@@ -77,6 +77,7 @@ pub(crate) const BENCH_FLAGS: &[Flag] = &[
         ],
     ),
     ("--access", &["copy", "ref", "mmap"]),
+    ("--compute", &["sum", "search", "max"]),
     ("--touch", &["1", "64", "4096", "4097", "0"]),
     (
         "--job",

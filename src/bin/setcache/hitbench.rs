@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use setcache::{CacheOptions, Lookup, PageCache, PolicyKind};
 
-use crate::bench::cached::block_sum;
+use crate::bench::compute::block_sum;
 use crate::bench::size::{format_size, parse_size};
 
 /// Measure the page cache's hit path beside a bare memcpy baseline.

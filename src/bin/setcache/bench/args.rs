@@ -210,12 +210,15 @@ pub(crate) struct BenchArgs {
     #[arg(long, value_name = "N",
           value_parser = clap::value_parser!(u64).range(1..=setcache::MAX_PARTITIONS as u64))]
     pub(crate) partitions: Option<u64>,
-    /// Each block read is summed as 64-bit words (8 bytes of result per
-    /// block): by setcache-numa as a task in the partition that holds the
-    /// page, by setcache on the copy (or with --access ref on the page
-    /// reference). Needs a --bs dividing 4k, a multiple of 8
-    #[arg(long)]
-    pub(crate) compute: bool,
+    /// A computation on each block read, 8 bytes of result per block: `sum`
+    /// (the default) adds its 64-bit words, `search` looks for a key among
+    /// them by binary search (as in a B-tree node). By setcache-numa as a
+    /// task in the partition that holds the page, by setcache on the copy
+    /// (or with --access ref on the page reference). Needs a --bs dividing
+    /// 4k, a multiple of 8
+    #[arg(long, value_enum, value_name = "TASK", num_args = 0..=1,
+          default_missing_value = "sum")]
+    pub(crate) compute: Option<super::compute::Compute>,
     /// A job of a run of several at once on the setcache engine, sharing
     /// its cache (repeat the flag): comma-separated key=value of name, rw,
     /// bs, threads, iodepth, offset, size (its region of the file), delay

@@ -18,6 +18,7 @@ use setcache::{
     PolicyKind, Store,
 };
 
+use super::compute::Compute;
 use super::config::cache_bytes;
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::jobs::{Job, JobResult};
@@ -111,19 +112,11 @@ pub(crate) struct Calls {
     pub(crate) api: Api,
     /// Reads take a page reference and read this many bytes of it.
     pub(crate) touch: Option<usize>,
-    /// Each block read is summed ([`block_sum`]): on the copy, or with
+    /// Each block read is computed on ([`Compute`]): on the copy, or with
     /// `touch`, on the page reference (the whole block, not `touch` bytes).
-    pub(crate) compute: bool,
+    pub(crate) compute: Option<Compute>,
     /// Where the futures' workers run (`None`: the store's default).
     pub(crate) futures_cpus: Option<setcache::WorkerCpus>,
-}
-
-/// The computation `--compute` runs on each block read: the sum of its
-/// 64-bit little-endian words (a column's sum), 8 bytes from a block.
-pub(crate) fn block_sum(b: &[u8]) -> u64 {
-    b.chunks_exact(8)
-        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
-        .fold(0u64, u64::wrapping_add)
 }
 
 /// Which API a thread uses.
@@ -180,8 +173,11 @@ pub(crate) fn run(
                 thread_body(&cs, &file, w, me, depth, calls.compute, ctl, &edges, &hits)
             }
             (Api::Queue, Some(n)) => {
-                let n = if calls.compute { None } else { Some(n) };
-                page_body(&cs, &file, w, me, depth, n, ctl, &edges)
+                let with = match calls.compute {
+                    Some(f) => PageUse::Compute(f),
+                    None => PageUse::Touch(n),
+                };
+                page_body(&cs, &file, w, me, depth, with, ctl, &edges)
             }
             (Api::Async, touch) => {
                 super::futures::body(&cs, &file, w, me, depth, touch, ctl, &edges)
@@ -224,9 +220,17 @@ pub(crate) fn run(
     Ok((Outcome::from_measured(&m, hit_ratio), ra))
 }
 
+/// What a thread of `--access ref` does with each page reference.
+#[derive(Clone, Copy, Debug)]
+enum PageUse {
+    /// Copies out this many bytes of the block.
+    Touch(usize),
+    /// Computes on the whole block in place (`--compute`).
+    Compute(Compute),
+}
+
 /// A queue thread of `--access ref`: `depth` page requests in flight, each
-/// completing with a guard of which `touch` bytes are read (`None`: the
-/// block is summed in place, `--compute`).
+/// completing with a guard whose block is used as `with` says.
 #[allow(clippy::too_many_arguments)]
 fn page_body(
     cs: &CachedStore,
@@ -234,7 +238,7 @@ fn page_body(
     w: &Workload,
     me: Me,
     depth: usize,
-    touch: Option<usize>,
+    with: PageUse,
     ctl: &Ctl,
     edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
@@ -244,7 +248,13 @@ fn page_body(
     let mut ops = OpGen::new(w, me.t, me.threads);
     let mut reqs: Vec<CachedRequest<'_>> = Vec::with_capacity(depth);
     let mut done = Vec::with_capacity(depth);
-    let mut buf = vec![0u8; touch.unwrap_or(0)];
+    let mut buf = vec![
+        0u8;
+        match with {
+            PageUse::Touch(n) => n,
+            PageUse::Compute(_) => 0,
+        }
+    ];
     let bs = w.bs as usize;
     // Each request's tag is its submission time in ns since `epoch`, plus
     // the byte it reads in the page (below 4 KiB) in the low 12 bits.
@@ -291,13 +301,13 @@ fn page_body(
             match g {
                 Ok(g) => {
                     let i = (tag & 4095) as usize;
-                    match touch {
-                        Some(n) => {
+                    match with {
+                        PageUse::Touch(n) => {
                             buf.copy_from_slice(&g[i..i + n]);
                             std::hint::black_box(&buf);
                         }
-                        None => {
-                            std::hint::black_box(block_sum(&g[i..i + bs]));
+                        PageUse::Compute(f) => {
+                            std::hint::black_box(f.run(&g[i..i + bs]));
                         }
                     }
                     if measuring {
@@ -328,7 +338,7 @@ fn thread_body(
     w: &Workload,
     me: Me,
     depth: usize,
-    compute: bool,
+    compute: Option<Compute>,
     ctl: &Ctl,
     edges: &StatEdges,
     hits: &AtomicU64,
@@ -400,9 +410,9 @@ fn thread_body(
                 }
             }
         }
-        if compute {
+        if let Some(f) = compute {
             for (_, c) in &done {
-                std::hint::black_box(block_sum(&c.buf));
+                std::hint::black_box(f.run(&c.buf));
             }
         }
         account(
@@ -570,7 +580,7 @@ pub(crate) fn run_jobs(
         };
         let depth = jobs[j].iodepth as usize;
         let st = thread_body(
-            &cs, &file, &loads[j], me, depth, false, ctl, &edges, &hits[j],
+            &cs, &file, &loads[j], me, depth, None, ctl, &edges, &hits[j],
         )?;
         per_job[j]
             .lock()

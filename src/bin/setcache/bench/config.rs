@@ -617,16 +617,16 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             ));
         }
     }
-    if a.compute {
+    if a.compute.is_some() {
         if a.rw.writes() {
             return Err(format!(
-                "--compute sums the blocks it reads: give a read-only --rw, not {}",
+                "--compute sums the blocks it reads (or searches them): give a read-only --rw, not {}",
                 a.rw
             ));
         }
         if a.bs > PAGE || !PAGE.is_multiple_of(a.bs) || !a.bs.is_multiple_of(8) {
             return Err(format!(
-                "--compute sums each --bs {} block inside one 4k page as 64-bit words: --bs must divide 4k and be a multiple of 8",
+                "--compute sums (or searches) each --bs {} block inside one 4k page as 64-bit words: --bs must divide 4k and be a multiple of 8",
                 a.bs
             ));
         }
@@ -658,7 +658,10 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
     // does would leave the two rows doing different work under one heading.
     if engines.contains(&Engine::SetcacheNuma) {
         let setcache_only = [
-            (a.access != AccessArg::Copy && !a.compute, "--access"),
+            (
+                a.access != AccessArg::Copy && a.compute.is_none(),
+                "--access",
+            ),
             (a.readahead.is_some(), "--readahead"),
         ];
         if let Some((_, flag)) = setcache_only.iter().find(|c| c.0) {
@@ -772,7 +775,7 @@ pub(crate) fn validate(mut a: BenchArgs) -> Result<Config, String> {
             (a.rwmix_read.is_some(), "--rwmix-read"),
             (a.given("threads"), "--threads"),
             (a.access != AccessArg::Copy, "--access"),
-            (a.compute, "--compute"),
+            (a.compute.is_some(), "--compute"),
         ]
         .into_iter()
         .filter_map(|(given, flag)| given.then_some(flag))

@@ -12,6 +12,7 @@ mod args;
 pub(crate) mod cached;
 pub(crate) mod cgroup;
 pub(crate) mod child;
+pub(crate) mod compute;
 mod config;
 mod direct;
 mod driver;
@@ -141,6 +142,21 @@ pub(crate) fn run(args: BenchArgs) -> Result<(), String> {
         cfg.a.layout,
         format_size(file.len())
     );
+    if let Some(f) = cfg.a.compute {
+        say!(
+            "compute: each block read is {}, 8 bytes back a block ({})",
+            match f {
+                compute::Compute::Sum => "summed as 64-bit words",
+                compute::Compute::Search =>
+                    "searched for a key among its 64-bit words (binary search)",
+            },
+            if cfg.a.access == args::AccessArg::Ref {
+                "setcache: in place, through a page reference"
+            } else {
+                "setcache: on its copy; setcache-numa: in place, a task in its partition"
+            }
+        );
+    }
     if !cfg.jobs.is_empty() {
         return run_jobs(&bench).map_err(explain);
     }

@@ -3,8 +3,8 @@
 //! thread serves its home partition's requests itself and sends the others'
 //! to their workers in bundles through a `PartQueue`, keeping `--iodepth`
 //! outstanding. With `--compute`, each read
-//! is a task summing the block in the partition that holds its page (8 bytes
-//! come back instead of the block). The hit ratio is the cache's, as for the
+//! is a task summing or searching the block in the partition that holds its
+//! page (8 bytes come back instead of the block). The hit ratio is the cache's, as for the
 //! `setcache` engine.
 
 use std::sync::Mutex;
@@ -15,14 +15,21 @@ use setcache::{
     Store,
 };
 
-use super::cached::{block_sum, hit_ratio, open};
+use super::cached::{hit_ratio, open};
+use super::compute::{Compute, SEARCH_KEY, block_search, block_sum};
 use super::driver::{Ctl, Me, StatEdges, ThreadStats, Timing, phase, run_threads};
 use super::outcome::Outcome;
 use super::workload::{OpGen, Rng, Workload, fill_block, mix64, wait_until};
 
-/// The task of `--compute`: the block of `arg` bytes at `at` summed.
+/// The task of `--compute sum`: the block of `arg` bytes at `at` summed.
 fn sum_task(page: &[u8], at: usize, arg: u64) -> u64 {
     block_sum(&page[at..at + arg as usize])
+}
+
+/// The task of `--compute search`: the block of `arg` bytes at `at`
+/// searched for the bench's key.
+fn search_task(page: &[u8], at: usize, arg: u64) -> u64 {
+    block_search(&page[at..at + arg as usize], SEARCH_KEY)
 }
 
 /// Run the workload on `threads` threads with `iodepth` requests outstanding
@@ -36,7 +43,7 @@ pub(crate) fn run(
     cache_size: Option<u64>,
     policy: Option<PolicyKind>,
     partitions: Option<usize>,
-    compute: bool,
+    compute: Option<Compute>,
     timing: &Timing,
 ) -> Result<Outcome, String> {
     // The cache's sets divided as the partitions (0: one per node).
@@ -143,7 +150,7 @@ fn body(
     w: &Workload,
     me: Me,
     depth: usize,
-    compute: bool,
+    compute: Option<Compute>,
     ctl: &Ctl,
     edges: &StatEdges,
 ) -> Result<ThreadStats, String> {
@@ -154,6 +161,13 @@ fn body(
         for b in &mut free {
             rng.fill_nonzero(b);
         }
+    }
+    // With partitions of real nodes, each thread runs on a node in turn,
+    // whose partition is then its queue's home.
+    if !parts.emulated() {
+        parts
+            .bind_thread(me.t % parts.count())
+            .map_err(|e| format!("setcache-numa engine: {e}"))?;
     }
     let mut q = parts
         .queue(depth)
@@ -180,8 +194,12 @@ fn body(
             slots -= 1;
             let at = me.base + op.offset;
             let tag = submitted << 1 | op.read as u64;
-            if op.read && compute {
-                q.task(file, at, sum_task, op.len, tag);
+            if let (true, Some(f)) = (op.read, compute) {
+                let task = match f {
+                    Compute::Sum => sum_task,
+                    Compute::Search => search_task,
+                };
+                q.task(file, at, task, op.len, tag);
                 continue;
             }
             let mut buf = free.pop().unwrap_or_default();
