@@ -9,8 +9,8 @@ pub(crate) enum Compute {
     /// The sum of the block's 64-bit words ([`block_sum`]): every byte read.
     Sum,
     /// A binary search of the block's 64-bit words for a key, as in a node
-    /// of a B-tree ([`block_search`]): one word in each of about log2(words)
-    /// + 1 cache lines read.
+    /// of a B-tree ([`block_search`]): about log2(words) + 1 words read, on
+    /// fewer cache lines (the last steps stay in one line).
     Search,
 }
 

@@ -163,8 +163,9 @@ fn body(
         }
     }
     // With partitions of real nodes, each thread runs on a node in turn,
-    // whose partition is then its queue's home.
-    if !parts.emulated() {
+    // whose partition is then its queue's home (unless the kernel refused
+    // the workers their nodes' CPUs, which the header said).
+    if !parts.emulated() && parts.workers_unbound().is_none() {
         parts
             .bind_thread(me.t % parts.count())
             .map_err(|e| format!("setcache-numa engine: {e}"))?;
