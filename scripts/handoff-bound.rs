@@ -169,6 +169,30 @@ fn serve(mem: &Mem, block: u64, dst: *mut u8, compute: Option<Task>) {
     }
 }
 
+/// Serve every bundle `app` sent to partition `p`, as its worker (or, with
+/// `coop`, the thread at home there) does: each block straight into the
+/// sender's buffer, the bundle back as the reply. Whether there was any.
+fn serve_bundles(mem: &Mem, app: &App, p: usize, compute: Option<Task>) -> bool {
+    let mut any = false;
+    while let Some(mut b) = app.to[p].pop() {
+        any = true;
+        let base = unsafe { (*app.bufs.get()).as_mut_ptr() };
+        for r in &b {
+            serve(
+                mem,
+                r.block,
+                unsafe { base.add(r.slot as usize * BLOCK) },
+                compute,
+            );
+        }
+        while let Err(back) = app.back[p].push(b) {
+            b = back;
+            std::thread::yield_now();
+        }
+    }
+    any
+}
+
 /// Copies a second by two threads, each copying every block itself.
 fn shared(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: Option<Task>) -> f64 {
     let stop = Arc::new(AtomicBool::new(false));
@@ -224,23 +248,7 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: Option<Task>, co
                 while !stop.load(Ordering::Relaxed) {
                     let mut any = false;
                     for a in &apps {
-                        while let Some(b) = a.to[p].pop() {
-                            any = true;
-                            let base = unsafe { (*a.bufs.get()).as_mut_ptr() };
-                            for r in &b {
-                                serve(
-                                    &mem,
-                                    r.block,
-                                    unsafe { base.add(r.slot as usize * BLOCK) },
-                                    compute,
-                                );
-                            }
-                            let mut b = b;
-                            while let Err(back) = a.back[p].push(b) {
-                                b = back;
-                                std::thread::yield_now();
-                            }
-                        }
+                        any |= serve_bundles(&mem, a, p, compute);
                     }
                     if !any {
                         std::thread::yield_now();
@@ -264,20 +272,8 @@ fn partitioned(mem: &Arc<Mem>, blocks: u64, secs: f64, compute: Option<Task>, co
                 while !stop.load(Ordering::Relaxed) {
                     // With `coop`, the other thread's bundles to this
                     // thread's home partition first, as its worker would.
-                    while let Some(b) = coop.then(|| peer.to[home].pop()).flatten() {
-                        let pb = unsafe { (*peer.bufs.get()).as_mut_ptr() };
-                        for r in &b {
-                            serve(
-                                &mem,
-                                r.block,
-                                unsafe { pb.add(r.slot as usize * BLOCK) },
-                                compute,
-                            );
-                        }
-                        let mut b = b;
-                        while let Err(back) = peer.back[home].push(b) {
-                            b = back;
-                        }
+                    if coop {
+                        serve_bundles(&mem, &peer, home, compute);
                     }
                     // Replies first: their slots are free again.
                     while let Some(b) = app.back[other].pop() {
